@@ -1,0 +1,51 @@
+// Fluent construction of ModelGraph protos (used by the model zoo and tests). Each call appends
+// one operator and returns a reference to its output; nothing is validated until Graph::build.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gp/graph/ops.h"
+
+namespace gp::graph {
+
+class GraphBuilder {
+ public:
+  GraphBuilder(std::string name, std::string description);
+
+  TensorRef input(std::string id, std::vector<int64_t> shape,
+                  DataType dtype = graphpipe::v1::DATA_TYPE_FLOAT32);
+  TensorRef linear(std::string id, const TensorRef& x, int64_t out_features, bool bias = true,
+                   std::string_view activation = "none");
+  TensorRef embedding_bag(std::string id, const TensorRef& ids, int64_t num_embeddings,
+                          int64_t embedding_dim);
+  TensorRef attention(std::string id, const TensorRef& x, int64_t num_heads);
+  TensorRef layer_norm(std::string id, const TensorRef& x);
+  TensorRef relu(std::string id, const TensorRef& x);
+  TensorRef gelu(std::string id, const TensorRef& x);
+  TensorRef softmax(std::string id, const TensorRef& x);
+  TensorRef add(std::string id, const std::vector<TensorRef>& xs);
+  TensorRef concat(std::string id, const std::vector<TensorRef>& xs, int64_t axis = -1);
+  TensorRef slice(std::string id, const TensorRef& x, int64_t axis, int64_t start, int64_t end);
+  TensorRef mse_loss(std::string id, const TensorRef& prediction, const TensorRef& target);
+  TensorRef softmax_cross_entropy(std::string id, const TensorRef& logits,
+                                  const TensorRef& labels);
+  // Post-LN transformer layer: attention, residual, layer norm, GELU FFN, residual, layer norm.
+  TensorRef transformer_layer(const std::string& prefix, const TensorRef& x, int64_t hidden,
+                              int64_t num_heads, int64_t ffn_hidden);
+
+  void add_loss(const TensorRef& loss);
+  void set_source(std::string source);
+  // Raw access for tests that craft invalid models.
+  Operator& add_op(std::string id, std::string_view type, const std::vector<TensorRef>& inputs);
+  ModelGraph& model() { return model_; }
+  ModelGraph finish() { return model_; }
+
+ private:
+  ModelGraph model_;
+};
+
+TensorRef ref(std::string op, int output = 0);
+
+}  // namespace gp::graph

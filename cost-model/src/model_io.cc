@@ -1,0 +1,165 @@
+#include "gp/graph/model_io.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace gp::graph {
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Collects the first text-format error with its position.
+class TextErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) {
+      first_ = "line " + std::to_string(line + 1) + ", column " + std::to_string(column + 1) +
+               ": " + message;
+    }
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+}  // namespace
+
+Result<FileFormat> format_for_path(std::string_view path) {
+  if (ends_with(path, ".pbtxt") || ends_with(path, ".textproto") || ends_with(path, ".txt")) {
+    return FileFormat::kText;
+  }
+  if (ends_with(path, ".json")) return FileFormat::kJson;
+  if (ends_with(path, ".pb") || ends_with(path, ".bin")) return FileFormat::kBinary;
+  return invalid_argument("'" + std::string(path) +
+                          "': unknown file extension (expected .pbtxt, .textproto, .json or .pb)");
+}
+
+Status parse_message(std::string_view data, FileFormat format, google::protobuf::Message* msg) {
+  switch (format) {
+    case FileFormat::kText: {
+      google::protobuf::TextFormat::Parser parser;
+      TextErrors errors;
+      parser.RecordErrorsTo(&errors);
+      google::protobuf::io::ArrayInputStream input(data.data(), static_cast<int>(data.size()));
+      if (!parser.Parse(&input, msg)) {
+        return invalid_argument("text format: " +
+                                (errors.first().empty() ? "parse error" : errors.first()));
+      }
+      return ok_status();
+    }
+    case FileFormat::kJson: {
+      google::protobuf::util::JsonParseOptions options;
+      options.ignore_unknown_fields = false;
+      auto st = google::protobuf::util::JsonStringToMessage(
+          google::protobuf::StringPiece(data.data(), data.size()), msg, options);
+      if (!st.ok()) return invalid_argument("JSON: " + std::string(st.message()));
+      return ok_status();
+    }
+    case FileFormat::kBinary:
+      if (!msg->ParseFromArray(data.data(), static_cast<int>(data.size()))) {
+        return invalid_argument("binary protobuf: not a valid " + msg->GetTypeName() +
+                                " (truncated or a different message type)");
+      }
+      return ok_status();
+  }
+  return internal_error("unknown file format");
+}
+
+Result<std::string> serialize_message(const google::protobuf::Message& msg, FileFormat format) {
+  std::string out;
+  switch (format) {
+    case FileFormat::kText:
+      if (!google::protobuf::TextFormat::PrintToString(msg, &out)) {
+        return internal_error("text format serialisation failed");
+      }
+      return out;
+    case FileFormat::kJson: {
+      google::protobuf::util::JsonPrintOptions options;
+      options.add_whitespace = true;
+      options.preserve_proto_field_names = true;
+      auto st = google::protobuf::util::MessageToJsonString(msg, &out, options);
+      if (!st.ok()) return internal_error("JSON serialisation: " + std::string(st.message()));
+      return out;
+    }
+    case FileFormat::kBinary: {
+      google::protobuf::io::StringOutputStream stream(&out);
+      google::protobuf::io::CodedOutputStream coded(&stream);
+      coded.SetSerializationDeterministic(true);
+      if (!msg.SerializeToCodedStream(&coded)) return internal_error("binary serialisation failed");
+      coded.Trim();
+      return out;
+    }
+  }
+  return internal_error("unknown file format");
+}
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return not_found("cannot open '" + path + "': " + std::strerror(errno));
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return Status(StatusCode::kDataLoss, "error reading '" + path + "'");
+  return buf.str();
+}
+
+Status write_file_atomic(const std::string& path, std::string_view contents) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    return Status(StatusCode::kPermissionDenied,
+                  "cannot write '" + tmp + "': " + std::strerror(errno));
+  }
+  const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
+  const bool flushed = std::fflush(f) == 0;
+  const bool closed = std::fclose(f) == 0;
+  if (written != contents.size() || !flushed || !closed) {
+    std::remove(tmp.c_str());
+    return Status(StatusCode::kDataLoss, "short write to '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status(StatusCode::kPermissionDenied,
+                  "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  }
+  return ok_status();
+}
+
+Status read_message(const std::string& path, google::protobuf::Message* msg) {
+  GP_ASSIGN_OR_RETURN(FileFormat format, format_for_path(path));
+  GP_ASSIGN_OR_RETURN(std::string data, read_file(path));
+  return parse_message(data, format, msg).with_context(path);
+}
+
+Status write_message(const std::string& path, const google::protobuf::Message& msg) {
+  GP_ASSIGN_OR_RETURN(FileFormat format, format_for_path(path));
+  GP_ASSIGN_OR_RETURN(std::string data, serialize_message(msg, format));
+  return write_file_atomic(path, data);
+}
+
+std::string message_hash(const google::protobuf::Message& msg) {
+  auto bytes = serialize_message(msg, FileFormat::kBinary);
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : bytes.value()) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace gp::graph

@@ -1,0 +1,234 @@
+#include "gp/graph/ops.h"
+
+#include <array>
+#include <string>
+
+#include "ops_internal.h"
+
+namespace gp::graph {
+namespace {
+
+using namespace detail;  // NOLINT: the infer functions
+
+// The one table that knows which op types exist.
+constexpr std::array kCatalogue = {
+    OpTypeInfo{"input", "graph input (data or labels); declares its per-sample output",
+               "none; outputs[0] gives the per-sample shape and dtype", 0, 0, true, false,
+               &infer_input},
+    OpTypeInfo{"linear", "y = act(x W^T + b) over the last dimension",
+               "out_features (int, required), bias (0|1, default 1), "
+               "activation (none|relu|gelu, default none)",
+               1, 1, false, false, &infer_linear},
+    OpTypeInfo{"embedding_bag", "sum (or mean) of the embedding rows named by a bag of ids",
+               "num_embeddings (int, required), embedding_dim (int, required), "
+               "mode (sum|mean, default sum)",
+               1, 1, false, false, &infer_embedding_bag},
+    OpTypeInfo{"multi_head_attention", "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
+               "output projection",
+               "num_heads (int, required, divides hidden), bias (0|1, default 1)", 1, 1, false,
+               false, &infer_attention},
+    OpTypeInfo{"layer_norm", "normalise the last dimension, then scale and shift",
+               "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_layer_norm},
+    OpTypeInfo{"relu", "max(x, 0)", "none", 1, 1, false, false, &infer_relu},
+    OpTypeInfo{"gelu", "x * Phi(x), tanh approximation", "none", 1, 1, false, false, &infer_gelu},
+    OpTypeInfo{"softmax", "softmax over the last dimension", "none", 1, 1, false, false,
+               &infer_softmax},
+    OpTypeInfo{"add", "element-wise sum of two or more tensors of one shape", "none", 2, -1,
+               false, false, &infer_add},
+    OpTypeInfo{"concat", "concatenate along a per-sample axis",
+               "axis (int, default -1: the last)", 1, -1, false, false, &infer_concat},
+    OpTypeInfo{"slice", "x[start:end] along a per-sample axis",
+               "axis (int, default -1), start (int, required), end (int, required, exclusive)", 1,
+               1, false, false, &infer_slice},
+    OpTypeInfo{"mse_loss", "mean squared error between prediction and target (per sample)",
+               "none; inputs: prediction, target", 2, 2, false, true, &infer_mse_loss},
+    OpTypeInfo{"softmax_cross_entropy", "softmax over the last dimension, then cross-entropy "
+               "with int64 class labels (per sample mean)",
+               "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
+               &infer_softmax_cross_entropy},
+};
+
+const AttrValue* find_attr(const Operator& op, std::string_view name) {
+  auto it = op.attrs().find(std::string(name));
+  return it == op.attrs().end() ? nullptr : &it->second;
+}
+
+std::string attr_label(std::string_view name) { return "attrs." + std::string(name); }
+
+}  // namespace
+
+std::span<const OpTypeInfo> op_catalogue() { return kCatalogue; }
+
+const OpTypeInfo* find_op_type(std::string_view type) {
+  for (const auto& info : kCatalogue) {
+    if (info.type == type) return &info;
+  }
+  return nullptr;
+}
+
+int64_t dtype_size_bytes(DataType dtype) {
+  switch (dtype) {
+    case graphpipe::v1::DATA_TYPE_BFLOAT16:
+    case graphpipe::v1::DATA_TYPE_FLOAT16: return 2;
+    case graphpipe::v1::DATA_TYPE_INT64: return 8;
+    default: return 4;  // float32, int32, unspecified (= float32)
+  }
+}
+
+std::string_view dtype_name(DataType dtype) {
+  switch (dtype) {
+    case graphpipe::v1::DATA_TYPE_BFLOAT16: return "bfloat16";
+    case graphpipe::v1::DATA_TYPE_FLOAT16: return "float16";
+    case graphpipe::v1::DATA_TYPE_INT64: return "int64";
+    case graphpipe::v1::DATA_TYPE_INT32: return "int32";
+    default: return "float32";
+  }
+}
+
+Result<DataType> parse_dtype(std::string_view name) {
+  if (name == "float32" || name == "float") return graphpipe::v1::DATA_TYPE_FLOAT32;
+  if (name == "bfloat16") return graphpipe::v1::DATA_TYPE_BFLOAT16;
+  if (name == "float16") return graphpipe::v1::DATA_TYPE_FLOAT16;
+  if (name == "int64") return graphpipe::v1::DATA_TYPE_INT64;
+  if (name == "int32") return graphpipe::v1::DATA_TYPE_INT32;
+  return invalid_argument("unknown dtype '" + std::string(name) +
+                          "' (expected float32, bfloat16, float16, int64 or int32)");
+}
+
+int64_t num_elements(const TensorSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape()) n *= d;
+  return n;
+}
+
+int64_t size_bytes(const TensorSpec& spec) {
+  return num_elements(spec) * dtype_size_bytes(spec.dtype());
+}
+
+std::string shape_string(const TensorSpec& spec) {
+  std::string s = "[";
+  for (int i = 0; i < spec.shape_size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(spec.shape(i));
+  }
+  s += "] ";
+  s += dtype_name(spec.dtype());
+  return s;
+}
+
+TensorSpec make_spec(std::vector<int64_t> shape, DataType dtype) {
+  TensorSpec spec;
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.set_dtype(dtype);
+  return spec;
+}
+
+bool same_spec(const TensorSpec& a, const TensorSpec& b) {
+  if (a.shape_size() != b.shape_size()) return false;
+  for (int i = 0; i < a.shape_size(); ++i) {
+    if (a.shape(i) != b.shape(i)) return false;
+  }
+  return dtype_size_bytes(a.dtype()) == dtype_size_bytes(b.dtype()) &&
+         dtype_name(a.dtype()) == dtype_name(b.dtype());
+}
+
+Result<int64_t> attr_int(const Operator& op, std::string_view name) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return invalid_argument(attr_label(name) + ": required attribute is missing");
+  if (v->value_case() != AttrValue::kI) {
+    return invalid_argument(attr_label(name) + ": expected an integer (field 'i')");
+  }
+  return v->i();
+}
+
+Result<int64_t> attr_int_or(const Operator& op, std::string_view name, int64_t fallback) {
+  if (find_attr(op, name) == nullptr) return fallback;
+  return attr_int(op, name);
+}
+
+Result<double> attr_float_or(const Operator& op, std::string_view name, double fallback) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return fallback;
+  if (v->value_case() == AttrValue::kF) return v->f();
+  if (v->value_case() == AttrValue::kI) return static_cast<double>(v->i());
+  return invalid_argument(attr_label(name) + ": expected a number (field 'f')");
+}
+
+Result<std::string> attr_string_or(const Operator& op, std::string_view name,
+                                   std::string_view fallback) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return std::string(fallback);
+  if (v->value_case() != AttrValue::kS) {
+    return invalid_argument(attr_label(name) + ": expected a string (field 's')");
+  }
+  return v->s();
+}
+
+Result<std::vector<int64_t>> attr_ints(const Operator& op, std::string_view name) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return invalid_argument(attr_label(name) + ": required attribute is missing");
+  if (v->value_case() != AttrValue::kInts) {
+    return invalid_argument(attr_label(name) + ": expected a list of integers (field 'ints')");
+  }
+  return std::vector<int64_t>(v->ints().values().begin(), v->ints().values().end());
+}
+
+void set_attr(Operator& op, std::string_view name, int64_t value) {
+  (*op.mutable_attrs())[std::string(name)].set_i(value);
+}
+void set_attr(Operator& op, std::string_view name, double value) {
+  (*op.mutable_attrs())[std::string(name)].set_f(value);
+}
+void set_attr(Operator& op, std::string_view name, std::string_view value) {
+  (*op.mutable_attrs())[std::string(name)].set_s(std::string(value));
+}
+void set_attr(Operator& op, std::string_view name, const std::vector<int64_t>& values) {
+  auto* list = (*op.mutable_attrs())[std::string(name)].mutable_ints();
+  list->clear_values();
+  for (int64_t v : values) list->add_values(v);
+}
+
+namespace detail {
+
+Status require_float(const TensorSpec& spec, int input_index) {
+  auto t = spec.dtype();
+  if (t == graphpipe::v1::DATA_TYPE_INT64 || t == graphpipe::v1::DATA_TYPE_INT32) {
+    return invalid_argument("inputs[" + std::to_string(input_index) +
+                            "]: expected a floating-point tensor, got " + shape_string(spec));
+  }
+  return ok_status();
+}
+
+Status require_rank_at_least(const TensorSpec& spec, int rank, int input_index) {
+  if (spec.shape_size() < rank) {
+    return invalid_argument("inputs[" + std::to_string(input_index) + "]: expected at least " +
+                            std::to_string(rank) + " per-sample dimension(s), got " +
+                            shape_string(spec));
+  }
+  return ok_status();
+}
+
+Result<int> normalize_axis(int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank) {
+    return invalid_argument("attrs.axis = " + std::to_string(axis) + " is out of range for " +
+                            std::to_string(rank) + " per-sample dimension(s)");
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+ParamSpec make_param(std::string name, std::vector<int64_t> shape, DataType dtype) {
+  ParamSpec p;
+  p.set_name(std::move(name));
+  for (int64_t d : shape) p.add_shape(d);
+  p.set_dtype(dtype);
+  return p;
+}
+
+int64_t param_elements(const ParamSpec& p) {
+  int64_t n = 1;
+  for (int64_t d : p.shape()) n *= d;
+  return n;
+}
+
+}  // namespace detail
+}  // namespace gp::graph

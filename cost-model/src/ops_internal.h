@@ -1,0 +1,34 @@
+// Shared by the catalogue's translation units only.
+#pragma once
+
+#include <span>
+
+#include "gp/graph/ops.h"
+
+namespace gp::graph::detail {
+
+// Infer functions, one per op type (see ops.cc for the table).
+Status infer_input(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_linear(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_attention(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_relu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_gelu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_softmax(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_add(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_concat(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_slice(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_mse_loss(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_softmax_cross_entropy(const Operator& op, std::span<const TensorSpec> in,
+                                   InferredOp* out);
+
+// "inputs[1]: expected float tensor, got [4] int64"
+Status require_float(const TensorSpec& spec, int input_index);
+Status require_rank_at_least(const TensorSpec& spec, int rank, int input_index);
+// Normalises a possibly negative axis against `rank`; error names attrs.axis.
+Result<int> normalize_axis(int64_t axis, int rank);
+ParamSpec make_param(std::string name, std::vector<int64_t> shape, DataType dtype);
+int64_t param_elements(const ParamSpec& p);
+
+}  // namespace gp::graph::detail

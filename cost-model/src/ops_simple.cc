@@ -1,0 +1,214 @@
+// Parameter-free (or nearly) operators: inputs, element-wise ops, normalisation, layout, losses.
+#include <string>
+
+#include "ops_internal.h"
+
+namespace gp::graph::detail {
+namespace {
+
+double bytes_of(const TensorSpec& spec) { return static_cast<double>(size_bytes(spec)); }
+double elems_of(const TensorSpec& spec) { return static_cast<double>(num_elements(spec)); }
+
+// Shared by relu, gelu and softmax: same-shape float output, a per-element cost, one tensor kept.
+Status unary(std::span<const TensorSpec> in, double fwd_per_elt, double bwd_per_elt,
+             InferredOp* out) {
+  GP_RETURN_IF_ERROR(require_float(in[0], 0));
+  out->outputs = {in[0]};
+  const double n = elems_of(in[0]), b = bytes_of(in[0]);
+  OpCost& c = out->cost;
+  c.forward_flops = fwd_per_elt * n;
+  c.backward_flops = bwd_per_elt * n;
+  c.forward_bytes = 2 * b;
+  c.backward_bytes = 3 * b;
+  c.activation_bytes = b;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
+TensorSpec scalar_loss() { return make_spec({1}); }
+
+}  // namespace
+
+Status infer_input(const Operator& op, std::span<const TensorSpec>, InferredOp* out) {
+  if (op.outputs_size() != 1) {
+    return invalid_argument("outputs: an input op declares exactly one output, got " +
+                            std::to_string(op.outputs_size()));
+  }
+  if (op.outputs(0).shape_size() == 0) {
+    return invalid_argument("outputs[0].shape: empty; give the per-sample shape, e.g. [1]");
+  }
+  out->outputs = {op.outputs(0)};
+  return ok_status();
+}
+
+Status infer_relu(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  return unary(in, 1, 1, out);
+}
+
+Status infer_gelu(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  return unary(in, 8, 12, out);  // tanh approximation: ~8 flops forward, ~12 backward
+}
+
+Status infer_softmax(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  return unary(in, 5, 4, out);
+}
+
+Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  GP_RETURN_IF_ERROR(require_rank_at_least(x, 1, 0));
+  GP_ASSIGN_OR_RETURN(double eps, attr_float_or(op, "epsilon", 1e-5));
+  if (!(eps > 0)) {
+    return invalid_argument("attrs.epsilon = " + std::to_string(eps) + ", must be > 0");
+  }
+  const int64_t d = x.shape(x.shape_size() - 1);
+  out->outputs = {x};
+  out->params.push_back(make_param("gamma", {d}, x.dtype()));
+  out->params.push_back(make_param("beta", {d}, x.dtype()));
+  out->cost.param_count = 2 * d;
+  const double n = elems_of(x), b = bytes_of(x);
+  const double rows = n / static_cast<double>(d);
+  OpCost& c = out->cost;
+  c.forward_flops = 8 * n;
+  c.backward_flops = 14 * n;
+  c.forward_bytes = 2 * b;
+  c.backward_bytes = 3 * b;
+  c.forward_fixed_bytes = static_cast<double>(2 * d * dtype_size_bytes(x.dtype()));
+  c.backward_fixed_bytes = 2 * c.forward_fixed_bytes;
+  c.activation_bytes = b + rows * 8;  // input plus per-row mean and inverse std (fp32)
+  c.forward_kernels = 1;
+  c.backward_kernels = 2;
+  return ok_status();
+}
+
+Status infer_add(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    GP_RETURN_IF_ERROR(require_float(in[i], static_cast<int>(i)));
+    if (!same_spec(in[i], in[0])) {
+      return invalid_argument("inputs[" + std::to_string(i) + "]: shape " +
+                              shape_string(in[i]) + " differs from inputs[0] " +
+                              shape_string(in[0]));
+    }
+  }
+  out->outputs = {in[0]};
+  const double k = static_cast<double>(in.size());
+  const double n = elems_of(in[0]), b = bytes_of(in[0]);
+  OpCost& c = out->cost;
+  c.forward_flops = (k - 1) * n;
+  c.forward_bytes = (k + 1) * b;
+  c.backward_bytes = (k + 1) * b;  // the gradient is copied to every input
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
+Status infer_concat(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const int rank = in[0].shape_size();
+  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int_or(op, "axis", -1));
+  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, rank));
+  TensorSpec y = in[0];
+  int64_t total = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const TensorSpec& t = in[i];
+    bool compatible = t.shape_size() == rank && dtype_name(t.dtype()) == dtype_name(y.dtype());
+    for (int d = 0; compatible && d < rank; ++d) {
+      if (d != axis && t.shape(d) != in[0].shape(d)) compatible = false;
+    }
+    if (!compatible) {
+      return invalid_argument("inputs[" + std::to_string(i) + "]: shape " + shape_string(t) +
+                              " cannot be concatenated with inputs[0] " +
+                              shape_string(in[0]) + " along axis " + std::to_string(axis));
+    }
+    total += t.shape(axis);
+  }
+  y.set_shape(axis, total);
+  out->outputs = {y};
+  const double b = bytes_of(y);
+  OpCost& c = out->cost;
+  c.forward_bytes = 2 * b;
+  c.backward_bytes = 2 * b;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
+Status infer_slice(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int_or(op, "axis", -1));
+  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, x.shape_size()));
+  GP_ASSIGN_OR_RETURN(int64_t start, attr_int(op, "start"));
+  GP_ASSIGN_OR_RETURN(int64_t end, attr_int(op, "end"));
+  const int64_t dim = x.shape(axis);
+  if (start < 0 || end > dim || start >= end) {
+    return invalid_argument("attrs.start = " + std::to_string(start) + ", attrs.end = " +
+                            std::to_string(end) + ": need 0 <= start < end <= " +
+                            std::to_string(dim) + " (size of axis " + std::to_string(axis) +
+                            ")");
+  }
+  TensorSpec y = x;
+  y.set_shape(axis, end - start);
+  out->outputs = {y};
+  OpCost& c = out->cost;
+  c.forward_bytes = 2 * bytes_of(y);
+  c.backward_bytes = bytes_of(x) + bytes_of(y);  // zero-fill the input gradient, copy the slice
+  c.forward_kernels = 1;
+  c.backward_kernels = 2;
+  return ok_status();
+}
+
+Status infer_mse_loss(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  GP_RETURN_IF_ERROR(require_float(in[0], 0));
+  GP_RETURN_IF_ERROR(require_float(in[1], 1));
+  if (!same_spec(in[0], in[1])) {
+    return invalid_argument("inputs[1] (target): shape " + shape_string(in[1]) +
+                            " differs from inputs[0] (prediction) " + shape_string(in[0]));
+  }
+  out->outputs = {scalar_loss()};
+  const double n = elems_of(in[0]), b = bytes_of(in[0]);
+  OpCost& c = out->cost;
+  c.forward_flops = 3 * n;
+  c.backward_flops = 2 * n;
+  c.forward_bytes = 2 * b;
+  c.backward_bytes = 2 * b;
+  c.activation_bytes = b;  // prediction - target
+  c.forward_kernels = 2;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
+Status infer_softmax_cross_entropy(const Operator&, std::span<const TensorSpec> in,
+                                   InferredOp* out) {
+  const TensorSpec& logits = in[0];
+  const TensorSpec& labels = in[1];
+  GP_RETURN_IF_ERROR(require_float(logits, 0));
+  GP_RETURN_IF_ERROR(require_rank_at_least(logits, 1, 0));
+  if (labels.dtype() != graphpipe::v1::DATA_TYPE_INT64 &&
+      labels.dtype() != graphpipe::v1::DATA_TYPE_INT32) {
+    return invalid_argument("inputs[1] (labels): expected int64 class ids, got " +
+                            shape_string(labels));
+  }
+  // labels.shape == logits.shape[:-1], or [1] for per-sample logits [classes].
+  TensorSpec expected;
+  for (int d = 0; d + 1 < logits.shape_size(); ++d) expected.add_shape(logits.shape(d));
+  if (expected.shape_size() == 0) expected.add_shape(1);
+  expected.set_dtype(labels.dtype());
+  if (!same_spec(expected, labels)) {
+    return invalid_argument("inputs[1] (labels): shape " + shape_string(labels) +
+                            " does not match logits " + shape_string(logits) + " (expected " +
+                            shape_string(expected) + ")");
+  }
+  out->outputs = {scalar_loss()};
+  const double n = elems_of(logits), b = bytes_of(logits);
+  OpCost& c = out->cost;
+  c.forward_flops = 6 * n;
+  c.backward_flops = 2 * n;
+  c.forward_bytes = 2 * b + bytes_of(labels);
+  c.backward_bytes = 2 * b + bytes_of(labels);
+  c.activation_bytes = b + bytes_of(labels);  // probabilities and labels
+  c.forward_kernels = 2;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
+}  // namespace gp::graph::detail

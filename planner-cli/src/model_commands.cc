@@ -1,0 +1,57 @@
+#include <cstdio>
+
+#include "commands.h"
+#include "gp/common/logging.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/summary.h"
+#include "gp/graph/zoo.h"
+
+namespace gp::plan_cli {
+
+Status run_zoo_list() {
+  for (const auto& entry : graph::zoo_entries()) {
+    std::printf("%s\n  %.*s\n", std::string(entry.name).c_str(),
+                static_cast<int>(entry.summary.size()), entry.summary.data());
+    for (const auto& p : entry.params) {
+      std::printf("    %-16s default %-36s %.*s\n", std::string(p.name).c_str(),
+                  std::string(p.default_value).c_str(), static_cast<int>(p.help.size()),
+                  p.help.data());
+    }
+  }
+  std::printf("\nUse as --model zoo:NAME or zoo:NAME?key=value&key=value\n");
+  return ok_status();
+}
+
+Status run_zoo_export(const ZooExportOptions& opts) {
+  GP_ASSIGN_OR_RETURN(auto model, graph::build_zoo_model(opts.name));
+  GP_ASSIGN_OR_RETURN(auto validated, graph::Graph::build(model));
+  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(graph::write_message(opts.out, validated.model()));
+  log::get("plan")->info("wrote {} ({} ops) to {}", model.name(), model.ops_size(), opts.out);
+  return ok_status();
+}
+
+Status run_model_info(const ModelInfoOptions& opts) {
+  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(opts.model));
+  auto built = graph::Graph::build(model);
+  if (!built.ok()) return built.status().with_context("model '" + opts.model + "'");
+  const auto summary = graph::summarize(*built);
+  if (opts.json) {
+    std::printf("%s\n", graph::summary_json(summary).c_str());
+  } else {
+    std::printf("%s", graph::summary_text(summary).c_str());
+  }
+  return ok_status();
+}
+
+Status run_ops_list() {
+  for (const auto& info : graph::op_catalogue()) {
+    std::printf("%-22.*s %.*s\n%-22s attributes: %.*s\n", static_cast<int>(info.type.size()),
+                info.type.data(), static_cast<int>(info.summary.size()), info.summary.data(), "",
+                static_cast<int>(info.attrs_help.size()), info.attrs_help.data());
+  }
+  return ok_status();
+}
+
+}  // namespace gp::plan_cli

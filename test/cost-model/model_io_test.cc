@@ -1,0 +1,129 @@
+// Reading and writing models in text, JSON and binary; round trips and parse errors.
+#include <catch2/catch.hpp>
+#include <google/protobuf/util/message_differencer.h>
+
+#include <filesystem>
+
+#include "gp/graph/graph.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/zoo.h"
+
+using namespace gp::graph;
+using google::protobuf::util::MessageDifferencer;
+
+namespace {
+
+std::filesystem::path temp_dir() {
+  auto dir = std::filesystem::temp_directory_path() / "gp_model_io_test";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+ModelGraph tiny_model() {
+  auto m = build_zoo_model("zoo:tiny-mmt");
+  REQUIRE(m.ok());
+  return *m;
+}
+
+}  // namespace
+
+TEST_CASE("format follows the file extension, and unknown extensions are named") {
+  CHECK(format_for_path("a.pbtxt").value() == FileFormat::kText);
+  CHECK(format_for_path("a.textproto").value() == FileFormat::kText);
+  CHECK(format_for_path("a.json").value() == FileFormat::kJson);
+  CHECK(format_for_path("a.pb").value() == FileFormat::kBinary);
+  auto bad = format_for_path("model.yaml");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("'model.yaml': unknown file extension"));
+}
+
+TEST_CASE("text -> JSON -> binary -> text round trips keep the model identical") {
+  const ModelGraph original = tiny_model();
+  ModelGraph current = original;
+  for (FileFormat format : {FileFormat::kText, FileFormat::kJson, FileFormat::kBinary}) {
+    auto bytes = serialize_message(current, format);
+    REQUIRE(bytes.ok());
+    ModelGraph parsed;
+    REQUIRE(parse_message(*bytes, format, &parsed).ok());
+    CHECK(MessageDifferencer::Equals(parsed, original));
+    current = parsed;
+  }
+}
+
+TEST_CASE("binary encode -> decode -> encode yields identical bytes") {
+  const ModelGraph m = tiny_model();
+  auto first = serialize_message(m, FileFormat::kBinary);
+  REQUIRE(first.ok());
+  ModelGraph decoded;
+  REQUIRE(parse_message(*first, FileFormat::kBinary, &decoded).ok());
+  auto second = serialize_message(decoded, FileFormat::kBinary);
+  REQUIRE(second.ok());
+  CHECK(*first == *second);
+  CHECK(message_hash(m) == message_hash(decoded));
+}
+
+TEST_CASE("the hash changes when the model changes") {
+  ModelGraph a = tiny_model();
+  ModelGraph b = a;
+  b.mutable_ops(1)->set_id("renamed");
+  CHECK(message_hash(a) != message_hash(b));
+  CHECK(message_hash(a).size() == 16);
+}
+
+TEST_CASE("files written in each format read back as the same model") {
+  const ModelGraph m = tiny_model();
+  for (const char* name : {"m.pbtxt", "m.json", "m.pb"}) {
+    const std::string path = (temp_dir() / name).string();
+    REQUIRE(write_message(path, m).ok());
+    ModelGraph back;
+    REQUIRE(read_message(path, &back).ok());
+    CHECK(MessageDifferencer::Equals(back, m));
+    auto loaded = load_model(path);
+    REQUIRE(loaded.ok());
+    CHECK(Graph::build(*loaded).ok());
+  }
+}
+
+TEST_CASE("text format errors give the line and column") {
+  ModelGraph m;
+  auto st = parse_message("name: \"x\"\nops { id: \"a\" typo: 3 }\n", FileFormat::kText, &m);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("line 2"));
+  CHECK_THAT(st.message(), Catch::Contains("typo"));
+}
+
+TEST_CASE("JSON errors are reported, unknown fields included") {
+  ModelGraph m;
+  auto st = parse_message(R"({"name": "x", "opz": []})", FileFormat::kJson, &m);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("JSON"));
+  CHECK_THAT(st.message(), Catch::Contains("opz"));
+}
+
+TEST_CASE("a hand-written JSON model loads and validates") {
+  const char* json = R"({
+    "name": "two-layer",
+    "ops": [
+      {"id": "x", "type": "input", "outputs": [{"shape": [8]}]},
+      {"id": "fc", "type": "linear", "inputs": [{"op": "x"}],
+       "attrs": {"out_features": {"i": 3}, "activation": {"s": "relu"}}},
+      {"id": "t", "type": "input", "outputs": [{"shape": [3]}]},
+      {"id": "loss", "type": "mse_loss", "inputs": [{"op": "fc"}, {"op": "t"}]}
+    ],
+    "losses": [{"op": "loss"}]
+  })";
+  ModelGraph m;
+  REQUIRE(parse_message(json, FileFormat::kJson, &m).ok());
+  auto g = Graph::build(m);
+  REQUIRE(g.ok());
+  CHECK(g->total_params() == 8 * 3 + 3);
+}
+
+TEST_CASE("garbage binary and missing files are clear errors") {
+  ModelGraph m;
+  CHECK_FALSE(parse_message(std::string("\xff\xff\xff\xff", 4), FileFormat::kBinary, &m).ok());
+  auto st = read_message("/nonexistent/dir/model.pb", &m);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == gp::StatusCode::kNotFound);
+  CHECK_THAT(st.message(), Catch::Contains("/nonexistent/dir/model.pb"));
+}

@@ -1,0 +1,3 @@
+// Compiled once and linked into every CPU test binary (catch.hpp is ~17k lines).
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
