@@ -1,11 +1,19 @@
 // Subcommands of graphpipe-plan. Each returns a Status; main turns it into an exit code.
 #pragma once
 
+#include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
+#include <vector>
 
 #include "gp/common/status.h"
+#include "gp/common/version.h"
+#include "gp/cost/cost_model.h"
+#include "gp/graph/graph.h"
+#include "gp/planner/search.h"
+#include "graphpipe/v1/cluster.pb.h"
+#include "graphpipe/v1/plan.pb.h"
+
+#define GP_PLANNER_VERSION GP_VERSION_STRING
 
 namespace gp::plan_cli {
 
@@ -18,9 +26,64 @@ struct ZooExportOptions {
   std::string out;
 };
 
+struct SearchOptions {
+  std::string model;
+  std::string cluster = "summit-v100";
+  int devices = 0;  // 0: all usable devices of the cluster
+  std::vector<int> exclude_devices;
+  int64_t batch = 0;
+  std::string strategy = "graphpipe";
+  std::vector<std::string> strategies = {"graphpipe", "sequential", "piper"};  // compare
+  std::string profile;
+  std::string out;
+  std::string out_dir;  // compare
+  std::string report;
+  std::string trace;
+  std::string dot;
+  std::vector<int64_t> micro_batches;
+  std::string optimizer = "adam";
+  std::string precision = "fp32";
+  uint64_t seed = 1;
+  int piper_downset_limit = 40000;
+  std::string command_line;
+};
+
+struct PlanFileOptions {
+  std::string plan;
+  std::string report;
+  std::string trace;
+  std::string profile;
+  std::string model;    // verify: the model the plan must be for
+  std::string cluster;  // verify: the cluster the plan must be for
+  int devices = 0;
+};
+
+// Resolved inputs shared by search and compare.
+struct PlanningSetup {
+  std::unique_ptr<graph::Graph> graph;
+  graphpipe::v1::Cluster cluster;
+  graphpipe::v1::TrainingConfig training;
+  std::shared_ptr<const cost::CostModel> compute;
+};
+
 Status run_zoo_list();
 Status run_zoo_export(const ZooExportOptions& opts);
 Status run_model_info(const ModelInfoOptions& opts);
 Status run_ops_list();
+
+Result<PlanningSetup> prepare(const SearchOptions& opts);
+Result<std::shared_ptr<const cost::CostModel>> make_cost_model(
+    const graphpipe::v1::Cluster& cluster, graphpipe::v1::Precision precision,
+    const std::string& profile_path);
+Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const PlanningSetup& setup,
+                                             graphpipe::v1::Strategy strategy);
+Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
+                     const planner::SearchResult& result, graphpipe::v1::Strategy strategy);
+
+Status run_search(const SearchOptions& opts);
+Status run_compare(const SearchOptions& opts);
+Status run_simulate(const PlanFileOptions& opts);
+Status run_inspect(const PlanFileOptions& opts);
+Status run_verify(const PlanFileOptions& opts);
 
 }  // namespace gp::plan_cli

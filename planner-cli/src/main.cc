@@ -1,4 +1,4 @@
-// graphpipe-plan: inspect models and (in later versions) search graph-pipeline plans.
+// graphpipe-plan: inspect models, search graph-pipeline plans, and check plan files.
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
@@ -6,11 +6,57 @@
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
 
+namespace {
+
+using gp::plan_cli::PlanFileOptions;
+using gp::plan_cli::SearchOptions;
+
+void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
+  cmd->add_option("--model", o->model, "zoo:NAME[?k=v&...] or a model file (.pbtxt, .json, .pb)")
+      ->required();
+  cmd->add_option("--cluster", o->cluster,
+                  "cluster preset (summit-v100, dgx-a100, dgx-h100, h200, cpu-local) or a file")
+      ->capture_default_str();
+  cmd->add_option("--devices", o->devices,
+                  "use the first N devices of the cluster, whole nodes first (default: all)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--exclude-devices", o->exclude_devices,
+                  "ranks of the cluster not to use, e.g. failed GPUs: 3,17")
+      ->delimiter(',');
+  cmd->add_option("--batch", o->batch, "mini-batch size: samples per optimizer step")->required();
+  if (!compare) {
+    cmd->add_option("--strategy", o->strategy, "graphpipe, sequential (PipeDream) or piper")
+        ->capture_default_str();
+  } else {
+    cmd->add_option("--strategies", o->strategies, "strategies to compare")
+        ->delimiter(',')
+        ->capture_default_str();
+  }
+  cmd->add_option("--profile", o->profile,
+                  "profile DB from graphpipe-profile (measured costs; analytic model otherwise)");
+  cmd->add_option("--micro-batches", o->micro_batches,
+                  "micro-batch sizes to try, powers of two (default: all dividing --batch)")
+      ->delimiter(',');
+  cmd->add_option("--optimizer", o->optimizer, "adam, momentum or sgd (memory and plan config)")
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precision, "fp32, or bf16 (bf16 compute, fp32 master)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "parameter initialisation seed stored in the plan")
+      ->capture_default_str();
+  cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
+                  "Piper gives up beyond this many downsets, as Piper itself does")
+      ->capture_default_str();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace gp::plan_cli;
   CLI::App app{
       "graphpipe-plan: plan graph-pipeline-parallel training.\n"
-      "Models come from the built-in zoo (--model zoo:mmt) or a file (.pbtxt, .json, .pb)."};
+      "Models come from the built-in zoo (--model zoo:mmt) or a file (.pbtxt, .json, .pb).\n"
+      "Typical use: graphpipe-plan search --model zoo:mmt --cluster summit-v100 --devices 32 "
+      "--batch 256 --out plan.pb"};
   app.set_version_flag("--version", std::string("graphpipe-plan ") + GP_VERSION_STRING);
   std::string log_level;
   app.add_option("--log-level", log_level,
@@ -19,8 +65,7 @@ int main(int argc, char** argv) {
 
   auto* zoo = app.add_subcommand("zoo", "List or export the built-in models");
   zoo->require_subcommand(1);
-  zoo->add_subcommand("list", "List zoo models with their parameters and defaults")
-      ->callback([] {});
+  zoo->add_subcommand("list", "List zoo models with their parameters and defaults");
   ZooExportOptions export_opts;
   auto* zoo_export = zoo->add_subcommand("export", "Write a zoo model to a file");
   zoo_export->add_option("name", export_opts.name, "Zoo spec, e.g. mmt or mmt?branches=2")
@@ -36,6 +81,40 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("ops", "List the operator catalogue with each op's attributes");
 
+  SearchOptions search_opts;
+  auto* search = app.add_subcommand(
+      "search", "Search a plan: stages, devices, micro-batch and schedule; write it to --out");
+  add_search_options(search, &search_opts, /*compare=*/false);
+  search->add_option("--out", search_opts.out, "plan file to write (.pb, .pbtxt or .json)")
+      ->required();
+  search->add_option("--report", search_opts.report, "write a JSON report of the search");
+  search->add_option("--trace", search_opts.trace, "write the simulated Chrome trace (Perfetto)");
+  search->add_option("--dot", search_opts.dot, "write the stage graph as Graphviz");
+
+  SearchOptions compare_opts;
+  auto* compare = app.add_subcommand(
+      "compare", "Search with several strategies and print a comparison table");
+  add_search_options(compare, &compare_opts, /*compare=*/true);
+  compare->add_option("--out-dir", compare_opts.out_dir,
+                      "write each strategy's plan, report, trace and stage graph here");
+
+  PlanFileOptions sim_opts, inspect_opts, verify_opts;
+  auto* simulate = app.add_subcommand("simulate", "Simulate a plan file: time, bubbles, memory");
+  simulate->add_option("--plan", sim_opts.plan, "plan file")->required();
+  simulate->add_option("--report", sim_opts.report, "write a JSON report");
+  simulate->add_option("--trace", sim_opts.trace, "write the simulated Chrome trace");
+  simulate->add_option("--profile", sim_opts.profile, "profile DB for measured costs");
+  auto* inspect = app.add_subcommand("inspect", "Print a readable summary with the stage graph");
+  inspect->add_option("--plan", inspect_opts.plan, "plan file")->required();
+  auto* verify = app.add_subcommand(
+      "verify", "Check a plan: coverage, acyclicity, memory, matched sends, deadlock freedom");
+  verify->add_option("--plan", verify_opts.plan, "plan file")->required();
+  verify->add_option("--model", verify_opts.model, "reject the plan unless it is for this model");
+  verify->add_option("--cluster", verify_opts.cluster,
+                     "reject the plan unless it is for this cluster");
+  verify->add_option("--devices", verify_opts.devices, "with --cluster: its first N devices");
+  verify->add_option("--profile", verify_opts.profile, "profile DB for measured costs");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -45,6 +124,9 @@ int main(int argc, char** argv) {
   if (auto st = gp::log::init("graphpipe-plan", log_level); !st.ok()) {
     return gp::cli::report("graphpipe-plan", st);
   }
+  std::string command_line;
+  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  search_opts.command_line = compare_opts.command_line = command_line;
 
   gp::Status status;
   if (zoo->got_subcommand("list")) {
@@ -55,6 +137,16 @@ int main(int argc, char** argv) {
     status = run_model_info(info_opts);
   } else if (app.got_subcommand("ops")) {
     status = run_ops_list();
+  } else if (search->parsed()) {
+    status = run_search(search_opts);
+  } else if (compare->parsed()) {
+    status = run_compare(compare_opts);
+  } else if (simulate->parsed()) {
+    status = run_simulate(sim_opts);
+  } else if (inspect->parsed()) {
+    status = run_inspect(inspect_opts);
+  } else if (verify->parsed()) {
+    status = run_verify(verify_opts);
   }
   return gp::cli::report("graphpipe-plan", status);
 }

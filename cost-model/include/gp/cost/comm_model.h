@@ -1,0 +1,38 @@
+// Communication times on a cluster, alpha-beta per link class: t = latency + bytes / bandwidth.
+// Point-to-point uses the intra-node link between ranks of one node, else the inter-node link.
+// All-reduce is a ring (2 (n-1)/n of the bytes through the slowest link, 2 (n-1) latencies);
+// a group spanning nodes is hierarchical: reduce-scatter inside each node, all-reduce across
+// nodes on the per-node shards, all-gather inside each node.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gp/cost/cluster.h"
+#include "graphpipe/v1/profile.pb.h"
+
+namespace gp::cost {
+
+class CommModel {
+ public:
+  explicit CommModel(const Cluster& cluster);
+  // Uses fitted alpha/beta from `db` for the link classes it covers (p2p fits for p2p;
+  // all-reduce fits are used for all-reduce groups of the fitted size on one link class).
+  CommModel(const Cluster& cluster, const graphpipe::v1::ProfileDB& db);
+
+  double p2p_time_us(int src_rank, int dst_rank, int64_t bytes) const;
+  // Zero for a group of one rank. `ranks` are distinct global ranks.
+  double allreduce_time_us(std::span<const int> ranks, int64_t bytes) const;
+
+  const Cluster& cluster() const { return cluster_; }
+
+ private:
+  Cluster cluster_;
+  LinkSpec intra_p2p_, inter_p2p_;
+  // All-reduce fits from the profile DB; used for groups of exactly fit.ranks() ranks that lie
+  // on one link class (all in one node: intra; one rank per node: inter).
+  std::vector<graphpipe::v1::CommFit> allreduce_fits_;
+};
+
+}  // namespace gp::cost

@@ -1,0 +1,42 @@
+// Plan helpers shared by the planner, the simulator and the executor: structural validation,
+// lookups and human-readable instructions. Nothing here estimates costs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/graph/graph.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::graph {
+
+// Indices resolved once from a plan whose structure has been validated.
+struct PlanIndex {
+  std::vector<std::vector<int>> stage_ops;  // graph op indices per stage
+  std::vector<int> stage_of_op;             // per graph op
+  std::vector<int> stage_of_rank;           // per rank; -1 for unused ranks
+  std::vector<int> program_of_rank;         // index into plan.programs(); -1 if none
+  int world_size = 0;                       // max rank + 1 over stages
+};
+
+// Checks what every consumer relies on before touching a plan: format version, model hash,
+// every op in exactly one stage, ranks unique across stages, micro-batches dividing the
+// mini-batch and divisible by the replica count, edges and instruction fields in range, one
+// program per used rank. Errors name the field: "stages[2].device_ranks[1] = 7 is also used by
+// stages[0]".
+Result<PlanIndex> validate_plan_structure(const graphpipe::v1::Plan& plan, const Graph& graph);
+
+// True when the tensor carries a gradient back (a floating-point output of a non-input op).
+bool carries_gradient(const Graph& graph, const graphpipe::v1::TensorRef& tensor);
+
+// Bytes per sample of the edge's tensors that carry gradients.
+int64_t gradient_bytes_per_sample(const Graph& graph, const graphpipe::v1::StageEdge& edge);
+
+// "FORWARD stage 2 mb 7", "RECV act[stage 1 -> 2, samples 16..24) from rank 1".
+std::string describe_instruction(const graphpipe::v1::Plan& plan,
+                                 const graphpipe::v1::Instruction& instr);
+
+std::string_view strategy_name(graphpipe::v1::Strategy strategy);
+
+}  // namespace gp::graph

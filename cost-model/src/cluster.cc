@@ -1,0 +1,253 @@
+// Cluster presets, loading, validation and device selection.
+#include "gp/cost/cluster.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "gp/graph/model_io.h"
+
+#ifndef GP_SOURCE_CONFIG_DIR
+#define GP_SOURCE_CONFIG_DIR ""
+#endif
+
+namespace gp::cost {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string prefix_of(const Cluster& c) {
+  return c.name().empty() ? std::string("cluster") : "cluster '" + c.name() + "'";
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// "cluster 'x': FIELD = VALUE, must be > 0" when !(value > 0) (also catches NaN).
+Status require_positive(const Cluster& c, std::string_view field, double value) {
+  if (value > 0) return ok_status();
+  return invalid_argument(prefix_of(c) + ": " + std::string(field) + " = " + num(value) +
+                          ", must be > 0");
+}
+
+Status require_non_negative(const Cluster& c, std::string_view field, double value) {
+  if (value >= 0) return ok_status();
+  return invalid_argument(prefix_of(c) + ": " + std::string(field) + " = " + num(value) +
+                          ", must be >= 0");
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+// A preset name has no directory part and no extension: "summit-v100", not "x.pbtxt".
+bool is_preset_name(std::string_view s) {
+  if (s.empty() || s.find('/') != std::string_view::npos) return false;
+  return fs::path(std::string(s)).extension().empty();
+}
+
+}  // namespace
+
+std::string cluster_config_dir() {
+  if (const char* env = std::getenv("GP_CONFIG_DIR"); env != nullptr && *env != '\0') {
+    return (fs::path(env) / "clusters").string();
+  }
+  std::error_code ec;
+  const fs::path source = fs::path(GP_SOURCE_CONFIG_DIR) / "clusters";
+  if (!std::string_view(GP_SOURCE_CONFIG_DIR).empty() && fs::is_directory(source, ec)) {
+    return source.string();
+  }
+  // Installed layout: <prefix>/bin/<exe> and <prefix>/share/graphpipe/clusters.
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) return (exe.parent_path() / ".." / "share" / "graphpipe" / "clusters").string();
+  return source.string();
+}
+
+std::vector<std::string> cluster_preset_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(cluster_config_dir(), ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const fs::path& p = it->path();
+    if (p.extension() == ".pbtxt" && it->is_regular_file(ec)) names.push_back(p.stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<Cluster> load_cluster(std::string_view preset_or_path) {
+  Cluster cluster;
+  std::string path(preset_or_path);
+  const bool preset = is_preset_name(preset_or_path);
+  if (preset) {
+    path = (fs::path(cluster_config_dir()) / (path + ".pbtxt")).string();
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) {
+      const auto names = cluster_preset_names();
+      return invalid_argument("unknown cluster preset '" + std::string(preset_or_path) +
+                              "' (presets: " + (names.empty() ? "none found" : join(names, ", ")) +
+                              " in " + cluster_config_dir() +
+                              "; or give a path to a .pbtxt, .json or .pb Cluster file)");
+    }
+  }
+  GP_RETURN_IF_ERROR(graph::read_message(path, &cluster));
+  if (cluster.name().empty()) cluster.set_name(fs::path(path).stem().string());
+  GP_RETURN_IF_ERROR(validate_cluster(cluster).with_context(path));
+  return cluster;
+}
+
+Status validate_cluster(const Cluster& c) {
+  GP_RETURN_IF_ERROR(require_positive(c, "num_nodes", c.num_nodes()));
+  GP_RETURN_IF_ERROR(require_positive(c, "devices_per_node", c.devices_per_node()));
+  const DeviceKind& d = c.device();
+  if (d.name().empty()) {
+    return invalid_argument(prefix_of(c) +
+                            ": device.name is empty; name the device kind, e.g. \"H100-SXM5-80GB\""
+                            " (profile DBs are keyed by it)");
+  }
+  if (d.type() != graphpipe::v1::DEVICE_TYPE_CPU && d.type() != graphpipe::v1::DEVICE_TYPE_CUDA) {
+    return invalid_argument(prefix_of(c) +
+                            ": device.type = " + graphpipe::v1::DeviceType_Name(d.type()) +
+                            ", expected DEVICE_TYPE_CPU or DEVICE_TYPE_CUDA");
+  }
+  GP_RETURN_IF_ERROR(require_positive(c, "device.peak_fp32_flops", d.peak_fp32_flops()));
+  GP_RETURN_IF_ERROR(require_non_negative(c, "device.peak_tf32_flops", d.peak_tf32_flops()));
+  GP_RETURN_IF_ERROR(require_non_negative(c, "device.peak_bf16_flops", d.peak_bf16_flops()));
+  GP_RETURN_IF_ERROR(
+      require_positive(c, "device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s()));
+  GP_RETURN_IF_ERROR(require_positive(c, "device.memory_capacity_bytes",
+                                      static_cast<double>(d.memory_capacity_bytes())));
+  GP_RETURN_IF_ERROR(
+      require_non_negative(c, "device.kernel_launch_overhead_us", d.kernel_launch_overhead_us()));
+  GP_RETURN_IF_ERROR(require_positive(c, "intra_node.bandwidth_bytes_per_s",
+                                      c.intra_node().bandwidth_bytes_per_s()));
+  GP_RETURN_IF_ERROR(require_non_negative(c, "intra_node.latency_us", c.intra_node().latency_us()));
+  GP_RETURN_IF_ERROR(require_positive(c, "inter_node.bandwidth_bytes_per_s",
+                                      c.inter_node().bandwidth_bytes_per_s()));
+  GP_RETURN_IF_ERROR(require_non_negative(c, "inter_node.latency_us", c.inter_node().latency_us()));
+
+  const int64_t total = static_cast<int64_t>(c.num_nodes()) * c.devices_per_node();
+  if (total > INT32_MAX) {
+    return invalid_argument(prefix_of(c) + ": num_nodes * devices_per_node = " +
+                            std::to_string(total) + " devices, too many for int32 ranks");
+  }
+  std::vector<int> first_at(static_cast<size_t>(total), -1);
+  for (int i = 0; i < c.excluded_ranks_size(); ++i) {
+    const int r = c.excluded_ranks(i);
+    const std::string field = "excluded_ranks[" + std::to_string(i) + "] = " + std::to_string(r);
+    if (r < 0 || r >= total) {
+      return invalid_argument(prefix_of(c) + ": " + field + ", out of range [0, " +
+                              std::to_string(total) + ")");
+    }
+    if (first_at[static_cast<size_t>(r)] >= 0) {
+      return invalid_argument(prefix_of(c) + ": " + field + " repeats excluded_ranks[" +
+                              std::to_string(first_at[static_cast<size_t>(r)]) + "]");
+    }
+    first_at[static_cast<size_t>(r)] = i;
+  }
+  if (c.excluded_ranks_size() >= total) {
+    return invalid_argument(prefix_of(c) + ": every one of the " + std::to_string(total) +
+                            " devices is excluded");
+  }
+  return ok_status();
+}
+
+int num_devices(const Cluster& c) {
+  return c.num_nodes() * c.devices_per_node() - c.excluded_ranks_size();
+}
+
+int node_of(const Cluster& c, int rank) { return rank / c.devices_per_node(); }
+
+bool same_node(const Cluster& c, int rank_a, int rank_b) {
+  return node_of(c, rank_a) == node_of(c, rank_b);
+}
+
+// Choice of devices: whole nodes first. Nodes are visited by usable-device count (most first,
+// ties by node index) and each gives its lowest usable local devices until `n` are taken, so
+// the selection spans as few nodes as possible.
+//
+// Representation of the result, as faithful to the topology as the nodes x devices_per_node
+// format allows:
+//   * the chosen devices sit on one node        -> 1 node of n devices, ranks 0..n-1;
+//   * they fill n / devices_per_node whole nodes -> that many nodes, ranks 0..n-1;
+//   * otherwise (a partly used node, or exclusions in the chosen nodes) the physical ranks are
+//     kept: devices_per_node stays, num_nodes shrinks to the last node used, and every device
+//     not chosen is listed in excluded_ranks. Ranks are then not dense; iterate over the ranks
+//     that are not excluded.
+// In every case node_of(rank) = rank / devices_per_node on the returned cluster.
+Result<Cluster> select_devices(const Cluster& cluster, int n) {
+  GP_RETURN_IF_ERROR(validate_cluster(cluster));
+  const int available = num_devices(cluster);
+  if (n < 1 || n > available) {
+    return invalid_argument("devices = " + std::to_string(n) + ": " + prefix_of(cluster) + " has " +
+                            std::to_string(available) + " usable devices (" +
+                            std::to_string(cluster.num_nodes()) + " nodes x " +
+                            std::to_string(cluster.devices_per_node()) + ", " +
+                            std::to_string(cluster.excluded_ranks_size()) +
+                            " excluded); ask for 1 to " + std::to_string(available));
+  }
+  const int dpn = cluster.devices_per_node();
+  const std::set<int> excluded(cluster.excluded_ranks().begin(), cluster.excluded_ranks().end());
+  std::vector<int> usable(static_cast<size_t>(cluster.num_nodes()), 0);
+  for (int node = 0; node < cluster.num_nodes(); ++node) {
+    for (int local = 0; local < dpn; ++local) {
+      usable[static_cast<size_t>(node)] += excluded.count(node * dpn + local) ? 0 : 1;
+    }
+  }
+  std::vector<int> order(usable.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return usable[static_cast<size_t>(a)] > usable[static_cast<size_t>(b)];
+  });
+
+  std::set<int> chosen;             // physical ranks
+  std::vector<int> taken_per_node;  // devices taken from each node used, in visiting order
+  int last_node = 0;
+  for (int node : order) {
+    if (static_cast<int>(chosen.size()) == n) break;
+    int taken = 0;
+    for (int local = 0; local < dpn && static_cast<int>(chosen.size()) < n; ++local) {
+      const int rank = node * dpn + local;
+      if (excluded.count(rank)) continue;
+      chosen.insert(rank);
+      ++taken;
+    }
+    if (taken > 0) {
+      taken_per_node.push_back(taken);
+      last_node = std::max(last_node, node);
+    }
+  }
+
+  Cluster out = cluster;
+  out.clear_excluded_ranks();
+  if (taken_per_node.size() == 1) {
+    out.set_num_nodes(1);
+    out.set_devices_per_node(n);
+  } else if (std::all_of(taken_per_node.begin(), taken_per_node.end(),
+                         [&](int t) { return t == dpn; })) {
+    out.set_num_nodes(static_cast<int>(taken_per_node.size()));
+  } else {
+    out.set_num_nodes(last_node + 1);
+    for (int rank = 0; rank < (last_node + 1) * dpn; ++rank) {
+      if (!chosen.count(rank)) out.add_excluded_ranks(rank);
+    }
+  }
+  return out;
+}
+
+}  // namespace gp::cost

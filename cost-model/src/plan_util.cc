@@ -1,0 +1,250 @@
+#include "gp/graph/plan_util.h"
+
+#include <algorithm>
+#include <set>
+
+#include "gp/graph/model_io.h"
+
+namespace gp::graph {
+namespace {
+
+using graphpipe::v1::Instruction;
+using graphpipe::v1::Plan;
+
+std::string idx(const char* field, int i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
+
+Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k) {
+  const auto& prog = plan.programs(p);
+  const Instruction& in = prog.instructions(k);
+  const std::string where = idx("programs", p) + "." + idx("instructions", k);
+  const auto& stage = plan.stages(prog.stage());
+  if (in.stage() != prog.stage()) {
+    return invalid_argument(where + ".stage = " + std::to_string(in.stage()) +
+                            ", the program runs stage " + std::to_string(prog.stage()));
+  }
+  const int64_t num_mb = plan.mini_batch() / stage.micro_batch();
+  if (in.micro_batch() < 0 || in.micro_batch() >= num_mb) {
+    return invalid_argument(where + ".micro_batch = " + std::to_string(in.micro_batch()) +
+                            " outside [0, " + std::to_string(num_mb) + ")");
+  }
+  using K = graphpipe::v1::InstructionKind;
+  const K kind = in.kind();
+  if (kind == K::INSTRUCTION_KIND_UNSPECIFIED || !graphpipe::v1::InstructionKind_IsValid(kind)) {
+    return invalid_argument(where + ".kind: unspecified or unknown");
+  }
+  const bool is_comm = kind >= K::INSTRUCTION_KIND_SEND_ACTIVATION &&
+                       kind <= K::INSTRUCTION_KIND_RECV_GRADIENT;
+  if (!is_comm) return ok_status();
+  if (in.edge() < 0 || in.edge() >= plan.edges_size()) {
+    return invalid_argument(where + ".edge = " + std::to_string(in.edge()) + " out of range");
+  }
+  const auto& edge = plan.edges(in.edge());
+  // Which end of the edge this rank must be, and which end the peer must be.
+  const bool this_is_src = kind == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
+                           kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
+  const int own = this_is_src ? edge.src_stage() : edge.dst_stage();
+  const int other = this_is_src ? edge.dst_stage() : edge.src_stage();
+  if (own != prog.stage()) {
+    return invalid_argument(where + ": edge " + std::to_string(in.edge()) + " (stage " +
+                            std::to_string(edge.src_stage()) + " -> " +
+                            std::to_string(edge.dst_stage()) + ") does not fit this instruction on stage " +
+                            std::to_string(prog.stage()));
+  }
+  if (in.peer_rank() < 0 || in.peer_rank() >= index.world_size ||
+      index.stage_of_rank[in.peer_rank()] != other) {
+    return invalid_argument(where + ".peer_rank = " + std::to_string(in.peer_rank()) +
+                            " is not a replica of stage " + std::to_string(other));
+  }
+  if (in.sample_begin() < 0 || in.sample_end() <= in.sample_begin() ||
+      in.sample_end() > plan.mini_batch()) {
+    return invalid_argument(where + ": sample range [" + std::to_string(in.sample_begin()) + ", " +
+                            std::to_string(in.sample_end()) + ") is empty or outside the mini-batch");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) {
+  if (plan.format_version() != 1) {
+    return invalid_argument("plan.format_version = " + std::to_string(plan.format_version()) +
+                            ", this build reads version 1");
+  }
+  const std::string hash = message_hash(plan.model());
+  if (plan.model_hash() != hash) {
+    return invalid_argument("plan.model_hash = '" + plan.model_hash() +
+                            "' does not match the embedded model (" + hash + ")");
+  }
+  if (plan.mini_batch() <= 0) {
+    return invalid_argument("plan.mini_batch = " + std::to_string(plan.mini_batch()) + ", must be > 0");
+  }
+  if (plan.stages_size() == 0) return invalid_argument("plan.stages: empty");
+  const auto& cl = plan.cluster();
+  const int cluster_devices = cl.num_nodes() * cl.devices_per_node();
+  std::set<int> excluded(cl.excluded_ranks().begin(), cl.excluded_ranks().end());
+
+  PlanIndex index;
+  index.stage_of_op.assign(graph.num_ops(), -1);
+  index.stage_ops.resize(plan.stages_size());
+  std::vector<int> owner_of_rank(cluster_devices, -1);
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const auto& st = plan.stages(s);
+    const std::string where = idx("stages", s);
+    if (st.id() != s) {
+      return invalid_argument(where + ".id = " + std::to_string(st.id()) + ", must equal its index");
+    }
+    if (st.op_ids_size() == 0) return invalid_argument(where + ".op_ids: empty");
+    for (int k = 0; k < st.op_ids_size(); ++k) {
+      const int op = graph.index_of(st.op_ids(k));
+      if (op < 0) {
+        return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
+                                "' is not an op of the model");
+      }
+      if (index.stage_of_op[op] >= 0) {
+        return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
+                                "' is also in stages[" + std::to_string(index.stage_of_op[op]) + "]");
+      }
+      index.stage_of_op[op] = s;
+      index.stage_ops[s].push_back(op);
+    }
+    if (st.device_ranks_size() == 0) return invalid_argument(where + ".device_ranks: empty");
+    for (int k = 0; k < st.device_ranks_size(); ++k) {
+      const int r = st.device_ranks(k);
+      const std::string field = where + "." + idx("device_ranks", k) + " = " + std::to_string(r);
+      if (r < 0 || r >= cluster_devices) {
+        return invalid_argument(field + " is outside the cluster's " +
+                                std::to_string(cluster_devices) + " devices");
+      }
+      if (excluded.count(r)) return invalid_argument(field + " is an excluded device");
+      if (owner_of_rank[r] >= 0) {
+        return invalid_argument(field + " is also used by stages[" +
+                                std::to_string(owner_of_rank[r]) + "]");
+      }
+      owner_of_rank[r] = s;
+      index.world_size = std::max(index.world_size, r + 1);
+    }
+    if (st.micro_batch() <= 0 || plan.mini_batch() % st.micro_batch() != 0) {
+      return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
+                              " must be positive and divide the mini-batch " +
+                              std::to_string(plan.mini_batch()));
+    }
+    if (st.micro_batch() % st.device_ranks_size() != 0) {
+      return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
+                              " is not divisible by its " + std::to_string(st.device_ranks_size()) +
+                              " data-parallel devices");
+    }
+  }
+  for (int op = 0; op < graph.num_ops(); ++op) {
+    if (index.stage_of_op[op] < 0) {
+      return invalid_argument("plan.stages: op '" + graph.op(op).id() + "' is in no stage");
+    }
+  }
+  index.stage_of_rank.assign(index.world_size, -1);
+  for (int r = 0; r < index.world_size; ++r) index.stage_of_rank[r] = owner_of_rank[r];
+
+  for (int e = 0; e < plan.edges_size(); ++e) {
+    const auto& edge = plan.edges(e);
+    const std::string where = idx("edges", e);
+    if (edge.src_stage() < 0 || edge.src_stage() >= plan.stages_size() || edge.dst_stage() < 0 ||
+        edge.dst_stage() >= plan.stages_size() || edge.src_stage() == edge.dst_stage()) {
+      return invalid_argument(where + ": stages " + std::to_string(edge.src_stage()) + " -> " +
+                              std::to_string(edge.dst_stage()) + " are not two distinct stages");
+    }
+    // A tensor is produced by the source stage, or relayed through it (chain pipelines).
+    for (int t = 0; t < edge.tensors_size(); ++t) {
+      const auto& ref = edge.tensors(t);
+      const int op = graph.index_of(ref.op());
+      if (op < 0 || ref.output() < 0 || ref.output() >= graph.op(op).proto->outputs_size()) {
+        return invalid_argument(where + "." + idx("tensors", t) + " = '" + ref.op() + "':" +
+                                std::to_string(ref.output()) + " is not a tensor of the model");
+      }
+    }
+  }
+
+  index.program_of_rank.assign(index.world_size, -1);
+  for (int p = 0; p < plan.programs_size(); ++p) {
+    const auto& prog = plan.programs(p);
+    const std::string where = idx("programs", p);
+    if (prog.rank() < 0 || prog.rank() >= index.world_size ||
+        index.stage_of_rank[prog.rank()] < 0) {
+      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) +
+                              " is not a device of any stage");
+    }
+    if (index.program_of_rank[prog.rank()] >= 0) {
+      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) + " has two programs");
+    }
+    if (prog.stage() != index.stage_of_rank[prog.rank()]) {
+      return invalid_argument(where + ".stage = " + std::to_string(prog.stage()) + ", but rank " +
+                              std::to_string(prog.rank()) + " belongs to stage " +
+                              std::to_string(index.stage_of_rank[prog.rank()]));
+    }
+    index.program_of_rank[prog.rank()] = p;
+    for (int k = 0; k < prog.instructions_size(); ++k) {
+      GP_RETURN_IF_ERROR(check_instruction(plan, index, p, k));
+    }
+  }
+  for (int r = 0; r < index.world_size; ++r) {
+    if (index.stage_of_rank[r] >= 0 && index.program_of_rank[r] < 0) {
+      return invalid_argument("plan.programs: rank " + std::to_string(r) + " (stage " +
+                              std::to_string(index.stage_of_rank[r]) + ") has no program");
+    }
+  }
+  return index;
+}
+
+bool carries_gradient(const Graph& graph, const graphpipe::v1::TensorRef& tensor) {
+  const int op = graph.index_of(tensor.op());
+  if (op < 0 || graph.op(op).info->is_input) return false;
+  const auto& outputs = graph.op(op).proto->outputs();
+  if (tensor.output() < 0 || tensor.output() >= outputs.size()) return false;
+  const auto dtype = outputs[tensor.output()].dtype();
+  return dtype != graphpipe::v1::DATA_TYPE_INT64 && dtype != graphpipe::v1::DATA_TYPE_INT32;
+}
+
+int64_t gradient_bytes_per_sample(const Graph& graph, const graphpipe::v1::StageEdge& edge) {
+  int64_t bytes = 0;
+  for (const auto& t : edge.tensors()) {
+    if (carries_gradient(graph, t)) {
+      bytes += size_bytes(graph.op(graph.index_of(t.op())).proto->outputs(t.output()));
+    }
+  }
+  return bytes;
+}
+
+std::string describe_instruction(const Plan& plan, const Instruction& in) {
+  using K = graphpipe::v1::InstructionKind;
+  const std::string mb = " mb " + std::to_string(in.micro_batch());
+  auto transfer = [&](const char* verb, const char* what, const char* dir) {
+    std::string s = std::string(verb) + " " + what;
+    if (in.edge() >= 0 && in.edge() < plan.edges_size()) {
+      const auto& e = plan.edges(in.edge());
+      s += "[stage " + std::to_string(e.src_stage()) + " -> " + std::to_string(e.dst_stage()) +
+           "," + mb + "] samples [" + std::to_string(in.sample_begin()) + ", " +
+           std::to_string(in.sample_end()) + ")";
+    }
+    return s + " " + dir + " rank " + std::to_string(in.peer_rank());
+  };
+  switch (in.kind()) {
+    case K::INSTRUCTION_KIND_FORWARD: return "FORWARD stage " + std::to_string(in.stage()) + mb;
+    case K::INSTRUCTION_KIND_BACKWARD: return "BACKWARD stage " + std::to_string(in.stage()) + mb;
+    case K::INSTRUCTION_KIND_SEND_ACTIVATION: return transfer("SEND", "act", "to");
+    case K::INSTRUCTION_KIND_RECV_ACTIVATION: return transfer("RECV", "act", "from");
+    case K::INSTRUCTION_KIND_SEND_GRADIENT: return transfer("SEND", "grad", "to");
+    case K::INSTRUCTION_KIND_RECV_GRADIENT: return transfer("RECV", "grad", "from");
+    case K::INSTRUCTION_KIND_ALLREDUCE_GRADS: return "ALLREDUCE_GRADS stage " + std::to_string(in.stage());
+    case K::INSTRUCTION_KIND_OPTIMIZER_STEP: return "OPTIMIZER_STEP stage " + std::to_string(in.stage());
+    default: return "UNKNOWN instruction";
+  }
+}
+
+std::string_view strategy_name(graphpipe::v1::Strategy strategy) {
+  switch (strategy) {
+    case graphpipe::v1::STRATEGY_GRAPHPIPE: return "graphpipe";
+    case graphpipe::v1::STRATEGY_SEQUENTIAL: return "sequential";
+    case graphpipe::v1::STRATEGY_PIPER: return "piper";
+    case graphpipe::v1::STRATEGY_MANUAL: return "manual";
+    default: return "unspecified";
+  }
+}
+
+}  // namespace gp::graph

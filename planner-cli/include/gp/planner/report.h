@@ -1,0 +1,34 @@
+// Human- and machine-readable views of a plan: the search report JSON, a Graphviz stage graph,
+// and the `inspect` summary with an ASCII stage graph.
+#pragma once
+
+#include <string>
+
+#include "gp/planner/search.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::planner {
+
+struct ReportContext {
+  std::string strategy;
+  bool feasible = false;
+  std::string infeasible_reason;
+  int num_devices = 0;
+  int64_t mini_batch = 0;
+  double search_time_s = 0;
+  const std::vector<CandidateSummary>* candidates = nullptr;
+};
+
+// The report of `graphpipe-plan search --report` (docs/plan-format.md lists the keys).
+std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan* plan);
+
+// Graphviz: one box per stage (ops, devices, micro-batch, in-flight), edges labelled with bytes.
+std::string stage_graph_dot(const graphpipe::v1::Plan& plan);
+
+// Readable summary: model, cluster, stages, edges, predicted metrics and an ASCII stage graph
+// laid out by pipeline depth.
+std::string inspect_text(const graphpipe::v1::Plan& plan);
+
+std::string human_bytes(double bytes);
+
+}  // namespace gp::planner

@@ -1,0 +1,68 @@
+// Plan search: for one strategy, sweep the micro-batch sizes, partition, place the stages on
+// physical devices, lower to instruction streams, simulate, and keep the plan with the best
+// simulated throughput that fits in memory and cannot deadlock. Every strategy goes through the
+// same placement, lowering and simulator, so their results are comparable.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/cost/comm_model.h"
+#include "gp/cost/cost_model.h"
+#include "gp/graph/graph.h"
+#include "gp/planner/partition.h"
+#include "gp/planner/plan_builder.h"
+#include "gp/sim/simulator.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::planner {
+
+struct SearchRequest {
+  const graph::Graph* graph = nullptr;
+  graphpipe::v1::Cluster cluster;  // already reduced to the devices to use
+  int64_t mini_batch = 0;
+  graphpipe::v1::Strategy strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  graphpipe::v1::TrainingConfig training;
+  const cost::CostModel* compute = nullptr;
+  std::vector<int64_t> micro_batches;  // empty: every power of two dividing the mini-batch
+  int piper_downset_limit = 40000;
+  // Called after each micro-batch candidate: (done, total, one-line summary).
+  std::function<void(int, int, const std::string&)> progress;
+};
+
+struct CandidateSummary {
+  int64_t micro_batch = 0;
+  bool feasible = false;
+  std::string reason;                // why not, when infeasible
+  double bottleneck_tps_s = 0;       // the partitioner's estimate
+  double throughput_samples_per_s = 0;  // simulated
+  int num_stages = 0;
+};
+
+struct SearchResult {
+  bool feasible = false;
+  std::string infeasible_reason;
+  graphpipe::v1::Plan plan;  // with predicted metrics and provenance filled in
+  sim::SimResult simulation;
+  double search_time_s = 0;
+  int num_units = 0;
+  std::vector<CandidateSummary> candidates;
+};
+
+Result<SearchResult> search_plan(const SearchRequest& request);
+
+// Physical placement: stages in the order of a depth-first walk of the stage graph that follows
+// the heaviest edge first (chain order for chain partitions), each on consecutive ranks, so
+// that heavily connected stages share a node. Replicas of one stage are consecutive too.
+std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units,
+                                          const graph::Graph& graph);
+
+Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name);
+
+// Longest path of the stage graph, counted in stages (the pipeline depth).
+int pipeline_depth(const graphpipe::v1::Plan& plan);
+
+}  // namespace gp::planner

@@ -1,0 +1,64 @@
+// The planners' shared estimate of a candidate stage: time per sample (TPS) and memory per
+// device, from the cost model, the communication model and the memory model. Every strategy
+// uses this same estimate; the simulator then judges the finished plans.
+//
+//   TPS(stage, b, d) = max(compute(b/d samples), p2p(boundary bytes of b samples)) / b
+//                      + allreduce(gradient bytes over d devices) / mini_batch
+// Transfers are asynchronous in the executor, so they overlap compute (max, not sum); the
+// all-reduce happens once per mini-batch. Memory per device follows gp::cost::stage_memory:
+// weights + gradients + optimizer state + activations of ceil(k/d) in-flight samples + workspace
+// of ceil(b/d) samples.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gp/cost/comm_model.h"
+#include "gp/cost/cost_model.h"
+#include "gp/cost/memory_model.h"
+#include "gp/planner/units.h"
+
+namespace gp::planner {
+
+// Additive summary of a set of units (sum of parts, except workspace which is a max).
+struct StageAggregate {
+  std::vector<double> compute_us;  // forward + backward, indexed by log2(samples)
+  int64_t static_bytes = 0;        // weights + gradients + optimizer state
+  int64_t gradient_bytes = 0;      // all-reduce volume
+  int64_t activation_bytes_per_sample = 0;
+  int64_t workspace_bytes_per_sample = 0;
+
+  void add(const StageAggregate& other);
+};
+
+class StageCostModel {
+ public:
+  // `max_samples` bounds the micro-batch sizes that will be asked for (a power of two).
+  StageCostModel(const graph::Graph& graph, const UnitGraph& units, const cost::CostModel& compute,
+                 const cost::CommModel& comm, const cost::MemoryOptions& memory,
+                 int64_t mini_batch, int64_t max_samples);
+
+  const StageAggregate& unit(int u) const { return units_[u]; }
+  StageAggregate aggregate(std::span<const int> units) const;
+
+  // Seconds per sample; `boundary_bytes_per_sample` counts activations in and out of the stage.
+  // b must be a power of two and a multiple of d.
+  double tps_s(const StageAggregate& stage, int64_t b, int d, int64_t boundary_bytes_per_sample) const;
+  int64_t memory_bytes(const StageAggregate& stage, int64_t b, int d, int64_t in_flight) const;
+  int64_t capacity_bytes() const { return capacity_; }
+  int64_t mini_batch() const { return mini_batch_; }
+
+ private:
+  std::vector<StageAggregate> units_;
+  int64_t mini_batch_;
+  int64_t capacity_;
+  // Communication times are affine in the bytes (alpha-beta), so they are tabulated once:
+  // t = alpha + beta * bytes, p2p to a typical neighbour and all-reduce over d devices.
+  double p2p_alpha_us_ = 0, p2p_beta_us_ = 0;
+  std::vector<double> allreduce_alpha_us_, allreduce_beta_us_;  // indexed by d
+};
+
+int log2_exact(int64_t power_of_two);
+
+}  // namespace gp::planner

@@ -1,0 +1,44 @@
+// Planning units: the granularity at which planners cut stages. Every strategy (GraphPipe,
+// sequential, Piper) plans over the same units, so their search spaces differ only by their
+// algorithms, never by granularity.
+//
+// Units are built from the operator graph by two rules:
+// 1. graph inputs (zero-cost "input" ops) join the unit of their first consumer;
+// 2. a cheap op (FLOPs and parameters both under 1/64 of the largest op's) joins its
+//    predecessor when the two form a chain edge of the transitive reduction (the op has one
+//    immediate predecessor, which has one immediate successor). A transformer layer becomes
+//    three units: [attention, residual, norm], [FFN up], [FFN down, residual, norm].
+// Contracting chain edges keeps the unit graph acyclic.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "gp/graph/graph.h"
+
+namespace gp::planner {
+
+struct UnitGraph {
+  std::vector<std::vector<int>> unit_ops;  // op indices per unit, topological
+  std::vector<int> unit_of_op;             // per op
+  std::vector<std::vector<int>> preds;     // distinct predecessor units
+  std::vector<std::vector<int>> succs;     // distinct successor units
+  std::vector<int> topo;                   // units in topological order
+  std::map<std::pair<int, int>, int64_t> edge_bytes;  // activation bytes per sample, u -> v
+
+  int num_units() const { return static_cast<int>(unit_ops.size()); }
+  int64_t bytes(int from, int to) const {
+    auto it = edge_bytes.find({from, to});
+    return it == edge_bytes.end() ? 0 : it->second;
+  }
+};
+
+struct UnitOptions {
+  bool merge_cheap_ops = true;
+  double cheap_fraction = 1.0 / 64;
+};
+
+UnitGraph build_units(const graph::Graph& graph, const UnitOptions& options = {});
+
+}  // namespace gp::planner

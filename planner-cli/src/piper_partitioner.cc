@@ -1,0 +1,327 @@
+// Piper's planner (NeurIPS'21; paper brief §7.2, Piper's algo.cpp): a DP over the downsets of the
+// unit DAG (sets closed under predecessors; Piper's code calls them ideals). A stage is the
+// difference J \ I of two nested downsets, hence convex, and consecutive stages form a chain.
+//
+// Piper also searches tensor-parallel configurations per layer and activation recomputation; we
+// do not: like GraphPipe and PipeDream here, stages are pipeline + data parallel only, costed
+// by the shared StageCostModel.
+//
+// Piper's table is dp[I][k][s] over prefixes with s a bound on the sum of data-parallel degrees
+// after a stage. To make memory exact for synchronous 1F1B we run it over suffixes instead:
+// dp[I][s][m] is the lowest bottleneck TPS for the units NOT in downset I, cut into s stages on
+// exactly m devices. The stage J \ I at the head of that suffix keeps k = s * b samples in flight:
+//
+//   dp[all units][0][0] = 0
+//   dp[I][s][m] = min over downsets J ⊋ I, d | b (power of two), d <= m, with
+//                      memory(J \ I, b, d, s * b) <= capacity
+//                 of max(TPS(J \ I, d), dp[J][s - 1][m - d])
+//
+// and the answer is min over m <= num_devices and s of dp[{}][s][m]. Boundary bytes of a stage
+// are the bytes of unit edges entering or leaving it (Piper's cost model). Like Piper, we give up
+// when the unit graph has more downsets than the limit (IDEALS_LIMIT = 40000): the DP is
+// quadratic in their number, which grows as n^k for k parallel branches of n units.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "gp/planner/partition.h"
+
+namespace gp::planner {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Status validate_context(const PartitionContext& ctx, int64_t b) {
+  if (ctx.graph == nullptr || ctx.units == nullptr || ctx.costs == nullptr) {
+    return invalid_argument("partition context: graph, units and costs must all be set");
+  }
+  if (ctx.num_devices < 1) {
+    return invalid_argument("num_devices = " + std::to_string(ctx.num_devices) + ", must be >= 1");
+  }
+  if (b < 1 || (b & (b - 1)) != 0) {
+    return invalid_argument("micro_batch = " + std::to_string(b) + ", must be a power of two");
+  }
+  const int n = ctx.units->num_units();
+  if (n == 0) return invalid_argument("the unit graph has no units");
+  const size_t levels = ctx.costs->unit(0).compute_us.size();
+  if (static_cast<size_t>(log2_exact(b)) >= levels) {
+    return invalid_argument("micro_batch = " + std::to_string(b) +
+                            " exceeds the stage cost tables (at most " +
+                            std::to_string(int64_t{1} << (levels - 1)) + " samples)");
+  }
+  return ok_status();
+}
+
+std::vector<int> replica_degrees(int64_t b, int devices) {
+  std::vector<int> out;
+  for (int d = 1; d <= devices && d <= b; d *= 2) out.push_back(d);
+  return out;
+}
+
+struct BitsHash {
+  size_t operator()(const std::vector<uint64_t>& v) const {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (uint64_t w : v) {
+      h ^= w + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h *= 0xff51afd7ed558ccdULL;
+    }
+    return static_cast<size_t>(h ^ (h >> 33));
+  }
+};
+
+// All downsets of the unit DAG with, for each, its one-unit extensions (Piper's immediate
+// sub-ideals, seen from below).
+struct Downsets {
+  int words = 0;
+  std::vector<uint64_t> bits;                        // count * words
+  std::vector<int> size;                             // units per downset
+  std::vector<std::vector<std::pair<int, int>>> up;  // (downset J ∪ {u}, unit u)
+
+  int count() const { return static_cast<int>(size.size()); }
+  bool contains(int set, int unit) const {
+    return (bits[static_cast<size_t>(set) * words + unit / 64] >> (unit % 64)) & 1;
+  }
+};
+
+// BFS from the empty set; returns the number reached when it passed `limit`, or 0 when done.
+int64_t enumerate_downsets(const UnitGraph& ug, int limit, Downsets& out) {
+  const int n = ug.num_units();
+  out.words = (n + 63) / 64;
+  std::unordered_map<std::vector<uint64_t>, int, BitsHash> index;
+  std::vector<uint64_t> current(out.words, 0);
+  index.emplace(current, 0);
+  out.bits = current;
+  out.size = {0};
+  out.up.emplace_back();
+  if (out.count() > limit) return out.count();
+  for (int at = 0; at < out.count(); ++at) {
+    std::copy_n(out.bits.begin() + static_cast<size_t>(at) * out.words, out.words, current.begin());
+    for (int u = 0; u < n; ++u) {
+      if (out.contains(at, u)) continue;
+      bool ready = true;
+      for (int p : ug.preds[u]) ready = ready && out.contains(at, p);
+      if (!ready) continue;
+      std::vector<uint64_t> grown = current;
+      grown[u / 64] |= uint64_t{1} << (u % 64);
+      auto [it, inserted] = index.emplace(std::move(grown), out.count());
+      if (inserted) {
+        out.bits.insert(out.bits.end(), it->first.begin(), it->first.end());
+        out.size.push_back(out.size[at] + 1);
+        out.up.emplace_back();
+        if (out.count() > limit) return out.count();
+      }
+      out.up[at].emplace_back(it->second, u);
+    }
+  }
+  return 0;
+}
+
+// Walks the downsets J ⊋ I in BFS order (deterministic), building the aggregate and boundary
+// bytes of J \ I incrementally. Stops growing past a stage that fits on no degree even with b
+// samples in flight: its supersets need at least as much memory.
+class StageWalker {
+ public:
+  StageWalker(const UnitGraph& ug, const StageCostModel& costs, const Downsets& sets,
+              const std::vector<int>& degrees, int64_t b)
+      : costs_(costs),
+        sets_(sets),
+        degrees_(degrees),
+        b_(b),
+        stamp_(sets.count(), -1),
+        agg_(sets.count()),
+        boundary_(sets.count(), 0) {
+    in_bytes_.resize(ug.num_units());
+    out_bytes_.assign(ug.num_units(), 0);
+    for (const auto& [edge, bytes] : ug.edge_bytes) {
+      in_bytes_[edge.second].emplace_back(edge.first, bytes);
+      out_bytes_[edge.first] += bytes;
+    }
+  }
+
+  // f(J, aggregate of J \ I, boundary bytes per sample of J \ I) for every reachable J.
+  template <typename F>
+  void walk(int lower, F&& f) {
+    queue_.clear();
+    queue_.push_back(lower);
+    ++epoch_;
+    stamp_[lower] = epoch_;
+    agg_[lower] = StageAggregate{};
+    boundary_[lower] = 0;
+    for (size_t q = 0; q < queue_.size(); ++q) {
+      const int set = queue_[q];
+      if (set != lower) {
+        bool fits = false;
+        for (int d : degrees_) {
+          fits = fits || costs_.memory_bytes(agg_[set], b_, d, b_) <= costs_.capacity_bytes();
+        }
+        if (!fits) continue;
+        f(set, agg_[set], boundary_[set]);
+      }
+      for (const auto& [grown, unit] : sets_.up[set]) {
+        if (stamp_[grown] == epoch_) continue;
+        stamp_[grown] = epoch_;
+        agg_[grown] = agg_[set];
+        agg_[grown].add(costs_.unit(unit));
+        // Edges into `unit` from inside the stage become internal; from below they enter.
+        // Every edge out of `unit` leaves the stage (its consumers are outside the downset).
+        int64_t delta = out_bytes_[unit];
+        for (const auto& [pred, bytes] : in_bytes_[unit]) {
+          delta += sets_.contains(lower, pred) ? bytes : -bytes;
+        }
+        boundary_[grown] = boundary_[set] + delta;
+        queue_.push_back(grown);
+      }
+    }
+  }
+
+ private:
+  const StageCostModel& costs_;
+  const Downsets& sets_;
+  const std::vector<int>& degrees_;
+  int64_t b_;
+  std::vector<int64_t> stamp_;  // epoch_ of the last walk that reached each downset
+  int64_t epoch_ = 0;
+  std::vector<StageAggregate> agg_;
+  std::vector<int64_t> boundary_;
+  std::vector<int> queue_;
+  std::vector<std::vector<std::pair<int, int64_t>>> in_bytes_;
+  std::vector<int64_t> out_bytes_;
+};
+
+}  // namespace
+
+Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b) {
+  GP_RETURN_IF_ERROR(validate_context(ctx, b));
+  const UnitGraph& ug = *ctx.units;
+  const StageCostModel& costs = *ctx.costs;
+  const int n = ug.num_units();
+  PartitionOutcome outcome;
+
+  Downsets sets;
+  if (const int64_t reached = enumerate_downsets(ug, ctx.piper_downset_limit, sets); reached > 0) {
+    outcome.infeasible_reason = "infeasible: too many downsets (" + std::to_string(reached) +
+                                " > " + std::to_string(ctx.piper_downset_limit) + ")";
+    return outcome;
+  }
+  const int count = sets.count();
+  int full = -1;
+  for (int i = 0; i < count && full < 0; ++i) {
+    if (sets.size[i] == n) full = i;
+  }
+  if (full < 0) return internal_error("piper planner: the unit graph is not acyclic");
+
+  const int max_devices = ctx.num_devices;
+  const int max_stages = std::min(n, max_devices);
+  const int64_t capacity = costs.capacity_bytes();
+  const std::vector<int> degrees = replica_degrees(b, max_devices);
+
+  // dp[I][s][m] for m >= s only (each stage has a device): a triangle per downset.
+  std::vector<size_t> row(max_stages + 1);
+  size_t per_set = 0;
+  for (int s = 0; s <= max_stages; ++s) {
+    row[s] = per_set;
+    per_set += static_cast<size_t>(max_devices + 1 - s);
+  }
+  auto at = [&](int set, int s, int m) {
+    return static_cast<size_t>(set) * per_set + row[s] + static_cast<size_t>(m - s);
+  };
+  std::vector<double> dp(static_cast<size_t>(count) * per_set, kInf);
+  dp[at(full, 0, 0)] = 0;
+
+  // Larger downsets first: dp[J] is final before any I ⊂ J reads it.
+  std::vector<int> by_size(count);
+  for (int i = 0; i < count; ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int x, int y) { return sets.size[x] > sets.size[y]; });
+
+  StageWalker walker(ug, costs, sets, degrees, b);
+  // The transitions out of (lower, s, m) for one stage upper \ lower, in a fixed order (degree
+  // ascending) shared by the DP and the reconstruction.
+  auto stage_limit = [&](const StageAggregate& agg, int d, int most) {
+    int s = 0;
+    while (s < most && costs.memory_bytes(agg, b, d, (s + 1) * b) <= capacity) ++s;
+    return s;
+  };
+
+  for (int lower : by_size) {
+    if (lower == full) continue;
+    const int most = std::min(max_stages, n - sets.size[lower]);
+    walker.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
+      for (int d : degrees) {
+        const int s_limit = stage_limit(agg, d, most);
+        if (s_limit == 0) continue;
+        const double tps = costs.tps_s(agg, b, d, boundary);
+        for (int s = 1; s <= s_limit; ++s) {
+          const double* from = &dp[at(upper, s - 1, s - 1)];  // indexed by m' - (s - 1)
+          double* to = &dp[at(lower, s, s)];                  // indexed by m - s
+          for (int m = s - 1 + d; m <= max_devices; ++m) {
+            const double rest = from[m - d - (s - 1)];
+            if (rest == kInf) continue;
+            const double v = std::max(tps, rest);
+            if (v < to[m - s]) to[m - s] = v;
+          }
+        }
+      }
+    });
+  }
+
+  // Lowest bottleneck; ties go to fewer stages, then fewer devices.
+  const int empty = 0;
+  double bottleneck = kInf;
+  int best_s = 0, best_m = 0;
+  for (int s = 1; s <= max_stages; ++s) {
+    for (int m = s; m <= max_devices; ++m) {
+      if (dp[at(empty, s, m)] < bottleneck) {
+        bottleneck = dp[at(empty, s, m)];
+        best_s = s;
+        best_m = m;
+      }
+    }
+  }
+  if (bottleneck == kInf) {
+    outcome.infeasible_reason =
+        "infeasible: no partition fits in device memory at micro-batch " + std::to_string(b);
+    return outcome;
+  }
+
+  // Reconstruction by re-running the transitions along the optimal path (as Piper does): the
+  // first (J, d) in DP order that attains the stored value is the one the DP kept.
+  Partition partition;
+  partition.chain = true;
+  partition.micro_batch = b;
+  partition.bottleneck_tps_s = bottleneck;
+  for (int lower = empty, s = best_s, m = best_m; lower != full; --s) {
+    const double target = dp[at(lower, s, m)];
+    int chosen = -1, chosen_d = 0;
+    walker.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
+      if (chosen >= 0) return;
+      for (int d : degrees) {
+        if (d > m || m - d < s - 1 || stage_limit(agg, d, s) < s) continue;
+        const double rest = dp[at(upper, s - 1, m - d)];
+        if (rest == kInf) continue;
+        if (std::max(costs.tps_s(agg, b, d, boundary), rest) == target) {
+          chosen = upper;
+          chosen_d = d;
+          return;
+        }
+      }
+    });
+    if (chosen < 0 || s < 1) return internal_error("piper planner: broken DP trace");
+    PartitionStage stage;
+    for (int u : ug.topo) {
+      if (sets.contains(chosen, u) && !sets.contains(lower, u)) stage.units.push_back(u);
+    }
+    stage.devices = chosen_d;
+    partition.stages.push_back(std::move(stage));
+    lower = chosen;
+    m -= chosen_d;
+  }
+  outcome.partition = std::move(partition);
+  return outcome;
+}
+
+}  // namespace gp::planner

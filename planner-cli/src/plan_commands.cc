@@ -1,0 +1,173 @@
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "gp/common/logging.h"
+#include "gp/cost/cluster.h"
+#include "gp/cost/cost_model.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
+#include "gp/graph/zoo.h"
+#include "gp/planner/report.h"
+#include "gp/planner/search.h"
+#include "gp/planner/verify.h"
+
+namespace gp::plan_cli {
+namespace {
+
+Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts) {
+  graphpipe::v1::TrainingConfig t;
+  if (opts.optimizer == "adam") {
+    t.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+    t.set_learning_rate(1e-3);
+    t.set_adam_beta1(0.9);
+    t.set_adam_beta2(0.999);
+    t.set_adam_epsilon(1e-8);
+  } else if (opts.optimizer == "sgd") {
+    t.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+    t.set_learning_rate(1e-2);
+  } else if (opts.optimizer == "momentum") {
+    t.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+    t.set_learning_rate(1e-2);
+    t.set_momentum(0.9);
+  } else {
+    return invalid_argument("--optimizer = '" + opts.optimizer + "', expected adam, sgd or momentum");
+  }
+  if (opts.precision == "fp32") {
+    t.set_precision(graphpipe::v1::PRECISION_FP32);
+  } else if (opts.precision == "bf16") {
+    t.set_precision(graphpipe::v1::PRECISION_BF16_FP32_MASTER);
+  } else {
+    return invalid_argument("--precision = '" + opts.precision + "', expected fp32 or bf16");
+  }
+  t.set_seed(opts.seed);
+  return t;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const cost::CostModel>> make_cost_model(
+    const graphpipe::v1::Cluster& cluster, graphpipe::v1::Precision precision,
+    const std::string& profile_path) {
+  auto analytic = std::make_shared<const cost::AnalyticCostModel>(cluster.device(), precision);
+  if (profile_path.empty()) return std::shared_ptr<const cost::CostModel>(analytic);
+  graphpipe::v1::ProfileDB db;
+  GP_RETURN_IF_ERROR(graph::read_message(profile_path, &db).with_context("--profile"));
+  auto profiled = cost::ProfiledCostModel::create(db, cluster.device().name(), analytic);
+  if (!profiled.ok()) return profiled.status().with_context("--profile " + profile_path);
+  return std::shared_ptr<const cost::CostModel>(std::move(profiled).value());
+}
+
+Result<PlanningSetup> prepare(const SearchOptions& opts) {
+  PlanningSetup setup;
+  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(opts.model));
+  auto built = graph::Graph::build(model);
+  if (!built.ok()) return built.status().with_context("model '" + opts.model + "'");
+  setup.graph = std::make_unique<graph::Graph>(std::move(built).value());
+  GP_ASSIGN_OR_RETURN(auto cluster, cost::load_cluster(opts.cluster));
+  const int available = cost::num_devices(cluster);
+  const int wanted = opts.devices > 0 ? opts.devices : available;
+  if (wanted > available) {
+    return invalid_argument("--devices = " + std::to_string(wanted) + ": cluster '" +
+                            cluster.name() + "' has only " + std::to_string(available) +
+                            " usable devices");
+  }
+  if (!opts.exclude_devices.empty()) {
+    for (int r : opts.exclude_devices) {
+      if (r < 0 || r >= cluster.num_nodes() * cluster.devices_per_node()) {
+        return invalid_argument("--exclude-devices: rank " + std::to_string(r) +
+                                " is not a device of cluster '" + cluster.name() + "'");
+      }
+      cluster.add_excluded_ranks(r);
+    }
+    GP_RETURN_IF_ERROR(cost::validate_cluster(cluster).with_context("--exclude-devices"));
+  }
+  GP_ASSIGN_OR_RETURN(setup.cluster, cost::select_devices(cluster, std::min(wanted, cost::num_devices(cluster))));
+  if (opts.batch <= 0) {
+    return invalid_argument("--batch = " + std::to_string(opts.batch) + ", must be > 0");
+  }
+  GP_ASSIGN_OR_RETURN(setup.training, training_config(opts));
+  GP_ASSIGN_OR_RETURN(setup.compute,
+                      make_cost_model(setup.cluster, setup.training.precision(), opts.profile));
+  return setup;
+}
+
+Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const PlanningSetup& setup,
+                                             graphpipe::v1::Strategy strategy) {
+  planner::SearchRequest req;
+  req.graph = setup.graph.get();
+  req.cluster = setup.cluster;
+  req.mini_batch = opts.batch;
+  req.strategy = strategy;
+  req.training = setup.training;
+  req.compute = setup.compute.get();
+  req.micro_batches = opts.micro_batches;
+  req.piper_downset_limit = opts.piper_downset_limit;
+  auto logger = log::get("plan");
+  const std::string name(graph::strategy_name(strategy));
+  req.progress = [logger, name](int done, int total, const std::string& line) {
+    logger->info("{} [{}/{}] {}", name, done, total, line);
+  };
+  GP_ASSIGN_OR_RETURN(auto result, planner::search_plan(req));
+  if (result.feasible) {
+    result.plan.mutable_provenance()->set_planner_version(GP_PLANNER_VERSION);
+    result.plan.mutable_provenance()->set_command_line(opts.command_line);
+    result.plan.mutable_provenance()->set_profile_hash(opts.profile.empty() ? "" : opts.profile);
+  }
+  return result;
+}
+
+Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
+                     const planner::SearchResult& result, graphpipe::v1::Strategy strategy) {
+  planner::ReportContext ctx;
+  ctx.strategy = std::string(graph::strategy_name(strategy));
+  ctx.feasible = result.feasible;
+  ctx.infeasible_reason = result.infeasible_reason;
+  ctx.num_devices = cost::num_devices(setup.cluster);
+  ctx.mini_batch = opts.batch;
+  ctx.search_time_s = result.search_time_s;
+  ctx.candidates = &result.candidates;
+  if (!opts.report.empty()) {
+    GP_RETURN_IF_ERROR(graph::write_file_atomic(
+        opts.report, planner::plan_report_json(ctx, result.feasible ? &result.plan : nullptr)));
+  }
+  if (!result.feasible) return ok_status();
+  if (!opts.out.empty()) GP_RETURN_IF_ERROR(graph::write_message(opts.out, result.plan));
+  if (!opts.dot.empty()) {
+    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.dot, planner::stage_graph_dot(result.plan)));
+  }
+  if (!opts.trace.empty()) {
+    // Re-simulate with events recorded (the search keeps only aggregates).
+    const cost::CommModel comm(setup.cluster);
+    const sim::Simulator simulator(*setup.compute, comm,
+                                   {setup.training.optimizer(), setup.training.precision()});
+    GP_ASSIGN_OR_RETURN(auto sim, simulator.run(result.plan, *setup.graph, {true}));
+    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.trace, sim::chrome_trace_json(result.plan, sim)));
+  }
+  return ok_status();
+}
+
+Status run_search(const SearchOptions& opts) {
+  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  GP_ASSIGN_OR_RETURN(auto strategy, planner::parse_strategy(opts.strategy));
+  GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
+  GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
+  GP_RETURN_IF_ERROR(write_outputs(opts, setup, result, strategy));
+  if (!result.feasible) {
+    return failed_precondition("no feasible " + opts.strategy + " plan for '" +
+                               setup.graph->model().name() + "' on " +
+                               std::to_string(cost::num_devices(setup.cluster)) + " devices: " +
+                               result.infeasible_reason);
+  }
+  const auto& p = result.plan.predicted();
+  std::printf("%s: %d stages (depth %d), micro-batch %lld, %.1f samples/s predicted, "
+              "iteration %.4f s, peak memory %s, search %.3f s -> %s\n",
+              opts.strategy.c_str(), result.plan.stages_size(), planner::pipeline_depth(result.plan),
+              static_cast<long long>(result.plan.stages(0).micro_batch()),
+              p.throughput_samples_per_s(), p.iteration_time_s(),
+              planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
+              result.search_time_s, opts.out.c_str());
+  return ok_status();
+}
+
+}  // namespace gp::plan_cli

@@ -1,0 +1,161 @@
+// compare, simulate, inspect and verify.
+#include <cstdio>
+
+#include "commands.h"
+#include "gp/common/logging.h"
+#include "gp/cost/cluster.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
+#include "gp/graph/zoo.h"
+#include "gp/planner/report.h"
+#include "gp/planner/verify.h"
+
+namespace gp::plan_cli {
+namespace {
+
+Result<graphpipe::v1::Plan> load_plan(const std::string& path) {
+  graphpipe::v1::Plan plan;
+  GP_RETURN_IF_ERROR(graph::read_message(path, &plan).with_context("--plan"));
+  return plan;
+}
+
+}  // namespace
+
+Status run_compare(const SearchOptions& opts) {
+  GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
+  struct Row {
+    std::string name;
+    planner::SearchResult result;
+  };
+  std::vector<Row> rows;
+  for (const auto& name : opts.strategies) {
+    GP_ASSIGN_OR_RETURN(auto strategy, planner::parse_strategy(name));
+    GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
+    if (!opts.out_dir.empty()) {
+      SearchOptions files = opts;
+      files.out = opts.out_dir + "/" + name + ".pb";
+      files.report = opts.out_dir + "/" + name + ".report.json";
+      files.dot = opts.out_dir + "/" + name + ".dot";
+      files.trace = opts.out_dir + "/" + name + ".trace.json";
+      GP_RETURN_IF_ERROR(write_outputs(files, setup, result, strategy));
+    }
+    rows.push_back({name, std::move(result)});
+  }
+  double best_baseline = 0;
+  for (const auto& r : rows) {
+    if (r.name != "graphpipe" && r.result.feasible) {
+      best_baseline = std::max(best_baseline, r.result.plan.predicted().throughput_samples_per_s());
+    }
+  }
+  std::printf("\n%s on %d x %s (%s), mini-batch %lld\n\n", setup.graph->model().name().c_str(),
+              cost::num_devices(setup.cluster), setup.cluster.device().name().c_str(),
+              setup.cluster.name().c_str(), static_cast<long long>(opts.batch));
+  std::printf("%-11s %8s %7s %6s %6s %13s %12s %9s %11s %10s  %s\n", "strategy", "feasible", "stages",
+              "depth", "mb", "samples/s", "iteration s", "bubbles", "peak mem", "search s",
+              "vs best baseline");
+  for (const auto& r : rows) {
+    if (!r.result.feasible) {
+      std::printf("%-11s %8s  %s (search %.3f s)\n", r.name.c_str(), "no",
+                  r.result.infeasible_reason.c_str(), r.result.search_time_s);
+      continue;
+    }
+    const auto& plan = r.result.plan;
+    const auto& p = plan.predicted();
+    std::string versus = "-";
+    if (best_baseline > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2fx", p.throughput_samples_per_s() / best_baseline);
+      versus = buf;
+    }
+    std::printf("%-11s %8s %7d %6d %6lld %13.1f %12.4f %8.1f%% %11s %10.3f  %s\n", r.name.c_str(),
+                "yes", plan.stages_size(), planner::pipeline_depth(plan),
+                static_cast<long long>(plan.stages(0).micro_batch()), p.throughput_samples_per_s(),
+                p.iteration_time_s(), 100 * p.bubble_fraction(),
+                planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
+                r.result.search_time_s, versus.c_str());
+  }
+  bool any = false;
+  for (const auto& r : rows) any = any || r.result.feasible;
+  if (!any) return failed_precondition("no strategy found a feasible plan");
+  return ok_status();
+}
+
+Status run_simulate(const PlanFileOptions& opts) {
+  GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
+  auto built = graph::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
+  GP_ASSIGN_OR_RETURN(auto compute, make_cost_model(plan.cluster(), plan.training().precision(),
+                                                    opts.profile));
+  const cost::CommModel comm(plan.cluster());
+  const sim::Simulator simulator(*compute, comm,
+                                 {plan.training().optimizer(), plan.training().precision()});
+  auto sim = simulator.run(plan, *built, {!opts.trace.empty()});
+  if (!sim.ok()) return sim.status().with_context("--plan " + opts.plan);
+  if (sim->deadlocked) {
+    return failed_precondition("--plan " + opts.plan + ": the plan deadlocks: " +
+                               sim->deadlock_report());
+  }
+  sim::fill_predicted_metrics(*sim, &plan);
+  std::printf("iteration %.6f s, %.1f samples/s, bubbles %.1f%%, peak memory %s, %lld instructions\n",
+              sim->iteration_time_us * 1e-6, sim->throughput_samples_per_s,
+              100 * sim->bubble_fraction,
+              planner::human_bytes(static_cast<double>(sim->peak_memory_bytes)).c_str(),
+              static_cast<long long>(sim->events_processed));
+  for (const auto& st : sim->stages) {
+    std::printf("  stage %3d  busy %.6f s  bubbles %5.1f%%  peak memory %s\n", st.stage,
+                st.busy_us * 1e-6, 100 * st.bubble_fraction,
+                planner::human_bytes(static_cast<double>(st.peak_memory_bytes)).c_str());
+  }
+  if (!opts.report.empty()) {
+    planner::ReportContext ctx;
+    ctx.strategy = std::string(graph::strategy_name(plan.provenance().strategy()));
+    ctx.feasible = true;
+    ctx.num_devices = cost::num_devices(plan.cluster());
+    ctx.mini_batch = plan.mini_batch();
+    ctx.search_time_s = plan.provenance().search_time_s();
+    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.report, planner::plan_report_json(ctx, &plan)));
+  }
+  if (!opts.trace.empty()) {
+    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.trace, sim::chrome_trace_json(plan, *sim)));
+  }
+  return ok_status();
+}
+
+Status run_inspect(const PlanFileOptions& opts) {
+  GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
+  std::printf("%s", planner::inspect_text(plan).c_str());
+  return ok_status();
+}
+
+Status run_verify(const PlanFileOptions& opts) {
+  GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
+  planner::VerifyOptions vopts;
+  graphpipe::v1::ModelGraph expected_model;
+  graphpipe::v1::Cluster expected_cluster;
+  if (!opts.model.empty()) {
+    GP_ASSIGN_OR_RETURN(expected_model, graph::load_model(opts.model));
+    vopts.expected_model = &expected_model;
+  }
+  if (!opts.cluster.empty()) {
+    GP_ASSIGN_OR_RETURN(auto cluster, cost::load_cluster(opts.cluster));
+    const int n = opts.devices > 0 ? opts.devices : cost::num_devices(cluster);
+    GP_ASSIGN_OR_RETURN(expected_cluster, cost::select_devices(cluster, n));
+    vopts.expected_cluster = &expected_cluster;
+  }
+  GP_ASSIGN_OR_RETURN(auto compute, make_cost_model(plan.cluster(), plan.training().precision(),
+                                                    opts.profile));
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(plan, *compute, vopts));
+  if (!report.ok()) {
+    std::string all;
+    for (const auto& p : report.problems) all += "\n  " + p;
+    return failed_precondition("--plan " + opts.plan + " failed verification (" +
+                               std::to_string(report.problems.size()) + " problem(s)):" + all);
+  }
+  std::printf("%s: ok (%d stages, %d ranks, deadlock-free, peak memory %s of %s)\n",
+              opts.plan.c_str(), plan.stages_size(), plan.programs_size(),
+              planner::human_bytes(static_cast<double>(report.simulation.peak_memory_bytes)).c_str(),
+              planner::human_bytes(static_cast<double>(plan.cluster().device().memory_capacity_bytes())).c_str());
+  return ok_status();
+}
+
+}  // namespace gp::plan_cli

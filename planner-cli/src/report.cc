@@ -1,0 +1,181 @@
+#include "gp/planner/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "gp/common/json_writer.h"
+#include "gp/graph/plan_util.h"
+
+namespace gp::planner {
+namespace {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+// Stage depth (1 = source) for laying out the ASCII graph.
+std::vector<int> stage_levels(const graphpipe::v1::Plan& plan) {
+  std::vector<int> level(plan.stages_size(), 1);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& e : plan.edges()) {
+      if (level[e.dst_stage()] < level[e.src_stage()] + 1) {
+        level[e.dst_stage()] = level[e.src_stage()] + 1;
+        changed = true;
+      }
+    }
+  }
+  return level;
+}
+
+std::string op_range(const graphpipe::v1::Stage& s) {
+  if (s.op_ids_size() == 0) return "";
+  if (s.op_ids_size() == 1) return s.op_ids(0);
+  return s.op_ids(0) + " .. " + s.op_ids(s.op_ids_size() - 1);
+}
+
+}  // namespace
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int i = 0;
+  while (bytes >= 1024 && i < 4) bytes /= 1024, ++i;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[i]);
+  return buf;
+}
+
+std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan* plan) {
+  JsonWriter w(/*pretty=*/true);
+  w.begin_object()
+      .field("strategy", ctx.strategy)
+      .field("feasible", ctx.feasible)
+      .field("num_devices", ctx.num_devices)
+      .field("mini_batch", ctx.mini_batch)
+      .field("search_time_s", ctx.search_time_s);
+  if (!ctx.feasible) w.field("infeasible_reason", ctx.infeasible_reason);
+  if (plan != nullptr && ctx.feasible) {
+    const auto& p = plan->predicted();
+    w.field("micro_batch", plan->stages(0).micro_batch())
+        .field("num_stages", plan->stages_size())
+        .field("pipeline_depth", pipeline_depth(*plan))
+        .field("predicted_iteration_time_s", p.iteration_time_s())
+        .field("predicted_throughput_samples_per_s", p.throughput_samples_per_s())
+        .field("bottleneck_tps_s", p.bottleneck_tps_s())
+        .field("bubble_fraction", p.bubble_fraction())
+        .field("peak_memory_bytes", p.peak_memory_bytes())
+        .field("sp_edges_added", plan->provenance().sp_edges_added())
+        .field("model_hash", plan->model_hash())
+        .field("cluster_hash", plan->cluster_hash());
+    w.key("stages").begin_array();
+    for (int s = 0; s < plan->stages_size(); ++s) {
+      const auto& st = plan->stages(s);
+      w.begin_object().field("id", st.id());
+      w.key("ops").begin_array();
+      for (const auto& op : st.op_ids()) w.value(op);
+      w.end_array();
+      w.key("devices").begin_array();
+      for (int r : st.device_ranks()) w.value(r);
+      w.end_array();
+      w.field("micro_batch", st.micro_batch()).field("in_flight_samples", st.in_flight_samples());
+      if (s < p.stages_size()) {
+        w.field("busy_time_s", p.stages(s).busy_time_s())
+            .field("bubble_fraction", p.stages(s).bubble_fraction())
+            .field("memory_bytes", p.stages(s).peak_memory_bytes());
+      }
+      w.end_object();
+    }
+    w.end_array();
+  }
+  if (ctx.candidates != nullptr) {
+    w.key("candidates").begin_array();
+    for (const auto& c : *ctx.candidates) {
+      w.begin_object().field("micro_batch", c.micro_batch).field("feasible", c.feasible);
+      if (c.feasible) {
+        w.field("num_stages", c.num_stages)
+            .field("bottleneck_tps_s", c.bottleneck_tps_s)
+            .field("predicted_throughput_samples_per_s", c.throughput_samples_per_s);
+      } else {
+        w.field("reason", c.reason);
+      }
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+  return w.str() + "\n";
+}
+
+std::string stage_graph_dot(const graphpipe::v1::Plan& plan) {
+  std::string out = "digraph stages {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n";
+  for (const auto& st : plan.stages()) {
+    std::string ranks;
+    for (int r : st.device_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    out += "  s" + std::to_string(st.id()) + " [label=\"stage " + std::to_string(st.id()) + "\\n" +
+           json_escape(op_range(st)) + "\\n" + std::to_string(st.op_ids_size()) + " ops, ranks " +
+           ranks + "\\nmb " + std::to_string(st.micro_batch()) + ", in-flight " +
+           std::to_string(st.in_flight_samples()) + "\"];\n";
+  }
+  for (const auto& e : plan.edges()) {
+    out += "  s" + std::to_string(e.src_stage()) + " -> s" + std::to_string(e.dst_stage()) +
+           " [label=\"" + human_bytes(static_cast<double>(e.bytes_per_sample())) + "/sample\"];\n";
+  }
+  return out + "}\n";
+}
+
+std::string inspect_text(const graphpipe::v1::Plan& plan) {
+  std::string out;
+  const auto& c = plan.cluster();
+  out += "model      " + plan.model().name() + " (" + std::to_string(plan.model().ops_size()) +
+         " ops, hash " + plan.model_hash() + ")\n";
+  out += "cluster    " + c.name() + ": " + std::to_string(c.num_nodes()) + " x " +
+         std::to_string(c.devices_per_node()) + " " + c.device().name() + "\n";
+  out += "strategy   " + std::string(graph::strategy_name(plan.provenance().strategy())) +
+         ", mini-batch " + std::to_string(plan.mini_batch()) + ", " +
+         std::to_string(plan.stages_size()) + " stages, depth " +
+         std::to_string(pipeline_depth(plan)) + "\n";
+  const auto& p = plan.predicted();
+  if (p.iteration_time_s() > 0) {
+    out += "predicted  iteration " + fmt("%.4f", p.iteration_time_s()) + " s, " +
+           fmt("%.1f", p.throughput_samples_per_s()) + " samples/s, bubbles " +
+           fmt("%.1f", 100 * p.bubble_fraction()) + "%, peak memory " +
+           human_bytes(static_cast<double>(p.peak_memory_bytes())) + "\n";
+  }
+  out += "\nstages\n";
+  for (const auto& st : plan.stages()) {
+    std::string ranks;
+    for (int r : st.device_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    char line[512];
+    std::snprintf(line, sizeof(line), "  %3d  ranks %-10s mb %-4lld in-flight %-5lld %3d ops  %s",
+                  st.id(), ranks.c_str(), static_cast<long long>(st.micro_batch()),
+                  static_cast<long long>(st.in_flight_samples()), st.op_ids_size(),
+                  op_range(st).c_str());
+    out += line;
+    if (st.id() < p.stages_size()) {
+      out += "  busy " + fmt("%.4f", p.stages(st.id()).busy_time_s()) + " s, mem " +
+             human_bytes(static_cast<double>(p.stages(st.id()).peak_memory_bytes()));
+    }
+    out += "\n";
+  }
+  // ASCII stage graph: one column per pipeline level, each stage listed with its successors.
+  const auto level = stage_levels(plan);
+  const int depth = plan.stages_size() == 0 ? 0 : *std::max_element(level.begin(), level.end());
+  out += "\nstage graph (columns = pipeline depth)\n";
+  for (int l = 1; l <= depth; ++l) {
+    out += "  depth " + std::to_string(l) + ":";
+    for (const auto& st : plan.stages()) {
+      if (level[st.id()] != l) continue;
+      std::string succ;
+      for (const auto& e : plan.edges()) {
+        if (e.src_stage() == st.id()) succ += (succ.empty() ? "" : ",") + std::to_string(e.dst_stage());
+      }
+      out += "  [" + std::to_string(st.id()) + "]" + (succ.empty() ? "" : "->" + succ);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace gp::planner

@@ -1,0 +1,223 @@
+#include "gp/planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "gp/cost/memory_model.h"
+#include "gp/graph/plan_util.h"
+#include "gp/planner/plan_builder.h"
+#include "gp/planner/stage_cost.h"
+#include "gp/planner/units.h"
+
+namespace gp::planner {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string format_candidate(const CandidateSummary& c) {
+  char buf[256];
+  if (!c.feasible) {
+    std::snprintf(buf, sizeof(buf), "micro-batch %lld: %s", static_cast<long long>(c.micro_batch),
+                  c.reason.c_str());
+  } else {
+    std::snprintf(buf, sizeof(buf), "micro-batch %lld: %d stages, %.1f samples/s simulated",
+                  static_cast<long long>(c.micro_batch), c.num_stages, c.throughput_samples_per_s);
+  }
+  return buf;
+}
+
+}  // namespace
+
+Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name) {
+  if (name == "graphpipe") return graphpipe::v1::STRATEGY_GRAPHPIPE;
+  if (name == "sequential") return graphpipe::v1::STRATEGY_SEQUENTIAL;
+  if (name == "piper") return graphpipe::v1::STRATEGY_PIPER;
+  return invalid_argument("--strategy = '" + std::string(name) +
+                          "', expected graphpipe, sequential or piper");
+}
+
+int pipeline_depth(const graphpipe::v1::Plan& plan) {
+  std::vector<int> depth(plan.stages_size(), 1);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& e : plan.edges()) {
+      if (depth[e.dst_stage()] < depth[e.src_stage()] + 1) {
+        depth[e.dst_stage()] = depth[e.src_stage()] + 1;
+        changed = true;
+      }
+    }
+  }
+  return plan.stages_size() == 0 ? 0 : *std::max_element(depth.begin(), depth.end());
+}
+
+std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units,
+                                          const graph::Graph& graph) {
+  const int n = static_cast<int>(partition.stages.size());
+  std::vector<int> stage_of_unit(units.num_units(), -1);
+  for (int s = 0; s < n; ++s) {
+    for (int u : partition.stages[s].units) stage_of_unit[u] = s;
+  }
+  std::vector<int> order;
+  if (partition.chain) {
+    for (int s = 0; s < n; ++s) order.push_back(s);
+  } else {
+    // Stage graph with bytes per edge.
+    std::map<std::pair<int, int>, int64_t> weight;
+    std::vector<int> indegree(n, 0);
+    for (const auto& [edge, bytes] : units.edge_bytes) {
+      const int a = stage_of_unit[edge.first], b = stage_of_unit[edge.second];
+      if (a == b) continue;
+      if (weight.find({a, b}) == weight.end()) ++indegree[b];
+      weight[{a, b}] += bytes;
+    }
+    // Depth-first from the sources, heaviest successor first; a stage is placed once all its
+    // predecessors are, so the order is topological and heavy neighbours end up adjacent.
+    std::vector<int> remaining = indegree;
+    std::vector<char> placed(n, 0);
+    std::vector<int> stack;
+    for (int s = n - 1; s >= 0; --s) {
+      if (indegree[s] == 0) stack.push_back(s);
+    }
+    while (!stack.empty()) {
+      const int s = stack.back();
+      stack.pop_back();
+      if (placed[s]) continue;
+      placed[s] = 1;
+      order.push_back(s);
+      std::vector<std::pair<int64_t, int>> next;
+      for (const auto& [edge, bytes] : weight) {
+        if (edge.first == s && --remaining[edge.second] == 0) next.emplace_back(bytes, edge.second);
+      }
+      std::sort(next.begin(), next.end());  // lightest first: the heaviest is popped next
+      for (const auto& [bytes, t] : next) stack.push_back(t);
+    }
+  }
+  std::vector<StageAssignment> out(n);
+  int rank = 0;
+  for (int s : order) {
+    for (int u : partition.stages[s].units) {
+      out[s].ops.insert(out[s].ops.end(), units.unit_ops[u].begin(), units.unit_ops[u].end());
+    }
+    for (int r = 0; r < partition.stages[s].devices; ++r) out[s].ranks.push_back(rank++);
+    out[s].micro_batch = partition.micro_batch;
+  }
+  (void)graph;
+  // Chain partitions keep their order; DAG partitions are renumbered in placement order so that
+  // stage ids follow the pipeline.
+  if (!partition.chain) {
+    std::vector<StageAssignment> ordered;
+    for (int s : order) ordered.push_back(std::move(out[s]));
+    return ordered;
+  }
+  return out;
+}
+
+Result<SearchResult> search_plan(const SearchRequest& req) {
+  const auto start = std::chrono::steady_clock::now();
+  const graph::Graph& graph = *req.graph;
+  if (req.mini_batch <= 0) {
+    return invalid_argument("--batch = " + std::to_string(req.mini_batch) + ", must be > 0");
+  }
+  std::vector<int64_t> micro_batches = req.micro_batches;
+  if (micro_batches.empty()) {
+    for (int64_t b = 1; b <= req.mini_batch; b *= 2) {
+      if (req.mini_batch % b == 0) micro_batches.push_back(b);
+    }
+  }
+  for (int64_t b : micro_batches) {
+    if (b <= 0 || (b & (b - 1)) != 0 || req.mini_batch % b != 0) {
+      return invalid_argument("--micro-batches: " + std::to_string(b) +
+                              " must be a power of two dividing the mini-batch " +
+                              std::to_string(req.mini_batch));
+    }
+  }
+  const int devices = req.cluster.num_nodes() * req.cluster.devices_per_node() -
+                      req.cluster.excluded_ranks_size();
+  const UnitGraph units = build_units(graph);
+  const cost::CommModel comm(req.cluster);
+  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
+  const int64_t max_b = *std::max_element(micro_batches.begin(), micro_batches.end());
+  const StageCostModel costs(graph, units, *req.compute, comm, memory, req.mini_batch, max_b);
+  PartitionContext ctx;
+  ctx.graph = &graph;
+  ctx.units = &units;
+  ctx.costs = &costs;
+  ctx.num_devices = devices;
+  ctx.mini_batch = req.mini_batch;
+  ctx.piper_downset_limit = req.piper_downset_limit;
+  const sim::Simulator simulator(*req.compute, comm, memory);
+
+  SearchResult result;
+  result.num_units = units.num_units();
+  double best_throughput = -1;
+  int done = 0;
+  for (int64_t b : micro_batches) {
+    CandidateSummary cand;
+    cand.micro_batch = b;
+    Result<PartitionOutcome> outcome = invalid_argument("no strategy");
+    switch (req.strategy) {
+      case graphpipe::v1::STRATEGY_GRAPHPIPE: outcome = partition_graphpipe(ctx, b); break;
+      case graphpipe::v1::STRATEGY_SEQUENTIAL: outcome = partition_sequential(ctx, b); break;
+      case graphpipe::v1::STRATEGY_PIPER: outcome = partition_piper(ctx, b); break;
+      default: return invalid_argument("--strategy: unspecified");
+    }
+    if (!outcome.ok()) return outcome.status();
+    if (!outcome->partition) {
+      cand.reason = outcome->infeasible_reason;
+    } else {
+      const Partition& part = *outcome->partition;
+      cand.bottleneck_tps_s = part.bottleneck_tps_s;
+      PlanInputs in;
+      in.graph = &graph;
+      in.cluster = req.cluster;
+      in.mini_batch = req.mini_batch;
+      in.training = req.training;
+      in.strategy = req.strategy;
+      in.chain = part.chain;
+      GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, place_stages(part, units, graph)));
+      GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+      if (sim.deadlocked) {
+        return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
+      }
+      const int64_t capacity = req.cluster.device().memory_capacity_bytes();
+      if (sim.peak_memory_bytes > capacity) {
+        cand.reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
+                      " bytes exceeds the device's " + std::to_string(capacity);
+      } else {
+        cand.feasible = true;
+        cand.throughput_samples_per_s = sim.throughput_samples_per_s;
+        cand.num_stages = plan.stages_size();
+        if (sim.throughput_samples_per_s > best_throughput) {
+          best_throughput = sim.throughput_samples_per_s;
+          plan.mutable_provenance()->set_sp_edges_added(part.sp_edges_added);
+          sim::fill_predicted_metrics(sim, &plan);
+          plan.mutable_predicted()->set_bottleneck_tps_s(part.bottleneck_tps_s);
+          result.plan = std::move(plan);
+          result.simulation = std::move(sim);
+          result.feasible = true;
+        }
+      }
+    }
+    result.candidates.push_back(cand);
+    ++done;
+    if (req.progress) req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
+  }
+  result.search_time_s = seconds_since(start);
+  if (!result.feasible) {
+    std::string why;
+    for (const auto& c : result.candidates) {
+      if (why.find(c.reason) == std::string::npos) why += (why.empty() ? "" : "; ") + c.reason;
+    }
+    result.infeasible_reason = why.empty() ? "no feasible plan" : why;
+  } else {
+    auto* prov = result.plan.mutable_provenance();
+    prov->set_search_time_s(result.search_time_s);
+    prov->set_strategy(req.strategy);
+  }
+  return result;
+}
+
+}  // namespace gp::planner

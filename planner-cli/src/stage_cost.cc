@@ -1,0 +1,99 @@
+#include "gp/planner/stage_cost.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace gp::planner {
+
+int log2_exact(int64_t v) {
+  int k = 0;
+  while ((int64_t{1} << k) < v) ++k;
+  return k;
+}
+
+void StageAggregate::add(const StageAggregate& other) {
+  if (compute_us.size() < other.compute_us.size()) compute_us.resize(other.compute_us.size(), 0);
+  for (size_t i = 0; i < other.compute_us.size(); ++i) compute_us[i] += other.compute_us[i];
+  static_bytes += other.static_bytes;
+  gradient_bytes += other.gradient_bytes;
+  activation_bytes_per_sample += other.activation_bytes_per_sample;
+  workspace_bytes_per_sample = std::max(workspace_bytes_per_sample, other.workspace_bytes_per_sample);
+}
+
+StageCostModel::StageCostModel(const graph::Graph& graph, const UnitGraph& units,
+                               const cost::CostModel& compute, const cost::CommModel& comm,
+                               const cost::MemoryOptions& memory, int64_t mini_batch,
+                               int64_t max_samples)
+    : mini_batch_(mini_batch), capacity_(comm.cluster().device().memory_capacity_bytes()) {
+  // Tabulate the affine communication costs from two probes each.
+  constexpr double kProbe1 = 1 << 20, kProbe2 = 1 << 21;
+  const auto& cl = comm.cluster();
+  const int peer = cl.devices_per_node() > 1 ? 1 : std::min(1, cl.num_nodes() - 1);
+  const double p1 = comm.p2p_time_us(0, peer, static_cast<int64_t>(kProbe1));
+  const double p2 = comm.p2p_time_us(0, peer, static_cast<int64_t>(kProbe2));
+  p2p_beta_us_ = (p2 - p1) / (kProbe2 - kProbe1);
+  p2p_alpha_us_ = p1 - p2p_beta_us_ * kProbe1;
+  const int devices = std::max(1, cl.num_nodes() * cl.devices_per_node());
+  allreduce_alpha_us_.assign(devices + 1, 0.0);
+  allreduce_beta_us_.assign(devices + 1, 0.0);
+  for (int d = 2; d <= devices; ++d) {
+    std::vector<int> ranks(d);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    const double a1 = comm.allreduce_time_us(ranks, static_cast<int64_t>(kProbe1));
+    const double a2 = comm.allreduce_time_us(ranks, static_cast<int64_t>(kProbe2));
+    allreduce_beta_us_[d] = (a2 - a1) / (kProbe2 - kProbe1);
+    allreduce_alpha_us_[d] = a1 - allreduce_beta_us_[d] * kProbe1;
+  }
+  const int levels = log2_exact(max_samples) + 1;
+  units_.resize(units.num_units());
+  for (int u = 0; u < units.num_units(); ++u) {
+    StageAggregate& a = units_[u];
+    a.compute_us.assign(levels, 0.0);
+    for (int op : units.unit_ops[u]) {
+      for (int l = 0; l < levels; ++l) {
+        const cost::OpTime t = compute.op_time(graph.op(op), int64_t{1} << l);
+        a.compute_us[l] += t.forward_us + t.backward_us;
+      }
+    }
+    const auto& ops = units.unit_ops[u];
+    const cost::MemoryBreakdown m = cost::stage_memory(graph, ops, 1, 1, 1, memory);
+    a.static_bytes = m.weight_bytes + m.gradient_bytes + m.optimizer_bytes;
+    a.activation_bytes_per_sample = m.activation_bytes;
+    a.workspace_bytes_per_sample = m.workspace_bytes;
+    a.gradient_bytes = cost::stage_param_bytes(graph, ops, memory.precision);
+  }
+}
+
+StageAggregate StageCostModel::aggregate(std::span<const int> units) const {
+  StageAggregate a;
+  for (int u : units) a.add(units_[u]);
+  return a;
+}
+
+double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
+                             int64_t boundary_bytes_per_sample) const {
+  const int64_t per_device = b / d;
+  const int level = log2_exact(per_device);
+  const double compute = level < static_cast<int>(stage.compute_us.size()) ? stage.compute_us[level] : 0;
+  // A typical neighbour sits in the same node (placement keeps heavy edges inside nodes).
+  const double p2p = boundary_bytes_per_sample > 0
+                         ? p2p_alpha_us_ + p2p_beta_us_ * static_cast<double>(
+                                                boundary_bytes_per_sample * per_device)
+                         : 0.0;
+  double allreduce = 0;
+  if (d > 1 && stage.gradient_bytes > 0 && d < static_cast<int>(allreduce_alpha_us_.size())) {
+    allreduce = allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
+  }
+  return (std::max(compute, p2p) / static_cast<double>(b) +
+          allreduce / static_cast<double>(mini_batch_)) * 1e-6;
+}
+
+int64_t StageCostModel::memory_bytes(const StageAggregate& stage, int64_t b, int d,
+                                     int64_t in_flight) const {
+  const int64_t live = (in_flight + d - 1) / d;
+  const int64_t per_call = (b + d - 1) / d;
+  return stage.static_bytes + stage.activation_bytes_per_sample * live +
+         stage.workspace_bytes_per_sample * per_call;
+}
+
+}  // namespace gp::planner

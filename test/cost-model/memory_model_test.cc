@@ -1,0 +1,150 @@
+// The memory model: weights, gradients and optimizer state per precision and optimizer,
+// activations of the in-flight samples, the largest transient per-op buffer.
+#include "gp/cost/memory_model.h"
+
+#include <catch2/catch.hpp>
+#include <numeric>
+#include <vector>
+
+#include "gp/graph/builder.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/zoo.h"
+
+using namespace gp::cost;
+using gp::graph::Graph;
+using gp::graph::GraphBuilder;
+
+namespace {
+
+constexpr auto kFp32 = graphpipe::v1::PRECISION_FP32;
+constexpr auto kBf16 = graphpipe::v1::PRECISION_BF16_FP32_MASTER;
+
+// x[4] -> fc (4 -> 2, with bias: 10 parameters) -> mse loss against t[2].
+Graph tiny_linear() {
+  GraphBuilder b("tiny", "");
+  auto x = b.input("x", {4});
+  auto y = b.linear("fc", x, 2);
+  b.add_loss(b.mse_loss("loss", y, b.input("t", {2})));
+  auto g = Graph::build(b.finish());
+  INFO(g.status().to_string());
+  REQUIRE(g.ok());
+  return std::move(g).value();
+}
+
+MemoryOptions opts(graphpipe::v1::OptimizerKind optimizer, graphpipe::v1::Precision precision) {
+  MemoryOptions o;
+  o.optimizer = optimizer;
+  o.precision = precision;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the tiny linear stage has 10 parameters, keeps its 16-byte input per sample") {
+  const Graph g = tiny_linear();
+  const auto& fc = g.op(g.index_of("fc"));
+  REQUIRE(fc.cost.param_count == 10);
+  REQUIRE(fc.cost.activation_bytes == 16);
+  REQUIRE(fc.output_bytes == 8);
+}
+
+TEST_CASE("fp32 model state by hand for SGD, momentum and Adam") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("fc")};
+  struct Expect {
+    graphpipe::v1::OptimizerKind optimizer;
+    int64_t optimizer_bytes;
+  };
+  for (const Expect& e : {Expect{graphpipe::v1::OPTIMIZER_KIND_SGD, 0},
+                          Expect{graphpipe::v1::OPTIMIZER_KIND_MOMENTUM, 40},
+                          Expect{graphpipe::v1::OPTIMIZER_KIND_ADAM, 80},
+                          Expect{graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED, 80}}) {
+    INFO("optimizer " << e.optimizer);
+    const MemoryBreakdown m = stage_memory(g, stage, 1, 0, 1, opts(e.optimizer, kFp32));
+    CHECK(m.weight_bytes == 40);
+    CHECK(m.gradient_bytes == 40);
+    CHECK(m.optimizer_bytes == e.optimizer_bytes);
+    CHECK(m.activation_bytes == 0);
+  }
+}
+
+TEST_CASE("bf16 halves weights, gradients and activations and adds an fp32 master copy") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("fc")};
+  const auto adam =
+      stage_memory(g, stage, 4, 8, 1, opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kBf16));
+  CHECK(adam.weight_bytes == 20);
+  CHECK(adam.gradient_bytes == 20);
+  CHECK(adam.optimizer_bytes == 80 + 40);  // two fp32 moments + fp32 master weights
+  CHECK(adam.activation_bytes == 8 * 16 / 2);
+  CHECK(adam.workspace_bytes == 4 * 24 / 2);
+  const auto sgd = stage_memory(g, stage, 4, 8, 1, opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kBf16));
+  CHECK(sgd.optimizer_bytes == 40);  // the master copy only
+  const auto momentum =
+      stage_memory(g, stage, 4, 8, 1, opts(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM, kBf16));
+  CHECK(momentum.optimizer_bytes == 80);
+}
+
+TEST_CASE("activations scale with the in-flight samples and divide by the data-parallel degree") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("fc")};
+  const auto o = opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kFp32);
+  CHECK(stage_memory(g, stage, 8, 8, 1, o).activation_bytes == 8 * 16);
+  CHECK(stage_memory(g, stage, 8, 16, 1, o).activation_bytes == 16 * 16);
+  CHECK(stage_memory(g, stage, 8, 16, 2, o).activation_bytes == 8 * 16);
+  CHECK(stage_memory(g, stage, 8, 16, 3, o).activation_bytes == 6 * 16);  // ceil(16 / 3)
+  // Replicas hold the whole model state each.
+  CHECK(stage_memory(g, stage, 8, 16, 4, o).weight_bytes == 40);
+  CHECK(stage_memory(g, stage, 8, 16, 4, o).optimizer_bytes == 80);
+}
+
+TEST_CASE("workspace is the largest op's outputs plus inputs for the samples of one call") {
+  const Graph g = tiny_linear();
+  const auto o = opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kFp32);
+  // fc: 8 bytes out + 16 bytes in per sample; the input op x: 16 bytes out.
+  const std::vector<int> stage{g.index_of("x"), g.index_of("fc")};
+  CHECK(stage_memory(g, stage, 8, 8, 1, o).workspace_bytes == 8 * 24);
+  CHECK(stage_memory(g, stage, 8, 8, 2, o).workspace_bytes == 4 * 24);
+  CHECK(stage_memory(g, stage, 8, 8, 3, o).workspace_bytes == 3 * 24);  // ceil(8 / 3)
+  const std::vector<int> only_input{g.index_of("x")};
+  CHECK(stage_memory(g, only_input, 8, 8, 1, o).workspace_bytes == 8 * 16);
+  CHECK(stage_memory(g, only_input, 8, 8, 1, o).weight_bytes == 0);
+}
+
+TEST_CASE("total adds every part") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("x"), g.index_of("fc"), g.index_of("loss")};
+  const auto m = stage_memory(g, stage, 2, 6, 1, opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kFp32));
+  // Kept per sample: fc 16 bytes + loss 8 bytes (prediction - target).
+  CHECK(m.activation_bytes == 6 * (16 + 8));
+  CHECK(m.total() == m.weight_bytes + m.gradient_bytes + m.optimizer_bytes + m.activation_bytes +
+                         m.workspace_bytes);
+  CHECK(m.total() == 40 + 40 + 80 + 6 * 24 + 2 * 24);
+}
+
+TEST_CASE("stage parameter bytes are the all-reduce volume at the training precision") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("x"), g.index_of("fc")};
+  CHECK(stage_param_bytes(g, stage, kFp32) == 40);
+  CHECK(stage_param_bytes(g, stage, graphpipe::v1::PRECISION_UNSPECIFIED) == 40);
+  CHECK(stage_param_bytes(g, stage, kBf16) == 20);
+  CHECK(stage_param_bytes(g, std::vector<int>{}, kFp32) == 0);
+}
+
+TEST_CASE("a whole zoo model's state matches its parameter count") {
+  auto model = gp::graph::build_zoo_model("tiny-mmt");
+  REQUIRE(model.ok());
+  auto g = Graph::build(*model);
+  REQUIRE(g.ok());
+  std::vector<int> all(static_cast<size_t>(g->num_ops()));
+  std::iota(all.begin(), all.end(), 0);
+  const auto o = opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kFp32);
+  const auto m8 = stage_memory(*g, all, 4, 8, 1, o);
+  const auto m16 = stage_memory(*g, all, 4, 16, 1, o);
+  CHECK(m8.weight_bytes == 4 * g->total_params());
+  CHECK(m8.optimizer_bytes == 8 * g->total_params());
+  CHECK(m8.activation_bytes > 0);
+  CHECK(m16.activation_bytes == 2 * m8.activation_bytes);
+  CHECK(m16.workspace_bytes == m8.workspace_bytes);  // same micro-batch
+  CHECK(stage_param_bytes(*g, all, kFp32) == 4 * g->total_params());
+}

@@ -1,0 +1,261 @@
+// The profiled cost model: op signatures, exact and interpolated times, extrapolation, fallback.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gp/cost/cluster.h"
+#include "gp/cost/cost_model.h"
+#include "gp/graph/builder.h"
+#include "gp/graph/graph.h"
+
+using namespace gp::cost;
+using gp::graph::Graph;
+using gp::graph::GraphBuilder;
+using gp::graph::OpNode;
+using graphpipe::v1::ProfileDB;
+
+namespace {
+
+constexpr const char* kKind = "V100-SXM2-16GB";
+
+// A fallback that answers a recognisable constant, and counts nothing itself.
+class ConstantModel final : public CostModel {
+ public:
+  OpTime op_time(const OpNode&, int64_t samples) const override {
+    return {1000.0 * static_cast<double>(samples), 2000.0 * static_cast<double>(samples)};
+  }
+  std::string_view name() const override { return "constant"; }
+};
+
+Graph small_graph() {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {256});
+  auto h = b.linear("fc1", x, 512, true, "relu");
+  auto y = b.linear("fc2", h, 8);
+  auto z = b.gelu("act", y);
+  b.add_loss(b.mse_loss("loss", z, b.input("t", {8})));
+  auto g = Graph::build(b.finish());
+  INFO(g.status().to_string());
+  REQUIRE(g.ok());
+  return std::move(g).value();
+}
+
+const OpNode& op(const Graph& g, const std::string& id) {
+  const int i = g.index_of(id);
+  REQUIRE(i >= 0);
+  return g.op(i);
+}
+
+void add(ProfileDB& db, const std::string& sig, int64_t b, double fwd, double bwd,
+         const std::string& kind = kKind) {
+  auto* m = db.add_ops();
+  m->set_signature(sig);
+  m->set_device_kind(kind);
+  m->set_micro_batch(b);
+  m->set_forward_time_us(fwd);
+  m->set_backward_time_us(bwd);
+}
+
+std::unique_ptr<ProfiledCostModel> make(
+    const ProfileDB& db,
+    std::shared_ptr<const CostModel> fallback = std::make_shared<ConstantModel>()) {
+  auto m = ProfiledCostModel::create(db, kKind, std::move(fallback));
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  return std::move(m).value();
+}
+
+}  // namespace
+
+TEST_CASE("an op signature lists the type, sorted attributes and input specs") {
+  const Graph g = small_graph();
+  CHECK(op_signature(op(g, "fc1")) == "linear|activation=relu,out_features=512|[256] float32");
+  CHECK(op_signature(op(g, "fc2")) == "linear|out_features=8|[512] float32");
+  CHECK(op_signature(op(g, "act")) == "gelu||[8] float32");
+  CHECK(op_signature(op(g, "loss")) == "mse_loss||[8] float32;[8] float32");
+}
+
+TEST_CASE("an op signature prints floats with %g and int lists with colons") {
+  graphpipe::v1::Operator proto;
+  proto.set_id("custom");
+  proto.set_type("layer_norm");
+  gp::graph::set_attr(proto, "epsilon", 1e-5);
+  gp::graph::set_attr(proto, "axes", std::vector<int64_t>{0, 2, 5});
+  gp::graph::set_attr(proto, "mode", std::string_view("fast"));
+  gp::graph::set_attr(proto, "bias", int64_t{1});
+  OpNode node;
+  node.proto = &proto;
+  node.info = gp::graph::find_op_type("layer_norm");
+  REQUIRE(node.info != nullptr);
+  node.input_specs = {gp::graph::make_spec({4, 16}),
+                      gp::graph::make_spec({3}, graphpipe::v1::DATA_TYPE_INT64)};
+  CHECK(op_signature(node) ==
+        "layer_norm|axes=0:2:5,bias=1,epsilon=1e-05,mode=fast|[4, 16] float32;[3] int64");
+}
+
+TEST_CASE("measured micro-batch sizes give the measured times exactly") {
+  const Graph g = small_graph();
+  const std::string sig = op_signature(op(g, "fc1"));
+  ProfileDB db;
+  add(db, sig, 16, 800, 1700);
+  add(db, sig, 1, 100, 210);  // out of order on purpose
+  add(db, sig, 4, 200, 430);
+  auto m = make(db);
+  CHECK(m->name() == "profiled");
+  for (auto [b, f, bw] : {std::tuple{1, 100.0, 210.0}, {4, 200.0, 430.0}, {16, 800.0, 1700.0}}) {
+    INFO(b);
+    const OpTime t = m->op_time(op(g, "fc1"), b);
+    CHECK(t.forward_us == f);
+    CHECK(t.backward_us == bw);
+  }
+  CHECK(m->fallback_count() == 0);
+}
+
+TEST_CASE("between measured sizes the time is interpolated log-log") {
+  const Graph g = small_graph();
+  const std::string sig = op_signature(op(g, "fc1"));
+  ProfileDB db;
+  add(db, sig, 1, 100, 100);
+  add(db, sig, 4, 200, 1600);
+  add(db, sig, 16, 800, 1600);
+  auto m = make(db);
+  // Forward between 1 and 4: slope log(200/100)/log(4) = 0.5, so t(2) = 100 * 2^0.5.
+  CHECK(m->op_time(op(g, "fc1"), 2).forward_us == Approx(100 * std::sqrt(2.0)));
+  // Backward between 1 and 4: slope 2, so t(2) = 400; between 4 and 16: flat.
+  CHECK(m->op_time(op(g, "fc1"), 2).backward_us == Approx(400));
+  CHECK(m->op_time(op(g, "fc1"), 8).backward_us == Approx(1600));
+  // Forward between 4 and 16: slope 1, t(8) = 400; t(10) = 200 * 2.5.
+  CHECK(m->op_time(op(g, "fc1"), 8).forward_us == Approx(400));
+  CHECK(m->op_time(op(g, "fc1"), 10).forward_us == Approx(500));
+}
+
+TEST_CASE("beyond the measured sizes the time extrapolates from the nearest two points") {
+  const Graph g = small_graph();
+  const std::string sig = op_signature(op(g, "fc1"));
+  ProfileDB db;
+  add(db, sig, 2, 100, 50);
+  add(db, sig, 4, 1000, 60);
+  add(db, sig, 8, 1500, 60);
+  add(db, sig, 16, 3000, 40);
+  auto m = make(db);
+  // Above: slope between 8 and 16 is 1 (forward): t(64) = 3000 * 4.
+  CHECK(m->op_time(op(g, "fc1"), 64).forward_us == Approx(12000));
+  // Backward falls between 8 and 16: the slope is clamped to 0, the time stays at 40.
+  CHECK(m->op_time(op(g, "fc1"), 64).backward_us == Approx(40));
+  // Below: slope between 2 and 4 is log2(10) = 3.3, clamped to 1.5: t(1) = 100 * 0.5^1.5.
+  CHECK(m->op_time(op(g, "fc1"), 1).forward_us == Approx(100 * std::pow(0.5, 1.5)));
+  // Backward slope between 2 and 4 is log2(1.2) = 0.263: t(1) = 50 * 0.5^0.263.
+  CHECK(m->op_time(op(g, "fc1"), 1).backward_us == Approx(50 * std::pow(0.5, std::log2(1.2))));
+}
+
+TEST_CASE("a single measured size scales linearly") {
+  const Graph g = small_graph();
+  ProfileDB db;
+  add(db, op_signature(op(g, "fc2")), 8, 80, 160);
+  auto m = make(db);
+  CHECK(m->op_time(op(g, "fc2"), 8).forward_us == 80);
+  CHECK(m->op_time(op(g, "fc2"), 2).forward_us == Approx(20));
+  CHECK(m->op_time(op(g, "fc2"), 32).backward_us == Approx(640));
+}
+
+TEST_CASE("zero times interpolate linearly instead of in log space") {
+  const Graph g = small_graph();
+  ProfileDB db;
+  add(db, op_signature(op(g, "fc2")), 2, 0, 10);
+  add(db, op_signature(op(g, "fc2")), 6, 40, 10);
+  auto m = make(db);
+  CHECK(m->op_time(op(g, "fc2"), 4).forward_us == Approx(20));
+  CHECK(std::isfinite(m->op_time(op(g, "fc2"), 1).forward_us));
+  CHECK(m->op_time(op(g, "fc2"), 1).forward_us == 0);
+}
+
+TEST_CASE("a later measurement of the same size replaces the earlier one") {
+  const Graph g = small_graph();
+  ProfileDB db;
+  add(db, op_signature(op(g, "fc2")), 4, 10, 20);
+  add(db, op_signature(op(g, "fc2")), 4, 12, 22);
+  auto m = make(db);
+  CHECK(m->op_time(op(g, "fc2"), 4).forward_us == 12);
+}
+
+TEST_CASE("measurements of other device kinds are ignored") {
+  const Graph g = small_graph();
+  ProfileDB db;
+  add(db, op_signature(op(g, "fc2")), 4, 10, 20, "H100-SXM5-80GB");
+  auto m = make(db);
+  CHECK(m->op_time(op(g, "fc2"), 4).forward_us == 4000);  // the fallback's answer
+  CHECK(m->fallback_count() == 1);
+}
+
+TEST_CASE("ops missing from the profile use the fallback, counted once per signature") {
+  const Graph g = small_graph();
+  ProfileDB db;
+  add(db, op_signature(op(g, "fc1")), 4, 10, 20);
+  auto m = make(db);
+  CHECK(m->op_time(op(g, "fc2"), 3).forward_us == 3000);
+  CHECK(m->op_time(op(g, "fc2"), 3).backward_us == 6000);
+  CHECK(m->fallback_count() == 1);
+  m->op_time(op(g, "fc2"), 7);  // same signature again
+  CHECK(m->fallback_count() == 1);
+  m->op_time(op(g, "act"), 1);
+  m->op_time(op(g, "loss"), 1);
+  CHECK(m->fallback_count() == 3);
+  // Input ops are free and never need the fallback.
+  CHECK(m->op_time(op(g, "x"), 4).forward_us == 0);
+  CHECK(m->fallback_count() == 3);
+}
+
+TEST_CASE("the analytic model is a working fallback and concurrent lookups are safe") {
+  const Graph g = small_graph();
+  auto cluster = load_cluster("summit-v100");
+  REQUIRE(cluster.ok());
+  auto analytic =
+      std::make_shared<AnalyticCostModel>(cluster->device(), graphpipe::v1::PRECISION_FP32);
+  auto m = make(ProfileDB{}, analytic);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int b = 1; b <= 64; ++b) {
+        for (const auto& node : g.ops()) m->op_time(node, b);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(m->fallback_count() == 4);  // fc1, fc2, act, loss
+  const OpTime expected = analytic->op_time(op(g, "fc1"), 16);
+  CHECK(m->op_time(op(g, "fc1"), 16).forward_us == expected.forward_us);
+}
+
+TEST_CASE("create rejects a null fallback and bad measurements naming the record") {
+  ProfileDB db;
+  auto null_fallback = ProfiledCostModel::create(db, kKind, nullptr);
+  REQUIRE_FALSE(null_fallback.ok());
+  CHECK(null_fallback.status().code() == gp::StatusCode::kInvalidArgument);
+  CHECK_THAT(null_fallback.status().message(), Catch::Contains("fallback"));
+
+  auto fallback = std::make_shared<ConstantModel>();
+  add(db, "relu||[8] float32", 2, 1, 1);
+  add(db, "relu||[8] float32", 0, 1, 1);
+  auto zero_batch = ProfiledCostModel::create(db, kKind, fallback);
+  REQUIRE_FALSE(zero_batch.ok());
+  CHECK(gp::exit_code_for(zero_batch.status()) == 2);
+  CHECK_THAT(zero_batch.status().message(), Catch::Contains("ops[1]"));
+  CHECK_THAT(zero_batch.status().message(), Catch::Contains("micro_batch = 0, must be > 0"));
+
+  db.mutable_ops(1)->set_micro_batch(4);
+  db.mutable_ops(1)->set_backward_time_us(-3);
+  auto negative = ProfiledCostModel::create(db, kKind, fallback);
+  REQUIRE_FALSE(negative.ok());
+  CHECK_THAT(negative.status().message(), Catch::Contains("ops[1]"));
+  CHECK_THAT(negative.status().message(), Catch::Contains("backward_time_us = -3, must be >= 0"));
+
+  db.mutable_ops(1)->set_backward_time_us(3);
+  db.mutable_ops(0)->set_forward_time_us(-1);
+  auto negative_fwd = ProfiledCostModel::create(db, kKind, fallback);
+  REQUIRE_FALSE(negative_fwd.ok());
+  CHECK_THAT(negative_fwd.status().message(), Catch::Contains("ops[0]"));
+  CHECK_THAT(negative_fwd.status().message(), Catch::Contains("forward_time_us = -1"));
+}
