@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs the main job on the embedded default model: a summary
-# of the multi-modal transformer (4 branches x 8 layers) from the model zoo.
+# Installs dependencies, builds, and runs the main job on the embedded default: plan the
+# multi-modal transformer (zoo:mmt, 4 branches x 8 layers) on the GraphPipe paper's testbed
+# (32 V100s of summit-v100) with GraphPipe and both baselines, print the comparison, and write
+# each plan, its simulated Chrome trace and its stage graph to out/quickstart/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
 bin="$root/build/bin"
+out="$root/out/quickstart"
+mkdir -p "$out"
+
 echo
-echo "== graphpipe-plan model-info --model zoo:mmt"
+echo "== the model"
 "$bin/graphpipe-plan" model-info --model zoo:mmt
 echo
-echo "== graphpipe-profile devices"
-"$bin/graphpipe-profile" devices
+echo "== planning zoo:mmt on 32 x V100 (summit-v100), mini-batch 256"
+"$bin/graphpipe-plan" compare --model zoo:mmt --cluster summit-v100 --devices 32 --batch 256 \
+  --out-dir "$out"
+echo
+echo "== the GraphPipe plan"
+"$bin/graphpipe-plan" inspect --plan "$out/graphpipe.pb"
+"$bin/graphpipe-plan" verify --plan "$out/graphpipe.pb" --model zoo:mmt --cluster summit-v100 \
+  --devices 32
+echo
+echo "Wrote plans (*.pb), reports (*.report.json), simulated traces (*.trace.json, open in"
+echo "https://ui.perfetto.dev) and stage graphs (*.dot) to $out"

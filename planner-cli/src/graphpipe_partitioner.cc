@@ -146,31 +146,45 @@ class GraphPipeDp {
     int best = kInfeasible;
     Choice choice;
 
-    // (a) children [i, end) merged into one stage.
-    StageAggregate agg;
-    int64_t parallel_boundary = 0;
-    for (int end = i + 1; end <= count; ++end) {
-      const int c = child(end - 1);
-      agg.add(agg_[c]);
-      parallel_boundary += in_bytes_[c] + out_bytes_[c];
-      const int64_t boundary = series ? in_bytes_[child(i)] + out_bytes_[c] : parallel_boundary;
-      if (best_tps(agg, boundary, d) > tps_) break;  // adding children only adds work
-      if (end == count) {
-        if (const int dp = stage_degree(agg, boundary, d, k); dp > 0 && k + 1 < best) {
-          best = k + 1;
-          choice = {Choice::kStage, static_cast<int16_t>(end), static_cast<int16_t>(d),
-                    static_cast<int16_t>(dp)};
-        }
-        continue;
+    // (a) children [i, end) merged into one stage. Prefix aggregates up to the last end whose
+    // stage can still meet T with every device (work only grows with more children).
+    std::vector<StageAggregate> prefix;
+    std::vector<int64_t> bounds;
+    {
+      StageAggregate agg;
+      int64_t parallel_boundary = 0;
+      for (int end = i + 1; end <= count; ++end) {
+        const int c = child(end - 1);
+        agg.add(agg_[c]);
+        parallel_boundary += in_bytes_[c] + out_bytes_[c];
+        const int64_t boundary = series ? in_bytes_[child(i)] + out_bytes_[c] : parallel_boundary;
+        if (best_tps(agg, boundary, d) > tps_) break;
+        prefix.push_back(agg);
+        bounds.push_back(boundary);
       }
-      for (int d1 = 1; d1 < d; d1 *= 2) {
-        const int dp_tps = tps_degree(agg, boundary, d1);
-        if (dp_tps == 0) continue;  // the stage alone misses T: skip the recursion
+    }
+    const int last_end = i + static_cast<int>(prefix.size());  // largest end meeting T
+    if (last_end == count) {
+      const int x = count - i - 1;
+      if (const int dp = stage_degree(prefix[x], bounds[x], d, k); dp > 0) {
+        best = k + 1;
+        choice = {Choice::kStage, static_cast<int16_t>(count), static_cast<int16_t>(d),
+                  static_cast<int16_t>(dp)};
+      }
+    }
+    // A stage on d1 devices followed (series) or flanked (parallel) by the rest. The rest's
+    // in-flight never grows as the stage takes more children, and the stage's memory fits
+    // better with a smaller k, so for each d1 the largest end that meets T and memory is best.
+    for (int d1 = 1; d1 < d; d1 *= 2) {
+      int end = std::min(last_end, count - 1);
+      while (end > i && tps_degree(prefix[end - i - 1], bounds[end - i - 1], d1) == 0) --end;
+      for (; end > i; --end) {
+        const int x = end - i - 1;
         const int rest = range(node, end, d - d1, k);
-        if (rest >= kInfeasible) continue;
-        // Series: the rest follows this stage. Parallel: the rest runs beside it.
-        const int stage_k = series ? rest : k;
-        const int dp = memory_degree(agg, dp_tps, d1, stage_k);
+        if (rest >= kInfeasible) break;  // fewer children left could not be solved either
+        const int stage_k = series ? rest : k;  // series: the rest follows this stage
+        const int dp_tps = tps_degree(prefix[x], bounds[x], d1);
+        const int dp = memory_degree(prefix[x], dp_tps, d1, stage_k);
         if (dp == 0) continue;
         const int value = series ? stage_k + 1 : std::max(k + 1, rest);
         if (value < best) {
@@ -178,6 +192,7 @@ class GraphPipeDp {
           choice = {Choice::kStage, static_cast<int16_t>(end), static_cast<int16_t>(d1),
                     static_cast<int16_t>(dp)};
         }
+        break;
       }
     }
 

@@ -17,9 +17,12 @@
 //                 of max(TPS(J \ I, d), dp[J][s - 1][m - d])
 //
 // and the answer is min over m <= num_devices and s of dp[{}][s][m]. Boundary bytes of a stage
-// are the bytes of unit edges entering or leaving it (Piper's cost model). Like Piper, we give up
-// when the unit graph has more downsets than the limit (IDEALS_LIMIT = 40000): the DP is
-// quadratic in their number, which grows as n^k for k parallel branches of n units.
+// are the bytes of unit edges entering or leaving it (Piper's cost model; the lowered chain plan
+// also relays tensors that skip stages, which the simulator then charges). Like Piper, we give
+// up when the unit graph has more downsets than the limit (IDEALS_LIMIT = 40000): the DP is
+// quadratic in their number, which grows as n^k for k parallel branches of n units. Piper
+// enumerates them all before comparing; we stop as soon as the count passes the limit and report
+// the count reached.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -239,14 +242,15 @@ Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b)
                    [&](int x, int y) { return sets.size[x] > sets.size[y]; });
 
   StageWalker walker(ug, costs, sets, degrees, b);
-  // The transitions out of (lower, s, m) for one stage upper \ lower, in a fixed order (degree
-  // ascending) shared by the DP and the reconstruction.
+  // Memory grows with s (k = s * b): the stage fits as the head of 1..limit stages.
   auto stage_limit = [&](const StageAggregate& agg, int d, int most) {
     int s = 0;
     while (s < most && costs.memory_bytes(agg, b, d, (s + 1) * b) <= capacity) ++s;
     return s;
   };
 
+  // Transitions are tried in a fixed order, upper downsets in walk order, then degrees
+  // ascending; the reconstruction below replays the same order.
   for (int lower : by_size) {
     if (lower == full) continue;
     const int most = std::min(max_stages, n - sets.size[lower]);
@@ -295,6 +299,7 @@ Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b)
   partition.micro_batch = b;
   partition.bottleneck_tps_s = bottleneck;
   for (int lower = empty, s = best_s, m = best_m; lower != full; --s) {
+    if (s < 1) return internal_error("piper planner: broken DP trace");
     const double target = dp[at(lower, s, m)];
     int chosen = -1, chosen_d = 0;
     walker.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
@@ -310,7 +315,7 @@ Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b)
         }
       }
     });
-    if (chosen < 0 || s < 1) return internal_error("piper planner: broken DP trace");
+    if (chosen < 0) return internal_error("piper planner: broken DP trace");
     PartitionStage stage;
     for (int u : ug.topo) {
       if (sets.contains(chosen, u) && !sets.contains(lower, u)) stage.units.push_back(u);

@@ -126,6 +126,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   ctx.num_devices = cost::num_devices(setup.cluster);
   ctx.mini_batch = opts.batch;
   ctx.search_time_s = result.search_time_s;
+  ctx.num_units = result.num_units;
   ctx.candidates = &result.candidates;
   if (!opts.report.empty()) {
     GP_RETURN_IF_ERROR(graph::write_file_atomic(

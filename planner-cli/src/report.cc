@@ -55,6 +55,7 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
       .field("num_devices", ctx.num_devices)
       .field("mini_batch", ctx.mini_batch)
       .field("search_time_s", ctx.search_time_s);
+  if (ctx.num_units > 0) w.field("num_units", ctx.num_units);
   if (!ctx.feasible) w.field("infeasible_reason", ctx.infeasible_reason);
   if (plan != nullptr && ctx.feasible) {
     const auto& p = plan->predicted();

@@ -60,6 +60,9 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
   for (int s = 0; s < n; ++s) {
     for (int u : partition.stages[s].units) stage_of_unit[u] = s;
   }
+  for (int u = 0; u < units.num_units(); ++u) {
+    GP_CHECK(stage_of_unit[u] >= 0, "a partition must assign every planning unit to a stage");
+  }
   std::vector<int> order;
   if (partition.chain) {
     for (int s = 0; s < n; ++s) order.push_back(s);

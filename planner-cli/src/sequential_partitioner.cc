@@ -163,8 +163,9 @@ Result<PartitionOutcome> partition_sequential(const PartitionContext& ctx, int64
   partition.bottleneck_tps_s = bottleneck;
   for (int i = 0, s = best_s, m = best_m; i < n; --s) {
     const size_t state = at(i, s, m);
-    if (s < 1 || next_unit[state] <= i)
+    if (s < 1 || next_unit[state] <= i) {
       return internal_error("sequential planner: broken DP trace");
+    }
     PartitionStage stage;
     stage.units.assign(order.begin() + i, order.begin() + next_unit[state]);
     stage.devices = degree[state];

@@ -53,4 +53,47 @@ check "bad --log-level exits 2" '[ $rc -eq 2 ]'
 check "--help lists subcommands" '[ $rc -eq 0 ]'
 "$bin" --version | grep -q "graphpipe-plan"; rc=$?
 check "--version prints the program" '[ $rc -eq 0 ]'
+
+# ---- planning ----
+out=$("$bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 4 --batch 16 \
+      --out "$tmp/plan.pb" --report "$tmp/report.json" --trace "$tmp/trace.json" --dot "$tmp/stages.dot"); rc=$?
+check "search exits 0 and writes the plan" '[ $rc -eq 0 ] && [ -s "$tmp/plan.pb" ]'
+for key in strategy feasible num_devices mini_batch micro_batch num_stages pipeline_depth \
+           predicted_iteration_time_s predicted_throughput_samples_per_s bottleneck_tps_s \
+           search_time_s peak_memory_bytes stages in_flight_samples busy_time_s memory_bytes; do
+  check "report has $key" 'grep -q "\"$key\":" "$tmp/report.json"'
+done
+check "trace is a Chrome trace" 'grep -q "traceEvents" "$tmp/trace.json"'
+check "dot has stage nodes" 'grep -q "digraph stages" "$tmp/stages.dot" && grep -q "s0 ->" "$tmp/stages.dot"'
+out=$("$bin" verify --plan "$tmp/plan.pb"); rc=$?
+check "verify accepts the searched plan" '[ $rc -eq 0 ] && echo "$out" | grep -q "deadlock-free"'
+out=$("$bin" verify --plan "$tmp/plan.pb" --model zoo:tiny-mmt --cluster cpu-local --devices 4); rc=$?
+check "verify accepts it against its own model and cluster" '[ $rc -eq 0 ]'
+err=$("$bin" verify --plan "$tmp/plan.pb" --model zoo:tiny-dlrm 2>&1 >/dev/null); rc=$?
+check "verify rejects a plan for another model by hash (exit 2)" '[ $rc -eq 2 ] && echo "$err" | grep -q "the plan is for model .tiny-mmt."'
+err=$("$bin" verify --plan "$tmp/plan.pb" --cluster summit-v100 --devices 4 2>&1 >/dev/null); rc=$?
+check "verify rejects a plan for another cluster by hash (exit 2)" '[ $rc -eq 2 ] && echo "$err" | grep -q "the plan is for cluster"'
+out=$("$bin" inspect --plan "$tmp/plan.pb"); rc=$?
+check "inspect prints stages and the stage graph" '[ $rc -eq 0 ] && echo "$out" | grep -q "stage graph" && echo "$out" | grep -q "depth 1:"'
+out=$("$bin" simulate --plan "$tmp/plan.pb" --trace "$tmp/sim.json"); rc=$?
+check "simulate prints the iteration" '[ $rc -eq 0 ] && echo "$out" | grep -q "samples/s" && [ -s "$tmp/sim.json" ]'
+"$bin" --log-level warn search --model zoo:tiny-transformer --cluster cpu-local --devices 2 --batch 8 \
+      --strategy sequential --out "$tmp/seq.pbtxt" >/dev/null; rc=$?
+check "sequential strategy writes a text plan" '[ $rc -eq 0 ] && grep -q "STRATEGY_SEQUENTIAL" "$tmp/seq.pbtxt"'
+out=$("$bin" --log-level warn compare --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16); rc=$?
+check "compare prints one row per strategy" '[ $rc -eq 0 ] && echo "$out" | grep -q "^graphpipe" && echo "$out" | grep -q "^sequential" && echo "$out" | grep -q "^piper"'
+
+err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 99 --batch 16 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "more devices than the cluster has exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "has only 8 usable devices"'
+err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --batch 12 --micro-batches 8 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a micro-batch not dividing the batch exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "must be a power of two dividing the mini-batch 12"'
+err=$("$bin" search --model "zoo:mmt?layers=2" --cluster cpu-local --devices 1 --batch 4096 --micro-batches 4096 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a model that cannot fit exits 2 saying why" '[ $rc -eq 2 ] && echo "$err" | grep -q "no feasible graphpipe plan" && echo "$err" | grep -q "memory"'
+err=$("$bin" search --model zoo:tiny-mmt --cluster nowhere --batch 16 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "an unknown cluster preset exits 2 listing presets" '[ $rc -eq 2 ] && echo "$err" | grep -q "summit-v100"'
+err=$("$bin" search --model zoo:tiny-mmt --strategy magic --batch 16 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "an unknown strategy exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected graphpipe, sequential or piper"'
+printf 'not a plan' > "$tmp/garbage.pb"
+err=$("$bin" verify --plan "$tmp/garbage.pb" 2>&1 >/dev/null); rc=$?
+check "a garbage plan file exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "garbage.pb"'
 exit $fail

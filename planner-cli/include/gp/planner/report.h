@@ -16,6 +16,7 @@ struct ReportContext {
   int num_devices = 0;
   int64_t mini_batch = 0;
   double search_time_s = 0;
+  int num_units = 0;  // planning units the search cut stages from
   const std::vector<CandidateSummary>* candidates = nullptr;
 };
 

@@ -1,0 +1,369 @@
+// Planner benchmark: predicted (simulated) throughput and search time of the graphpipe,
+// sequential and piper strategies on the paper's models (summit-v100 at 4-32 devices, dgx-h100
+// at 32 and 64), a branch-count sweep of zoo:nbranch, and a summary of the performance targets
+// computed from those numbers. Every search goes through planner::search_plan exactly as
+// `graphpipe-plan search/compare` does (analytic cost model, every power-of-two micro-batch,
+// the default Piper downset limit).
+//
+//   gp_planner_bench           all rows (a few minutes on 2 cores)
+//   gp_planner_bench --quick   only the 32-device summit rows and the nbranch sweep
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gp/common/logging.h"
+#include "gp/cost/cluster.h"
+#include "gp/cost/cost_model.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/plan_util.h"
+#include "gp/graph/zoo.h"
+#include "gp/planner/search.h"
+
+using namespace gp;
+
+namespace {
+
+[[noreturn]] void die(const Status& st) {
+  std::fprintf(stderr, "gp_planner_bench: %s\n", st.to_string().c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T check(Result<T> r) {
+  if (!r.ok()) die(r.status());
+  return std::move(r).value();
+}
+
+constexpr graphpipe::v1::Strategy kStrategies[] = {graphpipe::v1::STRATEGY_GRAPHPIPE,
+                                                   graphpipe::v1::STRATEGY_SEQUENTIAL,
+                                                   graphpipe::v1::STRATEGY_PIPER};
+constexpr int kNumStrategies = 3;
+constexpr int kGraphPipe = 0;
+constexpr int kSequential = 1;
+
+// Adam with the CLI's hyper-parameters (plan_commands.cc training_config) and the given precision.
+graphpipe::v1::TrainingConfig training_config(graphpipe::v1::Precision precision) {
+  graphpipe::v1::TrainingConfig t;
+  t.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  t.set_learning_rate(1e-3);
+  t.set_adam_beta1(0.9);
+  t.set_adam_beta2(0.999);
+  t.set_adam_epsilon(1e-8);
+  t.set_precision(precision);
+  t.set_seed(1);
+  return t;
+}
+
+struct Cell {
+  bool feasible = false;
+  std::string reason;  // short: "infeasible" or "too many downsets"
+  double throughput = 0;
+  double search_s = 0;
+};
+
+struct Row {
+  std::string model;
+  std::string cluster;
+  int devices = 0;
+  int64_t mini_batch = 0;
+  Cell cells[kNumStrategies];
+  double gp_speedup = NAN;      // graphpipe / best feasible baseline; NaN when undefined
+  double search_speedup = NAN;  // sequential search time / graphpipe search time
+};
+
+std::string short_reason(const std::string& reason) {
+  return reason.find("too many downsets") != std::string::npos ? "too many downsets" : "infeasible";
+}
+
+// One (model, cluster, devices, mini-batch) point: builds the inputs like the CLI's prepare()
+// and runs search_plan for the first `num_strategies` strategies (the others stay "not run").
+Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cluster, int devices,
+            int64_t mini_batch, graphpipe::v1::Precision precision,
+            int num_strategies = kNumStrategies) {
+  const auto start = std::chrono::steady_clock::now();
+  Row row;
+  row.model = model_spec;
+  row.cluster = full_cluster.name();
+  row.devices = devices;
+  row.mini_batch = mini_batch;
+
+  auto model = check(graph::load_model(model_spec));
+  auto built = graph::Graph::build(model);
+  if (!built.ok()) die(built.status().with_context("model '" + model_spec + "'"));
+  const graph::Graph g = std::move(built).value();
+  const auto cluster = check(cost::select_devices(full_cluster, devices));
+  const auto training = training_config(precision);
+  const cost::AnalyticCostModel compute(cluster.device(), training.precision());
+
+  for (int s = 0; s < kNumStrategies; ++s) {
+    if (s >= num_strategies) {
+      row.cells[s].reason = "not run";
+      continue;
+    }
+    planner::SearchRequest req;
+    req.graph = &g;
+    req.cluster = cluster;
+    req.mini_batch = mini_batch;
+    req.strategy = kStrategies[s];
+    req.training = training;
+    req.compute = &compute;
+    auto result = planner::search_plan(req);
+    if (!result.ok()) {
+      die(result.status().with_context(std::string(graph::strategy_name(kStrategies[s])) +
+                                       " search for " + model_spec + " on " +
+                                       std::to_string(devices) + " x " + full_cluster.name()));
+    }
+    Cell& cell = row.cells[s];
+    cell.feasible = result->feasible;
+    cell.search_s = result->search_time_s;
+    if (cell.feasible) {
+      cell.throughput = result->plan.predicted().throughput_samples_per_s();
+    } else {
+      cell.reason = short_reason(result->infeasible_reason);
+    }
+  }
+
+  double best_baseline = 0;
+  for (int s = 0; s < kNumStrategies; ++s) {
+    if (s != kGraphPipe && row.cells[s].feasible) {
+      best_baseline = std::max(best_baseline, row.cells[s].throughput);
+    }
+  }
+  if (row.cells[kGraphPipe].feasible && best_baseline > 0) {
+    row.gp_speedup = row.cells[kGraphPipe].throughput / best_baseline;
+  }
+  if (row.cells[kGraphPipe].search_s > 0) {
+    row.search_speedup = row.cells[kSequential].search_s / row.cells[kGraphPipe].search_s;
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "[bench] %-28s %-11s %3d devices, mini-batch %4lld: done in %.1f s\n",
+               model_spec.c_str(), row.cluster.c_str(), devices, static_cast<long long>(mini_batch),
+               elapsed);
+  return row;
+}
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+std::string throughput_text(const Cell& c) {
+  return c.feasible ? fmt("%.1f", c.throughput) : c.reason;
+}
+
+std::string ratio_text(double r) { return std::isnan(r) ? "-" : fmt("%.2fx", r); }
+
+void print_main_table(const std::vector<Row>& rows) {
+  std::printf("Predicted (simulated) throughput in samples/s and search time in s per strategy\n");
+  std::printf("(Adam; fp32 on summit-v100, bf16 with fp32 master weights on dgx-h100)\n\n");
+  std::printf("%-40s | %-26s | %-26s | %-26s |\n", "", "graphpipe", "sequential", "piper");
+  std::printf("%-16s %-11s %4s %6s | %17s %8s | %17s %8s | %17s %8s | %10s %14s\n", "model",
+              "cluster", "devs", "batch", "samples/s", "search s", "samples/s", "search s",
+              "samples/s", "search s", "GP speedup", "search speedup");
+  for (const auto& r : rows) {
+    std::printf("%-16s %-11s %4d %6lld", r.model.c_str(), r.cluster.c_str(), r.devices,
+                static_cast<long long>(r.mini_batch));
+    for (const auto& c : r.cells) {
+      std::printf(" | %17s %8.3f", throughput_text(c).c_str(), c.search_s);
+    }
+    std::printf(" | %10s %14s\n", ratio_text(r.gp_speedup).c_str(),
+                ratio_text(r.search_speedup).c_str());
+  }
+}
+
+void print_nbranch_table(const std::vector<Row>& rows, const std::vector<int>& branches) {
+  std::printf(
+      "\nBranch-count sweep: zoo:nbranch?branches=N on 16 x summit-v100, mini-batch 128\n\n");
+  std::printf("%8s | %17s %8s | %17s %8s | %16s\n", "branches", "graphpipe smp/s", "search s",
+              "sequential smp/s", "search s", "GP / sequential");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const Cell& gp = r.cells[kGraphPipe];
+    const Cell& seq = r.cells[kSequential];
+    const double ratio =
+        gp.feasible && seq.feasible ? gp.throughput / seq.throughput : static_cast<double>(NAN);
+    std::printf("%8d | %17s %8.3f | %17s %8.3f | %16s\n", branches[i], throughput_text(gp).c_str(),
+                gp.search_s, throughput_text(seq).c_str(), seq.search_s, ratio_text(ratio).c_str());
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+const char* verdict(bool met) { return met ? "MET" : "NOT MET"; }
+
+std::string row_label(const Row& r) {
+  return r.model + " @" + std::to_string(r.devices) + " " + r.cluster;
+}
+
+void print_summary(const std::vector<Row>& rows, const std::vector<Row>& nbranch,
+                   const std::vector<int>& branches) {
+  std::printf("\nTargets (computed from the tables above)\n\n");
+
+  // (1) GraphPipe >= 1.3x the best baseline on the branchy models at 32 summit devices.
+  {
+    bool met = true;
+    int found = 0;
+    std::string detail;
+    for (const auto& r : rows) {
+      if (r.cluster != "summit-v100" || r.devices != 32 || r.model == "zoo:transformer") continue;
+      ++found;
+      const bool ok = !std::isnan(r.gp_speedup) && r.gp_speedup >= 1.3;
+      met = met && ok;
+      detail += (detail.empty() ? "" : ", ") + r.model + " " +
+                (std::isnan(r.gp_speedup) ? std::string("undefined (no feasible pair)")
+                                          : ratio_text(r.gp_speedup));
+    }
+    met = met && found == 3;
+    std::printf(
+        "(1) GraphPipe >= 1.30x best baseline on mmt, dlrm, candle-uno at 32 summit "
+        "devices: %s (%s)\n",
+        verdict(met), detail.c_str());
+  }
+
+  // (2) Transformer: GraphPipe never below 0.98x the best baseline.
+  {
+    bool met = true;
+    double worst = INFINITY;
+    std::string worst_at = "-";
+    std::string undefined;
+    for (const auto& r : rows) {
+      if (r.model != "zoo:transformer") continue;
+      if (std::isnan(r.gp_speedup)) {
+        met = false;
+        undefined += " " + row_label(r);
+        continue;
+      }
+      if (r.gp_speedup < worst) worst = r.gp_speedup, worst_at = row_label(r);
+      met = met && r.gp_speedup >= 0.98;
+    }
+    std::printf(
+        "(2) transformer: GraphPipe >= 0.98x best baseline at every device count: %s "
+        "(min %s at %s%s%s)\n",
+        verdict(met), std::isinf(worst) ? "-" : ratio_text(worst).c_str(), worst_at.c_str(),
+        undefined.empty() ? "" : "; undefined at", undefined.c_str());
+  }
+
+  // (3) and (4) over every search of both tables.
+  std::vector<const Row*> all;
+  for (const auto& r : rows) all.push_back(&r);
+  for (const auto& r : nbranch) all.push_back(&r);
+  {
+    double slowest = 0;
+    std::string slowest_at = "-";
+    for (const Row* r : all) {
+      if (r->cells[kGraphPipe].search_s > slowest) {
+        slowest = r->cells[kGraphPipe].search_s;
+        slowest_at = row_label(*r);
+      }
+    }
+    std::printf("(3) every GraphPipe search < 1 s: %s (%zu searches, slowest %.3f s: %s)\n",
+                verdict(slowest < 1.0), all.size(), slowest, slowest_at.c_str());
+  }
+  {
+    std::vector<double> ratios;
+    double lowest = INFINITY;
+    std::string lowest_at = "-";
+    for (const Row* r : all) {
+      if (std::isnan(r->search_speedup)) continue;
+      ratios.push_back(r->search_speedup);
+      if (r->search_speedup < lowest) lowest = r->search_speedup, lowest_at = row_label(*r);
+    }
+    const bool met = !ratios.empty() && lowest >= 10.0;
+    std::printf(
+        "(4) GraphPipe search >= 10x faster than sequential (every row): %s (min %s at %s, "
+        "median %s over %zu rows)\n",
+        verdict(met), ratios.empty() ? "-" : ratio_text(lowest).c_str(), lowest_at.c_str(),
+        ratios.empty() ? "-" : ratio_text(median(ratios)).c_str(), ratios.size());
+  }
+
+  // (5) nbranch: GraphPipe / sequential non-decreasing in the branch count.
+  {
+    bool met = !nbranch.empty();
+    double prev = -INFINITY;
+    std::string seq;
+    for (size_t i = 0; i < nbranch.size(); ++i) {
+      const Cell& gp = nbranch[i].cells[kGraphPipe];
+      const Cell& sq = nbranch[i].cells[kSequential];
+      const double ratio =
+          gp.feasible && sq.feasible ? gp.throughput / sq.throughput : static_cast<double>(NAN);
+      seq += (seq.empty() ? "" : ", ") + std::to_string(branches[i]) + ": " + ratio_text(ratio);
+      if (std::isnan(ratio) || ratio < prev) met = false;
+      if (!std::isnan(ratio)) prev = ratio;
+    }
+    std::printf("(5) nbranch GraphPipe/sequential speedup non-decreasing in branches: %s (%s)\n",
+                verdict(met), seq.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf(
+          "usage: %s [--quick]\n  --quick  only the 32-device summit-v100 rows and the "
+          "nbranch sweep\n",
+          argv[0]);
+      return 0;
+    } else {
+      std::fprintf(stderr, "gp_planner_bench: unknown argument '%s' (usage: %s [--quick])\n",
+                   argv[i], argv[0]);
+      return 1;
+    }
+  }
+  if (auto st = log::init("gp_planner_bench", ""); !st.ok()) die(st);
+
+  const auto start = std::chrono::steady_clock::now();
+  const auto summit = check(cost::load_cluster("summit-v100"));
+  const auto dgx = check(cost::load_cluster("dgx-h100"));
+  const std::vector<std::string> models = {"zoo:mmt", "zoo:dlrm", "zoo:candle-uno",
+                                           "zoo:transformer"};
+
+  std::vector<Row> rows;
+  for (const auto& m : models) {
+    for (int devices : {4, 8, 16, 32}) {
+      if (quick && devices != 32) continue;
+      rows.push_back(run_row(m, summit, devices, 8 * devices, graphpipe::v1::PRECISION_FP32));
+    }
+  }
+  if (!quick) {
+    for (const auto& m : models) {
+      for (int devices : {32, 64}) {
+        rows.push_back(
+            run_row(m, dgx, devices, 8 * devices, graphpipe::v1::PRECISION_BF16_FP32_MASTER));
+      }
+    }
+  }
+
+  const std::vector<int> branches = {1, 2, 4, 8, 16};
+  std::vector<Row> nbranch;
+  for (int n : branches) {
+    // graphpipe and sequential only: the sweep compares those two.
+    nbranch.push_back(run_row("zoo:nbranch?branches=" + std::to_string(n), summit, 16, 128,
+                              graphpipe::v1::PRECISION_FP32, 2));
+  }
+
+  print_main_table(rows);
+  print_nbranch_table(nbranch, branches);
+  print_summary(rows, nbranch, branches);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("\n(%s run, %.1f s wall)\n", quick ? "quick" : "full", elapsed);
+  return 0;
+}

@@ -1,0 +1,278 @@
+// GraphPipe's partitioner and the plan search: hand-known optima, agreement with the sequential
+// planner on chains, invariants of every plan, determinism and bad inputs.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "../support/fakes.h"
+#include "gp/cost/cluster.h"
+#include "gp/graph/builder.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/zoo.h"
+#include "gp/planner/partition.h"
+#include "gp/planner/search.h"
+#include "gp/planner/verify.h"
+
+using namespace gp;
+
+namespace {
+
+graph::Graph zoo(const std::string& spec) {
+  auto m = graph::build_zoo_model(spec);
+  REQUIRE(m.ok());
+  auto g = graph::Graph::build(*m);
+  REQUIRE(g.ok());
+  return std::move(g).value();
+}
+
+// Linear layers cost 10 us forward + 20 us backward per micro-batch, whatever its size.
+struct LinearOnly final : cost::CostModel {
+  cost::OpTime op_time(const graph::OpNode& op, int64_t) const override {
+    return op.type() == "linear" ? cost::OpTime{10, 20} : cost::OpTime{};
+  }
+  std::string_view name() const override { return "linear-only"; }
+};
+
+struct Fixture {
+  explicit Fixture(const graph::Graph& graph, int devices, int64_t mini_batch,
+                   const cost::CostModel& model, int64_t max_b = 1)
+      : g(graph),
+        units(planner::build_units(g)),
+        comm(testing::ideal_cluster(devices)),
+        costs(g, units, model, comm, {graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::PRECISION_FP32},
+              mini_batch, max_b) {
+    ctx.graph = &g;
+    ctx.units = &units;
+    ctx.costs = &costs;
+    ctx.num_devices = devices;
+    ctx.mini_batch = mini_batch;
+  }
+  const graph::Graph& g;
+  planner::UnitGraph units;
+  cost::CommModel comm;
+  planner::StageCostModel costs;
+  planner::PartitionContext ctx;
+};
+
+graph::Graph chain(int n) {
+  graph::GraphBuilder b("chain", "");
+  auto x = b.input("x", {8});
+  for (int i = 0; i < n; ++i) x = b.linear("fc" + std::to_string(i), x, 8);
+  b.add_loss(b.mse_loss("loss", x, b.input("t", {8})));
+  auto g = graph::Graph::build(b.finish());
+  REQUIRE(g.ok());
+  return std::move(g).value();
+}
+
+graph::Graph two_branches(int layers) {
+  graph::GraphBuilder b("two", "");
+  std::vector<graph::TensorRef> outs;
+  for (int br = 0; br < 2; ++br) {
+    auto x = b.input("x" + std::to_string(br), {8});
+    for (int i = 0; i < layers; ++i) {
+      x = b.linear("b" + std::to_string(br) + ".fc" + std::to_string(i), x, 8);
+    }
+    outs.push_back(x);
+  }
+  b.add_loss(b.mse_loss("loss", b.concat("cat", outs), b.input("t", {16})));
+  auto g = graph::Graph::build(b.finish());
+  REQUIRE(g.ok());
+  return std::move(g).value();
+}
+
+}  // namespace
+
+TEST_CASE("graphpipe splits an equal-cost chain evenly: 4 layers on 2 devices -> 2 + 2") {
+  auto g = chain(4);
+  LinearOnly model;
+  Fixture f(g, 2, 8, model);
+  auto out = planner::partition_graphpipe(f.ctx, 1);
+  REQUIRE(out.ok());
+  REQUIRE(out->partition);
+  REQUIRE(out->partition->stages.size() == 2);
+  // Two linear layers per stage: 2 x 30 us per sample (b = 1).
+  CHECK(out->partition->bottleneck_tps_s == Approx(60e-6).epsilon(2e-3));
+}
+
+TEST_CASE("graphpipe runs two independent branches side by side, not one after the other") {
+  // 3 devices: one per branch, one for the join (concat and loss form their own SP segment).
+  auto g = two_branches(2);
+  LinearOnly model;
+  Fixture f(g, 3, 8, model);
+  auto out = planner::partition_graphpipe(f.ctx, 1);
+  REQUIRE(out.ok());
+  REQUIRE(out->partition);
+  const auto& p = *out->partition;
+  REQUIRE(p.stages.size() == 3);
+  // Each stage holds one whole branch (2 linear layers); concat and loss cost nothing.
+  CHECK(p.bottleneck_tps_s == Approx(60e-6).epsilon(2e-3));
+  for (const auto& st : p.stages) {
+    int b0 = 0, b1 = 0;
+    for (int u : st.units) {
+      for (int op : f.units.unit_ops[u]) {
+        b0 += g.op(op).id().rfind("b0.", 0) == 0;
+        b1 += g.op(op).id().rfind("b1.", 0) == 0;
+      }
+    }
+    CHECK((b0 == 0 || b1 == 0));  // never a stage mixing the branches
+  }
+}
+
+TEST_CASE("graphpipe equals the sequential planner on chain graphs") {
+  for (int devices : {1, 2, 3, 4}) {
+    INFO("devices = " << devices);
+    auto g = zoo("tiny-transformer?layers=6");
+    const auto cluster = testing::ideal_cluster(devices);
+    cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+    Fixture f(g, devices, 16, model, 16);
+    for (int64_t b : {1, 4, 16}) {
+      auto gp_out = planner::partition_graphpipe(f.ctx, b);
+      auto seq_out = planner::partition_sequential(f.ctx, b);
+      REQUIRE(gp_out.ok());
+      REQUIRE(seq_out.ok());
+      REQUIRE(gp_out->partition);
+      REQUIRE(seq_out->partition);
+      CHECK(gp_out->partition->bottleneck_tps_s ==
+            Approx(seq_out->partition->bottleneck_tps_s).epsilon(2e-3));
+    }
+  }
+}
+
+TEST_CASE("every searched plan passes the verifier, for every strategy and tiny model") {
+  const auto cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
+  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  for (const char* spec : {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer",
+                           "tiny-nbranch"}) {
+    auto g = zoo(spec);
+    for (auto strategy : {graphpipe::v1::STRATEGY_GRAPHPIPE, graphpipe::v1::STRATEGY_SEQUENTIAL,
+                          graphpipe::v1::STRATEGY_PIPER}) {
+      INFO(spec << " strategy " << strategy);
+      planner::SearchRequest req;
+      req.graph = &g;
+      req.cluster = cluster;
+      req.mini_batch = 16;
+      req.strategy = strategy;
+      req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+      req.compute = &model;
+      auto result = planner::search_plan(req);
+      REQUIRE(result.ok());
+      if (!result->feasible) {
+        CHECK(strategy == graphpipe::v1::STRATEGY_PIPER);  // only Piper may give up
+        CHECK_THAT(result->infeasible_reason, Catch::Contains("too many downsets"));
+        continue;
+      }
+      auto report = planner::verify_plan(result->plan, model);
+      REQUIRE(report.ok());
+      INFO((report->problems.empty() ? std::string() : report->problems[0]));
+      CHECK(report->ok());
+      CHECK(result->plan.predicted().throughput_samples_per_s() > 0);
+      CHECK(result->plan.predicted().peak_memory_bytes() <= cluster.device().memory_capacity_bytes());
+      std::vector<int> used;
+      for (const auto& st : result->plan.stages()) used.insert(used.end(), st.device_ranks().begin(), st.device_ranks().end());
+      std::sort(used.begin(), used.end());
+      CHECK(std::adjacent_find(used.begin(), used.end()) == used.end());
+      CHECK(static_cast<int>(used.size()) <= 4);
+    }
+  }
+}
+
+TEST_CASE("graphpipe finds a shallower plan than the sequential planner on a branchy model") {
+  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 8);
+  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  auto g = zoo("candle-uno");
+  planner::SearchRequest req;
+  req.graph = &g;
+  req.cluster = cluster;
+  req.mini_batch = 64;
+  req.compute = &model;
+  req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  auto gp_result = planner::search_plan(req);
+  req.strategy = graphpipe::v1::STRATEGY_SEQUENTIAL;
+  auto seq_result = planner::search_plan(req);
+  REQUIRE(gp_result.ok());
+  REQUIRE(seq_result.ok());
+  REQUIRE(gp_result->feasible);
+  REQUIRE(seq_result->feasible);
+  CHECK(planner::pipeline_depth(gp_result->plan) < planner::pipeline_depth(seq_result->plan));
+  CHECK(gp_result->plan.predicted().throughput_samples_per_s() >
+        seq_result->plan.predicted().throughput_samples_per_s());
+}
+
+TEST_CASE("search is deterministic: the same request gives the same plan") {
+  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 8);
+  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  auto g = zoo("tiny-mmt");
+  planner::SearchRequest req;
+  req.graph = &g;
+  req.cluster = cluster;
+  req.mini_batch = 32;
+  req.compute = &model;
+  auto a = planner::search_plan(req);
+  auto b = planner::search_plan(req);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  a->plan.mutable_provenance()->clear_search_time_s();
+  b->plan.mutable_provenance()->clear_search_time_s();
+  // Protobuf maps iterate in no fixed order; compare deterministic serialisations.
+  CHECK(graph::message_hash(a->plan) == graph::message_hash(b->plan));
+  CHECK(*graph::serialize_message(a->plan, graph::FileFormat::kText) ==
+        *graph::serialize_message(b->plan, graph::FileFormat::kText));
+}
+
+TEST_CASE("a model that cannot fit is reported infeasible, with the reason") {
+  auto cluster = testing::ideal_cluster(2);
+  cluster.mutable_device()->set_memory_capacity_bytes(1000);  // 1 KB devices
+  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  auto g = zoo("tiny-mmt");
+  for (auto strategy : {graphpipe::v1::STRATEGY_GRAPHPIPE, graphpipe::v1::STRATEGY_SEQUENTIAL}) {
+    planner::SearchRequest req;
+    req.graph = &g;
+    req.cluster = cluster;
+    req.mini_batch = 4;
+    req.strategy = strategy;
+    req.compute = &model;
+    auto r = planner::search_plan(req);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->feasible);
+    CHECK_THAT(r->infeasible_reason, Catch::Contains("memory"));
+  }
+}
+
+TEST_CASE("micro-batch sizes that do not divide the mini-batch are rejected") {
+  auto cluster = testing::ideal_cluster(2);
+  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  auto g = zoo("tiny-mmt");
+  planner::SearchRequest req;
+  req.graph = &g;
+  req.cluster = cluster;
+  req.mini_batch = 12;
+  req.micro_batches = {8};
+  req.compute = &model;
+  auto r = planner::search_plan(req);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("--micro-batches: 8 must be a power of two dividing the mini-batch 12"));
+}
+
+TEST_CASE("placement keeps the heavy edge inside a node") {
+  // Two nodes of 2 devices; stage graph a -> b (heavy) and c -> d (heavy): each pair shares a node.
+  auto g = two_branches(2);
+  auto units = planner::build_units(g);
+  planner::Partition p;
+  p.micro_batch = 1;
+  auto unit_with = [&](const char* id) { return units.unit_of_op[g.index_of(id)]; };
+  p.stages = {{{unit_with("b0.fc0")}, 1},
+              {{unit_with("b1.fc0")}, 1},
+              {{unit_with("b0.fc1")}, 1},
+              {{unit_with("b1.fc1"), unit_with("cat"), unit_with("loss")}, 1}};
+  auto placed = planner::place_stages(p, units, g);
+  REQUIRE(placed.size() == 4);
+  auto rank_of = [&](const char* id) {
+    for (const auto& st : placed) {
+      if (std::find(st.ops.begin(), st.ops.end(), g.index_of(id)) != st.ops.end()) return st.ranks[0];
+    }
+    return -1;
+  };
+  CHECK(rank_of("b0.fc0") / 2 == rank_of("b0.fc1") / 2);
+  CHECK(rank_of("b1.fc0") / 2 == rank_of("b1.fc1") / 2);
+}
