@@ -118,6 +118,30 @@ TEST_CASE("graphpipe runs two independent branches side by side, not one after t
   }
 }
 
+TEST_CASE("a join (concat, loss) rides on a branch's last stage instead of taking a device") {
+  auto g = two_branches(2);
+  LinearOnly model;
+  Fixture f(g, 2, 8, model);
+  auto out = planner::partition_graphpipe(f.ctx, 1);
+  REQUIRE(out.ok());
+  REQUIRE(out->partition);
+  const auto& p = *out->partition;
+  REQUIRE(p.stages.size() == 2);
+  CHECK(p.bottleneck_tps_s == Approx(60e-6).epsilon(2e-3));
+  const int cat = f.units.unit_of_op[g.index_of("cat")];
+  const int fc1 = f.units.unit_of_op[g.index_of("b1.fc1")];
+  const int other = f.units.unit_of_op[g.index_of("b0.fc1")];
+  for (const auto& st : p.stages) {
+    const bool has_cat = std::count(st.units.begin(), st.units.end(), cat) > 0;
+    if (has_cat) {
+      // The join sits with exactly one branch's tail.
+      const bool with_b1 = std::count(st.units.begin(), st.units.end(), fc1) > 0;
+      const bool with_b0 = std::count(st.units.begin(), st.units.end(), other) > 0;
+      CHECK(with_b1 != with_b0);
+    }
+  }
+}
+
 TEST_CASE("graphpipe equals the sequential planner on chain graphs") {
   for (int devices : {1, 2, 3, 4}) {
     INFO("devices = " << devices);

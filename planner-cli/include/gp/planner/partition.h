@@ -30,7 +30,7 @@ struct Partition {
 
 struct PartitionOutcome {
   std::optional<Partition> partition;  // empty when infeasible
-  std::string infeasible_reason;       // e.g. "infeasible: too many downsets (390625 > 40000)"
+  std::string infeasible_reason;       // e.g. "infeasible: too many downsets (40001 > 40000)"
 };
 
 struct PartitionContext {
