@@ -44,7 +44,9 @@ int pipeline_depth(const graphpipe::v1::Plan& plan) {
   return d;
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 }  // namespace
 
@@ -70,11 +72,12 @@ int main() {
   }
   for (int s = 0; s < 4; ++s) stages[s].ranks = {s}, stages[s].micro_batch = 4;
 
-  std::printf("Simulated iteration of zoo:nbranch?branches=2 (%lld params) on 4 x %s, mini-batch 64, "
-              "micro-batch 4\n\n",
-              static_cast<long long>(g.total_params()), cluster4.device().name().c_str());
-  std::printf("%-22s %6s %14s %16s %9s %14s %16s\n", "plan", "depth", "iteration ms",
-              "samples/s", "bubble", "peak mem GiB", "stage-0 in-flight");
+  std::printf(
+      "Simulated iteration of zoo:nbranch?branches=2 (%lld params) on 4 x %s, mini-batch 64, "
+      "micro-batch 4\n\n",
+      static_cast<long long>(g.total_params()), cluster4.device().name().c_str());
+  std::printf("%-22s %6s %14s %16s %9s %14s %16s\n", "plan", "depth", "iteration ms", "samples/s",
+              "bubble", "peak mem GiB", "stage-0 in-flight");
   double times[2] = {};
   for (int variant = 0; variant < 2; ++variant) {
     planner::PlanInputs in;
@@ -132,7 +135,8 @@ int main() {
   }
   std::printf("Simulator speed: zoo:mmt, 32 stages on 32 x %s, 64 micro-batches\n",
               cluster32.device().name().c_str());
-  std::printf("%-28s %12s\n", "instructions per iteration", std::to_string(last.events_processed).c_str());
+  std::printf("%-28s %12s\n", "instructions per iteration",
+              std::to_string(last.events_processed).c_str());
   std::printf("%-28s %12.3f\n", "ms per simulation", 1e3 * elapsed / runs);
   std::printf("%-28s %12.3g\n", "events per second", static_cast<double>(events) / elapsed);
   std::printf("%-28s %12.2f\n", "predicted iteration ms", last.iteration_time_us / 1e3);

@@ -29,8 +29,8 @@ TensorRef GraphBuilder::input(std::string id, std::vector<int64_t> shape, DataTy
   return ref(std::move(id));
 }
 
-TensorRef GraphBuilder::linear(std::string id, const TensorRef& x, int64_t out_features,
-                               bool bias, std::string_view activation) {
+TensorRef GraphBuilder::linear(std::string id, const TensorRef& x, int64_t out_features, bool bias,
+                               std::string_view activation) {
   Operator& op = add_op(id, "linear", {x});
   set_attr(op, "out_features", out_features);
   if (!bias) set_attr(op, "bias", int64_t{0});
@@ -38,8 +38,8 @@ TensorRef GraphBuilder::linear(std::string id, const TensorRef& x, int64_t out_f
   return ref(std::move(id));
 }
 
-TensorRef GraphBuilder::embedding_bag(std::string id, const TensorRef& ids,
-                                      int64_t num_embeddings, int64_t embedding_dim) {
+TensorRef GraphBuilder::embedding_bag(std::string id, const TensorRef& ids, int64_t num_embeddings,
+                                      int64_t embedding_dim) {
   Operator& op = add_op(id, "embedding_bag", {ids});
   set_attr(op, "num_embeddings", num_embeddings);
   set_attr(op, "embedding_dim", embedding_dim);

@@ -12,11 +12,16 @@ constexpr int kLinksPid = 2;
 
 const char* event_name(const SimEvent& e) {
   switch (e.kind) {
-    case EventKind::kForward: return "F";
-    case EventKind::kBackward: return "B";
-    case EventKind::kAllReduce: return "allreduce";
-    case EventKind::kOptimizer: return "optimizer";
-    case EventKind::kTransfer: return e.gradient ? "grad" : "act";
+    case EventKind::kForward:
+      return "F";
+    case EventKind::kBackward:
+      return "B";
+    case EventKind::kAllReduce:
+      return "allreduce";
+    case EventKind::kOptimizer:
+      return "optimizer";
+    case EventKind::kTransfer:
+      return e.gradient ? "grad" : "act";
   }
   return "?";
 }
@@ -46,10 +51,10 @@ std::string chrome_trace_json(const graphpipe::v1::Plan& plan, const SimResult& 
     if (e.kind != EventKind::kTransfer) {
       w.begin_object()
           .field("ph", "X")
-          .field("name", std::string(event_name(e)) + (e.kind == EventKind::kForward ||
-                                                               e.kind == EventKind::kBackward
-                                                           ? std::to_string(e.micro_batch)
-                                                           : ""))
+          .field("name", std::string(event_name(e)) +
+                             (e.kind == EventKind::kForward || e.kind == EventKind::kBackward
+                                  ? std::to_string(e.micro_batch)
+                                  : ""))
           .field("cat", "compute")
           .field("pid", kDevicesPid)
           .field("tid", e.rank)
@@ -60,14 +65,14 @@ std::string chrome_trace_json(const graphpipe::v1::Plan& plan, const SimResult& 
       w.end_object().end_object();
       continue;
     }
-    auto [it, inserted] = link_tid.emplace(std::make_pair(e.rank, e.peer),
-                                           static_cast<int>(link_tid.size()));
+    auto [it, inserted] =
+        link_tid.emplace(std::make_pair(e.rank, e.peer), static_cast<int>(link_tid.size()));
     if (inserted) {
       metadata(w, "thread_name", kLinksPid, it->second,
                "rank " + std::to_string(e.rank) + " -> rank " + std::to_string(e.peer));
     }
-    const std::string name =
-        std::string(event_name(e)) + " s" + std::to_string(e.stage) + " mb" + std::to_string(e.micro_batch);
+    const std::string name = std::string(event_name(e)) + " s" + std::to_string(e.stage) + " mb" +
+                             std::to_string(e.micro_batch);
     w.begin_object()
         .field("ph", "X")
         .field("name", name)
@@ -79,11 +84,25 @@ std::string chrome_trace_json(const graphpipe::v1::Plan& plan, const SimResult& 
     w.key("args").begin_object().field("bytes", e.bytes).end_object().end_object();
     // Flow arrow: from the link track at the start to the receiving device at arrival.
     ++flow_id;
-    w.begin_object().field("ph", "s").field("name", name).field("cat", "flow").field("id", flow_id)
-        .field("pid", kLinksPid).field("tid", it->second).field("ts", e.start_us).end_object();
-    w.begin_object().field("ph", "f").field("bp", "e").field("name", name).field("cat", "flow")
-        .field("id", flow_id).field("pid", kDevicesPid).field("tid", e.peer)
-        .field("ts", e.end_us).end_object();
+    w.begin_object()
+        .field("ph", "s")
+        .field("name", name)
+        .field("cat", "flow")
+        .field("id", flow_id)
+        .field("pid", kLinksPid)
+        .field("tid", it->second)
+        .field("ts", e.start_us)
+        .end_object();
+    w.begin_object()
+        .field("ph", "f")
+        .field("bp", "e")
+        .field("name", name)
+        .field("cat", "flow")
+        .field("id", flow_id)
+        .field("pid", kDevicesPid)
+        .field("tid", e.peer)
+        .field("ts", e.end_us)
+        .end_object();
   }
   for (const auto& rs : result.ranks) {
     for (const MemorySample& m : rs.memory) {
@@ -97,7 +116,8 @@ std::string chrome_trace_json(const graphpipe::v1::Plan& plan, const SimResult& 
     }
   }
   w.end_array();
-  w.key("otherData").begin_object()
+  w.key("otherData")
+      .begin_object()
       .field("model", plan.model().name())
       .field("mini_batch", plan.mini_batch())
       .field("iteration_time_us", result.iteration_time_us)

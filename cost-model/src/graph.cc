@@ -67,8 +67,8 @@ Result<Graph> Graph::build(const ModelGraph& model) {
     if (op.id().empty()) return invalid_argument(op_label(i, op) + ": id is empty");
     auto [it, inserted] = g.index_.emplace(op.id(), i);
     if (!inserted) {
-      return invalid_argument(op_label(i, op) + ": duplicate id '" + op.id() +
-                              "' (also ops[" + std::to_string(it->second) + "])");
+      return invalid_argument(op_label(i, op) + ": duplicate id '" + op.id() + "' (also ops[" +
+                              std::to_string(it->second) + "])");
     }
     const OpTypeInfo* info = find_op_type(op.type());
     if (info == nullptr) {
@@ -152,8 +152,8 @@ Result<Graph> Graph::build(const ModelGraph& model) {
         for (int d = 0; d < op.outputs(k).shape_size(); ++d) {
           if (op.outputs(k).shape(d) <= 0) {
             return invalid_argument(op_label(i, op) + ": outputs[" + std::to_string(k) +
-                                    "].shape[" + std::to_string(d) + "] = " +
-                                    std::to_string(op.outputs(k).shape(d)) +
+                                    "].shape[" + std::to_string(d) +
+                                    "] = " + std::to_string(op.outputs(k).shape(d)) +
                                     ": dimensions must be positive");
           }
         }
@@ -172,8 +172,7 @@ Result<Graph> Graph::build(const ModelGraph& model) {
         if (!same_spec(op.outputs(k), inferred.outputs[k])) {
           return invalid_argument(op_label(i, op) + ": outputs[" + std::to_string(k) +
                                   "]: shape mismatch: declared " + shape_string(op.outputs(k)) +
-                                  ", shape inference gives " +
-                                  shape_string(inferred.outputs[k]));
+                                  ", shape inference gives " + shape_string(inferred.outputs[k]));
         }
       }
     }
@@ -247,9 +246,7 @@ std::vector<int> Graph::sinks() const {
   return out;
 }
 
-bool Graph::reaches(int from, int to) const {
-  return (reach_[from][to / 64] >> (to % 64)) & 1U;
-}
+bool Graph::reaches(int from, int to) const { return (reach_[from][to / 64] >> (to % 64)) & 1U; }
 
 int64_t Graph::total_params() const {
   int64_t total = 0;

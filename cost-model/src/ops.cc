@@ -23,7 +23,8 @@ constexpr std::array kCatalogue = {
                "num_embeddings (int, required), embedding_dim (int, required), "
                "mode (sum|mean, default sum)",
                1, 1, false, false, &infer_embedding_bag},
-    OpTypeInfo{"multi_head_attention", "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
+    OpTypeInfo{"multi_head_attention",
+               "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
                "output projection",
                "num_heads (int, required, divides hidden), bias (0|1, default 1)", 1, 1, false,
                false, &infer_attention},
@@ -33,16 +34,17 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{"gelu", "x * Phi(x), tanh approximation", "none", 1, 1, false, false, &infer_gelu},
     OpTypeInfo{"softmax", "softmax over the last dimension", "none", 1, 1, false, false,
                &infer_softmax},
-    OpTypeInfo{"add", "element-wise sum of two or more tensors of one shape", "none", 2, -1,
-               false, false, &infer_add},
-    OpTypeInfo{"concat", "concatenate along a per-sample axis",
-               "axis (int, default -1: the last)", 1, -1, false, false, &infer_concat},
+    OpTypeInfo{"add", "element-wise sum of two or more tensors of one shape", "none", 2, -1, false,
+               false, &infer_add},
+    OpTypeInfo{"concat", "concatenate along a per-sample axis", "axis (int, default -1: the last)",
+               1, -1, false, false, &infer_concat},
     OpTypeInfo{"slice", "x[start:end] along a per-sample axis",
                "axis (int, default -1), start (int, required), end (int, required, exclusive)", 1,
                1, false, false, &infer_slice},
     OpTypeInfo{"mse_loss", "mean squared error between prediction and target (per sample)",
                "none; inputs: prediction, target", 2, 2, false, true, &infer_mse_loss},
-    OpTypeInfo{"softmax_cross_entropy", "softmax over the last dimension, then cross-entropy "
+    OpTypeInfo{"softmax_cross_entropy",
+               "softmax over the last dimension, then cross-entropy "
                "with int64 class labels (per sample mean)",
                "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
                &infer_softmax_cross_entropy},
@@ -69,19 +71,27 @@ const OpTypeInfo* find_op_type(std::string_view type) {
 int64_t dtype_size_bytes(DataType dtype) {
   switch (dtype) {
     case graphpipe::v1::DATA_TYPE_BFLOAT16:
-    case graphpipe::v1::DATA_TYPE_FLOAT16: return 2;
-    case graphpipe::v1::DATA_TYPE_INT64: return 8;
-    default: return 4;  // float32, int32, unspecified (= float32)
+    case graphpipe::v1::DATA_TYPE_FLOAT16:
+      return 2;
+    case graphpipe::v1::DATA_TYPE_INT64:
+      return 8;
+    default:
+      return 4;  // float32, int32, unspecified (= float32)
   }
 }
 
 std::string_view dtype_name(DataType dtype) {
   switch (dtype) {
-    case graphpipe::v1::DATA_TYPE_BFLOAT16: return "bfloat16";
-    case graphpipe::v1::DATA_TYPE_FLOAT16: return "float16";
-    case graphpipe::v1::DATA_TYPE_INT64: return "int64";
-    case graphpipe::v1::DATA_TYPE_INT32: return "int32";
-    default: return "float32";
+    case graphpipe::v1::DATA_TYPE_BFLOAT16:
+      return "bfloat16";
+    case graphpipe::v1::DATA_TYPE_FLOAT16:
+      return "float16";
+    case graphpipe::v1::DATA_TYPE_INT64:
+      return "int64";
+    case graphpipe::v1::DATA_TYPE_INT32:
+      return "int32";
+    default:
+      return "float32";
   }
 }
 

@@ -60,7 +60,8 @@ Status infer_linear(const Operator& op, std::span<const TensorSpec> in, Inferred
   c.forward_flops = gemm + (bias ? n_out : 0) + act_fwd;
   c.backward_flops = 2 * gemm + (bias ? n_out : 0) + act_bwd;  // dX and dW GEMMs
   c.forward_bytes = static_cast<double>(size_bytes(x)) + n_out * elt;
-  c.backward_bytes = 2.0 * static_cast<double>(size_bytes(x)) + n_out * elt * (act != "none" ? 2 : 1);
+  c.backward_bytes =
+      2.0 * static_cast<double>(size_bytes(x)) + n_out * elt * (act != "none" ? 2 : 1);
   c.forward_fixed_bytes = param_bytes;
   c.backward_fixed_bytes = 2 * param_bytes;
   // Backward needs the input (for dW) and, with a fused activation, its pre-activation output.
@@ -137,10 +138,10 @@ Status infer_attention(const Operator& op, std::span<const TensorSpec> in, Infer
   const double S = static_cast<double>(s), H = static_cast<double>(h);
   const double nh = static_cast<double>(heads);
   const double elt = static_cast<double>(dtype_size_bytes(x.dtype()));
-  const double proj = 8 * S * H * H;         // Q, K, V and output projections
-  const double scores = 2 * S * S * H;       // Q K^T over all heads
-  const double context = 2 * S * S * H;      // P V over all heads
-  const double softmax = 6 * nh * S * S;     // scale, max, exp, sum, divide
+  const double proj = 8 * S * H * H;      // Q, K, V and output projections
+  const double scores = 2 * S * S * H;    // Q K^T over all heads
+  const double context = 2 * S * S * H;   // P V over all heads
+  const double softmax = 6 * nh * S * S;  // scale, max, exp, sum, divide
   const double biases = bias ? 4 * S * H : 0;
   const double param_bytes = static_cast<double>(out->cost.param_count) * elt;
   OpCost& c = out->cost;

@@ -86,9 +86,8 @@ Status infer_add(const Operator&, std::span<const TensorSpec> in, InferredOp* ou
   for (size_t i = 0; i < in.size(); ++i) {
     GP_RETURN_IF_ERROR(require_float(in[i], static_cast<int>(i)));
     if (!same_spec(in[i], in[0])) {
-      return invalid_argument("inputs[" + std::to_string(i) + "]: shape " +
-                              shape_string(in[i]) + " differs from inputs[0] " +
-                              shape_string(in[0]));
+      return invalid_argument("inputs[" + std::to_string(i) + "]: shape " + shape_string(in[i]) +
+                              " differs from inputs[0] " + shape_string(in[0]));
     }
   }
   out->outputs = {in[0]};
@@ -117,8 +116,8 @@ Status infer_concat(const Operator& op, std::span<const TensorSpec> in, Inferred
     }
     if (!compatible) {
       return invalid_argument("inputs[" + std::to_string(i) + "]: shape " + shape_string(t) +
-                              " cannot be concatenated with inputs[0] " +
-                              shape_string(in[0]) + " along axis " + std::to_string(axis));
+                              " cannot be concatenated with inputs[0] " + shape_string(in[0]) +
+                              " along axis " + std::to_string(axis));
     }
     total += t.shape(axis);
   }
@@ -141,10 +140,9 @@ Status infer_slice(const Operator& op, std::span<const TensorSpec> in, InferredO
   GP_ASSIGN_OR_RETURN(int64_t end, attr_int(op, "end"));
   const int64_t dim = x.shape(axis);
   if (start < 0 || end > dim || start >= end) {
-    return invalid_argument("attrs.start = " + std::to_string(start) + ", attrs.end = " +
-                            std::to_string(end) + ": need 0 <= start < end <= " +
-                            std::to_string(dim) + " (size of axis " + std::to_string(axis) +
-                            ")");
+    return invalid_argument("attrs.start = " + std::to_string(start) +
+                            ", attrs.end = " + std::to_string(end) + ": need 0 <= start < end <= " +
+                            std::to_string(dim) + " (size of axis " + std::to_string(axis) + ")");
   }
   TensorSpec y = x;
   y.set_shape(axis, end - start);

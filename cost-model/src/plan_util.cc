@@ -11,7 +11,9 @@ namespace {
 using graphpipe::v1::Instruction;
 using graphpipe::v1::Plan;
 
-std::string idx(const char* field, int i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
+std::string idx(const char* field, int i) {
+  return std::string(field) + "[" + std::to_string(i) + "]";
+}
 
 Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k) {
   const auto& prog = plan.programs(p);
@@ -32,23 +34,23 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
   if (kind == K::INSTRUCTION_KIND_UNSPECIFIED || !graphpipe::v1::InstructionKind_IsValid(kind)) {
     return invalid_argument(where + ".kind: unspecified or unknown");
   }
-  const bool is_comm = kind >= K::INSTRUCTION_KIND_SEND_ACTIVATION &&
-                       kind <= K::INSTRUCTION_KIND_RECV_GRADIENT;
+  const bool is_comm =
+      kind >= K::INSTRUCTION_KIND_SEND_ACTIVATION && kind <= K::INSTRUCTION_KIND_RECV_GRADIENT;
   if (!is_comm) return ok_status();
   if (in.edge() < 0 || in.edge() >= plan.edges_size()) {
     return invalid_argument(where + ".edge = " + std::to_string(in.edge()) + " out of range");
   }
   const auto& edge = plan.edges(in.edge());
   // Which end of the edge this rank must be, and which end the peer must be.
-  const bool this_is_src = kind == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
-                           kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
+  const bool this_is_src =
+      kind == K::INSTRUCTION_KIND_SEND_ACTIVATION || kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
   const int own = this_is_src ? edge.src_stage() : edge.dst_stage();
   const int other = this_is_src ? edge.dst_stage() : edge.src_stage();
   if (own != prog.stage()) {
-    return invalid_argument(where + ": edge " + std::to_string(in.edge()) + " (stage " +
-                            std::to_string(edge.src_stage()) + " -> " +
-                            std::to_string(edge.dst_stage()) + ") does not fit this instruction on stage " +
-                            std::to_string(prog.stage()));
+    return invalid_argument(
+        where + ": edge " + std::to_string(in.edge()) + " (stage " +
+        std::to_string(edge.src_stage()) + " -> " + std::to_string(edge.dst_stage()) +
+        ") does not fit this instruction on stage " + std::to_string(prog.stage()));
   }
   if (in.peer_rank() < 0 || in.peer_rank() >= index.world_size ||
       index.stage_of_rank[in.peer_rank()] != other) {
@@ -58,7 +60,8 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
   if (in.sample_begin() < 0 || in.sample_end() <= in.sample_begin() ||
       in.sample_end() > plan.mini_batch()) {
     return invalid_argument(where + ": sample range [" + std::to_string(in.sample_begin()) + ", " +
-                            std::to_string(in.sample_end()) + ") is empty or outside the mini-batch");
+                            std::to_string(in.sample_end()) +
+                            ") is empty or outside the mini-batch");
   }
   return ok_status();
 }
@@ -76,7 +79,8 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
                             "' does not match the embedded model (" + hash + ")");
   }
   if (plan.mini_batch() <= 0) {
-    return invalid_argument("plan.mini_batch = " + std::to_string(plan.mini_batch()) + ", must be > 0");
+    return invalid_argument("plan.mini_batch = " + std::to_string(plan.mini_batch()) +
+                            ", must be > 0");
   }
   if (plan.stages_size() == 0) return invalid_argument("plan.stages: empty");
   const auto& cl = plan.cluster();
@@ -91,7 +95,8 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
     const auto& st = plan.stages(s);
     const std::string where = idx("stages", s);
     if (st.id() != s) {
-      return invalid_argument(where + ".id = " + std::to_string(st.id()) + ", must equal its index");
+      return invalid_argument(where + ".id = " + std::to_string(st.id()) +
+                              ", must equal its index");
     }
     if (st.op_ids_size() == 0) return invalid_argument(where + ".op_ids: empty");
     for (int k = 0; k < st.op_ids_size(); ++k) {
@@ -102,7 +107,8 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
       }
       if (index.stage_of_op[op] >= 0) {
         return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
-                                "' is also in stages[" + std::to_string(index.stage_of_op[op]) + "]");
+                                "' is also in stages[" + std::to_string(index.stage_of_op[op]) +
+                                "]");
       }
       index.stage_of_op[op] = s;
       index.stage_ops[s].push_back(op);
@@ -171,7 +177,8 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
                               " is not a device of any stage");
     }
     if (index.program_of_rank[prog.rank()] >= 0) {
-      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) + " has two programs");
+      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) +
+                              " has two programs");
     }
     if (prog.stage() != index.stage_of_rank[prog.rank()]) {
       return invalid_argument(where + ".stage = " + std::to_string(prog.stage()) + ", but rank " +
@@ -225,25 +232,39 @@ std::string describe_instruction(const Plan& plan, const Instruction& in) {
     return s + " " + dir + " rank " + std::to_string(in.peer_rank());
   };
   switch (in.kind()) {
-    case K::INSTRUCTION_KIND_FORWARD: return "FORWARD stage " + std::to_string(in.stage()) + mb;
-    case K::INSTRUCTION_KIND_BACKWARD: return "BACKWARD stage " + std::to_string(in.stage()) + mb;
-    case K::INSTRUCTION_KIND_SEND_ACTIVATION: return transfer("SEND", "act", "to");
-    case K::INSTRUCTION_KIND_RECV_ACTIVATION: return transfer("RECV", "act", "from");
-    case K::INSTRUCTION_KIND_SEND_GRADIENT: return transfer("SEND", "grad", "to");
-    case K::INSTRUCTION_KIND_RECV_GRADIENT: return transfer("RECV", "grad", "from");
-    case K::INSTRUCTION_KIND_ALLREDUCE_GRADS: return "ALLREDUCE_GRADS stage " + std::to_string(in.stage());
-    case K::INSTRUCTION_KIND_OPTIMIZER_STEP: return "OPTIMIZER_STEP stage " + std::to_string(in.stage());
-    default: return "UNKNOWN instruction";
+    case K::INSTRUCTION_KIND_FORWARD:
+      return "FORWARD stage " + std::to_string(in.stage()) + mb;
+    case K::INSTRUCTION_KIND_BACKWARD:
+      return "BACKWARD stage " + std::to_string(in.stage()) + mb;
+    case K::INSTRUCTION_KIND_SEND_ACTIVATION:
+      return transfer("SEND", "act", "to");
+    case K::INSTRUCTION_KIND_RECV_ACTIVATION:
+      return transfer("RECV", "act", "from");
+    case K::INSTRUCTION_KIND_SEND_GRADIENT:
+      return transfer("SEND", "grad", "to");
+    case K::INSTRUCTION_KIND_RECV_GRADIENT:
+      return transfer("RECV", "grad", "from");
+    case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
+      return "ALLREDUCE_GRADS stage " + std::to_string(in.stage());
+    case K::INSTRUCTION_KIND_OPTIMIZER_STEP:
+      return "OPTIMIZER_STEP stage " + std::to_string(in.stage());
+    default:
+      return "UNKNOWN instruction";
   }
 }
 
 std::string_view strategy_name(graphpipe::v1::Strategy strategy) {
   switch (strategy) {
-    case graphpipe::v1::STRATEGY_GRAPHPIPE: return "graphpipe";
-    case graphpipe::v1::STRATEGY_SEQUENTIAL: return "sequential";
-    case graphpipe::v1::STRATEGY_PIPER: return "piper";
-    case graphpipe::v1::STRATEGY_MANUAL: return "manual";
-    default: return "unspecified";
+    case graphpipe::v1::STRATEGY_GRAPHPIPE:
+      return "graphpipe";
+    case graphpipe::v1::STRATEGY_SEQUENTIAL:
+      return "sequential";
+    case graphpipe::v1::STRATEGY_PIPER:
+      return "piper";
+    case graphpipe::v1::STRATEGY_MANUAL:
+      return "manual";
+    default:
+      return "unspecified";
   }
 }
 

@@ -88,8 +88,8 @@ Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
       c.forward_us += t.forward_us;
       c.backward_us += t.backward_us;
     }
-    c.static_memory = cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d,
-                                         memory_);
+    c.static_memory =
+        cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d, memory_);
     c.activation_bytes_per_sample =
         cost::stage_memory(graph, ops, 1, /*in_flight_samples=*/1, 1, memory_).activation_bytes;
     c.gradient_bytes = cost::stage_param_bytes(graph, ops, plan.training().precision());
@@ -249,8 +249,8 @@ Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
     if (ranks[r].finished) continue;
     result.deadlocked = true;
     const auto& prog = plan.programs(ranks[r].program);
-    result.blocked.push_back({r, ranks[r].pc,
-                              graph::describe_instruction(plan, prog.instructions(ranks[r].pc))});
+    result.blocked.push_back(
+        {r, ranks[r].pc, graph::describe_instruction(plan, prog.instructions(ranks[r].pc))});
   }
   if (result.deadlocked) return result;
 

@@ -66,8 +66,9 @@ std::string summary_text(const ModelSummary& s) {
   };
   line("model", s.name);
   line("operators", std::to_string(s.num_ops) + " (" + std::to_string(s.num_inputs) + " inputs)");
-  line("parameters", std::to_string(s.num_params) + " (" + human(static_cast<double>(s.num_params), "") +
-                         ", " + human(static_cast<double>(s.param_bytes), "B") + ")");
+  line("parameters", std::to_string(s.num_params) + " (" +
+                         human(static_cast<double>(s.num_params), "") + ", " +
+                         human(static_cast<double>(s.param_bytes), "B") + ")");
   line("forward FLOPs per sample", human(s.forward_flops_per_sample, "FLOP"));
   line("backward FLOPs per sample", human(s.backward_flops_per_sample, "FLOP"));
   line("activation bytes per sample", human(s.activation_bytes_per_sample, "B"));

@@ -40,7 +40,9 @@ Result<std::vector<int64_t>> get_list(const ZooParams& params, std::string_view 
   return out;
 }
 
-std::string id(std::string_view prefix, int64_t i) { return std::string(prefix) + std::to_string(i); }
+std::string id(std::string_view prefix, int64_t i) {
+  return std::string(prefix) + std::to_string(i);
+}
 
 // Shared by mmt and transformer: `branches` stacks of transformer layers, concatenated.
 Result<ModelGraph> build_transformer_branches(const ZooParams& params, int64_t branches,
@@ -59,7 +61,8 @@ Result<ModelGraph> build_transformer_branches(const ZooParams& params, int64_t b
   for (int64_t br = 0; br < branches; ++br) {
     const std::string p = branches > 1 ? id("b", br) + "." : "";
     TensorRef x = b.input(p + "input", {seq, hidden});
-    for (int64_t l = 0; l < layers; ++l) x = b.transformer_layer(p + id("l", l), x, hidden, heads, ffn);
+    for (int64_t l = 0; l < layers; ++l)
+      x = b.transformer_layer(p + id("l", l), x, hidden, heads, ffn);
     outs.push_back(x);
   }
   const TensorRef joined = branches > 1 ? b.concat("concat", outs) : outs[0];
@@ -95,7 +98,8 @@ Result<ModelGraph> build_dlrm(const ZooParams& params) {
   for (int64_t i = 0; i < dense_branches; ++i) {
     const std::string p = id("dense", i) + ".";
     TensorRef x = b.input(p + "input", {dense_in});
-    for (int64_t l = 0; l < dense_layers; ++l) x = b.linear(p + id("fc", l), x, width, true, "relu");
+    for (int64_t l = 0; l < dense_layers; ++l)
+      x = b.linear(p + id("fc", l), x, width, true, "relu");
     features.push_back(x);
   }
   for (int64_t i = 0; i < sparse_branches; ++i) {

@@ -21,7 +21,8 @@ HostInfo query_host() {
   while (std::getline(cpuinfo, line)) {
     if (line.rfind("model name", 0) == 0) {
       const size_t colon = line.find(':');
-      if (colon != std::string::npos && colon + 2 <= line.size()) info.cpu_model = line.substr(colon + 2);
+      if (colon != std::string::npos && colon + 2 <= line.size())
+        info.cpu_model = line.substr(colon + 2);
       break;
     }
   }
@@ -58,7 +59,8 @@ CudaRuntimeInfo query_cuda() {
                                           raw.major, raw.minor, raw.multiprocessors});
   }
 #else
-  info.unavailable_reason = "built without CUDA (configure with -DGP_CUDA=ON on a machine with nvcc)";
+  info.unavailable_reason =
+      "built without CUDA (configure with -DGP_CUDA=ON on a machine with nvcc)";
 #endif
   return info;
 }

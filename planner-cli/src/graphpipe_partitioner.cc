@@ -67,9 +67,8 @@ class GraphPipeDp {
     for (int n = 0; n < num_nodes; ++n) {
       children_[n] = tree.nodes[n].children;
       if (tree.nodes[n].kind == SpNode::Kind::kParallel) {
-        std::stable_sort(children_[n].begin(), children_[n].end(), [&](int a, int c) {
-          return work(a) > work(c);
-        });
+        std::stable_sort(children_[n].begin(), children_[n].end(),
+                         [&](int a, int c) { return work(a) > work(c); });
       }
     }
     offset_.resize(num_nodes);
@@ -108,7 +107,9 @@ class GraphPipeDp {
     return sum * 1.0001;
   }
 
-  double lower_bound() const { return work(tree_.root) / static_cast<double>(b_) * 1e-6 / max_devices_; }
+  double lower_bound() const {
+    return work(tree_.root) / static_cast<double>(b_) * 1e-6 / max_devices_;
+  }
 
  private:
   double work(int node) const {
@@ -120,7 +121,10 @@ class GraphPipeDp {
   Entry& at(int node, int i, int d, int k, int tail) {
     if (tail != 0) {
       const uint64_t key = (((static_cast<uint64_t>(node) << 12 | static_cast<uint64_t>(i)) << 13 |
-                             static_cast<uint64_t>(d)) << 13 | static_cast<uint64_t>(k)) << 10 |
+                             static_cast<uint64_t>(d))
+                                << 13 |
+                            static_cast<uint64_t>(k))
+                               << 10 |
                            static_cast<uint64_t>(tail);
       return tail_memo_[key];
     }
@@ -139,7 +143,8 @@ class GraphPipeDp {
     for (int c = begin; c < end; ++c) {
       const int child = children_[node][c];
       t.agg.add(agg_[child]);
-      t.units.insert(t.units.end(), tree_.nodes[child].units.begin(), tree_.nodes[child].units.end());
+      t.units.insert(t.units.end(), tree_.nodes[child].units.begin(),
+                     tree_.nodes[child].units.end());
     }
     t.out_bytes = out_bytes_[children_[node][end - 1]];
     tails_.push_back(std::move(t));
@@ -255,7 +260,8 @@ class GraphPipeDp {
     if (!leaf && tree_.nodes[child(i)].kind != SpNode::Kind::kLeaf) {
       if (i + 1 == count) {
         const int value = range(child(i), 0, d, k, tail);
-        if (value < best) best = value, choice = {Choice::kRecurse, 0, static_cast<int16_t>(d), 0, 0};
+        if (value < best)
+          best = value, choice = {Choice::kRecurse, 0, static_cast<int16_t>(d), 0, 0};
       } else {
         for (int d1 = 1; d1 < d; ++d1) {
           const int rest = range(node, i + 1, d - d1, k, tail);
@@ -263,7 +269,8 @@ class GraphPipeDp {
           const int first = range(child(i), 0, d1, series ? rest : side_k, 0);
           if (first >= kInfeasible) continue;
           const int value = series ? first : std::max(first, rest);
-          if (value < best) best = value, choice = {Choice::kRecurse, 0, static_cast<int16_t>(d1), 0, 0};
+          if (value < best)
+            best = value, choice = {Choice::kRecurse, 0, static_cast<int16_t>(d1), 0, 0};
         }
       }
     }
@@ -318,7 +325,8 @@ class GraphPipeDp {
           stage.units.insert(stage.units.end(), units.begin(), units.end());
         }
         if (c.end == count && tail != 0) {
-          stage.units.insert(stage.units.end(), tails_[tail].units.begin(), tails_[tail].units.end());
+          stage.units.insert(stage.units.end(), tails_[tail].units.begin(),
+                             tails_[tail].units.end());
         }
         stage.devices = c.dp_degree;
         out->push_back(std::move(stage));
@@ -345,7 +353,8 @@ class GraphPipeDp {
         emit(child(i), 0, c.devices, rest, c.join, out);
         return;
       }
-      case Choice::kNone: return;
+      case Choice::kNone:
+        return;
     }
   }
 

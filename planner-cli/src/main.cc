@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
   auto* zoo_export = zoo->add_subcommand("export", "Write a zoo model to a file");
   zoo_export->add_option("name", export_opts.name, "Zoo spec, e.g. mmt or mmt?branches=2")
       ->required();
-  zoo_export->add_option("--out", export_opts.out, "Output file: .pbtxt, .json or .pb")
-      ->required();
+  zoo_export->add_option("--out", export_opts.out, "Output file: .pbtxt, .json or .pb")->required();
 
   ModelInfoOptions info_opts;
   auto* info = app.add_subcommand(
@@ -92,8 +91,8 @@ int main(int argc, char** argv) {
   search->add_option("--dot", search_opts.dot, "write the stage graph as Graphviz");
 
   SearchOptions compare_opts;
-  auto* compare = app.add_subcommand(
-      "compare", "Search with several strategies and print a comparison table");
+  auto* compare =
+      app.add_subcommand("compare", "Search with several strategies and print a comparison table");
   add_search_options(compare, &compare_opts, /*compare=*/true);
   compare->add_option("--out-dir", compare_opts.out_dir,
                       "write each strategy's plan, report, trace and stage graph here");

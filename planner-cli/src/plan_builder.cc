@@ -89,7 +89,8 @@ Result<std::vector<StageEdge>> stage_edges(const graph::Graph& graph,
     }
   }
   for (int op = 0; op < graph.num_ops(); ++op) {
-    if (stage_of[op] < 0) return invalid_argument("stages: op '" + graph.op(op).id() + "' is in no stage");
+    if (stage_of[op] < 0)
+      return invalid_argument("stages: op '" + graph.op(op).id() + "' is in no stage");
   }
   std::map<std::pair<int, int>, std::vector<graphpipe::v1::TensorRef>> by_pair;
   auto add_tensor = [&](int src, int dst, const graphpipe::v1::TensorRef& ref) {
@@ -201,13 +202,14 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
       }
     }
     if (st.micro_batch <= 0 || inputs.mini_batch % st.micro_batch != 0) {
-      return invalid_argument(stage_field(s, "micro_batch") + " = " + std::to_string(st.micro_batch) +
-                              " does not divide the mini-batch " + std::to_string(inputs.mini_batch));
+      return invalid_argument(stage_field(s, "micro_batch") + " = " +
+                              std::to_string(st.micro_batch) + " does not divide the mini-batch " +
+                              std::to_string(inputs.mini_batch));
     }
     if (st.micro_batch % static_cast<int64_t>(st.ranks.size()) != 0) {
-      return invalid_argument(stage_field(s, "micro_batch") + " = " + std::to_string(st.micro_batch) +
-                              " is not divisible by its " + std::to_string(st.ranks.size()) +
-                              " data-parallel devices");
+      return invalid_argument(stage_field(s, "micro_batch") + " = " +
+                              std::to_string(st.micro_batch) + " is not divisible by its " +
+                              std::to_string(st.ranks.size()) + " data-parallel devices");
     }
   }
   GP_ASSIGN_OR_RETURN(std::vector<StageEdge> edges, stage_edges(graph, stages, inputs.chain));
@@ -258,17 +260,19 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
         if (forward) {
           for (int e = 0; e < plan.edges_size(); ++e) {
             if (plan.edges(e).dst_stage() != stage) continue;
-            for (const Slice& peer : overlapping_slices(stages[plan.edges(e).src_stage()], lo, hi)) {
-              *prog->add_instructions() = transfer(
-                  graphpipe::v1::INSTRUCTION_KIND_RECV_ACTIVATION, stage, mb, e, peer);
+            for (const Slice& peer :
+                 overlapping_slices(stages[plan.edges(e).src_stage()], lo, hi)) {
+              *prog->add_instructions() =
+                  transfer(graphpipe::v1::INSTRUCTION_KIND_RECV_ACTIVATION, stage, mb, e, peer);
             }
           }
           *prog->add_instructions() = make(graphpipe::v1::INSTRUCTION_KIND_FORWARD, stage, mb);
           for (int e = 0; e < plan.edges_size(); ++e) {
             if (plan.edges(e).src_stage() != stage) continue;
-            for (const Slice& peer : overlapping_slices(stages[plan.edges(e).dst_stage()], lo, hi)) {
-              *prog->add_instructions() = transfer(
-                  graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION, stage, mb, e, peer);
+            for (const Slice& peer :
+                 overlapping_slices(stages[plan.edges(e).dst_stage()], lo, hi)) {
+              *prog->add_instructions() =
+                  transfer(graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION, stage, mb, e, peer);
             }
           }
         } else {
@@ -277,9 +281,10 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
                 graph::gradient_bytes_per_sample(graph, plan.edges(e)) == 0) {
               continue;
             }
-            for (const Slice& peer : overlapping_slices(stages[plan.edges(e).dst_stage()], lo, hi)) {
-              *prog->add_instructions() = transfer(
-                  graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT, stage, mb, e, peer);
+            for (const Slice& peer :
+                 overlapping_slices(stages[plan.edges(e).dst_stage()], lo, hi)) {
+              *prog->add_instructions() =
+                  transfer(graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT, stage, mb, e, peer);
             }
           }
           *prog->add_instructions() = make(graphpipe::v1::INSTRUCTION_KIND_BACKWARD, stage, mb);
@@ -288,9 +293,10 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
                 graph::gradient_bytes_per_sample(graph, plan.edges(e)) == 0) {
               continue;
             }
-            for (const Slice& peer : overlapping_slices(stages[plan.edges(e).src_stage()], lo, hi)) {
-              *prog->add_instructions() = transfer(
-                  graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT, stage, mb, e, peer);
+            for (const Slice& peer :
+                 overlapping_slices(stages[plan.edges(e).src_stage()], lo, hi)) {
+              *prog->add_instructions() =
+                  transfer(graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT, stage, mb, e, peer);
             }
           }
         }

@@ -31,7 +31,8 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
     t.set_learning_rate(1e-2);
     t.set_momentum(0.9);
   } else {
-    return invalid_argument("--optimizer = '" + opts.optimizer + "', expected adam, sgd or momentum");
+    return invalid_argument("--optimizer = '" + opts.optimizer +
+                            "', expected adam, sgd or momentum");
   }
   if (opts.precision == "fp32") {
     t.set_precision(graphpipe::v1::PRECISION_FP32);
@@ -82,7 +83,8 @@ Result<PlanningSetup> prepare(const SearchOptions& opts) {
     }
     GP_RETURN_IF_ERROR(cost::validate_cluster(cluster).with_context("--exclude-devices"));
   }
-  GP_ASSIGN_OR_RETURN(setup.cluster, cost::select_devices(cluster, std::min(wanted, cost::num_devices(cluster))));
+  GP_ASSIGN_OR_RETURN(setup.cluster,
+                      cost::select_devices(cluster, std::min(wanted, cost::num_devices(cluster))));
   if (opts.batch <= 0) {
     return invalid_argument("--batch = " + std::to_string(opts.batch) + ", must be > 0");
   }
@@ -143,7 +145,8 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
     const sim::Simulator simulator(*setup.compute, comm,
                                    {setup.training.optimizer(), setup.training.precision()});
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(result.plan, *setup.graph, {true}));
-    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.trace, sim::chrome_trace_json(result.plan, sim)));
+    GP_RETURN_IF_ERROR(
+        graph::write_file_atomic(opts.trace, sim::chrome_trace_json(result.plan, sim)));
   }
   return ok_status();
 }
@@ -155,19 +158,19 @@ Status run_search(const SearchOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
   GP_RETURN_IF_ERROR(write_outputs(opts, setup, result, strategy));
   if (!result.feasible) {
-    return failed_precondition("no feasible " + opts.strategy + " plan for '" +
-                               setup.graph->model().name() + "' on " +
-                               std::to_string(cost::num_devices(setup.cluster)) + " devices: " +
-                               result.infeasible_reason);
+    return failed_precondition(
+        "no feasible " + opts.strategy + " plan for '" + setup.graph->model().name() + "' on " +
+        std::to_string(cost::num_devices(setup.cluster)) + " devices: " + result.infeasible_reason);
   }
   const auto& p = result.plan.predicted();
-  std::printf("%s: %d stages (depth %d), micro-batch %lld, %.1f samples/s predicted, "
-              "iteration %.4f s, peak memory %s, search %.3f s -> %s\n",
-              opts.strategy.c_str(), result.plan.stages_size(), planner::pipeline_depth(result.plan),
-              static_cast<long long>(result.plan.stages(0).micro_batch()),
-              p.throughput_samples_per_s(), p.iteration_time_s(),
-              planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
-              result.search_time_s, opts.out.c_str());
+  std::printf(
+      "%s: %d stages (depth %d), micro-batch %lld, %.1f samples/s predicted, "
+      "iteration %.4f s, peak memory %s, search %.3f s -> %s\n",
+      opts.strategy.c_str(), result.plan.stages_size(), planner::pipeline_depth(result.plan),
+      static_cast<long long>(result.plan.stages(0).micro_batch()), p.throughput_samples_per_s(),
+      p.iteration_time_s(),
+      planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
+      result.search_time_s, opts.out.c_str());
   return ok_status();
 }
 

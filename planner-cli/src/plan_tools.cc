@@ -50,9 +50,9 @@ Status run_compare(const SearchOptions& opts) {
   std::printf("\n%s on %d x %s (%s), mini-batch %lld\n\n", setup.graph->model().name().c_str(),
               cost::num_devices(setup.cluster), setup.cluster.device().name().c_str(),
               setup.cluster.name().c_str(), static_cast<long long>(opts.batch));
-  std::printf("%-11s %8s %7s %6s %6s %13s %12s %9s %11s %10s  %s\n", "strategy", "feasible", "stages",
-              "depth", "mb", "samples/s", "iteration s", "bubbles", "peak mem", "search s",
-              "vs best baseline");
+  std::printf("%-11s %8s %7s %6s %6s %13s %12s %9s %11s %10s  %s\n", "strategy", "feasible",
+              "stages", "depth", "mb", "samples/s", "iteration s", "bubbles", "peak mem",
+              "search s", "vs best baseline");
   for (const auto& r : rows) {
     if (!r.result.feasible) {
       std::printf("%-11s %8s  %s (search %.3f s)\n", r.name.c_str(), "no",
@@ -84,23 +84,23 @@ Status run_simulate(const PlanFileOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
-  GP_ASSIGN_OR_RETURN(auto compute, make_cost_model(plan.cluster(), plan.training().precision(),
-                                                    opts.profile));
+  GP_ASSIGN_OR_RETURN(auto compute,
+                      make_cost_model(plan.cluster(), plan.training().precision(), opts.profile));
   const cost::CommModel comm(plan.cluster());
   const sim::Simulator simulator(*compute, comm,
                                  {plan.training().optimizer(), plan.training().precision()});
   auto sim = simulator.run(plan, *built, {!opts.trace.empty()});
   if (!sim.ok()) return sim.status().with_context("--plan " + opts.plan);
   if (sim->deadlocked) {
-    return failed_precondition("--plan " + opts.plan + ": the plan deadlocks: " +
-                               sim->deadlock_report());
+    return failed_precondition("--plan " + opts.plan +
+                               ": the plan deadlocks: " + sim->deadlock_report());
   }
   sim::fill_predicted_metrics(*sim, &plan);
-  std::printf("iteration %.6f s, %.1f samples/s, bubbles %.1f%%, peak memory %s, %lld instructions\n",
-              sim->iteration_time_us * 1e-6, sim->throughput_samples_per_s,
-              100 * sim->bubble_fraction,
-              planner::human_bytes(static_cast<double>(sim->peak_memory_bytes)).c_str(),
-              static_cast<long long>(sim->events_processed));
+  std::printf(
+      "iteration %.6f s, %.1f samples/s, bubbles %.1f%%, peak memory %s, %lld instructions\n",
+      sim->iteration_time_us * 1e-6, sim->throughput_samples_per_s, 100 * sim->bubble_fraction,
+      planner::human_bytes(static_cast<double>(sim->peak_memory_bytes)).c_str(),
+      static_cast<long long>(sim->events_processed));
   for (const auto& st : sim->stages) {
     std::printf("  stage %3d  busy %.6f s  bubbles %5.1f%%  peak memory %s\n", st.stage,
                 st.busy_us * 1e-6, 100 * st.bubble_fraction,
@@ -113,7 +113,8 @@ Status run_simulate(const PlanFileOptions& opts) {
     ctx.num_devices = cost::num_devices(plan.cluster());
     ctx.mini_batch = plan.mini_batch();
     ctx.search_time_s = plan.provenance().search_time_s();
-    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.report, planner::plan_report_json(ctx, &plan)));
+    GP_RETURN_IF_ERROR(
+        graph::write_file_atomic(opts.report, planner::plan_report_json(ctx, &plan)));
   }
   if (!opts.trace.empty()) {
     GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.trace, sim::chrome_trace_json(plan, *sim)));
@@ -142,8 +143,8 @@ Status run_verify(const PlanFileOptions& opts) {
     GP_ASSIGN_OR_RETURN(expected_cluster, cost::select_devices(cluster, n));
     vopts.expected_cluster = &expected_cluster;
   }
-  GP_ASSIGN_OR_RETURN(auto compute, make_cost_model(plan.cluster(), plan.training().precision(),
-                                                    opts.profile));
+  GP_ASSIGN_OR_RETURN(auto compute,
+                      make_cost_model(plan.cluster(), plan.training().precision(), opts.profile));
   GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(plan, *compute, vopts));
   if (!report.ok()) {
     std::string all;
@@ -151,10 +152,12 @@ Status run_verify(const PlanFileOptions& opts) {
     return failed_precondition("--plan " + opts.plan + " failed verification (" +
                                std::to_string(report.problems.size()) + " problem(s)):" + all);
   }
-  std::printf("%s: ok (%d stages, %d ranks, deadlock-free, peak memory %s of %s)\n",
-              opts.plan.c_str(), plan.stages_size(), plan.programs_size(),
-              planner::human_bytes(static_cast<double>(report.simulation.peak_memory_bytes)).c_str(),
-              planner::human_bytes(static_cast<double>(plan.cluster().device().memory_capacity_bytes())).c_str());
+  std::printf(
+      "%s: ok (%d stages, %d ranks, deadlock-free, peak memory %s of %s)\n", opts.plan.c_str(),
+      plan.stages_size(), plan.programs_size(),
+      planner::human_bytes(static_cast<double>(report.simulation.peak_memory_bytes)).c_str(),
+      planner::human_bytes(static_cast<double>(plan.cluster().device().memory_capacity_bytes()))
+          .c_str());
   return ok_status();
 }
 

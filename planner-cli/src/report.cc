@@ -110,7 +110,8 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
 }
 
 std::string stage_graph_dot(const graphpipe::v1::Plan& plan) {
-  std::string out = "digraph stages {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n";
+  std::string out =
+      "digraph stages {\n  rankdir=LR;\n  node [shape=box, fontname=\"monospace\"];\n";
   for (const auto& st : plan.stages()) {
     std::string ranks;
     for (int r : st.device_ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
@@ -170,7 +171,8 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
       if (level[st.id()] != l) continue;
       std::string succ;
       for (const auto& e : plan.edges()) {
-        if (e.src_stage() == st.id()) succ += (succ.empty() ? "" : ",") + std::to_string(e.dst_stage());
+        if (e.src_stage() == st.id())
+          succ += (succ.empty() ? "" : ",") + std::to_string(e.dst_stage());
       }
       out += "  [" + std::to_string(st.id()) + "]" + (succ.empty() ? "" : "->" + succ);
     }

@@ -137,8 +137,8 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                               std::to_string(req.mini_batch));
     }
   }
-  const int devices = req.cluster.num_nodes() * req.cluster.devices_per_node() -
-                      req.cluster.excluded_ranks_size();
+  const int devices =
+      req.cluster.num_nodes() * req.cluster.devices_per_node() - req.cluster.excluded_ranks_size();
   const UnitGraph units = build_units(graph);
   const cost::CommModel comm(req.cluster);
   const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
@@ -162,10 +162,17 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     cand.micro_batch = b;
     Result<PartitionOutcome> outcome = invalid_argument("no strategy");
     switch (req.strategy) {
-      case graphpipe::v1::STRATEGY_GRAPHPIPE: outcome = partition_graphpipe(ctx, b); break;
-      case graphpipe::v1::STRATEGY_SEQUENTIAL: outcome = partition_sequential(ctx, b); break;
-      case graphpipe::v1::STRATEGY_PIPER: outcome = partition_piper(ctx, b); break;
-      default: return invalid_argument("--strategy: unspecified");
+      case graphpipe::v1::STRATEGY_GRAPHPIPE:
+        outcome = partition_graphpipe(ctx, b);
+        break;
+      case graphpipe::v1::STRATEGY_SEQUENTIAL:
+        outcome = partition_sequential(ctx, b);
+        break;
+      case graphpipe::v1::STRATEGY_PIPER:
+        outcome = partition_piper(ctx, b);
+        break;
+      default:
+        return invalid_argument("--strategy: unspecified");
     }
     if (!outcome.ok()) return outcome.status();
     if (!outcome->partition) {
@@ -206,7 +213,8 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     }
     result.candidates.push_back(cand);
     ++done;
-    if (req.progress) req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
+    if (req.progress)
+      req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
   }
   result.search_time_s = seconds_since(start);
   if (!result.feasible) {

@@ -17,7 +17,8 @@ void StageAggregate::add(const StageAggregate& other) {
   static_bytes += other.static_bytes;
   gradient_bytes += other.gradient_bytes;
   activation_bytes_per_sample += other.activation_bytes_per_sample;
-  workspace_bytes_per_sample = std::max(workspace_bytes_per_sample, other.workspace_bytes_per_sample);
+  workspace_bytes_per_sample =
+      std::max(workspace_bytes_per_sample, other.workspace_bytes_per_sample);
 }
 
 StageCostModel::StageCostModel(const graph::Graph& graph, const UnitGraph& units,
@@ -74,18 +75,22 @@ double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
                              int64_t boundary_bytes_per_sample) const {
   const int64_t per_device = b / d;
   const int level = log2_exact(per_device);
-  const double compute = level < static_cast<int>(stage.compute_us.size()) ? stage.compute_us[level] : 0;
+  const double compute =
+      level < static_cast<int>(stage.compute_us.size()) ? stage.compute_us[level] : 0;
   // A typical neighbour sits in the same node (placement keeps heavy edges inside nodes).
-  const double p2p = boundary_bytes_per_sample > 0
-                         ? p2p_alpha_us_ + p2p_beta_us_ * static_cast<double>(
-                                                boundary_bytes_per_sample * per_device)
-                         : 0.0;
+  const double p2p =
+      boundary_bytes_per_sample > 0
+          ? p2p_alpha_us_ +
+                p2p_beta_us_ * static_cast<double>(boundary_bytes_per_sample * per_device)
+          : 0.0;
   double allreduce = 0;
   if (d > 1 && stage.gradient_bytes > 0 && d < static_cast<int>(allreduce_alpha_us_.size())) {
-    allreduce = allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
+    allreduce =
+        allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
   }
   return (std::max(compute, p2p) / static_cast<double>(b) +
-          allreduce / static_cast<double>(mini_batch_)) * 1e-6;
+          allreduce / static_cast<double>(mini_batch_)) *
+         1e-6;
 }
 
 int64_t StageCostModel::memory_bytes(const StageAggregate& stage, int64_t b, int d,

@@ -36,7 +36,8 @@ UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
   }
   auto cheap = [&](const graph::OpNode& op) {
     return op.cost.forward_flops <= max_flops * options.cheap_fraction &&
-           static_cast<double>(op.cost.param_count) <= static_cast<double>(max_params) * options.cheap_fraction;
+           static_cast<double>(op.cost.param_count) <=
+               static_cast<double>(max_params) * options.cheap_fraction;
   };
 
   UnitGraph u;

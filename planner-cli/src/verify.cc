@@ -60,9 +60,10 @@ void check_stage_graph(const Plan& plan, const graph::Graph& g, const graph::Pla
         }
       }
       if (!seen[t]) {
-        problems->push_back("stage graph: tensor '" + ref.op() + "':" + std::to_string(ref.output()) +
-                            " produced in stage " + std::to_string(s) + " never reaches op '" +
-                            node.id() + "' in stage " + std::to_string(t));
+        problems->push_back("stage graph: tensor '" + ref.op() +
+                            "':" + std::to_string(ref.output()) + " produced in stage " +
+                            std::to_string(s) + " never reaches op '" + node.id() + "' in stage " +
+                            std::to_string(t));
       }
     }
   }
@@ -76,15 +77,17 @@ void check_programs(const Plan& plan, const graph::Graph& g, std::vector<std::st
     const int num_mb = static_cast<int>(plan.mini_batch() / st.micro_batch());
     std::vector<int> fwd(num_mb, 0), bwd(num_mb, 0);
     int allreduce = 0, optimizer = 0;
-    const std::string who = "rank " + std::to_string(prog.rank()) + " (stage " +
-                            std::to_string(prog.stage()) + ")";
+    const std::string who =
+        "rank " + std::to_string(prog.rank()) + " (stage " + std::to_string(prog.stage()) + ")";
     for (const auto& in : prog.instructions()) {
       switch (in.kind()) {
-        case K::INSTRUCTION_KIND_FORWARD: ++fwd[in.micro_batch()]; break;
+        case K::INSTRUCTION_KIND_FORWARD:
+          ++fwd[in.micro_batch()];
+          break;
         case K::INSTRUCTION_KIND_BACKWARD:
           if (fwd[in.micro_batch()] == 0) {
-            problems->push_back(who + ": BACKWARD of micro-batch " + std::to_string(in.micro_batch()) +
-                                " before its FORWARD");
+            problems->push_back(who + ": BACKWARD of micro-batch " +
+                                std::to_string(in.micro_batch()) + " before its FORWARD");
           }
           ++bwd[in.micro_batch()];
           break;
@@ -98,9 +101,14 @@ void check_programs(const Plan& plan, const graph::Graph& g, std::vector<std::st
           ++recvs[{in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT, in.edge(), in.peer_rank(),
                    prog.rank(), in.sample_begin(), in.sample_end()}];
           break;
-        case K::INSTRUCTION_KIND_ALLREDUCE_GRADS: ++allreduce; break;
-        case K::INSTRUCTION_KIND_OPTIMIZER_STEP: ++optimizer; break;
-        default: break;
+        case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
+          ++allreduce;
+          break;
+        case K::INSTRUCTION_KIND_OPTIMIZER_STEP:
+          ++optimizer;
+          break;
+        default:
+          break;
       }
     }
     for (int m = 0; m < num_mb; ++m) {
@@ -130,9 +138,9 @@ void check_programs(const Plan& plan, const graph::Graph& g, std::vector<std::st
       problems->push_back("send from rank " + std::to_string(std::get<2>(key)) + " to rank " +
                           std::to_string(std::get<3>(key)) + " on edge " +
                           std::to_string(std::get<1>(key)) + " samples [" +
-                          std::to_string(std::get<4>(key)) + ", " + std::to_string(std::get<5>(key)) +
-                          ") has " + std::to_string(matched) + " matching receive(s) for " +
-                          std::to_string(count) + " send(s)");
+                          std::to_string(std::get<4>(key)) + ", " +
+                          std::to_string(std::get<5>(key)) + ") has " + std::to_string(matched) +
+                          " matching receive(s) for " + std::to_string(count) + " send(s)");
     }
   }
   for (const auto& [key, count] : recvs) {

@@ -25,12 +25,14 @@ int run_devices(bool json) {
   if (json) {
     gp::JsonWriter w;
     w.begin_object();
-    w.key("host").begin_object()
+    w.key("host")
+        .begin_object()
         .field("cpu_model", host.cpu_model)
         .field("logical_cores", host.logical_cores)
         .field("memory_bytes", host.memory_bytes)
         .end_object();
-    w.key("cuda").begin_object()
+    w.key("cuda")
+        .begin_object()
         .field("built", cuda.built)
         .field("runtime", runtime)
         .field("driver", driver)
@@ -42,8 +44,8 @@ int run_devices(bool json) {
           .field("device", "cuda:" + std::to_string(d.index))
           .field("name", d.name)
           .field("memory_bytes", d.memory_bytes)
-          .field("compute_capability", std::to_string(d.compute_major) + "." +
-                                           std::to_string(d.compute_minor))
+          .field("compute_capability",
+                 std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor))
           .field("multiprocessors", d.multiprocessors)
           .end_object();
     }
@@ -60,7 +62,8 @@ int run_devices(bool json) {
                 static_cast<double>(d.memory_bytes) / (1 << 30), d.compute_major, d.compute_minor,
                 d.multiprocessors);
   }
-  if (!cuda.unavailable_reason.empty()) std::printf("         %s\n", cuda.unavailable_reason.c_str());
+  if (!cuda.unavailable_reason.empty())
+    std::printf("         %s\n", cuda.unavailable_reason.c_str());
   return 0;
 }
 
@@ -73,7 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.require_subcommand(1);
   bool json = false;
-  auto* devices = app.add_subcommand("devices", "List the host CPU and the CUDA devices visible here");
+  auto* devices =
+      app.add_subcommand("devices", "List the host CPU and the CUDA devices visible here");
   devices->add_flag("--json", json, "Print one JSON object");
   try {
     app.parse(argc, argv);

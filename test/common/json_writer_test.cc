@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "gp/common/json_writer.h"
+
+#include <catch2/catch.hpp>
 
 TEST_CASE("JsonWriter writes nested objects and arrays with commas in the right places") {
   gp::JsonWriter w;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "gp/common/status.h"
+
+#include <catch2/catch.hpp>
 
 namespace {
 

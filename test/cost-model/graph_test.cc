@@ -1,8 +1,9 @@
 // Graph::build validation (each error names the op and the field) and graph utilities.
+#include "gp/graph/graph.h"
+
 #include <catch2/catch.hpp>
 
 #include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
 
 using namespace gp::graph;
 
@@ -105,7 +106,8 @@ TEST_CASE("a shape mismatch found by shape inference names both shapes") {
   b.add_loss(b.mse_loss("loss", s, b.input("t", {4})));
   const auto msg = build_error(b.finish());
   CHECK_THAT(msg, Catch::Contains("ops[2] 'sum' (add)"));
-  CHECK_THAT(msg, Catch::Contains("inputs[1]: shape [5] float32 differs from inputs[0] [4] float32"));
+  CHECK_THAT(msg,
+             Catch::Contains("inputs[1]: shape [5] float32 differs from inputs[0] [4] float32"));
 }
 
 TEST_CASE("a declared output that disagrees with shape inference is a shape mismatch") {
@@ -133,7 +135,8 @@ TEST_CASE("a non-positive attribute is rejected naming the attribute and value")
 TEST_CASE("a missing required attribute is rejected") {
   auto b = valid_base();
   find(b.model(), "fc")->mutable_attrs()->erase("out_features");
-  CHECK_THAT(build_error(b.finish()), Catch::Contains("attrs.out_features: required attribute is missing"));
+  CHECK_THAT(build_error(b.finish()),
+             Catch::Contains("attrs.out_features: required attribute is missing"));
 }
 
 TEST_CASE("a missing loss is rejected") {
@@ -145,7 +148,8 @@ TEST_CASE("a missing loss is rejected") {
 TEST_CASE("a loss that names a non-loss op is rejected") {
   auto b = valid_base();
   b.model().mutable_losses(0)->set_op("fc");
-  CHECK_THAT(build_error(b.finish()), Catch::Contains("losses[0]: 'fc' is a linear op, not a loss"));
+  CHECK_THAT(build_error(b.finish()),
+             Catch::Contains("losses[0]: 'fc' is a linear op, not a loss"));
 }
 
 TEST_CASE("a wrong number of inputs is rejected") {

@@ -1,11 +1,12 @@
 // Reading and writing models in text, JSON and binary; round trips and parse errors.
-#include <catch2/catch.hpp>
+#include "gp/graph/model_io.h"
+
 #include <google/protobuf/util/message_differencer.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "gp/graph/graph.h"
-#include "gp/graph/model_io.h"
 #include "gp/graph/zoo.h"
 
 using namespace gp::graph;

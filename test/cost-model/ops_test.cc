@@ -19,7 +19,8 @@ Graph build_ok(const ModelGraph& m) {
 
 }  // namespace
 
-TEST_CASE("linear counts 2*in*out FLOPs per row forward, twice that backward, and in*out+out params") {
+TEST_CASE(
+    "linear counts 2*in*out FLOPs per row forward, twice that backward, and in*out+out params") {
   GraphBuilder b("m", "");
   auto x = b.input("x", {3, 5});  // 3 rows of 5 features per sample
   auto y = b.linear("fc", x, 7);
@@ -111,8 +112,8 @@ TEST_CASE("layout ops infer shapes: concat sums the axis, slice takes [start, en
   auto sl = b.slice("sl", cat, 1, 2, 6);
   auto cat0 = b.concat("cat0", {a, a}, 0);
   auto s2 = b.slice("s2", cat0, 0, 0, 4);
-  auto sum = b.add("sum", {b.slice("sl2", cat, 1, 2, 5), b.slice("s3", s2, 1, 0, 3),
-                           b.slice("s4", c, 1, 1, 4)});
+  auto sum = b.add(
+      "sum", {b.slice("sl2", cat, 1, 2, 5), b.slice("s3", s2, 1, 0, 3), b.slice("s4", c, 1, 1, 4)});
   auto ln = b.layer_norm("ln", b.gelu("g", b.relu("r", b.softmax("sm", sum))));
   (void)ln;
   b.add_loss(b.mse_loss("loss", sl, b.input("t", {4, 4})));

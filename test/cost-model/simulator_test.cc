@@ -1,12 +1,13 @@
 // The simulator against closed forms: one stage, 1F1B chains, parallel branches, all-reduce,
 // peak activations, and deadlock detection.
+#include "gp/sim/simulator.h"
+
 #include <catch2/catch.hpp>
 
 #include "../support/fakes.h"
 #include "gp/graph/builder.h"
 #include "gp/graph/graph.h"
 #include "gp/planner/plan_builder.h"
-#include "gp/sim/simulator.h"
 
 using namespace gp;
 using graph::GraphBuilder;
@@ -33,7 +34,8 @@ graph::Graph two_branch_model(int n) {
   std::vector<graph::TensorRef> outs;
   for (int br = 0; br < 2; ++br) {
     auto x = b.input("x" + std::to_string(br), {8});
-    for (int i = 0; i < n; ++i) x = b.linear("b" + std::to_string(br) + ".fc" + std::to_string(i), x, 8);
+    for (int i = 0; i < n; ++i)
+      x = b.linear("b" + std::to_string(br) + ".fc" + std::to_string(i), x, 8);
     outs.push_back(x);
   }
   auto h = b.linear("head", b.concat("cat", outs), 8);
@@ -83,7 +85,8 @@ graphpipe::v1::Plan make_plan(const graph::Graph& g, const std::vector<StageAssi
 sim::SimResult simulate(const graphpipe::v1::Plan& plan, const graph::Graph& g,
                         const cost::CostModel& cm, bool events = false) {
   cost::CommModel comm(plan.cluster());
-  sim::Simulator simulator(cm, comm, {graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::PRECISION_FP32});
+  sim::Simulator simulator(cm, comm,
+                           {graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::PRECISION_FP32});
   auto r = simulator.run(plan, g, {events});
   INFO(r.status().to_string());
   REQUIRE(r.ok());

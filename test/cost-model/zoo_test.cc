@@ -1,9 +1,10 @@
 // The model zoo: every model validates and has the published structure.
+#include "gp/graph/zoo.h"
+
 #include <catch2/catch.hpp>
 
 #include "gp/graph/graph.h"
 #include "gp/graph/summary.h"
-#include "gp/graph/zoo.h"
 
 using namespace gp::graph;
 
@@ -92,8 +93,8 @@ TEST_CASE("nbranch sweeps the branch count") {
 }
 
 TEST_CASE("tiny models are small enough to train on a CPU") {
-  for (const char* name : {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer",
-                           "tiny-nbranch"}) {
+  for (const char* name :
+       {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
     INFO(name);
     Graph g = build(name);
     CHECK(g.total_params() < 100'000);

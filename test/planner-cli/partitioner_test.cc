@@ -1,8 +1,7 @@
 // GraphPipe's partitioner and the plan search: hand-known optima, agreement with the sequential
 // planner on chains, invariants of every plan, determinism and bad inputs.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "../support/fakes.h"
 #include "gp/cost/cluster.h"
@@ -39,8 +38,9 @@ struct Fixture {
       : g(graph),
         units(planner::build_units(g)),
         comm(testing::ideal_cluster(devices)),
-        costs(g, units, model, comm, {graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::PRECISION_FP32},
-              mini_batch, max_b) {
+        costs(g, units, model, comm,
+              {graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::PRECISION_FP32}, mini_batch,
+              max_b) {
     ctx.graph = &g;
     ctx.units = &units;
     ctx.costs = &costs;
@@ -165,8 +165,8 @@ TEST_CASE("graphpipe equals the sequential planner on chain graphs") {
 TEST_CASE("every searched plan passes the verifier, for every strategy and tiny model") {
   const auto cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
   cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
-  for (const char* spec : {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer",
-                           "tiny-nbranch"}) {
+  for (const char* spec :
+       {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
     auto g = zoo(spec);
     for (auto strategy : {graphpipe::v1::STRATEGY_GRAPHPIPE, graphpipe::v1::STRATEGY_SEQUENTIAL,
                           graphpipe::v1::STRATEGY_PIPER}) {
@@ -190,9 +190,11 @@ TEST_CASE("every searched plan passes the verifier, for every strategy and tiny 
       INFO((report->problems.empty() ? std::string() : report->problems[0]));
       CHECK(report->ok());
       CHECK(result->plan.predicted().throughput_samples_per_s() > 0);
-      CHECK(result->plan.predicted().peak_memory_bytes() <= cluster.device().memory_capacity_bytes());
+      CHECK(result->plan.predicted().peak_memory_bytes() <=
+            cluster.device().memory_capacity_bytes());
       std::vector<int> used;
-      for (const auto& st : result->plan.stages()) used.insert(used.end(), st.device_ranks().begin(), st.device_ranks().end());
+      for (const auto& st : result->plan.stages())
+        used.insert(used.end(), st.device_ranks().begin(), st.device_ranks().end());
       std::sort(used.begin(), used.end());
       CHECK(std::adjacent_find(used.begin(), used.end()) == used.end());
       CHECK(static_cast<int>(used.size()) <= 4);
@@ -275,7 +277,9 @@ TEST_CASE("micro-batch sizes that do not divide the mini-batch are rejected") {
   req.compute = &model;
   auto r = planner::search_plan(req);
   REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.status().message(), Catch::Contains("--micro-batches: 8 must be a power of two dividing the mini-batch 12"));
+  CHECK_THAT(
+      r.status().message(),
+      Catch::Contains("--micro-batches: 8 must be a power of two dividing the mini-batch 12"));
 }
 
 TEST_CASE("placement keeps the heavy edge inside a node") {
@@ -293,7 +297,8 @@ TEST_CASE("placement keeps the heavy edge inside a node") {
   REQUIRE(placed.size() == 4);
   auto rank_of = [&](const char* id) {
     for (const auto& st : placed) {
-      if (std::find(st.ops.begin(), st.ops.end(), g.index_of(id)) != st.ops.end()) return st.ranks[0];
+      if (std::find(st.ops.begin(), st.ops.end(), g.index_of(id)) != st.ops.end())
+        return st.ranks[0];
     }
     return -1;
   };

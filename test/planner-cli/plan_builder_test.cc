@@ -1,6 +1,7 @@
 // Lowering stage assignments to plans: stage edges, in-flight samples, matched transfers.
-#include <catch2/catch.hpp>
+#include "gp/planner/plan_builder.h"
 
+#include <catch2/catch.hpp>
 #include <map>
 #include <tuple>
 
@@ -8,7 +9,6 @@
 #include "gp/graph/builder.h"
 #include "gp/graph/plan_util.h"
 #include "gp/graph/zoo.h"
-#include "gp/planner/plan_builder.h"
 
 using namespace gp;
 using graph::GraphBuilder;
@@ -131,7 +131,8 @@ TEST_CASE("every send has exactly one matching receive, across replicas and micr
   st[2].micro_batch = 8;
   auto plan = plan_for(g, st, 16, 5);
   REQUIRE(graph::validate_plan_structure(plan, g).ok());
-  using Key = std::tuple<int, int, int, int, int64_t, int64_t>;  // kind class, edge, src, dst, range
+  using Key =
+      std::tuple<int, int, int, int, int64_t, int64_t>;  // kind class, edge, src, dst, range
   std::map<Key, int> sends, recvs;
   int64_t forward_samples[5] = {};
   for (const auto& prog : plan.programs()) {
@@ -155,7 +156,8 @@ TEST_CASE("every send has exactly one matching receive, across replicas and micr
           forward_samples[prog.rank()] += s.micro_batch() / s.device_ranks_size();
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
   }
@@ -195,7 +197,8 @@ TEST_CASE("the plan embeds the model with its hash and passes structural validat
   tampered.mutable_stages(1)->set_device_ranks(0, 0);
   auto bad = graph::validate_plan_structure(tampered, g);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.status().message(), Catch::Contains("stages[1].device_ranks[0] = 0 is also used by stages[0]"));
+  CHECK_THAT(bad.status().message(),
+             Catch::Contains("stages[1].device_ranks[0] = 0 is also used by stages[0]"));
 }
 
 TEST_CASE("a chain plan relays tensors that skip stages through every stage in between") {
@@ -216,8 +219,8 @@ TEST_CASE("a chain plan relays tensors that skip stages through every stage in b
   REQUIRE(chain_edges.ok());
   REQUIRE(chain_edges->size() == 2);  // 0 -> 1 -> 2
   CHECK((*chain_edges)[0].dst_stage() == 1);
-  CHECK((*chain_edges)[0].bytes_per_sample() == 8 * 4);            // a, relayed through 1
-  CHECK((*chain_edges)[1].bytes_per_sample() == 8 * 4 + 4 * 4);    // a and c
+  CHECK((*chain_edges)[0].bytes_per_sample() == 8 * 4);          // a, relayed through 1
+  CHECK((*chain_edges)[1].bytes_per_sample() == 8 * 4 + 4 * 4);  // a and c
   for (int i = 0; i < 3; ++i) st[i].ranks = {i}, st[i].micro_batch = 1;
   CHECK(planner::in_flight_samples(st, *graph_edges) == std::vector<int64_t>{2, 2, 1});
   CHECK(planner::in_flight_samples(st, *chain_edges) == std::vector<int64_t>{3, 2, 1});

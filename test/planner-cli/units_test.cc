@@ -1,12 +1,12 @@
 // Planning units and the series-parallel decomposition.
-#include <catch2/catch.hpp>
+#include "gp/planner/units.h"
 
+#include <catch2/catch.hpp>
 #include <set>
 
 #include "gp/graph/builder.h"
 #include "gp/graph/zoo.h"
 #include "gp/planner/sp_decomposition.h"
-#include "gp/planner/units.h"
 
 using namespace gp;
 using planner::SpNode;

@@ -1,11 +1,12 @@
 // The verifier rejects broken plans with reasons and plans made for another model or cluster.
+#include "gp/planner/verify.h"
+
 #include <catch2/catch.hpp>
 
 #include "gp/cost/cluster.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/zoo.h"
 #include "gp/planner/search.h"
-#include "gp/planner/verify.h"
 
 using namespace gp;
 
@@ -20,7 +21,8 @@ struct Searched {
 Searched searched_plan(const char* spec) {
   Searched s;
   s.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
-  s.model = std::make_unique<cost::AnalyticCostModel>(s.cluster.device(), graphpipe::v1::PRECISION_FP32);
+  s.model =
+      std::make_unique<cost::AnalyticCostModel>(s.cluster.device(), graphpipe::v1::PRECISION_FP32);
   auto m = graph::build_zoo_model(spec);
   REQUIRE(m.ok());
   auto g = graph::Graph::build(*m);

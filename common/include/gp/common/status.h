@@ -83,7 +83,7 @@ int exit_code_for(const Status& status);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : data_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : data_(std::move(status)) {  // NOLINT: implicit by design
     if (std::get<Status>(data_).ok()) {
       data_ = Status(StatusCode::kInternal, "Result constructed from an OK status");
@@ -128,12 +128,11 @@ class [[nodiscard]] Result {
   GP_ASSIGN_OR_RETURN_IMPL_(GP_STATUS_CONCAT_(gp_result_, __LINE__), lhs, expr)
 
 // Invariant check for programmer errors only (never for user input): logs and aborts.
-#define GP_CHECK(cond, msg)                                  \
-  do {                                                       \
+#define GP_CHECK(cond, msg)                                                  \
+  do {                                                                       \
     if (!(cond)) ::gp::detail::check_failed(#cond, msg, __FILE__, __LINE__); \
   } while (0)
 
 namespace gp::detail {
-[[noreturn]] void check_failed(const char* cond, std::string_view msg, const char* file,
-                               int line);
+[[noreturn]] void check_failed(const char* cond, std::string_view msg, const char* file, int line);
 }  // namespace gp::detail

@@ -38,15 +38,14 @@ class CostModel {
 class AnalyticCostModel final : public CostModel {
  public:
   struct Params {
-    double max_efficiency = 0.75;       // fraction of peak FLOP/s reached by large GEMMs
+    double max_efficiency = 0.75;  // fraction of peak FLOP/s reached by large GEMMs
     // Kernel work (FLOPs) at which eff = max_efficiency / 2. 0 (the default): the work the
     // device does at peak in half_efficiency_us, so the curve scales with the device.
     double half_efficiency_flops = 0;
     double half_efficiency_us = 1.0;
-    double memory_efficiency = 0.8;     // fraction of peak bandwidth reached by streaming kernels
+    double memory_efficiency = 0.8;  // fraction of peak bandwidth reached by streaming kernels
   };
-  AnalyticCostModel(const graphpipe::v1::DeviceKind& device,
-                    graphpipe::v1::Precision precision);
+  AnalyticCostModel(const graphpipe::v1::DeviceKind& device, graphpipe::v1::Precision precision);
   AnalyticCostModel(const graphpipe::v1::DeviceKind& device, graphpipe::v1::Precision precision,
                     Params params);
 

@@ -29,8 +29,7 @@ class GraphBuilder {
   TensorRef concat(std::string id, const std::vector<TensorRef>& xs, int64_t axis = -1);
   TensorRef slice(std::string id, const TensorRef& x, int64_t axis, int64_t start, int64_t end);
   TensorRef mse_loss(std::string id, const TensorRef& prediction, const TensorRef& target);
-  TensorRef softmax_cross_entropy(std::string id, const TensorRef& logits,
-                                  const TensorRef& labels);
+  TensorRef softmax_cross_entropy(std::string id, const TensorRef& logits, const TensorRef& labels);
   // Post-LN transformer layer: attention, residual, layer norm, GELU FFN, residual, layer norm.
   TensorRef transformer_layer(const std::string& prefix, const TensorRef& x, int64_t hidden,
                               int64_t num_heads, int64_t ffn_hidden);

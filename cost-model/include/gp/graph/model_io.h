@@ -3,10 +3,10 @@
 // binary. Parse errors carry the file name and, for text and JSON, the position.
 #pragma once
 
+#include <google/protobuf/message.h>
+
 #include <string>
 #include <string_view>
-
-#include <google/protobuf/message.h>
 
 #include "gp/common/status.h"
 #include "graphpipe/v1/model.pb.h"

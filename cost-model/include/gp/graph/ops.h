@@ -27,15 +27,15 @@ using ::graphpipe::v1::TensorSpec;
 // Costs of one operator, per sample unless named "fixed".
 struct OpCost {
   double forward_flops = 0;
-  double backward_flops = 0;           // input gradients + parameter gradients
-  double forward_bytes = 0;            // activations read + written in forward
-  double backward_bytes = 0;           // activations and gradients read + written in backward
-  double forward_fixed_bytes = 0;      // per call: parameters read in forward
-  double backward_fixed_bytes = 0;     // per call: parameters read, parameter gradients written
-  double activation_bytes = 0;         // kept from forward until backward
-  int64_t param_count = 0;             // trainable elements (whole op, not per sample)
-  int forward_kernels = 0;             // kernel launches per forward call
-  int backward_kernels = 0;            // kernel launches per backward call
+  double backward_flops = 0;        // input gradients + parameter gradients
+  double forward_bytes = 0;         // activations read + written in forward
+  double backward_bytes = 0;        // activations and gradients read + written in backward
+  double forward_fixed_bytes = 0;   // per call: parameters read in forward
+  double backward_fixed_bytes = 0;  // per call: parameters read, parameter gradients written
+  double activation_bytes = 0;      // kept from forward until backward
+  int64_t param_count = 0;          // trainable elements (whole op, not per sample)
+  int forward_kernels = 0;          // kernel launches per forward call
+  int backward_kernels = 0;         // kernel launches per backward call
 };
 
 // What shape inference produces for one operator.
@@ -45,17 +45,16 @@ struct InferredOp {
   OpCost cost;
 };
 
-using InferFn = Status (*)(const Operator& op, std::span<const TensorSpec> inputs,
-                           InferredOp* out);
+using InferFn = Status (*)(const Operator& op, std::span<const TensorSpec> inputs, InferredOp* out);
 
 struct OpTypeInfo {
   std::string_view type;        // "linear"
   std::string_view summary;     // one line for `zoo list` and docs
   std::string_view attrs_help;  // "out_features (int, required), bias (0|1, default 1), ..."
   int min_inputs;
-  int max_inputs;               // -1: unbounded
-  bool is_input;                // a graph input: outputs declared, no inputs
-  bool is_loss;                 // produces a per-sample scalar that training minimises
+  int max_inputs;  // -1: unbounded
+  bool is_input;   // a graph input: outputs declared, no inputs
+  bool is_loss;    // produces a per-sample scalar that training minimises
   InferFn infer;
 };
 

@@ -33,8 +33,8 @@ enum class EventKind { kForward, kBackward, kAllReduce, kOptimizer, kTransfer };
 
 struct SimEvent {
   EventKind kind;
-  int rank;        // the computing rank, or the sender for transfers
-  int peer = -1;   // receiver for transfers
+  int rank;       // the computing rank, or the sender for transfers
+  int peer = -1;  // receiver for transfers
   int stage;
   int micro_batch;
   double start_us;
@@ -51,7 +51,7 @@ struct MemorySample {
 struct RankStats {
   int rank = 0;
   int stage = 0;
-  double busy_us = 0;    // forward + backward + optimizer compute
+  double busy_us = 0;  // forward + backward + optimizer compute
   double finish_us = 0;
   int64_t peak_memory_bytes = 0;
   cost::MemoryBreakdown static_memory;  // everything but the in-flight activations
@@ -65,7 +65,7 @@ struct StageStats {
   int64_t peak_memory_bytes = 0;  // per device
   double forward_us = 0;          // one micro-batch on one replica
   double backward_us = 0;
-  int64_t max_live_samples = 0;   // activations held at once, samples per replica
+  int64_t max_live_samples = 0;  // activations held at once, samples per replica
 };
 
 struct BlockedRank {
@@ -79,12 +79,12 @@ struct SimResult {
   std::vector<BlockedRank> blocked;  // when deadlocked
   double iteration_time_us = 0;
   double throughput_samples_per_s = 0;
-  double bubble_fraction = 0;        // averaged over ranks
-  int64_t peak_memory_bytes = 0;     // max over ranks
+  double bubble_fraction = 0;     // averaged over ranks
+  int64_t peak_memory_bytes = 0;  // max over ranks
   int64_t events_processed = 0;
   std::vector<StageStats> stages;
-  std::vector<RankStats> ranks;      // indexed by rank
-  std::vector<SimEvent> events;      // when record_events
+  std::vector<RankStats> ranks;  // indexed by rank
+  std::vector<SimEvent> events;  // when record_events
 
   // "rank 3 waits on RECV act[...] from rank 1; rank 1 waits on ..."
   std::string deadlock_report() const;

@@ -26,10 +26,10 @@ struct CudaDeviceInfo {
 };
 
 struct CudaRuntimeInfo {
-  bool built = false;           // the CUDA backend is compiled in
-  int runtime_version = 0;      // e.g. 13000
-  int driver_version = 0;       // 0 when no driver
-  int nccl_version = 0;         // e.g. 22703
+  bool built = false;              // the CUDA backend is compiled in
+  int runtime_version = 0;         // e.g. 13000
+  int driver_version = 0;          // 0 when no driver
+  int nccl_version = 0;            // e.g. 22703
   std::string unavailable_reason;  // why no device can be used, empty when devices exist
   std::vector<CudaDeviceInfo> devices;
 };

@@ -24,8 +24,8 @@ struct Partition {
   std::vector<PartitionStage> stages;  // chain strategies: in chain order (first stage first)
   bool chain = false;                  // sequential pipeline: tensors are relayed along the chain
   int64_t micro_batch = 0;
-  double bottleneck_tps_s = 0;         // the strategy's own estimate (StageCostModel)
-  int sp_edges_added = 0;              // GraphPipe: dependency edges added to make the graph SP
+  double bottleneck_tps_s = 0;  // the strategy's own estimate (StageCostModel)
+  int sp_edges_added = 0;       // GraphPipe: dependency edges added to make the graph SP
 };
 
 struct PartitionOutcome {
@@ -39,7 +39,7 @@ struct PartitionContext {
   const StageCostModel* costs = nullptr;
   int num_devices = 0;
   int64_t mini_batch = 0;
-  int piper_downset_limit = 40000;  // Piper's IDEALS_LIMIT
+  int piper_downset_limit = 40000;       // Piper's IDEALS_LIMIT
   double tps_relative_tolerance = 1e-3;  // binary-search stopping rule
 };
 

@@ -18,9 +18,9 @@
 namespace gp::planner {
 
 struct StageAssignment {
-  std::vector<int> ops;    // graph op indices
-  std::vector<int> ranks;  // data-parallel replicas (global ranks), each divides micro_batch
-  int64_t micro_batch = 0; // samples per micro-batch; divides the mini-batch
+  std::vector<int> ops;     // graph op indices
+  std::vector<int> ranks;   // data-parallel replicas (global ranks), each divides micro_batch
+  int64_t micro_batch = 0;  // samples per micro-batch; divides the mini-batch
 };
 
 struct PlanInputs {
@@ -38,9 +38,8 @@ struct PlanInputs {
 // an op is unassigned or assigned twice, or when the stage graph has a cycle. With `chain`,
 // edges join consecutive stages only and carry every tensor live across the boundary; an op
 // consuming a tensor from a later stage is an error.
-Result<std::vector<graphpipe::v1::StageEdge>> stage_edges(const graph::Graph& graph,
-                                                          const std::vector<StageAssignment>& stages,
-                                                          bool chain = false);
+Result<std::vector<graphpipe::v1::StageEdge>> stage_edges(
+    const graph::Graph& graph, const std::vector<StageAssignment>& stages, bool chain = false);
 
 // In-flight samples per stage from the rule above; `edges` must form a DAG.
 std::vector<int64_t> in_flight_samples(const std::vector<StageAssignment>& stages,

@@ -36,8 +36,8 @@ struct SearchRequest {
 struct CandidateSummary {
   int64_t micro_batch = 0;
   bool feasible = false;
-  std::string reason;                // why not, when infeasible
-  double bottleneck_tps_s = 0;       // the partitioner's estimate
+  std::string reason;                   // why not, when infeasible
+  double bottleneck_tps_s = 0;          // the partitioner's estimate
   double throughput_samples_per_s = 0;  // simulated
   int num_stages = 0;
 };

@@ -36,15 +36,16 @@ class StageCostModel {
  public:
   // `max_samples` bounds the micro-batch sizes that will be asked for (a power of two).
   StageCostModel(const graph::Graph& graph, const UnitGraph& units, const cost::CostModel& compute,
-                 const cost::CommModel& comm, const cost::MemoryOptions& memory,
-                 int64_t mini_batch, int64_t max_samples);
+                 const cost::CommModel& comm, const cost::MemoryOptions& memory, int64_t mini_batch,
+                 int64_t max_samples);
 
   const StageAggregate& unit(int u) const { return units_[u]; }
   StageAggregate aggregate(std::span<const int> units) const;
 
   // Seconds per sample; `boundary_bytes_per_sample` counts activations in and out of the stage.
   // b must be a power of two and a multiple of d.
-  double tps_s(const StageAggregate& stage, int64_t b, int d, int64_t boundary_bytes_per_sample) const;
+  double tps_s(const StageAggregate& stage, int64_t b, int d,
+               int64_t boundary_bytes_per_sample) const;
   int64_t memory_bytes(const StageAggregate& stage, int64_t b, int d, int64_t in_flight) const;
   int64_t capacity_bytes() const { return capacity_; }
   int64_t mini_batch() const { return mini_batch_; }

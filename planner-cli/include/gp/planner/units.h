@@ -20,11 +20,11 @@
 namespace gp::planner {
 
 struct UnitGraph {
-  std::vector<std::vector<int>> unit_ops;  // op indices per unit, topological
-  std::vector<int> unit_of_op;             // per op
-  std::vector<std::vector<int>> preds;     // distinct predecessor units
-  std::vector<std::vector<int>> succs;     // distinct successor units
-  std::vector<int> topo;                   // units in topological order
+  std::vector<std::vector<int>> unit_ops;             // op indices per unit, topological
+  std::vector<int> unit_of_op;                        // per op
+  std::vector<std::vector<int>> preds;                // distinct predecessor units
+  std::vector<std::vector<int>> succs;                // distinct successor units
+  std::vector<int> topo;                              // units in topological order
   std::map<std::pair<int, int>, int64_t> edge_bytes;  // activation bytes per sample, u -> v
 
   int num_units() const { return static_cast<int>(unit_ops.size()); }
