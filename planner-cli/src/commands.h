@@ -45,6 +45,7 @@ struct SearchOptions {
   std::string precision = "fp32";
   uint64_t seed = 1;
   int piper_downset_limit = 40000;
+  bool per_stage_microbatch = false;
   std::string command_line;
 };
 

@@ -43,6 +43,9 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "parameter initialisation seed stored in the plan")
       ->capture_default_str();
+  cmd->add_flag("--per-stage-microbatch", o->per_stage_microbatch,
+                "then refine: let single stages double or halve their micro-batch when the "
+                "simulated throughput improves");
   cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
                   "Piper gives up beyond this many downsets, as Piper itself does")
       ->capture_default_str();

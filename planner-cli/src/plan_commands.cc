@@ -105,6 +105,7 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.compute = setup.compute.get();
   req.micro_batches = opts.micro_batches;
   req.piper_downset_limit = opts.piper_downset_limit;
+  req.per_stage_microbatch = opts.per_stage_microbatch;
   auto logger = log::get("plan");
   const std::string name(graph::strategy_name(strategy));
   req.progress = [logger, name](int done, int total, const std::string& line) {
@@ -156,6 +157,13 @@ Status run_search(const SearchOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto strategy, planner::parse_strategy(opts.strategy));
   GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
   GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
+  if (result.feasible) {
+    // Never write a plan the verifier would reject.
+    GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(result.plan, *setup.compute));
+    if (!report.ok()) {
+      return internal_error("the searched plan failed verification: " + report.problems[0]);
+    }
+  }
   GP_RETURN_IF_ERROR(write_outputs(opts, setup, result, strategy));
   if (!result.feasible) {
     return failed_precondition(

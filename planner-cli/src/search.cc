@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 
 #include "gp/cost/memory_model.h"
@@ -156,6 +157,20 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   SearchResult result;
   result.num_units = units.num_units();
   double best_throughput = -1;
+  std::vector<StageAssignment> best_stages;
+  bool best_chain = false;
+  double best_tps = 0;
+  const int64_t capacity = req.cluster.device().memory_capacity_bytes();
+  auto make_inputs = [&](bool chain) {
+    PlanInputs in;
+    in.graph = &graph;
+    in.cluster = req.cluster;
+    in.mini_batch = req.mini_batch;
+    in.training = req.training;
+    in.strategy = req.strategy;
+    in.chain = chain;
+    return in;
+  };
   int done = 0;
   for (int64_t b : micro_batches) {
     CandidateSummary cand;
@@ -180,19 +195,12 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     } else {
       const Partition& part = *outcome->partition;
       cand.bottleneck_tps_s = part.bottleneck_tps_s;
-      PlanInputs in;
-      in.graph = &graph;
-      in.cluster = req.cluster;
-      in.mini_batch = req.mini_batch;
-      in.training = req.training;
-      in.strategy = req.strategy;
-      in.chain = part.chain;
-      GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, place_stages(part, units, graph)));
+      auto stages = place_stages(part, units, graph);
+      GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(part.chain), stages));
       GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
       if (sim.deadlocked) {
         return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
       }
-      const int64_t capacity = req.cluster.device().memory_capacity_bytes();
       if (sim.peak_memory_bytes > capacity) {
         cand.reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
                       " bytes exceeds the device's " + std::to_string(capacity);
@@ -208,6 +216,9 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
           result.plan = std::move(plan);
           result.simulation = std::move(sim);
           result.feasible = true;
+          best_stages = std::move(stages);
+          best_chain = part.chain;
+          best_tps = part.bottleneck_tps_s;
         }
       }
     }
@@ -215,6 +226,47 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     ++done;
     if (req.progress)
       req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
+  }
+  if (result.feasible && req.per_stage_microbatch) {
+    // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
+    // simulated throughput improves by more than 0.2% and the plan still fits and runs.
+    const int sp_edges = result.plan.provenance().sp_edges_added();
+    for (int pass = 0; pass < 4; ++pass) {
+      bool improved = false;
+      for (size_t s = 0; s < best_stages.size(); ++s) {
+        for (const bool grow : {true, false}) {
+          auto trial = best_stages;
+          int64_t& b = trial[s].micro_batch;
+          b = grow ? b * 2 : b / 2;
+          if (b < 1 || req.mini_batch % b != 0 ||
+              b % static_cast<int64_t>(trial[s].ranks.size()) != 0) {
+            continue;
+          }
+          GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
+          GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+          if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
+              sim.throughput_samples_per_s <= best_throughput * 1.002) {
+            continue;
+          }
+          best_throughput = sim.throughput_samples_per_s;
+          best_stages = std::move(trial);
+          plan.mutable_provenance()->set_sp_edges_added(sp_edges);
+          sim::fill_predicted_metrics(sim, &plan);
+          plan.mutable_predicted()->set_bottleneck_tps_s(best_tps);
+          result.plan = std::move(plan);
+          result.simulation = std::move(sim);
+          improved = true;
+        }
+      }
+      if (req.progress) {
+        char line[128];
+        std::snprintf(line, sizeof(line),
+                      "per-stage micro-batches, pass %d: %.1f samples/s simulated", pass + 1,
+                      best_throughput);
+        req.progress(pass + 1, 4, line);
+      }
+      if (!improved) break;
+    }
   }
   result.search_time_s = seconds_since(start);
   if (!result.feasible) {

@@ -80,6 +80,9 @@ check "simulate prints the iteration" '[ $rc -eq 0 ] && echo "$out" | grep -q "s
 "$bin" --log-level warn search --model zoo:tiny-transformer --cluster cpu-local --devices 2 --batch 8 \
       --strategy sequential --out "$tmp/seq.pbtxt" >/dev/null; rc=$?
 check "sequential strategy writes a text plan" '[ $rc -eq 0 ] && grep -q "STRATEGY_SEQUENTIAL" "$tmp/seq.pbtxt"'
+"$bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 4 --batch 16 \
+      --per-stage-microbatch --out "$tmp/ps.pb" >/dev/null; rc=$?
+check "search with --per-stage-microbatch writes a verifiable plan" '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/ps.pb" >/dev/null'
 out=$("$bin" --log-level warn compare --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16); rc=$?
 check "compare prints one row per strategy" '[ $rc -eq 0 ] && echo "$out" | grep -q "^graphpipe" && echo "$out" | grep -q "^sequential" && echo "$out" | grep -q "^piper"'
 

@@ -29,6 +29,9 @@ struct SearchRequest {
   const cost::CostModel* compute = nullptr;
   std::vector<int64_t> micro_batches;  // empty: every power of two dividing the mini-batch
   int piper_downset_limit = 40000;
+  // Refine the best plan with per-stage micro-batch sizes: greedily double or halve one stage's
+  // micro-batch while the simulated throughput improves (the lowering handles mixed sizes).
+  bool per_stage_microbatch = false;
   // Called after each micro-batch candidate: (done, total, one-line summary).
   std::function<void(int, int, const std::string&)> progress;
 };
