@@ -10,6 +10,7 @@
 #include "gp/cost/cost_model.h"
 #include "gp/graph/zoo.h"
 #include "gp/planner/plan_builder.h"
+#include "gp/planner/search.h"
 #include "gp/sim/simulator.h"
 
 using namespace gp;
@@ -25,23 +26,6 @@ template <typename T>
 T check(Result<T> r) {
   if (!r.ok()) die(r.status());
   return std::move(r).value();
-}
-
-int pipeline_depth(const graphpipe::v1::Plan& plan) {
-  std::vector<int> depth(plan.stages_size(), 1);
-  // Edges are few; relax until stable (the stage graph is a DAG).
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& e : plan.edges()) {
-      if (depth[e.dst_stage()] < depth[e.src_stage()] + 1) {
-        depth[e.dst_stage()] = depth[e.src_stage()] + 1;
-        changed = true;
-      }
-    }
-  }
-  int d = 0;
-  for (int x : depth) d = std::max(d, x);
-  return d;
 }
 
 bool starts_with(const std::string& s, const std::string& prefix) {
@@ -91,8 +75,9 @@ int main() {
     if (r.deadlocked) die(internal_error("deadlock: " + r.deadlock_report()));
     times[variant] = r.iteration_time_us;
     std::printf("%-22s %6d %14.2f %16.1f %8.1f%% %14.2f %16lld\n",
-                variant == 0 ? "4-stage chain" : "4-stage two-branch", pipeline_depth(plan),
-                r.iteration_time_us / 1e3, r.throughput_samples_per_s, 100 * r.bubble_fraction,
+                variant == 0 ? "4-stage chain" : "4-stage two-branch",
+                planner::pipeline_depth(plan), r.iteration_time_us / 1e3,
+                r.throughput_samples_per_s, 100 * r.bubble_fraction,
                 static_cast<double>(r.peak_memory_bytes) / (1 << 30),
                 static_cast<long long>(plan.stages(0).in_flight_samples()));
   }

@@ -376,9 +376,10 @@ class GraphPipeDp {
 }  // namespace
 
 Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_t micro_batch) {
-  if (ctx.num_devices <= 0 || ctx.num_devices > 4096) {
+  GP_RETURN_IF_ERROR(validate_partition_context(ctx, micro_batch));
+  if (ctx.num_devices > 4096) {  // the memo packs device counts into 13 bits
     return invalid_argument("--devices = " + std::to_string(ctx.num_devices) +
-                            ", must be in [1, 4096]");
+                            ", the GraphPipe planner supports at most 4096");
   }
   const SpTree tree = decompose_series_parallel(*ctx.units);
   GraphPipeDp dp(ctx, tree, micro_batch);

@@ -38,27 +38,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Status validate_context(const PartitionContext& ctx, int64_t b) {
-  if (ctx.graph == nullptr || ctx.units == nullptr || ctx.costs == nullptr) {
-    return invalid_argument("partition context: graph, units and costs must all be set");
-  }
-  if (ctx.num_devices < 1) {
-    return invalid_argument("num_devices = " + std::to_string(ctx.num_devices) + ", must be >= 1");
-  }
-  if (b < 1 || (b & (b - 1)) != 0) {
-    return invalid_argument("micro_batch = " + std::to_string(b) + ", must be a power of two");
-  }
-  const int n = ctx.units->num_units();
-  if (n == 0) return invalid_argument("the unit graph has no units");
-  const size_t levels = ctx.costs->unit(0).compute_us.size();
-  if (static_cast<size_t>(log2_exact(b)) >= levels) {
-    return invalid_argument("micro_batch = " + std::to_string(b) +
-                            " exceeds the stage cost tables (at most " +
-                            std::to_string(int64_t{1} << (levels - 1)) + " samples)");
-  }
-  return ok_status();
-}
-
 std::vector<int> replica_degrees(int64_t b, int devices) {
   std::vector<int> out;
   for (int d = 1; d <= devices && d <= b; d *= 2) out.push_back(d);
@@ -198,7 +177,7 @@ class StageWalker {
 }  // namespace
 
 Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b) {
-  GP_RETURN_IF_ERROR(validate_context(ctx, b));
+  GP_RETURN_IF_ERROR(validate_partition_context(ctx, b));
   const UnitGraph& ug = *ctx.units;
   const StageCostModel& costs = *ctx.costs;
   const int n = ug.num_units();

@@ -15,21 +15,6 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
-// Stage depth (1 = source) for laying out the ASCII graph.
-std::vector<int> stage_levels(const graphpipe::v1::Plan& plan) {
-  std::vector<int> level(plan.stages_size(), 1);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (const auto& e : plan.edges()) {
-      if (level[e.dst_stage()] < level[e.src_stage()] + 1) {
-        level[e.dst_stage()] = level[e.src_stage()] + 1;
-        changed = true;
-      }
-    }
-  }
-  return level;
-}
-
 std::string op_range(const graphpipe::v1::Stage& s) {
   if (s.op_ids_size() == 0) return "";
   if (s.op_ids_size() == 1) return s.op_ids(0);
@@ -162,7 +147,7 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
     out += "\n";
   }
   // ASCII stage graph: one column per pipeline level, each stage listed with its successors.
-  const auto level = stage_levels(plan);
+  const auto level = stage_depths(plan);
   const int depth = plan.stages_size() == 0 ? 0 : *std::max_element(level.begin(), level.end());
   out += "\nstage graph (columns = pipeline depth)\n";
   for (int l = 1; l <= depth; ++l) {

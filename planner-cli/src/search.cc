@@ -40,9 +40,9 @@ Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name) {
                           "', expected graphpipe, sequential or piper");
 }
 
-int pipeline_depth(const graphpipe::v1::Plan& plan) {
+std::vector<int> stage_depths(const graphpipe::v1::Plan& plan) {
   std::vector<int> depth(plan.stages_size(), 1);
-  for (bool changed = true; changed;) {
+  for (bool changed = true; changed;) {  // edges are few and form a DAG
     changed = false;
     for (const auto& e : plan.edges()) {
       if (depth[e.dst_stage()] < depth[e.src_stage()] + 1) {
@@ -51,7 +51,12 @@ int pipeline_depth(const graphpipe::v1::Plan& plan) {
       }
     }
   }
-  return plan.stages_size() == 0 ? 0 : *std::max_element(depth.begin(), depth.end());
+  return depth;
+}
+
+int pipeline_depth(const graphpipe::v1::Plan& plan) {
+  const auto depth = stage_depths(plan);
+  return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
 }
 
 std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units,

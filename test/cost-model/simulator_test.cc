@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "../support/fakes.h"
+#include "../support/models.h"
 #include "gp/graph/builder.h"
 #include "gp/graph/graph.h"
 #include "gp/planner/plan_builder.h"
@@ -18,15 +19,7 @@ namespace {
 constexpr double kFwd = 10, kBwd = 20;
 
 // x -> fc0 -> fc1 -> ... -> fc{n-1} -> loss(target)
-graph::Graph chain_model(int n) {
-  GraphBuilder b("chain", "");
-  auto x = b.input("x", {8});
-  for (int i = 0; i < n; ++i) x = b.linear("fc" + std::to_string(i), x, 8);
-  b.add_loss(b.mse_loss("loss", x, b.input("t", {8})));
-  auto g = graph::Graph::build(b.finish());
-  REQUIRE(g.ok());
-  return std::move(g).value();
-}
+graph::Graph chain_model(int n) { return testing::chain_graph(n); }
 
 // Two branches of `n` linear layers each, concatenated, head, loss.
 graph::Graph two_branch_model(int n) {

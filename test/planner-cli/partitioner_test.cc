@@ -5,6 +5,7 @@
 #include <set>
 
 #include "../support/fakes.h"
+#include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/graph/builder.h"
 #include "gp/graph/model_io.h"
@@ -17,13 +18,7 @@ using namespace gp;
 
 namespace {
 
-graph::Graph zoo(const std::string& spec) {
-  auto m = graph::build_zoo_model(spec);
-  REQUIRE(m.ok());
-  auto g = graph::Graph::build(*m);
-  REQUIRE(g.ok());
-  return std::move(g).value();
-}
+graph::Graph zoo(const std::string& spec) { return testing::zoo_graph(spec); }
 
 // Linear layers cost 10 us forward + 20 us backward per micro-batch, whatever its size.
 struct LinearOnly final : cost::CostModel {
@@ -55,15 +50,7 @@ struct Fixture {
   planner::PartitionContext ctx;
 };
 
-graph::Graph chain(int n) {
-  graph::GraphBuilder b("chain", "");
-  auto x = b.input("x", {8});
-  for (int i = 0; i < n; ++i) x = b.linear("fc" + std::to_string(i), x, 8);
-  b.add_loss(b.mse_loss("loss", x, b.input("t", {8})));
-  auto g = graph::Graph::build(b.finish());
-  REQUIRE(g.ok());
-  return std::move(g).value();
-}
+graph::Graph chain(int n) { return testing::chain_graph(n); }
 
 graph::Graph two_branches(int layers) {
   graph::GraphBuilder b("two", "");

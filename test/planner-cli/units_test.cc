@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "../support/models.h"
 #include "gp/graph/builder.h"
 #include "gp/graph/zoo.h"
 #include "gp/planner/sp_decomposition.h"
@@ -13,13 +14,7 @@ using planner::SpNode;
 
 namespace {
 
-graph::Graph zoo(const std::string& spec) {
-  auto m = graph::build_zoo_model(spec);
-  REQUIRE(m.ok());
-  auto g = graph::Graph::build(*m);
-  REQUIRE(g.ok());
-  return std::move(g).value();
-}
+graph::Graph zoo(const std::string& spec) { return testing::zoo_graph(spec); }
 
 void check_covers_every_unit_once(const planner::SpTree& tree, int num_units) {
   std::multiset<int> leaves;

@@ -43,6 +43,10 @@ struct PartitionContext {
   double tps_relative_tolerance = 1e-3;  // binary-search stopping rule
 };
 
+// Checks what every partitioner relies on: the context is complete, b is a power of two within
+// the stage cost tables, the unit graph is non-empty with a full topological order.
+Status validate_partition_context(const PartitionContext& ctx, int64_t micro_batch);
+
 // GraphPipe (docs/planner.md): SP decomposition, binary search on the bottleneck TPS, DP over
 // (SP sub-tree, devices, successor in-flight samples) minimising the source stage's in-flight.
 Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_t micro_batch);

@@ -65,6 +65,8 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
 
 Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name);
 
+// Depth of every stage in the stage graph: 1 for sources, else 1 + the deepest predecessor.
+std::vector<int> stage_depths(const graphpipe::v1::Plan& plan);
 // Longest path of the stage graph, counted in stages (the pipeline depth).
 int pipeline_depth(const graphpipe::v1::Plan& plan);
 
