@@ -1,6 +1,6 @@
-#include <string>
-
 #include "gp/planner/partition.h"
+
+#include <string>
 
 namespace gp::planner {
 

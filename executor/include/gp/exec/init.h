@@ -1,0 +1,41 @@
+// Deterministic parameters and synthetic data. Every value depends only on the seed and on
+// stable names (op id, parameter name, input op id, sample index), never on the plan, so any
+// plan of a model starts from identical weights and sees identical data.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "gp/graph/graph.h"
+
+namespace gp::exec {
+
+// splitmix64-based stream keyed by a 64-bit seed.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  // Uniform in [lo, hi).
+  float uniform(float lo, float hi);
+  // Uniform integer in [0, n).
+  int64_t below(int64_t n);
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t hash_combine(uint64_t h, std::string_view s);
+uint64_t hash_combine(uint64_t h, uint64_t v);
+
+// Fills parameter `param_index` of op `op` (its ParamSpec order): weights uniform in
+// ±1/sqrt(fan_in), biases and layer-norm beta 0, layer-norm gamma 1, embeddings uniform ±0.05.
+void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::span<float> out);
+
+// Fills `count` samples of input op `input`, starting at mini-batch sample `first_sample` of
+// iteration `iteration`: floats uniform in [-1, 1); int64 ids uniform over the range their
+// consumer accepts (embedding rows, class count). `out` is float* or int64_t* by the dtype.
+void fill_input(const graph::Graph& graph, const graph::OpNode& input, uint64_t seed,
+                int64_t iteration, int64_t first_sample, int64_t count, void* out);
+
+}  // namespace gp::exec

@@ -1,0 +1,84 @@
+// Runs one rank's instruction stream of a plan: the executor's step loop. Everything is resolved
+// when the runner is created (stage buffers, slots, message layouts, tags), so an iteration is a
+// straight loop over instructions that allocates nothing and logs nothing.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/exec/communicator.h"
+#include "gp/exec/stage_runner.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/plan_util.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::exec {
+
+class RankRunner {
+ public:
+  // `graph` must be built from plan.model() and `index` from validate_plan_structure.
+  static Result<std::unique_ptr<RankRunner>> create(const graphpipe::v1::Plan& plan,
+                                                    const graph::Graph& graph,
+                                                    const graph::PlanIndex& index, int rank);
+
+  // One training iteration; returns this rank's sum of per-sample losses (0 if it holds none).
+  Result<double> run_iteration(int64_t iteration, Communicator& comm);
+
+  int rank() const { return rank_; }
+  int stage() const { return stage_; }
+  const StageRunner& stage_runner() const { return *runner_; }
+  // The instruction being executed (for live status), -1 between iterations.
+  int current_instruction() const { return current_.load(std::memory_order_relaxed); }
+
+ private:
+  enum class Op { kBeginBackward, kForward, kBackward, kSend, kRecv, kAllReduce, kOptimizer };
+  struct Piece {  // one tensor's samples inside a message
+    bool external;  // external input (received or relayed) or export
+    int index;      // into external_inputs() or exports()
+    int64_t bytes_per_sample;
+  };
+  struct Step {
+    Op op;
+    int instruction;  // index in the plan's program
+    int slot = 0;
+    int64_t first_sample = 0;  // forward: mini-batch index of the replica's first sample
+    int peer = -1;
+    uint64_t tag = 0;
+    bool gradient = false;
+    int64_t sample_offset = 0;  // within the slot
+    int64_t samples = 0;
+    int64_t bytes = 0;
+    std::vector<Piece> pieces;
+  };
+
+  RankRunner() = default;
+  void pack(const Step& s, std::byte* out) const;
+  void unpack(const Step& s, const std::byte* in);
+
+  int rank_ = 0;
+  int stage_ = 0;
+  int64_t per_replica_ = 0;
+  int64_t mini_batch_ = 0;
+  std::vector<int> group_;  // the stage's replicas
+  std::unique_ptr<StageRunner> runner_;
+  std::vector<Step> steps_;
+  std::vector<std::byte> staging_;
+  std::atomic<int> current_{-1};
+};
+
+struct LocalRunResult {
+  std::vector<double> losses;  // per iteration: mean over the mini-batch
+};
+
+// Runs every rank of `plan` as a thread of this process over a LoopbackHub: the in-process
+// executor used by tests and by `graphpipe-executor local`. The first failing rank aborts the
+// others; its error is returned.
+Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankRunner>>* runners = nullptr);
+
+}  // namespace gp::exec

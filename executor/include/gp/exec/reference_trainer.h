@@ -1,0 +1,45 @@
+// Single-process training of a whole model without pipelining: the numerical reference that
+// every plan must reproduce (same seed, same mini-batch -> same losses to float tolerance).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/exec/stage_runner.h"
+#include "gp/graph/graph.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::exec {
+
+struct IterationMetrics {
+  int64_t iteration = 0;
+  double loss = 0;  // mean over the mini-batch of the summed per-sample losses
+  double time_s = 0;
+  double samples_per_s = 0;
+};
+
+class ReferenceTrainer {
+ public:
+  // `micro_batch` splits each mini-batch into chunks (gradients accumulate); 0 = one chunk.
+  static Result<std::unique_ptr<ReferenceTrainer>> create(
+      const graph::Graph& graph, int64_t mini_batch, int64_t micro_batch,
+      const graphpipe::v1::TrainingConfig& training);
+
+  // Runs iteration `iteration` (0-based): forward and backward of every chunk, one optimizer step.
+  IterationMetrics run_iteration(int64_t iteration);
+  const StageRunner& runner() const { return *runner_; }
+
+ private:
+  ReferenceTrainer() = default;
+  std::unique_ptr<StageRunner> runner_;
+  int64_t mini_batch_ = 0;
+  int64_t micro_batch_ = 0;
+};
+
+// {"iterations": [{"iteration": i, "loss": x, "time_s": t, "samples_per_s": s}, ...]}
+std::string metrics_json(const std::vector<IterationMetrics>& iterations);
+
+}  // namespace gp::exec

@@ -1,0 +1,303 @@
+// CPU reference kernels of the ops with parameters: linear, embedding bag, multi-head
+// self-attention. GEMMs run on CBLAS over the whole batch (tensors are batch-major, so a batch of
+// per-sample [rows, features] tensors is one [batch * rows, features] matrix).
+//
+// Saved-scratch layout is private to each kernel and laid out region by region over the whole
+// call (e.g. all samples' Q, then all samples' K): backward must be given the same batch and saved
+// buffer as the forward it follows, which the executor does. Backward never modifies the values
+// forward saved, so it may be called more than once.
+#include <cmath>
+#include <string>
+
+#include "cpu/kernel_util.h"
+
+namespace gp::exec::cpu {
+namespace {
+
+// Column sums of a row-major [rows, cols] matrix, added into out[cols].
+void add_column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = m + r * cols;
+    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
+  }
+}
+
+// m[r, :] += bias for every row.
+void add_bias_rows(float* m, int64_t rows, int64_t cols, const float* bias) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = m + r * cols;
+    for (int64_t j = 0; j < cols; ++j) row[j] += bias[j];
+  }
+}
+
+// ---- linear ------------------------------------------------------------------------------------
+
+enum class Act { kNone, kRelu, kGelu };
+
+// y = act(x W^T + b) over the last dim. Saved: relu -> dZ scratch [n]; gelu -> the pre-activation
+// Z [n] then dZ scratch [n] (n = batch * rows * out); none -> nothing (dZ = dY).
+class LinearKernel final : public OpKernel {
+ public:
+  LinearKernel(int64_t rows, int64_t in, int64_t out, bool bias, Act act)
+      : rows_(rows), in_(in), out_(out), bias_(bias), act_(act) {}
+
+  int64_t saved_floats_per_sample() const override {
+    const int64_t n = rows_ * out_;
+    return act_ == Act::kNone ? 0 : act_ == Act::kRelu ? n : 2 * n;
+  }
+
+  void forward(const OpArgs& a) const override {
+    const int64_t m = a.batch * rows_, n = m * out_;
+    float* y = a.outputs[0].f();
+    // The pre-activation goes where backward can find it: Z in saved for gelu, else y itself
+    // (relu's derivative is read off its output).
+    float* z = act_ == Act::kGelu ? a.saved : y;
+    gemm(false, true, m, out_, in_, 1.0f, a.inputs[0].f(), in_, a.params[0], in_, 0.0f, z, out_);
+    if (bias_) add_bias_rows(z, m, out_, a.params[1]);
+    if (act_ == Act::kRelu) {
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : 0.0f;
+    } else if (act_ == Act::kGelu) {
+      for (int64_t i = 0; i < n; ++i) y[i] = gelu(z[i]);
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    const int64_t m = a.batch * rows_, n = m * out_;
+    const float* dy = a.grad_outputs[0].f();
+    const float* dz = dy;
+    if (act_ != Act::kNone) {
+      float* scratch = act_ == Act::kGelu ? a.saved + n : a.saved;
+      if (act_ == Act::kRelu) {
+        const float* y = a.outputs[0].f();
+        for (int64_t i = 0; i < n; ++i) scratch[i] = y[i] > 0 ? dy[i] : 0.0f;
+      } else {
+        const float* z = a.saved;
+        for (int64_t i = 0; i < n; ++i) scratch[i] = dy[i] * gelu_grad(z[i]);
+      }
+      dz = scratch;
+    }
+    // dX += dZ W; dW += dZ^T X; db += column sums of dZ.
+    if (float* dx = a.grad_inputs[0].f(); dx != nullptr) {
+      gemm(false, false, m, in_, out_, 1.0f, dz, out_, a.params[0], in_, 1.0f, dx, in_);
+    }
+    if (a.param_grads[0] != nullptr) {
+      gemm(true, false, out_, in_, m, 1.0f, dz, out_, a.inputs[0].f(), in_, 1.0f, a.param_grads[0],
+           in_);
+    }
+    if (bias_ && a.param_grads[1] != nullptr) add_column_sums(dz, m, out_, a.param_grads[1]);
+  }
+
+ private:
+  int64_t rows_, in_, out_;  // rows per sample, in and out features
+  bool bias_;
+  Act act_;
+};
+
+// ---- embedding bag -----------------------------------------------------------------------------
+
+// y[bag] = sum (or mean) of W[id] over the ids of the bag (the ids' last dim). Saves nothing;
+// the gradient goes to the weight only (ids are integers).
+class EmbeddingBagKernel final : public OpKernel {
+ public:
+  EmbeddingBagKernel(int64_t bags, int64_t bag_size, int64_t rows, int64_t dim, bool mean,
+                     bool ids32)
+      : bags_(bags), bag_size_(bag_size), rows_(rows), dim_(dim), mean_(mean), ids32_(ids32) {}
+
+  void forward(const OpArgs& a) const override {
+    const float* w = a.params[0];
+    const float scale = mean_ ? 1.0f / static_cast<float>(bag_size_) : 1.0f;
+    for (int64_t g = 0; g < a.batch * bags_; ++g) {
+      float* y = a.outputs[0].f() + g * dim_;
+      for (int64_t j = 0; j < dim_; ++j) y[j] = 0;
+      for (int64_t k = 0; k < bag_size_; ++k) {
+        const float* row = w + row_of(a.inputs[0].data, g * bag_size_ + k) * dim_;
+        for (int64_t j = 0; j < dim_; ++j) y[j] += row[j];
+      }
+      for (int64_t j = 0; j < dim_; ++j) y[j] *= scale;
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    float* dw = a.param_grads[0];
+    if (dw == nullptr) return;
+    const float scale = mean_ ? 1.0f / static_cast<float>(bag_size_) : 1.0f;
+    for (int64_t g = 0; g < a.batch * bags_; ++g) {
+      const float* dy = a.grad_outputs[0].f() + g * dim_;
+      for (int64_t k = 0; k < bag_size_; ++k) {
+        float* row = dw + row_of(a.inputs[0].data, g * bag_size_ + k) * dim_;
+        for (int64_t j = 0; j < dim_; ++j) row[j] += scale * dy[j];
+      }
+    }
+  }
+
+ private:
+  int64_t row_of(const void* ids, int64_t k) const {
+    const int64_t id = load_index(ids, k, ids32_);
+    GP_CHECK(id >= 0 && id < rows_, "embedding_bag: id out of range [0, num_embeddings)");
+    return id;
+  }
+
+  int64_t bags_, bag_size_, rows_, dim_;  // bags per sample, ids per bag, table rows, row width
+  bool mean_, ids32_;
+};
+
+// ---- multi-head self-attention -----------------------------------------------------------------
+
+// Per sample x [S, H], heads of width d = H / heads:
+//   Q = x Wq^T + bq (K, V likewise); P_h = softmax(Q_h K_h^T / sqrt(d)); C_h = P_h V_h;
+//   out = C Wo^T + bo, with C the heads concatenated along the hidden dim.
+// Head h of Q is the column block [h*d, (h+1)*d) of the [S, H] matrix: base Q + h*d, row stride H.
+// Saved (each region covers the whole batch, in this order):
+//   forward:  Q, K, V, C [S*H each], P [heads*S*S];
+//   backward scratch: dC, dQ, dK, dV [S*H each], dP [S*S] (one head at a time).
+class AttentionKernel final : public OpKernel {
+ public:
+  AttentionKernel(int64_t seq, int64_t hidden, int64_t heads, bool bias)
+      : s_(seq), h_(hidden), heads_(heads), d_(hidden / heads), bias_(bias) {}
+
+  int64_t saved_floats_per_sample() const override {
+    return 8 * s_ * h_ + heads_ * s_ * s_ + s_ * s_;
+  }
+
+  void forward(const OpArgs& a) const override {
+    const Layout l = layout(a);
+    const int64_t m = a.batch * s_;
+    const float* x = a.inputs[0].f();
+    float* qkv[3] = {l.q, l.k, l.v};
+    for (int p = 0; p < 3; ++p) {  // Q, K, V projections over all batch * S rows
+      gemm(false, true, m, h_, h_, 1.0f, x, h_, a.params[p], h_, 0.0f, qkv[p], h_);
+      if (bias_) add_bias_rows(qkv[p], m, h_, a.params[4 + p]);
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+    for (int64_t s = 0; s < a.batch; ++s) {
+      for (int64_t hd = 0; hd < heads_; ++hd) {
+        const int64_t off = s * s_ * h_ + hd * d_;  // head block of sample s
+        float* p = l.p + (s * heads_ + hd) * s_ * s_;
+        gemm(false, true, s_, s_, d_, scale, l.q + off, h_, l.k + off, h_, 0.0f, p, s_);
+        for (int64_t i = 0; i < s_; ++i) softmax_row(p + i * s_, s_);
+        gemm(false, false, s_, d_, s_, 1.0f, p, s_, l.v + off, h_, 0.0f, l.c + off, h_);
+      }
+    }
+    float* y = a.outputs[0].f();
+    gemm(false, true, m, h_, h_, 1.0f, l.c, h_, a.params[3], h_, 0.0f, y, h_);
+    if (bias_) add_bias_rows(y, m, h_, a.params[7]);
+  }
+
+  void backward(const OpArgs& a) const override {
+    const Layout l = layout(a);
+    const int64_t m = a.batch * s_;
+    const float* x = a.inputs[0].f();
+    const float* dy = a.grad_outputs[0].f();
+    float* const* dparams = a.param_grads.data();
+
+    // Output projection: dC = dY Wo; dWo += dY^T C; dbo += column sums of dY.
+    gemm(false, false, m, h_, h_, 1.0f, dy, h_, a.params[3], h_, 0.0f, l.dc, h_);
+    if (dparams[3] != nullptr)
+      gemm(true, false, h_, h_, m, 1.0f, dy, h_, l.c, h_, 1.0f, dparams[3], h_);
+    if (bias_ && dparams[7] != nullptr) add_column_sums(dy, m, h_, dparams[7]);
+
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+    for (int64_t s = 0; s < a.batch; ++s) {
+      for (int64_t hd = 0; hd < heads_; ++hd) {
+        const int64_t off = s * s_ * h_ + hd * d_;
+        const float* p = l.p + (s * heads_ + hd) * s_ * s_;
+        // dP = dC_h V_h^T; dV_h = P^T dC_h.
+        gemm(false, true, s_, s_, d_, 1.0f, l.dc + off, h_, l.v + off, h_, 0.0f, l.dp, s_);
+        gemm(true, false, s_, d_, s_, 1.0f, p, s_, l.dc + off, h_, 0.0f, l.dv + off, h_);
+        // Softmax backward in place: dScores = P * (dP - rowsum(dP * P)).
+        for (int64_t i = 0; i < s_; ++i) {
+          const float* pr = p + i * s_;
+          float* dr = l.dp + i * s_;
+          float dot = 0;
+          for (int64_t j = 0; j < s_; ++j) dot += dr[j] * pr[j];
+          for (int64_t j = 0; j < s_; ++j) dr[j] = pr[j] * (dr[j] - dot);
+        }
+        // Scores = scale * Q_h K_h^T: dQ_h = scale * dScores K_h; dK_h = scale * dScores^T Q_h.
+        gemm(false, false, s_, d_, s_, scale, l.dp, s_, l.k + off, h_, 0.0f, l.dq + off, h_);
+        gemm(true, false, s_, d_, s_, scale, l.dp, s_, l.q + off, h_, 0.0f, l.dk + off, h_);
+      }
+    }
+
+    // Input projections: dX += dQ Wq + dK Wk + dV Wv; dW_p += dP_p^T X; db_p += column sums.
+    const float* dqkv[3] = {l.dq, l.dk, l.dv};
+    float* dx = a.grad_inputs[0].f();
+    for (int p = 0; p < 3; ++p) {
+      if (dx != nullptr)
+        gemm(false, false, m, h_, h_, 1.0f, dqkv[p], h_, a.params[p], h_, 1.0f, dx, h_);
+      if (dparams[p] != nullptr) {
+        gemm(true, false, h_, h_, m, 1.0f, dqkv[p], h_, x, h_, 1.0f, dparams[p], h_);
+      }
+      if (bias_ && dparams[4 + p] != nullptr) add_column_sums(dqkv[p], m, h_, dparams[4 + p]);
+    }
+  }
+
+ private:
+  struct Layout {
+    float *q, *k, *v, *c, *p, *dc, *dq, *dk, *dv, *dp;
+  };
+  // Carves the saved buffer of a call with a.batch samples into its regions.
+  Layout layout(const OpArgs& a) const {
+    const int64_t sh = a.batch * s_ * h_;
+    Layout l{};
+    l.q = a.saved;
+    l.k = l.q + sh;
+    l.v = l.k + sh;
+    l.c = l.v + sh;
+    l.p = l.c + sh;
+    l.dc = l.p + a.batch * heads_ * s_ * s_;
+    l.dq = l.dc + sh;
+    l.dk = l.dq + sh;
+    l.dv = l.dk + sh;
+    l.dp = l.dv + sh;  // s_ * s_ used of a.batch * s_ * s_
+    return l;
+  }
+
+  int64_t s_, h_, heads_, d_;  // sequence, hidden, heads, head width
+  bool bias_;
+};
+
+}  // namespace
+
+KernelResult make_linear(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_features"));
+  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
+  GP_ASSIGN_OR_RETURN(std::string act, op_attr_string_or(op, "activation", "none"));
+  Act kind = Act::kNone;
+  if (act == "relu") {
+    kind = Act::kRelu;
+  } else if (act == "gelu") {
+    kind = Act::kGelu;
+  } else if (act != "none") {
+    return op_error(op, "attrs.activation = '" + act + "', expected none, relu or gelu");
+  }
+  const int64_t in = last_dim(x);
+  return std::unique_ptr<OpKernel>(
+      std::make_unique<LinearKernel>(graph::num_elements(x) / in, in, out, bias != 0, kind));
+}
+
+KernelResult make_embedding_bag(const graph::OpNode& op) {
+  const graph::TensorSpec& ids = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(int64_t rows, op_attr_int(op, "num_embeddings"));
+  GP_ASSIGN_OR_RETURN(int64_t dim, op_attr_int(op, "embedding_dim"));
+  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
+  if (mode != "sum" && mode != "mean") {
+    return op_error(op, "attrs.mode = '" + mode + "', expected sum or mean");
+  }
+  const int64_t bag = last_dim(ids);
+  return std::unique_ptr<OpKernel>(std::make_unique<EmbeddingBagKernel>(
+      graph::num_elements(ids) / bag, bag, rows, dim, mode == "mean", is_int32(ids)));
+}
+
+KernelResult make_attention(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(int64_t heads, op_attr_int(op, "num_heads"));
+  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
+  if (x.shape_size() != 2 || heads <= 0 || x.shape(1) % heads != 0) {
+    return op_error(op, "expected per-sample [sequence, hidden] with num_heads dividing hidden");
+  }
+  return std::unique_ptr<OpKernel>(
+      std::make_unique<AttentionKernel>(x.shape(0), x.shape(1), heads, bias != 0));
+}
+
+}  // namespace gp::exec::cpu

@@ -1,0 +1,128 @@
+// Shared helpers of the CPU reference kernels (private to gp_kernels_cpu).
+#pragma once
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gp/common/status.h"
+#include "gp/exec/op_kernel.h"
+#include "gp/graph/graph.h"
+
+namespace gp::exec::cpu {
+
+using KernelResult = Result<std::unique_ptr<OpKernel>>;
+
+// "ops[3] 'enc.ffn1' (linear): " + what, as an InvalidArgument.
+inline Status op_error(const graph::OpNode& op, const std::string& what) {
+  return invalid_argument("ops[" + std::to_string(op.index) + "] '" + op.proto->id() + "' (" +
+                          op.proto->type() + "): " + what);
+}
+
+// Attribute readers whose errors name the op.
+inline Result<int64_t> op_attr_int(const graph::OpNode& op, std::string_view name) {
+  auto v = graph::attr_int(*op.proto, name);
+  if (!v.ok()) return op_error(op, v.status().message());
+  return *v;
+}
+inline Result<int64_t> op_attr_int_or(const graph::OpNode& op, std::string_view name,
+                                      int64_t fallback) {
+  auto v = graph::attr_int_or(*op.proto, name, fallback);
+  if (!v.ok()) return op_error(op, v.status().message());
+  return *v;
+}
+inline Result<double> op_attr_float_or(const graph::OpNode& op, std::string_view name,
+                                       double fallback) {
+  auto v = graph::attr_float_or(*op.proto, name, fallback);
+  if (!v.ok()) return op_error(op, v.status().message());
+  return *v;
+}
+inline Result<std::string> op_attr_string_or(const graph::OpNode& op, std::string_view name,
+                                             std::string_view fallback) {
+  auto v = graph::attr_string_or(*op.proto, name, fallback);
+  if (!v.ok()) return op_error(op, v.status().message());
+  return *v;
+}
+
+// Per-sample shape helpers.
+inline int64_t last_dim(const graph::TensorSpec& spec) { return spec.shape(spec.shape_size() - 1); }
+// Product of dims [begin, end).
+inline int64_t dims_product(const graph::TensorSpec& spec, int begin, int end) {
+  int64_t n = 1;
+  for (int d = begin; d < end; ++d) n *= spec.shape(d);
+  return n;
+}
+inline bool is_int32(const graph::TensorSpec& spec) {
+  return spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
+}
+
+// Element k of an id/label tensor, which the catalogue allows as int64 (the executor's
+// convention) or int32.
+inline int64_t load_index(const void* data, int64_t k, bool int32) {
+  return int32 ? static_cast<const int32_t*>(data)[k] : static_cast<const int64_t*>(data)[k];
+}
+
+// Row-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, with leading dimensions
+// (row strides) lda, ldb, ldc of the matrices as stored.
+inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
+inline constexpr float kGeluA = 0.044715f;
+inline float gelu(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
+}
+inline float gelu_grad(float x) {
+  const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
+}
+
+// In-place numerically stable softmax of one row of n floats.
+inline void softmax_row(float* row, int64_t n) {
+  float mx = row[0];
+  for (int64_t j = 1; j < n; ++j) mx = std::fmax(mx, row[j]);
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    row[j] = std::exp(row[j] - mx);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+}
+
+// dx[j] += y[j] * (dy[j] - sum_k dy[k] y[k]): the softmax backward for one row of n, given its
+// output y. dx must not alias y or dy.
+inline void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n) {
+  float dot = 0;
+  for (int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
+  for (int64_t j = 0; j < n; ++j) dx[j] += y[j] * (dy[j] - dot);
+}
+
+// Factories, one per op family (dense_kernels.cc, simple_kernels.cc). Each reads the op's
+// attributes and shapes once.
+KernelResult make_linear(const graph::OpNode& op);
+KernelResult make_embedding_bag(const graph::OpNode& op);
+KernelResult make_attention(const graph::OpNode& op);
+KernelResult make_input(const graph::OpNode& op);
+KernelResult make_relu(const graph::OpNode& op);
+KernelResult make_gelu(const graph::OpNode& op);
+KernelResult make_softmax(const graph::OpNode& op);
+KernelResult make_layer_norm(const graph::OpNode& op);
+KernelResult make_add(const graph::OpNode& op);
+KernelResult make_concat(const graph::OpNode& op);
+KernelResult make_slice(const graph::OpNode& op);
+KernelResult make_mse_loss(const graph::OpNode& op);
+KernelResult make_softmax_cross_entropy(const graph::OpNode& op);
+
+}  // namespace gp::exec::cpu

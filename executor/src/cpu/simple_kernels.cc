@@ -1,0 +1,402 @@
+// CPU reference kernels of the parameter-free (or nearly) ops: input, element-wise activations,
+// softmax, layer norm, add, concat, slice and the two losses. Plain loops over the whole batch.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu/kernel_util.h"
+
+namespace gp::exec::cpu {
+namespace {
+
+// A graph input: its tensor is filled by the executor; nothing to compute either way.
+class InputKernel final : public OpKernel {
+ public:
+  void forward(const OpArgs&) const override {}
+  void backward(const OpArgs&) const override {}
+};
+
+// y = max(x, 0); dx += dy where x > 0. Saves nothing.
+class ReluKernel final : public OpKernel {
+ public:
+  explicit ReluKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    const float* x = a.inputs[0].f();
+    float* y = a.outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const float* x = a.inputs[0].f();
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += x[i] > 0 ? dy[i] : 0.0f;
+  }
+
+ private:
+  int64_t n_;  // elements per sample
+};
+
+// GELU (tanh approximation); backward differentiates it at the input. Saves nothing.
+class GeluKernel final : public OpKernel {
+ public:
+  explicit GeluKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    const float* x = a.inputs[0].f();
+    float* y = a.outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = gelu(x[i]);
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const float* x = a.inputs[0].f();
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i] * gelu_grad(x[i]);
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Softmax over the last dim (max-subtracted); backward uses the output. Saves nothing.
+class SoftmaxKernel final : public OpKernel {
+ public:
+  SoftmaxKernel(int64_t rows, int64_t cols) : rows_(rows), cols_(cols) {}
+  void forward(const OpArgs& a) const override {
+    const int64_t n = a.batch * rows_ * cols_;
+    float* y = a.outputs[0].f();
+    std::memcpy(y, a.inputs[0].f(), static_cast<size_t>(n) * sizeof(float));
+    for (int64_t r = 0; r < a.batch * rows_; ++r) softmax_row(y + r * cols_, cols_);
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    for (int64_t r = 0; r < a.batch * rows_; ++r) {
+      const int64_t off = r * cols_;
+      softmax_row_backward(a.outputs[0].f() + off, a.grad_outputs[0].f() + off, dx + off, cols_);
+    }
+  }
+
+ private:
+  int64_t rows_, cols_;  // rows per sample, last dim
+};
+
+// y = (x - mean) * rstd * gamma + beta over the last dim, rstd = 1 / sqrt(var + eps) with the
+// biased variance. Saved: (mean, rstd) per row, interleaved.
+class LayerNormKernel final : public OpKernel {
+ public:
+  LayerNormKernel(int64_t rows, int64_t cols, float eps) : rows_(rows), cols_(cols), eps_(eps) {}
+  int64_t saved_floats_per_sample() const override { return 2 * rows_; }
+
+  void forward(const OpArgs& a) const override {
+    const float* gamma = a.params[0];
+    const float* beta = a.params[1];
+    const float inv_n = 1.0f / static_cast<float>(cols_);
+    for (int64_t r = 0; r < a.batch * rows_; ++r) {
+      const float* x = a.inputs[0].f() + r * cols_;
+      float* y = a.outputs[0].f() + r * cols_;
+      float mean = 0;
+      for (int64_t j = 0; j < cols_; ++j) mean += x[j];
+      mean *= inv_n;
+      float var = 0;  // two passes: no cancellation for large means
+      for (int64_t j = 0; j < cols_; ++j) var += (x[j] - mean) * (x[j] - mean);
+      const float rstd = 1.0f / std::sqrt(var * inv_n + eps_);
+      for (int64_t j = 0; j < cols_; ++j) y[j] = (x[j] - mean) * rstd * gamma[j] + beta[j];
+      a.saved[2 * r] = mean;
+      a.saved[2 * r + 1] = rstd;
+    }
+  }
+
+  // With xh = (x - mean) * rstd and g = dy * gamma:
+  //   dx = rstd * (g - mean(g) - xh * mean(g * xh)); dgamma += dy * xh; dbeta += dy.
+  void backward(const OpArgs& a) const override {
+    const float* gamma = a.params[0];
+    float* dgamma = a.param_grads[0];
+    float* dbeta = a.param_grads[1];
+    float* dx_all = a.grad_inputs[0].f();
+    const float inv_n = 1.0f / static_cast<float>(cols_);
+    for (int64_t r = 0; r < a.batch * rows_; ++r) {
+      const float* x = a.inputs[0].f() + r * cols_;
+      const float* dy = a.grad_outputs[0].f() + r * cols_;
+      const float mean = a.saved[2 * r], rstd = a.saved[2 * r + 1];
+      float mean_g = 0, mean_gx = 0;
+      for (int64_t j = 0; j < cols_; ++j) {
+        const float xh = (x[j] - mean) * rstd;
+        const float g = dy[j] * gamma[j];
+        mean_g += g;
+        mean_gx += g * xh;
+        if (dgamma != nullptr) dgamma[j] += dy[j] * xh;
+        if (dbeta != nullptr) dbeta[j] += dy[j];
+      }
+      if (dx_all == nullptr) continue;
+      mean_g *= inv_n;
+      mean_gx *= inv_n;
+      float* dx = dx_all + r * cols_;
+      for (int64_t j = 0; j < cols_; ++j) {
+        const float xh = (x[j] - mean) * rstd;
+        dx[j] += rstd * (dy[j] * gamma[j] - mean_g - xh * mean_gx);
+      }
+    }
+  }
+
+ private:
+  int64_t rows_, cols_;
+  float eps_;
+};
+
+// y = sum of the inputs; every input receives dy.
+class AddKernel final : public OpKernel {
+ public:
+  explicit AddKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    const int64_t n = a.batch * n_;
+    float* y = a.outputs[0].f();
+    std::memcpy(y, a.inputs[0].f(), static_cast<size_t>(n) * sizeof(float));
+    for (size_t k = 1; k < a.inputs.size(); ++k) {
+      const float* x = a.inputs[k].f();
+      for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    const float* dy = a.grad_outputs[0].f();
+    for (const TensorView& g : a.grad_inputs) {
+      if (g.data == nullptr) continue;
+      float* dx = g.f();
+      for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i];
+    }
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Concatenation along per-sample axis `a`. With outer = product of the dims before the axis
+// (times the batch, since samples are outermost) and chunk_k = input k's elements from the axis
+// on, output block o is input 0's block o, then input 1's block o, ...
+class ConcatKernel final : public OpKernel {
+ public:
+  ConcatKernel(int64_t outer, std::vector<int64_t> chunks)
+      : outer_(outer), chunks_(std::move(chunks)) {
+    for (int64_t c : chunks_) out_chunk_ += c;
+  }
+  void forward(const OpArgs& a) const override {
+    float* y = a.outputs[0].f();
+    for (int64_t o = 0; o < a.batch * outer_; ++o) {
+      float* dst = y + o * out_chunk_;
+      for (size_t k = 0; k < chunks_.size(); ++k) {
+        std::memcpy(dst, a.inputs[k].f() + o * chunks_[k],
+                    static_cast<size_t>(chunks_[k]) * sizeof(float));
+        dst += chunks_[k];
+      }
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t o = 0; o < a.batch * outer_; ++o) {
+      const float* src = dy + o * out_chunk_;
+      for (size_t k = 0; k < chunks_.size(); ++k) {
+        if (float* dx = a.grad_inputs[k].f(); dx != nullptr) {
+          dx += o * chunks_[k];
+          for (int64_t i = 0; i < chunks_[k]; ++i) dx[i] += src[i];
+        }
+        src += chunks_[k];
+      }
+    }
+  }
+
+ private:
+  int64_t outer_;                // blocks per sample
+  std::vector<int64_t> chunks_;  // per input: elements per block (fixed at construction)
+  int64_t out_chunk_ = 0;        // output elements per block
+};
+
+// x[start:end] along per-sample axis `a`: block o of the input (in_chunk = dim * inner elements)
+// contributes its elements [start * inner, end * inner) as output block o.
+class SliceKernel final : public OpKernel {
+ public:
+  SliceKernel(int64_t outer, int64_t in_chunk, int64_t offset, int64_t out_chunk)
+      : outer_(outer), in_chunk_(in_chunk), offset_(offset), out_chunk_(out_chunk) {}
+  void forward(const OpArgs& a) const override {
+    for (int64_t o = 0; o < a.batch * outer_; ++o) {
+      std::memcpy(a.outputs[0].f() + o * out_chunk_, a.inputs[0].f() + o * in_chunk_ + offset_,
+                  static_cast<size_t>(out_chunk_) * sizeof(float));
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx_all = a.grad_inputs[0].f();
+    if (dx_all == nullptr) return;
+    for (int64_t o = 0; o < a.batch * outer_; ++o) {
+      const float* dy = a.grad_outputs[0].f() + o * out_chunk_;
+      float* dx = dx_all + o * in_chunk_ + offset_;
+      for (int64_t i = 0; i < out_chunk_; ++i) dx[i] += dy[i];
+    }
+  }
+
+ private:
+  int64_t outer_, in_chunk_, offset_, out_chunk_;
+};
+
+// loss_s = mean over the sample's n elements of (pred - target)^2. Saves nothing.
+class MseLossKernel final : public OpKernel {
+ public:
+  explicit MseLossKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float* p = a.inputs[0].f() + s * n_;
+      const float* t = a.inputs[1].f() + s * n_;
+      float sum = 0;
+      for (int64_t i = 0; i < n_; ++i) sum += (p[i] - t[i]) * (p[i] - t[i]);
+      a.outputs[0].f()[s] = sum / static_cast<float>(n_);
+    }
+  }
+  // d loss_s / d pred = 2 (pred - target) / n = -d loss_s / d target.
+  void backward(const OpArgs& a) const override {
+    float* dp = a.grad_inputs[0].f();
+    float* dt = a.grad_inputs[1].f();
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float scale = 2.0f * a.grad_outputs[0].f()[s] / static_cast<float>(n_);
+      const float* p = a.inputs[0].f() + s * n_;
+      const float* t = a.inputs[1].f() + s * n_;
+      for (int64_t i = 0; i < n_; ++i) {
+        const float g = scale * (p[i] - t[i]);
+        if (dp != nullptr) dp[s * n_ + i] += g;
+        if (dt != nullptr) dt[s * n_ + i] -= g;
+      }
+    }
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Logits [..., C] with `positions` rows per sample and one label per row:
+//   loss_s = (1 / positions) * sum over rows of (logsumexp(z) - z[label]).
+// Saved: logsumexp per row. No gradient to the labels.
+class SoftmaxCrossEntropyKernel final : public OpKernel {
+ public:
+  SoftmaxCrossEntropyKernel(int64_t positions, int64_t classes, bool labels32)
+      : positions_(positions), classes_(classes), labels32_(labels32) {}
+  int64_t saved_floats_per_sample() const override { return positions_; }
+
+  void forward(const OpArgs& a) const override {
+    for (int64_t s = 0; s < a.batch; ++s) {
+      float sum = 0;
+      for (int64_t p = 0; p < positions_; ++p) {
+        const int64_t r = s * positions_ + p;
+        const float* z = a.inputs[0].f() + r * classes_;
+        float mx = z[0];
+        for (int64_t j = 1; j < classes_; ++j) mx = std::fmax(mx, z[j]);
+        float e = 0;
+        for (int64_t j = 0; j < classes_; ++j) e += std::exp(z[j] - mx);
+        const float lse = mx + std::log(e);
+        a.saved[r] = lse;
+        sum += lse - z[label(a, r)];
+      }
+      a.outputs[0].f()[s] = sum / static_cast<float>(positions_);
+    }
+  }
+
+  // d loss_s / d z[j] = (softmax(z)[j] - [j == label]) / positions.
+  void backward(const OpArgs& a) const override {
+    float* dz_all = a.grad_inputs[0].f();
+    if (dz_all == nullptr) return;
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float g = a.grad_outputs[0].f()[s] / static_cast<float>(positions_);
+      for (int64_t p = 0; p < positions_; ++p) {
+        const int64_t r = s * positions_ + p;
+        const float* z = a.inputs[0].f() + r * classes_;
+        float* dz = dz_all + r * classes_;
+        const float lse = a.saved[r];
+        for (int64_t j = 0; j < classes_; ++j) dz[j] += g * std::exp(z[j] - lse);
+        dz[label(a, r)] -= g;
+      }
+    }
+  }
+
+ private:
+  int64_t label(const OpArgs& a, int64_t r) const {
+    const int64_t l = load_index(a.inputs[1].data, r, labels32_);
+    GP_CHECK(l >= 0 && l < classes_, "softmax_cross_entropy: label out of range [0, classes)");
+    return l;
+  }
+
+  int64_t positions_, classes_;
+  bool labels32_;
+};
+
+KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }
+
+// Normalised `axis` attr of `op` for a per-sample rank.
+Result<int> op_axis(const graph::OpNode& op, int rank) {
+  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
+  if (axis < -rank || axis >= rank) {
+    return op_error(op, "attrs.axis = " + std::to_string(axis) + " is out of range");
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+}  // namespace
+
+KernelResult make_input(const graph::OpNode&) { return wrap(std::make_unique<InputKernel>()); }
+
+KernelResult make_relu(const graph::OpNode& op) {
+  return wrap(std::make_unique<ReluKernel>(graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_gelu(const graph::OpNode& op) {
+  return wrap(std::make_unique<GeluKernel>(graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_softmax(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  const int64_t cols = last_dim(x);
+  return wrap(std::make_unique<SoftmaxKernel>(graph::num_elements(x) / cols, cols));
+}
+
+KernelResult make_layer_norm(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(double eps, op_attr_float_or(op, "epsilon", 1e-5));
+  const int64_t cols = last_dim(x);
+  return wrap(std::make_unique<LayerNormKernel>(graph::num_elements(x) / cols, cols,
+                                                static_cast<float>(eps)));
+}
+
+KernelResult make_add(const graph::OpNode& op) {
+  return wrap(std::make_unique<AddKernel>(graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_concat(const graph::OpNode& op) {
+  const int rank = op.input_specs[0].shape_size();
+  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
+  std::vector<int64_t> chunks;
+  for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
+  return wrap(
+      std::make_unique<ConcatKernel>(dims_product(op.input_specs[0], 0, axis), std::move(chunks)));
+}
+
+KernelResult make_slice(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  const int rank = x.shape_size();
+  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
+  GP_ASSIGN_OR_RETURN(int64_t start, op_attr_int(op, "start"));
+  GP_ASSIGN_OR_RETURN(int64_t end, op_attr_int(op, "end"));
+  if (start < 0 || end > x.shape(axis) || start >= end) {
+    return op_error(op, "attrs.start/end out of range for axis " + std::to_string(axis));
+  }
+  const int64_t inner = dims_product(x, axis + 1, rank);
+  return wrap(std::make_unique<SliceKernel>(dims_product(x, 0, axis), x.shape(axis) * inner,
+                                            start * inner, (end - start) * inner));
+}
+
+KernelResult make_mse_loss(const graph::OpNode& op) {
+  return wrap(std::make_unique<MseLossKernel>(graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_softmax_cross_entropy(const graph::OpNode& op) {
+  const graph::TensorSpec& logits = op.input_specs[0];
+  const int64_t classes = last_dim(logits);
+  return wrap(std::make_unique<SoftmaxCrossEntropyKernel>(graph::num_elements(logits) / classes,
+                                                          classes, is_int32(op.input_specs[1])));
+}
+
+}  // namespace gp::exec::cpu

@@ -1,0 +1,86 @@
+#include "gp/exec/optimizer.h"
+
+#include <cmath>
+#include <string>
+
+namespace gp::exec {
+
+using graphpipe::v1::OPTIMIZER_KIND_ADAM;
+using graphpipe::v1::OPTIMIZER_KIND_MOMENTUM;
+using graphpipe::v1::OPTIMIZER_KIND_SGD;
+using graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED;
+
+Result<Optimizer> Optimizer::create(const graphpipe::v1::TrainingConfig& config) {
+  graphpipe::v1::TrainingConfig c = config;
+  if (c.optimizer() == OPTIMIZER_KIND_UNSPECIFIED) c.set_optimizer(OPTIMIZER_KIND_SGD);
+  if (!(c.learning_rate() > 0)) {
+    return invalid_argument("training.learning_rate = " + std::to_string(c.learning_rate()) +
+                            ", must be > 0");
+  }
+  if (c.optimizer() == OPTIMIZER_KIND_MOMENTUM && !(c.momentum() >= 0 && c.momentum() < 1)) {
+    return invalid_argument("training.momentum = " + std::to_string(c.momentum()) +
+                            ", must be in [0, 1)");
+  }
+  if (c.optimizer() == OPTIMIZER_KIND_ADAM) {
+    if (c.adam_beta1() == 0 && c.adam_beta2() == 0 && c.adam_epsilon() == 0) {
+      c.set_adam_beta1(0.9);
+      c.set_adam_beta2(0.999);
+      c.set_adam_epsilon(1e-8);
+    }
+    if (!(c.adam_beta1() >= 0 && c.adam_beta1() < 1) || !(c.adam_beta2() >= 0 && c.adam_beta2() < 1) ||
+        !(c.adam_epsilon() > 0)) {
+      return invalid_argument("training.adam_beta1/adam_beta2/adam_epsilon = " +
+                              std::to_string(c.adam_beta1()) + "/" + std::to_string(c.adam_beta2()) +
+                              "/" + std::to_string(c.adam_epsilon()) +
+                              ": need betas in [0, 1) and epsilon > 0");
+    }
+  }
+  if (c.optimizer() != OPTIMIZER_KIND_SGD && c.optimizer() != OPTIMIZER_KIND_MOMENTUM &&
+      c.optimizer() != OPTIMIZER_KIND_ADAM) {
+    return invalid_argument("training.optimizer: unknown kind " + std::to_string(c.optimizer()));
+  }
+  return Optimizer(c);
+}
+
+int Optimizer::state_floats() const {
+  switch (config_.optimizer()) {
+    case OPTIMIZER_KIND_MOMENTUM: return 1;
+    case OPTIMIZER_KIND_ADAM: return 2;
+    default: return 0;
+  }
+}
+
+void Optimizer::apply(std::span<float> w, std::span<const float> g, std::span<float> state,
+                      int64_t step) const {
+  const float lr = static_cast<float>(config_.learning_rate());
+  const size_t n = w.size();
+  switch (config_.optimizer()) {
+    case OPTIMIZER_KIND_MOMENTUM: {
+      const float mu = static_cast<float>(config_.momentum());
+      for (size_t i = 0; i < n; ++i) {
+        state[i] = mu * state[i] + g[i];
+        w[i] -= lr * state[i];
+      }
+      return;
+    }
+    case OPTIMIZER_KIND_ADAM: {
+      const double b1 = config_.adam_beta1(), b2 = config_.adam_beta2();
+      const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, static_cast<double>(step))));
+      const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2, static_cast<double>(step))));
+      const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+      const float eps = static_cast<float>(config_.adam_epsilon());
+      float* m = state.data();
+      float* v = state.data() + n;
+      for (size_t i = 0; i < n; ++i) {
+        m[i] = fb1 * m[i] + (1 - fb1) * g[i];
+        v[i] = fb2 * v[i] + (1 - fb2) * g[i] * g[i];
+        w[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
+      }
+      return;
+    }
+    default:
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
+  }
+}
+
+}  // namespace gp::exec

@@ -1,0 +1,277 @@
+#include "gp/exec/rank_runner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace gp::exec {
+namespace {
+
+using graphpipe::v1::Instruction;
+using K = graphpipe::v1::InstructionKind;
+
+bool same(const graphpipe::v1::TensorRef& a, const graphpipe::v1::TensorRef& b) {
+  return a.op() == b.op() && a.output() == b.output();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan& plan,
+                                                       const graph::Graph& graph,
+                                                       const graph::PlanIndex& index, int rank) {
+  if (rank < 0 || rank >= index.world_size || index.program_of_rank[rank] < 0) {
+    return invalid_argument("--rank = " + std::to_string(rank) + " has no program in the plan (" +
+                            std::to_string(index.world_size) + " ranks)");
+  }
+  auto r = std::unique_ptr<RankRunner>(new RankRunner());
+  r->rank_ = rank;
+  r->stage_ = index.stage_of_rank[rank];
+  const auto& st = plan.stages(r->stage_);
+  const auto& program = plan.programs(index.program_of_rank[rank]);
+  const int64_t b = st.micro_batch();
+  const int replicas = st.device_ranks_size();
+  const int j = static_cast<int>(std::find(st.device_ranks().begin(), st.device_ranks().end(), rank) -
+                                 st.device_ranks().begin());
+  r->per_replica_ = b / replicas;
+  r->mini_batch_ = plan.mini_batch();
+  r->group_.assign(st.device_ranks().begin(), st.device_ranks().end());
+  std::sort(r->group_.begin(), r->group_.end());
+
+  // Tensors leaving this stage: produced here (exports) or passing through (relays).
+  std::vector<graphpipe::v1::TensorRef> exports, relays;
+  auto contains = [](const std::vector<graphpipe::v1::TensorRef>& v, const graphpipe::v1::TensorRef& t) {
+    return std::any_of(v.begin(), v.end(), [&](const auto& x) { return same(x, t); });
+  };
+  for (const auto& e : plan.edges()) {
+    if (e.src_stage() != r->stage_) continue;
+    for (const auto& t : e.tensors()) {
+      const bool produced_here = index.stage_of_op[graph.index_of(t.op())] == r->stage_;
+      auto& list = produced_here ? exports : relays;
+      if (!contains(list, t)) list.push_back(t);
+    }
+  }
+  // Slots: a micro-batch holds one from its first instruction to its last.
+  const int num_mb = static_cast<int>(plan.mini_batch() / b);
+  std::vector<int> first(num_mb, -1), last(num_mb, -1);
+  for (int k = 0; k < program.instructions_size(); ++k) {
+    const auto& in = program.instructions(k);
+    if (in.kind() == K::INSTRUCTION_KIND_ALLREDUCE_GRADS ||
+        in.kind() == K::INSTRUCTION_KIND_OPTIMIZER_STEP) {
+      continue;
+    }
+    if (first[in.micro_batch()] < 0) first[in.micro_batch()] = k;
+    last[in.micro_batch()] = k;
+  }
+  int slots = 0, live = 0;
+  for (int k = 0; k < program.instructions_size(); ++k) {
+    for (int m = 0; m < num_mb; ++m) live += first[m] == k ? 1 : 0;
+    slots = std::max(slots, live);
+    for (int m = 0; m < num_mb; ++m) live -= last[m] == k ? 1 : 0;
+  }
+  GP_ASSIGN_OR_RETURN(r->runner_,
+                      StageRunner::create(graph, index.stage_ops[r->stage_], exports, r->per_replica_,
+                                          std::max(slots, 1), plan.training(), relays));
+  StageRunner& runner = *r->runner_;
+
+  std::vector<int> slot_of(num_mb, -1);
+  std::vector<char> backward_begun(num_mb, 0);
+  std::vector<int> free_slots;
+  for (int s = std::max(slots, 1) - 1; s >= 0; --s) free_slots.push_back(s);
+  size_t max_bytes = 0;
+  for (int k = 0; k < program.instructions_size(); ++k) {
+    const Instruction& in = program.instructions(k);
+    const int m = in.micro_batch();
+    Step step;
+    step.instruction = k;
+    const bool per_mb = in.kind() != K::INSTRUCTION_KIND_ALLREDUCE_GRADS &&
+                        in.kind() != K::INSTRUCTION_KIND_OPTIMIZER_STEP;
+    if (per_mb) {
+      if (first[m] == k) {
+        slot_of[m] = free_slots.back();
+        free_slots.pop_back();
+      }
+      step.slot = slot_of[m];
+    }
+    const int64_t replica_begin = m * b + j * r->per_replica_;
+    const bool needs_begin = in.kind() == K::INSTRUCTION_KIND_BACKWARD ||
+                             in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
+    if (needs_begin && !backward_begun[m]) {
+      backward_begun[m] = 1;
+      Step begin = step;
+      begin.op = Op::kBeginBackward;
+      r->steps_.push_back(begin);
+    }
+    switch (in.kind()) {
+      case K::INSTRUCTION_KIND_FORWARD:
+        step.op = Op::kForward;
+        step.first_sample = replica_begin;
+        break;
+      case K::INSTRUCTION_KIND_BACKWARD: step.op = Op::kBackward; break;
+      case K::INSTRUCTION_KIND_ALLREDUCE_GRADS: step.op = Op::kAllReduce; break;
+      case K::INSTRUCTION_KIND_OPTIMIZER_STEP: step.op = Op::kOptimizer; break;
+      default: {
+        const bool send = in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
+                          in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
+        step.gradient = in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT ||
+                        in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
+        step.op = send ? Op::kSend : Op::kRecv;
+        step.peer = in.peer_rank();
+        step.tag = (static_cast<uint64_t>(in.edge()) << 41) |
+                   (static_cast<uint64_t>(step.gradient) << 40) |
+                   static_cast<uint64_t>(in.sample_begin());
+        step.sample_offset = in.sample_begin() - replica_begin;
+        step.samples = in.sample_end() - in.sample_begin();
+        if (step.sample_offset < 0 || step.sample_offset + step.samples > r->per_replica_) {
+          return invalid_argument("plan: rank " + std::to_string(rank) + " instruction " +
+                                  std::to_string(k) + ": samples outside its micro-batch slice");
+        }
+        for (const auto& t : plan.edges(in.edge()).tensors()) {
+          if (step.gradient && !graph::carries_gradient(graph, t)) continue;
+          Piece piece;
+          const int ext = runner.external_index(t);
+          const int exp = runner.export_index(t);
+          piece.external = exp < 0;
+          piece.index = exp >= 0 ? exp : ext;
+          if (piece.index < 0) {
+            return invalid_argument("plan: rank " + std::to_string(rank) + " holds no tensor '" +
+                                    t.op() + "' for instruction " + std::to_string(k));
+          }
+          const StageTensor& info =
+              piece.external ? runner.external_inputs()[piece.index] : runner.exports()[piece.index];
+          piece.bytes_per_sample = info.per_sample * (info.is_int && !step.gradient ? 8 : 4);
+          step.bytes += piece.bytes_per_sample * step.samples;
+          step.pieces.push_back(piece);
+        }
+        max_bytes = std::max(max_bytes, static_cast<size_t>(step.bytes));
+      }
+    }
+    r->steps_.push_back(std::move(step));
+    if (per_mb && last[m] == k) free_slots.push_back(slot_of[m]);
+  }
+  r->staging_.assign(max_bytes, std::byte{0});
+  return r;
+}
+
+void RankRunner::pack(const Step& s, std::byte* out) const {
+  for (const Piece& p : s.pieces) {
+    const TensorView v = p.external
+                             ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
+                                           : runner_->external_input(s.slot, p.index))
+                             : (s.gradient ? runner_->export_grad(s.slot, p.index)
+                                           : runner_->export_value(s.slot, p.index));
+    const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    std::memcpy(out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, n);
+    out += n;
+  }
+}
+
+void RankRunner::unpack(const Step& s, const std::byte* in) {
+  for (const Piece& p : s.pieces) {
+    const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    if (s.gradient) {
+      // Fan-in: gradients from every successor add up.
+      const TensorView v = p.external ? runner_->external_input_grad(s.slot, p.index)
+                                      : runner_->export_grad(s.slot, p.index);
+      float* dst = v.f() + p.bytes_per_sample / 4 * s.sample_offset;
+      const size_t count = n / 4;
+      for (size_t i = 0; i < count; ++i) {
+        float g;
+        std::memcpy(&g, in + 4 * i, 4);
+        dst[i] += g;
+      }
+    } else {
+      const TensorView v = runner_->external_input(s.slot, p.index);
+      std::memcpy(static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n);
+    }
+    in += n;
+  }
+}
+
+Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) {
+  StageRunner& runner = *runner_;
+  runner.zero_param_grads();
+  double loss = 0;
+  const float scale = 1.0f / static_cast<float>(mini_batch_);
+  // Alternate tags between iterations so a fast rank's next iteration never meets a message
+  // of the previous one.
+  const uint64_t parity = static_cast<uint64_t>(iteration & 1) << 63;
+  for (const Step& s : steps_) {
+    current_.store(s.instruction, std::memory_order_relaxed);
+    Status st;
+    switch (s.op) {
+      case Op::kForward:
+        runner.forward(s.slot, per_replica_, iteration, s.first_sample);
+        if (runner.has_loss()) loss += runner.loss_sum(s.slot);
+        break;
+      case Op::kBeginBackward: runner.begin_backward(s.slot); break;
+      case Op::kBackward: runner.backward(s.slot, scale); break;
+      case Op::kSend:
+        pack(s, staging_.data());
+        st = comm.send(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
+        break;
+      case Op::kRecv:
+        st = comm.recv(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
+        if (st.ok()) unpack(s, staging_.data());
+        break;
+      case Op::kAllReduce: st = comm.allreduce_sum(group_, runner.param_grads()); break;
+      case Op::kOptimizer: runner.optimizer_step(iteration + 1); break;
+    }
+    if (!st.ok()) {
+      return st.with_context("rank " + std::to_string(rank_) + ", iteration " +
+                             std::to_string(iteration) + ", instruction " +
+                             std::to_string(s.instruction));
+    }
+  }
+  current_.store(-1, std::memory_order_relaxed);
+  return loss;
+}
+
+Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankRunner>>* out_runners) {
+  auto built = graph::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context("plan.model");
+  const graph::Graph& graph = *built;
+  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
+  std::vector<std::unique_ptr<RankRunner>> runners;
+  for (int r = 0; r < index.world_size; ++r) {
+    if (index.program_of_rank[r] < 0) continue;
+    GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, r));
+    runners.push_back(std::move(runner));
+  }
+  LoopbackHub hub(index.world_size, timeout);
+  std::vector<std::vector<double>> loss_sums(runners.size(), std::vector<double>(iterations, 0));
+  std::mutex mu;
+  Status first_error;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < runners.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto comm = hub.communicator(runners[i]->rank());
+      for (int it = 0; it < iterations; ++it) {
+        auto loss = runners[i]->run_iteration(it, *comm);
+        if (!loss.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = loss.status();
+          comm->abort("rank " + std::to_string(runners[i]->rank()) + " failed: " +
+                      loss.status().message());
+          return;
+        }
+        loss_sums[i][it] = *loss;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!first_error.ok()) return first_error;
+  LocalRunResult result;
+  for (int it = 0; it < iterations; ++it) {
+    double sum = 0;
+    for (const auto& per_rank : loss_sums) sum += per_rank[it];
+    result.losses.push_back(sum / static_cast<double>(plan.mini_batch()));
+  }
+  if (out_runners != nullptr) *out_runners = std::move(runners);
+  return result;
+}
+
+}  // namespace gp::exec

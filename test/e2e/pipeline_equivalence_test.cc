@@ -1,0 +1,190 @@
+// The correctness contract: training with the same seed and mini-batch gives the same losses and
+// the same final parameters whatever the plan — one process, a sequential pipeline, a graph
+// pipeline, data-parallel replicas, mixed micro-batch sizes. Ranks run as threads over the
+// in-process data plane.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "../support/models.h"
+#include "gp/cost/cluster.h"
+#include "gp/exec/rank_runner.h"
+#include "gp/exec/reference_trainer.h"
+#include "gp/planner/plan_builder.h"
+#include "gp/planner/search.h"
+
+using namespace gp;
+
+namespace {
+
+constexpr int kIterations = 5;
+constexpr auto kTimeout = std::chrono::milliseconds(20000);
+
+graphpipe::v1::TrainingConfig training(graphpipe::v1::OptimizerKind kind) {
+  graphpipe::v1::TrainingConfig t;
+  t.set_optimizer(kind);
+  t.set_learning_rate(kind == graphpipe::v1::OPTIMIZER_KIND_ADAM ? 0.01 : 0.05);
+  t.set_momentum(0.9);
+  t.set_adam_beta1(0.9);
+  t.set_adam_beta2(0.999);
+  t.set_adam_epsilon(1e-8);
+  t.set_seed(11);
+  return t;
+}
+
+struct Reference {
+  std::vector<double> losses;
+  std::unique_ptr<exec::ReferenceTrainer> trainer;
+};
+
+Reference reference(const graph::Graph& g, int64_t batch, const graphpipe::v1::TrainingConfig& t) {
+  Reference ref;
+  auto trainer = exec::ReferenceTrainer::create(g, batch, 0, t);
+  REQUIRE(trainer.ok());
+  for (int i = 0; i < kIterations; ++i) ref.losses.push_back((*trainer)->run_iteration(i).loss);
+  ref.trainer = std::move(trainer).value();
+  return ref;
+}
+
+graphpipe::v1::Plan searched(const graph::Graph& g, graphpipe::v1::Strategy strategy, int devices,
+                             int64_t batch, const graphpipe::v1::TrainingConfig& t) {
+  const auto cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), devices);
+  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  planner::SearchRequest req;
+  req.graph = &g;
+  req.cluster = cluster;
+  req.mini_batch = batch;
+  req.strategy = strategy;
+  req.training = t;
+  req.compute = &model;
+  req.micro_batches = {2, 4};  // several micro-batches per iteration: real pipelining
+  auto r = planner::search_plan(req);
+  REQUIRE(r.ok());
+  REQUIRE(r->feasible);
+  return r->plan;
+}
+
+void check_same_training(const graph::Graph& g, const graphpipe::v1::Plan& plan,
+                         const Reference& ref) {
+  // Adam divides by sqrt(v): gradients that are float noise around zero (different summation
+  // orders across replicas) move a weight by up to the learning rate either way, so its final
+  // parameters agree to a looser tolerance than SGD's.
+  const bool adam = plan.training().optimizer() == graphpipe::v1::OPTIMIZER_KIND_ADAM;
+  const double param_tolerance = adam ? 2e-3 : 1e-5;
+  std::vector<std::unique_ptr<exec::RankRunner>> runners;
+  auto run = exec::run_plan_locally(plan, kIterations, kTimeout, &runners);
+  INFO(run.status().to_string());
+  REQUIRE(run.ok());
+  for (int i = 0; i < kIterations; ++i) {
+    INFO("iteration " << i);
+    CHECK(run->losses[i] == Approx(ref.losses[i]).epsilon(1e-5));
+  }
+  // Final parameters of every op with parameters match the reference's.
+  for (const auto& node : g.ops()) {
+    if (node.cost.param_count == 0) continue;
+    const auto expected = ref.trainer->runner().op_params(node.index);
+    for (const auto& runner : runners) {
+      const auto got = runner->stage_runner().op_params(node.index);
+      if (got.empty()) continue;
+      REQUIRE(got.size() == expected.size());
+      double max_err = 0, max_abs = 1e-6;
+      for (size_t k = 0; k < got.size(); ++k) {
+        max_err = std::max(max_err, static_cast<double>(std::abs(got[k] - expected[k])));
+        max_abs = std::max(max_abs, static_cast<double>(std::abs(expected[k])));
+      }
+      INFO(node.id() << " on rank " << runner->rank());
+      CHECK(max_err / max_abs < param_tolerance);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sequential and graph pipelines train exactly like the single-process reference") {
+  for (const char* spec : {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno"}) {
+    for (auto strategy : {graphpipe::v1::STRATEGY_SEQUENTIAL, graphpipe::v1::STRATEGY_GRAPHPIPE}) {
+      for (int devices : {2, 4}) {
+        INFO(spec << ", strategy " << strategy << ", " << devices << " devices");
+        auto g = testing::zoo_graph(spec);
+        const auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+        const auto ref = reference(g, 16, t);
+        const auto plan = searched(g, strategy, devices, 16, t);
+        check_same_training(g, plan, ref);
+      }
+    }
+  }
+}
+
+TEST_CASE("data-parallel replicas and mixed micro-batch sizes keep the numerics (Adam)") {
+  auto g = testing::zoo_graph("tiny-mmt");
+  const auto t = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  const auto ref = reference(g, 16, t);
+  // Branch 0 on rank 0 (b = 2), branch 1 on ranks 1-2 (b = 4, 2 replicas), head on ranks 3-4
+  // (b = 8, 2 replicas).
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id.rfind("b0.", 0) == 0 ? 0 : id.rfind("b1.", 0) == 0 ? 1 : 2].ops.push_back(node.index);
+  }
+  st[0].ranks = {0};
+  st[0].micro_batch = 2;
+  st[1].ranks = {1, 2};
+  st[1].micro_batch = 4;
+  st[2].ranks = {3, 4};
+  st[2].micro_batch = 8;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 5);
+  in.mini_batch = 16;
+  in.training = t;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  check_same_training(g, *plan, ref);
+}
+
+TEST_CASE("a chain plan relays tensors through intermediate stages with the same numerics") {
+  auto g = testing::zoo_graph("tiny-candle-uno");
+  const auto t = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+  const auto ref = reference(g, 8, t);
+  // Three stages in topological order: feature branches 0, 1, then 2 with the head. Branch 0's
+  // output skips stage 1 and is relayed through it.
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id.rfind("feature0.", 0) == 0 ? 0 : id.rfind("feature1.", 0) == 0 ? 1 : 2].ops.push_back(
+        node.index);
+  }
+  for (int s = 0; s < 3; ++s) st[s].ranks = {s}, st[s].micro_batch = 2;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 3);
+  in.mini_batch = 8;
+  in.training = t;
+  in.chain = true;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  check_same_training(g, *plan, ref);
+}
+
+TEST_CASE("a rank that cannot receive fails with a deadline naming the peer, nobody hangs") {
+  auto g = testing::zoo_graph("tiny-mmt");
+  const auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  auto plan = searched(g, graphpipe::v1::STRATEGY_SEQUENTIAL, 2, 8, t);
+  // Drop rank 0's first activation send: rank 1 waits for it until the timeout.
+  for (auto& prog : *plan.mutable_programs()) {
+    if (prog.rank() != 0) continue;
+    auto* instrs = prog.mutable_instructions();
+    for (int k = 0; k < instrs->size(); ++k) {
+      if (instrs->Get(k).kind() == graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION) {
+        instrs->erase(instrs->begin() + k);
+        break;
+      }
+    }
+  }
+  auto run = exec::run_plan_locally(plan, 1, std::chrono::milliseconds(300));
+  REQUIRE_FALSE(run.ok());
+  const std::string msg = run.status().message();
+  CHECK((run.status().code() == StatusCode::kDeadlineExceeded ||
+         run.status().code() == StatusCode::kAborted));
+  CHECK_THAT(msg, Catch::Contains("rank"));
+}

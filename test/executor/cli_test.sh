@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# graphpipe-executor as a user runs it: a plan trained locally matches the reference.
+set -u
+exe=$1
+plan_bin=$2
+tmp=$3
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+
+"$exe" --log-level warn reference --model zoo:tiny-dlrm --batch 16 --iterations 4 --lr 0.01 \
+  --metrics-out "$tmp/ref.json"; rc=$?
+check "reference writes metrics for every iteration" '[ $rc -eq 0 ] && [ "$(losses "$tmp/ref.json" | wc -l)" -eq 4 ]'
+check "metrics have the documented keys" 'grep -q "\"iterations\"" "$tmp/ref.json" && grep -q "\"samples_per_s\"" "$tmp/ref.json" && grep -q "\"time_s\"" "$tmp/ref.json"'
+
+"$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 3 --batch 16 \
+  --micro-batches 4 --optimizer sgd --out "$tmp/plan.pb" >/dev/null; rc=$?
+check "planned tiny-dlrm on 3 ranks" '[ $rc -eq 0 ]'
+"$exe" --log-level warn local --plan "$tmp/plan.pb" --iterations 4 --metrics-out "$tmp/local.json"; rc=$?
+check "local run of the plan exits 0" '[ $rc -eq 0 ]'
+check "the plan's losses equal the reference's" '[ "$(losses "$tmp/local.json")" = "$(losses "$tmp/ref.json")" ]'
+
+err=$("$exe" local --plan "$tmp/missing.pb" 2>&1 >/dev/null); rc=$?
+check "a missing plan exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "missing.pb"'
+err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --micro-batch 3 2>&1 >/dev/null); rc=$?
+check "a micro-batch not dividing the batch exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "must divide"'
+err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --optimizer lion 2>&1 >/dev/null); rc=$?
+check "an unknown optimizer exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected sgd, momentum or adam"'
+err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr 0 2>&1 >/dev/null); rc=$?
+check "a zero learning rate exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "learning_rate = 0"'
+exit $fail

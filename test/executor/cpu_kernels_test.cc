@@ -1,0 +1,667 @@
+// CPU reference kernels: forward values computed by hand, every gradient against central finite
+// differences, gradient accumulation, skipped input gradients and the factory's errors.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../support/models.h"
+#include "gp/exec/op_kernel.h"
+#include "gp/graph/builder.h"
+#include "gp/graph/graph.h"
+
+namespace {
+
+using gp::exec::OpArgs;
+using gp::exec::TensorView;
+using gp::graph::GraphBuilder;
+using gp::graph::ModelGraph;
+using gp::graph::TensorRef;
+using gp::graph::TensorSpec;
+
+constexpr auto kInt64 = graphpipe::v1::DATA_TYPE_INT64;
+
+bool is_int(const TensorSpec& s) {
+  return s.dtype() == graphpipe::v1::DATA_TYPE_INT64 || s.dtype() == graphpipe::v1::DATA_TYPE_INT32;
+}
+
+// One op of a built graph with host buffers for everything its kernel touches. The op under test
+// has id "op"; float inputs and parameters start uniform in [-1, 1], id inputs at 0.
+struct Harness {
+  explicit Harness(gp::graph::Graph g) : graph(std::move(g)) {}
+
+  gp::graph::Graph graph;
+  int index = -1;
+  std::unique_ptr<gp::exec::OpKernel> kernel;
+  int64_t batch = 0;
+  std::vector<std::vector<float>> fin;    // float inputs (empty for id inputs)
+  std::vector<std::vector<int64_t>> iin;  // id inputs (empty for float inputs)
+  std::vector<std::vector<float>> params;
+  std::vector<float> out, saved;
+  std::vector<std::vector<float>> gin;  // empty: pass a null gradient
+  std::vector<std::vector<float>> gparams;
+  std::vector<float> gout;
+
+  const gp::graph::OpNode& op() const { return graph.op(index); }
+  bool is_loss() const { return op().info->is_loss; }
+
+  OpArgs args(std::vector<TensorView>& in, std::vector<TensorView>& outs, std::vector<float*>& ps) {
+    in.clear();
+    ps.clear();
+    for (size_t i = 0; i < fin.size(); ++i) {
+      void* data = fin[i].empty() ? static_cast<void*>(iin[i].data()) : fin[i].data();
+      in.push_back({data, gp::graph::num_elements(op().input_specs[i])});
+    }
+    outs = {{out.data(), static_cast<int64_t>(out.size()) / batch}};
+    for (auto& p : params) ps.push_back(p.data());
+    OpArgs a;
+    a.batch = batch;
+    a.inputs = in;
+    a.outputs = outs;
+    a.params = ps;
+    a.saved = saved.data();
+    return a;
+  }
+
+  void forward() {
+    std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+    std::vector<TensorView> in, outs;
+    std::vector<float*> ps;
+    kernel->forward(args(in, outs, ps));
+  }
+
+  void backward() {
+    std::vector<TensorView> in, outs, gi, go;
+    std::vector<float*> ps, gp;
+    OpArgs a = args(in, outs, ps);
+    for (size_t i = 0; i < gin.size(); ++i) {
+      gi.push_back({gin[i].empty() ? nullptr : gin[i].data(), in[i].per_sample});
+    }
+    go = {{gout.data(), outs[0].per_sample}};
+    for (auto& g : gparams) gp.push_back(g.data());
+    a.grad_inputs = gi;
+    a.grad_outputs = go;
+    a.param_grads = gp;
+    kernel->backward(a);
+  }
+
+  // Zeroed gradient buffers for every float input (except those in `skip`) and parameter.
+  void zero_grads(const std::set<size_t>& skip = {}) {
+    gin.assign(fin.size(), {});
+    for (size_t i = 0; i < fin.size(); ++i) {
+      if (!fin[i].empty() && skip.count(i) == 0) gin[i].assign(fin[i].size(), 0.0f);
+    }
+    gparams.clear();
+    for (const auto& p : params) gparams.emplace_back(p.size(), 0.0f);
+  }
+
+  // The objective: sum of output * gout, in double.
+  double objective() {
+    forward();
+    double j = 0;
+    for (size_t k = 0; k < out.size(); ++k) j += static_cast<double>(out[k]) * gout[k];
+    return j;
+  }
+};
+
+Harness make_harness(const ModelGraph& model, int64_t batch = 2, unsigned seed = 7) {
+  Harness h(gp::testing::build_graph(model));
+  h.index = h.graph.index_of("op");
+  REQUIRE(h.index >= 0);
+  auto k = gp::exec::make_cpu_kernel(h.op());
+  INFO(k.status().to_string());
+  REQUIRE(k.ok());
+  h.kernel = std::move(k).value();
+  h.batch = batch;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const TensorSpec& spec : h.op().input_specs) {
+    const auto n = static_cast<size_t>(batch * gp::graph::num_elements(spec));
+    h.fin.emplace_back();
+    h.iin.emplace_back();
+    if (is_int(spec)) {
+      h.iin.back().assign(n, 0);
+    } else {
+      for (size_t i = 0; i < n; ++i) h.fin.back().push_back(u(rng));
+    }
+  }
+  for (const auto& p : h.op().proto->params()) {
+    int64_t n = 1;
+    for (int64_t d : p.shape()) n *= d;
+    h.params.emplace_back();
+    for (int64_t i = 0; i < n; ++i) h.params.back().push_back(u(rng));
+  }
+  h.out.resize(static_cast<size_t>(batch * gp::graph::num_elements(h.op().proto->outputs(0))));
+  // Garbage scratch: a kernel reading saved values it never wrote produces NaNs.
+  h.saved.assign(static_cast<size_t>(batch * h.kernel->saved_floats_per_sample()),
+                 std::numeric_limits<float>::quiet_NaN());
+  h.gout.resize(h.out.size());
+  for (float& g : h.gout) g = h.is_loss() ? 1.0f : u(rng);
+  h.zero_grads();
+  return h;
+}
+
+// Sets attribute `name` of op `id` in a builder's model.
+template <typename T>
+void set_op_attr(GraphBuilder& b, const std::string& id, const std::string& name, T value) {
+  for (auto& op : *b.model().mutable_ops()) {
+    if (op.id() == id) gp::graph::set_attr(op, name, value);
+  }
+}
+
+// Finishes a model whose op "op" is not a loss: mse_loss against a target of `shape`.
+ModelGraph with_loss(GraphBuilder& b, const TensorRef& y, std::vector<int64_t> shape) {
+  b.add_loss(b.mse_loss("loss", y, b.input("target", std::move(shape))));
+  return b.finish();
+}
+
+// Max-abs-normalised error of `analytic` against central differences of the objective over
+// `values` (an input or parameter buffer of h).
+void check_against_fd(Harness& h, std::vector<float>& values, const std::vector<float>& analytic,
+                      const std::string& what) {
+  constexpr float kEps = 1e-3f;
+  REQUIRE(analytic.size() == values.size());
+  double scale = 0, err = 0;
+  size_t worst = 0;
+  for (size_t k = 0; k < values.size(); ++k) {
+    const float orig = values[k];
+    values[k] = orig + kEps;
+    const double up = h.objective();
+    const double step_up = static_cast<double>(values[k]);
+    values[k] = orig - kEps;
+    const double down = h.objective();
+    const double step = step_up - static_cast<double>(values[k]);  // the float step taken
+    values[k] = orig;
+    const double numeric = (up - down) / step;
+    scale = std::max(scale, std::abs(numeric));
+    const double e = std::abs(numeric - static_cast<double>(analytic[k]));
+    if (e > err) err = e, worst = k;
+  }
+  INFO(what << ": max |numeric grad| " << scale << ", max error " << err << " at element " << worst
+            << " (analytic " << analytic[worst] << ")");
+  if (scale < 1e-4) {
+    // Mathematically zero (e.g. attention's k_bias: softmax ignores a per-row constant score
+    // shift): the analytic gradient must vanish too.
+    CHECK(err < 1e-4);
+  } else {
+    CHECK(err <= 1e-2 * scale);
+  }
+}
+
+// Forward, backward with the objective's weights, then every float input and parameter gradient
+// against finite differences.
+void check_gradients(Harness& h) {
+  h.forward();
+  for (float v : h.out) REQUIRE(std::isfinite(v));
+  h.zero_grads();
+  h.backward();
+  const auto gin = h.gin;
+  const auto gparams = h.gparams;
+  for (size_t i = 0; i < h.fin.size(); ++i) {
+    if (!h.fin[i].empty())
+      check_against_fd(h, h.fin[i], gin[i], "inputs[" + std::to_string(i) + "]");
+  }
+  for (size_t p = 0; p < h.params.size(); ++p) {
+    check_against_fd(h, h.params[p], gparams[p], "param " + h.op().proto->params(p).name());
+  }
+}
+
+// A model builder and input preparation for one op configuration.
+struct GradCase {
+  std::string name;
+  std::function<ModelGraph()> model;
+  std::function<void(Harness&)> prepare = [](Harness&) {};
+};
+
+using Build = std::function<TensorRef(GraphBuilder&)>;
+using Prepare = std::function<void(Harness&)>;
+
+// A non-loss op "op" made by `build`, whose output (per-sample shape `out`) feeds an mse_loss;
+// `prepare` adjusts the random inputs.
+GradCase op_case(std::string name, std::vector<int64_t> out, Prepare prepare, Build build) {
+  return {std::move(name),
+          [build, out] {
+            GraphBuilder b("m", "");
+            TensorRef y = build(b);
+            return with_loss(b, y, out);
+          },
+          std::move(prepare)};
+}
+GradCase op_case(std::string name, std::vector<int64_t> out, Build build) {
+  return op_case(
+      std::move(name), std::move(out), [](Harness&) {}, std::move(build));
+}
+
+// A loss op "op" made by `build`.
+GradCase loss_case(std::string name, Prepare prepare, Build build) {
+  return {std::move(name),
+          [build] {
+            GraphBuilder b("m", "");
+            b.add_loss(build(b));
+            return b.finish();
+          },
+          std::move(prepare)};
+}
+
+// Keeps every pre-activation of a fused-relu linear (x [batch * 2 rows, 4], W [3, 4]) at least
+// 0.1 away from the kink by shifting its feature's bias.
+void away_from_kink(Harness& h) {
+  for (size_t j = 0; j < 3; ++j) {
+    for (bool near = true; near;) {
+      near = false;
+      for (size_t r = 0; r < static_cast<size_t>(h.batch) * 2; ++r) {
+        float z = h.params[1][j];
+        for (size_t k = 0; k < 4; ++k) z += h.fin[0][r * 4 + k] * h.params[0][j * 4 + k];
+        near = near || std::abs(z) < 0.1f;
+      }
+      if (near) h.params[1][j] += 0.13f;
+    }
+  }
+}
+
+// Pushes input 0 away from 0 (relu's kink) to magnitudes in [0.2, 1].
+void away_from_zero(Harness& h) {
+  for (float& v : h.fin[0]) v = (v < 0 ? -1.0f : 1.0f) * (0.2f + 0.8f * std::abs(v));
+}
+
+// Widens input 0 to [-3, 3] (gelu's tails).
+void widen(Harness& h) {
+  for (float& v : h.fin[0]) v *= 3;
+}
+
+// Random ids in [0, range) for id input `input`.
+Prepare ids_below(size_t input, int64_t range) {
+  return [input, range](Harness& h) {
+    std::mt19937 rng(static_cast<unsigned>(11 + range));
+    std::uniform_int_distribution<int64_t> u(0, range - 1);
+    for (auto& id : h.iin[input]) id = u(rng);
+  };
+}
+
+// A float graph input.
+TensorRef x(GraphBuilder& b, std::vector<int64_t> shape, const std::string& id = "x") {
+  return b.input(id, std::move(shape));
+}
+
+TensorRef ids(GraphBuilder& b, std::vector<int64_t> shape, const std::string& id = "ids") {
+  return b.input(id, std::move(shape), kInt64);
+}
+
+std::vector<GradCase> grad_cases() {
+  return {
+      op_case("linear with bias", {2, 3},
+              [](GraphBuilder& b) {
+                return b.linear("op", x(b, {2, 5}), 3);
+              }),
+      op_case("linear without bias, fused gelu", {3},
+              [](GraphBuilder& b) { return b.linear("op", x(b, {4}), 3, false, "gelu"); }),
+      op_case("linear with bias, fused relu", {2, 3}, away_from_kink,
+              [](GraphBuilder& b) {
+                return b.linear("op", x(b, {2, 4}), 3, true, "relu");
+              }),
+      op_case("embedding_bag sum", {2, 4}, ids_below(0, 5),
+              [](GraphBuilder& b) {
+                return b.embedding_bag("op", ids(b, {2, 3}), 5, 4);
+              }),
+      op_case("embedding_bag mean", {2}, ids_below(0, 4),
+              [](GraphBuilder& b) {
+                auto y = b.embedding_bag("op", ids(b, {3}), 4, 2);
+                set_op_attr(b, "op", "mode", std::string_view("mean"));
+                return y;
+              }),
+      op_case("multi_head_attention, 2 heads with bias", {3, 4},
+              [](GraphBuilder& b) {
+                return b.attention("op", x(b, {3, 4}), 2);
+              }),
+      op_case("multi_head_attention, 1 head without bias", {4, 3},
+              [](GraphBuilder& b) {
+                auto y = b.attention("op", x(b, {4, 3}), 1);
+                set_op_attr(b, "op", "bias", int64_t{0});
+                return y;
+              }),
+      op_case("layer_norm", {2, 5},
+              [](GraphBuilder& b) {
+                return b.layer_norm("op", x(b, {2, 5}));
+              }),
+      op_case("relu", {2, 3}, away_from_zero,
+              [](GraphBuilder& b) {
+                return b.relu("op", x(b, {2, 3}));
+              }),
+      op_case("gelu", {6}, widen, [](GraphBuilder& b) { return b.gelu("op", x(b, {6})); }),
+      op_case("softmax", {2, 4},
+              [](GraphBuilder& b) {
+                return b.softmax("op", x(b, {2, 4}));
+              }),
+      op_case("add of three", {2, 3},
+              [](GraphBuilder& b) {
+                return b.add("op", {x(b, {2, 3}, "a"), x(b, {2, 3}, "b"), x(b, {2, 3}, "c")});
+              }),
+      op_case("concat along the last axis", {2, 4},
+              [](GraphBuilder& b) {
+                return b.concat("op", {x(b, {2, 3}, "a"), x(b, {2, 1}, "b")});
+              }),
+      op_case("concat along a middle axis", {2, 3, 3},
+              [](GraphBuilder& b) {
+                return b.concat("op", {x(b, {2, 1, 3}, "a"), x(b, {2, 2, 3}, "b")}, 1);
+              }),
+      op_case("slice along axis 0", {2, 2},
+              [](GraphBuilder& b) {
+                return b.slice("op", x(b, {4, 2}), 0, 1, 3);
+              }),
+      op_case("slice along the last axis", {2, 3},
+              [](GraphBuilder& b) {
+                return b.slice("op", x(b, {2, 5}), -1, 2, 5);
+              }),
+      loss_case(
+          "mse_loss", [](Harness&) {},
+          [](GraphBuilder& b) {
+            return b.mse_loss("op", x(b, {2, 3}, "p"), x(b, {2, 3}, "t"));
+          }),
+      loss_case("softmax_cross_entropy over positions", ids_below(1, 5),
+                [](GraphBuilder& b) {
+                  return b.softmax_cross_entropy("op", x(b, {3, 5}, "z"), ids(b, {3}, "labels"));
+                }),
+      loss_case("softmax_cross_entropy, one position", ids_below(1, 4),
+                [](GraphBuilder& b) {
+                  return b.softmax_cross_entropy("op", x(b, {4}, "z"), ids(b, {1}, "labels"));
+                }),
+  };
+}
+
+Harness prepared(const GradCase& c, int64_t batch = 2) {
+  Harness h = make_harness(c.model(), batch);
+  c.prepare(h);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("every catalogue op type except input has a gradient case") {
+  std::set<std::string> covered;
+  for (const auto& c : grad_cases()) {
+    const ModelGraph model = c.model();
+    for (const auto& op : model.ops()) {
+      if (op.id() == "op") covered.insert(op.type());
+    }
+  }
+  for (const auto& info : gp::graph::op_catalogue()) {
+    if (info.is_input) continue;
+    INFO(info.type);
+    CHECK(covered.count(std::string(info.type)) == 1);
+  }
+}
+
+TEST_CASE("input and parameter gradients match central finite differences") {
+  for (const auto& c : grad_cases()) {
+    for (int64_t batch : {int64_t{2}, int64_t{3}}) {
+      DYNAMIC_SECTION(c.name << ", batch " << batch) {
+        Harness h = prepared(c, batch);
+        check_gradients(h);
+      }
+    }
+  }
+}
+
+TEST_CASE("backward accumulates: a second call doubles every gradient") {
+  for (const auto& c : grad_cases()) {
+    DYNAMIC_SECTION(c.name) {
+      Harness h = prepared(c);
+      h.forward();
+      h.zero_grads();
+      h.backward();
+      const auto once_in = h.gin;
+      const auto once_p = h.gparams;
+      h.backward();
+      double largest = 0;
+      auto twice = [&](const std::vector<float>& one, const std::vector<float>& two) {
+        REQUIRE(one.size() == two.size());
+        for (size_t k = 0; k < one.size(); ++k) {
+          largest = std::max(largest, static_cast<double>(std::abs(one[k])));
+          CHECK(two[k] == Approx(2.0 * one[k]).margin(1e-6));
+        }
+      };
+      for (size_t i = 0; i < once_in.size(); ++i) twice(once_in[i], h.gin[i]);
+      for (size_t p = 0; p < once_p.size(); ++p) twice(once_p[p], h.gparams[p]);
+      CHECK(largest > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("a null input gradient is skipped and the other gradients are unchanged") {
+  for (const auto& c : grad_cases()) {
+    Harness h = prepared(c);
+    h.forward();
+    h.zero_grads();
+    h.backward();
+    const auto full_in = h.gin;
+    const auto full_p = h.gparams;
+    for (size_t skip = 0; skip < h.fin.size(); ++skip) {
+      if (h.fin[skip].empty()) continue;
+      DYNAMIC_SECTION(c.name << ", inputs[" << skip << "] null") {
+        h.zero_grads({skip});
+        h.backward();
+        CHECK(h.gin[skip].empty());
+        for (size_t i = 0; i < h.gin.size(); ++i) {
+          if (i != skip) CHECK(h.gin[i] == full_in[i]);
+        }
+        CHECK(h.gparams == full_p);
+      }
+    }
+  }
+}
+
+TEST_CASE("linear computes relu(x W^T + b) with weight [out, in]") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.linear("op", b.input("x", {2}), 3, true, "relu"), {3}));
+  h.fin[0] = {1, 2, -1, 0};              // two samples
+  h.params[0] = {1, -1, 2, 0.5f, 0, 1};  // rows: out features
+  h.params[1] = {0.5f, 0, 1};
+  h.forward();
+  // Sample 0: z = [1-2+0.5, 2+1+0, 0+2+1] = [-0.5, 3, 3]; sample 1: [-1+0.5, -2, 1].
+  CHECK(h.out == std::vector<float>{0, 3, 3, 0, 0, 1});
+  CHECK(h.kernel->saved_floats_per_sample() == 3);  // relu: the dZ scratch only
+}
+
+TEST_CASE("softmax rows sum to one, match exp(x)/sum exp(x) and survive large logits") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.softmax("op", b.input("x", {2, 2})), {2, 2}));
+  const float ln3 = std::log(3.0f);
+  h.fin[0] = {0, ln3, 1000, 1000 + ln3, 5, 5, -3, 2};
+  h.forward();
+  for (int r = 0; r < 4; ++r) CHECK(h.out[2 * r] + h.out[2 * r + 1] == Approx(1.0f));
+  CHECK(h.out[0] == Approx(0.25f));
+  CHECK(h.out[1] == Approx(0.75f));
+  CHECK(h.out[2] == Approx(0.25f).epsilon(1e-3));  // no overflow at 1000
+  CHECK(h.out[4] == Approx(0.5f));
+  CHECK(h.out[7] == Approx(1.0 / (1.0 + std::exp(-5.0))));
+}
+
+TEST_CASE("layer_norm gives zero mean and unit variance, then applies gamma and beta") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.layer_norm("op", b.input("x", {8})), {8}));
+  for (float& x : h.fin[0]) x = 10 + 4 * x;  // a large mean and spread
+  h.params[0].assign(8, 1.0f);
+  h.params[1].assign(8, 0.0f);
+  h.forward();
+  for (int s = 0; s < 2; ++s) {
+    double mean = 0, var = 0;
+    for (int j = 0; j < 8; ++j) mean += h.out[s * 8 + j] / 8.0;
+    for (int j = 0; j < 8; ++j) var += (h.out[s * 8 + j] - mean) * (h.out[s * 8 + j] - mean) / 8;
+    CHECK(mean == Approx(0).margin(1e-5));
+    CHECK(var == Approx(1).epsilon(1e-4));
+  }
+  const auto normalised = h.out;
+  h.params[0].assign(8, 2.0f);
+  h.params[1].assign(8, 3.0f);
+  h.forward();
+  for (size_t k = 0; k < h.out.size(); ++k) CHECK(h.out[k] == Approx(2 * normalised[k] + 3));
+}
+
+TEST_CASE("concat and slice copy elements exactly") {
+  GraphBuilder b("m", "");
+  auto y = b.concat("op", {b.input("a", {2, 1}), b.input("b", {2, 2})}, 1);
+  Harness h = make_harness(with_loss(b, y, {2, 3}));
+  h.fin[0] = {1, 2, 10, 20};                // per sample [[1], [2]]
+  h.fin[1] = {3, 4, 5, 6, 30, 40, 50, 60};  // per sample [[3, 4], [5, 6]]
+  h.forward();
+  CHECK(h.out == std::vector<float>{1, 3, 4, 2, 5, 6, 10, 30, 40, 20, 50, 60});
+
+  GraphBuilder b2("m", "");
+  Harness s = make_harness(with_loss(b2, b2.slice("op", b2.input("x", {2, 4}), 1, 1, 3), {2, 2}));
+  s.fin[0] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  s.forward();
+  CHECK(s.out == std::vector<float>{1, 2, 5, 6, 9, 10, 13, 14});
+}
+
+TEST_CASE("mse_loss and softmax_cross_entropy give per-sample losses computed by hand") {
+  GraphBuilder b("m", "");
+  b.add_loss(b.mse_loss("op", b.input("p", {3}), b.input("t", {3})));
+  Harness m = make_harness(b.finish());
+  m.fin[0] = {1, 2, 3, 0, 0, 0};
+  m.fin[1] = {1, 0, 0, 0, 0, 0.5f};
+  m.forward();
+  CHECK(m.out[0] == Approx(13.0 / 3));
+  CHECK(m.out[1] == Approx(0.25 / 3));
+
+  GraphBuilder b2("m", "");
+  auto labels = b2.input("labels", {2}, kInt64);
+  b2.add_loss(b2.softmax_cross_entropy("op", b2.input("z", {2, 2}), labels));
+  Harness x = make_harness(b2.finish());
+  const float ln3 = std::log(3.0f);
+  x.fin[0] = {0, ln3, 0, ln3, 7, 7, 0, 0};  // softmax rows [1/4, 3/4] twice, then [1/2, 1/2]
+  x.iin[1] = {1, 0, 0, 1};
+  x.forward();
+  CHECK(x.out[0] == Approx((-std::log(0.75) - std::log(0.25)) / 2));  // mean over positions
+  CHECK(x.out[1] == Approx(std::log(2.0)));
+}
+
+TEST_CASE("embedding_bag sums (or averages) the rows its ids name") {
+  for (bool mean : {false, true}) {
+    GraphBuilder b("m", "");
+    auto y = b.embedding_bag("op", b.input("ids", {3}, kInt64), 4, 2);
+    if (mean) set_op_attr(b, "op", "mode", std::string_view("mean"));
+    Harness h = make_harness(with_loss(b, y, {2}));
+    h.params[0] = {1, 2, 10, 20, 100, 200, 1000, 2000};
+    h.iin[0] = {0, 2, 2, 3, 1, 3};
+    h.forward();
+    const float k = mean ? 1.0f / 3 : 1.0f;
+    CHECK(h.out[0] == Approx(201 * k));
+    CHECK(h.out[1] == Approx(402 * k));
+    CHECK(h.out[2] == Approx(2010 * k));
+    CHECK(h.out[3] == Approx(4020 * k));
+  }
+}
+
+namespace {
+
+// Naive double-precision self-attention for one sample, params as in the catalogue.
+std::vector<double> naive_attention(const float* x, int64_t s, int64_t hid, int64_t heads,
+                                    const std::vector<std::vector<float>>& p, bool bias) {
+  auto project = [&](const auto* in, int w) {
+    std::vector<double> r(static_cast<size_t>(s * hid));
+    for (int64_t i = 0; i < s; ++i) {
+      for (int64_t o = 0; o < hid; ++o) {
+        double acc = bias ? p[4 + w][o] : 0.0;
+        for (int64_t k = 0; k < hid; ++k)
+          acc += in[i * hid + k] * static_cast<double>(p[w][o * hid + k]);
+        r[i * hid + o] = acc;
+      }
+    }
+    return r;
+  };
+  const auto q = project(x, 0), k = project(x, 1), v = project(x, 2);
+  const int64_t d = hid / heads;
+  std::vector<double> c(static_cast<size_t>(s * hid));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < s; ++i) {
+      std::vector<double> sc(static_cast<size_t>(s));
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < s; ++j) {
+        double dot = 0;
+        for (int64_t t = 0; t < d; ++t) dot += q[i * hid + h * d + t] * k[j * hid + h * d + t];
+        sc[j] = dot / std::sqrt(static_cast<double>(d));
+        mx = std::max(mx, sc[j]);
+      }
+      for (auto& e : sc) sum += (e = std::exp(e - mx));
+      for (int64_t t = 0; t < d; ++t) {
+        double acc = 0;
+        for (int64_t j = 0; j < s; ++j) acc += sc[j] / sum * v[j * hid + h * d + t];
+        c[i * hid + h * d + t] = acc;
+      }
+    }
+  }
+  return project(c.data(), 3);
+}
+
+}  // namespace
+
+TEST_CASE("attention with identity weights and one head is softmax(x x^T / sqrt(H)) x") {
+  GraphBuilder b("m", "");
+  auto y = b.attention("op", b.input("x", {2, 2}), 1);
+  set_op_attr(b, "op", "bias", int64_t{0});
+  Harness h = make_harness(with_loss(b, y, {2, 2}), 1);
+  for (int w = 0; w < 4; ++w) h.params[w] = {1, 0, 0, 1};
+  h.fin[0] = {1, 0, 0, 1};
+  h.forward();
+  // Scores [[a, 0], [0, a]] with a = 1/sqrt(2): row 0 attends p = e^a / (e^a + 1) to itself.
+  const double a = 1 / std::sqrt(2.0), p = std::exp(a) / (std::exp(a) + 1);
+  CHECK(h.out[0] == Approx(p));
+  CHECK(h.out[1] == Approx(1 - p));
+  CHECK(h.out[2] == Approx(1 - p));
+  CHECK(h.out[3] == Approx(p));
+}
+
+TEST_CASE("attention matches a naive double-precision implementation") {
+  for (int64_t heads : {1, 2, 4}) {
+    DYNAMIC_SECTION(heads << " heads") {
+      GraphBuilder b("m", "");
+      Harness h =
+          make_harness(with_loss(b, b.attention("op", b.input("x", {5, 8}), heads), {5, 8}), 3, 21);
+      CHECK(h.kernel->saved_floats_per_sample() == 8 * 5 * 8 + heads * 25 + 25);
+      h.forward();
+      for (int64_t s = 0; s < h.batch; ++s) {
+        const auto want = naive_attention(h.fin[0].data() + s * 40, 5, 8, heads, h.params, true);
+        for (size_t k = 0; k < want.size(); ++k) {
+          CHECK(h.out[static_cast<size_t>(s * 40) + k] == Approx(want[k]).margin(1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the input op's kernel is a no-op with no scratch") {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {3});
+  b.add_loss(b.mse_loss("loss", x, b.input("t", {3})));
+  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  auto k = gp::exec::make_cpu_kernel(g.op(g.index_of("x")));
+  REQUIRE(k.ok());
+  CHECK((*k)->saved_floats_per_sample() == 0);
+  (*k)->forward(OpArgs{});
+  (*k)->backward(OpArgs{});
+}
+
+TEST_CASE("make_cpu_kernel rejects an unknown op type, naming the op") {
+  gp::graph::Operator proto;
+  proto.set_id("enc.conv3");
+  proto.set_type("conv2d");
+  gp::graph::OpNode node;
+  node.index = 4;
+  node.proto = &proto;
+  auto k = gp::exec::make_cpu_kernel(node);
+  REQUIRE_FALSE(k.ok());
+  CHECK(k.status().code() == gp::StatusCode::kInvalidArgument);
+  CHECK_THAT(k.status().message(), Catch::Contains("enc.conv3") && Catch::Contains("conv2d"));
+
+  // A known type that never went through shape inference is refused too, not read blindly.
+  proto.set_type("linear");
+  auto unvalidated = gp::exec::make_cpu_kernel(node);
+  REQUIRE_FALSE(unvalidated.ok());
+  CHECK_THAT(unvalidated.status().message(), Catch::Contains("enc.conv3"));
+}
