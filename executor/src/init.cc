@@ -24,7 +24,9 @@ uint64_t hash_combine(uint64_t h, std::string_view s) {
   return Rng(h).next();
 }
 
-uint64_t hash_combine(uint64_t h, uint64_t v) { return Rng(h ^ (v * 0x9E3779B97F4A7C15ULL)).next(); }
+uint64_t hash_combine(uint64_t h, uint64_t v) {
+  return Rng(h ^ (v * 0x9E3779B97F4A7C15ULL)).next();
+}
 
 void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::span<float> out) {
   const auto& spec = op.proto->params(param_index);
@@ -65,7 +67,8 @@ void fill_input(const graph::Graph& graph, const graph::OpNode& input, uint64_t 
       }
     }
   }
-  const uint64_t stream = hash_combine(hash_combine(seed, input.id()), static_cast<uint64_t>(iteration));
+  const uint64_t stream =
+      hash_combine(hash_combine(seed, input.id()), static_cast<uint64_t>(iteration));
   for (int64_t s = 0; s < count; ++s) {
     Rng rng(hash_combine(stream, static_cast<uint64_t>(first_sample + s)));
     if (ids) {

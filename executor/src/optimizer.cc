@@ -27,12 +27,12 @@ Result<Optimizer> Optimizer::create(const graphpipe::v1::TrainingConfig& config)
       c.set_adam_beta2(0.999);
       c.set_adam_epsilon(1e-8);
     }
-    if (!(c.adam_beta1() >= 0 && c.adam_beta1() < 1) || !(c.adam_beta2() >= 0 && c.adam_beta2() < 1) ||
-        !(c.adam_epsilon() > 0)) {
-      return invalid_argument("training.adam_beta1/adam_beta2/adam_epsilon = " +
-                              std::to_string(c.adam_beta1()) + "/" + std::to_string(c.adam_beta2()) +
-                              "/" + std::to_string(c.adam_epsilon()) +
-                              ": need betas in [0, 1) and epsilon > 0");
+    if (!(c.adam_beta1() >= 0 && c.adam_beta1() < 1) ||
+        !(c.adam_beta2() >= 0 && c.adam_beta2() < 1) || !(c.adam_epsilon() > 0)) {
+      return invalid_argument(
+          "training.adam_beta1/adam_beta2/adam_epsilon = " + std::to_string(c.adam_beta1()) + "/" +
+          std::to_string(c.adam_beta2()) + "/" + std::to_string(c.adam_epsilon()) +
+          ": need betas in [0, 1) and epsilon > 0");
     }
   }
   if (c.optimizer() != OPTIMIZER_KIND_SGD && c.optimizer() != OPTIMIZER_KIND_MOMENTUM &&
@@ -44,9 +44,12 @@ Result<Optimizer> Optimizer::create(const graphpipe::v1::TrainingConfig& config)
 
 int Optimizer::state_floats() const {
   switch (config_.optimizer()) {
-    case OPTIMIZER_KIND_MOMENTUM: return 1;
-    case OPTIMIZER_KIND_ADAM: return 2;
-    default: return 0;
+    case OPTIMIZER_KIND_MOMENTUM:
+      return 1;
+    case OPTIMIZER_KIND_ADAM:
+      return 2;
+    default:
+      return 0;
   }
 }
 

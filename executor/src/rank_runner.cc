@@ -32,8 +32,9 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
   const auto& program = plan.programs(index.program_of_rank[rank]);
   const int64_t b = st.micro_batch();
   const int replicas = st.device_ranks_size();
-  const int j = static_cast<int>(std::find(st.device_ranks().begin(), st.device_ranks().end(), rank) -
-                                 st.device_ranks().begin());
+  const int j =
+      static_cast<int>(std::find(st.device_ranks().begin(), st.device_ranks().end(), rank) -
+                       st.device_ranks().begin());
   r->per_replica_ = b / replicas;
   r->mini_batch_ = plan.mini_batch();
   r->group_.assign(st.device_ranks().begin(), st.device_ranks().end());
@@ -41,7 +42,8 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
 
   // Tensors leaving this stage: produced here (exports) or passing through (relays).
   std::vector<graphpipe::v1::TensorRef> exports, relays;
-  auto contains = [](const std::vector<graphpipe::v1::TensorRef>& v, const graphpipe::v1::TensorRef& t) {
+  auto contains = [](const std::vector<graphpipe::v1::TensorRef>& v,
+                     const graphpipe::v1::TensorRef& t) {
     return std::any_of(v.begin(), v.end(), [&](const auto& x) { return same(x, t); });
   };
   for (const auto& e : plan.edges()) {
@@ -70,9 +72,9 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
     slots = std::max(slots, live);
     for (int m = 0; m < num_mb; ++m) live -= last[m] == k ? 1 : 0;
   }
-  GP_ASSIGN_OR_RETURN(r->runner_,
-                      StageRunner::create(graph, index.stage_ops[r->stage_], exports, r->per_replica_,
-                                          std::max(slots, 1), plan.training(), relays));
+  GP_ASSIGN_OR_RETURN(
+      r->runner_, StageRunner::create(graph, index.stage_ops[r->stage_], exports, r->per_replica_,
+                                      std::max(slots, 1), plan.training(), relays));
   StageRunner& runner = *r->runner_;
 
   std::vector<int> slot_of(num_mb, -1);
@@ -95,8 +97,8 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
       step.slot = slot_of[m];
     }
     const int64_t replica_begin = m * b + j * r->per_replica_;
-    const bool needs_begin = in.kind() == K::INSTRUCTION_KIND_BACKWARD ||
-                             in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
+    const bool needs_begin =
+        in.kind() == K::INSTRUCTION_KIND_BACKWARD || in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
     if (needs_begin && !backward_begun[m]) {
       backward_begun[m] = 1;
       Step begin = step;
@@ -108,9 +110,15 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
         step.op = Op::kForward;
         step.first_sample = replica_begin;
         break;
-      case K::INSTRUCTION_KIND_BACKWARD: step.op = Op::kBackward; break;
-      case K::INSTRUCTION_KIND_ALLREDUCE_GRADS: step.op = Op::kAllReduce; break;
-      case K::INSTRUCTION_KIND_OPTIMIZER_STEP: step.op = Op::kOptimizer; break;
+      case K::INSTRUCTION_KIND_BACKWARD:
+        step.op = Op::kBackward;
+        break;
+      case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
+        step.op = Op::kAllReduce;
+        break;
+      case K::INSTRUCTION_KIND_OPTIMIZER_STEP:
+        step.op = Op::kOptimizer;
+        break;
       default: {
         const bool send = in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
                           in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
@@ -138,8 +146,8 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
             return invalid_argument("plan: rank " + std::to_string(rank) + " holds no tensor '" +
                                     t.op() + "' for instruction " + std::to_string(k));
           }
-          const StageTensor& info =
-              piece.external ? runner.external_inputs()[piece.index] : runner.exports()[piece.index];
+          const StageTensor& info = piece.external ? runner.external_inputs()[piece.index]
+                                                   : runner.exports()[piece.index];
           piece.bytes_per_sample = info.per_sample * (info.is_int && !step.gradient ? 8 : 4);
           step.bytes += piece.bytes_per_sample * step.samples;
           step.pieces.push_back(piece);
@@ -156,13 +164,13 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
 
 void RankRunner::pack(const Step& s, std::byte* out) const {
   for (const Piece& p : s.pieces) {
-    const TensorView v = p.external
-                             ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
-                                           : runner_->external_input(s.slot, p.index))
-                             : (s.gradient ? runner_->export_grad(s.slot, p.index)
-                                           : runner_->export_value(s.slot, p.index));
+    const TensorView v = p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
+                                                  : runner_->external_input(s.slot, p.index))
+                                    : (s.gradient ? runner_->export_grad(s.slot, p.index)
+                                                  : runner_->export_value(s.slot, p.index));
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
-    std::memcpy(out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, n);
+    std::memcpy(out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset,
+                n);
     out += n;
   }
 }
@@ -205,8 +213,12 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         runner.forward(s.slot, per_replica_, iteration, s.first_sample);
         if (runner.has_loss()) loss += runner.loss_sum(s.slot);
         break;
-      case Op::kBeginBackward: runner.begin_backward(s.slot); break;
-      case Op::kBackward: runner.backward(s.slot, scale); break;
+      case Op::kBeginBackward:
+        runner.begin_backward(s.slot);
+        break;
+      case Op::kBackward:
+        runner.backward(s.slot, scale);
+        break;
       case Op::kSend:
         pack(s, staging_.data());
         st = comm.send(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
@@ -215,8 +227,12 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         st = comm.recv(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
         if (st.ok()) unpack(s, staging_.data());
         break;
-      case Op::kAllReduce: st = comm.allreduce_sum(group_, runner.param_grads()); break;
-      case Op::kOptimizer: runner.optimizer_step(iteration + 1); break;
+      case Op::kAllReduce:
+        st = comm.allreduce_sum(group_, runner.param_grads());
+        break;
+      case Op::kOptimizer:
+        runner.optimizer_step(iteration + 1);
+        break;
     }
     if (!st.ok()) {
       return st.with_context("rank " + std::to_string(rank_) + ", iteration " +
@@ -254,8 +270,8 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
         if (!loss.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first_error.ok()) first_error = loss.status();
-          comm->abort("rank " + std::to_string(runners[i]->rank()) + " failed: " +
-                      loss.status().message());
+          comm->abort("rank " + std::to_string(runners[i]->rank()) +
+                      " failed: " + loss.status().message());
           return;
         }
         loss_sums[i][it] = *loss;

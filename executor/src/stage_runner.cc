@@ -22,8 +22,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     std::vector<graphpipe::v1::TensorRef> relays) {
   if (ops.empty()) return invalid_argument("stage: no operators");
   if (max_batch <= 0 || slots <= 0) {
-    return invalid_argument("stage: max_batch = " + std::to_string(max_batch) + " and slots = " +
-                            std::to_string(slots) + " must be positive");
+    return invalid_argument("stage: max_batch = " + std::to_string(max_batch) +
+                            " and slots = " + std::to_string(slots) + " must be positive");
   }
   std::vector<int> position(graph.num_ops());
   for (int i = 0; i < graph.num_ops(); ++i) position[graph.topo_order()[i]] = i;
@@ -96,7 +96,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     auto kernel = make_cpu_kernel(node);
     if (!kernel.ok()) return kernel.status();
     st.kernel = std::move(kernel).value();
-    st.saved.assign(static_cast<size_t>(slots) * max_batch * st.kernel->saved_floats_per_sample(), 0.0f);
+    st.saved.assign(static_cast<size_t>(slots) * max_batch * st.kernel->saved_floats_per_sample(),
+                    0.0f);
     st.in_views.resize(st.inputs.size());
     st.gin_views.resize(st.inputs.size());
     st.out_views.resize(st.outputs.size());
@@ -194,14 +195,17 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
                  view(tensors_[st.outputs[0]], slot, false).data);
       continue;
     }
-    for (size_t k = 0; k < st.inputs.size(); ++k) st.in_views[k] = view(tensors_[st.inputs[k]], slot, false);
-    for (size_t k = 0; k < st.outputs.size(); ++k) st.out_views[k] = view(tensors_[st.outputs[k]], slot, false);
+    for (size_t k = 0; k < st.inputs.size(); ++k)
+      st.in_views[k] = view(tensors_[st.inputs[k]], slot, false);
+    for (size_t k = 0; k < st.outputs.size(); ++k)
+      st.out_views[k] = view(tensors_[st.outputs[k]], slot, false);
     OpArgs args;
     args.batch = batch;
     args.inputs = st.in_views;
     args.outputs = st.out_views;
     args.params = st.param_ptrs;
-    args.saved = st.saved.data() + static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
+    args.saved = st.saved.data() +
+                 static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
     st.kernel->forward(args);
   }
 }
@@ -246,7 +250,8 @@ void StageRunner::backward(int slot, float loss_scale) {
     args.inputs = st.in_views;
     args.outputs = st.out_views;
     args.params = st.param_ptrs;
-    args.saved = st.saved.data() + static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
+    args.saved = st.saved.data() +
+                 static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
     args.grad_outputs = st.gout_views;
     args.grad_inputs = st.gin_views;
     args.param_grads = st.grad_ptrs;

@@ -3,7 +3,6 @@
 // pipeline, data-parallel replicas, mixed micro-batch sizes. Ranks run as threads over the
 // in-process data plane.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "../support/models.h"
@@ -151,8 +150,10 @@ TEST_CASE("a chain plan relays tensors through intermediate stages with the same
   std::vector<planner::StageAssignment> st(3);
   for (const auto& node : g.ops()) {
     const std::string& id = node.id();
-    st[id.rfind("feature0.", 0) == 0 ? 0 : id.rfind("feature1.", 0) == 0 ? 1 : 2].ops.push_back(
-        node.index);
+    st[id.rfind("feature0.", 0) == 0   ? 0
+       : id.rfind("feature1.", 0) == 0 ? 1
+                                       : 2]
+        .ops.push_back(node.index);
   }
   for (int s = 0; s < 3; ++s) st[s].ranks = {s}, st[s].micro_batch = 2;
   planner::PlanInputs in;

@@ -1,13 +1,13 @@
 // The numerical reference: training makes progress, is deterministic, and does not depend on
 // how the mini-batch is chunked or which graph an operator sits in.
-#include <catch2/catch.hpp>
+#include "gp/exec/reference_trainer.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "../support/models.h"
 #include "gp/exec/init.h"
 #include "gp/exec/optimizer.h"
-#include "gp/exec/reference_trainer.h"
 #include "gp/exec/stage_runner.h"
 
 using namespace gp;
@@ -37,8 +37,8 @@ std::vector<double> losses(const graph::Graph& g, int64_t batch, int64_t micro, 
 TEST_CASE("repeated steps on one mini-batch drive its loss down on every tiny zoo model") {
   // Synthetic labels are noise, so across iterations the loss cannot fall much; fitting one
   // fixed mini-batch must, if forward, backward and the optimizer agree.
-  for (const char* spec : {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer",
-                           "tiny-nbranch"}) {
+  for (const char* spec :
+       {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
     INFO(spec);
     auto g = testing::zoo_graph(spec);
     std::vector<int> ops(g.num_ops());
@@ -141,5 +141,6 @@ TEST_CASE("bad training settings are errors that name the field") {
   CHECK_THAT(bad_lr.status().message(), Catch::Contains("training.learning_rate = 0"));
   auto bad_chunk = exec::ReferenceTrainer::create(g, 8, 3, sgd(0.1));
   REQUIRE_FALSE(bad_chunk.ok());
-  CHECK_THAT(bad_chunk.status().message(), Catch::Contains("--micro-batch = 3 must divide --batch = 8"));
+  CHECK_THAT(bad_chunk.status().message(),
+             Catch::Contains("--micro-batch = 3 must divide --batch = 8"));
 }

@@ -39,7 +39,8 @@ gp::Status run_reference(const ReferenceOptions& o) {
   } else if (o.optimizer == "adam") {
     training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
   } else {
-    return gp::invalid_argument("--optimizer = '" + o.optimizer + "', expected sgd, momentum or adam");
+    return gp::invalid_argument("--optimizer = '" + o.optimizer +
+                                "', expected sgd, momentum or adam");
   }
   training.set_learning_rate(o.learning_rate);
   training.set_seed(o.seed);
@@ -53,7 +54,8 @@ gp::Status run_reference(const ReferenceOptions& o) {
     log->info("iteration {}: loss {:.6f}, {:.1f} samples/s", m.iteration, m.loss, m.samples_per_s);
   }
   if (!o.metrics_out.empty()) {
-    GP_RETURN_IF_ERROR(gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
+    GP_RETURN_IF_ERROR(
+        gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
   }
   return gp::ok_status();
 }
@@ -86,11 +88,12 @@ gp::Status run_local(const LocalOptions& o) {
     metrics.push_back(m);
     log->info("iteration {}: loss {:.6f}", m.iteration, m.loss);
   }
-  log->info("{:.1f} samples/s over {} iterations", static_cast<double>(plan.mini_batch()) *
-                                                       static_cast<double>(metrics.size()) / elapsed,
+  log->info("{:.1f} samples/s over {} iterations",
+            static_cast<double>(plan.mini_batch()) * static_cast<double>(metrics.size()) / elapsed,
             metrics.size());
   if (!o.metrics_out.empty()) {
-    GP_RETURN_IF_ERROR(gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
+    GP_RETURN_IF_ERROR(
+        gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
   }
   return gp::ok_status();
 }
@@ -98,8 +101,9 @@ gp::Status run_local(const LocalOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"graphpipe-executor: train a model. `reference` trains it in one process without "
-               "pipelining: the numerical reference that every plan must reproduce."};
+  CLI::App app{
+      "graphpipe-executor: train a model. `reference` trains it in one process without "
+      "pipelining: the numerical reference that every plan must reproduce."};
   app.set_version_flag("--version", std::string("graphpipe-executor ") + GP_VERSION_STRING);
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
@@ -113,7 +117,8 @@ int main(int argc, char** argv) {
   reference->add_option("--iterations", ref.iterations, "optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
-  reference->add_option("--optimizer", ref.optimizer, "sgd, momentum or adam")->capture_default_str();
+  reference->add_option("--optimizer", ref.optimizer, "sgd, momentum or adam")
+      ->capture_default_str();
   reference->add_option("--lr", ref.learning_rate, "learning rate")->capture_default_str();
   reference->add_option("--momentum", ref.momentum, "momentum factor")->capture_default_str();
   reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
@@ -125,8 +130,9 @@ int main(int argc, char** argv) {
   local_cmd->add_option("--iterations", local.iterations, "training iterations")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
-  local_cmd->add_option("--timeout", local.timeout_s,
-                        "seconds a rank waits for a peer before the run fails")
+  local_cmd
+      ->add_option("--timeout", local.timeout_s,
+                   "seconds a rank waits for a peer before the run fails")
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   local_cmd->add_option("--metrics-out", local.metrics_out, "write per-iteration metrics (JSON)");

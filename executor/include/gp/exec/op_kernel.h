@@ -35,11 +35,11 @@ struct TensorView {
 };
 
 struct OpArgs {
-  int64_t batch = 0;                       // samples in this call
-  std::span<const TensorView> inputs;      // in the op's input order
+  int64_t batch = 0;                   // samples in this call
+  std::span<const TensorView> inputs;  // in the op's input order
   std::span<const TensorView> outputs;
-  std::span<float* const> params;          // in the op's ParamSpec order
-  float* saved = nullptr;                  // saved_floats_per_sample() * batch floats
+  std::span<float* const> params;  // in the op's ParamSpec order
+  float* saved = nullptr;          // saved_floats_per_sample() * batch floats
   // Backward only:
   std::span<const TensorView> grad_outputs;
   std::span<const TensorView> grad_inputs;  // accumulate; data == nullptr: not needed

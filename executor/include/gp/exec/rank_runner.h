@@ -36,7 +36,7 @@ class RankRunner {
 
  private:
   enum class Op { kBeginBackward, kForward, kBackward, kSend, kRecv, kAllReduce, kOptimizer };
-  struct Piece {  // one tensor's samples inside a message
+  struct Piece {    // one tensor's samples inside a message
     bool external;  // external input (received or relayed) or export
     int index;      // into external_inputs() or exports()
     int64_t bytes_per_sample;
@@ -77,8 +77,8 @@ struct LocalRunResult {
 // Runs every rank of `plan` as a thread of this process over a LoopbackHub: the in-process
 // executor used by tests and by `graphpipe-executor local`. The first failing rank aborts the
 // others; its error is returned.
-Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
-                                        std::chrono::milliseconds timeout,
-                                        std::vector<std::unique_ptr<RankRunner>>* runners = nullptr);
+Result<LocalRunResult> run_plan_locally(
+    const graphpipe::v1::Plan& plan, int iterations, std::chrono::milliseconds timeout,
+    std::vector<std::unique_ptr<RankRunner>>* runners = nullptr);
 
 }  // namespace gp::exec

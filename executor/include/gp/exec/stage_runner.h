@@ -26,9 +26,9 @@ namespace gp::exec {
 
 struct StageTensor {
   graphpipe::v1::TensorRef ref;
-  int64_t per_sample = 0;     // elements
-  bool is_int = false;        // int64 ids or labels
-  bool needs_grad = false;    // a float output of a non-input op
+  int64_t per_sample = 0;   // elements
+  bool is_int = false;      // int64 ids or labels
+  bool needs_grad = false;  // a float output of a non-input op
 };
 
 class StageRunner {
@@ -38,8 +38,9 @@ class StageRunner {
   // stages consume (outputs of these ops). `relays`: tensors produced elsewhere that only pass
   // through (chain pipelines); they are held like external inputs without being consumed.
   static Result<std::unique_ptr<StageRunner>> create(
-      const graph::Graph& graph, std::vector<int> ops, std::vector<graphpipe::v1::TensorRef> exports,
-      int64_t max_batch, int slots, const graphpipe::v1::TrainingConfig& training,
+      const graph::Graph& graph, std::vector<int> ops,
+      std::vector<graphpipe::v1::TensorRef> exports, int64_t max_batch, int slots,
+      const graphpipe::v1::TrainingConfig& training,
       std::vector<graphpipe::v1::TensorRef> relays = {});
   // Index into external_inputs() of a tensor, or -1.
   int external_index(const graphpipe::v1::TensorRef& ref) const;
@@ -51,7 +52,7 @@ class StageRunner {
   TensorView external_input(int slot, int index) const;
   TensorView external_input_grad(int slot, int index) const;  // data == nullptr: no gradient
   TensorView export_value(int slot, int index) const;
-  TensorView export_grad(int slot, int index) const;          // data == nullptr: no gradient
+  TensorView export_grad(int slot, int index) const;  // data == nullptr: no gradient
 
   // Forward of `batch` samples; graph inputs of the stage are filled with the synthetic data of
   // samples [first_sample, first_sample + batch) of `iteration`.
@@ -76,15 +77,15 @@ class StageRunner {
  private:
   struct Tensor {
     StageTensor info;
-    std::vector<float> values;     // slots x max_batch x per_sample (float tensors)
-    std::vector<int64_t> ids;      // same layout, int tensors
-    std::vector<float> grads;      // float tensors that need gradients
+    std::vector<float> values;  // slots x max_batch x per_sample (float tensors)
+    std::vector<int64_t> ids;   // same layout, int tensors
+    std::vector<float> grads;   // float tensors that need gradients
   };
   struct OpState {
     int op = 0;
     std::unique_ptr<OpKernel> kernel;
-    std::vector<int> inputs;   // tensor indices
-    std::vector<int> outputs;  // tensor indices
+    std::vector<int> inputs;            // tensor indices
+    std::vector<int> outputs;           // tensor indices
     std::vector<size_t> param_offsets;  // into weights_/grads_
     std::vector<size_t> param_sizes;
     std::vector<float> saved;  // slots x max_batch x saved_floats_per_sample
@@ -102,7 +103,7 @@ class StageRunner {
   uint64_t seed_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Tensor> tensors_;
-  std::vector<OpState> ops_;  // topological order
+  std::vector<OpState> ops_;                        // topological order
   std::vector<int> external_index_, export_index_;  // into tensors_
   std::vector<StageTensor> external_, exports_;
   std::vector<int> loss_ops_;  // into ops_
