@@ -72,9 +72,10 @@ int main() {
   }
   const int iterations = 50;
   const double overhead_s = timed_run(overhead_plan, iterations);
-  std::printf("Runtime overhead (near-zero-cost ops, %d ranks as threads, %lld instructions per "
-              "iteration, %d iterations)\n",
-              overhead_plan.programs_size(), static_cast<long long>(instructions), iterations);
+  std::printf(
+      "Runtime overhead (near-zero-cost ops, %d ranks as threads, %lld instructions per "
+      "iteration, %d iterations)\n",
+      overhead_plan.programs_size(), static_cast<long long>(instructions), iterations);
   std::printf("  %-44s %10.2f us\n", "per instruction on the busiest rank",
               1e6 * overhead_s / (iterations * static_cast<double>(longest)));
   std::printf("  %-44s %10.2f us\n", "per instruction over all ranks (wall / total)",
@@ -82,18 +83,20 @@ int main() {
   std::printf("  %-44s %10s\n", "target", "< 20 us");
 
   // 2. Measured vs simulated on the cpu-local preset.
-  const auto mmt = check(graph::Graph::build(check(graph::build_zoo_model(
-      "zoo:mmt?branches=2&layers=2&seq=32&hidden=128&heads=4&ffn=512"))));
+  const auto mmt = check(graph::Graph::build(check(
+      graph::build_zoo_model("zoo:mmt?branches=2&layers=2&seq=32&hidden=128&heads=4&ffn=512"))));
   const auto plan = plan_for(mmt, cluster2, model, 32, {}, graphpipe::v1::STRATEGY_GRAPHPIPE);
   const int iters = 5;
   const double measured = timed_run(plan, iters) / iters;
   const double predicted = plan.predicted().iteration_time_s();
-  std::printf("\nMeasured vs simulated iteration, zoo:mmt (2 branches x 2 layers, hidden 128) on "
-              "2 cpu-local ranks, mini-batch 32, %d stages, micro-batch %lld\n",
-              plan.stages_size(), static_cast<long long>(plan.stages(0).micro_batch()));
+  std::printf(
+      "\nMeasured vs simulated iteration, zoo:mmt (2 branches x 2 layers, hidden 128) on "
+      "2 cpu-local ranks, mini-batch 32, %d stages, micro-batch %lld\n",
+      plan.stages_size(), static_cast<long long>(plan.stages(0).micro_batch()));
   std::printf("  %-20s %10.4f s\n  %-20s %10.4f s\n  %-20s %10.2f\n", "measured", measured,
               "simulated", predicted, "measured/simulated", measured / predicted);
-  std::printf("  (the cpu-local preset's FLOP/s and bandwidth are estimates; graphpipe-profile "
-              "measurements close this gap)\n");
+  std::printf(
+      "  (the cpu-local preset's FLOP/s and bandwidth are estimates; graphpipe-profile "
+      "measurements close this gap)\n");
   return 0;
 }
