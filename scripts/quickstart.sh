@@ -24,11 +24,11 @@ echo "== the GraphPipe plan"
 "$bin/graphpipe-plan" verify --plan "$out/graphpipe.pb" --model zoo:mmt --cluster summit-v100 \
   --devices 32
 echo
-echo "== training: a 2-rank GraphPipe plan of zoo:tiny-mmt on CPU, against the 1-process reference"
+echo "== training: a 2-rank GraphPipe plan of zoo:tiny-mmt as 2 processes, against the 1-process reference"
 "$bin/graphpipe-plan" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 \
   --batch 16 --micro-batches 4 --optimizer sgd --out "$out/tiny-mmt.pb"
 "$bin/graphpipe-plan" inspect --plan "$out/tiny-mmt.pb" | sed -n '1,4p'
-"$bin/graphpipe-executor" local --plan "$out/tiny-mmt.pb" --iterations 5 \
+"$root/scripts/graphpipe-launch" --plan "$out/tiny-mmt.pb" --nprocs 2 --iterations 5 \
   --metrics-out "$out/tiny-mmt.metrics.json"
 "$bin/graphpipe-executor" reference --model zoo:tiny-mmt --batch 16 --iterations 5 --lr 0.01 \
   --metrics-out "$out/tiny-mmt.reference.json"

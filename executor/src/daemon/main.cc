@@ -11,6 +11,7 @@
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/zoo.h"
+#include "run.h"
 
 namespace {
 
@@ -136,6 +137,63 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   local_cmd->add_option("--metrics-out", local.metrics_out, "write per-iteration metrics (JSON)");
+  using gp::exec::daemon::CoordinatorRunOptions;
+  using gp::exec::daemon::RunOptions;
+  RunOptions run;
+  auto* run_cmd = app.add_subcommand(
+      "run",
+      "Run one rank of a plan: register with the coordinator (rank 0 hosts it), connect "
+      "the data plane, train, report status and metrics");
+  run_cmd->add_option("--plan", run.plan, "plan file (every rank needs the same)")->required();
+  run_cmd->add_option("--rank", run.rank, "this process's rank")
+      ->required()
+      ->check(CLI::Range(0, 1 << 20));
+  run_cmd->add_option("--world-size", run.world_size, "number of ranks in the plan")
+      ->required()
+      ->check(CLI::Range(1, 1 << 20));
+  run_cmd->add_option("--coordinator", run.coordinator,
+                      "HOST:PORT of the coordinator; rank 0 listens there (port 0: any free port)");
+  run_cmd->add_option("--coordinator-file", run.coordinator_file,
+                      "rank 0 writes the coordinator's address here; other ranks wait for it");
+  run_cmd->add_flag("--external-coordinator", run.external_coordinator,
+                    "rank 0 does not host the coordinator (one runs via `coordinator`)");
+  run_cmd->add_option("--store-dir", run.store_dir,
+                      "directory shared by the ranks for the data-plane rendezvous");
+  run_cmd->add_option("--bind", run.bind_host, "interface for the data plane")
+      ->capture_default_str();
+  run_cmd->add_option("--auth-token", run.auth_token,
+                      "shared secret every control RPC carries (or $GP_AUTH_TOKEN)");
+  run_cmd->add_option("--device", run.device, "cpu (CUDA is not implemented yet)")
+      ->capture_default_str();
+  run_cmd->add_option("--iterations", run.iterations, "training iterations")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  run_cmd
+      ->add_option("--timeout", run.timeout_s,
+                   "seconds a silent rank has before the job is aborted (registration waits "
+                   "as long; a receive waits twice as long)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
+  run_cmd->add_option("--heartbeat-ms", run.heartbeat_ms, "heartbeat period")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 600000));
+  run_cmd->add_option("--metrics-out", run.metrics_out, "rank 0: write the job's metrics (JSON)");
+
+  CoordinatorRunOptions coord;
+  auto* coord_cmd = app.add_subcommand("coordinator", "Run only the coordinator (control plane)");
+  coord_cmd->add_option("--plan", coord.plan, "plan file")->required();
+  coord_cmd->add_option("--world-size", coord.world_size, "number of ranks")->required();
+  coord_cmd->add_option("--listen", coord.listen, "HOST:PORT to listen on")->capture_default_str();
+  coord_cmd->add_option("--coordinator-file", coord.coordinator_file,
+                        "write the bound address here");
+  coord_cmd->add_option("--auth-token", coord.auth_token, "shared secret (or $GP_AUTH_TOKEN)");
+  coord_cmd->add_option("--timeout", coord.timeout_s, "heartbeat timeout in seconds")
+      ->capture_default_str();
+
+  std::string status_address, status_token;
+  auto* status_cmd = app.add_subcommand("status", "Print every rank's iteration and instruction");
+  status_cmd->add_option("--coordinator", status_address, "HOST:PORT")->required();
+  status_cmd->add_option("--auth-token", status_token, "shared secret (or $GP_AUTH_TOKEN)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -146,5 +204,15 @@ int main(int argc, char** argv) {
     return gp::cli::report("graphpipe-executor", st);
   }
   if (local_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_local(local));
+  if (run_cmd->parsed()) {
+    return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_rank(run));
+  }
+  if (coord_cmd->parsed()) {
+    return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_coordinator(coord));
+  }
+  if (status_cmd->parsed()) {
+    return gp::cli::report("graphpipe-executor",
+                           gp::exec::daemon::print_status(status_address, status_token));
+  }
   return gp::cli::report("graphpipe-executor", run_reference(ref));
 }

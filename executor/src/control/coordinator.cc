@@ -1,0 +1,757 @@
+// The coordinator: CoordinatorCore holds the job's control state behind one mutex and does the
+// work (gp::Status in, gp::Status out); ExecutorService is the thin gRPC layer that checks the
+// token, calls the core and converts the status by cast (style guide §5.6, §5.12).
+#include "gp/exec/coordinator.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string_view>
+#include <thread>
+#include <utility>
+
+#include "gp/common/logging.h"
+#include "gp/graph/model_io.h"
+#include "graphpipe/v1/executor.grpc.pb.h"
+
+namespace gp::exec {
+namespace {
+
+namespace pb = graphpipe::v1;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Blocked handlers re-check client cancellation this often.
+constexpr milliseconds kPollInterval{50};
+// A blocked Register/Barrier answers this much before the call's own deadline, so that its
+// DEADLINE_EXCEEDED naming the missing ranks reaches the client before the client gives up.
+constexpr milliseconds kDeadlineMargin{100};
+// Plans embed the model graph; gRPC's 4 MiB default is too small for large models.
+constexpr int kMaxMessageBytes = 512 * 1024 * 1024;
+
+int64_t to_ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
+
+int64_t unix_time_ms_now() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "rank 2" or "ranks 2, 5".
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += ", ";
+    out += std::to_string(ranks[i]);
+  }
+  return out;
+}
+
+// The steady-clock point at which a blocked call gives up: the call's deadline less a margin,
+// and no later than `timeout_ms` from now when that is positive. Clock::time_point::max(): never.
+Clock::time_point wait_deadline(const grpc::ServerContext& ctx, int64_t timeout_ms) {
+  const Clock::time_point now = Clock::now();
+  Clock::time_point deadline = Clock::time_point::max();
+  const auto call_deadline = ctx.deadline();
+  const auto sys_now = std::chrono::system_clock::now();
+  // An unset deadline is gpr_inf_future, i.e. a time point far in the future.
+  if (call_deadline < sys_now + std::chrono::hours(24 * 365)) {
+    const auto remaining =
+        std::max(std::chrono::duration_cast<Clock::duration>(call_deadline - sys_now),
+                 Clock::duration::zero());
+    deadline = now + remaining - std::min<Clock::duration>(kDeadlineMargin, remaining / 4);
+  }
+  if (timeout_ms > 0) deadline = std::min(deadline, now + milliseconds(timeout_ms));
+  return deadline;
+}
+
+Status aborted_status(std::string_view context, const std::string& reason) {
+  return Status(StatusCode::kAborted, std::string(context) + "job aborted: " + reason);
+}
+
+Status shutting_down_status(std::string_view context) {
+  return Status(StatusCode::kUnavailable,
+                std::string(context) + "the coordinator is shutting down");
+}
+
+// Compares without an early exit so that the time taken says nothing about the token.
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  }
+  return diff == 0;
+}
+
+std::string random_job_id() {
+  std::random_device rd;
+  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  return fmt::format("job-{:016x}", v);
+}
+
+// "host" of "host:port" or "[v6]:port".
+std::string host_of(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return address;
+  return address.substr(0, colon);
+}
+
+struct RankRecord {
+  bool registered = false;  // accepted; until the world completes, its Register call is pending
+  pb::RegisterRequest registration;
+  std::string refusal;  // why its last Register was refused, quoted to the ranks waiting for it
+  bool has_status = false;
+  pb::RankStatus status;  // last report (Heartbeat or ReportStatus)
+  std::optional<Clock::time_point> last_heartbeat;
+  Clock::time_point liveness_since;  // monitor clock: completion time, then each heartbeat
+  bool finished = false;
+  std::map<int64_t, pb::IterationMetrics> metrics;  // by iteration
+};
+
+struct BarrierState {
+  uint64_t generation = 0;  // bumped at each release, so a name can be reused
+  std::set<int> arrived;    // waiting now
+  std::set<int> gave_up;    // arrived in this generation, then timed out or were cancelled
+};
+
+// The job's control state. Every method takes the mutex; blocking methods wait on `cv_`, which
+// is notified on every change a waiter may care about (registration, barrier release, finish,
+// abort, shutdown).
+class CoordinatorCore {
+ public:
+  CoordinatorCore(const CoordinatorOptions& options, std::string plan_hash, std::string job_id)
+      : options_(options),
+        plan_hash_(std::move(plan_hash)),
+        job_id_(std::move(job_id)),
+        ranks_(options.world_size) {}
+
+  ~CoordinatorCore() { stop(); }
+
+  const CoordinatorOptions& options() const { return options_; }
+  const std::string& plan_hash() const { return plan_hash_; }
+  const std::string& job_id() const { return job_id_; }
+  int world() const { return options_.world_size; }
+
+  void start_monitor() {
+    monitor_ = std::thread([this] { monitor_loop(); });
+  }
+
+  // Wakes every waiter with UNAVAILABLE and joins the monitor. Idempotent.
+  void stop() {
+    {
+      std::lock_guard lock(mu_);
+      shutting_down_ = true;
+    }
+    cv_.notify_all();
+    if (monitor_.joinable()) monitor_.join();
+  }
+
+  // Messages never name the RPC: the client puts its name in front.
+  Status check_rank(int rank) const {
+    if (rank < 0 || rank >= world()) {
+      return invalid_argument(
+          fmt::format("rank {} is out of range, the world has {} ranks", rank, world()));
+    }
+    return ok_status();
+  }
+
+  Result<pb::RegisterResponse> register_rank(const pb::RegisterRequest& req,
+                                             Clock::time_point deadline,
+                                             const std::function<bool()>& cancelled) {
+    const int r = req.rank();
+    GP_RETURN_IF_ERROR(check_rank(r));
+    if (req.timeout_ms() < 0) {
+      return invalid_argument(
+          fmt::format("rank {}: timeout_ms = {}, must be >= 0", r, req.timeout_ms()));
+    }
+    const Clock::time_point start = Clock::now();
+    std::unique_lock lock(mu_);
+    RankRecord& rec = ranks_[r];
+    auto refuse = [&](Status s) {
+      rec.refusal = s.message();
+      log::get("rpc")->warn("refused registration: {}", s.message());
+      return s;
+    };
+    if (req.world_size() != world()) {
+      return refuse(failed_precondition(
+          fmt::format("rank {}: world_size {} does not match the coordinator's world_size {}", r,
+                      req.world_size(), world())));
+    }
+    if (req.plan_hash() != plan_hash_) {
+      return refuse(failed_precondition(
+          fmt::format("rank {}: plan hash {} does not match the coordinator's plan {} — is it the "
+                      "same plan file?",
+                      r, req.plan_hash().empty() ? "(empty)" : req.plan_hash(), plan_hash_)));
+    }
+    if (aborted_) return aborted_status(fmt::format("rank {}: ", r), abort_reason_);
+    if (shutting_down_) return shutting_down_status(fmt::format("rank {}: ", r));
+    if (rec.registered) {
+      return Status(StatusCode::kAlreadyExists,
+                    fmt::format("rank {} is already registered (host '{}', data address '{}'); a "
+                                "rank registers once per job",
+                                r, rec.registration.host(), rec.registration.data_address()));
+    }
+    rec.registered = true;
+    rec.registration = req;
+    rec.refusal.clear();
+    ++num_registered_;
+    if (num_registered_ == world()) complete_registration_locked();
+
+    // Until the world is complete the registration stays pending; a failed wait withdraws it so
+    // that the rank can register again.
+    auto withdraw = [&](Status s) {
+      if (!registration_complete_) {
+        rec.registered = false;
+        --num_registered_;
+      }
+      return s;
+    };
+    while (true) {
+      if (aborted_) {
+        return withdraw(aborted_status(fmt::format("rank {}: ", r), abort_reason_));
+      }
+      if (registration_complete_) {
+        pb::RegisterResponse resp;
+        for (const std::string& a : data_addresses_) resp.add_data_addresses(a);
+        resp.set_nccl_unique_id(options_.nccl_unique_id);
+        resp.set_job_id(job_id_);
+        return resp;
+      }
+      if (shutting_down_) return withdraw(shutting_down_status(fmt::format("rank {}: ", r)));
+      if (cancelled()) {
+        return withdraw(Status(StatusCode::kCancelled,
+                               fmt::format("rank {}: registration cancelled by the client", r)));
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        std::vector<int> missing;
+        std::string refusals;
+        for (int i = 0; i < world(); ++i) {
+          if (ranks_[i].registered) continue;
+          missing.push_back(i);
+          if (!ranks_[i].refusal.empty()) refusals += "; refused: " + ranks_[i].refusal;
+        }
+        return withdraw(Status(
+            StatusCode::kDeadlineExceeded,
+            fmt::format("rank {}: registration incomplete after {} ms: {} of {} ranks registered, "
+                        "missing {}{}",
+                        r, to_ms(now - start), num_registered_, world(), ranks_phrase(missing),
+                        refusals)));
+      }
+      cv_.wait_until(lock, std::min(deadline, now + kPollInterval));
+    }
+  }
+
+  Status barrier(const pb::BarrierRequest& req, Clock::time_point deadline,
+                 const std::function<bool()>& cancelled) {
+    const int r = req.rank();
+    GP_RETURN_IF_ERROR(check_rank(r));
+    if (req.name().empty()) {
+      return invalid_argument(fmt::format("rank {}: barrier name is empty", r));
+    }
+    if (req.timeout_ms() < 0) {
+      return invalid_argument(fmt::format("rank {}: barrier '{}': timeout_ms = {}, must be >= 0", r,
+                                          req.name(), req.timeout_ms()));
+    }
+    const std::string context = fmt::format("barrier '{}': rank {}: ", req.name(), r);
+    const Clock::time_point start = Clock::now();
+    std::unique_lock lock(mu_);
+    if (aborted_) return aborted_status(context, abort_reason_);
+    if (shutting_down_) return shutting_down_status(context);
+    BarrierState& b = barriers_[req.name()];  // std::map: the reference stays valid
+    if (b.arrived.count(r)) {
+      return Status(StatusCode::kAlreadyExists, context + "already waiting at this barrier");
+    }
+    const uint64_t generation = b.generation;
+    b.arrived.insert(r);
+    b.gave_up.erase(r);
+    if (static_cast<int>(b.arrived.size()) == world()) {
+      ++b.generation;
+      b.arrived.clear();
+      b.gave_up.clear();
+      cv_.notify_all();
+      return ok_status();
+    }
+    auto leave = [&](Status s) {
+      b.arrived.erase(r);
+      b.gave_up.insert(r);
+      return s;
+    };
+    while (true) {
+      if (b.generation != generation) return ok_status();
+      if (aborted_) return leave(aborted_status(context, abort_reason_));
+      if (shutting_down_) return leave(shutting_down_status(context));
+      if (cancelled()) {
+        return leave(Status(StatusCode::kCancelled, context + "cancelled by the client"));
+      }
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        // Name the ranks that never came first: the ones that came and gave up are a symptom.
+        std::vector<int> never_came, gave_up;
+        for (int i = 0; i < world(); ++i) {
+          if (b.arrived.count(i)) continue;
+          (b.gave_up.count(i) ? gave_up : never_came).push_back(i);
+        }
+        std::string msg =
+            context + fmt::format("timed out after {} ms waiting for ", to_ms(now - start));
+        msg += never_came.empty() ? ranks_phrase(gave_up) : ranks_phrase(never_came);
+        if (!never_came.empty() && !gave_up.empty()) {
+          msg += " (" + ranks_phrase(gave_up) + " came but gave up waiting)";
+        }
+        return leave(Status(StatusCode::kDeadlineExceeded, msg));
+      }
+      cv_.wait_until(lock, std::min(deadline, now + kPollInterval));
+    }
+  }
+
+  Result<pb::HeartbeatResponse> heartbeat(const pb::RankStatus& status) {
+    GP_RETURN_IF_ERROR(check_rank(status.rank()));
+    std::lock_guard lock(mu_);
+    RankRecord& rec = ranks_[status.rank()];
+    const Clock::time_point now = Clock::now();
+    rec.last_heartbeat = now;
+    rec.liveness_since = now;
+    record_status_locked(status);
+    pb::HeartbeatResponse resp;
+    resp.set_abort(aborted_);
+    resp.set_abort_reason(abort_reason_);
+    return resp;
+  }
+
+  Status report_status(const pb::RankStatus& status) {
+    GP_RETURN_IF_ERROR(check_rank(status.rank()));
+    std::lock_guard lock(mu_);
+    record_status_locked(status);
+    return ok_status();
+  }
+
+  Status report_metrics(const pb::ReportMetricsRequest& req) {
+    GP_RETURN_IF_ERROR(check_rank(req.rank()));
+    std::lock_guard lock(mu_);
+    auto& metrics = ranks_[req.rank()].metrics;
+    for (const pb::IterationMetrics& m : req.iterations()) metrics[m.iteration()] = m;
+    return ok_status();
+  }
+
+  Status abort_request(const pb::AbortRequest& req) {
+    if (req.rank() < -1 || req.rank() >= world()) {
+      return invalid_argument(fmt::format(
+          "rank {} is out of range, the world has {} ranks (-1: operator)", req.rank(), world()));
+    }
+    const std::string who = req.rank() == -1 ? "the operator" : fmt::format("rank {}", req.rank());
+    const std::string reason = req.reason().empty() ? "no reason given" : req.reason();
+    abort(fmt::format("{} aborted the job: {}", who, reason));
+    return ok_status();
+  }
+
+  void abort(const std::string& reason) {
+    std::lock_guard lock(mu_);
+    abort_locked(reason);
+  }
+
+  bool aborted() const {
+    std::lock_guard lock(mu_);
+    return aborted_;
+  }
+
+  std::string abort_reason() const {
+    std::lock_guard lock(mu_);
+    return abort_reason_;
+  }
+
+  pb::GetStatusResponse get_status() const {
+    std::lock_guard lock(mu_);
+    const Clock::time_point now = Clock::now();
+    pb::GetStatusResponse resp;
+    resp.set_job_id(job_id_);
+    resp.set_world_size(world());
+    resp.set_aborted(aborted_);
+    resp.set_abort_reason(abort_reason_);
+    resp.set_registration_complete(registration_complete_);
+    for (int r = 0; r < world(); ++r) {
+      const RankRecord& rec = ranks_[r];
+      pb::RankStatus* s = resp.add_ranks();
+      if (rec.has_status) *s = rec.status;
+      s->set_rank(r);
+      s->set_registered(rec.registered);
+      // Before the world completes, a registered rank's Register call is pending (a dropped
+      // call withdraws it), so it is alive unless it heartbeats and then goes silent.
+      const bool monitored = registration_complete_ || rec.last_heartbeat.has_value();
+      s->set_alive(rec.registered &&
+                   (!monitored || now - rec.liveness_since <= options_.heartbeat_timeout));
+      s->set_heartbeat_age_ms(rec.last_heartbeat ? to_ms(now - *rec.last_heartbeat) : -1);
+    }
+    return resp;
+  }
+
+  std::vector<pb::ReportMetricsRequest> metrics() const {
+    std::lock_guard lock(mu_);
+    std::vector<pb::ReportMetricsRequest> out;
+    for (int r = 0; r < world(); ++r) {
+      if (ranks_[r].metrics.empty()) continue;
+      pb::ReportMetricsRequest& m = out.emplace_back();
+      m.set_rank(r);
+      for (const auto& [iteration, it] : ranks_[r].metrics) *m.add_iterations() = it;
+    }
+    return out;
+  }
+
+  Status wait_for_completion(milliseconds timeout) {
+    const Clock::time_point start = Clock::now();
+    // Anything beyond a century is "no limit" (and would overflow the clock).
+    const Clock::time_point deadline =
+        timeout >= std::chrono::hours(24 * 365 * 100) ? Clock::time_point::max() : start + timeout;
+    std::unique_lock lock(mu_);
+    while (true) {
+      std::vector<int> unfinished;
+      for (int r = 0; r < world(); ++r) {
+        if (!ranks_[r].finished) unfinished.push_back(r);
+      }
+      if (unfinished.empty()) return ok_status();
+      if (aborted_) return aborted_status("", abort_reason_);
+      if (shutting_down_) return shutting_down_status("");
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) {
+        return Status(StatusCode::kDeadlineExceeded,
+                      fmt::format("job {}: {} not finished after {} ms", job_id_,
+                                  ranks_phrase(unfinished), to_ms(now - start)));
+      }
+      if (deadline == Clock::time_point::max()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, deadline);
+      }
+    }
+  }
+
+ private:
+  void complete_registration_locked() {
+    registration_complete_ = true;
+    const Clock::time_point now = Clock::now();
+    data_addresses_.clear();
+    for (RankRecord& rec : ranks_) {
+      data_addresses_.push_back(rec.registration.data_address());
+      rec.liveness_since = std::max(rec.liveness_since, now);
+    }
+    log::get("rpc")->info("job {}: all {} ranks registered", job_id_, world());
+    cv_.notify_all();
+  }
+
+  void record_status_locked(const pb::RankStatus& status) {
+    RankRecord& rec = ranks_[status.rank()];
+    rec.status = status;
+    // Coordinator-only fields are computed in get_status, never taken from a rank.
+    rec.status.clear_registered();
+    rec.status.clear_alive();
+    rec.status.clear_heartbeat_age_ms();
+    if (rec.status.unix_time_ms() == 0) rec.status.set_unix_time_ms(unix_time_ms_now());
+    rec.has_status = true;
+    if (status.state() == pb::RANK_STATE_FINISHED && !rec.finished) {
+      rec.finished = true;
+      cv_.notify_all();
+    }
+    if (status.state() == pb::RANK_STATE_FAILED) {
+      abort_locked(fmt::format("rank {} failed: {}", status.rank(),
+                               status.error().empty() ? "(no error message)" : status.error()));
+    }
+  }
+
+  void abort_locked(const std::string& reason) {
+    if (aborted_) return;  // the first reason is the cause; later ones are consequences
+    aborted_ = true;
+    abort_reason_ = reason;
+    log::get("rpc")->error("job {} aborted: {}", job_id_, reason);
+    cv_.notify_all();
+  }
+
+  // Checks a few times per timeout, so a silent rank is caught within 1.25 timeouts.
+  void monitor_loop() {
+    const auto period = std::clamp<Clock::duration>(options_.heartbeat_timeout / 4, milliseconds(5),
+                                                    milliseconds(500));
+    std::unique_lock lock(mu_);
+    Clock::time_point next = Clock::now() + period;
+    while (!shutting_down_) {
+      cv_.wait_until(lock, next);
+      const Clock::time_point now = Clock::now();
+      if (now < next) continue;  // woken by an unrelated change
+      next = now + period;
+      if (!registration_complete_ || aborted_) continue;
+      for (int r = 0; r < world(); ++r) {
+        const RankRecord& rec = ranks_[r];
+        if (rec.finished) continue;
+        const auto silent = now - rec.liveness_since;
+        if (silent > options_.heartbeat_timeout) {
+          abort_locked(
+              fmt::format("rank {} stopped responding (no heartbeat for {} ms)", r, to_ms(silent)));
+          break;
+        }
+      }
+    }
+  }
+
+  const CoordinatorOptions options_;
+  const std::string plan_hash_;
+  const std::string job_id_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RankRecord> ranks_;
+  int num_registered_ = 0;
+  bool registration_complete_ = false;
+  std::vector<std::string> data_addresses_;  // by rank, once complete
+  std::map<std::string, BarrierState> barriers_;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  bool shutting_down_ = false;
+  std::thread monitor_;
+};
+
+grpc::Status to_grpc(const Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
+}
+
+// The gRPC face of the core: authenticate, call, convert. Handlers never throw out.
+class ExecutorService final : public pb::Executor::Service {
+ public:
+  explicit ExecutorService(CoordinatorCore* core) : core_(core) {}
+
+  grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* req,
+                        pb::RegisterResponse* resp) override {
+    return guarded("Register", ctx, [&] {
+      auto result = core_->register_rank(*req, wait_deadline(*ctx, req->timeout_ms()),
+                                         [ctx] { return ctx->IsCancelled(); });
+      if (!result.ok()) return result.status();
+      *resp = std::move(result).value();
+      return ok_status();
+    });
+  }
+
+  grpc::Status GetPlan(grpc::ServerContext* ctx, const pb::GetPlanRequest* req,
+                       pb::GetPlanResponse* resp) override {
+    return guarded("GetPlan", ctx, [&] {
+      GP_RETURN_IF_ERROR(core_->check_rank(req->rank()));
+      *resp->mutable_plan() = core_->options().plan;
+      return ok_status();
+    });
+  }
+
+  grpc::Status Barrier(grpc::ServerContext* ctx, const pb::BarrierRequest* req,
+                       pb::BarrierResponse*) override {
+    return guarded("Barrier", ctx, [&] {
+      return core_->barrier(*req, wait_deadline(*ctx, req->timeout_ms()),
+                            [ctx] { return ctx->IsCancelled(); });
+    });
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const pb::HeartbeatRequest* req,
+                         pb::HeartbeatResponse* resp) override {
+    return guarded("Heartbeat", ctx, [&] {
+      auto result = core_->heartbeat(req->status());
+      if (!result.ok()) return result.status();
+      *resp = std::move(result).value();
+      return ok_status();
+    });
+  }
+
+  grpc::Status ReportStatus(grpc::ServerContext* ctx, const pb::ReportStatusRequest* req,
+                            pb::ReportStatusResponse*) override {
+    return guarded("ReportStatus", ctx, [&] { return core_->report_status(req->status()); });
+  }
+
+  grpc::Status ReportMetrics(grpc::ServerContext* ctx, const pb::ReportMetricsRequest* req,
+                             pb::ReportMetricsResponse*) override {
+    return guarded("ReportMetrics", ctx, [&] { return core_->report_metrics(*req); });
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext* ctx, const pb::GetStatusRequest*,
+                         pb::GetStatusResponse* resp) override {
+    return guarded("GetStatus", ctx, [&] {
+      *resp = core_->get_status();
+      return ok_status();
+    });
+  }
+
+  grpc::Status Abort(grpc::ServerContext* ctx, const pb::AbortRequest* req,
+                     pb::AbortResponse*) override {
+    return guarded("Abort", ctx, [&] { return core_->abort_request(*req); });
+  }
+
+ private:
+  template <typename Fn>
+  grpc::Status guarded(const char* rpc, grpc::ServerContext* ctx, Fn&& fn) {
+    try {
+      if (grpc::Status auth = authenticate(*ctx); !auth.ok()) {
+        log::get("rpc")->warn("{} from {} refused: {}", rpc, ctx->peer(), auth.error_message());
+        return auth;
+      }
+      return to_grpc(fn());
+    } catch (const std::exception& e) {
+      log::get("rpc")->error("{}: internal error: {}", rpc, e.what());
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          std::string(rpc) + ": internal error: " + e.what());
+    } catch (...) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          std::string(rpc) + ": internal error (unknown exception)");
+    }
+  }
+
+  grpc::Status authenticate(const grpc::ServerContext& ctx) const {
+    const std::string& token = core_->options().auth_token;
+    if (token.empty()) return grpc::Status::OK;
+    const auto& metadata = ctx.client_metadata();
+    const auto it = metadata.find("authorization");
+    if (it == metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "missing 'authorization' metadata: this coordinator requires "
+                          "'authorization: Bearer <token>' with the job's auth token");
+    }
+    const std::string_view value(it->second.data(), it->second.size());
+    if (!constant_time_equal(value, "Bearer " + token)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "the 'authorization' metadata does not carry this job's auth token "
+                          "(expected 'Bearer <token>')");
+    }
+    return grpc::Status::OK;
+  }
+
+  CoordinatorCore* core_;
+};
+
+}  // namespace
+
+struct Coordinator::Impl {
+  std::unique_ptr<CoordinatorCore> core;
+  std::unique_ptr<ExecutorService> service;
+  std::unique_ptr<grpc::Server> server;  // destroyed before the service it serves
+  std::string host;
+  int port = 0;
+  std::mutex shutdown_mu;
+  bool shut_down = false;
+};
+
+Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions& options) {
+  if (options.world_size < 1) {
+    return invalid_argument(
+        fmt::format("coordinator: world_size = {}, must be >= 1", options.world_size));
+  }
+  if (options.heartbeat_timeout <= milliseconds::zero()) {
+    return invalid_argument(fmt::format("coordinator: heartbeat_timeout = {} ms, must be > 0",
+                                        options.heartbeat_timeout.count()));
+  }
+  if (options.listen_address.empty()) {
+    return invalid_argument("coordinator: listen_address is empty");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->core =
+      std::make_unique<CoordinatorCore>(options, graph::message_hash(options.plan),
+                                        options.job_id.empty() ? random_job_id() : options.job_id);
+  impl->service = std::make_unique<ExecutorService>(impl->core.get());
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  // gRPC sets SO_REUSEPORT by default; a second coordinator must not share a live one's port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  builder.RegisterService(impl->service.get());
+  impl->server = builder.BuildAndStart();
+  if (!impl->server || impl->port == 0) {
+    return Status(StatusCode::kUnavailable,
+                  fmt::format("coordinator: cannot listen on '{}' (port in use, or not an address "
+                              "of this host?)",
+                              options.listen_address));
+  }
+  impl->host = host_of(options.listen_address);
+  impl->core->start_monitor();
+  log::get("rpc")->info("job {}: coordinator for {} ranks listening on {}:{} (plan {})",
+                        impl->core->job_id(), options.world_size, impl->host, impl->port,
+                        impl->core->plan_hash());
+  return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
+}
+
+Coordinator::Coordinator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Coordinator::~Coordinator() { shutdown(); }
+
+void Coordinator::shutdown() {
+  std::lock_guard lock(impl_->shutdown_mu);
+  if (impl_->shut_down) return;
+  impl_->shut_down = true;
+  // Wake blocked handlers first: Server::Shutdown waits for every handler to return.
+  impl_->core->stop();
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->server->Wait();
+}
+
+int Coordinator::port() const { return impl_->port; }
+std::string Coordinator::address() const { return impl_->host + ":" + std::to_string(impl_->port); }
+const std::string& Coordinator::job_id() const { return impl_->core->job_id(); }
+const std::string& Coordinator::plan_hash() const { return impl_->core->plan_hash(); }
+
+Status Coordinator::wait_for_completion(std::chrono::milliseconds timeout) {
+  return impl_->core->wait_for_completion(timeout);
+}
+
+void Coordinator::abort(const std::string& reason) { impl_->core->abort(reason); }
+bool Coordinator::aborted() const { return impl_->core->aborted(); }
+std::string Coordinator::abort_reason() const { return impl_->core->abort_reason(); }
+graphpipe::v1::GetStatusResponse Coordinator::status() const { return impl_->core->get_status(); }
+std::vector<graphpipe::v1::ReportMetricsRequest> Coordinator::metrics() const {
+  return impl_->core->metrics();
+}
+
+std::string status_text(const graphpipe::v1::GetStatusResponse& status) {
+  std::string out;
+  if (status.aborted())
+    out += "job " + status.job_id() + " aborted: " + status.abort_reason() + "\n";
+  for (const pb::RankStatus& s : status.ranks()) {
+    std::string line = fmt::format("rank {}: ", s.rank());
+    const std::string at =
+        s.instruction().empty()
+            ? ""
+            : fmt::format("{} (instruction {})", s.instruction(), s.instruction_index());
+    switch (s.state()) {
+      case pb::RANK_STATE_UNSPECIFIED:
+        line += s.registered() ? "registered, no status yet" : "not registered";
+        break;
+      case pb::RANK_STATE_STARTING:
+        line += "starting";
+        break;
+      case pb::RANK_STATE_RUNNING:
+        line += fmt::format("iter {}", s.iteration());
+        if (!at.empty()) line += ", waiting on " + at;
+        break;
+      case pb::RANK_STATE_FINISHED:
+        line += fmt::format("finished (last iter {})", s.iteration());
+        break;
+      case pb::RANK_STATE_FAILED:
+        line += fmt::format("FAILED at iter {}", s.iteration());
+        if (!at.empty()) line += ", in " + at;
+        line += ": " + s.error();
+        break;
+      default:
+        line += fmt::format("unknown state {}", static_cast<int>(s.state()));
+        break;
+    }
+    if (s.registered() && !s.alive() && s.state() != pb::RANK_STATE_FINISHED) {
+      line += s.heartbeat_age_ms() >= 0
+                  ? fmt::format(" [not responding: no heartbeat for {} ms]", s.heartbeat_age_ms())
+                  : std::string(" [not responding: no heartbeat]");
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace gp::exec

@@ -1,0 +1,323 @@
+#include "run.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "gp/common/logging.h"
+#include "gp/exec/control_client.h"
+#include "gp/exec/coordinator.h"
+#include "gp/exec/gloo_communicator.h"
+#include "gp/exec/rank_runner.h"
+#include "gp/exec/reference_trainer.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string token_or_env(const std::string& token) {
+  if (!token.empty()) return token;
+  const char* env = std::getenv("GP_AUTH_TOKEN");
+  return env != nullptr ? env : "";
+}
+
+int64_t unix_ms() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Waits for rank 0 to publish the coordinator's address.
+Result<std::string> read_coordinator_file(const std::string& path, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    auto text = graph::read_file(path);
+    if (text.ok() && !text->empty()) {
+      std::string addr = *text;
+      while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+      return addr;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return Status(StatusCode::kDeadlineExceeded,
+                "--coordinator-file " + path +
+                    ": rank 0 did not publish the coordinator's address within " +
+                    std::to_string(timeout.count() / 1000) + " s");
+}
+
+// Sends heartbeats with the rank's live position; aborts the data plane when the coordinator
+// says the job is over or cannot be reached for longer than the timeout.
+class Heartbeat {
+ public:
+  Heartbeat(ControlClient& client, Communicator& comm, const RankRunner& runner,
+            const graphpipe::v1::Plan& plan, int rank, milliseconds period, milliseconds timeout)
+      : client_(client),
+        comm_(comm),
+        runner_(runner),
+        plan_(plan),
+        rank_(rank),
+        period_(period),
+        timeout_(timeout),
+        thread_([this] { loop(); }) {}
+  ~Heartbeat() { stop(); }
+
+  void set_iteration(int64_t it) { iteration_.store(it); }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::string abort_reason() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
+
+ private:
+  void loop() {
+    auto last_ok = Clock::now();
+    const int program = [&] {
+      for (int p = 0; p < plan_.programs_size(); ++p) {
+        if (plan_.programs(p).rank() == rank_) return p;
+      }
+      return -1;
+    }();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, period_, [&] { return stopping_; })) {
+      lock.unlock();
+      graphpipe::v1::RankStatus st;
+      st.set_rank(rank_);
+      st.set_state(graphpipe::v1::RANK_STATE_RUNNING);
+      st.set_iteration(iteration_.load());
+      const int k = runner_.current_instruction();
+      st.set_instruction_index(k);
+      if (k >= 0 && program >= 0 && k < plan_.programs(program).instructions_size()) {
+        st.set_instruction(
+            graph::describe_instruction(plan_, plan_.programs(program).instructions(k)));
+      }
+      st.set_unix_time_ms(unix_ms());
+      auto resp = client_.heartbeat(st);
+      std::string reason;
+      if (resp.ok()) {
+        last_ok = Clock::now();
+        if (resp->abort()) reason = "job aborted: " + resp->abort_reason();
+      } else if (Clock::now() - last_ok > timeout_) {
+        reason = "lost the coordinator at " + client_.address() + ": " + resp.status().message();
+      }
+      lock.lock();
+      if (!reason.empty() && reason_.empty()) {
+        reason_ = reason;
+        comm_.abort(reason);
+      }
+    }
+  }
+
+  ControlClient& client_;
+  Communicator& comm_;
+  const RankRunner& runner_;
+  const graphpipe::v1::Plan& plan_;
+  int rank_;
+  milliseconds period_, timeout_;
+  std::atomic<int64_t> iteration_{0};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::string reason_;
+  std::thread thread_;
+};
+
+Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Plan& plan,
+                         int iterations, const std::vector<double>& time_s,
+                         const std::string& path) {
+  std::vector<IterationMetrics> out(iterations);
+  for (int i = 0; i < iterations; ++i) {
+    out[i].iteration = i;
+    out[i].time_s = time_s[i];
+    out[i].samples_per_s = time_s[i] > 0 ? static_cast<double>(plan.mini_batch()) / time_s[i] : 0;
+  }
+  for (const auto& report : coordinator.metrics()) {
+    for (const auto& m : report.iterations()) {
+      if (m.iteration() >= 0 && m.iteration() < iterations) out[m.iteration()].loss += m.loss();
+    }
+  }
+  auto log = log::get("exec");
+  for (auto& m : out) {
+    m.loss /= static_cast<double>(plan.mini_batch());
+    log->info("iteration {}: loss {:.6f}, {:.1f} samples/s", m.iteration, m.loss, m.samples_per_s);
+  }
+  if (path.empty()) return ok_status();
+  return graph::write_file_atomic(path, metrics_json(out));
+}
+
+}  // namespace
+
+Status run_rank(const RunOptions& o) {
+  auto log = log::get("exec");
+  const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
+  const std::string token = token_or_env(o.auth_token);
+  if (o.device != "cpu") {
+    return unimplemented("--device " + o.device +
+                         ": this build trains on the CPU only (the CUDA "
+                         "backend is not implemented yet)");
+  }
+  graphpipe::v1::Plan plan;
+  GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
+  auto built = graph::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context("--plan " + o.plan + ": plan.model");
+  const graph::Graph& graph = *built;
+  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
+  if (o.world_size != index.world_size) {
+    return invalid_argument("--world-size = " + std::to_string(o.world_size) +
+                            ", but the plan has " + std::to_string(index.world_size) + " ranks");
+  }
+  GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, o.rank));
+
+  // Control plane: rank 0 hosts the coordinator unless told otherwise.
+  std::unique_ptr<Coordinator> coordinator;
+  std::string address = o.coordinator;
+  if (o.rank == 0 && !o.external_coordinator) {
+    CoordinatorOptions co;
+    co.listen_address = o.coordinator.empty() ? "127.0.0.1:0" : o.coordinator;
+    co.plan = plan;
+    co.world_size = o.world_size;
+    co.auth_token = token;
+    co.heartbeat_timeout = timeout;
+    GP_ASSIGN_OR_RETURN(coordinator, Coordinator::start(co));
+    address = coordinator->address();
+    if (!o.coordinator_file.empty()) {
+      GP_RETURN_IF_ERROR(graph::write_file_atomic(o.coordinator_file, address + "\n"));
+    }
+    log->info("rank 0: coordinator listening on {}", address);
+  } else if (address.empty()) {
+    if (o.coordinator_file.empty()) {
+      return invalid_argument("give --coordinator HOST:PORT or --coordinator-file FILE");
+    }
+    GP_ASSIGN_OR_RETURN(address, read_coordinator_file(o.coordinator_file, timeout));
+  }
+  GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(address, token, timeout));
+  graphpipe::v1::RegisterRequest reg;
+  reg.set_rank(o.rank);
+  reg.set_world_size(o.world_size);
+  reg.set_plan_hash(graph::message_hash(plan));
+  reg.set_host(o.bind_host);
+  reg.set_device(o.device);
+  GP_ASSIGN_OR_RETURN(auto registered, client->register_rank(reg, timeout));
+
+  // Data plane.
+  std::string store_dir = o.store_dir;
+  if (store_dir.empty())
+    store_dir = std::filesystem::path(o.plan).parent_path() / ".graphpipe-store";
+  std::error_code ec;
+  std::filesystem::create_directories(store_dir, ec);
+  if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
+  GlooOptions go;
+  go.rank = o.rank;
+  go.world_size = o.world_size;
+  go.store_dir = store_dir;
+  go.prefix = registered.job_id();
+  go.hostname = o.bind_host;
+  // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
+  // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
+  go.timeout = 2 * timeout;
+  auto comm = make_gloo_communicator(go);
+  if (!comm.ok()) {
+    (void)client->report_status([&] {  // best effort: the coordinator aborts the others
+      graphpipe::v1::RankStatus st;
+      st.set_rank(o.rank);
+      st.set_state(graphpipe::v1::RANK_STATE_FAILED);
+      st.set_error(comm.status().message());
+      return st;
+    }());
+    return comm.status();
+  }
+  log->info("rank {} of {}: stage {}, job {}, coordinator {}", o.rank, o.world_size,
+            runner->stage(), registered.job_id(), address);
+
+  Heartbeat heartbeat(*client, **comm, *runner, plan, o.rank, milliseconds(o.heartbeat_ms),
+                      timeout);
+  std::vector<double> times;
+  for (int it = 0; it < o.iterations; ++it) {
+    heartbeat.set_iteration(it);
+    const auto start = Clock::now();
+    auto loss = runner->run_iteration(it, **comm);
+    if (!loss.ok()) {
+      heartbeat.stop();
+      if (std::string why = heartbeat.abort_reason(); !why.empty()) {
+        return Status(StatusCode::kAborted, why);
+      }
+      // A peer's failure reaches the neighbours first; ranks further away see connections
+      // close. Report the first cause the coordinator heard of, or become it.
+      if (auto status = client->get_status(); status.ok() && status->aborted()) {
+        return Status(StatusCode::kAborted, "job aborted: " + status->abort_reason());
+      }
+      graphpipe::v1::RankStatus st;
+      st.set_rank(o.rank);
+      st.set_state(graphpipe::v1::RANK_STATE_FAILED);
+      st.set_iteration(it);
+      st.set_error(loss.status().message());
+      (void)client->report_status(st);  // best effort: the coordinator aborts the others
+      return loss.status();
+    }
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    if (runner->stage_runner().has_loss()) {
+      graphpipe::v1::IterationMetrics m;
+      m.set_iteration(it);
+      m.set_loss(*loss);
+      m.set_time_s(times.back());
+      GP_RETURN_IF_ERROR(client->report_metrics(o.rank, {m}));
+    }
+    log->debug("rank {}: iteration {} done", o.rank, it);
+  }
+  heartbeat.stop();
+  graphpipe::v1::RankStatus done;
+  done.set_rank(o.rank);
+  done.set_state(graphpipe::v1::RANK_STATE_FINISHED);
+  done.set_iteration(o.iterations - 1);
+  GP_RETURN_IF_ERROR(client->report_status(done));
+  GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
+  if (coordinator) {
+    GP_RETURN_IF_ERROR(write_job_metrics(*coordinator, plan, o.iterations, times, o.metrics_out));
+  }
+  return ok_status();
+}
+
+Status run_coordinator(const CoordinatorRunOptions& o) {
+  graphpipe::v1::Plan plan;
+  GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
+  CoordinatorOptions co;
+  co.listen_address = o.listen;
+  co.plan = plan;
+  co.world_size = o.world_size;
+  co.auth_token = token_or_env(o.auth_token);
+  co.heartbeat_timeout = milliseconds(static_cast<int64_t>(o.timeout_s) * 1000);
+  GP_ASSIGN_OR_RETURN(auto coordinator, Coordinator::start(co));
+  if (!o.coordinator_file.empty()) {
+    GP_RETURN_IF_ERROR(graph::write_file_atomic(o.coordinator_file, coordinator->address() + "\n"));
+  }
+  log::get("exec")->info("coordinator for {} ranks listening on {}", o.world_size,
+                         coordinator->address());
+  return coordinator->wait_for_completion();
+}
+
+Status print_status(const std::string& coordinator, const std::string& auth_token) {
+  GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(coordinator, token_or_env(auth_token),
+                                                          std::chrono::seconds(5)));
+  GP_ASSIGN_OR_RETURN(auto status, client->get_status());
+  std::printf("%s", status_text(status).c_str());
+  return ok_status();
+}
+
+}  // namespace gp::exec::daemon

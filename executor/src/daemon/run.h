@@ -1,0 +1,40 @@
+// The per-rank daemon (`graphpipe-executor run`), the standalone coordinator and `status`.
+#pragma once
+
+#include <string>
+
+#include "gp/common/status.h"
+
+namespace gp::exec::daemon {
+
+struct RunOptions {
+  std::string plan;
+  int rank = -1;
+  int world_size = 0;
+  std::string coordinator;       // host:port; rank 0 hosts it there unless external_coordinator
+  std::string coordinator_file;  // rank 0 writes the bound address here; others read it
+  bool external_coordinator = false;
+  std::string store_dir;                // Gloo rendezvous directory shared by the ranks
+  std::string bind_host = "127.0.0.1";  // data-plane interface
+  std::string auth_token;               // or $GP_AUTH_TOKEN
+  std::string device = "cpu";
+  int iterations = 5;
+  int timeout_s = 30;  // peers, registration, heartbeats
+  int heartbeat_ms = 500;
+  std::string metrics_out;  // rank 0: the job's per-iteration metrics
+};
+
+struct CoordinatorRunOptions {
+  std::string plan;
+  int world_size = 0;
+  std::string listen = "127.0.0.1:0";
+  std::string coordinator_file;
+  std::string auth_token;
+  int timeout_s = 30;
+};
+
+Status run_rank(const RunOptions& options);
+Status run_coordinator(const CoordinatorRunOptions& options);
+Status print_status(const std::string& coordinator, const std::string& auth_token);
+
+}  // namespace gp::exec::daemon

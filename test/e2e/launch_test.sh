@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Multi-process training on loopback: ranks as separate processes with the gRPC control plane
+# and the Gloo data plane. Equivalence with the reference, and failure semantics: a killed or
+# hung rank stops every other rank within seconds with one reason naming it; a wrong plan, a
+# wrong token and an unreachable coordinator are clear errors.
+set -u
+exe=$1
+plan_bin=$2
+launch=$3
+tmp=$4
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+
+"$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 3 \
+  --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/plan.pb" >/dev/null || exit 1
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 3 \
+  --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/other.pb" >/dev/null || exit 1
+
+# 1. A launched 3-process job trains exactly like the single-process reference.
+GP_EXECUTOR="$exe" timeout 120 "$launch" --plan "$tmp/plan.pb" --nprocs 3 --iterations 4 \
+  --metrics-out "$tmp/launch.json" > "$tmp/launch.log" 2>&1; rc=$?
+check "3-process launch exits 0" '[ $rc -eq 0 ]'
+"$exe" --log-level warn reference --model zoo:tiny-candle-uno --batch 16 --iterations 4 --lr 0.01 \
+  --metrics-out "$tmp/ref.json"
+check "its losses equal the reference's" '[ -s "$tmp/launch.json" ] && [ "$(losses "$tmp/launch.json")" = "$(losses "$tmp/ref.json")" ]'
+
+# Starts ranks 0..2 of a long job in the background (pids in $pids), in run dir $1.
+start_job() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  pids=()
+  for r in 0 1 2; do
+    local extra=()
+    [ "$r" -eq 0 ] && extra=(--coordinator 127.0.0.1:0)
+    "$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank "$r" --iterations 100000000 \
+      --timeout 2 --heartbeat-ms 100 --coordinator-file "$dir/coordinator" \
+      --store-dir "$dir/store" "${extra[@]}" "$@" > "$dir/rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+}
+# Waits for ranks 0 and 2; sets $elapsed (s) and $codes.
+wait_others() {
+  local start=$SECONDS
+  codes=""
+  for r in 0 2; do
+    wait "${pids[$r]}"
+    codes="$codes $?"
+  done
+  elapsed=$((SECONDS - start))
+}
+
+# 2. SIGKILL of rank 1 mid-training.
+start_job "$tmp/kill"
+sleep 2
+kill -KILL "${pids[1]}"
+wait "${pids[1]}" 2>/dev/null
+wait_others
+check "after SIGKILL of rank 1 the others exit non-zero (codes:$codes) within 10 s (${elapsed} s)" \
+  '[ "$elapsed" -le 10 ] && ! echo "$codes" | grep -q " 0"'
+check "their error names rank 1" 'grep -q "rank 1" "$tmp/kill/rank0.log" && grep -q "rank 1" "$tmp/kill/rank2.log"'
+
+# 3. A hung rank (SIGSTOP): no heartbeats; the coordinator aborts the job.
+start_job "$tmp/hang"
+sleep 2
+kill -STOP "${pids[1]}"
+wait_others
+kill -KILL "${pids[1]}" 2>/dev/null
+wait "${pids[1]}" 2>/dev/null
+check "after rank 1 hangs the others exit non-zero (codes:$codes) within 10 s (${elapsed} s)" \
+  '[ "$elapsed" -le 10 ] && ! echo "$codes" | grep -q " 0"'
+check "the reason says rank 1 stopped responding" 'grep -q "rank 1 stopped responding" "$tmp/hang/rank0.log"'
+
+# 4. A rank with a different plan is refused by hash.
+mkdir -p "$tmp/hash"
+"$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 0 --coordinator 127.0.0.1:0 --timeout 3 \
+  --coordinator-file "$tmp/hash/coordinator" --store-dir "$tmp/hash/store" > "$tmp/hash/rank0.log" 2>&1 &
+p0=$!
+"$exe" run --plan "$tmp/other.pb" --world-size 3 --rank 1 --timeout 3 \
+  --coordinator-file "$tmp/hash/coordinator" --store-dir "$tmp/hash/store" > "$tmp/hash/rank1.log" 2>&1; rc=$?
+kill -KILL $p0 2>/dev/null; wait $p0 2>/dev/null
+check "a different plan is refused (exit $rc) naming the plan hash" '[ $rc -ne 0 ] && grep -q "plan hash" "$tmp/hash/rank1.log"'
+
+# 5. A wrong token is refused.
+mkdir -p "$tmp/token"
+"$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 0 --coordinator 127.0.0.1:0 --timeout 3 \
+  --auth-token right --coordinator-file "$tmp/token/coordinator" --store-dir "$tmp/token/store" \
+  > "$tmp/token/rank0.log" 2>&1 &
+p0=$!
+"$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 1 --timeout 3 --auth-token wrong \
+  --coordinator-file "$tmp/token/coordinator" --store-dir "$tmp/token/store" > "$tmp/token/rank1.log" 2>&1; rc=$?
+kill -KILL $p0 2>/dev/null; wait $p0 2>/dev/null
+check "a wrong token is refused (exit $rc)" '[ $rc -ne 0 ] && grep -qi "unauthenticated\|token" "$tmp/token/rank1.log"'
+
+# 6. Nobody listens at the coordinator's address.
+"$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 1 --timeout 2 --coordinator 127.0.0.1:1 \
+  --store-dir "$tmp/unreach" > "$tmp/unreach.log" 2>&1; rc=$?
+check "an unreachable coordinator is a clear error (exit $rc)" '[ $rc -ne 0 ] && grep -q "cannot reach the coordinator at 127.0.0.1:1" "$tmp/unreach.log"'
+exit $fail

@@ -1,0 +1,468 @@
+// The control plane over loopback gRPC: a coordinator on 127.0.0.1:0 and ranks as threads, each
+// with its own ControlClient. Assertions run on the test thread only (Catch2 is not
+// thread-safe); rank threads hand their results back through futures, and every wait has a
+// deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gp/exec/control_client.h"
+#include "gp/exec/coordinator.h"
+#include "gp/graph/model_io.h"
+
+using namespace gp;
+using namespace std::chrono_literals;
+namespace pb = graphpipe::v1;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr auto kWait = 10s;  // generous upper bound for anything that should happen promptly
+
+pb::Plan tiny_plan() {
+  pb::Plan plan;
+  plan.set_format_version(1);
+  plan.set_model_hash("tiny-model");
+  plan.set_mini_batch(8);
+  return plan;
+}
+
+std::unique_ptr<exec::Coordinator> start_coordinator(
+    int world_size, const std::string& token = "",
+    std::chrono::milliseconds heartbeat_timeout = 30s) {
+  exec::CoordinatorOptions options;
+  options.plan = tiny_plan();
+  options.world_size = world_size;
+  options.auth_token = token;
+  options.heartbeat_timeout = heartbeat_timeout;
+  options.job_id = "test-job";
+  auto coordinator = exec::Coordinator::start(options);
+  INFO(coordinator.status().to_string());
+  REQUIRE(coordinator.ok());
+  REQUIRE((*coordinator)->port() > 0);
+  return std::move(coordinator).value();
+}
+
+std::unique_ptr<exec::ControlClient> connect_to(const exec::Coordinator& coordinator,
+                                                const std::string& token = "") {
+  auto client = exec::ControlClient::connect(coordinator.address(), token, 5s);
+  INFO(client.status().to_string());
+  REQUIRE(client.ok());
+  return std::move(client).value();
+}
+
+pb::RegisterRequest registration(int rank, int world_size, const std::string& plan_hash) {
+  pb::RegisterRequest r;
+  r.set_rank(rank);
+  r.set_world_size(world_size);
+  r.set_plan_hash(plan_hash);
+  r.set_data_address("127.0.0.1:" + std::to_string(29500 + rank));
+  r.set_host("localhost");
+  r.set_device("cpu");
+  return r;
+}
+
+// Waits for a rank thread's result, failing the test instead of hanging.
+template <typename T>
+T get_within(std::future<T>& f, std::chrono::milliseconds limit = kWait) {
+  REQUIRE(f.wait_for(limit) == std::future_status::ready);
+  return f.get();
+}
+
+// Connects one client per rank and registers them all concurrently; returns the clients.
+std::vector<std::unique_ptr<exec::ControlClient>> register_all(const exec::Coordinator& c,
+                                                               int world_size,
+                                                               const std::string& token = "") {
+  std::vector<std::unique_ptr<exec::ControlClient>> clients;
+  for (int r = 0; r < world_size; ++r) clients.push_back(connect_to(c, token));
+  std::vector<std::future<Result<pb::RegisterResponse>>> futures;
+  for (int r = 0; r < world_size; ++r) {
+    futures.push_back(std::async(std::launch::async, [&, r] {
+      return clients[r]->register_rank(registration(r, world_size, c.plan_hash()), kWait);
+    }));
+  }
+  for (auto& f : futures) {
+    auto resp = get_within(f);
+    INFO(resp.status().to_string());
+    REQUIRE(resp.ok());
+  }
+  return clients;
+}
+
+pb::RankStatus running(int rank, int64_t iteration) {
+  pb::RankStatus s;
+  s.set_rank(rank);
+  s.set_state(pb::RANK_STATE_RUNNING);
+  s.set_iteration(iteration);
+  return s;
+}
+
+// Polls `done` until it holds or `limit` passes; returns whether it held.
+bool poll_until(const std::function<bool()>& done, std::chrono::milliseconds limit = kWait) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return done();
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("every rank registers and receives every data address and the plan", "[control]") {
+  constexpr int kWorld = 3;
+  auto coordinator = start_coordinator(kWorld);
+  CHECK(coordinator->address() == "127.0.0.1:" + std::to_string(coordinator->port()));
+  CHECK(coordinator->plan_hash() == graph::message_hash(tiny_plan()));
+
+  std::vector<std::unique_ptr<exec::ControlClient>> clients;
+  for (int r = 0; r < kWorld; ++r) clients.push_back(connect_to(*coordinator));
+  std::vector<std::future<Result<pb::RegisterResponse>>> futures;
+  for (int r = 0; r < kWorld; ++r) {
+    futures.push_back(std::async(std::launch::async, [&, r] {
+      return clients[r]->register_rank(registration(r, kWorld, coordinator->plan_hash()), kWait);
+    }));
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    auto resp = get_within(futures[r]);
+    INFO("rank " << r << ": " << resp.status().to_string());
+    REQUIRE(resp.ok());
+    CHECK(resp->job_id() == "test-job");
+    REQUIRE(resp->data_addresses_size() == kWorld);
+    for (int i = 0; i < kWorld; ++i) {
+      CHECK(resp->data_addresses(i) == "127.0.0.1:" + std::to_string(29500 + i));
+    }
+  }
+
+  auto plan = clients[1]->get_plan(1);
+  REQUIRE(plan.ok());
+  CHECK(graph::message_hash(*plan) == coordinator->plan_hash());
+
+  // A live rank cannot register again.
+  auto again = clients[2]->register_rank(registration(2, kWorld, coordinator->plan_hash()), 1s);
+  CHECK(again.status().code() == StatusCode::kAlreadyExists);
+  CHECK(contains(again.status().message(), "rank 2"));
+
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(status->registration_complete());
+  REQUIRE(status->ranks_size() == kWorld);
+  for (const auto& s : status->ranks()) CHECK(s.registered());
+}
+
+TEST_CASE("registration refuses a wrong plan hash, world size or rank", "[control]") {
+  auto coordinator = start_coordinator(2);
+  auto client = connect_to(*coordinator);
+
+  auto wrong_hash = client->register_rank(registration(1, 2, "deadbeefdeadbeef"), 5s);
+  CHECK(wrong_hash.status().code() == StatusCode::kFailedPrecondition);
+  const std::string& msg = wrong_hash.status().message();
+  INFO(msg);
+  CHECK(contains(msg, "rank 1"));
+  CHECK(contains(msg, "deadbeefdeadbeef"));
+  CHECK(contains(msg, coordinator->plan_hash()));
+  CHECK(contains(msg, "same plan file"));
+
+  auto wrong_world = client->register_rank(registration(1, 3, coordinator->plan_hash()), 5s);
+  CHECK(wrong_world.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(contains(wrong_world.status().message(), "world_size 3"));
+
+  auto bad_rank = client->register_rank(registration(2, 2, coordinator->plan_hash()), 5s);
+  CHECK(bad_rank.status().code() == StatusCode::kInvalidArgument);
+
+  SECTION("the others' registration times out naming the missing rank and its refusal") {
+    auto other = connect_to(*coordinator);
+    const auto start = Clock::now();
+    auto alone = other->register_rank(registration(0, 2, coordinator->plan_hash()), 300ms);
+    const auto elapsed = Clock::now() - start;
+    CHECK(alone.status().code() == StatusCode::kDeadlineExceeded);
+    INFO(alone.status().message());
+    CHECK(contains(alone.status().message(), "missing rank 1"));
+    CHECK(contains(alone.status().message(), "refused: rank 1: world_size 3"));
+    CHECK(elapsed < 3s);
+    // The timed-out registration was withdrawn: the rank may try again.
+    auto status = other->get_status();
+    REQUIRE(status.ok());
+    CHECK_FALSE(status->ranks(0).registered());
+  }
+}
+
+TEST_CASE("with a token, calls without it or with a wrong one are UNAUTHENTICATED", "[control]") {
+  auto coordinator = start_coordinator(1, "s3cret");
+
+  auto none = connect_to(*coordinator, "")->get_status();
+  CHECK(none.status().code() == StatusCode::kUnauthenticated);
+  CHECK(contains(none.status().message(), "GetStatus"));
+  CHECK(contains(none.status().message(), "authorization"));
+
+  auto wrong = connect_to(*coordinator, "guess")->get_status();
+  CHECK(wrong.status().code() == StatusCode::kUnauthenticated);
+
+  auto right_client = connect_to(*coordinator, "s3cret");
+  auto right = right_client->get_status();
+  INFO(right.status().to_string());
+  CHECK(right.ok());
+  auto reg = right_client->register_rank(registration(0, 1, coordinator->plan_hash()), 5s);
+  INFO(reg.status().to_string());
+  CHECK(reg.ok());
+}
+
+TEST_CASE("connecting where nobody listens fails with UNAVAILABLE within the timeout",
+          "[control]") {
+  // A bound but not listening socket: connections are refused and nobody else can take the port.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  const auto start = Clock::now();
+  auto client = exec::ControlClient::connect(address, "", 500ms);
+  const auto elapsed = Clock::now() - start;
+  ::close(fd);
+  CHECK(client.status().code() == StatusCode::kUnavailable);
+  INFO(client.status().message());
+  CHECK(contains(client.status().message(),
+                 "cannot reach the coordinator at " + address + " within 0.5 s"));
+  CHECK(elapsed >= 400ms);
+  CHECK(elapsed < 3s);
+}
+
+TEST_CASE("a barrier releases every rank, can be reused, and times out naming the missing rank",
+          "[control]") {
+  constexpr int kWorld = 3;
+  auto coordinator = start_coordinator(kWorld);
+  auto clients = register_all(*coordinator, kWorld);
+
+  for (int round = 0; round < 2; ++round) {  // the same name twice
+    std::vector<std::future<Status>> futures;
+    for (int r = 0; r < kWorld; ++r) {
+      futures.push_back(
+          std::async(std::launch::async, [&, r] { return clients[r]->barrier(r, "init", kWait); }));
+    }
+    for (auto& f : futures) {
+      const Status s = get_within(f);
+      INFO(s.to_string());
+      CHECK(s.ok());
+    }
+  }
+
+  std::vector<std::future<Status>> futures;
+  for (int r = 0; r < 2; ++r) {  // rank 2 never arrives
+    futures.push_back(
+        std::async(std::launch::async, [&, r] { return clients[r]->barrier(r, "sync", 300ms); }));
+  }
+  for (auto& f : futures) {
+    const Status s = get_within(f);
+    INFO(s.to_string());
+    CHECK(s.code() == StatusCode::kDeadlineExceeded);
+    CHECK(contains(s.message(), "Barrier"));
+    CHECK(contains(s.message(), "'sync'"));
+    CHECK(contains(s.message(), "waiting for rank 2"));
+  }
+}
+
+TEST_CASE("a rank that stops heartbeating aborts the job and the others are told", "[control]") {
+  constexpr int kWorld = 3;
+  constexpr auto kTimeout = 300ms;
+  auto coordinator = start_coordinator(kWorld, "", kTimeout);
+  auto clients = register_all(*coordinator, kWorld);
+  const auto registered = Clock::now();  // the monitor's clock started a little earlier
+
+  // Ranks 0 and 1 heartbeat every 50 ms until told to abort; rank 2 stays silent.
+  std::vector<std::future<Result<pb::HeartbeatResponse>>> futures;
+  for (int r = 0; r < 2; ++r) {
+    futures.push_back(std::async(std::launch::async, [&, r]() -> Result<pb::HeartbeatResponse> {
+      const auto deadline = Clock::now() + kWait;
+      while (Clock::now() < deadline) {
+        auto resp = clients[r]->heartbeat(running(r, 1));
+        if (!resp.ok() || resp->abort()) return resp;
+        std::this_thread::sleep_for(50ms);
+      }
+      return Status(StatusCode::kDeadlineExceeded, "never told to abort");
+    }));
+  }
+
+  REQUIRE(poll_until([&] { return coordinator->aborted(); }, 5s));
+  const auto detected = Clock::now() - registered;
+  CHECK(detected <= 2 * kTimeout);
+  INFO(coordinator->abort_reason());
+  CHECK(contains(coordinator->abort_reason(), "rank 2 stopped responding (no heartbeat for"));
+
+  for (auto& f : futures) {
+    auto resp = get_within(f);
+    INFO(resp.status().to_string());
+    REQUIRE(resp.ok());
+    CHECK(resp->abort());
+    CHECK(contains(resp->abort_reason(), "rank 2 stopped responding"));
+  }
+  const Status done = coordinator->wait_for_completion(1s);
+  CHECK(done.code() == StatusCode::kAborted);
+  const Status barrier = clients[0]->barrier(0, "after", 1s);
+  CHECK(barrier.code() == StatusCode::kAborted);
+  CHECK(contains(barrier.message(), "rank 2 stopped responding"));
+
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(status->aborted());
+  CHECK_FALSE(status->ranks(2).alive());
+  CHECK(status->ranks(2).heartbeat_age_ms() == -1);
+  CHECK(status->ranks(0).alive());
+}
+
+TEST_CASE("Abort from one rank wakes the others' barriers and heartbeats", "[control]") {
+  constexpr int kWorld = 3;
+  auto coordinator = start_coordinator(kWorld);
+  auto clients = register_all(*coordinator, kWorld);
+
+  std::vector<std::future<Status>> waiting;
+  for (int r = 0; r < 2; ++r) {
+    waiting.push_back(
+        std::async(std::launch::async, [&, r] { return clients[r]->barrier(r, "step", kWait); }));
+  }
+  const Status abort = clients[2]->abort(2, "loss is NaN at iteration 7");
+  REQUIRE(abort.ok());
+  for (auto& f : waiting) {
+    const Status s = get_within(f, 5s);  // long before the barrier's own timeout
+    INFO(s.to_string());
+    CHECK(s.code() == StatusCode::kAborted);
+    CHECK(contains(s.message(), "rank 2 aborted the job: loss is NaN at iteration 7"));
+  }
+  auto hb = clients[0]->heartbeat(running(0, 7));
+  REQUIRE(hb.ok());
+  CHECK(hb->abort());
+  CHECK(hb->abort_reason() == "rank 2 aborted the job: loss is NaN at iteration 7");
+
+  // The first reason wins.
+  REQUIRE(clients[1]->abort(-1, "operator cleanup").ok());
+  CHECK(coordinator->abort_reason() == "rank 2 aborted the job: loss is NaN at iteration 7");
+}
+
+TEST_CASE("Abort wakes a pending registration", "[control]") {
+  auto coordinator = start_coordinator(2);
+  auto client = connect_to(*coordinator);
+  auto pending = std::async(std::launch::async, [&] {
+    return client->register_rank(registration(0, 2, coordinator->plan_hash()), kWait);
+  });
+  REQUIRE(poll_until([&] { return coordinator->status().ranks(0).registered(); }));
+  coordinator->abort("launcher gave up");
+  auto resp = get_within(pending, 5s);
+  CHECK(resp.status().code() == StatusCode::kAborted);
+  CHECK(contains(resp.status().message(), "launcher gave up"));
+
+  auto later =
+      connect_to(*coordinator)->register_rank(registration(1, 2, coordinator->plan_hash()), 1s);
+  CHECK(later.status().code() == StatusCode::kAborted);
+}
+
+TEST_CASE("ReportStatus FAILED aborts the job with the rank's error", "[control]") {
+  auto coordinator = start_coordinator(2);
+  auto clients = register_all(*coordinator, 2);
+
+  pb::RankStatus failed = running(1, 3);
+  failed.set_state(pb::RANK_STATE_FAILED);
+  failed.set_error("CUDA error: out of memory");
+  REQUIRE(clients[1]->report_status(failed).ok());
+
+  CHECK(coordinator->aborted());
+  CHECK(coordinator->abort_reason() == "rank 1 failed: CUDA error: out of memory");
+  auto hb = clients[0]->heartbeat(running(0, 3));
+  REQUIRE(hb.ok());
+  CHECK(hb->abort());
+  CHECK(hb->abort_reason() == "rank 1 failed: CUDA error: out of memory");
+  const Status done = coordinator->wait_for_completion(1s);
+  CHECK(done.code() == StatusCode::kAborted);
+  CHECK(contains(done.message(), "rank 1 failed"));
+}
+
+TEST_CASE("GetStatus shows each rank's iteration and instruction, and metrics are kept",
+          "[control]") {
+  auto coordinator = start_coordinator(2);
+  auto clients = register_all(*coordinator, 2);
+
+  pb::RankStatus s = running(1, 12);
+  s.set_instruction_index(17);
+  s.set_instruction("RECV act[stage 2 -> 5, mb 7] from rank 0");
+  auto hb = clients[1]->heartbeat(s);
+  REQUIRE(hb.ok());
+  CHECK_FALSE(hb->abort());
+  // ReportStatus records without being a heartbeat.
+  REQUIRE(clients[0]->report_status(running(0, 11)).ok());
+
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(status->job_id() == "test-job");
+  CHECK(status->world_size() == 2);
+  CHECK_FALSE(status->aborted());
+  REQUIRE(status->ranks_size() == 2);
+  const pb::RankStatus& r1 = status->ranks(1);
+  CHECK(r1.rank() == 1);
+  CHECK(r1.state() == pb::RANK_STATE_RUNNING);
+  CHECK(r1.iteration() == 12);
+  CHECK(r1.instruction_index() == 17);
+  CHECK(r1.instruction() == "RECV act[stage 2 -> 5, mb 7] from rank 0");
+  CHECK(r1.alive());
+  CHECK(r1.heartbeat_age_ms() >= 0);
+  CHECK(r1.unix_time_ms() > 0);
+  CHECK(status->ranks(0).iteration() == 11);
+  CHECK(status->ranks(0).heartbeat_age_ms() == -1);
+
+  const std::string text = exec::status_text(*status);
+  INFO(text);
+  CHECK(contains(text, "rank 0: iter 11\n"));
+  CHECK(contains(text,
+                 "rank 1: iter 12, waiting on RECV act[stage 2 -> 5, mb 7] from rank 0 "
+                 "(instruction 17)\n"));
+
+  pb::IterationMetrics m;
+  m.set_iteration(0);
+  m.set_loss(2.5);
+  pb::IterationMetrics m1 = m;
+  m1.set_iteration(1);
+  m1.set_loss(2.25);
+  REQUIRE(clients[1]->report_metrics(1, {m1, m}).ok());
+  const auto metrics = coordinator->metrics();
+  REQUIRE(metrics.size() == 1);
+  CHECK(metrics[0].rank() == 1);
+  REQUIRE(metrics[0].iterations_size() == 2);
+  CHECK(metrics[0].iterations(0).loss() == 2.5);
+  CHECK(metrics[0].iterations(1).loss() == 2.25);
+}
+
+TEST_CASE("the job completes when every rank finishes, and finished ranks may go silent",
+          "[control]") {
+  constexpr auto kTimeout = 300ms;
+  auto coordinator = start_coordinator(2, "", kTimeout);
+  auto clients = register_all(*coordinator, 2);
+  CHECK(coordinator->wait_for_completion(50ms).code() == StatusCode::kDeadlineExceeded);
+
+  pb::RankStatus finished = running(0, 5);
+  finished.set_state(pb::RANK_STATE_FINISHED);
+  REQUIRE(clients[0]->heartbeat(finished).ok());
+  finished.set_rank(1);
+  REQUIRE(clients[1]->report_status(finished).ok());
+  const Status done = coordinator->wait_for_completion(5s);
+  INFO(done.to_string());
+  CHECK(done.ok());
+  // Checking that something does not happen needs a wait: two heartbeat timeouts.
+  CHECK_FALSE(poll_until([&] { return coordinator->aborted(); }, 2 * kTimeout));
+}
