@@ -6,8 +6,16 @@
 #include <mutex>
 #include <thread>
 
+#include "gp/sim/simulator.h"
+
 namespace gp::exec {
 namespace {
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 using graphpipe::v1::Instruction;
 using K = graphpipe::v1::InstructionKind;
@@ -87,6 +95,7 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
     const int m = in.micro_batch();
     Step step;
     step.instruction = k;
+    step.micro_batch = m;
     const bool per_mb = in.kind() != K::INSTRUCTION_KIND_ALLREDUCE_GRADS &&
                         in.kind() != K::INSTRUCTION_KIND_OPTIMIZER_STEP;
     if (per_mb) {
@@ -205,8 +214,10 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
   // Alternate tags between iterations so a fast rank's next iteration never meets a message
   // of the previous one.
   const uint64_t parity = static_cast<uint64_t>(iteration & 1) << 63;
+  const bool tracing = trace_capacity_ > 0;
   for (const Step& s : steps_) {
     current_.store(s.instruction, std::memory_order_relaxed);
+    const double start_us = tracing ? now_us() : 0;
     Status st;
     switch (s.op) {
       case Op::kForward:
@@ -234,6 +245,23 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         runner.optimizer_step(iteration + 1);
         break;
     }
+    if (tracing && trace_.size() < trace_capacity_ && s.op != Op::kSend &&
+        s.op != Op::kBeginBackward) {
+      TraceEvent e{};
+      e.kind = s.op == Op::kForward     ? TraceEvent::kForward
+               : s.op == Op::kBackward  ? TraceEvent::kBackward
+               : s.op == Op::kRecv      ? TraceEvent::kRecv
+               : s.op == Op::kAllReduce ? TraceEvent::kAllReduce
+                                        : TraceEvent::kOptimizer;
+      e.stage = stage_;
+      e.micro_batch = s.micro_batch;
+      e.peer = s.peer;
+      e.gradient = s.gradient;
+      e.bytes = s.bytes;
+      e.start_us = start_us;
+      e.end_us = now_us();
+      trace_.push_back(e);  // capacity reserved in enable_trace: no allocation
+    }
     if (!st.ok()) {
       return st.with_context("rank " + std::to_string(rank_) + ", iteration " +
                              std::to_string(iteration) + ", instruction " +
@@ -244,9 +272,69 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
   return loss;
 }
 
+void RankRunner::enable_trace(size_t max_events) {
+  trace_.clear();
+  trace_.reserve(max_events);
+  trace_capacity_ = max_events;
+}
+
+std::string measured_trace_json(const graphpipe::v1::Plan& plan,
+                                const std::vector<std::pair<int, std::vector<TraceEvent>>>& ranks) {
+  sim::SimResult result;
+  double origin = -1;
+  int world = 0;
+  for (const auto& [rank, events] : ranks) {
+    world = std::max(world, rank + 1);
+    for (const auto& e : events) origin = origin < 0 ? e.start_us : std::min(origin, e.start_us);
+  }
+  result.ranks.resize(world);
+  for (auto& rs : result.ranks) rs.stage = -1;
+  for (const auto& [rank, events] : ranks) {
+    result.ranks[rank].rank = rank;
+    for (const auto& st : plan.stages()) {
+      for (int r : st.device_ranks()) {
+        if (r == rank) result.ranks[rank].stage = st.id();
+      }
+    }
+    for (const auto& e : events) {
+      sim::SimEvent out{};
+      out.stage = e.stage;
+      out.micro_batch = e.micro_batch;
+      out.start_us = e.start_us - origin;
+      out.end_us = e.end_us - origin;
+      out.bytes = e.bytes;
+      out.gradient = e.gradient;
+      out.rank = rank;
+      switch (e.kind) {
+        case TraceEvent::kForward:
+          out.kind = sim::EventKind::kForward;
+          break;
+        case TraceEvent::kBackward:
+          out.kind = sim::EventKind::kBackward;
+          break;
+        case TraceEvent::kAllReduce:
+          out.kind = sim::EventKind::kAllReduce;
+          break;
+        case TraceEvent::kOptimizer:
+          out.kind = sim::EventKind::kOptimizer;
+          break;
+        case TraceEvent::kRecv:  // drawn on the link from the sender, ending at arrival
+          out.kind = sim::EventKind::kTransfer;
+          out.rank = e.peer;
+          out.peer = rank;
+          break;
+      }
+      result.iteration_time_us = std::max(result.iteration_time_us, out.end_us);
+      result.events.push_back(out);
+    }
+  }
+  return sim::chrome_trace_json(plan, result);
+}
+
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
                                         std::chrono::milliseconds timeout,
-                                        std::vector<std::unique_ptr<RankRunner>>* out_runners) {
+                                        std::vector<std::unique_ptr<RankRunner>>* out_runners,
+                                        size_t trace_events) {
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("plan.model");
   const graph::Graph& graph = *built;
@@ -255,6 +343,7 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
   for (int r = 0; r < index.world_size; ++r) {
     if (index.program_of_rank[r] < 0) continue;
     GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, r));
+    if (trace_events > 0) runner->enable_trace(trace_events);
     runners.push_back(std::move(runner));
   }
   LoopbackHub hub(index.world_size, timeout);

@@ -20,8 +20,10 @@ losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
 
 # 1. A launched 3-process job trains exactly like the single-process reference.
 GP_EXECUTOR="$exe" timeout 120 "$launch" --plan "$tmp/plan.pb" --nprocs 3 --iterations 4 \
-  --metrics-out "$tmp/launch.json" > "$tmp/launch.log" 2>&1; rc=$?
+  --metrics-out "$tmp/launch.json" --trace "$tmp/trace.json" > "$tmp/launch.log" 2>&1; rc=$?
 check "3-process launch exits 0" '[ $rc -eq 0 ]'
+check "the measured trace has forwards and backwards of every rank and transfers" \
+  '(for r in 0 1 2; do grep -q "\"name\":\"rank $r (stage" "$tmp/trace.json" || exit 1; done) && grep -q "\"name\":\"F0\"" "$tmp/trace.json" && grep -q "\"name\":\"B0\"" "$tmp/trace.json" && grep -q "\"cat\":\"transfer\"" "$tmp/trace.json" && ! ls "$tmp"/trace.json.rank* >/dev/null 2>&1'
 "$exe" --log-level warn reference --model zoo:tiny-candle-uno --batch 16 --iterations 4 --lr 0.01 \
   --metrics-out "$tmp/ref.json"
 check "its losses equal the reference's" '[ -s "$tmp/launch.json" ] && [ "$(losses "$tmp/launch.json")" = "$(losses "$tmp/ref.json")" ]'

@@ -17,8 +17,10 @@ check "metrics have the documented keys" 'grep -q "\"iterations\"" "$tmp/ref.jso
 "$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 3 --batch 16 \
   --micro-batches 4 --optimizer sgd --out "$tmp/plan.pb" >/dev/null; rc=$?
 check "planned tiny-dlrm on 3 ranks" '[ $rc -eq 0 ]'
-"$exe" --log-level warn local --plan "$tmp/plan.pb" --iterations 4 --metrics-out "$tmp/local.json"; rc=$?
+"$exe" --log-level warn local --plan "$tmp/plan.pb" --iterations 4 --metrics-out "$tmp/local.json" \
+  --trace "$tmp/local-trace.json"; rc=$?
 check "local run of the plan exits 0" '[ $rc -eq 0 ]'
+check "local run writes a measured Chrome trace" 'grep -q "traceEvents" "$tmp/local-trace.json" && grep -q "\"name\":\"F0\"" "$tmp/local-trace.json"'
 check "the plan's losses equal the reference's" '[ "$(losses "$tmp/local.json")" = "$(losses "$tmp/ref.json")" ]'
 
 err=$("$exe" local --plan "$tmp/missing.pb" 2>&1 >/dev/null); rc=$?

@@ -20,7 +20,7 @@ out=$("$bin" model-info --model zoo:dlrm); rc=$?
 check "model-info text table" '[ $rc -eq 0 ] && echo "$out" | grep -q "parallel branches *14"'
 
 out=$("$bin" zoo list); rc=$?
-check "zoo list names every paper model" '[ $rc -eq 0 ] && for m in mmt dlrm candle-uno transformer nbranch tiny-mmt; do echo "$out" | grep -q "^$m\$" || exit 1; done'
+check "zoo list names every paper model" '[ $rc -eq 0 ] && (for m in mmt dlrm candle-uno transformer nbranch tiny-mmt; do echo "$out" | grep -q "^$m\$" || exit 1; done)'
 check "zoo list shows defaults" 'echo "$out" | grep -q "branches *default 4"'
 
 for ext in pbtxt json pb; do

@@ -66,6 +66,7 @@ struct LocalOptions {
   int iterations = 5;
   int timeout_s = 60;
   std::string metrics_out;
+  std::string trace;
 };
 
 gp::Status run_local(const LocalOptions& o) {
@@ -75,7 +76,16 @@ gp::Status run_local(const LocalOptions& o) {
   log->info("running {} ranks of {} as threads of this process, {} iterations",
             plan.programs_size(), o.plan, o.iterations);
   const auto start = std::chrono::steady_clock::now();
-  auto run = gp::exec::run_plan_locally(plan, o.iterations, std::chrono::seconds(o.timeout_s));
+  std::vector<std::unique_ptr<gp::exec::RankRunner>> runners;
+  size_t trace_events = 0;
+  if (!o.trace.empty()) {
+    for (const auto& prog : plan.programs()) {
+      trace_events = std::max<size_t>(trace_events, static_cast<size_t>(prog.instructions_size()) *
+                                                        static_cast<size_t>(o.iterations));
+    }
+  }
+  auto run = gp::exec::run_plan_locally(plan, o.iterations, std::chrono::seconds(o.timeout_s),
+                                        &runners, trace_events);
   if (!run.ok()) return run.status().with_context("--plan " + o.plan);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -95,6 +105,12 @@ gp::Status run_local(const LocalOptions& o) {
   if (!o.metrics_out.empty()) {
     GP_RETURN_IF_ERROR(
         gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
+  }
+  if (!o.trace.empty()) {
+    std::vector<std::pair<int, std::vector<gp::exec::TraceEvent>>> events;
+    for (const auto& r : runners) events.emplace_back(r->rank(), r->trace());
+    GP_RETURN_IF_ERROR(
+        gp::graph::write_file_atomic(o.trace, gp::exec::measured_trace_json(plan, events)));
   }
   return gp::ok_status();
 }
@@ -137,6 +153,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   local_cmd->add_option("--metrics-out", local.metrics_out, "write per-iteration metrics (JSON)");
+  local_cmd->add_option("--trace", local.trace,
+                        "write the measured Chrome trace (the simulator's format, for comparison)");
   using gp::exec::daemon::CoordinatorRunOptions;
   using gp::exec::daemon::RunOptions;
   RunOptions run;
@@ -178,6 +196,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(10, 600000));
   run_cmd->add_option("--metrics-out", run.metrics_out, "rank 0: write the job's metrics (JSON)");
+  run_cmd->add_option("--trace", run.trace,
+                      "rank 0: write the job's measured Chrome trace (ranks share its directory)");
 
   CoordinatorRunOptions coord;
   auto* coord_cmd = app.add_subcommand("coordinator", "Run only the coordinator (control plane)");

@@ -162,6 +162,49 @@ Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Pl
   return graph::write_file_atomic(path, metrics_json(out));
 }
 
+// One line per event: kind stage micro_batch peer gradient bytes start_us end_us.
+Status write_trace_part(const std::string& path, const std::vector<TraceEvent>& events) {
+  std::string text;
+  char line[160];
+  for (const auto& e : events) {
+    std::snprintf(line, sizeof(line), "%d %d %d %d %d %lld %.3f %.3f\n", static_cast<int>(e.kind),
+                  e.stage, e.micro_batch, e.peer, e.gradient ? 1 : 0,
+                  static_cast<long long>(e.bytes), e.start_us, e.end_us);
+    text += line;
+  }
+  return graph::write_file_atomic(path, text);
+}
+
+// Rank 0, after every rank passed the final barrier: merge the parts into one trace.
+Status merge_trace(const graphpipe::v1::Plan& plan, int world_size, const std::string& path) {
+  std::vector<std::pair<int, std::vector<TraceEvent>>> ranks;
+  for (int r = 0; r < world_size; ++r) {
+    const std::string part = path + ".rank" + std::to_string(r);
+    GP_ASSIGN_OR_RETURN(std::string text, graph::read_file(part));
+    std::vector<TraceEvent> events;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const size_t end = text.find('\n', pos);
+      const std::string line = text.substr(pos, end - pos);
+      pos = end == std::string::npos ? text.size() : end + 1;
+      TraceEvent e{};
+      int kind = 0, gradient = 0;
+      long long bytes = 0;
+      if (std::sscanf(line.c_str(), "%d %d %d %d %d %lld %lf %lf", &kind, &e.stage, &e.micro_batch,
+                      &e.peer, &gradient, &bytes, &e.start_us, &e.end_us) != 8) {
+        continue;
+      }
+      e.kind = static_cast<TraceEvent::Kind>(kind);
+      e.gradient = gradient != 0;
+      e.bytes = bytes;
+      events.push_back(e);
+    }
+    ranks.emplace_back(r, std::move(events));
+    std::remove(part.c_str());
+  }
+  return graph::write_file_atomic(path, measured_trace_json(plan, ranks));
+}
+
 }  // namespace
 
 Status run_rank(const RunOptions& o) {
@@ -246,6 +289,11 @@ Status run_rank(const RunOptions& o) {
   log->info("rank {} of {}: stage {}, job {}, coordinator {}", o.rank, o.world_size,
             runner->stage(), registered.job_id(), address);
 
+  if (!o.trace.empty()) {
+    const auto& program = plan.programs(index.program_of_rank[o.rank]);
+    runner->enable_trace(static_cast<size_t>(program.instructions_size()) *
+                         static_cast<size_t>(o.iterations));
+  }
   Heartbeat heartbeat(*client, **comm, *runner, plan, o.rank, milliseconds(o.heartbeat_ms),
                       timeout);
   std::vector<double> times;
@@ -286,10 +334,15 @@ Status run_rank(const RunOptions& o) {
   done.set_rank(o.rank);
   done.set_state(graphpipe::v1::RANK_STATE_FINISHED);
   done.set_iteration(o.iterations - 1);
+  if (!o.trace.empty()) {
+    GP_RETURN_IF_ERROR(
+        write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
+  }
   GP_RETURN_IF_ERROR(client->report_status(done));
   GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
   if (coordinator) {
     GP_RETURN_IF_ERROR(write_job_metrics(*coordinator, plan, o.iterations, times, o.metrics_out));
+    if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
   }
   return ok_status();
 }

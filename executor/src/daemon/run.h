@@ -22,6 +22,7 @@ struct RunOptions {
   int timeout_s = 30;  // peers, registration, heartbeats
   int heartbeat_ms = 500;
   std::string metrics_out;  // rank 0: the job's per-iteration metrics
+  std::string trace;        // rank 0: the job's measured trace; ranks write <trace>.rank<r>
 };
 
 struct CoordinatorRunOptions {

@@ -18,6 +18,18 @@
 
 namespace gp::exec {
 
+// One measured interval of a rank's step loop (for Chrome traces).
+struct TraceEvent {
+  enum Kind : uint8_t { kForward, kBackward, kAllReduce, kOptimizer, kRecv } kind;
+  int stage = 0;
+  int micro_batch = 0;
+  int peer = -1;          // kRecv: the sender
+  bool gradient = false;  // kRecv: gradient or activation
+  int64_t bytes = 0;
+  double start_us = 0;  // microseconds since the Unix epoch (comparable across processes)
+  double end_us = 0;
+};
+
 class RankRunner {
  public:
   // `graph` must be built from plan.model() and `index` from validate_plan_structure.
@@ -27,6 +39,10 @@ class RankRunner {
 
   // One training iteration; returns this rank's sum of per-sample losses (0 if it holds none).
   Result<double> run_iteration(int64_t iteration, Communicator& comm);
+
+  // Records up to `max_events` intervals from now on (preallocated; recording never allocates).
+  void enable_trace(size_t max_events);
+  const std::vector<TraceEvent>& trace() const { return trace_; }
 
   int rank() const { return rank_; }
   int stage() const { return stage_; }
@@ -44,6 +60,7 @@ class RankRunner {
   struct Step {
     Op op;
     int instruction;  // index in the plan's program
+    int micro_batch = 0;
     int slot = 0;
     int64_t first_sample = 0;  // forward: mini-batch index of the replica's first sample
     int peer = -1;
@@ -68,6 +85,8 @@ class RankRunner {
   std::vector<Step> steps_;
   std::vector<std::byte> staging_;
   std::atomic<int> current_{-1};
+  std::vector<TraceEvent> trace_;
+  size_t trace_capacity_ = 0;
 };
 
 struct LocalRunResult {
@@ -76,9 +95,15 @@ struct LocalRunResult {
 
 // Runs every rank of `plan` as a thread of this process over a LoopbackHub: the in-process
 // executor used by tests and by `graphpipe-executor local`. The first failing rank aborts the
-// others; its error is returned.
-Result<LocalRunResult> run_plan_locally(
-    const graphpipe::v1::Plan& plan, int iterations, std::chrono::milliseconds timeout,
-    std::vector<std::unique_ptr<RankRunner>>* runners = nullptr);
+// others; its error is returned. With `trace_events` > 0 each rank records that many intervals.
+Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankRunner>>* runners = nullptr,
+                                        size_t trace_events = 0);
+
+// The measured events of several ranks as a Chrome trace in the simulator's format (times from
+// the earliest event).
+std::string measured_trace_json(const graphpipe::v1::Plan& plan,
+                                const std::vector<std::pair<int, std::vector<TraceEvent>>>& ranks);
 
 }  // namespace gp::exec
