@@ -53,9 +53,11 @@ wait_others() {
   elapsed=$((SECONDS - start))
 }
 
-# 2. SIGKILL of rank 1 mid-training.
+# 2. SIGKILL of rank 1 mid-training (after a look at the live status).
 start_job "$tmp/kill"
 sleep 2
+status=$("$exe" status --coordinator "$(cat "$tmp/kill/coordinator")" 2>&1); rc=$?
+check "status shows every rank's iteration" '[ $rc -eq 0 ] && (for r in 0 1 2; do echo "$status" | grep -q "^rank $r: iter" || exit 1; done)'
 kill -KILL "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null
 wait_others
