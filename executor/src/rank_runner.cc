@@ -28,7 +28,8 @@ bool same(const graphpipe::v1::TensorRef& a, const graphpipe::v1::TensorRef& b) 
 
 Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan& plan,
                                                        const graph::Graph& graph,
-                                                       const graph::PlanIndex& index, int rank) {
+                                                       const graph::PlanIndex& index, int rank,
+                                                       const Device& device) {
   if (rank < 0 || rank >= index.world_size || index.program_of_rank[rank] < 0) {
     return invalid_argument("--rank = " + std::to_string(rank) + " has no program in the plan (" +
                             std::to_string(index.world_size) + " ranks)");
@@ -82,7 +83,7 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
   }
   GP_ASSIGN_OR_RETURN(
       r->runner_, StageRunner::create(graph, index.stage_ops[r->stage_], exports, r->per_replica_,
-                                      std::max(slots, 1), plan.training(), relays));
+                                      std::max(slots, 1), plan.training(), relays, device));
   StageRunner& runner = *r->runner_;
 
   std::vector<int> slot_of(num_mb, -1);

@@ -19,7 +19,7 @@ bool is_int_spec(const graph::TensorSpec& spec) {
 Result<std::unique_ptr<StageRunner>> StageRunner::create(
     const graph::Graph& graph, std::vector<int> ops, std::vector<graphpipe::v1::TensorRef> exports,
     int64_t max_batch, int slots, const graphpipe::v1::TrainingConfig& training,
-    std::vector<graphpipe::v1::TensorRef> relays) {
+    std::vector<graphpipe::v1::TensorRef> relays, const Device& device) {
   if (ops.empty()) return invalid_argument("stage: no operators");
   if (max_batch <= 0 || slots <= 0) {
     return invalid_argument("stage: max_batch = " + std::to_string(max_batch) +
@@ -93,7 +93,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
       st.param_sizes.push_back(n);
       param_total += n;
     }
-    auto kernel = make_cpu_kernel(node);
+    auto kernel = device.make_kernel(node);
     if (!kernel.ok()) return kernel.status();
     st.kernel = std::move(kernel).value();
     st.saved.assign(static_cast<size_t>(slots) * max_batch * st.kernel->saved_floats_per_sample(),

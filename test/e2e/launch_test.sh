@@ -28,6 +28,22 @@ check "the measured trace has forwards and backwards of every rank and transfers
   --metrics-out "$tmp/ref.json"
 check "its losses equal the reference's" '[ -s "$tmp/launch.json" ] && [ "$(losses "$tmp/launch.json")" = "$(losses "$tmp/ref.json")" ]'
 
+# 1b. The daemon's flag form, with a standalone coordinator (--coordinator-only).
+mkdir -p "$tmp/standalone"
+"$exe" --coordinator-only --plan "$tmp/plan.pb" --world-size 3 --coordinator 127.0.0.1:0 \
+  --coordinator-file "$tmp/standalone/coordinator" --timeout 10 > "$tmp/standalone/coord.log" 2>&1 &
+coord=$!
+rank_pids=()
+for r in 0 1 2; do
+  "$exe" --plan "$tmp/plan.pb" --rank "$r" --world-size 3 --external-coordinator --iterations 2 \
+    --coordinator-file "$tmp/standalone/coordinator" --store-dir "$tmp/standalone/store" \
+    > "$tmp/standalone/rank$r.log" 2>&1 &
+  rank_pids+=($!)
+done
+codes=""
+for p in "${rank_pids[@]}" "$coord"; do wait "$p"; codes="$codes $?"; done
+check "ranks in the flag form finish with a standalone coordinator (codes:$codes)" '[ "$codes" = " 0 0 0 0" ]'
+
 # Starts ranks 0..2 of a long job in the background (pids in $pids), in run dir $1.
 start_job() {
   local dir=$1; shift

@@ -117,7 +117,37 @@ gp::Status run_local(const LocalOptions& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// The daemon's documented form has no subcommand: `graphpipe-executor --plan P --rank R ...` is
+// `run`, and `--coordinator-only` (with --coordinator HOST:PORT as the listen address) is
+// `coordinator`. Rewrites such a command line into the subcommand form.
+std::vector<std::string> normalise_arguments(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  static const char* kSubcommands[] = {"run", "reference", "local", "coordinator", "status"};
+  bool has_subcommand = false, has_plan = false, coordinator_only = false;
+  for (int i = 1; i < argc; ++i) {
+    for (const char* sub : kSubcommands) has_subcommand = has_subcommand || args[i] == sub;
+    has_plan = has_plan || args[i] == "--plan" || args[i].rfind("--plan=", 0) == 0;
+    coordinator_only = coordinator_only || args[i] == "--coordinator-only";
+  }
+  if (has_subcommand || !has_plan) return args;
+  if (!coordinator_only) {
+    args.insert(args.begin() + 1, "run");
+    return args;
+  }
+  std::vector<std::string> out{args[0], "coordinator"};
+  for (int i = 1; i < argc; ++i) {
+    if (args[i] == "--coordinator-only") continue;
+    out.push_back(args[i] == "--coordinator" ? "--listen" : args[i]);
+  }
+  return out;
+}
+
+int main(int raw_argc, char** raw_argv) {
+  std::vector<std::string> arguments = normalise_arguments(raw_argc, raw_argv);
+  std::vector<char*> argv_storage;
+  for (auto& a : arguments) argv_storage.push_back(a.data());
+  int argc = static_cast<int>(argv_storage.size());
+  char** argv = argv_storage.data();
   CLI::App app{
       "graphpipe-executor: train a model. `reference` trains it in one process without "
       "pipelining: the numerical reference that every plan must reproduce."};
@@ -125,6 +155,7 @@ int main(int argc, char** argv) {
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--log-level) may follow the subcommand
   ReferenceOptions ref;
   auto* reference = app.add_subcommand("reference", "Train in one process (numerical reference)");
   reference->add_option("--model", ref.model, "zoo:NAME[?k=v&...] or a model file")->required();

@@ -14,6 +14,7 @@
 #include "gp/common/logging.h"
 #include "gp/exec/control_client.h"
 #include "gp/exec/coordinator.h"
+#include "gp/exec/device.h"
 #include "gp/exec/gloo_communicator.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
@@ -211,11 +212,7 @@ Status run_rank(const RunOptions& o) {
   auto log = log::get("exec");
   const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
   const std::string token = token_or_env(o.auth_token);
-  if (o.device != "cpu") {
-    return unimplemented("--device " + o.device +
-                         ": this build trains on the CPU only (the CUDA "
-                         "backend is not implemented yet)");
-  }
+  GP_ASSIGN_OR_RETURN(const Device* device, find_device(o.device));
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
   auto built = graph::Graph::build(plan.model());
@@ -226,7 +223,7 @@ Status run_rank(const RunOptions& o) {
     return invalid_argument("--world-size = " + std::to_string(o.world_size) +
                             ", but the plan has " + std::to_string(index.world_size) + " ranks");
   }
-  GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, o.rank));
+  GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, o.rank, *device));
 
   // Control plane: rank 0 hosts the coordinator unless told otherwise.
   std::unique_ptr<Coordinator> coordinator;
@@ -329,20 +326,27 @@ Status run_rank(const RunOptions& o) {
     }
     log->debug("rank {}: iteration {} done", o.rank, it);
   }
+  // Parts of the trace first (rank 0 merges them after the barrier), then the barrier with
+  // heartbeats still running (a rank waiting for slower ones must not look dead), then FINISHED.
+  if (!o.trace.empty()) {
+    GP_RETURN_IF_ERROR(
+        write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
+  }
+  GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
   heartbeat.stop();
   graphpipe::v1::RankStatus done;
   done.set_rank(o.rank);
   done.set_state(graphpipe::v1::RANK_STATE_FINISHED);
   done.set_iteration(o.iterations - 1);
-  if (!o.trace.empty()) {
-    GP_RETURN_IF_ERROR(
-        write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
-  }
-  GP_RETURN_IF_ERROR(client->report_status(done));
-  GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
   if (coordinator) {
+    GP_RETURN_IF_ERROR(client->report_status(done));
     GP_RETURN_IF_ERROR(write_job_metrics(*coordinator, plan, o.iterations, times, o.metrics_out));
     if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
+    // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
+    (void)coordinator->wait_for_completion(timeout);
+  } else if (Status st = client->report_status(done); !st.ok()) {
+    // Training is complete; a coordinator that already shut down is not a failure.
+    log->debug("rank {}: final status not delivered: {}", o.rank, st.message());
   }
   return ok_status();
 }

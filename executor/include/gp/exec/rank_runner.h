@@ -11,6 +11,7 @@
 
 #include "gp/common/status.h"
 #include "gp/exec/communicator.h"
+#include "gp/exec/device.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/plan_util.h"
@@ -35,7 +36,8 @@ class RankRunner {
   // `graph` must be built from plan.model() and `index` from validate_plan_structure.
   static Result<std::unique_ptr<RankRunner>> create(const graphpipe::v1::Plan& plan,
                                                     const graph::Graph& graph,
-                                                    const graph::PlanIndex& index, int rank);
+                                                    const graph::PlanIndex& index, int rank,
+                                                    const Device& device = cpu_device());
 
   // One training iteration; returns this rank's sum of per-sample losses (0 if it holds none).
   Result<double> run_iteration(int64_t iteration, Communicator& comm);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/device.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/optimizer.h"
 #include "gp/graph/graph.h"
@@ -41,7 +42,7 @@ class StageRunner {
       const graph::Graph& graph, std::vector<int> ops,
       std::vector<graphpipe::v1::TensorRef> exports, int64_t max_batch, int slots,
       const graphpipe::v1::TrainingConfig& training,
-      std::vector<graphpipe::v1::TensorRef> relays = {});
+      std::vector<graphpipe::v1::TensorRef> relays = {}, const Device& device = cpu_device());
   // Index into external_inputs() of a tensor, or -1.
   int external_index(const graphpipe::v1::TensorRef& ref) const;
   // Index into exports() of a tensor, or -1.
