@@ -186,6 +186,31 @@ TensorView StageRunner::export_grad(int slot, int index) const {
   return view(tensors_[export_index_[index]], slot, true);
 }
 
+// Fills the op's preallocated view arrays for `slot` and points the arguments at them.
+OpArgs StageRunner::op_args(OpState& st, int slot, int64_t batch, bool backward) const {
+  for (size_t k = 0; k < st.inputs.size(); ++k) {
+    st.in_views[k] = view(tensors_[st.inputs[k]], slot, false);
+    if (backward) st.gin_views[k] = view(tensors_[st.inputs[k]], slot, true);
+  }
+  for (size_t k = 0; k < st.outputs.size(); ++k) {
+    st.out_views[k] = view(tensors_[st.outputs[k]], slot, false);
+    if (backward) st.gout_views[k] = view(tensors_[st.outputs[k]], slot, true);
+  }
+  OpArgs args;
+  args.batch = batch;
+  args.inputs = st.in_views;
+  args.outputs = st.out_views;
+  args.params = st.param_ptrs;
+  args.saved = st.saved.data() +
+               static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
+  if (backward) {
+    args.grad_outputs = st.gout_views;
+    args.grad_inputs = st.gin_views;
+    args.param_grads = st.grad_ptrs;
+  }
+  return args;
+}
+
 void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample) {
   last_batch_[slot] = batch;
   for (auto& st : ops_) {
@@ -195,18 +220,7 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
                  view(tensors_[st.outputs[0]], slot, false).data);
       continue;
     }
-    for (size_t k = 0; k < st.inputs.size(); ++k)
-      st.in_views[k] = view(tensors_[st.inputs[k]], slot, false);
-    for (size_t k = 0; k < st.outputs.size(); ++k)
-      st.out_views[k] = view(tensors_[st.outputs[k]], slot, false);
-    OpArgs args;
-    args.batch = batch;
-    args.inputs = st.in_views;
-    args.outputs = st.out_views;
-    args.params = st.param_ptrs;
-    args.saved = st.saved.data() +
-                 static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
-    st.kernel->forward(args);
+    st.kernel->forward(op_args(st, slot, batch, /*backward=*/false));
   }
 }
 
@@ -237,25 +251,7 @@ void StageRunner::backward(int slot, float loss_scale) {
   for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
     OpState& st = *it;
     if (graph_->op(st.op).info->is_input) continue;
-    for (size_t k = 0; k < st.inputs.size(); ++k) {
-      st.in_views[k] = view(tensors_[st.inputs[k]], slot, false);
-      st.gin_views[k] = view(tensors_[st.inputs[k]], slot, true);
-    }
-    for (size_t k = 0; k < st.outputs.size(); ++k) {
-      st.out_views[k] = view(tensors_[st.outputs[k]], slot, false);
-      st.gout_views[k] = view(tensors_[st.outputs[k]], slot, true);
-    }
-    OpArgs args;
-    args.batch = batch;
-    args.inputs = st.in_views;
-    args.outputs = st.out_views;
-    args.params = st.param_ptrs;
-    args.saved = st.saved.data() +
-                 static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
-    args.grad_outputs = st.gout_views;
-    args.grad_inputs = st.gin_views;
-    args.param_grads = st.grad_ptrs;
-    st.kernel->backward(args);
+    st.kernel->backward(op_args(st, slot, batch, /*backward=*/true));
   }
 }
 

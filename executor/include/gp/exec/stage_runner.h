@@ -97,6 +97,7 @@ class StageRunner {
 
   StageRunner() = default;
   TensorView view(const Tensor& t, int slot, bool grad) const;
+  OpArgs op_args(OpState& st, int slot, int64_t batch, bool backward) const;
 
   const graph::Graph* graph_ = nullptr;
   int64_t max_batch_ = 0;
