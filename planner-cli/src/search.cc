@@ -59,8 +59,7 @@ int pipeline_depth(const graphpipe::v1::Plan& plan) {
   return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
 }
 
-std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units,
-                                          const graph::Graph& graph) {
+std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units) {
   const int n = static_cast<int>(partition.stages.size());
   std::vector<int> stage_of_unit(units.num_units(), -1);
   for (int s = 0; s < n; ++s) {
@@ -113,7 +112,6 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
     for (int r = 0; r < partition.stages[s].devices; ++r) out[s].ranks.push_back(rank++);
     out[s].micro_batch = partition.micro_batch;
   }
-  (void)graph;
   // Chain partitions keep their order; DAG partitions are renumbered in placement order so that
   // stage ids follow the pipeline.
   if (!partition.chain) {
@@ -200,7 +198,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     } else {
       const Partition& part = *outcome->partition;
       cand.bottleneck_tps_s = part.bottleneck_tps_s;
-      auto stages = place_stages(part, units, graph);
+      auto stages = place_stages(part, units);
       GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(part.chain), stages));
       GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
       if (sim.deadlocked) {

@@ -281,7 +281,7 @@ TEST_CASE("placement keeps the heavy edge inside a node") {
               {{unit_with("b1.fc0")}, 1},
               {{unit_with("b0.fc1")}, 1},
               {{unit_with("b1.fc1"), unit_with("cat"), unit_with("loss")}, 1}};
-  auto placed = planner::place_stages(p, units, g);
+  auto placed = planner::place_stages(p, units);
   REQUIRE(placed.size() == 4);
   auto rank_of = [&](const char* id) {
     for (const auto& st : placed) {

@@ -60,8 +60,7 @@ Result<SearchResult> search_plan(const SearchRequest& request);
 // Physical placement: stages in the order of a depth-first walk of the stage graph that follows
 // the heaviest edge first (chain order for chain partitions), each on consecutive ranks, so
 // that heavily connected stages share a node. Replicas of one stage are consecutive too.
-std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units,
-                                          const graph::Graph& graph);
+std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units);
 
 Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name);
 
