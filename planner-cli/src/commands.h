@@ -65,6 +65,8 @@ struct PlanningSetup {
   graphpipe::v1::Cluster cluster;
   graphpipe::v1::TrainingConfig training;
   std::shared_ptr<const cost::CostModel> compute;
+  std::shared_ptr<const cost::CommModel> comm;
+  std::string profile_hash;  // empty without --profile
 };
 
 Status run_zoo_list();
@@ -73,9 +75,16 @@ Status run_model_info(const ModelInfoOptions& opts);
 Status run_ops_list();
 
 Result<PlanningSetup> prepare(const SearchOptions& opts);
-Result<std::shared_ptr<const cost::CostModel>> make_cost_model(
-    const graphpipe::v1::Cluster& cluster, graphpipe::v1::Precision precision,
-    const std::string& profile_path);
+struct CostModels {
+  std::shared_ptr<const cost::CostModel> compute;
+  std::shared_ptr<const cost::CommModel> comm;
+  std::string profile_hash;  // message_hash of the profile DB; empty without one
+};
+// The analytic compute model and datasheet links of `cluster`, or, with a profile DB, measured
+// operator times (analytic fallback per op) and measured link fits.
+Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
+                                    graphpipe::v1::Precision precision,
+                                    const std::string& profile_path);
 Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const PlanningSetup& setup,
                                              graphpipe::v1::Strategy strategy);
 Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level,
                  "trace, debug, info, warn, error or off (default info, or $GP_LOG_LEVEL)");
   app.require_subcommand(1);
+  app.fallthrough();  // global options (--log-level) may follow the subcommand
 
   auto* zoo = app.add_subcommand("zoo", "List or export the built-in models");
   zoo->require_subcommand(1);

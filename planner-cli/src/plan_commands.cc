@@ -47,16 +47,33 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
 
 }  // namespace
 
-Result<std::shared_ptr<const cost::CostModel>> make_cost_model(
-    const graphpipe::v1::Cluster& cluster, graphpipe::v1::Precision precision,
-    const std::string& profile_path) {
+Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
+                                    graphpipe::v1::Precision precision,
+                                    const std::string& profile_path) {
+  CostModels models;
   auto analytic = std::make_shared<const cost::AnalyticCostModel>(cluster.device(), precision);
-  if (profile_path.empty()) return std::shared_ptr<const cost::CostModel>(analytic);
+  if (profile_path.empty()) {
+    models.compute = analytic;
+    models.comm = std::make_shared<const cost::CommModel>(cluster);
+    return models;
+  }
   graphpipe::v1::ProfileDB db;
   GP_RETURN_IF_ERROR(graph::read_message(profile_path, &db).with_context("--profile"));
   auto profiled = cost::ProfiledCostModel::create(db, cluster.device().name(), analytic);
   if (!profiled.ok()) return profiled.status().with_context("--profile " + profile_path);
-  return std::shared_ptr<const cost::CostModel>(std::move(profiled).value());
+  int kind_records = 0;
+  for (const auto& m : db.ops()) kind_records += m.device_kind() == cluster.device().name();
+  if (db.ops_size() > 0 && kind_records == 0) {
+    // Every op would silently fall back to the analytic model: almost surely the wrong cluster.
+    return invalid_argument("--profile " + profile_path + ": none of its " +
+                            std::to_string(db.ops_size()) + " op records is for device kind '" +
+                            cluster.device().name() + "' of cluster '" + cluster.name() +
+                            "' (first record: '" + db.ops(0).device_kind() + "')");
+  }
+  models.compute = std::shared_ptr<const cost::CostModel>(std::move(profiled).value());
+  models.comm = std::make_shared<const cost::CommModel>(cluster, db);
+  models.profile_hash = graph::message_hash(db);
+  return models;
 }
 
 Result<PlanningSetup> prepare(const SearchOptions& opts) {
@@ -89,8 +106,11 @@ Result<PlanningSetup> prepare(const SearchOptions& opts) {
     return invalid_argument("--batch = " + std::to_string(opts.batch) + ", must be > 0");
   }
   GP_ASSIGN_OR_RETURN(setup.training, training_config(opts));
-  GP_ASSIGN_OR_RETURN(setup.compute,
-                      make_cost_model(setup.cluster, setup.training.precision(), opts.profile));
+  GP_ASSIGN_OR_RETURN(auto models,
+                      make_cost_models(setup.cluster, setup.training.precision(), opts.profile));
+  setup.compute = std::move(models.compute);
+  setup.comm = std::move(models.comm);
+  setup.profile_hash = std::move(models.profile_hash);
   return setup;
 }
 
@@ -103,6 +123,7 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.strategy = strategy;
   req.training = setup.training;
   req.compute = setup.compute.get();
+  req.comm = setup.comm.get();
   req.micro_batches = opts.micro_batches;
   req.piper_downset_limit = opts.piper_downset_limit;
   req.per_stage_microbatch = opts.per_stage_microbatch;
@@ -115,7 +136,7 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   if (result.feasible) {
     result.plan.mutable_provenance()->set_planner_version(GP_PLANNER_VERSION);
     result.plan.mutable_provenance()->set_command_line(opts.command_line);
-    result.plan.mutable_provenance()->set_profile_hash(opts.profile.empty() ? "" : opts.profile);
+    result.plan.mutable_provenance()->set_profile_hash(setup.profile_hash);
   }
   return result;
 }
@@ -142,8 +163,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   }
   if (!opts.trace.empty()) {
     // Re-simulate with events recorded (the search keeps only aggregates).
-    const cost::CommModel comm(setup.cluster);
-    const sim::Simulator simulator(*setup.compute, comm,
+    const sim::Simulator simulator(*setup.compute, *setup.comm,
                                    {setup.training.optimizer(), setup.training.precision()});
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(result.plan, *setup.graph, {true}));
     GP_RETURN_IF_ERROR(

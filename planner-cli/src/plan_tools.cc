@@ -84,10 +84,9 @@ Status run_simulate(const PlanFileOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
-  GP_ASSIGN_OR_RETURN(auto compute,
-                      make_cost_model(plan.cluster(), plan.training().precision(), opts.profile));
-  const cost::CommModel comm(plan.cluster());
-  const sim::Simulator simulator(*compute, comm,
+  GP_ASSIGN_OR_RETURN(auto models,
+                      make_cost_models(plan.cluster(), plan.training().precision(), opts.profile));
+  const sim::Simulator simulator(*models.compute, *models.comm,
                                  {plan.training().optimizer(), plan.training().precision()});
   auto sim = simulator.run(plan, *built, {!opts.trace.empty()});
   if (!sim.ok()) return sim.status().with_context("--plan " + opts.plan);
@@ -143,9 +142,10 @@ Status run_verify(const PlanFileOptions& opts) {
     GP_ASSIGN_OR_RETURN(expected_cluster, cost::select_devices(cluster, n));
     vopts.expected_cluster = &expected_cluster;
   }
-  GP_ASSIGN_OR_RETURN(auto compute,
-                      make_cost_model(plan.cluster(), plan.training().precision(), opts.profile));
-  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(plan, *compute, vopts));
+  GP_ASSIGN_OR_RETURN(auto models,
+                      make_cost_models(plan.cluster(), plan.training().precision(), opts.profile));
+  vopts.comm = models.comm.get();
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(plan, *models.compute, vopts));
   if (!report.ok()) {
     std::string all;
     for (const auto& p : report.problems) all += "\n  " + p;

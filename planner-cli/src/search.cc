@@ -144,7 +144,8 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   const int devices =
       req.cluster.num_nodes() * req.cluster.devices_per_node() - req.cluster.excluded_ranks_size();
   const UnitGraph units = build_units(graph);
-  const cost::CommModel comm(req.cluster);
+  const cost::CommModel datasheet_comm(req.cluster);
+  const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
   const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
   const int64_t max_b = *std::max_element(micro_batches.begin(), micro_batches.end());
   const StageCostModel costs(graph, units, *req.compute, comm, memory, req.mini_batch, max_b);

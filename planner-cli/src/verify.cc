@@ -196,7 +196,8 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& comput
   check_programs(plan, g, &problems);
   if (!problems.empty()) return report;  // do not simulate a broken plan
 
-  const cost::CommModel comm(plan.cluster());
+  const cost::CommModel datasheet_comm(plan.cluster());
+  const cost::CommModel& comm = options.comm != nullptr ? *options.comm : datasheet_comm;
   const sim::Simulator simulator(compute, comm,
                                  {plan.training().optimizer(), plan.training().precision()});
   GP_ASSIGN_OR_RETURN(report.simulation, simulator.run(plan, g));

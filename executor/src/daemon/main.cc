@@ -7,6 +7,7 @@
 #include "gp/common/cli.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
+#include "gp/exec/device.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
@@ -154,6 +155,12 @@ int main(int raw_argc, char** raw_argv) {
   app.set_version_flag("--version", std::string("graphpipe-executor ") + GP_VERSION_STRING);
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
+  int cpu_threads = 1;
+  app.add_option("--cpu-threads", cpu_threads,
+                 "BLAS threads of the CPU kernels per process (1: ranks sharing a host get a "
+                 "core each, as graphpipe-profile measures by default)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.require_subcommand(1);
   app.fallthrough();  // global options (--log-level) may follow the subcommand
   ReferenceOptions ref;
@@ -254,6 +261,7 @@ int main(int raw_argc, char** raw_argv) {
   if (auto st = gp::log::init("graphpipe-executor", log_level); !st.ok()) {
     return gp::cli::report("graphpipe-executor", st);
   }
+  gp::exec::set_cpu_threads(cpu_threads);
   if (local_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_local(local));
   if (run_cmd->parsed()) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_rank(run));

@@ -25,6 +25,14 @@ class Device {
 // The host CPU (OpenBLAS GEMMs, plain loops elsewhere).
 const Device& cpu_device();
 
+// Threads the CPU kernels' GEMMs may use (OpenBLAS, process-wide). Executor ranks and the
+// profiler set it (default 1: ranks sharing a host each get a core, and a profile measured with
+// one thread predicts such a rank); values < 1 are treated as 1.
+void set_cpu_threads(int threads);
+int cpu_threads();
+// The CPU kernels' BLAS, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64".
+std::string cpu_blas_version();
+
 // "cpu" -> the CPU device; "cuda:N" -> UNIMPLEMENTED until the CUDA backend exists; anything
 // else -> InvalidArgument naming the flag.
 Result<const Device*> find_device(std::string_view name);

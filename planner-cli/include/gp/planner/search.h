@@ -27,6 +27,9 @@ struct SearchRequest {
   graphpipe::v1::Strategy strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
   graphpipe::v1::TrainingConfig training;
   const cost::CostModel* compute = nullptr;
+  // Communication times; nullptr: the cluster's datasheet links (CommModel(cluster)). Must be
+  // built for `cluster`.
+  const cost::CommModel* comm = nullptr;
   std::vector<int64_t> micro_batches;  // empty: every power of two dividing the mini-batch
   int piper_downset_limit = 40000;
   // Refine the best plan with per-stage micro-batch sizes: greedily double or halve one stage's

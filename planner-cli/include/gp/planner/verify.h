@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
 #include "gp/sim/simulator.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -20,6 +21,8 @@ namespace gp::planner {
 struct VerifyOptions {
   const graphpipe::v1::ModelGraph* expected_model = nullptr;  // reject a plan for another model
   const graphpipe::v1::Cluster* expected_cluster = nullptr;   // reject a plan for another cluster
+  // Communication times for the simulation; nullptr: the plan cluster's datasheet links.
+  const cost::CommModel* comm = nullptr;
 };
 
 struct VerifyReport {
