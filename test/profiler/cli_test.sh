@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# graphpipe-profile as a user runs it.
+# graphpipe-profile as a user runs it, and graphpipe-plan reading what it writes.
 set -u
 bin=$1
+plan_bin=$2
+tmp=$3
+rm -rf "$tmp" && mkdir -p "$tmp"
 fail=0
 check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
 
@@ -13,4 +16,61 @@ out=$("$bin" devices); rc=$?
 check "devices prints the cpu line" '[ $rc -eq 0 ] && echo "$out" | grep -q "^cpu "'
 "$bin" nonsense >/dev/null 2>&1; rc=$?
 check "unknown subcommand exits 2" '[ $rc -eq 2 ]'
+
+# Operators: a tiny model, warm caches and few repetitions to stay quick.
+fast=(--micro-batches 1,2 --repetitions 2 --min-time-ms 0 --flush-cache-mib 0)
+out=$("$bin" ops --model zoo:tiny-mmt "${fast[@]}" --out "$tmp/ops.pb" --log-level warn 2>&1); rc=$?
+check "ops on tiny-mmt exits 0" '[ $rc -eq 0 ]'
+check "ops prints a row per operator and size" 'echo "$out" | grep -q "b0.l0.attn (multi_head_atten *1 "'
+check "ops compares with the analytic model" 'echo "$out" | grep -q "analytic"'
+out=$("$bin" show "$tmp/ops.pb"); rc=$?
+check "show counts the signatures for the cpu-local device kind" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -Eq "cpu-process +7 signatures, +14 records"'
+"$bin" ops --model zoo:tiny-mmt --micro-batches 0 --out "$tmp/x.pb" >/dev/null 2>&1; rc=$?
+check "ops rejects a zero micro-batch with exit 2" '[ $rc -eq 2 ]'
+err=$("$bin" ops --model zoo:no-such-model --out "$tmp/x.pb" 2>&1); rc=$?
+check "ops names a bad model" '[ $rc -eq 2 ] && echo "$err" | grep -q "no-such-model"'
+err=$("$bin" ops --model zoo:tiny-mmt --device cuda:0 --out "$tmp/x.pb" 2>&1); rc=$?
+check "ops on cuda:0 says the CUDA backend is missing" \
+  '[ $rc -ne 0 ] && echo "$err" | grep -q "CUDA backend"'
+check "a failed ops run writes nothing" '[ ! -e "$tmp/x.pb" ]'
+
+# Communication: two local processes over Gloo.
+# Sizes where bandwidth, not latency jitter, sets the time, so every fit has a clear slope.
+out=$("$bin" comm --ranks 2 --sizes 256K,1M,4M --repetitions 10 --out "$tmp/comm.pb" \
+      --log-level warn 2>&1); rc=$?
+check "comm with 2 ranks exits 0" '[ $rc -eq 0 ]'
+check "comm prints nccl-tests columns" 'echo "$out" | grep -q "algbw_GB/s *busbw_GB/s"'
+check "comm prints a row per size" '[ "$(echo "$out" | grep -cE "^ +(262144|1048576|4194304) ")" -eq 6 ]'
+check "comm prints the fits" 'echo "$out" | grep -q "^fit p2p"'
+"$bin" comm --ranks 2 --sizes 3 --out "$tmp/y.pb" >/dev/null 2>&1; rc=$?
+check "comm rejects a size that is not a multiple of 4" '[ $rc -eq 2 ]'
+"$bin" comm --ranks 1 --out "$tmp/y.pb" >/dev/null 2>&1; rc=$?
+check "comm rejects a single rank" '[ $rc -eq 2 ]'
+
+out=$("$bin" merge "$tmp/ops.pb" "$tmp/comm.pb" --out "$tmp/profile.pbtxt" 2>&1); rc=$?
+check "merge exits 0" '[ $rc -eq 0 ]'
+out=$("$bin" show "$tmp/profile.pbtxt")
+check "the merged database has ops, p2p and all-reduce" \
+  'echo "$out" | grep -q "7 signatures" && echo "$out" | grep -q "p2p" && echo "$out" | grep -q "all-reduce"'
+check "records keep their provenance" 'grep -q "tool_version" "$tmp/profile.pbtxt"'
+echo "format_version: 1 ops { signature: \"x\" }" > "$tmp/bad.pbtxt"
+err=$("$bin" merge "$tmp/ops.pb" "$tmp/bad.pbtxt" --out "$tmp/z.pb" 2>&1); rc=$?
+check "merge names an invalid input and its field" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "bad.pbtxt" && echo "$err" | grep -q "device_kind"'
+
+# The planner reads it: measured costs change the prediction and the plan records the profile.
+plan() { "$plan_bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
+  --log-level warn "$@"; }
+a=$(plan --out "$tmp/analytic.pb" 2>&1); rc_a=$?
+p=$(plan --profile "$tmp/profile.pbtxt" --out "$tmp/profiled.pbtxt" 2>&1); rc_p=$?
+check "search with --profile exits 0" '[ $rc_a -eq 0 ] && [ $rc_p -eq 0 ]'
+check "measured costs change the predicted iteration" \
+  '[ "$(echo "$a" | grep -o "iteration [0-9.]* s")" != "$(echo "$p" | grep -o "iteration [0-9.]* s")" ]'
+check "the plan records the profile hash" \
+  'grep -Eq "profile_hash: \"[0-9a-f]{16}\"" "$tmp/profiled.pbtxt"'
+err=$("$plan_bin" search --model zoo:tiny-mmt --cluster summit-v100 --devices 2 --batch 8 \
+      --profile "$tmp/profile.pbtxt" --out "$tmp/wrong.pb" 2>&1); rc=$?
+check "a profile for another device kind is refused, naming both kinds" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "cpu-process" && echo "$err" | grep -q "summit-v100"'
 exit $fail

@@ -1,0 +1,77 @@
+// Operator profiling: for every distinct operator signature of a model (cost::op_signature), the
+// forward and backward time of the device's kernel at each micro-batch size, and the bytes the
+// executor keeps from its forward until its backward. The kernels are the executor's own
+// (Device::make_kernel), fed deterministic synthetic inputs in their valid ranges.
+//
+// Validation: every call's outputs and gradients must be finite, and a kernel of a device other
+// than the CPU reference must match the CPU reference kernel on the same inputs (relative
+// tolerance). A kernel that fails is reported in `rejected` and not recorded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/exec/device.h"
+#include "gp/graph/graph.h"
+#include "gp/profile/measure.h"
+#include "graphpipe/v1/profile.pb.h"
+
+namespace gp::profile {
+
+struct OpProfileOptions {
+  std::vector<int64_t> micro_batches{1, 2, 4, 8};  // each > 0
+  MeasureOptions measure;
+  // Recorded in every measurement: the DeviceKind.name of the cluster the profile is for (the
+  // planner matches it against the cluster's device kind).
+  std::string device_kind;
+  graphpipe::v1::Provenance provenance;
+  uint64_t seed = 1;
+  // Largest accepted |device - reference| / max |reference| over the tensor, element-wise.
+  double tolerance = 1e-3;
+  Timer* timer = nullptr;  // nullptr: a SteadyTimer
+  // Bytes of scratch memory streamed through before every timed call, so that the operator's
+  // weights and inputs are no longer in the caches, as during training where the
+  // stage's other operators run in between. 0: warm caches (back-to-back calls).
+  int64_t cache_flush_bytes = 0;
+};
+
+// A cache-flush size for this host: twice the last-level cache (64 MiB when unknown).
+int64_t default_cache_flush_bytes();
+
+struct OpProfileProgress {
+  int done = 0;  // (signature, micro-batch) pairs finished, including this one
+  int total = 0;
+  const std::string* signature = nullptr;
+  int64_t micro_batch = 0;
+};
+
+struct RejectedKernel {
+  std::string signature;
+  std::string op_id;  // the model op the signature was taken from
+  int64_t micro_batch = 0;
+  std::string reason;
+};
+
+struct OpProfileResult {
+  std::vector<graphpipe::v1::OpMeasurement> measurements;  // signature order, then micro-batch
+  std::vector<RejectedKernel> rejected;
+  int signatures = 0;  // distinct signatures of the model's non-input ops
+};
+
+// Distinct signatures of the non-input ops with the first op (in topological order) that has it.
+std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph& graph);
+
+// Bytes the executor keeps from an op's forward to its backward for `samples` samples: the op's
+// outputs and the kernel's saved scratch.
+int64_t kept_bytes(const graph::OpNode& op, const exec::OpKernel& kernel, int64_t samples);
+
+// InvalidArgument (naming the option) for bad options; the measurements otherwise.
+Result<OpProfileResult> profile_ops(
+    const graph::Graph& graph, const exec::Device& device, const OpProfileOptions& options,
+    const std::function<void(const OpProfileProgress&)>& progress = nullptr);
+
+}  // namespace gp::profile

@@ -1,0 +1,291 @@
+// graphpipe-profile comm: point-to-point and all-reduce sweeps with ranks as local processes.
+//
+// The process forks ranks 1..N-1 before any communicator (or thread) exists and acts as rank 0;
+// the ranks meet through a Gloo FileStore in a fresh temporary directory.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "gp/common/logging.h"
+#include "gp/exec/device.h"
+#include "gp/exec/device_info.h"
+#include "gp/exec/gloo_communicator.h"
+#include "gp/profile/comm_profiler.h"
+#include "gp/profile/profile_db.h"
+
+namespace gp::profile::cli {
+namespace {
+
+struct Sweeps {
+  bool p2p = false;
+  bool allreduce = false;
+};
+
+void print_header(const char* what, int ranks) {
+  std::printf("# %s, %d ranks\n", what, ranks);
+  std::printf("%12s %12s %10s %10s %12s %12s\n", "size_bytes", "count_fp32", "time_us", "spread",
+              "algbw_GB/s", "busbw_GB/s");
+}
+
+void print_sample(const CommSample& s) {
+  std::printf("%12lld %12lld %10.1f %9.1f%% %12.3f %12.3f\n", static_cast<long long>(s.bytes),
+              static_cast<long long>(s.bytes / 4), s.time.median_us,
+              s.time.median_us > 0 ? 100.0 * s.time.spread_us() / s.time.median_us : 0.0,
+              s.algbw_bytes_per_s / 1e9, s.busbw_bytes_per_s / 1e9);
+  std::fflush(stdout);
+}
+
+// Runs this rank's part of every requested sweep; rank 0 gets the samples.
+Status run_rank(int rank, const CommOptions& o, const CommSweepOptions& sweep, const Sweeps& which,
+                const std::string& store_dir, std::vector<CommSample>* p2p,
+                std::vector<CommSample>* allreduce) {
+  exec::GlooOptions go;
+  go.rank = rank;
+  go.world_size = o.ranks;
+  go.store_dir = store_dir;
+  go.prefix = "comm-profile";
+  go.timeout = std::chrono::milliseconds(int64_t{o.timeout_s} * 1000);
+  GP_ASSIGN_OR_RETURN(auto comm, exec::make_gloo_communicator(go));
+  const bool print = rank == 0;
+  if (which.p2p) {
+    if (print) print_header("point-to-point (half a ping-pong round trip)", 2);
+    GP_ASSIGN_OR_RETURN(
+        *p2p, sweep_p2p(*comm, o.ranks, sweep, [&](const CommSample& s) { print_sample(s); }));
+  }
+  if (which.allreduce) {
+    if (print) print_header("all-reduce (sum, float32)", o.ranks);
+    GP_ASSIGN_OR_RETURN(*allreduce, sweep_allreduce(*comm, o.ranks, sweep,
+                                                    [&](const CommSample& s) { print_sample(s); }));
+  }
+  return ok_status();
+}
+
+// Waits for the forked ranks; the first failure (or the deadline) wins.
+Status reap(const std::vector<pid_t>& pids, int timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  Status first;
+  size_t left = pids.size();
+  std::vector<bool> done(pids.size(), false);
+  while (left > 0) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int wstatus = 0;
+      const pid_t r = waitpid(pids[i], &wstatus, WNOHANG);
+      if (r == 0) continue;
+      done[i] = true;
+      --left;
+      const bool ok = r == pids[i] && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+      if (!ok && first.ok()) {
+        first = internal_error("rank " + std::to_string(i + 1) + " (pid " +
+                               std::to_string(pids[i]) + ") failed; see its message above");
+      }
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (!done[i]) kill(pids[i], SIGKILL), waitpid(pids[i], nullptr, 0);
+      }
+      return Status(StatusCode::kDeadlineExceeded,
+                    "ranks still running after --timeout-s = " + std::to_string(timeout_s));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return first;
+}
+
+Result<graphpipe::v1::CommFit> make_fit(const std::vector<CommSample>& samples,
+                                        graphpipe::v1::LinkClass link,
+                                        graphpipe::v1::CollectiveKind kind, int ranks,
+                                        const graphpipe::v1::Provenance& provenance) {
+  graphpipe::v1::CommFit fit;
+  fit.set_link_class(link);
+  fit.set_kind(kind);
+  fit.set_ranks(ranks);
+  for (const auto& s : samples) {
+    auto* p = fit.add_points();
+    p->set_bytes(s.bytes);
+    p->set_time_us(s.time.median_us);
+  }
+  GP_ASSIGN_OR_RETURN(AlphaBeta ab, fit_alpha_beta(fit.points()));
+  fit.set_alpha_us(ab.alpha_us);
+  fit.set_beta_bytes_per_s(ab.beta_bytes_per_s);
+  *fit.mutable_provenance() = provenance;
+  return fit;
+}
+
+}  // namespace
+
+Result<int64_t> parse_size(const std::string& text) {
+  if (text.empty()) return invalid_argument("--sizes: empty size");
+  size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return invalid_argument("--sizes: '" + text + "' is not a size (e.g. 4096, 64K, 16M)");
+  }
+  int64_t scale = 1;
+  const std::string suffix = text.substr(used);
+  if (suffix == "K" || suffix == "k") {
+    scale = 1024;
+  } else if (suffix == "M" || suffix == "m") {
+    scale = int64_t{1} << 20;
+  } else if (suffix == "G" || suffix == "g") {
+    scale = int64_t{1} << 30;
+  } else if (!suffix.empty()) {
+    return invalid_argument("--sizes: '" + text + "' has unknown suffix '" + suffix +
+                            "' (K, M or G)");
+  }
+  if (value <= 0) return invalid_argument("--sizes: '" + text + "' must be > 0");
+  return static_cast<int64_t>(value) * scale;
+}
+
+Status run_comm(const CommOptions& o) {
+  auto log = log::get("profile");
+  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
+  (void)device;  // the CPU: Gloo over loopback TCP
+  if (o.ranks < 2) {
+    return invalid_argument("--ranks = " + std::to_string(o.ranks) + ", must be >= 2");
+  }
+  if (o.timeout_s < 1) {
+    return invalid_argument("--timeout-s = " + std::to_string(o.timeout_s) + ", must be >= 1");
+  }
+  graphpipe::v1::LinkClass link;
+  if (o.link_class == "intra") {
+    link = graphpipe::v1::LINK_CLASS_INTRA_NODE;
+  } else if (o.link_class == "inter") {
+    link = graphpipe::v1::LINK_CLASS_INTER_NODE;
+  } else {
+    return invalid_argument("--link-class = '" + o.link_class + "', expected intra or inter");
+  }
+  Sweeps which;
+  for (const auto& k : o.kinds) {
+    if (k == "p2p") {
+      which.p2p = true;
+    } else if (k == "allreduce") {
+      which.allreduce = true;
+    } else {
+      return invalid_argument("--kinds: '" + k + "', expected p2p or allreduce");
+    }
+  }
+  CommSweepOptions sweep;
+  sweep.warmup = o.warmup;
+  sweep.repetitions = o.repetitions;
+  if (o.sizes.empty()) {
+    sweep.sizes_bytes = default_sweep_sizes();
+  } else {
+    for (const auto& s : o.sizes) {
+      GP_ASSIGN_OR_RETURN(int64_t b, parse_size(s));
+      sweep.sizes_bytes.push_back(b);
+    }
+  }
+  GP_RETURN_IF_ERROR(validate_sweep(sweep));
+
+  std::error_code ec;
+  const auto base = std::filesystem::temp_directory_path(ec);
+  std::string store = (ec ? std::filesystem::path("/tmp") : base) / "graphpipe-comm.XXXXXX";
+  if (mkdtemp(store.data()) == nullptr) {
+    return internal_error("cannot create a rendezvous directory under " + store);
+  }
+  log->info("measuring {} ranks as local processes over Gloo (rendezvous in {})", o.ranks, store);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> children;
+  for (int r = 1; r < o.ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (pid_t c : children) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+      std::filesystem::remove_all(store, ec);
+      return internal_error("fork failed for rank " + std::to_string(r));
+    }
+    if (pid == 0) {
+      std::vector<CommSample> unused_p2p, unused_ar;
+      const Status st = run_rank(r, o, sweep, which, store, &unused_p2p, &unused_ar);
+      if (!st.ok())
+        std::fprintf(stderr, "graphpipe-profile: rank %d: %s\n", r, st.message().c_str());
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(st.ok() ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  std::vector<CommSample> p2p, allreduce;
+  const Status mine = run_rank(0, o, sweep, which, store, &p2p, &allreduce);
+  if (!mine.ok()) {
+    for (pid_t c : children) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+    std::filesystem::remove_all(store, ec);
+    return mine.with_context("rank 0");
+  }
+  const Status others = reap(children, o.timeout_s);
+  std::filesystem::remove_all(store, ec);
+  GP_RETURN_IF_ERROR(others);
+
+  const auto host = exec::query_host();
+  const auto provenance = make_provenance(
+      "cpu", host.cpu_model, "", "gloo (tcp, loopback), " + std::to_string(o.ranks) + " processes");
+  graphpipe::v1::ProfileDB db;
+  db.set_format_version(kProfileFormatVersion);
+  // Each kind is fitted on its own: a noisy sweep of one kind must not lose the other's fit.
+  std::string failed;
+  auto add_fit = [&](const std::vector<CommSample>& samples, graphpipe::v1::CollectiveKind kind,
+                     int ranks, const char* name) {
+    auto fit = make_fit(samples, link, kind, ranks, provenance);
+    if (fit.ok()) {
+      *db.add_comm() = std::move(fit).value();
+    } else {
+      log->error("{}: {}", name, fit.status().message());
+      failed += failed.empty() ? name : std::string(", ") + name;
+    }
+  };
+  if (which.p2p) add_fit(p2p, graphpipe::v1::COLLECTIVE_KIND_P2P, 2, "p2p");
+  if (which.allreduce) {
+    add_fit(allreduce, graphpipe::v1::COLLECTIVE_KIND_ALL_REDUCE, o.ranks, "all-reduce");
+  }
+  for (const auto& f : db.comm()) {
+    std::printf("fit %-10s %2d ranks: alpha %.2f us, beta %.3f GB/s\n",
+                f.kind() == graphpipe::v1::COLLECTIVE_KIND_P2P ? "p2p" : "all-reduce", f.ranks(),
+                f.alpha_us(), f.beta_bytes_per_s() / 1e9);
+  }
+  if (db.comm_size() > 0) {
+    GP_RETURN_IF_ERROR(write_profile(o.out, db).with_context("--out " + o.out));
+    log->info("wrote {} communication fits to {}", db.comm_size(), o.out);
+  }
+  if (!failed.empty()) {
+    return failed_precondition("no usable fit for " + failed +
+                               " (see above; repeat with more --repetitions or larger --sizes)" +
+                               (db.comm_size() > 0 ? "; the other fits are in " + o.out : ""));
+  }
+  return ok_status();
+}
+
+Status run_merge(const MergeOptions& o) {
+  std::vector<graphpipe::v1::ProfileDB> dbs;
+  for (const auto& path : o.inputs) {
+    GP_ASSIGN_OR_RETURN(auto db, read_profile(path));
+    dbs.push_back(std::move(db));
+  }
+  MergeStats stats;
+  const auto merged = merge_profiles(dbs, &stats);
+  GP_RETURN_IF_ERROR(write_profile(o.out, merged).with_context("--out " + o.out));
+  log::get("profile")->info(
+      "merged {} databases into {}: {} op records ({} replaced by later inputs), {} comm fits "
+      "({} replaced)",
+      dbs.size(), o.out, merged.ops_size(), stats.ops_replaced, merged.comm_size(),
+      stats.comm_replaced);
+  return ok_status();
+}
+
+Status run_show(const std::string& path) {
+  GP_ASSIGN_OR_RETURN(auto db, read_profile(path));
+  std::printf("%s", describe_profile(db).c_str());
+  return ok_status();
+}
+
+}  // namespace gp::profile::cli

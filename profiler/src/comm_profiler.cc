@@ -1,0 +1,164 @@
+#include "gp/profile/comm_profiler.h"
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+namespace gp::profile {
+namespace {
+
+// Distinct tags per (size, repetition, direction): a late message is never taken for another.
+uint64_t p2p_tag(size_t size_index, int rep, int direction) {
+  return (static_cast<uint64_t>(size_index) << 32) | (static_cast<uint64_t>(rep) << 1) |
+         static_cast<uint64_t>(direction);
+}
+
+CommSample make_sample(int64_t bytes, std::vector<double>& times_us, double bus_factor) {
+  CommSample s;
+  s.bytes = bytes;
+  s.time = summarize(times_us);
+  if (s.time.median_us > 0) {
+    s.algbw_bytes_per_s = static_cast<double>(bytes) / (s.time.median_us * 1e-6);
+    s.busbw_bytes_per_s = s.algbw_bytes_per_s * bus_factor;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<int64_t> default_sweep_sizes() {
+  std::vector<int64_t> sizes;
+  for (int64_t b = 1024; b <= (int64_t{16} << 20); b *= 4) sizes.push_back(b);
+  return sizes;
+}
+
+Status validate_sweep(const CommSweepOptions& options) {
+  if (options.sizes_bytes.empty()) return invalid_argument("--sizes: empty list");
+  for (size_t i = 0; i < options.sizes_bytes.size(); ++i) {
+    const int64_t b = options.sizes_bytes[i];
+    if (b <= 0 || b % 4 != 0) {
+      return invalid_argument("--sizes: " + std::to_string(b) +
+                              " bytes, must be a positive multiple of 4 (float32 elements)");
+    }
+    if (i > 0 && b <= options.sizes_bytes[i - 1]) {
+      return invalid_argument("--sizes: " + std::to_string(b) + " after " +
+                              std::to_string(options.sizes_bytes[i - 1]) +
+                              ", sizes must be ascending");
+    }
+  }
+  if (options.warmup < 0) {
+    return invalid_argument("--warmup = " + std::to_string(options.warmup) + ", must be >= 0");
+  }
+  if (options.repetitions < 1) {
+    return invalid_argument("--repetitions = " + std::to_string(options.repetitions) +
+                            ", must be >= 1");
+  }
+  return ok_status();
+}
+
+Result<std::vector<CommSample>> sweep_p2p(exec::Communicator& comm, int world_size,
+                                          const CommSweepOptions& options,
+                                          const std::function<void(const CommSample&)>& on_size) {
+  GP_RETURN_IF_ERROR(validate_sweep(options));
+  if (world_size < 2) {
+    return invalid_argument("--ranks = " + std::to_string(world_size) +
+                            ": point-to-point needs at least 2 ranks");
+  }
+  std::vector<CommSample> out;
+  const int rank = comm.rank();
+  if (rank > 1) return out;
+  const int peer = 1 - rank;
+  std::vector<std::byte> buffer(static_cast<size_t>(options.sizes_bytes.back()));
+  std::vector<double> times;
+  SteadyTimer timer;
+  for (size_t i = 0; i < options.sizes_bytes.size(); ++i) {
+    const auto bytes = static_cast<size_t>(options.sizes_bytes[i]);
+    std::span<std::byte> data(buffer.data(), bytes);
+    times.clear();
+    for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+      if (rank == 0) {
+        timer.start();
+        GP_RETURN_IF_ERROR(comm.send(peer, p2p_tag(i, rep, 0), data));
+        GP_RETURN_IF_ERROR(comm.recv(peer, p2p_tag(i, rep, 1), data));
+        const double round_trip_us = timer.stop_us();
+        if (rep >= options.warmup) times.push_back(round_trip_us / 2);
+      } else {
+        GP_RETURN_IF_ERROR(comm.recv(peer, p2p_tag(i, rep, 0), data));
+        GP_RETURN_IF_ERROR(comm.send(peer, p2p_tag(i, rep, 1), data));
+      }
+    }
+    if (rank == 0) {
+      out.push_back(make_sample(options.sizes_bytes[i], times, 1.0));
+      if (on_size) on_size(out.back());
+    }
+  }
+  return out;
+}
+
+Result<std::vector<CommSample>> sweep_allreduce(
+    exec::Communicator& comm, int world_size, const CommSweepOptions& options,
+    const std::function<void(const CommSample&)>& on_size) {
+  GP_RETURN_IF_ERROR(validate_sweep(options));
+  if (world_size < 2) {
+    return invalid_argument("--ranks = " + std::to_string(world_size) +
+                            ": all-reduce needs at least 2 ranks");
+  }
+  std::vector<int> group(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) group[static_cast<size_t>(r)] = r;
+  std::vector<float> buffer(static_cast<size_t>(options.sizes_bytes.back() / 4), 1.0f);
+  const double bus_factor = 2.0 * (world_size - 1) / world_size;
+  std::vector<CommSample> out;
+  std::vector<double> times;
+  SteadyTimer timer;
+  for (int64_t bytes : options.sizes_bytes) {
+    std::span<float> data(buffer.data(), static_cast<size_t>(bytes / 4));
+    times.clear();
+    for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+      timer.start();
+      GP_RETURN_IF_ERROR(comm.allreduce_sum(group, data));
+      const double t = timer.stop_us();
+      if (rep >= options.warmup) times.push_back(t);
+    }
+    if (comm.rank() == 0) {
+      out.push_back(make_sample(bytes, times, bus_factor));
+      if (on_size) on_size(out.back());
+    }
+  }
+  return out;
+}
+
+Result<AlphaBeta> fit_alpha_beta(
+    const google::protobuf::RepeatedPtrField<graphpipe::v1::CommPoint>& points) {
+  // Weighted least squares of t = a + c x with weights w = 1 / t^2; beta = 1e6 / c (x in bytes,
+  // t in microseconds).
+  double sw = 0, sx = 0, st = 0, sxx = 0, sxt = 0;
+  int64_t first_size = -1;
+  bool distinct = false;
+  for (const auto& p : points) {
+    if (!(p.time_us() > 0) || p.bytes() <= 0) {
+      return invalid_argument("comm fit: point (" + std::to_string(p.bytes()) + " bytes, " +
+                              std::to_string(p.time_us()) +
+                              " us) must have positive size and time");
+    }
+    if (first_size < 0) first_size = p.bytes();
+    if (p.bytes() != first_size) distinct = true;
+    const double w = 1.0 / (p.time_us() * p.time_us());
+    const auto x = static_cast<double>(p.bytes());
+    sw += w, sx += w * x, st += w * p.time_us(), sxx += w * x * x, sxt += w * x * p.time_us();
+  }
+  if (!distinct) return invalid_argument("comm fit: needs at least two distinct sizes");
+  const double det = sw * sxx - sx * sx;
+  double c = (sw * sxt - sx * st) / det;
+  double a = (st - c * sx) / sw;
+  if (a < 0) {  // latency cannot be negative: refit through the origin
+    a = 0;
+    c = sxt / sxx;
+  }
+  if (!(c > 0)) {
+    return invalid_argument("comm fit: time does not grow with size (slope " + std::to_string(c) +
+                            " us/byte); measure larger sizes");
+  }
+  return AlphaBeta{a, 1e6 / c};
+}
+
+}  // namespace gp::profile

@@ -1,0 +1,139 @@
+// graphpipe-profile ops: measure every distinct operator of a model on one device.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "commands.h"
+#include "gp/common/logging.h"
+#include "gp/cost/cluster.h"
+#include "gp/cost/cost_model.h"
+#include "gp/exec/device.h"
+#include "gp/exec/device_info.h"
+#include "gp/graph/zoo.h"
+#include "gp/profile/op_profiler.h"
+#include "gp/profile/profile_db.h"
+#include "progress.h"
+
+namespace gp::profile::cli {
+
+Status run_ops(const OpsOptions& o) {
+  auto log = log::get("profile");
+  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(o.model));
+  auto built = graph::Graph::build(model);
+  if (!built.ok()) return built.status().with_context("--model '" + o.model + "'");
+  const graph::Graph& graph = *built;
+  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
+  const bool cpu = device == &exec::cpu_device();
+
+  // The device kind recorded is the cluster's, so that the planner finds these records when it
+  // plans for that cluster.
+  std::string cluster_name = o.cluster;
+  if (cluster_name.empty() && cpu) cluster_name = "cpu-local";
+  std::string device_kind = o.device_kind;
+  graphpipe::v1::Cluster cluster;
+  if (!cluster_name.empty()) {
+    auto loaded = cost::load_cluster(cluster_name);
+    if (!loaded.ok()) return loaded.status().with_context("--cluster");
+    cluster = *loaded;
+    if (device_kind.empty()) device_kind = cluster.device().name();
+  }
+  if (device_kind.empty()) {
+    return invalid_argument("--device-kind: give the device kind name (or --cluster) for " +
+                            o.device);
+  }
+  if (o.cpu_threads < 1) {
+    return invalid_argument("--cpu-threads = " + std::to_string(o.cpu_threads) + ", must be >= 1");
+  }
+  if (!(o.min_time_ms >= 0)) {
+    return invalid_argument("--min-time-ms = " + std::to_string(o.min_time_ms) + ", must be >= 0");
+  }
+  if (o.warmup < 0) {
+    return invalid_argument("--warmup = " + std::to_string(o.warmup) + ", must be >= 0");
+  }
+  exec::set_cpu_threads(o.cpu_threads);
+
+  OpProfileOptions opts;
+  opts.micro_batches = o.micro_batches;
+  opts.measure.warmup = o.warmup;
+  opts.measure.min_repetitions = o.repetitions;
+  opts.measure.max_repetitions = std::max(o.repetitions, 200);
+  opts.measure.min_total_us = o.min_time_ms * 1000;
+  opts.device_kind = device_kind;
+  opts.tolerance = o.tolerance;
+  opts.seed = o.seed;
+  opts.cache_flush_bytes = o.flush_cache_mib < 0
+                               ? default_cache_flush_bytes()
+                               : static_cast<int64_t>(o.flush_cache_mib * (1 << 20));
+  if (cpu) {
+    opts.provenance = make_provenance(
+        "cpu", exec::query_host().cpu_model, "",
+        exec::cpu_blas_version() + ", " + std::to_string(o.cpu_threads) + " thread(s)");
+  } else {
+    opts.provenance =
+        make_provenance(std::string(device->name()), std::string(device->name()), "", "");
+  }
+  log->info("profiling {} operator signatures of '{}' on {} as device kind '{}'",
+            distinct_signatures(graph).size(), o.model, device->name(), device_kind);
+  ProgressBar bar("ops");
+  auto result = profile_ops(graph, *device, opts, [&](const OpProfileProgress& p) {
+    bar.update(p.done, p.total, *p.signature + " b=" + std::to_string(p.micro_batch));
+  });
+  bar.finish();
+  if (!result.ok()) return result.status();
+
+  // Measured against the analytic estimate for the same device kind: where they disagree is
+  // where the planner's unprofiled answers would have been wrong.
+  std::unique_ptr<cost::AnalyticCostModel> analytic;
+  if (cluster.has_device()) {
+    analytic =
+        std::make_unique<cost::AnalyticCostModel>(cluster.device(), graphpipe::v1::PRECISION_FP32);
+  }
+  std::map<std::string, int> op_of;
+  for (const auto& [sig, index] : distinct_signatures(graph)) op_of[sig] = index;
+  std::printf("%-28s %6s %12s %12s %9s %12s %10s\n", "op (first of its signature)", "batch",
+              "forward_us", "backward_us", "spread", "kept_bytes", "analytic");
+  for (const auto& m : result->measurements) {
+    const auto& op = graph.op(op_of[m.signature()]);
+    const std::string label = op.id() + " (" + std::string(op.type()) + ")";
+    const double spread =
+        m.forward_time_us() > 0 ? 100.0 * m.forward_spread_us() / m.forward_time_us() : 0.0;
+    std::string ratio = "-";
+    if (analytic) {
+      const auto est = analytic->op_time(op, m.micro_batch());
+      const double total = est.forward_us + est.backward_us;
+      if (total > 0) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%.2fx",
+                      (m.forward_time_us() + m.backward_time_us()) / total);
+        ratio = buf;
+      }
+    }
+    std::printf("%-28.28s %6lld %12.1f %12.1f %8.1f%% %12lld %10s\n", label.c_str(),
+                static_cast<long long>(m.micro_batch()), m.forward_time_us(), m.backward_time_us(),
+                spread, static_cast<long long>(m.activation_bytes()), ratio.c_str());
+  }
+  std::printf(
+      "(spread: p90 - p10 of forward, as a share of the median; analytic: measured / "
+      "the analytic model's estimate for '%s')\n",
+      device_kind.c_str());
+  for (const auto& r : result->rejected) {
+    log->error("not recorded: {} ('{}') at micro-batch {}: {}", r.signature, r.op_id, r.micro_batch,
+               r.reason);
+  }
+
+  graphpipe::v1::ProfileDB db;
+  db.set_format_version(kProfileFormatVersion);
+  for (auto& m : result->measurements) *db.add_ops() = std::move(m);
+  GP_RETURN_IF_ERROR(write_profile(o.out, db).with_context("--out " + o.out));
+  log->info("wrote {} measurements of {} signatures to {}", db.ops_size(), result->signatures,
+            o.out);
+  if (!result->rejected.empty()) {
+    return internal_error(std::to_string(result->rejected.size()) +
+                          " kernel measurement(s) failed validation and were not recorded (see "
+                          "above); the others are in " +
+                          o.out);
+  }
+  return ok_status();
+}
+
+}  // namespace gp::profile::cli
