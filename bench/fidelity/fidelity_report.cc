@@ -1,0 +1,201 @@
+// Predicted vs measured: reads a plan (its predicted metrics come from the planner's simulation
+// with the profiled cost model), the job metrics and the measured Chrome trace written by
+// graphpipe-launch, and prints iteration time and per-stage busy time side by side.
+//
+//   gp_fidelity_report --plan plan.pb --metrics metrics.json --trace measured.json
+//                      --iterations N [--skip 1] [--target 0.15]
+//
+// Busy time counts forward, backward and optimizer work (as the simulator does); all-reduce and
+// waiting are not busy. Iteration i of a rank is its i-th block of events: every rank runs the
+// same program each iteration. The first --skip iterations (first-touch page faults, lazy
+// connections) are left out of the medians.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/graph/model_io.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+
+gp::Result<Struct> read_json(const std::string& path) {
+  GP_ASSIGN_OR_RETURN(std::string text, gp::graph::read_file(path));
+  Struct out;
+  const auto st = google::protobuf::util::JsonStringToMessage(text, &out);
+  if (!st.ok()) return gp::invalid_argument(path + ": not JSON: " + std::string(st.message()));
+  return out;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+const Value* field(const Struct& s, const std::string& key) {
+  auto it = s.fields().find(key);
+  return it == s.fields().end() ? nullptr : &it->second;
+}
+
+struct Event {
+  double start_us;
+  double dur_us;
+  bool busy;
+};
+
+// Per rank, the busy microseconds of each iteration.
+gp::Result<std::map<int, std::vector<double>>> busy_per_iteration(const Struct& trace,
+                                                                  int iterations,
+                                                                  const std::string& path) {
+  const Value* events = field(trace, "traceEvents");
+  if (events == nullptr || !events->has_list_value()) {
+    return gp::invalid_argument(path + ": no traceEvents array");
+  }
+  std::map<int, std::vector<Event>> by_rank;
+  for (const auto& v : events->list_value().values()) {
+    if (!v.has_struct_value()) continue;
+    const auto& e = v.struct_value();
+    const Value* cat = field(e, "cat");
+    if (cat == nullptr || cat->string_value() != "compute") continue;
+    const std::string name = field(e, "name") ? field(e, "name")->string_value() : "";
+    const int rank = field(e, "tid") ? static_cast<int>(field(e, "tid")->number_value()) : -1;
+    const double ts = field(e, "ts") ? field(e, "ts")->number_value() : 0;
+    const double dur = field(e, "dur") ? field(e, "dur")->number_value() : 0;
+    by_rank[rank].push_back({ts, dur, name != "allreduce"});
+  }
+  std::map<int, std::vector<double>> out;
+  for (auto& [rank, list] : by_rank) {
+    std::sort(list.begin(), list.end(),
+              [](const Event& a, const Event& b) { return a.start_us < b.start_us; });
+    if (list.size() % static_cast<size_t>(iterations) != 0) {
+      return gp::invalid_argument(
+          path + ": rank " + std::to_string(rank) + " has " + std::to_string(list.size()) +
+          " compute events, not a multiple of --iterations " + std::to_string(iterations));
+    }
+    const size_t per = list.size() / static_cast<size_t>(iterations);
+    auto& busy = out[rank];
+    busy.assign(static_cast<size_t>(iterations), 0.0);
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].busy) busy[i / per] += list[i].dur_us;
+    }
+  }
+  return out;
+}
+
+std::string error_text(double predicted, double measured) {
+  if (measured <= 0) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%+.1f%%", 100.0 * (predicted - measured) / measured);
+  return buf;
+}
+
+int run(const std::string& plan_path, const std::string& metrics_path,
+        const std::string& trace_path, int iterations, int skip, double target) {
+  graphpipe::v1::Plan plan;
+  if (auto st = gp::graph::read_message(plan_path, &plan); !st.ok()) {
+    std::fprintf(stderr, "fidelity: %s\n", st.message().c_str());
+    return 2;
+  }
+  auto metrics = read_json(metrics_path);
+  auto trace = read_json(trace_path);
+  if (!metrics.ok() || !trace.ok()) {
+    std::fprintf(stderr, "fidelity: %s\n",
+                 (!metrics.ok() ? metrics.status() : trace.status()).message().c_str());
+    return 2;
+  }
+  std::vector<double> iteration_s;
+  if (const Value* its = field(*metrics, "iterations"); its != nullptr && its->has_list_value()) {
+    for (int i = 0; i < its->list_value().values_size(); ++i) {
+      const auto& m = its->list_value().values(i).struct_value();
+      if (i >= skip && field(m, "time_s"))
+        iteration_s.push_back(field(m, "time_s")->number_value());
+    }
+  }
+  if (iteration_s.empty()) {
+    std::fprintf(stderr, "fidelity: %s: no iterations after the first %d\n", metrics_path.c_str(),
+                 skip);
+    return 2;
+  }
+  auto busy = busy_per_iteration(*trace, iterations, trace_path);
+  if (!busy.ok()) {
+    std::fprintf(stderr, "fidelity: %s\n", busy.status().message().c_str());
+    return 2;
+  }
+  struct Row {
+    std::string what;
+    double predicted_ms, measured_ms;
+  };
+  std::vector<Row> rows;
+  rows.push_back(
+      {"iteration time", plan.predicted().iteration_time_s() * 1e3, median(iteration_s) * 1e3});
+  for (const auto& sm : plan.predicted().stages()) {
+    // A stage's busy time is its slowest replica's, as in the simulator.
+    double measured_us = 0;
+    for (const auto& st : plan.stages()) {
+      if (st.id() != sm.stage()) continue;
+      for (int r : st.device_ranks()) {
+        auto it = busy->find(r);
+        if (it == busy->end()) continue;
+        std::vector<double> kept(it->second.begin() + std::min<size_t>(skip, it->second.size()),
+                                 it->second.end());
+        measured_us = std::max(measured_us, median(kept));
+      }
+    }
+    rows.push_back({"stage " + std::to_string(sm.stage()) + " busy time", sm.busy_time_s() * 1e3,
+                    measured_us / 1e3});
+  }
+  std::printf(
+      "fidelity: model '%s', %d stages on %d ranks of '%s', mini-batch %lld, %d iterations "
+      "(first %d skipped)\n",
+      plan.model().name().c_str(), plan.stages_size(), plan.programs_size(),
+      plan.cluster().name().c_str(), static_cast<long long>(plan.mini_batch()), iterations, skip);
+  std::printf("%-24s %14s %14s %10s\n", "", "predicted_ms", "measured_ms", "error");
+  int missed = 0;
+  for (const auto& r : rows) {
+    const bool ok =
+        r.measured_ms > 0 && std::fabs(r.predicted_ms - r.measured_ms) <= target * r.measured_ms;
+    missed += ok ? 0 : 1;
+    std::printf("%-24s %14.3f %14.3f %10s%s\n", r.what.c_str(), r.predicted_ms, r.measured_ms,
+                error_text(r.predicted_ms, r.measured_ms).c_str(), ok ? "" : "  (outside target)");
+  }
+  std::printf("target: within %.0f%%: %s\n", target * 100,
+              missed == 0 ? "met"
+                          : (std::to_string(missed) + " of " + std::to_string(rows.size()) +
+                             " rows outside")
+                                .c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gp_fidelity_report: the planner's predicted times against a measured run"};
+  std::string plan, metrics, trace;
+  int iterations = 0, skip = 1;
+  double target = 0.15;
+  app.add_option("--plan", plan, "plan file the run used")->required();
+  app.add_option("--metrics", metrics, "job metrics JSON (graphpipe-launch --metrics-out)")
+      ->required();
+  app.add_option("--trace", trace, "measured Chrome trace (graphpipe-launch --trace)")->required();
+  app.add_option("--iterations", iterations, "iterations the run trained")->required();
+  app.add_option("--skip", skip, "leading iterations left out (warm-up)")->capture_default_str();
+  app.add_option("--target", target, "accepted relative error")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (iterations < 1 || skip < 0 || skip >= iterations) {
+    std::fprintf(stderr, "fidelity: need --iterations >= 1 and 0 <= --skip < --iterations\n");
+    return 2;
+  }
+  return run(plan, metrics, trace, iterations, skip, target);
+}
