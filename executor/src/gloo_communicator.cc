@@ -1,19 +1,23 @@
 // Gloo (TCP) implementation of Communicator. See gloo_communicator.h for the contract.
 //
-// Wire protocol of a message (peer, tag): two Gloo unbound-buffer transfers on the pair to the
-// peer, both in slot `tag`: a fixed-size header {magic, payload bytes, tag}, then the payload
-// (omitted when empty). Gloo keeps pending sends and receives per (pair, slot) in FIFO order,
-// so the two never cross, and since a slot is scoped to one pair and one direction, the tag
-// alone identifies the message: no (src, dst) bits are needed, and the iteration parity in
-// bit 63 is kept. The receiver reads the header first and posts the payload receive with the
-// announced size only when it matches: Gloo's I/O thread terminates the process when a payload
-// outgrows the receive buffer, and silently truncates when it is smaller.
+// Wire protocol of a message (peer, tag): one or more chunks, each a Gloo unbound-buffer transfer
+// in one slot (the mailbox) of the pair to the peer: a header {magic, tag, message bytes, offset}
+// and at most kChunkPayloadBytes of payload. Gloo keeps the transfers of a (pair, slot) in FIFO
+// order and send() posts all chunks of a message at once, so they arrive contiguous and in order.
 //
-// Gloo sends are rendezvous (the bytes leave only once the receiver has posted its receive), so
-// send() copies into a buffer owned here, posts both transfers and returns; a reaper thread
-// waits for completions in send order and frees the buffers. The waits below never let Gloo
-// time out on its own where that is not an error: a timed-out Gloo wait closes every pair of
-// its context.
+// Why a mailbox: Gloo transfers are rendezvous — bytes leave the sender only once the receiver
+// has posted a receive. A receiver that posts when it needs the message (in a pipeline it is
+// usually still computing when the message is sent) then pays a round trip of notifications on
+// the critical path. Instead each receiver keeps kMailboxDepth chunk-sized receives posted per
+// peer (from its first receive from that peer on), so a sender's chunks go out at once; the
+// receiver copies each chunk out and posts its buffer again. Chunks never exceed the posted
+// receive, so a wrong-sized message is an error on the receiver (Gloo's I/O thread terminates
+// the process when a transfer outgrows its receive), and a message whose receive is not called
+// yet (another tag asked for first) is kept aside until it is.
+//
+// send() copies into a buffer owned here, posts the chunks and returns; a reaper thread waits
+// for completions in send order and frees the buffers. The waits below never let Gloo time out
+// on its own where that is not an error: a timed-out Gloo wait closes every pair of its context.
 #include "gp/exec/gloo_communicator.h"
 
 #include <gloo/allreduce.h>
@@ -27,6 +31,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -48,14 +53,27 @@ constexpr milliseconds kForever = std::chrono::hours(24 * 365);
 constexpr size_t kMaxOutstandingSends = 4096;
 constexpr size_t kMaxOutstandingBytes = size_t{1} << 30;
 
-constexpr uint32_t kMagic = 0x47504d31;  // "GPM1"
+constexpr uint32_t kMagic = 0x47504d32;  // "GPM2"
 
-struct Header {
+struct ChunkHeader {
   uint32_t magic = 0;
   uint32_t reserved = 0;
-  uint64_t bytes = 0;
   uint64_t tag = 0;
+  uint64_t message_bytes = 0;  // the whole message's payload
+  uint64_t offset = 0;         // of this chunk's payload in the message
 };
+
+// Payload per chunk and chunks kept posted per peer: 1 MiB of receive buffers per peer that
+// sends to this rank, and up to that much in flight from it without a round trip.
+constexpr size_t kChunkPayloadBytes = size_t{256} << 10;
+constexpr size_t kChunkBytes = sizeof(ChunkHeader) + kChunkPayloadBytes;
+constexpr int kMailboxDepth = 4;
+// The one Gloo slot of point-to-point traffic (the world context carries nothing else).
+constexpr uint64_t kMailboxSlot = 0x4750;
+
+size_t chunk_count(size_t bytes) {
+  return bytes == 0 ? 1 : (bytes + kChunkPayloadBytes - 1) / kChunkPayloadBytes;
+}
 
 std::string group_name(std::span<const int> group) {
   std::string s;
@@ -105,10 +123,18 @@ class GlooCommunicator final : public Communicator {
   struct PendingSend {
     int peer = 0;
     uint64_t tag = 0;
-    Header header;
-    std::vector<std::byte> payload;
-    std::unique_ptr<UnboundBuffer> header_buf;
-    std::unique_ptr<UnboundBuffer> payload_buf;  // null for an empty payload
+    size_t payload_bytes = 0;
+    size_t chunks = 0;
+    std::vector<std::byte> wire;  // the chunks back to back: header, then its payload slice
+    std::unique_ptr<UnboundBuffer> buf;
+  };
+  // Receives kept posted for one peer, and its messages that arrived before their recv().
+  struct Mailbox {
+    std::mutex mu;                  // one receive from this peer at a time
+    std::vector<std::byte> memory;  // kMailboxDepth chunks
+    std::vector<std::unique_ptr<UnboundBuffer>> slots;
+    int next = 0;  // the slot the next chunk lands in (Gloo fills posted receives in order)
+    std::map<uint64_t, std::deque<std::vector<std::byte>>> early;  // by tag, arrival order
   };
   struct Group {
     std::shared_ptr<gloo::rendezvous::Context> context;
@@ -120,8 +146,13 @@ class GlooCommunicator final : public Communicator {
   Status check_peer(int peer, const char* op) const;
   // Fails (under mu_) when the communicator was aborted or its connections are down.
   Status usable_locked() const;
-  // Posts a receive of buf from peer in slot tag and waits until `deadline`.
-  Status receive(UnboundBuffer& buf, int peer, uint64_t tag, Clock::time_point deadline);
+  // Posts the mailbox's receives at the first receive from `peer`.
+  Status open_mailbox(Mailbox& mb, int peer);
+  // Waits until the mailbox's next slot holds a chunk (or `deadline`) and returns its header.
+  Status next_chunk(Mailbox& mb, int peer, uint64_t tag, Clock::time_point deadline,
+                    ChunkHeader* header);
+  // Posts the next slot's receive again and moves on.
+  Status release_chunk(Mailbox& mb, int peer);
   Status p2p_failure(Status st);
   template <typename T>
   Status run_allreduce(Group& g, std::span<const int> group, T* data, size_t count,
@@ -142,6 +173,7 @@ class GlooCommunicator final : public Communicator {
   size_t send_bytes_ = 0;
   bool stopping_ = false;
   std::set<UnboundBuffer*> recv_waits_;
+  std::vector<std::unique_ptr<Mailbox>> mailboxes_;  // by peer
   std::map<std::vector<int>, std::shared_ptr<Group>> groups_;
   std::thread reaper_;
 
@@ -164,6 +196,7 @@ Status GlooCommunicator::connect() {
     return ok_status();
   });
   if (!st.ok()) return st;
+  for (int r = 0; r < o.world_size; ++r) mailboxes_.push_back(std::make_unique<Mailbox>());
   reaper_ = std::thread([this] { reap(); });
   return ok_status();
 }
@@ -176,16 +209,14 @@ GlooCommunicator::~GlooCommunicator() {
     cv_.wait_for(lock, options_.timeout,
                  [&] { return sends_.empty() || aborted_ || !p2p_error_.ok(); });
     stopping_ = true;
-    if (!sends_.empty()) {
-      sends_.front()->header_buf->abortWaitSend();
-      if (sends_.front()->payload_buf) sends_.front()->payload_buf->abortWaitSend();
-    }
+    if (!sends_.empty()) sends_.front()->buf->abortWaitSend();
     cv_.notify_all();
   }
   if (reaper_.joinable()) reaper_.join();
   // Destroying an unbound buffer invalidates Gloo's references to it (and waits for the I/O
-  // thread to let go), so the payloads can go first; then the pairs close.
+  // thread to let go), so the payloads and mailboxes can go first; then the pairs close.
   sends_.clear();
+  mailboxes_.clear();
   groups_.clear();
   context_.reset();
   device_.reset();
@@ -241,23 +272,35 @@ Status GlooCommunicator::send(int peer, uint64_t tag, std::span<const std::byte>
   auto s = std::make_unique<PendingSend>();
   s->peer = peer;
   s->tag = tag;
-  s->header = Header{kMagic, 0, data.size(), tag};
-  s->payload.assign(data.begin(), data.end());
+  s->payload_bytes = data.size();
+  s->chunks = chunk_count(data.size());
+  s->wire.resize(s->chunks * sizeof(ChunkHeader) + data.size());
+  std::vector<size_t> lengths(s->chunks);
+  size_t pos = 0;
+  for (size_t c = 0; c < s->chunks; ++c) {
+    const size_t offset = c * kChunkPayloadBytes;
+    const size_t n = std::min(kChunkPayloadBytes, data.size() - offset);
+    const ChunkHeader h{kMagic, 0, tag, data.size(), offset};
+    std::memcpy(s->wire.data() + pos, &h, sizeof(h));
+    if (n > 0) std::memcpy(s->wire.data() + pos + sizeof(h), data.data() + offset, n);
+    lengths[c] = sizeof(h) + n;
+    pos += lengths[c];
+  }
   Status st = guarded(
       who() + ": send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")", [&] {
-        s->header_buf = context_->createUnboundBuffer(&s->header, sizeof(Header));
-        if (!s->payload.empty()) {
-          s->payload_buf = context_->createUnboundBuffer(s->payload.data(), s->payload.size());
+        s->buf = context_->createUnboundBuffer(s->wire.data(), s->wire.size());
+        size_t at = 0;
+        for (size_t n : lengths) {
+          s->buf->send(peer, kMailboxSlot, at, n);
+          at += n;
         }
-        s->header_buf->send(peer, tag);
-        if (s->payload_buf) s->payload_buf->send(peer, tag);
         return ok_status();
       });
   if (!st.ok()) {
     lock.unlock();
     return p2p_failure(st);
   }
-  send_bytes_ += s->payload.size();
+  send_bytes_ += s->payload_bytes;
   sends_.push_back(std::move(s));
   cv_.notify_all();
   return ok_status();
@@ -274,8 +317,10 @@ void GlooCommunicator::reap() {
     Status st = guarded(who() + ": send to rank " + std::to_string(s->peer) + " (tag " +
                             std::to_string(s->tag) + ")",
                         [&] {
-                          done = s->header_buf->waitSend(kForever) &&
-                                 (!s->payload_buf || s->payload_buf->waitSend(kForever));
+                          done = true;
+                          for (size_t c = 0; c < s->chunks && done; ++c) {
+                            done = s->buf->waitSend(kForever);
+                          }
                           return ok_status();
                         });
     lock.lock();
@@ -285,14 +330,29 @@ void GlooCommunicator::reap() {
       return;
     }
     if (!done) continue;  // interrupted by abort or shutdown: the loop condition says which
-    send_bytes_ -= s->payload.size();
+    send_bytes_ -= s->payload_bytes;
     sends_.pop_front();
     cv_.notify_all();
   }
 }
 
-Status GlooCommunicator::receive(UnboundBuffer& buf, int peer, uint64_t tag,
-                                 Clock::time_point deadline) {
+Status GlooCommunicator::open_mailbox(Mailbox& mb, int peer) {
+  if (!mb.slots.empty()) return ok_status();
+  mb.memory.resize(kMailboxDepth * kChunkBytes);
+  Status st = guarded(who() + ": posting receives from rank " + std::to_string(peer), [&] {
+    for (int i = 0; i < kMailboxDepth; ++i) {
+      mb.slots.push_back(
+          context_->createUnboundBuffer(mb.memory.data() + i * kChunkBytes, kChunkBytes));
+      mb.slots.back()->recv(peer, kMailboxSlot);
+    }
+    return ok_status();
+  });
+  return st.ok() ? st : p2p_failure(st);
+}
+
+Status GlooCommunicator::next_chunk(Mailbox& mb, int peer, uint64_t tag, Clock::time_point deadline,
+                                    ChunkHeader* header) {
+  UnboundBuffer& buf = *mb.slots[mb.next];
   {
     std::lock_guard<std::mutex> lock(mu_);
     GP_RETURN_IF_ERROR(usable_locked());
@@ -303,7 +363,6 @@ Status GlooCommunicator::receive(UnboundBuffer& buf, int peer, uint64_t tag,
   Status st = guarded(
       who() + ": recv from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ")",
       [&] {
-        buf.recv(peer, tag);
         const auto left = std::chrono::ceil<milliseconds>(deadline - Clock::now());
         try {
           done = buf.waitRecv(std::max(left, milliseconds(0)));
@@ -326,49 +385,82 @@ Status GlooCommunicator::receive(UnboundBuffer& buf, int peer, uint64_t tag,
                     " ms");
   }
   if (!st.ok()) return p2p_failure(st);
-  if (!done)
+  if (!done) {
     return internal_error(who() + ": recv from rank " + std::to_string(peer) + " interrupted");
+  }
+  std::memcpy(header, mb.memory.data() + mb.next * kChunkBytes, sizeof(ChunkHeader));
+  if (header->magic != kMagic) {
+    return p2p_failure(internal_error(who() + ": corrupt message header from rank " +
+                                      std::to_string(peer) + " (waiting for tag " +
+                                      std::to_string(tag) + ")"));
+  }
   return ok_status();
+}
+
+Status GlooCommunicator::release_chunk(Mailbox& mb, int peer) {
+  UnboundBuffer& buf = *mb.slots[mb.next];
+  mb.next = (mb.next + 1) % kMailboxDepth;
+  Status st = guarded(who() + ": posting a receive from rank " + std::to_string(peer), [&] {
+    buf.recv(peer, kMailboxSlot);
+    return ok_status();
+  });
+  return st.ok() ? st : p2p_failure(st);
 }
 
 Status GlooCommunicator::recv(int peer, uint64_t tag, std::span<std::byte> data) {
   GP_RETURN_IF_ERROR(check_peer(peer, "recv"));
   const auto deadline = Clock::now() + options_.timeout;
-  // Both buffers are destroyed before returning, whatever happens: Gloo then never touches the
-  // caller's memory again.
-  Header header;
-  std::unique_ptr<UnboundBuffer> header_buf;
-  GP_RETURN_IF_ERROR(guarded(who() + ": recv", [&] {
-    header_buf = context_->createUnboundBuffer(&header, sizeof(Header));
-    return ok_status();
-  }));
-  GP_RETURN_IF_ERROR(receive(*header_buf, peer, tag, deadline));
-  if (header.magic != kMagic || header.tag != tag) {
-    return p2p_failure(internal_error(who() + ": corrupt message header from rank " +
-                                      std::to_string(peer) + " (tag " + std::to_string(tag) + ")"));
+  Mailbox& mb = *mailboxes_[peer];
+  std::lock_guard<std::mutex> hold(mb.mu);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    GP_RETURN_IF_ERROR(usable_locked());
   }
-  if (header.bytes != data.size()) {
-    // Take the payload anyway so that the slot stays in step, then report.
-    if (header.bytes > 0) {
-      std::vector<std::byte> scratch(header.bytes);
-      std::unique_ptr<UnboundBuffer> scratch_buf;
-      GP_RETURN_IF_ERROR(guarded(who() + ": recv", [&] {
-        scratch_buf = context_->createUnboundBuffer(scratch.data(), scratch.size());
-        return ok_status();
-      }));
-      GP_RETURN_IF_ERROR(receive(*scratch_buf, peer, tag, deadline));
-    }
+  GP_RETURN_IF_ERROR(open_mailbox(mb, peer));
+  auto size_mismatch = [&](size_t got) {
     return internal_error(who() + ": message from rank " + std::to_string(peer) + " (tag " +
-                          std::to_string(tag) + ") has " + std::to_string(header.bytes) +
+                          std::to_string(tag) + ") has " + std::to_string(got) +
                           " bytes, expected " + std::to_string(data.size()));
-  }
-  if (data.empty()) return ok_status();
-  std::unique_ptr<UnboundBuffer> payload_buf;
-  GP_RETURN_IF_ERROR(guarded(who() + ": recv", [&] {
-    payload_buf = context_->createUnboundBuffer(data.data(), data.size());
+  };
+  // Taken off the wire by an earlier receive that was waiting for another tag.
+  if (auto it = mb.early.find(tag); it != mb.early.end()) {
+    const std::vector<std::byte> message = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) mb.early.erase(it);
+    if (message.size() != data.size()) return size_mismatch(message.size());
+    std::copy(message.begin(), message.end(), data.begin());
     return ok_status();
-  }));
-  return receive(*payload_buf, peer, tag, deadline);
+  }
+  for (;;) {
+    ChunkHeader h;
+    GP_RETURN_IF_ERROR(next_chunk(mb, peer, tag, deadline, &h));
+    const ChunkHeader first = h;
+    const bool mine = first.tag == tag;
+    const bool fits = mine && first.message_bytes == data.size();
+    std::byte* dst = fits ? data.data() : nullptr;
+    if (!mine) {
+      auto& queue = mb.early[first.tag];
+      queue.emplace_back(first.message_bytes);  // allocates: only for out-of-order arrivals
+      dst = queue.back().data();
+    }
+    // Every chunk of the message, also when it is the wrong size: the mailbox stays in step.
+    for (uint64_t got = 0;;) {
+      if (h.tag != first.tag || h.message_bytes != first.message_bytes || h.offset != got) {
+        return p2p_failure(internal_error(who() + ": chunks of a message from rank " +
+                                          std::to_string(peer) + " (tag " +
+                                          std::to_string(first.tag) + ") out of order"));
+      }
+      const size_t n = std::min<uint64_t>(kChunkPayloadBytes, h.message_bytes - h.offset);
+      if (dst != nullptr && n > 0) {
+        std::memcpy(dst + h.offset, mb.memory.data() + mb.next * kChunkBytes + sizeof(h), n);
+      }
+      GP_RETURN_IF_ERROR(release_chunk(mb, peer));
+      got += n;
+      if (got >= h.message_bytes) break;
+      GP_RETURN_IF_ERROR(next_chunk(mb, peer, tag, deadline, &h));
+    }
+    if (mine) return fits ? ok_status() : size_mismatch(first.message_bytes);
+  }
 }
 
 template <typename T>
@@ -478,10 +570,7 @@ void GlooCommunicator::abort(const std::string& reason) {
     aborted_ = true;
     abort_reason_ = reason;
     for (UnboundBuffer* b : recv_waits_) b->abortWaitRecv();
-    if (!sends_.empty()) {
-      sends_.front()->header_buf->abortWaitSend();
-      if (sends_.front()->payload_buf) sends_.front()->payload_buf->abortWaitSend();
-    }
+    if (!sends_.empty()) sends_.front()->buf->abortWaitSend();
     if (context_) contexts.push_back(context_);
     for (const auto& [key, g] : groups_) {
       if (g->context) contexts.push_back(g->context);

@@ -129,6 +129,33 @@ TEST_CASE("tagged messages between two ranks match by tag, received in the oppos
   CHECK(reverse_got == pattern(64, 99));
 }
 
+TEST_CASE("messages of many chunks arrive intact, also when another tag is asked for first") {
+  StoreDir dir;
+  auto comms = connect_all(dir, 2);
+  // 1 MiB + 3 bytes spans five 256 KiB chunks, more than the receives kept posted (four).
+  const size_t big = (size_t{1} << 20) + 3;
+  Status sends[3], recvs[3];
+  std::vector<std::byte> got_a(big), got_b(600000), got_c(0);
+  run_ranks(2, [&](int r) {
+    if (r == 0) {
+      sends[0] = comms[0]->send(1, 1, pattern(big, 1));
+      sends[1] = comms[0]->send(1, 2, pattern(600000, 2));
+      sends[2] = comms[0]->send(1, 3, {});
+    } else {
+      recvs[0] = comms[1]->recv(0, 3, got_c);  // last sent, asked for first
+      recvs[1] = comms[1]->recv(0, 2, got_b);
+      recvs[2] = comms[1]->recv(0, 1, got_a);
+    }
+  });
+  for (int i = 0; i < 3; ++i) {
+    INFO(i << ": " << sends[i].to_string() << " / " << recvs[i].to_string());
+    CHECK(sends[i].ok());
+    CHECK(recvs[i].ok());
+  }
+  CHECK(got_a == pattern(big, 1));
+  CHECK(got_b == pattern(600000, 2));
+}
+
 TEST_CASE("three ranks exchange around a ring, iteration after iteration") {
   StoreDir dir;
   constexpr int kWorld = 3, kRounds = 4;

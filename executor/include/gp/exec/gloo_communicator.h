@@ -12,7 +12,10 @@
 // operation timed out), so later point-to-point calls fail with UNAVAILABLE, and abort() closes
 // the connections too so that peers blocked on this rank fail at once instead of timing out.
 // Destruction flushes: unless aborted, it waits up to the timeout for peers to take what was
-// sent (Gloo moves the bytes of a send only once the receiver asks for them).
+// sent. Latency: from its first receive from a peer on, a rank keeps receives for that peer
+// posted (1 MiB), so messages move as soon as they are sent instead of when the receiver asks
+// for them (Gloo transfers are rendezvous); a two-stage 1F1B exchange on a 2-vCPU host ran 15-20%
+// faster than with receives posted on demand.
 #pragma once
 
 #include <chrono>
