@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 bin="$root/build/bin"
 model='zoo:mmt?branches=2&layers=2&seq=32&hidden=128&heads=4&ffn=512'
 batch=16
-iterations=12
+iterations=30
 out="$root/out/fidelity"
 while [ $# -gt 0 ]; do
   case "$1" in
