@@ -5,6 +5,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -124,7 +125,8 @@ Status write_file_atomic(const std::string& path, std::string_view contents) {
                   "cannot write '" + tmp + "': " + std::strerror(errno));
   }
   const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
-  const bool flushed = std::fflush(f) == 0;
+  // Flushed to the disk before the rename: a crash leaves the old file or the new one, whole.
+  const bool flushed = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
   const bool closed = std::fclose(f) == 0;
   if (written != contents.size() || !flushed || !closed) {
     std::remove(tmp.c_str());

@@ -270,6 +270,10 @@ void StageRunner::optimizer_step(int64_t step) {
 }
 
 std::span<const float> StageRunner::op_params(int op_index) const {
+  return const_cast<StageRunner*>(this)->mutable_op_params(op_index);
+}
+
+std::span<float> StageRunner::mutable_op_params(int op_index) {
   for (const auto& st : ops_) {
     if (st.op != op_index || st.param_offsets.empty()) continue;
     size_t n = 0;
@@ -277,6 +281,20 @@ std::span<const float> StageRunner::op_params(int op_index) const {
     return {weights_.data() + st.param_offsets[0], n};
   }
   return {};
+}
+
+std::span<float> StageRunner::mutable_op_state(int op_index) {
+  const size_t per = static_cast<size_t>(optimizer_->state_floats());
+  const std::span<float> params = mutable_op_params(op_index);
+  if (params.empty() || per == 0) return {};
+  const size_t offset = static_cast<size_t>(params.data() - weights_.data());
+  return {opt_state_.data() + offset * per, params.size() * per};
+}
+
+std::vector<int> StageRunner::op_indices() const {
+  std::vector<int> out;
+  for (const auto& st : ops_) out.push_back(st.op);
+  return out;
 }
 
 }  // namespace gp::exec

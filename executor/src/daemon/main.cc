@@ -236,6 +236,19 @@ int main(int raw_argc, char** raw_argv) {
   run_cmd->add_option("--metrics-out", run.metrics_out, "rank 0: write the job's metrics (JSON)");
   run_cmd->add_option("--trace", run.trace,
                       "rank 0: write the job's measured Chrome trace (ranks share its directory)");
+  run_cmd->add_option("--checkpoint-dir", run.checkpoint_dir,
+                      "write checkpoints (parameters and optimizer state per operator) here");
+  run_cmd
+      ->add_option("--checkpoint-every", run.checkpoint_every,
+                   "checkpoint after every K iterations (0: never)")
+      ->capture_default_str();
+  run_cmd->add_option("--resume", run.resume,
+                      "continue from the newest checkpoint in this directory; any plan of the same "
+                      "model may resume (e.g. one re-planned for fewer devices)");
+  run_cmd
+      ->add_option("--kill-rank-at", run.kill_rank_at,
+                   "testing: RANK:ITERATION, that rank SIGKILLs itself there (not when resuming)")
+      ->group("");
 
   CoordinatorRunOptions coord;
   auto* coord_cmd = app.add_subcommand("coordinator", "Run only the coordinator (control plane)");

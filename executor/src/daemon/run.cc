@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "gp/common/logging.h"
+#include "gp/exec/checkpoint.h"
 #include "gp/exec/control_client.h"
 #include "gp/exec/coordinator.h"
 #include "gp/exec/device.h"
@@ -140,18 +142,21 @@ class Heartbeat {
   std::thread thread_;
 };
 
+// The iterations this run trained: first_iteration .. first_iteration + time_s.size() - 1.
 Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Plan& plan,
-                         int iterations, const std::vector<double>& time_s,
+                         int first_iteration, const std::vector<double>& time_s,
                          const std::string& path) {
-  std::vector<IterationMetrics> out(iterations);
-  for (int i = 0; i < iterations; ++i) {
-    out[i].iteration = i;
+  const int count = static_cast<int>(time_s.size());
+  std::vector<IterationMetrics> out(count);
+  for (int i = 0; i < count; ++i) {
+    out[i].iteration = first_iteration + i;
     out[i].time_s = time_s[i];
     out[i].samples_per_s = time_s[i] > 0 ? static_cast<double>(plan.mini_batch()) / time_s[i] : 0;
   }
   for (const auto& report : coordinator.metrics()) {
     for (const auto& m : report.iterations()) {
-      if (m.iteration() >= 0 && m.iteration() < iterations) out[m.iteration()].loss += m.loss();
+      const int64_t i = m.iteration() - first_iteration;
+      if (i >= 0 && i < count) out[i].loss += m.loss();
     }
   }
   auto log = log::get("exec");
@@ -224,6 +229,36 @@ Status run_rank(const RunOptions& o) {
                             ", but the plan has " + std::to_string(index.world_size) + " ranks");
   }
   GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, o.rank, *device));
+  if (o.checkpoint_every < 0) {
+    return invalid_argument("--checkpoint-every = " + std::to_string(o.checkpoint_every) +
+                            ", must be >= 0");
+  }
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
+    return invalid_argument("--checkpoint-every needs --checkpoint-dir");
+  }
+  int first_iteration = 0;
+  if (!o.resume.empty()) {
+    // Any plan of the same model may resume: tensors are per operator, not per rank.
+    GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(o.resume));
+    GP_RETURN_IF_ERROR(load_stage_checkpoint(o.resume, manifest, graph, plan.training(),
+                                             runner->mutable_stage_runner())
+                           .with_context("--resume"));
+    first_iteration = static_cast<int>(manifest.iteration()) + 1;
+    log->info("rank {}: resuming after iteration {} from {}", o.rank, manifest.iteration(),
+              o.resume);
+  }
+  int kill_at = -1;
+  if (!o.kill_rank_at.empty()) {
+    int kill_rank = -1;
+    if (std::sscanf(o.kill_rank_at.c_str(), "%d:%d", &kill_rank, &kill_at) != 2) {
+      return invalid_argument("--kill-rank-at = '" + o.kill_rank_at + "', expected RANK:ITERATION");
+    }
+    if (kill_rank != o.rank || !o.resume.empty()) kill_at = -1;
+  }
+  // One replica of each stage writes the stage's operators.
+  const auto& my_stage = plan.stages(runner->stage());
+  const bool checkpoint_writer =
+      my_stage.device_ranks_size() > 0 && my_stage.device_ranks(0) == o.rank;
 
   // Control plane: rank 0 hosts the coordinator unless told otherwise.
   std::unique_ptr<Coordinator> coordinator;
@@ -294,7 +329,8 @@ Status run_rank(const RunOptions& o) {
   Heartbeat heartbeat(*client, **comm, *runner, plan, o.rank, milliseconds(o.heartbeat_ms),
                       timeout);
   std::vector<double> times;
-  for (int it = 0; it < o.iterations; ++it) {
+  for (int it = first_iteration; it < o.iterations; ++it) {
+    if (it == kill_at) std::raise(SIGKILL);  // fault injection for tests
     heartbeat.set_iteration(it);
     const auto start = Clock::now();
     auto loss = runner->run_iteration(it, **comm);
@@ -325,6 +361,19 @@ Status run_rank(const RunOptions& o) {
       GP_RETURN_IF_ERROR(client->report_metrics(o.rank, {m}));
     }
     log->debug("rank {}: iteration {} done", o.rank, it);
+    if (o.checkpoint_every > 0 && (it + 1) % o.checkpoint_every == 0) {
+      if (checkpoint_writer) {
+        GP_RETURN_IF_ERROR(
+            write_stage_checkpoint(o.checkpoint_dir, it, graph, runner->mutable_stage_runner()));
+      }
+      // Every part is on disk before rank 0 declares the checkpoint complete.
+      GP_RETURN_IF_ERROR(client->barrier(o.rank, "checkpoint-" + std::to_string(it), timeout));
+      if (o.rank == 0) {
+        GP_RETURN_IF_ERROR(commit_checkpoint(o.checkpoint_dir, it, graph, graph::message_hash(plan),
+                                             plan.training()));
+        log->info("checkpoint after iteration {} in {}", it, o.checkpoint_dir);
+      }
+    }
   }
   // Parts of the trace first (rank 0 merges them after the barrier), then the barrier with
   // heartbeats still running (a rank waiting for slower ones must not look dead), then FINISHED.
@@ -340,7 +389,8 @@ Status run_rank(const RunOptions& o) {
   done.set_iteration(o.iterations - 1);
   if (coordinator) {
     GP_RETURN_IF_ERROR(client->report_status(done));
-    GP_RETURN_IF_ERROR(write_job_metrics(*coordinator, plan, o.iterations, times, o.metrics_out));
+    GP_RETURN_IF_ERROR(
+        write_job_metrics(*coordinator, plan, first_iteration, times, o.metrics_out));
     if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
     // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
     (void)coordinator->wait_for_completion(timeout);

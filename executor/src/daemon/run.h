@@ -21,8 +21,14 @@ struct RunOptions {
   int iterations = 5;
   int timeout_s = 30;  // peers, registration, heartbeats
   int heartbeat_ms = 500;
-  std::string metrics_out;  // rank 0: the job's per-iteration metrics
-  std::string trace;        // rank 0: the job's measured trace; ranks write <trace>.rank<r>
+  std::string metrics_out;     // rank 0: the job's per-iteration metrics
+  std::string trace;           // rank 0: the job's measured trace; ranks write <trace>.rank<r>
+  std::string checkpoint_dir;  // write checkpoints here ...
+  int checkpoint_every = 0;    // ... after every this many iterations (0: never)
+  std::string resume;          // start from the newest checkpoint in this directory
+  // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
+  // resume (so a re-planned run carries on).
+  std::string kill_rank_at;
 };
 
 struct CoordinatorRunOptions {

@@ -49,6 +49,7 @@ class RankRunner {
   int rank() const { return rank_; }
   int stage() const { return stage_; }
   const StageRunner& stage_runner() const { return *runner_; }
+  StageRunner& mutable_stage_runner() { return *runner_; }  // checkpoints
   // The instruction being executed (for live status), -1 between iterations.
   int current_instruction() const { return current_.load(std::memory_order_relaxed); }
 

@@ -72,8 +72,14 @@ class StageRunner {
   int64_t param_count() const { return static_cast<int64_t>(weights_.size()); }
   // One optimizer update of every parameter; `step` counts from 1.
   void optimizer_step(int64_t step);
-  // Parameters of one op, in its ParamSpec order, concatenated (tests, checkpoints).
+  // Parameters of one op, in its ParamSpec order, concatenated (tests, checkpoints); empty for
+  // an op without parameters or not in this stage.
   std::span<const float> op_params(int op_index) const;
+  std::span<float> mutable_op_params(int op_index);
+  // The op's optimizer state: optimizer state floats per parameter element, same order.
+  std::span<float> mutable_op_state(int op_index);
+  // Graph indices of the stage's ops, in execution order.
+  std::vector<int> op_indices() const;
 
  private:
   struct Tensor {

@@ -1,0 +1,222 @@
+#include "gp/exec/checkpoint.h"
+
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <set>
+
+#include "gp/exec/optimizer.h"
+#include "gp/graph/model_io.h"
+
+namespace gp::exec {
+namespace {
+
+namespace fs = std::filesystem;
+using graphpipe::v1::CheckpointManifest;
+
+constexpr char kMagic[8] = {'G', 'P', 'C', 'K', 'P', 'T', '1', '\0'};
+
+struct FileHeader {
+  char magic[8];
+  int64_t op_index;
+  int64_t param_floats;
+  int64_t state_floats;
+  uint64_t checksum;  // FNV-1a 64 of the float bytes that follow
+};
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string iter_dir(const std::string& dir, int64_t iteration) {
+  return (fs::path(dir) / ("iter-" + std::to_string(iteration))).string();
+}
+
+std::string op_file(int op_index) { return "op-" + std::to_string(op_index) + ".bin"; }
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int64_t param_floats(const graph::OpNode& op) {
+  int64_t total = 0;
+  for (const auto& p : op.proto->params()) {
+    int64_t n = 1;
+    for (int64_t d : p.shape()) n *= d;
+    total += n;
+  }
+  return total;
+}
+
+Status ensure_dir(const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec)
+    return Status(StatusCode::kPermissionDenied, "cannot create '" + path + "': " + ec.message());
+  return ok_status();
+}
+
+}  // namespace
+
+Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const graph::Graph& graph,
+                              StageRunner& runner) {
+  const std::string out = iter_dir(dir, iteration);
+  GP_RETURN_IF_ERROR(ensure_dir(out));
+  for (int index : runner.op_indices()) {
+    const std::span<float> params = runner.mutable_op_params(index);
+    if (params.empty()) continue;
+    const std::span<float> state = runner.mutable_op_state(index);
+    FileHeader h{};
+    std::memcpy(h.magic, kMagic, sizeof(kMagic));
+    h.op_index = index;
+    h.param_floats = static_cast<int64_t>(params.size());
+    h.state_floats = static_cast<int64_t>(state.size());
+    h.checksum = fnv1a(state.data(), state.size_bytes(), fnv1a(params.data(), params.size_bytes()));
+    std::string bytes(sizeof(h) + params.size_bytes() + state.size_bytes(), '\0');
+    std::memcpy(bytes.data(), &h, sizeof(h));
+    std::memcpy(bytes.data() + sizeof(h), params.data(), params.size_bytes());
+    if (!state.empty()) {
+      std::memcpy(bytes.data() + sizeof(h) + params.size_bytes(), state.data(), state.size_bytes());
+    }
+    GP_RETURN_IF_ERROR(graph::write_file_atomic((fs::path(out) / op_file(index)).string(), bytes)
+                           .with_context("checkpoint of op '" + graph.op(index).id() + "'"));
+  }
+  return ok_status();
+}
+
+Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph::Graph& graph,
+                         const std::string& plan_hash,
+                         const graphpipe::v1::TrainingConfig& training) {
+  GP_ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::create(training));
+  const std::string out = iter_dir(dir, iteration);
+  CheckpointManifest m;
+  m.set_format_version(1);
+  m.set_model_hash(graph::message_hash(graph.model()));
+  m.set_plan_hash(plan_hash);
+  m.set_iteration(iteration);
+  m.set_optimizer(training.optimizer());
+  m.set_created(utc_now());
+  for (const auto& op : graph.ops()) {
+    const int64_t n = param_floats(op);
+    if (n == 0) continue;
+    const std::string file = op_file(op.index);
+    std::error_code ec;
+    if (!fs::is_regular_file(fs::path(out) / file, ec)) {
+      return Status(StatusCode::kDataLoss, "checkpoint " + out + ": op '" + op.id() + "' has no " +
+                                               file + " (a rank did not write it)");
+    }
+    auto* t = m.add_tensors();
+    t->set_op_id(op.id());
+    t->set_op_index(op.index);
+    t->set_param_floats(n);
+    t->set_state_floats(n * optimizer.state_floats());
+    t->set_file(file);
+  }
+  GP_RETURN_IF_ERROR(graph::write_message((fs::path(out) / "MANIFEST.pbtxt").string(), m));
+  GP_RETURN_IF_ERROR(graph::write_file_atomic((fs::path(dir) / "LATEST").string(),
+                                              "iter-" + std::to_string(iteration) + "\n"));
+  // Keep this checkpoint and the one before it.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("iter-")) continue;
+    char* end = nullptr;
+    const long long k = std::strtoll(name.c_str() + 5, &end, 10);
+    if (end == nullptr || *end != '\0' || k >= iteration) continue;
+    bool newer_exists = false;
+    for (const auto& other : fs::directory_iterator(dir, ec)) {
+      const std::string o = other.path().filename().string();
+      if (!o.starts_with("iter-")) continue;
+      const long long j = std::strtoll(o.c_str() + 5, nullptr, 10);
+      if (j > k && j < iteration) newer_exists = true;
+    }
+    if (newer_exists) fs::remove_all(entry.path(), ec);
+  }
+  return ok_status();
+}
+
+Result<CheckpointManifest> latest_checkpoint(const std::string& dir) {
+  const std::string latest = (fs::path(dir) / "LATEST").string();
+  std::error_code ec;
+  if (!fs::exists(latest, ec)) {
+    return not_found("no checkpoint in '" + dir + "' (no LATEST file)");
+  }
+  GP_ASSIGN_OR_RETURN(std::string name, graph::read_file(latest));
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  const std::string manifest_path = (fs::path(dir) / name / "MANIFEST.pbtxt").string();
+  CheckpointManifest m;
+  GP_RETURN_IF_ERROR(graph::read_message(manifest_path, &m).with_context("checkpoint"));
+  if (m.format_version() != 1) {
+    return invalid_argument(manifest_path + ": format_version = " +
+                            std::to_string(m.format_version()) + ", expected 1");
+  }
+  if (name != "iter-" + std::to_string(m.iteration())) {
+    return Status(StatusCode::kDataLoss, manifest_path +
+                                             ": iteration = " + std::to_string(m.iteration()) +
+                                             " does not match its directory '" + name + "'");
+  }
+  return m;
+}
+
+Status load_stage_checkpoint(const std::string& dir, const CheckpointManifest& manifest,
+                             const graph::Graph& graph,
+                             const graphpipe::v1::TrainingConfig& training, StageRunner& runner) {
+  const std::string in = iter_dir(dir, manifest.iteration());
+  const std::string model_hash = graph::message_hash(graph.model());
+  if (manifest.model_hash() != model_hash) {
+    return failed_precondition("checkpoint " + in + " is of model " + manifest.model_hash() +
+                               ", this plan trains model " + model_hash);
+  }
+  if (manifest.optimizer() != training.optimizer()) {
+    return failed_precondition("checkpoint " + in + " holds the state of optimizer " +
+                               graphpipe::v1::OptimizerKind_Name(manifest.optimizer()) +
+                               ", this plan uses " +
+                               graphpipe::v1::OptimizerKind_Name(training.optimizer()));
+  }
+  std::map<int, const graphpipe::v1::CheckpointTensor*> by_index;
+  for (const auto& t : manifest.tensors()) by_index[t.op_index()] = &t;
+  for (int index : runner.op_indices()) {
+    const std::span<float> params = runner.mutable_op_params(index);
+    if (params.empty()) continue;
+    const std::span<float> state = runner.mutable_op_state(index);
+    const auto& op = graph.op(index);
+    auto it = by_index.find(index);
+    if (it == by_index.end() || it->second->op_id() != op.id()) {
+      return Status(StatusCode::kDataLoss,
+                    "checkpoint " + in + ": no tensors for op '" + op.id() + "'");
+    }
+    const auto& t = *it->second;
+    const std::string path = (fs::path(in) / t.file()).string();
+    GP_ASSIGN_OR_RETURN(std::string bytes, graph::read_file(path));
+    FileHeader h{};
+    const size_t want = sizeof(h) + params.size_bytes() + state.size_bytes();
+    if (bytes.size() >= sizeof(h)) std::memcpy(&h, bytes.data(), sizeof(h));
+    if (bytes.size() != want || std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 ||
+        h.op_index != index || h.param_floats != static_cast<int64_t>(params.size()) ||
+        h.state_floats != static_cast<int64_t>(state.size()) ||
+        t.param_floats() != h.param_floats || t.state_floats() != h.state_floats) {
+      return Status(StatusCode::kDataLoss, path + ": torn or foreign checkpoint file for op '" +
+                                               op.id() + "' (" + std::to_string(bytes.size()) +
+                                               " bytes, expected " + std::to_string(want) + ")");
+    }
+    const char* data = bytes.data() + sizeof(h);
+    const uint64_t sum =
+        fnv1a(data + params.size_bytes(), state.size_bytes(), fnv1a(data, params.size_bytes()));
+    if (sum != h.checksum) {
+      return Status(StatusCode::kDataLoss,
+                    path + ": checksum mismatch for op '" + op.id() + "' (corrupted file)");
+    }
+    std::memcpy(params.data(), data, params.size_bytes());
+    if (!state.empty()) std::memcpy(state.data(), data + params.size_bytes(), state.size_bytes());
+  }
+  return ok_status();
+}
+
+}  // namespace gp::exec
