@@ -49,6 +49,16 @@ struct SearchOptions {
   std::string command_line;
 };
 
+// Re-plan a plan's model and training for the devices that are left.
+struct ReplanOptions {
+  std::string plan;
+  std::string out;
+  std::vector<int> exclude_ranks;  // ranks of the old plan that are gone
+  int devices = 0;                 // 0: every remaining device
+  std::string profile;
+  std::string command_line;
+};
+
 struct PlanFileOptions {
   std::string plan;
   std::string report;
@@ -91,6 +101,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
                      const planner::SearchResult& result, graphpipe::v1::Strategy strategy);
 
 Status run_search(const SearchOptions& opts);
+Status run_replan(const ReplanOptions& opts);
 Status run_compare(const SearchOptions& opts);
 Status run_simulate(const PlanFileOptions& opts);
 Status run_inspect(const PlanFileOptions& opts);

@@ -101,6 +101,21 @@ int main(int argc, char** argv) {
   compare->add_option("--out-dir", compare_opts.out_dir,
                       "write each strategy's plan, report, trace and stage graph here");
 
+  ReplanOptions replan_opts;
+  auto* replan = app.add_subcommand(
+      "replan",
+      "Plan a plan's model and training again for the devices left after a failure (the "
+      "executor resumes it from the last checkpoint)");
+  replan->add_option("--plan", replan_opts.plan, "the plan that was running")->required();
+  replan->add_option("--out", replan_opts.out, "new plan file")->required();
+  replan
+      ->add_option("--exclude-ranks", replan_opts.exclude_ranks,
+                   "ranks of the old plan whose devices are gone, e.g. 2 or 1,5")
+      ->delimiter(',');
+  replan->add_option("--devices", replan_opts.devices,
+                     "use only the first N remaining devices (default: all of them)");
+  replan->add_option("--profile", replan_opts.profile, "profile DB for measured costs");
+
   PlanFileOptions sim_opts, inspect_opts, verify_opts;
   auto* simulate = app.add_subcommand("simulate", "Simulate a plan file: time, bubbles, memory");
   simulate->add_option("--plan", sim_opts.plan, "plan file")->required();
@@ -129,13 +144,15 @@ int main(int argc, char** argv) {
   }
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
-  search_opts.command_line = compare_opts.command_line = command_line;
+  search_opts.command_line = compare_opts.command_line = replan_opts.command_line = command_line;
 
   gp::Status status;
   if (zoo->got_subcommand("list")) {
     status = run_zoo_list();
   } else if (zoo->got_subcommand("export")) {
     status = run_zoo_export(export_opts);
+  } else if (replan->parsed()) {
+    status = run_replan(replan_opts);
   } else if (info->parsed()) {
     status = run_model_info(info_opts);
   } else if (app.got_subcommand("ops")) {

@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <memory>
+#include <set>
 
 #include "commands.h"
 #include "gp/common/logging.h"
@@ -199,6 +200,71 @@ Status run_search(const SearchOptions& opts) {
       p.iteration_time_s(),
       planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
       result.search_time_s, opts.out.c_str());
+  return ok_status();
+}
+
+Status run_replan(const ReplanOptions& opts) {
+  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  graphpipe::v1::Plan old;
+  GP_RETURN_IF_ERROR(graph::read_message(opts.plan, &old).with_context("--plan"));
+  PlanningSetup setup;
+  auto built = graph::Graph::build(old.model());
+  if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
+  setup.graph = std::make_unique<graph::Graph>(std::move(built).value());
+  // The old plan's rank k is the k-th usable device of its cluster.
+  graphpipe::v1::Cluster cluster = old.cluster();
+  GP_RETURN_IF_ERROR(cost::validate_cluster(cluster).with_context("--plan " + opts.plan));
+  const std::set<int> excluded(cluster.excluded_ranks().begin(), cluster.excluded_ranks().end());
+  std::vector<int> physical;
+  for (int r = 0; r < cluster.num_nodes() * cluster.devices_per_node(); ++r) {
+    if (!excluded.count(r)) physical.push_back(r);
+  }
+  for (int rank : opts.exclude_ranks) {
+    if (rank < 0 || rank >= static_cast<int>(physical.size())) {
+      return invalid_argument("--exclude-ranks: " + std::to_string(rank) + " is not a rank of " +
+                              opts.plan + " (it has " + std::to_string(physical.size()) +
+                              " ranks)");
+    }
+    cluster.add_excluded_ranks(physical[static_cast<size_t>(rank)]);
+  }
+  const int available = cost::num_devices(cluster);
+  if (available < 1) return invalid_argument("--exclude-ranks: no device would be left");
+  const int wanted = opts.devices > 0 ? opts.devices : available;
+  if (wanted > available) {
+    return invalid_argument("--devices = " + std::to_string(wanted) + ": only " +
+                            std::to_string(available) + " devices are left");
+  }
+  GP_ASSIGN_OR_RETURN(setup.cluster, cost::select_devices(cluster, wanted));
+  setup.training = old.training();
+  GP_ASSIGN_OR_RETURN(auto models,
+                      make_cost_models(setup.cluster, setup.training.precision(), opts.profile));
+  setup.compute = std::move(models.compute);
+  setup.comm = std::move(models.comm);
+  setup.profile_hash = std::move(models.profile_hash);
+
+  auto strategy = old.provenance().strategy();
+  if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED) strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  SearchOptions so;
+  so.batch = old.mini_batch();
+  so.strategy = std::string(graph::strategy_name(strategy));
+  so.profile = opts.profile;
+  so.out = opts.out;
+  so.command_line = opts.command_line;
+  GP_ASSIGN_OR_RETURN(auto result, run_search_for(so, setup, strategy));
+  if (!result.feasible) {
+    return failed_precondition("no feasible plan for '" + setup.graph->model().name() + "' on " +
+                               std::to_string(wanted) + " devices: " + result.infeasible_reason);
+  }
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(result.plan, *setup.compute));
+  if (!report.ok()) {
+    return internal_error("the re-planned plan failed verification: " + report.problems[0]);
+  }
+  GP_RETURN_IF_ERROR(graph::write_message(opts.out, result.plan));
+  const auto& p = result.plan.predicted();
+  std::printf(
+      "re-planned for %d devices: %d stages, %.1f samples/s predicted (was %.1f on %d) -> %s\n",
+      wanted, result.plan.stages_size(), p.throughput_samples_per_s(),
+      old.predicted().throughput_samples_per_s(), old.programs_size(), opts.out.c_str());
   return ok_status();
 }
 

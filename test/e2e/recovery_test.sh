@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Failure recovery: a rank is killed (SIGKILL) during training on 4 local processes; the launcher
+# stops the job, re-plans for the 3 devices left, resumes from the last checkpoint and finishes
+# with the same losses as an uninterrupted run. Torn, corrupted and foreign checkpoints are
+# refused; re-planning without any device left is refused.
+set -u
+exe=$1
+plan_bin=$2
+launch=$3
+tmp=$4
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+# "iteration loss" per line, losses rounded to 5 digits (runs on 4 and 3 ranks sum in another order).
+losses() {
+  tr -d ' \n' < "$1" | grep -o '"iteration":[0-9]*,"loss":[-0-9.e]*' |
+    sed 's/"iteration":\([0-9]*\),"loss":\(.*\)/\1 \2/' | awk '{printf "%d %.5f\n", $1, $2}'
+}
+launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 180 "$launch" "$@"; }
+
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 4 \
+  --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/plan4.pb" >/dev/null || exit 1
+
+# 1. Uninterrupted, 10 iterations.
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/full.json" \
+  > "$tmp/full.log" 2>&1; rc=$?
+check "an uninterrupted 4-rank run exits 0" '[ $rc -eq 0 ]'
+
+# 2. Rank 2 killed at iteration 5; checkpoints every 2 iterations; re-plan and resume.
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/recovered.json" \
+  --timeout 10 --checkpoint-dir "$tmp/ckpt" --checkpoint-every 2 --on-failure replan \
+  --run-dir "$tmp/run" -- --kill-rank-at 2:5 > "$tmp/recovered.log" 2>&1; rc=$?
+check "the job with a killed rank finishes (exit 0)" '[ $rc -eq 0 ]'
+check "the launcher names the dead rank and re-plans for 3 devices" \
+  'grep -q "rank 2 exited with status 137" "$tmp/recovered.log" && grep -q "re-planned for 3 devices" "$tmp/recovered.log"'
+check "the new plan has 3 ranks" \
+  '"$plan_bin" inspect --plan "$tmp/run/plan-after-failure-1.pb" | grep -q "1 x 3 cpu-process"'
+check "training resumed after the last complete checkpoint (iteration 3)" \
+  '[ "$(losses "$tmp/recovered.json" | head -1 | cut -d" " -f1)" = 4 ]'
+check "iterations 4-9 have the uninterrupted run's losses" \
+  '[ -s "$tmp/recovered.json" ] && [ "$(losses "$tmp/recovered.json")" = "$(losses "$tmp/full.json" | tail -6)" ]'
+
+# 3. Resuming from a corrupted checkpoint is refused, naming the file.
+cp -r "$tmp/ckpt" "$tmp/bad"
+latest=$(cat "$tmp/bad/LATEST")
+victim=$(ls "$tmp/bad/$latest"/op-*.bin | head -1)
+printf 'garbage' | dd of="$victim" bs=1 seek=64 conv=notrunc 2>/dev/null
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
+  --checkpoint-dir "$tmp/bad" --resume > "$tmp/bad.log" 2>&1; rc=$?
+check "a corrupted checkpoint is refused" \
+  '[ $rc -ne 0 ] && grep -q "checksum mismatch" "$tmp/bad.log" && grep -q "$(basename "$victim")" "$tmp/bad.log"'
+truncate -s 10 "$victim"
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
+  --checkpoint-dir "$tmp/bad" --resume > "$tmp/torn.log" 2>&1; rc=$?
+check "a torn checkpoint file is refused" '[ $rc -ne 0 ] && grep -q "torn" "$tmp/torn.log"'
+
+# 4. A plan of another model cannot resume from it.
+"$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 2 \
+  --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/other.pb" >/dev/null || exit 1
+launch --plan "$tmp/other.pb" --nprocs 2 --iterations 12 --timeout 10 \
+  --checkpoint-dir "$tmp/ckpt" --resume > "$tmp/other.log" 2>&1; rc=$?
+check "a checkpoint of another model is refused" '[ $rc -ne 0 ] && grep -q "is of model" "$tmp/other.log"'
+
+# 5. Re-planning needs a device left and a rank that exists.
+"$plan_bin" replan --plan "$tmp/plan4.pb" --exclude-ranks 0,1,2,3 --out "$tmp/none.pb" \
+  > "$tmp/none.log" 2>&1; rc=$?
+check "re-planning with no device left exits 2" '[ $rc -eq 2 ] && grep -q "no device would be left" "$tmp/none.log"'
+"$plan_bin" replan --plan "$tmp/plan4.pb" --exclude-ranks 9 --out "$tmp/none.pb" \
+  > "$tmp/none.log" 2>&1; rc=$?
+check "re-planning without a rank the plan does not have exits 2" '[ $rc -eq 2 ] && grep -q "not a rank" "$tmp/none.log"'
+exit $fail
