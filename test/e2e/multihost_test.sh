@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Ranks on separate network hosts: two network namespaces joined by a veth pair stand in for two
+# nodes; graphpipe-launch --hostfile starts one rank in each (`ip netns exec` as the remote shell)
+# and they train over the link to the reference's losses. A hostfile that does not fit the plan
+# is refused before anything starts. --slurm runs the ranks as srun tasks (a stand-in srun that
+# sets SLURM_PROCID and SLURM_NTASKS as Slurm does). Skipped (77) where namespaces need
+# privileges this machine does not give.
+set -u
+exe=$1
+plan_bin=$2
+launch=$3
+tmp=$4
+rm -rf "$tmp" && mkdir -p "$tmp"
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+run_launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 120 "$launch" "$@"; }
+
+ns_a=gp-test-a-$$ ns_b=gp-test-b-$$
+if ! ip netns add "$ns_a" 2>/dev/null; then
+  echo "skipped: cannot create network namespaces here (needs root / CAP_NET_ADMIN)"
+  exit 77
+fi
+cleanup() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; }
+trap cleanup EXIT
+ip netns add "$ns_b" || exit 1
+ip link add "veth-a$$" type veth peer name "veth-b$$" || { echo "skipped: no veth support"; exit 77; }
+ip link set "veth-a$$" netns "$ns_a" && ip link set "veth-b$$" netns "$ns_b" || exit 1
+ip -n "$ns_a" addr add 10.77.0.1/24 dev "veth-a$$" && ip -n "$ns_b" addr add 10.77.0.2/24 dev "veth-b$$"
+for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+ip -n "$ns_a" link set "veth-a$$" up && ip -n "$ns_b" link set "veth-b$$" up || exit 1
+
+# Two nodes of one CPU device each.
+sed -e 's/^num_nodes: .*/num_nodes: 2/' -e 's/^devices_per_node: .*/devices_per_node: 1/' \
+  -e 's/^name: .*/name: "two-hosts"/' "$(dirname "$0")/../../configs/clusters/cpu-local.pbtxt" \
+  > "$tmp/two-hosts.pbtxt"
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster "$tmp/two-hosts.pbtxt" \
+  --devices 2 --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/plan.pb" >/dev/null || exit 1
+"$exe" --log-level warn reference --model zoo:tiny-mmt --batch 16 --iterations 4 --lr 0.01 \
+  --metrics-out "$tmp/ref.json"
+
+printf '# host slots address\n%s 1 10.77.0.1\n%s 1 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/hosts"
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/hosts" \
+  --remote-shell "ip netns exec" --port 29611 --run-dir "$tmp/run" \
+  --metrics-out "$tmp/netns.json" > "$tmp/netns.log" 2>&1; rc=$?
+check "two ranks in two network namespaces train (exit 0)" '[ $rc -eq 0 ]'
+check "they reached the coordinator on the first host's address" \
+  'grep -q "coordinator 10.77.0.1:29611" "$tmp/netns.log"'
+check "their losses equal the reference's" \
+  '[ -s "$tmp/netns.json" ] && [ "$(losses "$tmp/netns.json")" = "$(losses "$tmp/ref.json")" ]'
+
+printf '%s 2 10.77.0.1\n%s 1 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/bad-hosts"
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/bad-hosts" \
+  --remote-shell "ip netns exec" > "$tmp/bad.log" 2>&1; rc=$?
+check "a hostfile with more slots than the plan has ranks is refused (exit 2)" \
+  '[ $rc -eq 2 ] && grep -q "has 3 slots, the plan has 2 ranks" "$tmp/bad.log"'
+printf '%s 2 10.77.0.1\n' "$ns_a" > "$tmp/one-host"
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/one-host" \
+  --remote-shell "ip netns exec" > "$tmp/bad2.log" 2>&1; rc=$?
+check "a hostfile with fewer hosts than the plan's nodes is refused (exit 2)" \
+  '[ $rc -eq 2 ] && grep -q "lists 1 hosts, the plan.s cluster has 2 nodes" "$tmp/bad2.log"'
+
+# --slurm with a stand-in srun: one task per rank, SLURM_PROCID/SLURM_NTASKS as Slurm sets them.
+mkdir -p "$tmp/bin"
+cat > "$tmp/bin/srun" <<'SRUN'
+#!/usr/bin/env bash
+n=1
+while [ $# -gt 0 ]; do
+  case "$1" in --ntasks=*) n=${1#--ntasks=}; shift ;; --*) shift ;; *) break ;; esac
+done
+pids=()
+for ((i = 0; i < n; i++)); do SLURM_PROCID=$i SLURM_NTASKS=$n "$@" & pids+=($!); done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+exit $rc
+SRUN
+chmod +x "$tmp/bin/srun"
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 \
+  --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/local.pb" >/dev/null || exit 1
+PATH="$tmp/bin:$PATH" SLURM_JOB_NODELIST="" run_launch --plan "$tmp/local.pb" --nprocs 2 \
+  --iterations 4 --slurm --port 29612 --run-dir "$tmp/srun" --metrics-out "$tmp/slurm.json" \
+  > "$tmp/slurm.log" 2>&1; rc=$?
+check "--slurm runs the ranks as srun tasks (exit 0)" '[ $rc -eq 0 ]'
+check "their losses equal the reference's" \
+  '[ -s "$tmp/slurm.json" ] && [ "$(losses "$tmp/slurm.json")" = "$(losses "$tmp/ref.json")" ]'
+exit $fail
