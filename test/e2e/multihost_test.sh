@@ -3,8 +3,9 @@
 # nodes; graphpipe-launch --hostfile starts one rank in each (`ip netns exec` as the remote shell)
 # and they train over the link to the reference's losses. A hostfile that does not fit the plan
 # is refused before anything starts. --slurm runs the ranks as srun tasks (a stand-in srun that
-# sets SLURM_PROCID and SLURM_NTASKS as Slurm does). Skipped (77) where namespaces need
-# privileges this machine does not give.
+# sets SLURM_PROCID and SLURM_NTASKS as Slurm does). Node daemons, one per namespace, run a plan
+# submitted to them, refuse a second one on busy devices and clean up after a failed job.
+# Skipped (77) where namespaces need privileges this machine does not give.
 set -u
 exe=$1
 plan_bin=$2
@@ -21,7 +22,13 @@ if ! ip netns add "$ns_a" 2>/dev/null; then
   echo "skipped: cannot create network namespaces here (needs root / CAP_NET_ADMIN)"
   exit 77
 fi
-cleanup() { ip netns del "$ns_a" 2>/dev/null; ip netns del "$ns_b" 2>/dev/null; }
+daemons=()
+cleanup() {
+  for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null
+}
 trap cleanup EXIT
 ip netns add "$ns_b" || exit 1
 ip link add "veth-a$$" type veth peer name "veth-b$$" || { echo "skipped: no veth support"; exit 77; }
@@ -83,4 +90,46 @@ PATH="$tmp/bin:$PATH" SLURM_JOB_NODELIST="" run_launch --plan "$tmp/local.pb" --
 check "--slurm runs the ranks as srun tasks (exit 0)" '[ $rc -eq 0 ]'
 check "their losses equal the reference's" \
   '[ -s "$tmp/slurm.json" ] && [ "$(losses "$tmp/slurm.json")" = "$(losses "$tmp/ref.json")" ]'
+# Node daemons, one per namespace; `submit` from the first host.
+ip netns exec "$ns_a" "$exe" serve --listen 10.77.0.1:29700 --devices 1 --auth-token s3cret \
+  --work-dir "$tmp/daemon-a" > "$tmp/daemon-a.log" 2>&1 &
+daemons+=($!)
+ip netns exec "$ns_b" "$exe" serve --listen 10.77.0.2:29700 --devices 1 --auth-token s3cret \
+  --work-dir "$tmp/daemon-b" > "$tmp/daemon-b.log" 2>&1 &
+daemons+=($!)
+submit() { ip netns exec "$ns_a" timeout 120 "$exe" submit --nodes 10.77.0.1:29700,10.77.0.2:29700 \
+  --store-dir "$tmp/daemon-store-$RANDOM" "$@"; }
+for _ in $(seq 50); do grep -q serving "$tmp/daemon-b.log" && grep -q serving "$tmp/daemon-a.log" && break; sleep 0.1; done
+GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 4 --port 29621 \
+  -- --metrics-out "$tmp/daemons.json" > "$tmp/submit.log" 2>&1; rc=$?
+check "a plan submitted to two node daemons trains (exit 0)" '[ $rc -eq 0 ]'
+check "the ranks' output is streamed back" 'grep -q "iteration 3: loss" "$tmp/submit.log"'
+check "its losses equal the reference's" \
+  '[ -s "$tmp/daemons.json" ] && [ "$(losses "$tmp/daemons.json")" = "$(losses "$tmp/ref.json")" ]'
+submit --plan "$tmp/plan.pb" --iterations 4 --port 29622 > "$tmp/noauth.log" 2>&1; rc=$?
+check "a submission without the daemons' token is refused" '[ $rc -ne 0 ] && grep -qi "token" "$tmp/noauth.log"'
+
+GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 100000 --port 29623 \
+  > "$tmp/long.log" 2>&1 &
+long=$!
+for _ in $(seq 100); do grep -q "all 2 ranks registered" "$tmp/long.log" 2>/dev/null && break; sleep 0.1; done
+GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 4 --port 29624 > "$tmp/busy.log" 2>&1; rc=$?
+check "a second plan on busy devices is refused before anything starts" \
+  '[ $rc -ne 0 ] && grep -q "2 ranks, the daemons have 0 free devices" "$tmp/busy.log"'
+exits_before=$(cat "$tmp/daemon-a.log" "$tmp/daemon-b.log" | grep -c "exited with")
+# (A background job ignores SIGINT; SIGTERM to the submit process is what a service manager sends.)
+pkill -TERM -f -x ".*graphpipe-executor submit .*--port 29623" || pkill -TERM -f "port 29623"
+wait "$long"; rc=$?
+check "an interrupted submission stops the job on every node" \
+  '[ $rc -ne 0 ] && grep -q "stopped on every node" "$tmp/long.log"'
+# Both ranks of the stopped job reaped before the next submission.
+for _ in $(seq 100); do
+  [ "$(cat "$tmp/daemon-a.log" "$tmp/daemon-b.log" | grep -c "exited with")" -ge $((exits_before + 2)) ] && break
+  sleep 0.1
+done
+GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 20 --port 29625 \
+  -- --kill-rank-at 1:3 > "$tmp/failed.log" 2>&1; rc=$?
+check "a job whose rank dies fails, naming the rank" '[ $rc -ne 0 ] && grep -q "rank 1 exited with status 137" "$tmp/failed.log"'
+GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 4 --port 29626 > "$tmp/after.log" 2>&1; rc=$?
+check "after a failed job the daemons' devices are free again" '[ $rc -eq 0 ]'
 exit $fail

@@ -2,6 +2,7 @@
 // the per-rank daemon that runs a plan's instruction stream is built on the same StageRunner.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 
 #include "gp/common/cli.h"
@@ -12,6 +13,7 @@
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/zoo.h"
+#include "node_daemon.h"
 #include "run.h"
 
 namespace {
@@ -123,7 +125,8 @@ gp::Status run_local(const LocalOptions& o) {
 // `coordinator`. Rewrites such a command line into the subcommand form.
 std::vector<std::string> normalise_arguments(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  static const char* kSubcommands[] = {"run", "reference", "local", "coordinator", "status"};
+  static const char* kSubcommands[] = {"run",    "reference", "local", "coordinator",
+                                       "status", "serve",     "submit"};
   bool has_subcommand = false, has_plan = false, coordinator_only = false;
   for (int i = 1; i < argc; ++i) {
     for (const char* sub : kSubcommands) has_subcommand = has_subcommand || args[i] == sub;
@@ -144,6 +147,9 @@ std::vector<std::string> normalise_arguments(int argc, char** argv) {
 }
 
 int main(int raw_argc, char** raw_argv) {
+  // A peer that dies closes its sockets; writing to them must be an error we report (EPIPE),
+  // not a signal that kills this rank too.
+  std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> arguments = normalise_arguments(raw_argc, raw_argv);
   std::vector<char*> argv_storage;
   for (auto& a : arguments) argv_storage.push_back(a.data());
@@ -262,6 +268,43 @@ int main(int raw_argc, char** raw_argv) {
       ->capture_default_str();
 
   std::string status_address, status_token;
+  gp::exec::daemon::ServeOptions serve;
+  auto* serve_cmd = app.add_subcommand(
+      "serve",
+      "Run the node daemon: start submitted plans' ranks on this node's devices, report their "
+      "state and output, stop them (run it per node, e.g. under systemd)");
+  serve_cmd->add_option("--listen", serve.listen, "HOST:PORT to listen on (port 0: any free)")
+      ->capture_default_str();
+  serve_cmd->add_option("--devices", serve.devices, "devices of this node (one rank each)")
+      ->capture_default_str();
+  serve_cmd->add_option("--bind", serve.bind_host,
+                        "address the ranks' data plane and coordinator use (default: --listen's "
+                        "host)");
+  serve_cmd->add_option("--work-dir", serve.work_dir, "job directories: plans and rank logs");
+  serve_cmd->add_option("--auth-token", serve.auth_token,
+                        "shared secret clients must present (or $GP_AUTH_TOKEN)");
+
+  gp::exec::daemon::SubmitOptions submit;
+  auto* submit_cmd = app.add_subcommand(
+      "submit",
+      "Run a plan on node daemons: ranks spread over them in order, output streamed here");
+  submit_cmd->add_option("--plan", submit.plan, "plan file")->required();
+  submit_cmd->add_option("--nodes", submit.nodes, "daemons, HOST:PORT,... in node order")
+      ->delimiter(',')
+      ->required();
+  submit_cmd->add_option("--iterations", submit.iterations, "training iterations")
+      ->capture_default_str();
+  submit_cmd->add_option("--timeout", submit.timeout_s, "peer and heartbeat timeout, seconds")
+      ->capture_default_str();
+  submit_cmd->add_option("--port", submit.port, "the coordinator's port on the first node")
+      ->capture_default_str();
+  submit_cmd->add_option("--store-dir", submit.store_dir,
+                         "Gloo rendezvous directory every node shares (default "
+                         "/tmp/graphpipe-store-<job>: one host only)");
+  submit_cmd->add_option("--auth-token", submit.auth_token,
+                         "the daemons' token (or $GP_AUTH_TOKEN)");
+  submit_cmd->add_option("extra", submit.extra, "-- then executor run flags for every rank");
+
   auto* status_cmd = app.add_subcommand("status", "Print every rank's iteration and instruction");
   status_cmd->add_option("--coordinator", status_address, "HOST:PORT")->required();
   status_cmd->add_option("--auth-token", status_token, "shared secret (or $GP_AUTH_TOKEN)");
@@ -281,6 +324,12 @@ int main(int raw_argc, char** raw_argv) {
   }
   if (coord_cmd->parsed()) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_coordinator(coord));
+  }
+  if (serve_cmd->parsed()) {
+    return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_serve(serve));
+  }
+  if (submit_cmd->parsed()) {
+    return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_submit(submit));
   }
   if (status_cmd->parsed()) {
     return gp::cli::report("graphpipe-executor",

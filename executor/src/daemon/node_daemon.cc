@@ -1,0 +1,377 @@
+// graphpipe-executor serve: the NodeDaemon gRPC service. Ranks are child processes of the
+// daemon (this executable's `run`), their output in the job directory; a reaper records exits
+// and frees devices, and stops a job's other local ranks when one fails.
+#include "node_daemon.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "gp/common/logging.h"
+#include "gp/common/version.h"
+#include "gp/graph/model_io.h"
+#include "graphpipe/v1/daemon.grpc.pb.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+namespace pb = graphpipe::v1;
+
+// Flags a client may pass on to the ranks (no path to a binary, nothing that changes where
+// the rank listens).
+const std::set<std::string> kAllowedFlags = {"--checkpoint-dir", "--checkpoint-every", "--resume",
+                                             "--heartbeat-ms",   "--metrics-out",      "--trace",
+                                             "--kill-rank-at",   "--log-level"};
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
+  }
+  return diff == 0;
+}
+
+struct RankProc {
+  int rank = 0;
+  int device = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int exit_code = 0;
+  int64_t exited_unix_ms = 0;
+  std::string log_path;
+};
+
+struct Job {
+  std::vector<RankProc> ranks;
+};
+
+class Daemon final : public pb::NodeDaemon::Service {
+ public:
+  Daemon(ServeOptions options, std::string self_exe)
+      : options_(std::move(options)),
+        self_exe_(std::move(self_exe)),
+        owner_(static_cast<size_t>(options_.devices)) {
+    reaper_ = std::thread([this] { reap(); });
+  }
+  ~Daemon() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      for (auto& [id, job] : jobs_) {
+        for (auto& r : job.ranks) {
+          if (r.running) kill(r.pid, SIGTERM);
+        }
+      }
+    }
+    reaper_.join();
+  }
+
+  grpc::Status GetInfo(grpc::ServerContext* ctx, const pb::DaemonInfoRequest*,
+                       pb::DaemonInfo* out) override {
+    if (auto st = authenticate(*ctx); !st.ok()) return st;
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    out->set_host(host);
+    out->set_devices(options_.devices);
+    out->set_version(GP_VERSION_STRING);
+    out->set_bind_address(options_.bind_host);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t d = 0; d < owner_.size(); ++d) {
+      if (!owner_[d].empty()) out->add_busy_devices(static_cast<int>(d));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StartRanks(grpc::ServerContext* ctx, const pb::StartRanksRequest* req,
+                          pb::StartRanksResponse* out) override {
+    if (auto st = authenticate(*ctx); !st.ok()) return st;
+    auto bad = [](const std::string& msg) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
+    };
+    const std::string& id = req->job_id();
+    if (id.empty() || id.find('/') != std::string::npos || id.find("..") != std::string::npos) {
+      return bad("job_id = '" + id + "': must be a plain non-empty name");
+    }
+    pb::Plan plan;
+    if (!plan.ParseFromString(req->plan())) return bad("plan: not a serialized graphpipe.v1.Plan");
+    if (req->world_size() != plan.programs_size()) {
+      return bad("world_size = " + std::to_string(req->world_size()) + ", the plan has " +
+                 std::to_string(plan.programs_size()) + " ranks");
+    }
+    if (req->ranks_size() == 0) return bad("ranks: none to start");
+    for (int r : req->ranks()) {
+      if (r < 0 || r >= req->world_size()) {
+        return bad("ranks: " + std::to_string(r) + " is not a rank of the plan");
+      }
+    }
+    if (req->coordinator().empty() || req->store_dir().empty()) {
+      return bad("coordinator and store_dir are required");
+    }
+    for (int i = 0; i < req->extra_args_size(); ++i) {
+      const std::string& a = req->extra_args(i);
+      const std::string flag = a.substr(0, a.find('='));
+      if (a.starts_with("--") && !kAllowedFlags.count(flag)) {
+        return bad("extra_args: '" + flag + "' is not a flag a daemon passes on");
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (jobs_.count(id)) return bad("job_id = '" + id + "': already submitted here");
+    std::vector<int> free;
+    std::map<std::string, int> holders;
+    for (size_t d = 0; d < owner_.size(); ++d) {
+      if (owner_[d].empty()) {
+        free.push_back(static_cast<int>(d));
+      } else {
+        ++holders[owner_[d]];
+      }
+    }
+    if (static_cast<int>(free.size()) < req->ranks_size()) {
+      std::string who;
+      for (const auto& [job, n] : holders)
+        who += (who.empty() ? "" : ", ") + job + " (" + std::to_string(n) + ")";
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "devices busy: " + std::to_string(req->ranks_size()) + " requested, " +
+                              std::to_string(free.size()) + " of " +
+                              std::to_string(options_.devices) + " free; held by job " + who);
+    }
+    const fs::path dir = fs::path(options_.work_dir) / ("job-" + id);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string plan_path = (dir / "plan.pb").string();
+    if (!graph::write_file_atomic(plan_path, req->plan()).ok() || ec) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, "cannot write the plan into " + dir.string());
+    }
+    Job job;
+    for (int i = 0; i < req->ranks_size(); ++i) {
+      RankProc p;
+      p.rank = req->ranks(i);
+      p.device = free[static_cast<size_t>(i)];
+      p.log_path = (dir / ("rank-" + std::to_string(p.rank) + ".log")).string();
+      std::vector<std::string> args = {self_exe_,       "run",
+                                       "--plan",        plan_path,
+                                       "--rank",        std::to_string(p.rank),
+                                       "--world-size",  std::to_string(req->world_size()),
+                                       "--coordinator", req->coordinator(),
+                                       "--bind",        options_.bind_host,
+                                       "--store-dir",   req->store_dir(),
+                                       "--iterations",  std::to_string(req->iterations()),
+                                       "--timeout",     std::to_string(req->timeout_s())};
+      if (!options_.auth_token.empty()) {
+        args.push_back("--auth-token");
+        args.push_back(options_.auth_token);
+      }
+      for (const auto& a : req->extra_args()) args.push_back(a);
+      p.pid = spawn(args, p.log_path);
+      if (p.pid < 0) {
+        for (auto& started : job.ranks) kill(started.pid, SIGTERM);
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            "cannot start rank " + std::to_string(p.rank));
+      }
+      p.running = true;
+      owner_[static_cast<size_t>(p.device)] = id;
+      out->add_devices(p.device);
+      job.ranks.push_back(p);
+    }
+    log::get("daemon")->info("job {}: started {} rank(s) of {}", id, job.ranks.size(),
+                             req->world_size());
+    jobs_.emplace(id, std::move(job));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status JobStatus(grpc::ServerContext* ctx, const pb::JobStatusRequest* req,
+                         pb::JobStatusResponse* out) override {
+    if (auto st = authenticate(*ctx); !st.ok()) return st;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(req->job_id());
+    if (it == jobs_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_id() + "' here");
+    }
+    for (size_t i = 0; i < it->second.ranks.size(); ++i) {
+      const RankProc& p = it->second.ranks[i];
+      auto* r = out->add_ranks();
+      r->set_rank(p.rank);
+      r->set_device(p.device);
+      r->set_running(p.running);
+      r->set_exit_code(p.exit_code);
+      r->set_exited_unix_ms(p.exited_unix_ms);
+      const int64_t from = i < static_cast<size_t>(req->log_offsets_size())
+                               ? req->log_offsets(static_cast<int>(i))
+                               : 0;
+      std::ifstream f(p.log_path, std::ios::binary);
+      f.seekg(0, std::ios::end);
+      const int64_t end = static_cast<int64_t>(f.tellg());
+      const int64_t start = std::clamp<int64_t>(from, 0, std::max<int64_t>(end, 0));
+      const int64_t n = std::min<int64_t>(end - start, 64 << 10);
+      std::string chunk(static_cast<size_t>(std::max<int64_t>(n, 0)), '\0');
+      if (n > 0) {
+        f.seekg(start);
+        f.read(chunk.data(), n);
+      }
+      r->set_log(chunk);
+      r->set_log_end(start + std::max<int64_t>(n, 0));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StopJob(grpc::ServerContext* ctx, const pb::StopJobRequest* req,
+                       pb::StopJobResponse*) override {
+    if (auto st = authenticate(*ctx); !st.ok()) return st;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(req->job_id());
+    if (it == jobs_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_id() + "' here");
+    }
+    for (auto& r : it->second.ranks) {
+      if (r.running) kill(r.pid, SIGTERM);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  grpc::Status authenticate(const grpc::ServerContext& ctx) const {
+    if (options_.auth_token.empty()) return grpc::Status::OK;
+    const auto& md = ctx.client_metadata();
+    const auto it = md.find("authorization");
+    if (it == md.end() ||
+        !constant_time_equal(std::string_view(it->second.data(), it->second.size()),
+                             "Bearer " + options_.auth_token)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this daemon requires 'authorization: Bearer <token>' with its token");
+    }
+    return grpc::Status::OK;
+  }
+
+  // fork + exec with stdout and stderr into `log`; -1 on failure.
+  static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fd);
+    return pid;
+  }
+
+  void reap() {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        bool any_running = false;
+        for (auto& [id, job] : jobs_) {
+          for (auto& r : job.ranks) {
+            if (!r.running) continue;
+            int status = 0;
+            const pid_t got = waitpid(r.pid, &status, WNOHANG);
+            if (got == 0) {
+              any_running = true;
+              continue;
+            }
+            r.running = false;
+            r.exited_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+            r.exit_code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                          : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                                : 1;
+            owner_[static_cast<size_t>(r.device)].clear();
+            log::get("daemon")->info("job {}: rank {} exited with {}", id, r.rank, r.exit_code);
+            if (r.exit_code != 0) {
+              // A failed job releases this node: its other ranks here stop too.
+              for (auto& other : job.ranks) {
+                if (other.running) kill(other.pid, SIGTERM);
+              }
+            }
+          }
+        }
+        if (stopping_ && !any_running) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  const ServeOptions options_;
+  const std::string self_exe_;
+  std::mutex mu_;
+  std::map<std::string, Job> jobs_;
+  std::vector<std::string> owner_;  // job holding each device, empty when free
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+}  // namespace
+
+Status run_serve(const ServeOptions& in) {
+  ServeOptions o = in;
+  if (o.devices < 1)
+    return invalid_argument("--devices = " + std::to_string(o.devices) + ", must be >= 1");
+  const auto colon = o.listen.rfind(':');
+  if (colon == std::string::npos)
+    return invalid_argument("--listen = '" + o.listen + "', expected HOST:PORT");
+  if (o.bind_host.empty()) o.bind_host = o.listen.substr(0, colon);
+  if (o.bind_host == "0.0.0.0" || o.bind_host == "::" || o.bind_host.empty()) {
+    return invalid_argument(
+        "--bind: give the address the ranks' data plane uses (the daemon never binds ranks to all "
+        "interfaces)");
+  }
+  if (o.auth_token.empty()) {
+    if (const char* env = std::getenv("GP_AUTH_TOKEN")) o.auth_token = env;
+  }
+  if (o.work_dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "graphpipe-daemon.XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return internal_error("cannot create a work directory");
+    o.work_dir = tmpl;
+  }
+  std::error_code ec;
+  fs::create_directories(o.work_dir, ec);
+  if (ec) return invalid_argument("--work-dir " + o.work_dir + ": " + ec.message());
+  char self[4096] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return internal_error("cannot find this executable (/proc/self/exe)");
+
+  Daemon service(o, std::string(self, static_cast<size_t>(n)));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    return Status(StatusCode::kUnavailable, "--listen " + o.listen + ": cannot bind");
+  }
+  auto log = log::get("daemon");
+  log->info("serving {} device(s) on {}:{}, ranks bind to {}, jobs in {}", o.devices,
+            o.listen.substr(0, colon), port, o.bind_host, o.work_dir);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  log->info("stopping: running ranks get SIGTERM");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return ok_status();
+}
+
+}  // namespace gp::exec::daemon

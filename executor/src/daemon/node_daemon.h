@@ -1,0 +1,36 @@
+// The node daemon (`graphpipe-executor serve`) and its client (`submit`): a daemon per node
+// starts the ranks of submitted plans on its devices, one rank per device, reports their state
+// and output, and stops them; `submit` spreads a plan's ranks over the daemons and follows the
+// job to its end.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+
+namespace gp::exec::daemon {
+
+struct ServeOptions {
+  std::string listen = "127.0.0.1:29600";  // never all interfaces unless asked for
+  int devices = 1;
+  std::string bind_host;   // ranks' data plane; default: the host part of `listen`
+  std::string work_dir;    // job directories (plans, logs); default: a temporary directory
+  std::string auth_token;  // or $GP_AUTH_TOKEN; required from clients when set
+};
+
+struct SubmitOptions {
+  std::string plan;
+  std::vector<std::string> nodes;  // daemon addresses, host:port, in node order
+  int iterations = 5;
+  int timeout_s = 30;
+  int port = 29500;                // the coordinator's port on the first node
+  std::string store_dir;           // shared by every node; default /tmp/graphpipe-store-<job>
+  std::string auth_token;          // or $GP_AUTH_TOKEN
+  std::vector<std::string> extra;  // executor run flags for every rank
+};
+
+Status run_serve(const ServeOptions& options);
+Status run_submit(const SubmitOptions& options);
+
+}  // namespace gp::exec::daemon

@@ -1,0 +1,203 @@
+// graphpipe-executor submit: spreads a plan's ranks over node daemons (in node order, one rank
+// per free device), starts them, prints their output as it comes, and exits with the first
+// failing rank's status.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "gp/common/logging.h"
+#include "gp/graph/model_io.h"
+#include "graphpipe/v1/daemon.grpc.pb.h"
+#include "graphpipe/v1/plan.pb.h"
+#include "node_daemon.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+namespace pb = graphpipe::v1;
+
+struct Node {
+  std::string address;
+  std::unique_ptr<pb::NodeDaemon::Stub> stub;
+  pb::DaemonInfo info;
+  std::vector<int> ranks;
+  std::vector<int64_t> offsets;
+  bool done = false;
+};
+
+void authorize(grpc::ClientContext* ctx, const std::string& token, int seconds) {
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+}
+
+Status from_grpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return ok_status();
+  const StatusCode code =
+      s.error_code() == grpc::StatusCode::INVALID_ARGUMENT      ? StatusCode::kInvalidArgument
+      : s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ? StatusCode::kFailedPrecondition
+      : s.error_code() == grpc::StatusCode::UNAUTHENTICATED     ? StatusCode::kUnauthenticated
+                                                                : StatusCode::kUnavailable;
+  return Status(code, what + ": " + s.error_message());
+}
+
+std::atomic<bool> g_interrupted{false};
+void on_signal(int) { g_interrupted = true; }
+
+std::string random_id() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
+  return buf;
+}
+
+}  // namespace
+
+Status run_submit(const SubmitOptions& in) {
+  SubmitOptions o = in;
+  auto log = log::get("submit");
+  if (o.auth_token.empty()) {
+    if (const char* env = std::getenv("GP_AUTH_TOKEN")) o.auth_token = env;
+  }
+  if (o.nodes.empty()) return invalid_argument("--nodes: give the daemons, host:port,...");
+  pb::Plan plan;
+  GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
+  std::string bytes;
+  plan.SerializeToString(&bytes);
+  const int world = plan.programs_size();
+  if (world < 1) return invalid_argument("--plan " + o.plan + ": no ranks");
+
+  // Ask every daemon first: nothing starts unless the whole plan fits.
+  std::vector<Node> nodes;
+  int free_total = 0;
+  for (const auto& address : o.nodes) {
+    Node n;
+    n.address = address;
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+    n.stub = pb::NodeDaemon::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext ctx;
+    authorize(&ctx, o.auth_token, 10);
+    GP_RETURN_IF_ERROR(
+        from_grpc(n.stub->GetInfo(&ctx, pb::DaemonInfoRequest(), &n.info), "daemon " + address));
+    free_total += n.info.devices() - n.info.busy_devices_size();
+    nodes.push_back(std::move(n));
+  }
+  if (free_total < world) {
+    return failed_precondition("the plan has " + std::to_string(world) +
+                               " ranks, the daemons have " + std::to_string(free_total) +
+                               " free devices");
+  }
+  int next = 0;
+  for (auto& n : nodes) {
+    const int free = n.info.devices() - n.info.busy_devices_size();
+    for (int i = 0; i < free && next < world; ++i) n.ranks.push_back(next++);
+    n.offsets.assign(n.ranks.size(), 0);
+  }
+  const std::string job = random_id();
+  if (o.store_dir.empty()) o.store_dir = "/tmp/graphpipe-store-" + job;
+  // Rank 0 is on the first node with ranks; it hosts the coordinator on its bind address.
+  std::string coordinator;
+  for (const auto& n : nodes) {
+    if (!n.ranks.empty() && n.ranks.front() == 0) {
+      coordinator = n.info.bind_address() + ":" + std::to_string(o.port);
+    }
+  }
+  log->info("job {}: {} ranks on {} node(s), coordinator {}", job, world, nodes.size(),
+            coordinator);
+
+  auto stop_all = [&] {
+    for (auto& n : nodes) {
+      if (n.ranks.empty()) continue;
+      grpc::ClientContext ctx;
+      authorize(&ctx, o.auth_token, 5);
+      pb::StopJobRequest req;
+      req.set_job_id(job);
+      pb::StopJobResponse resp;
+      (void)n.stub->StopJob(&ctx, req, &resp);
+    }
+  };
+  for (auto& n : nodes) {
+    if (n.ranks.empty()) continue;
+    pb::StartRanksRequest req;
+    req.set_job_id(job);
+    req.set_plan(bytes);
+    req.set_world_size(world);
+    for (int r : n.ranks) req.add_ranks(r);
+    req.set_coordinator(coordinator);
+    req.set_iterations(o.iterations);
+    req.set_timeout_s(o.timeout_s);
+    req.set_store_dir(o.store_dir);
+    for (const auto& a : o.extra) req.add_extra_args(a);
+    grpc::ClientContext ctx;
+    authorize(&ctx, o.auth_token, 10);
+    pb::StartRanksResponse resp;
+    Status st = from_grpc(n.stub->StartRanks(&ctx, req, &resp), "daemon " + n.address);
+    if (!st.ok()) {
+      stop_all();
+      return st;
+    }
+    std::string list;
+    for (int r : n.ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
+    log->info("daemon {} ({}): ranks {}", n.address, n.info.host(), list);
+  }
+
+  // Follow the job: output as it comes, the first failure's status at the end. Interrupted,
+  // it stops the job on every node.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  int failed_rank = -1, failed_code = 0;
+  int64_t failed_at = 0;  // the earliest failure names the cause; the rest follow from it
+  for (;;) {
+    if (g_interrupted) {
+      stop_all();
+      return Status(StatusCode::kAborted, "job " + job + ": interrupted; stopped on every node");
+    }
+    bool all_done = true;
+    for (auto& n : nodes) {
+      if (n.ranks.empty() || n.done) continue;
+      grpc::ClientContext ctx;
+      authorize(&ctx, o.auth_token, 10);
+      pb::JobStatusRequest req;
+      req.set_job_id(job);
+      for (int64_t off : n.offsets) req.add_log_offsets(off);
+      pb::JobStatusResponse resp;
+      Status st = from_grpc(n.stub->JobStatus(&ctx, req, &resp), "daemon " + n.address);
+      if (!st.ok()) {
+        stop_all();
+        return st.with_context("job " + job);
+      }
+      bool running = false;
+      for (int i = 0; i < resp.ranks_size(); ++i) {
+        const auto& r = resp.ranks(i);
+        if (!r.log().empty()) std::fprintf(stdout, "%s", r.log().c_str());
+        n.offsets[static_cast<size_t>(i)] = r.log_end();
+        running = running || r.running();
+        if (!r.running() && r.exit_code() != 0 &&
+            (failed_rank < 0 || r.exited_unix_ms() < failed_at)) {
+          failed_rank = r.rank();
+          failed_code = r.exit_code();
+          failed_at = r.exited_unix_ms();
+        }
+      }
+      std::fflush(stdout);
+      n.done = !running;
+      all_done = all_done && n.done;
+    }
+    if (all_done) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (failed_rank >= 0) {
+    return internal_error("job " + job + ": rank " + std::to_string(failed_rank) +
+                          " exited with status " + std::to_string(failed_code));
+  }
+  log->info("job {}: every rank finished", job);
+  return ok_status();
+}
+
+}  // namespace gp::exec::daemon
