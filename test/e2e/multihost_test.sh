@@ -33,9 +33,11 @@ trap cleanup EXIT
 ip netns add "$ns_b" || exit 1
 ip link add "veth-a$$" type veth peer name "veth-b$$" || { echo "skipped: no veth support"; exit 77; }
 ip link set "veth-a$$" netns "$ns_a" && ip link set "veth-b$$" netns "$ns_b" || exit 1
-ip -n "$ns_a" addr add 10.77.0.1/24 dev "veth-a$$" && ip -n "$ns_b" addr add 10.77.0.2/24 dev "veth-b$$"
+ip -n "$ns_a" addr add 10.77.0.1/24 dev "veth-a$$" && ip -n "$ns_b" addr add 10.77.0.2/24 dev "veth-b$$" || exit 1
 for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
-ip -n "$ns_a" link set "veth-a$$" up && ip -n "$ns_b" link set "veth-b$$" up || exit 1
+# The same interface name on both "hosts", as on a cluster's nodes.
+ip -n "$ns_a" link set "veth-a$$" name gp0 && ip -n "$ns_b" link set "veth-b$$" name gp0 || exit 1
+ip -n "$ns_a" link set gp0 up && ip -n "$ns_b" link set gp0 up || exit 1
 
 # Two nodes of one CPU device each.
 sed -e 's/^num_nodes: .*/num_nodes: 2/' -e 's/^devices_per_node: .*/devices_per_node: 1/' \
@@ -55,6 +57,24 @@ check "they reached the coordinator on the first host's address" \
   'grep -q "coordinator 10.77.0.1:29611" "$tmp/netns.log"'
 check "their losses equal the reference's" \
   '[ -s "$tmp/netns.json" ] && [ "$(losses "$tmp/netns.json")" = "$(losses "$tmp/ref.json")" ]'
+
+# Addresses found on the hosts: --iface, or the route to the first host.
+printf '%s 1\n%s 1\n' "$ns_a" "$ns_b" > "$tmp/hosts-no-addr"
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/hosts-no-addr" \
+  --remote-shell "ip netns exec" --iface gp0 --port 29613 --run-dir "$tmp/run-iface" \
+  --metrics-out "$tmp/iface.json" > "$tmp/iface.log" 2>&1; rc=$?
+check "--iface gp0 finds each host's address (exit 0, coordinator on 10.77.0.1)" \
+  '[ $rc -eq 0 ] && grep -q "coordinator 10.77.0.1:29613" "$tmp/iface.log"'
+printf '%s 1 10.77.0.1\n%s 1\n' "$ns_a" "$ns_b" > "$tmp/hosts-route"
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/hosts-route" \
+  --remote-shell "ip netns exec" --port 29614 --run-dir "$tmp/run-route" \
+  --metrics-out "$tmp/route.json" > "$tmp/route.log" 2>&1; rc=$?
+check "a host without ADDRESS binds to its address on the route to the first host" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/route.json")" = "$(losses "$tmp/ref.json")" ]'
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/hosts-no-addr" \
+  --remote-shell "ip netns exec" --port 29615 > "$tmp/noaddr.log" 2>&1; rc=$?
+check "a first host without any address is refused, naming it" \
+  '[ $rc -eq 2 ] && grep -q "no address for the first host" "$tmp/noaddr.log"'
 
 printf '%s 2 10.77.0.1\n%s 1 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/bad-hosts"
 run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/bad-hosts" \
