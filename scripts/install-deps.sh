@@ -8,7 +8,7 @@ packages=(
   cmake ninja-build pkg-config g++
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
   libcli11-dev libspdlog-dev catch2
-  libopenblas-dev libgloo-dev
+  libopenblas-dev libgloo-dev libonnx-dev
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #include "gp/graph/zoo.h"
 
 #include "gp/graph/model_io.h"
+#include "gp/graph/onnx_import.h"
 #include "zoo_models.h"
 
 namespace gp::graph {
@@ -169,6 +170,7 @@ Result<graphpipe::v1::ModelGraph> build_zoo_model(std::string_view spec) {
 
 Result<graphpipe::v1::ModelGraph> load_model(std::string_view spec_or_path) {
   if (spec_or_path.starts_with("zoo:")) return build_zoo_model(spec_or_path);
+  if (spec_or_path.ends_with(".onnx")) return import_onnx(std::string(spec_or_path));
   graphpipe::v1::ModelGraph model;
   Status st = read_message(std::string(spec_or_path), &model);
   if (!st.ok()) return st.with_context("--model");

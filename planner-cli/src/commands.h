@@ -25,6 +25,11 @@ struct ZooExportOptions {
   std::string name;
   std::string out;
 };
+struct ImportOptions {
+  std::string file;
+  std::string out;
+  std::string loss = "mse";
+};
 
 struct SearchOptions {
   std::string model;
@@ -81,6 +86,7 @@ struct PlanningSetup {
 
 Status run_zoo_list();
 Status run_zoo_export(const ZooExportOptions& opts);
+Status run_import(const ImportOptions& opts);
 Status run_model_info(const ModelInfoOptions& opts);
 Status run_ops_list();
 

@@ -84,6 +84,18 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("ops", "List the operator catalogue with each op's attributes");
 
+  ImportOptions import_opts;
+  auto* import = app.add_subcommand(
+      "import", "Convert an ONNX model (torch.onnx.export) into a GraphPipe model file");
+  import->add_option("file", import_opts.file, "the .onnx file")->required();
+  import->add_option("--out", import_opts.out, "model file to write (.pbtxt, .json or .pb)")
+      ->required();
+  import
+      ->add_option("--loss", import_opts.loss,
+                   "loss attached to every graph output: mse (against a new target input) or "
+                   "cross_entropy (against new int64 labels)")
+      ->capture_default_str();
+
   SearchOptions search_opts;
   auto* search = app.add_subcommand(
       "search", "Search a plan: stages, devices, micro-batch and schedule; write it to --out");
@@ -151,6 +163,8 @@ int main(int argc, char** argv) {
     status = run_zoo_list();
   } else if (zoo->got_subcommand("export")) {
     status = run_zoo_export(export_opts);
+  } else if (import->parsed()) {
+    status = run_import(import_opts);
   } else if (replan->parsed()) {
     status = run_replan(replan_opts);
   } else if (info->parsed()) {

@@ -4,6 +4,7 @@
 #include "gp/common/logging.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/onnx_import.h"
 #include "gp/graph/summary.h"
 #include "gp/graph/zoo.h"
 
@@ -20,6 +21,20 @@ Status run_zoo_list() {
     }
   }
   std::printf("\nUse as --model zoo:NAME or zoo:NAME?key=value&key=value\n");
+  return ok_status();
+}
+
+Status run_import(const ImportOptions& opts) {
+  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  graph::OnnxImportOptions io;
+  io.loss = opts.loss;
+  GP_ASSIGN_OR_RETURN(auto model, graph::import_onnx(opts.file, io));
+  GP_RETURN_IF_ERROR(graph::write_message(opts.out, model));
+  auto built = graph::Graph::build(model);
+  if (!built.ok()) return built.status();
+  std::printf("imported %s: %d ops, %lld parameters, %d branch(es) -> %s\n", opts.file.c_str(),
+              built->num_ops(), static_cast<long long>(built->total_params()),
+              built->max_parallel_branches(), opts.out.c_str());
   return ok_status();
 }
 

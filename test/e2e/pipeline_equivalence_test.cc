@@ -9,8 +9,10 @@
 #include "gp/cost/cluster.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
+#include "gp/graph/onnx_import.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
+#include "gp/planner/verify.h"
 
 using namespace gp;
 
@@ -111,6 +113,24 @@ TEST_CASE("sequential and graph pipelines train exactly like the single-process 
         check_same_training(g, plan, ref);
       }
     }
+  }
+}
+
+TEST_CASE("imported ONNX models plan, verify and train exactly like the single-process reference") {
+  for (const char* file : {"two_tower.onnx", "dlrm_like.onnx", "mlp_gelu_ln.onnx"}) {
+    INFO(file);
+    auto model = graph::import_onnx(std::string(GP_TEST_DATA_DIR) + "/onnx/" + file);
+    INFO(model.status().to_string());
+    REQUIRE(model.ok());
+    auto g = testing::build_graph(*model);
+    const auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+    const auto ref = reference(g, 16, t);
+    const auto plan = searched(g, graphpipe::v1::STRATEGY_GRAPHPIPE, 2, 16, t);
+    cost::AnalyticCostModel compute(plan.cluster().device(), graphpipe::v1::PRECISION_FP32);
+    auto verified = planner::verify_plan(plan, compute);
+    REQUIRE(verified.ok());
+    CHECK(verified->ok());
+    check_same_training(g, plan, ref);
   }
 }
 

@@ -99,4 +99,19 @@ check "an unknown strategy exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "exp
 printf 'not a plan' > "$tmp/garbage.pb"
 err=$("$bin" verify --plan "$tmp/garbage.pb" 2>&1 >/dev/null); rc=$?
 check "a garbage plan file exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "garbage.pb"'
+
+# ONNX models: import, and .onnx wherever a model is accepted.
+onnx_dir="$(cd "$(dirname "$0")/../data/onnx" && pwd)"
+out=$("$bin" import "$onnx_dir/dlrm_like.onnx" --out "$tmp/dlrm_like.pbtxt" 2>&1); rc=$?
+check "import dlrm_like.onnx exits 0 and counts ops and parameters" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "12 ops, 1289 parameters, 3 branch"'
+check "the imported model is a model file" '"$bin" model-info --model "$tmp/dlrm_like.pbtxt" | grep -q "embedding_bag x2"'
+out=$("$bin" model-info --model "$onnx_dir/two_tower.onnx" --json); rc=$?
+check "model-info reads .onnx directly" '[ $rc -eq 0 ] && echo "$out" | grep -q "\"num_branches\":2"'
+"$bin" search --model "$onnx_dir/two_tower.onnx" --cluster cpu-local --devices 2 --batch 16 \
+  --out "$tmp/two_tower_plan.pb" --log-level warn >/dev/null; rc=$?
+check "search plans an .onnx model" '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/two_tower_plan.pb" >/dev/null'
+err=$("$bin" import "$onnx_dir/attention_block.onnx" --out "$tmp/x.pbtxt" 2>&1); rc=$?
+check "an unmappable ONNX model exits 2 naming the nodes" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "node 3 .attn.kt. (Transpose)" && [ ! -e "$tmp/x.pbtxt" ]'
 exit $fail

@@ -1,0 +1,133 @@
+// ONNX import: the test models in test/data/onnx (written by make_models.py in the patterns
+// torch.onnx.export produces) import onto the catalogue, equal to the same models built by hand;
+// what has no operator is refused, naming every node.
+#include "gp/graph/onnx_import.h"
+
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "../support/models.h"
+#include "gp/graph/model_io.h"
+
+namespace gp::graph {
+namespace {
+
+std::string data(const std::string& name) {
+  return std::string(GP_TEST_DATA_DIR) + "/onnx/" + name;
+}
+
+ModelGraph imported(const std::string& name, const OnnxImportOptions& o = {}) {
+  auto m = import_onnx(data(name), o);
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  return *m;
+}
+
+// The graph without its name, description and source: what trains.
+std::string structure_hash(ModelGraph m) {
+  m.clear_name();
+  m.clear_description();
+  m.clear_source();
+  return message_hash(m);
+}
+
+ModelGraph two_tower_by_hand() {
+  GraphBuilder b("two_tower", "");
+  TensorRef towers[2];
+  int k = 0;
+  for (auto [name, width] : {std::pair{"user", 16}, std::pair{"item", 24}}) {
+    towers[k++] = b.input(name, {width});
+  }
+  k = 0;
+  for (const char* name : {"user", "item"}) {
+    const std::string p = name;
+    auto h = b.linear(p + ".fc1", towers[k], 32);
+    h = b.relu(p + ".relu", h);
+    towers[k++] = b.linear(p + ".fc2", h, 8);
+  }
+  auto both = b.concat("concat", {towers[0], towers[1]}, 0);
+  auto score = b.linear("head", both, 1);
+  b.add_loss(b.mse_loss("score.loss", score, b.input("score.target", {1})));
+  return b.finish();
+}
+
+TEST_CASE("an ONNX two-tower model imports as the same graph built by hand") {
+  const auto by_hand = two_tower_by_hand();
+  for (const char* file : {"two_tower.onnx", "two_tower_no_params.onnx"}) {
+    INFO(file);
+    const auto m = imported(file);
+    CHECK(structure_hash(m) == structure_hash(by_hand));
+    CHECK(m.source() == data(file));
+    const auto g = testing::build_graph(m);
+    CHECK(g.total_params() == 2 * 32 + 32 * 16 + 32 * 24 + 2 * (8 * 32 + 8) + 16 + 1);
+    CHECK(g.max_parallel_branches() == 2);
+  }
+}
+
+TEST_CASE("erf GELU, LayerNormalization, MatMul + Add and Softmax map onto the catalogue") {
+  const auto g = testing::build_graph(imported("mlp_gelu_ln.onnx"));
+  std::vector<std::string> types;
+  for (int i : g.topo_order()) types.emplace_back(g.op(i).type());
+  CHECK(types == std::vector<std::string>{"input", "linear", "gelu", "layer_norm", "linear",
+                                          "softmax", "input", "mse_loss"});
+  const auto& fc1 = g.op(g.index_of("fc1"));
+  const auto& fc2 = g.op(g.index_of("fc2"));
+  CHECK(fc1.proto->params_size() == 2);  // the Add became its bias
+  CHECK(fc2.proto->params_size() == 1);  // no bias
+  CHECK(g.index_of("act") >= 0);         // the five GELU nodes are one op named after the first
+  CHECK(g.total_params() == 16 * 32 + 32 + 2 * 32 + 32 * 4);
+}
+
+TEST_CASE("embedding bags, an open-ended slice and a three-way concat import") {
+  const auto g = testing::build_graph(imported("dlrm_like.onnx"));
+  const auto& e0 = g.op(g.index_of("emb0"));
+  const auto& e1 = g.op(g.index_of("emb1"));
+  CHECK(e0.type() == "embedding_bag");
+  CHECK(e1.type() == "embedding_bag");
+  CHECK(e0.proto->attrs().count("mode") == 0);  // sum, the default
+  CHECK(e1.proto->attrs().at("mode").s() == "mean");
+  const auto& slice = *g.op(g.index_of("sparse_part")).proto;
+  CHECK(slice.attrs().at("start").i() == 8);
+  CHECK(slice.attrs().at("end").i() == 24);  // "to the end" of the 24 concatenated features
+  CHECK(slice.attrs().at("axis").i() == 0);  // ONNX axis 1 is the first per-sample axis
+  CHECK(g.max_parallel_branches() == 3);
+  CHECK(g.op(g.index_of("ids0")).proto->outputs(0).dtype() == graphpipe::v1::DATA_TYPE_INT64);
+}
+
+TEST_CASE("an attention subgraph is refused, naming each node without an operator") {
+  auto m = import_onnx(data("attention_block.onnx"));
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.status().code() == StatusCode::kInvalidArgument);
+  const std::string msg = m.status().message();
+  CHECK_THAT(msg, Catch::Contains("attention_block.onnx"));
+  CHECK_THAT(msg, Catch::Contains("node 3 'attn.kt' (Transpose)"));
+  CHECK_THAT(msg, Catch::Contains("node 4 'attn.scores' (MatMul)"));
+  CHECK_THAT(msg, Catch::Contains("2 ONNX node(s)"));  // not the nodes that only follow them
+}
+
+TEST_CASE("cross-entropy attaches int64 labels of the logits' shape without the classes") {
+  OnnxImportOptions o;
+  o.loss = "cross_entropy";
+  const auto g = testing::build_graph(imported("mlp_gelu_ln.onnx", o));
+  const auto& labels = g.op(g.index_of("probs.labels"));
+  CHECK(labels.proto->outputs(0).dtype() == graphpipe::v1::DATA_TYPE_INT64);
+  CHECK(g.op(g.index_of("probs.loss")).type() == "softmax_cross_entropy");
+  o.loss = "hinge";
+  CHECK_THAT(import_onnx(data("mlp_gelu_ln.onnx"), o).status().message(),
+             Catch::Contains("--loss"));
+}
+
+TEST_CASE("a file that is not an ONNX model is refused, naming it") {
+  const std::string path = std::string(GP_TEST_DATA_DIR) + "/onnx/make_models.py";
+  auto m = import_onnx(path);
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("make_models.py"));
+  CHECK_FALSE(import_onnx(data("missing.onnx")).ok());
+  // load_model takes .onnx files wherever a model is accepted.
+  auto loaded = load_model(data("two_tower.onnx"));
+  REQUIRE(loaded.ok());
+  CHECK(loaded->ops_size() == 12);
+}
+
+}  // namespace
+}  // namespace gp::graph
