@@ -1,10 +1,10 @@
 #include "gp/exec/checkpoint.h"
 
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <set>
 
+#include "gp/common/util.h"
 #include "gp/exec/optimizer.h"
 #include "gp/graph/model_io.h"
 
@@ -35,15 +35,6 @@ std::string iter_dir(const std::string& dir, int64_t iteration) {
 }
 
 std::string op_file(int op_index) { return "op-" + std::to_string(op_index) + ".bin"; }
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 int64_t param_floats(const graph::OpNode& op) {
   int64_t total = 0;
@@ -102,7 +93,7 @@ Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph:
   m.set_plan_hash(plan_hash);
   m.set_iteration(iteration);
   m.set_optimizer(training.optimizer());
-  m.set_created(utc_now());
+  m.set_created(utc_now_iso8601());
   for (const auto& op : graph.ops()) {
     const int64_t n = param_floats(op);
     if (n == 0) continue;

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "gp/common/util.h"
 #include "gp/common/version.h"
 #include "gp/graph/model_io.h"
 
@@ -18,15 +19,6 @@ namespace {
 using graphpipe::v1::CommFit;
 using graphpipe::v1::OpMeasurement;
 using graphpipe::v1::ProfileDB;
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string num(double v) {
   char buf[64];
@@ -62,7 +54,7 @@ graphpipe::v1::Provenance make_provenance(std::string backend, std::string devic
   p.set_library_versions(std::move(library_versions));
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) p.set_host(host);
-  p.set_date(utc_now());
+  p.set_date(utc_now_iso8601());
   p.set_tool_version(GP_VERSION_STRING);
   return p;
 }

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "gp/common/logging.h"
+#include "gp/common/util.h"
 #include "gp/graph/model_io.h"
 #include "graphpipe/v1/executor.grpc.pb.h"
 
@@ -82,16 +83,6 @@ Status aborted_status(std::string_view context, const std::string& reason) {
 Status shutting_down_status(std::string_view context) {
   return Status(StatusCode::kUnavailable,
                 std::string(context) + "the coordinator is shutting down");
-}
-
-// Compares without an early exit so that the time taken says nothing about the token.
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
-  }
-  return diff == 0;
 }
 
 std::string random_job_id() {

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "gp/common/logging.h"
+#include "gp/common/util.h"
 #include "gp/common/version.h"
 #include "gp/graph/model_io.h"
 #include "graphpipe/v1/daemon.grpc.pb.h"
@@ -37,15 +38,6 @@ namespace pb = graphpipe::v1;
 const std::set<std::string> kAllowedFlags = {"--checkpoint-dir", "--checkpoint-every", "--resume",
                                              "--heartbeat-ms",   "--metrics-out",      "--trace",
                                              "--kill-rank-at",   "--log-level"};
-
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i]);
-  }
-  return diff == 0;
-}
 
 struct RankProc {
   int rank = 0;
