@@ -180,6 +180,23 @@ Result<Graph> Graph::build(const ModelGraph& model) {
     for (auto& spec : inferred.outputs) *op.add_outputs() = spec;
     op.clear_params();
     for (auto& p : inferred.params) *op.add_params() = p;
+    for (const auto& [name, bytes] : op.param_values()) {
+      const ParamSpec* spec = nullptr;
+      for (const auto& p : op.params()) {
+        if (p.name() == name) spec = &p;
+      }
+      if (spec == nullptr) {
+        return invalid_argument(op_label(i, op) + ": param_values['" + name +
+                                "']: the op has no such parameter");
+      }
+      int64_t want = 4;  // float32 bytes per element
+      for (int64_t d : spec->shape()) want *= d;
+      if (static_cast<int64_t>(bytes.size()) != want) {
+        return invalid_argument(
+            op_label(i, op) + ": param_values['" + name + "']: " + std::to_string(bytes.size()) +
+            " bytes, the parameter needs " + std::to_string(want) + " (float32)");
+      }
+    }
     node.cost = inferred.cost;
     node.output_bytes = 0;
     for (const auto& spec : inferred.outputs) node.output_bytes += size_bytes(spec);

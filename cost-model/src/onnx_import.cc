@@ -282,7 +282,12 @@ class Importer {
       }
       if (t == "Softmax") return out(b_.softmax(id, *x));
       if (n.input_size() < 2 || !is_weight(n.input(1))) return refuse(i, "scale is not a weight");
-      return out(b_.layer_norm(id, *x));
+      out(b_.layer_norm(id, *x));
+      if (auto v = float_values(n.input(1))) set_values(id, "gamma", *v);
+      if (n.input_size() > 2 && !n.input(2).empty()) {
+        if (auto v = float_values(n.input(2))) set_values(id, "beta", *v);
+      }
+      return;
     }
     if (t == "Gemm") {
       auto a = in(0);
@@ -294,9 +299,18 @@ class Importer {
       }
       const auto w = weight_dims(n.input(1));
       if (w.size() != 2) return refuse(i, "weight of rank " + std::to_string(w.size()));
-      const int64_t out_features = attr_i(n, "transB", 0) != 0 ? w[0] : w[1];
+      const bool trans_b = attr_i(n, "transB", 0) != 0;
+      const int64_t out_features = trans_b ? w[0] : w[1];
       const bool bias = n.input_size() > 2 && !n.input(2).empty();
-      return out(b_.linear(id, *a, out_features, bias));
+      out(b_.linear(id, *a, out_features, bias));
+      // GraphPipe's weight is [out, in]: ONNX's B as is with transB, transposed without.
+      if (auto v = float_values(n.input(1))) {
+        set_values(id, "weight", trans_b ? *v : transposed(*v, w[0], w[1]));
+      }
+      if (bias) {
+        if (auto v = float_values(n.input(2))) set_values(id, "bias", *v);
+      }
+      return;
     }
     if (t == "MatMul") {
       auto a = in(0);
@@ -309,6 +323,7 @@ class Importer {
       // MatMul + Add(bias of the output width) is one linear.
       const int add = sole_consumer(n.output(0));
       bool bias = false;
+      std::string bias_name;
       std::string result = n.output(0);
       if (add >= 0 && g_.node(add).op_type() == "Add" && g_.node(add).input_size() == 2) {
         const auto& an = g_.node(add);
@@ -316,11 +331,16 @@ class Importer {
         const auto bd = is_weight(other) ? weight_dims(other) : std::vector<int64_t>{};
         if (bd.size() == 1 && bd[0] == w[1]) {
           bias = true;
+          bias_name = other;
           result = an.output(0);
           done_[static_cast<size_t>(add)] = true;
         }
       }
       act_[result] = b_.linear(id, *a, w[1], bias);
+      if (auto v = float_values(n.input(1))) set_values(id, "weight", transposed(*v, w[0], w[1]));
+      if (bias) {
+        if (auto v = float_values(bias_name)) set_values(id, "bias", *v);
+      }
       return;
     }
     if (t == "Add") {
@@ -349,6 +369,31 @@ class Importer {
       return refuse(i, "flattens a tensor of more than one per-sample dimension (no reshape op)");
     }
     refuse(i, "no GraphPipe operator for this type");
+  }
+
+  // float32 values of an initializer; nullopt for weights that came as graph inputs
+  // (export_params=False) or of another type.
+  std::optional<std::vector<float>> float_values(const std::string& name) const {
+    auto it = consts_.find(name);
+    if (it == consts_.end() || it->second->data_type() != kOnnxFloat) return std::nullopt;
+    const auto v = values_of(*it->second);
+    return std::vector<float>(v.begin(), v.end());
+  }
+  static std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
+    std::vector<float> t(v.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c)
+        t[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
+    }
+    return t;
+  }
+  // Imports a parameter's values into op `id` (float32 little-endian, its shape row-major).
+  void set_values(const std::string& id, const std::string& param, const std::vector<float>& v) {
+    for (auto& op : *b_.model().mutable_ops()) {
+      if (op.id() != id) continue;
+      (*op.mutable_param_values())[param] =
+          std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    }
   }
 
   std::optional<int64_t> rank_of(const std::string& name) const {
@@ -451,6 +496,7 @@ class Importer {
     }
     done_[static_cast<size_t>(r)] = true;
     TensorRef out = b_.embedding_bag(id, *ids, table[0], table[1]);
+    if (auto v = float_values(n.input(0))) set_values(id, "weight", *v);
     if (red.op_type() == "ReduceMean") {
       for (auto& op : *b_.model().mutable_ops()) {
         if (op.id() == id) set_attr(op, "mode", std::string_view("mean"));

@@ -1,6 +1,7 @@
 #include "gp/exec/init.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace gp::exec {
@@ -31,6 +32,12 @@ uint64_t hash_combine(uint64_t h, uint64_t v) {
 void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::span<float> out) {
   const auto& spec = op.proto->params(param_index);
   const std::string& name = spec.name();
+  // Values that came with the model (validated by Graph::build to fit the parameter).
+  if (auto it = op.proto->param_values().find(name);
+      it != op.proto->param_values().end() && it->second.size() == out.size_bytes()) {
+    std::memcpy(out.data(), it->second.data(), out.size_bytes());
+    return;
+  }
   Rng rng(hash_combine(hash_combine(seed, op.id()), name));
   if (op.type() == "layer_norm") {
     const float v = name == "gamma" ? 1.0f : 0.0f;

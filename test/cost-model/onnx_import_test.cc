@@ -4,10 +4,12 @@
 #include "gp/graph/onnx_import.h"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <fstream>
 
 #include "../support/models.h"
 #include "gp/graph/model_io.h"
+#include "onnx/onnx.pb.h"
 
 namespace gp::graph {
 namespace {
@@ -23,12 +25,43 @@ ModelGraph imported(const std::string& name, const OnnxImportOptions& o = {}) {
   return *m;
 }
 
-// The graph without its name, description and source: what trains.
+// The graph without its name, description, source and imported parameter values.
 std::string structure_hash(ModelGraph m) {
   m.clear_name();
   m.clear_description();
   m.clear_source();
+  for (auto& op : *m.mutable_ops()) op.clear_param_values();
   return message_hash(m);
+}
+
+// The float32 values of an ONNX initializer.
+std::vector<float> initializer(const std::string& file, const std::string& name) {
+  onnx::ModelProto model;
+  auto bytes = read_file(data(file));
+  REQUIRE(bytes.ok());
+  REQUIRE(model.ParseFromString(*bytes));
+  for (const auto& t : model.graph().initializer()) {
+    if (t.name() != name) continue;
+    std::vector<float> v(t.raw_data().size() / 4);
+    std::memcpy(v.data(), t.raw_data().data(), t.raw_data().size());
+    for (float f : t.float_data()) v.push_back(f);
+    return v;
+  }
+  FAIL("no initializer " << name);
+  return {};
+}
+
+std::vector<float> imported_values(const ModelGraph& m, const std::string& op_id,
+                                   const std::string& param) {
+  for (const auto& op : m.ops()) {
+    if (op.id() != op_id) continue;
+    auto it = op.param_values().find(param);
+    if (it == op.param_values().end()) return {};
+    std::vector<float> v(it->second.size() / 4);
+    std::memcpy(v.data(), it->second.data(), it->second.size());
+    return v;
+  }
+  return {};
 }
 
 ModelGraph two_tower_by_hand() {
@@ -62,6 +95,45 @@ TEST_CASE("an ONNX two-tower model imports as the same graph built by hand") {
     CHECK(g.total_params() == 2 * 32 + 32 * 16 + 32 * 24 + 2 * (8 * 32 + 8) + 16 + 1);
     CHECK(g.max_parallel_branches() == 2);
   }
+}
+
+TEST_CASE("weights are imported in GraphPipe's [out, in] layout; weight inputs have none") {
+  const auto m = imported("two_tower.onnx");
+  // Gemm with transB=1: ONNX's [out, in] as is.
+  CHECK(imported_values(m, "user.fc1", "weight") ==
+        initializer("two_tower.onnx", "user.fc1.weight"));
+  CHECK(imported_values(m, "head", "bias") == initializer("two_tower.onnx", "head.bias"));
+  // MatMul: ONNX's [in, out] transposed.
+  const auto mlp = imported("mlp_gelu_ln.onnx");
+  const auto w = initializer("mlp_gelu_ln.onnx", "fc1.weight");  // [16, 32]
+  const auto got = imported_values(mlp, "fc1", "weight");        // [32, 16]
+  REQUIRE(got.size() == w.size());
+  CHECK(got[3 * 16 + 5] == w[5 * 32 + 3]);
+  CHECK(imported_values(mlp, "fc1", "bias") == initializer("mlp_gelu_ln.onnx", "fc1.bias"));
+  CHECK(imported_values(mlp, "ln", "gamma") == initializer("mlp_gelu_ln.onnx", "ln.weight"));
+  const auto dlrm = imported("dlrm_like.onnx");
+  CHECK(imported_values(dlrm, "emb1", "weight") == initializer("dlrm_like.onnx", "emb1.weight"));
+  const auto no_params = imported("two_tower_no_params.onnx");
+  for (const auto& op : no_params.ops()) CHECK(op.param_values().empty());
+}
+
+TEST_CASE("parameter values of the wrong size or for no parameter are refused by name") {
+  auto m = imported("two_tower.onnx");
+  for (auto& op : *m.mutable_ops()) {
+    if (op.id() == "head") (*op.mutable_param_values())["bias"] = std::string(8, '\0');
+  }
+  auto g = Graph::build(m);
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.status().message(), Catch::Contains("'head'"));
+  CHECK_THAT(g.status().message(),
+             Catch::Contains("param_values['bias']: 8 bytes, the parameter needs 4"));
+  for (auto& op : *m.mutable_ops()) {
+    if (op.id() == "head") {
+      op.mutable_param_values()->clear();
+      (*op.mutable_param_values())["gamma"] = std::string(4, '\0');
+    }
+  }
+  CHECK_THAT(Graph::build(m).status().message(), Catch::Contains("no such parameter"));
 }
 
 TEST_CASE("erf GELU, LayerNormalization, MatMul + Add and Softmax map onto the catalogue") {

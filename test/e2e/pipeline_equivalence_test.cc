@@ -4,11 +4,13 @@
 // in-process data plane.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
+#include "gp/exec/stage_runner.h"
 #include "gp/graph/onnx_import.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
@@ -124,6 +126,22 @@ TEST_CASE("imported ONNX models plan, verify and train exactly like the single-p
     REQUIRE(model.ok());
     auto g = testing::build_graph(*model);
     const auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+    // Training starts from the imported weights, not from the seeded initialisation.
+    auto fresh = exec::StageRunner::create(g, g.topo_order(), {}, 1, 1, t);
+    REQUIRE(fresh.ok());
+    int with_values = 0;
+    for (const auto& op : g.ops()) {
+      for (const auto& p : op.proto->params()) {
+        auto it = op.proto->param_values().find(p.name());
+        if (it == op.proto->param_values().end() || p.name() != op.proto->params(0).name())
+          continue;
+        const auto got = (*fresh)->op_params(op.index);
+        REQUIRE(got.size_bytes() >= it->second.size());
+        CHECK(std::memcmp(got.data(), it->second.data(), it->second.size()) == 0);
+        ++with_values;
+      }
+    }
+    CHECK(with_values > 0);
     const auto ref = reference(g, 16, t);
     const auto plan = searched(g, graphpipe::v1::STRATEGY_GRAPHPIPE, 2, 16, t);
     cost::AnalyticCostModel compute(plan.cluster().device(), graphpipe::v1::PRECISION_FP32);

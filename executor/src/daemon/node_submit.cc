@@ -151,8 +151,16 @@ Status run_submit(const SubmitOptions& in) {
   // it stops the job on every node.
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // The cause of a failure: a rank killed by a signal (the others then exit with errors of
+  // their own), else the earliest to fail. Exit times are the daemons' (polled) observations.
   int failed_rank = -1, failed_code = 0;
-  int64_t failed_at = 0;  // the earliest failure names the cause; the rest follow from it
+  int64_t failed_at = 0;
+  std::vector<std::string> also_failed;
+  auto worse = [&](int code, int64_t at) {
+    const bool signal = code > 128, current_signal = failed_code > 128;
+    if (failed_rank < 0 || signal != current_signal) return failed_rank < 0 || signal;
+    return at < failed_at;
+  };
   for (;;) {
     if (g_interrupted) {
       stop_all();
@@ -178,11 +186,19 @@ Status run_submit(const SubmitOptions& in) {
         if (!r.log().empty()) std::fprintf(stdout, "%s", r.log().c_str());
         n.offsets[static_cast<size_t>(i)] = r.log_end();
         running = running || r.running();
-        if (!r.running() && r.exit_code() != 0 &&
-            (failed_rank < 0 || r.exited_unix_ms() < failed_at)) {
-          failed_rank = r.rank();
-          failed_code = r.exit_code();
-          failed_at = r.exited_unix_ms();
+        if (!r.running() && r.exit_code() != 0) {
+          if (worse(r.exit_code(), r.exited_unix_ms())) {
+            if (failed_rank >= 0) {
+              also_failed.push_back(std::to_string(failed_rank) + " (" +
+                                    std::to_string(failed_code) + ")");
+            }
+            failed_rank = r.rank();
+            failed_code = r.exit_code();
+            failed_at = r.exited_unix_ms();
+          } else {
+            also_failed.push_back(std::to_string(r.rank()) + " (" + std::to_string(r.exit_code()) +
+                                  ")");
+          }
         }
       }
       std::fflush(stdout);
@@ -193,8 +209,11 @@ Status run_submit(const SubmitOptions& in) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (failed_rank >= 0) {
+    std::string others;
+    for (const auto& f : also_failed) others += (others.empty() ? "" : ", ") + f;
     return internal_error("job " + job + ": rank " + std::to_string(failed_rank) +
-                          " exited with status " + std::to_string(failed_code));
+                          " exited with status " + std::to_string(failed_code) +
+                          (others.empty() ? "" : "; then rank(s) " + others));
   }
   log->info("job {}: every rank finished", job);
   return ok_status();

@@ -18,8 +18,11 @@ OUT = sys.argv[1] if len(sys.argv) > 1 else "."
 rng = np.random.default_rng(0)
 
 
-def weight(name, *shape):
-    return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+def weight(name, *shape, fan_in=None):
+    # Uniform in +-1/sqrt(fan_in), as PyTorch initialises nn.Linear. fan_in defaults to the last
+    # dimension (an [out, in] Gemm weight); MatMul weights are [in, out] and pass theirs.
+    bound = 1.0 / np.sqrt(fan_in or shape[-1])
+    return numpy_helper.from_array(rng.uniform(-bound, bound, shape).astype(np.float32), name)
 
 
 def const(name, values, dtype=np.int64):
@@ -63,8 +66,8 @@ def two_tower(export_params=True):
 
 
 def mlp_gelu_ln():
-    inits = [weight("fc1.weight", 16, 32), weight("fc1.bias", 32), weight("ln.weight", 32),
-             weight("ln.bias", 32), weight("fc2.weight", 32, 4),
+    inits = [weight("fc1.weight", 16, 32, fan_in=16), weight("fc1.bias", 32), weight("ln.weight", 32),
+             weight("ln.bias", 32), weight("fc2.weight", 32, 4, fan_in=32),
              numpy_helper.from_array(np.array(1.4142135381698608, np.float32), "sqrt2"),
              numpy_helper.from_array(np.array(1.0, np.float32), "one"),
              numpy_helper.from_array(np.array(0.5, np.float32), "half")]
@@ -107,7 +110,7 @@ def dlrm_like():
 
 
 def attention_block():
-    inits = [weight(f"{p}.weight", 16, 16) for p in ("q", "k", "v")]
+    inits = [weight(f"{p}.weight", 16, 16, fan_in=16) for p in ("q", "k", "v")]
     nodes = [helper.make_node("MatMul", ["x", f"{p}.weight"], [p], name=f"attn.{p}") for p in ("q", "k", "v")]
     nodes += [
         helper.make_node("Transpose", ["k"], ["kt"], name="attn.kt", perm=[0, 2, 1]),
