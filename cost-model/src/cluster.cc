@@ -171,7 +171,18 @@ int num_devices(const Cluster& c) {
   return c.num_nodes() * c.devices_per_node() - c.excluded_ranks_size();
 }
 
-int node_of(const Cluster& c, int rank) { return rank / c.devices_per_node(); }
+int physical_device(const Cluster& c, int rank) {
+  // Excluded ranks in ascending order; each one at or below the running position shifts it.
+  std::vector<int> excluded(c.excluded_ranks().begin(), c.excluded_ranks().end());
+  std::sort(excluded.begin(), excluded.end());
+  int physical = rank;
+  for (int e : excluded) {
+    if (e <= physical) ++physical;
+  }
+  return physical;
+}
+
+int node_of(const Cluster& c, int rank) { return physical_device(c, rank) / c.devices_per_node(); }
 
 bool same_node(const Cluster& c, int rank_a, int rank_b) {
   return node_of(c, rank_a) == node_of(c, rank_b);
@@ -189,7 +200,8 @@ bool same_node(const Cluster& c, int rank_a, int rank_b) {
 //     kept: devices_per_node stays, num_nodes shrinks to the last node used, and every device
 //     not chosen is listed in excluded_ranks. Ranks are then not dense; iterate over the ranks
 //     that are not excluded.
-// In every case node_of(rank) = rank / devices_per_node on the returned cluster.
+// Plans number the selected devices densely either way: plan rank k is the k-th usable device
+// (physical_device), and node_of maps it to its node.
 Result<Cluster> select_devices(const Cluster& cluster, int n) {
   GP_RETURN_IF_ERROR(validate_cluster(cluster));
   const int available = num_devices(cluster);

@@ -84,8 +84,9 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
   }
   if (plan.stages_size() == 0) return invalid_argument("plan.stages: empty");
   const auto& cl = plan.cluster();
-  const int cluster_devices = cl.num_nodes() * cl.devices_per_node();
-  std::set<int> excluded(cl.excluded_ranks().begin(), cl.excluded_ranks().end());
+  // Ranks are dense: rank k is the cluster's k-th usable (not excluded) device.
+  const int cluster_devices =
+      std::max(0, cl.num_nodes() * cl.devices_per_node() - cl.excluded_ranks_size());
 
   PlanIndex index;
   index.stage_of_op.assign(graph.num_ops(), -1);
@@ -119,9 +120,8 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
       const std::string field = where + "." + idx("device_ranks", k) + " = " + std::to_string(r);
       if (r < 0 || r >= cluster_devices) {
         return invalid_argument(field + " is outside the cluster's " +
-                                std::to_string(cluster_devices) + " devices");
+                                std::to_string(cluster_devices) + " usable devices");
       }
-      if (excluded.count(r)) return invalid_argument(field + " is an excluded device");
       if (owner_of_rank[r] >= 0) {
         return invalid_argument(field + " is also used by stages[" +
                                 std::to_string(owner_of_rank[r]) + "]");

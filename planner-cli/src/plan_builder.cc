@@ -5,6 +5,7 @@
 #include <queue>
 #include <set>
 
+#include "gp/cost/cluster.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/plan_util.h"
 
@@ -190,7 +191,7 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
     return invalid_argument("--batch = " + std::to_string(inputs.mini_batch) + ", must be > 0");
   }
   if (stages.empty()) return invalid_argument("stages: empty");
-  const int cluster_devices = inputs.cluster.num_nodes() * inputs.cluster.devices_per_node();
+  const int cluster_devices = cost::num_devices(inputs.cluster);  // ranks are dense
   std::set<int> used;
   for (size_t s = 0; s < stages.size(); ++s) {
     const auto& st = stages[s];

@@ -359,6 +359,27 @@ TEST_CASE("selection skips excluded devices and prefers whole nodes") {
   CHECK_THAT(too_many.status().message(), Catch::Contains("1 excluded"));
 }
 
+TEST_CASE("ranks are dense over the usable devices; node_of maps them through the holes") {
+  Cluster c = preset("summit-v100");  // 8 nodes x 4
+  c.add_excluded_ranks(5);
+  c.add_excluded_ranks(1);
+  CHECK(physical_device(c, 0) == 0);
+  CHECK(physical_device(c, 1) == 2);  // skips 1
+  CHECK(physical_device(c, 3) == 4);
+  CHECK(physical_device(c, 4) == 6);  // skips 1 and 5
+  CHECK(node_of(c, 2) == 0);          // physical 3
+  CHECK(node_of(c, 3) == 1);          // physical 4
+  CHECK_FALSE(same_node(c, 2, 3));
+  // A selection with a partly used node keeps its holes; plan ranks 0..n-1 still address it.
+  auto eleven = select_devices(c, 11);
+  REQUIRE(eleven.ok());
+  CHECK(num_devices(*eleven) == 11);
+  for (int r = 0; r < 11; ++r) {
+    const int p = physical_device(*eleven, r);
+    CHECK(std::count(eleven->excluded_ranks().begin(), eleven->excluded_ranks().end(), p) == 0);
+  }
+}
+
 TEST_CASE("selecting from an invalid cluster reports the validation error") {
   Cluster c = preset("summit-v100");
   c.set_devices_per_node(0);

@@ -87,6 +87,27 @@ run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/one-
 check "a hostfile with fewer hosts than the plan's nodes is refused (exit 2)" \
   '[ $rc -eq 2 ] && grep -q "lists 1 hosts, the plan.s cluster has 2 nodes" "$tmp/bad2.log"'
 
+# Recovery across hosts: 2 hosts x 2 devices, rank 1 (on the first host) dies at iteration 5;
+# the job re-plans for 3 devices (1 + 2), resumes from the shared checkpoint and finishes.
+sed -e 's/^devices_per_node: .*/devices_per_node: 2/' "$tmp/two-hosts.pbtxt" > "$tmp/two-by-two.pbtxt"
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster "$tmp/two-by-two.pbtxt" \
+  --devices 4 --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/plan4.pb" >/dev/null || exit 1
+losses5() {
+  tr -d ' \n' < "$1" | grep -o '"iteration":[0-9]*,"loss":[-0-9.e]*' |
+    sed 's/"iteration":\([0-9]*\),"loss":\(.*\)/\1 \2/' | awk '{printf "%d %.5f\n", $1, $2}'
+}
+run_launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/full4.json" \
+  > "$tmp/full4.log" 2>&1
+printf '%s 2 10.77.0.1\n%s 2 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/hosts4"
+run_launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --hostfile "$tmp/hosts4" \
+  --remote-shell "ip netns exec" --port 29631 --timeout 10 --run-dir "$tmp/run4" \
+  --checkpoint-dir "$tmp/ckpt4" --checkpoint-every 2 --on-failure replan \
+  --metrics-out "$tmp/recovered4.json" -- --kill-rank-at 1:5 > "$tmp/recovered4.log" 2>&1; rc=$?
+check "a rank dying on one host re-plans for 3 devices across both hosts and finishes" \
+  '[ $rc -eq 0 ] && grep -q "rank 1 exited with status 137" "$tmp/recovered4.log" && grep -q "re-planned for 3 devices" "$tmp/recovered4.log"'
+check "after the restart iterations 4-9 have the uninterrupted run's losses" \
+  '[ -s "$tmp/recovered4.json" ] && [ "$(losses5 "$tmp/recovered4.json")" = "$(losses5 "$tmp/full4.json" | tail -6)" ]'
+
 # --slurm with a stand-in srun: one task per rank, SLURM_PROCID/SLURM_NTASKS as Slurm sets them.
 mkdir -p "$tmp/bin"
 cat > "$tmp/bin/srun" <<'SRUN'

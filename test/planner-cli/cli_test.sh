@@ -100,6 +100,12 @@ printf 'not a plan' > "$tmp/garbage.pb"
 err=$("$bin" verify --plan "$tmp/garbage.pb" 2>&1 >/dev/null); rc=$?
 check "a garbage plan file exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "garbage.pb"'
 
+# A cluster with a failed device inside a node: plan ranks stay dense over the usable devices.
+"$bin" search --model zoo:tiny-mmt --cluster summit-v100 --devices 11 --exclude-devices 1 \
+  --batch 16 --out "$tmp/holes.pb" --log-level warn >/dev/null; rc=$?
+check "search excludes a device inside a node and the plan verifies" \
+  '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/holes.pb" >/dev/null'
+
 # ONNX models: import, and .onnx wherever a model is accepted.
 onnx_dir="$(cd "$(dirname "$0")/../data/onnx" && pwd)"
 out=$("$bin" import "$onnx_dir/dlrm_like.onnx" --out "$tmp/dlrm_like.pbtxt" 2>&1); rc=$?

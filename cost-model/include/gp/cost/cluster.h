@@ -34,6 +34,9 @@ Status validate_cluster(const Cluster& cluster);
 Result<Cluster> select_devices(const Cluster& cluster, int num_devices);
 
 int num_devices(const Cluster& cluster);  // num_nodes * devices_per_node - excluded
+// Ranks (in plans, and in the cost models) are dense: rank k is the k-th device that is not
+// excluded, in physical order (node * devices_per_node + local).
+int physical_device(const Cluster& cluster, int rank);
 int node_of(const Cluster& cluster, int rank);
 bool same_node(const Cluster& cluster, int rank_a, int rank_b);
 
