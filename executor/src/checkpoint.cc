@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "gp/common/util.h"
@@ -35,16 +36,6 @@ std::string iter_dir(const std::string& dir, int64_t iteration) {
 }
 
 std::string op_file(int op_index) { return "op-" + std::to_string(op_index) + ".bin"; }
-
-int64_t param_floats(const graph::OpNode& op) {
-  int64_t total = 0;
-  for (const auto& p : op.proto->params()) {
-    int64_t n = 1;
-    for (int64_t d : p.shape()) n *= d;
-    total += n;
-  }
-  return total;
-}
 
 Status ensure_dir(const std::string& path) {
   std::error_code ec;
@@ -95,7 +86,7 @@ Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph:
   m.set_optimizer(training.optimizer());
   m.set_created(utc_now_iso8601());
   for (const auto& op : graph.ops()) {
-    const int64_t n = param_floats(op);
+    const int64_t n = op.cost.param_count;  // elements of all its parameters
     if (n == 0) continue;
     const std::string file = op_file(op.index);
     std::error_code ec;
@@ -113,23 +104,18 @@ Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph:
   GP_RETURN_IF_ERROR(graph::write_message((fs::path(out) / "MANIFEST.pbtxt").string(), m));
   GP_RETURN_IF_ERROR(graph::write_file_atomic((fs::path(dir) / "LATEST").string(),
                                               "iter-" + std::to_string(iteration) + "\n"));
-  // Keep this checkpoint and the one before it.
+  // Keep this checkpoint and the newest one before it; remove older ones.
   std::error_code ec;
+  std::map<long long, fs::path> older;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (!name.starts_with("iter-")) continue;
     char* end = nullptr;
     const long long k = std::strtoll(name.c_str() + 5, &end, 10);
-    if (end == nullptr || *end != '\0' || k >= iteration) continue;
-    bool newer_exists = false;
-    for (const auto& other : fs::directory_iterator(dir, ec)) {
-      const std::string o = other.path().filename().string();
-      if (!o.starts_with("iter-")) continue;
-      const long long j = std::strtoll(o.c_str() + 5, nullptr, 10);
-      if (j > k && j < iteration) newer_exists = true;
-    }
-    if (newer_exists) fs::remove_all(entry.path(), ec);
+    if (end != nullptr && *end == '\0' && k < iteration) older.emplace(k, entry.path());
   }
+  if (!older.empty()) older.erase(std::prev(older.end()));
+  for (const auto& [k, path] : older) fs::remove_all(path, ec);
   return ok_status();
 }
 

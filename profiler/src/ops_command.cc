@@ -72,8 +72,9 @@ Status run_ops(const OpsOptions& o) {
     opts.provenance =
         make_provenance(std::string(device->name()), std::string(device->name()), "", "");
   }
-  log->info("profiling {} operator signatures of '{}' on {} as device kind '{}'",
-            distinct_signatures(graph).size(), o.model, device->name(), device_kind);
+  const auto signatures = distinct_signatures(graph);
+  log->info("profiling {} operator signatures of '{}' on {} as device kind '{}'", signatures.size(),
+            o.model, device->name(), device_kind);
   ProgressBar bar("ops");
   auto result = profile_ops(graph, *device, opts, [&](const OpProfileProgress& p) {
     bar.update(p.done, p.total, *p.signature + " b=" + std::to_string(p.micro_batch));
@@ -89,7 +90,7 @@ Status run_ops(const OpsOptions& o) {
         std::make_unique<cost::AnalyticCostModel>(cluster.device(), graphpipe::v1::PRECISION_FP32);
   }
   std::map<std::string, int> op_of;
-  for (const auto& [sig, index] : distinct_signatures(graph)) op_of[sig] = index;
+  for (const auto& [sig, index] : signatures) op_of[sig] = index;
   std::printf("%-28s %6s %12s %12s %9s %12s %10s\n", "op (first of its signature)", "batch",
               "forward_us", "backward_us", "spread", "kept_bytes", "analytic");
   for (const auto& m : result->measurements) {

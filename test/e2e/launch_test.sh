@@ -9,9 +9,7 @@ plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
-losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+. "$(dirname "$0")/lib.sh"
 
 "$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 3 \
   --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/plan.pb" >/dev/null || exit 1

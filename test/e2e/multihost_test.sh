@@ -12,9 +12,7 @@ plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
-losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+. "$(dirname "$0")/lib.sh"
 run_launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 120 "$launch" "$@"; }
 
 ns_a=gp-test-a-$$ ns_b=gp-test-b-$$
@@ -92,10 +90,6 @@ check "a hostfile with fewer hosts than the plan's nodes is refused (exit 2)" \
 sed -e 's/^devices_per_node: .*/devices_per_node: 2/' "$tmp/two-hosts.pbtxt" > "$tmp/two-by-two.pbtxt"
 "$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster "$tmp/two-by-two.pbtxt" \
   --devices 4 --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/plan4.pb" >/dev/null || exit 1
-losses5() {
-  tr -d ' \n' < "$1" | grep -o '"iteration":[0-9]*,"loss":[-0-9.e]*' |
-    sed 's/"iteration":\([0-9]*\),"loss":\(.*\)/\1 \2/' | awk '{printf "%d %.5f\n", $1, $2}'
-}
 run_launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/full4.json" \
   > "$tmp/full4.log" 2>&1
 printf '%s 2 10.77.0.1\n%s 2 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/hosts4"
@@ -106,7 +100,7 @@ run_launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --hostfile "$tmp/ho
 check "a rank dying on one host re-plans for 3 devices across both hosts and finishes" \
   '[ $rc -eq 0 ] && grep -q "rank 1 exited with status 137" "$tmp/recovered4.log" && grep -q "re-planned for 3 devices" "$tmp/recovered4.log"'
 check "after the restart iterations 4-9 have the uninterrupted run's losses" \
-  '[ -s "$tmp/recovered4.json" ] && [ "$(losses5 "$tmp/recovered4.json")" = "$(losses5 "$tmp/full4.json" | tail -6)" ]'
+  '[ -s "$tmp/recovered4.json" ] && [ "$(iteration_losses "$tmp/recovered4.json")" = "$(iteration_losses "$tmp/full4.json" | tail -6)" ]'
 
 # --slurm with a stand-in srun: one task per rank, SLURM_PROCID/SLURM_NTASKS as Slurm sets them.
 mkdir -p "$tmp/bin"

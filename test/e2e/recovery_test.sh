@@ -9,13 +9,7 @@ plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
-fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
-# "iteration loss" per line, losses rounded to 5 digits (runs on 4 and 3 ranks sum in another order).
-losses() {
-  tr -d ' \n' < "$1" | grep -o '"iteration":[0-9]*,"loss":[-0-9.e]*' |
-    sed 's/"iteration":\([0-9]*\),"loss":\(.*\)/\1 \2/' | awk '{printf "%d %.5f\n", $1, $2}'
-}
+. "$(dirname "$0")/lib.sh"
 launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 180 "$launch" "$@"; }
 
 "$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 4 \
@@ -36,9 +30,9 @@ check "the launcher names the dead rank and re-plans for 3 devices" \
 check "the new plan has 3 ranks" \
   '"$plan_bin" inspect --plan "$tmp/run/plan-after-failure-1.pb" | grep -q "1 x 3 cpu-process"'
 check "training resumed after the last complete checkpoint (iteration 3)" \
-  '[ "$(losses "$tmp/recovered.json" | head -1 | cut -d" " -f1)" = 4 ]'
+  '[ "$(iteration_losses "$tmp/recovered.json" | head -1 | cut -d" " -f1)" = 4 ]'
 check "iterations 4-9 have the uninterrupted run's losses" \
-  '[ -s "$tmp/recovered.json" ] && [ "$(losses "$tmp/recovered.json")" = "$(losses "$tmp/full.json" | tail -6)" ]'
+  '[ -s "$tmp/recovered.json" ] && [ "$(iteration_losses "$tmp/recovered.json")" = "$(iteration_losses "$tmp/full.json" | tail -6)" ]'
 
 # 3. Resuming from a corrupted checkpoint is refused, naming the file.
 cp -r "$tmp/ckpt" "$tmp/bad"

@@ -35,14 +35,10 @@ void authorize(grpc::ClientContext* ctx, const std::string& token, int seconds) 
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
 }
 
+// gp::StatusCode mirrors gRPC's codes (as the control client relies on): cast and keep.
 Status from_grpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return ok_status();
-  const StatusCode code =
-      s.error_code() == grpc::StatusCode::INVALID_ARGUMENT      ? StatusCode::kInvalidArgument
-      : s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ? StatusCode::kFailedPrecondition
-      : s.error_code() == grpc::StatusCode::UNAUTHENTICATED     ? StatusCode::kUnauthenticated
-                                                                : StatusCode::kUnavailable;
-  return Status(code, what + ": " + s.error_message());
+  return Status(static_cast<StatusCode>(s.error_code()), what + ": " + s.error_message());
 }
 
 std::atomic<bool> g_interrupted{false};
