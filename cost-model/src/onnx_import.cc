@@ -141,6 +141,12 @@ class Importer {
     return dims;
   }
 
+  // A graph input whose first dimension is symbolic carries the batch: it is data.
+  static bool batch_first(const onnx::ValueInfoProto& in) {
+    const auto& shape = in.type().tensor_type().shape();
+    return shape.dim_size() > 0 && !shape.dim(0).has_dim_value();
+  }
+
   bool is_weight(const std::string& name) const {
     return consts_.count(name) || weight_inputs_.count(name);
   }
@@ -170,16 +176,15 @@ class Importer {
     }
     for (const auto& in : g_.input()) {
       if (consts_.count(in.name()) || !candidates.count(in.name())) continue;
-      const auto& shape = in.type().tensor_type().shape();
-      const bool batch_first = shape.dim_size() > 0 && !shape.dim(0).has_dim_value();
-      if (!batch_first) weight_inputs_.insert(in.name());
+      if (!batch_first(in)) weight_inputs_.insert(in.name());
     }
     // A MatMul's bias given as an input: Add(MatMul output, input of the output's width).
     for (const auto& n : g_.node()) {
       if (n.op_type() != "Add" || n.input_size() != 2) continue;
       for (int k = 0; k < 2; ++k) {
         for (const auto& in : g_.input()) {
-          if (in.name() == n.input(k) && !consts_.count(in.name()) && dims_of(in).size() == 1) {
+          if (in.name() == n.input(k) && !consts_.count(in.name()) && !batch_first(in) &&
+              dims_of(in).size() == 1) {
             weight_inputs_.insert(in.name());
           }
         }
@@ -457,7 +462,6 @@ class Importer {
     if (!a) return refuse(i, "slices the batch axis");
     int64_t e = *end > 1e12 ? int64_t{1} << 41 : static_cast<int64_t>(*end);
     if (e > (int64_t{1} << 40)) {  // "to the end": the dimension's size
-      auto it = shapes_.find(n.output(0));
       const auto in_shape = shapes_.find(n.input(0));
       if (in_shape == shapes_.end())
         return refuse(i, "an open-ended slice of a tensor of unknown shape");
@@ -466,7 +470,6 @@ class Importer {
               ? static_cast<int64_t>(*axis)
               : static_cast<int64_t>(in_shape->second.size()) + static_cast<int64_t>(*axis);
       e = in_shape->second[static_cast<size_t>(full)];
-      (void)it;
     }
     act_[n.output(0)] = b_.slice(id, *x, *a, static_cast<int64_t>(*start), e);
   }
@@ -516,11 +519,13 @@ class Importer {
         return invalid_argument(path_ + ": graph output '" + o.name() +
                                 "' is not computed by a mapped operator");
       const auto dims = dims_of(o);
-      if (dims.size() < 2) {
+      if (dims.empty()) {
         return invalid_argument(path_ + ": graph output '" + o.name() +
-                                "' needs a shape (batch and at least one per-sample dimension)");
+                                "' needs a shape (export with output shapes)");
       }
+      // Per sample, as for inputs: the dimensions after the batch, [1] for a [batch] output.
       std::vector<int64_t> per_sample(dims.begin() + 1, dims.end());
+      if (per_sample.empty()) per_sample.push_back(1);
       const std::string base = sanitize(o.name());
       if (options_.loss == "mse") {
         auto target = b_.input(unique_id(base + ".target", "target"), per_sample);

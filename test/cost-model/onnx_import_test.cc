@@ -189,6 +189,16 @@ TEST_CASE("cross-entropy attaches int64 labels of the logits' shape without the 
              Catch::Contains("--loss"));
 }
 
+TEST_CASE("per-sample scalar inputs are data even where an Add could take a bias") {
+  const auto g = testing::build_graph(imported("scalar_inputs.onnx"));
+  CHECK(g.op(g.index_of("a")).type() == "input");
+  CHECK(g.op(g.index_of("b")).type() == "input");
+  const auto& sum = g.op(g.index_of("sum"));
+  CHECK(sum.type() == "add");
+  CHECK(graph::shape_string(sum.proto->outputs(0)) == "[1] float32");
+  CHECK(g.total_params() == 0);
+}
+
 TEST_CASE("a file that is not an ONNX model is refused, naming it") {
   const std::string path = std::string(GP_TEST_DATA_DIR) + "/onnx/make_models.py";
   auto m = import_onnx(path);

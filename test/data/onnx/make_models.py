@@ -122,8 +122,17 @@ def attention_block():
     save(graph, "attention_block")
 
 
+def scalar_inputs():
+    # Two per-sample scalars ([batch] inputs) added: data, not a bias.
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"], name="sum")]
+    graph = helper.make_graph(nodes, "scalar_inputs", [batch_input("a"), batch_input("b")],
+                              [batch_input("s")])
+    save(graph, "scalar_inputs")
+
+
 two_tower()
 two_tower(export_params=False)
 mlp_gelu_ln()
 dlrm_like()
 attention_block()
+scalar_inputs()
