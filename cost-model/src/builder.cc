@@ -92,6 +92,78 @@ TensorRef GraphBuilder::slice(std::string id, const TensorRef& x, int64_t axis, 
   return ref(std::move(id));
 }
 
+TensorRef GraphBuilder::matmul(std::string id, const TensorRef& a, const TensorRef& b) {
+  add_op(id, "matmul", {a, b});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::scale(std::string id, const TensorRef& x, double factor) {
+  Operator& op = add_op(id, "scale", {x});
+  set_attr(op, "factor", factor);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::transpose(std::string id, const TensorRef& x, std::vector<int64_t> perm) {
+  Operator& op = add_op(id, "transpose", {x});
+  set_attr(op, "perm", perm);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::reshape(std::string id, const TensorRef& x, std::vector<int64_t> shape) {
+  Operator& op = add_op(id, "reshape", {x});
+  set_attr(op, "shape", shape);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::conv2d(std::string id, const TensorRef& x, int64_t out_channels,
+                               std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                               std::vector<int64_t> padding, bool bias) {
+  Operator& op = add_op(id, "conv2d", {x});
+  set_attr(op, "out_channels", out_channels);
+  set_attr(op, "kernel", kernel);
+  set_attr(op, "stride", stride);
+  set_attr(op, "padding", padding);
+  if (!bias) set_attr(op, "bias", int64_t{0});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::max_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
+                                   std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  Operator& op = add_op(id, "max_pool2d", {x});
+  set_attr(op, "kernel", kernel);
+  if (!stride.empty()) set_attr(op, "stride", stride);
+  set_attr(op, "padding", padding);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::avg_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
+                                   std::vector<int64_t> stride, std::vector<int64_t> padding,
+                                   bool count_include_pad) {
+  Operator& op = add_op(id, "avg_pool2d", {x});
+  set_attr(op, "kernel", kernel);
+  if (!stride.empty()) set_attr(op, "stride", stride);
+  set_attr(op, "padding", padding);
+  if (!count_include_pad) set_attr(op, "count_include_pad", int64_t{0});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::batch_norm(std::string id, const TensorRef& x, double epsilon) {
+  Operator& op = add_op(id, "batch_norm", {x});
+  if (epsilon != 1e-5) set_attr(op, "epsilon", epsilon);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::opaque(std::string id, const std::vector<TensorRef>& inputs,
+                               const TensorSpec& output, std::string onnx_type,
+                               double forward_flops, int64_t param_elements) {
+  Operator& op = add_op(id, "opaque", inputs);
+  *op.add_outputs() = output;
+  set_attr(op, "onnx_type", std::string_view(onnx_type));
+  set_attr(op, "forward_flops", forward_flops);
+  if (param_elements != 0) set_attr(op, "param_elements", param_elements);
+  return ref(std::move(id));
+}
+
 TensorRef GraphBuilder::mse_loss(std::string id, const TensorRef& prediction,
                                  const TensorRef& target) {
   add_op(id, "mse_loss", {prediction, target});

@@ -41,6 +41,35 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{"slice", "x[start:end] along a per-sample axis",
                "axis (int, default -1), start (int, required), end (int, required, exclusive)", 1,
                1, false, false, &infer_slice},
+    OpTypeInfo{"matmul", "batched matrix product a [..., m, k] x b [..., k, n] -> [..., m, n]",
+               "none; inputs: a, b of one rank >= 2 with identical leading dimensions", 2, 2, false,
+               false, &infer_matmul},
+    OpTypeInfo{"scale", "y = factor * x", "factor (float, required, finite)", 1, 1, false, false,
+               &infer_scale},
+    OpTypeInfo{"transpose", "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]",
+               "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes)", 1, 1,
+               false, false, &infer_transpose},
+    OpTypeInfo{"reshape", "same elements in the same order under a new per-sample shape",
+               "shape (ints, required: per-sample, all > 0, same element count)", 1, 1, false,
+               false, &infer_reshape},
+    OpTypeInfo{"conv2d", "2-D convolution (cross-correlation) of x [C, H, W] -> [out, Ho, Wo]",
+               "out_channels (int, required), kernel (ints [kh, kw], required), "
+               "stride (ints [sh, sw], default [1, 1]), padding (ints [ph, pw], zeros on both "
+               "sides, default [0, 0]), bias (0|1, default 1)",
+               1, 1, false, false, &infer_conv2d},
+    OpTypeInfo{"max_pool2d", "maximum over each window of x [C, H, W] (padding never wins)",
+               "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
+               "padding (ints [ph, pw], each < kernel, default [0, 0])",
+               1, 1, false, false, &infer_max_pool2d},
+    OpTypeInfo{"avg_pool2d", "mean over each window of x [C, H, W]",
+               "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
+               "padding (ints [ph, pw], each < kernel, default [0, 0]), "
+               "count_include_pad (0|1, default 1: divide by kh*kw; 0: by the unpadded cells)",
+               1, 1, false, false, &infer_avg_pool2d},
+    OpTypeInfo{"batch_norm",
+               "normalise each channel (per-sample axis 0) with the micro-batch's statistics "
+               "(training mode), then scale and shift",
+               "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_batch_norm},
     OpTypeInfo{"mse_loss", "mean squared error between prediction and target (per sample)",
                "none; inputs: prediction, target", 2, 2, false, true, &infer_mse_loss},
     OpTypeInfo{"softmax_cross_entropy",
@@ -48,6 +77,12 @@ constexpr std::array kCatalogue = {
                "with int64 class labels (per sample mean)",
                "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
                &infer_softmax_cross_entropy},
+    OpTypeInfo{"opaque",
+               "an ONNX operator GraphPipe cannot compute, imported for planning only "
+               "(no kernel: cannot be trained or profiled)",
+               "onnx_type (string, required), forward_flops (float per sample, default: output "
+               "elements), param_elements (int, default 0); outputs[0] declares the output",
+               0, -1, false, false, &infer_opaque},
 };
 
 const AttrValue* find_attr(const Operator& op, std::string_view name) {
@@ -156,6 +191,13 @@ Result<int64_t> attr_int_or(const Operator& op, std::string_view name, int64_t f
   return attr_int(op, name);
 }
 
+Result<double> attr_float(const Operator& op, std::string_view name) {
+  if (find_attr(op, name) == nullptr) {
+    return invalid_argument(attr_label(name) + ": required attribute is missing");
+  }
+  return attr_float_or(op, name, 0);
+}
+
 Result<double> attr_float_or(const Operator& op, std::string_view name, double fallback) {
   const AttrValue* v = find_attr(op, name);
   if (v == nullptr) return fallback;
@@ -224,6 +266,32 @@ Result<int> normalize_axis(int64_t axis, int rank) {
                             std::to_string(rank) + " per-sample dimension(s)");
   }
   return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+std::string ints_string(const std::vector<int64_t>& values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(values[i]);
+  }
+  return s + "]";
+}
+
+Status positive(std::string_view attr, int64_t value) {
+  if (value > 0) return ok_status();
+  return invalid_argument("attrs." + std::string(attr) + " = " + std::to_string(value) +
+                          ", must be > 0");
+}
+
+Status boolean(std::string_view attr, int64_t value) {
+  if (value == 0 || value == 1) return ok_status();
+  return invalid_argument("attrs." + std::string(attr) + " = " + std::to_string(value) +
+                          ", must be 0 or 1");
+}
+
+void sum_params(InferredOp* out) {
+  out->cost.param_count = 0;
+  for (const auto& p : out->params) out->cost.param_count += param_elements(p);
 }
 
 ParamSpec make_param(std::string name, std::vector<int64_t> shape, DataType dtype) {

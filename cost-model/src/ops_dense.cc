@@ -8,23 +8,6 @@ namespace {
 
 constexpr auto kFloat32 = graphpipe::v1::DATA_TYPE_FLOAT32;
 
-Status positive(std::string_view attr, int64_t value) {
-  if (value > 0) return ok_status();
-  return invalid_argument("attrs." + std::string(attr) + " = " + std::to_string(value) +
-                          ", must be > 0");
-}
-
-Status boolean(std::string_view attr, int64_t value) {
-  if (value == 0 || value == 1) return ok_status();
-  return invalid_argument("attrs." + std::string(attr) + " = " + std::to_string(value) +
-                          ", must be 0 or 1");
-}
-
-void sum_params(InferredOp* out) {
-  out->cost.param_count = 0;
-  for (const auto& p : out->params) out->cost.param_count += param_elements(p);
-}
-
 }  // namespace
 
 Status infer_linear(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {

@@ -1,4 +1,6 @@
-// Parameter-free (or nearly) operators: inputs, element-wise ops, normalisation, layout, losses.
+// Parameter-free (or nearly) operators: inputs, opaque imports, element-wise ops, normalisation,
+// layout, losses.
+#include <cmath>
 #include <string>
 
 #include "ops_internal.h"
@@ -39,6 +41,54 @@ Status infer_input(const Operator& op, std::span<const TensorSpec>, InferredOp* 
     return invalid_argument("outputs[0].shape: empty; give the per-sample shape, e.g. [1]");
   }
   out->outputs = {op.outputs(0)};
+  return ok_status();
+}
+
+Status infer_opaque(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  if (op.outputs_size() == 0) {
+    return invalid_argument(
+        "outputs[0]: missing; an opaque op declares its one output's per-sample shape and dtype");
+  }
+  if (op.outputs_size() != 1) {
+    return invalid_argument("outputs: an opaque op declares exactly one output, got " +
+                            std::to_string(op.outputs_size()));
+  }
+  const TensorSpec& y = op.outputs(0);
+  if (y.shape_size() == 0) {
+    return invalid_argument("outputs[0].shape: empty; give the per-sample shape, e.g. [1]");
+  }
+  GP_ASSIGN_OR_RETURN(std::string onnx_type, attr_string_or(op, "onnx_type", ""));
+  if (onnx_type.empty()) {
+    return invalid_argument("attrs.onnx_type: required attribute is missing or empty");
+  }
+  GP_ASSIGN_OR_RETURN(double flops, attr_float_or(op, "forward_flops", elems_of(y)));
+  if (!(flops >= 0) || !std::isfinite(flops)) {
+    return invalid_argument("attrs.forward_flops = " + std::to_string(flops) +
+                            ", must be finite and >= 0");
+  }
+  GP_ASSIGN_OR_RETURN(int64_t param_count, attr_int_or(op, "param_elements", 0));
+  if (param_count < 0) {
+    return invalid_argument("attrs.param_elements = " + std::to_string(param_count) +
+                            ", must be >= 0");
+  }
+  out->outputs = {y};
+  if (param_count > 0) {
+    out->params.push_back(make_param("weights", {param_count}, graphpipe::v1::DATA_TYPE_FLOAT32));
+  }
+  double in_bytes = 0;
+  for (const TensorSpec& t : in) in_bytes += bytes_of(t);
+  const double param_bytes = static_cast<double>(param_count) * 4;
+  OpCost& c = out->cost;
+  c.param_count = param_count;
+  c.forward_flops = flops;
+  c.backward_flops = 2 * flops;
+  c.forward_bytes = in_bytes + bytes_of(y);
+  c.backward_bytes = 2 * in_bytes + bytes_of(y);  // read inputs and dy, write the input grads
+  c.forward_fixed_bytes = param_bytes;
+  c.backward_fixed_bytes = 2 * param_bytes;
+  c.activation_bytes = in_bytes;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
   return ok_status();
 }
 

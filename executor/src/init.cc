@@ -39,7 +39,7 @@ void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::sp
     return;
   }
   Rng rng(hash_combine(hash_combine(seed, op.id()), name));
-  if (op.type() == "layer_norm") {
+  if (op.type() == "layer_norm" || op.type() == "batch_norm") {
     const float v = name == "gamma" ? 1.0f : 0.0f;
     for (float& x : out) x = v;
     return;
@@ -48,9 +48,12 @@ void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::sp
     for (float& x : out) x = 0.0f;
     return;
   }
-  float bound = 0.05f;  // embeddings
-  if (op.type() != "embedding_bag" && spec.shape_size() == 2) {
-    bound = 1.0f / std::sqrt(static_cast<float>(spec.shape(1)));  // [out, in]: fan-in
+  float bound = 0.05f;  // embeddings (and rank-1 weights)
+  if (op.type() != "embedding_bag" && spec.shape_size() >= 2) {
+    // [out, in] or [out, C, kh, kw]: fan-in = the product of all but the first dim.
+    int64_t fan_in = 1;
+    for (int d = 1; d < spec.shape_size(); ++d) fan_in *= spec.shape(d);
+    bound = 1.0f / std::sqrt(static_cast<float>(fan_in));
   }
   for (float& x : out) x = rng.uniform(-bound, bound);
 }

@@ -1,5 +1,10 @@
 // Hand-computed FLOP, parameter and activation counts for the catalogue's operators.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "gp/graph/builder.h"
 #include "gp/graph/graph.h"
@@ -148,5 +153,322 @@ TEST_CASE("every catalogue op type has a summary and attribute help") {
     CHECK_FALSE(info.attrs_help.empty());
     CHECK(find_op_type(info.type) == &info);
   }
-  CHECK(find_op_type("conv2d") == nullptr);
+  CHECK(find_op_type("lstm") == nullptr);
+}
+
+namespace {
+
+constexpr auto kInt64 = graphpipe::v1::DATA_TYPE_INT64;
+
+std::vector<int64_t> shape_of(const OpNode& node) {
+  const auto& spec = node.proto->outputs(0);
+  return {spec.shape().begin(), spec.shape().end()};
+}
+
+std::vector<int64_t> param_shape(const OpNode& node, int p) {
+  return {node.proto->params(p).shape().begin(), node.proto->params(p).shape().end()};
+}
+
+}  // namespace
+
+TEST_CASE("matmul, scale, transpose and reshape infer shapes and costs") {
+  GraphBuilder b("m", "");
+  auto a = b.input("a", {2, 3, 4});
+  auto mm = b.matmul("mm", a, b.input("b", {2, 4, 5}));
+  auto sc = b.scale("sc", mm, 0.5);
+  auto tr = b.transpose("tr", sc, {2, 0, 1});
+  auto rs = b.reshape("rs", tr, {10, 3});
+  b.add_loss(b.mse_loss("loss", rs, b.input("t", {10, 3})));
+  Graph g = build_ok(b.finish());
+  const OpNode& m = only(g, "mm");
+  CHECK(shape_of(m) == std::vector<int64_t>{2, 3, 5});
+  CHECK(m.cost.forward_flops == Approx(2.0 * 2 * 3 * 4 * 5));
+  CHECK(m.cost.backward_flops == Approx(4.0 * 2 * 3 * 4 * 5));
+  CHECK(m.cost.activation_bytes == Approx((24 + 40) * 4));  // both operands
+  CHECK(m.cost.param_count == 0);
+  CHECK(shape_of(only(g, "sc")) == std::vector<int64_t>{2, 3, 5});
+  CHECK(only(g, "sc").cost.forward_flops == Approx(30));
+  CHECK(only(g, "sc").cost.activation_bytes == 0);
+  CHECK(shape_of(only(g, "tr")) == std::vector<int64_t>{5, 2, 3});
+  CHECK(only(g, "tr").cost.forward_bytes == Approx(2 * 30 * 4));
+  CHECK(shape_of(only(g, "rs")) == std::vector<int64_t>{10, 3});
+  CHECK(only(g, "rs").cost.forward_flops == 0);
+}
+
+TEST_CASE("conv2d, pooling and batch_norm infer output sizes, parameters and costs") {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {3, 32, 32});
+  auto conv = b.conv2d("conv", x, 16, {3, 3}, {2, 2}, {1, 1});  // (32 + 2 - 3) / 2 + 1 = 16
+  auto bn = b.batch_norm("bn", conv);
+  auto mp = b.max_pool2d("mp", bn, {2, 2});                        // stride = kernel: 8
+  auto ap = b.avg_pool2d("ap", mp, {3, 3}, {1, 1}, {1, 1});        // same size
+  auto c2 = b.conv2d("c2", ap, 4, {1, 2}, {1, 1}, {0, 0}, false);  // [4, 8, 7]
+  b.add_loss(b.mse_loss("loss", c2, b.input("t", {4, 8, 7})));
+  Graph g = build_ok(b.finish());
+
+  const OpNode& c = only(g, "conv");
+  CHECK(shape_of(c) == std::vector<int64_t>{16, 16, 16});
+  REQUIRE(c.proto->params_size() == 2);
+  CHECK(c.proto->params(0).name() == "weight");
+  CHECK(param_shape(c, 0) == std::vector<int64_t>{16, 3, 3, 3});
+  CHECK(param_shape(c, 1) == std::vector<int64_t>{16});
+  CHECK(c.cost.param_count == 16 * 27 + 16);
+  const double outs = 16.0 * 16 * 16, gemm = 2.0 * 27 * outs;
+  CHECK(c.cost.forward_flops == Approx(gemm + outs));
+  CHECK(c.cost.backward_flops == Approx(2 * gemm + outs));
+  CHECK(c.cost.activation_bytes == Approx(3 * 32 * 32 * 4));
+  CHECK(c.cost.forward_fixed_bytes == Approx((16 * 27 + 16) * 4));
+
+  const OpNode& norm = only(g, "bn");
+  CHECK(shape_of(norm) == std::vector<int64_t>{16, 16, 16});
+  REQUIRE(norm.proto->params_size() == 2);
+  CHECK(norm.proto->params(0).name() == "gamma");
+  CHECK(norm.proto->params(1).name() == "beta");
+  CHECK(norm.cost.param_count == 32);
+  CHECK(norm.cost.activation_bytes == Approx(outs * 4));
+
+  const OpNode& m = only(g, "mp");
+  CHECK(shape_of(m) == std::vector<int64_t>{16, 8, 8});
+  CHECK(m.cost.forward_flops == Approx(4 * 16 * 8 * 8));
+  CHECK(m.cost.activation_bytes == Approx(16 * 8 * 8 * 4));  // the argmax indices
+  CHECK(shape_of(only(g, "ap")) == std::vector<int64_t>{16, 8, 8});
+  CHECK(only(g, "ap").cost.activation_bytes == 0);
+  const OpNode& c2n = only(g, "c2");
+  CHECK(shape_of(c2n) == std::vector<int64_t>{4, 8, 7});
+  CHECK(c2n.proto->params_size() == 1);
+  CHECK(c2n.cost.param_count == 4 * 16 * 2);
+  CHECK(c2n.cost.forward_flops == Approx(2.0 * 32 * 4 * 8 * 7));
+
+  GraphBuilder b1("m", "");
+  auto v = b1.batch_norm("bn", b1.input("x", {5}), 1e-3);
+  b1.add_loss(b1.mse_loss("loss", v, b1.input("t", {5})));
+  Graph g1 = build_ok(b1.finish());
+  CHECK(shape_of(only(g1, "bn")) == std::vector<int64_t>{5});
+  CHECK(only(g1, "bn").cost.param_count == 10);
+}
+
+TEST_CASE("opaque copies its declared output and takes its costs from its attributes") {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {4});
+  auto ids = b.input("ids", {3}, kInt64);
+  auto y = b.opaque("op", {x, ids}, make_spec({5, 2}), "Mul", 100, 7);
+  auto z = b.opaque("gen", {}, make_spec({3}, kInt64), "RandomUniform", 0);
+  b.add_loss(b.mse_loss("loss", y, b.input("t", {5, 2})));
+  auto& proto = b.model();
+  Operator* plain = proto.add_ops();  // forward_flops left to its default
+  plain->set_id("plain");
+  plain->set_type("opaque");
+  *plain->add_inputs() = z;
+  *plain->add_outputs() = make_spec({6});
+  set_attr(*plain, "onnx_type", std::string_view("Cast"));
+  Graph g = build_ok(b.finish());
+  const OpNode& op = only(g, "op");
+  CHECK(shape_of(op) == std::vector<int64_t>{5, 2});
+  REQUIRE(op.proto->params_size() == 1);
+  CHECK(op.proto->params(0).name() == "weights");
+  CHECK(param_shape(op, 0) == std::vector<int64_t>{7});
+  CHECK(op.cost.param_count == 7);
+  CHECK(op.cost.forward_flops == Approx(100));
+  CHECK(op.cost.backward_flops == Approx(200));
+  CHECK(op.cost.forward_bytes == Approx(4 * 4 + 3 * 8 + 10 * 4));
+  CHECK(op.cost.activation_bytes == Approx(4 * 4 + 3 * 8));
+  const OpNode& gen = only(g, "gen");
+  CHECK(gen.proto->outputs(0).dtype() == kInt64);
+  CHECK(gen.proto->params_size() == 0);
+  CHECK(gen.cost.forward_flops == 0);
+  CHECK(only(g, "plain").cost.forward_flops == Approx(6));  // default: output elements
+}
+
+namespace {
+
+// Graph::build's error for a model whose op "op" is made by `build` (no loss: shape inference
+// fails first).
+std::string build_error(const std::function<void(GraphBuilder&)>& build) {
+  GraphBuilder b("m", "");
+  build(b);
+  auto g = Graph::build(b.finish());
+  REQUIRE_FALSE(g.ok());
+  return g.status().message();
+}
+
+// The op "op" of a builder's model (the last one added).
+Operator& op_of(GraphBuilder& b) {
+  REQUIRE(b.model().ops_size() > 0);
+  Operator& op = *b.model().mutable_ops(b.model().ops_size() - 1);
+  REQUIRE(op.id() == "op");
+  return op;
+}
+
+struct ErrorCase {
+  std::function<void(GraphBuilder&)> build;
+  std::string expected;  // after "ops[k] 'op' (type): "
+};
+
+}  // namespace
+
+TEST_CASE("the new op types reject bad inputs and attributes, naming the field and the value") {
+  using B = GraphBuilder&;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<ErrorCase> cases = {
+      // matmul
+      {[](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {2, 4, 5}));
+       },
+       "(matmul): inputs[1]: shape [2, 4, 5] float32 has 3 per-sample dimensions, inputs[0] "
+       "[3, 4] float32 has 2 (matmul needs equal ranks)"},
+      {[](B b) { b.matmul("op", b.input("a", {4}), b.input("b", {4})); },
+       "(matmul): inputs[0]: expected at least 2 per-sample dimension(s), got [4] float32"},
+      {[](B b) {
+         b.matmul("op", b.input("a", {2, 3, 4}), b.input("b", {3, 4, 5}));
+       },
+       "(matmul): inputs[1]: shape [3, 4, 5] float32: leading dimension 0 differs from inputs[0] "
+       "[2, 3, 4] float32"},
+      {[](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {5, 2}));
+       },
+       "(matmul): inputs[1]: shape [5, 2] float32: dimension 0 (5) must equal the last dimension "
+       "of inputs[0] [3, 4] float32 (4)"},
+      {[](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}, kInt64));
+       },
+       "(matmul): inputs[1]: expected a floating-point tensor, got [4, 2] int64"},
+      // scale
+      {[](B b) { b.add_op("op", "scale", {b.input("x", {3})}); },
+       "(scale): attrs.factor: required attribute is missing"},
+      {[nan](B b) { b.scale("op", b.input("x", {3}), nan); },
+       "(scale): attrs.factor = nan, must be finite"},
+      {[](B b) {
+         b.scale("op", b.input("x", {3}), 1);
+         set_attr(op_of(b), "factor", std::string_view("two"));
+       },
+       "(scale): attrs.factor: expected a number (field 'f')"},
+      // transpose
+      {[](B b) {
+         b.transpose("op", b.input("x", {3, 4}), {0, 0});
+       },
+       "(transpose): attrs.perm = [0, 0]: not a permutation of 0..1"},
+      {[](B b) {
+         b.transpose("op", b.input("x", {3, 4}), {0, 2});
+       },
+       "(transpose): attrs.perm = [0, 2]: not a permutation of 0..1"},
+      {[](B b) {
+         b.transpose("op", b.input("x", {2, 3, 4}), {1, 0});
+       },
+       "(transpose): attrs.perm = [1, 0]: has 2 entries, the input [2, 3, 4] float32 has 3 "
+       "per-sample axes (need a permutation of 0..2)"},
+      {[](B b) { b.add_op("op", "transpose", {b.input("x", {3})}); },
+       "(transpose): attrs.perm: required attribute is missing"},
+      // reshape
+      {[](B b) {
+         b.reshape("op", b.input("x", {3, 4}), {5, 2});
+       },
+       "(reshape): attrs.shape = [5, 2]: 10 elements, the input [3, 4] float32 has 12"},
+      {[](B b) {
+         b.reshape("op", b.input("x", {3, 4}), {-1, 12});
+       },
+       "(reshape): attrs.shape = [-1, 12]: every dimension must be > 0"},
+      {[](B b) {
+         b.reshape("op", b.input("x", {3, 4}), {});
+       },
+       "(reshape): attrs.shape = []"},
+      // conv2d
+      {[](B b) {
+         b.conv2d("op", b.input("x", {4, 4}), 2, {3, 3});
+       },
+       "(conv2d): inputs[0]: expected per-sample [channels, height, width], got [4, 4] float32"},
+      {[](B b) {
+         b.add_op("op", "conv2d", {b.input("x", {1, 4, 4})});
+         set_attr(op_of(b), "out_channels", int64_t{2});
+       },
+       "(conv2d): attrs.kernel: required attribute is missing"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 2, {3});
+       },
+       "(conv2d): attrs.kernel = [3]: expected 2 values [h, w]"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 2, {3, 3}, {0, 1});
+       },
+       "(conv2d): attrs.stride = [0, 1]: values must be >= 1"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 2, {3, 3}, {1, 1}, {-1, 0});
+       },
+       "(conv2d): attrs.padding = [-1, 0]: values must be >= 0"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 0, {3, 3});
+       },
+       "(conv2d): attrs.out_channels = 0, must be > 0"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 2, {3, 3});
+         op_of(b).mutable_attrs()->erase("out_channels");
+       },
+       "(conv2d): attrs.out_channels: required attribute is missing"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 2, {3, 3});
+         set_attr(op_of(b), "bias", int64_t{2});
+       },
+       "(conv2d): attrs.bias = 2, must be 0 or 1"},
+      {[](B b) {
+         b.conv2d("op", b.input("x", {1, 4, 4}), 2, {5, 5});
+       },
+       "(conv2d): attrs.kernel = [5, 5] does not fit the input [1, 4, 4] float32 padded by "
+       "attrs.padding = [0, 0]"},
+      // pooling
+      {[](B b) {
+         b.max_pool2d("op", b.input("x", {1, 4, 4}), {2, 2}, {}, {2, 0});
+       },
+       "(max_pool2d): attrs.padding = [2, 0]: must be smaller than attrs.kernel = [2, 2]"},
+      {[](B b) {
+         b.max_pool2d("op", b.input("x", {1, 4, 4}), {2, 2}, {1, -1});
+       },
+       "(max_pool2d): attrs.stride = [1, -1]: values must be >= 1"},
+      {[](B b) {
+         b.max_pool2d("op", b.input("x", {4, 4}), {2, 2});
+       },
+       "(max_pool2d): inputs[0]: expected per-sample [channels, height, width]"},
+      {[](B b) {
+         b.avg_pool2d("op", b.input("x", {1, 2, 2}), {3, 3});
+       },
+       "(avg_pool2d): attrs.kernel = [3, 3] does not fit the input [1, 2, 2] float32"},
+      {[](B b) {
+         b.avg_pool2d("op", b.input("x", {1, 4, 4}), {2, 2});
+         set_attr(op_of(b), "count_include_pad", int64_t{2});
+       },
+       "(avg_pool2d): attrs.count_include_pad = 2, must be 0 or 1"},
+      // batch_norm
+      {[](B b) {
+         b.batch_norm("op", b.input("x", {3, 4}), 0);
+       },
+       "(batch_norm): attrs.epsilon = 0.000000, must be > 0"},
+      {[](B b) { b.batch_norm("op", b.input("x", {3}, kInt64)); },
+       "(batch_norm): inputs[0]: expected a floating-point tensor, got [3] int64"},
+      // opaque
+      {[](B b) {
+         b.add_op("op", "opaque", {b.input("x", {3})});
+         set_attr(op_of(b), "onnx_type", std::string_view("Mul"));
+       },
+       "(opaque): outputs[0]: missing; an opaque op declares its one output's per-sample shape and "
+       "dtype"},
+      {[](B b) { b.opaque("op", {b.input("x", {3})}, TensorSpec(), "Mul", 1); },
+       "(opaque): outputs[0].shape: empty; give the per-sample shape"},
+      {[](B b) {
+         b.opaque("op", {b.input("x", {3})}, make_spec({3}), "Mul", 1);
+         *op_of(b).add_outputs() = make_spec({3});
+       },
+       "(opaque): outputs: an opaque op declares exactly one output, got 2"},
+      {[](B b) {
+         b.opaque("op", {b.input("x", {3})}, make_spec({3}), "Mul", 1);
+         op_of(b).mutable_attrs()->erase("onnx_type");
+       },
+       "(opaque): attrs.onnx_type: required attribute is missing"},
+      {[](B b) { b.opaque("op", {b.input("x", {3})}, make_spec({3}), "Mul", -1); },
+       "(opaque): attrs.forward_flops = -1.000000, must be finite and >= 0"},
+      {[](B b) { b.opaque("op", {b.input("x", {3})}, make_spec({3}), "Mul", 1, -2); },
+       "(opaque): attrs.param_elements = -2, must be >= 0"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    DYNAMIC_SECTION("case " << i << ": " << cases[i].expected) {
+      const std::string message = build_error(cases[i].build);
+      CHECK_THAT(message, Catch::Contains("'op' " + cases[i].expected));
+    }
+  }
 }

@@ -1,5 +1,6 @@
 // make_cpu_kernel: maps an op type to its CPU reference kernel.
 #include <array>
+#include <string>
 #include <string_view>
 
 #include "cpu/kernel_util.h"
@@ -22,6 +23,15 @@ enum class Kind {
   kSlice,
   kMseLoss,
   kSoftmaxCrossEntropy,
+  kMatmul,
+  kScale,
+  kTranspose,
+  kReshape,
+  kConv2d,
+  kMaxPool2d,
+  kAvgPool2d,
+  kBatchNorm,
+  kOpaque,
 };
 
 struct KindName {
@@ -43,6 +53,15 @@ constexpr std::array kKinds = {
     KindName{"slice", Kind::kSlice},
     KindName{"mse_loss", Kind::kMseLoss},
     KindName{"softmax_cross_entropy", Kind::kSoftmaxCrossEntropy},
+    KindName{"matmul", Kind::kMatmul},
+    KindName{"scale", Kind::kScale},
+    KindName{"transpose", Kind::kTranspose},
+    KindName{"reshape", Kind::kReshape},
+    KindName{"conv2d", Kind::kConv2d},
+    KindName{"max_pool2d", Kind::kMaxPool2d},
+    KindName{"avg_pool2d", Kind::kAvgPool2d},
+    KindName{"batch_norm", Kind::kBatchNorm},
+    KindName{"opaque", Kind::kOpaque},
 };
 
 Kind kind_of(std::string_view type) {
@@ -60,6 +79,13 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
   const Kind kind = kind_of(op.proto->type());
   if (kind == Kind::kUnknown) {
     return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
+  }
+  if (kind == Kind::kOpaque) {
+    auto onnx_type = graph::attr_string_or(*op.proto, "onnx_type", "");
+    const std::string name = onnx_type.ok() && !onnx_type->empty() ? *onnx_type : "(unnamed)";
+    return cpu::op_error(op, "ONNX operator " + name +
+                                 " was imported as opaque (--allow-opaque) for planning only; it "
+                                 "has no kernel and cannot be trained or profiled");
   }
   // The kernels read shapes from shape inference; refuse an op that has not been through it.
   if (op.info == nullptr || static_cast<int>(op.input_specs.size()) != op.proto->inputs_size() ||
@@ -93,6 +119,23 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
       return cpu::make_mse_loss(op);
     case Kind::kSoftmaxCrossEntropy:
       return cpu::make_softmax_cross_entropy(op);
+    case Kind::kMatmul:
+      return cpu::make_matmul(op);
+    case Kind::kScale:
+      return cpu::make_scale(op);
+    case Kind::kTranspose:
+      return cpu::make_transpose(op);
+    case Kind::kReshape:
+      return cpu::make_reshape(op);
+    case Kind::kConv2d:
+      return cpu::make_conv2d(op);
+    case Kind::kMaxPool2d:
+      return cpu::make_max_pool2d(op);
+    case Kind::kAvgPool2d:
+      return cpu::make_avg_pool2d(op);
+    case Kind::kBatchNorm:
+      return cpu::make_batch_norm(op);
+    case Kind::kOpaque:
     case Kind::kUnknown:
       break;
   }

@@ -109,8 +109,8 @@ inline void softmax_row_backward(const float* y, const float* dy, float* dx, int
   for (int64_t j = 0; j < n; ++j) dx[j] += y[j] * (dy[j] - dot);
 }
 
-// Factories, one per op family (dense_kernels.cc, simple_kernels.cc). Each reads the op's
-// attributes and shapes once.
+// Factories, one per op family (dense_kernels.cc, simple_kernels.cc, layout_kernels.cc,
+// vision_kernels.cc). Each reads the op's attributes and shapes once.
 KernelResult make_linear(const graph::OpNode& op);
 KernelResult make_embedding_bag(const graph::OpNode& op);
 KernelResult make_attention(const graph::OpNode& op);
@@ -124,5 +124,13 @@ KernelResult make_concat(const graph::OpNode& op);
 KernelResult make_slice(const graph::OpNode& op);
 KernelResult make_mse_loss(const graph::OpNode& op);
 KernelResult make_softmax_cross_entropy(const graph::OpNode& op);
+KernelResult make_matmul(const graph::OpNode& op);
+KernelResult make_scale(const graph::OpNode& op);
+KernelResult make_transpose(const graph::OpNode& op);
+KernelResult make_reshape(const graph::OpNode& op);
+KernelResult make_conv2d(const graph::OpNode& op);
+KernelResult make_max_pool2d(const graph::OpNode& op);
+KernelResult make_avg_pool2d(const graph::OpNode& op);
+KernelResult make_batch_norm(const graph::OpNode& op);
 
 }  // namespace gp::exec::cpu

@@ -28,6 +28,24 @@ class GraphBuilder {
   TensorRef add(std::string id, const std::vector<TensorRef>& xs);
   TensorRef concat(std::string id, const std::vector<TensorRef>& xs, int64_t axis = -1);
   TensorRef slice(std::string id, const TensorRef& x, int64_t axis, int64_t start, int64_t end);
+  TensorRef matmul(std::string id, const TensorRef& a, const TensorRef& b);
+  TensorRef scale(std::string id, const TensorRef& x, double factor);
+  TensorRef transpose(std::string id, const TensorRef& x, std::vector<int64_t> perm);
+  TensorRef reshape(std::string id, const TensorRef& x, std::vector<int64_t> shape);
+  TensorRef conv2d(std::string id, const TensorRef& x, int64_t out_channels,
+                   std::vector<int64_t> kernel, std::vector<int64_t> stride = {1, 1},
+                   std::vector<int64_t> padding = {0, 0}, bool bias = true);
+  // An empty stride means stride = kernel.
+  TensorRef max_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
+                       std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0});
+  TensorRef avg_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
+                       std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0},
+                       bool count_include_pad = true);
+  TensorRef batch_norm(std::string id, const TensorRef& x, double epsilon = 1e-5);
+  // An operator GraphPipe cannot compute (planning only): `output` is its declared per-sample
+  // output; forward_flops per sample.
+  TensorRef opaque(std::string id, const std::vector<TensorRef>& inputs, const TensorSpec& output,
+                   std::string onnx_type, double forward_flops, int64_t param_elements = 0);
   TensorRef mse_loss(std::string id, const TensorRef& prediction, const TensorRef& target);
   TensorRef softmax_cross_entropy(std::string id, const TensorRef& logits, const TensorRef& labels);
   // Post-LN transformer layer: attention, residual, layer norm, GELU FFN, residual, layer norm.

@@ -76,6 +76,7 @@ bool same_spec(const TensorSpec& a, const TensorSpec& b);  // shapes equal, dtyp
 // ---- attribute helpers (errors name the attribute and the value) ---------------------------
 Result<int64_t> attr_int(const Operator& op, std::string_view name);
 Result<int64_t> attr_int_or(const Operator& op, std::string_view name, int64_t fallback);
+Result<double> attr_float(const Operator& op, std::string_view name);  // 'f' (or 'i')
 Result<double> attr_float_or(const Operator& op, std::string_view name, double fallback);
 Result<std::string> attr_string_or(const Operator& op, std::string_view name,
                                    std::string_view fallback);

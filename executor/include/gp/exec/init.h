@@ -29,7 +29,9 @@ uint64_t hash_combine(uint64_t h, std::string_view s);
 uint64_t hash_combine(uint64_t h, uint64_t v);
 
 // Fills parameter `param_index` of op `op` (its ParamSpec order): weights uniform in
-// ±1/sqrt(fan_in), biases and layer-norm beta 0, layer-norm gamma 1, embeddings uniform ±0.05.
+// ±1/sqrt(fan_in) (fan_in: the product of all dims but the first, e.g. C*kh*kw for a conv2d
+// weight [out, C, kh, kw]), biases and layer/batch-norm beta 0, layer/batch-norm gamma 1,
+// embeddings and other rank-1 weights uniform ±0.05.
 void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::span<float> out);
 
 // Fills `count` samples of input op `input`, starting at mini-batch sample `first_sample` of

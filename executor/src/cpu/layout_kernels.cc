@@ -1,0 +1,190 @@
+// CPU reference kernels of the layout and linear-algebra ops without parameters: matmul of two
+// activations, scale, transpose and reshape.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cpu/kernel_util.h"
+
+namespace gp::exec::cpu {
+namespace {
+
+// y[l] = a[l] b[l] for every (sample, leading index) l: a [m, k], b [k, n], y [m, n]. Saves
+// nothing (backward reads both inputs).
+class MatmulKernel final : public OpKernel {
+ public:
+  MatmulKernel(int64_t count, int64_t m, int64_t k, int64_t n)
+      : count_(count), m_(m), k_(k), n_(n) {}
+
+  void forward(const OpArgs& a) const override {
+    for (int64_t l = 0; l < a.batch * count_; ++l) {
+      gemm(false, false, m_, n_, k_, 1.0f, a.inputs[0].f() + l * m_ * k_, k_,
+           a.inputs[1].f() + l * k_ * n_, n_, 0.0f, a.outputs[0].f() + l * m_ * n_, n_);
+    }
+  }
+
+  // da += dy b^T; db += a^T dy.
+  void backward(const OpArgs& a) const override {
+    float* da = a.grad_inputs[0].f();
+    float* db = a.grad_inputs[1].f();
+    for (int64_t l = 0; l < a.batch * count_; ++l) {
+      const float* dy = a.grad_outputs[0].f() + l * m_ * n_;
+      if (da != nullptr) {
+        gemm(false, true, m_, k_, n_, 1.0f, dy, n_, a.inputs[1].f() + l * k_ * n_, n_, 1.0f,
+             da + l * m_ * k_, k_);
+      }
+      if (db != nullptr) {
+        gemm(true, false, k_, n_, m_, 1.0f, a.inputs[0].f() + l * m_ * k_, k_, dy, n_, 1.0f,
+             db + l * k_ * n_, n_);
+      }
+    }
+  }
+
+ private:
+  int64_t count_, m_, k_, n_;  // matrices per sample, their dims
+};
+
+// y = factor * x; dx += factor * dy.
+class ScaleKernel final : public OpKernel {
+ public:
+  ScaleKernel(int64_t n, float factor) : n_(n), factor_(factor) {}
+  void forward(const OpArgs& a) const override {
+    const float* x = a.inputs[0].f();
+    float* y = a.outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = factor_ * x[i];
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += factor_ * dy[i];
+  }
+
+ private:
+  int64_t n_;
+  float factor_;
+};
+
+// y[i_0, ..., i_{r-1}] = x at index j with j[perm[d]] = i_d. Walks the output row by row (its
+// last dim); within a row the input advances by the stride of its axis perm[r-1].
+class TransposeKernel final : public OpKernel {
+ public:
+  // out_strides: the output's row-major strides; src_strides[d]: the input's stride of axis
+  // perm[d].
+  TransposeKernel(int64_t n, std::vector<int64_t> out_strides, std::vector<int64_t> src_strides,
+                  int64_t row)
+      : n_(n),
+        out_strides_(std::move(out_strides)),
+        src_strides_(std::move(src_strides)),
+        row_(row) {}
+
+  void forward(const OpArgs& a) const override {
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float* x = a.inputs[0].f() + s * n_;
+      float* y = a.outputs[0].f() + s * n_;
+      for (int64_t o = 0; o < n_; o += row_) {
+        const int64_t src = source(o), step = src_strides_.back();
+        for (int64_t i = 0; i < row_; ++i) y[o + i] = x[src + i * step];
+      }
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    if (a.grad_inputs[0].f() == nullptr) return;
+    for (int64_t s = 0; s < a.batch; ++s) {
+      float* dx = a.grad_inputs[0].f() + s * n_;
+      const float* dy = a.grad_outputs[0].f() + s * n_;
+      for (int64_t o = 0; o < n_; o += row_) {
+        const int64_t src = source(o), step = src_strides_.back();
+        for (int64_t i = 0; i < row_; ++i) dx[src + i * step] += dy[o + i];
+      }
+    }
+  }
+
+ private:
+  // Input offset of output element o.
+  int64_t source(int64_t o) const {
+    int64_t src = 0;
+    for (size_t d = 0; d < out_strides_.size(); ++d) {
+      src += (o / out_strides_[d]) * src_strides_[d];
+      o %= out_strides_[d];
+    }
+    return src;
+  }
+
+  int64_t n_;  // elements per sample
+  std::vector<int64_t> out_strides_, src_strides_;
+  int64_t row_;  // the output's last dim
+};
+
+// The same elements in the same order: a copy.
+class ReshapeKernel final : public OpKernel {
+ public:
+  explicit ReshapeKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    std::memcpy(a.outputs[0].f(), a.inputs[0].f(),
+                static_cast<size_t>(a.batch * n_) * sizeof(float));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i];
+  }
+
+ private:
+  int64_t n_;
+};
+
+KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }
+
+}  // namespace
+
+KernelResult make_matmul(const graph::OpNode& op) {
+  const graph::TensorSpec& a = op.input_specs[0];
+  const graph::TensorSpec& b = op.input_specs[1];
+  const int rank = a.shape_size();
+  if (rank < 2 || b.shape_size() != rank) {
+    return op_error(op, "expected inputs of one rank >= 2");
+  }
+  const int64_t m = a.shape(rank - 2), k = a.shape(rank - 1), n = b.shape(rank - 1);
+  return wrap(std::make_unique<MatmulKernel>(dims_product(a, 0, rank - 2), m, k, n));
+}
+
+KernelResult make_scale(const graph::OpNode& op) {
+  auto factor = graph::attr_float(*op.proto, "factor");
+  if (!factor.ok()) return op_error(op, factor.status().message());
+  return wrap(std::make_unique<ScaleKernel>(graph::num_elements(op.input_specs[0]),
+                                            static_cast<float>(*factor)));
+}
+
+KernelResult make_transpose(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  auto perm = graph::attr_ints(*op.proto, "perm");
+  if (!perm.ok()) return op_error(op, perm.status().message());
+  const int rank = x.shape_size();
+  if (static_cast<int>(perm->size()) != rank) return op_error(op, "attrs.perm: wrong length");
+  std::vector<int64_t> in_strides(rank), out_strides(rank), src_strides(rank);
+  int64_t in_stride = 1, out_stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    in_strides[d] = in_stride;
+    in_stride *= x.shape(d);
+  }
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t p = (*perm)[d];
+    if (p < 0 || p >= rank) return op_error(op, "attrs.perm: not a permutation");
+    out_strides[d] = out_stride;
+    out_stride *= x.shape(static_cast<int>(p));
+    src_strides[d] = in_strides[p];
+  }
+  const int64_t row = x.shape(static_cast<int>(perm->back()));
+  return wrap(std::make_unique<TransposeKernel>(graph::num_elements(x), std::move(out_strides),
+                                                std::move(src_strides), row));
+}
+
+KernelResult make_reshape(const graph::OpNode& op) {
+  return wrap(std::make_unique<ReshapeKernel>(graph::num_elements(op.input_specs[0])));
+}
+
+}  // namespace gp::exec::cpu

@@ -1,0 +1,386 @@
+// CPU reference kernels of the vision ops: conv2d (im2col + GEMM), max and average pooling, and
+// batch normalisation with batch statistics. Images are per-sample [C, H, W], batch-major.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cpu/kernel_util.h"
+
+namespace gp::exec::cpu {
+namespace {
+
+// A sliding window over x [C, H, W] giving [*, Ho, Wo] (shapes from shape inference).
+struct Window {
+  int64_t c, h, w;  // input
+  int64_t kh, kw, sh, sw, ph, pw;
+  int64_t ho, wo;  // output
+};
+
+// Kernel, stride and padding of a validated op; pooling defaults the stride to the kernel.
+Result<Window> read_window(const graph::OpNode& op, bool pool) {
+  auto pair = [&](std::string_view name, std::vector<int64_t> fallback) {
+    if (op.proto->attrs().count(std::string(name)) == 0 && !fallback.empty()) {
+      return Result<std::vector<int64_t>>(std::move(fallback));
+    }
+    return graph::attr_ints(*op.proto, name);
+  };
+  auto k = pair("kernel", {});
+  if (!k.ok() || k->size() != 2) return op_error(op, "attrs.kernel: expected [kh, kw]");
+  auto s = pair("stride", pool ? *k : std::vector<int64_t>{1, 1});
+  auto p = pair("padding", {0, 0});
+  if (!s.ok() || !p.ok() || s->size() != 2 || p->size() != 2) {
+    return op_error(op, "attrs.stride and attrs.padding: expected [h, w] each");
+  }
+  const graph::TensorSpec& x = op.input_specs[0];
+  const graph::TensorSpec& y = op.proto->outputs(0);
+  if (x.shape_size() != 3 || y.shape_size() != 3) {
+    return op_error(op, "expected per-sample [channels, height, width]");
+  }
+  return Window{x.shape(0), x.shape(1), x.shape(2), (*k)[0],    (*k)[1],   (*s)[0],
+                (*s)[1],    (*p)[0],    (*p)[1],    y.shape(1), y.shape(2)};
+}
+
+// ---- conv2d ------------------------------------------------------------------------------------
+
+// Per sample: cols [C*kh*kw, Ho*Wo] = im2col(x) (row (c*kh + i)*kw + j, column oh*Wo + ow holds
+// x[c, oh*sh - ph + i, ow*sw - pw + j], zero outside the image); y [out, Ho*Wo] = W cols + b.
+// Backward: dW += dY cols^T, db += row sums of dY, dcols = W^T dY, dx += col2im(dcols).
+// Saves nothing; cols is a scratch buffer of the instance (one call at a time).
+class Conv2dKernel final : public OpKernel {
+ public:
+  Conv2dKernel(const Window& w, int64_t out, bool bias)
+      : w_(w),
+        out_(out),
+        bias_(bias),
+        patch_(w.c * w.kh * w.kw),
+        positions_(w.ho * w.wo),
+        cols_(static_cast<size_t>(patch_ * positions_)) {}
+
+  void forward(const OpArgs& a) const override {
+    const int64_t in_n = w_.c * w_.h * w_.w, out_n = out_ * positions_;
+    for (int64_t s = 0; s < a.batch; ++s) {
+      float* y = a.outputs[0].f() + s * out_n;
+      im2col(a.inputs[0].f() + s * in_n);
+      gemm(false, false, out_, positions_, patch_, 1.0f, a.params[0], patch_, cols_.data(),
+           positions_, 0.0f, y, positions_);
+      if (!bias_) continue;
+      for (int64_t o = 0; o < out_; ++o) {
+        for (int64_t p = 0; p < positions_; ++p) y[o * positions_ + p] += a.params[1][o];
+      }
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    const int64_t in_n = w_.c * w_.h * w_.w, out_n = out_ * positions_;
+    float* dw = a.param_grads[0];
+    float* db = bias_ ? a.param_grads[1] : nullptr;
+    float* dx = a.grad_inputs[0].f();
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float* dy = a.grad_outputs[0].f() + s * out_n;
+      if (dw != nullptr) {
+        im2col(a.inputs[0].f() + s * in_n);
+        gemm(false, true, out_, patch_, positions_, 1.0f, dy, positions_, cols_.data(), positions_,
+             1.0f, dw, patch_);
+      }
+      if (db != nullptr) {
+        for (int64_t o = 0; o < out_; ++o) {
+          float sum = 0;
+          for (int64_t p = 0; p < positions_; ++p) sum += dy[o * positions_ + p];
+          db[o] += sum;
+        }
+      }
+      if (dx != nullptr) {
+        gemm(true, false, patch_, positions_, out_, 1.0f, a.params[0], patch_, dy, positions_, 0.0f,
+             cols_.data(), positions_);
+        col2im_add(dx + s * in_n);
+      }
+    }
+  }
+
+ private:
+  void im2col(const float* x) const {
+    float* row = cols_.data();
+    for (int64_t c = 0; c < w_.c; ++c) {
+      for (int64_t i = 0; i < w_.kh; ++i) {
+        for (int64_t j = 0; j < w_.kw; ++j, row += positions_) {
+          for (int64_t oh = 0; oh < w_.ho; ++oh) {
+            const int64_t ih = oh * w_.sh - w_.ph + i;
+            float* dst = row + oh * w_.wo;
+            if (ih < 0 || ih >= w_.h) {
+              for (int64_t ow = 0; ow < w_.wo; ++ow) dst[ow] = 0.0f;
+              continue;
+            }
+            const float* src = x + (c * w_.h + ih) * w_.w;
+            for (int64_t ow = 0; ow < w_.wo; ++ow) {
+              const int64_t iw = ow * w_.sw - w_.pw + j;
+              dst[ow] = iw >= 0 && iw < w_.w ? src[iw] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // dx += the transpose of im2col applied to cols_ (padding cells dropped).
+  void col2im_add(float* dx) const {
+    const float* row = cols_.data();
+    for (int64_t c = 0; c < w_.c; ++c) {
+      for (int64_t i = 0; i < w_.kh; ++i) {
+        for (int64_t j = 0; j < w_.kw; ++j, row += positions_) {
+          for (int64_t oh = 0; oh < w_.ho; ++oh) {
+            const int64_t ih = oh * w_.sh - w_.ph + i;
+            if (ih < 0 || ih >= w_.h) continue;
+            const float* src = row + oh * w_.wo;
+            float* dst = dx + (c * w_.h + ih) * w_.w;
+            for (int64_t ow = 0; ow < w_.wo; ++ow) {
+              const int64_t iw = ow * w_.sw - w_.pw + j;
+              if (iw >= 0 && iw < w_.w) dst[iw] += src[ow];
+            }
+          }
+        }
+      }
+    }
+  }
+
+  Window w_;
+  int64_t out_;
+  bool bias_;
+  int64_t patch_, positions_;        // C*kh*kw, Ho*Wo
+  mutable std::vector<float> cols_;  // [patch, positions]
+};
+
+// ---- pooling -----------------------------------------------------------------------------------
+
+// Calls f(oh, ow, h0, h1, w0, w1) for every output cell, with [h0, h1) x [w0, w1) its window
+// clipped to the image (never empty: shape inference keeps padding < kernel).
+template <typename F>
+void for_each_window(const Window& w, F&& f) {
+  for (int64_t oh = 0; oh < w.ho; ++oh) {
+    const int64_t top = oh * w.sh - w.ph;
+    const int64_t h0 = std::max<int64_t>(top, 0), h1 = std::min(top + w.kh, w.h);
+    for (int64_t ow = 0; ow < w.wo; ++ow) {
+      const int64_t left = ow * w.sw - w.pw;
+      const int64_t w0 = std::max<int64_t>(left, 0), w1 = std::min(left + w.kw, w.w);
+      f(oh, ow, h0, h1, w0, w1);
+    }
+  }
+}
+
+// y = the maximum of each window's image cells. Saved: per output cell, the winner's index in
+// its channel plane (h*W + w), stored as the bits of an int32.
+class MaxPool2dKernel final : public OpKernel {
+ public:
+  explicit MaxPool2dKernel(const Window& w) : w_(w) {}
+  int64_t saved_floats_per_sample() const override { return w_.c * w_.ho * w_.wo; }
+
+  void forward(const OpArgs& a) const override {
+    const int64_t plane = w_.h * w_.w, out_plane = w_.ho * w_.wo;
+    for (int64_t sc = 0; sc < a.batch * w_.c; ++sc) {
+      const float* x = a.inputs[0].f() + sc * plane;
+      float* y = a.outputs[0].f() + sc * out_plane;
+      float* idx = a.saved + sc * out_plane;
+      for_each_window(w_,
+                      [&](int64_t oh, int64_t ow, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+                        int64_t best = h0 * w_.w + w0;
+                        for (int64_t ih = h0; ih < h1; ++ih) {
+                          for (int64_t iw = w0; iw < w1; ++iw) {
+                            if (x[ih * w_.w + iw] > x[best]) best = ih * w_.w + iw;
+                          }
+                        }
+                        y[oh * w_.wo + ow] = x[best];
+                        idx[oh * w_.wo + ow] = std::bit_cast<float>(static_cast<int32_t>(best));
+                      });
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const int64_t plane = w_.h * w_.w, out_plane = w_.ho * w_.wo;
+    for (int64_t sc = 0; sc < a.batch * w_.c; ++sc) {
+      const float* dy = a.grad_outputs[0].f() + sc * out_plane;
+      const float* idx = a.saved + sc * out_plane;
+      float* d = dx + sc * plane;
+      for (int64_t o = 0; o < out_plane; ++o) d[std::bit_cast<int32_t>(idx[o])] += dy[o];
+    }
+  }
+
+ private:
+  Window w_;
+};
+
+// y = the sum of each window's image cells over kh*kw (count_include_pad) or over the number of
+// image cells in the window. Saves nothing.
+class AvgPool2dKernel final : public OpKernel {
+ public:
+  AvgPool2dKernel(const Window& w, bool include_pad) : w_(w), include_pad_(include_pad) {}
+
+  void forward(const OpArgs& a) const override {
+    const int64_t plane = w_.h * w_.w, out_plane = w_.ho * w_.wo;
+    for (int64_t sc = 0; sc < a.batch * w_.c; ++sc) {
+      const float* x = a.inputs[0].f() + sc * plane;
+      float* y = a.outputs[0].f() + sc * out_plane;
+      for_each_window(w_,
+                      [&](int64_t oh, int64_t ow, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+                        float sum = 0;
+                        for (int64_t ih = h0; ih < h1; ++ih) {
+                          for (int64_t iw = w0; iw < w1; ++iw) sum += x[ih * w_.w + iw];
+                        }
+                        y[oh * w_.wo + ow] = sum / divisor(h0, h1, w0, w1);
+                      });
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const int64_t plane = w_.h * w_.w, out_plane = w_.ho * w_.wo;
+    for (int64_t sc = 0; sc < a.batch * w_.c; ++sc) {
+      const float* dy = a.grad_outputs[0].f() + sc * out_plane;
+      float* d = dx + sc * plane;
+      for_each_window(w_,
+                      [&](int64_t oh, int64_t ow, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
+                        const float g = dy[oh * w_.wo + ow] / divisor(h0, h1, w0, w1);
+                        for (int64_t ih = h0; ih < h1; ++ih) {
+                          for (int64_t iw = w0; iw < w1; ++iw) d[ih * w_.w + iw] += g;
+                        }
+                      });
+    }
+  }
+
+ private:
+  float divisor(int64_t h0, int64_t h1, int64_t w0, int64_t w1) const {
+    return static_cast<float>(include_pad_ ? w_.kh * w_.kw : (h1 - h0) * (w1 - w0));
+  }
+
+  Window w_;
+  bool include_pad_;
+};
+
+// ---- batch norm --------------------------------------------------------------------------------
+
+// x [C, inner...]: channel c of the call is the batch * inner elements x[s, c, :]. With the
+// call's statistics mean_c and biased variance var_c, rstd = 1 / sqrt(var + eps):
+//   y = (x - mean) * rstd * gamma + beta.
+// Backward recomputes the statistics from the input (they belong to the whole call, while saved
+// scratch is per sample) and, with M = batch * inner, xh = (x - mean) * rstd:
+//   dx += gamma * rstd * (dy - sum(dy) / M - xh * sum(dy * xh) / M);
+//   dgamma += sum(dy * xh); dbeta += sum(dy).
+// Accumulates in double. Saves nothing.
+class BatchNormKernel final : public OpKernel {
+ public:
+  BatchNormKernel(int64_t channels, int64_t inner, double eps)
+      : c_(channels), inner_(inner), eps_(eps) {}
+
+  void forward(const OpArgs& a) const override {
+    for (int64_t c = 0; c < c_; ++c) {
+      const Stats st = stats(a, c);
+      const double gamma = a.params[0][c], beta = a.params[1][c];
+      for (int64_t s = 0; s < a.batch; ++s) {
+        const int64_t off = (s * c_ + c) * inner_;
+        const float* x = a.inputs[0].f() + off;
+        float* y = a.outputs[0].f() + off;
+        for (int64_t i = 0; i < inner_; ++i) {
+          y[i] = static_cast<float>((x[i] - st.mean) * st.rstd * gamma + beta);
+        }
+      }
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    float* dgamma = a.param_grads[0];
+    float* dbeta = a.param_grads[1];
+    float* dx_all = a.grad_inputs[0].f();
+    const double m = static_cast<double>(a.batch * inner_);
+    for (int64_t c = 0; c < c_; ++c) {
+      const Stats st = stats(a, c);
+      double sum_dy = 0, sum_dy_xh = 0;
+      for (int64_t s = 0; s < a.batch; ++s) {
+        const int64_t off = (s * c_ + c) * inner_;
+        const float* x = a.inputs[0].f() + off;
+        const float* dy = a.grad_outputs[0].f() + off;
+        for (int64_t i = 0; i < inner_; ++i) {
+          sum_dy += dy[i];
+          sum_dy_xh += dy[i] * ((x[i] - st.mean) * st.rstd);
+        }
+      }
+      if (dgamma != nullptr) dgamma[c] += static_cast<float>(sum_dy_xh);
+      if (dbeta != nullptr) dbeta[c] += static_cast<float>(sum_dy);
+      if (dx_all == nullptr) continue;
+      const double k = a.params[0][c] * st.rstd;
+      const double mean_dy = sum_dy / m, mean_dy_xh = sum_dy_xh / m;
+      for (int64_t s = 0; s < a.batch; ++s) {
+        const int64_t off = (s * c_ + c) * inner_;
+        const float* x = a.inputs[0].f() + off;
+        const float* dy = a.grad_outputs[0].f() + off;
+        float* dx = dx_all + off;
+        for (int64_t i = 0; i < inner_; ++i) {
+          const double xh = (x[i] - st.mean) * st.rstd;
+          dx[i] += static_cast<float>(k * (dy[i] - mean_dy - xh * mean_dy_xh));
+        }
+      }
+    }
+  }
+
+ private:
+  struct Stats {
+    double mean, rstd;
+  };
+  // Two passes (no cancellation for large means).
+  Stats stats(const OpArgs& a, int64_t c) const {
+    double sum = 0;
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float* x = a.inputs[0].f() + (s * c_ + c) * inner_;
+      for (int64_t i = 0; i < inner_; ++i) sum += x[i];
+    }
+    const double m = static_cast<double>(a.batch * inner_);
+    const double mean = sum / m;
+    double var = 0;
+    for (int64_t s = 0; s < a.batch; ++s) {
+      const float* x = a.inputs[0].f() + (s * c_ + c) * inner_;
+      for (int64_t i = 0; i < inner_; ++i) var += (x[i] - mean) * (x[i] - mean);
+    }
+    return {mean, 1.0 / std::sqrt(var / m + eps_)};
+  }
+
+  int64_t c_, inner_;  // channels, elements per channel per sample
+  double eps_;
+};
+
+KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }
+
+}  // namespace
+
+KernelResult make_conv2d(const graph::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(Window w, read_window(op, false));
+  GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_channels"));
+  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
+  return wrap(std::make_unique<Conv2dKernel>(w, out, bias != 0));
+}
+
+KernelResult make_max_pool2d(const graph::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(Window w, read_window(op, true));
+  if (w.h * w.w > std::numeric_limits<int32_t>::max()) {
+    return op_error(op, "a channel plane of more than 2^31 - 1 elements");
+  }
+  return wrap(std::make_unique<MaxPool2dKernel>(w));
+}
+
+KernelResult make_avg_pool2d(const graph::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(Window w, read_window(op, true));
+  GP_ASSIGN_OR_RETURN(int64_t include_pad, op_attr_int_or(op, "count_include_pad", 1));
+  return wrap(std::make_unique<AvgPool2dKernel>(w, include_pad != 0));
+}
+
+KernelResult make_batch_norm(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(double eps, op_attr_float_or(op, "epsilon", 1e-5));
+  const int64_t channels = x.shape(0);
+  return wrap(std::make_unique<BatchNormKernel>(channels, graph::num_elements(x) / channels, eps));
+}
+
+}  // namespace gp::exec::cpu

@@ -1,0 +1,281 @@
+// CPU kernels of the layout ops (matmul, scale, transpose, reshape) and the vision ops (conv2d,
+// pooling, batch norm): forward values computed by hand or by naive loops, and the opaque op's
+// refusal. Their gradients are checked in cpu_kernels_test.cc with every other op's.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "../support/kernel_harness.h"
+#include "gp/exec/init.h"
+#include "gp/exec/op_kernel.h"
+#include "gp/exec/stage_runner.h"
+
+namespace {
+
+using gp::graph::GraphBuilder;
+using gp::testing::Harness;
+using gp::testing::make_harness;
+using gp::testing::with_loss;
+
+}  // namespace
+
+TEST_CASE("matmul matches a naive loop per sample and leading index") {
+  GraphBuilder b("m", "");
+  auto y = b.matmul("op", b.input("a", {2, 3, 4}), b.input("b", {2, 4, 5}));
+  Harness h = make_harness(with_loss(b, y, {2, 3, 5}), 3, 13);
+  h.forward();
+  for (int s = 0; s < 3; ++s) {
+    for (int l = 0; l < 2; ++l) {
+      const float* a = h.fin[0].data() + (s * 2 + l) * 12;
+      const float* bm = h.fin[1].data() + (s * 2 + l) * 20;
+      for (int i = 0; i < 3; ++i) {
+        for (int j = 0; j < 5; ++j) {
+          double want = 0;
+          for (int k = 0; k < 4; ++k) want += static_cast<double>(a[i * 4 + k]) * bm[k * 5 + j];
+          CHECK(h.out[(s * 2 + l) * 15 + i * 5 + j] == Approx(want).margin(1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("scale multiplies every element by the factor") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.scale("op", b.input("x", {3}), 0.125), {3}));
+  h.fin[0] = {8, -16, 1, 0, 2, 4};
+  h.forward();
+  CHECK(h.out == std::vector<float>{1, -2, 0.125f, 0, 0.25f, 0.5f});
+}
+
+TEST_CASE("transpose moves element (i, j, k) to its permuted position") {
+  GraphBuilder b("m", "");
+  // x [2, 3, 4], perm [2, 0, 1]: y [4, 2, 3] with y[k, i, j] = x[i, j, k].
+  Harness h =
+      make_harness(with_loss(b, b.transpose("op", b.input("x", {2, 3, 4}), {2, 0, 1}), {4, 2, 3}));
+  for (size_t e = 0; e < h.fin[0].size(); ++e) h.fin[0][e] = static_cast<float>(e);
+  h.forward();
+  for (int s = 0; s < 2; ++s) {
+    for (int i = 0; i < 2; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        for (int k = 0; k < 4; ++k) {
+          CHECK(h.out[s * 24 + (k * 2 + i) * 3 + j] == h.fin[0][s * 24 + (i * 3 + j) * 4 + k]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("reshape keeps the elements in order") {
+  GraphBuilder b("m", "");
+  Harness h =
+      make_harness(with_loss(b, b.reshape("op", b.input("x", {2, 3}), {3, 1, 2}), {3, 1, 2}));
+  h.fin[0] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  h.forward();
+  CHECK(h.out == h.fin[0]);
+}
+
+TEST_CASE("conv2d of a known 3x3 image, with stride and padding") {
+  // One channel x = [[1, 2, 3], [4, 5, 6], [7, 8, 9]], 2x2 kernel [[1, 0], [0, -1]], bias 0.5:
+  // y[i, j] = x[i, j] - x[i + 1, j + 1] + 0.5 = -3.5 everywhere.
+  GraphBuilder b("m", "");
+  Harness h =
+      make_harness(with_loss(b, b.conv2d("op", b.input("x", {1, 3, 3}), 1, {2, 2}), {1, 2, 2}), 1);
+  h.fin[0] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  h.params[0] = {1, 0, 0, -1};
+  h.params[1] = {0.5f};
+  h.forward();
+  CHECK(h.out == std::vector<float>{-3.5f, -3.5f, -3.5f, -3.5f});
+
+  // Two output channels, 3x3 kernel of ones (channel 0) and a centre tap (channel 1), stride 2,
+  // padding 1: windows centred on (0, 0), (0, 2), (2, 0), (2, 2).
+  GraphBuilder b2("m", "");
+  auto y = b2.conv2d("op", b2.input("x", {1, 3, 3}), 2, {3, 3}, {2, 2}, {1, 1}, false);
+  Harness c = make_harness(with_loss(b2, y, {2, 2, 2}), 1);
+  REQUIRE(c.params.size() == 1);
+  c.fin[0] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  c.params[0].assign(18, 0.0f);
+  for (int k = 0; k < 9; ++k) c.params[0][k] = 1;
+  c.params[0][9 + 4] = 1;
+  c.forward();
+  CHECK(c.out == std::vector<float>{1 + 2 + 4 + 5, 2 + 3 + 5 + 6, 4 + 5 + 7 + 8, 5 + 6 + 8 + 9,  //
+                                    1, 3, 7, 9});
+}
+
+TEST_CASE("conv2d matches a naive loop over channels") {
+  GraphBuilder b("m", "");
+  auto y = b.conv2d("op", b.input("x", {3, 5, 6}), 4, {3, 2}, {2, 1}, {1, 0});
+  Harness h = make_harness(with_loss(b, y, {4, 3, 5}), 2, 17);
+  h.forward();
+  for (int s = 0; s < 2; ++s) {
+    for (int o = 0; o < 4; ++o) {
+      for (int oh = 0; oh < 3; ++oh) {
+        for (int ow = 0; ow < 5; ++ow) {
+          double want = h.params[1][o];
+          for (int c = 0; c < 3; ++c) {
+            for (int i = 0; i < 3; ++i) {
+              for (int j = 0; j < 2; ++j) {
+                const int ih = oh * 2 - 1 + i, iw = ow + j;
+                if (ih < 0 || ih >= 5) continue;
+                want += static_cast<double>(h.params[0][((o * 3 + c) * 3 + i) * 2 + j]) *
+                        h.fin[0][s * 90 + (c * 5 + ih) * 6 + iw];
+              }
+            }
+          }
+          CHECK(h.out[s * 60 + (o * 3 + oh) * 5 + ow] == Approx(want).margin(1e-5));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("max_pool2d picks each window's maximum and padding never wins") {
+  GraphBuilder b("m", "");
+  Harness h =
+      make_harness(with_loss(b, b.max_pool2d("op", b.input("x", {1, 4, 4}), {2, 2}), {1, 2, 2}), 1);
+  h.fin[0] = {1, 5, 2, 0,  //
+              3, 4, 8, 1,  //
+              9, 0, 6, 6,  //
+              2, 1, 7, 3};
+  h.forward();
+  CHECK(h.out == std::vector<float>{5, 8, 9, 7});
+  // The gradient goes to the winners only.
+  h.zero_grads();
+  h.gout = {1, 2, 3, 4};
+  h.backward();
+  CHECK(h.gin[0] == std::vector<float>{0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 0, 0, 0, 0, 4, 0});
+
+  // All negative with padding 1: a zero-padded cell would win if it counted.
+  GraphBuilder b2("m", "");
+  auto y = b2.max_pool2d("op", b2.input("x", {1, 3, 3}), {3, 3}, {2, 2}, {1, 1});
+  Harness p = make_harness(with_loss(b2, y, {1, 2, 2}), 1);
+  p.fin[0] = {-1, -2, -3, -4, -5, -6, -7, -8, -9};
+  p.forward();
+  CHECK(p.out == std::vector<float>{-1, -2, -4, -5});
+}
+
+TEST_CASE("avg_pool2d divides by kh*kw or by the unpadded cells") {
+  for (bool include_pad : {true, false}) {
+    DYNAMIC_SECTION("count_include_pad " << include_pad) {
+      GraphBuilder b("m", "");
+      auto y = b.avg_pool2d("op", b.input("x", {1, 3, 3}), {2, 2}, {2, 2}, {1, 1}, include_pad);
+      Harness h = make_harness(with_loss(b, y, {1, 2, 2}), 1);
+      h.fin[0] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+      h.forward();
+      // Windows (padded by 1): {1}, {2, 3}, {4, 7}, {5, 6, 8, 9}.
+      if (include_pad) {
+        CHECK(h.out == std::vector<float>{0.25f, 1.25f, 2.75f, 7});
+      } else {
+        CHECK(h.out == std::vector<float>{1, 2.5f, 5.5f, 7});
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm gives every channel mean 0 and variance 1 over the batch, then gamma/beta") {
+  GraphBuilder b("m", "");
+  Harness h =
+      make_harness(with_loss(b, b.batch_norm("op", b.input("x", {3, 2, 2})), {3, 2, 2}), 4, 23);
+  for (size_t e = 0; e < h.fin[0].size(); ++e) {
+    h.fin[0][e] = 10 * static_cast<float>((e / 4) % 3) + 3 * h.fin[0][e];  // per-channel means
+  }
+  h.params[0].assign(3, 1.0f);
+  h.params[1].assign(3, 0.0f);
+  h.forward();
+  for (int c = 0; c < 3; ++c) {
+    double mean = 0, var = 0;
+    for (int s = 0; s < 4; ++s) {
+      for (int i = 0; i < 4; ++i) mean += h.out[(s * 3 + c) * 4 + i] / 16.0;
+    }
+    for (int s = 0; s < 4; ++s) {
+      for (int i = 0; i < 4; ++i) {
+        const double d = h.out[(s * 3 + c) * 4 + i] - mean;
+        var += d * d / 16;
+      }
+    }
+    CHECK(mean == Approx(0).margin(1e-5));
+    CHECK(var == Approx(1).epsilon(1e-3));  // eps 1e-5 against variances of about 3
+  }
+  const auto normalised = h.out;
+  h.params[0] = {2, -1, 0.5f};
+  h.params[1] = {3, 0, -1};
+  h.forward();
+  for (size_t k = 0; k < h.out.size(); ++k) {
+    const size_t c = (k / 4) % 3;
+    CHECK(h.out[k] == Approx(h.params[0][c] * normalised[k] + h.params[1][c]).margin(1e-5));
+  }
+}
+
+TEST_CASE("make_cpu_kernel refuses an opaque op, naming it and its ONNX type") {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {4});
+  auto y = b.opaque("odd", {x}, gp::graph::make_spec({4}), "Mul", 4.0);
+  b.add_loss(b.mse_loss("loss", y, b.input("t", {4})));
+  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  auto k = gp::exec::make_cpu_kernel(g.op(g.index_of("odd")));
+  REQUIRE_FALSE(k.ok());
+  CHECK(k.status().code() == gp::StatusCode::kInvalidArgument);
+  CHECK(k.status().message() ==
+        "ops[1] 'odd' (opaque): ONNX operator Mul was imported as opaque (--allow-opaque) for "
+        "planning only; it has no kernel and cannot be trained or profiled");
+}
+
+TEST_CASE("a small CNN of the new ops fits one mini-batch") {
+  GraphBuilder b("cnn", "");
+  auto x = b.input("x", {3, 8, 8});
+  auto conv = b.conv2d("conv", x, 6, {3, 3}, {2, 2}, {1, 1});  // [6, 4, 4]
+  auto act = b.relu("relu", b.batch_norm("bn", conv));
+  auto mp = b.max_pool2d("mp", act, {3, 3}, {1, 1}, {1, 1});
+  auto ap = b.avg_pool2d("ap", mp, {2, 2}, {}, {1, 1}, false);  // [6, 3, 3]
+  auto rows = b.reshape("rows", ap, {6, 9});
+  auto gram = b.matmul("gram", rows, b.transpose("cols", rows, {1, 0}));  // [6, 6]
+  auto flat = b.reshape("flat", b.scale("scale", gram, 0.1), {36});
+  b.add_loss(b.mse_loss("loss", b.linear("fc", flat, 4), b.input("t", {4})));
+  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  std::vector<int> ops(g.num_ops());
+  for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
+  graphpipe::v1::TrainingConfig adam;
+  adam.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  adam.set_learning_rate(0.01);
+  adam.set_seed(3);
+  auto runner = gp::exec::StageRunner::create(g, ops, {}, 16, 1, adam);
+  REQUIRE(runner.ok());
+  gp::exec::StageRunner& r = **runner;
+  double first = 0, last = 0;
+  for (int step = 0; step < 200; ++step) {
+    r.zero_param_grads();
+    r.forward(0, 16, /*iteration=*/0, 0);
+    last = r.loss_sum(0) / 16;
+    if (step == 0) first = last;
+    r.begin_backward(0);
+    r.backward(0, 1.0f / 16);
+    r.optimizer_step(step + 1);
+  }
+  INFO("loss " << first << " -> " << last);
+  CHECK(std::isfinite(last));
+  CHECK(last < 0.2 * first);
+}
+
+TEST_CASE("conv2d weights start uniform in +-1/sqrt(C*kh*kw), batch_norm at gamma 1, beta 0") {
+  GraphBuilder b("m", "");
+  auto y = b.batch_norm("bn", b.conv2d("conv", b.input("x", {3, 6, 6}), 8, {3, 3}));
+  b.add_loss(b.mse_loss("loss", y, b.input("t", {8, 4, 4})));
+  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  const auto& conv = g.op(g.index_of("conv"));
+  std::vector<float> w(8 * 27), bias(8, 1.0f);
+  gp::exec::init_param(conv, 0, 5, w);
+  gp::exec::init_param(conv, 1, 5, bias);
+  float largest = 0;
+  for (float v : w) largest = std::max(largest, std::abs(v));
+  const float bound = 1.0f / std::sqrt(27.0f);
+  CHECK(largest <= bound);
+  CHECK(largest > 0.9f * bound);
+  CHECK(bias == std::vector<float>(8, 0.0f));
+  const auto& bn = g.op(g.index_of("bn"));
+  std::vector<float> gamma(8), beta(8, 1.0f);
+  gp::exec::init_param(bn, 0, 5, gamma);
+  gp::exec::init_param(bn, 1, 5, beta);
+  CHECK(gamma == std::vector<float>(8, 1.0f));
+  CHECK(beta == std::vector<float>(8, 0.0f));
+}
