@@ -29,6 +29,7 @@ struct ImportOptions {
   std::string file;
   std::string out;
   std::string loss = "mse";
+  bool allow_opaque = false;
 };
 
 struct SearchOptions {

@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
                    "loss attached to every graph output: mse (against a new target input) or "
                    "cross_entropy (against new int64 labels)")
       ->capture_default_str();
+  import->add_flag("--allow-opaque", import_opts.allow_opaque,
+                   "keep ONNX nodes without a GraphPipe operator as opaque operators (cost from a "
+                   "FLOP estimate): the model can be planned but not trained or profiled");
 
   SearchOptions search_opts;
   auto* search = app.add_subcommand(

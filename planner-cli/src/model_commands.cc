@@ -28,13 +28,19 @@ Status run_import(const ImportOptions& opts) {
   GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
   graph::OnnxImportOptions io;
   io.loss = opts.loss;
+  io.allow_opaque = opts.allow_opaque;
   GP_ASSIGN_OR_RETURN(auto model, graph::import_onnx(opts.file, io));
   GP_RETURN_IF_ERROR(graph::write_message(opts.out, model));
   auto built = graph::Graph::build(model);
   if (!built.ok()) return built.status();
+  int opaque = 0;
+  for (const auto& op : model.ops()) opaque += op.type() == "opaque" ? 1 : 0;
   std::printf("imported %s: %d ops, %lld parameters, %d branch(es) -> %s\n", opts.file.c_str(),
               built->num_ops(), static_cast<long long>(built->total_params()),
               built->max_parallel_branches(), opts.out.c_str());
+  if (opaque > 0) {
+    std::printf("%d opaque op(s): the model can be planned, not trained or profiled\n", opaque);
+  }
   return ok_status();
 }
 

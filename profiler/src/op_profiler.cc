@@ -249,7 +249,7 @@ std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph&
   std::set<std::string> seen;
   for (int i : graph.topo_order()) {
     const auto& op = graph.op(i);
-    if (op.info->is_input) continue;
+    if (op.info->is_input || op.type() == "opaque") continue;
     std::string sig = cost::op_signature(op);
     if (seen.insert(sig).second) out.emplace_back(std::move(sig), i);
   }

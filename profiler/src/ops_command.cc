@@ -73,6 +73,14 @@ Status run_ops(const OpsOptions& o) {
         make_provenance(std::string(device->name()), std::string(device->name()), "", "");
   }
   const auto signatures = distinct_signatures(graph);
+  int opaque = 0;
+  for (const auto& op : graph.ops()) opaque += op.type() == "opaque" ? 1 : 0;
+  if (opaque > 0) {
+    log->warn(
+        "{} opaque op(s) (imported with --allow-opaque) have no kernel and are not measured; "
+        "the planner estimates them from FLOPs",
+        opaque);
+  }
   log->info("profiling {} operator signatures of '{}' on {} as device kind '{}'", signatures.size(),
             o.model, device->name(), device_kind);
   ProgressBar bar("ops");

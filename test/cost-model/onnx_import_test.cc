@@ -4,8 +4,10 @@
 #include "gp/graph/onnx_import.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "../support/models.h"
 #include "gp/graph/model_io.h"
@@ -166,15 +168,128 @@ TEST_CASE("embedding bags, an open-ended slice and a three-way concat import") {
   CHECK(g.op(g.index_of("ids0")).proto->outputs(0).dtype() == graphpipe::v1::DATA_TYPE_INT64);
 }
 
-TEST_CASE("an attention subgraph is refused, naming each node without an operator") {
-  auto m = import_onnx(data("attention_block.onnx"));
+// Operator types of a model, with their counts.
+std::map<std::string, int> type_counts(const ModelGraph& m) {
+  std::map<std::string, int> counts;
+  for (const auto& op : m.ops()) ++counts[op.type()];
+  return counts;
+}
+
+const Operator& op_named(const ModelGraph& m, const std::string& id) {
+  for (const auto& op : m.ops()) {
+    if (op.id() == id) return op;
+  }
+  FAIL("no op " << id);
+  return m.ops(0);
+}
+
+std::vector<int64_t> ints(const Operator& op, const std::string& attr) {
+  const auto& v = op.attrs().at(attr).ints().values();
+  return {v.begin(), v.end()};
+}
+
+TEST_CASE("unmappable nodes are refused by position, name and type, with the opaque hint") {
+  auto m = import_onnx(data("gated_unsupported.onnx"));
   REQUIRE_FALSE(m.ok());
   CHECK(m.status().code() == StatusCode::kInvalidArgument);
   const std::string msg = m.status().message();
-  CHECK_THAT(msg, Catch::Contains("attention_block.onnx"));
-  CHECK_THAT(msg, Catch::Contains("node 3 'attn.kt' (Transpose)"));
-  CHECK_THAT(msg, Catch::Contains("node 4 'attn.scores' (MatMul)"));
-  CHECK_THAT(msg, Catch::Contains("2 ONNX node(s)"));  // not the nodes that only follow them
+  CHECK_THAT(msg, Catch::Contains("gated_unsupported.onnx"));
+  CHECK_THAT(msg, Catch::Contains("node 2 'gate.mul' (Mul): multiplies by a tensor"));
+  CHECK_THAT(msg, Catch::Contains("node 3 'periodic' (Sin): no GraphPipe operator"));
+  CHECK_THAT(msg, Catch::Contains("2 ONNX node(s)"));
+  CHECK_THAT(msg, Catch::Contains("--allow-opaque"));
+}
+
+TEST_CASE("allow_opaque keeps unmappable nodes as opaque ops that plan but have no kernel") {
+  OnnxImportOptions o;
+  o.allow_opaque = true;
+  const auto m = imported("gated_unsupported.onnx", o);
+  CHECK(type_counts(m)["opaque"] == 2);
+  const auto& mul = op_named(m, "gate.mul");
+  CHECK(mul.type() == "opaque");
+  CHECK(mul.attrs().at("onnx_type").s() == "Mul");
+  CHECK(mul.inputs_size() == 2);  // both gates
+  REQUIRE(mul.outputs_size() == 1);
+  CHECK(mul.outputs(0).shape(0) == 8);
+  CHECK(op_named(m, "periodic").attrs().at("onnx_type").s() == "Sin");
+  const auto g = testing::build_graph(m);
+  CHECK(g.op(g.index_of("out")).type() == "linear");  // what follows maps as usual
+  CHECK(g.op(g.index_of("gate.mul")).cost.forward_flops > 0);
+}
+
+TEST_CASE(
+    "a transformer block maps: decomposed layer norm, split QKV, views, attention, tanh GELU") {
+  const auto m = imported("transformer_block.onnx");
+  auto counts = type_counts(m);
+  CHECK(counts["layer_norm"] == 2);  // decomposed and LayerNormalization
+  CHECK(counts["linear"] == 4);      // qkv, proj, fc1, fc2 (biases fused)
+  CHECK(counts["slice"] == 3);       // Split into q, k, v
+  CHECK(counts["reshape"] == 4);     // three head views and the merge
+  CHECK(counts["transpose"] == 4);
+  CHECK(counts["matmul"] == 2);  // scores and context
+  CHECK(counts["scale"] == 1);
+  CHECK(counts["softmax"] == 1);
+  CHECK(counts["gelu"] == 1);
+  CHECK(counts["add"] == 2);  // the residuals
+  CHECK(counts["opaque"] == 0);
+  // The dynamic-batch view (Shape -> Gather -> Unsqueeze -> Concat) folds to a per-sample shape.
+  CHECK(ints(op_named(m, "attn.q_view"), "shape") == std::vector<int64_t>{8, 2, 8});
+  CHECK(ints(op_named(m, "attn.v_view"), "shape") == std::vector<int64_t>{8, 2, 8});
+  CHECK(ints(op_named(m, "attn.k_heads"), "perm") == std::vector<int64_t>{1, 2, 0});
+  CHECK(op_named(m, "attn.scale").attrs().at("factor").f() == Approx(1 / std::sqrt(8.0)));
+  const auto& ln1 = op_named(m, "ln1.mean");  // the fused pattern is named after its first node
+  CHECK(ln1.type() == "layer_norm");
+  CHECK(imported_values(m, "ln1.mean", "gamma") ==
+        initializer("transformer_block.onnx", "ln1.weight"));
+  CHECK(imported_values(m, "ln1.mean", "beta") ==
+        initializer("transformer_block.onnx", "ln1.bias"));
+  CHECK(op_named(m, "ffn.act.half").type() == "gelu");
+  const auto g = testing::build_graph(m);
+  CHECK(g.total_params() == 2 * 2 * 16 + 16 * 48 + 48 + 16 * 16 + 16 + 16 * 32 + 32 + 32 * 16 + 16);
+  const auto& out = g.op(g.index_of("residual2"));
+  CHECK(graph::shape_string(out.proto->outputs(0)) == "[8, 16] float32");
+}
+
+TEST_CASE("an inception block maps convolutions, batch norm, pools and the classifier") {
+  OnnxImportOptions o;
+  o.loss = "cross_entropy";
+  const auto m = imported("inception_block.onnx", o);
+  auto counts = type_counts(m);
+  CHECK(counts["conv2d"] == 7);
+  CHECK(counts["batch_norm"] == 1);
+  CHECK(counts["relu"] == 7);
+  CHECK(counts["max_pool2d"] == 2);
+  CHECK(counts["avg_pool2d"] == 2);  // the branch pool and the global average pool
+  CHECK(counts["concat"] == 1);
+  CHECK(counts["reshape"] == 1);  // Flatten of [16, 1, 1]
+  CHECK(counts["linear"] == 1);
+  const auto& b4 = op_named(m, "b4.pool");
+  CHECK(ints(b4, "kernel") == std::vector<int64_t>{3, 3});
+  CHECK(ints(b4, "stride") == std::vector<int64_t>{1, 1});  // ONNX's strides, explicitly
+  CHECK(ints(b4, "padding") == std::vector<int64_t>{1, 1});
+  CHECK(b4.attrs().at("count_include_pad").i() == 0);
+  CHECK(ints(op_named(m, "gap"), "kernel") == std::vector<int64_t>{4, 4});
+  CHECK(imported_values(m, "stem", "weight") == initializer("inception_block.onnx", "stem.weight"));
+  CHECK(imported_values(m, "stem.bn", "gamma") == initializer("inception_block.onnx", "bn.weight"));
+  const auto g = testing::build_graph(m);
+  CHECK(g.max_parallel_branches() == 4);
+  CHECK(graph::shape_string(g.op(g.index_of("concat")).proto->outputs(0)) ==
+        "[16, 16, 16] float32");
+}
+
+TEST_CASE("a single-head attention imports as the same graph built by hand") {
+  GraphBuilder b("attention_block", "");
+  auto x = b.input("x", {4, 16});
+  auto q = b.linear("attn.q", x, 16, false);
+  auto k = b.linear("attn.k", x, 16, false);
+  auto v = b.linear("attn.v", x, 16, false);
+  auto kt = b.transpose("attn.kt", k, {1, 0});
+  auto p = b.softmax("attn.softmax", b.matmul("attn.scores", q, kt));
+  auto y = b.matmul("attn.context", p, v);
+  b.add_loss(b.mse_loss("y.loss", y, b.input("y.target", {4, 16})));
+  const auto m = imported("attention_block.onnx");
+  CHECK(structure_hash(m) == structure_hash(b.finish()));
+  CHECK(type_counts(m)["matmul"] == 2);
 }
 
 TEST_CASE("cross-entropy attaches int64 labels of the logits' shape without the classes") {

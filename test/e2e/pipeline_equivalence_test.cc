@@ -119,7 +119,8 @@ TEST_CASE("sequential and graph pipelines train exactly like the single-process 
 }
 
 TEST_CASE("imported ONNX models plan, verify and train exactly like the single-process reference") {
-  for (const char* file : {"two_tower.onnx", "dlrm_like.onnx", "mlp_gelu_ln.onnx"}) {
+  for (const char* file : {"two_tower.onnx", "dlrm_like.onnx", "mlp_gelu_ln.onnx",
+                           "attention_block.onnx", "transformer_block.onnx"}) {
     INFO(file);
     auto model = graph::import_onnx(std::string(GP_TEST_DATA_DIR) + "/onnx/" + file);
     INFO(model.status().to_string());

@@ -117,7 +117,20 @@ check "model-info reads .onnx directly" '[ $rc -eq 0 ] && echo "$out" | grep -q 
 "$bin" search --model "$onnx_dir/two_tower.onnx" --cluster cpu-local --devices 2 --batch 16 \
   --out "$tmp/two_tower_plan.pb" --log-level warn >/dev/null; rc=$?
 check "search plans an .onnx model" '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/two_tower_plan.pb" >/dev/null'
-err=$("$bin" import "$onnx_dir/attention_block.onnx" --out "$tmp/x.pbtxt" 2>&1); rc=$?
+err=$("$bin" import "$onnx_dir/gated_unsupported.onnx" --out "$tmp/x.pbtxt" 2>&1); rc=$?
 check "an unmappable ONNX model exits 2 naming the nodes" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -q "node 3 .attn.kt. (Transpose)" && [ ! -e "$tmp/x.pbtxt" ]'
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "node 3 .periodic. (Sin)" && [ ! -e "$tmp/x.pbtxt" ]'
+out=$("$bin" import "$onnx_dir/gated_unsupported.onnx" --allow-opaque --out "$tmp/gated.pbtxt" 2>&1); rc=$?
+check "--allow-opaque imports it with opaque ops and says they cannot train" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "2 opaque op(s)"'
+"$bin" search --model "$tmp/gated.pbtxt" --cluster cpu-local --devices 2 --batch 16 \
+  --out "$tmp/gated_plan.pb" --log-level warn >/dev/null; rc=$?
+check "a model with opaque ops plans and verifies" \
+  '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/gated_plan.pb" >/dev/null'
+for m in transformer_block inception_block; do
+  "$bin" search --model "$onnx_dir/$m.onnx" --cluster cpu-local --devices 2 --batch 16 \
+    --out "$tmp/$m.pb" --log-level warn >/dev/null; rc=$?
+  check "search plans the imported $m and the plan verifies" \
+    '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/$m.pb" >/dev/null'
+done
 exit $fail

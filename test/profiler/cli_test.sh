@@ -73,4 +73,17 @@ err=$("$plan_bin" search --model zoo:tiny-mmt --cluster summit-v100 --devices 2 
       --profile "$tmp/profile.pbtxt" --out "$tmp/wrong.pb" 2>&1); rc=$?
 check "a profile for another device kind is refused, naming both kinds" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "cpu-process" && echo "$err" | grep -q "summit-v100"'
+
+# Imported ONNX models: every operator of a vision block is measured; opaque ops are left out.
+onnx_dir="$(cd "$(dirname "$0")/../data/onnx" && pwd)"
+out=$("$bin" ops --model "$onnx_dir/inception_block.onnx" "${fast[@]}" --out "$tmp/inception.pb" \
+      --log-level warn 2>&1); rc=$?
+check "ops profiles an .onnx vision block: conv, batch norm and pools" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "(conv2d" && echo "$out" | grep -q "(batch_norm" &&
+   echo "$out" | grep -q "(max_pool2d" && echo "$out" | grep -q "(avg_pool2d"'
+"$plan_bin" import "$onnx_dir/gated_unsupported.onnx" --allow-opaque --out "$tmp/gated.pbtxt" \
+  >/dev/null 2>&1
+out=$("$bin" ops --model "$tmp/gated.pbtxt" "${fast[@]}" --out "$tmp/gated.pb" 2>&1); rc=$?
+check "opaque ops are left out of a profile with a warning, the rest measured" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "2 opaque op(s)" && echo "$out" | grep -q "(linear"'
 exit $fail

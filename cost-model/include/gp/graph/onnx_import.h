@@ -1,20 +1,26 @@
 // ONNX import: a model exported from PyTorch (`torch.onnx.export`) as a GraphPipe ModelGraph.
 //
 // The batch is the first dimension of every graph input and becomes symbolic; the rest is the
-// per-sample shape. Operators map onto the catalogue: Gemm, and MatMul with a weight (plus a
-// following Add of a bias) -> linear; Relu; Gelu and its erf decomposition
-// (x * 0.5 * (1 + erf(x / sqrt 2))) -> gelu; LayerNormalization (last axis) -> layer_norm;
-// Softmax (last axis) -> softmax; Add of two activations -> add; Concat and Slice on per-sample
-// axes; Gather from a weight followed by ReduceSum/ReduceMean over the bag -> embedding_bag;
-// Identity, Dropout and Flatten of per-sample vectors pass through. Weights are initializers
-// or, for models exported with export_params=False, graph inputs consumed as an operator's
-// weight or bias: both become parameters (their values are not imported: training starts from
-// GraphPipe's own initialisation). ONNX exports carry no loss: one is attached to every graph
-// output (mean squared error against a new target input, or softmax cross-entropy against new
-// int64 labels).
+// per-sample shape. Operators map onto the catalogue:
+// - Gemm, and MatMul with a weight (plus a following Add of a bias) -> linear; MatMul of two
+//   activations (attention scores and context) -> matmul; Mul/Div by a scalar -> scale;
+// - Relu; Gelu and its erf and tanh decompositions -> gelu; Softmax (last axis);
+//   LayerNormalization and its decomposed form (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div,
+//   optional Mul and Add) -> layer_norm; Add of two activations -> add;
+// - Concat, Slice and Split on per-sample axes; Transpose that keeps the batch first;
+//   Reshape/Flatten/Squeeze/Unsqueeze -> reshape (target shapes folded from constants and from
+//   the Shape/Gather/Concat arithmetic of dynamic-batch exports, else the shape information);
+// - Gather from a weight followed by ReduceSum/ReduceMean over the bag -> embedding_bag;
+// - Conv (2-D, group 1), MaxPool/AveragePool and their global forms, BatchNormalization
+//   (trained with batch statistics) for vision models;
+// - Identity and Dropout pass through.
+// Weights are initializers (their values are imported) or, for models exported with
+// export_params=False, graph inputs consumed as an operator's weight or bias. ONNX exports carry
+// no loss: one is attached to every graph output (mean squared error against a new target input,
+// or softmax cross-entropy against new int64 labels).
 //
-// Anything else (attention subgraphs, Reshape/Transpose, convolutions, decomposed layer norm,
-// ...) is refused with every unsupported node named by position, name and type.
+// Anything else is refused with every unmappable node named by position, name and type, unless
+// allow_opaque keeps it as an "opaque" operator: planned with a FLOP estimate, never trained.
 #pragma once
 
 #include <string>
@@ -26,6 +32,9 @@ namespace gp::graph {
 
 struct OnnxImportOptions {
   std::string loss = "mse";  // "mse" or "cross_entropy"
+  // Keep nodes without a GraphPipe operator as opaque operators (planning only) instead of
+  // refusing the model; they need output shapes in the model's shape information.
+  bool allow_opaque = false;
 };
 
 Result<graphpipe::v1::ModelGraph> import_onnx(const std::string& path,

@@ -63,6 +63,8 @@ struct OpProfileResult {
 };
 
 // Distinct signatures of the non-input ops with the first op (in topological order) that has it.
+// Opaque ops (ONNX nodes imported for planning only) have no kernel to measure and are left out:
+// the planner costs them with the analytic model's FLOP estimate.
 std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph& graph);
 
 // Bytes the executor keeps from an op's forward to its backward for `samples` samples: the op's

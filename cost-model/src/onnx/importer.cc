@@ -1,0 +1,575 @@
+// The importer's driver: graph inputs, weights (initializers or export_params=False inputs),
+// constant and shape folding, losses, and opaque nodes for --allow-opaque.
+#include "onnx/importer.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "gp/graph/graph.h"
+#include "gp/graph/model_io.h"
+
+namespace gp::graph {
+namespace onnx_detail {
+
+std::string sanitize(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-') ? c : '_';
+  }
+  while (!out.empty() && (out.front() == '_' || out.front() == '.')) out.erase(out.begin());
+  return out;
+}
+
+namespace {
+template <typename T>
+void append_raw(const std::string& raw, std::vector<double>* v) {
+  for (size_t i = 0; i + sizeof(T) <= raw.size(); i += sizeof(T)) {
+    T x;
+    std::memcpy(&x, raw.data() + i, sizeof(T));
+    v->push_back(static_cast<double>(x));
+  }
+}
+}  // namespace
+
+std::vector<double> values_of(const onnx::TensorProto& t) {
+  std::vector<double> v;
+  switch (t.data_type()) {
+    case kOnnxFloat:
+      for (float f : t.float_data()) v.push_back(f);
+      append_raw<float>(t.raw_data(), &v);
+      break;
+    case kOnnxDouble:
+      for (double d : t.double_data()) v.push_back(d);
+      append_raw<double>(t.raw_data(), &v);
+      break;
+    case kOnnxInt64:
+      for (int64_t x : t.int64_data()) v.push_back(static_cast<double>(x));
+      append_raw<int64_t>(t.raw_data(), &v);
+      break;
+    case kOnnxInt32:
+      for (int32_t x : t.int32_data()) v.push_back(x);
+      append_raw<int32_t>(t.raw_data(), &v);
+      break;
+    default:
+      break;
+  }
+  return v;
+}
+
+const onnx::AttributeProto* attr(const onnx::NodeProto& n, const std::string& name) {
+  for (const auto& a : n.attribute()) {
+    if (a.name() == name) return &a;
+  }
+  return nullptr;
+}
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t fallback) {
+  const auto* a = attr(n, name);
+  return a != nullptr ? a->i() : fallback;
+}
+double attr_f(const onnx::NodeProto& n, const std::string& name, double fallback) {
+  const auto* a = attr(n, name);
+  return a != nullptr ? a->f() : fallback;
+}
+std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& fallback) {
+  const auto* a = attr(n, name);
+  return a != nullptr ? a->s() : fallback;
+}
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name) {
+  const auto* a = attr(n, name);
+  if (a == nullptr) return {};
+  return {a->ints().begin(), a->ints().end()};
+}
+
+Importer::Importer(const onnx::ModelProto& model, std::string path, OnnxImportOptions options)
+    : g_(model.graph()),
+      path_(std::move(path)),
+      options_(std::move(options)),
+      b_(sanitize(g_.name().empty() ? std::filesystem::path(path_).stem().string() : g_.name()),
+         "imported from ONNX (" + model.producer_name() + " " + model.producer_version() + ")") {}
+
+Result<ModelGraph> Importer::run() {
+  for (const auto& t : g_.initializer()) consts_[t.name()] = &t;
+  for (const auto* list : {&g_.input(), &g_.value_info(), &g_.output()}) {
+    for (const auto& vi : *list) {
+      shapes_[vi.name()] = dims_of(vi);
+      if (vi.type().has_tensor_type()) elem_types_[vi.name()] = vi.type().tensor_type().elem_type();
+    }
+  }
+  for (int i = 0; i < g_.node_size(); ++i) {
+    for (const auto& in : g_.node(i).input()) consumers_[in].push_back(i);
+    for (const auto& out : g_.node(i).output()) producer_[out] = i;
+  }
+  done_.assign(static_cast<size_t>(g_.node_size()), false);
+  fold_constants();
+  find_weight_inputs();
+  for (const auto& in : g_.input()) {
+    if (consts_.count(in.name()) || weight_inputs_.count(in.name())) continue;
+    GP_RETURN_IF_ERROR(add_input(in));
+  }
+  infer_new_ops(0);
+  find_patterns();
+  for (int i = 0; i < g_.node_size(); ++i) {
+    if (done_[static_cast<size_t>(i)]) continue;
+    if (fold(g_.node(i))) continue;  // e.g. the Shape of an activation known only now
+    const int first = b_.model().ops_size();
+    convert(i);
+    infer_new_ops(first);
+  }
+  if (!unsupported_.empty()) {
+    std::string list;
+    for (const auto& u : unsupported_) list += "\n  " + u;
+    const std::string hint = options_.allow_opaque
+                                 ? ""
+                                 : "\n(graphpipe-plan import --allow-opaque keeps such nodes as "
+                                   "opaque operators: planning only, no training)";
+    return invalid_argument(path_ + ": " + std::to_string(unsupported_.size()) +
+                            " ONNX node(s) have no GraphPipe operator:" + list + hint);
+  }
+  GP_RETURN_IF_ERROR(add_losses());
+  b_.set_source(path_);
+  ModelGraph model = b_.finish();
+  auto built = Graph::build(model);
+  if (!built.ok()) return built.status().with_context(path_ + " (imported from ONNX)");
+  return model;
+}
+
+std::vector<int64_t> Importer::dims_of(const onnx::ValueInfoProto& vi) {
+  std::vector<int64_t> dims;
+  if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) return dims;
+  for (const auto& d : vi.type().tensor_type().shape().dim()) {
+    dims.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  }
+  return dims;
+}
+
+bool Importer::batch_first(const onnx::ValueInfoProto& in) {
+  const auto& shape = in.type().tensor_type().shape();
+  return shape.dim_size() > 0 && !shape.dim(0).has_dim_value();
+}
+
+bool Importer::is_weight(const std::string& name) const {
+  return consts_.count(name) || weight_inputs_.count(name);
+}
+
+std::vector<int64_t> Importer::weight_dims(const std::string& name) const {
+  if (auto it = consts_.find(name); it != consts_.end()) {
+    return {it->second->dims().begin(), it->second->dims().end()};
+  }
+  for (const auto& in : g_.input()) {
+    if (in.name() == name) return dims_of(in);
+  }
+  return {};
+}
+
+// Graph inputs without initializer that an operator consumes as a weight or bias
+// (export_params=False); an input whose first dimension is symbolic is data.
+void Importer::find_weight_inputs() {
+  std::set<std::string> candidates;
+  for (const auto& n : g_.node()) {
+    const std::string& t = n.op_type();
+    auto take = [&](int i) {
+      if (i < n.input_size() && !n.input(i).empty()) candidates.insert(n.input(i));
+    };
+    if (t == "Gemm" || t == "Conv" || t == "LayerNormalization") take(1), take(2);
+    if (t == "BatchNormalization") take(1), take(2), take(3), take(4);
+    if (t == "MatMul") take(1);
+    if (t == "Gather") take(0);
+  }
+  for (const auto& in : g_.input()) {
+    if (consts_.count(in.name()) || !candidates.count(in.name())) continue;
+    if (!batch_first(in)) weight_inputs_.insert(in.name());
+  }
+  // A bias (Add) or scale (Mul, decomposed layer norm) given as a 1-D input.
+  for (const auto& n : g_.node()) {
+    if ((n.op_type() != "Add" && n.op_type() != "Mul") || n.input_size() != 2) continue;
+    for (int k = 0; k < 2; ++k) {
+      for (const auto& in : g_.input()) {
+        if (in.name() == n.input(k) && !consts_.count(in.name()) && !batch_first(in) &&
+            dims_of(in).size() == 1) {
+          weight_inputs_.insert(in.name());
+        }
+      }
+    }
+  }
+}
+
+Status Importer::add_input(const onnx::ValueInfoProto& in) {
+  const auto dims = dims_of(in);
+  if (dims.empty()) {
+    return invalid_argument(path_ + ": graph input '" + in.name() +
+                            "' has no shape (export with input shapes)");
+  }
+  std::vector<int64_t> per_sample(dims.begin() + 1, dims.end());
+  for (int64_t d : per_sample) {
+    if (d <= 0) {
+      return invalid_argument(path_ + ": graph input '" + in.name() +
+                              "': only the first (batch) dimension may be symbolic");
+    }
+  }
+  if (per_sample.empty()) per_sample.push_back(1);
+  const int et = in.type().tensor_type().elem_type();
+  const auto dtype = et == kOnnxInt64   ? graphpipe::v1::DATA_TYPE_INT64
+                     : et == kOnnxInt32 ? graphpipe::v1::DATA_TYPE_INT32
+                                        : graphpipe::v1::DATA_TYPE_FLOAT32;
+  act_[in.name()] = b_.input(unique_id(in.name(), "input"), per_sample, dtype);
+  return ok_status();
+}
+
+// Small constants and the shape arithmetic of dynamic-batch exports (Shape -> Gather ->
+// Unsqueeze -> Concat -> Reshape) are evaluated here; the batch size stays symbolic (kBatchDim),
+// and arithmetic on it gives NaN (unknown).
+void Importer::fold_constants() {
+  for (const auto& [name, t] : consts_) {
+    int64_t n = 1;
+    for (int64_t d : t->dims()) n *= d;
+    if (n <= 64) folded_[name] = values_of(*t);
+  }
+  for (int i = 0; i < g_.node_size(); ++i) {
+    if (fold(g_.node(i))) done_[static_cast<size_t>(i)] = true;
+  }
+}
+
+bool Importer::fold(const onnx::NodeProto& n) {
+  const std::string& t = n.op_type();
+  if (n.output_size() < 1) return false;
+  std::vector<double> out;
+  if (t == "Constant") {
+    const auto* a = n.attribute_size() > 0 ? &n.attribute(0) : nullptr;
+    if (a == nullptr) return false;
+    if (a->has_t()) {
+      consts_[n.output(0)] = &a->t();
+      out = values_of(a->t());
+    } else if (a->name() == "value_float") {
+      out = {a->f()};
+    } else if (a->name() == "value_int") {
+      out = {static_cast<double>(a->i())};
+    } else if (a->name() == "value_floats") {
+      out.assign(a->floats().begin(), a->floats().end());
+    } else if (a->name() == "value_ints") {
+      for (int64_t v : a->ints()) out.push_back(static_cast<double>(v));
+    } else {
+      return false;
+    }
+    folded_[n.output(0)] = std::move(out);
+    return true;
+  }
+  if (t == "Shape") {
+    auto dims = onnx_shape(n.input(0));
+    if (!dims || dims->empty()) return false;
+    for (size_t d = 0; d < dims->size(); ++d) {
+      const int64_t v = (*dims)[d];
+      out.push_back(d == 0 ? kBatchDim : v > 0 ? static_cast<double>(v) : NAN);
+    }
+    const int64_t rank = static_cast<int64_t>(out.size());
+    int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", rank);
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = std::clamp<int64_t>(start, 0, rank);
+    end = std::clamp<int64_t>(end, start, rank);
+    folded_[n.output(0)] = {out.begin() + start, out.begin() + end};
+    return true;
+  }
+  if (t == "Identity" && n.input_size() == 1 && consts_.count(n.input(0))) {
+    consts_[n.output(0)] = consts_.at(n.input(0));  // an exporter's alias of a weight
+    if (auto v = folded(n.input(0))) folded_[n.output(0)] = *v;
+    return true;
+  }
+  std::vector<std::vector<double>> in;
+  for (const auto& name : n.input()) {
+    if (name.empty()) {
+      in.emplace_back();
+      continue;
+    }
+    auto v = folded(name);
+    if (!v) return false;
+    in.push_back(*v);
+  }
+  if (in.empty()) return false;
+  auto arith = [](double a, double b, const std::string& op) {
+    if (a == kBatchDim || b == kBatchDim) return static_cast<double>(NAN);
+    if (op == "Add") return a + b;
+    if (op == "Sub") return a - b;
+    if (op == "Mul") return a * b;
+    if (op == "Div") return a / b;
+    return std::pow(a, b);
+  };
+  if (t == "Identity" || t == "Cast" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
+      t == "Reshape") {
+    out = in[0];
+  } else if (t == "Concat") {
+    for (const auto& v : in) out.insert(out.end(), v.begin(), v.end());
+  } else if (t == "Gather") {
+    if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return false;
+    for (double idx : in[1]) {
+      int64_t k = static_cast<int64_t>(idx);
+      if (k < 0) k += static_cast<int64_t>(in[0].size());
+      if (k < 0 || k >= static_cast<int64_t>(in[0].size())) return false;
+      out.push_back(in[0][static_cast<size_t>(k)]);
+    }
+  } else if (t == "Slice") {
+    if (in.size() < 3 || in[1].size() != 1 || in[2].size() != 1) return false;
+    const int64_t size = static_cast<int64_t>(in[0].size());
+    int64_t s = static_cast<int64_t>(std::max(-1e12, in[1][0]));
+    int64_t e = static_cast<int64_t>(std::min(1e12, in[2][0]));
+    if (s < 0) s += size;
+    if (e < 0) e += size;
+    s = std::clamp<int64_t>(s, 0, size);
+    e = std::clamp<int64_t>(e, s, size);
+    out.assign(in[0].begin() + s, in[0].begin() + e);
+  } else if (t == "Sqrt" || t == "Neg" || t == "Reciprocal" || t == "Floor" || t == "Ceil") {
+    for (double a : in[0]) {
+      if (a == kBatchDim) {
+        out.push_back(NAN);
+        continue;
+      }
+      out.push_back(t == "Sqrt"         ? std::sqrt(a)
+                    : t == "Neg"        ? -a
+                    : t == "Reciprocal" ? 1 / a
+                    : t == "Floor"      ? std::floor(a)
+                                        : std::ceil(a));
+    }
+  } else if ((t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Pow") &&
+             in.size() == 2) {
+    const auto& a = in[0];
+    const auto& b = in[1];
+    if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return false;
+    const size_t size = std::max(a.size(), b.size());
+    for (size_t k = 0; k < size; ++k) {
+      out.push_back(arith(a[a.size() == 1 ? 0 : k], b[b.size() == 1 ? 0 : k], t));
+    }
+  } else {
+    return false;
+  }
+  folded_[n.output(0)] = std::move(out);
+  return true;
+}
+
+std::optional<std::vector<float>> Importer::float_values(const std::string& name) const {
+  auto it = consts_.find(name);
+  if (it == consts_.end() || it->second->data_type() != kOnnxFloat) return std::nullopt;
+  const auto v = values_of(*it->second);
+  return std::vector<float>(v.begin(), v.end());
+}
+
+void Importer::infer_new_ops(int first) {
+  for (int k = first; k < b_.model().ops_size(); ++k) {
+    const Operator& op = b_.model().ops(k);
+    const OpTypeInfo* info = find_op_type(op.type());
+    if (info == nullptr) continue;
+    std::vector<TensorSpec> inputs;
+    for (const auto& ref : op.inputs()) {
+      auto it = specs_.find(ref.op());
+      if (it == specs_.end() || ref.output() >= static_cast<int>(it->second.size())) break;
+      inputs.push_back(it->second[static_cast<size_t>(ref.output())]);
+    }
+    if (static_cast<int>(inputs.size()) != op.inputs_size()) continue;
+    InferredOp out;
+    if (info->infer(op, inputs, &out).ok()) specs_[op.id()] = std::move(out.outputs);
+  }
+}
+
+std::optional<std::vector<double>> Importer::folded(const std::string& name) const {
+  auto it = folded_.find(name);
+  if (it == folded_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<double> Importer::scalar(const std::string& name) const {
+  auto v = folded(name);
+  if (!v || v->size() != 1 || !std::isfinite((*v)[0]) || (*v)[0] == kBatchDim) return std::nullopt;
+  return (*v)[0];
+}
+
+std::optional<TensorRef> Importer::activation(const std::string& name) const {
+  auto it = act_.find(name);
+  if (it == act_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::vector<int64_t>> Importer::onnx_shape(const std::string& name) const {
+  // An activation's shape as inferred for its operator: the batch, then the per-sample dims.
+  if (auto a = act_.find(name); a != act_.end()) {
+    if (auto s = specs_.find(a->second.op());
+        s != specs_.end() && a->second.output() < static_cast<int>(s->second.size())) {
+      const TensorSpec& spec = s->second[static_cast<size_t>(a->second.output())];
+      std::vector<int64_t> dims = {-1};
+      dims.insert(dims.end(), spec.shape().begin(), spec.shape().end());
+      // A [batch] tensor is per-sample [1] here, as add_input and add_losses read it.
+      if (auto v = shapes_.find(name); v != shapes_.end() && v->second.size() == 1) dims = {-1};
+      return dims;
+    }
+  }
+  auto it = shapes_.find(name);
+  if (it == shapes_.end() || it->second.empty()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::vector<int64_t>> Importer::sample_shape(const std::string& name) const {
+  auto dims = onnx_shape(name);
+  if (!dims) return std::nullopt;
+  std::vector<int64_t> per_sample(dims->begin() + 1, dims->end());
+  for (int64_t d : per_sample) {
+    if (d <= 0) return std::nullopt;
+  }
+  if (per_sample.empty()) per_sample.push_back(1);
+  return per_sample;
+}
+
+std::optional<int64_t> Importer::rank_of(const std::string& name) const {
+  auto dims = onnx_shape(name);
+  if (!dims) return std::nullopt;
+  return static_cast<int64_t>(dims->size());
+}
+
+int Importer::sole_consumer(const std::string& name) const {
+  auto it = consumers_.find(name);
+  return it != consumers_.end() && it->second.size() == 1 ? it->second[0] : -1;
+}
+
+int Importer::producer(const std::string& name) const {
+  auto it = producer_.find(name);
+  return it == producer_.end() ? -1 : it->second;
+}
+
+bool Importer::only_consumers_in(const std::string& name, const std::set<int>& nodes) const {
+  for (const auto& o : g_.output()) {
+    if (o.name() == name) return false;
+  }
+  auto it = consumers_.find(name);
+  if (it == consumers_.end()) return true;
+  for (int c : it->second) {
+    if (!nodes.count(c)) return false;
+  }
+  return true;
+}
+
+std::string Importer::unique_id(const std::string& wanted, const std::string& fallback) {
+  std::string id = sanitize(wanted);
+  if (id.empty()) id = fallback;
+  std::string out = id;
+  for (int k = 2; used_ids_.count(out); ++k) out = id + "_" + std::to_string(k);
+  used_ids_.insert(out);
+  return out;
+}
+
+std::string Importer::where(int i) const {
+  const auto& n = g_.node(i);
+  return "node " + std::to_string(i) + " '" + n.name() + "' (" + n.op_type() + ")";
+}
+
+void Importer::refuse(int i, const std::string& why) {
+  if (try_opaque(i)) return;
+  for (const auto& o : g_.node(i).output()) poisoned_.insert(o);
+  // A node of a mapped type fed by a refused node lacks its inputs: not a cause of its own.
+  if (fed_by_refused_ && mapped_type(g_.node(i).op_type())) return;
+  unsupported_.push_back(where(i) + ": " + why);
+}
+
+// An ONNX node GraphPipe cannot compute, kept for planning: its output shape comes from the
+// model's shape information, its weights count as parameters, its cost is a FLOP estimate.
+bool Importer::try_opaque(int i) {
+  if (!options_.allow_opaque) return false;
+  const auto& n = g_.node(i);
+  if (n.output_size() == 0) return false;
+  for (int k = 1; k < n.output_size(); ++k) {
+    if (!n.output(k).empty() && !only_consumers_in(n.output(k), {})) return false;
+  }
+  const auto shape = sample_shape(n.output(0));
+  if (!shape) return false;
+  std::vector<TensorRef> inputs;
+  int64_t params = 0;
+  for (const auto& name : n.input()) {
+    if (name.empty() || folded(name)) continue;
+    if (auto a = activation(name)) {
+      inputs.push_back(*a);
+    } else if (is_weight(name)) {
+      int64_t e = 1;
+      for (int64_t d : weight_dims(name)) e *= d;
+      params += e;
+    } else {
+      return false;
+    }
+  }
+  if (inputs.empty()) return false;
+  TensorSpec out;
+  int64_t elements = 1;
+  for (int64_t d : *shape) {
+    out.add_shape(d);
+    elements *= d;
+  }
+  auto et = elem_types_.find(n.output(0));
+  const int type = et == elem_types_.end() ? kOnnxFloat : et->second;
+  out.set_dtype(type == kOnnxInt64   ? graphpipe::v1::DATA_TYPE_INT64
+                : type == kOnnxInt32 ? graphpipe::v1::DATA_TYPE_INT32
+                                     : graphpipe::v1::DATA_TYPE_FLOAT32);
+  const std::string id = i == current_
+                             ? current_id_
+                             : unique_id(n.name(), sanitize(n.op_type()) + "_" + std::to_string(i));
+  // One flop per output element, plus a dense layer's two per weight: a rough figure.
+  const double flops = static_cast<double>(elements) + 2.0 * static_cast<double>(params);
+  act_[n.output(0)] = b_.opaque(id, inputs, out, n.op_type(), flops, params);
+  return true;
+}
+
+Operator& Importer::op_by_id(const std::string& id) {
+  for (auto& op : *b_.model().mutable_ops()) {
+    if (op.id() == id) return op;
+  }
+  return b_.model().mutable_ops()->at(b_.model().ops_size() - 1);
+}
+
+void Importer::set_values(const std::string& id, const std::string& param,
+                          const std::vector<float>& v) {
+  (*op_by_id(id).mutable_param_values())[param] =
+      std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+Status Importer::add_losses() {
+  if (options_.loss != "mse" && options_.loss != "cross_entropy") {
+    return invalid_argument("--loss = '" + options_.loss + "', expected mse or cross_entropy");
+  }
+  if (g_.output_size() == 0) return invalid_argument(path_ + ": the graph has no outputs");
+  for (const auto& o : g_.output()) {
+    auto y = activation(o.name());
+    if (!y)
+      return invalid_argument(path_ + ": graph output '" + o.name() +
+                              "' is not computed by a mapped operator");
+    const auto dims = dims_of(o);
+    if (dims.empty()) {
+      return invalid_argument(path_ + ": graph output '" + o.name() +
+                              "' needs a shape (export with output shapes)");
+    }
+    // Per sample, as for inputs: the dimensions after the batch, [1] for a [batch] output.
+    std::vector<int64_t> per_sample(dims.begin() + 1, dims.end());
+    if (per_sample.empty()) per_sample.push_back(1);
+    const std::string base = sanitize(o.name());
+    if (options_.loss == "mse") {
+      auto target = b_.input(unique_id(base + ".target", "target"), per_sample);
+      b_.add_loss(b_.mse_loss(unique_id(base + ".loss", "loss"), *y, target));
+    } else {
+      std::vector<int64_t> label_shape = per_sample;
+      label_shape.pop_back();  // labels: the logits' shape without the classes
+      if (label_shape.empty()) label_shape.push_back(1);
+      auto labels = b_.input(unique_id(base + ".labels", "labels"), label_shape,
+                             graphpipe::v1::DATA_TYPE_INT64);
+      b_.add_loss(b_.softmax_cross_entropy(unique_id(base + ".loss", "loss"), *y, labels));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace onnx_detail
+
+Result<ModelGraph> import_onnx(const std::string& path, const OnnxImportOptions& options) {
+  GP_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  onnx::ModelProto model;
+  if (!model.ParseFromString(bytes)) {
+    return invalid_argument(path + ": not an ONNX model (protobuf ModelProto did not parse)");
+  }
+  if (!model.has_graph()) return invalid_argument(path + ": ONNX model without a graph");
+  return onnx_detail::Importer(model, path, options).run();
+}
+
+}  // namespace gp::graph

@@ -1,0 +1,128 @@
+// The ONNX importer's internals (private to gp_graph). One pass over the topologically sorted
+// ONNX nodes, after three pre-passes: constant and shape folding (the Shape/Gather/Concat
+// arithmetic exporters emit for reshapes), weight inputs (export_params=False), and fused
+// patterns that exporters split into many nodes (erf and tanh GELU, decomposed layer norm).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gp/graph/builder.h"
+#include "gp/graph/onnx_import.h"
+#include "onnx/onnx.pb.h"
+
+namespace gp::graph::onnx_detail {
+
+constexpr int kOnnxFloat = 1, kOnnxInt32 = 6, kOnnxInt64 = 7, kOnnxDouble = 11;
+// A folded shape element that equals the (symbolic) batch size.
+constexpr double kBatchDim = -1e15;
+
+std::string sanitize(const std::string& s);
+// Values of a constant tensor (typed fields or raw little-endian bytes), as doubles.
+std::vector<double> values_of(const onnx::TensorProto& t);
+const onnx::AttributeProto* attr(const onnx::NodeProto& n, const std::string& name);
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t fallback);
+double attr_f(const onnx::NodeProto& n, const std::string& name, double fallback);
+std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& fallback);
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name);
+
+// Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
+bool mapped_type(const std::string& t);
+
+// A pattern of several ONNX nodes that becomes one operator, emitted at its last node.
+struct Fused {
+  enum class Kind { kGelu, kLayerNorm };
+  Kind kind = Kind::kGelu;
+  std::string x;            // the pattern's input tensor
+  std::string gamma, beta;  // layer norm: scale and shift weights ("" when absent)
+  double epsilon = 1e-5;
+  std::string name;  // of the pattern's first node, which names the operator
+};
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, std::string path, OnnxImportOptions options);
+  Result<ModelGraph> run();
+
+ private:
+  // importer.cc: inputs, weights, folding, lookups, losses, opaque nodes.
+  static std::vector<int64_t> dims_of(const onnx::ValueInfoProto& vi);
+  static bool batch_first(const onnx::ValueInfoProto& in);
+  void find_weight_inputs();
+  Status add_input(const onnx::ValueInfoProto& in);
+  void fold_constants();
+  // Shape inference of the operators added since op `first`, so that later nodes know the
+  // shapes of activations without the model's shape information.
+  void infer_new_ops(int first);
+  bool fold(const onnx::NodeProto& n);
+  Status add_losses();
+  bool try_opaque(int i);  // --allow-opaque: node i as an opaque operator
+
+  bool is_weight(const std::string& name) const;
+  std::vector<int64_t> weight_dims(const std::string& name) const;
+  std::optional<std::vector<float>> float_values(const std::string& name) const;
+  std::optional<std::vector<double>> folded(const std::string& name) const;
+  std::optional<double> scalar(const std::string& name) const;
+  std::optional<TensorRef> activation(const std::string& name) const;
+  // The ONNX shape of a tensor (value_info, graph inputs and outputs); -1 for symbolic dims.
+  std::optional<std::vector<int64_t>> onnx_shape(const std::string& name) const;
+  // The per-sample shape of a batch-first tensor: its dims after the batch, all known.
+  std::optional<std::vector<int64_t>> sample_shape(const std::string& name) const;
+  std::optional<int64_t> rank_of(const std::string& name) const;
+  int sole_consumer(const std::string& name) const;
+  int producer(const std::string& name) const;  // -1 for inputs and initializers
+  bool only_consumers_in(const std::string& name, const std::set<int>& nodes) const;
+  std::string unique_id(const std::string& wanted, const std::string& fallback);
+  std::string where(int i) const;
+  void refuse(int i, const std::string& why);
+  Operator& op_by_id(const std::string& id);
+  void set_values(const std::string& id, const std::string& param, const std::vector<float>& v);
+
+  // convert.cc: one ONNX node (or the last node of a fused pattern) to catalogue operators.
+  void convert(int i);
+  void emit_fused(int i, const Fused& f);
+  void gemm(int i, const std::string& id);
+  void matmul(int i, const std::string& id);
+  void scale(int i, const std::string& id);
+  void slice(int i, const std::string& id);
+  void split(int i, const std::string& id);
+  void embedding_bag(int i, const std::string& id);
+  void transpose(int i, const std::string& id);
+  void reshape(int i, const std::string& id);
+  void conv(int i, const std::string& id);
+  void pool(int i, const std::string& id);
+  void batch_norm(int i, const std::string& id);
+
+  // patterns.cc: fused patterns found before conversion.
+  void find_patterns();
+  bool match_gelu(int start);
+  bool match_layer_norm(int start);
+  void claim(const std::set<int>& nodes, int last, Fused f);
+
+  const onnx::GraphProto& g_;
+  std::string path_;
+  OnnxImportOptions options_;
+  GraphBuilder b_;
+  std::map<std::string, const onnx::TensorProto*> consts_;
+  std::map<std::string, std::vector<double>> folded_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+  std::map<std::string, int> elem_types_;
+  std::set<std::string> weight_inputs_;
+  std::map<std::string, std::vector<int>> consumers_;
+  std::map<std::string, int> producer_;  // node index by output name
+  std::map<std::string, TensorRef> act_;
+  std::map<std::string, std::vector<TensorSpec>> specs_;  // outputs by operator id
+  std::map<int, Fused> fused_;                            // by the pattern's last node
+  std::set<std::string> used_ids_;
+  std::vector<bool> done_;
+  std::vector<std::string> unsupported_;
+  std::set<std::string> poisoned_;  // outputs of refused nodes and of nodes fed by them
+  bool fed_by_refused_ = false;
+  int current_ = -1;        // the node being converted
+  std::string current_id_;  // and the operator id it was given
+};
+
+}  // namespace gp::graph::onnx_detail

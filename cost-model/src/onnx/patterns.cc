@@ -1,0 +1,222 @@
+// Fused patterns: exporters write GELU and (before opset 17) layer norm as chains of element-wise
+// nodes. Each match claims its nodes and is emitted as one operator at its last node, which comes
+// after every other node of the pattern in topological order.
+#include <cmath>
+
+#include "onnx/importer.h"
+
+namespace gp::graph::onnx_detail {
+namespace {
+
+bool near(std::optional<double> v, double want) {
+  return v && std::fabs(*v - want) <= 1e-3 * std::max(1.0, std::fabs(want));
+}
+
+// The other input of a binary node that consumes `cur`, or "" when it does not.
+std::string other_input(const onnx::NodeProto& n, const std::string& cur) {
+  if (n.input_size() != 2) return "";
+  if (n.input(0) == cur) return n.input(1);
+  if (n.input(1) == cur) return n.input(0);
+  return "";
+}
+
+constexpr double kSqrt2 = 1.4142135623730951;
+constexpr double kTanhGeluC = 0.7978845608028654;  // sqrt(2 / pi)
+constexpr double kTanhGeluA = 0.044715;
+
+}  // namespace
+
+void Importer::find_patterns() {
+  for (int i = 0; i < g_.node_size(); ++i) {
+    if (done_[static_cast<size_t>(i)]) continue;
+    const std::string& t = g_.node(i).op_type();
+    if (t == "Tanh" || t == "Erf") {
+      match_gelu(i);
+    } else if (t == "ReduceMean") {
+      match_layer_norm(i);
+    }
+  }
+}
+
+void Importer::claim(const std::set<int>& nodes, int last, Fused f) {
+  for (int k : nodes) {
+    if (k != last) done_[static_cast<size_t>(k)] = true;
+  }
+  f.name = g_.node(*nodes.begin()).name();
+  fused_[last] = std::move(f);
+}
+
+// erf:  x / sqrt(2) (or x * (1/sqrt 2)) -> Erf
+// tanh: sqrt(2/pi) * (x + 0.044715 * x^3) -> Tanh, with x^3 as Pow(x, 3) or x * (x * x)
+// then  -> + 1 -> times x and 0.5 in any order (including a precomputed 0.5 * x).
+bool Importer::match_gelu(int start) {
+  const auto& fn = g_.node(start);
+  std::set<int> nodes = {start};
+  std::string x;
+  auto take = [&](int k, const char* type) {
+    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)]) return false;
+    nodes.insert(k);
+    return true;
+  };
+  const int p = producer(fn.input(0));
+  if (fn.op_type() == "Erf") {
+    if (p < 0) return false;
+    const auto& pn = g_.node(p);
+    if (pn.input_size() != 2) return false;
+    if (pn.op_type() == "Div" && near(scalar(pn.input(1)), kSqrt2)) {
+      x = pn.input(0);
+    } else if (pn.op_type() == "Mul" && near(scalar(pn.input(1)), 1 / kSqrt2)) {
+      x = pn.input(0);
+    } else if (pn.op_type() == "Mul" && near(scalar(pn.input(0)), 1 / kSqrt2)) {
+      x = pn.input(1);
+    } else {
+      return false;
+    }
+    nodes.insert(p);
+  } else {
+    if (!take(p, "Mul")) return false;
+    const auto& pn = g_.node(p);
+    const std::string s = near(scalar(pn.input(0)), kTanhGeluC)   ? pn.input(1)
+                          : near(scalar(pn.input(1)), kTanhGeluC) ? pn.input(0)
+                                                                  : "";
+    const int q = s.empty() ? -1 : producer(s);
+    if (!take(q, "Add")) return false;
+    // x + 0.044715 * cube: find which operand is the scaled cube.
+    for (int k = 0; k < 2 && x.empty(); ++k) {
+      const std::string cand_x = g_.node(q).input(k);
+      const int m = producer(g_.node(q).input(1 - k));
+      if (m < 0 || g_.node(m).op_type() != "Mul") continue;
+      const auto& mn = g_.node(m);
+      const std::string cube = near(scalar(mn.input(0)), kTanhGeluA)   ? mn.input(1)
+                               : near(scalar(mn.input(1)), kTanhGeluA) ? mn.input(0)
+                                                                       : "";
+      const int c = cube.empty() ? -1 : producer(cube);
+      if (c < 0) continue;
+      const auto& cn = g_.node(c);
+      bool is_cube = false;
+      std::set<int> cube_nodes = {m, c};
+      if (cn.op_type() == "Pow" && cn.input(0) == cand_x && near(scalar(cn.input(1)), 3)) {
+        is_cube = true;
+      } else if (cn.op_type() == "Mul" && cn.input_size() == 2) {
+        const std::string sq = other_input(cn, cand_x);
+        const int sqn = sq.empty() ? -1 : producer(sq);
+        if (sqn >= 0 && g_.node(sqn).op_type() == "Mul" && g_.node(sqn).input(0) == cand_x &&
+            g_.node(sqn).input(1) == cand_x) {
+          is_cube = true;
+          cube_nodes.insert(sqn);
+        }
+      }
+      if (!is_cube) continue;
+      x = cand_x;
+      nodes.insert(cube_nodes.begin(), cube_nodes.end());
+    }
+    if (x.empty()) return false;
+  }
+  // (1 + f) times x and 0.5.
+  const int a = sole_consumer(fn.output(0));
+  if (!take(a, "Add") || !near(scalar(other_input(g_.node(a), fn.output(0))), 1)) return false;
+  const std::string one_plus = g_.node(a).output(0);
+  const int m1 = sole_consumer(one_plus);
+  if (!take(m1, "Mul")) return false;
+  const std::string o1 = other_input(g_.node(m1), one_plus);
+  int last = m1;
+  if (o1 == x || near(scalar(o1), 0.5)) {
+    const int m2 = sole_consumer(g_.node(m1).output(0));
+    if (!take(m2, "Mul")) return false;
+    const std::string o2 = other_input(g_.node(m2), g_.node(m1).output(0));
+    if (!(o1 == x ? near(scalar(o2), 0.5) : o2 == x)) return false;
+    last = m2;
+  } else {
+    const int h = producer(o1);  // a precomputed 0.5 * x
+    if (!take(h, "Mul") || !near(scalar(other_input(g_.node(h), x)), 0.5)) return false;
+  }
+  for (int k : nodes) {
+    if (k == last) continue;
+    for (const auto& o : g_.node(k).output()) {
+      if (!only_consumers_in(o, nodes)) return false;
+    }
+  }
+  Fused f;
+  f.kind = Fused::Kind::kGelu;
+  f.x = x;
+  claim(nodes, last, std::move(f));
+  return true;
+}
+
+// mean = ReduceMean(x, last axis); d = x - mean; var = ReduceMean(d^2); y = d / sqrt(var + eps),
+// optionally * gamma and + beta (weights of the last dimension's width).
+bool Importer::match_layer_norm(int start) {
+  const auto& r1 = g_.node(start);
+  const std::string& x = r1.input(0);
+  const auto rank = rank_of(x);
+  auto last_axis = [&](const onnx::NodeProto& r) {
+    std::vector<int64_t> axes = attr_ints(r, "axes");
+    if (axes.empty() && r.input_size() > 1) {
+      if (auto v = folded(r.input(1))) {
+        for (double a : *v) axes.push_back(static_cast<int64_t>(a));
+      }
+    }
+    return attr_i(r, "keepdims", 1) == 1 && axes.size() == 1 &&
+           (axes[0] == -1 || (rank && axes[0] == *rank - 1));
+  };
+  if (!last_axis(r1)) return false;
+  std::set<int> nodes = {start};
+  auto only = [&](const std::string& name, const char* type) {
+    const int k = sole_consumer(name);
+    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)]) return -1;
+    nodes.insert(k);
+    return k;
+  };
+  const int sub = only(r1.output(0), "Sub");
+  if (sub < 0 || g_.node(sub).input(0) != x) return false;
+  const std::string d = g_.node(sub).output(0);
+  int sq = -1, div = -1;
+  for (int c : consumers_[d]) {
+    const auto& cn = g_.node(c);
+    if ((cn.op_type() == "Pow" && near(scalar(cn.input(1)), 2)) ||
+        (cn.op_type() == "Mul" && cn.input(0) == d && cn.input(1) == d)) {
+      sq = c;
+    } else if (cn.op_type() == "Div" && cn.input(0) == d) {
+      div = c;
+    } else {
+      return false;
+    }
+  }
+  if (sq < 0 || div < 0) return false;
+  nodes.insert({sq, div});
+  const int r2 = only(g_.node(sq).output(0), "ReduceMean");
+  if (r2 < 0 || !last_axis(g_.node(r2))) return false;
+  const int add_eps = only(g_.node(r2).output(0), "Add");
+  if (add_eps < 0) return false;
+  const auto eps = scalar(other_input(g_.node(add_eps), g_.node(r2).output(0)));
+  if (!eps || !(*eps > 0)) return false;
+  const int sqrt = only(g_.node(add_eps).output(0), "Sqrt");
+  if (sqrt < 0 || g_.node(div).input(1) != g_.node(sqrt).output(0)) return false;
+  Fused f;
+  f.kind = Fused::Kind::kLayerNorm;
+  f.x = x;
+  f.epsilon = *eps;
+  int last = div;
+  auto affine = [&](const char* type, std::string* weight) {
+    const std::string cur = g_.node(last).output(0);
+    const int k = sole_consumer(cur);
+    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)]) return;
+    const std::string w = other_input(g_.node(k), cur);
+    if (w.empty() || !is_weight(w) || weight_dims(w).size() != 1) return;
+    *weight = w;
+    nodes.insert(k);
+    last = k;
+  };
+  affine("Mul", &f.gamma);
+  affine("Add", &f.beta);
+  for (int k : nodes) {
+    if (k == last) continue;
+    for (const auto& o : g_.node(k).output()) {
+      if (!only_consumers_in(o, nodes)) return false;
+    }
+  }
+  claim(nodes, last, std::move(f));
+  return true;
+}
+
+}  // namespace gp::graph::onnx_detail
