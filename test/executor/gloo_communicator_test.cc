@@ -58,21 +58,33 @@ void run_ranks(int world, const std::function<void(int)>& fn) {
   for (auto& t : threads) t.join();
 }
 
-// Connects `world` communicators concurrently (rendezvous blocks until all ranks arrive).
-std::vector<std::unique_ptr<Communicator>> connect_all(const StoreDir& dir, int world,
-                                                       milliseconds timeout = kTimeout,
-                                                       const std::string& prefix = "job") {
-  std::vector<std::optional<Result<std::unique_ptr<Communicator>>>> made(world);
+using Made = std::vector<std::optional<Result<std::unique_ptr<Communicator>>>>;
+
+// Connects `world` communicators concurrently (rendezvous blocks until all ranks arrive). No
+// Catch2 macro here: it may run on a thread of its own.
+Made connect_raw(const StoreDir& dir, int world, milliseconds timeout, const std::string& prefix) {
+  Made made(world);
   run_ranks(world, [&](int r) {
     made[r].emplace(exec::make_gloo_communicator(options(dir, r, world, timeout, prefix)));
   });
+  return made;
+}
+
+std::vector<std::unique_ptr<Communicator>> checked(Made made) {
   std::vector<std::unique_ptr<Communicator>> comms;
+  const int world = static_cast<int>(made.size());
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << made[r]->status().to_string());
     REQUIRE(made[r]->ok());
     comms.push_back(std::move(*made[r]).value());
   }
   return comms;
+}
+
+std::vector<std::unique_ptr<Communicator>> connect_all(const StoreDir& dir, int world,
+                                                       milliseconds timeout = kTimeout,
+                                                       const std::string& prefix = "job") {
+  return checked(connect_raw(dir, world, timeout, prefix));
 }
 
 std::vector<std::byte> pattern(size_t n, int seed) {
@@ -394,10 +406,11 @@ TEST_CASE("abort fails later calls with ABORTED, interrupts a pending receive, f
 
 TEST_CASE("two jobs sharing a store directory never mix") {
   StoreDir dir;
-  std::vector<std::unique_ptr<Communicator>> a, b;
-  std::thread ta([&] { a = connect_all(dir, 2, kTimeout, "job-a"); });
-  b = connect_all(dir, 2, kTimeout, "job-b");
+  Made made_a;
+  std::thread ta([&] { made_a = connect_raw(dir, 2, kTimeout, "job-a"); });
+  auto b = connect_all(dir, 2, kTimeout, "job-b");
   ta.join();
+  auto a = checked(std::move(made_a));
   REQUIRE(a.size() == 2);
   REQUIRE(b.size() == 2);
   std::vector<std::byte> got_a(64), got_b(64);
