@@ -14,9 +14,9 @@
 
 #include "commands.h"
 #include "gp/common/logging.h"
+#include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
-#include "gp/exec/gloo_communicator.h"
 #include "gp/profile/comm_profiler.h"
 #include "gp/profile/profile_db.h"
 
@@ -46,13 +46,17 @@ void print_sample(const CommSample& s) {
 Status run_rank(int rank, const CommOptions& o, const CommSweepOptions& sweep, const Sweeps& which,
                 const std::string& store_dir, std::vector<CommSample>* p2p,
                 std::vector<CommSample>* allreduce) {
-  exec::GlooOptions go;
+  exec::DataPlaneOptions dp;
+  dp.transport = o.data_plane;
+  exec::GlooOptions& go = dp.gloo;
   go.rank = rank;
   go.world_size = o.ranks;
   go.store_dir = store_dir;
   go.prefix = "comm-profile";
   go.timeout = std::chrono::milliseconds(int64_t{o.timeout_s} * 1000);
-  GP_ASSIGN_OR_RETURN(auto comm, exec::make_gloo_communicator(go));
+  GP_ASSIGN_OR_RETURN(auto plane, exec::make_data_plane(dp));
+  auto& comm = plane.comm;
+  if (rank == 0) log::get("profile")->info("data plane: {}", plane.description);
   const bool print = rank == 0;
   if (which.p2p) {
     if (print) print_header("point-to-point (half a ping-pong round trip)", 2);

@@ -35,6 +35,7 @@ struct CommOptions {
   int warmup = 2;
   int repetitions = 20;
   int timeout_s = 60;
+  std::string data_plane = "auto";  // as graphpipe-executor run --data-plane
 };
 
 struct MergeOptions {

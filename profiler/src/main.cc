@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   comm_cmd->add_option("--timeout-s", comm.timeout_s, "give up on a rank after this long")
       ->capture_default_str();
+  comm_cmd
+      ->add_option("--data-plane", comm.data_plane,
+                   "the transport to measure, as graphpipe-executor run uses it: auto (shared "
+                   "memory between ranks of this host) or gloo (TCP)")
+      ->check(CLI::IsMember({"auto", "gloo"}))
+      ->capture_default_str();
 
   MergeOptions merge;
   auto* merge_cmd = app.add_subcommand(

@@ -223,6 +223,12 @@ int main(int raw_argc, char** raw_argv) {
                       "directory shared by the ranks for the data-plane rendezvous");
   run_cmd->add_option("--bind", run.bind_host, "interface for the data plane")
       ->capture_default_str();
+  run_cmd
+      ->add_option("--data-plane", run.data_plane,
+                   "auto: ranks on the same host exchange activations through shared memory, "
+                   "Gloo (TCP) carries the rest; gloo: Gloo for everything")
+      ->check(CLI::IsMember({"auto", "gloo"}))
+      ->capture_default_str();
   run_cmd->add_option("--auth-token", run.auth_token,
                       "shared secret every control RPC carries (or $GP_AUTH_TOKEN)");
   run_cmd->add_option("--device", run.device, "cpu (CUDA is not implemented yet)")

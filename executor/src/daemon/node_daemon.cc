@@ -35,9 +35,9 @@ namespace pb = graphpipe::v1;
 
 // Flags a client may pass on to the ranks (no path to a binary, nothing that changes where
 // the rank listens).
-const std::set<std::string> kAllowedFlags = {"--checkpoint-dir", "--checkpoint-every", "--resume",
-                                             "--heartbeat-ms",   "--metrics-out",      "--trace",
-                                             "--kill-rank-at",   "--log-level"};
+const std::set<std::string> kAllowedFlags = {
+    "--checkpoint-dir", "--checkpoint-every", "--resume",    "--heartbeat-ms", "--metrics-out",
+    "--trace",          "--kill-rank-at",     "--log-level", "--data-plane"};
 
 struct RankProc {
   int rank = 0;

@@ -16,8 +16,8 @@
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/control_client.h"
 #include "gp/exec/coordinator.h"
+#include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
-#include "gp/exec/gloo_communicator.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
@@ -298,7 +298,9 @@ Status run_rank(const RunOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(store_dir, ec);
   if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
-  GlooOptions go;
+  DataPlaneOptions dp;
+  dp.transport = o.data_plane;
+  GlooOptions& go = dp.gloo;
   go.rank = o.rank;
   go.world_size = o.world_size;
   go.store_dir = store_dir;
@@ -307,7 +309,9 @@ Status run_rank(const RunOptions& o) {
   // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
   // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
   go.timeout = 2 * timeout;
-  auto comm = make_gloo_communicator(go);
+  auto plane = make_data_plane(dp);
+  auto comm = plane.ok() ? Result<std::unique_ptr<Communicator>>(std::move(plane->comm))
+                         : Result<std::unique_ptr<Communicator>>(plane.status());
   if (!comm.ok()) {
     (void)client->report_status([&] {  // best effort: the coordinator aborts the others
       graphpipe::v1::RankStatus st;
@@ -318,8 +322,8 @@ Status run_rank(const RunOptions& o) {
     }());
     return comm.status();
   }
-  log->info("rank {} of {}: stage {}, job {}, coordinator {}", o.rank, o.world_size,
-            runner->stage(), registered.job_id(), address);
+  log->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o.rank, o.world_size,
+            runner->stage(), registered.job_id(), address, plane->description);
 
   if (!o.trace.empty()) {
     const auto& program = plan.programs(index.program_of_rank[o.rank]);

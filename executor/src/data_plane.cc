@@ -1,0 +1,105 @@
+#include "gp/exec/data_plane.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "gp/exec/shm_communicator.h"
+
+namespace gp::exec {
+namespace {
+
+std::string host_identity() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::string boot_id;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
+  // Containers (and test "hosts") on one kernel share /dev/shm only within a mount namespace;
+  // ranks in different network namespaces are treated as different hosts as well.
+  std::string id = std::string(name) + " " + boot_id;
+  for (const char* ns : {"/proc/self/ns/mnt", "/proc/self/ns/net"}) {
+    std::error_code ec;
+    id += " " + std::filesystem::read_symlink(ns, ec).string();
+  }
+  return id;
+}
+
+std::string identity_path(const GlooOptions& g, int rank) {
+  return g.store_dir + "/" + g.prefix + ".host." + std::to_string(rank);
+}
+
+Status write_identity(const GlooOptions& g) {
+  const std::string path = identity_path(g, g.rank);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << host_identity() << "\n";
+    if (!out) return invalid_argument("--store-dir: cannot write " + tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return invalid_argument("--store-dir: cannot write " + path + ": " + ec.message());
+  return ok_status();
+}
+
+// The identities of every rank; they were written before Gloo connected, so they are there.
+Result<std::vector<std::string>> read_identities(const GlooOptions& g) {
+  std::vector<std::string> ids;
+  const auto deadline = std::chrono::steady_clock::now() + g.timeout;
+  for (int r = 0; r < g.world_size; ++r) {
+    std::string line;
+    while (true) {
+      std::ifstream in(identity_path(g, r));
+      if (std::getline(in, line) && !line.empty()) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Status(StatusCode::kDeadlineExceeded,
+                      "rank " + std::to_string(r) + " never wrote " + identity_path(g, r));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ids.push_back(line);
+  }
+  return ids;
+}
+
+}  // namespace
+
+Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
+  if (o.transport != "auto" && o.transport != "gloo") {
+    return invalid_argument("--data-plane = '" + o.transport + "', expected auto or gloo");
+  }
+  const bool shm = o.transport == "auto" && o.gloo.world_size > 1;
+  if (shm) GP_RETURN_IF_ERROR(write_identity(o.gloo));
+  DataPlane plane;
+  GP_ASSIGN_OR_RETURN(plane.comm, make_gloo_communicator(o.gloo));
+  plane.description = "gloo";
+  if (!shm) return plane;
+  GP_ASSIGN_OR_RETURN(auto ids, read_identities(o.gloo));
+  ShmOptions so;
+  so.rank = o.gloo.rank;
+  so.world_size = o.gloo.world_size;
+  so.ring_bytes = o.shm_ring_bytes;
+  so.timeout = o.gloo.timeout;
+  std::string local;
+  for (int r = 0; r < o.gloo.world_size; ++r) {
+    if (ids[static_cast<size_t>(r)] != ids[static_cast<size_t>(o.gloo.rank)]) continue;
+    so.local_ranks.push_back(r);
+    local += (local.empty() ? "" : ",") + std::to_string(r);
+  }
+  // Without a shared-memory filesystem every local rank stays on Gloo alike.
+  if (so.local_ranks.size() < 2 || !std::filesystem::is_directory(o.shm_root)) return plane;
+  // Unique to the job (store directory and prefix) and to the user.
+  std::ostringstream dir;
+  dir << o.shm_root << "/graphpipe-" << getuid() << "-" << std::hex
+      << std::hash<std::string>{}(o.gloo.store_dir + "\n" + o.gloo.prefix);
+  so.dir = dir.str();
+  GP_ASSIGN_OR_RETURN(plane.comm, make_shm_communicator(std::move(plane.comm), so));
+  plane.description = "shared memory with ranks " + local + ", gloo beyond";
+  return plane;
+}
+
+}  // namespace gp::exec
