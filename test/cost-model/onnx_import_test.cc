@@ -3,9 +3,12 @@
 // what has no operator is refused, naming every node.
 #include "gp/graph/onnx_import.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -290,6 +293,150 @@ TEST_CASE("a single-head attention imports as the same graph built by hand") {
   const auto m = imported("attention_block.onnx");
   CHECK(structure_hash(m) == structure_hash(b.finish()));
   CHECK(type_counts(m)["matmul"] == 2);
+}
+
+// A small ONNX model built in the test: inputs [batch, dims...], nodes added by the caller.
+struct OnnxBuilder {
+  onnx::ModelProto model;
+  explicit OnnxBuilder(int opset = 17) {
+    model.set_ir_version(8);
+    auto* o = model.add_opset_import();
+    o->set_version(opset);
+    model.mutable_graph()->set_name("t");
+  }
+  void value(onnx::ValueInfoProto* vi, const std::string& name, std::vector<int64_t> dims) {
+    vi->set_name(name);
+    auto* tt = vi->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(1);
+    auto* shape = tt->mutable_shape();
+    shape->add_dim()->set_dim_param("batch");
+    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+  }
+  void input(const std::string& name, std::vector<int64_t> dims) {
+    value(model.mutable_graph()->add_input(), name, dims);
+  }
+  void output(const std::string& name, std::vector<int64_t> dims) {
+    value(model.mutable_graph()->add_output(), name, dims);
+  }
+  onnx::TensorProto* weight(const std::string& name, std::vector<int64_t> dims) {
+    auto* t = model.mutable_graph()->add_initializer();
+    t->set_name(name);
+    t->set_data_type(1);
+    int64_t n = 1;
+    for (int64_t d : dims) t->add_dims(d), n *= d;
+    for (int64_t k = 0; k < n; ++k) t->add_float_data(0.01f * static_cast<float>(k % 7));
+    return t;
+  }
+  onnx::NodeProto* node(const std::string& type, std::vector<std::string> in,
+                        std::vector<std::string> out, const std::string& name) {
+    auto* n = model.mutable_graph()->add_node();
+    n->set_op_type(type);
+    n->set_name(name);
+    for (auto& i : in) n->add_input(i);
+    for (auto& o : out) n->add_output(o);
+    return n;
+  }
+  static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  Result<ModelGraph> import() {
+    static int counter = 0;
+    const std::string path =
+        std::filesystem::temp_directory_path() /
+        ("gp-onnx-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".onnx");
+    std::ofstream(path, std::ios::binary) << model.SerializeAsString();
+    auto m = import_onnx(path);
+    std::filesystem::remove(path);
+    return m;
+  }
+};
+
+TEST_CASE("a Gemm whose C is an activation (torch.addmm) is refused, not given a fresh bias") {
+  OnnxBuilder b;
+  b.input("x", {4});
+  b.input("h", {3});
+  b.weight("w", {3, 4});
+  auto* g = b.node("Gemm", {"x", "w", "h"}, {"y"}, "addmm");
+  OnnxBuilder::attr(g, "transB", 1);
+  b.output("y", {3});
+  auto m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("'addmm' (Gemm): C is not a bias weight"));
+}
+
+TEST_CASE("external or truncated initializers are refused, naming them") {
+  OnnxBuilder b;
+  b.input("x", {4});
+  auto* w = b.weight("w", {4, 3});
+  b.node("MatMul", {"x", "w"}, {"y"}, "mm");
+  b.output("y", {3});
+  w->set_data_location(onnx::TensorProto::EXTERNAL);
+  w->clear_float_data();
+  auto m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("initializer 'w' is stored in an external"));
+  w->set_data_location(onnx::TensorProto::DEFAULT);
+  w->add_float_data(1.0f);  // 1 value for 12 elements
+  m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("initializer 'w' holds 1 values"));
+}
+
+TEST_CASE("malformed nodes are refused by name instead of crashing") {
+  OnnxBuilder b;
+  b.input("x", {4});
+  b.node("MatMul", {"x"}, {"y"}, "one_input");
+  b.node("Split", {"x"}, {}, "no_outputs");
+  b.output("y", {4});
+  auto m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("'one_input' (MatMul): has 1 input(s)"));
+  CHECK_THAT(m.status().message(), Catch::Contains("'no_outputs' (Split): has no output"));
+}
+
+TEST_CASE("slice positions are clamped as ONNX does; axes are normalised against the rank") {
+  OnnxBuilder b;
+  b.input("x", {10});
+  b.weight("s", {1})->set_float_data(0, -100.0f);  // x[:, -100:]
+  b.weight("e", {1})->set_float_data(0, 1e9f);
+  b.weight("ax", {1})->set_float_data(0, -1.0f);
+  b.node("Slice", {"x", "s", "e", "ax"}, {"y"}, "tail");
+  b.output("y", {10});
+  const auto m = b.import();
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  const auto& op = op_named(*m, "tail");
+  CHECK(op.attrs().at("start").i() == 0);
+  CHECK(op.attrs().at("end").i() == 10);
+  CHECK(op.attrs().at("axis").i() == 0);
+
+  OnnxBuilder c;  // [batch] tensors: axis -1 is the batch
+  c.input("a", {});
+  c.input("b", {});
+  auto* cat = c.node("Concat", {"a", "b"}, {"y"}, "cat");
+  OnnxBuilder::attr(cat, "axis", -1);
+  c.output("y", {});
+  auto r = c.import();
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("'cat' (Concat): concatenates along the batch"));
+}
+
+TEST_CASE("Softmax before opset 13 maps only when its coerced axis is the last") {
+  OnnxBuilder b(11);
+  b.input("x", {3, 5});
+  b.node("Softmax", {"x"}, {"y"}, "sm");  // axis 1 of [batch, 3, 5]: over 3 x 5 at once
+  b.output("y", {3, 5});
+  auto m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("'sm' (Softmax): axis = 1"));
+  OnnxBuilder c(11);
+  c.input("x", {5});
+  c.node("Softmax", {"x"}, {"y"}, "sm");  // [batch, 5]: axis 1 is the last
+  c.output("y", {5});
+  CHECK(c.import().ok());
 }
 
 TEST_CASE("cross-entropy attaches int64 labels of the logits' shape without the classes") {

@@ -1,18 +1,13 @@
 // One ONNX node -> catalogue operators. ONNX axes count the batch (axis 0); GraphPipe's are per
 // sample, so an ONNX axis k > 0 is k - 1 and an operation on the batch axis has no mapping.
+#include <algorithm>
 #include <cmath>
-#include <set>
+#include <map>
 
 #include "onnx/importer.h"
 
 namespace gp::graph::onnx_detail {
 namespace {
-
-// ONNX axis over (batch, ...) -> GraphPipe per-sample axis; nullopt for the batch axis.
-std::optional<int64_t> sample_axis(int64_t axis) {
-  if (axis == 0) return std::nullopt;
-  return axis > 0 ? axis - 1 : axis;
-}
 
 std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
   std::vector<float> t(v.size());
@@ -35,28 +30,33 @@ int64_t product(const std::vector<int64_t>& v) {
   return p;
 }
 
+// The mapped ONNX types with the number of inputs each needs at least.
+const std::map<std::string, int>& mapped_inputs() {
+  static const std::map<std::string, int> kMapped = {
+      {"Identity", 1},      {"Dropout", 1},
+      {"Relu", 1},          {"Gelu", 1},
+      {"Softmax", 1},       {"LayerNormalization", 2},
+      {"Gemm", 2},          {"MatMul", 2},
+      {"Add", 2},           {"Mul", 2},
+      {"Div", 2},           {"Concat", 1},
+      {"Slice", 3},         {"Split", 1},
+      {"Gather", 2},        {"Transpose", 1},
+      {"Reshape", 1},       {"Flatten", 1},
+      {"Squeeze", 1},       {"Unsqueeze", 1},
+      {"Conv", 2},          {"MaxPool", 1},
+      {"AveragePool", 1},   {"GlobalAveragePool", 1},
+      {"GlobalMaxPool", 1}, {"BatchNormalization", 3}};
+  return kMapped;
+}
+
 }  // namespace
 
-bool mapped_type(const std::string& t) {
-  static const std::set<std::string> kMapped = {"Identity",      "Dropout",
-                                                "Relu",          "Gelu",
-                                                "Softmax",       "LayerNormalization",
-                                                "Gemm",          "MatMul",
-                                                "Add",           "Mul",
-                                                "Div",           "Concat",
-                                                "Slice",         "Split",
-                                                "Gather",        "Transpose",
-                                                "Reshape",       "Flatten",
-                                                "Squeeze",       "Unsqueeze",
-                                                "Conv",          "MaxPool",
-                                                "AveragePool",   "GlobalAveragePool",
-                                                "GlobalMaxPool", "BatchNormalization"};
-  return kMapped.count(t) > 0;
-}
+bool mapped_type(const std::string& t) { return mapped_inputs().count(t) > 0; }
 
 void Importer::convert(int i) {
   const auto& n = g_.node(i);
   const std::string& t = n.op_type();
+  if (t == "ReduceMean" && match_layer_norm(i)) return;  // emitted at the pattern's last node
   const auto fused = fused_.find(i);
   current_ = i;
   current_id_ = unique_id(fused != fused_.end() ? fused->second.name : n.name(),
@@ -65,6 +65,13 @@ void Importer::convert(int i) {
   fed_by_refused_ = false;
   for (const auto& input : n.input()) fed_by_refused_ = fed_by_refused_ || poisoned_.count(input);
   if (fused != fused_.end()) return emit_fused(i, fused->second);
+  if (auto m = mapped_inputs().find(t); m != mapped_inputs().end()) {
+    if (n.output_size() < 1 || n.output(0).empty()) return refuse(i, "has no output");
+    if (n.input_size() < m->second) {
+      return refuse(i, "has " + std::to_string(n.input_size()) + " input(s), needs at least " +
+                           std::to_string(m->second));
+    }
+  }
   auto in = [&](int k) { return k < n.input_size() ? activation(n.input(k)) : std::nullopt; };
   auto out = [&](const TensorRef& r) { act_[n.output(0)] = r; };
   if (t == "Identity" || t == "Dropout") {
@@ -76,13 +83,20 @@ void Importer::convert(int i) {
     if (!x) return refuse(i, "its input is not an activation");
     if (t == "Relu") return out(b_.relu(id, *x));
     if (t == "Gelu") return out(b_.gelu(id, *x));  // exact and tanh both train as tanh
-    const int64_t axis = attr_i(n, "axis", -1);
+    // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
+    // when that is axis 1 of a 2-D tensor.
+    const int64_t axis = attr_i(n, "axis", t == "Softmax" && opset_ > 0 && opset_ < 13 ? 1 : -1);
     const auto rank = rank_of(n.input(0));
-    if (axis != -1 && !(rank && axis == *rank - 1)) {
-      return refuse(i, "axis = " + std::to_string(axis) + " (only the last axis maps)");
+    const auto a = sample_axis(n.input(0), axis);
+    if (!rank || !a || *a != *rank - 2) {
+      return refuse(i, "axis = " + std::to_string(axis) +
+                           " (only the last axis maps, of a tensor with per-sample dimensions)");
     }
     if (t == "Softmax") return out(b_.softmax(id, *x));
-    if (n.input_size() < 2 || !is_weight(n.input(1))) return refuse(i, "scale is not a weight");
+    if (!is_weight(n.input(1))) return refuse(i, "scale is not a weight");
+    if (n.input_size() > 2 && !n.input(2).empty() && !is_weight(n.input(2))) {
+      return refuse(i, "bias is not a weight");
+    }
     out(b_.layer_norm(id, *x));
     if (const double eps = attr_f(n, "epsilon", 1e-5); std::fabs(eps - 1e-5) > 1e-9) {
       set_attr(op_by_id(id), "epsilon", eps);
@@ -108,8 +122,8 @@ void Importer::convert(int i) {
       if (!x) return refuse(i, "input " + std::to_string(k) + " is not an activation");
       xs.push_back(*x);
     }
-    const auto axis = sample_axis(attr_i(n, "axis", 0));
-    if (!axis) return refuse(i, "concatenates along the batch axis");
+    const auto axis = sample_axis(n.input(0), attr_i(n, "axis", 0));
+    if (!axis) return refuse(i, "concatenates along the batch axis (or an axis out of range)");
     return out(b_.concat(id, xs, *axis));
   }
   if (t == "Slice") return slice(i, id);
@@ -157,6 +171,12 @@ void Importer::gemm(int i, const std::string& id) {
   const bool trans_b = attr_i(n, "transB", 0) != 0;
   const int64_t out_features = trans_b ? w[0] : w[1];
   const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  if (bias) {  // C must be a bias of the output width, not an activation (torch.addmm) or matrix
+    const auto c = is_weight(n.input(2)) ? weight_dims(n.input(2)) : std::vector<int64_t>{};
+    const bool row = (c.size() == 1 && c[0] == out_features) ||
+                     (c.size() == 2 && c[0] == 1 && c[1] == out_features);
+    if (!row) return refuse(i, "C is not a bias weight of the output width");
+  }
   act_[n.output(0)] = b_.linear(id, *a, out_features, bias);
   // GraphPipe's weight is [out, in]: ONNX's B as is with transB, transposed without.
   if (auto v = float_values(n.input(1))) {
@@ -185,7 +205,8 @@ void Importer::matmul(int i, const std::string& id) {
   if (!is_weight(n.input(1))) return refuse(i, "its second input is neither activation nor weight");
   const auto w = weight_dims(n.input(1));
   if (w.size() != 2) return refuse(i, "weight of rank " + std::to_string(w.size()));
-  const int add = sole_consumer(n.output(0));
+  int add = sole_consumer(n.output(0));
+  if (add >= 0 && !only_consumers_in(n.output(0), {add})) add = -1;  // also a graph output
   bool bias = false;
   std::string bias_name;
   std::string result = n.output(0);
@@ -239,23 +260,19 @@ void Importer::slice(int i, const std::string& id) {
   if (!start || !end || !axis || !step || *step != 1) {
     return refuse(i, "only one constant axis with step 1 maps");
   }
-  const auto a = sample_axis(static_cast<int64_t>(*axis));
-  if (!a) return refuse(i, "slices the batch axis");
-  const auto dims = onnx_shape(n.input(0));
-  const int64_t full_axis = *axis >= 0 || !dims
-                                ? static_cast<int64_t>(*axis)
-                                : static_cast<int64_t>(dims->size()) + static_cast<int64_t>(*axis);
-  const int64_t size = dims && full_axis < static_cast<int64_t>(dims->size())
-                           ? (*dims)[static_cast<size_t>(full_axis)]
-                           : -1;
+  const auto a = sample_axis(n.input(0), static_cast<int64_t>(*axis));
+  if (!a) return refuse(i, "slices the batch axis (or an axis out of range)");
+  const auto shape = sample_shape(n.input(0));
+  const int64_t size =
+      shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : -1;
+  if (size <= 0) return refuse(i, "a slice of a tensor of unknown shape");
+  // As ONNX: negative positions count from the end, then both are clamped to [0, size].
   int64_t s = static_cast<int64_t>(std::max(-1e15, *start));
   int64_t e = static_cast<int64_t>(std::min(1e15, *end));
-  if ((s < 0 || e < 0 || e > (int64_t{1} << 40)) && size <= 0) {
-    return refuse(i, "a negative or open-ended slice of a tensor of unknown shape");
-  }
   if (s < 0) s += size;
   if (e < 0) e += size;
-  if (size > 0) e = std::min(e, size);
+  s = std::clamp<int64_t>(s, 0, size);
+  e = std::clamp<int64_t>(e, 0, size);
   act_[n.output(0)] = b_.slice(id, *x, *a, s, e);
 }
 
@@ -265,9 +282,9 @@ void Importer::split(int i, const std::string& id) {
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
   const int64_t onnx_axis = attr_i(n, "axis", 0);
-  const auto a = sample_axis(onnx_axis);
-  if (!a) return refuse(i, "splits the batch axis");
-  const auto dims = onnx_shape(n.input(0));
+  const auto a = sample_axis(n.input(0), onnx_axis);
+  if (!a) return refuse(i, "splits the batch axis (or an axis out of range)");
+  const auto shape = sample_shape(n.input(0));
   std::vector<int64_t> sizes = attr_ints(n, "split");
   if (sizes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
     auto v = folded(n.input(1));
@@ -275,15 +292,12 @@ void Importer::split(int i, const std::string& id) {
     for (double s : *v) sizes.push_back(static_cast<int64_t>(s));
   }
   if (sizes.empty()) {
-    const int64_t full =
-        onnx_axis >= 0 || !dims ? onnx_axis : static_cast<int64_t>(dims->size()) + onnx_axis;
-    if (!dims || full >= static_cast<int64_t>(dims->size()) ||
-        (*dims)[static_cast<size_t>(full)] <= 0 ||
-        (*dims)[static_cast<size_t>(full)] % n.output_size() != 0) {
+    const int64_t dim =
+        shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : 0;
+    if (dim <= 0 || dim % n.output_size() != 0) {
       return refuse(i, "an equal split of an axis of unknown or indivisible size");
     }
-    sizes.assign(static_cast<size_t>(n.output_size()),
-                 (*dims)[static_cast<size_t>(full)] / n.output_size());
+    sizes.assign(static_cast<size_t>(n.output_size()), dim / n.output_size());
   }
   if (static_cast<int>(sizes.size()) != n.output_size()) {
     return refuse(i, std::to_string(sizes.size()) + " split sizes for " +
@@ -310,6 +324,7 @@ void Importer::embedding_bag(int i, const std::string& id) {
   const auto table = weight_dims(n.input(0));
   const int r = sole_consumer(n.output(0));
   if (table.size() != 2 || r < 0) return refuse(i, "a lookup not reduced over its bag");
+  if (rank_of(n.input(1)) != 2) return refuse(i, "ids are not [batch, bag]");
   const auto& red = g_.node(r);
   if (red.op_type() != "ReduceSum" && red.op_type() != "ReduceMean") {
     return refuse(i, "a lookup not reduced over its bag (no embedding op without a bag)");
@@ -317,8 +332,11 @@ void Importer::embedding_bag(int i, const std::string& id) {
   std::vector<double> axes;
   for (int64_t v : attr_ints(red, "axes")) axes.push_back(static_cast<double>(v));
   if (axes.empty() && red.input_size() > 1) axes = folded(red.input(1)).value_or(axes);
-  if (axes.size() != 1 || axes[0] != 1 || attr_i(red, "keepdims", 1) != 0) {
-    return refuse(r, "reduces other than the bag axis 1 without keepdims");
+  if (axes.size() != 1 || (axes[0] != 1 && axes[0] != -2) || attr_i(red, "keepdims", 1) != 0) {
+    done_[static_cast<size_t>(r)] = true;  // refused with the lookup, not on its own
+    for (const auto& o : red.output()) poisoned_.insert(o);
+    return refuse(i, "its " + red.op_type() + " (node " + std::to_string(r) +
+                         ") reduces other than the bag axis 1, or keeps dimensions");
   }
   done_[static_cast<size_t>(r)] = true;
   TensorRef out = b_.embedding_bag(id, *ids, table[0], table[1]);
@@ -355,6 +373,10 @@ void Importer::reshape(int i, const std::string& id) {
   } else if (t == "Reshape" && n.input_size() > 1) {
     if (auto target = folded(n.input(1))) {
       if (target->empty()) return refuse(i, "reshapes to a scalar");
+      if (attr_i(n, "allowzero", 0) != 0 &&
+          std::find(target->begin(), target->end(), 0.0) != target->end()) {
+        return refuse(i, "allowzero = 1 with a zero-size dimension");
+      }
       const double first = (*target)[0];
       if (!(first == kBatchDim || first == 0 || first == -1)) {
         return refuse(i, "target shape does not keep the batch as its first dimension");
@@ -413,6 +435,9 @@ void Importer::conv(int i, const std::string& id) {
   std::vector<int64_t> strides = attr_ints(n, "strides");
   if (strides.empty()) strides = {1, 1};
   const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[0]}) {
+    return refuse(i, "bias B is not a weight of the output channels");
+  }
   act_[n.output(0)] = b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias);
   if (auto v = float_values(n.input(1))) set_values(id, "weight", *v);  // [out, C, kh, kw] both
   if (bias) {

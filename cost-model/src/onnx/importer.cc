@@ -87,10 +87,57 @@ Importer::Importer(const onnx::ModelProto& model, std::string path, OnnxImportOp
       path_(std::move(path)),
       options_(std::move(options)),
       b_(sanitize(g_.name().empty() ? std::filesystem::path(path_).stem().string() : g_.name()),
-         "imported from ONNX (" + model.producer_name() + " " + model.producer_version() + ")") {}
+         "imported from ONNX (" + model.producer_name() + " " + model.producer_version() + ")") {
+  for (const auto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
+  }
+}
+
+namespace {
+int64_t element_count(const onnx::TensorProto& t) {
+  int64_t n = 1;
+  for (int64_t d : t.dims()) n *= d;
+  return n;
+}
+// Elements actually stored (typed fields or raw bytes).
+int64_t stored_count(const onnx::TensorProto& t) {
+  const int64_t raw = static_cast<int64_t>(t.raw_data().size());
+  switch (t.data_type()) {
+    case kOnnxFloat:
+      return t.float_data_size() + raw / 4;
+    case kOnnxInt32:
+      return t.int32_data_size() + raw / 4;
+    case kOnnxInt64:
+      return t.int64_data_size() + raw / 8;
+    case kOnnxDouble:
+      return t.double_data_size() + raw / 8;
+    default:
+      return -1;  // not read as numbers
+  }
+}
+}  // namespace
+
+// Weights must be in the file and whole: their values are imported.
+Status Importer::check_initializers() const {
+  for (const auto& t : g_.initializer()) {
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+      return invalid_argument(path_ + ": initializer '" + t.name() +
+                              "' is stored in an external data file, which the importer does not "
+                              "read (save the model with its data inline)");
+    }
+    const int64_t stored = stored_count(t);
+    if (stored >= 0 && stored != element_count(t)) {
+      return invalid_argument(path_ + ": initializer '" + t.name() + "' holds " +
+                              std::to_string(stored) + " values for dims of " +
+                              std::to_string(element_count(t)) + " elements");
+    }
+  }
+  return ok_status();
+}
 
 Result<ModelGraph> Importer::run() {
   for (const auto& t : g_.initializer()) consts_[t.name()] = &t;
+  GP_RETURN_IF_ERROR(check_initializers());
   for (const auto* list : {&g_.input(), &g_.value_info(), &g_.output()}) {
     for (const auto& vi : *list) {
       shapes_[vi.name()] = dims_of(vi);
@@ -222,9 +269,9 @@ Status Importer::add_input(const onnx::ValueInfoProto& in) {
 // and arithmetic on it gives NaN (unknown).
 void Importer::fold_constants() {
   for (const auto& [name, t] : consts_) {
-    int64_t n = 1;
-    for (int64_t d : t->dims()) n *= d;
-    if (n <= 64) folded_[name] = values_of(*t);
+    if (t->dims_size() > 1 || element_count(*t) > 64) continue;  // shape math is 0-D and 1-D
+    folded_[name] = values_of(*t);
+    if (t->data_type() == kOnnxInt64 || t->data_type() == kOnnxInt32) folded_int_.insert(name);
   }
   for (int i = 0; i < g_.node_size(); ++i) {
     if (fold(g_.node(i))) done_[static_cast<size_t>(i)] = true;
@@ -240,15 +287,21 @@ bool Importer::fold(const onnx::NodeProto& n) {
     if (a == nullptr) return false;
     if (a->has_t()) {
       consts_[n.output(0)] = &a->t();
+      if (a->t().dims_size() > 1) return true;  // a weight, not shape math
       out = values_of(a->t());
+      if (a->t().data_type() == kOnnxInt64 || a->t().data_type() == kOnnxInt32) {
+        folded_int_.insert(n.output(0));
+      }
     } else if (a->name() == "value_float") {
       out = {a->f()};
     } else if (a->name() == "value_int") {
       out = {static_cast<double>(a->i())};
+      folded_int_.insert(n.output(0));
     } else if (a->name() == "value_floats") {
       out.assign(a->floats().begin(), a->floats().end());
     } else if (a->name() == "value_ints") {
       for (int64_t v : a->ints()) out.push_back(static_cast<double>(v));
+      folded_int_.insert(n.output(0));
     } else {
       return false;
     }
@@ -256,6 +309,7 @@ bool Importer::fold(const onnx::NodeProto& n) {
     return true;
   }
   if (t == "Shape") {
+    if (n.input_size() < 1) return false;
     auto dims = onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
     for (size_t d = 0; d < dims->size(); ++d) {
@@ -269,6 +323,7 @@ bool Importer::fold(const onnx::NodeProto& n) {
     start = std::clamp<int64_t>(start, 0, rank);
     end = std::clamp<int64_t>(end, start, rank);
     folded_[n.output(0)] = {out.begin() + start, out.begin() + end};
+    folded_int_.insert(n.output(0));
     return true;
   }
   if (t == "Identity" && n.input_size() == 1 && consts_.count(n.input(0))) {
@@ -287,21 +342,37 @@ bool Importer::fold(const onnx::NodeProto& n) {
     in.push_back(*v);
   }
   if (in.empty()) return false;
-  auto arith = [](double a, double b, const std::string& op) {
+  const bool ints = [&] {
+    for (const auto& name : n.input()) {
+      if (!name.empty() && !folded_int_.count(name)) return false;
+    }
+    return true;
+  }();
+  auto arith = [ints](double a, double b, const std::string& op) {
     if (a == kBatchDim || b == kBatchDim) return static_cast<double>(NAN);
     if (op == "Add") return a + b;
     if (op == "Sub") return a - b;
     if (op == "Mul") return a * b;
-    if (op == "Div") return a / b;
+    if (op == "Div") return ints ? std::trunc(a / b) : a / b;
     return std::pow(a, b);
   };
-  if (t == "Identity" || t == "Cast" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
-      t == "Reshape") {
+  bool out_int = ints;
+  if (t == "Cast") {
+    const int64_t to = attr_i(n, "to", kOnnxFloat);
+    out_int = to == kOnnxInt64 || to == kOnnxInt32;
+    for (double v : in[0]) out.push_back(out_int && v != kBatchDim ? std::trunc(v) : v);
+  } else if ((t == "Unsqueeze" || t == "Squeeze" || t == "Reshape" || t == "Flatten") &&
+             in[0].size() > 1) {
+    return false;  // would make a 2-D value; shape math only ever reshapes scalars
+  } else if (t == "Identity" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
+             t == "Reshape") {
     out = in[0];
+    out_int = folded_int_.count(n.input(0)) > 0;
   } else if (t == "Concat") {
     for (const auto& v : in) out.insert(out.end(), v.begin(), v.end());
   } else if (t == "Gather") {
     if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return false;
+    out_int = folded_int_.count(n.input(0)) > 0;
     for (double idx : in[1]) {
       int64_t k = static_cast<int64_t>(idx);
       if (k < 0) k += static_cast<int64_t>(in[0].size());
@@ -310,6 +381,9 @@ bool Importer::fold(const onnx::NodeProto& n) {
     }
   } else if (t == "Slice") {
     if (in.size() < 3 || in[1].size() != 1 || in[2].size() != 1) return false;
+    if (in.size() > 3 && !(in[3].empty() || (in[3].size() == 1 && in[3][0] == 0))) return false;
+    if (in.size() > 4 && !(in[4].empty() || (in[4].size() == 1 && in[4][0] == 1))) return false;
+    out_int = folded_int_.count(n.input(0)) > 0;
     const int64_t size = static_cast<int64_t>(in[0].size());
     int64_t s = static_cast<int64_t>(std::max(-1e12, in[1][0]));
     int64_t e = static_cast<int64_t>(std::min(1e12, in[2][0]));
@@ -319,6 +393,7 @@ bool Importer::fold(const onnx::NodeProto& n) {
     e = std::clamp<int64_t>(e, s, size);
     out.assign(in[0].begin() + s, in[0].begin() + e);
   } else if (t == "Sqrt" || t == "Neg" || t == "Reciprocal" || t == "Floor" || t == "Ceil") {
+    out_int = ints && (t == "Neg" || t == "Floor" || t == "Ceil");
     for (double a : in[0]) {
       if (a == kBatchDim) {
         out.push_back(NAN);
@@ -342,7 +417,12 @@ bool Importer::fold(const onnx::NodeProto& n) {
   } else {
     return false;
   }
+  if (t == "Concat") {
+    out_int = true;
+    for (const auto& name : n.input()) out_int = out_int && folded_int_.count(name) > 0;
+  }
   folded_[n.output(0)] = std::move(out);
+  if (out_int) folded_int_.insert(n.output(0));
   return true;
 }
 
@@ -350,6 +430,7 @@ std::optional<std::vector<float>> Importer::float_values(const std::string& name
   auto it = consts_.find(name);
   if (it == consts_.end() || it->second->data_type() != kOnnxFloat) return std::nullopt;
   const auto v = values_of(*it->second);
+  if (static_cast<int64_t>(v.size()) != element_count(*it->second)) return std::nullopt;
   return std::vector<float>(v.begin(), v.end());
 }
 
@@ -357,7 +438,10 @@ void Importer::infer_new_ops(int first) {
   for (int k = first; k < b_.model().ops_size(); ++k) {
     const Operator& op = b_.model().ops(k);
     const OpTypeInfo* info = find_op_type(op.type());
-    if (info == nullptr) continue;
+    if (info == nullptr || op.inputs_size() < info->min_inputs ||
+        (info->max_inputs >= 0 && op.inputs_size() > info->max_inputs)) {
+      continue;  // Graph::build reports it
+    }
     std::vector<TensorSpec> inputs;
     for (const auto& ref : op.inputs()) {
       auto it = specs_.find(ref.op());
@@ -421,6 +505,16 @@ std::optional<int64_t> Importer::rank_of(const std::string& name) const {
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;
   return static_cast<int64_t>(dims->size());
+}
+
+std::optional<int64_t> Importer::sample_axis(const std::string& name, int64_t axis) const {
+  const auto rank = rank_of(name);
+  if (axis < 0) {
+    if (!rank) return std::nullopt;
+    axis += *rank;
+  }
+  if (axis <= 0 || (rank && axis >= *rank)) return std::nullopt;
+  return axis - 1;
 }
 
 int Importer::sole_consumer(const std::string& name) const {

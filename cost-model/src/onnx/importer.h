@@ -53,6 +53,7 @@ class Importer {
   static bool batch_first(const onnx::ValueInfoProto& in);
   void find_weight_inputs();
   Status add_input(const onnx::ValueInfoProto& in);
+  Status check_initializers() const;
   void fold_constants();
   // Shape inference of the operators added since op `first`, so that later nodes know the
   // shapes of activations without the model's shape information.
@@ -72,6 +73,9 @@ class Importer {
   // The per-sample shape of a batch-first tensor: its dims after the batch, all known.
   std::optional<std::vector<int64_t>> sample_shape(const std::string& name) const;
   std::optional<int64_t> rank_of(const std::string& name) const;
+  // ONNX `axis` of tensor `name` as a per-sample axis; nullopt for the batch axis or an axis out
+  // of range (negative axes count from the tensor's rank, which must then be known).
+  std::optional<int64_t> sample_axis(const std::string& name, int64_t axis) const;
   int sole_consumer(const std::string& name) const;
   int producer(const std::string& name) const;  // -1 for inputs and initializers
   bool only_consumers_in(const std::string& name, const std::set<int>& nodes) const;
@@ -108,6 +112,8 @@ class Importer {
   GraphBuilder b_;
   std::map<std::string, const onnx::TensorProto*> consts_;
   std::map<std::string, std::vector<double>> folded_;
+  std::set<std::string> folded_int_;  // folded values of integer type (Div truncates)
+  int64_t opset_ = 0;                 // of the default domain
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> elem_types_;
   std::set<std::string> weight_inputs_;

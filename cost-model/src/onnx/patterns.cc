@@ -8,9 +8,14 @@
 namespace gp::graph::onnx_detail {
 namespace {
 
+// Exporters write these constants in float32: a relative 1e-4 accepts them and nothing else.
 bool near(std::optional<double> v, double want) {
-  return v && std::fabs(*v - want) <= 1e-3 * std::max(1.0, std::fabs(want));
+  return v && std::fabs(*v - want) <= 1e-4 * std::fabs(want) + 1e-7;
 }
+
+// A node with exactly two inputs and an output (a binary element-wise op).
+bool binary(const onnx::NodeProto& n) { return n.input_size() == 2 && n.output_size() >= 1; }
+bool unary(const onnx::NodeProto& n) { return n.input_size() >= 1 && n.output_size() >= 1; }
 
 // The other input of a binary node that consumes `cur`, or "" when it does not.
 std::string other_input(const onnx::NodeProto& n, const std::string& cur) {
@@ -30,11 +35,8 @@ void Importer::find_patterns() {
   for (int i = 0; i < g_.node_size(); ++i) {
     if (done_[static_cast<size_t>(i)]) continue;
     const std::string& t = g_.node(i).op_type();
-    if (t == "Tanh" || t == "Erf") {
-      match_gelu(i);
-    } else if (t == "ReduceMean") {
-      match_layer_norm(i);
-    }
+    if ((t == "Tanh" || t == "Erf") && unary(g_.node(i))) match_gelu(i);
+    // Layer norm is matched when its first node is converted, when the input's rank is known.
   }
 }
 
@@ -54,15 +56,18 @@ bool Importer::match_gelu(int start) {
   std::set<int> nodes = {start};
   std::string x;
   auto take = [&](int k, const char* type) {
-    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)]) return false;
+    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)] ||
+        !binary(g_.node(k))) {
+      return false;
+    }
     nodes.insert(k);
     return true;
   };
   const int p = producer(fn.input(0));
   if (fn.op_type() == "Erf") {
-    if (p < 0) return false;
+    if (p < 0 || done_[static_cast<size_t>(p)]) return false;
     const auto& pn = g_.node(p);
-    if (pn.input_size() != 2) return false;
+    if (!binary(pn)) return false;
     if (pn.op_type() == "Div" && near(scalar(pn.input(1)), kSqrt2)) {
       x = pn.input(0);
     } else if (pn.op_type() == "Mul" && near(scalar(pn.input(1)), 1 / kSqrt2)) {
@@ -85,13 +90,13 @@ bool Importer::match_gelu(int start) {
     for (int k = 0; k < 2 && x.empty(); ++k) {
       const std::string cand_x = g_.node(q).input(k);
       const int m = producer(g_.node(q).input(1 - k));
-      if (m < 0 || g_.node(m).op_type() != "Mul") continue;
+      if (m < 0 || g_.node(m).op_type() != "Mul" || !binary(g_.node(m))) continue;
       const auto& mn = g_.node(m);
       const std::string cube = near(scalar(mn.input(0)), kTanhGeluA)   ? mn.input(1)
                                : near(scalar(mn.input(1)), kTanhGeluA) ? mn.input(0)
                                                                        : "";
       const int c = cube.empty() ? -1 : producer(cube);
-      if (c < 0) continue;
+      if (c < 0 || !binary(g_.node(c))) continue;
       const auto& cn = g_.node(c);
       bool is_cube = false;
       std::set<int> cube_nodes = {m, c};
@@ -100,8 +105,8 @@ bool Importer::match_gelu(int start) {
       } else if (cn.op_type() == "Mul" && cn.input_size() == 2) {
         const std::string sq = other_input(cn, cand_x);
         const int sqn = sq.empty() ? -1 : producer(sq);
-        if (sqn >= 0 && g_.node(sqn).op_type() == "Mul" && g_.node(sqn).input(0) == cand_x &&
-            g_.node(sqn).input(1) == cand_x) {
+        if (sqn >= 0 && g_.node(sqn).op_type() == "Mul" && binary(g_.node(sqn)) &&
+            g_.node(sqn).input(0) == cand_x && g_.node(sqn).input(1) == cand_x) {
           is_cube = true;
           cube_nodes.insert(sqn);
         }
@@ -147,6 +152,7 @@ bool Importer::match_gelu(int start) {
 // optionally * gamma and + beta (weights of the last dimension's width).
 bool Importer::match_layer_norm(int start) {
   const auto& r1 = g_.node(start);
+  if (!unary(r1) || done_[static_cast<size_t>(start)]) return false;
   const std::string& x = r1.input(0);
   const auto rank = rank_of(x);
   auto last_axis = [&](const onnx::NodeProto& r) {
@@ -156,14 +162,17 @@ bool Importer::match_layer_norm(int start) {
         for (double a : *v) axes.push_back(static_cast<int64_t>(a));
       }
     }
-    return attr_i(r, "keepdims", 1) == 1 && axes.size() == 1 &&
-           (axes[0] == -1 || (rank && axes[0] == *rank - 1));
+    // The last axis of a tensor with per-sample dimensions (of a [batch] tensor it is the batch).
+    return attr_i(r, "keepdims", 1) == 1 && axes.size() == 1 && rank && *rank >= 2 &&
+           (axes[0] == -1 || axes[0] == *rank - 1);
   };
   if (!last_axis(r1)) return false;
   std::set<int> nodes = {start};
   auto only = [&](const std::string& name, const char* type) {
     const int k = sole_consumer(name);
     if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)]) return -1;
+    const bool one_input = std::string(type) == "Sqrt" || std::string(type) == "ReduceMean";
+    if (!(one_input ? unary(g_.node(k)) : binary(g_.node(k)))) return -1;
     nodes.insert(k);
     return k;
   };
@@ -173,6 +182,7 @@ bool Importer::match_layer_norm(int start) {
   int sq = -1, div = -1;
   for (int c : consumers_[d]) {
     const auto& cn = g_.node(c);
+    if (!binary(cn) || done_[static_cast<size_t>(c)]) return false;
     if ((cn.op_type() == "Pow" && near(scalar(cn.input(1)), 2)) ||
         (cn.op_type() == "Mul" && cn.input(0) == d && cn.input(1) == d)) {
       sq = c;
@@ -200,7 +210,10 @@ bool Importer::match_layer_norm(int start) {
   auto affine = [&](const char* type, std::string* weight) {
     const std::string cur = g_.node(last).output(0);
     const int k = sole_consumer(cur);
-    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)]) return;
+    if (k < 0 || g_.node(k).op_type() != type || done_[static_cast<size_t>(k)] ||
+        !binary(g_.node(k))) {
+      return;
+    }
     const std::string w = other_input(g_.node(k), cur);
     if (w.empty() || !is_weight(w) || weight_dims(w).size() != 1) return;
     *weight = w;
