@@ -49,5 +49,7 @@ void sum_params(InferredOp* out);
 std::string ints_string(const std::vector<int64_t>& values);
 ParamSpec make_param(std::string name, std::vector<int64_t> shape, DataType dtype);
 int64_t param_elements(const ParamSpec& p);
+// attrs.epsilon (default 1e-5), which must be > 0: shared by the normalisations.
+Result<double> positive_epsilon(const Operator& op);
 
 }  // namespace gp::graph::detail

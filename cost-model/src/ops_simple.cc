@@ -32,6 +32,14 @@ TensorSpec scalar_loss() { return make_spec({1}); }
 
 }  // namespace
 
+Result<double> positive_epsilon(const Operator& op) {
+  GP_ASSIGN_OR_RETURN(double eps, attr_float_or(op, "epsilon", 1e-5));
+  if (!(eps > 0)) {
+    return invalid_argument("attrs.epsilon = " + std::to_string(eps) + ", must be > 0");
+  }
+  return eps;
+}
+
 Status infer_input(const Operator& op, std::span<const TensorSpec>, InferredOp* out) {
   if (op.outputs_size() != 1) {
     return invalid_argument("outputs: an input op declares exactly one output, got " +
@@ -108,10 +116,7 @@ Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));
   GP_RETURN_IF_ERROR(require_rank_at_least(x, 1, 0));
-  GP_ASSIGN_OR_RETURN(double eps, attr_float_or(op, "epsilon", 1e-5));
-  if (!(eps > 0)) {
-    return invalid_argument("attrs.epsilon = " + std::to_string(eps) + ", must be > 0");
-  }
+  GP_RETURN_IF_ERROR(positive_epsilon(op).status());
   const int64_t d = x.shape(x.shape_size() - 1);
   out->outputs = {x};
   out->params.push_back(make_param("gamma", {d}, x.dtype()));

@@ -138,10 +138,7 @@ Status infer_batch_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));
   GP_RETURN_IF_ERROR(require_rank_at_least(x, 1, 0));
-  GP_ASSIGN_OR_RETURN(double eps, attr_float_or(op, "epsilon", 1e-5));
-  if (!(eps > 0)) {
-    return invalid_argument("attrs.epsilon = " + std::to_string(eps) + ", must be > 0");
-  }
+  GP_RETURN_IF_ERROR(positive_epsilon(op).status());
   const int64_t channels = x.shape(0);
   out->outputs = {x};
   out->params.push_back(make_param("gamma", {channels}, x.dtype()));
