@@ -1,7 +1,11 @@
 #include "gp/exec/data_plane.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,9 +23,10 @@ std::string host_identity() {
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
   // Containers (and test "hosts") on one kernel share /dev/shm only within a mount namespace;
-  // ranks in different network namespaces are treated as different hosts as well.
+  // ranks in different network namespaces are treated as different hosts as well, and a peer's
+  // pid (checked to notice its death) means something only in our pid namespace.
   std::string id = std::string(name) + " " + boot_id;
-  for (const char* ns : {"/proc/self/ns/mnt", "/proc/self/ns/net"}) {
+  for (const char* ns : {"/proc/self/ns/mnt", "/proc/self/ns/net", "/proc/self/ns/pid"}) {
     std::error_code ec;
     id += " " + std::filesystem::read_symlink(ns, ec).string();
   }
@@ -72,13 +77,20 @@ Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
   if (o.transport != "auto" && o.transport != "gloo") {
     return invalid_argument("--data-plane = '" + o.transport + "', expected auto or gloo");
   }
-  const bool shm = o.transport == "auto" && o.gloo.world_size > 1;
-  if (shm) GP_RETURN_IF_ERROR(write_identity(o.gloo));
   DataPlane plane;
+  plane.local_ranks = {o.gloo.rank};
+  if (o.gloo.world_size > 1) GP_RETURN_IF_ERROR(write_identity(o.gloo));
   GP_ASSIGN_OR_RETURN(plane.comm, make_gloo_communicator(o.gloo));
   plane.description = "gloo";
-  if (!shm) return plane;
+  if (o.gloo.world_size == 1) return plane;
   GP_ASSIGN_OR_RETURN(auto ids, read_identities(o.gloo));
+  plane.local_ranks.clear();
+  for (int r = 0; r < o.gloo.world_size; ++r) {
+    if (ids[static_cast<size_t>(r)] == ids[static_cast<size_t>(o.gloo.rank)]) {
+      plane.local_ranks.push_back(r);
+    }
+  }
+  if (o.transport != "auto") return plane;
   ShmOptions so;
   so.rank = o.gloo.rank;
   so.world_size = o.gloo.world_size;
@@ -97,9 +109,36 @@ Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
   dir << o.shm_root << "/graphpipe-" << getuid() << "-" << std::hex
       << std::hash<std::string>{}(o.gloo.store_dir + "\n" + o.gloo.prefix);
   so.dir = dir.str();
-  GP_ASSIGN_OR_RETURN(plane.comm, make_shm_communicator(std::move(plane.comm), so));
-  plane.description = "shared memory with ranks " + local + ", gloo beyond";
+  std::string unavailable;
+  GP_ASSIGN_OR_RETURN(plane.comm, make_shm_communicator(std::move(plane.comm), so, &unavailable));
+  plane.description = unavailable.empty() ? "shared memory with ranks " + local + ", gloo beyond"
+                                          : "gloo (shared memory unavailable: " + unavailable + ")";
   return plane;
+}
+
+Result<int> pin_to_local_core(int rank, const std::vector<int>& local_ranks) {
+  const auto me = std::find(local_ranks.begin(), local_ranks.end(), rank);
+  if (me == local_ranks.end())
+    return invalid_argument("rank " + std::to_string(rank) + " is not local");
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+    return internal_error(std::string("sched_getaffinity: ") + std::strerror(errno));
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  }
+  if (cpus.size() < local_ranks.size()) return -1;
+  const int cpu = cpus[static_cast<size_t>(me - local_ranks.begin())];
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) {
+    return internal_error("sched_setaffinity(cpu " + std::to_string(cpu) +
+                          "): " + std::strerror(errno));
+  }
+  return cpu;
 }
 
 }  // namespace gp::exec

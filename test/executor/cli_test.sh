@@ -31,4 +31,15 @@ err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --optimizer lion 2>&1 >/de
 check "an unknown optimizer exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "expected sgd, momentum or adam"'
 err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr 0 2>&1 >/dev/null); rc=$?
 check "a zero learning rate exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "learning_rate = 0"'
+
+# Imported ONNX models train in the reference; a model with opaque ops is refused by name.
+onnx_dir="$(cd "$(dirname "$0")/../data/onnx" && pwd)"
+"$exe" --log-level warn reference --model "$onnx_dir/inception_block.onnx" --batch 8 \
+  --iterations 2 --metrics-out "$tmp/inception.json"; rc=$?
+check "reference trains an .onnx vision block" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/inception.json" | wc -l)" -eq 2 ]'
+"$plan_bin" import "$onnx_dir/gated_unsupported.onnx" --allow-opaque --out "$tmp/gated.pbtxt" >/dev/null
+err=$("$exe" reference --model "$tmp/gated.pbtxt" --batch 8 --iterations 1 2>&1 >/dev/null); rc=$?
+check "a model with opaque ops cannot train: exit 2 naming the op and its ONNX type" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "gate.mul" && echo "$err" | grep -q "ONNX operator Mul"'
 exit $fail

@@ -73,11 +73,13 @@ void run_ranks(int world, const std::function<void(int)>& fn) {
 
 // `world` ranks; those in `local` share memory, the fallback carries the rest.
 std::unique_ptr<World> make_world(int world, std::vector<int> local, int64_t ring_bytes,
-                                  milliseconds timeout = kTimeout) {
+                                  milliseconds timeout = kTimeout,
+                                  std::vector<std::string>* unavailable = nullptr) {
   auto w = std::make_unique<World>();
   w->hub = std::make_unique<exec::LoopbackHub>(world, timeout);
   w->dir = fresh_dir("rings");
   std::vector<std::optional<Result<std::unique_ptr<Communicator>>>> made(world);
+  std::vector<std::string> why(static_cast<size_t>(world));
   std::vector<std::unique_ptr<Communicator>> fallbacks;
   for (int r = 0; r < world; ++r) {
     fallbacks.push_back(std::make_unique<Counting>(w->hub->communicator(r), &w->fallback_sends));
@@ -90,8 +92,9 @@ std::unique_ptr<World> make_world(int world, std::vector<int> local, int64_t rin
     o.dir = w->dir;
     o.ring_bytes = ring_bytes;
     o.timeout = timeout;
-    made[r].emplace(exec::make_shm_communicator(std::move(fallbacks[r]), o));
+    made[r].emplace(exec::make_shm_communicator(std::move(fallbacks[r]), o, &why[r]));
   });
+  if (unavailable != nullptr) *unavailable = why;
   for (int r = 0; r < world; ++r) {
     INFO("rank " << r << ": " << made[r]->status().to_string());
     REQUIRE(made[r]->ok());
@@ -208,6 +211,54 @@ TEST_CASE("ranks on other hosts and all-reduce go through the fallback") {
   CHECK(w->fallback_sends >= 1);  // the message to rank 2
 }
 
+TEST_CASE("destruction with sends queued for a peer that never reads ends within the timeout") {
+  auto w = make_world(2, {0, 1}, 4096, milliseconds(300));
+  REQUIRE(w->comms[0]->send(1, 1, pattern(size_t{1} << 20, 0)).ok());  // queued: 256 rings
+  const auto start = std::chrono::steady_clock::now();
+  w->comms[0].reset();
+  CHECK(std::chrono::steady_clock::now() - start < milliseconds(3000));
+}
+
+TEST_CASE("when rings cannot be allocated, every local rank falls back together, leaving no file") {
+  std::vector<std::string> why;
+  // Far more than any filesystem holds: the allocation fails on both ranks.
+  auto w = make_world(2, {0, 1}, int64_t{1} << 52, kTimeout, &why);
+  CHECK_THAT(why[0], Catch::Contains("cannot allocate"));
+  CHECK_FALSE(why[1].empty());
+  CHECK_FALSE(std::filesystem::exists(w->dir));
+  std::vector<bool> ok(2, false);
+  run_ranks(2, [&](int r) {
+    std::vector<std::byte> got(64);
+    ok[r] = r == 0 ? w->comms[0]->send(1, 2, pattern(64, 3)).ok()
+                   : w->comms[1]->recv(0, 2, got).ok() && got == pattern(64, 3);
+  });
+  CHECK(ok == std::vector<bool>{true, true});
+  CHECK(w->fallback_sends == 1);  // the message went through the fallback
+}
+
+TEST_CASE("co-located ranks are pinned to distinct cores when there are enough") {
+  // Each rank pins its own thread; the test runs them on threads of its own.
+  std::vector<int> cpus(2, -2);
+  run_ranks(2, [&](int r) {
+    auto cpu = exec::pin_to_local_core(r, {0, 1});
+    cpus[r] = cpu.ok() ? *cpu : -3;
+  });
+  if (std::thread::hardware_concurrency() >= 2) {
+    CHECK(cpus[0] >= 0);
+    CHECK(cpus[1] >= 0);
+    CHECK(cpus[0] != cpus[1]);
+  }
+  std::vector<int> many(4096);
+  for (int i = 0; i < 4096; ++i) many[i] = i;
+  int more_ranks_than_cores = -2;
+  run_ranks(1, [&](int) {
+    auto cpu = exec::pin_to_local_core(0, many);
+    more_ranks_than_cores = cpu.ok() ? *cpu : -3;
+  });
+  CHECK(more_ranks_than_cores == -1);  // not pinned
+  CHECK_FALSE(exec::pin_to_local_core(5, {0, 1}).ok());
+}
+
 TEST_CASE("bad options are refused by name") {
   exec::ShmOptions o;
   o.world_size = 2;
@@ -243,6 +294,7 @@ TEST_CASE("the data plane finds that ranks share this host and uses shared memor
     const std::string want =
         std::string(transport) == "auto" ? "shared memory with ranks 0,1, gloo beyond" : "gloo";
     CHECK((*made[0])->description == want);
+    CHECK((*made[1])->local_ranks == std::vector<int>{0, 1});  // both transports tell hosts apart
     std::vector<bool> ok(2, false);
     run_ranks(2, [&](int r) {
       auto& comm = *(*made[r])->comm;

@@ -229,6 +229,12 @@ int main(int raw_argc, char** raw_argv) {
                    "Gloo (TCP) carries the rest; gloo: Gloo for everything")
       ->check(CLI::IsMember({"auto", "gloo"}))
       ->capture_default_str();
+  run_cmd
+      ->add_option("--cpu-affinity", run.cpu_affinity,
+                   "auto: when ranks share a host, pin each rank's compute thread to a core of "
+                   "its own (if there are enough); none: leave placement to the OS")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
   run_cmd->add_option("--auth-token", run.auth_token,
                       "shared secret every control RPC carries (or $GP_AUTH_TOKEN)");
   run_cmd->add_option("--device", run.device, "cpu (CUDA is not implemented yet)")

@@ -37,7 +37,7 @@ namespace pb = graphpipe::v1;
 // the rank listens).
 const std::set<std::string> kAllowedFlags = {
     "--checkpoint-dir", "--checkpoint-every", "--resume",    "--heartbeat-ms", "--metrics-out",
-    "--trace",          "--kill-rank-at",     "--log-level", "--data-plane"};
+    "--trace",          "--kill-rank-at",     "--log-level", "--data-plane",   "--cpu-affinity"};
 
 struct RankProc {
   int rank = 0;

@@ -324,6 +324,17 @@ Status run_rank(const RunOptions& o) {
   }
   log->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o.rank, o.world_size,
             runner->stage(), registered.job_id(), address, plane->description);
+  if (o.cpu_affinity == "auto" && plane->local_ranks.size() > 1) {
+    auto cpu = pin_to_local_core(o.rank, plane->local_ranks);
+    if (!cpu.ok()) {
+      log->warn("rank {}: not pinned to a core: {}", o.rank, cpu.status().message());
+    } else if (*cpu < 0) {
+      log->info("rank {}: {} ranks on this host and fewer cores: not pinned", o.rank,
+                plane->local_ranks.size());
+    } else {
+      log->info("rank {}: compute thread pinned to cpu {}", o.rank, *cpu);
+    }
+  }
 
   if (!o.trace.empty()) {
     const auto& program = plan.programs(index.program_of_rank[o.rank]);

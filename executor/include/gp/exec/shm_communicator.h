@@ -14,8 +14,10 @@
 // mapped them (a handshake over the fallback communicator); they are then unlinked, so nothing
 // is left behind when a rank dies. Semantics follow the other communicators: tagged messages,
 // out-of-order receives (earlier messages of other tags are stashed), every wait bounded by the
-// timeout (DEADLINE_EXCEEDED naming the peer and tag), abort() fails pending and later calls and
-// tells local peers at once through their rings.
+// timeout (DEADLINE_EXCEEDED naming the peer and tag), a peer process that exits is noticed
+// within about half a second (UNAVAILABLE), abort() fails pending and later calls and tells local
+// peers at once through their rings. A receive that stops partway through a message (timeout)
+// leaves the stream unusable: later receives from that peer fail, as Gloo's do.
 #pragma once
 
 #include <chrono>
@@ -40,9 +42,12 @@ struct ShmOptions {
 };
 
 // Maps the rings to every other local rank and meets them through `fallback`, which carries
-// everything else. Fails with INVALID_ARGUMENT on bad options, UNAVAILABLE when the rings cannot
-// be created, and with the fallback's error when the handshake fails.
+// everything else. When some local rank cannot map its rings (no space in /dev/shm, say), every
+// local rank learns it in the handshake and gets `fallback` itself back, with the reason in
+// *unavailable. Fails with INVALID_ARGUMENT on bad options and with the fallback's error (naming
+// the handshake) when a peer cannot be reached.
 Result<std::unique_ptr<Communicator>> make_shm_communicator(std::unique_ptr<Communicator> fallback,
-                                                            const ShmOptions& options);
+                                                            const ShmOptions& options,
+                                                            std::string* unavailable = nullptr);
 
 }  // namespace gp::exec
