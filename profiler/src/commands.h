@@ -23,6 +23,7 @@ struct OpsOptions {
   double flush_cache_mib = -1;  // < 0: default_cache_flush_bytes()
   double tolerance = 1e-3;
   uint64_t seed = 1;
+  int passes = 2;
 };
 
 struct CommOptions {

@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   ops_cmd->add_option("--seed", ops.seed, "seed of the synthetic inputs and parameters")
       ->capture_default_str();
+  ops_cmd
+      ->add_option("--passes", ops.passes,
+                   "measure every operator this many times, seconds apart, and keep each one's "
+                   "fastest pass: a burst of interference on the host then skews one pass only")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
 
   CommOptions comm;
   auto* comm_cmd = app.add_subcommand(

@@ -297,8 +297,11 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
   OpProfileResult result;
   const auto signatures = distinct_signatures(graph);
   result.signatures = static_cast<int>(signatures.size());
+  if (options.passes < 1) {
+    return invalid_argument("--passes = " + std::to_string(options.passes) + ", must be >= 1");
+  }
   OpProfileProgress step;
-  step.total = static_cast<int>(signatures.size() * sizes.size());
+  step.total = static_cast<int>(signatures.size() * sizes.size()) * options.passes;
   auto advance = [&](const std::string& sig, int64_t b) {
     ++step.done;
     step.signature = &sig;
@@ -306,66 +309,92 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
     if (progress) progress(step);
   };
 
-  for (const auto& [sig, index] : signatures) {
-    const auto& op = graph.op(index);
-    auto kernel = device.make_kernel(op);
-    std::unique_ptr<exec::OpKernel> reference;
-    std::string unusable;
-    if (!kernel.ok()) {
-      unusable = std::string(device.name()) + " has no kernel: " + kernel.status().message();
-    } else if (!is_reference) {
-      auto ref = exec::make_cpu_kernel(op);
-      if (ref.ok()) {
-        reference = std::move(ref).value();
-      } else {
-        unusable = "no CPU reference kernel to check against: " + ref.status().message();
-      }
-    }
-    if (!unusable.empty()) {
-      for (int64_t b : sizes) {
-        result.rejected.push_back({sig, op.id(), b, unusable});
-        advance(sig, b);
-      }
-      continue;
-    }
-    OpBench bench(op, **kernel, max_batch, options.seed);
-    for (int64_t b : sizes) {
-      bench.zero_grads();
-      bench.forward(b);
-      bench.backward(b);
-      std::string problem = check_finite(bench, b);
-      if (problem.empty() && reference != nullptr) {
-        OpBench ref(op, *reference, b, options.seed);
-        ref.forward(b);
-        ref.backward(b);
-        problem = compare(bench, ref, b, options.tolerance);
-      }
-      if (!problem.empty()) {
-        result.rejected.push_back({sig, op.id(), b, problem});
-        advance(sig, b);
+  // Each pass measures everything again; a measurement keeps its fastest pass, so that a few
+  // seconds of interference on the host (another process, the hypervisor) skew one pass, not the
+  // profile.
+  std::map<std::pair<std::string, int64_t>, size_t> measured;  // -> index in measurements
+  std::set<std::string> rejected;
+  for (int pass = 0; pass < options.passes; ++pass) {
+    for (const auto& [sig, index] : signatures) {
+      if (rejected.count(sig)) {
+        for (int64_t b : sizes) advance(sig, b);
         continue;
       }
-      const Stats fwd = measure(
-          timer, options.measure, [&] { bench.forward(b); }, before);
-      bench.forward(b);  // the saved scratch backward reads
-      const Stats bwd = measure(
-          timer, options.measure, [&] { bench.backward(b); }, before);
-      graphpipe::v1::OpMeasurement m;
-      m.set_signature(sig);
-      m.set_device_kind(options.device_kind);
-      m.set_micro_batch(b);
-      m.set_forward_time_us(fwd.median_us);
-      m.set_backward_time_us(bwd.median_us);
-      m.set_forward_spread_us(fwd.spread_us());
-      m.set_backward_spread_us(bwd.spread_us());
-      m.set_activation_bytes(kept_bytes(op, **kernel, b));
-      // The kernel contract: kernels allocate nothing, so there is no workspace beyond the
-      // buffers the executor owns (an accelerator backend measures its own).
-      m.set_workspace_bytes(0);
-      m.set_repetitions(std::min(fwd.repetitions, bwd.repetitions));
-      *m.mutable_provenance() = options.provenance;
-      result.measurements.push_back(std::move(m));
-      advance(sig, b);
+      const auto& op = graph.op(index);
+      auto kernel = device.make_kernel(op);
+      std::unique_ptr<exec::OpKernel> reference;
+      std::string unusable;
+      if (!kernel.ok()) {
+        unusable = std::string(device.name()) + " has no kernel: " + kernel.status().message();
+      } else if (!is_reference) {
+        auto ref = exec::make_cpu_kernel(op);
+        if (ref.ok()) {
+          reference = std::move(ref).value();
+        } else {
+          unusable = "no CPU reference kernel to check against: " + ref.status().message();
+        }
+      }
+      if (!unusable.empty()) {
+        rejected.insert(sig);
+        for (int64_t b : sizes) {
+          result.rejected.push_back({sig, op.id(), b, unusable});
+          advance(sig, b);
+        }
+        continue;
+      }
+      OpBench bench(op, **kernel, max_batch, options.seed);
+      for (int64_t b : sizes) {
+        const auto key = std::make_pair(sig, b);
+        if (pass > 0 && !measured.count(key)) {  // rejected in the first pass
+          advance(sig, b);
+          continue;
+        }
+        bench.zero_grads();
+        bench.forward(b);
+        bench.backward(b);
+        std::string problem = pass > 0 ? "" : check_finite(bench, b);
+        if (problem.empty() && reference != nullptr && pass == 0) {
+          OpBench ref(op, *reference, b, options.seed);
+          ref.forward(b);
+          ref.backward(b);
+          problem = compare(bench, ref, b, options.tolerance);
+        }
+        if (!problem.empty()) {
+          result.rejected.push_back({sig, op.id(), b, problem});
+          advance(sig, b);
+          continue;
+        }
+        const Stats fwd = measure(
+            timer, options.measure, [&] { bench.forward(b); }, before);
+        bench.forward(b);  // the saved scratch backward reads
+        const Stats bwd = measure(
+            timer, options.measure, [&] { bench.backward(b); }, before);
+        graphpipe::v1::OpMeasurement m;
+        m.set_signature(sig);
+        m.set_device_kind(options.device_kind);
+        m.set_micro_batch(b);
+        m.set_forward_time_us(fwd.median_us);
+        m.set_backward_time_us(bwd.median_us);
+        m.set_forward_spread_us(fwd.spread_us());
+        m.set_backward_spread_us(bwd.spread_us());
+        m.set_activation_bytes(kept_bytes(op, **kernel, b));
+        // The kernel contract: kernels allocate nothing, so there is no workspace beyond the
+        // buffers the executor owns (an accelerator backend measures its own).
+        m.set_workspace_bytes(0);
+        m.set_repetitions(std::min(fwd.repetitions, bwd.repetitions));
+        *m.mutable_provenance() = options.provenance;
+        if (auto it = measured.find(key); it != measured.end()) {
+          auto& best = result.measurements[it->second];
+          if (m.forward_time_us() + m.backward_time_us() <
+              best.forward_time_us() + best.backward_time_us()) {
+            best = std::move(m);
+          }
+        } else {
+          measured[key] = result.measurements.size();
+          result.measurements.push_back(std::move(m));
+        }
+        advance(sig, b);
+      }
     }
   }
   return result;

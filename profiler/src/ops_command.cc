@@ -61,6 +61,7 @@ Status run_ops(const OpsOptions& o) {
   opts.device_kind = device_kind;
   opts.tolerance = o.tolerance;
   opts.seed = o.seed;
+  opts.passes = o.passes;
   opts.cache_flush_bytes = o.flush_cache_mib < 0
                                ? default_cache_flush_bytes()
                                : static_cast<int64_t>(o.flush_cache_mib * (1 << 20));

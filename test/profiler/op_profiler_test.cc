@@ -194,6 +194,50 @@ TEST_CASE("bad profiling options are rejected naming the option") {
   CHECK_FALSE(profile_ops(g, exec::cpu_device(), o).ok());
 }
 
+// The first `slow_calls` timed calls take 50 us (interference), the rest 7 us.
+class BurstTimer final : public Timer {
+ public:
+  explicit BurstTimer(int slow_calls) : slow_(slow_calls) {}
+  void start() override {}
+  double stop_us() override { return calls_++ < slow_ ? 50 : 7; }
+  int calls() const { return calls_; }
+
+ private:
+  int slow_;
+  int calls_ = 0;
+};
+
+TEST_CASE("with several passes every measurement keeps its fastest pass") {
+  const auto g = testing::chain_graph(1);
+  auto o = fast_options(nullptr);
+  o.micro_batches = {1, 2};
+  // A burst of interference covering the whole first pass.
+  BurstTimer one_pass(1 << 20);
+  o.timer = &one_pass;
+  auto single = profile_ops(g, exec::cpu_device(), o);
+  REQUIRE(single.ok());
+  const int calls_per_pass = one_pass.calls();
+  BurstTimer burst(calls_per_pass);
+  o.timer = &burst;
+  o.passes = 3;
+  int last_done = 0, total = 0;
+  auto r = profile_ops(g, exec::cpu_device(), o, [&](const OpProfileProgress& p) {
+    last_done = p.done;
+    total = p.total;
+  });
+  REQUIRE(r.ok());
+  CHECK(burst.calls() == 3 * calls_per_pass);
+  CHECK(r->measurements.size() == single->measurements.size());  // one record per (op, size)
+  for (const auto& m : single->measurements) CHECK(m.forward_time_us() == 50);
+  for (const auto& m : r->measurements) {
+    CHECK(m.forward_time_us() == 7);
+    CHECK(m.backward_time_us() == 7);
+  }
+  CHECK(last_done == total);
+  o.passes = 0;
+  CHECK_THAT(profile_ops(g, exec::cpu_device(), o).status().message(), Catch::Contains("--passes"));
+}
+
 TEST_CASE("distinct signatures skip graph inputs and repeated layers") {
   const auto g = testing::chain_graph(3);  // three identical 8->8 linears
   const auto sigs = distinct_signatures(g);

@@ -37,6 +37,8 @@ struct OpProfileOptions {
   // weights and inputs are no longer in the caches, as during training where the
   // stage's other operators run in between. 0: warm caches (back-to-back calls).
   int64_t cache_flush_bytes = 0;
+  // Measure everything this many times and keep each measurement's fastest pass (>= 1).
+  int passes = 1;
 };
 
 // A cache-flush size for this host: twice the last-level cache (64 MiB when unknown).
