@@ -136,6 +136,15 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
                         in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
         step.op = send ? Op::kSend : Op::kRecv;
         step.peer = in.peer_rank();
+        // The tag packs edge, direction and first sample; the top edge ids stay reserved for the
+        // data planes' own handshakes.
+        if (in.edge() < 0 || in.edge() >= (1 << 22) || in.sample_begin() < 0 ||
+            in.sample_begin() >= (int64_t{1} << 40)) {
+          return invalid_argument("plan: rank " + std::to_string(rank) + " instruction " +
+                                  std::to_string(k) + ": edge " + std::to_string(in.edge()) +
+                                  " or first sample " + std::to_string(in.sample_begin()) +
+                                  " outside the message tag's range (2^22 edges, 2^40 samples)");
+        }
         step.tag = (static_cast<uint64_t>(in.edge()) << 41) |
                    (static_cast<uint64_t>(step.gradient) << 40) |
                    static_cast<uint64_t>(in.sample_begin());

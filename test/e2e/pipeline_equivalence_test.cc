@@ -12,6 +12,7 @@
 #include "gp/exec/reference_trainer.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/graph/onnx_import.h"
+#include "gp/graph/plan_util.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
@@ -227,4 +228,28 @@ TEST_CASE("a rank that cannot receive fails with a deadline naming the peer, nob
   CHECK((run.status().code() == StatusCode::kDeadlineExceeded ||
          run.status().code() == StatusCode::kAborted));
   CHECK_THAT(msg, Catch::Contains("rank"));
+}
+
+TEST_CASE("a rank refuses an instruction whose message tag would overflow, naming it") {
+  auto g = testing::zoo_graph("tiny-mmt");
+  const auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  auto plan = searched(g, graphpipe::v1::STRATEGY_GRAPHPIPE, 2, 16, t);
+  auto index = graph::validate_plan_structure(plan, g);
+  REQUIRE(index.ok());
+  bool changed = false;
+  for (auto& program : *plan.mutable_programs()) {
+    for (auto& in : *program.mutable_instructions()) {
+      if (in.kind() == graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION && !changed) {
+        in.set_sample_begin(int64_t{1} << 40);
+        changed = true;
+      }
+    }
+  }
+  REQUIRE(changed);
+  std::string errors;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto runner = exec::RankRunner::create(plan, g, *index, rank);
+    if (!runner.ok()) errors += runner.status().message();
+  }
+  CHECK_THAT(errors, Catch::Contains("outside the message tag's range"));
 }
