@@ -38,17 +38,7 @@ struct StoreDir {
   }
 };
 
-graphpipe::v1::TrainingConfig training(graphpipe::v1::OptimizerKind kind) {
-  graphpipe::v1::TrainingConfig t;
-  t.set_optimizer(kind);
-  t.set_learning_rate(kind == graphpipe::v1::OPTIMIZER_KIND_ADAM ? 0.01 : 0.05);
-  t.set_momentum(0.9);
-  t.set_adam_beta1(0.9);
-  t.set_adam_beta2(0.999);
-  t.set_adam_epsilon(1e-8);
-  t.set_seed(11);
-  return t;
-}
+using testing::training;
 
 std::vector<double> reference_losses(const graph::Graph& g, int64_t batch,
                                      const graphpipe::v1::TrainingConfig& t) {

@@ -24,17 +24,7 @@ namespace {
 constexpr int kIterations = 5;
 constexpr auto kTimeout = std::chrono::milliseconds(20000);
 
-graphpipe::v1::TrainingConfig training(graphpipe::v1::OptimizerKind kind) {
-  graphpipe::v1::TrainingConfig t;
-  t.set_optimizer(kind);
-  t.set_learning_rate(kind == graphpipe::v1::OPTIMIZER_KIND_ADAM ? 0.01 : 0.05);
-  t.set_momentum(0.9);
-  t.set_adam_beta1(0.9);
-  t.set_adam_beta2(0.999);
-  t.set_adam_epsilon(1e-8);
-  t.set_seed(11);
-  return t;
-}
+using testing::training;
 
 struct Reference {
   std::vector<double> losses;

@@ -89,17 +89,7 @@ TEST_CASE("forward, backward and the optimizer step allocate nothing after set-u
 }
 
 TEST_CASE("the vision and layout kernels allocate nothing after set-up") {
-  graph::GraphBuilder b("cnn", "");
-  auto x = b.input("x", {3, 8, 8});
-  auto conv = b.conv2d("conv", x, 4, {3, 3}, {2, 2}, {1, 1});  // [4, 4, 4]
-  auto bn = b.relu("relu", b.batch_norm("bn", conv));
-  auto mp = b.max_pool2d("mp", bn, {3, 3}, {1, 1}, {1, 1});
-  auto ap = b.avg_pool2d("ap", mp, {2, 2}, {}, {1, 1}, false);  // [4, 3, 3]
-  auto rows = b.reshape("rows", ap, {4, 9});
-  auto gram = b.matmul("gram", rows, b.transpose("cols", rows, {1, 0}));  // [4, 4]
-  auto flat = b.reshape("flat", b.scale("scale", gram, 0.25), {16});
-  b.add_loss(b.mse_loss("loss", b.linear("fc", flat, 3), b.input("t", {3})));
-  CHECK(step_allocations(testing::build_graph(b.finish())) == 0);
+  CHECK(step_allocations(testing::small_cnn(4, 3, 0.25)) == 0);
 }
 
 TEST_CASE("a rank's step loop allocates nothing, sends, receives and all-reduce included") {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../support/kernel_harness.h"
+#include "../support/models.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/stage_runner.h"
@@ -222,17 +223,7 @@ TEST_CASE("make_cpu_kernel refuses an opaque op, naming it and its ONNX type") {
 }
 
 TEST_CASE("a small CNN of the new ops fits one mini-batch") {
-  GraphBuilder b("cnn", "");
-  auto x = b.input("x", {3, 8, 8});
-  auto conv = b.conv2d("conv", x, 6, {3, 3}, {2, 2}, {1, 1});  // [6, 4, 4]
-  auto act = b.relu("relu", b.batch_norm("bn", conv));
-  auto mp = b.max_pool2d("mp", act, {3, 3}, {1, 1}, {1, 1});
-  auto ap = b.avg_pool2d("ap", mp, {2, 2}, {}, {1, 1}, false);  // [6, 3, 3]
-  auto rows = b.reshape("rows", ap, {6, 9});
-  auto gram = b.matmul("gram", rows, b.transpose("cols", rows, {1, 0}));  // [6, 6]
-  auto flat = b.reshape("flat", b.scale("scale", gram, 0.1), {36});
-  b.add_loss(b.mse_loss("loss", b.linear("fc", flat, 4), b.input("t", {4})));
-  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  gp::graph::Graph g = gp::testing::small_cnn(6, 4, 0.1);
   std::vector<int> ops(g.num_ops());
   for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
   graphpipe::v1::TrainingConfig adam;

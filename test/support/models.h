@@ -7,6 +7,7 @@
 #include "gp/graph/builder.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/zoo.h"
+#include "graphpipe/v1/plan.pb.h"
 
 namespace gp::testing {
 
@@ -31,6 +32,37 @@ inline graph::Graph chain_graph(int n) {
   auto x = b.input("x", {8});
   for (int i = 0; i < n; ++i) x = b.linear("fc" + std::to_string(i), x, 8);
   b.add_loss(b.mse_loss("loss", x, b.input("t", {8})));
+  return build_graph(b.finish());
+}
+
+// The e2e tests' training: SGD at 0.05 or Adam at 0.01 (momentum 0.9, betas 0.9 and 0.999,
+// epsilon 1e-8), seed 11.
+inline graphpipe::v1::TrainingConfig training(graphpipe::v1::OptimizerKind kind) {
+  graphpipe::v1::TrainingConfig t;
+  t.set_optimizer(kind);
+  t.set_learning_rate(kind == graphpipe::v1::OPTIMIZER_KIND_ADAM ? 0.01 : 0.05);
+  t.set_momentum(0.9);
+  t.set_adam_beta1(0.9);
+  t.set_adam_beta2(0.999);
+  t.set_adam_epsilon(1e-8);
+  t.set_seed(11);
+  return t;
+}
+
+// A small CNN of the vision and layout ops on [3, 8, 8] inputs: conv (stride 2, padding 1) to
+// `channels` maps of 4x4, batch norm, relu, max and average pooling, then the channels' Gram
+// matrix scaled by `gram_scale`, flattened into a linear of `outputs` and an mse loss.
+inline graph::Graph small_cnn(int64_t channels, int64_t outputs, double gram_scale) {
+  graph::GraphBuilder b("cnn", "");
+  auto x = b.input("x", {3, 8, 8});
+  auto conv = b.conv2d("conv", x, channels, {3, 3}, {2, 2}, {1, 1});  // [channels, 4, 4]
+  auto act = b.relu("relu", b.batch_norm("bn", conv));
+  auto mp = b.max_pool2d("mp", act, {3, 3}, {1, 1}, {1, 1});
+  auto ap = b.avg_pool2d("ap", mp, {2, 2}, {}, {1, 1}, false);  // [channels, 3, 3]
+  auto rows = b.reshape("rows", ap, {channels, 9});
+  auto gram = b.matmul("gram", rows, b.transpose("cols", rows, {1, 0}));
+  auto flat = b.reshape("flat", b.scale("scale", gram, gram_scale), {channels * channels});
+  b.add_loss(b.mse_loss("loss", b.linear("fc", flat, outputs), b.input("t", {outputs})));
   return build_graph(b.finish());
 }
 
