@@ -429,9 +429,15 @@ bool Importer::fold(const onnx::NodeProto& n) {
 std::optional<std::vector<float>> Importer::float_values(const std::string& name) const {
   auto it = consts_.find(name);
   if (it == consts_.end() || it->second->data_type() != kOnnxFloat) return std::nullopt;
-  const auto v = values_of(*it->second);
-  if (static_cast<int64_t>(v.size()) != element_count(*it->second)) return std::nullopt;
-  return std::vector<float>(v.begin(), v.end());
+  // Straight to float: weights can be large, a detour through values_of() would copy them twice.
+  const onnx::TensorProto& t = *it->second;
+  std::vector<float> v(t.float_data().begin(), t.float_data().end());
+  const std::string& raw = t.raw_data();
+  const size_t typed = v.size();
+  v.resize(typed + raw.size() / sizeof(float));
+  std::memcpy(v.data() + typed, raw.data(), raw.size() / sizeof(float) * sizeof(float));
+  if (static_cast<int64_t>(v.size()) != element_count(t)) return std::nullopt;
+  return v;
 }
 
 void Importer::infer_new_ops(int first) {
@@ -607,11 +613,13 @@ bool Importer::try_opaque(int i) {
   return true;
 }
 
+// From the back: the op looked up is almost always the one just added.
 Operator& Importer::op_by_id(const std::string& id) {
-  for (auto& op : *b_.model().mutable_ops()) {
-    if (op.id() == id) return op;
+  auto& ops = *b_.model().mutable_ops();
+  for (int k = ops.size() - 1; k >= 0; --k) {
+    if (ops[k].id() == id) return ops[k];
   }
-  return b_.model().mutable_ops()->at(b_.model().ops_size() - 1);
+  return ops[ops.size() - 1];
 }
 
 void Importer::set_values(const std::string& id, const std::string& param,
