@@ -42,4 +42,9 @@ check "reference trains an .onnx vision block" \
 err=$("$exe" reference --model "$tmp/gated.pbtxt" --batch 8 --iterations 1 2>&1 >/dev/null); rc=$?
 check "a model with opaque ops cannot train: exit 2 naming the op and its ONNX type" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "gate.mul" && echo "$err" | grep -q "ONNX operator Mul"'
+for flag in --data-plane --cpu-affinity; do
+  err=$("$exe" run --plan "$tmp/none.pb" --rank 0 --world-size 1 "$flag" bogus 2>&1); rc=$?
+  check "run rejects an unknown $flag value with exit 2 naming the flag" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -q -- "$flag"'
+done
 exit $fail

@@ -86,4 +86,9 @@ check "ops profiles an .onnx vision block: conv, batch norm and pools" \
 out=$("$bin" ops --model "$tmp/gated.pbtxt" "${fast[@]}" --out "$tmp/gated.pb" 2>&1); rc=$?
 check "opaque ops are left out of a profile with a warning, the rest measured" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "2 opaque op(s)" && echo "$out" | grep -q "(linear"'
+err=$("$bin" ops --model zoo:tiny-mmt --passes 0 --out "$tmp/x.pb" 2>&1); rc=$?
+check "ops rejects zero passes with exit 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--passes"'
+err=$("$bin" comm --ranks 2 --data-plane tcp --out "$tmp/x.pb" 2>&1); rc=$?
+check "comm rejects an unknown data plane with exit 2 naming the flag" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--data-plane"'
 exit $fail
