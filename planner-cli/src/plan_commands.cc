@@ -194,7 +194,7 @@ Status run_search(const SearchOptions& opts) {
   const auto& p = result.plan.predicted();
   std::printf(
       "%s: %d stages (depth %d), micro-batch %lld, %.1f samples/s predicted, "
-      "iteration %.4f s, peak memory %s, search %.3f s -> %s\n",
+      "iteration %.4g s, peak memory %s, search %.3f s -> %s\n",
       opts.strategy.c_str(), result.plan.stages_size(), planner::pipeline_depth(result.plan),
       static_cast<long long>(result.plan.stages(0).micro_batch()), p.throughput_samples_per_s(),
       p.iteration_time_s(),
