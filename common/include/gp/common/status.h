@@ -75,6 +75,9 @@ inline Status unimplemented(std::string msg) {
 inline Status resource_exhausted(std::string msg) {
   return Status(StatusCode::kResourceExhausted, std::move(msg));
 }
+inline Status unavailable(std::string msg) {
+  return Status(StatusCode::kUnavailable, std::move(msg));
+}
 
 // Process exit code for a status reaching main: 0 success, 2 bad input, 1 anything else.
 int exit_code_for(const Status& status);

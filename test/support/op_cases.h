@@ -1,0 +1,247 @@
+// The catalogue's op configurations as test cases: each builds a model around an op "op" and
+// prepares its random inputs (away from kinks, distinct pooling windows, valid ids). Shared by
+// the CPU kernel tests (finite differences) and the CUDA kernel tests (against the CPU).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernel_harness.h"
+
+namespace gp::testing {
+
+// A model builder and input preparation for one op configuration.
+struct GradCase {
+  std::string name;
+  std::function<ModelGraph()> model;
+  std::function<void(Harness&)> prepare = [](Harness&) {};
+};
+
+using Build = std::function<TensorRef(GraphBuilder&)>;
+using Prepare = std::function<void(Harness&)>;
+
+// A non-loss op "op" made by `build`, whose output (per-sample shape `out`) feeds an mse_loss;
+// `prepare` adjusts the random inputs.
+inline GradCase op_case(std::string name, std::vector<int64_t> out, Prepare prepare, Build build) {
+  return {std::move(name),
+          [build, out] {
+            GraphBuilder b("m", "");
+            TensorRef y = build(b);
+            return with_loss(b, y, out);
+          },
+          std::move(prepare)};
+}
+inline GradCase op_case(std::string name, std::vector<int64_t> out, Build build) {
+  return op_case(
+      std::move(name), std::move(out), [](Harness&) {}, std::move(build));
+}
+
+// A loss op "op" made by `build`.
+inline GradCase loss_case(std::string name, Prepare prepare, Build build) {
+  return {std::move(name),
+          [build] {
+            GraphBuilder b("m", "");
+            b.add_loss(build(b));
+            return b.finish();
+          },
+          std::move(prepare)};
+}
+
+// Keeps every pre-activation of a fused-relu linear (x [batch * 2 rows, 4], W [3, 4]) at least
+// 0.1 away from the kink by shifting its feature's bias.
+inline void away_from_kink(Harness& h) {
+  for (size_t j = 0; j < 3; ++j) {
+    for (bool near = true; near;) {
+      near = false;
+      for (size_t r = 0; r < static_cast<size_t>(h.batch) * 2; ++r) {
+        float z = h.params[1][j];
+        for (size_t k = 0; k < 4; ++k) z += h.fin[0][r * 4 + k] * h.params[0][j * 4 + k];
+        near = near || std::abs(z) < 0.1f;
+      }
+      if (near) h.params[1][j] += 0.13f;
+    }
+  }
+}
+
+// Pushes input 0 away from 0 (relu's kink) to magnitudes in [0.2, 1].
+inline void away_from_zero(Harness& h) {
+  for (float& v : h.fin[0]) v = (v < 0 ? -1.0f : 1.0f) * (0.2f + 0.8f * std::abs(v));
+}
+
+// Widens input 0 to [-3, 3] (gelu's tails).
+inline void widen(Harness& h) {
+  for (float& v : h.fin[0]) v *= 3;
+}
+
+// Input 0 as a shuffle of distinct values 0.01 apart (finite differences never swap a window's
+// maximum).
+inline void distinct(Harness& h) {
+  std::vector<float>& v = h.fin[0];
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * (static_cast<float>(i) - v.size() / 2.0f);
+  std::shuffle(v.begin(), v.end(), std::mt19937(5));
+}
+
+// Random ids in [0, range) for id input `input`.
+inline Prepare ids_below(size_t input, int64_t range) {
+  return [input, range](Harness& h) {
+    std::mt19937 rng(static_cast<unsigned>(11 + range));
+    std::uniform_int_distribution<int64_t> u(0, range - 1);
+    for (auto& id : h.iin[input]) id = u(rng);
+  };
+}
+
+// A float graph input.
+inline TensorRef x(GraphBuilder& b, std::vector<int64_t> shape, const std::string& id = "x") {
+  return b.input(id, std::move(shape));
+}
+
+inline TensorRef ids(GraphBuilder& b, std::vector<int64_t> shape, const std::string& id = "ids") {
+  return b.input(id, std::move(shape), kInt64);
+}
+
+inline std::vector<GradCase> grad_cases() {
+  return {
+      op_case("linear with bias", {2, 3},
+              [](GraphBuilder& b) {
+                return b.linear("op", x(b, {2, 5}), 3);
+              }),
+      op_case("linear without bias, fused gelu", {3},
+              [](GraphBuilder& b) { return b.linear("op", x(b, {4}), 3, false, "gelu"); }),
+      op_case("linear with bias, fused relu", {2, 3}, away_from_kink,
+              [](GraphBuilder& b) {
+                return b.linear("op", x(b, {2, 4}), 3, true, "relu");
+              }),
+      op_case("embedding_bag sum", {2, 4}, ids_below(0, 5),
+              [](GraphBuilder& b) {
+                return b.embedding_bag("op", ids(b, {2, 3}), 5, 4);
+              }),
+      op_case("embedding_bag mean", {2}, ids_below(0, 4),
+              [](GraphBuilder& b) {
+                auto y = b.embedding_bag("op", ids(b, {3}), 4, 2);
+                set_op_attr(b, "op", "mode", std::string_view("mean"));
+                return y;
+              }),
+      op_case("multi_head_attention, 2 heads with bias", {3, 4},
+              [](GraphBuilder& b) {
+                return b.attention("op", x(b, {3, 4}), 2);
+              }),
+      op_case("multi_head_attention, 1 head without bias", {4, 3},
+              [](GraphBuilder& b) {
+                auto y = b.attention("op", x(b, {4, 3}), 1);
+                set_op_attr(b, "op", "bias", int64_t{0});
+                return y;
+              }),
+      op_case("layer_norm", {2, 5},
+              [](GraphBuilder& b) {
+                return b.layer_norm("op", x(b, {2, 5}));
+              }),
+      op_case("relu", {2, 3}, away_from_zero,
+              [](GraphBuilder& b) {
+                return b.relu("op", x(b, {2, 3}));
+              }),
+      op_case("gelu", {6}, widen, [](GraphBuilder& b) { return b.gelu("op", x(b, {6})); }),
+      op_case("softmax", {2, 4},
+              [](GraphBuilder& b) {
+                return b.softmax("op", x(b, {2, 4}));
+              }),
+      op_case("add of three", {2, 3},
+              [](GraphBuilder& b) {
+                return b.add("op", {x(b, {2, 3}, "a"), x(b, {2, 3}, "b"), x(b, {2, 3}, "c")});
+              }),
+      op_case("concat along the last axis", {2, 4},
+              [](GraphBuilder& b) {
+                return b.concat("op", {x(b, {2, 3}, "a"), x(b, {2, 1}, "b")});
+              }),
+      op_case("concat along a middle axis", {2, 3, 3},
+              [](GraphBuilder& b) {
+                return b.concat("op", {x(b, {2, 1, 3}, "a"), x(b, {2, 2, 3}, "b")}, 1);
+              }),
+      op_case("slice along axis 0", {2, 2},
+              [](GraphBuilder& b) {
+                return b.slice("op", x(b, {4, 2}), 0, 1, 3);
+              }),
+      op_case("slice along the last axis", {2, 3},
+              [](GraphBuilder& b) {
+                return b.slice("op", x(b, {2, 5}), -1, 2, 5);
+              }),
+      op_case("matmul of [3, 4] and [4, 2]", {3, 2},
+              [](GraphBuilder& b) {
+                return b.matmul("op", x(b, {3, 4}, "a"), x(b, {4, 2}, "b"));
+              }),
+      op_case("matmul with a leading dim", {2, 3, 4},
+              [](GraphBuilder& b) {
+                return b.matmul("op", x(b, {2, 3, 5}, "a"), x(b, {2, 5, 4}, "b"));
+              }),
+      op_case("scale", {2, 3},
+              [](GraphBuilder& b) {
+                return b.scale("op", x(b, {2, 3}), -1.5);
+              }),
+      op_case("transpose of a matrix", {3, 2},
+              [](GraphBuilder& b) {
+                return b.transpose("op", x(b, {2, 3}), {1, 0});
+              }),
+      op_case("transpose, perm [2, 0, 1]", {4, 2, 3},
+              [](GraphBuilder& b) {
+                return b.transpose("op", x(b, {2, 3, 4}), {2, 0, 1});
+              }),
+      op_case("reshape", {3, 4},
+              [](GraphBuilder& b) {
+                return b.reshape("op", x(b, {2, 6}), {3, 4});
+              }),
+      op_case("conv2d 3x3 with bias", {3, 2, 2},
+              [](GraphBuilder& b) {
+                return b.conv2d("op", x(b, {2, 4, 4}), 3, {3, 3});
+              }),
+      op_case("conv2d stride 2, padding 1", {3, 3, 3},
+              [](GraphBuilder& b) {
+                return b.conv2d("op", x(b, {2, 5, 5}), 3, {3, 3}, {2, 2}, {1, 1});
+              }),
+      op_case("conv2d 2x3 kernel, stride [1, 2], padding [0, 1], no bias", {2, 3, 3},
+              [](GraphBuilder& b) {
+                return b.conv2d("op", x(b, {1, 4, 5}), 2, {2, 3}, {1, 2}, {0, 1}, false);
+              }),
+      op_case("max_pool2d 2x2", {2, 2, 2}, distinct,
+              [](GraphBuilder& b) {
+                return b.max_pool2d("op", x(b, {2, 4, 4}), {2, 2});
+              }),
+      op_case("max_pool2d 3x3, stride 2, padding 1", {2, 2, 3}, distinct,
+              [](GraphBuilder& b) {
+                return b.max_pool2d("op", x(b, {2, 4, 5}), {3, 3}, {2, 2}, {1, 1});
+              }),
+      op_case("avg_pool2d 3x3, stride 2, padding 1, count_include_pad 1", {2, 2, 3},
+              [](GraphBuilder& b) {
+                return b.avg_pool2d("op", x(b, {2, 4, 5}), {3, 3}, {2, 2}, {1, 1});
+              }),
+      op_case("avg_pool2d 3x3, stride 2, padding 1, count_include_pad 0", {2, 2, 3},
+              [](GraphBuilder& b) {
+                return b.avg_pool2d("op", x(b, {2, 4, 5}), {3, 3}, {2, 2}, {1, 1}, false);
+              }),
+      op_case("batch_norm on [C, H, W]", {3, 2, 2},
+              [](GraphBuilder& b) {
+                return b.batch_norm("op", x(b, {3, 2, 2}));
+              }),
+      // Two samples normalise each channel to about +-1 whatever x is (the input gradient is
+      // only epsilon's effect): a larger epsilon keeps it measurable.
+      op_case("batch_norm on [C], epsilon 0.1", {4},
+              [](GraphBuilder& b) { return b.batch_norm("op", x(b, {4}), 0.1); }),
+      loss_case(
+          "mse_loss", [](Harness&) {},
+          [](GraphBuilder& b) {
+            return b.mse_loss("op", x(b, {2, 3}, "p"), x(b, {2, 3}, "t"));
+          }),
+      loss_case("softmax_cross_entropy over positions", ids_below(1, 5),
+                [](GraphBuilder& b) {
+                  return b.softmax_cross_entropy("op", x(b, {3, 5}, "z"), ids(b, {3}, "labels"));
+                }),
+      loss_case("softmax_cross_entropy, one position", ids_below(1, 4),
+                [](GraphBuilder& b) {
+                  return b.softmax_cross_entropy("op", x(b, {4}, "z"), ids(b, {1}, "labels"));
+                }),
+  };
+}
+
+}  // namespace gp::testing
