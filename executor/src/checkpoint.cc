@@ -52,21 +52,25 @@ Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const g
   const std::string out = iter_dir(dir, iteration);
   GP_RETURN_IF_ERROR(ensure_dir(out));
   for (int index : runner.op_indices()) {
-    const std::span<float> params = runner.mutable_op_params(index);
-    if (params.empty()) continue;
-    const std::span<float> state = runner.mutable_op_state(index);
+    const size_t param_floats = static_cast<size_t>(runner.op_param_count(index));
+    if (param_floats == 0) continue;
+    const size_t state_floats = static_cast<size_t>(runner.op_state_count(index));
+    const size_t param_bytes = param_floats * sizeof(float);
+    const size_t state_bytes = state_floats * sizeof(float);
+    // The tensors are downloaded straight into the file's bytes (on the CPU: one memcpy each).
+    std::string bytes(sizeof(FileHeader) + param_bytes + state_bytes, '\0');
+    char* data = bytes.data() + sizeof(FileHeader);
+    GP_RETURN_IF_ERROR(
+        runner.download_op_params(index, {reinterpret_cast<float*>(data), param_floats}));
+    GP_RETURN_IF_ERROR(runner.download_op_state(
+        index, {reinterpret_cast<float*>(data + param_bytes), state_floats}));
     FileHeader h{};
     std::memcpy(h.magic, kMagic, sizeof(kMagic));
     h.op_index = index;
-    h.param_floats = static_cast<int64_t>(params.size());
-    h.state_floats = static_cast<int64_t>(state.size());
-    h.checksum = fnv1a(state.data(), state.size_bytes(), fnv1a(params.data(), params.size_bytes()));
-    std::string bytes(sizeof(h) + params.size_bytes() + state.size_bytes(), '\0');
+    h.param_floats = static_cast<int64_t>(param_floats);
+    h.state_floats = static_cast<int64_t>(state_floats);
+    h.checksum = fnv1a(data + param_bytes, state_bytes, fnv1a(data, param_bytes));
     std::memcpy(bytes.data(), &h, sizeof(h));
-    std::memcpy(bytes.data() + sizeof(h), params.data(), params.size_bytes());
-    if (!state.empty()) {
-      std::memcpy(bytes.data() + sizeof(h) + params.size_bytes(), state.data(), state.size_bytes());
-    }
     GP_RETURN_IF_ERROR(graph::write_file_atomic((fs::path(out) / op_file(index)).string(), bytes)
                            .with_context("checkpoint of op '" + graph.op(index).id() + "'"));
   }
@@ -160,9 +164,11 @@ Status load_stage_checkpoint(const std::string& dir, const CheckpointManifest& m
   std::map<int, const graphpipe::v1::CheckpointTensor*> by_index;
   for (const auto& t : manifest.tensors()) by_index[t.op_index()] = &t;
   for (int index : runner.op_indices()) {
-    const std::span<float> params = runner.mutable_op_params(index);
-    if (params.empty()) continue;
-    const std::span<float> state = runner.mutable_op_state(index);
+    const size_t param_floats = static_cast<size_t>(runner.op_param_count(index));
+    if (param_floats == 0) continue;
+    const size_t state_floats = static_cast<size_t>(runner.op_state_count(index));
+    const size_t param_bytes = param_floats * sizeof(float);
+    const size_t state_bytes = state_floats * sizeof(float);
     const auto& op = graph.op(index);
     auto it = by_index.find(index);
     if (it == by_index.end() || it->second->op_id() != op.id()) {
@@ -173,26 +179,30 @@ Status load_stage_checkpoint(const std::string& dir, const CheckpointManifest& m
     const std::string path = (fs::path(in) / t.file()).string();
     GP_ASSIGN_OR_RETURN(std::string bytes, graph::read_file(path));
     FileHeader h{};
-    const size_t want = sizeof(h) + params.size_bytes() + state.size_bytes();
+    const size_t want = sizeof(h) + param_bytes + state_bytes;
     if (bytes.size() >= sizeof(h)) std::memcpy(&h, bytes.data(), sizeof(h));
     if (bytes.size() != want || std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 ||
-        h.op_index != index || h.param_floats != static_cast<int64_t>(params.size()) ||
-        h.state_floats != static_cast<int64_t>(state.size()) ||
+        h.op_index != index || h.param_floats != static_cast<int64_t>(param_floats) ||
+        h.state_floats != static_cast<int64_t>(state_floats) ||
         t.param_floats() != h.param_floats || t.state_floats() != h.state_floats) {
       return Status(StatusCode::kDataLoss, path + ": torn or foreign checkpoint file for op '" +
                                                op.id() + "' (" + std::to_string(bytes.size()) +
                                                " bytes, expected " + std::to_string(want) + ")");
     }
     const char* data = bytes.data() + sizeof(h);
-    const uint64_t sum =
-        fnv1a(data + params.size_bytes(), state.size_bytes(), fnv1a(data, params.size_bytes()));
+    const uint64_t sum = fnv1a(data + param_bytes, state_bytes, fnv1a(data, param_bytes));
     if (sum != h.checksum) {
       return Status(StatusCode::kDataLoss,
                     path + ": checksum mismatch for op '" + op.id() + "' (corrupted file)");
     }
-    std::memcpy(params.data(), data, params.size_bytes());
-    if (!state.empty()) std::memcpy(state.data(), data + params.size_bytes(), state.size_bytes());
+    // Straight from the file's bytes (the header keeps them 8-byte aligned).
+    GP_RETURN_IF_ERROR(
+        runner.upload_op_params(index, {reinterpret_cast<const float*>(data), param_floats}));
+    GP_RETURN_IF_ERROR(runner.upload_op_state(
+        index, {reinterpret_cast<const float*>(data + param_bytes), state_floats}));
   }
+  // Uploads may still be in flight on the device: the loaded tensors are complete only after it.
+  GP_RETURN_IF_ERROR(runner.synchronize());
   return ok_status();
 }
 

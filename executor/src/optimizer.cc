@@ -53,13 +53,32 @@ int Optimizer::state_floats() const {
   }
 }
 
+Optimizer::StepConstants Optimizer::step_constants(int64_t step) const {
+  StepConstants k;
+  k.kind = config_.optimizer();
+  k.lr = static_cast<float>(config_.learning_rate());
+  k.momentum = static_cast<float>(config_.momentum());
+  if (k.kind == OPTIMIZER_KIND_ADAM) {
+    const double b1 = config_.adam_beta1(), b2 = config_.adam_beta2();
+    k.c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, static_cast<double>(step))));
+    k.c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2, static_cast<double>(step))));
+    k.beta1 = static_cast<float>(b1);
+    k.beta2 = static_cast<float>(b2);
+    k.one_minus_beta1 = 1 - k.beta1;
+    k.one_minus_beta2 = 1 - k.beta2;
+    k.eps = static_cast<float>(config_.adam_epsilon());
+  }
+  return k;
+}
+
 void Optimizer::apply(std::span<float> w, std::span<const float> g, std::span<float> state,
                       int64_t step) const {
-  const float lr = static_cast<float>(config_.learning_rate());
+  const StepConstants k = step_constants(step);
+  const float lr = k.lr;
   const size_t n = w.size();
-  switch (config_.optimizer()) {
+  switch (k.kind) {
     case OPTIMIZER_KIND_MOMENTUM: {
-      const float mu = static_cast<float>(config_.momentum());
+      const float mu = k.momentum;
       for (size_t i = 0; i < n; ++i) {
         state[i] = mu * state[i] + g[i];
         w[i] -= lr * state[i];
@@ -67,16 +86,13 @@ void Optimizer::apply(std::span<float> w, std::span<const float> g, std::span<fl
       return;
     }
     case OPTIMIZER_KIND_ADAM: {
-      const double b1 = config_.adam_beta1(), b2 = config_.adam_beta2();
-      const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(b1, static_cast<double>(step))));
-      const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(b2, static_cast<double>(step))));
-      const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-      const float eps = static_cast<float>(config_.adam_epsilon());
+      const float c1 = k.c1, c2 = k.c2, fb1 = k.beta1, fb2 = k.beta2, eps = k.eps;
+      const float ob1 = k.one_minus_beta1, ob2 = k.one_minus_beta2;
       float* m = state.data();
       float* v = state.data() + n;
       for (size_t i = 0; i < n; ++i) {
-        m[i] = fb1 * m[i] + (1 - fb1) * g[i];
-        v[i] = fb2 * v[i] + (1 - fb2) * g[i] * g[i];
+        m[i] = fb1 * m[i] + ob1 * g[i];
+        v[i] = fb2 * v[i] + ob2 * g[i] * g[i];
         w[i] -= lr * (m[i] * c1) / (std::sqrt(v[i] * c2) + eps);
       }
       return;

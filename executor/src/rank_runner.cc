@@ -90,7 +90,7 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
   std::vector<char> backward_begun(num_mb, 0);
   std::vector<int> free_slots;
   for (int s = std::max(slots, 1) - 1; s >= 0; --s) free_slots.push_back(s);
-  size_t max_bytes = 0;
+  size_t max_bytes = 0, max_piece_bytes = 0;
   for (int k = 0; k < program.instructions_size(); ++k) {
     const Instruction& in = program.instructions(k);
     const int m = in.micro_batch();
@@ -169,6 +169,8 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
                                                    : runner.exports()[piece.index];
           piece.bytes_per_sample = info.per_sample * (info.is_int && !step.gradient ? 8 : 4);
           step.bytes += piece.bytes_per_sample * step.samples;
+          max_piece_bytes =
+              std::max(max_piece_bytes, static_cast<size_t>(piece.bytes_per_sample * step.samples));
           step.pieces.push_back(piece);
         }
         max_bytes = std::max(max_bytes, static_cast<size_t>(step.bytes));
@@ -178,23 +180,36 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
     if (per_mb && last[m] == k) free_slots.push_back(slot_of[m]);
   }
   r->staging_.assign(max_bytes, std::byte{0});
+  r->host_ = device.host_memory();
+  if (!r->host_) {
+    r->grad_scratch_.assign(max_piece_bytes / sizeof(float), 0.0f);
+    r->allreduce_staging_.assign(static_cast<size_t>(runner.param_count()), 0.0f);
+  }
   return r;
 }
 
-void RankRunner::pack(const Step& s, std::byte* out) const {
+Status RankRunner::pack(const Step& s, std::byte* out) const {
+  const Device& device = runner_->device();
   for (const Piece& p : s.pieces) {
     const TensorView v = p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
                                                   : runner_->external_input(s.slot, p.index))
                                     : (s.gradient ? runner_->export_grad(s.slot, p.index)
                                                   : runner_->export_value(s.slot, p.index));
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
-    std::memcpy(out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset,
-                n);
+    const std::byte* src =
+        static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
+    if (host_) {
+      std::memcpy(out, src, n);
+    } else {
+      GP_RETURN_IF_ERROR(device.copy_to_host(out, src, n));  // waits for the producing kernels
+    }
     out += n;
   }
+  return ok_status();
 }
 
-void RankRunner::unpack(const Step& s, const std::byte* in) {
+Status RankRunner::unpack(const Step& s, const std::byte* in) {
+  const Device& device = runner_->device();
   for (const Piece& p : s.pieces) {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
     if (s.gradient) {
@@ -203,17 +218,36 @@ void RankRunner::unpack(const Step& s, const std::byte* in) {
                                       : runner_->export_grad(s.slot, p.index);
       float* dst = v.f() + p.bytes_per_sample / 4 * s.sample_offset;
       const size_t count = n / 4;
+      // On a device without host memory the sum is formed on the host, in the same order.
+      float* sum = host_ ? dst : grad_scratch_.data();
+      if (!host_) GP_RETURN_IF_ERROR(device.copy_to_host(sum, dst, n));
       for (size_t i = 0; i < count; ++i) {
         float g;
         std::memcpy(&g, in + 4 * i, 4);
-        dst[i] += g;
+        sum[i] += g;
       }
+      if (!host_) GP_RETURN_IF_ERROR(device.copy_from_host(dst, sum, n));
     } else {
       const TensorView v = runner_->external_input(s.slot, p.index);
-      std::memcpy(static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n);
+      std::byte* dst = static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
+      if (host_) {
+        std::memcpy(dst, in, n);
+      } else {
+        GP_RETURN_IF_ERROR(device.copy_from_host(dst, in, n));
+      }
     }
     in += n;
   }
+  return ok_status();
+}
+
+Status RankRunner::allreduce_grads(Communicator& comm) {
+  StageRunner& runner = *runner_;
+  if (host_) return comm.allreduce_sum(group_, runner.param_grads());
+  if (group_.size() < 2) return ok_status();  // a sum over one replica
+  GP_RETURN_IF_ERROR(runner.download_param_grads(allreduce_staging_));
+  GP_RETURN_IF_ERROR(comm.allreduce_sum(group_, allreduce_staging_));
+  return runner.upload_param_grads(allreduce_staging_);
 }
 
 Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) {
@@ -241,20 +275,24 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         runner.backward(s.slot, scale);
         break;
       case Op::kSend:
-        pack(s, staging_.data());
-        st = comm.send(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
+        st = pack(s, staging_.data());
+        if (st.ok()) {
+          st = comm.send(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
+        }
         break;
       case Op::kRecv:
         st = comm.recv(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
-        if (st.ok()) unpack(s, staging_.data());
+        if (st.ok()) st = unpack(s, staging_.data());
         break;
       case Op::kAllReduce:
-        st = comm.allreduce_sum(group_, runner.param_grads());
+        st = allreduce_grads(comm);
         break;
       case Op::kOptimizer:
         runner.optimizer_step(iteration + 1);
         break;
     }
+    // Queued device work would otherwise be timed at its launch.
+    if (tracing && !host_ && st.ok()) st = runner.synchronize();
     if (tracing && trace_.size() < trace_capacity_ && s.op != Op::kSend &&
         s.op != Op::kBeginBackward) {
       TraceEvent e{};
@@ -279,6 +317,12 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
     }
   }
   current_.store(-1, std::memory_order_relaxed);
+  // Errors of the iteration's queued device work (and of the runner's copies) surface here.
+  if (Status st = runner.synchronize(); !st.ok()) {
+    return st.with_context("rank " + std::to_string(rank_) + ", iteration " +
+                           std::to_string(iteration) + " on " +
+                           std::string(runner.device().name()));
+  }
   return loss;
 }
 
@@ -344,7 +388,7 @@ std::string measured_trace_json(const graphpipe::v1::Plan& plan,
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
                                         std::chrono::milliseconds timeout,
                                         std::vector<std::unique_ptr<RankRunner>>* out_runners,
-                                        size_t trace_events) {
+                                        size_t trace_events, const Device& device) {
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("plan.model");
   const graph::Graph& graph = *built;
@@ -352,7 +396,7 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
   std::vector<std::unique_ptr<RankRunner>> runners;
   for (int r = 0; r < index.world_size; ++r) {
     if (index.program_of_rank[r] < 0) continue;
-    GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, r));
+    GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, r, device));
     if (trace_events > 0) runner->enable_trace(trace_events);
     runners.push_back(std::move(runner));
   }

@@ -9,7 +9,7 @@ namespace gp::exec {
 
 Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
     const graph::Graph& graph, int64_t mini_batch, int64_t micro_batch,
-    const graphpipe::v1::TrainingConfig& training) {
+    const graphpipe::v1::TrainingConfig& training, const Device& device) {
   if (mini_batch <= 0) {
     return invalid_argument("--batch = " + std::to_string(mini_batch) + ", must be > 0");
   }
@@ -22,13 +22,14 @@ Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
   std::vector<int> ops(graph.num_ops());
   std::iota(ops.begin(), ops.end(), 0);
   GP_ASSIGN_OR_RETURN(trainer->runner_,
-                      StageRunner::create(graph, ops, {}, micro_batch, /*slots=*/1, training));
+                      StageRunner::create(graph, ops, {}, micro_batch, /*slots=*/1, training,
+                                          /*relays=*/{}, device));
   trainer->mini_batch_ = mini_batch;
   trainer->micro_batch_ = micro_batch;
   return trainer;
 }
 
-IterationMetrics ReferenceTrainer::run_iteration(int64_t iteration) {
+Result<IterationMetrics> ReferenceTrainer::run_iteration(int64_t iteration) {
   const auto start = std::chrono::steady_clock::now();
   StageRunner& r = *runner_;
   r.zero_param_grads();
@@ -41,6 +42,10 @@ IterationMetrics ReferenceTrainer::run_iteration(int64_t iteration) {
     r.backward(0, scale);
   }
   r.optimizer_step(iteration + 1);
+  if (Status st = r.synchronize(); !st.ok()) {
+    return st.with_context("iteration " + std::to_string(iteration) + " on " +
+                           std::string(r.device().name()));
+  }
   IterationMetrics m;
   m.iteration = iteration;
   m.loss = loss / static_cast<double>(mini_batch_);

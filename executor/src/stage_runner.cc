@@ -1,6 +1,7 @@
 #include "gp/exec/stage_runner.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <map>
 #include <string>
 
@@ -12,6 +13,21 @@ namespace {
 bool is_int_spec(const graph::TensorSpec& spec) {
   return spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
          spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
+}
+
+// Bytes per element as the runner stores them: int tensors as int64.
+size_t element_bytes(const StageTensor& t) { return t.is_int ? 8 : 4; }
+
+// `bytes` of the device's memory, zeroed (kernels and the optimizer rely on zeroed state).
+Result<DeviceBuffer> zeroed(const Device& device, size_t bytes) {
+  GP_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::create(device, bytes));
+  GP_RETURN_IF_ERROR(device.fill_zero(b.data(), bytes));
+  return b;
+}
+
+void require_host(bool host, const char* what) {
+  GP_CHECK(host, std::string("StageRunner::") + what +
+                     ": a host view of device memory; use the download/upload copies");
 }
 
 }  // namespace
@@ -39,6 +55,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
   auto runner = std::unique_ptr<StageRunner>(new StageRunner());
   StageRunner& r = *runner;
   r.graph_ = &graph;
+  r.device_ = &device;
+  r.host_ = device.host_memory();
   r.max_batch_ = max_batch;
   r.slots_ = slots;
   r.seed_ = training.seed();
@@ -47,7 +65,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
   r.last_batch_.assign(slots, 0);
 
   std::map<std::pair<std::string, int>, int> tensor_of;
-  auto add_tensor = [&](const graphpipe::v1::TensorRef& ref) {
+  auto add_tensor = [&](const graphpipe::v1::TensorRef& ref) -> Result<int> {
     const auto key = std::make_pair(ref.op(), ref.output());
     if (auto it = tensor_of.find(key); it != tensor_of.end()) return it->second;
     const auto& producer = graph.op(graph.index_of(ref.op()));
@@ -58,12 +76,14 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     t.info.is_int = is_int_spec(spec);
     t.info.needs_grad = !t.info.is_int && !producer.info->is_input;
     const size_t n = static_cast<size_t>(slots) * max_batch * t.info.per_sample;
-    if (t.info.is_int) {
-      t.ids.assign(n, 0);
-    } else {
-      t.values.assign(n, 0.0f);
+    auto values = zeroed(device, n * element_bytes(t.info));
+    if (!values.ok()) return values.status();
+    t.values = std::move(values).value();
+    if (t.info.needs_grad) {
+      auto grads = zeroed(device, n * sizeof(float));
+      if (!grads.ok()) return grads.status();
+      t.grads = std::move(grads).value();
     }
-    if (t.info.needs_grad) t.grads.assign(n, 0.0f);
     r.tensors_.push_back(std::move(t));
     const int index = static_cast<int>(r.tensors_.size()) - 1;
     tensor_of[key] = index;
@@ -79,12 +99,16 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     const auto& node = graph.op(op);
     OpState st;
     st.op = op;
-    for (const auto& ref : node.proto->inputs()) st.inputs.push_back(add_tensor(ref));
+    for (const auto& ref : node.proto->inputs()) {
+      GP_ASSIGN_OR_RETURN(const int t, add_tensor(ref));
+      st.inputs.push_back(t);
+    }
     for (int k = 0; k < node.proto->outputs_size(); ++k) {
       graphpipe::v1::TensorRef ref;
       ref.set_op(node.id());
       ref.set_output(k);
-      st.outputs.push_back(add_tensor(ref));
+      GP_ASSIGN_OR_RETURN(const int t, add_tensor(ref));
+      st.outputs.push_back(t);
     }
     for (const auto& p : node.proto->params()) {
       size_t n = 1;
@@ -96,8 +120,9 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     auto kernel = device.make_kernel(node);
     if (!kernel.ok()) return kernel.status();
     st.kernel = std::move(kernel).value();
-    st.saved.assign(static_cast<size_t>(slots) * max_batch * st.kernel->saved_floats_per_sample(),
-                    0.0f);
+    GP_ASSIGN_OR_RETURN(st.saved,
+                        zeroed(device, static_cast<size_t>(slots) * max_batch *
+                                           st.kernel->saved_floats_per_sample() * sizeof(float)));
     st.in_views.resize(st.inputs.size());
     st.gin_views.resize(st.inputs.size());
     st.out_views.resize(st.outputs.size());
@@ -114,19 +139,38 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
       return invalid_argument("stage: relay '" + ref.op() + "':" + std::to_string(ref.output()) +
                               " is not a tensor produced outside the stage");
     }
-    add_tensor(ref);
+    GP_RETURN_IF_ERROR(add_tensor(ref).status());
   }
-  r.weights_.assign(param_total, 0.0f);
-  r.grads_.assign(param_total, 0.0f);
-  r.opt_state_.assign(param_total * static_cast<size_t>(r.optimizer_->state_floats()), 0.0f);
+  r.param_count_ = static_cast<int64_t>(param_total);
+  GP_ASSIGN_OR_RETURN(r.weights_, zeroed(device, param_total * sizeof(float)));
+  GP_ASSIGN_OR_RETURN(r.grads_, zeroed(device, param_total * sizeof(float)));
+  GP_ASSIGN_OR_RETURN(
+      r.opt_state_, zeroed(device, param_total * static_cast<size_t>(r.optimizer_->state_floats()) *
+                                       sizeof(float)));
+  // Initial parameters are generated on the host: in place on the CPU, else staged and copied.
+  std::vector<float> init_staging(r.host_ ? 0 : param_total);
+  float* init = r.host_ ? r.weights_.f() : init_staging.data();
   for (auto& st : r.ops_) {
     const auto& node = graph.op(st.op);
     for (size_t p = 0; p < st.param_offsets.size(); ++p) {
       init_param(node, static_cast<int>(p), r.seed_,
-                 std::span<float>(r.weights_.data() + st.param_offsets[p], st.param_sizes[p]));
-      st.param_ptrs[p] = r.weights_.data() + st.param_offsets[p];
-      st.grad_ptrs[p] = r.grads_.data() + st.param_offsets[p];
+                 std::span<float>(init + st.param_offsets[p], st.param_sizes[p]));
+      st.param_ptrs[p] = r.weights_.f() + st.param_offsets[p];
+      st.grad_ptrs[p] = r.grads_.f() + st.param_offsets[p];
     }
+  }
+  if (!r.host_) {
+    GP_RETURN_IF_ERROR(
+        device.copy_from_host(r.weights_.data(), init_staging.data(), param_total * sizeof(float)));
+    size_t input_bytes = 0;
+    for (const auto& st : r.ops_) {
+      if (!graph.op(st.op).info->is_input) continue;
+      const Tensor& t = r.tensors_[st.outputs[0]];
+      input_bytes = std::max(
+          input_bytes, static_cast<size_t>(max_batch) * t.info.per_sample * element_bytes(t.info));
+    }
+    r.input_staging_.assign(input_bytes, std::byte{0});
+    r.float_staging_.assign(static_cast<size_t>(max_batch), 0.0f);
   }
   for (const auto& ref : exports) {
     const int producer = graph.index_of(ref.op());
@@ -138,6 +182,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     r.export_index_.push_back(it->second);
     r.exports_.push_back(r.tensors_[it->second].info);
   }
+  GP_RETURN_IF_ERROR(
+      device.synchronize().with_context("stage set-up on " + std::string(device.name())));
   return runner;
 }
 
@@ -146,11 +192,11 @@ TensorView StageRunner::view(const Tensor& t, int slot, bool grad) const {
   v.per_sample = t.info.per_sample;
   const size_t offset = static_cast<size_t>(slot) * max_batch_ * t.info.per_sample;
   if (grad) {
-    v.data = t.info.needs_grad ? const_cast<float*>(t.grads.data()) + offset : nullptr;
+    v.data = t.info.needs_grad ? t.grads.f() + offset : nullptr;
   } else if (t.info.is_int) {
-    v.data = const_cast<int64_t*>(t.ids.data()) + offset;
+    v.data = static_cast<int64_t*>(t.values.data()) + offset;
   } else {
-    v.data = const_cast<float*>(t.values.data()) + offset;
+    v.data = t.values.f() + offset;
   }
   return v;
 }
@@ -201,8 +247,8 @@ OpArgs StageRunner::op_args(OpState& st, int slot, int64_t batch, bool backward)
   args.inputs = st.in_views;
   args.outputs = st.out_views;
   args.params = st.param_ptrs;
-  args.saved = st.saved.data() +
-               static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
+  args.saved =
+      st.saved.f() + static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
   if (backward) {
     args.grad_outputs = st.gout_views;
     args.grad_inputs = st.gin_views;
@@ -216,8 +262,16 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
   for (auto& st : ops_) {
     const auto& node = graph_->op(st.op);
     if (node.info->is_input) {
-      fill_input(*graph_, node, seed_, iteration, first_sample, batch,
-                 view(tensors_[st.outputs[0]], slot, false).data);
+      const TensorView v = view(tensors_[st.outputs[0]], slot, false);
+      if (host_) {
+        fill_input(*graph_, node, seed_, iteration, first_sample, batch, v.data);
+      } else {
+        // copy_from_host returns once the staging buffer may be reused.
+        fill_input(*graph_, node, seed_, iteration, first_sample, batch, input_staging_.data());
+        const size_t bytes =
+            static_cast<size_t>(batch * v.per_sample) * element_bytes(tensors_[st.outputs[0]].info);
+        note(device_->copy_from_host(v.data, input_staging_.data(), bytes));
+      }
       continue;
     }
     st.kernel->forward(op_args(st, slot, batch, /*backward=*/false));
@@ -226,9 +280,18 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
 
 double StageRunner::loss_sum(int slot) const {
   double sum = 0;
+  const size_t batch = static_cast<size_t>(last_batch_[slot]);
   for (int l : loss_ops_) {
     const TensorView v = view(tensors_[ops_[l].outputs[0]], slot, false);
-    for (int64_t s = 0; s < last_batch_[slot]; ++s) sum += v.f()[s];
+    const float* losses = v.f();
+    if (!host_) {
+      // copy_to_host waits for the forward that produced them.
+      const Status st = device_->copy_to_host(float_staging_.data(), v.data, batch * sizeof(float));
+      note(st);
+      if (!st.ok()) return 0;
+      losses = float_staging_.data();
+    }
+    for (size_t s = 0; s < batch; ++s) sum += losses[s];
   }
   return sum;
 }
@@ -237,8 +300,8 @@ void StageRunner::begin_backward(int slot) {
   const int64_t batch = last_batch_[slot];
   for (auto& t : tensors_) {
     if (!t.info.needs_grad) continue;
-    float* g = t.grads.data() + static_cast<size_t>(slot) * max_batch_ * t.info.per_sample;
-    std::fill(g, g + batch * t.info.per_sample, 0.0f);
+    float* g = t.grads.f() + static_cast<size_t>(slot) * max_batch_ * t.info.per_sample;
+    note(device_->fill_zero(g, static_cast<size_t>(batch * t.info.per_sample) * sizeof(float)));
   }
 }
 
@@ -246,7 +309,13 @@ void StageRunner::backward(int slot, float loss_scale) {
   const int64_t batch = last_batch_[slot];
   for (int l : loss_ops_) {
     const TensorView g = view(tensors_[ops_[l].outputs[0]], slot, true);
-    std::fill(g.f(), g.f() + batch, loss_scale);
+    if (host_) {
+      std::fill(g.f(), g.f() + batch, loss_scale);
+    } else {
+      std::fill(float_staging_.begin(), float_staging_.begin() + batch, loss_scale);
+      note(device_->copy_from_host(g.data, float_staging_.data(),
+                                   static_cast<size_t>(batch) * sizeof(float)));
+    }
   }
   for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
     OpState& st = *it;
@@ -255,18 +324,48 @@ void StageRunner::backward(int slot, float loss_scale) {
   }
 }
 
-void StageRunner::zero_param_grads() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+void StageRunner::zero_param_grads() {
+  note(device_->fill_zero(grads_.data(), static_cast<size_t>(param_count_) * sizeof(float)));
+}
 
 void StageRunner::optimizer_step(int64_t step) {
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
   for (const auto& st : ops_) {
     for (size_t p = 0; p < st.param_offsets.size(); ++p) {
       const size_t off = st.param_offsets[p], n = st.param_sizes[p];
-      optimizer_->apply(std::span<float>(weights_.data() + off, n),
-                        std::span<const float>(grads_.data() + off, n),
-                        std::span<float>(opt_state_.data() + off * per, n * per), step);
+      device_->apply_optimizer(*optimizer_, weights_.f() + off, grads_.f() + off,
+                               opt_state_.f() + off * per, static_cast<int64_t>(n), step);
     }
   }
+}
+
+Status StageRunner::synchronize() {
+  Status device_status = device_->synchronize();
+  Status first = std::move(error_);
+  error_ = Status();
+  if (!first.ok()) return first;
+  return device_status;
+}
+
+std::span<float> StageRunner::param_grads() {
+  require_host(host_, "param_grads");
+  return {grads_.f(), static_cast<size_t>(param_count_)};
+}
+
+std::span<const float> StageRunner::params() const {
+  require_host(host_, "params");
+  return {weights_.f(), static_cast<size_t>(param_count_)};
+}
+
+StageRunner::Range StageRunner::op_range(int op_index) const {
+  for (const auto& st : ops_) {
+    if (st.op != op_index || st.param_offsets.empty()) continue;
+    Range r;
+    r.offset = st.param_offsets[0];
+    for (size_t s : st.param_sizes) r.size += s;
+    return r;
+  }
+  return {};
 }
 
 std::span<const float> StageRunner::op_params(int op_index) const {
@@ -274,21 +373,79 @@ std::span<const float> StageRunner::op_params(int op_index) const {
 }
 
 std::span<float> StageRunner::mutable_op_params(int op_index) {
-  for (const auto& st : ops_) {
-    if (st.op != op_index || st.param_offsets.empty()) continue;
-    size_t n = 0;
-    for (size_t s : st.param_sizes) n += s;
-    return {weights_.data() + st.param_offsets[0], n};
-  }
-  return {};
+  require_host(host_, "op_params");
+  const Range r = op_range(op_index);
+  if (r.size == 0) return {};
+  return {weights_.f() + r.offset, r.size};
 }
 
 std::span<float> StageRunner::mutable_op_state(int op_index) {
+  require_host(host_, "mutable_op_state");
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
-  const std::span<float> params = mutable_op_params(op_index);
-  if (params.empty() || per == 0) return {};
-  const size_t offset = static_cast<size_t>(params.data() - weights_.data());
-  return {opt_state_.data() + offset * per, params.size() * per};
+  const Range r = op_range(op_index);
+  if (r.size == 0 || per == 0) return {};
+  return {opt_state_.f() + r.offset * per, r.size * per};
+}
+
+int64_t StageRunner::op_param_count(int op_index) const {
+  return static_cast<int64_t>(op_range(op_index).size);
+}
+
+int64_t StageRunner::op_state_count(int op_index) const {
+  return op_param_count(op_index) * optimizer_->state_floats();
+}
+
+Status StageRunner::download(const DeviceBuffer& from, Range r, std::span<float> out,
+                             const char* what) const {
+  if (out.size() != r.size) {
+    return invalid_argument(std::string(what) + ": a host buffer of " + std::to_string(out.size()) +
+                            " floats for " + std::to_string(r.size));
+  }
+  return device_->copy_to_host(out.data(), from.f() + r.offset, r.size * sizeof(float));
+}
+
+Status StageRunner::upload(DeviceBuffer& to, Range r, std::span<const float> in, const char* what) {
+  if (in.size() != r.size) {
+    return invalid_argument(std::string(what) + ": " + std::to_string(in.size()) +
+                            " floats given for " + std::to_string(r.size));
+  }
+  return device_->copy_from_host(to.f() + r.offset, in.data(), r.size * sizeof(float));
+}
+
+Status StageRunner::download_params(std::span<float> out) const {
+  return download(weights_, {0, static_cast<size_t>(param_count_)}, out, "download_params");
+}
+
+Status StageRunner::upload_params(std::span<const float> in) {
+  return upload(weights_, {0, static_cast<size_t>(param_count_)}, in, "upload_params");
+}
+
+Status StageRunner::download_param_grads(std::span<float> out) const {
+  return download(grads_, {0, static_cast<size_t>(param_count_)}, out, "download_param_grads");
+}
+
+Status StageRunner::upload_param_grads(std::span<const float> in) {
+  return upload(grads_, {0, static_cast<size_t>(param_count_)}, in, "upload_param_grads");
+}
+
+Status StageRunner::download_op_params(int op_index, std::span<float> out) const {
+  return download(weights_, op_range(op_index), out, "download_op_params");
+}
+
+Status StageRunner::upload_op_params(int op_index, std::span<const float> in) {
+  return upload(weights_, op_range(op_index), in, "upload_op_params");
+}
+
+Status StageRunner::download_op_state(int op_index, std::span<float> out) const {
+  const size_t per = static_cast<size_t>(optimizer_->state_floats());
+  const Range r = op_range(op_index);
+  return download(opt_state_, {r.offset * per, r.size * per}, out, "download_op_state");
+}
+
+Status StageRunner::upload_op_state(int op_index, std::span<const float> in) {
+  const size_t per = static_cast<size_t>(optimizer_->state_floats());
+  const Range r = op_range(op_index);
+  return upload(opt_state_, {r.offset * per, r.size * per}, in, "upload_op_state");
 }
 
 std::vector<int> StageRunner::op_indices() const {

@@ -20,8 +20,10 @@ struct OpsOptions {
   int repetitions = 5;
   double min_time_ms = 20;
   int cpu_threads = 1;
-  double flush_cache_mib = -1;  // < 0: default_cache_flush_bytes()
-  double tolerance = 1e-3;
+  double flush_cache_mib = -1;     // < 0: default_cache_flush_bytes()
+  std::string precision = "fp32";  // GEMM inputs on CUDA: fp32, tf32 or bf16
+  double tolerance = 0;            // used when tolerance_given, else default_tolerance(precision)
+  bool tolerance_given = false;
   uint64_t seed = 1;
   int passes = 2;
 };

@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
                       "cluster preset or file whose device kind the records are for (default "
                       "for the CPU: cpu-local)");
   ops_cmd->add_option("--device-kind", ops.device_kind,
-                      "device kind name to record, overriding --cluster's");
+                      "device kind name to record, overriding --cluster's (default on CUDA: the "
+                      "device kind of the cluster preset with this GPU model, e.g. "
+                      "H200-SXM-141GB, else the GPU's name, e.g. nvidia-h200)");
   ops_cmd->add_option("--micro-batches", ops.micro_batches, "micro-batch sizes to measure")
       ->delimiter(',')
       ->capture_default_str();
@@ -58,11 +60,18 @@ int main(int argc, char** argv) {
   ops_cmd->add_option("--flush-cache-mib", ops.flush_cache_mib,
                       "MiB streamed through before each timed call so that the kernel starts with "
                       "cold caches, as in training (0: warm; default: 2x the last-level cache, "
-                      "64 MiB when unknown)");
+                      "64 MiB when unknown). Host caches: not done on CUDA");
   ops_cmd
-      ->add_option("--tolerance", ops.tolerance,
-                   "largest relative error accepted against the CPU reference kernels")
+      ->add_option("--precision", ops.precision,
+                   "input precision of the GEMMs (linear, attention, matmul, conv) on CUDA; "
+                   "accumulation is fp32. The CPU computes fp32 only")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
       ->capture_default_str();
+  auto* tolerance = ops_cmd->add_option(
+      "--tolerance", ops.tolerance,
+      "largest error accepted against the CPU reference kernels (a device other than the CPU is "
+      "checked), relative to each tensor's largest magnitude (default by --precision: fp32 1e-4, "
+      "tf32 2e-2, bf16 6e-2)");
   ops_cmd->add_option("--seed", ops.seed, "seed of the synthetic inputs and parameters")
       ->capture_default_str();
   ops_cmd
@@ -120,6 +129,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? gp::cli::kExitOk : gp::cli::kExitBadInput;
   }
+  ops.tolerance_given = tolerance->count() > 0;
   if (auto st = gp::log::init("graphpipe-profile", log_level); !st.ok()) {
     return gp::cli::report("graphpipe-profile", st);
   }

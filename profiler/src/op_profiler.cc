@@ -9,6 +9,9 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "gp/cost/cost_model.h"
 #include "gp/exec/init.h"
@@ -46,10 +49,101 @@ int64_t param_elements(const graph::ParamSpec& p) {
 
 // Every buffer one kernel call reads or writes, sized for `max_batch` samples. Inputs and
 // parameters depend only on (seed, op, sample), so two benches of one op agree on any prefix.
+//
+// The host vectors are the source of truth: the synthetic data is generated there and results
+// are read there. A device without host memory gets a mirror of every buffer in its own memory,
+// filled once (inputs, parameters, output gradients) by create(); the kernels see only the
+// mirrors, and download() brings the results back. On the CPU the kernels use the host vectors
+// and nothing is copied.
 class OpBench {
  public:
-  OpBench(const graph::OpNode& op, const exec::OpKernel& kernel, int64_t max_batch, uint64_t seed)
-      : op_(op), kernel_(kernel) {
+  static Result<std::unique_ptr<OpBench>> create(const graph::OpNode& op,
+                                                 const exec::OpKernel& kernel,
+                                                 const exec::Device& device, int64_t max_batch,
+                                                 uint64_t seed) {
+    std::unique_ptr<OpBench> bench(new OpBench(op, kernel, device, max_batch, seed));
+    GP_RETURN_IF_ERROR(bench->bind());
+    return bench;
+  }
+
+  // Queues the call; on an asynchronous device it may still run when these return.
+  void forward(int64_t batch) { kernel_.forward(args(batch, false)); }
+  void backward(int64_t batch) { kernel_.backward(args(batch, true)); }
+
+  Status zero_grads() {
+    if (device_.host_memory()) {
+      for (auto& in : inputs_) std::fill(in.grads.begin(), in.grads.end(), 0.0f);
+      for (auto& g : param_grads_) std::fill(g.begin(), g.end(), 0.0f);
+      return ok_status();
+    }
+    for (auto& in : inputs_) {
+      if (in.d_grads.bytes() > 0) {
+        GP_RETURN_IF_ERROR(device_.fill_zero(in.d_grads.data(), in.d_grads.bytes()));
+      }
+    }
+    for (auto& g : d_param_grads_) {
+      if (g.bytes() > 0) GP_RETURN_IF_ERROR(device_.fill_zero(g.data(), g.bytes()));
+    }
+    return ok_status();
+  }
+
+  // Copies what results(batch) reads to the host (outputs, input and parameter gradients); waits
+  // for the queued work. Nothing to do on a device with host memory.
+  Status download(int64_t batch) {
+    if (device_.host_memory()) return ok_status();
+    auto get = [&](std::vector<float>& host, const exec::DeviceBuffer& dev, size_t floats) {
+      return floats == 0 ? ok_status()
+                         : device_.copy_to_host(host.data(), dev.data(), floats * sizeof(float));
+    };
+    for (auto& out : outputs_) {
+      GP_RETURN_IF_ERROR(get(out.values, out.d_values, floats(out, batch)));
+    }
+    for (auto& in : inputs_) {
+      if (!in.grads.empty()) GP_RETURN_IF_ERROR(get(in.grads, in.d_grads, floats(in, batch)));
+    }
+    for (size_t i = 0; i < param_grads_.size(); ++i) {
+      GP_RETURN_IF_ERROR(get(param_grads_[i], d_param_grads_[i], param_grads_[i].size()));
+    }
+    return ok_status();
+  }
+
+  // The results of a forward + backward of `batch` samples, named for error messages (on the
+  // host: after download(batch)).
+  std::vector<std::pair<std::string, std::span<const float>>> results(int64_t batch) const {
+    std::vector<std::pair<std::string, std::span<const float>>> r;
+    for (size_t j = 0; j < outputs_.size(); ++j) {
+      r.emplace_back("output " + std::to_string(j),
+                     std::span<const float>(outputs_[j].values.data(), floats(outputs_[j], batch)));
+    }
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      if (inputs_[k].grads.empty()) continue;
+      r.emplace_back("gradient of input " + std::to_string(k),
+                     std::span<const float>(inputs_[k].grads.data(), floats(inputs_[k], batch)));
+    }
+    for (int i = 0; i < op_.proto->params_size(); ++i) {
+      r.emplace_back("gradient of parameter '" + op_.proto->params(i).name() + "'",
+                     std::span<const float>(param_grads_[i]));
+    }
+    return r;
+  }
+
+ private:
+  struct Buffer {
+    int64_t per_sample = 0;
+    bool int32 = false;
+    std::vector<float> values, grads;
+    std::vector<int64_t> ids;  // int64 ids, or int32 ids packed from the start
+    // Mirrors on a device without host memory (`values` or `ids` in d_values).
+    exec::DeviceBuffer d_values, d_grads;
+  };
+
+  static size_t floats(const Buffer& b, int64_t batch) {
+    return static_cast<size_t>(b.per_sample * batch);
+  }
+
+  OpBench(const graph::OpNode& op, const exec::OpKernel& kernel, const exec::Device& device,
+          int64_t max_batch, uint64_t seed)
+      : op_(op), kernel_(kernel), device_(device) {
     const uint64_t base = exec::hash_combine(seed, op.id());
     for (size_t k = 0; k < op.input_specs.size(); ++k) {
       const auto& spec = op.input_specs[k];
@@ -105,55 +199,67 @@ class OpBench {
       param_grads_.emplace_back(params_.back().size());
     }
     saved_.resize(static_cast<size_t>(kernel.saved_floats_per_sample() * max_batch));
-    for (auto& p : params_) param_ptrs_.push_back(p.data());
-    for (auto& g : param_grads_) grad_ptrs_.push_back(g.data());
+  }
+
+  // Device memory holding a copy of host[0, bytes) (`upload`) or zeros.
+  Result<exec::DeviceBuffer> mirror(const void* host, size_t bytes, bool upload) const {
+    GP_ASSIGN_OR_RETURN(auto buffer, exec::DeviceBuffer::create(device_, bytes));
+    if (bytes > 0) {
+      GP_RETURN_IF_ERROR(upload ? device_.copy_from_host(buffer.data(), host, bytes)
+                                : device_.fill_zero(buffer.data(), bytes));
+    }
+    return buffer;
+  }
+  template <typename T>
+  Result<exec::DeviceBuffer> mirror(const std::vector<T>& host, bool upload) const {
+    return mirror(host.data(), host.size() * sizeof(T), upload);
+  }
+
+  // Points the kernel views at the host vectors, or at device mirrors made here.
+  Status bind() {
+    const bool host = device_.host_memory();
+    auto ptr = [host](std::vector<float>& v, const exec::DeviceBuffer& d) -> float* {
+      if (v.empty()) return nullptr;
+      return host ? v.data() : d.f();
+    };
+    if (!host) {
+      for (auto& in : inputs_) {
+        if (in.ids.empty()) {
+          GP_ASSIGN_OR_RETURN(in.d_values, mirror(in.values, true));
+        } else {
+          GP_ASSIGN_OR_RETURN(in.d_values, mirror(in.ids, true));
+        }
+        GP_ASSIGN_OR_RETURN(in.d_grads, mirror(in.grads, false));
+      }
+      for (auto& out : outputs_) {
+        GP_ASSIGN_OR_RETURN(out.d_values, mirror(out.values, false));
+        GP_ASSIGN_OR_RETURN(out.d_grads, mirror(out.grads, true));
+      }
+      for (size_t i = 0; i < params_.size(); ++i) {
+        GP_ASSIGN_OR_RETURN(auto p, mirror(params_[i], true));
+        d_params_.push_back(std::move(p));
+        GP_ASSIGN_OR_RETURN(auto g, mirror(param_grads_[i], false));
+        d_param_grads_.push_back(std::move(g));
+      }
+      GP_ASSIGN_OR_RETURN(d_saved_, mirror(saved_, false));
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      param_ptrs_.push_back(host ? params_[i].data() : d_params_[i].f());
+      grad_ptrs_.push_back(host ? param_grads_[i].data() : d_param_grads_[i].f());
+    }
     for (auto& in : inputs_) {
-      in_views_.push_back({in.ids.empty() ? static_cast<void*>(in.values.data())
-                                          : static_cast<void*>(in.ids.data()),
-                           in.per_sample});
-      gin_views_.push_back({in.grads.empty() ? nullptr : in.grads.data(), in.per_sample});
+      void* data =
+          in.ids.empty() ? static_cast<void*>(in.values.data()) : static_cast<void*>(in.ids.data());
+      in_views_.push_back({host ? data : in.d_values.data(), in.per_sample});
+      gin_views_.push_back({ptr(in.grads, in.d_grads), in.per_sample});
     }
     for (auto& out : outputs_) {
-      out_views_.push_back({out.values.data(), out.per_sample});
-      gout_views_.push_back({out.grads.data(), out.per_sample});
+      out_views_.push_back({ptr(out.values, out.d_values), out.per_sample});
+      gout_views_.push_back({ptr(out.grads, out.d_grads), out.per_sample});
     }
+    saved_ptr_ = ptr(saved_, d_saved_);
+    return ok_status();
   }
-
-  void forward(int64_t batch) { kernel_.forward(args(batch, false)); }
-  void backward(int64_t batch) { kernel_.backward(args(batch, true)); }
-  void zero_grads() {
-    for (auto& in : inputs_) std::fill(in.grads.begin(), in.grads.end(), 0.0f);
-    for (auto& g : param_grads_) std::fill(g.begin(), g.end(), 0.0f);
-  }
-
-  // The results of a forward + backward of `batch` samples, named for error messages.
-  std::vector<std::pair<std::string, std::span<const float>>> results(int64_t batch) const {
-    std::vector<std::pair<std::string, std::span<const float>>> r;
-    for (size_t j = 0; j < outputs_.size(); ++j) {
-      r.emplace_back("output " + std::to_string(j),
-                     std::span<const float>(outputs_[j].values.data(),
-                                            static_cast<size_t>(outputs_[j].per_sample * batch)));
-    }
-    for (size_t k = 0; k < inputs_.size(); ++k) {
-      if (inputs_[k].grads.empty()) continue;
-      r.emplace_back("gradient of input " + std::to_string(k),
-                     std::span<const float>(inputs_[k].grads.data(),
-                                            static_cast<size_t>(inputs_[k].per_sample * batch)));
-    }
-    for (int i = 0; i < op_.proto->params_size(); ++i) {
-      r.emplace_back("gradient of parameter '" + op_.proto->params(i).name() + "'",
-                     std::span<const float>(param_grads_[i]));
-    }
-    return r;
-  }
-
- private:
-  struct Buffer {
-    int64_t per_sample = 0;
-    bool int32 = false;
-    std::vector<float> values, grads;
-    std::vector<int64_t> ids;  // int64 ids, or int32 ids packed from the start
-  };
 
   exec::OpArgs args(int64_t batch, bool backward) {
     exec::OpArgs a;
@@ -161,7 +267,7 @@ class OpBench {
     a.inputs = in_views_;
     a.outputs = out_views_;
     a.params = param_ptrs_;
-    a.saved = saved_.empty() ? nullptr : saved_.data();
+    a.saved = saved_ptr_;
     if (backward) {
       a.grad_outputs = gout_views_;
       a.grad_inputs = gin_views_;
@@ -172,9 +278,13 @@ class OpBench {
 
   const graph::OpNode& op_;
   const exec::OpKernel& kernel_;
+  const exec::Device& device_;
   std::vector<Buffer> inputs_, outputs_;
   std::vector<std::vector<float>> params_, param_grads_;
   std::vector<float> saved_;
+  std::vector<exec::DeviceBuffer> d_params_, d_param_grads_;
+  exec::DeviceBuffer d_saved_;
+  float* saved_ptr_ = nullptr;
   std::vector<float*> param_ptrs_, grad_ptrs_;
   std::vector<exec::TensorView> in_views_, gin_views_, out_views_, gout_views_;
 };
@@ -233,6 +343,18 @@ class CacheFlusher {
 
 }  // namespace
 
+double default_tolerance(exec::MatmulPrecision precision) {
+  switch (precision) {
+    case exec::MatmulPrecision::kTf32:
+      return 2e-2;
+    case exec::MatmulPrecision::kBf16:
+      return 6e-2;
+    case exec::MatmulPrecision::kFp32:
+      break;
+  }
+  return 1e-4;
+}
+
 int64_t default_cache_flush_bytes() {
   // Twice the last-level cache when the host reports a plausible one, else 64 MiB: during
   // training the in-flight activations of a stage rarely fit in cache, so each operator starts
@@ -288,7 +410,9 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
     return invalid_argument("--flush-cache-mib: " + std::to_string(options.cache_flush_bytes) +
                             " bytes, must be >= 0");
   }
-  CacheFlusher flusher(options.cache_flush_bytes);
+  // The flusher evicts host caches only: it is of no use for a device with its own memory, whose
+  // kernels start from device memory either way (flushing the device's L2 is future work).
+  CacheFlusher flusher(device.host_memory() ? options.cache_flush_bytes : 0);
   std::function<void()> before;
   if (flusher.enabled()) before = [&flusher] { flusher.flush(); };
   SteadyTimer steady;
@@ -313,7 +437,8 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
   // seconds of interference on the host (another process, the hypervisor) skew one pass, not the
   // profile.
   std::map<std::pair<std::string, int64_t>, size_t> measured;  // -> index in measurements
-  std::set<std::string> rejected;
+  std::set<std::string> rejected;                              // signatures without a kernel
+  std::set<std::pair<std::string, int64_t>> failed;            // rejected (signature, micro-batch)
   for (int pass = 0; pass < options.passes; ++pass) {
     for (const auto& [sig, index] : signatures) {
       if (rejected.count(sig)) {
@@ -342,33 +467,78 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
         }
         continue;
       }
-      OpBench bench(op, **kernel, max_batch, options.seed);
+      auto bench_or = OpBench::create(op, **kernel, device, max_batch, options.seed);
+      if (!bench_or.ok()) {
+        for (int64_t b : sizes) {
+          if (failed.insert({sig, b}).second) {
+            result.rejected.push_back({sig, op.id(), b,
+                                       "cannot set up the buffers on " +
+                                           std::string(device.name()) + ": " +
+                                           bench_or.status().message()});
+          }
+          advance(sig, b);
+        }
+        continue;
+      }
+      OpBench& bench = **bench_or;
       for (int64_t b : sizes) {
         const auto key = std::make_pair(sig, b);
-        if (pass > 0 && !measured.count(key)) {  // rejected in the first pass
+        if (failed.count(key) || (pass > 0 && !measured.count(key))) {
           advance(sig, b);
           continue;
         }
-        bench.zero_grads();
-        bench.forward(b);
-        bench.backward(b);
-        std::string problem = pass > 0 ? "" : check_finite(bench, b);
-        if (problem.empty() && reference != nullptr && pass == 0) {
-          OpBench ref(op, *reference, b, options.seed);
-          ref.forward(b);
-          ref.backward(b);
-          problem = compare(bench, ref, b, options.tolerance);
-        }
-        if (!problem.empty()) {
+        auto reject = [&](const std::string& problem) {
+          failed.insert(key);
           result.rejected.push_back({sig, op.id(), b, problem});
           advance(sig, b);
+        };
+        // An asynchronous device reports the errors of queued kernels at synchronize().
+        Status st = bench.zero_grads();
+        if (st.ok()) {
+          bench.forward(b);
+          bench.backward(b);
+          st = device.synchronize();
+        }
+        if (st.ok() && pass == 0) st = bench.download(b);
+        if (!st.ok()) {
+          reject(std::string(device.name()) +
+                 " failed running forward and backward: " + st.message());
           continue;
         }
-        const Stats fwd = measure(
-            timer, options.measure, [&] { bench.forward(b); }, before);
-        bench.forward(b);  // the saved scratch backward reads
-        const Stats bwd = measure(
-            timer, options.measure, [&] { bench.backward(b); }, before);
+        std::string problem = pass > 0 ? "" : check_finite(bench, b);
+        if (problem.empty() && reference != nullptr && pass == 0) {
+          auto ref = OpBench::create(op, *reference, exec::cpu_device(), b, options.seed);
+          if (ref.ok()) {
+            (*ref)->forward(b);
+            (*ref)->backward(b);
+            problem = compare(bench, **ref, b, options.tolerance);
+          } else {
+            problem = "cannot set up the CPU reference: " + ref.status().message();
+          }
+        }
+        if (!problem.empty()) {
+          reject(problem);
+          continue;
+        }
+        // Each timed call waits for the device, so that an asynchronous device's time is the
+        // kernel's and not just its launch. That adds the launch and synchronisation overhead
+        // (~5-10 us on CUDA) to every call; CUDA events would exclude it. On the CPU
+        // synchronize() is a no-op.
+        Status timing;
+        auto timed = [&](void (OpBench::*call)(int64_t)) {
+          return [&, call] {
+            (bench.*call)(b);
+            if (Status s = device.synchronize(); !s.ok() && timing.ok()) timing = s;
+          };
+        };
+        const Stats fwd = measure(timer, options.measure, timed(&OpBench::forward), before);
+        bench.forward(b);  // the saved scratch backward reads; finished before timing starts
+        if (Status s = device.synchronize(); !s.ok() && timing.ok()) timing = s;
+        const Stats bwd = measure(timer, options.measure, timed(&OpBench::backward), before);
+        if (!timing.ok()) {
+          reject(std::string(device.name()) + " failed while timing: " + timing.message());
+          continue;
+        }
         graphpipe::v1::OpMeasurement m;
         m.set_signature(sig);
         m.set_device_kind(options.device_kind);
@@ -397,6 +567,10 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
       }
     }
   }
+  // A measurement whose later pass failed is not recorded either.
+  std::erase_if(result.measurements, [&](const graphpipe::v1::OpMeasurement& m) {
+    return failed.count({m.signature(), m.micro_batch()}) > 0;
+  });
   return result;
 }
 

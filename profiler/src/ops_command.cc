@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "gp/common/logging.h"
@@ -10,11 +12,49 @@
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
 #include "gp/graph/zoo.h"
+#include "gp/profile/device_kind.h"
 #include "gp/profile/op_profiler.h"
 #include "gp/profile/profile_db.h"
 #include "progress.h"
 
 namespace gp::profile::cli {
+namespace {
+
+// "13020" -> "13.2": CUDA runtime and driver versions are 1000 * major + 10 * minor.
+std::string cuda_version(int v) {
+  if (v <= 0) return "none";
+  return std::to_string(v / 1000) + "." + std::to_string(v / 10 % 100);
+}
+
+struct CudaDescription {
+  std::string gpu_name;  // e.g. "NVIDIA H200"; empty when the query does not list the device
+  std::string driver_version;
+  std::string runtime_version;
+};
+
+// What the CUDA runtime says about the device named `device` ("cuda:N").
+CudaDescription describe_cuda(std::string_view device) {
+  const auto info = exec::query_cuda();
+  CudaDescription d;
+  d.driver_version = cuda_version(info.driver_version);
+  d.runtime_version = cuda_version(info.runtime_version);
+  for (const auto& dev : info.devices) {
+    if (device == "cuda:" + std::to_string(dev.index)) d.gpu_name = dev.name;
+  }
+  return d;
+}
+
+// The shipped cluster presets that load; one that does not is skipped (the user did not ask
+// for it, and gpu_device_kind falls back to the GPU's name).
+std::vector<graphpipe::v1::Cluster> preset_clusters() {
+  std::vector<graphpipe::v1::Cluster> out;
+  for (const auto& name : cost::cluster_preset_names()) {
+    if (auto c = cost::load_cluster(name); c.ok()) out.push_back(std::move(c).value());
+  }
+  return out;
+}
+
+}  // namespace
 
 Status run_ops(const OpsOptions& o) {
   auto log = log::get("profile");
@@ -22,14 +62,37 @@ Status run_ops(const OpsOptions& o) {
   auto built = graph::Graph::build(model);
   if (!built.ok()) return built.status().with_context("--model '" + o.model + "'");
   const graph::Graph& graph = *built;
-  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
+  GP_ASSIGN_OR_RETURN(const exec::MatmulPrecision precision, exec::parse_precision(o.precision));
+  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device, precision));
   const bool cpu = device == &exec::cpu_device();
+  if (cpu && precision != exec::MatmulPrecision::kFp32) {
+    // A CPU profile labelled tf32/bf16 would claim a speed-up the CPU kernels do not have.
+    return invalid_argument("--precision " + o.precision +
+                            ": the CPU kernels compute in fp32 only; use it with --device cuda:N");
+  }
+  const CudaDescription cuda = cpu ? CudaDescription{} : describe_cuda(device->name());
 
   // The device kind recorded is the cluster's, so that the planner finds these records when it
   // plans for that cluster.
   std::string cluster_name = o.cluster;
   if (cluster_name.empty() && cpu) cluster_name = "cpu-local";
   std::string device_kind = o.device_kind;
+  if (!cpu && cluster_name.empty() && device_kind.empty() && !cuda.gpu_name.empty()) {
+    const auto kind = gpu_device_kind(cuda.gpu_name, preset_clusters());
+    if (!kind.cluster.empty()) {
+      cluster_name = kind.cluster;
+      log->info(
+          "{} ({}): recording device kind '{}' of cluster preset '{}' (--device-kind or "
+          "--cluster overrides)",
+          device->name(), cuda.gpu_name, kind.device_kind, kind.cluster);
+    } else {
+      device_kind = kind.device_kind;
+      log->warn(
+          "no cluster preset has a device kind for {} ({}): recording device kind '{}'; plan "
+          "with a cluster whose device is named so, or give --device-kind or --cluster",
+          device->name(), cuda.gpu_name, device_kind);
+    }
+  }
   graphpipe::v1::Cluster cluster;
   if (!cluster_name.empty()) {
     auto loaded = cost::load_cluster(cluster_name);
@@ -59,7 +122,7 @@ Status run_ops(const OpsOptions& o) {
   opts.measure.max_repetitions = std::max(o.repetitions, 200);
   opts.measure.min_total_us = o.min_time_ms * 1000;
   opts.device_kind = device_kind;
-  opts.tolerance = o.tolerance;
+  opts.tolerance = o.tolerance_given ? o.tolerance : default_tolerance(precision);
   opts.seed = o.seed;
   opts.passes = o.passes;
   opts.cache_flush_bytes = o.flush_cache_mib < 0
@@ -70,8 +133,12 @@ Status run_ops(const OpsOptions& o) {
         "cpu", exec::query_host().cpu_model, "",
         exec::cpu_blas_version() + ", " + std::to_string(o.cpu_threads) + " thread(s)");
   } else {
+    // The GEMM precision goes with the libraries: a bf16 profile is told apart from an fp32 one.
     opts.provenance =
-        make_provenance(std::string(device->name()), std::string(device->name()), "", "");
+        make_provenance("cuda", cuda.gpu_name.empty() ? std::string(device->name()) : cuda.gpu_name,
+                        cuda.driver_version,
+                        "cuda runtime " + cuda.runtime_version + ", gemm inputs " + o.precision +
+                            " (fp32 accumulation)");
   }
   const auto signatures = distinct_signatures(graph);
   int opaque = 0;
@@ -82,8 +149,8 @@ Status run_ops(const OpsOptions& o) {
         "the planner estimates them from FLOPs",
         opaque);
   }
-  log->info("profiling {} operator signatures of '{}' on {} as device kind '{}'", signatures.size(),
-            o.model, device->name(), device_kind);
+  log->info("profiling {} operator signatures of '{}' on {} ({} GEMMs) as device kind '{}'",
+            signatures.size(), o.model, device->name(), o.precision, device_kind);
   ProgressBar bar("ops");
   auto result = profile_ops(graph, *device, opts, [&](const OpProfileProgress& p) {
     bar.update(p.done, p.total, *p.signature + " b=" + std::to_string(p.micro_batch));
@@ -95,8 +162,10 @@ Status run_ops(const OpsOptions& o) {
   // where the planner's unprofiled answers would have been wrong.
   std::unique_ptr<cost::AnalyticCostModel> analytic;
   if (cluster.has_device()) {
-    analytic =
-        std::make_unique<cost::AnalyticCostModel>(cluster.device(), graphpipe::v1::PRECISION_FP32);
+    analytic = std::make_unique<cost::AnalyticCostModel>(
+        cluster.device(), precision == exec::MatmulPrecision::kBf16
+                              ? graphpipe::v1::PRECISION_BF16_FP32_MASTER
+                              : graphpipe::v1::PRECISION_FP32);
   }
   std::map<std::string, int> op_of;
   for (const auto& [sig, index] : signatures) op_of[sig] = index;

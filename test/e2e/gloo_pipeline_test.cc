@@ -45,7 +45,11 @@ std::vector<double> reference_losses(const graph::Graph& g, int64_t batch,
   auto trainer = exec::ReferenceTrainer::create(g, batch, 0, t);
   REQUIRE(trainer.ok());
   std::vector<double> losses;
-  for (int i = 0; i < kIterations; ++i) losses.push_back((*trainer)->run_iteration(i).loss);
+  for (int i = 0; i < kIterations; ++i) {
+    const auto m = (*trainer)->run_iteration(i);
+    REQUIRE(m.ok());
+    losses.push_back(m->loss);
+  }
   return losses;
 }
 

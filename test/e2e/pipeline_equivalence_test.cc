@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "../support/models.h"
+#include "../support/staging_device.h"
 #include "gp/cost/cluster.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
@@ -35,7 +36,11 @@ Reference reference(const graph::Graph& g, int64_t batch, const graphpipe::v1::T
   Reference ref;
   auto trainer = exec::ReferenceTrainer::create(g, batch, 0, t);
   REQUIRE(trainer.ok());
-  for (int i = 0; i < kIterations; ++i) ref.losses.push_back((*trainer)->run_iteration(i).loss);
+  for (int i = 0; i < kIterations; ++i) {
+    const auto m = (*trainer)->run_iteration(i);
+    REQUIRE(m.ok());
+    ref.losses.push_back(m->loss);
+  }
   ref.trainer = std::move(trainer).value();
   return ref;
 }
@@ -90,6 +95,84 @@ void check_same_training(const graph::Graph& g, const graphpipe::v1::Plan& plan,
       CHECK(max_err / max_abs < param_tolerance);
     }
   }
+}
+
+// tiny-mmt: branch 0 on rank 0 (b = 2), branch 1 on ranks 1-2 (b = 4, 2 replicas), head on
+// ranks 3-4 (b = 8, 2 replicas); mini-batch 16.
+graphpipe::v1::Plan replicated_plan(const graph::Graph& g, const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id.rfind("b0.", 0) == 0 ? 0 : id.rfind("b1.", 0) == 0 ? 1 : 2].ops.push_back(node.index);
+  }
+  st[0].ranks = {0};
+  st[0].micro_batch = 2;
+  st[1].ranks = {1, 2};
+  st[1].micro_batch = 4;
+  st[2].ranks = {3, 4};
+  st[2].micro_batch = 8;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 5);
+  in.mini_batch = 16;
+  in.training = t;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+// tiny-candle-uno as a chain of three stages in topological order: feature branches 0, 1, then 2
+// with the head. Branch 0's output skips stage 1 and is relayed through it. Mini-batch 8.
+graphpipe::v1::Plan relay_plan(const graph::Graph& g, const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id.rfind("feature0.", 0) == 0   ? 0
+       : id.rfind("feature1.", 0) == 0 ? 1
+                                       : 2]
+        .ops.push_back(node.index);
+  }
+  for (int s = 0; s < 3; ++s) st[s].ranks = {s}, st[s].micro_batch = 2;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 3);
+  in.mini_batch = 8;
+  in.training = t;
+  in.chain = true;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+// x -> trunk (stage 0) -> left (stage 1) and right (stage 2) -> add, loss (stage 3): the trunk's
+// output goes to two stages, so its gradient arrives in two messages that add up. Mini-batch 8.
+graphpipe::v1::Plan fan_in_plan(const graph::Graph& g, const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(4);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id == "x" || id == "trunk" ? 0
+       : id == "left"             ? 1
+       : id == "right"            ? 2
+                                  : 3]
+        .ops.push_back(node.index);
+  }
+  for (int s = 0; s < 4; ++s) st[s].ranks = {s}, st[s].micro_batch = 4;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
+  in.mini_batch = 8;
+  in.training = t;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+graph::Graph fan_in_graph() {
+  graph::GraphBuilder b("fan-in", "");
+  auto trunk = b.linear("trunk", b.input("x", {8}), 8);
+  auto sum = b.add("sum", {b.linear("left", trunk, 8), b.linear("right", trunk, 8)});
+  b.add_loss(b.mse_loss("loss", sum, b.input("t", {8})));
+  return testing::build_graph(b.finish());
 }
 
 }  // namespace
@@ -148,53 +231,69 @@ TEST_CASE("data-parallel replicas and mixed micro-batch sizes keep the numerics 
   auto g = testing::zoo_graph("tiny-mmt");
   const auto t = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
   const auto ref = reference(g, 16, t);
-  // Branch 0 on rank 0 (b = 2), branch 1 on ranks 1-2 (b = 4, 2 replicas), head on ranks 3-4
-  // (b = 8, 2 replicas).
-  std::vector<planner::StageAssignment> st(3);
-  for (const auto& node : g.ops()) {
-    const std::string& id = node.id();
-    st[id.rfind("b0.", 0) == 0 ? 0 : id.rfind("b1.", 0) == 0 ? 1 : 2].ops.push_back(node.index);
-  }
-  st[0].ranks = {0};
-  st[0].micro_batch = 2;
-  st[1].ranks = {1, 2};
-  st[1].micro_batch = 4;
-  st[2].ranks = {3, 4};
-  st[2].micro_batch = 8;
-  planner::PlanInputs in;
-  in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 5);
-  in.mini_batch = 16;
-  in.training = t;
-  auto plan = planner::build_plan(in, st);
-  REQUIRE(plan.ok());
-  check_same_training(g, *plan, ref);
+  check_same_training(g, replicated_plan(g, t), ref);
 }
 
 TEST_CASE("a chain plan relays tensors through intermediate stages with the same numerics") {
   auto g = testing::zoo_graph("tiny-candle-uno");
   const auto t = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
   const auto ref = reference(g, 8, t);
-  // Three stages in topological order: feature branches 0, 1, then 2 with the head. Branch 0's
-  // output skips stage 1 and is relayed through it.
-  std::vector<planner::StageAssignment> st(3);
-  for (const auto& node : g.ops()) {
-    const std::string& id = node.id();
-    st[id.rfind("feature0.", 0) == 0   ? 0
-       : id.rfind("feature1.", 0) == 0 ? 1
-                                       : 2]
-        .ops.push_back(node.index);
+  check_same_training(g, relay_plan(g, t), ref);
+}
+
+// The path CUDA takes (messages, gradient fan-in and the all-reduce staged through host
+// buffers), on a device without host memory emulated on the host: bit for bit the CPU's.
+TEST_CASE("plans train on a device without host memory exactly as on the CPU") {
+  struct Case {
+    std::string name;
+    graphpipe::v1::Plan plan;
+  };
+  auto mmt = testing::zoo_graph("tiny-mmt");
+  auto uno = testing::zoo_graph("tiny-candle-uno");
+  auto fan_in = fan_in_graph();
+  const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  const auto momentum = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+  std::vector<Case> cases;
+  cases.push_back({"replicated stages (all-reduce)", replicated_plan(mmt, adam)});
+  cases.push_back({"relayed tensors", relay_plan(uno, momentum)});
+  cases.push_back(
+      {"graph pipeline", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, adam)});
+  cases.push_back({"gradient fan-in", fan_in_plan(fan_in, momentum)});
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners, staged_runners;
+    testing::StagingDevice dev;
+    auto cpu = exec::run_plan_locally(c.plan, 3, kTimeout, &cpu_runners);
+    auto staged = exec::run_plan_locally(c.plan, 3, kTimeout, &staged_runners, 0, dev);
+    INFO(staged.status().to_string());
+    REQUIRE(cpu.ok());
+    REQUIRE(staged.ok());
+    CHECK(staged->losses == cpu->losses);
+    REQUIRE(staged_runners.size() == cpu_runners.size());
+    for (size_t i = 0; i < cpu_runners.size(); ++i) {
+      const exec::StageRunner& a = cpu_runners[i]->stage_runner();
+      const exec::StageRunner& b = staged_runners[i]->stage_runner();
+      std::vector<float> got(static_cast<size_t>(b.param_count()));
+      REQUIRE(b.download_params(got).ok());
+      INFO("rank " << cpu_runners[i]->rank());
+      REQUIRE(got.size() == a.params().size());
+      CHECK(std::memcmp(got.data(), a.params().data(), a.params().size_bytes()) == 0);
+    }
+    staged_runners.clear();  // before the device
+    INFO(dev.first_violation());
+    CHECK(dev.violations() == 0);
   }
-  for (int s = 0; s < 3; ++s) st[s].ranks = {s}, st[s].micro_batch = 2;
-  planner::PlanInputs in;
-  in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 3);
-  in.mini_batch = 8;
-  in.training = t;
-  in.chain = true;
-  auto plan = planner::build_plan(in, st);
-  REQUIRE(plan.ok());
-  check_same_training(g, *plan, ref);
+}
+
+TEST_CASE("an error of a device's queued work fails the iteration, naming the rank") {
+  auto g = testing::zoo_graph("tiny-candle-uno");
+  const auto plan = relay_plan(g, training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  testing::StagingDevice dev;
+  dev.inject_kernel_failure(10);  // a kernel early in the first iteration
+  auto failed = exec::run_plan_locally(plan, 2, kTimeout, nullptr, 0, dev);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.status().message().find("injected failure of") != std::string::npos);
+  CHECK(failed.status().message().find("iteration 0") != std::string::npos);
 }
 
 TEST_CASE("a rank that cannot receive fails with a deadline naming the peer, nobody hangs") {

@@ -42,6 +42,21 @@ check "reference trains an .onnx vision block" \
 err=$("$exe" reference --model "$tmp/gated.pbtxt" --batch 8 --iterations 1 2>&1 >/dev/null); rc=$?
 check "a model with opaque ops cannot train: exit 2 naming the op and its ONNX type" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "gate.mul" && echo "$err" | grep -q "ONNX operator Mul"'
+# Devices: the CPU ignores --precision; cuda:N trains where there is a GPU and otherwise exits 1
+# naming the device; unknown devices and precisions exit 2 naming the flag.
+"$exe" --log-level warn reference --model zoo:tiny-dlrm --batch 16 --iterations 4 --lr 0.01 \
+  --device cpu --precision bf16 --metrics-out "$tmp/ref-bf16.json"; rc=$?
+check "the CPU ignores --precision" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/ref-bf16.json")" = "$(losses "$tmp/ref.json")" ]'
+err=$("$exe" --log-level warn reference --model zoo:tiny-mmt --batch 8 --iterations 1 \
+  --device cuda:0 2>&1 >/dev/null); rc=$?
+check "--device cuda:0 trains on a GPU or exits 1 naming the device, never crashes" \
+  '[ $rc -eq 0 ] || { [ $rc -eq 1 ] && echo "$err" | grep -q "cuda:0"; }'
+err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --device tpu 2>&1 >/dev/null); rc=$?
+check "an unknown device exits 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--device"'
+err=$("$exe" local --plan "$tmp/plan.pb" --precision fp64 2>&1 >/dev/null); rc=$?
+check "an unknown precision exits 2 naming the flag" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--precision"'
 for flag in --data-plane --cpu-affinity; do
   err=$("$exe" run --plan "$tmp/none.pb" --rank 0 --world-size 1 "$flag" bogus 2>&1); rc=$?
   check "run rejects an unknown $flag value with exit 2 naming the flag" \

@@ -28,7 +28,11 @@ std::vector<double> losses(const graph::Graph& g, int64_t batch, int64_t micro, 
   INFO(trainer.status().to_string());
   REQUIRE(trainer.ok());
   std::vector<double> out;
-  for (int i = 0; i < iterations; ++i) out.push_back((*trainer)->run_iteration(i).loss);
+  for (int i = 0; i < iterations; ++i) {
+    const auto m = (*trainer)->run_iteration(i);
+    REQUIRE(m.ok());
+    out.push_back(m->loss);
+  }
   return out;
 }
 

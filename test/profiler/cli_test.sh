@@ -36,10 +36,27 @@ check "show counts the signatures for the cpu-local device kind" \
 check "ops rejects a zero micro-batch with exit 2" '[ $rc -eq 2 ]'
 err=$("$bin" ops --model zoo:no-such-model --out "$tmp/x.pb" 2>&1); rc=$?
 check "ops names a bad model" '[ $rc -eq 2 ] && echo "$err" | grep -q "no-such-model"'
-err=$("$bin" ops --model zoo:tiny-mmt --device cuda:0 --out "$tmp/x.pb" 2>&1); rc=$?
-check "ops on cuda:0 says the CUDA backend is missing" \
-  '[ $rc -ne 0 ] && echo "$err" | grep -q "CUDA backend"'
-check "a failed ops run writes nothing" '[ ! -e "$tmp/x.pb" ]'
+# CUDA: without a usable GPU (a CPU-only build, or no device or driver) the run must fail, say
+# why and write nothing; with one it must profile. `devices --json` lists the usable GPUs.
+if "$bin" devices --json | grep -q '"devices":\[{'; then
+  out=$("$bin" ops --model zoo:tiny-mmt --device cuda:0 "${fast[@]}" --out "$tmp/cuda.pb" \
+        --log-level warn 2>&1); rc=$?
+  check "ops on cuda:0 profiles on this GPU" '[ $rc -eq 0 ] && [ -s "$tmp/cuda.pb" ]'
+else
+  err=$("$bin" ops --model zoo:tiny-mmt --device cuda:0 --out "$tmp/x.pb" 2>&1); rc=$?
+  check "ops on cuda:0 without a GPU fails saying why" \
+    '[ $rc -ne 0 ] && echo "$err" | grep -Eq "this build has no CUDA backend|cuda:0: no usable CUDA device|cuda:0: this machine has 0 CUDA device"'
+  check "a failed ops run writes nothing" '[ ! -e "$tmp/x.pb" ]'
+fi
+err=$("$bin" ops --model zoo:tiny-mmt --precision bf16 --out "$tmp/x.pb" 2>&1); rc=$?
+check "ops refuses a bf16 profile of the CPU, naming the flag" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--precision bf16" && [ ! -e "$tmp/x.pb" ]'
+err=$("$bin" ops --model zoo:tiny-mmt --precision fp16 --out "$tmp/x.pb" 2>&1); rc=$?
+check "ops rejects an unknown precision with exit 2 naming the flag" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--precision"'
+out=$("$bin" ops --help 2>&1)
+check "ops --help documents the precision and its tolerances" \
+  'echo "$out" | grep -q -- "--precision" && echo "$out" | tr -s " \n" " " | grep -q "bf16 6e-2"'
 
 # Communication: two local processes over Gloo.
 # Sizes where bandwidth, not latency jitter, sets the time, so every fit has a clear slope.
@@ -76,7 +93,8 @@ check "search with --profile exits 0" '[ $rc_a -eq 0 ] && [ $rc_p -eq 0 ]'
 prediction() { echo "$1" | grep -Eo "[0-9.]+ samples/s predicted, iteration [0-9.e-]+ s"; }
 out=$a err=$p
 check "measured costs change the predicted iteration" \
-  '[ -n "$(prediction "$a")" ] && [ "$(prediction "$a")" != "$(prediction "$p")" ]'
+  '[ -n "$(prediction "$a")" ] && [ -n "$(prediction "$p")" ] &&
+   [ "$(prediction "$a")" != "$(prediction "$p")" ]'
 check "the plan records the profile hash" \
   'grep -Eq "profile_hash: \"[0-9a-f]{16}\"" "$tmp/profiled.pbtxt"'
 err=$("$plan_bin" search --model zoo:tiny-mmt --cluster summit-v100 --devices 2 --batch 8 \

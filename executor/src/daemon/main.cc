@@ -28,9 +28,19 @@ struct ReferenceOptions {
   double momentum = 0.9;
   uint64_t seed = 1;
   std::string metrics_out;
+  std::string device = "cpu";
+  std::string precision = "fp32";
 };
 
+// The device named by --device with GEMMs at --precision (which the CPU ignores).
+gp::Result<const gp::exec::Device*> device_from_flags(const std::string& device,
+                                                      const std::string& precision) {
+  GP_ASSIGN_OR_RETURN(const auto p, gp::exec::parse_precision(precision));
+  return gp::exec::find_device(device, p);
+}
+
 gp::Status run_reference(const ReferenceOptions& o) {
+  GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
   GP_ASSIGN_OR_RETURN(auto model, gp::graph::load_model(o.model));
   auto graph = gp::graph::Graph::build(model);
   if (!graph.ok()) return graph.status().with_context("model '" + o.model + "'");
@@ -48,12 +58,14 @@ gp::Status run_reference(const ReferenceOptions& o) {
   }
   training.set_learning_rate(o.learning_rate);
   training.set_seed(o.seed);
-  GP_ASSIGN_OR_RETURN(auto trainer,
-                      gp::exec::ReferenceTrainer::create(*graph, o.batch, o.micro_batch, training));
+  GP_ASSIGN_OR_RETURN(auto trainer, gp::exec::ReferenceTrainer::create(
+                                        *graph, o.batch, o.micro_batch, training, *device));
   auto log = gp::log::get("exec");
+  log->debug("training on {}", device->name());
   std::vector<gp::exec::IterationMetrics> metrics;
   for (int it = 0; it < o.iterations; ++it) {
-    metrics.push_back(trainer->run_iteration(it));
+    GP_ASSIGN_OR_RETURN(auto iteration, trainer->run_iteration(it));
+    metrics.push_back(iteration);
     const auto& m = metrics.back();
     log->info("iteration {}: loss {:.6f}, {:.1f} samples/s", m.iteration, m.loss, m.samples_per_s);
   }
@@ -70,14 +82,17 @@ struct LocalOptions {
   int timeout_s = 60;
   std::string metrics_out;
   std::string trace;
+  std::string device = "cpu";
+  std::string precision = "fp32";
 };
 
 gp::Status run_local(const LocalOptions& o) {
+  GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
   auto log = gp::log::get("exec");
-  log->info("running {} ranks of {} as threads of this process, {} iterations",
-            plan.programs_size(), o.plan, o.iterations);
+  log->info("running {} ranks of {} as threads of this process on {}, {} iterations",
+            plan.programs_size(), o.plan, device->name(), o.iterations);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::unique_ptr<gp::exec::RankRunner>> runners;
   size_t trace_events = 0;
@@ -88,7 +103,7 @@ gp::Status run_local(const LocalOptions& o) {
     }
   }
   auto run = gp::exec::run_plan_locally(plan, o.iterations, std::chrono::seconds(o.timeout_s),
-                                        &runners, trace_events);
+                                        &runners, trace_events, *device);
   if (!run.ok()) return run.status().with_context("--plan " + o.plan);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -116,6 +131,21 @@ gp::Status run_local(const LocalOptions& o) {
         gp::graph::write_file_atomic(o.trace, gp::exec::measured_trace_json(plan, events)));
   }
   return gp::ok_status();
+}
+
+// --device and --precision of the subcommands that train.
+void add_device_options(CLI::App* cmd, std::string& device, std::string& precision,
+                        const std::string& note = "") {
+  cmd->add_option("--device", device,
+                  "cpu, or cuda:N (GPU N of this machine; exits 1 naming the reason when it "
+                  "cannot be opened)" +
+                      note)
+      ->capture_default_str();
+  cmd->add_option("--precision", precision,
+                  "input precision of the GEMMs on CUDA (linear, attention, matmul, conv; fp32 "
+                  "accumulation always): fp32, tf32 or bf16. The CPU ignores it and computes fp32")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -184,6 +214,7 @@ int main(int raw_argc, char** raw_argv) {
   reference->add_option("--momentum", ref.momentum, "momentum factor")->capture_default_str();
   reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
   reference->add_option("--metrics-out", ref.metrics_out, "write per-iteration metrics (JSON)");
+  add_device_options(reference, ref.device, ref.precision);
   LocalOptions local;
   auto* local_cmd = app.add_subcommand(
       "local", "Run every rank of a plan as threads of this process (in-process data plane)");
@@ -199,6 +230,7 @@ int main(int raw_argc, char** raw_argv) {
   local_cmd->add_option("--metrics-out", local.metrics_out, "write per-iteration metrics (JSON)");
   local_cmd->add_option("--trace", local.trace,
                         "write the measured Chrome trace (the simulator's format, for comparison)");
+  add_device_options(local_cmd, local.device, local.precision, " (every rank shares it)");
   using gp::exec::daemon::CoordinatorRunOptions;
   using gp::exec::daemon::RunOptions;
   RunOptions run;
@@ -237,8 +269,7 @@ int main(int raw_argc, char** raw_argv) {
       ->capture_default_str();
   run_cmd->add_option("--auth-token", run.auth_token,
                       "shared secret every control RPC carries (or $GP_AUTH_TOKEN)");
-  run_cmd->add_option("--device", run.device, "cpu (CUDA is not implemented yet)")
-      ->capture_default_str();
+  add_device_options(run_cmd, run.device, run.precision);
   run_cmd->add_option("--iterations", run.iterations, "training iterations")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));

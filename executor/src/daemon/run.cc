@@ -217,7 +217,8 @@ Status run_rank(const RunOptions& o) {
   auto log = log::get("exec");
   const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
   const std::string token = token_or_env(o.auth_token);
-  GP_ASSIGN_OR_RETURN(const Device* device, find_device(o.device));
+  GP_ASSIGN_OR_RETURN(const MatmulPrecision precision, parse_precision(o.precision));
+  GP_ASSIGN_OR_RETURN(const Device* device, find_device(o.device, precision));
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
   auto built = graph::Graph::build(plan.model());

@@ -19,7 +19,8 @@ struct RunOptions {
   std::string cpu_affinity = "auto";    // auto: co-located ranks' compute threads on distinct cores
   std::string bind_host = "127.0.0.1";  // data-plane interface
   std::string auth_token;               // or $GP_AUTH_TOKEN
-  std::string device = "cpu";
+  std::string device = "cpu";           // cpu or cuda:N
+  std::string precision = "fp32";       // GEMM input precision on CUDA: fp32, tf32, bf16
   int iterations = 5;
   int timeout_s = 30;  // peers, registration, heartbeats
   int heartbeat_ms = 500;

@@ -1,8 +1,14 @@
-// A device the executor runs a stage on: it names itself and creates the kernels for graph ops.
-// The CPU device is the reference (executor/src/cpu/); an accelerated device is checked against
-// it kernel by kernel. One process drives one device. No backend type appears here.
+// A device the executor runs a stage on: it names itself, creates the kernels for graph ops and
+// owns the memory they read and write. The CPU device is the reference (executor/src/cpu/); an
+// accelerated device is checked against it kernel by kernel. No backend type appears here.
+//
+// Memory: kernels of a device take pointers from its allocate(). On the CPU that is host memory;
+// on CUDA it is device memory, allocated stream-ordered, and work is queued asynchronously on the
+// device's compute stream: errors of queued work surface at the next synchronize().
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -13,6 +19,15 @@
 
 namespace gp::exec {
 
+class Optimizer;
+
+// Input precision of the GEMMs (linear, attention, matmul, conv); accumulation is always fp32.
+// The CPU computes fp32 whatever is asked.
+enum class MatmulPrecision { kFp32, kTf32, kBf16 };
+std::string_view precision_name(MatmulPrecision p);  // "fp32", "tf32", "bf16"
+// "fp32" | "tf32" | "bf16"; InvalidArgument naming the value otherwise.
+Result<MatmulPrecision> parse_precision(std::string_view name);
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -20,6 +35,48 @@ class Device {
   // The kernel of a validated graph op on this device; InvalidArgument naming the op when the
   // device cannot run it.
   virtual Result<std::unique_ptr<OpKernel>> make_kernel(const graph::OpNode& op) const = 0;
+
+  // True when this device's memory is host memory (pointers may be dereferenced on the host).
+  virtual bool host_memory() const = 0;
+  // `bytes` of device memory (64-byte aligned at least); ResourceExhausted naming the size when
+  // the device is out of memory. Zero bytes gives nullptr.
+  virtual Result<void*> allocate(size_t bytes) const = 0;
+  // Returns memory from allocate(); nullptr is ignored. Ordered after work queued before it.
+  virtual void release(void* ptr) const = 0;
+  // Host -> device and device -> host copies; copy_to_host waits until the bytes have arrived.
+  virtual Status copy_from_host(void* dst, const void* src, size_t bytes) const = 0;
+  virtual Status copy_to_host(void* dst, const void* src, size_t bytes) const = 0;
+  virtual Status fill_zero(void* dst, size_t bytes) const = 0;
+  // Waits for all queued work; the first error of any queued kernel, copy or library call since
+  // the last synchronize(), naming what failed.
+  virtual Status synchronize() const = 0;
+  // One optimizer update of `n` parameters (`weights`, `grads` and `optimizer.state_floats() * n`
+  // floats of `state`, all this device's memory), queued like a kernel: failures surface at the
+  // next synchronize(). `step` counts from 1. The default runs optimizer.apply() on the host, so
+  // only devices with host memory may keep it; the others must give the same floats.
+  virtual void apply_optimizer(const Optimizer& optimizer, float* weights, const float* grads,
+                               float* state, int64_t n, int64_t step) const;
+};
+
+// Device memory owned by one object; released on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  static Result<DeviceBuffer> create(const Device& device, size_t bytes);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return data_; }
+  float* f() const { return static_cast<float*>(data_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  const Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // The host CPU (OpenBLAS GEMMs, plain loops elsewhere).
@@ -33,8 +90,10 @@ int cpu_threads();
 // The CPU kernels' BLAS, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64".
 std::string cpu_blas_version();
 
-// "cpu" -> the CPU device; "cuda:N" -> UNIMPLEMENTED until the CUDA backend exists; anything
-// else -> InvalidArgument naming the flag.
-Result<const Device*> find_device(std::string_view name);
+// "cpu" -> the CPU device; "cuda:N" -> CUDA device N with GEMMs at `precision` (Unimplemented in
+// a build without CUDA, Unavailable when the device cannot be opened, naming the reason);
+// anything else -> InvalidArgument naming the flag. Devices live until the process exits.
+Result<const Device*> find_device(std::string_view name,
+                                  MatmulPrecision precision = MatmulPrecision::kFp32);
 
 }  // namespace gp::exec

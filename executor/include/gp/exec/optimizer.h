@@ -21,6 +21,21 @@ class Optimizer {
   void apply(std::span<float> weights, std::span<const float> grads, std::span<float> state,
              int64_t step) const;
 
+  // The float scalars of one update, as apply() uses them: device backends that run the update
+  // themselves take these so that their arithmetic is the CPU's, bit for bit. Adam's bias
+  // corrections are computed in double on the host and rounded once.
+  struct StepConstants {
+    graphpipe::v1::OptimizerKind kind = graphpipe::v1::OPTIMIZER_KIND_SGD;
+    float lr = 0;
+    float momentum = 0;                   // momentum
+    float beta1 = 0, beta2 = 0, eps = 0;  // Adam
+    float one_minus_beta1 = 0, one_minus_beta2 = 0;
+    float c1 = 0, c2 = 0;  // 1 / (1 - beta^step)
+  };
+  StepConstants step_constants(int64_t step) const;
+  // The validated configuration (defaults filled in).
+  const graphpipe::v1::TrainingConfig& config() const { return config_; }
+
  private:
   explicit Optimizer(const graphpipe::v1::TrainingConfig& config) : config_(config) {}
   graphpipe::v1::TrainingConfig config_;

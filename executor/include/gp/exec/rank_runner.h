@@ -1,6 +1,13 @@
 // Runs one rank's instruction stream of a plan: the executor's step loop. Everything is resolved
 // when the runner is created (stage buffers, slots, message layouts, tags), so an iteration is a
 // straight loop over instructions that allocates nothing and logs nothing.
+//
+// On a device without host memory, messages and the data-parallel all-reduce go through host
+// buffers allocated at creation: a send waits for the tensor to arrive on the host (copy_to_host
+// synchronizes the device), a received gradient is added on the host to the device's copy, and
+// the all-reduce downloads, reduces and uploads the flat gradients. These copies serialize with
+// the device's compute; the device is synchronized at the end of every iteration, so an error of
+// its queued work fails that iteration.
 #pragma once
 
 #include <atomic>
@@ -76,8 +83,12 @@ class RankRunner {
   };
 
   RankRunner() = default;
-  void pack(const Step& s, std::byte* out) const;
-  void unpack(const Step& s, const std::byte* in);
+  // The step's pieces into / out of a message; through the device's copies when it has no host
+  // memory (the errors are theirs).
+  Status pack(const Step& s, std::byte* out) const;
+  Status unpack(const Step& s, const std::byte* in);
+  // Sums the flat parameter gradients over the stage's replicas.
+  Status allreduce_grads(Communicator& comm);
 
   int rank_ = 0;
   int stage_ = 0;
@@ -87,6 +98,11 @@ class RankRunner {
   std::unique_ptr<StageRunner> runner_;
   std::vector<Step> steps_;
   std::vector<std::byte> staging_;
+  bool host_ = true;  // the device's memory is host memory: no staging below
+  // Devices without host memory: a received gradient's current value (fan-in adds on the host)
+  // and the flat parameter gradients for the all-reduce.
+  std::vector<float> grad_scratch_;
+  std::vector<float> allreduce_staging_;
   std::atomic<int> current_{-1};
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;
@@ -99,10 +115,12 @@ struct LocalRunResult {
 // Runs every rank of `plan` as a thread of this process over a LoopbackHub: the in-process
 // executor used by tests and by `graphpipe-executor local`. The first failing rank aborts the
 // others; its error is returned. With `trace_events` > 0 each rank records that many intervals.
+// Every rank runs on `device` (the ranks' threads share it).
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
                                         std::chrono::milliseconds timeout,
                                         std::vector<std::unique_ptr<RankRunner>>* runners = nullptr,
-                                        size_t trace_events = 0);
+                                        size_t trace_events = 0,
+                                        const Device& device = cpu_device());
 
 // The measured events of several ranks as a Chrome trace in the simulator's format (times from
 // the earliest event).

@@ -24,13 +24,16 @@ struct IterationMetrics {
 class ReferenceTrainer {
  public:
   // `micro_batch` splits each mini-batch into chunks (gradients accumulate); 0 = one chunk.
+  // The whole model trains on `device` (the CPU is the reference).
   static Result<std::unique_ptr<ReferenceTrainer>> create(
       const graph::Graph& graph, int64_t mini_batch, int64_t micro_batch,
-      const graphpipe::v1::TrainingConfig& training);
+      const graphpipe::v1::TrainingConfig& training, const Device& device = cpu_device());
 
   // Runs iteration `iteration` (0-based): forward and backward of every chunk, one optimizer step.
-  IterationMetrics run_iteration(int64_t iteration);
+  // The time includes waiting for the device; a device error of the iteration names it.
+  Result<IterationMetrics> run_iteration(int64_t iteration);
   const StageRunner& runner() const { return *runner_; }
+  StageRunner& mutable_runner() { return *runner_; }  // checkpoints
 
  private:
   ReferenceTrainer() = default;

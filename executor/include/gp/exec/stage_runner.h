@@ -8,6 +8,12 @@
 //   forward:  write external inputs -> forward(slot) -> read exports
 //   backward: begin_backward(slot) -> add received gradients into export gradients
 //             -> backward(slot) -> read external-input gradients
+//
+// Memory: every buffer is the device's (Device::allocate). The TensorViews handed out point at
+// device memory; on a device without host memory (CUDA) the host moves data only through the
+// device's copies or the download_*/upload_* methods below, and the span accessors (params(),
+// op_params(), ...) are for devices with host memory only. Device work is asynchronous: errors
+// of the hot paths (which return nothing) surface at synchronize().
 // Not thread-safe: one runner per rank, driven by one thread.
 #pragma once
 
@@ -48,6 +54,9 @@ class StageRunner {
   // Index into exports() of a tensor, or -1.
   int export_index(const graphpipe::v1::TensorRef& ref) const;
 
+  const Device& device() const { return *device_; }
+  bool host_memory() const { return host_; }
+
   const std::vector<StageTensor>& external_inputs() const { return external_; }
   const std::vector<StageTensor>& exports() const { return exports_; }
   TensorView external_input(int slot, int index) const;
@@ -67,45 +76,77 @@ class StageRunner {
   void backward(int slot, float loss_scale);
 
   void zero_param_grads();
-  std::span<float> param_grads() { return grads_; }  // flat, for the data-parallel all-reduce
-  std::span<const float> params() const { return weights_; }
-  int64_t param_count() const { return static_cast<int64_t>(weights_.size()); }
+  int64_t param_count() const { return param_count_; }
   // One optimizer update of every parameter; `step` counts from 1.
   void optimizer_step(int64_t step);
-  // Parameters of one op, in its ParamSpec order, concatenated (tests, checkpoints); empty for
-  // an op without parameters or not in this stage.
+  // Waits for the device's queued work: the first error since the last call of the runner's
+  // copies and fills or of the device's kernels, naming what failed (always OK on the CPU).
+  Status synchronize();
+
+  // Host views, for devices with host memory only (the process aborts on another device: use the
+  // copies below). Flat parameters and gradients (the data-parallel all-reduce) and one op's
+  // parameters in its ParamSpec order, concatenated (empty for an op without parameters or not
+  // in this stage), and its optimizer state (state floats per parameter element, same order).
+  std::span<float> param_grads();
+  std::span<const float> params() const;
   std::span<const float> op_params(int op_index) const;
   std::span<float> mutable_op_params(int op_index);
-  // The op's optimizer state: optimizer state floats per parameter element, same order.
   std::span<float> mutable_op_state(int op_index);
+
+  // Host copies, for any device (checkpoints, the all-reduce and tests on devices without host
+  // memory; on the CPU a memcpy). Sizes must match exactly: param_count() floats for the flat
+  // ones, op_param_count()/op_state_count() for one op (0 when it has none here); InvalidArgument
+  // naming the sizes otherwise. Downloads wait for the device.
+  int64_t op_param_count(int op_index) const;
+  int64_t op_state_count(int op_index) const;
+  Status download_params(std::span<float> out) const;
+  Status upload_params(std::span<const float> in);
+  Status download_param_grads(std::span<float> out) const;
+  Status upload_param_grads(std::span<const float> in);
+  Status download_op_params(int op_index, std::span<float> out) const;
+  Status upload_op_params(int op_index, std::span<const float> in);
+  Status download_op_state(int op_index, std::span<float> out) const;
+  Status upload_op_state(int op_index, std::span<const float> in);
   // Graph indices of the stage's ops, in execution order.
   std::vector<int> op_indices() const;
 
  private:
   struct Tensor {
     StageTensor info;
-    std::vector<float> values;  // slots x max_batch x per_sample (float tensors)
-    std::vector<int64_t> ids;   // same layout, int tensors
-    std::vector<float> grads;   // float tensors that need gradients
+    DeviceBuffer values;  // slots x max_batch x per_sample: floats, or int64 for int tensors
+    DeviceBuffer grads;   // same layout, floats; tensors that need gradients
   };
   struct OpState {
     int op = 0;
     std::unique_ptr<OpKernel> kernel;
     std::vector<int> inputs;            // tensor indices
     std::vector<int> outputs;           // tensor indices
-    std::vector<size_t> param_offsets;  // into weights_/grads_
+    std::vector<size_t> param_offsets;  // into weights_/grads_, floats
     std::vector<size_t> param_sizes;
-    std::vector<float> saved;  // slots x max_batch x saved_floats_per_sample
+    DeviceBuffer saved;  // slots x max_batch x saved_floats_per_sample
     // Per-call argument arrays, filled at call time without allocating.
     std::vector<TensorView> in_views, out_views, gin_views, gout_views;
     std::vector<float*> param_ptrs, grad_ptrs;
+  };
+  struct Range {  // floats of weights_ (times state floats for opt_state_)
+    size_t offset = 0;
+    size_t size = 0;
   };
 
   StageRunner() = default;
   TensorView view(const Tensor& t, int slot, bool grad) const;
   OpArgs op_args(OpState& st, int slot, int64_t batch, bool backward) const;
+  Range op_range(int op_index) const;
+  // Keeps the first error of the hot paths for synchronize().
+  void note(const Status& s) const {
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+  Status download(const DeviceBuffer& from, Range r, std::span<float> out, const char* what) const;
+  Status upload(DeviceBuffer& to, Range r, std::span<const float> in, const char* what);
 
   const graph::Graph* graph_ = nullptr;
+  const Device* device_ = nullptr;
+  bool host_ = true;  // device_->host_memory()
   int64_t max_batch_ = 0;
   int slots_ = 0;
   uint64_t seed_ = 0;
@@ -115,8 +156,14 @@ class StageRunner {
   std::vector<int> external_index_, export_index_;  // into tensors_
   std::vector<StageTensor> external_, exports_;
   std::vector<int> loss_ops_;  // into ops_
-  std::vector<float> weights_, grads_, opt_state_;
+  int64_t param_count_ = 0;
+  DeviceBuffer weights_, grads_, opt_state_;
   std::vector<int64_t> last_batch_;  // per slot
+  // Devices without host memory: one graph input's samples are generated here and copied over;
+  // losses come back and loss gradients go out through float_staging_ (max_batch floats).
+  std::vector<std::byte> input_staging_;
+  mutable std::vector<float> float_staging_;
+  mutable Status error_;
 };
 
 }  // namespace gp::exec

@@ -5,7 +5,12 @@
 //
 // Validation: every call's outputs and gradients must be finite, and a kernel of a device other
 // than the CPU reference must match the CPU reference kernel on the same inputs (relative
-// tolerance). A kernel that fails is reported in `rejected` and not recorded.
+// tolerance). A kernel that fails, or whose device reports an error (allocation, copy, or an
+// asynchronous error at Device::synchronize()), is reported in `rejected` and not recorded.
+//
+// Devices without host memory (CUDA): the synthetic data is generated on the host and uploaded
+// once per signature; results are downloaded for the checks. Every timed call ends with
+// Device::synchronize(), so the time is the kernel's run, not its launch.
 #pragma once
 
 #include <cstdint>
@@ -30,16 +35,24 @@ struct OpProfileOptions {
   std::string device_kind;
   graphpipe::v1::Provenance provenance;
   uint64_t seed = 1;
-  // Largest accepted |device - reference| / max |reference| over the tensor, element-wise.
-  double tolerance = 1e-3;
+  // Largest accepted |device - reference| / max |reference| over the tensor, element-wise
+  // (default_tolerance() for the device's GEMM precision; the CLI picks it).
+  double tolerance = 1e-4;
   Timer* timer = nullptr;  // nullptr: a SteadyTimer
   // Bytes of scratch memory streamed through before every timed call, so that the operator's
   // weights and inputs are no longer in the caches, as during training where the
-  // stage's other operators run in between. 0: warm caches (back-to-back calls).
+  // stage's other operators run in between. 0: warm caches (back-to-back calls). Host caches
+  // only: ignored for a device without host memory.
   int64_t cache_flush_bytes = 0;
   // Measure everything this many times and keep each measurement's fastest pass (>= 1).
   int passes = 1;
 };
+
+// The default --tolerance for a device's kernels with GEMM inputs at `precision`, relative to
+// each tensor's largest reference magnitude: 1e-4 for fp32 (summation order only), 2e-2 for tf32
+// (10-bit mantissa inputs), 6e-2 for bf16 (7-bit mantissa inputs, errors compounding through
+// attention's chained GEMMs).
+double default_tolerance(exec::MatmulPrecision precision);
 
 // A cache-flush size for this host: twice the last-level cache (64 MiB when unknown).
 int64_t default_cache_flush_bytes();

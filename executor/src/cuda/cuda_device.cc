@@ -1,0 +1,253 @@
+// CudaDevice: one CUDA device with a compute stream, a cuBLAS handle bound to it and the
+// stream-ordered allocator (a pool that keeps freed memory, so steady-state training allocates
+// nothing from the driver). Every CUDA call is checked; errors become Status at this boundary.
+#include "cuda/cuda_device.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "cuda/cuda_context.h"
+#include "cuda/kernels.h"
+#include "cuda/optimizer_launch.h"
+#include "gp/exec/optimizer.h"
+
+namespace gp::exec::cuda {
+namespace {
+
+std::string cuda_error_text(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
+
+using Factory = KernelResult (*)(const graph::OpNode&, const CudaContext&);
+
+struct KernelFactory {
+  std::string_view type;
+  Factory make;
+};
+
+constexpr std::array kFactories = {
+    KernelFactory{"input", &make_input},
+    KernelFactory{"linear", &make_linear},
+    KernelFactory{"embedding_bag", &make_embedding_bag},
+    KernelFactory{"multi_head_attention", &make_attention},
+    KernelFactory{"layer_norm", &make_layer_norm},
+    KernelFactory{"relu", &make_relu},
+    KernelFactory{"gelu", &make_gelu},
+    KernelFactory{"softmax", &make_softmax},
+    KernelFactory{"add", &make_add},
+    KernelFactory{"concat", &make_concat},
+    KernelFactory{"slice", &make_slice},
+    KernelFactory{"mse_loss", &make_mse_loss},
+    KernelFactory{"softmax_cross_entropy", &make_softmax_cross_entropy},
+    KernelFactory{"matmul", &make_matmul},
+    KernelFactory{"scale", &make_scale},
+    KernelFactory{"transpose", &make_transpose},
+    KernelFactory{"reshape", &make_reshape},
+    KernelFactory{"conv2d", &make_conv2d},
+    KernelFactory{"max_pool2d", &make_max_pool2d},
+    KernelFactory{"avg_pool2d", &make_avg_pool2d},
+    KernelFactory{"batch_norm", &make_batch_norm},
+};
+
+// Makes the device current on the calling thread before each call: the CUDA current device is
+// per thread, and ranks call kernels from threads the device did not create.
+class CurrentDeviceKernel final : public OpKernel {
+ public:
+  CurrentDeviceKernel(std::unique_ptr<OpKernel> inner, int device)
+      : inner_(std::move(inner)), device_(device) {}
+  int64_t saved_floats_per_sample() const override { return inner_->saved_floats_per_sample(); }
+  void forward(const OpArgs& args) const override {
+    cudaSetDevice(device_);
+    inner_->forward(args);
+  }
+  void backward(const OpArgs& args) const override {
+    cudaSetDevice(device_);
+    inner_->backward(args);
+  }
+
+ private:
+  std::unique_ptr<OpKernel> inner_;
+  int device_;
+};
+
+class CudaDevice final : public Device {
+ public:
+  ~CudaDevice() override = default;  // never destroyed: devices live until the process exits
+
+  static Result<std::unique_ptr<CudaDevice>> open(int index, MatmulPrecision precision) {
+    const std::string flag = "--device cuda:" + std::to_string(index);
+    int count = 0;
+    if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+      // Without a driver the runtime says the driver is "insufficient"; say what is missing.
+      int driver = 0;
+      if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0) {
+        return unavailable(flag + ": no usable CUDA device: no NVIDIA driver is installed");
+      }
+      return unavailable(flag + ": no usable CUDA device: " + cuda_error_text(e));
+    }
+    if (index >= count) {
+      return unavailable(flag + ": this machine has " + std::to_string(count) +
+                         " CUDA device(s), numbered from 0");
+    }
+    std::unique_ptr<CudaDevice> d(new CudaDevice());
+    d->name_ = "cuda:" + std::to_string(index);
+    d->ctx_.device_index = index;
+    d->ctx_.precision = precision;
+    if (cudaError_t e = cudaSetDevice(index); e != cudaSuccess) {
+      return unavailable(flag + ": cannot make the device current: " + cuda_error_text(e));
+    }
+    if (cudaError_t e = cudaStreamCreateWithFlags(&d->ctx_.stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
+      return unavailable(flag + ": cannot create the compute stream: " + cuda_error_text(e));
+    }
+    // Keep freed blocks in the pool instead of returning them to the driver at each sync.
+    cudaMemPool_t pool = nullptr;
+    if (cudaError_t e = cudaDeviceGetDefaultMemPool(&pool, index); e != cudaSuccess) {
+      return unavailable(flag +
+                         ": the device has no stream-ordered allocator: " + cuda_error_text(e));
+    }
+    uint64_t keep_all = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+    if (cublasStatus_t s = cublasCreate(&d->ctx_.blas); s != CUBLAS_STATUS_SUCCESS) {
+      return unavailable(flag + ": cannot create a cuBLAS handle: " + cublasGetStatusString(s));
+    }
+    if (cublasStatus_t s = cublasSetStream(d->ctx_.blas, d->ctx_.stream);
+        s != CUBLAS_STATUS_SUCCESS) {
+      return unavailable(flag + ": cannot bind cuBLAS to the stream: " + cublasGetStatusString(s));
+    }
+    return d;
+  }
+
+  std::string_view name() const override { return name_; }
+
+  Result<std::unique_ptr<OpKernel>> make_kernel(const graph::OpNode& op) const override {
+    if (op.proto == nullptr) return invalid_argument("make_kernel: op has no proto");
+    if (op.proto->type() == "opaque") {
+      return op_error(op,
+                      "imported as opaque (--allow-opaque) for planning only; it has no "
+                      "kernel and cannot be trained or profiled");
+    }
+    if (op.info == nullptr || static_cast<int>(op.input_specs.size()) != op.proto->inputs_size() ||
+        op.proto->outputs_size() != 1) {
+      return op_error(op, "not a validated graph op (build it with graph::Graph::build)");
+    }
+    for (const auto& f : kFactories) {
+      if (f.type != op.proto->type()) continue;
+      cudaSetDevice(ctx_.device_index);
+      auto kernel = f.make(op, ctx_);
+      if (!kernel.ok()) return kernel.status();
+      return std::unique_ptr<OpKernel>(
+          new CurrentDeviceKernel(std::move(*kernel), ctx_.device_index));
+    }
+    return op_error(op, "no CUDA kernel for op type '" + op.proto->type() + "'");
+  }
+
+  bool host_memory() const override { return false; }
+
+  Result<void*> allocate(size_t bytes) const override {
+    if (bytes == 0) return static_cast<void*>(nullptr);
+    cudaSetDevice(ctx_.device_index);
+    void* p = nullptr;
+    if (cudaError_t e = cudaMallocAsync(&p, bytes, ctx_.stream); e != cudaSuccess) {
+      cudaGetLastError();  // an allocation failure is not sticky; clear it
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      return resource_exhausted(name_ + ": cannot allocate " + std::to_string(bytes) + " bytes (" +
+                                std::to_string(free_bytes) + " of " + std::to_string(total_bytes) +
+                                " free): " + cuda_error_text(e));
+    }
+    return p;
+  }
+
+  void release(void* ptr) const override {
+    if (ptr == nullptr) return;
+    cudaSetDevice(ctx_.device_index);
+    ctx_.check(cudaFreeAsync(ptr, ctx_.stream), "release");
+  }
+
+  Status copy_from_host(void* dst, const void* src, size_t bytes) const override {
+    if (bytes == 0) return ok_status();
+    cudaSetDevice(ctx_.device_index);
+    // From pageable memory the call returns once `src` has been staged, so the caller may reuse it.
+    return status_of(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx_.stream),
+                     "copy of " + std::to_string(bytes) + " bytes to the device");
+  }
+
+  Status copy_to_host(void* dst, const void* src, size_t bytes) const override {
+    if (bytes == 0) return ok_status();
+    cudaSetDevice(ctx_.device_index);
+    const std::string what = "copy of " + std::to_string(bytes) + " bytes to the host";
+    GP_RETURN_IF_ERROR(
+        status_of(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ctx_.stream), what));
+    return synchronize();
+  }
+
+  Status fill_zero(void* dst, size_t bytes) const override {
+    if (bytes == 0) return ok_status();
+    cudaSetDevice(ctx_.device_index);
+    return status_of(cudaMemsetAsync(dst, 0, bytes, ctx_.stream), "fill_zero");
+  }
+
+  Status synchronize() const override {
+    cudaSetDevice(ctx_.device_index);
+    const cudaError_t e = cudaStreamSynchronize(ctx_.stream);
+    // A kernel's own recorded failure comes first: it names the op that caused a later fault.
+    GP_RETURN_IF_ERROR(ctx_.take_error());
+    return status_of(e, "work queued on the compute stream");
+  }
+
+  void apply_optimizer(const Optimizer& optimizer, float* weights, const float* grads, float* state,
+                       int64_t n, int64_t step) const override {
+    if (n <= 0) return;
+    // The scalars come from the CPU's own computation (Adam's bias corrections in double).
+    const Optimizer::StepConstants c = optimizer.step_constants(step);
+    OptimizerScalars k;
+    k.update = c.kind == graphpipe::v1::OPTIMIZER_KIND_ADAM       ? OptimizerUpdate::kAdam
+               : c.kind == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM ? OptimizerUpdate::kMomentum
+                                                                  : OptimizerUpdate::kSgd;
+    k.lr = c.lr;
+    k.momentum = c.momentum;
+    k.beta1 = c.beta1;
+    k.beta2 = c.beta2;
+    k.eps = c.eps;
+    k.one_minus_beta1 = c.one_minus_beta1;
+    k.one_minus_beta2 = c.one_minus_beta2;
+    k.c1 = c.c1;
+    k.c2 = c.c2;
+    cudaSetDevice(ctx_.device_index);
+    ctx_.check(launch_optimizer_update(k, weights, grads, state, n, ctx_.stream), "optimizer step");
+  }
+
+ private:
+  CudaDevice() = default;
+
+  Status status_of(cudaError_t e, const std::string& what) const {
+    if (e == cudaSuccess) return ok_status();
+    return internal_error(name_ + ": " + what + " failed: " + cuda_error_text(e));
+  }
+
+  std::string name_;
+  CudaContext ctx_;
+};
+
+}  // namespace
+
+Result<const Device*> open_cuda_device(int index, MatmulPrecision precision) {
+  // Leaked on purpose: destroying CUDA objects after the runtime has shut down at exit crashes.
+  static auto* devices = new std::map<std::pair<int, MatmulPrecision>, CudaDevice*>();
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(index, precision);
+  if (auto it = devices->find(key); it != devices->end()) return it->second;
+  auto device = CudaDevice::open(index, precision);
+  if (!device.ok()) return device.status();
+  CudaDevice* d = device->release();
+  devices->emplace(key, d);
+  return d;
+}
+
+}  // namespace gp::exec::cuda

@@ -1,0 +1,13 @@
+// Private entry to the CUDA backend (plain types only; find_device() calls it).
+#pragma once
+
+#include "gp/common/status.h"
+#include "gp/exec/device.h"
+
+namespace gp::exec::cuda {
+
+// CUDA device `index` with GEMMs at `precision`, opened once per (index, precision) and kept for
+// the life of the process; Unavailable naming the CUDA error when there is no such device.
+Result<const Device*> open_cuda_device(int index, MatmulPrecision precision);
+
+}  // namespace gp::exec::cuda

@@ -1,0 +1,440 @@
+// CUDA kernels of the parameter-free ops: input, element-wise activations, softmax, add, concat,
+// slice, the two losses, and the layout ops scale, transpose and reshape. Each mirrors its CPU
+// reference (cpu/simple_kernels.cc, cpu/layout_kernels.cc): same attributes and validation, same
+// formulas, same accumulate rules; the work is queued on the context's stream.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/kernels.h"
+#include "cuda/simple_launch.h"
+
+namespace gp::exec::cuda {
+namespace {
+
+// Shared by every kernel here: the context and the op's name for error messages (forward and
+// backward return nothing, so failures are recorded in the context).
+class CudaKernel : public OpKernel {
+ public:
+  CudaKernel(const graph::OpNode& op, const CudaContext& ctx)
+      : ctx_(ctx), forward_what_(name(op) + " forward"), backward_what_(name(op) + " backward") {}
+
+ protected:
+  cudaStream_t stream() const { return ctx_.stream; }
+  bool check_forward(cudaError_t e) const { return ctx_.check(e, forward_what_.c_str()); }
+  bool check_backward(cudaError_t e) const { return ctx_.check(e, backward_what_.c_str()); }
+  // Device-to-device copy of n floats on the stream.
+  cudaError_t copy(float* dst, const float* src, int64_t n) const {
+    return cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float),
+                           cudaMemcpyDeviceToDevice, ctx_.stream);
+  }
+
+ private:
+  static std::string name(const graph::OpNode& op) {
+    return "ops[" + std::to_string(op.index) + "] '" + op.proto->id() + "' (" + op.proto->type() +
+           ")";
+  }
+
+  const CudaContext& ctx_;
+  std::string forward_what_, backward_what_;
+};
+
+// A graph input: its tensor is filled by the executor; nothing to compute either way.
+class InputKernel final : public OpKernel {
+ public:
+  void forward(const OpArgs&) const override {}
+  void backward(const OpArgs&) const override {}
+};
+
+// y = max(x, 0); dx += dy where x > 0. Saves nothing.
+class ReluKernel final : public CudaKernel {
+ public:
+  ReluKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+      : CudaKernel(op, ctx), n_(n) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_relu_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_, stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(
+        launch_relu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_, stream()));
+  }
+
+ private:
+  int64_t n_;  // elements per sample
+};
+
+// GELU (tanh approximation); backward differentiates it at the input. Saves nothing.
+class GeluKernel final : public CudaKernel {
+ public:
+  GeluKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+      : CudaKernel(op, ctx), n_(n) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_gelu_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_, stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(
+        launch_gelu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_, stream()));
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Softmax over the last dim (max-subtracted); backward uses the output. Saves nothing.
+class SoftmaxKernel final : public CudaKernel {
+ public:
+  SoftmaxKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t rows, int64_t cols)
+      : CudaKernel(op, ctx), rows_(rows), cols_(cols) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_softmax_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * rows_, cols_,
+                                         stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(launch_softmax_backward(a.outputs[0].f(), a.grad_outputs[0].f(), dx,
+                                           a.batch * rows_, cols_, stream()));
+  }
+
+ private:
+  int64_t rows_, cols_;  // rows per sample, last dim
+};
+
+// y = sum of the inputs, added in input order as the CPU does; every input receives dy.
+class AddKernel final : public CudaKernel {
+ public:
+  AddKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+      : CudaKernel(op, ctx), n_(n) {}
+  void forward(const OpArgs& a) const override {
+    const int64_t n = a.batch * n_;
+    float* y = a.outputs[0].f();
+    if (!check_forward(copy(y, a.inputs[0].f(), n))) return;
+    for (size_t k = 1; k < a.inputs.size(); ++k) {
+      if (!check_forward(launch_accumulate(a.inputs[k].f(), y, 1.0f, n, stream()))) return;
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    const float* dy = a.grad_outputs[0].f();
+    for (const TensorView& g : a.grad_inputs) {
+      if (g.data == nullptr) continue;
+      check_backward(launch_accumulate(dy, g.f(), 1.0f, a.batch * n_, stream()));
+    }
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Concatenation along a per-sample axis: with outer = the dims before the axis (times the batch)
+// and chunk_k = input k's elements from the axis on, output block o is input 0's block o, then
+// input 1's block o, ... One strided copy (or accumulate, backward) per input.
+class ConcatKernel final : public CudaKernel {
+ public:
+  ConcatKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t outer,
+               std::vector<int64_t> chunks)
+      : CudaKernel(op, ctx), outer_(outer), chunks_(std::move(chunks)) {
+    for (int64_t c : chunks_) out_chunk_ += c;
+  }
+  void forward(const OpArgs& a) const override {
+    float* y = a.outputs[0].f();
+    int64_t offset = 0;  // of input k's elements within an output block
+    for (size_t k = 0; k < chunks_.size(); ++k) {
+      check_forward(launch_copy_blocks(a.inputs[k].f(), chunks_[k], y + offset, out_chunk_,
+                                       a.batch * outer_, chunks_[k], false, stream()));
+      offset += chunks_[k];
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    const float* dy = a.grad_outputs[0].f();
+    int64_t offset = 0;
+    for (size_t k = 0; k < chunks_.size(); ++k) {
+      if (float* dx = a.grad_inputs[k].f(); dx != nullptr) {
+        check_backward(launch_copy_blocks(dy + offset, out_chunk_, dx, chunks_[k], a.batch * outer_,
+                                          chunks_[k], true, stream()));
+      }
+      offset += chunks_[k];
+    }
+  }
+
+ private:
+  int64_t outer_;                // blocks per sample
+  std::vector<int64_t> chunks_;  // per input: elements per block
+  int64_t out_chunk_ = 0;        // output elements per block
+};
+
+// x[start:end] along a per-sample axis: input block o (in_chunk elements) contributes its
+// elements [offset, offset + out_chunk) as output block o.
+class SliceKernel final : public CudaKernel {
+ public:
+  SliceKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t outer, int64_t in_chunk,
+              int64_t offset, int64_t out_chunk)
+      : CudaKernel(op, ctx),
+        outer_(outer),
+        in_chunk_(in_chunk),
+        offset_(offset),
+        out_chunk_(out_chunk) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_copy_blocks(a.inputs[0].f() + offset_, in_chunk_, a.outputs[0].f(),
+                                     out_chunk_, a.batch * outer_, out_chunk_, false, stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(launch_copy_blocks(a.grad_outputs[0].f(), out_chunk_, dx + offset_, in_chunk_,
+                                      a.batch * outer_, out_chunk_, true, stream()));
+  }
+
+ private:
+  int64_t outer_, in_chunk_, offset_, out_chunk_;
+};
+
+// loss_s = mean over the sample's n elements of (pred - target)^2. Saves nothing.
+class MseLossKernel final : public CudaKernel {
+ public:
+  MseLossKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+      : CudaKernel(op, ctx), n_(n) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_mse_loss_forward(a.inputs[0].f(), a.inputs[1].f(), a.outputs[0].f(),
+                                          a.batch, n_, stream()));
+  }
+  // d loss_s / d pred = 2 (pred - target) / n = -d loss_s / d target.
+  void backward(const OpArgs& a) const override {
+    check_backward(launch_mse_loss_backward(a.inputs[0].f(), a.inputs[1].f(), a.grad_outputs[0].f(),
+                                            a.grad_inputs[0].f(), a.grad_inputs[1].f(), a.batch, n_,
+                                            stream()));
+  }
+
+ private:
+  int64_t n_;
+};
+
+// Logits [..., C] with `positions` rows per sample and one label per row:
+//   loss_s = (1 / positions) * sum over rows of (logsumexp(z) - z[label]).
+// Saved per sample: the rows' logsumexp (read by backward) and their loss terms (forward's
+// scratch, summed per sample in row order), as [lse of all batch rows][terms of all batch rows].
+// No gradient to the labels.
+class SoftmaxCrossEntropyKernel final : public CudaKernel {
+ public:
+  SoftmaxCrossEntropyKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t positions,
+                            int64_t classes, bool labels32)
+      : CudaKernel(op, ctx), positions_(positions), classes_(classes), labels32_(labels32) {}
+  int64_t saved_floats_per_sample() const override { return 2 * positions_; }
+
+  void forward(const OpArgs& a) const override {
+    float* lse = a.saved;
+    check_forward(launch_cross_entropy_forward(a.inputs[0].f(), a.inputs[1].data, labels32_, lse,
+                                               lse + a.batch * positions_, a.outputs[0].f(),
+                                               a.batch, positions_, classes_, stream()));
+  }
+  // d loss_s / d z[j] = (softmax(z)[j] - [j == label]) / positions.
+  void backward(const OpArgs& a) const override {
+    float* dz = a.grad_inputs[0].f();
+    if (dz == nullptr) return;
+    check_backward(launch_cross_entropy_backward(a.inputs[0].f(), a.inputs[1].data, labels32_,
+                                                 a.saved, a.grad_outputs[0].f(), dz, a.batch,
+                                                 positions_, classes_, stream()));
+  }
+
+ private:
+  int64_t positions_, classes_;
+  bool labels32_;
+};
+
+// y = factor * x; dx += factor * dy.
+class ScaleKernel final : public CudaKernel {
+ public:
+  ScaleKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n, float factor)
+      : CudaKernel(op, ctx), n_(n), factor_(factor) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_scale(a.inputs[0].f(), a.outputs[0].f(), factor_, a.batch * n_, stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(launch_accumulate(a.grad_outputs[0].f(), dx, factor_, a.batch * n_, stream()));
+  }
+
+ private:
+  int64_t n_;
+  float factor_;
+};
+
+// y[i_0, ..., i_{r-1}] = x at index j with j[perm[d]] = i_d, per sample; strides as built by
+// make_transpose (dims merged where the permutation keeps them adjacent).
+class TransposeKernel final : public CudaKernel {
+ public:
+  TransposeKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n,
+                  const TransposeStrides& strides)
+      : CudaKernel(op, ctx), n_(n), strides_(strides) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_transpose_forward(a.inputs[0].f(), a.outputs[0].f(), strides_, a.batch, n_,
+                                           stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(
+        launch_transpose_backward(a.grad_outputs[0].f(), dx, strides_, a.batch, n_, stream()));
+  }
+
+ private:
+  int64_t n_;  // elements per sample
+  TransposeStrides strides_;
+};
+
+// The same elements in the same order: a copy.
+class ReshapeKernel final : public CudaKernel {
+ public:
+  ReshapeKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+      : CudaKernel(op, ctx), n_(n) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(copy(a.outputs[0].f(), a.inputs[0].f(), a.batch * n_));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(launch_accumulate(a.grad_outputs[0].f(), dx, 1.0f, a.batch * n_, stream()));
+  }
+
+ private:
+  int64_t n_;
+};
+
+KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }
+
+// Normalised `axis` attr of `op` for a per-sample rank (as the CPU's).
+Result<int> op_axis(const graph::OpNode& op, int rank) {
+  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
+  if (axis < -rank || axis >= rank) {
+    return op_error(op, "attrs.axis = " + std::to_string(axis) + " is out of range");
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+}  // namespace
+
+KernelResult make_input(const graph::OpNode&, const CudaContext&) {
+  return wrap(std::make_unique<InputKernel>());
+}
+
+KernelResult make_relu(const graph::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<ReluKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_gelu(const graph::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<GeluKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_softmax(const graph::OpNode& op, const CudaContext& ctx) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  const int64_t cols = last_dim(x);
+  return wrap(std::make_unique<SoftmaxKernel>(op, ctx, graph::num_elements(x) / cols, cols));
+}
+
+KernelResult make_add(const graph::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<AddKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_concat(const graph::OpNode& op, const CudaContext& ctx) {
+  const int rank = op.input_specs[0].shape_size();
+  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
+  std::vector<int64_t> chunks;
+  for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
+  return wrap(std::make_unique<ConcatKernel>(op, ctx, dims_product(op.input_specs[0], 0, axis),
+                                             std::move(chunks)));
+}
+
+KernelResult make_slice(const graph::OpNode& op, const CudaContext& ctx) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  const int rank = x.shape_size();
+  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
+  GP_ASSIGN_OR_RETURN(int64_t start, op_attr_int(op, "start"));
+  GP_ASSIGN_OR_RETURN(int64_t end, op_attr_int(op, "end"));
+  if (start < 0 || end > x.shape(axis) || start >= end) {
+    return op_error(op, "attrs.start/end out of range for axis " + std::to_string(axis));
+  }
+  const int64_t inner = dims_product(x, axis + 1, rank);
+  return wrap(std::make_unique<SliceKernel>(op, ctx, dims_product(x, 0, axis),
+                                            x.shape(axis) * inner, start * inner,
+                                            (end - start) * inner));
+}
+
+KernelResult make_mse_loss(const graph::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<MseLossKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+}
+
+KernelResult make_softmax_cross_entropy(const graph::OpNode& op, const CudaContext& ctx) {
+  const graph::TensorSpec& logits = op.input_specs[0];
+  const int64_t classes = last_dim(logits);
+  return wrap(std::make_unique<SoftmaxCrossEntropyKernel>(
+      op, ctx, graph::num_elements(logits) / classes, classes, is_int32(op.input_specs[1])));
+}
+
+KernelResult make_scale(const graph::OpNode& op, const CudaContext& ctx) {
+  auto factor = graph::attr_float(*op.proto, "factor");
+  if (!factor.ok()) return op_error(op, factor.status().message());
+  return wrap(std::make_unique<ScaleKernel>(op, ctx, graph::num_elements(op.input_specs[0]),
+                                            static_cast<float>(*factor)));
+}
+
+// Validates perm as the CPU does, then describes the permutation by (size, input stride) per
+// output dim, dropping size-1 dims and merging output dims that stay adjacent in the input, so
+// that the kernel walks few dims (at most kMaxTransposeRank).
+KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  auto perm = graph::attr_ints(*op.proto, "perm");
+  if (!perm.ok()) return op_error(op, perm.status().message());
+  const int rank = x.shape_size();
+  if (static_cast<int>(perm->size()) != rank) return op_error(op, "attrs.perm: wrong length");
+  std::vector<int64_t> in_strides(rank);
+  int64_t in_stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    in_strides[d] = in_stride;
+    in_stride *= x.shape(d);
+  }
+  for (int d = rank - 1; d >= 0; --d) {
+    const int64_t p = (*perm)[d];
+    if (p < 0 || p >= rank) return op_error(op, "attrs.perm: not a permutation");
+  }
+  std::vector<int64_t> sizes, src;  // per merged output dim, outermost first
+  for (int d = 0; d < rank; ++d) {
+    const int p = static_cast<int>((*perm)[d]);
+    const int64_t size = x.shape(p), stride = in_strides[p];
+    if (size == 1) continue;  // contributes index 0 only
+    if (!sizes.empty() && src.back() == stride * size) {
+      // The previous output dim steps over whole runs of this one in the input: one dim.
+      sizes.back() *= size;
+      src.back() = stride;
+      continue;
+    }
+    sizes.push_back(size);
+    src.push_back(stride);
+  }
+  if (sizes.size() > static_cast<size_t>(kMaxTransposeRank)) {
+    return op_error(op, "attrs.perm: the CUDA kernel supports at most " +
+                            std::to_string(kMaxTransposeRank) + " non-mergeable dims");
+  }
+  TransposeStrides strides;
+  strides.rank = static_cast<int>(sizes.size());
+  int64_t out_stride = 1;
+  for (int d = strides.rank - 1; d >= 0; --d) {
+    strides.out[d] = out_stride;
+    strides.src[d] = src[d];
+    out_stride *= sizes[d];
+  }
+  return wrap(std::make_unique<TransposeKernel>(op, ctx, graph::num_elements(x), strides));
+}
+
+KernelResult make_reshape(const graph::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<ReshapeKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+}
+
+}  // namespace gp::exec::cuda

@@ -1,0 +1,226 @@
+// CUDA kernels of the vision ops: conv2d (im2col + cuBLAS GEMM), max and average pooling, and
+// batch normalisation with batch statistics. Same attributes, validation and semantics as the CPU
+// reference (executor/src/cpu/vision_kernels.cc); the __global__ kernels are in
+// vision_kernels.cu.
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cuda/kernels.h"
+#include "cuda/vision_launch.h"
+
+namespace gp::exec::cuda {
+namespace {
+
+// Kernel, stride and padding of a validated op; pooling defaults the stride to the kernel.
+Result<VisionWindow> read_window(const graph::OpNode& op, bool pool) {
+  auto pair = [&](std::string_view name, std::vector<int64_t> fallback) {
+    if (op.proto->attrs().count(std::string(name)) == 0 && !fallback.empty()) {
+      return Result<std::vector<int64_t>>(std::move(fallback));
+    }
+    return graph::attr_ints(*op.proto, name);
+  };
+  auto k = pair("kernel", {});
+  if (!k.ok() || k->size() != 2) return op_error(op, "attrs.kernel: expected [kh, kw]");
+  auto s = pair("stride", pool ? *k : std::vector<int64_t>{1, 1});
+  auto p = pair("padding", {0, 0});
+  if (!s.ok() || !p.ok() || s->size() != 2 || p->size() != 2) {
+    return op_error(op, "attrs.stride and attrs.padding: expected [h, w] each");
+  }
+  const graph::TensorSpec& x = op.input_specs[0];
+  const graph::TensorSpec& y = op.proto->outputs(0);
+  if (x.shape_size() != 3 || y.shape_size() != 3) {
+    return op_error(op, "expected per-sample [channels, height, width]");
+  }
+  return VisionWindow{x.shape(0), x.shape(1), x.shape(2), (*k)[0],    (*k)[1],   (*s)[0],
+                      (*s)[1],    (*p)[0],    (*p)[1],    y.shape(1), y.shape(2)};
+}
+
+// ---- conv2d ------------------------------------------------------------------------------------
+
+// Per sample: cols [C*kh*kw, Ho*Wo] = im2col(x); y [out, Ho*Wo] = W cols + b. The columns are the
+// saved scratch, so backward reuses them for dW += dY cols^T. dx gathers col2im(W^T dY) directly:
+// a W^T dY buffer would need scratch beyond saved, which backward must not overwrite (it may run
+// more than once per forward).
+class Conv2dKernel final : public OpKernel {
+ public:
+  Conv2dKernel(const CudaContext& ctx, const VisionWindow& w, int64_t out, bool bias)
+      : ctx_(ctx),
+        w_(w),
+        out_(out),
+        bias_(bias),
+        patch_(w.c * w.kh * w.kw),
+        positions_(w.ho * w.wo) {}
+
+  int64_t saved_floats_per_sample() const override { return patch_ * positions_; }
+
+  void forward(const OpArgs& a) const override {
+    float* y = a.outputs[0].f();
+    ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.saved, w_, a.batch, ctx_.stream),
+               "conv2d forward: im2col");
+    // W is shared by every sample: stride 0.
+    gemm_batched(ctx_, "conv2d forward", false, false, out_, positions_, patch_, 1.0f, a.params[0],
+                 patch_, 0, a.saved, positions_, patch_ * positions_, 0.0f, y, positions_,
+                 out_ * positions_, a.batch);
+    if (bias_) {
+      ctx_.check(launch_conv2d_add_bias(y, a.params[1], a.batch, out_, positions_, ctx_.stream),
+                 "conv2d forward: bias");
+    }
+  }
+
+  void backward(const OpArgs& a) const override {
+    const int64_t out_n = out_ * positions_;
+    const float* dy = a.grad_outputs[0].f();
+    float* dw = a.param_grads[0];
+    float* db = bias_ ? a.param_grads[1] : nullptr;
+    float* dx = a.grad_inputs[0].f();
+    if (dw != nullptr) {
+      // The sum over samples and positions is not one strided GEMM; accumulate sample by sample
+      // in the CPU's order (stream-ordered, so deterministic).
+      for (int64_t s = 0; s < a.batch; ++s) {
+        gemm(ctx_, "conv2d backward: weight gradient", false, true, out_, patch_, positions_, 1.0f,
+             dy + s * out_n, positions_, a.saved + s * patch_ * positions_, positions_, 1.0f, dw,
+             patch_);
+      }
+    }
+    if (db != nullptr) {
+      ctx_.check(launch_conv2d_bias_grad(dy, db, a.batch, out_, positions_, ctx_.stream),
+                 "conv2d backward: bias gradient");
+    }
+    if (dx != nullptr) {
+      ctx_.check(launch_conv2d_input_grad(a.params[0], dy, dx, w_, out_, a.batch, ctx_.stream),
+                 "conv2d backward: input gradient");
+    }
+  }
+
+ private:
+  const CudaContext& ctx_;
+  VisionWindow w_;
+  int64_t out_;
+  bool bias_;
+  int64_t patch_, positions_;  // C*kh*kw, Ho*Wo
+};
+
+// ---- pooling -----------------------------------------------------------------------------------
+
+// y = the maximum of each window's image cells (the first maximum in row-major order). Saved: per
+// output cell, the winner's index in its channel plane (h*W + w), stored as the bits of an int32.
+class MaxPool2dKernel final : public OpKernel {
+ public:
+  MaxPool2dKernel(const CudaContext& ctx, const VisionWindow& w) : ctx_(ctx), w_(w) {}
+  int64_t saved_floats_per_sample() const override { return w_.c * w_.ho * w_.wo; }
+
+  void forward(const OpArgs& a) const override {
+    ctx_.check(launch_max_pool2d_forward(a.inputs[0].f(), a.outputs[0].f(), a.saved, w_, a.batch,
+                                         ctx_.stream),
+               "max_pool2d forward");
+  }
+
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    ctx_.check(
+        launch_max_pool2d_backward(a.grad_outputs[0].f(), a.saved, dx, w_, a.batch, ctx_.stream),
+        "max_pool2d backward");
+  }
+
+ private:
+  const CudaContext& ctx_;
+  VisionWindow w_;
+};
+
+// y = the sum of each window's image cells over kh*kw (count_include_pad) or over the number of
+// image cells in the window. Saves nothing.
+class AvgPool2dKernel final : public OpKernel {
+ public:
+  AvgPool2dKernel(const CudaContext& ctx, const VisionWindow& w, bool include_pad)
+      : ctx_(ctx), w_(w), include_pad_(include_pad) {}
+
+  void forward(const OpArgs& a) const override {
+    ctx_.check(launch_avg_pool2d_forward(a.inputs[0].f(), a.outputs[0].f(), w_, include_pad_,
+                                         a.batch, ctx_.stream),
+               "avg_pool2d forward");
+  }
+
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    ctx_.check(launch_avg_pool2d_backward(a.grad_outputs[0].f(), dx, w_, include_pad_, a.batch,
+                                          ctx_.stream),
+               "avg_pool2d backward");
+  }
+
+ private:
+  const CudaContext& ctx_;
+  VisionWindow w_;
+  bool include_pad_;
+};
+
+// ---- batch norm --------------------------------------------------------------------------------
+
+// x [C, inner...] normalised per channel with the call's mean and biased variance (over batch *
+// inner values), y = xh * gamma + beta; params gamma [C], beta [C]. Like the CPU, backward
+// recomputes the statistics from the input (they belong to the whole call, while saved scratch is
+// per sample) and accumulates in double. Saves nothing.
+class BatchNormKernel final : public OpKernel {
+ public:
+  BatchNormKernel(const CudaContext& ctx, int64_t channels, int64_t inner, double eps)
+      : ctx_(ctx), c_(channels), inner_(inner), eps_(eps) {}
+
+  void forward(const OpArgs& a) const override {
+    ctx_.check(launch_batch_norm_forward(a.inputs[0].f(), a.params[0], a.params[1],
+                                         a.outputs[0].f(), a.batch, c_, inner_, eps_, ctx_.stream),
+               "batch_norm forward");
+  }
+
+  void backward(const OpArgs& a) const override {
+    ctx_.check(launch_batch_norm_backward(a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0],
+                                          a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1],
+                                          a.batch, c_, inner_, eps_, ctx_.stream),
+               "batch_norm backward");
+  }
+
+ private:
+  const CudaContext& ctx_;
+  int64_t c_, inner_;  // channels, elements per channel per sample
+  double eps_;
+};
+
+KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }
+
+}  // namespace
+
+KernelResult make_conv2d(const graph::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(VisionWindow w, read_window(op, false));
+  GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_channels"));
+  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
+  return wrap(std::make_unique<Conv2dKernel>(ctx, w, out, bias != 0));
+}
+
+KernelResult make_max_pool2d(const graph::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(VisionWindow w, read_window(op, true));
+  if (w.h * w.w > std::numeric_limits<int32_t>::max()) {
+    return op_error(op, "a channel plane of more than 2^31 - 1 elements");
+  }
+  return wrap(std::make_unique<MaxPool2dKernel>(ctx, w));
+}
+
+KernelResult make_avg_pool2d(const graph::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(VisionWindow w, read_window(op, true));
+  GP_ASSIGN_OR_RETURN(int64_t include_pad, op_attr_int_or(op, "count_include_pad", 1));
+  return wrap(std::make_unique<AvgPool2dKernel>(ctx, w, include_pad != 0));
+}
+
+KernelResult make_batch_norm(const graph::OpNode& op, const CudaContext& ctx) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(double eps, op_attr_float_or(op, "epsilon", 1e-5));
+  const int64_t channels = x.shape(0);
+  return wrap(
+      std::make_unique<BatchNormKernel>(ctx, channels, graph::num_elements(x) / channels, eps));
+}
+
+}  // namespace gp::exec::cuda
