@@ -35,8 +35,10 @@ bool CudaContext::check(cublasStatus_t s, const char* what) const {
   if (s == CUBLAS_STATUS_SUCCESS) return true;
   std::lock_guard<std::mutex> lock(mutex_);
   if (first_error_.empty()) {
-    first_error_ = std::string(what) + ": cuBLAS " + cublasGetStatusName(s) + " (" +
-                   cublasGetStatusString(s) + ")";
+    first_error_ = std::string(what) + ": cuBLAS " +
+                   (cublas != nullptr ? std::string(cublas->status_name(s)) + " (" +
+                                            cublas->status_string(s) + ")"
+                                      : "status " + std::to_string(static_cast<int>(s)));
   }
   return false;
 }
@@ -59,13 +61,13 @@ void gemm(const CudaContext& ctx, const char* what, bool trans_a, bool trans_b, 
     ctx.check(CUBLAS_STATUS_INVALID_VALUE, what);
     return;
   }
-  ctx.check(
-      cublasGemmEx(ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m),
-                   static_cast<int>(k), &alpha, b, CUDA_R_32F, static_cast<int>(ldb), a, CUDA_R_32F,
-                   static_cast<int>(lda), &beta, c, CUDA_R_32F, static_cast<int>(ldc),
-                   compute_type(ctx.precision), CUBLAS_GEMM_DEFAULT),
-      what);
+  ctx.check(ctx.cublas->gemm_ex(ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                                static_cast<int>(m), static_cast<int>(k), &alpha, b, CUDA_R_32F,
+                                static_cast<int>(ldb), a, CUDA_R_32F, static_cast<int>(lda), &beta,
+                                c, CUDA_R_32F, static_cast<int>(ldc), compute_type(ctx.precision),
+                                CUBLAS_GEMM_DEFAULT),
+            what);
 }
 
 void gemm_batched(const CudaContext& ctx, const char* what, bool trans_a, bool trans_b, int64_t m,
@@ -78,7 +80,7 @@ void gemm_batched(const CudaContext& ctx, const char* what, bool trans_a, bool t
     ctx.check(CUBLAS_STATUS_INVALID_VALUE, what);
     return;
   }
-  ctx.check(cublasGemmStridedBatchedEx(
+  ctx.check(ctx.cublas->gemm_strided_batched_ex(
                 ctx.blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                 static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
                 CUDA_R_32F, static_cast<int>(ldb), stride_b, a, CUDA_R_32F, static_cast<int>(lda),

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "cuda/cublas_loader.h"
 #include "gp/common/status.h"
 #include "gp/exec/device.h"
 
@@ -19,7 +20,8 @@ namespace gp::exec::cuda {
 class CudaContext {
  public:
   int device_index = 0;
-  cudaStream_t stream = nullptr;  // the compute stream
+  cudaStream_t stream = nullptr;      // the compute stream
+  const CublasApi* cublas = nullptr;  // loaded at open
   cublasHandle_t blas = nullptr;
   MatmulPrecision precision = MatmulPrecision::kFp32;
 

@@ -112,12 +112,16 @@ class CudaDevice final : public Device {
     }
     uint64_t keep_all = UINT64_MAX;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
-    if (cublasStatus_t s = cublasCreate(&d->ctx_.blas); s != CUBLAS_STATUS_SUCCESS) {
-      return unavailable(flag + ": cannot create a cuBLAS handle: " + cublasGetStatusString(s));
+    auto cublas = load_cublas();
+    if (!cublas.ok()) return cublas.status().with_context(flag);
+    d->ctx_.cublas = *cublas;
+    const CublasApi& api = **cublas;
+    if (cublasStatus_t s = api.create(&d->ctx_.blas); s != CUBLAS_STATUS_SUCCESS) {
+      return unavailable(flag + ": cannot create a cuBLAS handle: " + api.status_string(s));
     }
-    if (cublasStatus_t s = cublasSetStream(d->ctx_.blas, d->ctx_.stream);
+    if (cublasStatus_t s = api.set_stream(d->ctx_.blas, d->ctx_.stream);
         s != CUBLAS_STATUS_SUCCESS) {
-      return unavailable(flag + ": cannot bind cuBLAS to the stream: " + cublasGetStatusString(s));
+      return unavailable(flag + ": cannot bind cuBLAS to the stream: " + api.status_string(s));
     }
     return d;
   }
@@ -227,6 +231,7 @@ class CudaDevice final : public Device {
 
   Status status_of(cudaError_t e, const std::string& what) const {
     if (e == cudaSuccess) return ok_status();
+    cudaGetLastError();  // reported here; the next kernel's launch check must not report it again
     return internal_error(name_ + ": " + what + " failed: " + cuda_error_text(e));
   }
 
