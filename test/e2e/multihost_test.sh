@@ -167,4 +167,26 @@ GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 20 --port 29625 \
 check "a job whose rank dies fails, naming the rank" '[ $rc -ne 0 ] && grep -q "rank 1 exited with status 137" "$tmp/failed.log"'
 GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 4 --port 29626 > "$tmp/after.log" 2>&1; rc=$?
 check "after a failed job the daemons' devices are free again" '[ $rc -eq 0 ]'
+
+# Daemons of CUDA devices start each rank on the GPU of its device slot (cuda:0 here); without a
+# GPU the job fails naming the device instead of training on the CPU.
+for ns in "$ns_a" "$ns_b"; do
+  addr=10.77.0.1; [ "$ns" = "$ns_b" ] && addr=10.77.0.2
+  ip netns exec "$ns" "$exe" serve --listen $addr:29701 --devices 1 --accelerator cuda \
+    --auth-token s3cret --work-dir "$tmp/daemon-cuda-$addr" > "$tmp/daemon-cuda-$addr.log" 2>&1 &
+  daemons+=($!)
+done
+for _ in $(seq 50); do
+  grep -q serving "$tmp/daemon-cuda-10.77.0.1.log" && grep -q serving "$tmp/daemon-cuda-10.77.0.2.log" && break
+  sleep 0.1
+done
+GP_AUTH_TOKEN=s3cret ip netns exec "$ns_a" timeout 120 "$exe" submit \
+  --nodes 10.77.0.1:29701,10.77.0.2:29701 --store-dir "$tmp/daemon-store-cuda" --plan "$tmp/plan.pb" \
+  --iterations 2 --port 29627 > "$tmp/cuda.log" 2>&1; rc=$?
+if nvidia-smi -L > /dev/null 2>&1; then
+  check "daemons of CUDA devices train on the GPUs" '[ $rc -eq 0 ]'
+else
+  check "daemons of CUDA devices start ranks on cuda:0, which fail without a GPU, naming it" \
+    '[ $rc -ne 0 ] && grep -q "device cuda:0: no usable CUDA device" "$tmp/cuda.log"'
+fi
 exit $fail

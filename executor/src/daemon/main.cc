@@ -320,6 +320,12 @@ int main(int raw_argc, char** raw_argv) {
       ->capture_default_str();
   serve_cmd->add_option("--devices", serve.devices, "devices of this node (one rank each)")
       ->capture_default_str();
+  serve_cmd
+      ->add_option("--accelerator", serve.accelerator,
+                   "what the devices are: cpu (ranks share the host's cores) or cuda (the rank "
+                   "given device d trains on cuda:d)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   serve_cmd->add_option("--bind", serve.bind_host,
                         "address the ranks' data plane and coordinator use (default: --listen's "
                         "host)");

@@ -37,7 +37,8 @@ namespace pb = graphpipe::v1;
 // the rank listens).
 const std::set<std::string> kAllowedFlags = {
     "--checkpoint-dir", "--checkpoint-every", "--resume",    "--heartbeat-ms", "--metrics-out",
-    "--trace",          "--kill-rank-at",     "--log-level", "--data-plane",   "--cpu-affinity"};
+    "--trace",          "--kill-rank-at",     "--log-level", "--data-plane",   "--cpu-affinity",
+    "--precision"};
 
 struct RankProc {
   int rank = 0;
@@ -164,6 +165,11 @@ class Daemon final : public pb::NodeDaemon::Service {
                                        "--store-dir",   req->store_dir(),
                                        "--iterations",  std::to_string(req->iterations()),
                                        "--timeout",     std::to_string(req->timeout_s())};
+      // The daemon owns the devices: a rank trains on the one it was given.
+      if (options_.accelerator == "cuda") {
+        args.push_back("--device");
+        args.push_back("cuda:" + std::to_string(p.device));
+      }
       if (!options_.auth_token.empty()) {
         args.push_back("--auth-token");
         args.push_back(options_.auth_token);
@@ -322,6 +328,9 @@ Status run_serve(const ServeOptions& in) {
   ServeOptions o = in;
   if (o.devices < 1)
     return invalid_argument("--devices = " + std::to_string(o.devices) + ", must be >= 1");
+  if (o.accelerator != "cpu" && o.accelerator != "cuda") {
+    return invalid_argument("--accelerator = '" + o.accelerator + "', expected cpu or cuda");
+  }
   const auto colon = o.listen.rfind(':');
   if (colon == std::string::npos)
     return invalid_argument("--listen = '" + o.listen + "', expected HOST:PORT");

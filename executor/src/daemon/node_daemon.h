@@ -14,9 +14,10 @@ namespace gp::exec::daemon {
 struct ServeOptions {
   std::string listen = "127.0.0.1:29600";  // never all interfaces unless asked for
   int devices = 1;
-  std::string bind_host;   // ranks' data plane; default: the host part of `listen`
-  std::string work_dir;    // job directories (plans, logs); default: a temporary directory
-  std::string auth_token;  // or $GP_AUTH_TOKEN; required from clients when set
+  std::string accelerator = "cpu";  // "cuda": the rank on device slot d trains on cuda:d
+  std::string bind_host;            // ranks' data plane; default: the host part of `listen`
+  std::string work_dir;             // job directories (plans, logs); default: a temporary directory
+  std::string auth_token;           // or $GP_AUTH_TOKEN; required from clients when set
 };
 
 struct SubmitOptions {
