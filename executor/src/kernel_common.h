@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gp/common/status.h"
 #include "gp/graph/graph.h"
+#include "vision_window.h"
 
 namespace gp::exec {
 
@@ -58,6 +60,75 @@ inline bool is_int32(const graph::TensorSpec& spec) {
 // convention) or int32.
 inline int64_t load_index(const void* data, int64_t k, bool int32) {
   return int32 ? static_cast<const int32_t*>(data)[k] : static_cast<const int64_t*>(data)[k];
+}
+
+// ---- what a kernel factory reads off a validated op, the same for every backend ----------------
+
+// Normalised `axis` attr of `op` for a per-sample rank (default -1, the last).
+inline Result<int> op_axis(const graph::OpNode& op, int rank) {
+  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
+  if (axis < -rank || axis >= rank) {
+    return op_error(op, "attrs.axis = " + std::to_string(axis) + " is out of range");
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+// Kernel, stride and padding of conv2d or a pool (pools default the stride to the kernel), with
+// the shapes from shape inference.
+inline Result<VisionWindow> read_vision_window(const graph::OpNode& op, bool pool) {
+  auto pair = [&](std::string_view name, std::vector<int64_t> fallback) {
+    if (op.proto->attrs().count(std::string(name)) == 0 && !fallback.empty()) {
+      return Result<std::vector<int64_t>>(std::move(fallback));
+    }
+    return graph::attr_ints(*op.proto, name);
+  };
+  auto k = pair("kernel", {});
+  if (!k.ok() || k->size() != 2) return op_error(op, "attrs.kernel: expected [kh, kw]");
+  auto s = pair("stride", pool ? *k : std::vector<int64_t>{1, 1});
+  auto p = pair("padding", {0, 0});
+  if (!s.ok() || !p.ok() || s->size() != 2 || p->size() != 2) {
+    return op_error(op, "attrs.stride and attrs.padding: expected [h, w] each");
+  }
+  const graph::TensorSpec& x = op.input_specs[0];
+  const graph::TensorSpec& y = op.proto->outputs(0);
+  if (x.shape_size() != 3 || y.shape_size() != 3) {
+    return op_error(op, "expected per-sample [channels, height, width]");
+  }
+  return VisionWindow{x.shape(0), x.shape(1), x.shape(2), (*k)[0],    (*k)[1],   (*s)[0],
+                      (*s)[1],    (*p)[0],    (*p)[1],    y.shape(1), y.shape(2)};
+}
+
+// embedding_bag: `bags` bags of `bag` ids per sample into a table [rows, dim].
+struct EmbeddingBagShape {
+  int64_t bags, bag, rows, dim;
+  bool mean, ids32;
+};
+inline Result<EmbeddingBagShape> read_embedding_bag(const graph::OpNode& op) {
+  const graph::TensorSpec& ids = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(int64_t rows, op_attr_int(op, "num_embeddings"));
+  GP_ASSIGN_OR_RETURN(int64_t dim, op_attr_int(op, "embedding_dim"));
+  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
+  if (mode != "sum" && mode != "mean") {
+    return op_error(op, "attrs.mode = '" + mode + "', expected sum or mean");
+  }
+  const int64_t bag = last_dim(ids);
+  return EmbeddingBagShape{
+      graph::num_elements(ids) / bag, bag, rows, dim, mode == "mean", is_int32(ids)};
+}
+
+// matmul: per sample `count` products a [m, k] x b [k, n].
+struct MatmulShape {
+  int64_t count, m, k, n;
+};
+inline Result<MatmulShape> read_matmul(const graph::OpNode& op) {
+  const graph::TensorSpec& a = op.input_specs[0];
+  const graph::TensorSpec& b = op.input_specs[1];
+  const int rank = a.shape_size();
+  if (rank < 2 || b.shape_size() != rank) {
+    return op_error(op, "expected inputs of one rank >= 2");
+  }
+  return MatmulShape{dims_product(a, 0, rank - 2), a.shape(rank - 2), a.shape(rank - 1),
+                     b.shape(rank - 1)};
 }
 
 }  // namespace gp::exec

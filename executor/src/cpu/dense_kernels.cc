@@ -277,16 +277,9 @@ KernelResult make_linear(const graph::OpNode& op) {
 }
 
 KernelResult make_embedding_bag(const graph::OpNode& op) {
-  const graph::TensorSpec& ids = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t rows, op_attr_int(op, "num_embeddings"));
-  GP_ASSIGN_OR_RETURN(int64_t dim, op_attr_int(op, "embedding_dim"));
-  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
-  if (mode != "sum" && mode != "mean") {
-    return op_error(op, "attrs.mode = '" + mode + "', expected sum or mean");
-  }
-  const int64_t bag = last_dim(ids);
-  return std::unique_ptr<OpKernel>(std::make_unique<EmbeddingBagKernel>(
-      graph::num_elements(ids) / bag, bag, rows, dim, mode == "mean", is_int32(ids)));
+  GP_ASSIGN_OR_RETURN(EmbeddingBagShape e, read_embedding_bag(op));
+  return std::unique_ptr<OpKernel>(
+      std::make_unique<EmbeddingBagKernel>(e.bags, e.bag, e.rows, e.dim, e.mean, e.ids32));
 }
 
 KernelResult make_attention(const graph::OpNode& op) {

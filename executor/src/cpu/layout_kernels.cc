@@ -142,14 +142,8 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 }  // namespace
 
 KernelResult make_matmul(const graph::OpNode& op) {
-  const graph::TensorSpec& a = op.input_specs[0];
-  const graph::TensorSpec& b = op.input_specs[1];
-  const int rank = a.shape_size();
-  if (rank < 2 || b.shape_size() != rank) {
-    return op_error(op, "expected inputs of one rank >= 2");
-  }
-  const int64_t m = a.shape(rank - 2), k = a.shape(rank - 1), n = b.shape(rank - 1);
-  return wrap(std::make_unique<MatmulKernel>(dims_product(a, 0, rank - 2), m, k, n));
+  GP_ASSIGN_OR_RETURN(MatmulShape s, read_matmul(op));
+  return wrap(std::make_unique<MatmulKernel>(s.count, s.m, s.k, s.n));
 }
 
 KernelResult make_scale(const graph::OpNode& op) {

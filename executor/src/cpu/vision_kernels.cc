@@ -13,36 +13,7 @@
 namespace gp::exec::cpu {
 namespace {
 
-// A sliding window over x [C, H, W] giving [*, Ho, Wo] (shapes from shape inference).
-struct Window {
-  int64_t c, h, w;  // input
-  int64_t kh, kw, sh, sw, ph, pw;
-  int64_t ho, wo;  // output
-};
-
-// Kernel, stride and padding of a validated op; pooling defaults the stride to the kernel.
-Result<Window> read_window(const graph::OpNode& op, bool pool) {
-  auto pair = [&](std::string_view name, std::vector<int64_t> fallback) {
-    if (op.proto->attrs().count(std::string(name)) == 0 && !fallback.empty()) {
-      return Result<std::vector<int64_t>>(std::move(fallback));
-    }
-    return graph::attr_ints(*op.proto, name);
-  };
-  auto k = pair("kernel", {});
-  if (!k.ok() || k->size() != 2) return op_error(op, "attrs.kernel: expected [kh, kw]");
-  auto s = pair("stride", pool ? *k : std::vector<int64_t>{1, 1});
-  auto p = pair("padding", {0, 0});
-  if (!s.ok() || !p.ok() || s->size() != 2 || p->size() != 2) {
-    return op_error(op, "attrs.stride and attrs.padding: expected [h, w] each");
-  }
-  const graph::TensorSpec& x = op.input_specs[0];
-  const graph::TensorSpec& y = op.proto->outputs(0);
-  if (x.shape_size() != 3 || y.shape_size() != 3) {
-    return op_error(op, "expected per-sample [channels, height, width]");
-  }
-  return Window{x.shape(0), x.shape(1), x.shape(2), (*k)[0],    (*k)[1],   (*s)[0],
-                (*s)[1],    (*p)[0],    (*p)[1],    y.shape(1), y.shape(2)};
-}
+using Window = VisionWindow;
 
 // ---- conv2d ------------------------------------------------------------------------------------
 
@@ -356,14 +327,14 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 }  // namespace
 
 KernelResult make_conv2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(Window w, read_window(op, false));
+  GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, false));
   GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_channels"));
   GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
   return wrap(std::make_unique<Conv2dKernel>(w, out, bias != 0));
 }
 
 KernelResult make_max_pool2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(Window w, read_window(op, true));
+  GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, true));
   if (w.h * w.w > std::numeric_limits<int32_t>::max()) {
     return op_error(op, "a channel plane of more than 2^31 - 1 elements");
   }
@@ -371,7 +342,7 @@ KernelResult make_max_pool2d(const graph::OpNode& op) {
 }
 
 KernelResult make_avg_pool2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(Window w, read_window(op, true));
+  GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, true));
   GP_ASSIGN_OR_RETURN(int64_t include_pad, op_attr_int_or(op, "count_include_pad", 1));
   return wrap(std::make_unique<AvgPool2dKernel>(w, include_pad != 0));
 }

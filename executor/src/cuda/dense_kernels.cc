@@ -355,16 +355,9 @@ KernelResult make_linear(const graph::OpNode& op, const CudaContext& ctx) {
 }
 
 KernelResult make_embedding_bag(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& ids = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t rows, op_attr_int(op, "num_embeddings"));
-  GP_ASSIGN_OR_RETURN(int64_t dim, op_attr_int(op, "embedding_dim"));
-  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
-  if (mode != "sum" && mode != "mean") {
-    return op_error(op, "attrs.mode = '" + mode + "', expected sum or mean");
-  }
-  const int64_t bag = last_dim(ids);
-  return wrap(std::make_unique<EmbeddingBagKernel>(ctx, graph::num_elements(ids) / bag, bag, rows,
-                                                   dim, mode == "mean", is_int32(ids)));
+  GP_ASSIGN_OR_RETURN(EmbeddingBagShape e, read_embedding_bag(op));
+  return wrap(
+      std::make_unique<EmbeddingBagKernel>(ctx, e.bags, e.bag, e.rows, e.dim, e.mean, e.ids32));
 }
 
 KernelResult make_attention(const graph::OpNode& op, const CudaContext& ctx) {
@@ -386,14 +379,8 @@ KernelResult make_layer_norm(const graph::OpNode& op, const CudaContext& ctx) {
 }
 
 KernelResult make_matmul(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& a = op.input_specs[0];
-  const graph::TensorSpec& b = op.input_specs[1];
-  const int rank = a.shape_size();
-  if (rank < 2 || b.shape_size() != rank) {
-    return op_error(op, "expected inputs of one rank >= 2");
-  }
-  const int64_t m = a.shape(rank - 2), k = a.shape(rank - 1), n = b.shape(rank - 1);
-  return wrap(std::make_unique<MatmulKernel>(ctx, dims_product(a, 0, rank - 2), m, k, n));
+  GP_ASSIGN_OR_RETURN(MatmulShape s, read_matmul(op));
+  return wrap(std::make_unique<MatmulKernel>(ctx, s.count, s.m, s.k, s.n));
 }
 
 }  // namespace gp::exec::cuda

@@ -310,15 +310,6 @@ class ReshapeKernel final : public CudaKernel {
 
 KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }
 
-// Normalised `axis` attr of `op` for a per-sample rank (as the CPU's).
-Result<int> op_axis(const graph::OpNode& op, int rank) {
-  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
-  if (axis < -rank || axis >= rank) {
-    return op_error(op, "attrs.axis = " + std::to_string(axis) + " is out of range");
-  }
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
 }  // namespace
 
 KernelResult make_input(const graph::OpNode&, const CudaContext&) {

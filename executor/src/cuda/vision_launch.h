@@ -8,15 +8,11 @@
 
 #include <cstdint>
 
+#include "vision_window.h"
+
 namespace gp::exec::cuda {
 
-// A sliding window over x [c, h, w] giving [*, ho, wo] (shapes from shape inference).
-struct VisionWindow {
-  int64_t c, h, w;         // input
-  int64_t kh, kw, sh, sw;  // kernel, stride
-  int64_t ph, pw;          // padding
-  int64_t ho, wo;          // output
-};
+using gp::exec::VisionWindow;
 
 // ---- conv2d ----
 
