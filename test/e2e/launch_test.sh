@@ -56,6 +56,18 @@ start_job() {
     pids+=($!)
   done
 }
+# Waits (up to 20 s) until the coordinator of run dir $1 reports every rank training, so that a
+# slow start on a loaded machine is not taken for a failure; sets $status and $rc.
+wait_training() {
+  for _ in $(seq 100); do
+    status=$("$exe" status --coordinator "$(cat "$1/coordinator" 2>/dev/null)" 2>&1); rc=$?
+    if [ $rc -eq 0 ] && (for r in 0 1 2; do echo "$status" | grep -q "^rank $r: iter" || exit 1; done); then
+      return 0
+    fi
+    sleep 0.2
+  done
+  return 1
+}
 # Waits for ranks 0 and 2; sets $elapsed (s) and $codes.
 wait_others() {
   local start=$SECONDS
@@ -69,8 +81,7 @@ wait_others() {
 
 # 2. SIGKILL of rank 1 mid-training (after a look at the live status).
 start_job "$tmp/kill"
-sleep 2
-status=$("$exe" status --coordinator "$(cat "$tmp/kill/coordinator")" 2>&1); rc=$?
+wait_training "$tmp/kill"
 check "status shows every rank's iteration" '[ $rc -eq 0 ] && (for r in 0 1 2; do echo "$status" | grep -q "^rank $r: iter" || exit 1; done)'
 kill -KILL "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null
@@ -81,7 +92,7 @@ check "their error names rank 1" 'grep -q "rank 1" "$tmp/kill/rank0.log" && grep
 
 # 3. A hung rank (SIGSTOP): no heartbeats; the coordinator aborts the job.
 start_job "$tmp/hang"
-sleep 2
+wait_training "$tmp/hang"
 kill -STOP "${pids[1]}"
 wait_others
 kill -KILL "${pids[1]}" 2>/dev/null
