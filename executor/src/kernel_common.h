@@ -131,4 +131,27 @@ inline Result<MatmulShape> read_matmul(const graph::OpNode& op) {
                      b.shape(rank - 1)};
 }
 
+// transpose: the permutation (checked: one entry per dim, each a dim) and the input's row-major
+// stride of each dim.
+struct TransposeShape {
+  std::vector<int64_t> perm, in_strides;
+};
+inline Result<TransposeShape> read_transpose(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  auto perm = graph::attr_ints(*op.proto, "perm");
+  if (!perm.ok()) return op_error(op, perm.status().message());
+  const int rank = x.shape_size();
+  if (static_cast<int>(perm->size()) != rank) return op_error(op, "attrs.perm: wrong length");
+  for (int64_t p : *perm) {
+    if (p < 0 || p >= rank) return op_error(op, "attrs.perm: not a permutation");
+  }
+  TransposeShape t{std::move(*perm), std::vector<int64_t>(static_cast<size_t>(rank))};
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    t.in_strides[d] = stride;
+    stride *= x.shape(d);
+  }
+  return t;
+}
+
 }  // namespace gp::exec

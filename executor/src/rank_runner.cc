@@ -180,8 +180,7 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
     if (per_mb && last[m] == k) free_slots.push_back(slot_of[m]);
   }
   r->staging_.assign(max_bytes, std::byte{0});
-  r->host_ = device.host_memory();
-  if (!r->host_) {
+  if (!runner.host_memory()) {
     r->grad_scratch_.assign(max_piece_bytes / sizeof(float), 0.0f);
     r->allreduce_staging_.assign(static_cast<size_t>(runner.param_count()), 0.0f);
   }
@@ -190,6 +189,7 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
 
 Status RankRunner::pack(const Step& s, std::byte* out) const {
   const Device& device = runner_->device();
+  const bool host = runner_->host_memory();
   for (const Piece& p : s.pieces) {
     const TensorView v = p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
                                                   : runner_->external_input(s.slot, p.index))
@@ -198,7 +198,7 @@ Status RankRunner::pack(const Step& s, std::byte* out) const {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
     const std::byte* src =
         static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
-    if (host_) {
+    if (host) {
       std::memcpy(out, src, n);
     } else {
       GP_RETURN_IF_ERROR(device.copy_to_host(out, src, n));  // waits for the producing kernels
@@ -210,6 +210,7 @@ Status RankRunner::pack(const Step& s, std::byte* out) const {
 
 Status RankRunner::unpack(const Step& s, const std::byte* in) {
   const Device& device = runner_->device();
+  const bool host = runner_->host_memory();
   for (const Piece& p : s.pieces) {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
     if (s.gradient) {
@@ -219,18 +220,18 @@ Status RankRunner::unpack(const Step& s, const std::byte* in) {
       float* dst = v.f() + p.bytes_per_sample / 4 * s.sample_offset;
       const size_t count = n / 4;
       // On a device without host memory the sum is formed on the host, in the same order.
-      float* sum = host_ ? dst : grad_scratch_.data();
-      if (!host_) GP_RETURN_IF_ERROR(device.copy_to_host(sum, dst, n));
+      float* sum = host ? dst : grad_scratch_.data();
+      if (!host) GP_RETURN_IF_ERROR(device.copy_to_host(sum, dst, n));
       for (size_t i = 0; i < count; ++i) {
         float g;
         std::memcpy(&g, in + 4 * i, 4);
         sum[i] += g;
       }
-      if (!host_) GP_RETURN_IF_ERROR(device.copy_from_host(dst, sum, n));
+      if (!host) GP_RETURN_IF_ERROR(device.copy_from_host(dst, sum, n));
     } else {
       const TensorView v = runner_->external_input(s.slot, p.index);
       std::byte* dst = static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
-      if (host_) {
+      if (host) {
         std::memcpy(dst, in, n);
       } else {
         GP_RETURN_IF_ERROR(device.copy_from_host(dst, in, n));
@@ -243,7 +244,7 @@ Status RankRunner::unpack(const Step& s, const std::byte* in) {
 
 Status RankRunner::allreduce_grads(Communicator& comm) {
   StageRunner& runner = *runner_;
-  if (host_) return comm.allreduce_sum(group_, runner.param_grads());
+  if (runner.host_memory()) return comm.allreduce_sum(group_, runner.param_grads());
   if (group_.size() < 2) return ok_status();  // a sum over one replica
   GP_RETURN_IF_ERROR(runner.download_param_grads(allreduce_staging_));
   GP_RETURN_IF_ERROR(comm.allreduce_sum(group_, allreduce_staging_));
@@ -292,7 +293,7 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         break;
     }
     // Queued device work would otherwise be timed at its launch.
-    if (tracing && !host_ && st.ok()) st = runner.synchronize();
+    if (tracing && !runner.host_memory() && st.ok()) st = runner.synchronize();
     if (tracing && trace_.size() < trace_capacity_ && s.op != Op::kSend &&
         s.op != Op::kBeginBackward) {
       TraceEvent e{};

@@ -155,24 +155,17 @@ KernelResult make_scale(const graph::OpNode& op) {
 
 KernelResult make_transpose(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
-  auto perm = graph::attr_ints(*op.proto, "perm");
-  if (!perm.ok()) return op_error(op, perm.status().message());
+  GP_ASSIGN_OR_RETURN(TransposeShape t, read_transpose(op));
   const int rank = x.shape_size();
-  if (static_cast<int>(perm->size()) != rank) return op_error(op, "attrs.perm: wrong length");
-  std::vector<int64_t> in_strides(rank), out_strides(rank), src_strides(rank);
-  int64_t in_stride = 1, out_stride = 1;
+  std::vector<int64_t> out_strides(rank), src_strides(rank);
+  int64_t out_stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
-    in_strides[d] = in_stride;
-    in_stride *= x.shape(d);
-  }
-  for (int d = rank - 1; d >= 0; --d) {
-    const int64_t p = (*perm)[d];
-    if (p < 0 || p >= rank) return op_error(op, "attrs.perm: not a permutation");
+    const int64_t p = t.perm[d];
     out_strides[d] = out_stride;
     out_stride *= x.shape(static_cast<int>(p));
-    src_strides[d] = in_strides[p];
+    src_strides[d] = t.in_strides[p];
   }
-  const int64_t row = x.shape(static_cast<int>(perm->back()));
+  const int64_t row = x.shape(static_cast<int>(t.perm.back()));
   return wrap(std::make_unique<TransposeKernel>(graph::num_elements(x), std::move(out_strides),
                                                 std::move(src_strides), row));
 }

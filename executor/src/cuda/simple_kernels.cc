@@ -381,24 +381,12 @@ KernelResult make_scale(const graph::OpNode& op, const CudaContext& ctx) {
 // that the kernel walks few dims (at most kMaxTransposeRank).
 KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx) {
   const graph::TensorSpec& x = op.input_specs[0];
-  auto perm = graph::attr_ints(*op.proto, "perm");
-  if (!perm.ok()) return op_error(op, perm.status().message());
+  GP_ASSIGN_OR_RETURN(TransposeShape t, read_transpose(op));
   const int rank = x.shape_size();
-  if (static_cast<int>(perm->size()) != rank) return op_error(op, "attrs.perm: wrong length");
-  std::vector<int64_t> in_strides(rank);
-  int64_t in_stride = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    in_strides[d] = in_stride;
-    in_stride *= x.shape(d);
-  }
-  for (int d = rank - 1; d >= 0; --d) {
-    const int64_t p = (*perm)[d];
-    if (p < 0 || p >= rank) return op_error(op, "attrs.perm: not a permutation");
-  }
   std::vector<int64_t> sizes, src;  // per merged output dim, outermost first
   for (int d = 0; d < rank; ++d) {
-    const int p = static_cast<int>((*perm)[d]);
-    const int64_t size = x.shape(p), stride = in_strides[p];
+    const int p = static_cast<int>(t.perm[d]);
+    const int64_t size = x.shape(p), stride = t.in_strides[p];
     if (size == 1) continue;  // contributes index 0 only
     if (!sizes.empty() && src.back() == stride * size) {
       // The previous output dim steps over whole runs of this one in the input: one dim.

@@ -98,7 +98,6 @@ class RankRunner {
   std::unique_ptr<StageRunner> runner_;
   std::vector<Step> steps_;
   std::vector<std::byte> staging_;
-  bool host_ = true;  // the device's memory is host memory: no staging below
   // Devices without host memory: a received gradient's current value (fan-in adds on the host)
   // and the flat parameter gradients for the all-reduce.
   std::vector<float> grad_scratch_;
