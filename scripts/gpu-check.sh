@@ -4,6 +4,7 @@
 #   1. kernels  - every catalogue op on cuda:0 against the CPU reference at fp32, tf32 and bf16;
 #   2. profile  - graphpipe-profile ops on cuda:0 for the tiny models and mmt;
 #   3. train    - tiny-mmt trained on cuda:0 and on the CPU from the same seed, loss by loss;
+#      nccl     - with two GPUs or more: a 2-rank plan over the NCCL data plane against the CPU;
 #   4. bench    - bench/gpu: GEMM throughput against the device's peak, an mmt step (and PyTorch
 #                 eager on the same model when PyTorch is installed).
 # It prints a summary table and writes it with each step's log to $OUT (default gpu-check-out/).
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --bundle) bundle=$2; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -114,6 +115,33 @@ else
   row train FAIL "$(elapsed "$t")" "a run failed (train.log)"
 fi
 
+# ---- 3b. two ranks over NCCL (two GPUs or more) ---------------------------------------------
+t=$(now)
+ngpus=$(grep -c "^GPU " "$tmp/gpus")
+if [ "$ngpus" -ge 2 ]; then
+  : > "$out/nccl.log"
+  "$bin/graphpipe-plan" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local \
+    --devices 2 --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/two.pb" >> "$out/nccl.log" 2>&1
+  timeout 120 "$bin/graphpipe-executor" --log-level warn local --plan "$tmp/two.pb" \
+    --iterations 10 --metrics-out "$tmp/two-cpu.json" >> "$out/nccl.log" 2>&1
+  for r in 0 1; do
+    timeout 180 "$bin/graphpipe-executor" run --plan "$tmp/two.pb" --world-size 2 --rank $r \
+      --iterations 10 --device cuda:$r --data-plane nccl --coordinator-file "$tmp/coord" \
+      --timeout 60 --metrics-out "$tmp/two-nccl.json" >> "$out/nccl.log" 2>&1 &
+  done
+  wait
+  losses() { grep -o '"loss":[^,}]*' "$1" | cut -d: -f2; }
+  worst=$(paste <(losses "$tmp/two-cpu.json") <(losses "$tmp/two-nccl.json") | awk '
+    { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > m) m = r; n++ }
+    END { if (n < 10) print "none"; else printf "%.2e", m }')
+  if [ "$worst" != none ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-3) }'; then
+    row nccl PASS "$(elapsed "$t")" "2 ranks on cuda:0,1 over NCCL vs the CPU: worst loss difference $worst"
+  else
+    row nccl FAIL "$(elapsed "$t")" "2 ranks over NCCL: worst loss difference ${worst} (nccl.log)"
+  fi
+else
+  row nccl SKIP "$(elapsed "$t")" "one GPU: ranks of a communicator need a GPU each (kernels.log has the one-GPU NCCL tests)"
+fi
 # ---- 4. bench/gpu ---------------------------------------------------------------------------
 t=$(now)
 if [ -x "$bin/gp_gpu_bench" ]; then

@@ -57,6 +57,18 @@ void Device::apply_optimizer(const Optimizer& optimizer, float* weights, const f
                   step);
 }
 
+Status Device::copy_on_device(void* dst, const void* src, size_t bytes) const {
+  GP_CHECK(host_memory(), "Device::copy_on_device: a device without host memory must override it");
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return ok_status();
+}
+
+Status Device::accumulate(float* dst, const float* src, int64_t n) const {
+  GP_CHECK(host_memory(), "Device::accumulate: a device without host memory must override it");
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  return ok_status();
+}
+
 std::string_view precision_name(MatmulPrecision p) {
   switch (p) {
     case MatmulPrecision::kFp32:

@@ -174,6 +174,8 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
           step.pieces.push_back(piece);
         }
         max_bytes = std::max(max_bytes, static_cast<size_t>(step.bytes));
+        step.staging_offset = r->device_staging_bytes_;
+        r->device_staging_bytes_ += (static_cast<size_t>(step.bytes) + 255) / 256 * 256;
       }
     }
     r->steps_.push_back(std::move(step));
@@ -242,8 +244,47 @@ Status RankRunner::unpack(const Step& s, const std::byte* in) {
   return ok_status();
 }
 
+Status RankRunner::pack_on_device(const Step& s, std::byte* out) const {
+  const Device& device = runner_->device();
+  for (const Piece& p : s.pieces) {
+    const TensorView v = p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
+                                                  : runner_->external_input(s.slot, p.index))
+                                    : (s.gradient ? runner_->export_grad(s.slot, p.index)
+                                                  : runner_->export_value(s.slot, p.index));
+    const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    GP_RETURN_IF_ERROR(device.copy_on_device(
+        out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, n));
+    out += n;
+  }
+  return ok_status();
+}
+
+Status RankRunner::unpack_on_device(const Step& s, const std::byte* in) {
+  const Device& device = runner_->device();
+  for (const Piece& p : s.pieces) {
+    const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    if (s.gradient) {  // fan-in: gradients from every successor add up
+      const TensorView v = p.external ? runner_->external_input_grad(s.slot, p.index)
+                                      : runner_->export_grad(s.slot, p.index);
+      GP_RETURN_IF_ERROR(device.accumulate(v.f() + p.bytes_per_sample / 4 * s.sample_offset,
+                                           reinterpret_cast<const float*>(in),
+                                           static_cast<int64_t>(n / 4)));
+    } else {
+      const TensorView v = runner_->external_input(s.slot, p.index);
+      GP_RETURN_IF_ERROR(device.copy_on_device(
+          static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n));
+    }
+    in += n;
+  }
+  return ok_status();
+}
+
 Status RankRunner::allreduce_grads(Communicator& comm) {
   StageRunner& runner = *runner_;
+  if (comm.device_memory()) {
+    if (group_.size() < 2) return ok_status();  // a sum over one replica
+    return comm.allreduce_sum(group_, runner.param_grad_memory());
+  }
   if (runner.host_memory()) return comm.allreduce_sum(group_, runner.param_grads());
   if (group_.size() < 2) return ok_status();  // a sum over one replica
   GP_RETURN_IF_ERROR(runner.download_param_grads(allreduce_staging_));
@@ -260,6 +301,17 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
   // of the previous one.
   const uint64_t parity = static_cast<uint64_t>(iteration & 1) << 63;
   const bool tracing = trace_capacity_ > 0;
+  const bool on_device = comm.device_memory();
+  if (on_device && device_staging_.bytes() < device_staging_bytes_) {
+    // Once, at the first iteration over such a data plane (the runner is made before it).
+    auto staging = DeviceBuffer::create(runner.device(), device_staging_bytes_);
+    if (!staging.ok()) {
+      return staging.status().with_context("rank " + std::to_string(rank_) +
+                                           ": message staging buffer");
+    }
+    device_staging_ = std::move(*staging);
+  }
+  std::byte* device_staging = static_cast<std::byte*>(device_staging_.data());
   for (const Step& s : steps_) {
     current_.store(s.instruction, std::memory_order_relaxed);
     const double start_us = tracing ? now_us() : 0;
@@ -275,16 +327,19 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
       case Op::kBackward:
         runner.backward(s.slot, scale);
         break;
-      case Op::kSend:
-        st = pack(s, staging_.data());
-        if (st.ok()) {
-          st = comm.send(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
-        }
+      case Op::kSend: {
+        std::byte* message = on_device ? device_staging + s.staging_offset : staging_.data();
+        st = on_device ? pack_on_device(s, message) : pack(s, message);
+        if (st.ok())
+          st = comm.send(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
         break;
-      case Op::kRecv:
-        st = comm.recv(s.peer, s.tag | parity, {staging_.data(), static_cast<size_t>(s.bytes)});
-        if (st.ok()) st = unpack(s, staging_.data());
+      }
+      case Op::kRecv: {
+        std::byte* message = on_device ? device_staging + s.staging_offset : staging_.data();
+        st = comm.recv(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
+        if (st.ok()) st = on_device ? unpack_on_device(s, message) : unpack(s, message);
         break;
+      }
       case Op::kAllReduce:
         st = allreduce_grads(comm);
         break;
@@ -318,6 +373,13 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
     }
   }
   current_.store(-1, std::memory_order_relaxed);
+  // The staging regions are reused next iteration, and a transfer's failure belongs to this one.
+  if (on_device) {
+    if (Status st = comm.wait_all(); !st.ok()) {
+      return st.with_context("rank " + std::to_string(rank_) + ", iteration " +
+                             std::to_string(iteration));
+    }
+  }
   // Errors of the iteration's queued device work (and of the runner's copies) surface here.
   if (Status st = runner.synchronize(); !st.ok()) {
     return st.with_context("rank " + std::to_string(rank_) + ", iteration " +

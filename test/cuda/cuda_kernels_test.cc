@@ -2,6 +2,7 @@
 // batch 1, 2 and 3) and larger shapes that take the kernels' multi-block paths, at each GEMM
 // precision. Outputs, input gradients (accumulated onto non-zero values, or skipped when null)
 // and parameter gradients must match within a normwise relative error per precision.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -340,6 +341,29 @@ TEST_CASE("device memory round-trips through copies and fill_zero") {
   auto empty = DeviceBuffer::create(dev, 0);
   REQUIRE(empty.ok());
   CHECK(empty->data() == nullptr);
+}
+
+TEST_CASE("on-device copies and gradient accumulation give the CPU's floats") {
+  const Device& dev = cuda(MatmulPrecision::kFp32);
+  const size_t n = 300000;  // more than one grid-stride pass of small grids
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 1.0f / static_cast<float>(i + 1);
+    b[i] = static_cast<float>(i % 97) * 0.37f - 11.0f;
+  }
+  DeviceBuffer da = upload(dev, a), db = upload(dev, b);
+  REQUIRE(dev.accumulate(da.f(), db.f(), static_cast<int64_t>(n)).ok());
+  std::vector<float> expected = a;
+  REQUIRE(
+      gp::exec::cpu_device().accumulate(expected.data(), b.data(), static_cast<int64_t>(n)).ok());
+  CHECK(download(dev, da, n) == expected);
+  // A copy between two device buffers, offset inside both.
+  REQUIRE(dev.copy_on_device(db.f() + 10, da.f() + 20, 1000 * sizeof(float)).ok());
+  const auto copied = download(dev, db, n);
+  CHECK(copied[9] == b[9]);
+  CHECK(std::equal(copied.begin() + 10, copied.begin() + 1010, expected.begin() + 20));
+  CHECK(copied[1010] == b[1010]);
+  REQUIRE(dev.synchronize().ok());
 }
 
 TEST_CASE("an allocation larger than the device fails with the size and leaves it usable") {

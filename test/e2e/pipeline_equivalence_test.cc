@@ -5,10 +5,14 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
+#include "../support/device_loopback.h"
 #include "../support/models.h"
 #include "../support/staging_device.h"
 #include "gp/cost/cluster.h"
+#include "gp/exec/nccl_layout.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/exec/stage_runner.h"
@@ -283,6 +287,203 @@ TEST_CASE("plans train on a device without host memory exactly as on the CPU") {
     INFO(dev.first_violation());
     CHECK(dev.violations() == 0);
   }
+}
+
+namespace {
+
+// Every rank of `plan` as a thread on `device`, over DeviceLoopback communicators (the data plane
+// takes device memory, as NCCL does). Returns the per-iteration mean losses.
+struct DeviceMemoryRun {
+  Result<std::vector<double>> losses = std::vector<double>{};
+  std::vector<std::unique_ptr<exec::RankRunner>> runners;
+  int waits = 0, allreduces = 0;
+};
+
+DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterations,
+                                     const exec::Device& device, int fail_wait_of_rank = -1) {
+  DeviceMemoryRun run;
+  auto g = graph::Graph::build(plan.model());
+  REQUIRE(g.ok());
+  auto index = graph::validate_plan_structure(plan, *g);
+  REQUIRE(index.ok());
+  for (int r = 0; r < index->world_size; ++r) {
+    auto runner = exec::RankRunner::create(plan, *g, *index, r, device);
+    REQUIRE(runner.ok());
+    run.runners.push_back(std::move(*runner));
+  }
+  exec::LoopbackHub hub(index->world_size, kTimeout);
+  std::vector<std::unique_ptr<testing::DeviceLoopback>> comms;
+  for (int r = 0; r < index->world_size; ++r) {
+    comms.push_back(std::make_unique<testing::DeviceLoopback>(hub.communicator(r), device));
+  }
+  if (fail_wait_of_rank >= 0) comms[fail_wait_of_rank]->fail_next_wait();
+  std::vector<std::vector<double>> sums(run.runners.size(), std::vector<double>(iterations, 0));
+  std::mutex mu;
+  Status first_error;  // the cause; the others fail because it aborts them
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < run.runners.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int it = 0; it < iterations; ++it) {
+        auto loss = run.runners[i]->run_iteration(it, *comms[i]);
+        if (!loss.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = loss.status();
+          for (auto& c : comms) c->abort("rank " + std::to_string(i) + " failed");
+          return;
+        }
+        sums[i][it] = *loss;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& c : comms) {
+    run.waits += c->waits();
+    run.allreduces += c->allreduces();
+  }
+  if (!first_error.ok()) {
+    run.losses = first_error;
+    return run;
+  }
+  std::vector<double> losses;
+  for (int it = 0; it < iterations; ++it) {
+    double sum = 0;
+    for (const auto& per_rank : sums) sum += per_rank[it];
+    losses.push_back(sum / static_cast<double>(plan.mini_batch()));
+  }
+  run.losses = losses;
+  return run;
+}
+
+}  // namespace
+
+// The NCCL path of the runner: messages packed and unpacked on the device, received gradients
+// accumulated there and the all-reduce on device memory, never through the host.
+TEST_CASE("plans train over a device-memory data plane exactly as on the CPU") {
+  auto mmt = testing::zoo_graph("tiny-mmt");
+  auto uno = testing::zoo_graph("tiny-candle-uno");
+  auto fan_in = fan_in_graph();
+  const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  const auto momentum = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+  struct Case {
+    std::string name;
+    graphpipe::v1::Plan plan;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"replicated stages (all-reduce)", replicated_plan(mmt, adam)});
+  cases.push_back({"relayed tensors", relay_plan(uno, momentum)});
+  cases.push_back(
+      {"graph pipeline", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, adam)});
+  cases.push_back({"gradient fan-in", fan_in_plan(fan_in, momentum)});
+  constexpr int kIters = 3;
+  for (const auto& c : cases) {
+    INFO(c.name);
+    std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners;
+    auto cpu = exec::run_plan_locally(c.plan, kIters, kTimeout, &cpu_runners);
+    REQUIRE(cpu.ok());
+    testing::StagingDevice dev;
+    DeviceMemoryRun run = run_on_device_memory(c.plan, kIters, dev);
+    INFO(run.losses.status().to_string());
+    REQUIRE(run.losses.ok());
+    CHECK(*run.losses == cpu->losses);
+    CHECK(run.waits == kIters * static_cast<int>(run.runners.size()));
+    if (c.name == "replicated stages (all-reduce)") CHECK(run.allreduces == kIters * 4);
+    if (c.name == "gradient fan-in") CHECK(dev.accumulations() > 0);
+    for (size_t i = 0; i < cpu_runners.size(); ++i) {
+      const exec::StageRunner& a = cpu_runners[i]->stage_runner();
+      const exec::StageRunner& b = run.runners[i]->stage_runner();
+      std::vector<float> got(static_cast<size_t>(b.param_count()));
+      REQUIRE(b.download_params(got).ok());
+      INFO("rank " << i);
+      REQUIRE(got.size() == a.params().size());
+      CHECK(std::memcmp(got.data(), a.params().data(), a.params().size_bytes()) == 0);
+    }
+    run.runners.clear();  // before the device
+    INFO(dev.first_violation());
+    CHECK(dev.violations() == 0);
+  }
+}
+
+TEST_CASE("a device-memory data plane's failed wait fails the iteration, naming the rank") {
+  auto uno = testing::zoo_graph("tiny-candle-uno");
+  const auto plan = relay_plan(uno, training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  testing::StagingDevice dev;
+  DeviceMemoryRun run = run_on_device_memory(plan, 2, dev, /*fail_wait_of_rank=*/1);
+  REQUIRE_FALSE(run.losses.ok());
+  const std::string why = run.losses.status().message();
+  CHECK(why.find("injected wait_all failure") != std::string::npos);
+  CHECK(why.find("rank 1, iteration 0") != std::string::npos);
+  run.runners.clear();
+}
+
+TEST_CASE("NCCL channels of searched plans carry their messages in the same order at both ends") {
+  auto uno = testing::zoo_graph("tiny-candle-uno");
+  auto mmt = testing::zoo_graph("tiny-mmt");
+  const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  for (auto strategy : {graphpipe::v1::STRATEGY_GRAPHPIPE, graphpipe::v1::STRATEGY_SEQUENTIAL,
+                        graphpipe::v1::STRATEGY_PIPER}) {
+    INFO(graph::strategy_name(strategy));
+    const auto plan = searched(uno, strategy, 4, 16, adam);
+    auto g = graph::Graph::build(plan.model());
+    REQUIRE(g.ok());
+    auto index = graph::validate_plan_structure(plan, *g);
+    REQUIRE(index.ok());
+    auto layout = exec::nccl_layout(plan, *index);
+    INFO(layout.status().to_string());
+    REQUIRE(layout.ok());
+    REQUIRE_FALSE(layout->channels.empty());
+    // Every send of the plan is on a channel, and counted there.
+    int sends = 0;
+    for (const auto& program : plan.programs()) {
+      for (const auto& in : program.instructions()) {
+        if (in.kind() != graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION &&
+            in.kind() != graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT) {
+          continue;
+        }
+        ++sends;
+        CHECK(layout->channel(program.rank(), in.peer_rank()) >= 0);
+      }
+    }
+    int counted = 0;
+    for (const auto& ch : layout->channels) counted += ch.messages;
+    CHECK(counted == sends);
+  }
+  const auto replicated = replicated_plan(mmt, adam);
+  auto g = graph::Graph::build(replicated.model());
+  REQUIRE(g.ok());
+  auto index = graph::validate_plan_structure(replicated, *g);
+  REQUIRE(index.ok());
+  auto layout = exec::nccl_layout(replicated, *index);
+  REQUIRE(layout.ok());
+  CHECK(layout->groups == std::vector<std::vector<int>>{{1, 2}, {3, 4}});
+  const int first_group = static_cast<int>(layout->channels.size());
+  CHECK(layout->describe(first_group) == "all-reduce group {1,2}");
+  CHECK(layout->communicators() == first_group + 2);
+}
+
+TEST_CASE("a plan whose two ends of a channel disagree on the message order is refused") {
+  auto uno = testing::zoo_graph("tiny-candle-uno");
+  auto plan = relay_plan(uno, training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  auto g = graph::Graph::build(plan.model());
+  REQUIRE(g.ok());
+  auto index = graph::validate_plan_structure(plan, *g);
+  REQUIRE(index.ok());
+  // Swap rank 0's first two activation sends: rank 1 still expects them in the old order.
+  auto* program = plan.mutable_programs(index->program_of_rank[0]);
+  std::vector<int> sends;
+  for (int k = 0; k < program->instructions_size(); ++k) {
+    if (program->instructions(k).kind() == graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION &&
+        program->instructions(k).peer_rank() == 1) {
+      sends.push_back(k);
+    }
+  }
+  REQUIRE(sends.size() >= 2);
+  program->mutable_instructions()->SwapElements(sends[0], sends[1]);
+  auto layout = exec::nccl_layout(plan, *index);
+  REQUIRE_FALSE(layout.ok());
+  const std::string why = layout.status().message();
+  INFO(why);
+  CHECK(why.find("channel 0->1: message 0") != std::string::npos);
+  CHECK(why.find("NCCL matches messages by order") != std::string::npos);
 }
 
 TEST_CASE("an error of a device's queued work fails the iteration, naming the rank") {

@@ -57,6 +57,10 @@ check "an unknown device exits 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" 
 err=$("$exe" local --plan "$tmp/plan.pb" --precision fp64 2>&1 >/dev/null); rc=$?
 check "an unknown precision exits 2 naming the flag" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--precision"'
+err=$("$exe" --log-level warn run --plan "$tmp/plan.pb" --rank 0 --world-size 3 \
+  --data-plane nccl --device cpu 2>&1 >/dev/null); rc=$?
+check "--data-plane nccl on the CPU exits 2 naming both flags" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--data-plane nccl needs --device cuda:N"'
 for flag in --data-plane --cpu-affinity; do
   err=$("$exe" run --plan "$tmp/none.pb" --rank 0 --world-size 1 "$flag" bogus 2>&1); rc=$?
   check "run rejects an unknown $flag value with exit 2 naming the flag" \

@@ -164,6 +164,41 @@ TEST_CASE("every rank registers and receives every data address and the plan", "
   for (const auto& s : status->ranks()) CHECK(s.registered());
 }
 
+TEST_CASE("rank 0's NCCL unique ids reach every rank; another rank may not hand out ids",
+          "[control]") {
+  constexpr int kWorld = 3;
+  auto coordinator = start_coordinator(kWorld);
+  std::vector<std::unique_ptr<exec::ControlClient>> clients;
+  for (int r = 0; r < kWorld; ++r) clients.push_back(connect_to(*coordinator));
+  // Rank 1 may not hand out ids: refused, naming the field; it registers again without them.
+  auto with_ids = registration(1, kWorld, coordinator->plan_hash());
+  with_ids.add_nccl_unique_ids(std::string(128, 'x'));
+  auto refused = clients[1]->register_rank(with_ids, 5s);
+  CHECK(refused.status().code() == StatusCode::kInvalidArgument);
+  CHECK(contains(refused.status().message(), "nccl_unique_ids"));
+  CHECK(contains(refused.status().message(), "rank 1"));
+
+  const std::vector<std::string> ids = {std::string(128, '\x01'), std::string(128, '\x02')};
+  std::vector<std::future<Result<pb::RegisterResponse>>> futures;
+  for (int r = 0; r < kWorld; ++r) {
+    futures.push_back(std::async(std::launch::async, [&, r] {
+      auto req = registration(r, kWorld, coordinator->plan_hash());
+      if (r == 0) {
+        for (const auto& id : ids) req.add_nccl_unique_ids(id);
+      }
+      return clients[r]->register_rank(req, kWait);
+    }));
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    auto resp = get_within(futures[r]);
+    INFO("rank " << r << ": " << resp.status().to_string());
+    REQUIRE(resp.ok());
+    REQUIRE(resp->nccl_unique_ids_size() == 2);
+    CHECK(resp->nccl_unique_ids(0) == ids[0]);
+    CHECK(resp->nccl_unique_ids(1) == ids[1]);
+  }
+}
+
 TEST_CASE("registration refuses a wrong plan hash, world size or rank", "[control]") {
   auto coordinator = start_coordinator(2);
   auto client = connect_to(*coordinator);

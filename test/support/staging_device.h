@@ -136,6 +136,30 @@ class StagingDevice final : public exec::Device {
     ++optimizer_updates_;
   }
 
+  Status copy_on_device(void* dst, const void* src, size_t bytes) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!in_device(dst, bytes, "copy_on_device destination") ||
+        !in_device(src, bytes, "copy_on_device source")) {
+      return error_status();
+    }
+    Access access(*this);
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return ok_status();
+  }
+
+  Status accumulate(float* dst, const float* src, int64_t n) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t bytes = static_cast<size_t>(n) * 4;
+    if (!in_device(dst, bytes, "accumulate destination") ||
+        !in_device(src, bytes, "accumulate source")) {
+      return error_status();
+    }
+    Access access(*this);
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+    ++accumulations_;
+    return ok_status();
+  }
+
   // The kernel call `calls` calls from now fails as an asynchronous CUDA failure would: it runs,
   // and its error is reported by the next synchronize() (not a violation).
   void inject_kernel_failure(long calls) const {
@@ -163,6 +187,10 @@ class StagingDevice final : public exec::Device {
   long optimizer_updates() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return optimizer_updates_;
+  }
+  long accumulations() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return accumulations_;
   }
   long synchronizations() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -286,7 +314,7 @@ class StagingDevice final : public exec::Device {
   mutable size_t used_ = 0;
   mutable std::map<std::byte*, size_t> live_;
   mutable long violations_ = 0, copies_ = 0, kernel_calls_ = 0, optimizer_updates_ = 0;
-  mutable long synchronizations_ = 0;
+  mutable long synchronizations_ = 0, accumulations_ = 0;
   mutable long fail_at_call_ = -1;
   mutable std::string first_violation_, first_error_;
 };

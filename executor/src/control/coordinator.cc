@@ -185,6 +185,12 @@ class CoordinatorCore {
                       "same plan file?",
                       r, req.plan_hash().empty() ? "(empty)" : req.plan_hash(), plan_hash_)));
     }
+    if (r != 0 && req.nccl_unique_ids_size() > 0) {
+      return refuse(invalid_argument(
+          fmt::format("rank {}: nccl_unique_ids has {} entries, but only rank 0 hands out NCCL "
+                      "ids",
+                      r, req.nccl_unique_ids_size())));
+    }
     if (aborted_) return aborted_status(fmt::format("rank {}: ", r), abort_reason_);
     if (shutting_down_) return shutting_down_status(fmt::format("rank {}: ", r));
     if (rec.registered) {
@@ -215,7 +221,7 @@ class CoordinatorCore {
       if (registration_complete_) {
         pb::RegisterResponse resp;
         for (const std::string& a : data_addresses_) resp.add_data_addresses(a);
-        resp.set_nccl_unique_id(options_.nccl_unique_id);
+        *resp.mutable_nccl_unique_ids() = ranks_[0].registration.nccl_unique_ids();
         resp.set_job_id(job_id_);
         return resp;
       }

@@ -204,6 +204,20 @@ class CudaDevice final : public Device {
     return status_of(e, "work queued on the compute stream");
   }
 
+  Status copy_on_device(void* dst, const void* src, size_t bytes) const override {
+    if (bytes == 0) return ok_status();
+    cudaSetDevice(ctx_.device_index);
+    return status_of(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx_.stream),
+                     "copy of " + std::to_string(bytes) + " bytes on the device");
+  }
+
+  Status accumulate(float* dst, const float* src, int64_t n) const override {
+    cudaSetDevice(ctx_.device_index);
+    return status_of(launch_accumulate(dst, src, n, ctx_.stream), "gradient accumulation");
+  }
+
+  const CudaContext& context() const { return ctx_; }
+
   void apply_optimizer(const Optimizer& optimizer, float* weights, const float* grads, float* state,
                        int64_t n, int64_t step) const override {
     if (n <= 0) return;
@@ -240,6 +254,11 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+const CudaContext* context_of(const Device& device) {
+  const auto* d = dynamic_cast<const CudaDevice*>(&device);
+  return d == nullptr ? nullptr : &d->context();
+}
 
 Result<const Device*> open_cuda_device(int index, MatmulPrecision precision) {
   // Leaked on purpose: destroying CUDA objects after the runtime has shut down at exit crashes.

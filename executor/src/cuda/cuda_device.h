@@ -10,4 +10,8 @@ namespace gp::exec::cuda {
 // the life of the process; Unavailable naming the CUDA error when there is no such device.
 Result<const Device*> open_cuda_device(int index, MatmulPrecision precision);
 
+class CudaContext;
+// The context of a device from open_cuda_device; nullptr for any other device.
+const CudaContext* context_of(const Device& device);
+
 }  // namespace gp::exec::cuda

@@ -1,4 +1,5 @@
-// __global__ optimizer updates (see optimizer_launch.h). Every product and sum is an explicitly
+// __global__ optimizer updates and the gradient accumulation of received messages (see
+// optimizer_launch.h). Every product and sum is an explicitly
 // rounded intrinsic, so that nvcc cannot contract them into FMAs: the CPU rounds each operation,
 // and an update that differs in the last bit makes runs on the two devices drift apart.
 #include <cuda_runtime.h>
@@ -42,6 +43,10 @@ __global__ void adam_kernel(OptimizerScalars k, float* w, const float* g, float*
   }
 }
 
+__global__ void accumulate_kernel(float* dst, const float* src, int64_t n) {
+  GP_GRID_STRIDE(i, n) { dst[i] = __fadd_rn(dst[i], src[i]); }
+}
+
 unsigned grid_for(int64_t n) {
   const int64_t b = (n + kBlock - 1) / kBlock;
   return static_cast<unsigned>(b < 1 ? 1 : (b > kMaxBlocks ? kMaxBlocks : b));
@@ -64,6 +69,12 @@ cudaError_t launch_optimizer_update(const OptimizerScalars& k, float* weights, c
       sgd_kernel<<<grid, kBlock, 0, stream>>>(k.lr, weights, grads, n);
       break;
   }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_accumulate(float* dst, const float* src, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  accumulate_kernel<<<grid_for(n), kBlock, 0, stream>>>(dst, src, n);
   return cudaGetLastError();
 }
 

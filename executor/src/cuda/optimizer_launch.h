@@ -28,4 +28,8 @@ struct OptimizerScalars {
 cudaError_t launch_optimizer_update(const OptimizerScalars& k, float* weights, const float* grads,
                                     float* state, int64_t n, cudaStream_t stream);
 
+// dst[i] += src[i] for n floats (a received gradient onto the stage's own), rounded as on the
+// CPU. Queued on `stream`; returns cudaGetLastError().
+cudaError_t launch_accumulate(float* dst, const float* src, int64_t n, cudaStream_t stream);
+
 }  // namespace gp::exec::cuda

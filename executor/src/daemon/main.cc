@@ -257,9 +257,11 @@ int main(int raw_argc, char** raw_argv) {
       ->capture_default_str();
   run_cmd
       ->add_option("--data-plane", run.data_plane,
-                   "auto: ranks on the same host exchange activations through shared memory, "
-                   "Gloo (TCP) carries the rest; gloo: Gloo for everything")
-      ->check(CLI::IsMember({"auto", "gloo"}))
+                   "auto: NCCL between GPUs (--device cuda:N); on the CPU, ranks on the same "
+                   "host exchange activations through shared memory and Gloo (TCP) carries the "
+                   "rest; gloo: Gloo for everything (GPU memory is staged through the host); "
+                   "nccl: NCCL (CUDA ranks only)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   run_cmd
       ->add_option("--cpu-affinity", run.cpu_affinity,

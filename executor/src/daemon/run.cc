@@ -18,6 +18,7 @@
 #include "gp/exec/coordinator.h"
 #include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
+#include "gp/exec/nccl.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
@@ -256,6 +257,15 @@ Status run_rank(const RunOptions& o) {
     }
     if (kill_rank != o.rank || !o.resume.empty()) kill_at = -1;
   }
+  // NCCL moves device memory between GPUs: the default for CUDA ranks.
+  const bool use_nccl = o.data_plane == "nccl" || (o.data_plane == "auto" && o.device != "cpu");
+  if (use_nccl && o.device == "cpu") {
+    return invalid_argument("--data-plane nccl needs --device cuda:N (this rank runs on the CPU)");
+  }
+  NcclLayout nccl_plan;
+  if (use_nccl) {
+    GP_ASSIGN_OR_RETURN(nccl_plan, nccl_layout(plan, index));
+  }
   // One replica of each stage writes the stage's operators.
   const auto& my_stage = plan.stages(runner->stage());
   const bool checkpoint_writer =
@@ -290,6 +300,10 @@ Status run_rank(const RunOptions& o) {
   reg.set_plan_hash(graph::message_hash(plan));
   reg.set_host(o.bind_host);
   reg.set_device(o.device);
+  if (use_nccl && o.rank == 0) {
+    GP_ASSIGN_OR_RETURN(auto ids, make_nccl_unique_ids(nccl_plan.communicators()));
+    for (auto& id : ids) reg.add_nccl_unique_ids(std::move(id));
+  }
   GP_ASSIGN_OR_RETURN(auto registered, client->register_rank(reg, timeout));
 
   // Data plane.
@@ -299,39 +313,80 @@ Status run_rank(const RunOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(store_dir, ec);
   if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
-  DataPlaneOptions dp;
-  dp.transport = o.data_plane;
-  GlooOptions& go = dp.gloo;
-  go.rank = o.rank;
-  go.world_size = o.world_size;
-  go.store_dir = store_dir;
-  go.prefix = registered.job_id();
-  go.hostname = o.bind_host;
-  // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
-  // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
-  go.timeout = 2 * timeout;
-  auto plane = make_data_plane(dp);
-  auto comm = plane.ok() ? Result<std::unique_ptr<Communicator>>(std::move(plane->comm))
-                         : Result<std::unique_ptr<Communicator>>(plane.status());
-  if (!comm.ok()) {
+  DataPlane plane;
+  Status plane_status;
+  // Every rank must use the same data plane; the one that finds out tells the coordinator.
+  if (nccl_plan.communicators() > 0 && registered.nccl_unique_ids_size() == 0) {
+    plane_status =
+        failed_precondition("rank " + std::to_string(o.rank) +
+                            " uses the NCCL data plane, but rank 0 does not (it handed out no "
+                            "NCCL ids): give every rank the same --device kind and --data-plane");
+  }
+  if (!use_nccl && registered.nccl_unique_ids_size() > 0) {
+    plane_status =
+        failed_precondition("rank 0 uses the NCCL data plane (it handed out " +
+                            std::to_string(registered.nccl_unique_ids_size()) +
+                            " NCCL ids), but rank " + std::to_string(o.rank) + " uses " +
+                            (o.device == "cpu" ? "the CPU" : "--data-plane " + o.data_plane) +
+                            ": give every rank the same --device kind and --data-plane");
+  }
+
+  if (!plane_status.ok()) {
+    // reported below
+  } else if (use_nccl) {
+    NcclOptions no;
+    no.device = device;
+    no.rank = o.rank;
+    no.layout = nccl_plan;
+    no.unique_ids.assign(registered.nccl_unique_ids().begin(), registered.nccl_unique_ids().end());
+    no.timeout = 2 * timeout;  // as Gloo's below
+    auto comm = make_nccl_communicator(no);
+    if (comm.ok()) {
+      plane.comm = std::move(*comm);
+      plane.description =
+          "nccl (" + std::to_string(nccl_plan.communicators()) + " communicators in the job)";
+    } else {
+      plane_status = comm.status();
+    }
+  } else {
+    DataPlaneOptions dp;
+    dp.transport = o.data_plane;
+    GlooOptions& go = dp.gloo;
+    go.rank = o.rank;
+    go.world_size = o.world_size;
+    go.store_dir = store_dir;
+    go.prefix = registered.job_id();
+    go.hostname = o.bind_host;
+    // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
+    // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
+    go.timeout = 2 * timeout;
+    auto made = make_data_plane(dp);
+    if (made.ok()) {
+      plane = std::move(*made);
+    } else {
+      plane_status = made.status();
+    }
+  }
+  if (!plane_status.ok()) {
     (void)client->report_status([&] {  // best effort: the coordinator aborts the others
       graphpipe::v1::RankStatus st;
       st.set_rank(o.rank);
       st.set_state(graphpipe::v1::RANK_STATE_FAILED);
-      st.set_error(comm.status().message());
+      st.set_error(plane_status.message());
       return st;
     }());
-    return comm.status();
+    return plane_status;
   }
+  Communicator& comm = *plane.comm;
   log->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o.rank, o.world_size,
-            runner->stage(), registered.job_id(), address, plane->description);
-  if (o.cpu_affinity == "auto" && plane->local_ranks.size() > 1) {
-    auto cpu = pin_to_local_core(o.rank, plane->local_ranks);
+            runner->stage(), registered.job_id(), address, plane.description);
+  if (o.cpu_affinity == "auto" && plane.local_ranks.size() > 1) {
+    auto cpu = pin_to_local_core(o.rank, plane.local_ranks);
     if (!cpu.ok()) {
       log->warn("rank {}: not pinned to a core: {}", o.rank, cpu.status().message());
     } else if (*cpu < 0) {
       log->info("rank {}: {} ranks on this host and fewer cores: not pinned", o.rank,
-                plane->local_ranks.size());
+                plane.local_ranks.size());
     } else {
       log->info("rank {}: compute thread pinned to cpu {}", o.rank, *cpu);
     }
@@ -342,14 +397,13 @@ Status run_rank(const RunOptions& o) {
     runner->enable_trace(static_cast<size_t>(program.instructions_size()) *
                          static_cast<size_t>(o.iterations));
   }
-  Heartbeat heartbeat(*client, **comm, *runner, plan, o.rank, milliseconds(o.heartbeat_ms),
-                      timeout);
+  Heartbeat heartbeat(*client, comm, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
   std::vector<double> times;
   for (int it = first_iteration; it < o.iterations; ++it) {
     if (it == kill_at) std::raise(SIGKILL);  // fault injection for tests
     heartbeat.set_iteration(it);
     const auto start = Clock::now();
-    auto loss = runner->run_iteration(it, **comm);
+    auto loss = runner->run_iteration(it, comm);
     if (!loss.ok()) {
       heartbeat.stop();
       if (std::string why = heartbeat.abort_reason(); !why.empty()) {

@@ -15,7 +15,7 @@ struct RunOptions {
   std::string coordinator_file;  // rank 0 writes the bound address here; others read it
   bool external_coordinator = false;
   std::string store_dir;                // Gloo rendezvous directory shared by the ranks
-  std::string data_plane = "auto";      // auto: shared memory between ranks of one host; gloo
+  std::string data_plane = "auto";      // auto: NCCL on CUDA, else shared memory + Gloo; gloo; nccl
   std::string cpu_affinity = "auto";    // auto: co-located ranks' compute threads on distinct cores
   std::string bind_host = "127.0.0.1";  // data-plane interface
   std::string auth_token;               // or $GP_AUTH_TOKEN

@@ -1,6 +1,6 @@
 // The data plane between ranks: tagged point-to-point messages and sum all-reduce over a group.
 // Implementations: LoopbackHub (ranks as threads of one process, for tests and single-host
-// runs); Gloo over TCP and NCCL plug in behind the same interface.
+// runs); Gloo over TCP, shared memory and NCCL (device memory) plug in behind the same interface.
 //
 // Every blocking call takes the communicator's timeout and fails with DEADLINE_EXCEEDED naming
 // the peer instead of hanging; abort() makes every pending and later call fail with the reason.
@@ -32,6 +32,16 @@ class Communicator {
   // Element-wise sum over `group` (sorted global ranks including this one), in place.
   virtual Status allreduce_sum(std::span<const int> group, std::span<float> data) = 0;
   virtual void abort(const std::string& reason) = 0;
+
+  // True when send/recv/allreduce_sum take memory of the rank's device (NCCL) instead of host
+  // memory. Such calls are stream-ordered and return before the transfer is done: a send reads
+  // its data after the device work queued before it, device work queued after a receive or an
+  // all-reduce sees its result, and a send's data must stay unchanged, like a receive's buffer
+  // unread on the host, until wait_all() returns. Failures may surface at any later call.
+  virtual bool device_memory() const { return false; }
+  // Waits until every queued transfer is complete, within the communicator's timeout (device-
+  // memory communicators; the others complete in their calls).
+  virtual Status wait_all() { return ok_status(); }
 };
 
 // In-process hub: one Communicator per rank; messages are queued per (src, dst, tag).

@@ -48,8 +48,6 @@ struct CoordinatorOptions {
   std::chrono::milliseconds heartbeat_timeout{30000};
   // Returned to every rank at registration; empty: a random one is generated.
   std::string job_id;
-  // Opaque bytes handed to every rank at registration (the NCCL unique id for CUDA ranks).
-  std::string nccl_unique_id;
 };
 
 class Coordinator {

@@ -56,6 +56,11 @@ class Device {
   // only devices with host memory may keep it; the others must give the same floats.
   virtual void apply_optimizer(const Optimizer& optimizer, float* weights, const float* grads,
                                float* state, int64_t n, int64_t step) const;
+  // A copy between two buffers of this device, and dst[i] += src[i] over `n` floats (this
+  // device's memory), queued like kernels (used with a device-memory data plane). The defaults
+  // work on host memory only; a device without it must override them.
+  virtual Status copy_on_device(void* dst, const void* src, size_t bytes) const;
+  virtual Status accumulate(float* dst, const float* src, int64_t n) const;
 };
 
 // Device memory owned by one object; released on destruction.

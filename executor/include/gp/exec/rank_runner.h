@@ -8,6 +8,12 @@
 // the all-reduce downloads, reduces and uploads the flat gradients. These copies serialize with
 // the device's compute; the device is synchronized at the end of every iteration, so an error of
 // its queued work fails that iteration.
+//
+// With a data plane that moves device memory (Communicator::device_memory(), NCCL), a message is
+// packed on the device into its own region of a staging buffer (every send and receive of an
+// iteration has one, allocated at the first such iteration), handed to the communicator, and
+// unpacked on the device; a received gradient is added on the device, in the same order. Nothing
+// is copied through the host, and the iteration ends with Communicator::wait_all().
 #pragma once
 
 #include <atomic>
@@ -79,6 +85,7 @@ class RankRunner {
     int64_t sample_offset = 0;  // within the slot
     int64_t samples = 0;
     int64_t bytes = 0;
+    size_t staging_offset = 0;  // send/recv: its region of the device staging buffer
     std::vector<Piece> pieces;
   };
 
@@ -87,6 +94,9 @@ class RankRunner {
   // memory (the errors are theirs).
   Status pack(const Step& s, std::byte* out) const;
   Status unpack(const Step& s, const std::byte* in);
+  // The same within the device's memory (a device-memory data plane).
+  Status pack_on_device(const Step& s, std::byte* out) const;
+  Status unpack_on_device(const Step& s, const std::byte* in);
   // Sums the flat parameter gradients over the stage's replicas.
   Status allreduce_grads(Communicator& comm);
 
@@ -102,6 +112,9 @@ class RankRunner {
   // and the flat parameter gradients for the all-reduce.
   std::vector<float> grad_scratch_;
   std::vector<float> allreduce_staging_;
+  // A device-memory data plane's messages, one region per send and receive of an iteration.
+  DeviceBuffer device_staging_;
+  size_t device_staging_bytes_ = 0;
   std::atomic<int> current_{-1};
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;

@@ -88,6 +88,9 @@ class StageRunner {
   // parameters in its ParamSpec order, concatenated (empty for an op without parameters or not
   // in this stage), and its optimizer state (state floats per parameter element, same order).
   std::span<float> param_grads();
+  // The flat parameter gradients in the device's memory, on any device (for a data plane that
+  // reduces device memory; the host must not dereference it unless host_memory()).
+  std::span<float> param_grad_memory() { return {grads_.f(), static_cast<size_t>(param_count_)}; }
   std::span<const float> params() const;
   std::span<const float> op_params(int op_index) const;
   std::span<float> mutable_op_params(int op_index);

@@ -1,0 +1,43 @@
+// Which NCCL communicators a plan needs, worked out identically by every rank from the plan.
+//
+// Every ordered pair of ranks that exchanges messages gets a channel: a two-rank communicator of
+// its own, used only for messages from `src` to `dst`, on its own stream. NCCL matches sends and
+// receives of one communicator in issue order and a send waits for its receive, so a single
+// communicator (or stream) per rank could deadlock where two ranks send to each other before
+// receiving; with one FIFO channel per direction a send waits only for the matching receive,
+// which nothing else delays: the pipeline runs as it does with buffered sends. Every stage with
+// more than one replica gets a communicator for its gradient all-reduce.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/graph/plan_util.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::exec {
+
+struct NcclChannel {
+  int src = 0;
+  int dst = 0;
+  int messages = 0;  // per iteration
+};
+
+struct NcclLayout {
+  std::vector<NcclChannel> channels;     // ascending (src, dst)
+  std::vector<std::vector<int>> groups;  // replica groups (sorted ranks), ascending
+  // Communicator k is channels[k] for k < channels.size(), then groups[k - channels.size()].
+  int communicators() const { return static_cast<int>(channels.size() + groups.size()); }
+  // Index of the channel src -> dst, -1 if the plan sends nothing that way.
+  int channel(int src, int dst) const;
+  // "channel 1->2" or "all-reduce group {0,3}".
+  std::string describe(int communicator) const;
+};
+
+// The layout of a validated plan. Checks that on every channel the sender's messages and the
+// receiver's receives come in the same order with the same edge and samples (NCCL has no tags):
+// FailedPrecondition naming the channel and the first mismatched message otherwise.
+Result<NcclLayout> nccl_layout(const graphpipe::v1::Plan& plan, const graph::PlanIndex& index);
+
+}  // namespace gp::exec
