@@ -7,32 +7,51 @@
 # check timing, stream ordering or cuBLAS's own rounding. Slow (every CUDA thread is a thread):
 # the whole binary takes ~25 minutes on 2 cores; pass Catch2 test names (comma-separated) to
 # run fewer.
-# Needs a built build/ (scripts/build.sh). Usage: scripts/cuda-emu-test.sh ["name,name,..."]
+# With --nccl it runs the NCCL data plane's tests instead (test/cuda/nccl_test.cc and the
+# hidden "[multi-gpu]" cases of test/cuda/nccl_ranks_test.cc: four ranks as threads, each on its
+# own emulated GPU, training plans over the real NcclCommunicator against an emulated NCCL in
+# which sends wait for their receives and aborts reach the peers; see tools/cuda-emu/README.md).
+# Needs a built build/ (scripts/build.sh).
+# Usage: scripts/cuda-emu-test.sh [--nccl] ["name,name,..."]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 b=$root/build
-out=$b/cuda-emu
+mode=kernels
+if [ "${1:-}" = --nccl ]; then mode=nccl; shift; fi
+out=$b/cuda-emu-$mode
 emu=$root/tools/cuda-emu
 mkdir -p "$out/gen" "$out/obj"
 rm -f "$out"/obj/*.o
-for lib in executor/libgp_kernels_cpu.a cost-model/libgp_graph.a common/libgp_common.a \
-           proto/libgp_proto.a proto/libgp_onnx_proto.a; do
+libs=(executor/libgp_kernels_cpu.a cost-model/libgp_graph.a common/libgp_common.a
+      proto/libgp_proto.a proto/libgp_onnx_proto.a)
+if [ $mode = nccl ]; then
+  libs=(executor/libgp_executor.a planner-cli/libgp_planner.a cost-model/libgp_sim.a
+        cost-model/libgp_cost_model.a "${libs[@]}")
+fi
+for lib in "${libs[@]}"; do
   [ -f "$b/$lib" ] || { echo "cuda-emu-test: $b/$lib is missing; run scripts/build.sh" >&2; exit 2; }
 done
 flags=(-O2 -std=gnu++20 -DGP_HAVE_CUDA=1 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL
        -I"$emu/include" -I"$root/executor/include" -I"$root/executor/src"
        -I"$root/cost-model/include" -I"$root/common/include" -I"$b/common/gen" -I"$b/proto/gen"
-       -I"$root/test/support")
+       -I"$root/planner-cli/include" -I"$root/test/support")
 src=$root/executor/src
 for cu in "$src"/cuda/*_kernels.cu; do
   python3 "$emu/convert_launches.py" "$cu" > "$out/gen/$(basename "$cu" .cu)_cu.cc"
 done
 printf '#define CATCH_CONFIG_MAIN\n#include <catch2/catch.hpp>\n' > "$out/gen/test_main.cc"
-# NCCL has no emulation: the data plane's communicator is left out (test/cuda/nccl_test.cc too).
 cuda_sources=()
-for f in "$src"/cuda/*.cc; do [[ $f == */nccl_communicator.cc ]] || cuda_sources+=("$f"); done
+for f in "$src"/cuda/*.cc; do
+  # The kernel tests need no NCCL.
+  [[ $mode = kernels && $f == */nccl_communicator.cc ]] || cuda_sources+=("$f")
+done
 sources=("$src/device.cc" "$src/optimizer.cc" "${cuda_sources[@]}" "$out"/gen/*.cc
-         "$emu/emu_runtime.cc" "$root/test/cuda/cuda_kernels_test.cc")
+         "$emu/emu_runtime.cc" "$emu/emu_streams.cc")
+if [ $mode = kernels ]; then
+  sources+=("$root/test/cuda/cuda_kernels_test.cc")
+else
+  sources+=("$emu/emu_nccl.cc" "$root/test/cuda/nccl_test.cc" "$root/test/cuda/nccl_ranks_test.cc")
+fi
 pids=()
 for s in "${sources[@]}"; do
   o="$out/obj/$(echo "${s#"$root"/}" | tr '/' '_').o"
@@ -41,7 +60,14 @@ for s in "${sources[@]}"; do
   if [ ${#pids[@]} -ge "${GP_JOBS:-$(nproc)}" ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
 done
 for p in "${pids[@]}"; do wait "$p"; done
-g++ -o "$out/cuda_kernels_emu_test" "$out"/obj/*.o "$b/executor/libgp_kernels_cpu.a" \
-  "$b/cost-model/libgp_graph.a" "$b/common/libgp_common.a" "$b/proto/libgp_proto.a" \
-  "$b/proto/libgp_onnx_proto.a" -rdynamic -lopenblas -lspdlog -lfmt -lprotobuf -lpthread -ldl
-"$out/cuda_kernels_emu_test" "$@"
+archives=()
+for lib in "${libs[@]}"; do archives+=("$b/$lib"); done
+g++ -o "$out/emu_test" "$out"/obj/*.o -Wl,--start-group "${archives[@]}" -Wl,--end-group \
+  -rdynamic -lopenblas -lspdlog -lfmt -lprotobuf -lpthread -ldl
+if [ $mode = kernels ]; then
+  "$out/emu_test" "$@"
+elif [ $# -gt 0 ]; then
+  "$out/emu_test" "$@"
+else
+  "$out/emu_test" && "$out/emu_test" "[multi-gpu]"
+fi

@@ -4,7 +4,8 @@
 #   1. kernels  - every catalogue op on cuda:0 against the CPU reference at fp32, tf32 and bf16;
 #   2. profile  - graphpipe-profile ops on cuda:0 for the tiny models and mmt;
 #   3. train    - tiny-mmt trained on cuda:0 and on the CPU from the same seed, loss by loss;
-#      nccl     - with two GPUs or more: a 2-rank plan over the NCCL data plane against the CPU;
+#      nccl     - with two GPUs or more: a 2-rank job over the NCCL data plane against the CPU
+#                 (with four or more, also gp_cuda_tests "[multi-gpu]");
 #   4. bench    - bench/gpu: GEMM throughput against the device's peak, an mmt step (and PyTorch
 #                 eager on the same model when PyTorch is installed).
 # It prints a summary table and writes it with each step's log to $OUT (default gpu-check-out/).
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --bundle) bundle=$2; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -134,10 +135,16 @@ if [ "$ngpus" -ge 2 ]; then
   worst=$(paste <(losses "$tmp/two-cpu.json") <(losses "$tmp/two-nccl.json") | awk '
     { d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1); if (r > m) m = r; n++ }
     END { if (n < 10) print "none"; else printf "%.2e", m }')
-  if [ "$worst" != none ] && awk -v w="$worst" 'BEGIN { exit !(w <= 1e-3) }'; then
-    row nccl PASS "$(elapsed "$t")" "2 ranks on cuda:0,1 over NCCL vs the CPU: worst loss difference $worst"
+  ranks_rc=0 ranks_note=""
+  if [ "$ngpus" -ge 4 ]; then  # 4 ranks as threads: pipelines, all-reduce, a silent rank, abort
+    timeout 300 "$bin/gp_cuda_tests" "[multi-gpu]" >> "$out/nccl.log" 2>&1 || ranks_rc=$?
+    ranks_note="; [multi-gpu] tests exit $ranks_rc"
+  fi
+  if [ "$worst" != none ] && [ $ranks_rc -eq 0 ] &&
+     awk -v w="$worst" 'BEGIN { exit !(w <= 1e-3) }'; then
+    row nccl PASS "$(elapsed "$t")" "2 ranks on cuda:0,1 over NCCL vs the CPU: worst loss difference $worst$ranks_note"
   else
-    row nccl FAIL "$(elapsed "$t")" "2 ranks over NCCL: worst loss difference ${worst} (nccl.log)"
+    row nccl FAIL "$(elapsed "$t")" "2 ranks over NCCL: worst loss difference ${worst}$ranks_note (nccl.log)"
   fi
 else
   row nccl SKIP "$(elapsed "$t")" "one GPU: ranks of a communicator need a GPU each (kernels.log has the one-GPU NCCL tests)"

@@ -9,8 +9,12 @@
 #include <vector>
 
 #include "cublas_v2.h"
+#include "emu_streams.h"
 static thread_local cudaError_t g_last = cudaSuccess;
 static thread_local int g_current = 0;
+namespace emu {
+int current_device() { return g_current; }
+}  // namespace emu
 namespace emu {
 void set_error(cudaError_t e) {
   if (g_last == cudaSuccess) g_last = e;
@@ -68,7 +72,7 @@ cudaError_t cudaGetLastError() {
   return e;
 }
 cudaError_t cudaPeekAtLastError() { return g_last; }
-static const int kDevices = 1;
+static const int kDevices = 4;  // ranks of the NCCL tests each take one
 cudaError_t cudaGetDeviceCount(int* n) {
   *n = kDevices;
   return cudaSuccess;
@@ -90,23 +94,11 @@ cudaError_t cudaGetDevice(int* d) {
   *d = g_current;
   return cudaSuccess;
 }
-struct CUstream_st {
-  int device;
-  unsigned flags;
-};
 struct CUmemPoolHandle_st {
   int device;
   uint64_t release_threshold = 0;
 };
 static CUmemPoolHandle_st g_pools[kDevices];
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
-  if (s == nullptr) return ret(cudaErrorInvalidValue);
-  *s = new CUstream_st{g_current, flags};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  return cudaSuccess;
-}  // launches run synchronously
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* p, int d) {
   if (d < 0 || d >= kDevices) return ret(cudaErrorInvalidDevice);
   g_pools[d].device = d;
@@ -134,7 +126,8 @@ static void check_guard(uintptr_t p, size_t n) {
       std::abort();
     }
 }
-cudaError_t cudaMallocAsync(void** out, size_t bytes, cudaStream_t) {
+cudaError_t cudaMallocAsync(void** out, size_t bytes, cudaStream_t stream) {
+  emu::before_sync_op(stream);
   if (out == nullptr) return ret(cudaErrorInvalidValue);
   std::lock_guard<std::mutex> l(g_mem_mu);
   if (bytes > kTotal - g_used) {
@@ -153,7 +146,8 @@ cudaError_t cudaMallocAsync(void** out, size_t bytes, cudaStream_t) {
   *out = p;
   return cudaSuccess;
 }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  emu::before_sync_op(stream);
   if (p == nullptr) return cudaSuccess;
   std::lock_guard<std::mutex> l(g_mem_mu);
   auto it = g_allocs.find((uintptr_t)p);
@@ -187,7 +181,9 @@ bool check_device_range(const void* ptr, size_t bytes, const char* what) {
   return false;
 }
 }  // namespace emu
-cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k,
+                            cudaStream_t stream) {
+  emu::before_sync_op(stream);
   if (n == 0) return cudaSuccess;
   if ((k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) &&
       !emu::check_device_range(d, n, "cudaMemcpyAsync dst"))
@@ -198,7 +194,8 @@ cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, 
   std::memmove(d, s, n);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t stream) {
+  emu::before_sync_op(stream);
   if (n == 0) return cudaSuccess;
   if (!emu::check_device_range(d, n, "cudaMemsetAsync")) return ret(cudaErrorInvalidValue);
   std::memset(d, v, n);
@@ -213,6 +210,7 @@ cublasStatus_t cublasCreate(cublasHandle_t* h) {
 }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
   if (h == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  emu::before_sync_op(s);  // cuBLAS work runs on the calling thread
   h->stream = s;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -304,6 +302,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
                             int n, int k, const void* alpha, const void* A, cudaDataType, int lda,
                             const void* B, cudaDataType, int ldb, const void* beta, void* C,
                             cudaDataType, int ldc, cublasComputeType_t ct, cublasGemmAlgo_t) {
+  emu::before_sync_op(nullptr);
   if (bad(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
   if (bad_ptrs(ta, tb, m, n, k, A, lda, B, ldb, C, ldc)) return CUBLAS_STATUS_EXECUTION_FAILED;
   return gemm1(ta, tb, m, n, k, *(const float*)alpha, (const float*)A, lda, (const float*)B, ldb,
@@ -316,6 +315,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
                                           long long sB, const void* beta, void* C, cudaDataType,
                                           int ldc, long long sC, int count, cublasComputeType_t ct,
                                           cublasGemmAlgo_t) {
+  emu::before_sync_op(nullptr);
   if (bad(ta, tb, m, n, k, lda, ldb, ldc) || count < 0) return CUBLAS_STATUS_INVALID_VALUE;
   for (int i = 0; i < count; ++i)
     if (bad_ptrs(ta, tb, m, n, k, (const float*)A + i * sA, lda, (const float*)B + i * sB, ldb,

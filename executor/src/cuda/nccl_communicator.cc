@@ -1,6 +1,7 @@
 #include "cuda/nccl_communicator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/cuda_context.h"
@@ -39,6 +40,11 @@ Result<std::string> nccl_version_text() {
 
 Result<std::vector<std::string>> make_unique_ids(int count) {
   if (count < 0) return invalid_argument("NCCL unique ids: count = " + std::to_string(count));
+  if (const char* fixed = std::getenv("NCCL_COMM_ID"); fixed != nullptr && count > 1) {
+    return failed_precondition(std::string("NCCL_COMM_ID is set (") + fixed +
+                               "): every communicator would meet at that one address; unset it "
+                               "(GraphPipe hands out ids through its coordinator)");
+  }
   std::vector<std::string> ids;
   for (int k = 0; k < count; ++k) {
     ncclUniqueId id;
@@ -99,6 +105,7 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::create(const NcclOptions
       comm.name = "channel " + std::to_string(ch.src) + "->" + std::to_string(ch.dst);
       comm.rank_in_comm = ch.src == o.rank ? 0 : 1;
       ring = std::max(ring, static_cast<size_t>(ch.messages));
+      comm.role = ch.src == o.rank ? Comm::kSender : Comm::kReceiver;
       if (ch.src == o.rank) {
         c->send_comm_[ch.dst] = static_cast<int>(c->comms_.size());
         comm.pending = "a message to rank " + std::to_string(ch.dst) + " on " + comm.name +
@@ -112,13 +119,14 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::create(const NcclOptions
       auto it = std::find(group.begin(), group.end(), o.rank);
       if (it == group.end()) continue;
       comm.ranks = group;
-      comm.replica_group = true;
+      comm.role = Comm::kReplicaGroup;
       comm.name = "all-reduce group {" + ranks_text(group) + "}";
       comm.rank_in_comm = static_cast<int>(it - group.begin());
       comm.pending =
           "the gradient all-reduce of ranks {" + ranks_text(group) + "} has not completed";
     }
     comm.done.assign(ring, nullptr);
+    comm.started.assign(ring, nullptr);
     c->comms_.push_back(std::move(comm));
   }
   GP_RETURN_IF_ERROR(c->connect());
@@ -139,15 +147,21 @@ Status NcclCommunicator::connect() {
   for (Comm& c : comms_) {
     GP_RETURN_IF_ERROR(
         cuda_ok(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-    for (cudaEvent_t& e : c.done) {
-      GP_RETURN_IF_ERROR(
-          cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+    for (auto* ring : {&c.done, &c.started}) {
+      for (cudaEvent_t& e : *ring) {
+        GP_RETURN_IF_ERROR(
+            cuda_ok(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+      }
     }
   }
+  // Collectives connect at set-up rather than at their first call, so that a later call never
+  // waits for a connection (and its peer) inside the step loop. A user's own setting stands.
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   // Non-blocking: the calls return at once and the connections are polled below, so that a peer
   // that never joins costs the timeout, not a hang. In one group, so that the order in which
   // ranks create their communicators does not matter.
-  std::lock_guard<std::mutex> lock(mu_);
+  const Clock::time_point deadline = Clock::now() + timeout_;
+  std::unique_lock<std::mutex> lock(mu_);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclGroupStart();
@@ -160,39 +174,117 @@ Status NcclCommunicator::connect() {
       ncclGroupEnd();
       fail_locked(
           unavailable(where + nccl_error(("ncclCommInitRankConfig of " + c.name).c_str(), r)));
-      return failed_;
+      break;
     }
   }
-  if (ncclResult_t r = ncclGroupEnd(); r != ncclSuccess && r != ncclInProgress) {
-    fail_locked(unavailable(where + nccl_error("ncclGroupEnd", r)));
-    return failed_;
+  if (failed_.ok()) {
+    if (ncclResult_t r = ncclGroupEnd(); r != ncclSuccess && r != ncclInProgress) {
+      fail_locked(unavailable(where + nccl_error("ncclGroupEnd", r)));
+    }
   }
-  const Clock::time_point deadline = Clock::now() + timeout_;
-  while (true) {
-    std::string connecting;
+  if (failed_.ok()) poll_connecting_locked(where, "connecting", deadline, false);
+  // Point-to-point connections are made at a pair's first transfer, which waits for the peer:
+  // one byte each way (and one float per all-reduce group) in one group, now, instead of a
+  // handshake hidden in the first iteration's sends.
+  void* warm = nullptr;
+  if (failed_.ok() && !comms_.empty()) {
+    if (cudaError_t e = cudaMallocAsync(&warm, 256, ctx_->stream); e != cudaSuccess) {
+      cudaGetLastError();
+      fail_locked(unavailable(where + "cudaMallocAsync: " + cuda_text(e)));
+    } else if (cudaError_t e2 = cudaMemsetAsync(warm, 0, 256, ctx_->stream);
+               e2 != cudaSuccess || (e2 = cudaStreamSynchronize(ctx_->stream)) != cudaSuccess) {
+      cudaGetLastError();
+      fail_locked(unavailable(where + "warm-up buffer: " + cuda_text(e2)));
+    }
+  }
+  if (failed_.ok() && !comms_.empty()) {
+    ncclGroupStart();
+    for (Comm& c : comms_) {
+      ncclResult_t r;
+      if (c.role == Comm::kReplicaGroup) {
+        r = ncclAllReduce(warm, warm, 1, ncclFloat, ncclSum, c.comm, c.stream);
+      } else if (c.rank_in_comm == 0) {
+        r = ncclSend(warm, 1, ncclUint8, 1, c.comm, c.stream);
+      } else {
+        r = ncclRecv(static_cast<char*>(warm) + 128, 1, ncclUint8, 0, c.comm, c.stream);
+      }
+      if (r != ncclSuccess && r != ncclInProgress) {
+        fail_locked(unavailable(where + nccl_error(("first transfer on " + c.name).c_str(), r)));
+        break;
+      }
+    }
+    if (ncclResult_t r = ncclGroupEnd(); failed_.ok() && r != ncclSuccess && r != ncclInProgress) {
+      fail_locked(unavailable(where + nccl_error("ncclGroupEnd", r)));
+    }
+    for (Comm& c : comms_) {
+      if (failed_.ok()) cudaEventRecord(c.done[0], c.stream);
+    }
+    if (failed_.ok()) poll_connecting_locked(where, "making first transfers", deadline, true);
+  }
+  std::vector<ncclComm_t> handles;
+  if (!failed_.ok()) handles = take_handles_locked();
+  lock.unlock();
+  abort_all(handles);
+  for (Comm& c : comms_) {
+    if (c.stream != nullptr) cudaStreamSynchronize(c.stream);  // drained after an abort too
+  }
+  if (warm != nullptr) {
+    cudaFreeAsync(warm, ctx_->stream);
+    cudaStreamSynchronize(ctx_->stream);
+  }
+  std::lock_guard<std::mutex> relock(mu_);
+  return failed_;
+}
+
+void NcclCommunicator::poll_connecting_locked(const std::string& where, const char* phase,
+                                              Clock::time_point deadline, bool transfers) {
+  while (failed_.ok()) {
+    std::string pending;
     for (Comm& c : comms_) {
       ncclResult_t state = ncclSuccess;
       const ncclResult_t r = ncclCommGetAsyncError(c.comm, &state);
       if (r != ncclSuccess) state = r;
-      if (state == ncclInProgress) {
-        connecting += (connecting.empty() ? "" : ", ") + c.name;
-      } else if (state != ncclSuccess) {
+      if (state != ncclSuccess && state != ncclInProgress) {
         fail_locked(unavailable(where + nccl_error(c.name.c_str(), state)));
-        return failed_;
+        return;
       }
+      const bool busy =
+          state == ncclInProgress || (transfers && cudaEventQuery(c.done[0]) == cudaErrorNotReady);
+      if (busy) pending += (pending.empty() ? "" : ", ") + c.name;
     }
-    if (connecting.empty()) break;
+    if (pending.empty()) return;
     if (Clock::now() >= deadline) {
       fail_locked(Status(StatusCode::kDeadlineExceeded,
                          where + "not connected after " + std::to_string(timeout_.count()) +
-                             " ms; still connecting: " + connecting +
+                             " ms; still " + phase + ": " + pending +
                              " (are the peers running with --data-plane nccl, and can they "
                              "reach each other?)"));
-      return failed_;
+      return;
     }
     std::this_thread::sleep_for(milliseconds(1));
   }
-  return ok_status();
+}
+
+std::vector<ncclComm_t> NcclCommunicator::take_handles_locked() {
+  std::vector<ncclComm_t> handles;
+  for (Comm& c : comms_) {
+    if (c.comm != nullptr) handles.push_back(c.comm);
+    c.comm = nullptr;
+  }
+  return handles;
+}
+
+void NcclCommunicator::abort_all(const std::vector<ncclComm_t>& handles) {
+  // Concurrently: aborting one communicator waits for its stream, which may wait (through the
+  // compute stream) for a transfer of another that has not been aborted yet.
+  std::vector<std::thread> threads;
+  for (ncclComm_t h : handles) {
+    threads.emplace_back([h, device = ctx_->device_index] {
+      cudaSetDevice(device);
+      ncclCommAbort(h);
+    });
+  }
+  for (auto& t : threads) t.join();
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -203,13 +295,16 @@ NcclCommunicator::~NcclCommunicator() {
   cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
   cudaSetDevice(ctx_->device_index);
+  // Abort frees the communicators without waiting for peers (ncclCommDestroy may). After a
+  // clean run every transfer has completed, and the job's "done" barrier has passed, so no peer
+  // still needs them.
+  abort_all(take_handles_locked());
   for (Comm& c : comms_) {
-    // Abort frees the communicator without waiting for peers (ncclCommDestroy may); every
-    // transfer has completed or failed by now.
-    if (c.comm != nullptr) ncclCommAbort(c.comm);
     if (c.stream != nullptr) cudaStreamSynchronize(c.stream);
-    for (cudaEvent_t e : c.done) {
-      if (e != nullptr) cudaEventDestroy(e);
+    for (const auto* ring : {&c.done, &c.started}) {
+      for (cudaEvent_t e : *ring) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
     }
     if (c.stream != nullptr) cudaStreamDestroy(c.stream);
   }
@@ -228,13 +323,14 @@ ncclResult_t NcclCommunicator::settle_locked(Comm& c) {
   ncclResult_t state = ncclInProgress;
   while (state == ncclInProgress && Clock::now() < deadline) {
     if (ncclResult_t r = ncclCommGetAsyncError(c.comm, &state); r != ncclSuccess) return r;
-    if (state == ncclInProgress) std::this_thread::yield();
+    if (state == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   return state;
 }
 
 template <typename Op>
-Status NcclCommunicator::enqueue(Comm& c, const char* what, bool compute_waits, Op op) {
+Status NcclCommunicator::enqueue(Comm& c, const char* what, bool after_compute, bool compute_waits,
+                                 Op op) {
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t ring = static_cast<int64_t>(c.done.size());
   while (failed_.ok() && c.issued - c.completed >= ring) {
@@ -247,12 +343,21 @@ Status NcclCommunicator::enqueue(Comm& c, const char* what, bool compute_waits, 
   }
   if (!failed_.ok()) return failed_;
   cudaSetDevice(ctx_->device_index);
-  if (cudaError_t e = cudaEventRecord(ready_, ctx_->stream); e != cudaSuccess) {
-    fail_locked(internal_error(c.name + ": " + what + ": cudaEventRecord: " + cuda_text(e)));
-    return failed_;
+  if (after_compute) {
+    if (cudaError_t e = cudaEventRecord(ready_, ctx_->stream); e != cudaSuccess) {
+      fail_locked(internal_error(c.name + ": " + what + ": cudaEventRecord: " + cuda_text(e)));
+      return failed_;
+    }
+    if (cudaError_t e = cudaStreamWaitEvent(c.stream, ready_, 0); e != cudaSuccess) {
+      fail_locked(internal_error(c.name + ": " + what + ": cudaStreamWaitEvent: " + cuda_text(e)));
+      return failed_;
+    }
   }
-  if (cudaError_t e = cudaStreamWaitEvent(c.stream, ready_, 0); e != cudaSuccess) {
-    fail_locked(internal_error(c.name + ": " + what + ": cudaStreamWaitEvent: " + cuda_text(e)));
+  const size_t slot = static_cast<size_t>(c.issued % ring);
+  cudaError_t e = cudaSuccess;
+  if (c.role == Comm::kReplicaGroup) e = cudaEventRecord(c.started[slot], c.stream);
+  if (e != cudaSuccess) {
+    fail_locked(internal_error(c.name + ": " + what + ": " + cuda_text(e)));
     return failed_;
   }
   ncclResult_t r = op(c.comm, c.stream);
@@ -262,14 +367,16 @@ Status NcclCommunicator::enqueue(Comm& c, const char* what, bool compute_waits, 
                                nccl_error(what, r)));
     return failed_;
   }
-  cudaEvent_t done = c.done[static_cast<size_t>(c.issued % ring)];
-  cudaError_t e = cudaEventRecord(done, c.stream);
-  if (e == cudaSuccess && compute_waits) e = cudaStreamWaitEvent(ctx_->stream, done, 0);
+  e = cudaEventRecord(c.done[slot], c.stream);
+  // Where compute needs a received message, its stall clock starts.
+  if (e == cudaSuccess && c.role == Comm::kReceiver) {
+    e = cudaEventRecord(c.started[slot], ctx_->stream);
+  }
+  if (e == cudaSuccess && compute_waits) e = cudaStreamWaitEvent(ctx_->stream, c.done[slot], 0);
   if (e != cudaSuccess) {
     fail_locked(internal_error(c.name + ": " + what + ": " + cuda_text(e)));
     return failed_;
   }
-  if (c.issued == c.completed) c.waiting_since = Clock::now();
   ++c.issued;
   return ok_status();
 }
@@ -282,7 +389,7 @@ Status NcclCommunicator::send(int peer, uint64_t, std::span<const std::byte> dat
                             std::to_string(rank_) + "->" + std::to_string(peer));
   }
   Comm& c = comms_[k];
-  return enqueue(c, "ncclSend", false, [&](ncclComm_t comm, cudaStream_t stream) {
+  return enqueue(c, "ncclSend", true, false, [&](ncclComm_t comm, cudaStream_t stream) {
     return ncclSend(data.data(), data.size(), ncclUint8, 1 - c.rank_in_comm, comm, stream);
   });
 }
@@ -295,18 +402,20 @@ Status NcclCommunicator::recv(int peer, uint64_t, std::span<std::byte> data) {
                             std::to_string(peer) + "->" + std::to_string(rank_));
   }
   Comm& c = comms_[k];
-  return enqueue(c, "ncclRecv", true, [&](ncclComm_t comm, cudaStream_t stream) {
+  // A receive's staging region is free since the last iteration's wait_all: it need not wait for
+  // compute, and posted early it lets the sender's transfer finish early.
+  return enqueue(c, "ncclRecv", false, true, [&](ncclComm_t comm, cudaStream_t stream) {
     return ncclRecv(data.data(), data.size(), ncclUint8, 1 - c.rank_in_comm, comm, stream);
   });
 }
 
 Status NcclCommunicator::allreduce_sum(std::span<const int> group, std::span<float> data) {
   for (Comm& c : comms_) {
-    if (!c.replica_group ||
+    if (c.role != Comm::kReplicaGroup ||
         !std::equal(c.ranks.begin(), c.ranks.end(), group.begin(), group.end())) {
       continue;
     }
-    return enqueue(c, "ncclAllReduce", true, [&](ncclComm_t comm, cudaStream_t stream) {
+    return enqueue(c, "ncclAllReduce", true, true, [&](ncclComm_t comm, cudaStream_t stream) {
       return ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, comm, stream);
     });
   }
@@ -322,12 +431,19 @@ void NcclCommunicator::abort(const std::string& reason) {
 
 Status NcclCommunicator::wait_all() {
   std::unique_lock<std::mutex> lock(mu_);
+  draining_ = true;
   while (true) {
     if (failed_.ok()) poll_locked();
-    if (!failed_.ok()) return failed_;
+    if (!failed_.ok()) {
+      draining_ = false;
+      return failed_;
+    }
     const bool idle = std::all_of(comms_.begin(), comms_.end(),
                                   [](const Comm& c) { return c.completed == c.issued; });
-    if (idle) return ok_status();
+    if (idle) {
+      draining_ = false;
+      return ok_status();
+    }
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     lock.lock();
@@ -339,10 +455,11 @@ void NcclCommunicator::poll_locked() {
   for (Comm& c : comms_) {
     const int64_t ring = static_cast<int64_t>(c.done.size());
     while (c.completed < c.issued) {
-      const cudaError_t q = cudaEventQuery(c.done[static_cast<size_t>(c.completed % ring)]);
+      const size_t slot = static_cast<size_t>(c.completed % ring);
+      const cudaError_t q = cudaEventQuery(c.done[slot]);
       if (q == cudaSuccess) {
         ++c.completed;
-        c.waiting_since = now;
+        c.timing = false;
         continue;
       }
       if (q != cudaErrorNotReady) {
@@ -351,7 +468,12 @@ void NcclCommunicator::poll_locked() {
             internal_error("rank " + std::to_string(rank_) + ": " + c.name + ": " + cuda_text(q)));
         return;
       }
-      if (now - c.waiting_since > timeout_) {
+      if (!c.timing) {
+        c.timing =
+            c.role == Comm::kSender ? draining_ : cudaEventQuery(c.started[slot]) == cudaSuccess;
+        c.waiting_since = now;
+      }
+      if (c.timing && now - c.waiting_since > timeout_) {
         fail_locked(Status(StatusCode::kDeadlineExceeded,
                            "rank " + std::to_string(rank_) + ": timed out after " +
                                std::to_string(timeout_.count()) + " ms: " + c.pending +
@@ -373,12 +495,8 @@ void NcclCommunicator::poll_locked() {
 void NcclCommunicator::fail_locked(Status why) {
   if (!failed_.ok()) return;
   failed_ = std::move(why);
-  // The aborted communicators' kernels return, so the streams (and compute waiting on them)
-  // drain; every later call returns failed_.
-  for (Comm& c : comms_) {
-    if (c.comm != nullptr) ncclCommAbort(c.comm);
-    c.comm = nullptr;
-  }
+  // The watchdog aborts every communicator (outside the lock); their kernels then return, so the
+  // streams (and compute waiting on them) drain. Every later call returns failed_.
   cv_.notify_all();
 }
 
@@ -387,7 +505,15 @@ void NcclCommunicator::watch() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, milliseconds(5));
-    if (!stopping_ && failed_.ok()) poll_locked();
+    if (stopping_) break;
+    if (failed_.ok()) poll_locked();
+    if (!failed_.ok()) {
+      std::vector<ncclComm_t> handles = take_handles_locked();
+      if (handles.empty()) continue;
+      lock.unlock();
+      abort_all(handles);
+      lock.lock();
+    }
   }
 }
 

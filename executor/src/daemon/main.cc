@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "gp/common/cli.h"
 #include "gp/common/logging.h"
@@ -180,6 +181,11 @@ int main(int raw_argc, char** raw_argv) {
   // A peer that dies closes its sockets; writing to them must be an error we report (EPIPE),
   // not a signal that kills this rank too.
   std::signal(SIGPIPE, SIG_IGN);
+  // Each NCCL communicator has a stream of its own; with fewer hardware queues than streams
+  // (CUDA's default is 8), a transfer blocked waiting for its peer can hold back another stream's
+  // work that the peer needs. Read when CUDA starts, so set before any CUDA call; a user's own
+  // setting stands.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   std::vector<std::string> arguments = normalise_arguments(raw_argc, raw_argv);
   std::vector<char*> argv_storage;
   for (auto& a : arguments) argv_storage.push_back(a.data());

@@ -64,10 +64,9 @@ Result<std::string> read_coordinator_file(const std::string& path, milliseconds 
 // says the job is over or cannot be reached for longer than the timeout.
 class Heartbeat {
  public:
-  Heartbeat(ControlClient& client, Communicator& comm, const RankRunner& runner,
-            const graphpipe::v1::Plan& plan, int rank, milliseconds period, milliseconds timeout)
+  Heartbeat(ControlClient& client, const RankRunner& runner, const graphpipe::v1::Plan& plan,
+            int rank, milliseconds period, milliseconds timeout)
       : client_(client),
-        comm_(comm),
         runner_(runner),
         plan_(plan),
         rank_(rank),
@@ -76,6 +75,13 @@ class Heartbeat {
         thread_([this] { loop(); }) {}
   ~Heartbeat() { stop(); }
 
+  // The data plane to abort when the job is aborted (it may be set up after heartbeats start:
+  // NCCL's set-up can take longer than the coordinator waits for a silent rank).
+  void attach(Communicator& comm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm_ = &comm;
+    if (!reason_.empty()) comm.abort(reason_);
+  }
   void set_iteration(int64_t it) { iteration_.store(it); }
   void stop() {
     {
@@ -124,13 +130,13 @@ class Heartbeat {
       lock.lock();
       if (!reason.empty() && reason_.empty()) {
         reason_ = reason;
-        comm_.abort(reason);
+        if (comm_ != nullptr) comm_->abort(reason);
       }
     }
   }
 
   ControlClient& client_;
-  Communicator& comm_;
+  Communicator* comm_ = nullptr;
   const RankRunner& runner_;
   const graphpipe::v1::Plan& plan_;
   int rank_;
@@ -306,6 +312,11 @@ Status run_rank(const RunOptions& o) {
   }
   GP_ASSIGN_OR_RETURN(auto registered, client->register_rank(reg, timeout));
 
+  // Heartbeats from here on: the coordinator counts a registered rank silent for the timeout as
+  // dead, and setting up the data plane may take a while. (The plane outlives the heartbeats.)
+  DataPlane plane;
+  Heartbeat heartbeat(*client, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
+
   // Data plane.
   std::string store_dir = o.store_dir;
   if (store_dir.empty())
@@ -313,7 +324,6 @@ Status run_rank(const RunOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(store_dir, ec);
   if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
-  DataPlane plane;
   Status plane_status;
   // Every rank must use the same data plane; the one that finds out tells the coordinator.
   if (nccl_plan.communicators() > 0 && registered.nccl_unique_ids_size() == 0) {
@@ -397,7 +407,7 @@ Status run_rank(const RunOptions& o) {
     runner->enable_trace(static_cast<size_t>(program.instructions_size()) *
                          static_cast<size_t>(o.iterations));
   }
-  Heartbeat heartbeat(*client, comm, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
+  heartbeat.attach(comm);
   std::vector<double> times;
   for (int it = first_iteration; it < o.iterations; ++it) {
     if (it == kill_at) std::raise(SIGKILL);  // fault injection for tests

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -54,6 +55,11 @@ T shfl(T v, int src_lane_rel, int mode) {
 }
 template <class F>
 void launch(dim3 g, dim3 b, F fn) {
+  before_sync_op(nullptr);
+  // __shared__ arrays are function statics here: one launch at a time, whichever thread (rank)
+  // launches it.
+  static std::mutex one_at_a_time;
+  std::lock_guard<std::mutex> lock(one_at_a_time);
   const unsigned T = b.x * b.y * b.z;
   if (T == 0 || T > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || g.x == 0 || g.y == 0 ||
       g.z == 0 || g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
