@@ -310,6 +310,11 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
                                            ": message staging buffer");
     }
     device_staging_ = std::move(*staging);
+    // The data plane's streams write receives into it without ordering after the compute
+    // stream, where the allocation (possibly of memory freed there) is ordered.
+    if (Status st = runner.synchronize(); !st.ok()) {
+      return st.with_context("rank " + std::to_string(rank_) + ": message staging buffer");
+    }
   }
   std::byte* device_staging = static_cast<std::byte*>(device_staging_.data());
   for (const Step& s : steps_) {

@@ -90,6 +90,7 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::create(const NcclOptions
   c->ctx_ = ctx;
   c->rank_ = o.rank;
   c->timeout_ = o.timeout;
+  c->abort_reason_ = o.abort_reason;
   int world = o.rank + 1;
   for (const auto& ch : layout.channels) world = std::max({world, ch.src + 1, ch.dst + 1});
   c->send_comm_.assign(world, -1);
@@ -154,9 +155,6 @@ Status NcclCommunicator::connect() {
       }
     }
   }
-  // Collectives connect at set-up rather than at their first call, so that a later call never
-  // waits for a connection (and its peer) inside the step loop. A user's own setting stands.
-  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   // Non-blocking: the calls return at once and the connections are polled below, so that a peer
   // that never joins costs the timeout, not a hang. In one group, so that the order in which
   // ranks create their communicators does not matter.
@@ -216,6 +214,9 @@ Status NcclCommunicator::connect() {
     if (ncclResult_t r = ncclGroupEnd(); failed_.ok() && r != ncclSuccess && r != ncclInProgress) {
       fail_locked(unavailable(where + nccl_error("ncclGroupEnd", r)));
     }
+    // A non-blocking group launches its kernels once NCCL has taken it (the communicators stop
+    // reporting ncclInProgress); only then does an event behind them mean the transfers are done.
+    if (failed_.ok()) poll_connecting_locked(where, "connecting peers", deadline, false);
     for (Comm& c : comms_) {
       if (failed_.ok()) cudaEventRecord(c.done[0], c.stream);
     }
@@ -239,6 +240,12 @@ Status NcclCommunicator::connect() {
 void NcclCommunicator::poll_connecting_locked(const std::string& where, const char* phase,
                                               Clock::time_point deadline, bool transfers) {
   while (failed_.ok()) {
+    if (abort_reason_) {
+      if (std::string why = abort_reason_(); !why.empty()) {
+        fail_locked(Status(StatusCode::kAborted, why));
+        return;
+      }
+    }
     std::string pending;
     for (Comm& c : comms_) {
       ncclResult_t state = ncclSuccess;
@@ -297,7 +304,7 @@ NcclCommunicator::~NcclCommunicator() {
   cudaSetDevice(ctx_->device_index);
   // Abort frees the communicators without waiting for peers (ncclCommDestroy may). After a
   // clean run every transfer has completed, and the job's "done" barrier has passed, so no peer
-  // still needs them.
+  // still needs them. (No lock: the watchdog has stopped.)
   abort_all(take_handles_locked());
   for (Comm& c : comms_) {
     if (c.stream != nullptr) cudaStreamSynchronize(c.stream);
@@ -334,7 +341,11 @@ Status NcclCommunicator::enqueue(Comm& c, const char* what, bool after_compute, 
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t ring = static_cast<int64_t>(c.done.size());
   while (failed_.ok() && c.issued - c.completed >= ring) {
-    poll_locked();  // a full ring: wait for the oldest operation (bounded by the timeout)
+    // A full ring: wait for the oldest operation, timing sends as wait_all does.
+    const bool was_draining = draining_;
+    draining_ = true;
+    poll_locked();
+    draining_ = was_draining;
     if (c.issued - c.completed >= ring) {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(100));

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -93,6 +94,7 @@ class NcclCommunicator final : public Communicator {
   const CudaContext* ctx_ = nullptr;
   int rank_ = 0;
   std::chrono::milliseconds timeout_{};
+  std::function<std::string()> abort_reason_;
   std::vector<Comm> comms_;
   std::vector<int> send_comm_, recv_comm_;  // by peer rank: index into comms_, or -1
   cudaEvent_t ready_ = nullptr;             // the compute stream's progress, before a transfer

@@ -186,6 +186,9 @@ int main(int raw_argc, char** raw_argv) {
   // work that the peer needs. Read when CUDA starts, so set before any CUDA call; a user's own
   // setting stands.
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  // NCCL collectives connect when their communicator is set up, not at their first call inside
+  // the step loop (set before any thread starts: setenv is not thread-safe).
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   std::vector<std::string> arguments = normalise_arguments(raw_argc, raw_argv);
   std::vector<char*> argv_storage;
   for (auto& a : arguments) argv_storage.push_back(a.data());

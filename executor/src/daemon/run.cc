@@ -350,6 +350,7 @@ Status run_rank(const RunOptions& o) {
     no.layout = nccl_plan;
     no.unique_ids.assign(registered.nccl_unique_ids().begin(), registered.nccl_unique_ids().end());
     no.timeout = 2 * timeout;  // as Gloo's below
+    no.abort_reason = [&heartbeat] { return heartbeat.abort_reason(); };
     auto comm = make_nccl_communicator(no);
     if (comm.ok()) {
       plane.comm = std::move(*comm);
@@ -378,6 +379,10 @@ Status run_rank(const RunOptions& o) {
     }
   }
   if (!plane_status.ok()) {
+    // A job aborted meanwhile explains the failure better than what the data plane saw.
+    if (std::string why = heartbeat.abort_reason(); !why.empty()) {
+      return Status(StatusCode::kAborted, why);
+    }
     (void)client->report_status([&] {  // best effort: the coordinator aborts the others
       graphpipe::v1::RankStatus st;
       st.set_rank(o.rank);

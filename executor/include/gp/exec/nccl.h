@@ -6,9 +6,13 @@
 // and bounded by the timeout; afterwards a watchdog thread aborts every communicator when a
 // transfer makes no progress for the timeout, when NCCL reports an error, or on abort(), so a
 // dead peer fails the iteration (naming the channel and the peer) instead of hanging the rank.
+//
+// Processes should set NCCL_RUNTIME_CONNECT=0 before starting threads (graphpipe-executor does), so
+// that collectives connect at set-up too rather than inside the step loop.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +30,8 @@ struct NcclOptions {
   NcclLayout layout;
   std::vector<std::string> unique_ids;  // layout.communicators() of them, from rank 0
   std::chrono::milliseconds timeout{60000};
+  // Polled during set-up: a non-empty reason (the job was aborted) ends it with ABORTED.
+  std::function<std::string()> abort_reason;
 };
 
 // The version of the NCCL library in use, e.g. "2.28.3"; Unimplemented without CUDA.
