@@ -189,14 +189,18 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
   return r;
 }
 
+TensorView RankRunner::piece_view(const Step& s, const Piece& p) const {
+  return p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
+                                  : runner_->external_input(s.slot, p.index))
+                    : (s.gradient ? runner_->export_grad(s.slot, p.index)
+                                  : runner_->export_value(s.slot, p.index));
+}
+
 Status RankRunner::pack(const Step& s, std::byte* out) const {
   const Device& device = runner_->device();
   const bool host = runner_->host_memory();
   for (const Piece& p : s.pieces) {
-    const TensorView v = p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
-                                                  : runner_->external_input(s.slot, p.index))
-                                    : (s.gradient ? runner_->export_grad(s.slot, p.index)
-                                                  : runner_->export_value(s.slot, p.index));
+    const TensorView v = piece_view(s, p);
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
     const std::byte* src =
         static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
@@ -247,10 +251,7 @@ Status RankRunner::unpack(const Step& s, const std::byte* in) {
 Status RankRunner::pack_on_device(const Step& s, std::byte* out) const {
   const Device& device = runner_->device();
   for (const Piece& p : s.pieces) {
-    const TensorView v = p.external ? (s.gradient ? runner_->external_input_grad(s.slot, p.index)
-                                                  : runner_->external_input(s.slot, p.index))
-                                    : (s.gradient ? runner_->export_grad(s.slot, p.index)
-                                                  : runner_->export_value(s.slot, p.index));
+    const TensorView v = piece_view(s, p);
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
     GP_RETURN_IF_ERROR(device.copy_on_device(
         out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, n));

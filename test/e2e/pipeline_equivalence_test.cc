@@ -179,6 +179,27 @@ graph::Graph fan_in_graph() {
   return testing::build_graph(b.finish());
 }
 
+struct NamedPlan {
+  std::string name;
+  graphpipe::v1::Plan plan;
+};
+
+// What the non-host paths must carry: an all-reduce, relays, a graph pipeline and a fan-in.
+std::vector<NamedPlan> device_path_cases() {
+  auto mmt = testing::zoo_graph("tiny-mmt");
+  auto uno = testing::zoo_graph("tiny-candle-uno");
+  auto fan_in = fan_in_graph();
+  const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  const auto momentum = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+  std::vector<NamedPlan> cases;
+  cases.push_back({"replicated stages (all-reduce)", replicated_plan(mmt, adam)});
+  cases.push_back({"relayed tensors", relay_plan(uno, momentum)});
+  cases.push_back(
+      {"graph pipeline", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, adam)});
+  cases.push_back({"gradient fan-in", fan_in_plan(fan_in, momentum)});
+  return cases;
+}
+
 }  // namespace
 
 TEST_CASE("sequential and graph pipelines train exactly like the single-process reference") {
@@ -248,22 +269,7 @@ TEST_CASE("a chain plan relays tensors through intermediate stages with the same
 // The path CUDA takes (messages, gradient fan-in and the all-reduce staged through host
 // buffers), on a device without host memory emulated on the host: bit for bit the CPU's.
 TEST_CASE("plans train on a device without host memory exactly as on the CPU") {
-  struct Case {
-    std::string name;
-    graphpipe::v1::Plan plan;
-  };
-  auto mmt = testing::zoo_graph("tiny-mmt");
-  auto uno = testing::zoo_graph("tiny-candle-uno");
-  auto fan_in = fan_in_graph();
-  const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
-  const auto momentum = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
-  std::vector<Case> cases;
-  cases.push_back({"replicated stages (all-reduce)", replicated_plan(mmt, adam)});
-  cases.push_back({"relayed tensors", relay_plan(uno, momentum)});
-  cases.push_back(
-      {"graph pipeline", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, adam)});
-  cases.push_back({"gradient fan-in", fan_in_plan(fan_in, momentum)});
-  for (const auto& c : cases) {
+  for (const auto& c : device_path_cases()) {
     INFO(c.name);
     std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners, staged_runners;
     testing::StagingDevice dev;
@@ -359,23 +365,8 @@ DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterat
 // The NCCL path of the runner: messages packed and unpacked on the device, received gradients
 // accumulated there and the all-reduce on device memory, never through the host.
 TEST_CASE("plans train over a device-memory data plane exactly as on the CPU") {
-  auto mmt = testing::zoo_graph("tiny-mmt");
-  auto uno = testing::zoo_graph("tiny-candle-uno");
-  auto fan_in = fan_in_graph();
-  const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
-  const auto momentum = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
-  struct Case {
-    std::string name;
-    graphpipe::v1::Plan plan;
-  };
-  std::vector<Case> cases;
-  cases.push_back({"replicated stages (all-reduce)", replicated_plan(mmt, adam)});
-  cases.push_back({"relayed tensors", relay_plan(uno, momentum)});
-  cases.push_back(
-      {"graph pipeline", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, adam)});
-  cases.push_back({"gradient fan-in", fan_in_plan(fan_in, momentum)});
   constexpr int kIters = 3;
-  for (const auto& c : cases) {
+  for (const auto& c : device_path_cases()) {
     INFO(c.name);
     std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners;
     auto cpu = exec::run_plan_locally(c.plan, kIters, kTimeout, &cpu_runners);

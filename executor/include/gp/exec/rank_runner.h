@@ -92,6 +92,8 @@ class RankRunner {
   RankRunner() = default;
   // The step's pieces into / out of a message; through the device's copies when it has no host
   // memory (the errors are theirs).
+  // The tensor a piece of a send comes from: its value, or its gradient going back.
+  TensorView piece_view(const Step& s, const Piece& p) const;
   Status pack(const Step& s, std::byte* out) const;
   Status unpack(const Step& s, const std::byte* in);
   // The same within the device's memory (a device-memory data plane).
