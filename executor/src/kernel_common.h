@@ -8,10 +8,43 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/op_kernel.h"
 #include "gp/graph/graph.h"
 #include "vision_window.h"
 
 namespace gp::exec {
+
+// A graph input: its tensor is filled by the executor; nothing to compute either way, on any
+// device.
+class InputKernel final : public OpKernel {
+ public:
+  void forward(const OpArgs&) const override {}
+  void backward(const OpArgs&) const override {}
+};
+
+// The saved buffer of multi_head_attention for `batch` samples of `seq` positions, `hidden` wide,
+// as both backends carve it: q, k, v, the context (batch * seq * hidden each), the probabilities
+// (batch * heads * seq * seq), the backward's dc, dq, dk, dv (batch * seq * hidden each), then dp,
+// whose size is the backend's own.
+struct AttentionSaved {
+  float *q, *k, *v, *c, *p, *dc, *dq, *dk, *dv, *dp;
+};
+inline AttentionSaved attention_saved(float* saved, int64_t batch, int64_t seq, int64_t hidden,
+                                      int64_t heads) {
+  const int64_t sh = batch * seq * hidden;
+  AttentionSaved l{};
+  l.q = saved;
+  l.k = l.q + sh;
+  l.v = l.k + sh;
+  l.c = l.v + sh;
+  l.p = l.c + sh;
+  l.dc = l.p + batch * heads * seq * seq;
+  l.dq = l.dc + sh;
+  l.dk = l.dq + sh;
+  l.dv = l.dk + sh;
+  l.dp = l.dv + sh;
+  return l;
+}
 
 // "ops[3] 'enc.ffn1' (linear): " + what, as an InvalidArgument.
 inline Status op_error(const graph::OpNode& op, const std::string& what) {

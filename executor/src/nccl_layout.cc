@@ -24,27 +24,6 @@ std::string describe(const Message& m) {
 
 }  // namespace
 
-int NcclLayout::channel(int src, int dst) const {
-  for (size_t k = 0; k < channels.size(); ++k) {
-    if (channels[k].src == src && channels[k].dst == dst) return static_cast<int>(k);
-  }
-  return -1;
-}
-
-std::string NcclLayout::describe(int communicator) const {
-  if (communicator < 0 || communicator >= communicators()) {
-    return "communicator " + std::to_string(communicator);
-  }
-  if (communicator < static_cast<int>(channels.size())) {
-    const NcclChannel& c = channels[communicator];
-    return "channel " + std::to_string(c.src) + "->" + std::to_string(c.dst);
-  }
-  std::string s = "all-reduce group {";
-  const auto& g = groups[communicator - channels.size()];
-  for (size_t i = 0; i < g.size(); ++i) s += (i ? "," : "") + std::to_string(g[i]);
-  return s + "}";
-}
-
 Result<NcclLayout> nccl_layout(const graphpipe::v1::Plan& plan, const graph::PlanIndex& index) {
   // (src, dst) -> the messages in the sender's order, and in the receiver's.
   std::map<std::pair<int, int>, std::vector<Message>> sent, received;

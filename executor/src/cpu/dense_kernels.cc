@@ -160,7 +160,7 @@ class AttentionKernel final : public OpKernel {
   }
 
   void forward(const OpArgs& a) const override {
-    const Layout l = layout(a);
+    const AttentionSaved l = layout(a);
     const int64_t m = a.batch * s_;
     const float* x = a.inputs[0].f();
     float* qkv[3] = {l.q, l.k, l.v};
@@ -184,7 +184,7 @@ class AttentionKernel final : public OpKernel {
   }
 
   void backward(const OpArgs& a) const override {
-    const Layout l = layout(a);
+    const AttentionSaved l = layout(a);
     const int64_t m = a.batch * s_;
     const float* x = a.inputs[0].f();
     const float* dy = a.grad_outputs[0].f();
@@ -232,24 +232,8 @@ class AttentionKernel final : public OpKernel {
   }
 
  private:
-  struct Layout {
-    float *q, *k, *v, *c, *p, *dc, *dq, *dk, *dv, *dp;
-  };
-  // Carves the saved buffer of a call with a.batch samples into its regions.
-  Layout layout(const OpArgs& a) const {
-    const int64_t sh = a.batch * s_ * h_;
-    Layout l{};
-    l.q = a.saved;
-    l.k = l.q + sh;
-    l.v = l.k + sh;
-    l.c = l.v + sh;
-    l.p = l.c + sh;
-    l.dc = l.p + a.batch * heads_ * s_ * s_;
-    l.dq = l.dc + sh;
-    l.dk = l.dq + sh;
-    l.dv = l.dk + sh;
-    l.dp = l.dv + sh;  // s_ * s_ used of a.batch * s_ * s_
-    return l;
+  AttentionSaved layout(const OpArgs& a) const {
+    return attention_saved(a.saved, a.batch, s_, h_, heads_);
   }
 
   int64_t s_, h_, heads_, d_;  // sequence, hidden, heads, head width

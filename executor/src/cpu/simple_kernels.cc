@@ -9,13 +9,6 @@
 namespace gp::exec::cpu {
 namespace {
 
-// A graph input: its tensor is filled by the executor; nothing to compute either way.
-class InputKernel final : public OpKernel {
- public:
-  void forward(const OpArgs&) const override {}
-  void backward(const OpArgs&) const override {}
-};
-
 // y = max(x, 0); dx += dy where x > 0. Saves nothing.
 class ReluKernel final : public OpKernel {
  public:

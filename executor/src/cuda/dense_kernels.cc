@@ -140,7 +140,7 @@ class AttentionKernel final : public OpKernel {
   int64_t saved_floats_per_sample() const override { return 8 * s_ * h_ + 2 * heads_ * s_ * s_; }
 
   void forward(const OpArgs& a) const override {
-    const Layout l = layout(a);
+    const AttentionSaved l = layout(a);
     const int64_t m = a.batch * s_, sh = s_ * h_, sp = heads_ * s_ * s_;
     const float* x = a.inputs[0].f();
     float* qkv[3] = {l.q, l.k, l.v};
@@ -175,7 +175,7 @@ class AttentionKernel final : public OpKernel {
   }
 
   void backward(const OpArgs& a) const override {
-    const Layout l = layout(a);
+    const AttentionSaved l = layout(a);
     const int64_t m = a.batch * s_, sh = s_ * h_, sp = heads_ * s_ * s_;
     const float* x = a.inputs[0].f();
     const float* dy = a.grad_outputs[0].f();
@@ -236,24 +236,8 @@ class AttentionKernel final : public OpKernel {
   }
 
  private:
-  struct Layout {
-    float *q, *k, *v, *c, *p, *dc, *dq, *dk, *dv, *dp;
-  };
-  // Carves the saved buffer of a call with a.batch samples into its regions.
-  Layout layout(const OpArgs& a) const {
-    const int64_t sh = a.batch * s_ * h_, sp = a.batch * heads_ * s_ * s_;
-    Layout l{};
-    l.q = a.saved;
-    l.k = l.q + sh;
-    l.v = l.k + sh;
-    l.c = l.v + sh;
-    l.p = l.c + sh;
-    l.dc = l.p + sp;
-    l.dq = l.dc + sh;
-    l.dk = l.dq + sh;
-    l.dv = l.dk + sh;
-    l.dp = l.dv + sh;
-    return l;
+  AttentionSaved layout(const OpArgs& a) const {
+    return attention_saved(a.saved, a.batch, s_, h_, heads_);
   }
 
   const CudaContext& ctx_;

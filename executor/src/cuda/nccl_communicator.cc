@@ -16,12 +16,6 @@ std::string cuda_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s;
-}
-
 // Operations of a communicator that may be in flight at once; more wait for the oldest. Channels
 // carry at most a few messages per micro-batch, and the runner waits for all at iteration end.
 constexpr size_t kMinRing = 8;
@@ -97,13 +91,13 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::create(const NcclOptions
   c->recv_comm_.assign(world, -1);
   for (int k = 0; k < layout.communicators(); ++k) {
     Comm comm;
+    comm.name = layout.describe(k);
     comm.unique_id = o.unique_ids[k];
     size_t ring = kMinRing;
     if (k < static_cast<int>(layout.channels.size())) {
       const NcclChannel& ch = layout.channels[k];
       if (ch.src != o.rank && ch.dst != o.rank) continue;
       comm.ranks = {ch.src, ch.dst};
-      comm.name = "channel " + std::to_string(ch.src) + "->" + std::to_string(ch.dst);
       comm.rank_in_comm = ch.src == o.rank ? 0 : 1;
       ring = std::max(ring, static_cast<size_t>(ch.messages));
       comm.role = ch.src == o.rank ? Comm::kSender : Comm::kReceiver;
@@ -121,10 +115,9 @@ Result<std::unique_ptr<Communicator>> NcclCommunicator::create(const NcclOptions
       if (it == group.end()) continue;
       comm.ranks = group;
       comm.role = Comm::kReplicaGroup;
-      comm.name = "all-reduce group {" + ranks_text(group) + "}";
       comm.rank_in_comm = static_cast<int>(it - group.begin());
       comm.pending =
-          "the gradient all-reduce of ranks {" + ranks_text(group) + "} has not completed";
+          "the gradient all-reduce of ranks {" + rank_list(group) + "} has not completed";
     }
     comm.done.assign(ring, nullptr);
     comm.started.assign(ring, nullptr);
@@ -432,7 +425,7 @@ Status NcclCommunicator::allreduce_sum(std::span<const int> group, std::span<flo
   }
   std::vector<int> ranks(group.begin(), group.end());
   return invalid_argument("rank " + std::to_string(rank_) + ": no NCCL communicator for the " +
-                          "all-reduce over ranks {" + ranks_text(ranks) + "}");
+                          "all-reduce over ranks {" + rank_list(ranks) + "}");
 }
 
 void NcclCommunicator::abort(const std::string& reason) {

@@ -43,13 +43,6 @@ class CudaKernel : public OpKernel {
   std::string forward_what_, backward_what_;
 };
 
-// A graph input: its tensor is filled by the executor; nothing to compute either way.
-class InputKernel final : public OpKernel {
- public:
-  void forward(const OpArgs&) const override {}
-  void backward(const OpArgs&) const override {}
-};
-
 // y = max(x, 0); dx += dy where x > 0. Saves nothing.
 class ReluKernel final : public CudaKernel {
  public:

@@ -24,15 +24,38 @@ struct NcclChannel {
   int messages = 0;  // per iteration
 };
 
+// "2,3": ranks for messages.
+inline std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+// Inline (as channel() and describe() are) so that the CUDA backend's communicator names its
+// communicators as the layout does without linking the executor library.
 struct NcclLayout {
   std::vector<NcclChannel> channels;     // ascending (src, dst)
   std::vector<std::vector<int>> groups;  // replica groups (sorted ranks), ascending
   // Communicator k is channels[k] for k < channels.size(), then groups[k - channels.size()].
   int communicators() const { return static_cast<int>(channels.size() + groups.size()); }
   // Index of the channel src -> dst, -1 if the plan sends nothing that way.
-  int channel(int src, int dst) const;
+  int channel(int src, int dst) const {
+    for (size_t k = 0; k < channels.size(); ++k) {
+      if (channels[k].src == src && channels[k].dst == dst) return static_cast<int>(k);
+    }
+    return -1;
+  }
   // "channel 1->2" or "all-reduce group {0,3}".
-  std::string describe(int communicator) const;
+  std::string describe(int communicator) const {
+    if (communicator < 0 || communicator >= communicators()) {
+      return "communicator " + std::to_string(communicator);
+    }
+    if (communicator < static_cast<int>(channels.size())) {
+      const NcclChannel& c = channels[communicator];
+      return "channel " + std::to_string(c.src) + "->" + std::to_string(c.dst);
+    }
+    return "all-reduce group {" + rank_list(groups[communicator - channels.size()]) + "}";
+  }
 };
 
 // The layout of a validated plan. Checks that on every channel the sender's messages and the
