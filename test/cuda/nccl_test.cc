@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gp/exec/device.h"
@@ -89,6 +91,38 @@ TEST_CASE("NCCL set-up with a peer that never comes fails within the timeout, na
   CHECK(comm.status().code() == StatusCode::kDeadlineExceeded);
   CHECK(comm.status().message().find("channel 0->1") != std::string::npos);
   CHECK(waited_s < 15);
+}
+
+TEST_CASE("NCCL set-up stops when the job is aborted, with the job's reason") {
+  exec::NcclOptions o;
+  o.device = &gpu();
+  o.rank = 0;
+  o.layout.channels = {{0, 1, 2}};  // the peer never comes
+  auto ids = exec::make_nccl_unique_ids(1);
+  REQUIRE(ids.ok());
+  o.unique_ids = *ids;
+  o.timeout = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  o.abort_reason = [start]() -> std::string {
+    return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500)
+               ? "job aborted: rank 1 failed"
+               : "";
+  };
+  auto comm = exec::make_nccl_communicator(o);
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE_FALSE(comm.ok());
+  CHECK(comm.status().code() == StatusCode::kAborted);
+  CHECK(comm.status().message() == "job aborted: rank 1 failed");
+  CHECK(waited_s < 15);  // not the 60 s timeout
+}
+
+TEST_CASE("NCCL ids are refused while NCCL_COMM_ID would make them all one") {
+  setenv("NCCL_COMM_ID", "10.0.0.1:12345", 1);
+  auto ids = exec::make_nccl_unique_ids(2);
+  unsetenv("NCCL_COMM_ID");
+  CHECK(ids.status().code() == StatusCode::kFailedPrecondition);
+  CHECK(ids.status().message().find("NCCL_COMM_ID") != std::string::npos);
 }
 
 TEST_CASE("after abort every NCCL call fails with the reason, and the wrong-size id is refused") {
