@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test (CTest). Exits non-zero on any failure.
-# GPU tests are skipped (not passed) on machines without a GPU.
+# GPU tests are skipped (not passed) on machines without a GPU. Ends with the number of Catch2
+# cases and assertions CTest ran, against the number the test binaries list.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
 cd "$root/build"
-ctest --output-on-failure -j "${GP_JOBS:-$(nproc)}" --timeout 600
+rc=0
+ctest --output-on-failure -j "${GP_JOBS:-$(nproc)}" --timeout 600 || rc=$?
+python3 "$root/test/support/check_catch_cases.py" summary "$root/build/test/catch-ledger" || rc=1
+exit "$rc"

@@ -359,7 +359,7 @@ TEST_CASE("selection skips excluded devices and prefers whole nodes") {
   CHECK_THAT(too_many.status().message(), Catch::Contains("1 excluded"));
 }
 
-TEST_CASE("ranks are dense over the usable devices; node_of maps them through the holes") {
+TEST_CASE("ranks are dense over the usable devices and node_of maps them through the holes") {
   Cluster c = preset("summit-v100");  // 8 nodes x 4
   c.add_excluded_ranks(5);
   c.add_excluded_ranks(1);

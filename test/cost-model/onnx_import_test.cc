@@ -102,7 +102,7 @@ TEST_CASE("an ONNX two-tower model imports as the same graph built by hand") {
   }
 }
 
-TEST_CASE("weights are imported in GraphPipe's [out, in] layout; weight inputs have none") {
+TEST_CASE("weights are imported in GraphPipe's [out, in] layout and weight inputs have none") {
   const auto m = imported("two_tower.onnx");
   // Gemm with transB=1: ONNX's [out, in] as is.
   CHECK(imported_values(m, "user.fc1", "weight") ==
@@ -397,7 +397,7 @@ TEST_CASE("malformed nodes are refused by name instead of crashing") {
   CHECK_THAT(m.status().message(), Catch::Contains("'no_outputs' (Split): has no output"));
 }
 
-TEST_CASE("slice positions are clamped as ONNX does; axes are normalised against the rank") {
+TEST_CASE("slice positions are clamped as ONNX does and axes are normalised against the rank") {
   OnnxBuilder b;
   b.input("x", {10});
   b.weight("s", {1})->set_float_data(0, -100.0f);  // x[:, -100:]

@@ -109,7 +109,9 @@ TEST_CASE("embedding bag has rows*dim parameters and costs bag*dim per sample") 
   CHECK(emb.proto->outputs(0).shape(0) == 64);
 }
 
-TEST_CASE("layout ops infer shapes: concat sums the axis, slice takes [start, end)") {
+TEST_CASE(
+    "layout ops infer shapes: concat sums the axis, slice keeps start up to but not including "
+    "end") {
   GraphBuilder b("m", "");
   auto a = b.input("a", {4, 3});
   auto c = b.input("c", {4, 5});

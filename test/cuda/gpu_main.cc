@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "../support/case_ledger.h"
 #include "gp/exec/device_info.h"
 
 int main(int argc, char** argv) {

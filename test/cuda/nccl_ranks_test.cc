@@ -206,7 +206,7 @@ TEST_CASE("replicated stages all-reduce over NCCL and train as on the CPU", "[.]
   check_like_cpu(replicated(testing::zoo_graph("tiny-candle-uno")));
 }
 
-TEST_CASE("a silent rank makes its peers fail within the timeout naming it; nobody hangs",
+TEST_CASE("a silent rank makes its peers fail within the timeout naming it, and nobody hangs",
           "[.][multi-gpu]") {
   const auto plan = replicated(testing::zoo_graph("tiny-candle-uno"));
   // Longer than a live peer's longest step (seconds when GPUs are emulated): only the silent

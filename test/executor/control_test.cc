@@ -164,7 +164,7 @@ TEST_CASE("every rank registers and receives every data address and the plan", "
   for (const auto& s : status->ranks()) CHECK(s.registered());
 }
 
-TEST_CASE("rank 0's NCCL unique ids reach every rank; another rank may not hand out ids",
+TEST_CASE("rank 0's NCCL unique ids reach every rank, and another rank may not hand out ids",
           "[control]") {
   constexpr int kWorld = 3;
   auto coordinator = start_coordinator(kWorld);
