@@ -55,6 +55,14 @@ struct SearchOptions {
   std::string command_line;
 };
 
+// Lower an external stage assignment (graphpipe-plan lower).
+struct LowerOptions {
+  SearchOptions search;  // model, cluster, devices, batch, training, cost models, outputs
+  std::string assignment;
+  std::string lowering = "best";
+  std::vector<std::string> compare;  // planner strategies to add to the table
+};
+
 // Re-plan a plan's model and training for the devices that are left.
 struct ReplanOptions {
   std::string plan;
@@ -107,7 +115,16 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
 Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
                      const planner::SearchResult& result, graphpipe::v1::Strategy strategy);
 
+// One row of the comparison table that compare and lower print.
+struct TableRow {
+  std::string name;
+  const planner::SearchResult* result = nullptr;
+};
+void print_plan_table(const PlanningSetup& setup, int64_t mini_batch,
+                      const std::vector<TableRow>& rows);
+
 Status run_search(const SearchOptions& opts);
+Status run_lower(const LowerOptions& opts);
 Status run_replan(const ReplanOptions& opts);
 Status run_compare(const SearchOptions& opts);
 Status run_simulate(const PlanFileOptions& opts);

@@ -109,6 +109,37 @@ int main(int argc, char** argv) {
   search->add_option("--trace", search_opts.trace, "write the simulated Chrome trace (Perfetto)");
   search->add_option("--dot", search_opts.dot, "write the stage graph as Graphviz");
 
+  gp::plan_cli::LowerOptions lower_opts;
+  auto* lower = app.add_subcommand(
+      "lower",
+      "Turn your own stage assignment (from PipeDream, Piper, Megatron or by hand) into a "
+      "verified plan: placed, scheduled, lowered and simulated like a searched plan "
+      "(format: docs/plan-format.md)");
+  lower
+      ->add_option("--assignment", lower_opts.assignment,
+                   "stage assignment file (.json, .pbtxt or .pb): per stage its op ids, "
+                   "replicas and optionally micro_batch")
+      ->required();
+  add_search_options(lower, &lower_opts.search, /*compare=*/false);
+  lower->remove_option(lower->get_option("--strategy"));
+  lower->remove_option(lower->get_option("--per-stage-microbatch"));
+  lower->remove_option(lower->get_option("--piper-downset-limit"));
+  lower
+      ->add_option("--lowering", lower_opts.lowering,
+                   "chain (tensors relayed along a sequential pipeline), dag (graph pipeline) or "
+                   "best (both; the faster simulated plan is written)")
+      ->capture_default_str();
+  lower
+      ->add_option("--compare", lower_opts.compare,
+                   "also search with these strategies and show them in the same table, e.g. "
+                   "graphpipe,sequential")
+      ->delimiter(',');
+  lower->add_option("--out", lower_opts.search.out, "plan file to write (.pb, .pbtxt or .json)")
+      ->required();
+  lower->add_option("--report", lower_opts.search.report, "write a JSON report of the plan");
+  lower->add_option("--trace", lower_opts.search.trace, "write the simulated Chrome trace");
+  lower->add_option("--dot", lower_opts.search.dot, "write the stage graph as Graphviz");
+
   SearchOptions compare_opts;
   auto* compare =
       app.add_subcommand("compare", "Search with several strategies and print a comparison table");
@@ -160,6 +191,7 @@ int main(int argc, char** argv) {
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
   search_opts.command_line = compare_opts.command_line = replan_opts.command_line = command_line;
+  lower_opts.search.command_line = command_line;
 
   gp::Status status;
   if (zoo->got_subcommand("list")) {
@@ -176,6 +208,8 @@ int main(int argc, char** argv) {
     status = run_ops_list();
   } else if (search->parsed()) {
     status = run_search(search_opts);
+  } else if (lower->parsed()) {
+    status = run_lower(lower_opts);
   } else if (compare->parsed()) {
     status = run_compare(compare_opts);
   } else if (simulate->parsed()) {

@@ -1,4 +1,5 @@
 // compare, simulate, inspect and verify.
+#include <algorithm>
 #include <cstdio>
 
 #include "commands.h"
@@ -21,6 +22,44 @@ Result<graphpipe::v1::Plan> load_plan(const std::string& path) {
 
 }  // namespace
 
+void print_plan_table(const PlanningSetup& setup, int64_t mini_batch,
+                      const std::vector<TableRow>& rows) {
+  double best_baseline = 0;
+  for (const auto& r : rows) {
+    if (r.name != "graphpipe" && r.result->feasible) {
+      best_baseline =
+          std::max(best_baseline, r.result->plan.predicted().throughput_samples_per_s());
+    }
+  }
+  std::printf("\n%s on %d x %s (%s), mini-batch %lld\n\n", setup.graph->model().name().c_str(),
+              cost::num_devices(setup.cluster), setup.cluster.device().name().c_str(),
+              setup.cluster.name().c_str(), static_cast<long long>(mini_batch));
+  std::printf("%-13s %8s %7s %6s %7s %6s %13s %12s %9s %11s %10s  %s\n", "strategy", "feasible",
+              "stages", "depth", "devices", "mb", "samples/s", "iteration s", "bubbles", "peak mem",
+              "search s", "vs best baseline");
+  for (const auto& r : rows) {
+    if (!r.result->feasible) {
+      std::printf("%-13s %8s  %s (search %.3f s)\n", r.name.c_str(), "no",
+                  r.result->infeasible_reason.c_str(), r.result->search_time_s);
+      continue;
+    }
+    const auto& plan = r.result->plan;
+    const auto& p = plan.predicted();
+    std::string versus = "-";
+    if (best_baseline > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2fx", p.throughput_samples_per_s() / best_baseline);
+      versus = buf;
+    }
+    std::printf("%-13s %8s %7d %6d %7d %6lld %13.1f %12.4f %8.1f%% %11s %10.3f  %s\n",
+                r.name.c_str(), "yes", plan.stages_size(), planner::pipeline_depth(plan),
+                plan.programs_size(), static_cast<long long>(plan.stages(0).micro_batch()),
+                p.throughput_samples_per_s(), p.iteration_time_s(), 100 * p.bubble_fraction(),
+                planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
+                r.result->search_time_s, versus.c_str());
+  }
+}
+
 Status run_compare(const SearchOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
   struct Row {
@@ -41,39 +80,9 @@ Status run_compare(const SearchOptions& opts) {
     }
     rows.push_back({name, std::move(result)});
   }
-  double best_baseline = 0;
-  for (const auto& r : rows) {
-    if (r.name != "graphpipe" && r.result.feasible) {
-      best_baseline = std::max(best_baseline, r.result.plan.predicted().throughput_samples_per_s());
-    }
-  }
-  std::printf("\n%s on %d x %s (%s), mini-batch %lld\n\n", setup.graph->model().name().c_str(),
-              cost::num_devices(setup.cluster), setup.cluster.device().name().c_str(),
-              setup.cluster.name().c_str(), static_cast<long long>(opts.batch));
-  std::printf("%-11s %8s %7s %6s %6s %13s %12s %9s %11s %10s  %s\n", "strategy", "feasible",
-              "stages", "depth", "mb", "samples/s", "iteration s", "bubbles", "peak mem",
-              "search s", "vs best baseline");
-  for (const auto& r : rows) {
-    if (!r.result.feasible) {
-      std::printf("%-11s %8s  %s (search %.3f s)\n", r.name.c_str(), "no",
-                  r.result.infeasible_reason.c_str(), r.result.search_time_s);
-      continue;
-    }
-    const auto& plan = r.result.plan;
-    const auto& p = plan.predicted();
-    std::string versus = "-";
-    if (best_baseline > 0) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%.2fx", p.throughput_samples_per_s() / best_baseline);
-      versus = buf;
-    }
-    std::printf("%-11s %8s %7d %6d %6lld %13.1f %12.4f %8.1f%% %11s %10.3f  %s\n", r.name.c_str(),
-                "yes", plan.stages_size(), planner::pipeline_depth(plan),
-                static_cast<long long>(plan.stages(0).micro_batch()), p.throughput_samples_per_s(),
-                p.iteration_time_s(), 100 * p.bubble_fraction(),
-                planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
-                r.result.search_time_s, versus.c_str());
-  }
+  std::vector<TableRow> table;
+  for (const auto& r : rows) table.push_back({r.name, &r.result});
+  print_plan_table(setup, opts.batch, table);
   bool any = false;
   for (const auto& r : rows) any = any || r.result.feasible;
   if (!any) return failed_precondition("no strategy found a feasible plan");

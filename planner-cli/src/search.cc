@@ -59,6 +59,35 @@ int pipeline_depth(const graphpipe::v1::Plan& plan) {
   return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
 }
 
+std::vector<int> placement_order(int num_stages,
+                                 const std::map<std::pair<int, int>, int64_t>& edge_bytes) {
+  std::vector<int> indegree(num_stages, 0);
+  for (const auto& [edge, bytes] : edge_bytes) ++indegree[edge.second];
+  // Depth-first from the sources, heaviest successor first; a stage is placed once all its
+  // predecessors are, so the order is topological and heavy neighbours end up adjacent.
+  std::vector<int> remaining = indegree;
+  std::vector<char> placed(num_stages, 0);
+  std::vector<int> order;
+  std::vector<int> stack;
+  for (int s = num_stages - 1; s >= 0; --s) {
+    if (indegree[s] == 0) stack.push_back(s);
+  }
+  while (!stack.empty()) {
+    const int s = stack.back();
+    stack.pop_back();
+    if (placed[s]) continue;
+    placed[s] = 1;
+    order.push_back(s);
+    std::vector<std::pair<int64_t, int>> next;
+    for (const auto& [edge, bytes] : edge_bytes) {
+      if (edge.first == s && --remaining[edge.second] == 0) next.emplace_back(bytes, edge.second);
+    }
+    std::sort(next.begin(), next.end());  // lightest first: the heaviest is popped next
+    for (const auto& [bytes, t] : next) stack.push_back(t);
+  }
+  return order;
+}
+
 std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units) {
   const int n = static_cast<int>(partition.stages.size());
   std::vector<int> stage_of_unit(units.num_units(), -1);
@@ -72,36 +101,12 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
   if (partition.chain) {
     for (int s = 0; s < n; ++s) order.push_back(s);
   } else {
-    // Stage graph with bytes per edge.
-    std::map<std::pair<int, int>, int64_t> weight;
-    std::vector<int> indegree(n, 0);
+    std::map<std::pair<int, int>, int64_t> weight;  // stage graph with bytes per edge
     for (const auto& [edge, bytes] : units.edge_bytes) {
       const int a = stage_of_unit[edge.first], b = stage_of_unit[edge.second];
-      if (a == b) continue;
-      if (weight.find({a, b}) == weight.end()) ++indegree[b];
-      weight[{a, b}] += bytes;
+      if (a != b) weight[{a, b}] += bytes;
     }
-    // Depth-first from the sources, heaviest successor first; a stage is placed once all its
-    // predecessors are, so the order is topological and heavy neighbours end up adjacent.
-    std::vector<int> remaining = indegree;
-    std::vector<char> placed(n, 0);
-    std::vector<int> stack;
-    for (int s = n - 1; s >= 0; --s) {
-      if (indegree[s] == 0) stack.push_back(s);
-    }
-    while (!stack.empty()) {
-      const int s = stack.back();
-      stack.pop_back();
-      if (placed[s]) continue;
-      placed[s] = 1;
-      order.push_back(s);
-      std::vector<std::pair<int64_t, int>> next;
-      for (const auto& [edge, bytes] : weight) {
-        if (edge.first == s && --remaining[edge.second] == 0) next.emplace_back(bytes, edge.second);
-      }
-      std::sort(next.begin(), next.end());  // lightest first: the heaviest is popped next
-      for (const auto& [bytes, t] : next) stack.push_back(t);
-    }
+    order = placement_order(n, weight);
   }
   std::vector<StageAssignment> out(n);
   int rank = 0;

@@ -133,4 +133,43 @@ for m in transformer_block inception_block; do
   check "search plans the imported $m and the plan verifies" \
     '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/$m.pb" >/dev/null'
 done
+# lower: a partition made elsewhere (here: the sequential plan's stages) as an assignment file.
+"$bin" search --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 \
+  --strategy sequential --out "$tmp/seq.json" --log-level warn >/dev/null; rc=$?
+check "sequential plan for lower exits 0" '[ $rc -eq 0 ]'
+python3 - "$tmp/seq.json" "$tmp/assign.json" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+stages = [{"ops": s["op_ids"], "replicas": len(s["device_ranks"])} for s in plan["stages"]]
+json.dump({"stages": stages}, open(sys.argv[2], "w"))
+PY
+out=$("$bin" --log-level warn lower --assignment "$tmp/assign.json" --model zoo:tiny-candle-uno \
+  --cluster cpu-local --devices 4 --batch 16 --compare sequential --out "$tmp/lowered.pb" \
+  --report "$tmp/lowered.report.json"); rc=$?
+check "lower exits 0 and writes a plan that verifies" \
+  '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/lowered.pb" >/dev/null'
+check "lower prints chain, dag and the compared strategy in one table" \
+  'echo "$out" | grep -q "^lowered/chain" && echo "$out" | grep -q "^lowered/dag" && echo "$out" | grep -q "^sequential"'
+lowered_chain=$(echo "$out" | awk '/^lowered\/chain/ {print $7}')
+searched=$(echo "$out" | awk '/^sequential/ {print $7}')
+check "the lowered sequential partition is as fast as the search found it ($lowered_chain vs $searched)" \
+  '[ -n "$lowered_chain" ] && [ "$lowered_chain" = "$searched" ]'
+check "lower writes the report" '[ -s "$tmp/lowered.report.json" ]'
+printf '{"stages": [{"ops": ["nope"]}]}' > "$tmp/bad_assign.json"
+err=$("$bin" lower --assignment "$tmp/bad_assign.json" --model zoo:tiny-candle-uno --cluster cpu-local \
+  --batch 16 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "lower: an unknown op exits 2 naming the field" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "stages\[0\].ops\[0\] = .nope.: model .* has no op with this id" && [ ! -e "$tmp/x.pb" ]'
+printf '{"stages": [{"ops": ["a"], "replica": 2}]}' > "$tmp/typo_assign.json"
+err=$("$bin" lower --assignment "$tmp/typo_assign.json" --model zoo:tiny-candle-uno --cluster cpu-local \
+  --batch 16 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "lower: a misspelt field exits 2 naming the file" '[ $rc -eq 2 ] && echo "$err" | grep -q "assignment"'
+err=$("$bin" lower --assignment "$tmp/assign.json" --model zoo:tiny-candle-uno --cluster cpu-local \
+  --batch 16 --lowering tree --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "lower: an unknown --lowering exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "\-\-lowering = .tree."'
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=$("$bin" --log-level warn lower --assignment "$root/configs/assignments/tiny-candle-uno-branches.json" \
+  --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 --lowering dag --out "$tmp/branches.pb"); rc=$?
+check "lower: the documented example assignment lowers as a DAG on 4 devices" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "lowered/dag: 3 stages (depth 2) on 4 devices"'
 exit $fail

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -64,6 +65,10 @@ Result<SearchResult> search_plan(const SearchRequest& request);
 // the heaviest edge first (chain order for chain partitions), each on consecutive ranks, so
 // that heavily connected stages share a node. Replicas of one stage are consecutive too.
 std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units);
+// That order for any stage DAG given its edges' bytes per sample (src stage, dst stage): a
+// topological order in which each stage's heaviest successor follows it where it can.
+std::vector<int> placement_order(int num_stages,
+                                 const std::map<std::pair<int, int>, int64_t>& edge_bytes);
 
 Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name);
 

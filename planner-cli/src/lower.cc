@@ -1,0 +1,315 @@
+#include "gp/planner/lower.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <queue>
+#include <set>
+
+#include "gp/cost/cluster.h"
+#include "gp/cost/memory_model.h"
+#include "gp/graph/plan_util.h"
+#include "gp/planner/plan_builder.h"
+#include "gp/sim/simulator.h"
+
+namespace gp::planner {
+namespace {
+
+std::string stage_name(size_t s) { return "stages[" + std::to_string(s) + "]"; }
+
+// The first path that leaves stage `s` and comes back into it, as "'a' -> 'b' (stages[1]) ->
+// 'c'"; empty when the stage is convex. Breadth-first over the ops outside the stage.
+std::string leaving_path(const graph::Graph& g, const std::vector<int>& stage_of, int s,
+                         const std::vector<int>& ops) {
+  constexpr int kUnvisited = -2;
+  std::vector<int> parent(g.num_ops(), kUnvisited);
+  std::queue<int> frontier;
+  for (int a : ops) {
+    for (int c : g.op(a).succs) {
+      if (stage_of[c] != s && parent[c] == kUnvisited) {
+        parent[c] = a;
+        frontier.push(c);
+      }
+    }
+  }
+  while (!frontier.empty()) {
+    const int c = frontier.front();
+    frontier.pop();
+    for (int d : g.op(c).succs) {
+      if (stage_of[d] == s) {
+        std::vector<int> path = {d};
+        for (int x = c; stage_of[x] != s; x = parent[x]) path.push_back(x);
+        path.push_back(parent[path.back()]);
+        std::reverse(path.begin(), path.end());
+        std::string text;
+        for (size_t i = 0; i < path.size(); ++i) {
+          if (i > 0) text += " -> ";
+          if (i > 2 && i + 2 < path.size()) {  // keep long paths readable
+            text += "...";
+            i = path.size() - 2;
+            text += " -> ";
+          }
+          text += "'" + g.op(path[i]).id() + "'";
+          if (stage_of[path[i]] != s) text += " (" + stage_name(stage_of[path[i]]) + ")";
+        }
+        return text;
+      }
+      if (parent[d] == kUnvisited) {
+        parent[d] = c;
+        frontier.push(d);
+      }
+    }
+  }
+  return "";
+}
+
+// Activation bytes per sample on each stage edge: every tensor once per consuming stage.
+std::map<std::pair<int, int>, int64_t> stage_edge_bytes(const graph::Graph& g,
+                                                        const std::vector<int>& stage_of) {
+  std::map<std::pair<int, int>, int64_t> bytes;
+  for (const auto& node : g.ops()) {
+    const int src = stage_of[node.index];
+    for (int k = 0; k < node.proto->outputs_size(); ++k) {
+      std::set<int> dsts;
+      for (int c : node.succs) {
+        if (stage_of[c] == src) continue;
+        for (const auto& ref : g.op(c).proto->inputs()) {
+          if (ref.op() == node.id() && ref.output() == k) dsts.insert(stage_of[c]);
+        }
+      }
+      for (int dst : dsts) bytes[{src, dst}] += graph::size_bytes(node.proto->outputs(k));
+    }
+  }
+  return bytes;
+}
+
+// Topological order of the stages, lowest index first among the ready ones: the file's own
+// order whenever that order is topological.
+Result<std::vector<int>> chain_order(int n, const std::map<std::pair<int, int>, int64_t>& edges) {
+  std::vector<int> indegree(n, 0);
+  for (const auto& [edge, bytes] : edges) ++indegree[edge.second];
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int s = 0; s < n; ++s) {
+    if (indegree[s] == 0) ready.push(s);
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int s = ready.top();
+    ready.pop();
+    order.push_back(s);
+    for (const auto& [edge, bytes] : edges) {
+      if (edge.first == s && --indegree[edge.second] == 0) ready.push(edge.second);
+    }
+  }
+  if (static_cast<int>(order.size()) < n) {
+    std::string cyclic;
+    for (int s = 0; s < n; ++s) {
+      if (indegree[s] > 0) cyclic += (cyclic.empty() ? "" : ", ") + stage_name(s);
+    }
+    return invalid_argument("stages: the stage graph has a cycle through " + cyclic +
+                            " (a tensor leaves each of them for the next)");
+  }
+  return order;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Result<Lowering> parse_lowering(std::string_view name) {
+  if (name == "chain") return Lowering::kChain;
+  if (name == "dag") return Lowering::kDag;
+  if (name == "best") return Lowering::kBest;
+  return invalid_argument("--lowering = '" + std::string(name) + "', expected chain, dag or best");
+}
+
+Result<std::vector<ExternalStage>> resolve_assignment(
+    const graphpipe::v1::StageAssignmentFile& file, const graph::Graph& graph, int num_devices,
+    int64_t mini_batch) {
+  if (file.stages_size() == 0) return invalid_argument("stages: empty, the file names no stage");
+  std::vector<int> stage_of(graph.num_ops(), -1);
+  std::vector<ExternalStage> out(file.stages_size());
+  int64_t replicas_in_all = 0;
+  for (int s = 0; s < file.stages_size(); ++s) {
+    const auto& st = file.stages(s);
+    const std::string field = stage_name(s);
+    if (st.ops_size() == 0) return invalid_argument(field + ".ops: empty");
+    if (st.replicas() < 0) {
+      return invalid_argument(field + ".replicas = " + std::to_string(st.replicas()) +
+                              ", must be >= 1 (0 means 1)");
+    }
+    out[s].replicas = st.replicas() == 0 ? 1 : st.replicas();
+    replicas_in_all += out[s].replicas;
+    const int64_t mb = st.micro_batch();
+    if (mb < 0 || (mb > 0 && mini_batch % mb != 0)) {
+      return invalid_argument(field + ".micro_batch = " + std::to_string(mb) +
+                              " does not divide the mini-batch " + std::to_string(mini_batch));
+    }
+    if (mb > 0 && mb % out[s].replicas != 0) {
+      return invalid_argument(field + ".micro_batch = " + std::to_string(mb) +
+                              " is not divisible by its " + std::to_string(out[s].replicas) +
+                              " replicas");
+    }
+    out[s].micro_batch = mb;
+    for (int i = 0; i < st.ops_size(); ++i) {
+      const std::string op_field = field + ".ops[" + std::to_string(i) + "] = '" + st.ops(i) + "'";
+      const int op = graph.index_of(st.ops(i));
+      if (op < 0) {
+        return invalid_argument(op_field + ": model '" + graph.model().name() +
+                                "' has no op with this id");
+      }
+      if (stage_of[op] == s) return invalid_argument(op_field + ": listed twice in " + field);
+      if (stage_of[op] >= 0) {
+        return invalid_argument(op_field + ": the op is also in " + stage_name(stage_of[op]) +
+                                "; every op belongs to exactly one stage");
+      }
+      stage_of[op] = s;
+      out[s].ops.push_back(op);
+    }
+  }
+  if (replicas_in_all > num_devices) {
+    return invalid_argument("stages: " + std::to_string(replicas_in_all) +
+                            " replicas in all, but the cluster has " + std::to_string(num_devices) +
+                            " devices to use");
+  }
+  std::vector<std::string> missing;
+  for (int op : graph.topo_order()) {
+    if (stage_of[op] < 0) missing.push_back(graph.op(op).id());
+  }
+  if (!missing.empty()) {
+    std::string more = missing.size() > 1
+                           ? " (and " + std::to_string(missing.size() - 1) + " more ops)"
+                           : std::string();
+    return invalid_argument("stages: op '" + missing[0] + "'" + more +
+                            " is in no stage; every op of the model belongs to one stage");
+  }
+  for (int s = 0; s < file.stages_size(); ++s) {
+    const std::string path = leaving_path(graph, stage_of, s, out[s].ops);
+    if (!path.empty()) {
+      return invalid_argument(stage_name(s) + " is not convex: " + path +
+                              " leaves the stage and comes back; a stage must hold every op on "
+                              "a path between two of its ops");
+    }
+  }
+  return out;
+}
+
+Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
+  const graph::Graph& g = *req.graph;
+  const int n = static_cast<int>(req.stages.size());
+  if (n == 0) return invalid_argument("stages: empty");
+  std::vector<int> stage_of(g.num_ops(), -1);
+  for (int s = 0; s < n; ++s) {
+    for (int op : req.stages[s].ops) stage_of[op] = s;
+  }
+  const auto edges = stage_edge_bytes(g, stage_of);
+  GP_ASSIGN_OR_RETURN(const std::vector<int> chain, chain_order(n, edges));
+
+  bool every_stage_fixed = true;
+  for (const auto& st : req.stages) every_stage_fixed = every_stage_fixed && st.micro_batch > 0;
+  std::vector<int64_t> sizes = req.micro_batches;
+  if (every_stage_fixed) {
+    sizes = {0};  // nothing left to choose
+  } else if (sizes.empty()) {
+    for (int64_t b = 1; b <= req.mini_batch; b *= 2) {
+      if (req.mini_batch % b == 0) sizes.push_back(b);
+    }
+  }
+  for (int64_t b : sizes) {
+    if (b < 0 || (b > 0 && req.mini_batch % b != 0)) {
+      return invalid_argument("--micro-batches: " + std::to_string(b) +
+                              " does not divide the mini-batch " + std::to_string(req.mini_batch));
+    }
+  }
+  std::vector<int> position(g.num_ops());
+  for (int i = 0; i < g.num_ops(); ++i) position[g.topo_order()[i]] = i;
+
+  const cost::CommModel datasheet_comm(req.cluster);
+  const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
+  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
+  const sim::Simulator simulator(*req.compute, comm, memory);
+  const int64_t capacity = req.cluster.device().memory_capacity_bytes();
+
+  std::vector<std::pair<std::string, bool>> lowerings;  // (name, chain)
+  if (req.lowering != Lowering::kDag) lowerings.emplace_back("chain", true);
+  if (req.lowering != Lowering::kChain) lowerings.emplace_back("dag", false);
+
+  std::vector<LoweredPlan> out;
+  for (const auto& [name, is_chain] : lowerings) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<int> order = is_chain ? chain : placement_order(n, edges);
+    LoweredPlan lowered;
+    lowered.lowering = name;
+    SearchResult& result = lowered.result;
+    result.num_units = g.num_ops();
+    double best = -1;
+    for (int64_t b : sizes) {
+      CandidateSummary cand;
+      cand.micro_batch = b > 0 ? b : req.stages[order[0]].micro_batch;
+      std::vector<StageAssignment> stages;
+      int rank = 0;
+      for (int s : order) {
+        const ExternalStage& ext = req.stages[s];
+        StageAssignment st;
+        st.ops = ext.ops;
+        std::sort(st.ops.begin(), st.ops.end(),
+                  [&](int x, int y) { return position[x] < position[y]; });
+        for (int r = 0; r < ext.replicas; ++r) st.ranks.push_back(rank++);
+        st.micro_batch = ext.micro_batch > 0 ? ext.micro_batch : b;
+        if (st.micro_batch % ext.replicas != 0 && cand.reason.empty()) {
+          cand.reason = "micro-batch " + std::to_string(st.micro_batch) +
+                        " is not divisible by the " + std::to_string(ext.replicas) +
+                        " replicas of " + stage_name(s);
+        }
+        stages.push_back(std::move(st));
+      }
+      if (cand.reason.empty()) {
+        PlanInputs in;
+        in.graph = &g;
+        in.cluster = req.cluster;
+        in.mini_batch = req.mini_batch;
+        in.training = req.training;
+        in.strategy = graphpipe::v1::STRATEGY_MANUAL;
+        in.chain = is_chain;
+        GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, stages));
+        GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, g));
+        if (sim.deadlocked) {
+          return internal_error("the " + name + " lowering deadlocks: " + sim.deadlock_report());
+        }
+        if (sim.peak_memory_bytes > capacity) {
+          cand.reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
+                        " bytes exceeds the device's " + std::to_string(capacity);
+        } else {
+          cand.feasible = true;
+          cand.throughput_samples_per_s = sim.throughput_samples_per_s;
+          cand.num_stages = plan.stages_size();
+          if (sim.throughput_samples_per_s > best) {
+            best = sim.throughput_samples_per_s;
+            sim::fill_predicted_metrics(sim, &plan);
+            result.plan = std::move(plan);
+            result.simulation = std::move(sim);
+            result.feasible = true;
+          }
+        }
+      }
+      result.candidates.push_back(cand);
+    }
+    result.search_time_s = seconds_since(start);
+    if (!result.feasible) {
+      std::string why;
+      for (const auto& c : result.candidates) {
+        if (why.find(c.reason) == std::string::npos) why += (why.empty() ? "" : "; ") + c.reason;
+      }
+      result.infeasible_reason = why.empty() ? "no feasible plan" : why;
+    } else {
+      result.plan.mutable_provenance()->set_strategy(graphpipe::v1::STRATEGY_MANUAL);
+      result.plan.mutable_provenance()->set_search_time_s(result.search_time_s);
+    }
+    out.push_back(std::move(lowered));
+  }
+  return out;
+}
+
+}  // namespace gp::planner

@@ -1,0 +1,91 @@
+// graphpipe-plan lower: an external stage assignment turned into a verified, simulated plan.
+#include <cstdio>
+
+#include "commands.h"
+#include "gp/cost/cluster.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
+#include "gp/planner/lower.h"
+#include "gp/planner/report.h"
+#include "gp/planner/verify.h"
+
+namespace gp::plan_cli {
+
+Status run_lower(const LowerOptions& opts) {
+  const SearchOptions& so = opts.search;
+  GP_RETURN_IF_ERROR(graph::format_for_path(so.out).status().with_context("--out"));
+  GP_ASSIGN_OR_RETURN(const auto lowering, planner::parse_lowering(opts.lowering));
+  std::vector<graphpipe::v1::Strategy> strategies;
+  for (const auto& name : opts.compare) {
+    auto strategy = planner::parse_strategy(name);
+    if (!strategy.ok()) return strategy.status().with_context("--compare");
+    strategies.push_back(*strategy);
+  }
+  graphpipe::v1::StageAssignmentFile file;
+  GP_RETURN_IF_ERROR(graph::read_message(opts.assignment, &file).with_context("--assignment"));
+  GP_ASSIGN_OR_RETURN(auto setup, prepare(so));
+  auto stages =
+      planner::resolve_assignment(file, *setup.graph, cost::num_devices(setup.cluster), so.batch);
+  if (!stages.ok()) return stages.status().with_context("--assignment " + opts.assignment);
+
+  planner::LowerRequest req;
+  req.graph = setup.graph.get();
+  req.cluster = setup.cluster;
+  req.mini_batch = so.batch;
+  req.training = setup.training;
+  req.compute = setup.compute.get();
+  req.comm = setup.comm.get();
+  req.stages = std::move(stages).value();
+  req.lowering = lowering;
+  req.micro_batches = so.micro_batches;
+  auto lowered = planner::lower_assignment(req);
+  if (!lowered.ok()) return lowered.status().with_context("--assignment " + opts.assignment);
+
+  const planner::LoweredPlan* best = nullptr;
+  for (auto& l : *lowered) {
+    if (!l.result.feasible) continue;
+    l.result.plan.mutable_provenance()->set_planner_version(GP_PLANNER_VERSION);
+    l.result.plan.mutable_provenance()->set_command_line(so.command_line);
+    l.result.plan.mutable_provenance()->set_profile_hash(setup.profile_hash);
+    if (best == nullptr || l.result.plan.predicted().throughput_samples_per_s() >
+                               best->result.plan.predicted().throughput_samples_per_s()) {
+      best = &l;
+    }
+  }
+  std::vector<planner::SearchResult> searched;
+  searched.reserve(strategies.size());
+  for (auto strategy : strategies) {
+    GP_ASSIGN_OR_RETURN(auto result, run_search_for(so, setup, strategy));
+    searched.push_back(std::move(result));
+  }
+  std::vector<TableRow> rows;
+  for (const auto& l : *lowered) rows.push_back({"lowered/" + l.lowering, &l.result});
+  for (size_t i = 0; i < strategies.size(); ++i) {
+    rows.push_back({std::string(graph::strategy_name(strategies[i])), &searched[i]});
+  }
+  print_plan_table(setup, so.batch, rows);
+
+  if (best == nullptr) {
+    std::string why;
+    for (const auto& l : *lowered)
+      why += (why.empty() ? "" : "; ") + l.lowering + ": " + l.result.infeasible_reason;
+    return failed_precondition("--assignment " + opts.assignment + ": no lowering fits: " + why);
+  }
+  // The same gate as search: never write a plan the verifier would reject.
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(best->result.plan, *setup.compute));
+  if (!report.ok()) {
+    return internal_error("the lowered plan failed verification: " + report.problems[0]);
+  }
+  GP_RETURN_IF_ERROR(write_outputs(so, setup, best->result, graphpipe::v1::STRATEGY_MANUAL));
+  const auto& p = best->result.plan.predicted();
+  std::printf(
+      "\nlowered/%s: %d stages (depth %d) on %d devices, %.1f samples/s predicted, "
+      "peak memory %s -> %s\n",
+      best->lowering.c_str(), best->result.plan.stages_size(),
+      planner::pipeline_depth(best->result.plan), best->result.plan.programs_size(),
+      p.throughput_samples_per_s(),
+      planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(), so.out.c_str());
+  return ok_status();
+}
+
+}  // namespace gp::plan_cli
