@@ -7,6 +7,8 @@
 //
 //   gp_planner_bench           all rows (a few minutes on 2 cores)
 //   gp_planner_bench --quick   only the 32-device summit rows and the nbranch sweep
+//   gp_planner_bench --json F  also write every row as JSON to F
+// Exits 1 when GraphPipe's plan is slower than a baseline's anywhere.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -65,6 +67,7 @@ struct Cell {
   std::string reason;  // short: "infeasible" or "too many downsets"
   double throughput = 0;
   double search_s = 0;
+  int devices_used = 0;
 };
 
 struct Row {
@@ -124,6 +127,7 @@ Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cl
     cell.search_s = result->search_time_s;
     if (cell.feasible) {
       cell.throughput = result->plan.predicted().throughput_samples_per_s();
+      cell.devices_used = result->plan.programs_size();
     } else {
       cell.reason = short_reason(result->infeasible_reason);
     }
@@ -164,15 +168,15 @@ std::string ratio_text(double r) { return std::isnan(r) ? "-" : fmt("%.2fx", r);
 void print_main_table(const std::vector<Row>& rows) {
   std::printf("Predicted (simulated) throughput in samples/s and search time in s per strategy\n");
   std::printf("(Adam; fp32 on summit-v100, bf16 with fp32 master weights on dgx-h100)\n\n");
-  std::printf("%-40s | %-26s | %-26s | %-26s |\n", "", "graphpipe", "sequential", "piper");
-  std::printf("%-16s %-11s %4s %6s | %17s %8s | %17s %8s | %17s %8s | %10s %14s\n", "model",
-              "cluster", "devs", "batch", "samples/s", "search s", "samples/s", "search s",
-              "samples/s", "search s", "GP speedup", "search speedup");
+  std::printf("%-40s | %-31s | %-31s | %-31s |\n", "", "graphpipe", "sequential", "piper");
+  std::printf("%-16s %-11s %4s %6s | %17s %4s %8s | %17s %4s %8s | %17s %4s %8s | %10s %14s\n",
+              "model", "cluster", "devs", "batch", "samples/s", "used", "search s", "samples/s",
+              "used", "search s", "samples/s", "used", "search s", "GP speedup", "search speedup");
   for (const auto& r : rows) {
     std::printf("%-16s %-11s %4d %6lld", r.model.c_str(), r.cluster.c_str(), r.devices,
                 static_cast<long long>(r.mini_batch));
     for (const auto& c : r.cells) {
-      std::printf(" | %17s %8.3f", throughput_text(c).c_str(), c.search_s);
+      std::printf(" | %17s %4d %8.3f", throughput_text(c).c_str(), c.devices_used, c.search_s);
     }
     std::printf(" | %10s %14s\n", ratio_text(r.gp_speedup).c_str(),
                 ratio_text(r.search_speedup).c_str());
@@ -307,18 +311,63 @@ void print_summary(const std::vector<Row>& rows, const std::vector<Row>& nbranch
   }
 }
 
+// Rows where GraphPipe's plan is slower than a feasible baseline's (or missing while one
+// exists), as "model @devices cluster: graphpipe X vs best baseline Y".
+std::vector<std::string> losses(const std::vector<const Row*>& rows) {
+  std::vector<std::string> out;
+  for (const Row* r : rows) {
+    double best = 0;
+    for (int s = 0; s < kNumStrategies; ++s) {
+      if (s != kGraphPipe && r->cells[s].feasible) best = std::max(best, r->cells[s].throughput);
+    }
+    const Cell& gp = r->cells[kGraphPipe];
+    if (best > 0 && (!gp.feasible || gp.throughput < best * (1 - 1e-9))) {
+      out.push_back(row_label(*r) + ": graphpipe " + throughput_text(gp) + " vs best baseline " +
+                    fmt("%.1f", best));
+    }
+  }
+  return out;
+}
+
+std::string json_rows(const std::vector<const Row*>& rows) {
+  std::string out = "[\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = *rows[i];
+    out += "  {\"model\": \"" + r.model + "\", \"cluster\": \"" + r.cluster +
+           "\", \"devices\": " + std::to_string(r.devices) +
+           ", \"mini_batch\": " + std::to_string(r.mini_batch) + ", \"strategies\": {";
+    for (int s = 0; s < kNumStrategies; ++s) {
+      const Cell& c = r.cells[s];
+      out += std::string(s ? ", " : "") + "\"" + std::string(graph::strategy_name(kStrategies[s])) +
+             "\": {\"feasible\": " + (c.feasible ? "true" : "false") +
+             ", \"samples_per_s\": " + fmt("%.3f", c.throughput) +
+             ", \"devices_used\": " + std::to_string(c.devices_used) +
+             ", \"search_s\": " + fmt("%.6f", c.search_s) +
+             (c.feasible ? std::string() : ", \"reason\": \"" + c.reason + "\"") + "}";
+    }
+    out += "}, \"graphpipe_vs_best_baseline\": " +
+           (std::isnan(r.gp_speedup) ? std::string("null") : fmt("%.6f", r.gp_speedup)) + "}" +
+           (i + 1 < rows.size() ? ",\n" : "\n");
+  }
+  return out + "]\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
+  std::string json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--json" && i + 1 < argc) {
+      json_path = argv[++i];
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
-          "usage: %s [--quick]\n  --quick  only the 32-device summit-v100 rows and the "
-          "nbranch sweep\n",
+          "usage: %s [--quick] [--json FILE]\n  --quick      only the 32-device summit-v100 rows "
+          "and the nbranch sweep\n  --json FILE  also write every row as JSON\nExits 1 when "
+          "GraphPipe loses to a baseline anywhere.\n",
           argv[0]);
       return 0;
     } else {
@@ -364,6 +413,20 @@ int main(int argc, char** argv) {
   print_summary(rows, nbranch, branches);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<const Row*> all;
+  for (const auto& r : rows) all.push_back(&r);
+  for (const auto& r : nbranch) all.push_back(&r);
+  if (!json_path.empty()) {
+    std::FILE* f = std::fopen(json_path.c_str(), "w");
+    if (f == nullptr) die(invalid_argument("--json: cannot write '" + json_path + "'"));
+    const std::string text = json_rows(all);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+  const auto lost = losses(all);
+  std::printf("\nGraphPipe at least as fast as every baseline on every row: %s\n",
+              lost.empty() ? "yes" : "NO");
+  for (const auto& l : lost) std::printf("  loses: %s\n", l.c_str());
   std::printf("\n(%s run, %.1f s wall)\n", quick ? "quick" : "full", elapsed);
-  return 0;
+  return lost.empty() ? 0 : 1;
 }

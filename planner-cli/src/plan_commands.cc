@@ -192,12 +192,20 @@ Status run_search(const SearchOptions& opts) {
         std::to_string(cost::num_devices(setup.cluster)) + " devices: " + result.infeasible_reason);
   }
   const auto& p = result.plan.predicted();
+  const int available = cost::num_devices(setup.cluster);
+  const int used = result.plan.programs_size();
+  std::string devices = "on " + std::to_string(used) + " devices";
+  if (used < available) {
+    devices = "on " + std::to_string(used) + " of " + std::to_string(available) +
+              " devices (the fastest plan found leaves " + std::to_string(available - used) +
+              " idle)";
+  }
   std::printf(
-      "%s: %d stages (depth %d), micro-batch %lld, %.1f samples/s predicted, "
+      "%s: %d stages (depth %d) %s, micro-batch %lld, %.1f samples/s predicted, "
       "iteration %.4g s, peak memory %s, search %.3f s -> %s\n",
       opts.strategy.c_str(), result.plan.stages_size(), planner::pipeline_depth(result.plan),
-      static_cast<long long>(result.plan.stages(0).micro_batch()), p.throughput_samples_per_s(),
-      p.iteration_time_s(),
+      devices.c_str(), static_cast<long long>(result.plan.stages(0).micro_batch()),
+      p.throughput_samples_per_s(), p.iteration_time_s(),
       planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
       result.search_time_s, opts.out.c_str());
   return ok_status();

@@ -82,7 +82,8 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
       if (c.feasible) {
         w.field("num_stages", c.num_stages)
             .field("bottleneck_tps_s", c.bottleneck_tps_s)
-            .field("predicted_throughput_samples_per_s", c.throughput_samples_per_s);
+            .field("predicted_throughput_samples_per_s", c.throughput_samples_per_s)
+            .field("source", c.source);
       } else {
         w.field("reason", c.reason);
       }

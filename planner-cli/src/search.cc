@@ -24,8 +24,9 @@ std::string format_candidate(const CandidateSummary& c) {
     std::snprintf(buf, sizeof(buf), "micro-batch %lld: %s", static_cast<long long>(c.micro_batch),
                   c.reason.c_str());
   } else {
-    std::snprintf(buf, sizeof(buf), "micro-batch %lld: %d stages, %.1f samples/s simulated",
-                  static_cast<long long>(c.micro_batch), c.num_stages, c.throughput_samples_per_s);
+    std::snprintf(buf, sizeof(buf), "micro-batch %lld: %d stages, %.1f samples/s simulated (%s)",
+                  static_cast<long long>(c.micro_batch), c.num_stages, c.throughput_samples_per_s,
+                  c.source.c_str());
   }
   return buf;
 }
@@ -180,6 +181,47 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     in.chain = chain;
     return in;
   };
+  // Lowers and simulates one partition; keeps it when it beats the best plan so far. Returns
+  // false (with the reason in `cand`) when it does not fit in memory.
+  auto evaluate = [&](const Partition& part, bool chain, const char* source,
+                      CandidateSummary* cand) -> Result<bool> {
+    Partition lowered = part;
+    lowered.chain = chain;
+    auto stages = place_stages(lowered, units);
+    GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(chain), stages));
+    GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+    if (sim.deadlocked) {
+      return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
+    }
+    if (sim.peak_memory_bytes > capacity) {
+      if (!cand->feasible) {
+        cand->reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
+                       " bytes exceeds the device's " + std::to_string(capacity);
+      }
+      return false;
+    }
+    if (!cand->feasible || sim.throughput_samples_per_s > cand->throughput_samples_per_s) {
+      cand->feasible = true;
+      cand->reason.clear();
+      cand->bottleneck_tps_s = part.bottleneck_tps_s;
+      cand->throughput_samples_per_s = sim.throughput_samples_per_s;
+      cand->num_stages = plan.stages_size();
+      cand->source = source;
+    }
+    if (sim.throughput_samples_per_s > best_throughput) {
+      best_throughput = sim.throughput_samples_per_s;
+      plan.mutable_provenance()->set_sp_edges_added(part.sp_edges_added);
+      sim::fill_predicted_metrics(sim, &plan);
+      plan.mutable_predicted()->set_bottleneck_tps_s(part.bottleneck_tps_s);
+      result.plan = std::move(plan);
+      result.simulation = std::move(sim);
+      result.feasible = true;
+      best_stages = std::move(stages);
+      best_chain = chain;
+      best_tps = part.bottleneck_tps_s;
+    }
+    return true;
+  };
   int done = 0;
   for (int64_t b : micro_batches) {
     CandidateSummary cand;
@@ -203,32 +245,19 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
       cand.reason = outcome->infeasible_reason;
     } else {
       const Partition& part = *outcome->partition;
-      cand.bottleneck_tps_s = part.bottleneck_tps_s;
-      auto stages = place_stages(part, units);
-      GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(part.chain), stages));
-      GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
-      if (sim.deadlocked) {
-        return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
-      }
-      if (sim.peak_memory_bytes > capacity) {
-        cand.reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
-                      " bytes exceeds the device's " + std::to_string(capacity);
-      } else {
-        cand.feasible = true;
-        cand.throughput_samples_per_s = sim.throughput_samples_per_s;
-        cand.num_stages = plan.stages_size();
-        if (sim.throughput_samples_per_s > best_throughput) {
-          best_throughput = sim.throughput_samples_per_s;
-          plan.mutable_provenance()->set_sp_edges_added(part.sp_edges_added);
-          sim::fill_predicted_metrics(sim, &plan);
-          plan.mutable_predicted()->set_bottleneck_tps_s(part.bottleneck_tps_s);
-          result.plan = std::move(plan);
-          result.simulation = std::move(sim);
-          result.feasible = true;
-          best_stages = std::move(stages);
-          best_chain = part.chain;
-          best_tps = part.bottleneck_tps_s;
-        }
+      GP_RETURN_IF_ERROR(
+          evaluate(part, part.chain, part.chain ? "chain" : "graph partition", &cand).status());
+    }
+    if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
+      // Graph pipelines contain chains: the chain DP's partition competes too, lowered as a
+      // chain and as a DAG, and the simulator (which sees bubbles the DP cannot) picks.
+      GP_ASSIGN_OR_RETURN(auto chain_outcome, partition_sequential(ctx, b));
+      if (chain_outcome.partition) {
+        GP_RETURN_IF_ERROR(
+            evaluate(*chain_outcome.partition, true, "chain partition", &cand).status());
+        GP_RETURN_IF_ERROR(
+            evaluate(*chain_outcome.partition, false, "chain partition, DAG lowering", &cand)
+                .status());
       }
     }
     result.candidates.push_back(cand);

@@ -320,3 +320,36 @@ TEST_CASE("per-stage micro-batch refinement never loses throughput and stays ver
   for (const auto& st : refined->plan.stages()) sizes.insert(st.micro_batch());
   CHECK(sizes.size() > 1);
 }
+
+TEST_CASE("the graphpipe search is never slower than the sequential search") {
+  const cost::AnalyticCostModel model(testing::ideal_cluster(1).device(),
+                                      graphpipe::v1::PRECISION_FP32);
+  for (const std::string spec :
+       {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "nbranch?branches=3"}) {
+    const graph::Graph g = zoo(spec);
+    for (int devices : {2, 5, 8}) {
+      INFO(spec << " on " << devices << " summit devices");
+      auto cluster = cost::select_devices(*cost::load_cluster("summit-v100"), devices);
+      REQUIRE(cluster.ok());
+      planner::SearchRequest req;
+      req.graph = &g;
+      req.cluster = *cluster;
+      req.mini_batch = 64;
+      req.compute = &model;
+      req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+      req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+      auto gp_result = planner::search_plan(req);
+      req.strategy = graphpipe::v1::STRATEGY_SEQUENTIAL;
+      auto seq_result = planner::search_plan(req);
+      REQUIRE(gp_result.ok());
+      REQUIRE(seq_result.ok());
+      REQUIRE(seq_result->feasible);
+      REQUIRE(gp_result->feasible);
+      CHECK(gp_result->plan.predicted().throughput_samples_per_s() >=
+            seq_result->plan.predicted().throughput_samples_per_s());
+      for (const auto& c : gp_result->candidates) {
+        if (c.feasible) CHECK_FALSE(c.source.empty());
+      }
+    }
+  }
+}

@@ -47,6 +47,9 @@ struct CandidateSummary {
   double bottleneck_tps_s = 0;          // the partitioner's estimate
   double throughput_samples_per_s = 0;  // simulated
   int num_stages = 0;
+  // Which candidate won at this size: "graph partition", "chain" (a chain strategy's own),
+  // "chain partition" or "chain partition, DAG lowering" (GraphPipe's chain candidates).
+  std::string source;
 };
 
 struct SearchResult {
