@@ -51,6 +51,7 @@ struct SearchOptions {
   std::string precision = "fp32";
   uint64_t seed = 1;
   int piper_downset_limit = 40000;
+  bool piper_compress_branches = false;
   bool per_stage_microbatch = false;
   std::string command_line;
 };

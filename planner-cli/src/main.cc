@@ -49,6 +49,9 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
   cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
                   "Piper gives up beyond this many downsets, as Piper itself does")
       ->capture_default_str();
+  cmd->add_flag("--piper-compress-branches", o->piper_compress_branches,
+                "Piper plans each parallel branch as one unit (PipeDream's compress_branches), "
+                "so it runs on multi-branch models but never cuts inside a branch");
 }
 
 }  // namespace
@@ -124,6 +127,7 @@ int main(int argc, char** argv) {
   lower->remove_option(lower->get_option("--strategy"));
   lower->remove_option(lower->get_option("--per-stage-microbatch"));
   lower->remove_option(lower->get_option("--piper-downset-limit"));
+  lower->remove_option(lower->get_option("--piper-compress-branches"));
   lower
       ->add_option("--lowering", lower_opts.lowering,
                    "chain (tensors relayed along a sequential pipeline), dag (graph pipeline) or "

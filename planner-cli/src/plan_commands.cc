@@ -127,6 +127,7 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.comm = setup.comm.get();
   req.micro_batches = opts.micro_batches;
   req.piper_downset_limit = opts.piper_downset_limit;
+  req.piper_compress_branches = opts.piper_compress_branches;
   req.per_stage_microbatch = opts.per_stage_microbatch;
   auto logger = log::get("plan");
   const std::string name(graph::strategy_name(strategy));
@@ -251,7 +252,11 @@ Status run_replan(const ReplanOptions& opts) {
   setup.profile_hash = std::move(models.profile_hash);
 
   auto strategy = old.provenance().strategy();
-  if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED) strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  // A hand-made or lowered plan has no search to repeat: re-plan it with GraphPipe's.
+  if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED ||
+      strategy == graphpipe::v1::STRATEGY_MANUAL) {
+    strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  }
   SearchOptions so;
   so.batch = old.mini_batch();
   so.strategy = std::string(graph::strategy_name(strategy));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "gp/cost/memory_model.h"
 #include "gp/graph/plan_util.h"
@@ -13,6 +14,10 @@
 
 namespace gp::planner {
 namespace {
+
+// Downsets beyond which GraphPipe's search skips its Piper-over-branches candidate (a few
+// milliseconds of DP below it; Piper's own limit is 40000).
+constexpr int kPiperCandidateDownsets = 2000;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -149,7 +154,10 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   }
   const int devices =
       req.cluster.num_nodes() * req.cluster.devices_per_node() - req.cluster.excluded_ranks_size();
-  const UnitGraph units = build_units(graph);
+  const UnitGraph units =
+      req.strategy == graphpipe::v1::STRATEGY_PIPER && req.piper_compress_branches
+          ? compress_branches(graph, build_units(graph))
+          : build_units(graph);
   const cost::CommModel datasheet_comm(req.cluster);
   const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
   const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
@@ -162,6 +170,18 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   ctx.num_devices = devices;
   ctx.mini_batch = req.mini_batch;
   ctx.piper_downset_limit = req.piper_downset_limit;
+  // GraphPipe's Piper candidate: branches compressed, and only while the downsets stay few
+  // enough for Piper's quadratic DP to be cheap.
+  const bool piper_candidate = req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE;
+  const UnitGraph branch_units = piper_candidate ? compress_branches(graph, units) : UnitGraph{};
+  std::optional<StageCostModel> branch_costs;
+  PartitionContext branch_ctx = ctx;
+  if (piper_candidate) {
+    branch_costs.emplace(graph, branch_units, *req.compute, comm, memory, req.mini_batch, max_b);
+    branch_ctx.units = &branch_units;
+    branch_ctx.costs = &*branch_costs;
+    branch_ctx.piper_downset_limit = kPiperCandidateDownsets;
+  }
   const sim::Simulator simulator(*req.compute, comm, memory);
 
   SearchResult result;
@@ -183,11 +203,11 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   };
   // Lowers and simulates one partition; keeps it when it beats the best plan so far. Returns
   // false (with the reason in `cand`) when it does not fit in memory.
-  auto evaluate = [&](const Partition& part, bool chain, const char* source,
-                      CandidateSummary* cand) -> Result<bool> {
+  auto evaluate = [&](const Partition& part, const UnitGraph& part_units, bool chain,
+                      const char* source, CandidateSummary* cand) -> Result<bool> {
     Partition lowered = part;
     lowered.chain = chain;
-    auto stages = place_stages(lowered, units);
+    auto stages = place_stages(lowered, part_units);
     GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(chain), stages));
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
     if (sim.deadlocked) {
@@ -246,18 +266,26 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     } else {
       const Partition& part = *outcome->partition;
       GP_RETURN_IF_ERROR(
-          evaluate(part, part.chain, part.chain ? "chain" : "graph partition", &cand).status());
+          evaluate(part, units, part.chain, part.chain ? "chain" : "graph partition", &cand)
+              .status());
     }
     if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
-      // Graph pipelines contain chains: the chain DP's partition competes too, lowered as a
-      // chain and as a DAG, and the simulator (which sees bubbles the DP cannot) picks.
+      // Graph pipelines contain chains: the chain DP's partition and Piper's over compressed
+      // branches compete too, each lowered as a chain and as a DAG, and the simulator (which
+      // sees bubbles the DPs cannot) picks.
       GP_ASSIGN_OR_RETURN(auto chain_outcome, partition_sequential(ctx, b));
-      if (chain_outcome.partition) {
-        GP_RETURN_IF_ERROR(
-            evaluate(*chain_outcome.partition, true, "chain partition", &cand).status());
-        GP_RETURN_IF_ERROR(
-            evaluate(*chain_outcome.partition, false, "chain partition, DAG lowering", &cand)
-                .status());
+      GP_ASSIGN_OR_RETURN(auto branch_outcome, partition_piper(branch_ctx, b));
+      const std::pair<const std::optional<Partition>*, const UnitGraph*> others[] = {
+          {&chain_outcome.partition, &units}, {&branch_outcome.partition, &branch_units}};
+      const char* names[][2] = {{"chain partition", "chain partition, DAG lowering"},
+                                {"branch partition", "branch partition, DAG lowering"}};
+      for (int k = 0; k < 2; ++k) {
+        if (!*others[k].first) continue;
+        for (const bool chain : {true, false}) {
+          GP_RETURN_IF_ERROR(
+              evaluate(**others[k].first, *others[k].second, chain, names[k][chain ? 0 : 1], &cand)
+                  .status());
+        }
       }
     }
     result.candidates.push_back(cand);

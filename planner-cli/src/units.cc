@@ -1,6 +1,7 @@
 #include "gp/planner/units.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace gp::planner {
 namespace {
@@ -25,6 +26,70 @@ std::vector<int> reduced(const graph::Graph& g, const std::vector<int>& neighbou
 }
 
 }  // namespace
+
+// Steps 3 and 4 of build_units for any grouping of ops into units (unit_ops, unit_of_op):
+// unit edges with their bytes, and a topological order of the units.
+void link_units(const graph::Graph& g, UnitGraph& u) {
+  const int n = g.num_ops();
+  std::vector<int> position(n);
+  for (int i = 0; i < n; ++i) position[g.topo_order()[i]] = i;
+  u.edge_bytes.clear();
+  u.topo.clear();
+  // 3. Unit edges with activation bytes per sample (each tensor counted once per edge).
+  const int m = u.num_units();
+  u.preds.assign(m, {});
+  u.succs.assign(m, {});
+  for (const auto& node : g.ops()) {
+    const int dst = u.unit_of_op[node.index];
+    for (const auto& ref : node.proto->inputs()) {
+      const int producer = g.index_of(ref.op());
+      const int src = u.unit_of_op[producer];
+      if (src == dst) continue;
+      if (std::find(u.succs[src].begin(), u.succs[src].end(), dst) == u.succs[src].end()) {
+        u.succs[src].push_back(dst);
+        u.preds[dst].push_back(src);
+      }
+    }
+  }
+  // Bytes per unit edge: each tensor once per consuming unit.
+  for (const auto& node : g.ops()) {
+    const int src = u.unit_of_op[node.index];
+    for (int k = 0; k < node.proto->outputs_size(); ++k) {
+      std::vector<int> dsts;
+      for (int s : node.succs) {
+        const int dst = u.unit_of_op[s];
+        if (dst == src) continue;
+        bool uses = false;
+        for (const auto& ref : g.op(s).proto->inputs()) {
+          uses = uses || (ref.op() == node.id() && ref.output() == k);
+        }
+        if (uses && std::find(dsts.begin(), dsts.end(), dst) == dsts.end()) dsts.push_back(dst);
+      }
+      for (int dst : dsts) u.edge_bytes[{src, dst}] += graph::size_bytes(node.proto->outputs(k));
+    }
+  }
+  for (auto& v : u.preds) std::sort(v.begin(), v.end());
+  for (auto& v : u.succs) std::sort(v.begin(), v.end());
+  // 4. Topological order of units (Kahn, smallest first).
+  std::vector<int> indegree(m);
+  for (int i = 0; i < m; ++i) indegree[i] = static_cast<int>(u.preds[i].size());
+  std::vector<int> ready;
+  for (int i = 0; i < m; ++i) {
+    if (indegree[i] == 0) ready.push_back(i);
+  }
+  while (!ready.empty()) {
+    std::sort(ready.begin(), ready.end(), std::greater<int>());
+    const int x = ready.back();
+    ready.pop_back();
+    u.topo.push_back(x);
+    for (int s : u.succs[x]) {
+      if (--indegree[s] == 0) ready.push_back(s);
+    }
+  }
+  for (auto& ops : u.unit_ops) {
+    std::sort(ops.begin(), ops.end(), [&](int a, int b) { return position[a] < position[b]; });
+  }
+}
 
 UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
   const int n = g.num_ops();
@@ -85,61 +150,82 @@ UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
     u.unit_ops[unit].insert(u.unit_ops[unit].begin(), node.index);
     u.unit_of_op[node.index] = unit;
   }
-  // 3. Unit edges with activation bytes per sample (each tensor counted once per edge).
-  const int m = u.num_units();
-  u.preds.assign(m, {});
-  u.succs.assign(m, {});
-  for (const auto& node : g.ops()) {
-    const int dst = u.unit_of_op[node.index];
-    for (const auto& ref : node.proto->inputs()) {
-      const int producer = g.index_of(ref.op());
-      const int src = u.unit_of_op[producer];
-      if (src == dst) continue;
-      if (std::find(u.succs[src].begin(), u.succs[src].end(), dst) == u.succs[src].end()) {
-        u.succs[src].push_back(dst);
-        u.preds[dst].push_back(src);
-      }
-    }
-  }
-  // Bytes per unit edge: each tensor once per consuming unit.
-  for (const auto& node : g.ops()) {
-    const int src = u.unit_of_op[node.index];
-    for (int k = 0; k < node.proto->outputs_size(); ++k) {
-      std::vector<int> dsts;
-      for (int s : node.succs) {
-        const int dst = u.unit_of_op[s];
-        if (dst == src) continue;
-        bool uses = false;
-        for (const auto& ref : g.op(s).proto->inputs()) {
-          uses = uses || (ref.op() == node.id() && ref.output() == k);
-        }
-        if (uses && std::find(dsts.begin(), dsts.end(), dst) == dsts.end()) dsts.push_back(dst);
-      }
-      for (int dst : dsts) u.edge_bytes[{src, dst}] += graph::size_bytes(node.proto->outputs(k));
-    }
-  }
-  for (auto& v : u.preds) std::sort(v.begin(), v.end());
-  for (auto& v : u.succs) std::sort(v.begin(), v.end());
-  // 4. Topological order of units (Kahn, smallest first).
-  std::vector<int> indegree(m);
-  for (int i = 0; i < m; ++i) indegree[i] = static_cast<int>(u.preds[i].size());
-  std::vector<int> ready;
-  for (int i = 0; i < m; ++i) {
-    if (indegree[i] == 0) ready.push_back(i);
-  }
-  while (!ready.empty()) {
-    std::sort(ready.begin(), ready.end(), std::greater<int>());
-    const int x = ready.back();
-    ready.pop_back();
-    u.topo.push_back(x);
-    for (int s : u.succs[x]) {
-      if (--indegree[s] == 0) ready.push_back(s);
-    }
-  }
-  for (auto& ops : u.unit_ops) {
-    std::sort(ops.begin(), ops.end(), [&](int a, int b) { return position[a] < position[b]; });
-  }
+  link_units(g, u);
   return u;
+}
+
+UnitGraph compress_branches(const graph::Graph& g, const UnitGraph& u) {
+  const int n = u.num_units();
+  const size_t words = (static_cast<size_t>(n) + 63) / 64;
+  std::vector<std::vector<uint64_t>> reach(n, std::vector<uint64_t>(words, 0));
+  for (int i = n - 1; i >= 0; --i) {
+    const int a = u.topo[i];
+    for (int b : u.succs[a]) {
+      reach[a][b / 64] |= uint64_t{1} << (b % 64);
+      for (size_t w = 0; w < words; ++w) reach[a][w] |= reach[b][w];
+    }
+  }
+  auto reaches = [&](int a, int b) { return (reach[a][b / 64] >> (b % 64)) & 1; };
+  std::vector<char> branch(n, 0);
+  for (int a = 0; a < n; ++a) {
+    for (int b = 0; b < n && !branch[a]; ++b) {
+      branch[a] = b != a && !reaches(a, b) && !reaches(b, a);
+    }
+  }
+  // A branch is a connected set of branch units (edges between them, either direction). It
+  // becomes one unit when it is convex (no path leaves it and comes back); otherwise only its
+  // single-linked runs are merged.
+  std::vector<int> component(n, -1);
+  int num_components = 0;
+  for (int a = 0; a < n; ++a) {
+    if (!branch[a] || component[a] >= 0) continue;
+    std::vector<int> stack = {a};
+    component[a] = num_components;
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      for (const auto* next : {&u.preds[x], &u.succs[x]}) {
+        for (int y : *next) {
+          if (branch[y] && component[y] < 0) {
+            component[y] = num_components;
+            stack.push_back(y);
+          }
+        }
+      }
+    }
+    ++num_components;
+  }
+  std::vector<char> convex(num_components, 1);
+  for (int x = 0; x < n; ++x) {  // x outside a component, reached from it and reaching into it
+    for (int a = 0; a < n; ++a) {
+      if (component[a] < 0 || component[a] == component[x] || !reaches(a, x)) continue;
+      for (int b = 0; b < n && convex[component[a]]; ++b) {
+        if (component[b] == component[a] && reaches(x, b)) convex[component[a]] = 0;
+      }
+    }
+  }
+  UnitGraph c;
+  c.unit_of_op.assign(g.num_ops(), -1);
+  std::vector<int> group(n, -1);
+  std::vector<int> group_of_component(num_components, -1);
+  for (int a : u.topo) {
+    if (branch[a] && convex[component[a]]) {
+      group[a] = group_of_component[component[a]];
+    } else if (branch[a] && u.preds[a].size() == 1) {
+      const int p = u.preds[a][0];
+      if (branch[p] && u.succs[p].size() == 1) group[a] = group[p];
+    }
+    if (group[a] < 0) {
+      group[a] = static_cast<int>(c.unit_ops.size());
+      c.unit_ops.emplace_back();
+      if (branch[a] && convex[component[a]]) group_of_component[component[a]] = group[a];
+    }
+    auto& ops = c.unit_ops[group[a]];
+    ops.insert(ops.end(), u.unit_ops[a].begin(), u.unit_ops[a].end());
+    for (int op : u.unit_ops[a]) c.unit_of_op[op] = group[a];
+  }
+  link_units(g, c);
+  return c;
 }
 
 }  // namespace gp::planner

@@ -88,8 +88,19 @@ check "a hostfile with fewer hosts than the plan's nodes is refused (exit 2)" \
 # Recovery across hosts: 2 hosts x 2 devices, rank 1 (on the first host) dies at iteration 5;
 # the job re-plans for 3 devices (1 + 2), resumes from the shared checkpoint and finishes.
 sed -e 's/^devices_per_node: .*/devices_per_node: 2/' "$tmp/two-hosts.pbtxt" > "$tmp/two-by-two.pbtxt"
-"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster "$tmp/two-by-two.pbtxt" \
-  --devices 4 --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/plan4.pb" >/dev/null || exit 1
+# A 4-rank plan by construction (a search may leave devices idle): one stage per branch and the
+# head replicated twice.
+"$plan_bin" zoo export tiny-mmt --out "$tmp/tiny-mmt.json" 2>/dev/null || exit 1
+python3 - "$tmp/tiny-mmt.json" "$tmp/four-ranks.json" <<'PY'
+import json, sys
+ops = [op["id"] for op in json.load(open(sys.argv[1]))["ops"]]
+stages = [{"ops": [o for o in ops if o.startswith(p)]} for p in ("b0.", "b1.")]
+stages.append({"ops": [o for o in ops if not o.startswith(("b0.", "b1."))], "replicas": 2})
+json.dump({"stages": stages}, open(sys.argv[2], "w"))
+PY
+"$plan_bin" --log-level warn lower --assignment "$tmp/four-ranks.json" --model zoo:tiny-mmt \
+  --cluster "$tmp/two-by-two.pbtxt" --devices 4 --batch 16 --micro-batches 4 --optimizer adam \
+  --out "$tmp/plan4.pb" >/dev/null || exit 1
 run_launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/full4.json" \
   > "$tmp/full4.log" 2>&1
 printf '%s 2 10.77.0.1\n%s 2 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/hosts4"

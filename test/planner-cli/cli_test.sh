@@ -167,6 +167,14 @@ check "lower: a misspelt field exits 2 naming the file" '[ $rc -eq 2 ] && echo "
 err=$("$bin" lower --assignment "$tmp/assign.json" --model zoo:tiny-candle-uno --cluster cpu-local \
   --batch 16 --lowering tree --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
 check "lower: an unknown --lowering exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "\-\-lowering = .tree."'
+m="zoo:mmt?branches=4&layers=6&seq=8&hidden=16&heads=2&ffn=32"
+out=$("$bin" --log-level warn compare --model "$m" --cluster summit-v100 --devices 8 --batch 32 --strategies piper); rc=$?
+check "plain piper gives up on a 4-branch model (too many downsets)" 'echo "$out" | grep -q "^piper *no *infeasible: too many downsets"'
+out=$("$bin" --log-level warn compare --model "$m" --cluster summit-v100 --devices 8 --batch 32 --strategies piper --piper-compress-branches); rc=$?
+check "--piper-compress-branches lets piper plan it" '[ $rc -eq 0 ] && echo "$out" | grep -q "^piper *yes"'
+"$bin" --log-level warn replan --plan "$tmp/lowered.pb" --exclude-ranks 0 --out "$tmp/replanned.pb" >/dev/null; rc=$?
+check "a lowered (manual) plan re-plans for the devices left and verifies" \
+  '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/replanned.pb" >/dev/null'
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$("$bin" --log-level warn lower --assignment "$root/configs/assignments/tiny-candle-uno-branches.json" \
   --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 --lowering dag --out "$tmp/branches.pb"); rc=$?

@@ -321,7 +321,7 @@ TEST_CASE("per-stage micro-batch refinement never loses throughput and stays ver
   CHECK(sizes.size() > 1);
 }
 
-TEST_CASE("the graphpipe search is never slower than the sequential search") {
+TEST_CASE("the graphpipe search is never slower than the sequential or branch-compressed piper") {
   const cost::AnalyticCostModel model(testing::ideal_cluster(1).device(),
                                       graphpipe::v1::PRECISION_FP32);
   for (const std::string spec :
@@ -339,17 +339,47 @@ TEST_CASE("the graphpipe search is never slower than the sequential search") {
       req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
       req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
       auto gp_result = planner::search_plan(req);
-      req.strategy = graphpipe::v1::STRATEGY_SEQUENTIAL;
-      auto seq_result = planner::search_plan(req);
       REQUIRE(gp_result.ok());
-      REQUIRE(seq_result.ok());
-      REQUIRE(seq_result->feasible);
       REQUIRE(gp_result->feasible);
-      CHECK(gp_result->plan.predicted().throughput_samples_per_s() >=
-            seq_result->plan.predicted().throughput_samples_per_s());
       for (const auto& c : gp_result->candidates) {
         if (c.feasible) CHECK_FALSE(c.source.empty());
       }
+      req.strategy = graphpipe::v1::STRATEGY_SEQUENTIAL;
+      auto seq_result = planner::search_plan(req);
+      req.strategy = graphpipe::v1::STRATEGY_PIPER;
+      req.piper_compress_branches = true;
+      auto piper_result = planner::search_plan(req);
+      for (const auto* baseline : {&seq_result, &piper_result}) {
+        REQUIRE(baseline->ok());
+        REQUIRE((*baseline)->feasible);
+        CHECK(gp_result->plan.predicted().throughput_samples_per_s() >=
+              (*baseline)->plan.predicted().throughput_samples_per_s());
+      }
     }
   }
+}
+
+TEST_CASE("piper over compressed branches plans a model whose downsets exceed the limit") {
+  const graph::Graph g = zoo("mmt?branches=4&layers=6&seq=8&hidden=16&heads=2&ffn=32");
+  const cost::AnalyticCostModel model(testing::ideal_cluster(1).device(),
+                                      graphpipe::v1::PRECISION_FP32);
+  planner::SearchRequest req;
+  req.graph = &g;
+  req.cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 8);
+  req.mini_batch = 32;
+  req.compute = &model;
+  req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  req.strategy = graphpipe::v1::STRATEGY_PIPER;
+  auto plain = planner::search_plan(req);
+  REQUIRE(plain.ok());
+  CHECK_FALSE(plain->feasible);
+  CHECK_THAT(plain->infeasible_reason, Catch::Contains("too many downsets"));
+  req.piper_compress_branches = true;
+  auto compressed = planner::search_plan(req);
+  REQUIRE(compressed.ok());
+  REQUIRE(compressed->feasible);
+  CHECK(compressed->num_units < plain->num_units);
+  auto report = planner::verify_plan(compressed->plan, model);
+  REQUIRE(report.ok());
+  CHECK(report->ok());
 }

@@ -108,3 +108,65 @@ TEST_CASE("a graph that is not series-parallel gets dependency edges, never dupl
   CHECK(tree.added_edges >= 1);
   check_covers_every_unit_once(tree, units.num_units());
 }
+
+namespace {
+
+// Every op in exactly one unit, and the unit graph a DAG in its topological order.
+void check_unit_graph(const graph::Graph& g, const planner::UnitGraph& u) {
+  std::vector<int> seen(g.num_ops(), 0);
+  for (int unit = 0; unit < u.num_units(); ++unit) {
+    for (int op : u.unit_ops[unit]) {
+      ++seen[op];
+      CHECK(u.unit_of_op[op] == unit);
+    }
+  }
+  for (int op = 0; op < g.num_ops(); ++op) CHECK(seen[op] == 1);
+  REQUIRE(static_cast<int>(u.topo.size()) == u.num_units());
+  std::vector<int> pos(u.num_units());
+  for (int i = 0; i < u.num_units(); ++i) pos[u.topo[i]] = i;
+  for (int a = 0; a < u.num_units(); ++a) {
+    for (int b : u.succs[a]) CHECK(pos[a] < pos[b]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compress_branches makes each parallel branch one unit and keeps the trunk") {
+  auto g = zoo("mmt?branches=3&layers=2&seq=8&hidden=16&heads=2&ffn=32");
+  const auto units = planner::build_units(g);
+  const auto compressed = planner::compress_branches(g, units);
+  check_unit_graph(g, compressed);
+  // Every op of one branch (ids "b<k>.") lands in one unit, and no two branches share one.
+  std::set<int> branch_units;
+  for (int k = 0; k < 3; ++k) {
+    std::set<int> of_branch;
+    const std::string prefix = "b" + std::to_string(k) + ".";
+    for (const auto& node : g.ops()) {
+      if (node.id().rfind(prefix, 0) == 0) of_branch.insert(compressed.unit_of_op[node.index]);
+    }
+    REQUIRE_FALSE(of_branch.empty());
+    CHECK(of_branch.size() == 1);
+    branch_units.insert(*of_branch.begin());
+  }
+  CHECK(branch_units.size() == 3);
+  // The ops after the join stay in their own units: only the branches were merged.
+  const int trunk_units_before = units.num_units() - [&] {
+    std::set<int> in_branches;
+    for (const auto& node : g.ops()) {
+      if (node.id()[0] == 'b' && node.id().find('.') != std::string::npos) {
+        in_branches.insert(units.unit_of_op[node.index]);
+      }
+    }
+    return static_cast<int>(in_branches.size());
+  }();
+  CHECK(compressed.num_units() == 3 + trunk_units_before);
+}
+
+TEST_CASE("compress_branches leaves a chain as it is") {
+  auto g = zoo("transformer?layers=2&seq=16&hidden=16&heads=2&ffn=32");
+  const auto units = planner::build_units(g);
+  const auto compressed = planner::compress_branches(g, units);
+  check_unit_graph(g, compressed);
+  CHECK(compressed.num_units() == units.num_units());
+  CHECK(compressed.unit_ops == units.unit_ops);
+}

@@ -33,6 +33,8 @@ struct SearchRequest {
   const cost::CommModel* comm = nullptr;
   std::vector<int64_t> micro_batches;  // empty: every power of two dividing the mini-batch
   int piper_downset_limit = 40000;
+  // Piper plans over compress_branches(units): each branch one unit (units.h).
+  bool piper_compress_branches = false;
   // Refine the best plan with per-stage micro-batch sizes: greedily double or halve one stage's
   // micro-batch while the simulated throughput improves (the lowering handles mixed sizes).
   bool per_stage_microbatch = false;

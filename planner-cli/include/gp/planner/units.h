@@ -41,4 +41,13 @@ struct UnitOptions {
 
 UnitGraph build_units(const graph::Graph& graph, const UnitOptions& options = {});
 
+// PipeDream's compress_branches, for graphs whose branches start at sources as well as at forks.
+// Branch units are units incomparable with some other unit; each connected set of them becomes
+// one unit when no path leaves it and comes back, else each run of them joined by single links
+// (a unit whose only successor has it as its only predecessor) does. Trunk
+// units, comparable with every other, are kept, so a chain is unchanged. k branches of n units
+// then have about 2^k downsets instead of n^k, which lets Piper plan multi-branch models, at
+// the price of never cutting inside a branch.
+UnitGraph compress_branches(const graph::Graph& graph, const UnitGraph& units);
+
 }  // namespace gp::planner
