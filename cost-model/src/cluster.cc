@@ -142,9 +142,12 @@ Status validate_cluster(const Cluster& c) {
   GP_RETURN_IF_ERROR(require_non_negative(c, "inter_node.latency_us", c.inter_node().latency_us()));
 
   const int64_t total = static_cast<int64_t>(c.num_nodes()) * c.devices_per_node();
-  if (total > INT32_MAX) {
-    return invalid_argument(prefix_of(c) + ": num_nodes * devices_per_node = " +
-                            std::to_string(total) + " devices, too many for int32 ranks");
+  // Bounds what validation itself allocates (one entry per device) and every rank count after it.
+  constexpr int64_t kMaxDevices = int64_t{1} << 20;
+  if (total > kMaxDevices) {
+    return invalid_argument(
+        prefix_of(c) + ": num_nodes * devices_per_node = " + std::to_string(total) +
+        " devices, more than the " + std::to_string(kMaxDevices) + " supported");
   }
   std::vector<int> first_at(static_cast<size_t>(total), -1);
   for (int i = 0; i < c.excluded_ranks_size(); ++i) {

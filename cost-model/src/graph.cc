@@ -8,6 +8,22 @@
 namespace gp::graph {
 namespace {
 
+// Elements per tensor (per sample for activations) that a model may declare: 2^34 (64 GiB of
+// float32), far beyond any real layer, far below where int64 byte counts could overflow.
+constexpr int64_t kMaxTensorElements = int64_t{1} << 34;
+
+template <typename Dims>
+Status check_tensor_size(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d <= 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorElements) {
+      return invalid_argument("more than " + std::to_string(kMaxTensorElements) +
+                              " elements (or a dimension <= 0)");
+    }
+  }
+  return ok_status();
+}
+
 std::string op_label(int i, const Operator& op) {
   std::string s = "ops[" + std::to_string(i) + "]";
   if (!op.id().empty()) s += " '" + op.id() + "'";
@@ -162,6 +178,17 @@ Result<Graph> Graph::build(const ModelGraph& model) {
     InferredOp inferred;
     Status st = node.info->infer(op, node.input_specs, &inferred);
     if (!st.ok()) return st.with_context(op_label(i, op));
+    // Every size downstream (bytes, buffers, costs) multiplies these: bound them here, with
+    // overflow-checked products, so no later computation can wrap.
+    for (size_t k = 0; k < inferred.outputs.size(); ++k) {
+      GP_RETURN_IF_ERROR(check_tensor_size(inferred.outputs[k].shape())
+                             .with_context(op_label(i, op) + ": outputs[" + std::to_string(k) +
+                                           "] " + shape_string(inferred.outputs[k])));
+    }
+    for (const auto& p : inferred.params) {
+      GP_RETURN_IF_ERROR(check_tensor_size(p.shape()).with_context(op_label(i, op) + ": params '" +
+                                                                   p.name() + "'"));
+    }
     if (!node.info->is_input && op.outputs_size() > 0) {
       if (op.outputs_size() != static_cast<int>(inferred.outputs.size())) {
         return invalid_argument(op_label(i, op) + ": outputs: declares " +

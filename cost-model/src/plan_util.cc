@@ -1,6 +1,8 @@
 #include "gp/graph/plan_util.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "gp/graph/model_io.h"
@@ -68,6 +70,48 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
 
 }  // namespace
 
+Status validate_training(const graphpipe::v1::TrainingConfig& t, bool allow_unset_learning_rate) {
+  using graphpipe::v1::OptimizerKind;
+  const auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", v);
+    return std::string(buf);
+  };
+  if (!graphpipe::v1::OptimizerKind_IsValid(t.optimizer())) {
+    return invalid_argument("training.optimizer = " + std::to_string(t.optimizer()) +
+                            ": unknown kind (expected SGD, MOMENTUM or ADAM)");
+  }
+  if (!graphpipe::v1::Precision_IsValid(t.precision())) {
+    return invalid_argument("training.precision = " + std::to_string(t.precision()) +
+                            ": unknown precision");
+  }
+  const bool unset = allow_unset_learning_rate && t.learning_rate() == 0;
+  if (!unset && !(std::isfinite(t.learning_rate()) && t.learning_rate() > 0)) {
+    return invalid_argument("training.learning_rate = " + number(t.learning_rate()) +
+                            ", must be finite and > 0");
+  }
+  if (t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM &&
+      !(t.momentum() >= 0 && t.momentum() < 1)) {
+    return invalid_argument("training.momentum = " + number(t.momentum()) + ", must be in [0, 1)");
+  }
+  if (t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_ADAM &&
+      !(t.adam_beta1() == 0 && t.adam_beta2() == 0 && t.adam_epsilon() == 0)) {
+    if (!(t.adam_beta1() >= 0 && t.adam_beta1() < 1)) {
+      return invalid_argument("training.adam_beta1 = " + number(t.adam_beta1()) +
+                              ", must be in [0, 1)");
+    }
+    if (!(t.adam_beta2() >= 0 && t.adam_beta2() < 1)) {
+      return invalid_argument("training.adam_beta2 = " + number(t.adam_beta2()) +
+                              ", must be in [0, 1)");
+    }
+    if (!(std::isfinite(t.adam_epsilon()) && t.adam_epsilon() > 0)) {
+      return invalid_argument("training.adam_epsilon = " + number(t.adam_epsilon()) +
+                              ", must be finite and > 0");
+    }
+  }
+  return ok_status();
+}
+
 Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) {
   if (plan.format_version() != 1) {
     return invalid_argument("plan.format_version = " + std::to_string(plan.format_version()) +
@@ -78,15 +122,29 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
     return invalid_argument("plan.model_hash = '" + plan.model_hash() +
                             "' does not match the embedded model (" + hash + ")");
   }
-  if (plan.mini_batch() <= 0) {
+  if (plan.mini_batch() <= 0 || plan.mini_batch() > kMaxMiniBatch) {
     return invalid_argument("plan.mini_batch = " + std::to_string(plan.mini_batch()) +
-                            ", must be > 0");
+                            ", must be in [1, " + std::to_string(kMaxMiniBatch) + "]");
   }
+  GP_RETURN_IF_ERROR(
+      validate_training(plan.training(), /*allow_unset_learning_rate=*/true).with_context("plan"));
   if (plan.stages_size() == 0) return invalid_argument("plan.stages: empty");
   const auto& cl = plan.cluster();
   // Ranks are dense: rank k is the cluster's k-th usable (not excluded) device.
+  // The cluster's shape, which ranks are checked against (cost::validate_cluster checks the
+  // rest for the tools that price a plan). In 64 bits: this sizes a vector.
+  if (cl.num_nodes() <= 0 || cl.devices_per_node() <= 0) {
+    return invalid_argument("plan.cluster: num_nodes = " + std::to_string(cl.num_nodes()) +
+                            ", devices_per_node = " + std::to_string(cl.devices_per_node()) +
+                            ": both must be > 0");
+  }
+  const int64_t listed = static_cast<int64_t>(cl.num_nodes()) * cl.devices_per_node();
+  if (listed > (int64_t{1} << 20)) {
+    return invalid_argument("plan.cluster: num_nodes * devices_per_node = " +
+                            std::to_string(listed) + " devices, more than the 1048576 supported");
+  }
   const int cluster_devices =
-      std::max(0, cl.num_nodes() * cl.devices_per_node() - cl.excluded_ranks_size());
+      static_cast<int>(std::max<int64_t>(0, listed - cl.excluded_ranks_size()));
 
   PlanIndex index;
   index.stage_of_op.assign(graph.num_ops(), -1);

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <string>
 
+#include "gp/graph/plan_util.h"
+
 namespace gp::exec {
 
 using graphpipe::v1::OPTIMIZER_KIND_ADAM;
@@ -13,31 +15,12 @@ using graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED;
 Result<Optimizer> Optimizer::create(const graphpipe::v1::TrainingConfig& config) {
   graphpipe::v1::TrainingConfig c = config;
   if (c.optimizer() == OPTIMIZER_KIND_UNSPECIFIED) c.set_optimizer(OPTIMIZER_KIND_SGD);
-  if (!(c.learning_rate() > 0)) {
-    return invalid_argument("training.learning_rate = " + std::to_string(c.learning_rate()) +
-                            ", must be > 0");
-  }
-  if (c.optimizer() == OPTIMIZER_KIND_MOMENTUM && !(c.momentum() >= 0 && c.momentum() < 1)) {
-    return invalid_argument("training.momentum = " + std::to_string(c.momentum()) +
-                            ", must be in [0, 1)");
-  }
-  if (c.optimizer() == OPTIMIZER_KIND_ADAM) {
-    if (c.adam_beta1() == 0 && c.adam_beta2() == 0 && c.adam_epsilon() == 0) {
-      c.set_adam_beta1(0.9);
-      c.set_adam_beta2(0.999);
-      c.set_adam_epsilon(1e-8);
-    }
-    if (!(c.adam_beta1() >= 0 && c.adam_beta1() < 1) ||
-        !(c.adam_beta2() >= 0 && c.adam_beta2() < 1) || !(c.adam_epsilon() > 0)) {
-      return invalid_argument(
-          "training.adam_beta1/adam_beta2/adam_epsilon = " + std::to_string(c.adam_beta1()) + "/" +
-          std::to_string(c.adam_beta2()) + "/" + std::to_string(c.adam_epsilon()) +
-          ": need betas in [0, 1) and epsilon > 0");
-    }
-  }
-  if (c.optimizer() != OPTIMIZER_KIND_SGD && c.optimizer() != OPTIMIZER_KIND_MOMENTUM &&
-      c.optimizer() != OPTIMIZER_KIND_ADAM) {
-    return invalid_argument("training.optimizer: unknown kind " + std::to_string(c.optimizer()));
+  GP_RETURN_IF_ERROR(graph::validate_training(config));
+  if (c.optimizer() == OPTIMIZER_KIND_ADAM && c.adam_beta1() == 0 && c.adam_beta2() == 0 &&
+      c.adam_epsilon() == 0) {
+    c.set_adam_beta1(0.9);
+    c.set_adam_beta2(0.999);
+    c.set_adam_epsilon(1e-8);
   }
   return Optimizer(c);
 }

@@ -16,13 +16,14 @@ namespace {
 
 constexpr int kInfeasible = std::numeric_limits<int>::max() / 2;
 
-// How a DP state was solved, for reconstruction.
+// How a DP state was solved, for reconstruction. 32-bit fields: a series node may have more
+// than 32767 children (a long chain of units) and a cluster more than 32767 devices.
 struct Choice {
   enum Kind : uint8_t { kNone, kStage, kRecurse, kJoin } kind = kNone;
-  int16_t end = 0;        // kStage: children [i, end) form one stage; kJoin: join is [i+1, end)
-  int16_t devices = 0;    // devices given to the stage or recursed child
-  int16_t dp_degree = 0;  // kStage: data-parallel degree actually used (<= devices)
-  int16_t join = 0;       // kJoin: tail id of the join segment
+  int32_t end = 0;        // kStage: children [i, end) form one stage; kJoin: join is [i+1, end)
+  int32_t devices = 0;    // devices given to the stage or recursed child
+  int32_t dp_degree = 0;  // kStage: data-parallel degree actually used (<= devices)
+  int32_t join = 0;       // kJoin: tail id of the join segment
 };
 
 struct Entry {
@@ -229,8 +230,8 @@ class GraphPipeDp {
       }
       if (const int dp = stage_degree(agg, boundary, d, k); dp > 0) {
         best = k + 1;
-        choice = {Choice::kStage, static_cast<int16_t>(count), static_cast<int16_t>(d),
-                  static_cast<int16_t>(dp), 0};
+        choice = {Choice::kStage, static_cast<int32_t>(count), static_cast<int32_t>(d),
+                  static_cast<int32_t>(dp), 0};
       }
     }
     // A stage on d1 devices followed (series) or flanked (parallel) by the rest. The rest's
@@ -249,8 +250,8 @@ class GraphPipeDp {
         const int value = series ? stage_k + 1 : std::max(stage_k + 1, rest);
         if (value < best) {
           best = value;
-          choice = {Choice::kStage, static_cast<int16_t>(end), static_cast<int16_t>(d1),
-                    static_cast<int16_t>(dp), 0};
+          choice = {Choice::kStage, static_cast<int32_t>(end), static_cast<int32_t>(d1),
+                    static_cast<int32_t>(dp), 0};
         }
         break;
       }
@@ -261,7 +262,7 @@ class GraphPipeDp {
       if (i + 1 == count) {
         const int value = range(child(i), 0, d, k, tail);
         if (value < best)
-          best = value, choice = {Choice::kRecurse, 0, static_cast<int16_t>(d), 0, 0};
+          best = value, choice = {Choice::kRecurse, 0, static_cast<int32_t>(d), 0, 0};
       } else {
         for (int d1 = 1; d1 < d; ++d1) {
           const int rest = range(node, i + 1, d - d1, k, tail);
@@ -270,7 +271,7 @@ class GraphPipeDp {
           if (first >= kInfeasible) continue;
           const int value = series ? first : std::max(first, rest);
           if (value < best)
-            best = value, choice = {Choice::kRecurse, 0, static_cast<int16_t>(d1), 0, 0};
+            best = value, choice = {Choice::kRecurse, 0, static_cast<int32_t>(d1), 0, 0};
         }
       }
     }
@@ -286,8 +287,8 @@ class GraphPipeDp {
           const int value = range(child(i), 0, d, k, t);
           if (value < best) {
             best = value;
-            choice = {Choice::kJoin, static_cast<int16_t>(end), static_cast<int16_t>(d), 0,
-                      static_cast<int16_t>(t)};
+            choice = {Choice::kJoin, static_cast<int32_t>(end), static_cast<int32_t>(d), 0,
+                      static_cast<int32_t>(t)};
           }
           continue;
         }
@@ -297,8 +298,8 @@ class GraphPipeDp {
           const int value = range(child(i), 0, d1, rest, t);
           if (value < best) {
             best = value;
-            choice = {Choice::kJoin, static_cast<int16_t>(end), static_cast<int16_t>(d1), 0,
-                      static_cast<int16_t>(t)};
+            choice = {Choice::kJoin, static_cast<int32_t>(end), static_cast<int32_t>(d1), 0,
+                      static_cast<int32_t>(t)};
           }
         }
       }

@@ -103,8 +103,9 @@ Result<PlanningSetup> prepare(const SearchOptions& opts) {
   }
   GP_ASSIGN_OR_RETURN(setup.cluster,
                       cost::select_devices(cluster, std::min(wanted, cost::num_devices(cluster))));
-  if (opts.batch <= 0) {
-    return invalid_argument("--batch = " + std::to_string(opts.batch) + ", must be > 0");
+  if (opts.batch <= 0 || opts.batch > graph::kMaxMiniBatch) {
+    return invalid_argument("--batch = " + std::to_string(opts.batch) + ", must be in [1, " +
+                            std::to_string(graph::kMaxMiniBatch) + "]");
   }
   GP_ASSIGN_OR_RETURN(setup.training, training_config(opts));
   GP_ASSIGN_OR_RETURN(auto models,

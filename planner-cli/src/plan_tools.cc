@@ -14,9 +14,18 @@
 namespace gp::plan_cli {
 namespace {
 
-Result<graphpipe::v1::Plan> load_plan(const std::string& path) {
+// A plan file checked before any tool touches it: its cluster (costs divide by its numbers), its
+// model and, unless the caller reports structural problems itself (verify), its structure.
+Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure = true) {
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(path, &plan).with_context("--plan"));
+  const std::string where = "--plan " + path;
+  GP_RETURN_IF_ERROR(cost::validate_cluster(plan.cluster()).with_context(where + ": plan.cluster"));
+  auto built = graph::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context(where + ": plan.model");
+  if (check_structure) {
+    GP_RETURN_IF_ERROR(graph::validate_plan_structure(plan, *built).status().with_context(where));
+  }
   return plan;
 }
 
@@ -137,7 +146,7 @@ Status run_inspect(const PlanFileOptions& opts) {
 }
 
 Status run_verify(const PlanFileOptions& opts) {
-  GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
+  GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan, /*check_structure=*/false));
   planner::VerifyOptions vopts;
   graphpipe::v1::ModelGraph expected_model;
   graphpipe::v1::Cluster expected_cluster;

@@ -136,8 +136,9 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
 Result<SearchResult> search_plan(const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();
   const graph::Graph& graph = *req.graph;
-  if (req.mini_batch <= 0) {
-    return invalid_argument("--batch = " + std::to_string(req.mini_batch) + ", must be > 0");
+  if (req.mini_batch <= 0 || req.mini_batch > graph::kMaxMiniBatch) {
+    return invalid_argument("--batch = " + std::to_string(req.mini_batch) + ", must be in [1, " +
+                            std::to_string(graph::kMaxMiniBatch) + "]");
   }
   std::vector<int64_t> micro_batches = req.micro_batches;
   if (micro_batches.empty()) {

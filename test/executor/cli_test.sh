@@ -23,6 +23,17 @@ check "local run of the plan exits 0" '[ $rc -eq 0 ]'
 check "local run writes a measured Chrome trace" 'grep -q "traceEvents" "$tmp/local-trace.json" && grep -q "\"name\":\"F0\"" "$tmp/local-trace.json"'
 check "the plan's losses equal the reference's" '[ "$(losses "$tmp/local.json")" = "$(losses "$tmp/ref.json")" ]'
 
+"$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 3 --batch 16 \
+  --micro-batches 4 --optimizer sgd --out "$tmp/plan.json" >/dev/null
+mkdir -p "$tmp/bad"
+while read -r file expected; do
+  err=$("$exe" local --plan "$file" --iterations 1 2>&1 >/dev/null); rc=$?
+  check "local $(basename "$file") exits 2 naming '$expected'" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
+done < <(python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/plan.json" "$tmp/bad" |
+         grep -v "empty_file")
+err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr inf 2>&1 >/dev/null); rc=$?
+check "--lr inf exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "learning_rate = inf"'
 err=$("$exe" local --plan "$tmp/missing.pb" 2>&1 >/dev/null); rc=$?
 check "a missing plan exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "missing.pb"'
 err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --micro-batch 3 2>&1 >/dev/null); rc=$?

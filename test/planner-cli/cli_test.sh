@@ -175,6 +175,30 @@ check "--piper-compress-branches lets piper plan it" '[ $rc -eq 0 ] && echo "$ou
 "$bin" --log-level warn replan --plan "$tmp/lowered.pb" --exclude-ranks 0 --out "$tmp/replanned.pb" >/dev/null; rc=$?
 check "a lowered (manual) plan re-plans for the devices left and verifies" \
   '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/replanned.pb" >/dev/null'
+# Malformed plans: every plan tool exits 2 naming the field, never a signal.
+mkdir -p "$tmp/bad"
+while read -r file expected; do
+  for cmd in inspect verify simulate; do
+    err=$("$bin" "$cmd" --plan "$file" 2>&1 >/dev/null); rc=$?
+    check "$cmd $(basename "$file") exits 2 naming '$expected'" \
+      '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
+  done
+done < <(python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/seq.json" "$tmp/bad")
+err=$("$bin" search --model zoo:tiny-mmt --batch 1099511627776 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "search --batch 2^40 exits 2 naming the bound" '[ $rc -eq 2 ] && echo "$err" | grep -q "must be in \[1, 16777216\]"'
+"$bin" zoo export tiny-mmt --out "$tmp/huge-layer.json" 2>/dev/null
+python3 - "$tmp/huge-layer.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+for op in m["ops"]:
+    if op["type"] != "input":
+        op.pop("outputs", None)
+next(op for op in m["ops"] if op["type"] == "linear")["attrs"]["out_features"] = {"i": str(2**62)}
+json.dump(m, open(sys.argv[1], "w"))
+PY
+err=$("$bin" model-info --model "$tmp/huge-layer.json" 2>&1 >/dev/null); rc=$?
+check "a layer of 2^62 features exits 2 naming the op, not a silent overflow" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "(linear): outputs\[0\].*more than 17179869184 elements"'
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$("$bin" --log-level warn lower --assignment "$root/configs/assignments/tiny-candle-uno-branches.json" \
   --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 --lowering dag --out "$tmp/branches.pb"); rc=$?

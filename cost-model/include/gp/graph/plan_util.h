@@ -20,11 +20,23 @@ struct PlanIndex {
   int world_size = 0;                       // max rank + 1 over stages
 };
 
+// Samples per optimizer step that plans, searches and runs accept: far above any real job, low
+// enough that sample counts, offsets and message tags never overflow.
+inline constexpr int64_t kMaxMiniBatch = int64_t{1} << 24;
+
+// Checks a training configuration as the executor's optimizer reads it: a known optimizer
+// (unspecified means SGD) and precision, a finite learning rate > 0, momentum and Adam betas in
+// [0, 1), a finite epsilon > 0 (all-zero Adam settings mean the defaults). Errors name the field:
+// "training.learning_rate = inf, must be finite and > 0". A plan may leave the learning rate
+// unset (0) for the run to supply; `allow_unset_learning_rate` accepts that.
+Status validate_training(const graphpipe::v1::TrainingConfig& training,
+                         bool allow_unset_learning_rate = false);
+
 // Checks what every consumer relies on before touching a plan: format version, model hash,
 // every op in exactly one stage, ranks unique across stages, micro-batches dividing the
-// mini-batch and divisible by the replica count, edges and instruction fields in range, one
-// program per used rank. Errors name the field: "stages[2].device_ranks[1] = 7 is also used by
-// stages[0]".
+// mini-batch (at most kMaxMiniBatch) and divisible by the replica count, the training config, edges
+// and instruction fields in range, one program per used rank. Errors name the field:
+// "stages[2].device_ranks[1] = 7 is also used by stages[0]".
 Result<PlanIndex> validate_plan_structure(const graphpipe::v1::Plan& plan, const Graph& graph);
 
 // True when the tensor carries a gradient back (a floating-point output of a non-input op).
