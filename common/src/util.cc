@@ -22,4 +22,19 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+Status check_listen_address(std::string_view flag, std::string_view address) {
+  const std::string where = std::string(flag) + " " + std::string(address);
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return invalid_argument(where + ": expected HOST:PORT, e.g. 127.0.0.1:29600");
+  }
+  const std::string_view port = address.substr(colon + 1);
+  if (port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string_view::npos ||
+      std::stoi(std::string(port)) > 65535) {
+    return invalid_argument(where + ": port " + std::string(port) + " is outside 0..65535");
+  }
+  return ok_status();
+}
+
 }  // namespace gp

@@ -1,5 +1,6 @@
 #include "gp/exec/checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,22 @@
 
 namespace gp::exec {
 namespace {
+
+// "iter-" followed by decimal digits: the only names LATEST may hold.
+bool is_iteration_dir_name(const std::string& name) {
+  constexpr std::string_view kPrefix = "iter-";
+  if (name.size() <= kPrefix.size() || name.size() > 32 || name.rfind(kPrefix, 0) != 0) {
+    return false;
+  }
+  return std::all_of(name.begin() + kPrefix.size(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A manifest's tensor file: one path component, no "." or "..", so it stays in its directory.
+bool is_plain_file_name(const std::string& name) {
+  return !name.empty() && name.size() < 256 && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+}
 
 namespace fs = std::filesystem;
 using graphpipe::v1::CheckpointManifest;
@@ -131,6 +148,12 @@ Result<CheckpointManifest> latest_checkpoint(const std::string& dir) {
   }
   GP_ASSIGN_OR_RETURN(std::string name, graph::read_file(latest));
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  // LATEST names a directory of this checkpoint directory, never a path out of it.
+  if (!is_iteration_dir_name(name)) {
+    return Status(StatusCode::kDataLoss, latest + ": '" + name.substr(0, 80) +
+                                             "' is not a checkpoint of this directory "
+                                             "(expected iter-N)");
+  }
   const std::string manifest_path = (fs::path(dir) / name / "MANIFEST.pbtxt").string();
   CheckpointManifest m;
   GP_RETURN_IF_ERROR(graph::read_message(manifest_path, &m).with_context("checkpoint"));
@@ -176,6 +199,11 @@ Status load_stage_checkpoint(const std::string& dir, const CheckpointManifest& m
                     "checkpoint " + in + ": no tensors for op '" + op.id() + "'");
     }
     const auto& t = *it->second;
+    if (!is_plain_file_name(t.file())) {
+      return Status(StatusCode::kDataLoss, "checkpoint " + in + ": tensor file '" +
+                                               t.file().substr(0, 80) + "' of op '" + op.id() +
+                                               "' is not a file name inside the checkpoint");
+    }
     const std::string path = (fs::path(in) / t.file()).string();
     GP_ASSIGN_OR_RETURN(std::string bytes, graph::read_file(path));
     FileHeader h{};

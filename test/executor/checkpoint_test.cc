@@ -187,6 +187,36 @@ TEST_CASE("a checkpoint of another model or optimizer is refused") {
   CHECK_THAT(st.message(), Catch::Contains("OPTIMIZER_KIND_ADAM"));
 }
 
+TEST_CASE("a checkpoint never reads outside its directory") {
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  auto whole = trained(g);
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole).ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam()).ok());
+
+  SECTION("LATEST naming a path out of the directory is refused") {
+    for (const std::string target : {"../iter-3", "/etc", "iter-3/../../x", "iter-"}) {
+      INFO(target);
+      std::ofstream((fs::path(dir.path) / "LATEST").string(), std::ios::trunc) << target << "\n";
+      const auto r = exec::latest_checkpoint(dir.path);
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.status().code() == StatusCode::kDataLoss);
+      CHECK_THAT(r.status().message(), Catch::Contains("is not a checkpoint of this directory"));
+    }
+  }
+  SECTION("a manifest tensor file with a path is refused before it is opened") {
+    auto manifest = exec::latest_checkpoint(dir.path);
+    REQUIRE(manifest.ok());
+    auto bad = *manifest;
+    for (auto& t : *bad.mutable_tensors()) t.set_file("../../../../etc/passwd");
+    auto fresh = runner_for(g, all_ops(g), adam());
+    const Status st = exec::load_stage_checkpoint(dir.path, bad, g, adam(), *fresh);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == StatusCode::kDataLoss);
+    CHECK_THAT(st.message(), Catch::Contains("is not a file name inside the checkpoint"));
+  }
+}
+
 TEST_CASE("a directory without checkpoints says so") {
   TempDir dir;
   const auto r = exec::latest_checkpoint(dir.path);

@@ -649,6 +649,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions
   if (options.listen_address.empty()) {
     return invalid_argument("coordinator: listen_address is empty");
   }
+  GP_RETURN_IF_ERROR(check_listen_address("coordinator listen address", options.listen_address));
   auto impl = std::make_unique<Impl>();
   impl->core =
       std::make_unique<CoordinatorCore>(options, graph::message_hash(options.plan),

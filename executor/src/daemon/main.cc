@@ -357,6 +357,7 @@ int main(int raw_argc, char** raw_argv) {
   submit_cmd->add_option("--timeout", submit.timeout_s, "peer and heartbeat timeout, seconds")
       ->capture_default_str();
   submit_cmd->add_option("--port", submit.port, "the coordinator's port on the first node")
+      ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   submit_cmd->add_option("--store-dir", submit.store_dir,
                          "Gloo rendezvous directory every node shares (default "

@@ -355,14 +355,19 @@ Status run_serve(const ServeOptions& in) {
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return internal_error("cannot find this executable (/proc/self/exe)");
 
+  GP_RETURN_IF_ERROR(check_listen_address("--listen", o.listen));
   Daemon service(o, std::string(self, static_cast<size_t>(n)));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &port);
+  // gRPC sets SO_REUSEPORT by default; a second daemon must not share a live one's port.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   if (!server || port == 0) {
-    return Status(StatusCode::kUnavailable, "--listen " + o.listen + ": cannot bind");
+    return invalid_argument("--listen " + o.listen +
+                            ": cannot bind (the port is in use, or the host is not this "
+                            "machine's)");
   }
   auto log = log::get("daemon");
   log->info("serving {} device(s) on {}:{}, ranks bind to {}, jobs in {}", o.devices,

@@ -4,6 +4,8 @@
 #include <string>
 #include <string_view>
 
+#include "gp/common/status.h"
+
 namespace gp {
 
 // The current time as ISO 8601 UTC, e.g. "2026-11-29T12:00:00Z" (records' dates).
@@ -11,5 +13,10 @@ std::string utc_now_iso8601();
 
 // Compares without an early exit, so that the time taken says nothing about a secret (tokens).
 bool constant_time_equal(std::string_view a, std::string_view b);
+
+// Checks a "HOST:PORT" listen address before a server binds it: a host, and a port of decimal
+// digits in [0, 65535] (0: any free port), so that 70000 is refused instead of wrapping to 4464.
+// Errors name the flag: "--listen 127.0.0.1:70000: port 70000 is outside 0..65535".
+Status check_listen_address(std::string_view flag, std::string_view address);
 
 }  // namespace gp
