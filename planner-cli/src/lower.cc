@@ -298,11 +298,7 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
     }
     result.search_time_s = seconds_since(start);
     if (!result.feasible) {
-      std::string why;
-      for (const auto& c : result.candidates) {
-        if (why.find(c.reason) == std::string::npos) why += (why.empty() ? "" : "; ") + c.reason;
-      }
-      result.infeasible_reason = why.empty() ? "no feasible plan" : why;
+      result.infeasible_reason = infeasible_summary(result.candidates);
     } else {
       result.plan.mutable_provenance()->set_strategy(graphpipe::v1::STRATEGY_MANUAL);
       result.plan.mutable_provenance()->set_search_time_s(result.search_time_s);

@@ -38,6 +38,14 @@ std::string format_candidate(const CandidateSummary& c) {
 
 }  // namespace
 
+std::string infeasible_summary(const std::vector<CandidateSummary>& candidates) {
+  std::string why;
+  for (const auto& c : candidates) {
+    if (why.find(c.reason) == std::string::npos) why += (why.empty() ? "" : "; ") + c.reason;
+  }
+  return why.empty() ? "no feasible plan" : why;
+}
+
 Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name) {
   if (name == "graphpipe") return graphpipe::v1::STRATEGY_GRAPHPIPE;
   if (name == "sequential") return graphpipe::v1::STRATEGY_SEQUENTIAL;
@@ -337,11 +345,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   }
   result.search_time_s = seconds_since(start);
   if (!result.feasible) {
-    std::string why;
-    for (const auto& c : result.candidates) {
-      if (why.find(c.reason) == std::string::npos) why += (why.empty() ? "" : "; ") + c.reason;
-    }
-    result.infeasible_reason = why.empty() ? "no feasible plan" : why;
+    result.infeasible_reason = infeasible_summary(result.candidates);
   } else {
     auto* prov = result.plan.mutable_provenance();
     prov->set_search_time_s(result.search_time_s);

@@ -66,6 +66,9 @@ struct SearchResult {
 
 Result<SearchResult> search_plan(const SearchRequest& request);
 
+// Why no candidate fits: their distinct reasons joined with "; " ("no feasible plan" if none).
+std::string infeasible_summary(const std::vector<CandidateSummary>& candidates);
+
 // Physical placement: stages in the order of a depth-first walk of the stage graph that follows
 // the heaviest edge first (chain order for chain partitions), each on consecutive ranks, so
 // that heavily connected stages share a node. Replicas of one stage are consecutive too.
