@@ -2,14 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <queue>
-#include <set>
 
 #include "gp/cost/cluster.h"
 #include "gp/cost/memory_model.h"
 #include "gp/graph/plan_util.h"
 #include "gp/planner/plan_builder.h"
+#include "gp/planner/units.h"
 #include "gp/sim/simulator.h"
 
 namespace gp::planner {
@@ -61,55 +60,6 @@ std::string leaving_path(const graph::Graph& g, const std::vector<int>& stage_of
     }
   }
   return "";
-}
-
-// Activation bytes per sample on each stage edge: every tensor once per consuming stage.
-std::map<std::pair<int, int>, int64_t> stage_edge_bytes(const graph::Graph& g,
-                                                        const std::vector<int>& stage_of) {
-  std::map<std::pair<int, int>, int64_t> bytes;
-  for (const auto& node : g.ops()) {
-    const int src = stage_of[node.index];
-    for (int k = 0; k < node.proto->outputs_size(); ++k) {
-      std::set<int> dsts;
-      for (int c : node.succs) {
-        if (stage_of[c] == src) continue;
-        for (const auto& ref : g.op(c).proto->inputs()) {
-          if (ref.op() == node.id() && ref.output() == k) dsts.insert(stage_of[c]);
-        }
-      }
-      for (int dst : dsts) bytes[{src, dst}] += graph::size_bytes(node.proto->outputs(k));
-    }
-  }
-  return bytes;
-}
-
-// Topological order of the stages, lowest index first among the ready ones: the file's own
-// order whenever that order is topological.
-Result<std::vector<int>> chain_order(int n, const std::map<std::pair<int, int>, int64_t>& edges) {
-  std::vector<int> indegree(n, 0);
-  for (const auto& [edge, bytes] : edges) ++indegree[edge.second];
-  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
-  for (int s = 0; s < n; ++s) {
-    if (indegree[s] == 0) ready.push(s);
-  }
-  std::vector<int> order;
-  while (!ready.empty()) {
-    const int s = ready.top();
-    ready.pop();
-    order.push_back(s);
-    for (const auto& [edge, bytes] : edges) {
-      if (edge.first == s && --indegree[edge.second] == 0) ready.push(edge.second);
-    }
-  }
-  if (static_cast<int>(order.size()) < n) {
-    std::string cyclic;
-    for (int s = 0; s < n; ++s) {
-      if (indegree[s] > 0) cyclic += (cyclic.empty() ? "" : ", ") + stage_name(s);
-    }
-    return invalid_argument("stages: the stage graph has a cycle through " + cyclic +
-                            " (a tensor leaves each of them for the next)");
-  }
-  return order;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -200,12 +150,25 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
   const graph::Graph& g = *req.graph;
   const int n = static_cast<int>(req.stages.size());
   if (n == 0) return invalid_argument("stages: empty");
-  std::vector<int> stage_of(g.num_ops(), -1);
-  for (int s = 0; s < n; ++s) {
-    for (int op : req.stages[s].ops) stage_of[op] = s;
+  std::vector<std::vector<int>> groups;
+  for (const auto& st : req.stages) groups.push_back(st.ops);
+  // The stage graph: edge bytes for placement, and as `topo` the chain order (the file's own
+  // order whenever that order is topological).
+  const UnitGraph stage_graph = group_units(g, groups);
+  const auto& edges = stage_graph.edge_bytes;
+  const std::vector<int>& chain = stage_graph.topo;
+  if (static_cast<int>(chain.size()) < n) {
+    std::vector<char> ordered(n, 0);
+    for (int s : chain) ordered[s] = 1;
+    std::string cyclic;
+    for (int s = 0; s < n; ++s) {
+      if (!ordered[s]) cyclic += (cyclic.empty() ? "" : ", ") + stage_name(s);
+    }
+    return invalid_argument(
+        "stages: the stage graph has a cycle (tensors go from one stage to "
+        "another and back); on it or after it: " +
+        cyclic);
   }
-  const auto edges = stage_edge_bytes(g, stage_of);
-  GP_ASSIGN_OR_RETURN(const std::vector<int> chain, chain_order(n, edges));
 
   bool every_stage_fixed = true;
   for (const auto& st : req.stages) every_stage_fixed = every_stage_fixed && st.micro_batch > 0;
@@ -213,9 +176,7 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
   if (every_stage_fixed) {
     sizes = {0};  // nothing left to choose
   } else if (sizes.empty()) {
-    for (int64_t b = 1; b <= req.mini_batch; b *= 2) {
-      if (req.mini_batch % b == 0) sizes.push_back(b);
-    }
+    sizes = power_of_two_divisors(req.mini_batch);
   }
   for (int64_t b : sizes) {
     if (b < 0 || (b > 0 && req.mini_batch % b != 0)) {
@@ -223,9 +184,6 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
                               " does not divide the mini-batch " + std::to_string(req.mini_batch));
     }
   }
-  std::vector<int> position(g.num_ops());
-  for (int i = 0; i < g.num_ops(); ++i) position[g.topo_order()[i]] = i;
-
   const cost::CommModel datasheet_comm(req.cluster);
   const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
   const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
@@ -253,9 +211,7 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
       for (int s : order) {
         const ExternalStage& ext = req.stages[s];
         StageAssignment st;
-        st.ops = ext.ops;
-        std::sort(st.ops.begin(), st.ops.end(),
-                  [&](int x, int y) { return position[x] < position[y]; });
+        st.ops = stage_graph.unit_ops[s];  // in topological order
         for (int r = 0; r < ext.replicas; ++r) st.ranks.push_back(rank++);
         st.micro_batch = ext.micro_batch > 0 ? ext.micro_batch : b;
         if (st.micro_batch % ext.replicas != 0 && cand.reason.empty()) {

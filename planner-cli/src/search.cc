@@ -38,6 +38,14 @@ std::string format_candidate(const CandidateSummary& c) {
 
 }  // namespace
 
+std::vector<int64_t> power_of_two_divisors(int64_t mini_batch) {
+  std::vector<int64_t> out;
+  for (int64_t b = 1; b <= mini_batch; b *= 2) {
+    if (mini_batch % b == 0) out.push_back(b);
+  }
+  return out;
+}
+
 std::string infeasible_summary(const std::vector<CandidateSummary>& candidates) {
   std::string why;
   for (const auto& c : candidates) {
@@ -149,11 +157,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                             std::to_string(graph::kMaxMiniBatch) + "]");
   }
   std::vector<int64_t> micro_batches = req.micro_batches;
-  if (micro_batches.empty()) {
-    for (int64_t b = 1; b <= req.mini_batch; b *= 2) {
-      if (req.mini_batch % b == 0) micro_batches.push_back(b);
-    }
-  }
+  if (micro_batches.empty()) micro_batches = power_of_two_divisors(req.mini_batch);
   for (int64_t b : micro_batches) {
     if (b <= 0 || (b & (b - 1)) != 0 || req.mini_batch % b != 0) {
       return invalid_argument("--micro-batches: " + std::to_string(b) +

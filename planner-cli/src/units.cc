@@ -154,6 +154,17 @@ UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
   return u;
 }
 
+UnitGraph group_units(const graph::Graph& g, const std::vector<std::vector<int>>& groups) {
+  UnitGraph u;
+  u.unit_ops = groups;
+  u.unit_of_op.assign(g.num_ops(), -1);
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (int op : groups[k]) u.unit_of_op[op] = static_cast<int>(k);
+  }
+  link_units(g, u);
+  return u;
+}
+
 UnitGraph compress_branches(const graph::Graph& g, const UnitGraph& u) {
   const int n = u.num_units();
   const size_t words = (static_cast<size_t>(n) + 63) / 64;

@@ -227,3 +227,22 @@ TEST_CASE("a stage that a path leaves and re-enters is refused as not convex") {
                         Catch::Contains("'" + s.g.op(topo.front()).id() + "' -> ") &&
                         Catch::Contains("(stages[1])"));
 }
+
+TEST_CASE("convex stages that feed each other are refused as a cycle, naming them") {
+  Setup s("tiny-candle-uno");
+  // Each stage holds the start of one branch and the end of the other: both are convex, but a
+  // tensor goes from stages[0] to stages[1] and another comes back.
+  graphpipe::v1::StageAssignmentFile file;
+  auto* a = file.add_stages();
+  auto* b = file.add_stages();
+  auto* rest = file.add_stages();
+  for (const char* op : {"feature0.input", "feature0.fc0", "feature1.fc1"}) a->add_ops(op);
+  for (const char* op : {"feature1.input", "feature1.fc0", "feature0.fc1"}) b->add_ops(op);
+  for (const auto& node : s.g.ops()) {
+    const std::string& id = node.id();
+    if (id.rfind("feature0.", 0) != 0 && id.rfind("feature1.", 0) != 0) rest->add_ops(id);
+  }
+  CHECK_THAT(error_of(s.lower(file, planner::Lowering::kBest)),
+             Catch::Contains("stages: the stage graph has a cycle") &&
+                 Catch::Contains("on it or after it: stages[0], stages[1], stages[2]"));
+}

@@ -66,6 +66,9 @@ struct SearchResult {
 
 Result<SearchResult> search_plan(const SearchRequest& request);
 
+// The micro-batch sizes tried when none are given: every power of two dividing the mini-batch.
+std::vector<int64_t> power_of_two_divisors(int64_t mini_batch);
+
 // Why no candidate fits: their distinct reasons joined with "; " ("no feasible plan" if none).
 std::string infeasible_summary(const std::vector<CandidateSummary>& candidates);
 

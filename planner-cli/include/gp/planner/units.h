@@ -41,6 +41,12 @@ struct UnitOptions {
 
 UnitGraph build_units(const graph::Graph& graph, const UnitOptions& options = {});
 
+// Any grouping of ops into units (a plan's stages, say) as a UnitGraph: edges with their bytes
+// per sample (each tensor once per consuming unit) and a topological order, the lowest index
+// first among the ready units. `groups` must hold every op once; when the groups form a cycle,
+// `topo` leaves out the units on or after it.
+UnitGraph group_units(const graph::Graph& graph, const std::vector<std::vector<int>>& groups);
+
 // PipeDream's compress_branches, for graphs whose branches start at sources as well as at forks.
 // Branch units are units incomparable with some other unit; each connected set of them becomes
 // one unit when no path leaves it and comes back, else each run of them joined by single links
