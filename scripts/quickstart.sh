@@ -32,7 +32,13 @@ echo "== training: a 2-rank GraphPipe plan of zoo:tiny-mmt as 2 processes, again
   --metrics-out "$out/tiny-mmt.metrics.json"
 "$bin/graphpipe-executor" reference --model zoo:tiny-mmt --batch 16 --iterations 5 --lr 0.01 \
   --metrics-out "$out/tiny-mmt.reference.json"
-echo "(the per-iteration losses of the plan and of the reference agree to float precision)"
+losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+if [ "$(losses "$out/tiny-mmt.metrics.json")" != "$(losses "$out/tiny-mmt.reference.json")" ] ||
+   [ -z "$(losses "$out/tiny-mmt.metrics.json")" ]; then
+  echo "quickstart: the plan's losses differ from the reference's" >&2
+  exit 1
+fi
+echo "(checked: the 5 per-iteration losses of the plan and of the reference agree to 6 digits)"
 echo
 echo "Wrote plans (*.pb), reports (*.report.json), simulated traces (*.trace.json, open in"
 echo "https://ui.perfetto.dev) and stage graphs (*.dot) to $out"
