@@ -134,9 +134,11 @@ for m in transformer_block inception_block; do
     '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/$m.pb" >/dev/null'
 done
 # lower: a partition made elsewhere (here: the sequential plan's stages) as an assignment file.
-"$bin" search --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 \
-  --strategy sequential --out "$tmp/seq.json" --log-level warn >/dev/null; rc=$?
+out=$("$bin" search --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 \
+  --strategy sequential --out "$tmp/seq.json" --log-level warn); rc=$?
 check "sequential plan for lower exits 0" '[ $rc -eq 0 ]'
+check "search says how many of the devices its plan uses" \
+  'echo "$out" | grep -Eq "\) on [0-9]+ (of 4 )?devices"'
 python3 - "$tmp/seq.json" "$tmp/assign.json" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))
