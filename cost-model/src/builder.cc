@@ -46,6 +46,14 @@ TensorRef GraphBuilder::embedding_bag(std::string id, const TensorRef& ids, int6
   return ref(std::move(id));
 }
 
+TensorRef GraphBuilder::embedding(std::string id, const TensorRef& ids, int64_t num_embeddings,
+                                  int64_t embedding_dim) {
+  Operator& op = add_op(id, "embedding", {ids});
+  set_attr(op, "num_embeddings", num_embeddings);
+  set_attr(op, "embedding_dim", embedding_dim);
+  return ref(std::move(id));
+}
+
 TensorRef GraphBuilder::attention(std::string id, const TensorRef& x, int64_t num_heads) {
   Operator& op = add_op(id, "multi_head_attention", {x});
   set_attr(op, "num_heads", num_heads);
@@ -69,6 +77,36 @@ TensorRef GraphBuilder::gelu(std::string id, const TensorRef& x) {
 
 TensorRef GraphBuilder::softmax(std::string id, const TensorRef& x) {
   add_op(id, "softmax", {x});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::sigmoid(std::string id, const TensorRef& x) {
+  add_op(id, "sigmoid", {x});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::clip(std::string id, const TensorRef& x, double min, double max) {
+  Operator& op = add_op(id, "clip", {x});
+  set_attr(op, "min", min);
+  set_attr(op, "max", max);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::mul(std::string id, const TensorRef& a, const TensorRef& b) {
+  add_op(id, "mul", {a, b});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::reduce(std::string id, const TensorRef& x, int64_t axis, bool mean) {
+  Operator& op = add_op(id, "reduce", {x});
+  set_attr(op, "axis", axis);
+  if (mean) set_attr(op, "mode", std::string_view("mean"));
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape) {
+  Operator& op = add_op(id, "bias_add", {x});
+  set_attr(op, "shape", shape);
   return ref(std::move(id));
 }
 

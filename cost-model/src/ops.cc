@@ -23,6 +23,9 @@ constexpr std::array kCatalogue = {
                "num_embeddings (int, required), embedding_dim (int, required), "
                "mode (sum|mean, default sum)",
                1, 1, false, false, &infer_embedding_bag},
+    OpTypeInfo{"embedding", "the embedding row of every id: ids [...] -> [..., embedding_dim]",
+               "num_embeddings (int, required), embedding_dim (int, required)", 1, 1, false, false,
+               &infer_embedding},
     OpTypeInfo{"multi_head_attention",
                "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
                "output projection",
@@ -34,6 +37,20 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{"gelu", "x * Phi(x), tanh approximation", "none", 1, 1, false, false, &infer_gelu},
     OpTypeInfo{"softmax", "softmax over the last dimension", "none", 1, 1, false, false,
                &infer_softmax},
+    OpTypeInfo{"sigmoid", "1 / (1 + exp(-x))", "none", 1, 1, false, false, &infer_sigmoid},
+    OpTypeInfo{"clip", "min(max(x, min), max) (ReLU6 is clip 0..6)",
+               "min (float, required, finite), max (float, required, finite, >= min)", 1, 1, false,
+               false, &infer_clip},
+    OpTypeInfo{"mul", "element-wise product of two tensors of one shape", "none", 2, 2, false,
+               false, &infer_mul},
+    OpTypeInfo{"reduce", "sum (or mean) over one per-sample axis, kept with size 1",
+               "axis (int, default -1), mode (sum|mean, default sum)", 1, 1, false, false,
+               &infer_reduce},
+    OpTypeInfo{"bias_add",
+               "y = x + b with a learned b broadcast over x's leading per-sample axes "
+               "(learned position embeddings, unfused biases)",
+               "shape (ints, required: b's shape, the trailing dimensions of x)", 1, 1, false,
+               false, &infer_bias_add},
     OpTypeInfo{"add", "element-wise sum of two or more tensors of one shape", "none", 2, -1, false,
                false, &infer_add},
     OpTypeInfo{"concat", "concatenate along a per-sample axis", "axis (int, default -1: the last)",
@@ -59,12 +76,14 @@ constexpr std::array kCatalogue = {
                1, 1, false, false, &infer_conv2d},
     OpTypeInfo{"max_pool2d", "maximum over each window of x [C, H, W] (padding never wins)",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
-               "padding (ints [ph, pw], each < kernel, default [0, 0])",
+               "padding (ints [ph, pw], each < kernel, default [0, 0]), "
+               "ceil_mode (0|1, default 0: round the window count up, as PyTorch)",
                1, 1, false, false, &infer_max_pool2d},
     OpTypeInfo{"avg_pool2d", "mean over each window of x [C, H, W]",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
                "padding (ints [ph, pw], each < kernel, default [0, 0]), "
-               "count_include_pad (0|1, default 1: divide by kh*kw; 0: by the unpadded cells)",
+               "count_include_pad (0|1, default 1: divide by the window's cells in the padded "
+               "image; 0: by its image cells), ceil_mode (0|1, default 0)",
                1, 1, false, false, &infer_avg_pool2d},
     OpTypeInfo{"batch_norm",
                "normalise each channel (per-sample axis 0) with the micro-batch's statistics "

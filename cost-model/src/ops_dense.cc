@@ -91,6 +91,37 @@ Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, I
   return ok_status();
 }
 
+// A lookup per id: ids [...] -> [..., dim]; the same table and costs as a bag of one.
+Status infer_embedding(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& ids = in[0];
+  if (ids.dtype() != graphpipe::v1::DATA_TYPE_INT64 &&
+      ids.dtype() != graphpipe::v1::DATA_TYPE_INT32) {
+    return invalid_argument("inputs[0]: expected int64 ids, got " + shape_string(ids));
+  }
+  GP_RETURN_IF_ERROR(require_rank_at_least(ids, 1, 0));
+  GP_ASSIGN_OR_RETURN(int64_t rows, attr_int(op, "num_embeddings"));
+  GP_RETURN_IF_ERROR(positive("num_embeddings", rows));
+  GP_ASSIGN_OR_RETURN(int64_t dim, attr_int(op, "embedding_dim"));
+  GP_RETURN_IF_ERROR(positive("embedding_dim", dim));
+  TensorSpec y = ids;
+  y.add_shape(dim);
+  y.set_dtype(kFloat32);
+  out->outputs = {y};
+  out->params.push_back(make_param("weight", {rows, dim}, kFloat32));
+  sum_params(out);
+  const double gathered = static_cast<double>(num_elements(y));
+  const double ids_bytes = static_cast<double>(size_bytes(ids));
+  OpCost& c = out->cost;
+  c.forward_flops = 0;
+  c.backward_flops = gathered;  // scatter-add into the touched rows only (sparse gradient)
+  c.forward_bytes = ids_bytes + 2 * gathered * 4;
+  c.backward_bytes = ids_bytes + 3 * gathered * 4;
+  c.activation_bytes = ids_bytes;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
 Status infer_attention(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));

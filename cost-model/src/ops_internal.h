@@ -14,11 +14,17 @@ namespace gp::graph::detail {
 Status infer_input(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_linear(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_embedding(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_attention(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_relu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_gelu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_softmax(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_sigmoid(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_clip(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_mul(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_reduce(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_bias_add(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_add(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_concat(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_slice(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);

@@ -112,6 +112,92 @@ Status infer_softmax(const Operator&, std::span<const TensorSpec> in, InferredOp
   return unary(in, 5, 4, out);
 }
 
+Status infer_sigmoid(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  return unary(in, 4, 3, out);  // backward reads the output: dx = dy * y * (1 - y)
+}
+
+Status infer_clip(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  GP_ASSIGN_OR_RETURN(double lo, attr_float(op, "min"));
+  GP_ASSIGN_OR_RETURN(double hi, attr_float(op, "max"));
+  if (!std::isfinite(lo) || !std::isfinite(hi) || lo > hi) {
+    return invalid_argument("attrs.min = " + std::to_string(lo) + ", attrs.max = " +
+                            std::to_string(hi) + ": both must be finite with min <= max");
+  }
+  return unary(in, 2, 2, out);
+}
+
+Status infer_mul(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  for (int i = 0; i < 2; ++i) GP_RETURN_IF_ERROR(require_float(in[i], i));
+  if (!same_spec(in[1], in[0])) {
+    return invalid_argument("inputs[1]: shape " + shape_string(in[1]) + " differs from inputs[0] " +
+                            shape_string(in[0]) + " (no broadcasting)");
+  }
+  out->outputs = {in[0]};
+  const double n = elems_of(in[0]), b = bytes_of(in[0]);
+  OpCost& c = out->cost;
+  c.forward_flops = n;
+  c.backward_flops = 2 * n;
+  c.forward_bytes = 3 * b;
+  c.backward_bytes = 5 * b;  // read dy, a, b; write both gradients
+  c.activation_bytes = 2 * b;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
+Status infer_reduce(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int_or(op, "axis", -1));
+  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, x.shape_size()));
+  GP_ASSIGN_OR_RETURN(std::string mode, attr_string_or(op, "mode", "sum"));
+  if (mode != "sum" && mode != "mean") {
+    return invalid_argument("attrs.mode = '" + mode + "', expected sum or mean");
+  }
+  TensorSpec y = x;
+  y.set_shape(axis, 1);
+  out->outputs = {y};
+  const double n = elems_of(x);
+  OpCost& c = out->cost;
+  c.forward_flops = n;
+  c.backward_flops = n;
+  c.forward_bytes = bytes_of(x) + bytes_of(y);
+  c.backward_bytes = bytes_of(x) + bytes_of(y);  // broadcast dy back over the axis
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();  // the gradient needs no input values: nothing kept
+}
+
+Status infer_bias_add(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> shape, attr_ints(op, "shape"));
+  const int rank = x.shape_size();
+  bool suffix = !shape.empty() && static_cast<int>(shape.size()) <= rank;
+  for (size_t k = 0; suffix && k < shape.size(); ++k) {
+    suffix = shape[k] == x.shape(rank - static_cast<int>(shape.size()) + static_cast<int>(k));
+  }
+  if (!suffix) {
+    return invalid_argument("attrs.shape = " + ints_string(shape) +
+                            ": must be the trailing dimensions of the input " + shape_string(x));
+  }
+  out->outputs = {x};
+  out->params.push_back(make_param("bias", shape, x.dtype()));
+  sum_params(out);
+  const double n = elems_of(x), b = bytes_of(x);
+  const double p = static_cast<double>(out->cost.param_count) * 4;
+  OpCost& c = out->cost;
+  c.forward_flops = n;
+  c.backward_flops = n;
+  c.forward_bytes = 2 * b;
+  c.backward_bytes = 2 * b;  // read dy, accumulate into dx
+  c.forward_fixed_bytes = p;
+  c.backward_fixed_bytes = 2 * p;
+  c.forward_kernels = 1;
+  c.backward_kernels = 2;
+  return ok_status();
+}
+
 Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));

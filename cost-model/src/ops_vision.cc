@@ -58,6 +58,21 @@ Result<Window> read_window(const Operator& op, const TensorSpec& x, bool pool) {
   }
   win.ho = (win.h + 2 * win.ph - win.kh) / win.sh + 1;
   win.wo = (win.w + 2 * win.pw - win.kw) / win.sw + 1;
+  if (pool) {
+    GP_ASSIGN_OR_RETURN(int64_t ceil_mode, attr_int_or(op, "ceil_mode", 0));
+    GP_RETURN_IF_ERROR(boolean("ceil_mode", ceil_mode));
+    if (ceil_mode) {
+      // Rounds the window count up, as PyTorch: one more window where the last would start
+      // inside the image or its left padding (never in the right padding alone).
+      auto up = [](int64_t size, int64_t kernel, int64_t stride, int64_t pad) {
+        int64_t n = (size + 2 * pad - kernel + stride - 1) / stride + 1;
+        if ((n - 1) * stride >= size + pad) --n;
+        return n;
+      };
+      win.ho = up(win.h, win.kh, win.sh, win.ph);
+      win.wo = up(win.w, win.kw, win.sw, win.pw);
+    }
+  }
   return win;
 }
 

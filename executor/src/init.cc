@@ -49,7 +49,7 @@ void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::sp
     return;
   }
   float bound = 0.05f;  // embeddings (and rank-1 weights)
-  if (op.type() != "embedding_bag" && spec.shape_size() >= 2) {
+  if (op.type() != "embedding_bag" && op.type() != "embedding" && spec.shape_size() >= 2) {
     // [out, in] or [out, C, kh, kw]: fan-in = the product of all but the first dim.
     int64_t fan_in = 1;
     for (int d = 1; d < spec.shape_size(); ++d) fan_in *= spec.shape(d);
@@ -69,7 +69,7 @@ void fill_input(const graph::Graph& graph, const graph::OpNode& input, uint64_t 
     // The consumer decides the valid id range.
     for (int s : input.succs) {
       const auto& consumer = graph.op(s);
-      if (consumer.type() == "embedding_bag") {
+      if (consumer.type() == "embedding_bag" || consumer.type() == "embedding") {
         range = consumer.proto->params(0).shape(0);
       } else if (consumer.type() == "softmax_cross_entropy") {
         const auto& logits = consumer.input_specs[0];

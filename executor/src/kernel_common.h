@@ -144,9 +144,54 @@ inline Result<EmbeddingBagShape> read_embedding_bag(const graph::OpNode& op) {
   if (mode != "sum" && mode != "mean") {
     return op_error(op, "attrs.mode = '" + mode + "', expected sum or mean");
   }
+  // An embedding is a bag of one per id: the bag kernels run it unchanged.
+  if (op.proto->type() == "embedding") {
+    return EmbeddingBagShape{graph::num_elements(ids), 1, rows, dim, false, is_int32(ids)};
+  }
   const int64_t bag = last_dim(ids);
   return EmbeddingBagShape{
       graph::num_elements(ids) / bag, bag, rows, dim, mode == "mean", is_int32(ids)};
+}
+
+// clip: the bounds, as validated by shape inference.
+struct ClipBounds {
+  float lo, hi;
+};
+inline Result<ClipBounds> read_clip(const graph::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(double lo, op_attr_float_or(op, "min", 0));
+  GP_ASSIGN_OR_RETURN(double hi, op_attr_float_or(op, "max", 0));
+  if (!(lo <= hi)) return op_error(op, "attrs.min must be <= attrs.max");
+  return ClipBounds{static_cast<float>(lo), static_cast<float>(hi)};
+}
+
+// reduce: per sample x [outer, len, inner] -> y [outer, 1, inner].
+struct ReduceShape {
+  int64_t outer, len, inner;
+  bool mean;
+};
+inline Result<ReduceShape> read_reduce(const graph::OpNode& op) {
+  const graph::TensorSpec& x = op.input_specs[0];
+  const int rank = x.shape_size();
+  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return op_error(op, "attrs.axis out of range");
+  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
+  const int a = static_cast<int>(axis);
+  return ReduceShape{dims_product(x, 0, a), x.shape(a), dims_product(x, a + 1, rank),
+                     mode == "mean"};
+}
+
+// bias_add: per sample `reps` copies of a bias of `width` elements.
+struct BiasAddShape {
+  int64_t reps, width;
+};
+inline Result<BiasAddShape> read_bias_add(const graph::OpNode& op) {
+  const int64_t n = graph::num_elements(op.input_specs[0]);
+  if (op.proto->params_size() != 1) return op_error(op, "expected one parameter, the bias");
+  int64_t width = 1;
+  for (int64_t d : op.proto->params(0).shape()) width *= d;
+  if (width <= 0 || n % width != 0) return op_error(op, "bias does not tile the input");
+  return BiasAddShape{n / width, width};
 }
 
 // matmul: per sample `count` products a [m, k] x b [k, n].

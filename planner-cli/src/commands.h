@@ -30,6 +30,7 @@ struct ImportOptions {
   std::string out;
   std::string loss = "mse";
   bool allow_opaque = false;
+  bool untie_weights = false;
 };
 
 struct SearchOptions {

@@ -101,6 +101,9 @@ int main(int argc, char** argv) {
   import->add_flag("--allow-opaque", import_opts.allow_opaque,
                    "keep ONNX nodes without a GraphPipe operator as opaque operators (cost from a "
                    "FLOP estimate): the model can be planned but not trained or profiled");
+  import->add_flag("--untie-weights", import_opts.untie_weights,
+                   "give every operator that reads a tied (shared) weight its own copy; without "
+                   "it such models are refused, since training would no longer tie them");
 
   SearchOptions search_opts;
   auto* search = app.add_subcommand(

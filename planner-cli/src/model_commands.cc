@@ -29,7 +29,11 @@ Status run_import(const ImportOptions& opts) {
   graph::OnnxImportOptions io;
   io.loss = opts.loss;
   io.allow_opaque = opts.allow_opaque;
+  io.untie_weights = opts.untie_weights;
+  std::vector<std::string> warnings;
+  io.warnings = &warnings;
   GP_ASSIGN_OR_RETURN(auto model, graph::import_onnx(opts.file, io));
+  for (const auto& w : warnings) log::get("plan")->warn("{}", w);
   GP_RETURN_IF_ERROR(graph::write_message(opts.out, model));
   auto built = graph::Graph::build(model);
   if (!built.ok()) return built.status();

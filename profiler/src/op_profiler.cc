@@ -26,7 +26,7 @@ bool is_int(const graph::TensorSpec& spec) {
 
 // Ids an op accepts on its integer inputs: embedding rows or class count.
 int64_t id_range(const graph::OpNode& op) {
-  if (op.type() == "embedding_bag" && op.proto->params_size() > 0 &&
+  if ((op.type() == "embedding_bag" || op.type() == "embedding") && op.proto->params_size() > 0 &&
       op.proto->params(0).shape_size() > 0) {
     return std::max<int64_t>(op.proto->params(0).shape(0), 1);
   }

@@ -77,6 +77,13 @@ inline void widen(Harness& h) {
   for (float& v : h.fin[0]) v *= 3;
 }
 
+// Keeps input 0 at least 0.1 away from clip's bounds -0.5 and 0.5 (its kinks).
+inline void away_from_half(Harness& h) {
+  for (float& v : h.fin[0]) {
+    if (std::abs(std::abs(v) - 0.5f) < 0.1f) v = v < 0 ? v - 0.2f : v + 0.2f;
+  }
+}
+
 // Input 0 as a shuffle of distinct values 0.01 apart (finite differences never swap a window's
 // maximum).
 inline void distinct(Harness& h) {
@@ -220,6 +227,18 @@ inline std::vector<GradCase> grad_cases() {
               [](GraphBuilder& b) {
                 return b.avg_pool2d("op", x(b, {2, 4, 5}), {3, 3}, {2, 2}, {1, 1}, false);
               }),
+      op_case("max_pool2d 2x2, stride 2, ceil_mode 1 on 5x5", {2, 3, 3}, distinct,
+              [](GraphBuilder& b) {
+                auto y = b.max_pool2d("op", x(b, {2, 5, 5}), {2, 2});
+                set_op_attr(b, "op", "ceil_mode", int64_t{1});
+                return y;
+              }),
+      op_case("avg_pool2d 3x3, stride 2, padding 1, ceil_mode 1 on 6x6", {2, 4, 4},
+              [](GraphBuilder& b) {
+                auto y = b.avg_pool2d("op", x(b, {2, 6, 6}), {3, 3}, {2, 2}, {1, 1});
+                set_op_attr(b, "op", "ceil_mode", int64_t{1});
+                return y;
+              }),
       op_case("batch_norm on [C, H, W]", {3, 2, 2},
               [](GraphBuilder& b) {
                 return b.batch_norm("op", x(b, {3, 2, 2}));
@@ -228,6 +247,32 @@ inline std::vector<GradCase> grad_cases() {
       // only epsilon's effect): a larger epsilon keeps it measurable.
       op_case("batch_norm on [C], epsilon 0.1", {4},
               [](GraphBuilder& b) { return b.batch_norm("op", x(b, {4}), 0.1); }),
+      op_case("sigmoid", {2, 3}, widen,
+              [](GraphBuilder& b) {
+                return b.sigmoid("op", x(b, {2, 3}));
+              }),
+      op_case("clip to [-0.5, 0.5]", {2, 4}, away_from_half,
+              [](GraphBuilder& b) {
+                return b.clip("op", x(b, {2, 4}), -0.5, 0.5);
+              }),
+      op_case("mul of two activations", {2, 3},
+              [](GraphBuilder& b) {
+                return b.mul("op", x(b, {2, 3}, "a"), x(b, {2, 3}, "b"));
+              }),
+      op_case("reduce sum over the last axis", {2, 1},
+              [](GraphBuilder& b) {
+                return b.reduce("op", x(b, {2, 5}), -1);
+              }),
+      op_case("reduce mean over a middle axis", {2, 1, 3},
+              [](GraphBuilder& b) {
+                return b.reduce("op", x(b, {2, 4, 3}), 1, true);
+              }),
+      op_case("bias_add of a [3, 2] bias to [2, 3, 2]", {2, 3, 2},
+              [](GraphBuilder& b) {
+                return b.bias_add("op", x(b, {2, 3, 2}), {3, 2});
+              }),
+      op_case("embedding of [3] ids", {3, 4}, ids_below(0, 5),
+              [](GraphBuilder& b) { return b.embedding("op", ids(b, {3}), 5, 4); }),
       loss_case(
           "mse_loss", [](Harness&) {},
           [](GraphBuilder& b) {

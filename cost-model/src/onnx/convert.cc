@@ -45,7 +45,10 @@ const std::map<std::string, int>& mapped_inputs() {
       {"Squeeze", 1},       {"Unsqueeze", 1},
       {"Conv", 2},          {"MaxPool", 1},
       {"AveragePool", 1},   {"GlobalAveragePool", 1},
-      {"GlobalMaxPool", 1}, {"BatchNormalization", 3}};
+      {"GlobalMaxPool", 1}, {"BatchNormalization", 3},
+      {"Sigmoid", 1},       {"Clip", 1},
+      {"Pad", 1},           {"ReduceSum", 1},
+      {"ReduceMean", 1}};
   return kMapped;
 }
 
@@ -78,10 +81,11 @@ void Importer::convert(int i) {
     if (auto x = in(0)) return out(*x);
     return refuse(i, "its input is not an activation");
   }
-  if (t == "Relu" || t == "Gelu" || t == "Softmax" || t == "LayerNormalization") {
+  if (t == "Relu" || t == "Gelu" || t == "Sigmoid" || t == "Softmax" || t == "LayerNormalization") {
     auto x = in(0);
     if (!x) return refuse(i, "its input is not an activation");
     if (t == "Relu") return out(b_.relu(id, *x));
+    if (t == "Sigmoid") return out(b_.sigmoid(id, *x));
     if (t == "Gelu") return out(b_.gelu(id, *x));  // exact and tanh both train as tanh
     // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
     // when that is axis 1 of a 2-D tensor.
@@ -112,8 +116,13 @@ void Importer::convert(int i) {
   if (t == "Add") {
     auto x = in(0), y = in(1);
     if (x && y) return out(b_.add(id, {*x, *y}));
-    return refuse(i, "adds a constant or weight that is not a MatMul's bias");
+    if (x && is_weight(n.input(1))) return bias_add(i, id, *x, n.input(1));
+    if (y && is_weight(n.input(0))) return bias_add(i, id, *y, n.input(0));
+    return refuse(i, "adds a value that is neither an activation nor a weight");
   }
+  if (t == "Clip") return clip(i, id);
+  if (t == "Pad") return pad(i, id);
+  if (t == "ReduceSum" || t == "ReduceMean") return reduce(i, id);
   if (t == "Mul" || t == "Div") return scale(i, id);
   if (t == "Concat") {
     std::vector<TensorRef> xs;
@@ -128,7 +137,7 @@ void Importer::convert(int i) {
   }
   if (t == "Slice") return slice(i, id);
   if (t == "Split") return split(i, id);
-  if (t == "Gather") return embedding_bag(i, id);
+  if (t == "Gather") return gather(i, id);
   if (t == "Transpose") return transpose(i, id);
   if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") return reshape(i, id);
   if (t == "Conv") return conv(i, id);
@@ -240,9 +249,22 @@ void Importer::scale(int i, const std::string& id) {
     c = scalar(n.input(0));
   }
   if (!x) return refuse(i, "its input is not an activation");
+  if (!c && !div) {
+    auto a = activation(n.input(0)), b = activation(n.input(1));
+    if (a && b) {
+      const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
+      if (sa && sb && *sa != *sb) {
+        return refuse(i, "a product of activations " + dims_string(*sa) + " and " +
+                             dims_string(*sb) + " per sample (no broadcasting)");
+      }
+      act_[n.output(0)] = b_.mul(id, *a, *b);
+      return;
+    }
+  }
   if (!c) {
     return refuse(i, std::string(div ? "divides" : "multiplies") +
-                         " by a tensor, not a scalar constant (no element-wise product op)");
+                         " by a weight or tensor constant, not a scalar (only a scalar or another "
+                         "activation maps)");
   }
   if (div && *c == 0) return refuse(i, "divides by zero");
   act_[n.output(0)] = b_.scale(id, *x, div ? 1.0 / *c : *c);
@@ -314,35 +336,200 @@ void Importer::split(int i, const std::string& id) {
   }
 }
 
-// Gather(table, ids) then ReduceSum/ReduceMean over the bag: an embedding bag.
+// Gather: a lookup in a weight table (an embedding, or an embedding bag when a ReduceSum or
+// ReduceMean over the bag follows), or one constant position of an activation (x[:, k]).
+void Importer::gather(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  if (auto x = activation(n.input(0))) {
+    const auto k = scalar(n.input(1));
+    const auto a = sample_axis(n.input(0), attr_i(n, "axis", 0));
+    const auto shape = sample_shape(n.input(0));
+    if (!k || !a || !shape || shape->size() < 2) {
+      return refuse(i,
+                    "only a lookup in a weight table, or one constant index of a per-sample "
+                    "axis of a tensor with two or more per-sample axes, maps");
+    }
+    const int64_t size = (*shape)[static_cast<size_t>(*a)];
+    int64_t pos = static_cast<int64_t>(*k);
+    if (pos < 0) pos += size;
+    if (pos < 0 || pos >= size) return refuse(i, "index out of range");
+    const TensorRef picked = b_.slice(id, *x, *a, pos, pos + 1);
+    // A 0-D index (x[:, k]) drops the axis; a one-element 1-D index keeps it with size 1.
+    const auto c = consts_.find(n.input(1));
+    if (c != consts_.end() && c->second->dims_size() > 0) {
+      act_[n.output(0)] = picked;
+      return;
+    }
+    std::vector<int64_t> dropped = *shape;
+    dropped.erase(dropped.begin() + *a);
+    act_[n.output(0)] = b_.reshape(unique_id(id + ".reshape", id), picked, dropped);
+    return;
+  }
+  if (!is_weight(n.input(0)) || !activation(n.input(1)) || attr_i(n, "axis", 0) != 0) {
+    return refuse(i, "only a lookup in a weight table maps");
+  }
+  const int r = sole_consumer(n.output(0));
+  if (r >= 0 && only_consumers_in(n.output(0), {r}) && rank_of(n.input(1)) == 2 &&
+      (g_.node(r).op_type() == "ReduceSum" || g_.node(r).op_type() == "ReduceMean")) {
+    const auto axes = reduce_axes(g_.node(r));
+    if (axes && axes->size() == 1 && ((*axes)[0] == 1 || (*axes)[0] == -2) &&
+        attr_i(g_.node(r), "keepdims", 1) == 0) {
+      return embedding_bag(i, id);
+    }
+  }
+  const auto table = weight_dims(n.input(0));
+  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
+  const auto ids_rank = rank_of(n.input(1));
+  if (!ids_rank) return refuse(i, "ids of unknown rank");
+  TensorRef out = b_.embedding(id, *activation(n.input(1)), table[0], table[1]);
+  if (auto v = float_values(n.input(0))) set_values(id, "weight", *v);
+  // ONNX ids [batch] are per-sample [1] here: the lookup's [1, dim] is the sample's [dim].
+  if (*ids_rank == 1) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
+  act_[n.output(0)] = out;
+}
+
+// Gather(table, ids [batch, bag]) then ReduceSum/ReduceMean over the bag: an embedding bag.
 void Importer::embedding_bag(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto ids = activation(n.input(1));
-  if (!is_weight(n.input(0)) || !ids || attr_i(n, "axis", 0) != 0) {
-    return refuse(i, "only a lookup in a weight table maps");
-  }
   const auto table = weight_dims(n.input(0));
   const int r = sole_consumer(n.output(0));
-  if (table.size() != 2 || r < 0) return refuse(i, "a lookup not reduced over its bag");
-  if (rank_of(n.input(1)) != 2) return refuse(i, "ids are not [batch, bag]");
-  const auto& red = g_.node(r);
-  if (red.op_type() != "ReduceSum" && red.op_type() != "ReduceMean") {
-    return refuse(i, "a lookup not reduced over its bag (no embedding op without a bag)");
-  }
-  std::vector<double> axes;
-  for (int64_t v : attr_ints(red, "axes")) axes.push_back(static_cast<double>(v));
-  if (axes.empty() && red.input_size() > 1) axes = folded(red.input(1)).value_or(axes);
-  if (axes.size() != 1 || (axes[0] != 1 && axes[0] != -2) || attr_i(red, "keepdims", 1) != 0) {
-    done_[static_cast<size_t>(r)] = true;  // refused with the lookup, not on its own
-    for (const auto& o : red.output()) poisoned_.insert(o);
-    return refuse(i, "its " + red.op_type() + " (node " + std::to_string(r) +
-                         ") reduces other than the bag axis 1, or keeps dimensions");
-  }
+  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
+  const auto& red = g_.node(r);  // gather() checked it reduces the bag axis 1
   done_[static_cast<size_t>(r)] = true;
   TensorRef out = b_.embedding_bag(id, *ids, table[0], table[1]);
   if (auto v = float_values(n.input(0))) set_values(id, "weight", *v);
   if (red.op_type() == "ReduceMean") set_attr(op_by_id(id), "mode", std::string_view("mean"));
   act_[red.output(0)] = out;
+}
+
+std::optional<std::vector<int64_t>> Importer::reduce_axes(const onnx::NodeProto& n) const {
+  std::vector<int64_t> axes = attr_ints(n, "axes");
+  if (axes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v) return std::nullopt;
+    for (double a : *v) axes.push_back(static_cast<int64_t>(a));
+  }
+  return axes;
+}
+
+// ReduceSum/ReduceMean over per-sample axes: one reduce per axis (each keeps its axis with size
+// 1), then a reshape that drops them unless keepdims.
+void Importer::reduce(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto axes = reduce_axes(n);
+  const auto shape = sample_shape(n.input(0));
+  if (!axes || axes->empty() || !shape) {
+    return refuse(i,
+                  "reduces over axes that are not constant, over all axes, or a tensor of "
+                  "unknown shape");
+  }
+  std::set<int64_t> sample_axes;
+  for (int64_t a : *axes) {
+    const auto s = sample_axis(n.input(0), a);
+    if (!s) return refuse(i, "reduces over the batch axis (or an axis out of range)");
+    sample_axes.insert(*s);
+  }
+  const bool mean = n.op_type() == "ReduceMean";
+  TensorRef y = *x;
+  std::vector<int64_t> kept = *shape, dropped;
+  for (int64_t a : sample_axes) {
+    y = b_.reduce(a == *sample_axes.begin() ? id : unique_id(id + "." + std::to_string(a), id), y,
+                  a, mean);
+    kept[static_cast<size_t>(a)] = 1;
+  }
+  for (size_t k = 0; k < shape->size(); ++k) {
+    if (!sample_axes.count(static_cast<int64_t>(k))) dropped.push_back((*shape)[k]);
+  }
+  if (dropped.empty()) dropped.push_back(1);
+  if (attr_i(n, "keepdims", 1) == 0 && dropped != kept) {
+    y = b_.reshape(unique_id(id + ".reshape", id), y, dropped);
+  }
+  act_[n.output(0)] = y;
+}
+
+// x + a weight broadcast over the batch (and leading per-sample axes): a learned bias_add, the
+// weight's leading size-1 axes dropped.
+void Importer::bias_add(int i, const std::string& id, const TensorRef& x,
+                        const std::string& weight) {
+  const auto& n = g_.node(i);
+  std::vector<int64_t> w = weight_dims(weight);
+  while (!w.empty() && w.front() == 1) w.erase(w.begin());
+  if (w.empty()) w.push_back(1);
+  const auto shape = sample_shape(n.input(0) == weight ? n.input(1) : n.input(0));
+  if (!shape) return refuse(i, "adds a weight to a tensor of unknown shape");
+  const bool suffix = w.size() <= shape->size() &&
+                      std::equal(w.begin(), w.end(), shape->end() - static_cast<long>(w.size()));
+  if (!suffix) {
+    return refuse(i, "adds a weight " + dims_string(weight_dims(weight)) + " that is not the " +
+                         "trailing dimensions of the activation " + dims_string(*shape) +
+                         " (only a broadcast over the leading axes maps)");
+  }
+  act_[n.output(0)] = b_.bias_add(id, x, w);
+  if (auto v = float_values(weight)) set_values(id, "bias", *v);
+}
+
+// Clip(x, min, max) with constant bounds (ReLU6 is Clip(0, 6)).
+void Importer::clip(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  constexpr double kMax = 3.0e38;  // an absent bound: no clipping on that side
+  double lo = -kMax, hi = kMax;
+  if (opset_ > 0 && opset_ < 11) {
+    lo = attr_f(n, "min", -kMax);
+    hi = attr_f(n, "max", kMax);
+  } else {
+    for (int k = 1; k < 3 && k < n.input_size(); ++k) {
+      if (n.input(k).empty()) continue;
+      const auto v = scalar(n.input(k));
+      if (!v) return refuse(i, "a bound that is not a scalar constant");
+      (k == 1 ? lo : hi) = std::clamp(*v, -kMax, kMax);
+    }
+  }
+  if (lo > hi) return refuse(i, "min > max");
+  act_[n.output(0)] = b_.clip(id, *x, lo, hi);
+}
+
+// Zero padding of H and W whose only consumer is a Conv or an AveragePool: that op pads instead.
+void Importer::pad(int i, const std::string& id) {
+  (void)id;
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  if (attr_s(n, "mode", "constant") != "constant") {
+    return refuse(i, "mode = " + attr_s(n, "mode", "") + " (only zero padding maps)");
+  }
+  std::vector<int64_t> pads = attr_ints(n, "pads");
+  double value = attr_f(n, "value", 0);
+  if (n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v) return refuse(i, "pads are not constant");
+    pads.clear();
+    for (double p : *v) pads.push_back(static_cast<int64_t>(p));
+  }
+  if (n.input_size() > 2 && !n.input(2).empty()) {
+    auto v = scalar(n.input(2));
+    if (!v) return refuse(i, "the pad value is not a scalar constant");
+    value = *v;
+  }
+  if (n.input_size() > 3 && !n.input(3).empty())
+    return refuse(i, "pads only some axes (axes input)");
+  if (value != 0) return refuse(i, "pads with " + std::to_string(value) + " (only zeros map)");
+  if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] ||
+      pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0) {
+    return refuse(i, "pads " + dims_string(pads) +
+                         " (only equal zero padding of H and W of an [N, C, H, W] tensor maps)");
+  }
+  const int c = sole_consumer(n.output(0));
+  const bool absorbed = c >= 0 && only_consumers_in(n.output(0), {c}) &&
+                        (g_.node(c).op_type() == "Conv" || g_.node(c).op_type() == "AveragePool") &&
+                        g_.node(c).input(0) == n.output(0);
+  if (!absorbed) return refuse(i, "zero padding maps only into a following Conv or AveragePool");
+  pad_of_[n.output(0)] = {pads[2], pads[3]};
+  act_[n.output(0)] = *x;
 }
 
 void Importer::transpose(int i, const std::string& id) {
@@ -378,7 +565,8 @@ void Importer::reshape(int i, const std::string& id) {
         return refuse(i, "allowzero = 1 with a zero-size dimension");
       }
       const double first = (*target)[0];
-      if (!(first == kBatchDim || first == 0 || first == -1)) {
+      if (!(first == kBatchDim || first == 0 || first == -1 ||
+            (static_batch_ > 0 && first == static_cast<double>(static_batch_)))) {
         return refuse(i, "target shape does not keep the batch as its first dimension");
       }
       std::vector<int64_t> s;
@@ -406,10 +594,63 @@ void Importer::reshape(int i, const std::string& id) {
       shape = s;
     }
   }
+  if (!shape && (t == "Squeeze" || t == "Unsqueeze")) {
+    auto result = squeezed(i);
+    if (result.ok()) {
+      shape = *result;
+    } else if (!(shape = sample_shape(n.output(0)))) {
+      return refuse(i, result.status().message());
+    }
+  }
   if (!shape) shape = sample_shape(n.output(0));
-  if (!shape) return refuse(i, "its output shape is unknown (run ONNX shape inference)");
+  if (!shape) return refuse(i, "its output shape is unknown");
   if (in_shape && *in_shape == *shape) return void(act_[n.output(0)] = *x);
   act_[n.output(0)] = b_.reshape(id, *x, *shape);
+}
+
+// The per-sample shape after a Squeeze or Unsqueeze, from the input's shape and the axes
+// (attribute before opset 13, constant input since).
+Result<std::vector<int64_t>> Importer::squeezed(int i) const {
+  const auto& n = g_.node(i);
+  const bool un = n.op_type() == "Unsqueeze";
+  std::vector<int64_t> axes = attr_ints(n, "axes");
+  if (axes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v) return invalid_argument("axes are not constant");
+    for (double a : *v) axes.push_back(static_cast<int64_t>(a));
+  }
+  auto dims = onnx_shape(n.input(0));
+  if (!dims) return invalid_argument("its input's shape is unknown");
+  const int64_t rank =
+      static_cast<int64_t>(dims->size()) + (un ? static_cast<int64_t>(axes.size()) : 0);
+  std::set<int64_t> at;
+  for (int64_t a : axes) {
+    const int64_t k = a < 0 ? a + rank : a;
+    if (k <= 0 || k >= rank) {
+      return invalid_argument("axes " + dims_string(axes) +
+                              " touch the batch axis or are out of range");
+    }
+    at.insert(k);
+  }
+  std::vector<int64_t> out;
+  if (un) {
+    for (int64_t k = 0, src = 0; k < rank; ++k) {
+      out.push_back(at.count(k) ? 1 : (*dims)[static_cast<size_t>(src++)]);
+    }
+  } else {
+    for (int64_t k = 0; k < rank; ++k) {
+      const int64_t d = (*dims)[static_cast<size_t>(k)];
+      const bool drop = axes.empty() ? (k > 0 && d == 1) : at.count(k) > 0;
+      if (drop && d != 1) return invalid_argument("squeezes an axis of size " + std::to_string(d));
+      if (!drop) out.push_back(d);
+    }
+  }
+  out.erase(out.begin());  // the batch
+  for (int64_t d : out) {
+    if (d <= 0) return invalid_argument("its input's shape is not fully known");
+  }
+  if (out.empty()) out.push_back(1);
+  return out;
 }
 
 void Importer::conv(int i, const std::string& id) {
@@ -431,6 +672,10 @@ void Importer::conv(int i, const std::string& id) {
   if (pads.empty()) pads = {0, 0, 0, 0};
   if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
     return refuse(i, "pads " + dims_string(pads) + " (only symmetric 2-D padding)");
+  }
+  if (auto p = pad_of_.find(n.input(0)); p != pad_of_.end()) {  // a Pad node before it
+    pads[0] += p->second[0];
+    pads[1] += p->second[1];
   }
   std::vector<int64_t> strides = attr_ints(n, "strides");
   if (strides.empty()) strides = {1, 1};
@@ -470,7 +715,6 @@ void Importer::pool(int i, const std::string& id) {
     if (strides.empty()) strides = {1, 1};  // ONNX's default, unlike PyTorch's
     if (pads.empty()) pads = {0, 0, 0, 0};
     if (kernel.size() != 2) return refuse(i, "kernel_shape " + dims_string(kernel) + " (only 2-D)");
-    if (attr_i(n, "ceil_mode", 0) != 0) return refuse(i, "ceil_mode = 1");
     for (int64_t d : attr_ints(n, "dilations")) {
       if (d != 1) return refuse(i, "dilations other than 1");
     }
@@ -480,10 +724,24 @@ void Importer::pool(int i, const std::string& id) {
       return refuse(i, "pads " + dims_string(pads) + " (only symmetric 2-D padding)");
     }
   }
-  const std::vector<int64_t> padding = {pads[0], pads[1]};
-  act_[n.output(0)] =
-      max ? b_.max_pool2d(id, *x, kernel, strides, padding)
-          : b_.avg_pool2d(id, *x, kernel, strides, padding, attr_i(n, "count_include_pad", 0) != 0);
+  std::vector<int64_t> padding = {pads[0], pads[1]};
+  bool include_pad = attr_i(n, "count_include_pad", 0) != 0;
+  if (auto p = pad_of_.find(n.input(0)); p != pad_of_.end() && (p->second[0] || p->second[1])) {
+    // Explicit zeros count in the mean, as count_include_pad = 1 does for the pool's own padding.
+    if (!include_pad && (padding[0] || padding[1])) {
+      return refuse(i, "pads of its own with count_include_pad = 0 after a Pad node");
+    }
+    padding[0] += p->second[0];
+    padding[1] += p->second[1];
+    include_pad = true;
+  }
+  if (padding[0] >= kernel[0] || padding[1] >= kernel[1]) {
+    return refuse(i, "padding " + dims_string(padding) + " not smaller than the kernel " +
+                         dims_string(kernel));
+  }
+  act_[n.output(0)] = max ? b_.max_pool2d(id, *x, kernel, strides, padding)
+                          : b_.avg_pool2d(id, *x, kernel, strides, padding, include_pad);
+  if (attr_i(n, "ceil_mode", 0) != 0) set_attr(op_by_id(id), "ceil_mode", int64_t{1});
 }
 
 // Trains with batch statistics (the running mean and variance of an eval-mode export are not

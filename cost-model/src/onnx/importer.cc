@@ -151,10 +151,16 @@ Result<ModelGraph> Importer::run() {
   done_.assign(static_cast<size_t>(g_.node_size()), false);
   fold_constants();
   find_weight_inputs();
+  GP_RETURN_IF_ERROR(check_weight_sharing());
   for (const auto& in : g_.input()) {
     if (consts_.count(in.name()) || weight_inputs_.count(in.name())) continue;
     GP_RETURN_IF_ERROR(add_input(in));
+    // A static export traces one batch size into every data input (and into its reshapes).
+    const auto dims = dims_of(in);
+    const int64_t b = dims.empty() ? 0 : dims[0];
+    static_batch_ = act_.size() == 1 || b == static_batch_ ? b : -1;
   }
+  if (static_batch_ < 0) static_batch_ = 0;
   infer_new_ops(0);
   find_patterns();
   for (int i = 0; i < g_.node_size(); ++i) {
@@ -204,6 +210,7 @@ std::vector<int64_t> Importer::weight_dims(const std::string& name) const {
   if (auto it = consts_.find(name); it != consts_.end()) {
     return {it->second->dims().begin(), it->second->dims().end()};
   }
+  if (auto it = view_dims_.find(name); it != view_dims_.end()) return it->second;
   for (const auto& in : g_.input()) {
     if (in.name() == name) return dims_of(in);
   }
@@ -217,7 +224,19 @@ void Importer::find_weight_inputs() {
   for (const auto& n : g_.node()) {
     const std::string& t = n.op_type();
     auto take = [&](int i) {
-      if (i < n.input_size() && !n.input(i).empty()) candidates.insert(n.input(i));
+      if (i >= n.input_size() || n.input(i).empty()) return;
+      // Through the Identity and Transpose views of a weight, to the graph input.
+      std::string name = n.input(i);
+      for (int hops = 0; hops < 8; ++hops) {
+        candidates.insert(name);
+        const int p = producer(name);
+        if (p < 0) break;
+        const auto& pn = g_.node(p);
+        if ((pn.op_type() != "Identity" && pn.op_type() != "Transpose") || pn.input_size() != 1) {
+          break;
+        }
+        name = pn.input(0);
+      }
     };
     if (t == "Gemm" || t == "Conv" || t == "LayerNormalization") take(1), take(2);
     if (t == "BatchNormalization") take(1), take(2), take(3), take(4);
@@ -228,18 +247,135 @@ void Importer::find_weight_inputs() {
     if (consts_.count(in.name()) || !candidates.count(in.name())) continue;
     if (!batch_first(in)) weight_inputs_.insert(in.name());
   }
-  // A bias (Add) or scale (Mul, decomposed layer norm) given as a 1-D input.
+  // A bias (Add) or scale (Mul, decomposed layer norm) given as a 1-D input; a learned position
+  // embedding (Add) broadcast over the batch: size 1 first, or of lower rank than the other side
+  // (a static export's data input has the traced batch first, and the full rank).
   for (const auto& n : g_.node()) {
     if ((n.op_type() != "Add" && n.op_type() != "Mul") || n.input_size() != 2) continue;
     for (int k = 0; k < 2; ++k) {
       for (const auto& in : g_.input()) {
-        if (in.name() == n.input(k) && !consts_.count(in.name()) && !batch_first(in) &&
-            dims_of(in).size() == 1) {
-          weight_inputs_.insert(in.name());
-        }
+        if (in.name() != n.input(k) || consts_.count(in.name()) || batch_first(in)) continue;
+        const auto dims = dims_of(in);
+        const auto other = shapes_.find(n.input(1 - k));
+        const bool broadcast =
+            n.op_type() == "Add" && dims.size() >= 2 &&
+            (dims[0] == 1 || (other != shapes_.end() && dims.size() < other->second.size()));
+        if (dims.size() == 1 || broadcast) weight_inputs_.insert(in.name());
       }
     }
   }
+  for (int i = 0; i < g_.node_size(); ++i) {
+    if (!done_[static_cast<size_t>(i)] && fold_weight_view(g_.node(i))) {
+      done_[static_cast<size_t>(i)] = true;
+    }
+  }
+}
+
+bool Importer::fold_weight_view(const onnx::NodeProto& n) {
+  const std::string& t = n.op_type();
+  if ((t != "Identity" && t != "Transpose") || n.input_size() != 1 || n.output_size() < 1 ||
+      !is_weight(n.input(0))) {
+    return false;
+  }
+  const std::string& in = n.input(0);
+  const std::string& out = n.output(0);
+  std::vector<int64_t> dims = weight_dims(in);
+  if (t == "Transpose") {
+    std::vector<int64_t> perm = attr_ints(n, "perm");
+    if (perm.empty()) perm = {1, 0};  // ONNX's default reverses the axes
+    if (dims.size() != 2 || perm != std::vector<int64_t>{1, 0}) return false;
+    std::swap(dims[0], dims[1]);
+  }
+  if (auto c = consts_.find(in); c != consts_.end()) {
+    if (t == "Identity") {
+      consts_[out] = c->second;
+      if (auto v = folded(in)) folded_[out] = *v;
+      return true;
+    }
+    auto v = float_values(in);
+    if (!v) return false;
+    onnx::TensorProto& tr = owned_.emplace_back();
+    tr.set_name(out);
+    tr.set_data_type(kOnnxFloat);
+    tr.add_dims(dims[0]);
+    tr.add_dims(dims[1]);
+    auto* data = tr.mutable_float_data();
+    data->Resize(static_cast<int>(v->size()), 0.0f);
+    for (int64_t r = 0; r < dims[1]; ++r) {  // the input is [dims[1], dims[0]]
+      for (int64_t k = 0; k < dims[0]; ++k) {
+        data->Set(static_cast<int>(k * dims[1] + r), (*v)[static_cast<size_t>(r * dims[0] + k)]);
+      }
+    }
+    consts_[out] = &tr;
+    return true;
+  }
+  weight_inputs_.insert(out);  // a view of an export_params=False weight: no values
+  view_dims_[out] = dims;
+  return true;
+}
+
+namespace {
+// Inputs of an ONNX node that GraphPipe imports as parameters.
+std::vector<int> weight_positions(const onnx::NodeProto& n) {
+  const std::string& t = n.op_type();
+  if (t == "Gemm" || t == "Conv" || t == "LayerNormalization") return {1, 2};
+  if (t == "BatchNormalization") return {1, 2};
+  if (t == "MatMul") return {1};
+  if (t == "Gather") return {0};
+  if (t == "Add") return {0, 1};
+  return {};
+}
+}  // namespace
+
+Status Importer::check_weight_sharing() {
+  std::map<std::string, std::vector<int>> readers;
+  for (int i = 0; i < g_.node_size(); ++i) {
+    const auto& n = g_.node(i);
+    for (int k : weight_positions(n)) {
+      if (k >= n.input_size() || n.input(k).empty() || !is_weight(n.input(k))) continue;
+      // A reader through a Transpose (train-mode exports) reads the weight too.
+      std::string name = n.input(k);
+      if (const int p = producer(name); p >= 0 && g_.node(p).op_type() == "Transpose") {
+        name = g_.node(p).input(0);
+      }
+      // Scalars (shape arithmetic, constant factors) are not parameters.
+      int64_t elements = 1;
+      for (int64_t d : weight_dims(name)) elements *= d;
+      if (elements <= 1) continue;
+      readers[name].push_back(i);
+    }
+  }
+  for (const auto& [name, nodes] : readers) {
+    if (nodes.size() < 2) continue;
+    std::string who;
+    for (int i : nodes) who += (who.empty() ? "" : ", ") + where(i);
+    if (!options_.untie_weights) {
+      return invalid_argument(
+          path_ + ": weight '" + name + "' is read by " + std::to_string(nodes.size()) +
+          " operators (" + who +
+          "): tied weights are not supported (every GraphPipe operator has its own "
+          "parameters); import with --untie-weights to give each its own copy (the same "
+          "forward pass, but training updates the copies separately)");
+    }
+    if (options_.warnings != nullptr) {
+      options_.warnings->push_back("weight '" + name + "' is tied across " + who +
+                                   "; imported as independent copies (--untie-weights)");
+    }
+  }
+  for (int i = 0; i < g_.node_size(); ++i) {
+    const auto& n = g_.node(i);
+    if (n.op_type() != "Conv" || n.input_size() < 2 || !consts_.count(n.input(1))) continue;
+    // torch names the tensors its constant folding makes "onnx::<Op>_<n>": in an eval-mode
+    // export a conv weight made that way has a BatchNormalization folded into it.
+    if (n.input(1).rfind("onnx::", 0) == 0 && options_.warnings != nullptr) {
+      options_.warnings->push_back(
+          where(i) + ": its weight '" + n.input(1) +
+          "' was made by the exporter's constant folding, which in an eval-mode export folds a "
+          "BatchNormalization into the convolution; training trains the folded model (no batch "
+          "norm). Export with training=torch.onnx.TrainingMode.TRAINING to train the original");
+    }
+  }
+  return ok_status();
 }
 
 Status Importer::add_input(const onnx::ValueInfoProto& in) {
@@ -326,11 +462,7 @@ bool Importer::fold(const onnx::NodeProto& n) {
     folded_int_.insert(n.output(0));
     return true;
   }
-  if (t == "Identity" && n.input_size() == 1 && consts_.count(n.input(0))) {
-    consts_[n.output(0)] = consts_.at(n.input(0));  // an exporter's alias of a weight
-    if (auto v = folded(n.input(0))) folded_[n.output(0)] = *v;
-    return true;
-  }
+  if (fold_weight_view(n)) return true;
   std::vector<std::vector<double>> in;
   for (const auto& name : n.input()) {
     if (name.empty()) {

@@ -4,6 +4,8 @@
 // patterns that exporters split into many nodes (erf and tanh GELU, decomposed layer norm).
 #pragma once
 
+#include <array>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -52,8 +54,13 @@ class Importer {
   static std::vector<int64_t> dims_of(const onnx::ValueInfoProto& vi);
   static bool batch_first(const onnx::ValueInfoProto& in);
   void find_weight_inputs();
+  // Identity or Transpose of a weight (torch's de-duplicated parameters, the weight transposes
+  // of train-mode exports): a weight itself, with its values transposed where it has them.
+  bool fold_weight_view(const onnx::NodeProto& n);
   Status add_input(const onnx::ValueInfoProto& in);
   Status check_initializers() const;
+  // Tied weights (one weight read by several operators) and constant-folded conv weights.
+  Status check_weight_sharing();
   void fold_constants();
   // Shape inference of the operators added since op `first`, so that later nodes know the
   // shapes of activations without the model's shape information.
@@ -95,7 +102,16 @@ class Importer {
   void split(int i, const std::string& id);
   void embedding_bag(int i, const std::string& id);
   void transpose(int i, const std::string& id);
+  void pad(int i, const std::string& id);
+  void clip(int i, const std::string& id);
+  void reduce(int i, const std::string& id);
+  void bias_add(int i, const std::string& id, const TensorRef& x, const std::string& weight);
+  void gather(int i, const std::string& id);
+  // The axes of a ReduceSum/ReduceMean (attribute, or constant input from opset 13/18); nullopt
+  // when they are not constant.
+  std::optional<std::vector<int64_t>> reduce_axes(const onnx::NodeProto& n) const;
   void reshape(int i, const std::string& id);
+  Result<std::vector<int64_t>> squeezed(int i) const;
   void conv(int i, const std::string& id);
   void pool(int i, const std::string& id);
   void batch_norm(int i, const std::string& id);
@@ -117,6 +133,11 @@ class Importer {
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> elem_types_;
   std::set<std::string> weight_inputs_;
+  std::map<std::string, std::vector<int64_t>> view_dims_;  // weight views of weight inputs
+  std::deque<onnx::TensorProto> owned_;                    // transposed constant weights
+  // Zero padding of a Pad node, by its output, that its Conv or AveragePool consumer absorbs.
+  std::map<std::string, std::array<int64_t, 2>> pad_of_;
+  int64_t static_batch_ = 0;  // a static export's traced batch size (0: symbolic)
   std::map<std::string, std::vector<int>> consumers_;
   std::map<std::string, int> producer_;  // node index by output name
   std::map<std::string, TensorRef> act_;

@@ -31,6 +31,12 @@ enum class Kind {
   kMaxPool2d,
   kAvgPool2d,
   kBatchNorm,
+  kSigmoid,
+  kClip,
+  kMul,
+  kReduce,
+  kBiasAdd,
+  kEmbedding,
   kOpaque,
 };
 
@@ -61,6 +67,12 @@ constexpr std::array kKinds = {
     KindName{"max_pool2d", Kind::kMaxPool2d},
     KindName{"avg_pool2d", Kind::kAvgPool2d},
     KindName{"batch_norm", Kind::kBatchNorm},
+    KindName{"sigmoid", Kind::kSigmoid},
+    KindName{"clip", Kind::kClip},
+    KindName{"mul", Kind::kMul},
+    KindName{"reduce", Kind::kReduce},
+    KindName{"bias_add", Kind::kBiasAdd},
+    KindName{"embedding", Kind::kEmbedding},
     KindName{"opaque", Kind::kOpaque},
 };
 
@@ -135,6 +147,18 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
       return cpu::make_avg_pool2d(op);
     case Kind::kBatchNorm:
       return cpu::make_batch_norm(op);
+    case Kind::kSigmoid:
+      return cpu::make_sigmoid(op);
+    case Kind::kClip:
+      return cpu::make_clip(op);
+    case Kind::kMul:
+      return cpu::make_mul(op);
+    case Kind::kReduce:
+      return cpu::make_reduce(op);
+    case Kind::kBiasAdd:
+      return cpu::make_bias_add(op);
+    case Kind::kEmbedding:
+      return cpu::make_embedding_bag(op);  // a bag of one per id
     case Kind::kOpaque:
     case Kind::kUnknown:
       break;

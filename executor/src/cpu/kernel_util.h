@@ -93,5 +93,10 @@ KernelResult make_conv2d(const graph::OpNode& op);
 KernelResult make_max_pool2d(const graph::OpNode& op);
 KernelResult make_avg_pool2d(const graph::OpNode& op);
 KernelResult make_batch_norm(const graph::OpNode& op);
+KernelResult make_sigmoid(const graph::OpNode& op);  // pointwise_kernels.cc
+KernelResult make_clip(const graph::OpNode& op);
+KernelResult make_mul(const graph::OpNode& op);
+KernelResult make_reduce(const graph::OpNode& op);
+KernelResult make_bias_add(const graph::OpNode& op);
 
 }  // namespace gp::exec::cpu

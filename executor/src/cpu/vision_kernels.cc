@@ -201,7 +201,7 @@ class AvgPool2dKernel final : public OpKernel {
                         for (int64_t ih = h0; ih < h1; ++ih) {
                           for (int64_t iw = w0; iw < w1; ++iw) sum += x[ih * w_.w + iw];
                         }
-                        y[oh * w_.wo + ow] = sum / divisor(h0, h1, w0, w1);
+                        y[oh * w_.wo + ow] = sum / divisor(oh, ow, h0, h1, w0, w1);
                       });
     }
   }
@@ -215,7 +215,7 @@ class AvgPool2dKernel final : public OpKernel {
       float* d = dx + sc * plane;
       for_each_window(w_,
                       [&](int64_t oh, int64_t ow, int64_t h0, int64_t h1, int64_t w0, int64_t w1) {
-                        const float g = dy[oh * w_.wo + ow] / divisor(h0, h1, w0, w1);
+                        const float g = dy[oh * w_.wo + ow] / divisor(oh, ow, h0, h1, w0, w1);
                         for (int64_t ih = h0; ih < h1; ++ih) {
                           for (int64_t iw = w0; iw < w1; ++iw) d[ih * w_.w + iw] += g;
                         }
@@ -224,8 +224,14 @@ class AvgPool2dKernel final : public OpKernel {
   }
 
  private:
-  float divisor(int64_t h0, int64_t h1, int64_t w0, int64_t w1) const {
-    return static_cast<float>(include_pad_ ? w_.kh * w_.kw : (h1 - h0) * (w1 - w0));
+  // With count_include_pad: the window's cells inside the padded image (kh * kw unless a
+  // ceil-mode window hangs over its far edge), as PyTorch divides; else its image cells.
+  float divisor(int64_t oh, int64_t ow, int64_t h0, int64_t h1, int64_t w0, int64_t w1) const {
+    if (!include_pad_) return static_cast<float>((h1 - h0) * (w1 - w0));
+    const int64_t top = oh * w_.sh - w_.ph, left = ow * w_.sw - w_.pw;
+    const int64_t bottom = std::min(top + w_.kh, w_.h + w_.ph);
+    const int64_t right = std::min(left + w_.kw, w_.w + w_.pw);
+    return static_cast<float>((bottom - top) * (right - left));
   }
 
   Window w_;

@@ -51,6 +51,12 @@ constexpr std::array kFactories = {
     KernelFactory{"max_pool2d", &make_max_pool2d},
     KernelFactory{"avg_pool2d", &make_avg_pool2d},
     KernelFactory{"batch_norm", &make_batch_norm},
+    KernelFactory{"sigmoid", &make_sigmoid},
+    KernelFactory{"clip", &make_clip},
+    KernelFactory{"mul", &make_mul},
+    KernelFactory{"reduce", &make_reduce},
+    KernelFactory{"bias_add", &make_bias_add},
+    KernelFactory{"embedding", &make_embedding_bag},  // a bag of one per id
 };
 
 // Makes the device current on the calling thread before each call: the CUDA current device is

@@ -1,7 +1,8 @@
 // CUDA kernel factories, one per op family (dense_kernels.cc, simple_kernels.cc,
-// vision_kernels.cc). Each mirrors the CPU reference kernel of the same op (executor/src/cpu/):
-// same attributes, same memory contract (op_kernel.h), with device pointers. Launch functions of
-// the __global__ kernels are declared in the family's *_launch.h with plain types.
+// pointwise_kernels.cc, vision_kernels.cc). Each mirrors the CPU reference kernel of the same op
+// (executor/src/cpu/): same attributes, same memory contract (op_kernel.h), with device pointers.
+// Launch functions of the __global__ kernels are declared in the family's *_launch.h with plain
+// types.
 #pragma once
 
 #include <memory>
@@ -34,6 +35,12 @@ KernelResult make_softmax_cross_entropy(const graph::OpNode& op, const CudaConte
 KernelResult make_scale(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_reshape(const graph::OpNode& op, const CudaContext& ctx);
+
+KernelResult make_sigmoid(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_clip(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_mul(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_reduce(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_bias_add(const graph::OpNode& op, const CudaContext& ctx);
 
 KernelResult make_conv2d(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_max_pool2d(const graph::OpNode& op, const CudaContext& ctx);

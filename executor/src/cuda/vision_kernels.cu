@@ -187,9 +187,14 @@ __global__ void max_pool_backward_kernel(const float* __restrict__ dy,
   }
 }
 
-__device__ __forceinline__ float avg_divisor(const VisionWindow& w, const Clipped& k,
-                                             bool include_pad) {
-  return static_cast<float>(include_pad ? w.kh * w.kw : (k.h1 - k.h0) * (k.w1 - k.w0));
+// With count_include_pad: the window's cells inside the padded image (kh * kw unless a ceil-mode
+// window hangs over its far edge), as PyTorch divides; else its image cells.
+__device__ __forceinline__ float avg_divisor(const VisionWindow& w, const Clipped& k, int64_t oh,
+                                             int64_t ow, bool include_pad) {
+  if (!include_pad) return static_cast<float>((k.h1 - k.h0) * (k.w1 - k.w0));
+  const int64_t top = oh * w.sh - w.ph, left = ow * w.sw - w.pw;
+  const int64_t bottom = min(top + w.kh, w.h + w.ph), right = min(left + w.kw, w.w + w.pw);
+  return static_cast<float>((bottom - top) * (right - left));
 }
 
 __global__ void avg_pool_forward_kernel(const float* __restrict__ x, float* __restrict__ y,
@@ -203,7 +208,7 @@ __global__ void avg_pool_forward_kernel(const float* __restrict__ x, float* __re
     for (int64_t ih = k.h0; ih < k.h1; ++ih) {
       for (int64_t iw = k.w0; iw < k.w1; ++iw) sum += xp[ih * w.w + iw];
     }
-    y[e] = sum / avg_divisor(w, k, include_pad);
+    y[e] = sum / avg_divisor(w, k, oh, ow, include_pad);
   }
 }
 
@@ -219,7 +224,7 @@ __global__ void avg_pool_backward_kernel(const float* __restrict__ dy, float* __
     float acc = dx[e];
     for (int64_t oh = oh0; oh <= oh1; ++oh) {
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
-        acc += g[oh * w.wo + ow] / avg_divisor(w, clip(w, oh, ow), include_pad);
+        acc += g[oh * w.wo + ow] / avg_divisor(w, clip(w, oh, ow), oh, ow, include_pad);
       }
     }
     dx[e] = acc;

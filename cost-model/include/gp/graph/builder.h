@@ -20,11 +20,20 @@ class GraphBuilder {
                    std::string_view activation = "none");
   TensorRef embedding_bag(std::string id, const TensorRef& ids, int64_t num_embeddings,
                           int64_t embedding_dim);
+  TensorRef embedding(std::string id, const TensorRef& ids, int64_t num_embeddings,
+                      int64_t embedding_dim);
   TensorRef attention(std::string id, const TensorRef& x, int64_t num_heads);
   TensorRef layer_norm(std::string id, const TensorRef& x);
   TensorRef relu(std::string id, const TensorRef& x);
   TensorRef gelu(std::string id, const TensorRef& x);
   TensorRef softmax(std::string id, const TensorRef& x);
+  TensorRef sigmoid(std::string id, const TensorRef& x);
+  TensorRef clip(std::string id, const TensorRef& x, double min, double max);
+  TensorRef mul(std::string id, const TensorRef& a, const TensorRef& b);
+  // Sum (or mean, mean = true) over per-sample `axis`, which stays with size 1.
+  TensorRef reduce(std::string id, const TensorRef& x, int64_t axis, bool mean = false);
+  // x + a learned bias of shape `shape`, the trailing dimensions of x.
+  TensorRef bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape);
   TensorRef add(std::string id, const std::vector<TensorRef>& xs);
   TensorRef concat(std::string id, const std::vector<TensorRef>& xs, int64_t axis = -1);
   TensorRef slice(std::string id, const TensorRef& x, int64_t axis, int64_t start, int64_t end);

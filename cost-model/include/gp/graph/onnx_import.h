@@ -19,11 +19,18 @@
 // no loss: one is attached to every graph output (mean squared error against a new target input,
 // or softmax cross-entropy against new int64 labels).
 //
+// Also: Sigmoid; Clip (ReLU6) -> clip; Mul of two activations -> mul; ReduceSum/ReduceMean over
+// per-sample axes -> reduce; Add of a weight broadcast over the batch (learned position
+// embeddings) -> bias_add; Gather from a weight without a bag -> embedding, and of one constant
+// index of an activation -> slice; zero Pad before Conv or AveragePool -> their padding;
+// MaxPool/AveragePool ceil_mode; Identity and Transpose of weights (de-duplicated parameters,
+// train-mode exports) -> the weight; static exports' traced batch in Reshape targets.
 // Anything else is refused with every unmappable node named by position, name and type, unless
 // allow_opaque keeps it as an "opaque" operator: planned with a FLOP estimate, never trained.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "gp/common/status.h"
 #include "graphpipe/v1/model.pb.h"
@@ -35,6 +42,13 @@ struct OnnxImportOptions {
   // Keep nodes without a GraphPipe operator as opaque operators (planning only) instead of
   // refusing the model; they need output shapes in the model's shape information.
   bool allow_opaque = false;
+  // A weight that several operators read (tied weights, e.g. fc2.weight = fc1.weight) is refused:
+  // GraphPipe gives every operator its own parameters. With untie_weights each reader gets its
+  // own copy instead (same forward; training then differs from the tied original).
+  bool untie_weights = false;
+  // Receives what the user should know about an import that succeeded (an eval-mode export's
+  // folded batch norm, untied weights); may be null.
+  std::vector<std::string>* warnings = nullptr;
 };
 
 Result<graphpipe::v1::ModelGraph> import_onnx(const std::string& path,

@@ -1,0 +1,355 @@
+// Models exported by torch.onnx.export (test/data/onnx/torch, written by make_torch_models.py
+// with PyTorch 1.13) train as PyTorch trains them: the imported graph's forward on the CPU
+// kernels matches torch's output, its MSE loss matches torch's, and after one SGD step
+// (lr 0.1, every imported weight trained) its output matches torch's output after the same step.
+// Every export of the folder is imported; the ones GraphPipe cannot map yet are listed below with
+// the reason the importer gives, so a newly mapped pattern fails here until it is listed as
+// working.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gp/exec/init.h"
+#include "gp/exec/op_kernel.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/model_io.h"
+#include "gp/graph/onnx_import.h"
+#include "onnx/onnx.pb.h"
+
+namespace gp {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDir = std::string(GP_TEST_DATA_DIR) + "/onnx/torch/";
+
+// Patterns the importer refuses, with the words its refusal must contain.
+const std::map<std::string, std::string>& refused_patterns() {
+  static const std::map<std::string, std::string> kRefused = {
+      {"mha", "moves the batch axis"},
+      {"encoder_layer", "moves the batch axis"},
+      {"embedding_bag_offsets", "(Loop): no GraphPipe operator"},
+      {"relu6_depthwise", "grouped convolution"},
+      {"grouped_conv", "grouped convolution"},
+      {"shared_weight", "tied weights are not supported"},
+  };
+  return kRefused;
+}
+
+// Eval-mode exports of a conv + batch norm fold the batch norm into the convolution: the forward
+// pass is the same, training is not (the import warns). Their after-step outputs differ.
+bool folds_batch_norm(const std::string& stem) {
+  return stem.rfind("resnet_block", 0) == 0 && stem.find("_train") == std::string::npos;
+}
+
+std::string pattern_of(const std::string& stem) { return stem.substr(0, stem.find("_op")); }
+
+onnx::TensorProto load_tensor(const std::string& path) {
+  auto bytes = graph::read_file(path);
+  INFO(path);
+  REQUIRE(bytes.ok());
+  onnx::TensorProto t;
+  REQUIRE(t.ParseFromString(*bytes));
+  return t;
+}
+
+// A tensor's values as raw bytes in our layout: float32 stays, int64 stays.
+std::vector<std::byte> raw_of(const onnx::TensorProto& t) {
+  std::vector<std::byte> out;
+  auto append = [&out](const void* p, size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  for (float f : t.float_data()) append(&f, sizeof f);
+  for (int64_t v : t.int64_data()) append(&v, sizeof v);
+  append(t.raw_data().data(), t.raw_data().size());
+  return out;
+}
+
+std::vector<float> floats(const onnx::TensorProto& t) {
+  const auto raw = raw_of(t);
+  std::vector<float> v(raw.size() / sizeof(float));
+  std::memcpy(v.data(), raw.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// Forward, backward and SGD of a whole imported graph on the CPU kernels, on given inputs.
+class Trainer {
+ public:
+  Trainer(const graph::Graph& g, int64_t batch) : g_(g), batch_(batch) {
+    const int n = g.num_ops();
+    values_.resize(static_cast<size_t>(n));
+    grads_.resize(static_cast<size_t>(n));
+    saved_.resize(static_cast<size_t>(n));
+    params_.resize(static_cast<size_t>(n));
+    param_grads_.resize(static_cast<size_t>(n));
+    kernels_.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const auto& op = g.op(i);
+      const auto& y = op.proto->outputs(0);
+      const size_t elems = static_cast<size_t>(batch * graph::num_elements(y));
+      values_[i].assign(elems * static_cast<size_t>(graph::dtype_size_bytes(y.dtype())),
+                        std::byte{0});
+      grads_[i].assign(elems, 0.0f);
+      for (int p = 0; p < op.proto->params_size(); ++p) {
+        int64_t count = 1;
+        for (int64_t d : op.proto->params(p).shape()) count *= d;
+        auto& v = params_[i].emplace_back(static_cast<size_t>(count));
+        exec::init_param(op, p, 1, v);
+        param_grads_[i].emplace_back(static_cast<size_t>(count), 0.0f);
+      }
+      if (op.info->is_input) continue;
+      auto kernel = exec::make_cpu_kernel(op);
+      INFO(kernel.status().to_string());
+      REQUIRE(kernel.ok());
+      saved_[i].assign(static_cast<size_t>(batch * (*kernel)->saved_floats_per_sample()), 0.0f);
+      kernels_[i] = std::move(*kernel);
+    }
+  }
+
+  void set_input(const std::string& op_id, const std::vector<std::byte>& bytes) {
+    auto& v = values_[static_cast<size_t>(g_.index_of(op_id))];
+    INFO("input " << op_id);
+    REQUIRE(v.size() == bytes.size());
+    v = bytes;
+  }
+
+  // Returns the mean over the batch of the summed per-sample losses.
+  double forward() {
+    double loss = 0;
+    for (int i : g_.topo_order()) {
+      if (!kernels_[i]) continue;
+      auto a = args(i, false);
+      kernels_[i]->forward(a.args);
+      if (g_.op(i).info->is_loss) {
+        const float* l = reinterpret_cast<const float*>(values_[i].data());
+        for (int64_t s = 0; s < batch_; ++s) loss += l[s];
+      }
+    }
+    return loss / static_cast<double>(batch_);
+  }
+
+  void backward_and_sgd(float lr) {
+    for (auto& gr : grads_) std::fill(gr.begin(), gr.end(), 0.0f);
+    for (auto& pg : param_grads_) {
+      for (auto& v : pg) std::fill(v.begin(), v.end(), 0.0f);
+    }
+    const auto& order = g_.topo_order();
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int i = *it;
+      if (!kernels_[i]) continue;
+      if (g_.op(i).info->is_loss) {
+        std::fill(grads_[i].begin(), grads_[i].end(), 1.0f / static_cast<float>(batch_));
+      }
+      auto a = args(i, true);
+      kernels_[i]->backward(a.args);
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      for (size_t p = 0; p < params_[i].size(); ++p) {
+        for (size_t k = 0; k < params_[i][p].size(); ++k) {
+          params_[i][p][k] -= lr * param_grads_[i][p][k];
+        }
+      }
+    }
+  }
+
+  std::vector<float> value_of(int op) const {
+    const auto& v = values_[static_cast<size_t>(op)];
+    std::vector<float> out(v.size() / sizeof(float));
+    std::memcpy(out.data(), v.data(), out.size() * sizeof(float));
+    return out;
+  }
+
+ private:
+  struct Call {
+    std::vector<exec::TensorView> in, out, gin, gout;
+    std::vector<float*> params, pgrads;
+    exec::OpArgs args;
+  };
+
+  Call args(int i, bool backward) {
+    const auto& op = g_.op(i);
+    Call c;
+    for (int k = 0; k < op.proto->inputs_size(); ++k) {
+      const int p = g_.index_of(op.proto->inputs(k).op());
+      const int64_t per = graph::num_elements(op.input_specs[static_cast<size_t>(k)]);
+      c.in.push_back({values_[p].data(), per});
+      const bool is_float = graph::dtype_size_bytes(g_.op(p).proto->outputs(0).dtype()) == 4;
+      // Graph inputs need no gradient, as in the executor.
+      c.gin.push_back({is_float && !g_.op(p).info->is_input ? grads_[p].data() : nullptr, per});
+    }
+    const int64_t per_out = graph::num_elements(op.proto->outputs(0));
+    c.out.push_back({values_[i].data(), per_out});
+    c.gout.push_back({grads_[i].data(), per_out});
+    for (auto& p : params_[i]) c.params.push_back(p.data());
+    for (auto& p : param_grads_[i]) c.pgrads.push_back(p.data());
+    c.args.batch = batch_;
+    c.args.inputs = c.in;
+    c.args.outputs = c.out;
+    c.args.params = c.params;
+    c.args.saved = saved_[i].data();
+    if (backward) {
+      c.args.grad_outputs = c.gout;
+      c.args.grad_inputs = c.gin;
+      c.args.param_grads = c.pgrads;
+    }
+    return c;
+  }
+
+  const graph::Graph& g_;
+  int64_t batch_;
+  std::vector<std::vector<std::byte>> values_;
+  std::vector<std::vector<float>> grads_, saved_;
+  std::vector<std::vector<std::vector<float>>> params_, param_grads_;
+  std::vector<std::unique_ptr<exec::OpKernel>> kernels_;
+};
+
+// max |got - want| <= tol * max |want| (and the reference is not all zeros).
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  double max_err = 0, max_abs = 0;
+  for (size_t k = 0; k < got.size(); ++k) {
+    max_err = std::max(max_err, static_cast<double>(std::fabs(got[k] - want[k])));
+    max_abs = std::max(max_abs, static_cast<double>(std::fabs(want[k])));
+  }
+  INFO("max |error| " << max_err << " of max |value| " << max_abs);
+  CHECK(max_abs > 1e-3);
+  CHECK(max_err <= tol * max_abs);
+}
+
+std::vector<std::string> stems() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(kDir)) {
+    if (e.path().extension() == ".onnx") out.push_back(e.path().stem().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The loss op (one per exported model here): its inputs are the graph's output and the target.
+int loss_op(const graph::Graph& g) {
+  for (int i = 0; i < g.num_ops(); ++i) {
+    if (g.op(i).info->is_loss) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("torch exports import, except the listed patterns, which are refused for their cause") {
+  const auto all = stems();
+  REQUIRE(all.size() >= 90);  // the folder is there and complete
+  int imported = 0;
+  for (const auto& stem : all) {
+    INFO(stem);
+    auto m = graph::import_onnx(kDir + stem + ".onnx");
+    if (auto r = refused_patterns().find(pattern_of(stem)); r != refused_patterns().end()) {
+      REQUIRE_FALSE(m.ok());
+      CHECK_THAT(m.status().message(), Catch::Contains(r->second));
+      continue;
+    }
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    CHECK(graph::Graph::build(*m).ok());
+    ++imported;
+  }
+  CHECK(imported >= 70);
+}
+
+TEST_CASE("a graph-only torch export imports with the parameters of the export with weights") {
+  for (const auto& stem : stems()) {
+    if (stem.size() < 15 || stem.substr(stem.size() - 15) != "_op17_noparams") continue;
+    if (refused_patterns().count(pattern_of(stem))) continue;
+    INFO(stem);
+    auto graph_only = graph::import_onnx(kDir + stem + ".onnx");
+    auto with_weights = graph::import_onnx(kDir + stem.substr(0, stem.size() - 9) + ".onnx");
+    INFO(graph_only.status().to_string());
+    REQUIRE(graph_only.ok());
+    REQUIRE(with_weights.ok());
+    auto a = graph::Graph::build(*graph_only);
+    auto b = graph::Graph::build(*with_weights);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    int64_t pa = 0, pb = 0;
+    for (int i = 0; i < a->num_ops(); ++i) pa += a->op(i).cost.param_count;
+    for (int i = 0; i < b->num_ops(); ++i) pb += b->op(i).cost.param_count;
+    CHECK(pa == pb);
+    CHECK(pa > 0);
+  }
+}
+
+TEST_CASE("torch exports compute torch's output and loss, and match it after one SGD step") {
+  int checked = 0;
+  for (const auto& stem : stems()) {
+    const std::string ref = kDir + stem + "/";
+    if (!fs::exists(ref + "output_0.pb") || refused_patterns().count(pattern_of(stem))) continue;
+    INFO(stem);
+    std::vector<std::string> warnings;
+    graph::OnnxImportOptions options;
+    options.warnings = &warnings;
+    auto m = graph::import_onnx(kDir + stem + ".onnx", options);
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    auto g = graph::Graph::build(*m);
+    REQUIRE(g.ok());
+    const bool folded = folds_batch_norm(stem);
+    bool warned = false;
+    for (const auto& w : warnings) warned = warned || w.find("BatchNormalization") != w.npos;
+    CHECK(warned == folded);
+    const auto y0 = load_tensor(ref + "output_0.pb");
+    const int64_t batch = y0.dims(0);
+    Trainer t(*g, batch);
+    for (int k = 0; fs::exists(ref + "input_" + std::to_string(k) + ".pb"); ++k) {
+      const auto x = load_tensor(ref + "input_" + std::to_string(k) + ".pb");
+      t.set_input(x.name(), raw_of(x));
+    }
+    const int loss_index = loss_op(*g);
+    REQUIRE(loss_index >= 0);
+    const auto& loss_proto = *g->op(loss_index).proto;
+    const int out = g->index_of(loss_proto.inputs(0).op());
+    t.set_input(loss_proto.inputs(1).op(), raw_of(load_tensor(ref + "target_0.pb")));
+    const double loss = t.forward();
+    check_close(t.value_of(out), floats(y0), 1e-5);
+    const double torch_loss = floats(load_tensor(ref + "loss_0.pb"))[0];
+    CHECK(std::fabs(loss - torch_loss) <= 1e-5 * std::fabs(torch_loss));
+    if (folded) continue;
+    t.backward_and_sgd(0.1f);
+    t.forward();
+    check_close(t.value_of(out), floats(load_tensor(ref + "output_after_step_0.pb")), 1e-5);
+    ++checked;
+  }
+  CHECK(checked >= 50);
+}
+
+TEST_CASE("a tied weight imports as copies with untie_weights: torch's forward, and a warning") {
+  std::vector<std::string> warnings;
+  graph::OnnxImportOptions options;
+  options.untie_weights = true;
+  options.warnings = &warnings;
+  const std::string stem = "shared_weight_op17";
+  auto m = graph::import_onnx(kDir + stem + ".onnx", options);
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("fc1.weight") && Catch::Contains("--untie-weights"));
+  auto g = graph::Graph::build(*m);
+  REQUIRE(g.ok());
+  const std::string ref = kDir + stem + "/";
+  const auto y0 = load_tensor(ref + "output_0.pb");
+  Trainer t(*g, y0.dims(0));
+  const auto x = load_tensor(ref + "input_0.pb");
+  t.set_input(x.name(), raw_of(x));
+  const int loss = loss_op(*g);
+  REQUIRE(loss >= 0);
+  t.set_input(g->op(loss).proto->inputs(1).op(), raw_of(load_tensor(ref + "target_0.pb")));
+  t.forward();
+  check_close(t.value_of(g->index_of(g->op(loss).proto->inputs(0).op())), floats(y0), 1e-5);
+}
+
+}  // namespace gp
