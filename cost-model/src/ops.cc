@@ -72,7 +72,8 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{"conv2d", "2-D convolution (cross-correlation) of x [C, H, W] -> [out, Ho, Wo]",
                "out_channels (int, required), kernel (ints [kh, kw], required), "
                "stride (ints [sh, sw], default [1, 1]), padding (ints [ph, pw], zeros on both "
-               "sides, default [0, 0]), bias (0|1, default 1)",
+               "sides, default [0, 0]), bias (0|1, default 1), groups (int, default 1: "
+               "divides C and out_channels; C = groups is depthwise)",
                1, 1, false, false, &infer_conv2d},
     OpTypeInfo{"max_pool2d", "maximum over each window of x [C, H, W] (padding never wins)",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "

@@ -85,18 +85,27 @@ Status infer_conv2d(const Operator& op, std::span<const TensorSpec> in, Inferred
   GP_RETURN_IF_ERROR(positive("out_channels", out_channels));
   GP_ASSIGN_OR_RETURN(int64_t bias, attr_int_or(op, "bias", 1));
   GP_RETURN_IF_ERROR(boolean("bias", bias));
+  GP_ASSIGN_OR_RETURN(int64_t groups, attr_int_or(op, "groups", 1));
+  GP_RETURN_IF_ERROR(positive("groups", groups));
+  if (win.c % groups != 0 || out_channels % groups != 0) {
+    return invalid_argument("attrs.groups = " + std::to_string(groups) +
+                            " must divide the input channels (" + std::to_string(win.c) +
+                            ") and attrs.out_channels (" + std::to_string(out_channels) + ")");
+  }
   const TensorSpec y = make_spec({out_channels, win.ho, win.wo}, x.dtype());
   out->outputs = {y};
-  out->params.push_back(make_param("weight", {out_channels, win.c, win.kh, win.kw}, x.dtype()));
+  out->params.push_back(
+      make_param("weight", {out_channels, win.c / groups, win.kh, win.kw}, x.dtype()));
   if (bias) out->params.push_back(make_param("bias", {out_channels}, x.dtype()));
   sum_params(out);
 
-  // As im2col + GEMM: cols [C*kh*kw, Ho*Wo] per sample; Y [out, Ho*Wo] = W [out, C*kh*kw] cols.
+  // As im2col + GEMM: cols [C*kh*kw, Ho*Wo] per sample; per group, Y_g [out/G, Ho*Wo] =
+  // W_g [out/G, C/G*kh*kw] cols_g.
   const double elt = static_cast<double>(dtype_size_bytes(x.dtype()));
   const double patch = static_cast<double>(win.c * win.kh * win.kw);
   const double positions = static_cast<double>(win.ho * win.wo);
   const double n_out = elems_of(y);
-  const double gemm = 2.0 * patch * n_out;
+  const double gemm = 2.0 * patch / static_cast<double>(groups) * n_out;
   const double cols_bytes = patch * positions * elt;
   const double param_bytes = static_cast<double>(out->cost.param_count) * elt;
   OpCost& c = out->cost;

@@ -35,8 +35,6 @@ const std::map<std::string, std::string>& refused_patterns() {
       {"mha", "moves the batch axis"},
       {"encoder_layer", "moves the batch axis"},
       {"embedding_bag_offsets", "(Loop): no GraphPipe operator"},
-      {"relu6_depthwise", "grouped convolution"},
-      {"grouped_conv", "grouped convolution"},
       {"shared_weight", "tied weights are not supported"},
   };
   return kRefused;

@@ -211,6 +211,18 @@ inline std::vector<GradCase> grad_cases() {
               [](GraphBuilder& b) {
                 return b.conv2d("op", x(b, {1, 4, 5}), 2, {2, 3}, {1, 2}, {0, 1}, false);
               }),
+      op_case("conv2d 3x3, 2 groups, padding 1", {4, 3, 3},
+              [](GraphBuilder& b) {
+                auto y = b.conv2d("op", x(b, {4, 3, 3}), 4, {3, 3}, {1, 1}, {1, 1});
+                set_op_attr(b, "op", "groups", int64_t{2});
+                return y;
+              }),
+      op_case("conv2d depthwise 2x2, stride 2, no bias", {3, 2, 2},
+              [](GraphBuilder& b) {
+                auto y = b.conv2d("op", x(b, {3, 4, 4}), 3, {2, 2}, {2, 2}, {0, 0}, false);
+                set_op_attr(b, "op", "groups", int64_t{3});
+                return y;
+              }),
       op_case("max_pool2d 2x2", {2, 2, 2}, distinct,
               [](GraphBuilder& b) {
                 return b.max_pool2d("op", x(b, {2, 4, 4}), {2, 2});

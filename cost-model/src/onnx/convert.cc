@@ -662,7 +662,6 @@ void Importer::conv(int i, const std::string& id) {
   const auto w = weight_dims(n.input(1));
   if (w.size() != 4)
     return refuse(i, "a weight of rank " + std::to_string(w.size()) + " (only 2-D)");
-  if (attr_i(n, "group", 1) != 1) return refuse(i, "grouped convolution (group > 1)");
   for (int64_t d : attr_ints(n, "dilations")) {
     if (d != 1) return refuse(i, "dilations other than 1");
   }
@@ -684,6 +683,9 @@ void Importer::conv(int i, const std::string& id) {
     return refuse(i, "bias B is not a weight of the output channels");
   }
   act_[n.output(0)] = b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias);
+  if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
+    set_attr(op_by_id(id), "groups", groups);  // weight [out, C/groups, kh, kw] in both
+  }
   if (auto v = float_values(n.input(1))) set_values(id, "weight", *v);  // [out, C, kh, kw] both
   if (bias) {
     if (auto v = float_values(n.input(2))) set_values(id, "bias", *v);

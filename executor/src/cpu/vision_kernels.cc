@@ -19,16 +19,20 @@ using Window = VisionWindow;
 
 // Per sample: cols [C*kh*kw, Ho*Wo] = im2col(x) (row (c*kh + i)*kw + j, column oh*Wo + ow holds
 // x[c, oh*sh - ph + i, ow*sw - pw + j], zero outside the image); y [out, Ho*Wo] = W cols + b.
-// Backward: dW += dY cols^T, db += row sums of dY, dcols = W^T dY, dx += col2im(dcols).
+// Backward: dW += dY cols^T, db += row sums of dY, dcols = W^T dY, dx += col2im(dcols). With
+// groups G, each of these is G GEMMs over the group's filters and rows of cols.
 // Saves nothing; cols is a scratch buffer of the instance (one call at a time).
 class Conv2dKernel final : public OpKernel {
  public:
-  Conv2dKernel(const Window& w, int64_t out, bool bias)
+  Conv2dKernel(const Window& w, int64_t out, bool bias, int64_t groups)
       : w_(w),
         out_(out),
         bias_(bias),
+        groups_(groups),
         patch_(w.c * w.kh * w.kw),
         positions_(w.ho * w.wo),
+        group_out_(out / groups),
+        group_patch_(patch_ / groups),
         cols_(static_cast<size_t>(patch_ * positions_)) {}
 
   void forward(const OpArgs& a) const override {
@@ -36,8 +40,12 @@ class Conv2dKernel final : public OpKernel {
     for (int64_t s = 0; s < a.batch; ++s) {
       float* y = a.outputs[0].f() + s * out_n;
       im2col(a.inputs[0].f() + s * in_n);
-      gemm(false, false, out_, positions_, patch_, 1.0f, a.params[0], patch_, cols_.data(),
-           positions_, 0.0f, y, positions_);
+      // Group g: its out/G filters read its C/G channels, rows [g, g+1) * C/G*kh*kw of cols.
+      for (int64_t g = 0; g < groups_; ++g) {
+        gemm(false, false, group_out_, positions_, group_patch_, 1.0f, weight(a.params[0], g),
+             group_patch_, group_cols(g), positions_, 0.0f, y + g * group_out_ * positions_,
+             positions_);
+      }
       if (!bias_) continue;
       for (int64_t o = 0; o < out_; ++o) {
         for (int64_t p = 0; p < positions_; ++p) y[o * positions_ + p] += a.params[1][o];
@@ -54,8 +62,11 @@ class Conv2dKernel final : public OpKernel {
       const float* dy = a.grad_outputs[0].f() + s * out_n;
       if (dw != nullptr) {
         im2col(a.inputs[0].f() + s * in_n);
-        gemm(false, true, out_, patch_, positions_, 1.0f, dy, positions_, cols_.data(), positions_,
-             1.0f, dw, patch_);
+        for (int64_t g = 0; g < groups_; ++g) {
+          gemm(false, true, group_out_, group_patch_, positions_, 1.0f,
+               dy + g * group_out_ * positions_, positions_, group_cols(g), positions_, 1.0f,
+               weight(dw, g), group_patch_);
+        }
       }
       if (db != nullptr) {
         for (int64_t o = 0; o < out_; ++o) {
@@ -65,8 +76,11 @@ class Conv2dKernel final : public OpKernel {
         }
       }
       if (dx != nullptr) {
-        gemm(true, false, patch_, positions_, out_, 1.0f, a.params[0], patch_, dy, positions_, 0.0f,
-             cols_.data(), positions_);
+        for (int64_t g = 0; g < groups_; ++g) {
+          gemm(true, false, group_patch_, positions_, group_out_, 1.0f, weight(a.params[0], g),
+               group_patch_, dy + g * group_out_ * positions_, positions_, 0.0f, group_cols(g),
+               positions_);
+        }
         col2im_add(dx + s * in_n);
       }
     }
@@ -117,10 +131,19 @@ class Conv2dKernel final : public OpKernel {
     }
   }
 
+  // Group g's filters [out/G, C/G*kh*kw] in a weight [out, C/G, kh, kw], and its rows of cols.
+  template <typename T>
+  T* weight(T* w, int64_t g) const {
+    return w + g * group_out_ * group_patch_;
+  }
+  float* group_cols(int64_t g) const { return cols_.data() + g * group_patch_ * positions_; }
+
   Window w_;
   int64_t out_;
   bool bias_;
+  int64_t groups_;
   int64_t patch_, positions_;        // C*kh*kw, Ho*Wo
+  int64_t group_out_, group_patch_;  // out/G, C/G*kh*kw
   mutable std::vector<float> cols_;  // [patch, positions]
 };
 
@@ -336,7 +359,11 @@ KernelResult make_conv2d(const graph::OpNode& op) {
   GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, false));
   GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_channels"));
   GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  return wrap(std::make_unique<Conv2dKernel>(w, out, bias != 0));
+  GP_ASSIGN_OR_RETURN(int64_t groups, op_attr_int_or(op, "groups", 1));
+  if (groups <= 0 || w.c % groups != 0 || out % groups != 0) {
+    return op_error(op, "attrs.groups must divide the channels and out_channels");
+  }
+  return wrap(std::make_unique<Conv2dKernel>(w, out, bias != 0, groups));
 }
 
 KernelResult make_max_pool2d(const graph::OpNode& op) {

@@ -24,13 +24,17 @@ namespace {
 // more than once per forward).
 class Conv2dKernel final : public OpKernel {
  public:
-  Conv2dKernel(const CudaContext& ctx, const VisionWindow& w, int64_t out, bool bias)
+  Conv2dKernel(const CudaContext& ctx, const VisionWindow& w, int64_t out, bool bias,
+               int64_t groups)
       : ctx_(ctx),
         w_(w),
         out_(out),
         bias_(bias),
+        groups_(groups),
         patch_(w.c * w.kh * w.kw),
-        positions_(w.ho * w.wo) {}
+        positions_(w.ho * w.wo),
+        group_out_(out / groups),
+        group_patch_(patch_ / groups) {}
 
   int64_t saved_floats_per_sample() const override { return patch_ * positions_; }
 
@@ -38,10 +42,13 @@ class Conv2dKernel final : public OpKernel {
     float* y = a.outputs[0].f();
     ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.saved, w_, a.batch, ctx_.stream),
                "conv2d forward: im2col");
-    // W is shared by every sample: stride 0.
-    gemm_batched(ctx_, "conv2d forward", false, false, out_, positions_, patch_, 1.0f, a.params[0],
-                 patch_, 0, a.saved, positions_, patch_ * positions_, 0.0f, y, positions_,
-                 out_ * positions_, a.batch);
+    // W is shared by every sample: stride 0. Group g: its filters times its rows of cols.
+    for (int64_t g = 0; g < groups_; ++g) {
+      gemm_batched(ctx_, "conv2d forward", false, false, group_out_, positions_, group_patch_, 1.0f,
+                   a.params[0] + g * group_out_ * group_patch_, group_patch_, 0,
+                   a.saved + g * group_patch_ * positions_, positions_, patch_ * positions_, 0.0f,
+                   y + g * group_out_ * positions_, positions_, out_ * positions_, a.batch);
+    }
     if (bias_) {
       ctx_.check(launch_conv2d_add_bias(y, a.params[1], a.batch, out_, positions_, ctx_.stream),
                  "conv2d forward: bias");
@@ -58,9 +65,12 @@ class Conv2dKernel final : public OpKernel {
       // The sum over samples and positions is not one strided GEMM; accumulate sample by sample
       // in the CPU's order (stream-ordered, so deterministic).
       for (int64_t s = 0; s < a.batch; ++s) {
-        gemm(ctx_, "conv2d backward: weight gradient", false, true, out_, patch_, positions_, 1.0f,
-             dy + s * out_n, positions_, a.saved + s * patch_ * positions_, positions_, 1.0f, dw,
-             patch_);
+        for (int64_t g = 0; g < groups_; ++g) {
+          gemm(ctx_, "conv2d backward: weight gradient", false, true, group_out_, group_patch_,
+               positions_, 1.0f, dy + s * out_n + g * group_out_ * positions_, positions_,
+               a.saved + s * patch_ * positions_ + g * group_patch_ * positions_, positions_, 1.0f,
+               dw + g * group_out_ * group_patch_, group_patch_);
+        }
       }
     }
     if (db != nullptr) {
@@ -68,8 +78,9 @@ class Conv2dKernel final : public OpKernel {
                  "conv2d backward: bias gradient");
     }
     if (dx != nullptr) {
-      ctx_.check(launch_conv2d_input_grad(a.params[0], dy, dx, w_, out_, a.batch, ctx_.stream),
-                 "conv2d backward: input gradient");
+      ctx_.check(
+          launch_conv2d_input_grad(a.params[0], dy, dx, w_, out_, groups_, a.batch, ctx_.stream),
+          "conv2d backward: input gradient");
     }
   }
 
@@ -78,7 +89,9 @@ class Conv2dKernel final : public OpKernel {
   VisionWindow w_;
   int64_t out_;
   bool bias_;
-  int64_t patch_, positions_;  // C*kh*kw, Ho*Wo
+  int64_t groups_;
+  int64_t patch_, positions_;        // C*kh*kw, Ho*Wo
+  int64_t group_out_, group_patch_;  // out/G, C/G*kh*kw
 };
 
 // ---- pooling -----------------------------------------------------------------------------------
@@ -174,7 +187,11 @@ KernelResult make_conv2d(const graph::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(VisionWindow w, read_vision_window(op, false));
   GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_channels"));
   GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  return wrap(std::make_unique<Conv2dKernel>(ctx, w, out, bias != 0));
+  GP_ASSIGN_OR_RETURN(int64_t groups, op_attr_int_or(op, "groups", 1));
+  if (groups <= 0 || w.c % groups != 0 || out % groups != 0) {
+    return op_error(op, "attrs.groups must divide the channels and out_channels");
+  }
+  return wrap(std::make_unique<Conv2dKernel>(ctx, w, out, bias != 0, groups));
 }
 
 KernelResult make_max_pool2d(const graph::OpNode& op, const CudaContext& ctx) {

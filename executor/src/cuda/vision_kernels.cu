@@ -100,8 +100,9 @@ __global__ void bias_grad_kernel(const float* __restrict__ dy, float* __restrict
 // the one output position that read this cell through the tap contributes sum_o W[o,c,i,j] dy.
 __global__ void conv_input_grad_kernel(const float* __restrict__ weight,
                                        const float* __restrict__ dy, float* __restrict__ dx,
-                                       VisionWindow w, int64_t out, int64_t total) {
-  const int64_t taps = w.kh * w.kw, patch = w.c * taps, out_plane = w.ho * w.wo;
+                                       VisionWindow w, int64_t out, int64_t groups, int64_t total) {
+  const int64_t taps = w.kh * w.kw, out_plane = w.ho * w.wo;
+  const int64_t group_c = w.c / groups, group_out = out / groups, patch = group_c * taps;
   for (int64_t e = grid_start(); e < total; e += grid_step()) {
     int64_t t = e;
     const int64_t iw = t % w.w;
@@ -110,7 +111,9 @@ __global__ void conv_input_grad_kernel(const float* __restrict__ weight,
     t /= w.h;
     const int64_t c = t % w.c;
     const int64_t s = t / w.c;
-    const float* dy_s = dy + s * out * out_plane;
+    const int64_t g = c / group_c;
+    const float* dy_s = dy + s * out * out_plane + g * group_out * out_plane;
+    const float* weight_g = weight + g * group_out * patch + (c % group_c) * taps;
     float acc = dx[e];
     for (int64_t i = 0; i < w.kh; ++i) {
       const int64_t th = ih + w.ph - i;  // oh * sh
@@ -121,10 +124,10 @@ __global__ void conv_input_grad_kernel(const float* __restrict__ weight,
         const int64_t tw = iw + w.pw - j;  // ow * sw
         if (tw < 0) break;
         if (tw % w.sw != 0 || tw / w.sw >= w.wo) continue;
-        const float* wt = weight + c * taps + i * w.kw + j;
-        const float* g = dy_s + oh * w.wo + tw / w.sw;
+        const float* wt = weight_g + i * w.kw + j;
+        const float* gy = dy_s + oh * w.wo + tw / w.sw;
         float sum = 0.0f;
-        for (int64_t o = 0; o < out; ++o) sum += wt[o * patch] * g[o * out_plane];
+        for (int64_t o = 0; o < group_out; ++o) sum += wt[o * patch] * gy[o * out_plane];
         acc += sum;
       }
     }
@@ -340,10 +343,11 @@ cudaError_t launch_conv2d_bias_grad(const float* dy, float* db, int64_t batch, i
 }
 
 cudaError_t launch_conv2d_input_grad(const float* weight, const float* dy, float* dx,
-                                     const VisionWindow& w, int64_t out, int64_t batch,
-                                     cudaStream_t stream) {
+                                     const VisionWindow& w, int64_t out, int64_t groups,
+                                     int64_t batch, cudaStream_t stream) {
   const int64_t total = batch * w.c * w.h * w.w;
-  conv_input_grad_kernel<<<blocks_for(total), kThreads, 0, stream>>>(weight, dy, dx, w, out, total);
+  conv_input_grad_kernel<<<blocks_for(total), kThreads, 0, stream>>>(weight, dy, dx, w, out, groups,
+                                                                     total);
   return cudaGetLastError();
 }
 

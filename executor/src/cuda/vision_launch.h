@@ -29,11 +29,11 @@ cudaError_t launch_conv2d_add_bias(float* y, const float* bias, int64_t batch, i
 cudaError_t launch_conv2d_bias_grad(const float* dy, float* db, int64_t batch, int64_t channels,
                                     int64_t plane, cudaStream_t stream);
 
-// dx += col2im(W^T dy) for weight [out, c, kh, kw] and dy [batch, out, ho, wo], each input cell
-// gathering its own contributions.
+// dx += col2im(W^T dy) for weight [out, c / groups, kh, kw] and dy [batch, out, ho, wo], each
+// input cell gathering its own contributions (from its group's filters only).
 cudaError_t launch_conv2d_input_grad(const float* weight, const float* dy, float* dx,
-                                     const VisionWindow& w, int64_t out, int64_t batch,
-                                     cudaStream_t stream);
+                                     const VisionWindow& w, int64_t out, int64_t groups,
+                                     int64_t batch, cudaStream_t stream);
 
 // ---- pooling ----
 
