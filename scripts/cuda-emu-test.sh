@@ -6,7 +6,7 @@
 # synchronisation inside blocks, launch limits and the host code's use of the runtime; it cannot
 # check timing, stream ordering or cuBLAS's own rounding. Slow (every CUDA thread is a thread):
 # the whole binary takes ~25 minutes on 2 cores; pass Catch2 test names (comma-separated) to
-# run fewer.
+# run fewer, and GP_OP_CASES=word,word to run only the op cases whose names contain a word.
 # With --nccl it runs the NCCL data plane's tests instead (test/cuda/nccl_test.cc and the
 # hidden "[multi-gpu]" cases of test/cuda/nccl_ranks_test.cc: four ranks as threads, each on its
 # own emulated GPU, training plans over the real NcclCommunicator against an emulated NCCL in

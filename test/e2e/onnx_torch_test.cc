@@ -32,8 +32,6 @@ const std::string kDir = std::string(GP_TEST_DATA_DIR) + "/onnx/torch/";
 // Patterns the importer refuses, with the words its refusal must contain.
 const std::map<std::string, std::string>& refused_patterns() {
   static const std::map<std::string, std::string> kRefused = {
-      {"mha", "moves the batch axis"},
-      {"encoder_layer", "moves the batch axis"},
       {"embedding_bag_offsets", "(Loop): no GraphPipe operator"},
       {"shared_weight", "tied weights are not supported"},
   };

@@ -156,6 +156,7 @@ void Importer::emit_fused(int i, const Fused& f) {
     act_[g_.node(i).output(0)] = b_.gelu(id, *x);
     return;
   }
+  if (f.kind == Fused::Kind::kAttention) return emit_attention(i, f, *x);
   act_[g_.node(i).output(0)] = b_.layer_norm(id, *x);
   if (std::fabs(f.epsilon - 1e-5) > 1e-9) set_attr(op_by_id(id), "epsilon", f.epsilon);
   if (!f.gamma.empty()) {
@@ -164,6 +165,40 @@ void Importer::emit_fused(int i, const Fused& f) {
   if (!f.beta.empty()) {
     if (auto v = float_values(f.beta)) set_values(id, "beta", *v);
   }
+}
+
+// The packed input projection x W_in + b_in (W_in [E, 3E], columns q, k, v) and the output
+// projection become multi_head_attention's q/k/v/out weights ([out, in]) and biases.
+void Importer::emit_attention(int i, const Fused& f, const TensorRef& x) {
+  const std::string& id = current_id_;
+  const auto shape = sample_shape(f.x);
+  if (!shape || shape->size() != 2) {
+    return refuse(i, "multi-head attention of an input that is not [batch, sequence, embedding]");
+  }
+  const int64_t e = (*shape)[1];
+  act_[g_.node(i).output(0)] = b_.attention(id, x, f.heads);
+  if (auto w = float_values(f.in_weight)) {
+    const char* names[] = {"q_weight", "k_weight", "v_weight"};
+    for (int64_t p = 0; p < 3; ++p) {
+      std::vector<float> v(static_cast<size_t>(e * e));
+      for (int64_t o = 0; o < e; ++o) {
+        for (int64_t k = 0; k < e; ++k) {
+          v[static_cast<size_t>(o * e + k)] = (*w)[static_cast<size_t>(k * 3 * e + p * e + o)];
+        }
+      }
+      set_values(id, names[p], v);
+    }
+  }
+  if (auto b = float_values(f.in_bias)) {
+    const char* names[] = {"q_bias", "k_bias", "v_bias"};
+    for (int64_t p = 0; p < 3; ++p) {
+      set_values(id, names[p], std::vector<float>(b->begin() + p * e, b->begin() + (p + 1) * e));
+    }
+  }
+  if (auto w = float_values(f.out_weight)) {
+    set_values(id, "out_weight", f.out_trans_b ? *w : transposed(*w, e, e));
+  }
+  if (auto b = float_values(f.out_bias)) set_values(id, "out_bias", *b);
 }
 
 void Importer::gemm(int i, const std::string& id) {

@@ -36,11 +36,16 @@ bool mapped_type(const std::string& t);
 
 // A pattern of several ONNX nodes that becomes one operator, emitted at its last node.
 struct Fused {
-  enum class Kind { kGelu, kLayerNorm };
+  enum class Kind { kGelu, kLayerNorm, kAttention };
   Kind kind = Kind::kGelu;
   std::string x;            // the pattern's input tensor
   std::string gamma, beta;  // layer norm: scale and shift weights ("" when absent)
   double epsilon = 1e-5;
+  // attention: the packed input projection (MatMul weight [E, 3E], bias [3E], columns q, k, v)
+  // and the output projection (Gemm weight [E, E], transposed unless out_trans_b; bias [E]).
+  std::string in_weight, in_bias, out_weight, out_bias;
+  bool out_trans_b = true;
+  int64_t heads = 0;
   std::string name;  // of the pattern's first node, which names the operator
 };
 
@@ -95,6 +100,7 @@ class Importer {
   // convert.cc: one ONNX node (or the last node of a fused pattern) to catalogue operators.
   void convert(int i);
   void emit_fused(int i, const Fused& f);
+  void emit_attention(int i, const Fused& f, const TensorRef& x);
   void gemm(int i, const std::string& id);
   void matmul(int i, const std::string& id);
   void scale(int i, const std::string& id);
@@ -120,6 +126,9 @@ class Importer {
   void find_patterns();
   bool match_gelu(int start);
   bool match_layer_norm(int start);
+  // nn.MultiheadAttention as torch exports it: the batch moved to axis 1, a packed QKV MatMul,
+  // heads folded into the batch, and back (see patterns.cc).
+  bool match_attention(int start);
   void claim(const std::set<int>& nodes, int last, Fused f);
 
   const onnx::GraphProto& g_;

@@ -1,6 +1,7 @@
 // Fused patterns: exporters write GELU and (before opset 17) layer norm as chains of element-wise
 // nodes. Each match claims its nodes and is emitted as one operator at its last node, which comes
 // after every other node of the pattern in topological order.
+#include <algorithm>
 #include <cmath>
 
 #include "onnx/importer.h"
@@ -36,6 +37,9 @@ void Importer::find_patterns() {
     if (done_[static_cast<size_t>(i)]) continue;
     const std::string& t = g_.node(i).op_type();
     if ((t == "Tanh" || t == "Erf") && unary(g_.node(i))) match_gelu(i);
+    if (t == "Transpose" && attr_ints(g_.node(i), "perm") == std::vector<int64_t>{1, 0, 2}) {
+      match_attention(i);
+    }
     // Layer norm is matched when its first node is converted, when the input's rank is known.
   }
 }
@@ -44,7 +48,7 @@ void Importer::claim(const std::set<int>& nodes, int last, Fused f) {
   for (int k : nodes) {
     if (k != last) done_[static_cast<size_t>(k)] = true;
   }
-  f.name = g_.node(*nodes.begin()).name();
+  if (f.name.empty()) f.name = g_.node(*nodes.begin()).name();
   fused_[last] = std::move(f);
 }
 
@@ -228,6 +232,150 @@ bool Importer::match_layer_norm(int start) {
       if (!only_consumers_in(o, nodes)) return false;
     }
   }
+  claim(nodes, last, std::move(f));
+  return true;
+}
+
+}  // namespace gp::graph::onnx_detail
+
+namespace gp::graph::onnx_detail {
+
+// nn.MultiheadAttention(batch_first=True) self-attention, as torch.onnx.export (1.13) writes it:
+//   x [B, S, E] -> Transpose(1, 0, 2) -> MatMul(W_in [E, 3E]) -> Add(b_in [3E]) -> three Slices
+//   q, k, v; each Reshape [S, B*heads, d] and Transpose to [B*heads, S, d] (k to [B*heads, d, S]);
+//   q Div sqrt(d) (or Mul 1/sqrt(d)) -> MatMul k -> Softmax (-> Dropout) -> MatMul v ->
+//   Transpose(1, 0, 2) -> Reshape [S*B, E] -> Gemm(W_out, b_out) -> Reshape [S, B, E] ->
+//   Transpose(1, 0, 2) -> [B, S, E];
+// plus the Shape/Gather/Concat arithmetic of the reshapes. All of it is one multi_head_attention.
+bool Importer::match_attention(int start) {
+  const auto& t0 = g_.node(start);
+  if (t0.input_size() != 1 || t0.output_size() < 1) return false;
+  std::set<int> nodes = {start};
+  // The one consumer of `name` of type `type` besides Shape nodes; -1 when there is not exactly
+  // one consumer, or it has another type or is already taken.
+  auto next = [&](const std::string& name, const char* type) {
+    int found = -1;
+    auto it = consumers_.find(name);
+    if (it == consumers_.end()) return -1;
+    for (int c : it->second) {
+      if (g_.node(c).op_type() == "Shape") continue;
+      if (found >= 0 || g_.node(c).op_type() != type || done_[static_cast<size_t>(c)]) return -1;
+      found = c;
+    }
+    for (const auto& o : g_.output()) {
+      if (o.name() == name) return -1;
+    }
+    if (found >= 0) nodes.insert(found);
+    return found;
+  };
+  auto out = [&](int k) { return g_.node(k).output(0); };
+  auto perm_is = [&](int k, std::vector<int64_t> p) { return attr_ints(g_.node(k), "perm") == p; };
+
+  const int in_mm = next(out(start), "MatMul");
+  if (in_mm < 0 || g_.node(in_mm).input(0) != out(start) || !is_weight(g_.node(in_mm).input(1))) {
+    return false;
+  }
+  const auto w_in = weight_dims(g_.node(in_mm).input(1));
+  if (w_in.size() != 2 || w_in[1] != 3 * w_in[0]) return false;
+  const int64_t e = w_in[0];
+  const int in_add = next(out(in_mm), "Add");
+  if (in_add < 0) return false;
+  const std::string b_in = other_input(g_.node(in_add), out(in_mm));
+  if (!is_weight(b_in) || weight_dims(b_in) != std::vector<int64_t>{3 * e}) return false;
+
+  // The three slices, in node order, must be q, k and v by where they lead.
+  std::vector<int> slices;
+  for (int c : consumers_[out(in_add)]) {
+    if (g_.node(c).op_type() == "Slice") slices.push_back(c);
+  }
+  std::sort(slices.begin(), slices.end());
+  if (slices.size() != 3) return false;
+  int heads_layout[3] = {-1, -1, -1};  // the Transpose of q, k, v
+  for (int k = 0; k < 3; ++k) {
+    nodes.insert(slices[static_cast<size_t>(k)]);
+    const int r = next(out(slices[static_cast<size_t>(k)]), "Reshape");
+    const int t = r < 0 ? -1 : next(out(r), "Transpose");
+    if (t < 0 ||
+        !perm_is(t, k == 1 ? std::vector<int64_t>{1, 2, 0} : std::vector<int64_t>{1, 0, 2})) {
+      return false;
+    }
+    heads_layout[k] = t;
+  }
+  // q / sqrt(d): Div by the scalar, or Mul by its inverse.
+  int scale = next(out(heads_layout[0]), "Div");
+  double d = 0;
+  if (scale >= 0) {
+    const auto c = scalar(g_.node(scale).input(1));
+    if (!c || *c <= 0) return false;
+    d = *c * *c;
+  } else {
+    scale = next(out(heads_layout[0]), "Mul");
+    if (scale < 0) return false;
+    const auto c = scalar(other_input(g_.node(scale), out(heads_layout[0])));
+    if (!c || *c <= 0) return false;
+    d = 1 / (*c * *c);
+  }
+  const int64_t head_dim = static_cast<int64_t>(std::llround(d));
+  if (head_dim <= 0 || std::fabs(d - static_cast<double>(head_dim)) > 1e-3 * d ||
+      e % head_dim != 0) {
+    return false;
+  }
+  const int scores = next(out(scale), "MatMul");
+  if (scores < 0 || g_.node(scores).input(0) != out(scale) ||
+      g_.node(scores).input(1) != out(heads_layout[1])) {
+    return false;
+  }
+  nodes.insert(heads_layout[1]);
+  const int softmax = next(out(scores), "Softmax");
+  if (softmax < 0 || attr_i(g_.node(softmax), "axis", -1) != -1) return false;
+  std::string probs = out(softmax);
+  if (const int drop = next(probs, "Dropout"); drop >= 0) probs = out(drop);
+  const int context = next(probs, "MatMul");
+  if (context < 0 || g_.node(context).input(1) != out(heads_layout[2])) return false;
+  nodes.insert(heads_layout[2]);
+  const int back = next(out(context), "Transpose");
+  if (back < 0 || !perm_is(back, {1, 0, 2})) return false;
+  const int flat = next(out(back), "Reshape");
+  const int proj = flat < 0 ? -1 : next(out(flat), "Gemm");
+  if (proj < 0 || g_.node(proj).input_size() < 3) return false;
+  const auto& gp = g_.node(proj);
+  if (!is_weight(gp.input(1)) || !is_weight(gp.input(2)) ||
+      weight_dims(gp.input(1)) != std::vector<int64_t>{e, e} || attr_i(gp, "transA", 0) != 0 ||
+      attr_f(gp, "alpha", 1) != 1 || attr_f(gp, "beta", 1) != 1) {
+    return false;
+  }
+  const int unflat = next(out(proj), "Reshape");
+  const int last = unflat < 0 ? -1 : next(out(unflat), "Transpose");
+  if (last < 0 || !perm_is(last, {1, 0, 2})) return false;
+
+  // The shape arithmetic that feeds only the pattern belongs to it.
+  static const std::set<std::string> kShapeMath = {
+      "Shape", "Gather", "Constant", "Unsqueeze", "Squeeze", "Concat",  "Cast",
+      "Div",   "Mul",    "Add",      "Sub",       "Slice",   "Reshape", "Identity"};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int k = last - 1; k >= 0; --k) {
+      if (nodes.count(k) || done_[static_cast<size_t>(k)] ||
+          !kShapeMath.count(g_.node(k).op_type())) {
+        continue;
+      }
+      bool feeds_only_pattern = g_.node(k).output_size() > 0;
+      for (const auto& o : g_.node(k).output()) {
+        feeds_only_pattern = feeds_only_pattern && only_consumers_in(o, nodes);
+      }
+      if (feeds_only_pattern) grew = nodes.insert(k).second || grew;
+    }
+  }
+  Fused f;
+  f.kind = Fused::Kind::kAttention;
+  f.x = t0.input(0);
+  f.in_weight = g_.node(in_mm).input(1);
+  f.in_bias = b_in;
+  f.out_weight = gp.input(1);
+  f.out_bias = gp.input(2);
+  f.out_trans_b = attr_i(gp, "transB", 0) != 0;
+  f.heads = e / head_dim;
+  f.name = t0.name();
   claim(nodes, last, std::move(f));
   return true;
 }

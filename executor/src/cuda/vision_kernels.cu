@@ -196,7 +196,8 @@ __device__ __forceinline__ float avg_divisor(const VisionWindow& w, const Clippe
                                              int64_t ow, bool include_pad) {
   if (!include_pad) return static_cast<float>((k.h1 - k.h0) * (k.w1 - k.w0));
   const int64_t top = oh * w.sh - w.ph, left = ow * w.sw - w.pw;
-  const int64_t bottom = min(top + w.kh, w.h + w.ph), right = min(left + w.kw, w.w + w.pw);
+  const int64_t bottom = top + w.kh < w.h + w.ph ? top + w.kh : w.h + w.ph;
+  const int64_t right = left + w.kw < w.w + w.pw ? left + w.kw : w.w + w.pw;
   return static_cast<float>((bottom - top) * (right - left));
 }
 
