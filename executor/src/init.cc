@@ -58,25 +58,27 @@ void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::sp
   for (float& x : out) x = rng.uniform(-bound, bound);
 }
 
+int64_t id_range(const graph::Graph& graph, const graph::OpNode& input) {
+  int64_t range = 1;
+  for (int s : input.succs) {
+    const auto& consumer = graph.op(s);
+    if (consumer.type() == "embedding_bag" || consumer.type() == "embedding") {
+      range = consumer.proto->params(0).shape(0);
+    } else if (consumer.type() == "softmax_cross_entropy") {
+      const auto& logits = consumer.input_specs[0];
+      range = logits.shape(logits.shape_size() - 1);
+    }
+  }
+  return range;
+}
+
 void fill_input(const graph::Graph& graph, const graph::OpNode& input, uint64_t seed,
                 int64_t iteration, int64_t first_sample, int64_t count, void* out) {
   const auto& spec = input.proto->outputs(0);
   const int64_t per_sample = graph::num_elements(spec);
   const bool ids = spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
                    spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
-  int64_t range = 1;
-  if (ids) {
-    // The consumer decides the valid id range.
-    for (int s : input.succs) {
-      const auto& consumer = graph.op(s);
-      if (consumer.type() == "embedding_bag" || consumer.type() == "embedding") {
-        range = consumer.proto->params(0).shape(0);
-      } else if (consumer.type() == "softmax_cross_entropy") {
-        const auto& logits = consumer.input_specs[0];
-        range = logits.shape(logits.shape_size() - 1);
-      }
-    }
-  }
+  const int64_t range = ids ? id_range(graph, input) : 1;
   const uint64_t stream =
       hash_combine(hash_combine(seed, input.id()), static_cast<uint64_t>(iteration));
   for (int64_t s = 0; s < count; ++s) {

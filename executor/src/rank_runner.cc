@@ -457,7 +457,8 @@ std::string measured_trace_json(const graphpipe::v1::Plan& plan,
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
                                         std::chrono::milliseconds timeout,
                                         std::vector<std::unique_ptr<RankRunner>>* out_runners,
-                                        size_t trace_events, const Device& device) {
+                                        size_t trace_events, const Device& device,
+                                        const std::string& data_dir, bool shuffle) {
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("plan.model");
   const graph::Graph& graph = *built;
@@ -468,6 +469,16 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
     GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, r, device));
     if (trace_events > 0) runner->enable_trace(trace_events);
     runners.push_back(std::move(runner));
+  }
+  std::vector<std::unique_ptr<NpyDataset>> data;  // per rank: the files of its input ops
+  if (!data_dir.empty()) {
+    for (auto& runner : runners) {
+      GP_ASSIGN_OR_RETURN(auto d,
+                          open_stage_data(data_dir, graph, runner->stage_runner().op_indices(),
+                                          plan.mini_batch(), shuffle, plan.training().seed()));
+      runner->mutable_stage_runner().set_data(d.get());
+      data.push_back(std::move(d));
+    }
   }
   LoopbackHub hub(index.world_size, timeout);
   std::vector<std::vector<double>> loss_sums(runners.size(), std::vector<double>(iterations, 0));
@@ -498,6 +509,7 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
     for (const auto& per_rank : loss_sums) sum += per_rank[it];
     result.losses.push_back(sum / static_cast<double>(plan.mini_batch()));
   }
+  for (auto& runner : runners) runner->mutable_stage_runner().set_data(nullptr);  // data goes
   if (out_runners != nullptr) *out_runners = std::move(runners);
   return result;
 }

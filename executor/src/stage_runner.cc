@@ -263,11 +263,14 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
     const auto& node = graph_->op(st.op);
     if (node.info->is_input) {
       const TensorView v = view(tensors_[st.outputs[0]], slot, false);
-      if (host_) {
-        fill_input(*graph_, node, seed_, iteration, first_sample, batch, v.data);
+      void* dst = host_ ? v.data : input_staging_.data();
+      if (data_ != nullptr) {
+        data_->fill(node, iteration, first_sample, batch, dst);
       } else {
+        fill_input(*graph_, node, seed_, iteration, first_sample, batch, dst);
+      }
+      if (!host_) {
         // copy_from_host returns once the staging buffer may be reused.
-        fill_input(*graph_, node, seed_, iteration, first_sample, batch, input_staging_.data());
         const size_t bytes =
             static_cast<size_t>(batch * v.per_sample) * element_bytes(tensors_[st.outputs[0]].info);
         note(device_->copy_from_host(v.data, input_staging_.data(), bytes));

@@ -1,6 +1,7 @@
 // Subcommands of graphpipe-plan. Each returns a Status; main turns it into an exit code.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,13 @@ struct SearchOptions {
   std::string optimizer = "adam";
   std::string precision = "fp32";
   uint64_t seed = 1;
+  // Optimizer hyperparameters; NaN: the optimizer's default (sgd/momentum lr 0.01, momentum 0.9;
+  // adam lr 0.001, betas 0.9 and 0.999, eps 1e-8).
+  double lr = std::numeric_limits<double>::quiet_NaN();
+  double momentum = std::numeric_limits<double>::quiet_NaN();
+  double beta1 = std::numeric_limits<double>::quiet_NaN();
+  double beta2 = std::numeric_limits<double>::quiet_NaN();
+  double eps = std::numeric_limits<double>::quiet_NaN();
   int piper_downset_limit = 40000;
   bool piper_compress_branches = false;
   bool per_stage_microbatch = false;

@@ -43,6 +43,13 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "parameter initialisation seed stored in the plan")
       ->capture_default_str();
+  cmd->add_option("--lr", o->lr,
+                  "learning rate stored in the plan (default: 0.01 for sgd and momentum, 0.001 "
+                  "for adam)");
+  cmd->add_option("--momentum", o->momentum, "momentum factor (--optimizer momentum; default 0.9)");
+  cmd->add_option("--beta1", o->beta1, "Adam's first-moment decay (default 0.9)");
+  cmd->add_option("--beta2", o->beta2, "Adam's second-moment decay (default 0.999)");
+  cmd->add_option("--eps", o->eps, "Adam's epsilon (default 1e-8)");
   cmd->add_flag("--per-stage-microbatch", o->per_stage_microbatch,
                 "then refine: let single stages double or halve their micro-batch when the "
                 "simulated throughput improves");

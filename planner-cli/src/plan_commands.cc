@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <set>
@@ -43,6 +44,25 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
     return invalid_argument("--precision = '" + opts.precision + "', expected fp32 or bf16");
   }
   t.set_seed(opts.seed);
+  // Explicit hyperparameters override the defaults above, for the optimizer that uses them.
+  auto set = [](double v, auto setter) {
+    if (!std::isnan(v)) setter(v);
+  };
+  set(opts.lr, [&](double v) { t.set_learning_rate(v); });
+  const bool adam = t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_ADAM;
+  const bool momentum = t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM;
+  if (!std::isnan(opts.momentum) && !momentum) {
+    return invalid_argument("--momentum applies to --optimizer momentum, not " + opts.optimizer);
+  }
+  if ((!std::isnan(opts.beta1) || !std::isnan(opts.beta2) || !std::isnan(opts.eps)) && !adam) {
+    return invalid_argument("--beta1, --beta2 and --eps apply to --optimizer adam, not " +
+                            opts.optimizer);
+  }
+  set(opts.momentum, [&](double v) { t.set_momentum(v); });
+  set(opts.beta1, [&](double v) { t.set_adam_beta1(v); });
+  set(opts.beta2, [&](double v) { t.set_adam_beta2(v); });
+  set(opts.eps, [&](double v) { t.set_adam_epsilon(v); });
+  GP_RETURN_IF_ERROR(graph::validate_training(t, /*allow_unset_learning_rate=*/false));
   return t;
 }
 

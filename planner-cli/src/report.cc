@@ -113,6 +113,29 @@ std::string stage_graph_dot(const graphpipe::v1::Plan& plan) {
   return out + "}\n";
 }
 
+// "adam lr 0.001 (betas 0.9, 0.999, eps 1e-08), fp32, seed 1"
+std::string training_text(const graphpipe::v1::TrainingConfig& t) {
+  std::string out;
+  switch (t.optimizer()) {
+    case graphpipe::v1::OPTIMIZER_KIND_SGD:
+      out = "sgd lr " + fmt("%g", t.learning_rate());
+      break;
+    case graphpipe::v1::OPTIMIZER_KIND_MOMENTUM:
+      out = "momentum lr " + fmt("%g", t.learning_rate()) + " (momentum " +
+            fmt("%g", t.momentum()) + ")";
+      break;
+    case graphpipe::v1::OPTIMIZER_KIND_ADAM:
+      out = "adam lr " + fmt("%g", t.learning_rate()) + " (betas " + fmt("%g", t.adam_beta1()) +
+            ", " + fmt("%g", t.adam_beta2()) + ", eps " + fmt("%g", t.adam_epsilon()) + ")";
+      break;
+    default:
+      out = "optimizer " + std::to_string(t.optimizer());
+  }
+  out += t.precision() == graphpipe::v1::PRECISION_BF16_FP32_MASTER ? ", bf16 (fp32 master)"
+                                                                    : ", fp32";
+  return out + ", seed " + std::to_string(t.seed());
+}
+
 std::string inspect_text(const graphpipe::v1::Plan& plan) {
   std::string out;
   const auto& c = plan.cluster();
@@ -124,6 +147,8 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
          ", mini-batch " + std::to_string(plan.mini_batch()) + ", " +
          std::to_string(plan.stages_size()) + " stages, depth " +
          std::to_string(pipeline_depth(plan)) + "\n";
+  const auto& t = plan.training();
+  out += "training   " + training_text(t) + "\n";
   const auto& p = plan.predicted();
   if (p.iteration_time_s() > 0) {
     out += "predicted  iteration " + fmt("%.4f", p.iteration_time_s()) + " s, " +

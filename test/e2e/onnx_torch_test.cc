@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "../support/npy.h"
+#include "gp/exec/dataset.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
+#include "gp/exec/reference_trainer.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_import.h"
@@ -346,6 +349,65 @@ TEST_CASE("a tied weight imports as copies with untie_weights: torch's forward, 
   t.set_input(g->op(loss).proto->inputs(1).op(), raw_of(load_tensor(ref + "target_0.pb")));
   t.forward();
   check_close(t.value_of(g->index_of(g->op(loss).proto->inputs(0).op())), floats(y0), 1e-5);
+}
+
+}  // namespace gp
+
+namespace gp {
+
+TEST_CASE("torch exports train on torch's data through the data directory as PyTorch trains") {
+  // The reference inputs and target as .npy files: iteration 0's loss is torch's, iteration 1's
+  // is the MSE of torch's output after its SGD step against the same target.
+  for (const std::string stem : {"dot_scores_op17", "embedding_op17", "encoder_layer_op17",
+                                 "pad_avgpool_op17_train", "relu6_depthwise_op13"}) {
+    INFO(stem);
+    const std::string ref = kDir + stem + "/";
+    auto m = graph::import_onnx(kDir + stem + ".onnx");
+    REQUIRE(m.ok());
+    auto g = graph::Graph::build(*m);
+    REQUIRE(g.ok());
+    const fs::path dir = fs::temp_directory_path() / ("gp_onnx_torch_data_" + stem);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto save = [&](const std::string& id, const onnx::TensorProto& t) {
+      const auto raw = raw_of(t);
+      const std::string descr = t.data_type() == onnx::TensorProto::INT64 ? "<i8" : "<f4";
+      REQUIRE(testing::write_npy((dir / (id + ".npy")).string(), descr,
+                                 std::vector<int64_t>(t.dims().begin(), t.dims().end()), raw.data(),
+                                 raw.size()));
+    };
+    for (int k = 0; fs::exists(ref + "input_" + std::to_string(k) + ".pb"); ++k) {
+      const auto x = load_tensor(ref + "input_" + std::to_string(k) + ".pb");
+      save(x.name(), x);
+    }
+    const auto target = load_tensor(ref + "target_0.pb");
+    save(g->op(loss_op(*g)).proto->inputs(1).op(), target);
+    const int64_t batch = target.dims(0);
+    graphpipe::v1::TrainingConfig training;
+    training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+    training.set_learning_rate(0.1);
+    training.set_seed(1);
+    auto trainer = exec::ReferenceTrainer::create(*g, batch, 0, training);
+    REQUIRE(trainer.ok());
+    auto data = exec::open_stage_data(dir.string(), *g, (*trainer)->runner().op_indices(), batch,
+                                      /*shuffle=*/false, 1);
+    INFO(data.status().to_string());
+    REQUIRE(data.ok());
+    (*trainer)->mutable_runner().set_data(data->get());
+    auto first = (*trainer)->run_iteration(0);
+    auto second = (*trainer)->run_iteration(1);  // the same samples (one epoch is one batch)
+    REQUIRE(first.ok());
+    REQUIRE(second.ok());
+    const double torch_loss = floats(load_tensor(ref + "loss_0.pb"))[0];
+    CHECK(first->loss == Approx(torch_loss).epsilon(1e-5));
+    const auto after = floats(load_tensor(ref + "output_after_step_0.pb"));
+    const auto t = floats(target);
+    double mse = 0;
+    for (size_t k = 0; k < t.size(); ++k) mse += (after[k] - t[k]) * (after[k] - t[k]);
+    mse /= static_cast<double>(t.size());
+    CHECK(second->loss == Approx(mse).epsilon(1e-5));
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace gp

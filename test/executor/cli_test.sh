@@ -62,6 +62,62 @@ check "reference trains an .onnx vision block" \
 err=$("$exe" reference --model "$tmp/gated.pbtxt" --batch 8 --iterations 1 2>&1 >/dev/null); rc=$?
 check "a model with opaque ops cannot train: exit 2 naming the op and its ONNX type" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "gate.max" && echo "$err" | grep -q "ONNX operator Max"'
+# Real data (--data): .npy files per graph input, written here with the standard library. A
+# plan over 2 ranks of a two-branch torch export trains on them with the reference's losses.
+python3 - "$tmp/data" <<'PY'
+import os, struct, sys, random
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+def npy(name, fmt, code, shape, values):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        code, ", ".join(map(str, shape)) + ("," if len(shape) == 1 else ""))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(os.path.join(d, name + ".npy"), "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%d%s" % (len(values), fmt), *values))
+r = random.Random(5)
+n = 24
+npy("x1", "f", "<f4", (n, 8), [r.uniform(-1, 1) for _ in range(n * 8)])
+npy("x2", "f", "<f4", (n, 8), [r.uniform(-1, 1) for _ in range(n * 8)])
+npy("y.target", "f", "<f4", (n, 1), [r.uniform(-1, 1) for _ in range(n)])
+PY
+dot="$onnx_dir/torch/dot_scores_op17.onnx"
+"$exe" --log-level warn reference --model "$dot" --batch 8 --iterations 4 --optimizer sgd \
+  --lr 0.01 --seed 1 --data "$tmp/data" --metrics-out "$tmp/data-ref.json"; rc=$?
+check "reference trains on --data" '[ $rc -eq 0 ] && [ "$(losses "$tmp/data-ref.json" | wc -l)" -eq 4 ]'
+"$exe" --log-level warn reference --model "$dot" --batch 8 --iterations 4 --optimizer sgd \
+  --lr 0.01 --seed 1 --metrics-out "$tmp/synthetic-ref.json"
+check "--data changes what it trains on" \
+  '[ "$(losses "$tmp/data-ref.json")" != "$(losses "$tmp/synthetic-ref.json")" ]'
+"$plan_bin" --log-level warn search --model "$dot" --cluster cpu-local --devices 2 --batch 8 \
+  --micro-batches 2 --optimizer sgd --lr 0.01 --out "$tmp/dot-plan.pb" >/dev/null
+"$exe" --log-level warn local --plan "$tmp/dot-plan.pb" --iterations 4 --data "$tmp/data" \
+  --metrics-out "$tmp/data-local.json"; rc=$?
+check "a 2-rank plan on --data has the reference's losses" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/data-local.json")" = "$(losses "$tmp/data-ref.json")" ]'
+"$exe" --log-level warn reference --plan "$tmp/dot-plan.pb" --iterations 4 --data "$tmp/data" \
+  --metrics-out "$tmp/data-plan-ref.json"; rc=$?
+check "reference --plan takes the plan's model, batch and training settings" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/data-plan-ref.json")" = "$(losses "$tmp/data-local.json")" ]'
+"$exe" --log-level warn reference --plan "$tmp/dot-plan.pb" --iterations 4 --data "$tmp/data" \
+  --lr 0.5 --metrics-out "$tmp/data-plan-lr.json"
+check "a flag overrides the plan's setting" \
+  '[ "$(losses "$tmp/data-plan-lr.json" | tail -1)" != "$(losses "$tmp/data-local.json" | tail -1)" ]'
+"$plan_bin" --log-level warn search --model "$dot" --cluster cpu-local --devices 2 --batch 8 \
+  --optimizer adam --lr 0.002 --beta1 0.8 --beta2 0.99 --eps 1e-6 --out "$tmp/adam-plan.json" >/dev/null
+check "search stores the hyperparameters in the plan" \
+  'grep -q "\"learning_rate\": 0.002" "$tmp/adam-plan.json" && grep -q "\"adam_beta1\": 0.8" "$tmp/adam-plan.json" && grep -q "\"adam_epsilon\": 1e-06" "$tmp/adam-plan.json"'
+check "inspect shows the training settings" \
+  '"$plan_bin" inspect --plan "$tmp/adam-plan.json" | grep -q "training   adam lr 0.002 (betas 0.8, 0.99, eps 1e-06), fp32, seed 1"'
+err=$("$plan_bin" search --model "$dot" --cluster cpu-local --batch 8 --optimizer sgd --beta1 0.5 \
+  --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "search refuses a hyperparameter its optimizer does not use" '[ $rc -eq 2 ] && echo "$err" | grep -q "apply to --optimizer adam"'
+mv "$tmp/data/x2.npy" "$tmp/x2.npy"
+err=$("$exe" local --plan "$tmp/dot-plan.pb" --iterations 1 --data "$tmp/data" 2>&1 >/dev/null); rc=$?
+check "a missing input file exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "x2.npy"'
+mv "$tmp/x2.npy" "$tmp/data/x2.npy"
+err=$("$exe" reference --model "$dot" --batch 32 --iterations 1 --data "$tmp/data" 2>&1 >/dev/null); rc=$?
+check "too few samples exits 2 saying so" '[ $rc -eq 2 ] && echo "$err" | grep -q "24 samples, fewer than the mini-batch of 32"'
+
 # Devices: the CPU ignores --precision; cuda:N trains where there is a GPU and otherwise exits 1
 # naming the device; unknown devices and precisions exit 2 naming the flag.
 "$exe" --log-level warn reference --model zoo:tiny-dlrm --batch 16 --iterations 4 --lr 0.01 \

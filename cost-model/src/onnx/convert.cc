@@ -145,6 +145,12 @@ void Importer::convert(int i) {
     return pool(i, id);
   }
   if (t == "BatchNormalization") return batch_norm(i, id);
+  if (t == "Loop") {
+    return refuse(i,
+                  "no GraphPipe operator for this type (torch exports nn.EmbeddingBag with "
+                  "offsets, i.e. bags of varying length, as a Loop; pass ids as [batch, bag] "
+                  "without offsets for fixed-size bags, which map onto embedding_bag)");
+  }
   refuse(i, "no GraphPipe operator for this type");
 }
 

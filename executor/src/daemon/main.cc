@@ -21,6 +21,9 @@ namespace {
 
 struct ReferenceOptions {
   std::string model;
+  std::string plan;  // instead of --model: the plan's model and training settings
+  // Whether the flag was given (it then overrides the plan's setting).
+  bool optimizer_given = false, lr_given = false, momentum_given = false, seed_given = false;
   int64_t batch = 0;
   int64_t micro_batch = 0;
   int iterations = 5;
@@ -31,6 +34,8 @@ struct ReferenceOptions {
   std::string metrics_out;
   std::string device = "cpu";
   std::string precision = "fp32";
+  std::string data;  // --data DIR: one <input op id>.npy per graph input
+  bool no_shuffle = false;
 };
 
 // The device named by --device with GEMMs at --precision (which the CPU ignores).
@@ -40,12 +45,8 @@ gp::Result<const gp::exec::Device*> device_from_flags(const std::string& device,
   return gp::exec::find_device(device, p);
 }
 
-gp::Status run_reference(const ReferenceOptions& o) {
-  GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
-  GP_ASSIGN_OR_RETURN(auto model, gp::graph::load_model(o.model));
-  auto graph = gp::graph::Graph::build(model);
-  if (!graph.ok()) return graph.status().with_context("model '" + o.model + "'");
-  graphpipe::v1::TrainingConfig training;
+// The optimizer named by --optimizer with --momentum; the rest of `training` is kept.
+gp::Status set_optimizer(const ReferenceOptions& o, graphpipe::v1::TrainingConfig& training) {
   if (o.optimizer == "sgd") {
     training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
   } else if (o.optimizer == "momentum") {
@@ -57,11 +58,60 @@ gp::Status run_reference(const ReferenceOptions& o) {
     return gp::invalid_argument("--optimizer = '" + o.optimizer +
                                 "', expected sgd, momentum or adam");
   }
-  training.set_learning_rate(o.learning_rate);
-  training.set_seed(o.seed);
+  return gp::ok_status();
+}
+
+gp::Status run_reference(ReferenceOptions o) {
+  GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
+  if (o.model.empty() == o.plan.empty()) {
+    return gp::invalid_argument("reference needs exactly one of --model and --plan");
+  }
+  graphpipe::v1::ModelGraph model;
+  graphpipe::v1::TrainingConfig training;
+  if (!o.plan.empty()) {
+    // The plan's model, mini-batch and every training setting, unless a flag overrides it.
+    graphpipe::v1::Plan plan;
+    GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
+    model = plan.model();
+    training = plan.training();
+    if (o.batch == 0) o.batch = plan.mini_batch();
+    if (o.optimizer_given) {
+      training.clear_momentum();
+      training.clear_adam_beta1();
+      training.clear_adam_beta2();
+      training.clear_adam_epsilon();
+      GP_RETURN_IF_ERROR(set_optimizer(o, training));
+    } else if (o.momentum_given) {
+      training.set_momentum(o.momentum);
+    }
+    if (o.lr_given) training.set_learning_rate(o.learning_rate);
+    if (o.seed_given) training.set_seed(o.seed);
+    GP_RETURN_IF_ERROR(
+        gp::graph::validate_training(training, false).with_context("--plan " + o.plan));
+  } else {
+    if (o.batch == 0) return gp::invalid_argument("--batch is required with --model");
+    GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(o.model));
+    GP_RETURN_IF_ERROR(set_optimizer(o, training));
+    training.set_learning_rate(o.learning_rate);
+    training.set_seed(o.seed);
+  }
+  auto graph = gp::graph::Graph::build(model);
+  if (!graph.ok()) {
+    return graph.status().with_context(o.plan.empty() ? "model '" + o.model + "'"
+                                                      : "--plan " + o.plan + ": plan.model");
+  }
   GP_ASSIGN_OR_RETURN(auto trainer, gp::exec::ReferenceTrainer::create(
                                         *graph, o.batch, o.micro_batch, training, *device));
   auto log = gp::log::get("exec");
+  std::unique_ptr<gp::exec::NpyDataset> data;
+  if (!o.data.empty()) {
+    GP_ASSIGN_OR_RETURN(
+        data, gp::exec::open_stage_data(o.data, *graph, trainer->runner().op_indices(), o.batch,
+                                        !o.no_shuffle, o.seed));
+    trainer->mutable_runner().set_data(data.get());
+    log->info("data: {} samples from {} ({} iterations per epoch{})", data->samples(), o.data,
+              data->samples() / o.batch, o.no_shuffle ? ", file order" : ", shuffled per epoch");
+  }
   log->debug("training on {}", device->name());
   std::vector<gp::exec::IterationMetrics> metrics;
   for (int it = 0; it < o.iterations; ++it) {
@@ -85,6 +135,8 @@ struct LocalOptions {
   std::string trace;
   std::string device = "cpu";
   std::string precision = "fp32";
+  std::string data;
+  bool no_shuffle = false;
 };
 
 gp::Status run_local(const LocalOptions& o) {
@@ -104,7 +156,7 @@ gp::Status run_local(const LocalOptions& o) {
     }
   }
   auto run = gp::exec::run_plan_locally(plan, o.iterations, std::chrono::seconds(o.timeout_s),
-                                        &runners, trace_events, *device);
+                                        &runners, trace_events, *device, o.data, !o.no_shuffle);
   if (!run.ok()) return run.status().with_context("--plan " + o.plan);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -135,6 +187,17 @@ gp::Status run_local(const LocalOptions& o) {
 }
 
 // --device and --precision of the subcommands that train.
+// --data and --no-shuffle, the same for every training subcommand.
+void add_data_options(CLI::App* cmd, std::string& data, bool& no_shuffle) {
+  cmd->add_option("--data", data,
+                  "train on real data: a directory with one <input op id>.npy per graph input "
+                  "(C order, samples first; e.g. x.npy and y.target.npy for an imported model); "
+                  "default: seeded synthetic data");
+  cmd->add_flag("--no-shuffle", no_shuffle,
+                "with --data: read the samples in file order every epoch (default: a seeded "
+                "permutation per epoch)");
+}
+
 void add_device_options(CLI::App* cmd, std::string& device, std::string& precision,
                         const std::string& note = "") {
   cmd->add_option("--device", device,
@@ -210,19 +273,26 @@ int main(int raw_argc, char** raw_argv) {
   app.fallthrough();  // global options (--log-level) may follow the subcommand
   ReferenceOptions ref;
   auto* reference = app.add_subcommand("reference", "Train in one process (numerical reference)");
-  reference->add_option("--model", ref.model, "zoo:NAME[?k=v&...] or a model file")->required();
-  reference->add_option("--batch", ref.batch, "mini-batch size")->required();
+  reference->add_option("--model", ref.model, "zoo:NAME[?k=v&...] or a model file");
+  reference->add_option("--plan", ref.plan,
+                        "instead of --model: a plan, whose model, mini-batch and training settings "
+                        "it uses (flags given here override them)");
+  reference->add_option("--batch", ref.batch, "mini-batch size (required with --model)");
   reference->add_option("--micro-batch", ref.micro_batch,
                         "split each mini-batch into chunks of this size (gradients accumulate)");
   reference->add_option("--iterations", ref.iterations, "optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
-  reference->add_option("--optimizer", ref.optimizer, "sgd, momentum or adam")
-      ->capture_default_str();
-  reference->add_option("--lr", ref.learning_rate, "learning rate")->capture_default_str();
-  reference->add_option("--momentum", ref.momentum, "momentum factor")->capture_default_str();
-  reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
+  auto* ref_optimizer = reference->add_option("--optimizer", ref.optimizer, "sgd, momentum or adam")
+                            ->capture_default_str();
+  auto* ref_lr =
+      reference->add_option("--lr", ref.learning_rate, "learning rate")->capture_default_str();
+  auto* ref_momentum =
+      reference->add_option("--momentum", ref.momentum, "momentum factor")->capture_default_str();
+  auto* ref_seed =
+      reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
   reference->add_option("--metrics-out", ref.metrics_out, "write per-iteration metrics (JSON)");
+  add_data_options(reference, ref.data, ref.no_shuffle);
   add_device_options(reference, ref.device, ref.precision);
   LocalOptions local;
   auto* local_cmd = app.add_subcommand(
@@ -239,6 +309,7 @@ int main(int raw_argc, char** raw_argv) {
   local_cmd->add_option("--metrics-out", local.metrics_out, "write per-iteration metrics (JSON)");
   local_cmd->add_option("--trace", local.trace,
                         "write the measured Chrome trace (the simulator's format, for comparison)");
+  add_data_options(local_cmd, local.data, local.no_shuffle);
   add_device_options(local_cmd, local.device, local.precision, " (every rank shares it)");
   using gp::exec::daemon::CoordinatorRunOptions;
   using gp::exec::daemon::RunOptions;
@@ -302,6 +373,7 @@ int main(int raw_argc, char** raw_argv) {
       ->add_option("--checkpoint-every", run.checkpoint_every,
                    "checkpoint after every K iterations (0: never)")
       ->capture_default_str();
+  add_data_options(run_cmd, run.data, run.no_shuffle);
   run_cmd->add_option("--resume", run.resume,
                       "continue from the newest checkpoint in this directory; any plan of the same "
                       "model may resume (e.g. one re-planned for fewer devices)");
@@ -396,5 +468,9 @@ int main(int raw_argc, char** raw_argv) {
     return gp::cli::report("graphpipe-executor",
                            gp::exec::daemon::print_status(status_address, status_token));
   }
+  ref.optimizer_given = ref_optimizer->count() > 0;
+  ref.lr_given = ref_lr->count() > 0;
+  ref.momentum_given = ref_momentum->count() > 0;
+  ref.seed_given = ref_seed->count() > 0;
   return gp::cli::report("graphpipe-executor", run_reference(ref));
 }

@@ -237,6 +237,13 @@ Status run_rank(const RunOptions& o) {
                             ", but the plan has " + std::to_string(index.world_size) + " ranks");
   }
   GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, o.rank, *device));
+  std::unique_ptr<NpyDataset> data;  // only this rank's input ops' files
+  if (!o.data.empty()) {
+    GP_ASSIGN_OR_RETURN(
+        data, open_stage_data(o.data, graph, runner->stage_runner().op_indices(), plan.mini_batch(),
+                              !o.no_shuffle, plan.training().seed()));
+    runner->mutable_stage_runner().set_data(data.get());
+  }
   if (o.checkpoint_every < 0) {
     return invalid_argument("--checkpoint-every = " + std::to_string(o.checkpoint_every) +
                             ", must be >= 0");

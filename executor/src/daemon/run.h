@@ -29,6 +29,8 @@ struct RunOptions {
   std::string checkpoint_dir;  // write checkpoints here ...
   int checkpoint_every = 0;    // ... after every this many iterations (0: never)
   std::string resume;          // start from the newest checkpoint in this directory
+  std::string data;            // training data: one <input op id>.npy per graph input
+  bool no_shuffle = false;     // with data: file order every epoch
   // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
   // resume (so a re-planned run carries on).
   std::string kill_rank_at;

@@ -34,6 +34,10 @@ uint64_t hash_combine(uint64_t h, uint64_t v);
 // embeddings and other rank-1 weights uniform ±0.05.
 void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::span<float> out);
 
+// The ids an int input op's consumer accepts, [0, range): embedding rows or class count (1 when
+// no consumer bounds them).
+int64_t id_range(const graph::Graph& graph, const graph::OpNode& input);
+
 // Fills `count` samples of input op `input`, starting at mini-batch sample `first_sample` of
 // iteration `iteration`: floats uniform in [-1, 1); int64 ids uniform over the range their
 // consumer accepts (embedding rows, class count). `out` is float* or int64_t* by the dtype.

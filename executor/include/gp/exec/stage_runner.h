@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/dataset.h"
 #include "gp/exec/device.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/optimizer.h"
@@ -64,9 +65,12 @@ class StageRunner {
   TensorView export_value(int slot, int index) const;
   TensorView export_grad(int slot, int index) const;  // data == nullptr: no gradient
 
-  // Forward of `batch` samples; graph inputs of the stage are filled with the synthetic data of
-  // samples [first_sample, first_sample + batch) of `iteration`.
+  // Forward of `batch` samples; graph inputs of the stage are filled with the data (synthetic,
+  // or the data source's) of samples [first_sample, first_sample + batch) of `iteration`.
   void forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample);
+  // Graph inputs read `data` (which must cover every input op of the stage and outlive the
+  // runner) instead of synthetic data; nullptr restores synthetic data.
+  void set_data(const DataSource* data) { data_ = data; }
   // Sum over samples and loss ops of the per-sample losses of the slot's last forward.
   double loss_sum(int slot) const;
   bool has_loss() const { return !loss_ops_.empty(); }
@@ -153,6 +157,7 @@ class StageRunner {
   int64_t max_batch_ = 0;
   int slots_ = 0;
   uint64_t seed_ = 0;
+  const DataSource* data_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Tensor> tensors_;
   std::vector<OpState> ops_;                        // topological order
