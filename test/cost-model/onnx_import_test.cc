@@ -36,6 +36,7 @@ std::string structure_hash(ModelGraph m) {
   m.clear_description();
   m.clear_source();
   for (auto& op : *m.mutable_ops()) op.clear_param_values();
+  m.clear_param_sources();  // provenance, like the values
   return message_hash(m);
 }
 

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "../support/npy.h"
+#include "gp/exec/checkpoint.h"
 #include "gp/exec/dataset.h"
+#include "gp/exec/export.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/reference_trainer.h"
@@ -408,6 +410,111 @@ TEST_CASE("torch exports train on torch's data through the data directory as PyT
     CHECK(second->loss == Approx(mse).epsilon(1e-5));
     fs::remove_all(dir);
   }
+}
+
+}  // namespace gp
+
+namespace gp {
+
+TEST_CASE(
+    "import, train 3 steps, export: the exported ONNX imports with the checkpoint's weights") {
+  // Covers every parameter layout: Gemm (transB), MatMul (transposed), train-mode Transpose
+  // views, the packed attention projection, convolutions and batch norm, embeddings, and
+  // graph-only exports whose weights become initializers.
+  for (const std::string stem :
+       {"encoder_layer_op17", "encoder_layer_op17_train", "resnet_block_op17_train",
+        "embedding_op17", "position_embedding_op13", "relu6_depthwise_op17_noparams",
+        "mha_op17_noparams"}) {
+    INFO(stem);
+    auto m = graph::import_onnx(kDir + stem + ".onnx");
+    REQUIRE(m.ok());
+    auto g = graph::Graph::build(*m);
+    REQUIRE(g.ok());
+    graphpipe::v1::TrainingConfig training;
+    training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+    training.set_learning_rate(0.05);
+    training.set_momentum(0.9);
+    training.set_seed(3);
+    auto trainer = exec::ReferenceTrainer::create(*g, 4, 0, training);
+    REQUIRE(trainer.ok());
+    for (int it = 0; it < 3; ++it) REQUIRE((*trainer)->run_iteration(it).ok());
+    const fs::path dir = fs::temp_directory_path() / ("gp_export_" + stem);
+    fs::remove_all(dir);
+    REQUIRE(exec::write_stage_checkpoint(dir.string(), 2, *g, (*trainer)->mutable_runner()).ok());
+    REQUIRE(exec::commit_checkpoint(dir.string(), 2, *g, "test", training).ok());
+    exec::ExportOptions options;
+    options.checkpoint = dir.string();
+    options.out = (dir / "trained.onnx").string();
+    auto exported = exec::export_trained(*m, options);
+    INFO(exported.to_string());
+    REQUIRE(exported.ok());
+    auto again = graph::import_onnx(options.out);
+    INFO(again.status().to_string());
+    REQUIRE(again.ok());
+    auto g2 = graph::Graph::build(*again);
+    REQUIRE(g2.ok());
+    REQUIRE(g2->num_ops() == g->num_ops());
+    int64_t compared = 0;
+    for (int i = 0; i < g->num_ops(); ++i) {
+      const auto trained = (*trainer)->runner().op_params(i);
+      const auto& op2 = *g2->op(g2->index_of(g->op(i).id())).proto;
+      size_t offset = 0;
+      for (const auto& spec : g->op(i).proto->params()) {
+        int64_t n = 1;
+        for (int64_t d : spec.shape()) n *= d;
+        INFO(g->op(i).id() << "." << spec.name());
+        REQUIRE(op2.param_values().count(spec.name()) == 1);
+        const std::string& bytes = op2.param_values().at(spec.name());
+        REQUIRE(bytes.size() == static_cast<size_t>(n) * sizeof(float));
+        CHECK(std::memcmp(bytes.data(), trained.data() + offset, bytes.size()) == 0);
+        offset += static_cast<size_t>(n);
+        compared += n;
+      }
+    }
+    CHECK(compared == g->total_params());
+    // The training changed them: the export is not the untrained file.
+    auto original = graph::import_onnx(kDir + stem + ".onnx");
+    REQUIRE(original.ok());
+    CHECK(graph::message_hash(*original) != graph::message_hash(*again));
+    options.out = (dir / "trained.npz").string();
+    CHECK(exec::export_trained(*m, options).ok());
+    CHECK(fs::file_size(options.out) > static_cast<uintmax_t>(4 * g->total_params()));
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("export refuses a checkpoint of another model and a source file that does not fit") {
+  auto a = graph::import_onnx(kDir + "sigmoid_op17.onnx");
+  auto b = graph::import_onnx(kDir + "train_linear_op17.onnx");
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto g = graph::Graph::build(*a);
+  REQUIRE(g.ok());
+  graphpipe::v1::TrainingConfig training;
+  training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  training.set_learning_rate(0.1);
+  auto trainer = exec::ReferenceTrainer::create(*g, 4, 0, training);
+  REQUIRE(trainer.ok());
+  const fs::path dir = fs::temp_directory_path() / "gp_export_refusals";
+  fs::remove_all(dir);
+  REQUIRE(exec::write_stage_checkpoint(dir.string(), 0, *g, (*trainer)->mutable_runner()).ok());
+  REQUIRE(exec::commit_checkpoint(dir.string(), 0, *g, "test", training).ok());
+  exec::ExportOptions options;
+  options.checkpoint = dir.string();
+  options.out = (dir / "x.onnx").string();
+  auto other_model = exec::export_trained(*b, options);
+  CHECK_FALSE(other_model.ok());
+  CHECK_THAT(other_model.message(), Catch::Contains("model"));
+  options.onnx = kDir + "train_linear_op17.onnx";  // not the file it was imported from
+  auto other_file = exec::export_trained(*a, options);
+  CHECK_FALSE(other_file.ok());
+  CHECK_THAT(other_file.message(), Catch::Contains("train_linear_op17.onnx"));
+  options.onnx.clear();
+  options.out = (dir / "x.txt").string();
+  auto bad_out = exec::export_trained(*a, options);
+  CHECK_THAT(bad_out.message(), Catch::Contains("expected a .onnx or .npz"));
+  CHECK_FALSE(fs::exists(dir / "x.onnx"));
+  fs::remove_all(dir);
 }
 
 }  // namespace gp

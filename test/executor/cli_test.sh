@@ -118,6 +118,20 @@ mv "$tmp/x2.npy" "$tmp/data/x2.npy"
 err=$("$exe" reference --model "$dot" --batch 32 --iterations 1 --data "$tmp/data" 2>&1 >/dev/null); rc=$?
 check "too few samples exits 2 saying so" '[ $rc -eq 2 ] && echo "$err" | grep -q "24 samples, fewer than the mini-batch of 32"'
 
+# Weights out: train an imported model, checkpoint it, export it as ONNX and as .npz.
+"$plan_bin" --log-level warn import "$dot" --out "$tmp/dot.pbtxt"
+"$exe" --log-level warn reference --model "$tmp/dot.pbtxt" --batch 8 --iterations 3 --data "$tmp/data" \
+  --checkpoint-dir "$tmp/dot-ck"; rc=$?
+check "reference --checkpoint-dir writes a checkpoint" '[ $rc -eq 0 ] && [ -f "$tmp/dot-ck/LATEST" ]'
+"$exe" --log-level warn export --checkpoint "$tmp/dot-ck" --model "$tmp/dot.pbtxt" --out "$tmp/dot-trained.onnx"; rc=$?
+"$plan_bin" --log-level warn import "$tmp/dot-trained.onnx" --out "$tmp/dot-trained.pbtxt"; rc2=$?
+check "export writes an ONNX model that imports again" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && ! cmp -s "$dot" "$tmp/dot-trained.onnx"'
+"$exe" --log-level warn export --checkpoint "$tmp/dot-ck" --model "$tmp/dot.pbtxt" --out "$tmp/dot-trained.npz"; rc=$?
+check "export writes an .npz that zipfile reads, with every parameter" \
+  '[ $rc -eq 0 ] && python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; n = z.namelist(); assert len(n) == 4 and all(x.endswith(\".npy\") for x in n), n" "$tmp/dot-trained.npz"'
+err=$("$exe" export --checkpoint "$tmp/dot-ck" --model zoo:tiny-mmt --out "$tmp/x.onnx" 2>&1 >/dev/null); rc=$?
+check "export of another model's checkpoint exits non-zero naming the model" '[ $rc -ne 0 ] && echo "$err" | grep -q "model"'
+
 # Devices: the CPU ignores --precision; cuda:N trains where there is a GPU and otherwise exits 1
 # naming the device; unknown devices and precisions exit 2 naming the flag.
 "$exe" --log-level warn reference --model zoo:tiny-dlrm --batch 16 --iterations 4 --lr 0.01 \

@@ -9,15 +9,6 @@
 namespace gp::graph::onnx_detail {
 namespace {
 
-std::vector<float> transposed(const std::vector<float>& v, int64_t rows, int64_t cols) {
-  std::vector<float> t(v.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c)
-      t[static_cast<size_t>(c * rows + r)] = v[static_cast<size_t>(r * cols + c)];
-  }
-  return t;
-}
-
 std::string dims_string(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -105,10 +96,8 @@ void Importer::convert(int i) {
     if (const double eps = attr_f(n, "epsilon", 1e-5); std::fabs(eps - 1e-5) > 1e-9) {
       set_attr(op_by_id(id), "epsilon", eps);
     }
-    if (auto v = float_values(n.input(1))) set_values(id, "gamma", *v);
-    if (n.input_size() > 2 && !n.input(2).empty()) {
-      if (auto v = float_values(n.input(2))) set_values(id, "beta", *v);
-    }
+    take(id, "gamma", n.input(1));
+    if (n.input_size() > 2 && !n.input(2).empty()) take(id, "beta", n.input(2));
     return;
   }
   if (t == "Gemm") return gemm(i, id);
@@ -166,10 +155,10 @@ void Importer::emit_fused(int i, const Fused& f) {
   act_[g_.node(i).output(0)] = b_.layer_norm(id, *x);
   if (std::fabs(f.epsilon - 1e-5) > 1e-9) set_attr(op_by_id(id), "epsilon", f.epsilon);
   if (!f.gamma.empty()) {
-    if (auto v = float_values(f.gamma)) set_values(id, "gamma", *v);
+    take(id, "gamma", f.gamma);
   }
   if (!f.beta.empty()) {
-    if (auto v = float_values(f.beta)) set_values(id, "beta", *v);
+    take(id, "beta", f.beta);
   }
 }
 
@@ -183,28 +172,15 @@ void Importer::emit_attention(int i, const Fused& f, const TensorRef& x) {
   }
   const int64_t e = (*shape)[1];
   act_[g_.node(i).output(0)] = b_.attention(id, x, f.heads);
-  if (auto w = float_values(f.in_weight)) {
-    const char* names[] = {"q_weight", "k_weight", "v_weight"};
-    for (int64_t p = 0; p < 3; ++p) {
-      std::vector<float> v(static_cast<size_t>(e * e));
-      for (int64_t o = 0; o < e; ++o) {
-        for (int64_t k = 0; k < e; ++k) {
-          v[static_cast<size_t>(o * e + k)] = (*w)[static_cast<size_t>(k * 3 * e + p * e + o)];
-        }
-      }
-      set_values(id, names[p], v);
-    }
+  using PS = graphpipe::v1::ParamSource;
+  const char* weights[] = {"q_weight", "k_weight", "v_weight"};
+  const char* biases[] = {"q_bias", "k_bias", "v_bias"};
+  for (int64_t p = 0; p < 3; ++p) {
+    take(id, weights[p], f.in_weight, PS::LAYOUT_COLUMNS_TRANSPOSED, p * e, e * e);
+    take(id, biases[p], f.in_bias, PS::LAYOUT_RANGE, p * e, e);
   }
-  if (auto b = float_values(f.in_bias)) {
-    const char* names[] = {"q_bias", "k_bias", "v_bias"};
-    for (int64_t p = 0; p < 3; ++p) {
-      set_values(id, names[p], std::vector<float>(b->begin() + p * e, b->begin() + (p + 1) * e));
-    }
-  }
-  if (auto w = float_values(f.out_weight)) {
-    set_values(id, "out_weight", f.out_trans_b ? *w : transposed(*w, e, e));
-  }
-  if (auto b = float_values(f.out_bias)) set_values(id, "out_bias", *b);
+  take(id, "out_weight", f.out_weight, f.out_trans_b ? PS::LAYOUT_COPY : PS::LAYOUT_TRANSPOSE);
+  take(id, "out_bias", f.out_bias);
 }
 
 void Importer::gemm(int i, const std::string& id) {
@@ -229,11 +205,11 @@ void Importer::gemm(int i, const std::string& id) {
   }
   act_[n.output(0)] = b_.linear(id, *a, out_features, bias);
   // GraphPipe's weight is [out, in]: ONNX's B as is with transB, transposed without.
-  if (auto v = float_values(n.input(1))) {
-    set_values(id, "weight", trans_b ? *v : transposed(*v, w[0], w[1]));
-  }
+  take(id, "weight", n.input(1),
+       trans_b ? graphpipe::v1::ParamSource::LAYOUT_COPY
+               : graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE);
   if (bias) {
-    if (auto v = float_values(n.input(2))) set_values(id, "bias", *v);
+    take(id, "bias", n.input(2));
   }
 }
 
@@ -272,10 +248,8 @@ void Importer::matmul(int i, const std::string& id) {
     }
   }
   act_[result] = b_.linear(id, *a, w[1], bias);
-  if (auto v = float_values(n.input(1))) set_values(id, "weight", transposed(*v, w[0], w[1]));
-  if (bias) {
-    if (auto v = float_values(bias_name)) set_values(id, "bias", *v);
-  }
+  take(id, "weight", n.input(1), graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE);
+  if (bias) take(id, "bias", bias_name);
 }
 
 // Mul or Div of an activation by a scalar constant (attention's 1/sqrt(d), for one).
@@ -423,7 +397,7 @@ void Importer::gather(int i, const std::string& id) {
   const auto ids_rank = rank_of(n.input(1));
   if (!ids_rank) return refuse(i, "ids of unknown rank");
   TensorRef out = b_.embedding(id, *activation(n.input(1)), table[0], table[1]);
-  if (auto v = float_values(n.input(0))) set_values(id, "weight", *v);
+  take(id, "weight", n.input(0));
   // ONNX ids [batch] are per-sample [1] here: the lookup's [1, dim] is the sample's [dim].
   if (*ids_rank == 1) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
   act_[n.output(0)] = out;
@@ -439,7 +413,7 @@ void Importer::embedding_bag(int i, const std::string& id) {
   const auto& red = g_.node(r);  // gather() checked it reduces the bag axis 1
   done_[static_cast<size_t>(r)] = true;
   TensorRef out = b_.embedding_bag(id, *ids, table[0], table[1]);
-  if (auto v = float_values(n.input(0))) set_values(id, "weight", *v);
+  take(id, "weight", n.input(0));
   if (red.op_type() == "ReduceMean") set_attr(op_by_id(id), "mode", std::string_view("mean"));
   act_[red.output(0)] = out;
 }
@@ -509,7 +483,7 @@ void Importer::bias_add(int i, const std::string& id, const TensorRef& x,
                          " (only a broadcast over the leading axes maps)");
   }
   act_[n.output(0)] = b_.bias_add(id, x, w);
-  if (auto v = float_values(weight)) set_values(id, "bias", *v);
+  take(id, "bias", weight);
 }
 
 // Clip(x, min, max) with constant bounds (ReLU6 is Clip(0, 6)).
@@ -727,10 +701,8 @@ void Importer::conv(int i, const std::string& id) {
   if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
     set_attr(op_by_id(id), "groups", groups);  // weight [out, C/groups, kh, kw] in both
   }
-  if (auto v = float_values(n.input(1))) set_values(id, "weight", *v);  // [out, C, kh, kw] both
-  if (bias) {
-    if (auto v = float_values(n.input(2))) set_values(id, "bias", *v);
-  }
+  take(id, "weight", n.input(1));  // [out, C, kh, kw] both
+  if (bias) take(id, "bias", n.input(2));
 }
 
 void Importer::pool(int i, const std::string& id) {
@@ -801,8 +773,8 @@ void Importer::batch_norm(int i, const std::string& id) {
     }
   }
   act_[n.output(0)] = b_.batch_norm(id, *x, attr_f(n, "epsilon", 1e-5));
-  if (auto v = float_values(n.input(1))) set_values(id, "gamma", *v);
-  if (auto v = float_values(n.input(2))) set_values(id, "beta", *v);
+  take(id, "gamma", n.input(1));
+  take(id, "beta", n.input(2));
 }
 
 }  // namespace gp::graph::onnx_detail

@@ -279,6 +279,7 @@ bool Importer::fold_weight_view(const onnx::NodeProto& n) {
   }
   const std::string& in = n.input(0);
   const std::string& out = n.output(0);
+  view_of_[out] = {in, t == "Transpose"};
   std::vector<int64_t> dims = weight_dims(in);
   if (t == "Transpose") {
     std::vector<int64_t> perm = attr_ints(n, "perm");
@@ -752,6 +753,66 @@ Operator& Importer::op_by_id(const std::string& id) {
     if (ops[k].id() == id) return ops[k];
   }
   return ops[ops.size() - 1];
+}
+
+void Importer::take(const std::string& id, const std::string& param, const std::string& name,
+                    Layout layout, int64_t offset, int64_t count) {
+  using PS = graphpipe::v1::ParamSource;
+  if (auto v = float_values(name)) {
+    const auto dims = weight_dims(name);
+    const int64_t rows = dims.size() == 2 ? dims[0] : 1, cols = dims.size() == 2 ? dims[1] : 1;
+    std::vector<float> p;
+    if (layout == PS::LAYOUT_COPY) {
+      p = *v;
+    } else if (layout == PS::LAYOUT_TRANSPOSE && dims.size() == 2) {
+      p.resize(v->size());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          p[static_cast<size_t>(c * rows + r)] = (*v)[static_cast<size_t>(r * cols + c)];
+        }
+      }
+    } else if (layout == PS::LAYOUT_COLUMNS_TRANSPOSED && dims.size() == 2) {
+      const int64_t w = count / rows;
+      p.resize(static_cast<size_t>(count));
+      for (int64_t o = 0; o < w; ++o) {
+        for (int64_t k = 0; k < rows; ++k) {
+          p[static_cast<size_t>(o * rows + k)] = (*v)[static_cast<size_t>(k * cols + offset + o)];
+        }
+      }
+    } else if (layout == PS::LAYOUT_RANGE && offset + count <= static_cast<int64_t>(v->size())) {
+      p.assign(v->begin() + offset, v->begin() + offset + count);
+    }
+    if (!p.empty()) set_values(id, param, p);
+  }
+  // The source, through Transpose views (a transposed view changes the layout of the tensor
+  // under it). An Identity view is a parameter of its own (torch de-duplicates parameters of
+  // equal values into one initializer and Identity nodes): its source is the Identity's output.
+  std::string base = name;
+  bool transposed_view = false;
+  for (auto it = view_of_.find(base); it != view_of_.end() && it->second.second;
+       it = view_of_.find(base)) {
+    transposed_view = !transposed_view;
+    base = it->second.first;
+  }
+  if (transposed_view) {
+    const auto dims = weight_dims(name);  // the view's [r, c]; the base is [c, r]
+    if (layout == PS::LAYOUT_COPY) {
+      layout = PS::LAYOUT_TRANSPOSE;
+    } else if (layout == PS::LAYOUT_TRANSPOSE) {
+      layout = PS::LAYOUT_COPY;
+    } else if (layout == PS::LAYOUT_COLUMNS_TRANSPOSED && dims.size() == 2) {
+      layout = PS::LAYOUT_RANGE;  // columns of the view are rows of the base: contiguous
+      offset *= dims[0];
+    } else {
+      return;  // no such export; the parameter then has no source
+    }
+  }
+  PS* src = b_.model().add_param_sources();
+  src->set_op(id);
+  src->set_param(param);
+  src->set_initializer(base);
+  src->set_layout(layout);
+  src->set_offset(offset);
 }
 
 void Importer::set_values(const std::string& id, const std::string& param,

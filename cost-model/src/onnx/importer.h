@@ -96,6 +96,13 @@ class Importer {
   void refuse(int i, const std::string& why);
   Operator& op_by_id(const std::string& id);
   void set_values(const std::string& id, const std::string& param, const std::vector<float>& v);
+  // Parameter `param` of op `id` from ONNX tensor `name` in `layout` (model.proto ParamSource;
+  // `count` elements for the block layouts): its values where the model has them, and always
+  // its source, resolved through Identity/Transpose views to the initializer or weight input.
+  using Layout = graphpipe::v1::ParamSource::Layout;
+  void take(const std::string& id, const std::string& param, const std::string& name,
+            Layout layout = graphpipe::v1::ParamSource::LAYOUT_COPY, int64_t offset = 0,
+            int64_t count = 0);
 
   // convert.cc: one ONNX node (or the last node of a fused pattern) to catalogue operators.
   void convert(int i);
@@ -143,7 +150,9 @@ class Importer {
   std::map<std::string, int> elem_types_;
   std::set<std::string> weight_inputs_;
   std::map<std::string, std::vector<int64_t>> view_dims_;  // weight views of weight inputs
-  std::deque<onnx::TensorProto> owned_;                    // transposed constant weights
+  // Every weight view by name: the tensor it views and whether it transposes it.
+  std::map<std::string, std::pair<std::string, bool>> view_of_;
+  std::deque<onnx::TensorProto> owned_;  // transposed constant weights
   // Zero padding of a Pad node, by its output, that its Conv or AveragePool consumer absorbs.
   std::map<std::string, std::array<int64_t, 2>> pad_of_;
   int64_t static_batch_ = 0;  // a static export's traced batch size (0: symbolic)

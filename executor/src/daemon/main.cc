@@ -9,7 +9,9 @@
 #include "gp/common/cli.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
+#include "gp/exec/checkpoint.h"
 #include "gp/exec/device.h"
+#include "gp/exec/export.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
@@ -36,6 +38,7 @@ struct ReferenceOptions {
   std::string precision = "fp32";
   std::string data;  // --data DIR: one <input op id>.npy per graph input
   bool no_shuffle = false;
+  std::string checkpoint_dir;  // write the trained parameters here at the end
 };
 
 // The device named by --device with GEMMs at --precision (which the CPU ignores).
@@ -124,6 +127,40 @@ gp::Status run_reference(ReferenceOptions o) {
     GP_RETURN_IF_ERROR(
         gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
   }
+  if (!o.checkpoint_dir.empty()) {
+    const int64_t last = o.iterations - 1;
+    GP_RETURN_IF_ERROR(gp::exec::write_stage_checkpoint(o.checkpoint_dir, last, *graph,
+                                                        trainer->mutable_runner()));
+    GP_RETURN_IF_ERROR(
+        gp::exec::commit_checkpoint(o.checkpoint_dir, last, *graph, "reference", training));
+    log->info("checkpoint of iteration {} written to {}", last, o.checkpoint_dir);
+  }
+  return gp::ok_status();
+}
+
+struct ExportCommandOptions {
+  std::string model;
+  std::string plan;
+  gp::exec::ExportOptions exp;
+};
+
+gp::Status run_export(const ExportCommandOptions& o) {
+  if (o.model.empty() == o.plan.empty()) {
+    return gp::invalid_argument("export needs exactly one of --model and --plan");
+  }
+  graphpipe::v1::ModelGraph model;
+  if (!o.plan.empty()) {
+    graphpipe::v1::Plan plan;
+    GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
+    model = plan.model();
+  } else {
+    GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(o.model));
+  }
+  std::vector<std::string> notes;
+  GP_RETURN_IF_ERROR(gp::exec::export_trained(model, o.exp, &notes));
+  auto log = gp::log::get("exec");
+  for (const auto& n : notes) log->warn("{}", n);
+  log->info("wrote the trained parameters of {} to {}", o.exp.checkpoint, o.exp.out);
   return gp::ok_status();
 }
 
@@ -293,7 +330,22 @@ int main(int raw_argc, char** raw_argv) {
       reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
   reference->add_option("--metrics-out", ref.metrics_out, "write per-iteration metrics (JSON)");
   add_data_options(reference, ref.data, ref.no_shuffle);
+  reference->add_option("--checkpoint-dir", ref.checkpoint_dir,
+                        "write the trained parameters as a checkpoint here at the end (for "
+                        "export, or run --resume)");
   add_device_options(reference, ref.device, ref.precision);
+  ExportCommandOptions exp;
+  auto* export_cmd = app.add_subcommand(
+      "export",
+      "Write a checkpoint's trained parameters out: as the ONNX model they were imported from "
+      "(initializers replaced) or as an .npz of <op>.<param> arrays");
+  export_cmd->add_option("--checkpoint", exp.exp.checkpoint, "checkpoint directory")->required();
+  export_cmd->add_option("--out", exp.exp.out, "file to write: .onnx or .npz")->required();
+  export_cmd->add_option("--model", exp.model, "the model that was trained (or --plan)");
+  export_cmd->add_option("--plan", exp.plan, "a plan of the model that was trained");
+  export_cmd->add_option("--onnx", exp.exp.onnx,
+                         "for .onnx: the file the model was imported from (default: the model's "
+                         "recorded source)");
   LocalOptions local;
   auto* local_cmd = app.add_subcommand(
       "local", "Run every rank of a plan as threads of this process (in-process data plane)");
@@ -461,6 +513,7 @@ int main(int raw_argc, char** raw_argv) {
   if (serve_cmd->parsed()) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_serve(serve));
   }
+  if (export_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_export(exp));
   if (submit_cmd->parsed()) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_submit(submit));
   }

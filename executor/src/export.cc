@@ -1,0 +1,323 @@
+// export_trained: checkpoint -> the source ONNX model with trained initializers, or an .npz.
+#include "gp/exec/export.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "gp/exec/checkpoint.h"
+#include "gp/exec/reference_trainer.h"
+#include "gp/graph/model_io.h"
+#include "onnx/onnx.pb.h"
+
+namespace gp::exec {
+namespace {
+
+using graphpipe::v1::ParamSource;
+
+constexpr int kOnnxFloat = 1;
+
+// One operator's trained parameters by name (ParamSpec order in the runner's span).
+std::map<std::string, std::vector<float>> params_by_name(const graph::OpNode& op,
+                                                         std::span<const float> values) {
+  std::map<std::string, std::vector<float>> out;
+  size_t offset = 0;
+  for (const auto& spec : op.proto->params()) {
+    int64_t n = 1;
+    for (int64_t d : spec.shape()) n *= d;
+    out[spec.name()] = std::vector<float>(values.begin() + static_cast<long>(offset),
+                                          values.begin() + static_cast<long>(offset + n));
+    offset += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+// Writes P (GraphPipe's layout) into S (the ONNX tensor, dims `dims`) per the source's layout.
+Status scatter(const ParamSource& src, const std::vector<float>& p,
+               const std::vector<int64_t>& dims, std::vector<float>& s) {
+  const std::string what =
+      "param_sources: " + src.op() + "." + src.param() + " -> '" + src.initializer() + "'";
+  const int64_t rows = dims.size() == 2 ? dims[0] : 1, cols = dims.size() == 2 ? dims[1] : 1;
+  const int64_t n = static_cast<int64_t>(p.size());
+  switch (src.layout()) {
+    case ParamSource::LAYOUT_COPY:
+      if (p.size() != s.size()) break;
+      s = p;
+      return ok_status();
+    case ParamSource::LAYOUT_TRANSPOSE:
+      if (dims.size() != 2 || p.size() != s.size()) break;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          s[static_cast<size_t>(r * cols + c)] = p[static_cast<size_t>(c * rows + r)];
+        }
+      }
+      return ok_status();
+    case ParamSource::LAYOUT_COLUMNS_TRANSPOSED: {
+      if (dims.size() != 2 || n % rows != 0 || src.offset() < 0 || src.offset() + n / rows > cols) {
+        break;
+      }
+      for (int64_t o = 0; o < n / rows; ++o) {
+        for (int64_t k = 0; k < rows; ++k) {
+          s[static_cast<size_t>(k * cols + src.offset() + o)] =
+              p[static_cast<size_t>(o * rows + k)];
+        }
+      }
+      return ok_status();
+    }
+    case ParamSource::LAYOUT_RANGE:
+      if (src.offset() < 0 || src.offset() + n > static_cast<int64_t>(s.size())) break;
+      std::copy(p.begin(), p.end(), s.begin() + src.offset());
+      return ok_status();
+    default:
+      return invalid_argument(what + ": unknown layout " + std::to_string(src.layout()));
+  }
+  return invalid_argument(what + ": " + std::to_string(p.size()) +
+                          " values do not fit the tensor's dims (another source model?)");
+}
+
+std::vector<float> float_data(const onnx::TensorProto& t) {
+  std::vector<float> v(t.float_data().begin(), t.float_data().end());
+  const size_t typed = v.size();
+  v.resize(typed + t.raw_data().size() / sizeof(float));
+  std::memcpy(v.data() + typed, t.raw_data().data(), t.raw_data().size() / sizeof(float) * 4);
+  return v;
+}
+
+Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
+                  const ExportOptions& options, std::vector<std::string>* notes) {
+  const auto& model = graph.model();
+  const std::string in = options.onnx.empty() ? model.source() : options.onnx;
+  if (model.param_sources_size() == 0) {
+    return invalid_argument("--out " + options.out +
+                            ": the model records no ONNX sources for its parameters (only a "
+                            "model imported from ONNX exports as ONNX; use an .npz)");
+  }
+  GP_ASSIGN_OR_RETURN(std::string bytes, graph::read_file(in));
+  onnx::ModelProto onnx_model;
+  if (!onnx_model.ParseFromString(bytes)) {
+    return invalid_argument(in +
+                            ": not an ONNX model (--onnx names the file it was imported from)");
+  }
+  auto* g = onnx_model.mutable_graph();
+  // The tensors to write: existing initializers, or weight graph inputs (export_params=False).
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> tensors;
+  for (const auto& t : g->initializer()) {
+    if (t.data_type() == kOnnxFloat) {
+      tensors[t.name()] = {{t.dims().begin(), t.dims().end()}, float_data(t)};
+    }
+  }
+  for (const auto& vi : g->input()) {
+    if (tensors.count(vi.name()) || !vi.type().has_tensor_type()) continue;
+    std::vector<int64_t> dims;
+    int64_t n = 1;
+    bool known = true;
+    for (const auto& d : vi.type().tensor_type().shape().dim()) {
+      known = known && d.has_dim_value();
+      dims.push_back(d.dim_value());
+      n *= d.dim_value();
+    }
+    if (known) tensors[vi.name()] = {dims, std::vector<float>(static_cast<size_t>(n), 0.0f)};
+  }
+  // Identity outputs of weights are parameters of their own (torch's de-duplication): they get
+  // their own initializer, and their Identity node goes.
+  std::map<std::string, int> identity_of;
+  for (int k = 0; k < g->node_size(); ++k) {
+    const auto& n = g->node(k);
+    if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1) {
+      identity_of[n.output(0)] = k;
+    }
+  }
+  for (bool grew = true; grew;) {  // chains of Identity
+    grew = false;
+    for (const auto& [name, k] : identity_of) {
+      auto src = tensors.find(g->node(k).input(0));
+      if (src != tensors.end() && !tensors.count(name)) {
+        tensors[name] = src->second;
+        grew = true;
+      }
+    }
+  }
+  std::map<std::string, std::string> writer;  // tensor -> the first op.param written into it
+  std::map<std::string, std::vector<float>> first_values;
+  for (const auto& src : model.param_sources()) {
+    const int op = graph.index_of(src.op());
+    if (op < 0) return invalid_argument("param_sources: op '" + src.op() + "' is not in the model");
+    auto it = tensors.find(src.initializer());
+    if (it == tensors.end()) {
+      return invalid_argument(in + ": has no float tensor '" + src.initializer() + "' for " +
+                              src.op() + "." + src.param() + " (another source model?)");
+    }
+    auto params = params_by_name(graph.op(op), runner.op_params(op));
+    auto p = params.find(src.param());
+    if (p == params.end()) {
+      return invalid_argument("param_sources: " + src.op() + " has no parameter '" + src.param() +
+                              "'");
+    }
+    const std::string key =
+        src.initializer() + "@" + std::to_string(src.layout()) + ":" + std::to_string(src.offset());
+    if (auto w = writer.find(key); w != writer.end()) {  // untied copies of one weight
+      if (first_values[key] != p->second && notes != nullptr) {
+        notes->push_back("'" + src.initializer() + "' was trained as independent copies (" +
+                         w->second + ", " + src.op() + "." + src.param() + "); the export holds " +
+                         w->second + "'s values");
+      }
+      continue;
+    }
+    writer[key] = src.op() + "." + src.param();
+    first_values[key] = p->second;
+    GP_RETURN_IF_ERROR(
+        scatter(src, p->second, it->second.first, it->second.second).with_context(in));
+  }
+  std::map<std::string, bool> written;
+  for (auto& t : *g->mutable_initializer()) {
+    auto it = tensors.find(t.name());
+    if (it == tensors.end() || t.data_type() != kOnnxFloat) continue;
+    t.clear_float_data();
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(it->second.second.data()),
+                               it->second.second.size() * sizeof(float)));
+    written[t.name()] = true;
+  }
+  for (const auto& [name, w] : writer) {
+    const std::string tensor = name.substr(0, name.rfind('@'));
+    if (written[tensor]) continue;
+    written[tensor] = true;
+    if (auto id = identity_of.find(tensor); id != identity_of.end()) {
+      g->mutable_node(id->second)->set_op_type("");  // removed below
+    }
+    auto* t = g->add_initializer();  // a weight input of a graph-only export, an Identity
+    t->set_name(tensor);
+    t->set_data_type(kOnnxFloat);
+    for (int64_t d : tensors[tensor].first) t->add_dims(d);
+    const auto& v = tensors[tensor].second;
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  }
+  auto* nodes = g->mutable_node();
+  nodes->erase(std::remove_if(nodes->begin(), nodes->end(),
+                              [](const onnx::NodeProto& n) { return n.op_type().empty(); }),
+               nodes->end());
+  std::string out;
+  if (!onnx_model.SerializeToString(&out)) return internal_error("ONNX serialisation failed");
+  return graph::write_file_atomic(options.out, out);
+}
+
+// ---- .npz: a zip archive of .npy files, stored uncompressed ------------------------------------
+
+uint32_t crc32(const std::string& data) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : data) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+void put16(std::string& s, uint32_t v) {
+  s += static_cast<char>(v & 0xff);
+  s += static_cast<char>((v >> 8) & 0xff);
+}
+void put32(std::string& s, uint32_t v) {
+  put16(s, v & 0xffff);
+  put16(s, v >> 16);
+}
+
+std::string npy_bytes(const std::vector<int64_t>& shape, const float* data, size_t n) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  if (shape.size() > 1) dims.resize(dims.size() - 2);
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  put16(out, static_cast<uint32_t>(header.size()));
+  out += header;
+  out.append(reinterpret_cast<const char*>(data), n * sizeof(float));
+  return out;
+}
+
+Status write_npz(const graph::Graph& graph, const StageRunner& runner, const std::string& path) {
+  std::string zip, central;
+  uint32_t entries = 0;
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    const auto& op = graph.op(i);
+    const auto values = runner.op_params(i);
+    size_t offset = 0;
+    for (const auto& spec : op.proto->params()) {
+      std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+      size_t n = 1;
+      for (int64_t d : shape) n *= static_cast<size_t>(d);
+      const std::string name = op.id() + "." + spec.name() + ".npy";
+      const std::string body = npy_bytes(shape, values.data() + offset, n);
+      offset += n;
+      if (body.size() >= 0xFFFFFFFFu || zip.size() >= 0xFFFFFFFFu - body.size()) {
+        return invalid_argument(path +
+                                ": more than 4 GiB of parameters (.npz without zip64); "
+                                "export as .onnx instead");
+      }
+      const uint32_t crc = crc32(body), local = static_cast<uint32_t>(zip.size());
+      auto header = [&](std::string& s, bool central_entry) {
+        put32(s, central_entry ? 0x02014b50u : 0x04034b50u);
+        if (central_entry) put16(s, 20);  // made by
+        put16(s, 20);                     // version needed
+        put16(s, 0);                      // flags
+        put16(s, 0);                      // stored
+        put16(s, 0);                      // time
+        put16(s, 0x21);                   // date: 1980-01-01
+        put32(s, crc);
+        put32(s, static_cast<uint32_t>(body.size()));
+        put32(s, static_cast<uint32_t>(body.size()));
+        put16(s, static_cast<uint32_t>(name.size()));
+        put16(s, 0);  // extra
+        if (central_entry) {
+          put16(s, 0);  // comment
+          put16(s, 0);  // disk
+          put16(s, 0);  // internal attributes
+          put32(s, 0);  // external attributes
+          put32(s, local);
+        }
+        s += name;
+      };
+      header(zip, false);
+      zip += body;
+      header(central, true);
+      ++entries;
+    }
+  }
+  const uint32_t central_offset = static_cast<uint32_t>(zip.size());
+  zip += central;
+  put32(zip, 0x06054b50u);
+  put16(zip, 0);
+  put16(zip, 0);
+  put16(zip, entries);
+  put16(zip, entries);
+  put32(zip, static_cast<uint32_t>(central.size()));
+  put32(zip, central_offset);
+  put16(zip, 0);
+  return graph::write_file_atomic(path, zip);
+}
+
+}  // namespace
+
+Status export_trained(const graphpipe::v1::ModelGraph& model, const ExportOptions& options,
+                      std::vector<std::string>* notes) {
+  const std::string ext = std::filesystem::path(options.out).extension().string();
+  if (ext != ".onnx" && ext != ".npz") {
+    return invalid_argument("--out " + options.out + ": expected a .onnx or .npz file");
+  }
+  GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(options.checkpoint));
+  auto graph = graph::Graph::build(model);
+  if (!graph.ok()) return graph.status().with_context("model");
+  graphpipe::v1::TrainingConfig training;  // only the state layout matters for loading
+  training.set_optimizer(manifest.optimizer());
+  training.set_learning_rate(1);
+  if (manifest.optimizer() == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM) training.set_momentum(0.9);
+  GP_ASSIGN_OR_RETURN(auto trainer, ReferenceTrainer::create(*graph, 1, 0, training));
+  GP_RETURN_IF_ERROR(load_stage_checkpoint(options.checkpoint, manifest, *graph, training,
+                                           trainer->mutable_runner()));
+  if (ext == ".npz") return write_npz(*graph, trainer->runner(), options.out);
+  return write_onnx(*graph, trainer->runner(), options, notes);
+}
+
+}  // namespace gp::exec
