@@ -9,7 +9,7 @@ packages=(
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
   libcli11-dev libspdlog-dev catch2
   libopenblas-dev libgloo-dev libonnx-dev
-  python3
+  python3 python3-numpy
 )
 
 missing=()
