@@ -7,11 +7,14 @@
 #include <google/protobuf/util/json_util.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <vector>
 
 namespace gp::graph {
 namespace {
@@ -152,16 +155,83 @@ Status write_message(const std::string& path, const google::protobuf::Message& m
   return write_file_atomic(path, data);
 }
 
-std::string message_hash(const google::protobuf::Message& msg) {
-  auto bytes = serialize_message(msg, FileFormat::kBinary);
+std::string bytes_hash(std::string_view bytes) {
   uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : bytes.value()) {
+  for (unsigned char c : bytes) {
     h ^= c;
     h *= 1099511628211ULL;
   }
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+std::string message_hash(const google::protobuf::Message& msg) {
+  return bytes_hash(serialize_message(msg, FileFormat::kBinary).value());
+}
+
+Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& path,
+                           const std::string& recorded) {
+  graphpipe::v1::WeightsFile file;
+  for (const auto& op : model.ops()) {
+    // In the op's map order sorted by name: the file (and its hash) is deterministic.
+    std::vector<std::string> names;
+    for (const auto& [name, v] : op.param_values()) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+      auto* v = file.add_values();
+      v->set_op(op.id());
+      v->set_param(name);
+      v->set_values(op.param_values().at(name));
+    }
+  }
+  if (file.values_size() == 0) return ok_status();
+  std::string bytes;
+  if (!file.SerializeToString(&bytes)) return internal_error("serialising the weights failed");
+  GP_RETURN_IF_ERROR(write_file_atomic(path, bytes));
+  for (auto& op : *model.mutable_ops()) op.clear_param_values();
+  model.set_weights_file(recorded);
+  model.set_weights_hash(bytes_hash(bytes));
+  return ok_status();
+}
+
+Status resolve_weights(graphpipe::v1::ModelGraph& model) {
+  if (model.weights_file().empty()) return ok_status();
+  const std::string& path = model.weights_file();
+  auto bytes = read_file(path);
+  if (!bytes.ok()) {
+    return invalid_argument("model.weights_file '" + path + "': " + bytes.status().message() +
+                            " (the weights written next to the model by graphpipe-plan import)");
+  }
+  const std::string hash = bytes_hash(*bytes);
+  if (hash != model.weights_hash()) {
+    return invalid_argument("model.weights_file '" + path + "' has hash " + hash +
+                            ", the model was written with " + model.weights_hash() +
+                            " (another or a changed file)");
+  }
+  graphpipe::v1::WeightsFile file;
+  if (!file.ParseFromString(*bytes)) {
+    return invalid_argument("model.weights_file '" + path + "': not a weights file");
+  }
+  std::map<std::string, graphpipe::v1::Operator*> ops;
+  for (auto& op : *model.mutable_ops()) ops[op.id()] = &op;
+  for (const auto& v : file.values()) {
+    auto it = ops.find(v.op());
+    if (it == ops.end()) {
+      return invalid_argument("model.weights_file '" + path + "': op '" + v.op() +
+                              "' is not in the model");
+    }
+    (*it->second->mutable_param_values())[v.param()] = v.values();
+  }
+  return ok_status();  // Graph::build checks each value fits its parameter
+}
+
+std::string model_hash(const graphpipe::v1::ModelGraph& model) {
+  if (model.weights_file().empty()) return message_hash(model);
+  graphpipe::v1::ModelGraph m = model;
+  for (auto& op : *m.mutable_ops()) op.clear_param_values();
+  m.clear_weights_file();  // where the file lies does not change the model; its hash does
+  return message_hash(m);
 }
 
 }  // namespace gp::graph

@@ -117,7 +117,7 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
     return invalid_argument("plan.format_version = " + std::to_string(plan.format_version()) +
                             ", this build reads version 1");
   }
-  const std::string hash = message_hash(plan.model());
+  const std::string hash = model_hash(plan.model());
   if (plan.model_hash() != hash) {
     return invalid_argument("plan.model_hash = '" + plan.model_hash() +
                             "' does not match the embedded model (" + hash + ")");

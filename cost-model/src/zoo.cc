@@ -1,5 +1,7 @@
 #include "gp/graph/zoo.h"
 
+#include <filesystem>
+
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_import.h"
 #include "zoo_models.h"
@@ -175,6 +177,14 @@ Result<graphpipe::v1::ModelGraph> load_model(std::string_view spec_or_path) {
   Status st = read_message(std::string(spec_or_path), &model);
   if (!st.ok()) return st.with_context("--model");
   if (model.source().empty()) model.set_source(std::string(spec_or_path));
+  // A weights file named relative to the model file: from here on (plans), by its full path.
+  if (!model.weights_file().empty() && std::filesystem::path(model.weights_file()).is_relative()) {
+    model.set_weights_file(
+        (std::filesystem::absolute(std::filesystem::path(spec_or_path)).parent_path() /
+         model.weights_file())
+            .lexically_normal()
+            .string());
+  }
   return model;
 }
 

@@ -101,7 +101,7 @@ Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph:
   const std::string out = iter_dir(dir, iteration);
   CheckpointManifest m;
   m.set_format_version(1);
-  m.set_model_hash(graph::message_hash(graph.model()));
+  m.set_model_hash(graph::model_hash(graph.model()));
   m.set_plan_hash(plan_hash);
   m.set_iteration(iteration);
   m.set_optimizer(training.optimizer());
@@ -173,7 +173,7 @@ Status load_stage_checkpoint(const std::string& dir, const CheckpointManifest& m
                              const graph::Graph& graph,
                              const graphpipe::v1::TrainingConfig& training, StageRunner& runner) {
   const std::string in = iter_dir(dir, manifest.iteration());
-  const std::string model_hash = graph::message_hash(graph.model());
+  const std::string model_hash = graph::model_hash(graph.model());
   if (manifest.model_hash() != model_hash) {
     return failed_precondition("checkpoint " + in + " is of model " + manifest.model_hash() +
                                ", this plan trains model " + model_hash);

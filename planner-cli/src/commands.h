@@ -32,6 +32,7 @@ struct ImportOptions {
   std::string loss = "mse";
   bool allow_opaque = false;
   bool untie_weights = false;
+  bool inline_weights = false;  // keep parameter values inside the model file
 };
 
 struct SearchOptions {

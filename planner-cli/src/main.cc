@@ -108,6 +108,9 @@ int main(int argc, char** argv) {
   import->add_flag("--allow-opaque", import_opts.allow_opaque,
                    "keep ONNX nodes without a GraphPipe operator as opaque operators (cost from a "
                    "FLOP estimate): the model can be planned but not trained or profiled");
+  import->add_flag("--inline-weights", import_opts.inline_weights,
+                   "keep the imported parameter values inside the model file (default: in "
+                   "<out>.weights next to it, which the model and its plans refer to by hash)");
   import->add_flag("--untie-weights", import_opts.untie_weights,
                    "give every operator that reads a tied (shared) weight its own copy; without "
                    "it such models are refused, since training would no longer tie them");

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "gp/common/logging.h"
@@ -34,14 +35,23 @@ Status run_import(const ImportOptions& opts) {
   io.warnings = &warnings;
   GP_ASSIGN_OR_RETURN(auto model, graph::import_onnx(opts.file, io));
   for (const auto& w : warnings) log::get("plan")->warn("{}", w);
-  GP_RETURN_IF_ERROR(graph::write_message(opts.out, model));
   auto built = graph::Graph::build(model);
   if (!built.ok()) return built.status();
+  std::string weights_note;
+  if (!opts.inline_weights) {
+    // The values go next to the model, once; the model (and every plan of it) refers to them.
+    const std::filesystem::path out(opts.out);
+    const std::filesystem::path weights = std::filesystem::path(out).replace_extension(".weights");
+    GP_RETURN_IF_ERROR(
+        graph::externalize_weights(model, weights.string(), weights.filename().string()));
+    if (!model.weights_file().empty()) weights_note = ", weights in " + weights.string();
+  }
+  GP_RETURN_IF_ERROR(graph::write_message(opts.out, model));
   int opaque = 0;
   for (const auto& op : model.ops()) opaque += op.type() == "opaque" ? 1 : 0;
-  std::printf("imported %s: %d ops, %lld parameters, %d branch(es) -> %s\n", opts.file.c_str(),
+  std::printf("imported %s: %d ops, %lld parameters, %d branch(es) -> %s%s\n", opts.file.c_str(),
               built->num_ops(), static_cast<long long>(built->total_params()),
-              built->max_parallel_branches(), opts.out.c_str());
+              built->max_parallel_branches(), opts.out.c_str(), weights_note.c_str());
   if (opaque > 0) {
     std::printf("%d opaque op(s): the model can be planned, not trained or profiled\n", opaque);
   }

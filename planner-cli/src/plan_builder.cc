@@ -219,7 +219,7 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
   Plan plan;
   plan.set_format_version(1);
   *plan.mutable_model() = graph.model();
-  plan.set_model_hash(graph::message_hash(plan.model()));
+  plan.set_model_hash(graph::model_hash(plan.model()));
   *plan.mutable_cluster() = inputs.cluster;
   plan.set_cluster_hash(graph::message_hash(inputs.cluster));
   plan.set_mini_batch(inputs.mini_batch);

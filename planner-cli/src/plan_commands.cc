@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <set>
 
@@ -164,6 +165,23 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   return result;
 }
 
+// Writes a plan; a model that carries its parameter values inline (e.g. --model model.onnx)
+// leaves them in <plan>.weights, referenced by hash, so the plan stays small.
+Status write_plan(const std::string& path, graphpipe::v1::Plan plan) {
+  auto& model = *plan.mutable_model();
+  bool inline_values = false;
+  for (const auto& op : model.ops()) inline_values = inline_values || op.param_values_size() > 0;
+  if (inline_values && model.weights_file().empty()) {
+    const std::string weights = path + ".weights";
+    GP_RETURN_IF_ERROR(graph::externalize_weights(
+        model, weights, std::filesystem::absolute(weights).lexically_normal().string()));
+    plan.set_model_hash(graph::model_hash(model));
+  } else if (!model.weights_file().empty()) {
+    for (auto& op : *model.mutable_ops()) op.clear_param_values();  // the file has them
+  }
+  return graph::write_message(path, plan);
+}
+
 Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
                      const planner::SearchResult& result, graphpipe::v1::Strategy strategy) {
   planner::ReportContext ctx;
@@ -180,7 +198,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
         opts.report, planner::plan_report_json(ctx, result.feasible ? &result.plan : nullptr)));
   }
   if (!result.feasible) return ok_status();
-  if (!opts.out.empty()) GP_RETURN_IF_ERROR(graph::write_message(opts.out, result.plan));
+  if (!opts.out.empty()) GP_RETURN_IF_ERROR(write_plan(opts.out, result.plan));
   if (!opts.dot.empty()) {
     GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.dot, planner::stage_graph_dot(result.plan)));
   }
@@ -293,7 +311,7 @@ Status run_replan(const ReplanOptions& opts) {
   if (!report.ok()) {
     return internal_error("the re-planned plan failed verification: " + report.problems[0]);
   }
-  GP_RETURN_IF_ERROR(graph::write_message(opts.out, result.plan));
+  GP_RETURN_IF_ERROR(write_plan(opts.out, result.plan));
   const auto& p = result.plan.predicted();
   std::printf(
       "re-planned for %d devices: %d stages, %.1f samples/s predicted (was %.1f on %d) -> %s\n",

@@ -167,7 +167,7 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& comput
   if (options.expected_model != nullptr) {
     auto expected = graph::Graph::build(*options.expected_model);
     if (!expected.ok()) return expected.status().with_context("--model");
-    const std::string hash = graph::message_hash(expected->model());
+    const std::string hash = graph::model_hash(expected->model());
     if (hash != plan.model_hash()) {
       problems.push_back("the plan is for model '" + plan.model().name() + "' (hash " +
                          plan.model_hash() + "), not for '" + options.expected_model->name() +

@@ -132,6 +132,36 @@ check "export writes an .npz that zipfile reads, with every parameter" \
 err=$("$exe" export --checkpoint "$tmp/dot-ck" --model zoo:tiny-mmt --out "$tmp/x.onnx" 2>&1 >/dev/null); rc=$?
 check "export of another model's checkpoint exits non-zero naming the model" '[ $rc -ne 0 ] && echo "$err" | grep -q "model"'
 
+# Weights by reference: import writes them once next to the model; models and plans refer to
+# them by hash, so plans stay small; a changed weights file is refused.
+enc="$onnx_dir/torch/encoder_layer_op17.onnx"
+mkdir -p "$tmp/wref"
+"$plan_bin" --log-level warn import "$enc" --out "$tmp/wref/enc.pbtxt" >/dev/null
+check "import writes the values to enc.weights, not into the model" \
+  '[ -s "$tmp/wref/enc.weights" ] && grep -q "weights_file: \"enc.weights\"" "$tmp/wref/enc.pbtxt" && ! grep -q "param_values" "$tmp/wref/enc.pbtxt"'
+"$plan_bin" --log-level warn search --model "$tmp/wref/enc.pbtxt" --cluster cpu-local --devices 2 \
+  --batch 8 --optimizer sgd --out "$tmp/wref/plan.pbtxt" >/dev/null
+check "a plan refers to the weights file, without values" \
+  'grep -q "weights_file: \"$tmp/wref/enc.weights\"" "$tmp/wref/plan.pbtxt" && ! grep -q "param_values" "$tmp/wref/plan.pbtxt"'
+"$plan_bin" --log-level warn search --model "$enc" --cluster cpu-local --devices 2 --batch 8 \
+  --optimizer sgd --out "$tmp/wref/direct.pb" >/dev/null
+check "a plan of an .onnx model keeps its values in <plan>.weights" \
+  '[ -s "$tmp/wref/direct.pb.weights" ] && [ "$(stat -c %s "$tmp/wref/direct.pb")" -lt "$(stat -c %s "$tmp/wref/direct.pb.weights")" ]'
+"$exe" --log-level warn local --plan "$tmp/wref/plan.pbtxt" --iterations 2 --metrics-out "$tmp/wref/a.json"; rc=$?
+"$exe" --log-level warn reference --model "$enc" --batch 8 --iterations 2 --optimizer sgd --lr 0.01 \
+  --metrics-out "$tmp/wref/b.json"
+check "a plan with referenced weights trains from the imported values" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/wref/a.json")" = "$(losses "$tmp/wref/b.json")" ]'
+mkdir -p "$tmp/wref/moved" && cp "$tmp/wref/enc.pbtxt" "$tmp/wref/enc.weights" "$tmp/wref/moved/"
+"$exe" --log-level warn reference --model "$tmp/wref/moved/enc.pbtxt" --batch 8 --iterations 2 \
+  --optimizer sgd --lr 0.01 --metrics-out "$tmp/wref/c.json"; rc=$?
+check "a model moved with its weights file still finds them" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/wref/c.json")" = "$(losses "$tmp/wref/b.json")" ]'
+printf 'x' >> "$tmp/wref/enc.weights"
+err=$("$exe" local --plan "$tmp/wref/plan.pbtxt" --iterations 1 2>&1 >/dev/null); rc=$?
+check "a changed weights file exits 2 naming it and the hash" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "enc.weights" && echo "$err" | grep -q "hash"'
+
 # Devices: the CPU ignores --precision; cuda:N trains where there is a GPU and otherwise exits 1
 # naming the device; unknown devices and precisions exit 2 naming the flag.
 "$exe" --log-level warn reference --model zoo:tiny-dlrm --batch 16 --iterations 4 --lr 0.01 \

@@ -98,6 +98,7 @@ gp::Status run_reference(ReferenceOptions o) {
     training.set_learning_rate(o.learning_rate);
     training.set_seed(o.seed);
   }
+  GP_RETURN_IF_ERROR(gp::graph::resolve_weights(model));
   auto graph = gp::graph::Graph::build(model);
   if (!graph.ok()) {
     return graph.status().with_context(o.plan.empty() ? "model '" + o.model + "'"
@@ -156,6 +157,7 @@ gp::Status run_export(const ExportCommandOptions& o) {
   } else {
     GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(o.model));
   }
+  GP_RETURN_IF_ERROR(gp::graph::resolve_weights(model));
   std::vector<std::string> notes;
   GP_RETURN_IF_ERROR(gp::exec::export_trained(model, o.exp, &notes));
   auto log = gp::log::get("exec");
@@ -180,6 +182,8 @@ gp::Status run_local(const LocalOptions& o) {
   GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
+  GP_RETURN_IF_ERROR(
+      gp::graph::resolve_weights(*plan.mutable_model()).with_context("--plan " + o.plan));
   auto log = gp::log::get("exec");
   log->info("running {} ranks of {} as threads of this process on {}, {} iterations",
             plan.programs_size(), o.plan, device->name(), o.iterations);

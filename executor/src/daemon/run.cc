@@ -228,6 +228,8 @@ Status run_rank(const RunOptions& o) {
   GP_ASSIGN_OR_RETURN(const Device* device, find_device(o.device, precision));
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
+  GP_RETURN_IF_ERROR(
+      graph::resolve_weights(*plan.mutable_model()).with_context("--plan " + o.plan));
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("--plan " + o.plan + ": plan.model");
   const graph::Graph& graph = *built;

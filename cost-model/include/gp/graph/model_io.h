@@ -30,5 +30,21 @@ Status write_file_atomic(const std::string& path, std::string_view contents);
 
 // Hex FNV-1a-64 digest of the deterministic binary serialisation; equal messages hash equal.
 std::string message_hash(const google::protobuf::Message& msg);
+// Hex FNV-1a-64 digest of bytes.
+std::string bytes_hash(std::string_view bytes);
+
+// Weights by reference. externalize_weights moves the model's parameter values into a
+// WeightsFile at `path` (written atomically; nothing happens for a model without values) and
+// records it as `recorded` (the name the model refers to it by: relative to the model file's
+// directory, or absolute) with its hash. resolve_weights loads a model's weights file back into
+// param_values: InvalidArgument naming the file when it is missing, its hash differs (another
+// or a changed file), or an entry names an op or parameter the model lacks or has the wrong
+// size. A model without a weights file is left as it is.
+Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& path,
+                           const std::string& recorded);
+Status resolve_weights(graphpipe::v1::ModelGraph& model);
+// The identity of a model for plans and checkpoints: message_hash of the model, where a model
+// that references a weights file counts by that file's hash whether it is resolved or not.
+std::string model_hash(const graphpipe::v1::ModelGraph& model);
 
 }  // namespace gp::graph
