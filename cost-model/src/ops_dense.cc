@@ -54,17 +54,28 @@ Status infer_linear(const Operator& op, std::span<const TensorSpec> in, Inferred
   return ok_status();
 }
 
-Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
-  const TensorSpec& ids = in[0];
+// The ids input and the table of embedding and embedding_bag: [rows, dim].
+struct Table {
+  int64_t rows = 0, dim = 0;
+};
+Result<Table> embedding_table(const Operator& op, const TensorSpec& ids) {
   if (ids.dtype() != graphpipe::v1::DATA_TYPE_INT64 &&
       ids.dtype() != graphpipe::v1::DATA_TYPE_INT32) {
     return invalid_argument("inputs[0]: expected int64 ids, got " + shape_string(ids));
   }
   GP_RETURN_IF_ERROR(require_rank_at_least(ids, 1, 0));
-  GP_ASSIGN_OR_RETURN(int64_t rows, attr_int(op, "num_embeddings"));
-  GP_RETURN_IF_ERROR(positive("num_embeddings", rows));
-  GP_ASSIGN_OR_RETURN(int64_t dim, attr_int(op, "embedding_dim"));
-  GP_RETURN_IF_ERROR(positive("embedding_dim", dim));
+  Table t;
+  GP_ASSIGN_OR_RETURN(t.rows, attr_int(op, "num_embeddings"));
+  GP_RETURN_IF_ERROR(positive("num_embeddings", t.rows));
+  GP_ASSIGN_OR_RETURN(t.dim, attr_int(op, "embedding_dim"));
+  GP_RETURN_IF_ERROR(positive("embedding_dim", t.dim));
+  return t;
+}
+
+Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& ids = in[0];
+  GP_ASSIGN_OR_RETURN(Table table, embedding_table(op, ids));
+  const int64_t rows = table.rows, dim = table.dim;
   GP_ASSIGN_OR_RETURN(std::string mode, attr_string_or(op, "mode", "sum"));
   if (mode != "sum" && mode != "mean") {
     return invalid_argument("attrs.mode = '" + mode + "', expected sum or mean");
@@ -94,15 +105,8 @@ Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, I
 // A lookup per id: ids [...] -> [..., dim]; the same table and costs as a bag of one.
 Status infer_embedding(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& ids = in[0];
-  if (ids.dtype() != graphpipe::v1::DATA_TYPE_INT64 &&
-      ids.dtype() != graphpipe::v1::DATA_TYPE_INT32) {
-    return invalid_argument("inputs[0]: expected int64 ids, got " + shape_string(ids));
-  }
-  GP_RETURN_IF_ERROR(require_rank_at_least(ids, 1, 0));
-  GP_ASSIGN_OR_RETURN(int64_t rows, attr_int(op, "num_embeddings"));
-  GP_RETURN_IF_ERROR(positive("num_embeddings", rows));
-  GP_ASSIGN_OR_RETURN(int64_t dim, attr_int(op, "embedding_dim"));
-  GP_RETURN_IF_ERROR(positive("embedding_dim", dim));
+  GP_ASSIGN_OR_RETURN(Table table, embedding_table(op, ids));
+  const int64_t rows = table.rows, dim = table.dim;
   TensorSpec y = ids;
   y.add_shape(dim);
   y.set_dtype(kFloat32);

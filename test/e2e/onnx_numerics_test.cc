@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/onnx_tensors.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/graph/graph.h"
@@ -19,26 +20,11 @@
 namespace gp {
 namespace {
 
+using testing::floats;
+using testing::load_tensor;
+
 std::string data(const std::string& name) {
   return std::string(GP_TEST_DATA_DIR) + "/onnx/" + name;
-}
-
-onnx::TensorProto load_tensor(const std::string& path) {
-  auto bytes = graph::read_file(path);
-  INFO(path);
-  REQUIRE(bytes.ok());
-  onnx::TensorProto t;
-  REQUIRE(t.ParseFromString(*bytes));
-  return t;
-}
-
-std::vector<float> floats(const onnx::TensorProto& t) {
-  std::vector<float> v(t.float_data().begin(), t.float_data().end());
-  const std::string& raw = t.raw_data();
-  const size_t offset = v.size();
-  v.resize(offset + raw.size() / sizeof(float));
-  std::memcpy(v.data() + offset, raw.data(), raw.size() / sizeof(float) * sizeof(float));
-  return v;
 }
 
 // Forward pass of every op except the losses over `batch` samples, inputs by op id; returns the

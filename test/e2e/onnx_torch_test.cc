@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../support/npy.h"
+#include "../support/onnx_tensors.h"
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/dataset.h"
 #include "gp/exec/export.h"
@@ -29,6 +30,8 @@
 
 namespace gp {
 namespace {
+
+using testing::load_tensor;
 
 namespace fs = std::filesystem;
 
@@ -50,15 +53,6 @@ bool folds_batch_norm(const std::string& stem) {
 }
 
 std::string pattern_of(const std::string& stem) { return stem.substr(0, stem.find("_op")); }
-
-onnx::TensorProto load_tensor(const std::string& path) {
-  auto bytes = graph::read_file(path);
-  INFO(path);
-  REQUIRE(bytes.ok());
-  onnx::TensorProto t;
-  REQUIRE(t.ParseFromString(*bytes));
-  return t;
-}
 
 // A tensor's values as raw bytes in our layout: float32 stays, int64 stays.
 std::vector<std::byte> raw_of(const onnx::TensorProto& t) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "cuda/cuda_kernel.h"
 #include "cuda/kernels.h"
 #include "cuda/pointwise_launch.h"
 #include "cuda/simple_launch.h"
@@ -13,28 +14,14 @@
 namespace gp::exec::cuda {
 namespace {
 
-// The context, the element count per sample and the op's name for error messages.
-class PointwiseKernel : public OpKernel {
+// The element count per sample, with CudaKernel's context and error messages.
+class PointwiseKernel : public CudaKernel {
  public:
   PointwiseKernel(const graph::OpNode& op, const CudaContext& ctx)
-      : n_(graph::num_elements(op.input_specs[0])),
-        ctx_(ctx),
-        forward_what_(name(op) + " forward"),
-        backward_what_(name(op) + " backward") {}
+      : CudaKernel(op, ctx), n_(graph::num_elements(op.input_specs[0])) {}
 
  protected:
-  cudaStream_t stream() const { return ctx_.stream; }
-  void check_forward(cudaError_t e) const { ctx_.check(e, forward_what_.c_str()); }
-  void check_backward(cudaError_t e) const { ctx_.check(e, backward_what_.c_str()); }
   int64_t n_;  // elements per sample
-
- private:
-  static std::string name(const graph::OpNode& op) {
-    return "ops[" + std::to_string(op.index) + "] '" + op.proto->id() + "' (" + op.proto->type() +
-           ")";
-  }
-  const CudaContext& ctx_;
-  std::string forward_what_, backward_what_;
 };
 
 class SigmoidKernel final : public PointwiseKernel {

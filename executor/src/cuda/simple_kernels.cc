@@ -10,38 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cuda_kernel.h"
 #include "cuda/kernels.h"
 #include "cuda/simple_launch.h"
 
 namespace gp::exec::cuda {
 namespace {
-
-// Shared by every kernel here: the context and the op's name for error messages (forward and
-// backward return nothing, so failures are recorded in the context).
-class CudaKernel : public OpKernel {
- public:
-  CudaKernel(const graph::OpNode& op, const CudaContext& ctx)
-      : ctx_(ctx), forward_what_(name(op) + " forward"), backward_what_(name(op) + " backward") {}
-
- protected:
-  cudaStream_t stream() const { return ctx_.stream; }
-  bool check_forward(cudaError_t e) const { return ctx_.check(e, forward_what_.c_str()); }
-  bool check_backward(cudaError_t e) const { return ctx_.check(e, backward_what_.c_str()); }
-  // Device-to-device copy of n floats on the stream.
-  cudaError_t copy(float* dst, const float* src, int64_t n) const {
-    return cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float),
-                           cudaMemcpyDeviceToDevice, ctx_.stream);
-  }
-
- private:
-  static std::string name(const graph::OpNode& op) {
-    return "ops[" + std::to_string(op.index) + "] '" + op.proto->id() + "' (" + op.proto->type() +
-           ")";
-  }
-
-  const CudaContext& ctx_;
-  std::string forward_what_, backward_what_;
-};
 
 // y = max(x, 0); dx += dy where x > 0. Saves nothing.
 class ReluKernel final : public CudaKernel {
