@@ -90,6 +90,26 @@ Status validate_training(const graphpipe::v1::TrainingConfig& t, bool allow_unse
     return invalid_argument("training.learning_rate = " + number(t.learning_rate()) +
                             ", must be finite and > 0");
   }
+  if (!(std::isfinite(t.weight_decay()) && t.weight_decay() >= 0)) {
+    return invalid_argument("training.weight_decay = " + number(t.weight_decay()) +
+                            ", must be finite and >= 0");
+  }
+  if (!graphpipe::v1::LrSchedule_IsValid(t.lr_schedule())) {
+    return invalid_argument("training.lr_schedule = " + std::to_string(t.lr_schedule()) +
+                            ": unknown schedule (expected CONSTANT or WARMUP_COSINE)");
+  }
+  if (t.lr_schedule() == graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE) {
+    if (t.warmup_steps() < 0 || t.total_steps() <= t.warmup_steps() ||
+        t.total_steps() > (1 << 30)) {
+      return invalid_argument("training.warmup_steps = " + std::to_string(t.warmup_steps()) +
+                              ", training.total_steps = " + std::to_string(t.total_steps()) +
+                              ": need 0 <= warmup_steps < total_steps <= 2^30");
+    }
+    if (!(t.min_learning_rate() >= 0 && t.min_learning_rate() <= t.learning_rate())) {
+      return invalid_argument("training.min_learning_rate = " + number(t.min_learning_rate()) +
+                              ", must be in [0, learning_rate]");
+    }
+  }
   if (t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM &&
       !(t.momentum() >= 0 && t.momentum() < 1)) {
     return invalid_argument("training.momentum = " + number(t.momentum()) + ", must be in [0, 1)");

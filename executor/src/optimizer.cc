@@ -1,5 +1,6 @@
 #include "gp/exec/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -36,10 +37,22 @@ int Optimizer::state_floats() const {
   }
 }
 
+double Optimizer::learning_rate(int64_t step) const {
+  const double lr = config_.learning_rate();
+  if (config_.lr_schedule() != graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE) return lr;
+  const int64_t warmup = config_.warmup_steps(), total = config_.total_steps();
+  if (step <= warmup) return lr * static_cast<double>(step) / static_cast<double>(warmup);
+  const double p =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(total - warmup));
+  const double lo = config_.min_learning_rate();
+  return lo + 0.5 * (lr - lo) * (1.0 + std::cos(3.14159265358979323846 * p));
+}
+
 Optimizer::StepConstants Optimizer::step_constants(int64_t step) const {
   StepConstants k;
   k.kind = config_.optimizer();
-  k.lr = static_cast<float>(config_.learning_rate());
+  k.lr = static_cast<float>(learning_rate(step));
+  k.weight_decay = static_cast<float>(config_.weight_decay());
   k.momentum = static_cast<float>(config_.momentum());
   if (k.kind == OPTIMIZER_KIND_ADAM) {
     const double b1 = config_.adam_beta1(), b2 = config_.adam_beta2();
@@ -59,6 +72,29 @@ void Optimizer::apply(std::span<float> w, std::span<const float> g, std::span<fl
   const StepConstants k = step_constants(step);
   const float lr = k.lr;
   const size_t n = w.size();
+  if (k.weight_decay > 0) {
+    // L2 as PyTorch's weight_decay: the update reads g + wd * w, element by element.
+    const float wd = k.weight_decay;
+    float* m = state.data();
+    float* v = k.kind == OPTIMIZER_KIND_ADAM ? state.data() + n : nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * w[i];
+      switch (k.kind) {
+        case OPTIMIZER_KIND_MOMENTUM:
+          m[i] = k.momentum * m[i] + gi;
+          w[i] -= lr * m[i];
+          break;
+        case OPTIMIZER_KIND_ADAM:
+          m[i] = k.beta1 * m[i] + k.one_minus_beta1 * gi;
+          v[i] = k.beta2 * v[i] + k.one_minus_beta2 * gi * gi;
+          w[i] -= lr * (m[i] * k.c1) / (std::sqrt(v[i] * k.c2) + k.eps);
+          break;
+        default:
+          w[i] -= lr * gi;
+      }
+    }
+    return;
+  }
   switch (k.kind) {
     case OPTIMIZER_KIND_MOMENTUM: {
       const float mu = k.momentum;

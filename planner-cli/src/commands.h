@@ -60,6 +60,11 @@ struct SearchOptions {
   double beta1 = std::numeric_limits<double>::quiet_NaN();
   double beta2 = std::numeric_limits<double>::quiet_NaN();
   double eps = std::numeric_limits<double>::quiet_NaN();
+  double weight_decay = 0;
+  std::string lr_schedule = "constant";  // or warmup-cosine
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  double min_lr = 0;
   int piper_downset_limit = 40000;
   bool piper_compress_branches = false;
   bool per_stage_microbatch = false;

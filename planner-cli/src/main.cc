@@ -50,6 +50,15 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
   cmd->add_option("--beta1", o->beta1, "Adam's first-moment decay (default 0.9)");
   cmd->add_option("--beta2", o->beta2, "Adam's second-moment decay (default 0.999)");
   cmd->add_option("--eps", o->eps, "Adam's epsilon (default 1e-8)");
+  cmd->add_option("--weight-decay", o->weight_decay,
+                  "L2 weight decay, as PyTorch's weight_decay (default 0)");
+  cmd->add_option("--lr-schedule", o->lr_schedule,
+                  "constant, or warmup-cosine: linear warm-up over --warmup-steps, then cosine "
+                  "decay to --min-lr at --total-steps")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", o->warmup_steps, "warm-up steps of warmup-cosine");
+  cmd->add_option("--total-steps", o->total_steps, "steps at which warmup-cosine reaches --min-lr");
+  cmd->add_option("--min-lr", o->min_lr, "the learning rate warmup-cosine decays to (default 0)");
   cmd->add_flag("--per-stage-microbatch", o->per_stage_microbatch,
                 "then refine: let single stages double or halve their micro-batch when the "
                 "simulated throughput improves");

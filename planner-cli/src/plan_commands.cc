@@ -63,6 +63,16 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
   set(opts.beta1, [&](double v) { t.set_adam_beta1(v); });
   set(opts.beta2, [&](double v) { t.set_adam_beta2(v); });
   set(opts.eps, [&](double v) { t.set_adam_epsilon(v); });
+  t.set_weight_decay(opts.weight_decay);
+  if (opts.lr_schedule == "warmup-cosine") {
+    t.set_lr_schedule(graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE);
+    t.set_warmup_steps(opts.warmup_steps);
+    t.set_total_steps(opts.total_steps);
+    t.set_min_learning_rate(opts.min_lr);
+  } else if (opts.lr_schedule != "constant") {
+    return invalid_argument("--lr-schedule = '" + opts.lr_schedule +
+                            "', expected constant or warmup-cosine");
+  }
   GP_RETURN_IF_ERROR(graph::validate_training(t, /*allow_unset_learning_rate=*/false));
   return t;
 }

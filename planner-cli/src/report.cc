@@ -131,6 +131,11 @@ std::string training_text(const graphpipe::v1::TrainingConfig& t) {
     default:
       out = "optimizer " + std::to_string(t.optimizer());
   }
+  if (t.weight_decay() > 0) out += ", weight decay " + fmt("%g", t.weight_decay());
+  if (t.lr_schedule() == graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE) {
+    out += ", warm-up " + std::to_string(t.warmup_steps()) + " then cosine to " +
+           fmt("%g", t.min_learning_rate()) + " at step " + std::to_string(t.total_steps());
+  }
   out += t.precision() == graphpipe::v1::PRECISION_BF16_FP32_MASTER ? ", bf16 (fp32 master)"
                                                                     : ", fp32";
   return out + ", seed " + std::to_string(t.seed());

@@ -138,6 +138,56 @@ TEST_CASE("optimizers: SGD, momentum and Adam updates match hand computations") 
   CHECK(w3[1] == Approx(1.01f).epsilon(1e-5));
 }
 
+TEST_CASE("weight decay adds wd * w to the gradient, as PyTorch's weight_decay does") {
+  graphpipe::v1::TrainingConfig t = sgd(0.1);
+  t.set_weight_decay(0.5);
+  auto opt = exec::Optimizer::create(t);
+  REQUIRE(opt.ok());
+  std::vector<float> w{1.0f, -2.0f}, g{0.5f, -1.0f};
+  opt->apply(w, g, {}, 1);  // w - 0.1 (g + 0.5 w)
+  CHECK(w[0] == Approx(1.0f - 0.1f * (0.5f + 0.5f)));
+  CHECK(w[1] == Approx(-2.0f - 0.1f * (-1.0f - 1.0f)));
+  t.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+  t.set_momentum(0.9);
+  auto mom = exec::Optimizer::create(t);
+  REQUIRE(mom.ok());
+  std::vector<float> w2{1.0f}, g2{0.0f}, s2(1, 0.0f);
+  mom->apply(w2, g2, s2, 1);  // s = 0.5, w = 0.95
+  CHECK(s2[0] == Approx(0.5f));
+  CHECK(w2[0] == Approx(0.95f));
+  t.set_weight_decay(-1);
+  auto bad = exec::Optimizer::create(t);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("training.weight_decay = -1"));
+}
+
+TEST_CASE("warm-up then cosine: linear to the peak, cosine down to the floor, then the floor") {
+  graphpipe::v1::TrainingConfig t = sgd(0.1);
+  t.set_lr_schedule(graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE);
+  t.set_warmup_steps(4);
+  t.set_total_steps(12);
+  t.set_min_learning_rate(0.01);
+  auto opt = exec::Optimizer::create(t);
+  REQUIRE(opt.ok());
+  CHECK(opt->learning_rate(1) == Approx(0.025));
+  CHECK(opt->learning_rate(4) == Approx(0.1));
+  CHECK(opt->learning_rate(8) == Approx(0.055));  // half-way: the mean of peak and floor
+  CHECK(opt->learning_rate(12) == Approx(0.01));
+  CHECK(opt->learning_rate(50) == Approx(0.01));
+  CHECK(opt->step_constants(8).lr == static_cast<float>(opt->learning_rate(8)));
+  std::vector<float> w{1.0f}, g{1.0f};
+  opt->apply(w, g, {}, 1);
+  CHECK(w[0] == Approx(0.975f));
+  t.set_total_steps(4);  // not after the warm-up
+  auto bad = exec::Optimizer::create(t);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("warmup_steps < total_steps"));
+  graphpipe::v1::TrainingConfig constant = sgd(0.1);
+  auto c = exec::Optimizer::create(constant);
+  REQUIRE(c.ok());
+  CHECK(c->learning_rate(1000) == 0.1);
+}
+
 TEST_CASE("bad training settings are errors that name the field") {
   auto g = testing::zoo_graph("tiny-mmt");
   auto bad_lr = exec::ReferenceTrainer::create(g, 8, 0, sgd(0.0));

@@ -242,6 +242,7 @@ class CudaDevice final : public Device {
     k.one_minus_beta2 = c.one_minus_beta2;
     k.c1 = c.c1;
     k.c2 = c.c2;
+    k.weight_decay = c.weight_decay;
     cudaSetDevice(ctx_.device_index);
     ctx_.check(launch_optimizer_update(k, weights, grads, state, n, ctx_.stream), "optimizer step");
   }

@@ -16,13 +16,19 @@ constexpr int64_t kMaxBlocks = 65535 * 8;  // grid-stride loops cover the rest
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-__global__ void sgd_kernel(float lr, float* w, const float* g, int64_t n) {
-  GP_GRID_STRIDE(i, n) { w[i] = __fsub_rn(w[i], __fmul_rn(lr, g[i])); }
+// The gradient an update reads: g, or g + wd * w with weight decay (as the CPU rounds it).
+__device__ __forceinline__ float decayed(float g, float w, float wd) {
+  return wd > 0 ? __fadd_rn(g, __fmul_rn(wd, w)) : g;
 }
 
-__global__ void momentum_kernel(float lr, float mu, float* w, const float* g, float* s, int64_t n) {
+__global__ void sgd_kernel(float lr, float wd, float* w, const float* g, int64_t n) {
+  GP_GRID_STRIDE(i, n) { w[i] = __fsub_rn(w[i], __fmul_rn(lr, decayed(g[i], w[i], wd))); }
+}
+
+__global__ void momentum_kernel(float lr, float mu, float wd, float* w, const float* g, float* s,
+                                int64_t n) {
   GP_GRID_STRIDE(i, n) {
-    const float si = __fadd_rn(__fmul_rn(mu, s[i]), g[i]);
+    const float si = __fadd_rn(__fmul_rn(mu, s[i]), decayed(g[i], w[i], wd));
     s[i] = si;
     w[i] = __fsub_rn(w[i], __fmul_rn(lr, si));
   }
@@ -31,7 +37,7 @@ __global__ void momentum_kernel(float lr, float mu, float* w, const float* g, fl
 __global__ void adam_kernel(OptimizerScalars k, float* w, const float* g, float* m, float* v,
                             int64_t n) {
   GP_GRID_STRIDE(i, n) {
-    const float gi = g[i];
+    const float gi = decayed(g[i], w[i], k.weight_decay);
     const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, gi));
     const float vi =
         __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, gi), gi));
@@ -60,13 +66,14 @@ cudaError_t launch_optimizer_update(const OptimizerScalars& k, float* weights, c
   const unsigned grid = grid_for(n);
   switch (k.update) {
     case OptimizerUpdate::kMomentum:
-      momentum_kernel<<<grid, kBlock, 0, stream>>>(k.lr, k.momentum, weights, grads, state, n);
+      momentum_kernel<<<grid, kBlock, 0, stream>>>(k.lr, k.momentum, k.weight_decay, weights, grads,
+                                                   state, n);
       break;
     case OptimizerUpdate::kAdam:
       adam_kernel<<<grid, kBlock, 0, stream>>>(k, weights, grads, state, state + n, n);
       break;
     case OptimizerUpdate::kSgd:
-      sgd_kernel<<<grid, kBlock, 0, stream>>>(k.lr, weights, grads, n);
+      sgd_kernel<<<grid, kBlock, 0, stream>>>(k.lr, k.weight_decay, weights, grads, n);
       break;
   }
   return cudaGetLastError();

@@ -18,6 +18,7 @@ struct OptimizerScalars {
   float beta1 = 0, beta2 = 0, eps = 0;
   float one_minus_beta1 = 0, one_minus_beta2 = 0;
   float c1 = 0, c2 = 0;
+  float weight_decay = 0;  // > 0: every update reads g + weight_decay * w
 };
 
 // One update of n parameters, element by element as Optimizer::apply does it on the CPU (same

@@ -26,6 +26,8 @@ struct ReferenceOptions {
   std::string plan;  // instead of --model: the plan's model and training settings
   // Whether the flag was given (it then overrides the plan's setting).
   bool optimizer_given = false, lr_given = false, momentum_given = false, seed_given = false;
+  double weight_decay = 0;
+  bool weight_decay_given = false;
   int64_t batch = 0;
   int64_t micro_batch = 0;
   int iterations = 5;
@@ -88,6 +90,7 @@ gp::Status run_reference(ReferenceOptions o) {
       training.set_momentum(o.momentum);
     }
     if (o.lr_given) training.set_learning_rate(o.learning_rate);
+    if (o.weight_decay_given) training.set_weight_decay(o.weight_decay);
     if (o.seed_given) training.set_seed(o.seed);
     GP_RETURN_IF_ERROR(
         gp::graph::validate_training(training, false).with_context("--plan " + o.plan));
@@ -96,7 +99,9 @@ gp::Status run_reference(ReferenceOptions o) {
     GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(o.model));
     GP_RETURN_IF_ERROR(set_optimizer(o, training));
     training.set_learning_rate(o.learning_rate);
+    training.set_weight_decay(o.weight_decay);
     training.set_seed(o.seed);
+    GP_RETURN_IF_ERROR(gp::graph::validate_training(training, false));
   }
   GP_RETURN_IF_ERROR(gp::graph::resolve_weights(model));
   auto graph = gp::graph::Graph::build(model);
@@ -330,6 +335,8 @@ int main(int raw_argc, char** raw_argv) {
       reference->add_option("--lr", ref.learning_rate, "learning rate")->capture_default_str();
   auto* ref_momentum =
       reference->add_option("--momentum", ref.momentum, "momentum factor")->capture_default_str();
+  auto* ref_wd = reference->add_option("--weight-decay", ref.weight_decay,
+                                       "L2 weight decay, as PyTorch's weight_decay");
   auto* ref_seed =
       reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
   reference->add_option("--metrics-out", ref.metrics_out, "write per-iteration metrics (JSON)");
@@ -529,5 +536,6 @@ int main(int raw_argc, char** raw_argv) {
   ref.lr_given = ref_lr->count() > 0;
   ref.momentum_given = ref_momentum->count() > 0;
   ref.seed_given = ref_seed->count() > 0;
+  ref.weight_decay_given = ref_wd->count() > 0;
   return gp::cli::report("graphpipe-executor", run_reference(ref));
 }

@@ -30,8 +30,11 @@ class Optimizer {
     float momentum = 0;                   // momentum
     float beta1 = 0, beta2 = 0, eps = 0;  // Adam
     float one_minus_beta1 = 0, one_minus_beta2 = 0;
-    float c1 = 0, c2 = 0;  // 1 / (1 - beta^step)
+    float c1 = 0, c2 = 0;    // 1 / (1 - beta^step)
+    float weight_decay = 0;  // the gradient used is g + weight_decay * w (when > 0)
   };
+  // The learning rate of update `step` (from 1) under the configured schedule, in double.
+  double learning_rate(int64_t step) const;
   StepConstants step_constants(int64_t step) const;
   // The validated configuration (defaults filled in).
   const graphpipe::v1::TrainingConfig& config() const { return config_; }
