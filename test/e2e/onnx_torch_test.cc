@@ -257,6 +257,21 @@ TEST_CASE("torch exports import, except the listed patterns, which are refused f
   CHECK(imported >= 70);
 }
 
+TEST_CASE("an eval-mode export's folded batch norm is warned about, with or without weights") {
+  for (const std::string stem :
+       {"resnet_block_op17", "resnet_block_op17_noparams", "resnet_block_nobias_op13",
+        "resnet_block_op17_train", "sigmoid_op17"}) {
+    INFO(stem);
+    std::vector<std::string> warnings;
+    graph::OnnxImportOptions options;
+    options.warnings = &warnings;
+    REQUIRE(graph::import_onnx(kDir + stem + ".onnx", options).ok());
+    bool warned = false;
+    for (const auto& w : warnings) warned = warned || w.find("TrainingMode.TRAINING") != w.npos;
+    CHECK(warned == folds_batch_norm(stem));
+  }
+}
+
 TEST_CASE("a graph-only torch export imports with the parameters of the export with weights") {
   for (const auto& stem : stems()) {
     if (stem.size() < 15 || stem.substr(stem.size() - 15) != "_op17_noparams") continue;

@@ -365,7 +365,7 @@ Status Importer::check_weight_sharing() {
   }
   for (int i = 0; i < g_.node_size(); ++i) {
     const auto& n = g_.node(i);
-    if (n.op_type() != "Conv" || n.input_size() < 2 || !consts_.count(n.input(1))) continue;
+    if (n.op_type() != "Conv" || n.input_size() < 2 || !is_weight(n.input(1))) continue;
     // torch names the tensors its constant folding makes "onnx::<Op>_<n>": in an eval-mode
     // export a conv weight made that way has a BatchNormalization folded into it.
     if (n.input(1).rfind("onnx::", 0) == 0 && options_.warnings != nullptr) {
