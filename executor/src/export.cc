@@ -9,12 +9,13 @@
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/param_layout.h"
 #include "onnx/onnx.pb.h"
 
 namespace gp::exec {
 namespace {
 
-using graphpipe::v1::ParamSource;
+using graph::scatter_param;
 
 constexpr int kOnnxFloat = 1;
 
@@ -31,49 +32,6 @@ std::map<std::string, std::vector<float>> params_by_name(const graph::OpNode& op
     offset += static_cast<size_t>(n);
   }
   return out;
-}
-
-// Writes P (GraphPipe's layout) into S (the ONNX tensor, dims `dims`) per the source's layout.
-Status scatter(const ParamSource& src, const std::vector<float>& p,
-               const std::vector<int64_t>& dims, std::vector<float>& s) {
-  const std::string what =
-      "param_sources: " + src.op() + "." + src.param() + " -> '" + src.initializer() + "'";
-  const int64_t rows = dims.size() == 2 ? dims[0] : 1, cols = dims.size() == 2 ? dims[1] : 1;
-  const int64_t n = static_cast<int64_t>(p.size());
-  switch (src.layout()) {
-    case ParamSource::LAYOUT_COPY:
-      if (p.size() != s.size()) break;
-      s = p;
-      return ok_status();
-    case ParamSource::LAYOUT_TRANSPOSE:
-      if (dims.size() != 2 || p.size() != s.size()) break;
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          s[static_cast<size_t>(r * cols + c)] = p[static_cast<size_t>(c * rows + r)];
-        }
-      }
-      return ok_status();
-    case ParamSource::LAYOUT_COLUMNS_TRANSPOSED: {
-      if (dims.size() != 2 || n % rows != 0 || src.offset() < 0 || src.offset() + n / rows > cols) {
-        break;
-      }
-      for (int64_t o = 0; o < n / rows; ++o) {
-        for (int64_t k = 0; k < rows; ++k) {
-          s[static_cast<size_t>(k * cols + src.offset() + o)] =
-              p[static_cast<size_t>(o * rows + k)];
-        }
-      }
-      return ok_status();
-    }
-    case ParamSource::LAYOUT_RANGE:
-      if (src.offset() < 0 || src.offset() + n > static_cast<int64_t>(s.size())) break;
-      std::copy(p.begin(), p.end(), s.begin() + src.offset());
-      return ok_status();
-    default:
-      return invalid_argument(what + ": unknown layout " + std::to_string(src.layout()));
-  }
-  return invalid_argument(what + ": " + std::to_string(p.size()) +
-                          " values do not fit the tensor's dims (another source model?)");
 }
 
 std::vector<float> float_data(const onnx::TensorProto& t) {
@@ -167,7 +125,10 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
     writer[key] = src.op() + "." + src.param();
     first_values[key] = p->second;
     GP_RETURN_IF_ERROR(
-        scatter(src, p->second, it->second.first, it->second.second).with_context(in));
+        scatter_param(p->second, it->second.first, graph::PlacedLayout{src.layout(), src.offset()},
+                      it->second.second)
+            .with_context(in + ": param_sources: " + src.op() + "." + src.param() + " -> '" +
+                          src.initializer() + "' (another source model?)"));
   }
   std::map<std::string, bool> written;
   for (auto& t : *g->mutable_initializer()) {

@@ -8,6 +8,7 @@
 
 #include "gp/graph/graph.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/param_layout.h"
 
 namespace gp::graph {
 namespace onnx_detail {
@@ -203,7 +204,7 @@ bool Importer::batch_first(const onnx::ValueInfoProto& in) {
 }
 
 bool Importer::is_weight(const std::string& name) const {
-  return consts_.count(name) || weight_inputs_.count(name);
+  return consts_.count(name) || weight_inputs_.count(name) || view_dims_.count(name);
 }
 
 std::vector<int64_t> Importer::weight_dims(const std::string& name) const {
@@ -279,40 +280,38 @@ bool Importer::fold_weight_view(const onnx::NodeProto& n) {
   }
   const std::string& in = n.input(0);
   const std::string& out = n.output(0);
-  view_of_[out] = {in, t == "Transpose"};
   std::vector<int64_t> dims = weight_dims(in);
   if (t == "Transpose") {
     std::vector<int64_t> perm = attr_ints(n, "perm");
     if (perm.empty()) perm = {1, 0};  // ONNX's default reverses the axes
     if (dims.size() != 2 || perm != std::vector<int64_t>{1, 0}) return false;
     std::swap(dims[0], dims[1]);
+  } else if (auto c = consts_.find(in); c != consts_.end()) {
+    consts_[out] = c->second;  // an alias with the same values
+    if (auto v = folded(in)) folded_[out] = *v;
   }
-  if (auto c = consts_.find(in); c != consts_.end()) {
-    if (t == "Identity") {
-      consts_[out] = c->second;
-      if (auto v = folded(in)) folded_[out] = *v;
-      return true;
-    }
-    auto v = float_values(in);
-    if (!v) return false;
-    onnx::TensorProto& tr = owned_.emplace_back();
-    tr.set_name(out);
-    tr.set_data_type(kOnnxFloat);
-    tr.add_dims(dims[0]);
-    tr.add_dims(dims[1]);
-    auto* data = tr.mutable_float_data();
-    data->Resize(static_cast<int>(v->size()), 0.0f);
-    for (int64_t r = 0; r < dims[1]; ++r) {  // the input is [dims[1], dims[0]]
-      for (int64_t k = 0; k < dims[0]; ++k) {
-        data->Set(static_cast<int>(k * dims[1] + r), (*v)[static_cast<size_t>(r * dims[0] + k)]);
-      }
-    }
-    consts_[out] = &tr;
-    return true;
-  }
-  weight_inputs_.insert(out);  // a view of an export_params=False weight: no values
+  // The values stay where they are: take() reads them through the view.
+  view_of_[out] = {in, t == "Transpose"};
   view_dims_[out] = dims;
   return true;
+}
+
+Importer::ViewOf Importer::resolve_view(const std::string& name) const {
+  ViewOf r{name, false, name, false};
+  // The source: through Transposes only. An Identity view is a parameter of its own (torch
+  // de-duplicates parameters of equal values into one initializer and Identity nodes).
+  for (auto it = view_of_.find(r.source); it != view_of_.end() && it->second.second;
+       it = view_of_.find(r.source)) {
+    r.source_transposed = !r.source_transposed;
+    r.source = it->second.first;
+  }
+  // The values: through every view, to the first tensor that has them.
+  for (auto it = view_of_.find(r.values); !consts_.count(r.values) && it != view_of_.end();
+       it = view_of_.find(r.values)) {
+    r.values_transposed = r.values_transposed != it->second.second;
+    r.values = it->second.first;
+  }
+  return r;
 }
 
 namespace {
@@ -334,11 +333,8 @@ Status Importer::check_weight_sharing() {
     const auto& n = g_.node(i);
     for (int k : weight_positions(n)) {
       if (k >= n.input_size() || n.input(k).empty() || !is_weight(n.input(k))) continue;
-      // A reader through a Transpose (train-mode exports) reads the weight too.
-      std::string name = n.input(k);
-      if (const int p = producer(name); p >= 0 && g_.node(p).op_type() == "Transpose") {
-        name = g_.node(p).input(0);
-      }
+      // A reader through a Transpose (train-mode exports) reads the weight under it.
+      const std::string name = resolve_view(n.input(k)).source;
       // Scalars (shape arithmetic, constant factors) are not parameters.
       int64_t elements = 1;
       for (int64_t d : weight_dims(name)) elements *= d;
@@ -757,62 +753,25 @@ Operator& Importer::op_by_id(const std::string& id) {
 
 void Importer::take(const std::string& id, const std::string& param, const std::string& name,
                     Layout layout, int64_t offset, int64_t count) {
-  using PS = graphpipe::v1::ParamSource;
-  if (auto v = float_values(name)) {
-    const auto dims = weight_dims(name);
-    const int64_t rows = dims.size() == 2 ? dims[0] : 1, cols = dims.size() == 2 ? dims[1] : 1;
-    std::vector<float> p;
-    if (layout == PS::LAYOUT_COPY) {
-      p = *v;
-    } else if (layout == PS::LAYOUT_TRANSPOSE && dims.size() == 2) {
-      p.resize(v->size());
-      for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          p[static_cast<size_t>(c * rows + r)] = (*v)[static_cast<size_t>(r * cols + c)];
-        }
-      }
-    } else if (layout == PS::LAYOUT_COLUMNS_TRANSPOSED && dims.size() == 2) {
-      const int64_t w = count / rows;
-      p.resize(static_cast<size_t>(count));
-      for (int64_t o = 0; o < w; ++o) {
-        for (int64_t k = 0; k < rows; ++k) {
-          p[static_cast<size_t>(o * rows + k)] = (*v)[static_cast<size_t>(k * cols + offset + o)];
-        }
-      }
-    } else if (layout == PS::LAYOUT_RANGE && offset + count <= static_cast<int64_t>(v->size())) {
-      p.assign(v->begin() + offset, v->begin() + offset + count);
-    }
-    if (!p.empty()) set_values(id, param, p);
+  const ViewOf view = resolve_view(name);
+  const auto view_dims = weight_dims(name);
+  // The placement relative to a tensor under an odd number of Transposes.
+  auto under = [&](bool transposed) -> std::optional<PlacedLayout> {
+    const PlacedLayout at{layout, offset};
+    return transposed ? through_transpose(at, view_dims) : std::optional<PlacedLayout>(at);
+  };
+  if (auto v = float_values(view.values); v && under(view.values_transposed)) {
+    auto p = gather_param(*v, weight_dims(view.values), *under(view.values_transposed), count);
+    if (p.ok()) set_values(id, param, *p);
   }
-  // The source, through Transpose views (a transposed view changes the layout of the tensor
-  // under it). An Identity view is a parameter of its own (torch de-duplicates parameters of
-  // equal values into one initializer and Identity nodes): its source is the Identity's output.
-  std::string base = name;
-  bool transposed_view = false;
-  for (auto it = view_of_.find(base); it != view_of_.end() && it->second.second;
-       it = view_of_.find(base)) {
-    transposed_view = !transposed_view;
-    base = it->second.first;
-  }
-  if (transposed_view) {
-    const auto dims = weight_dims(name);  // the view's [r, c]; the base is [c, r]
-    if (layout == PS::LAYOUT_COPY) {
-      layout = PS::LAYOUT_TRANSPOSE;
-    } else if (layout == PS::LAYOUT_TRANSPOSE) {
-      layout = PS::LAYOUT_COPY;
-    } else if (layout == PS::LAYOUT_COLUMNS_TRANSPOSED && dims.size() == 2) {
-      layout = PS::LAYOUT_RANGE;  // columns of the view are rows of the base: contiguous
-      offset *= dims[0];
-    } else {
-      return;  // no such export; the parameter then has no source
-    }
-  }
-  PS* src = b_.model().add_param_sources();
+  const auto at = under(view.source_transposed);
+  if (!at) return;  // no layout expresses it: the parameter has no source to export into
+  auto* src = b_.model().add_param_sources();
   src->set_op(id);
   src->set_param(param);
-  src->set_initializer(base);
-  src->set_layout(layout);
-  src->set_offset(offset);
+  src->set_initializer(view.source);
+  src->set_layout(at->layout);
+  src->set_offset(at->offset);
 }
 
 void Importer::set_values(const std::string& id, const std::string& param,

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <array>
-#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -62,6 +61,15 @@ class Importer {
   // Identity or Transpose of a weight (torch's de-duplicated parameters, the weight transposes
   // of train-mode exports): a weight itself, with its values transposed where it has them.
   bool fold_weight_view(const onnx::NodeProto& n);
+  // Where a weight view leads: the tensor whose values it shows (through every view) and the
+  // parameter source it is (through Transposes only), each with whether it is transposed.
+  struct ViewOf {
+    std::string values;
+    bool values_transposed;
+    std::string source;
+    bool source_transposed;
+  };
+  ViewOf resolve_view(const std::string& name) const;
   Status add_input(const onnx::ValueInfoProto& in);
   Status check_initializers() const;
   // Tied weights (one weight read by several operators) and constant-folded conv weights.
@@ -149,10 +157,10 @@ class Importer {
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> elem_types_;
   std::set<std::string> weight_inputs_;
-  std::map<std::string, std::vector<int64_t>> view_dims_;  // weight views of weight inputs
-  // Every weight view by name: the tensor it views and whether it transposes it.
+  // Every weight view (Identity or Transpose of a weight) by name: its dims, and the tensor it
+  // views with whether it transposes it.
+  std::map<std::string, std::vector<int64_t>> view_dims_;
   std::map<std::string, std::pair<std::string, bool>> view_of_;
-  std::deque<onnx::TensorProto> owned_;  // transposed constant weights
   // Zero padding of a Pad node, by its output, that its Conv or AveragePool consumer absorbs.
   std::map<std::string, std::array<int64_t, 2>> pad_of_;
   int64_t static_batch_ = 0;  // a static export's traced batch size (0: symbolic)
