@@ -76,7 +76,7 @@ Result<std::vector<float>> gather_param(const std::vector<float>& s,
   return p;
 }
 
-Status scatter_param(const std::vector<float>& p, const std::vector<int64_t>& dims, PlacedLayout at,
+Status scatter_param(std::span<const float> p, const std::vector<int64_t>& dims, PlacedLayout at,
                      std::vector<float>& s) {
   const int64_t n = static_cast<int64_t>(p.size());
   int64_t width = 0;
@@ -101,7 +101,7 @@ Status scatter_param(const std::vector<float>& p, const std::vector<int64_t>& di
       std::copy(p.begin(), p.end(), s.begin() + at.offset);
       break;
     default:
-      s = p;
+      std::copy(p.begin(), p.end(), s.begin());
   }
   return ok_status();
 }

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <span>
+#include <tuple>
 
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/reference_trainer.h"
@@ -19,19 +22,17 @@ using graph::scatter_param;
 
 constexpr int kOnnxFloat = 1;
 
-// One operator's trained parameters by name (ParamSpec order in the runner's span).
-std::map<std::string, std::vector<float>> params_by_name(const graph::OpNode& op,
-                                                         std::span<const float> values) {
-  std::map<std::string, std::vector<float>> out;
+// Parameter `name` of `op` within the op's trained values (ParamSpec order); empty if absent.
+std::span<const float> param_values(const graph::OpNode& op, std::span<const float> values,
+                                    const std::string& name) {
   size_t offset = 0;
   for (const auto& spec : op.proto->params()) {
-    int64_t n = 1;
-    for (int64_t d : spec.shape()) n *= d;
-    out[spec.name()] = std::vector<float>(values.begin() + static_cast<long>(offset),
-                                          values.begin() + static_cast<long>(offset + n));
-    offset += static_cast<size_t>(n);
+    size_t n = 1;
+    for (int64_t d : spec.shape()) n *= static_cast<size_t>(d);
+    if (spec.name() == name) return values.subspan(offset, n);
+    offset += n;
   }
-  return out;
+  return {};
 }
 
 std::vector<float> float_data(const onnx::TensorProto& t) {
@@ -96,8 +97,14 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
       }
     }
   }
-  std::map<std::string, std::string> writer;  // tensor -> the first op.param written into it
-  std::map<std::string, std::vector<float>> first_values;
+  // Each place in a tensor is written once; untied copies of one weight (--untie-weights) all
+  // map to it, and the first one's values win.
+  struct Placed {
+    std::string who;
+    std::span<const float> values;
+  };
+  std::map<std::tuple<std::string, int, int64_t>, Placed> placed;
+  std::set<std::string> touched;
   for (const auto& src : model.param_sources()) {
     const int op = graph.index_of(src.op());
     if (op < 0) return invalid_argument("param_sources: op '" + src.op() + "' is not in the model");
@@ -106,43 +113,44 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
       return invalid_argument(in + ": has no float tensor '" + src.initializer() + "' for " +
                               src.op() + "." + src.param() + " (another source model?)");
     }
-    auto params = params_by_name(graph.op(op), runner.op_params(op));
-    auto p = params.find(src.param());
-    if (p == params.end()) {
+    const auto p = param_values(graph.op(op), runner.op_params(op), src.param());
+    if (p.empty()) {
       return invalid_argument("param_sources: " + src.op() + " has no parameter '" + src.param() +
                               "'");
     }
-    const std::string key =
-        src.initializer() + "@" + std::to_string(src.layout()) + ":" + std::to_string(src.offset());
-    if (auto w = writer.find(key); w != writer.end()) {  // untied copies of one weight
-      if (first_values[key] != p->second && notes != nullptr) {
+    const std::string who = src.op() + "." + src.param();
+    const auto key =
+        std::make_tuple(src.initializer(), static_cast<int>(src.layout()), src.offset());
+    if (auto w = placed.find(key); w != placed.end()) {
+      if (!std::equal(p.begin(), p.end(), w->second.values.begin(), w->second.values.end()) &&
+          notes != nullptr) {
         notes->push_back("'" + src.initializer() + "' was trained as independent copies (" +
-                         w->second + ", " + src.op() + "." + src.param() + "); the export holds " +
-                         w->second + "'s values");
+                         w->second.who + ", " + who + "); the export holds " + w->second.who +
+                         "'s values");
       }
       continue;
     }
-    writer[key] = src.op() + "." + src.param();
-    first_values[key] = p->second;
-    GP_RETURN_IF_ERROR(
-        scatter_param(p->second, it->second.first, graph::PlacedLayout{src.layout(), src.offset()},
-                      it->second.second)
-            .with_context(in + ": param_sources: " + src.op() + "." + src.param() + " -> '" +
-                          src.initializer() + "' (another source model?)"));
+    placed[key] = {who, p};
+    touched.insert(src.initializer());
+    GP_RETURN_IF_ERROR(scatter_param(p, it->second.first,
+                                     graph::PlacedLayout{src.layout(), src.offset()},
+                                     it->second.second)
+                           .with_context(in + ": param_sources: " + who + " -> '" +
+                                         src.initializer() + "' (another source model?)"));
   }
-  std::map<std::string, bool> written;
-  for (auto& t : *g->mutable_initializer()) {
-    auto it = tensors.find(t.name());
-    if (it == tensors.end() || t.data_type() != kOnnxFloat) continue;
+  auto set_values = [&tensors](onnx::TensorProto& t) {
+    const auto& v = tensors[t.name()].second;
     t.clear_float_data();
-    t.set_raw_data(std::string(reinterpret_cast<const char*>(it->second.second.data()),
-                               it->second.second.size() * sizeof(float)));
-    written[t.name()] = true;
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  };
+  std::set<std::string> written;
+  for (auto& t : *g->mutable_initializer()) {
+    if (!touched.count(t.name())) continue;  // untrained tensors stay byte for byte
+    set_values(t);
+    written.insert(t.name());
   }
-  for (const auto& [name, w] : writer) {
-    const std::string tensor = name.substr(0, name.rfind('@'));
-    if (written[tensor]) continue;
-    written[tensor] = true;
+  for (const auto& tensor : touched) {
+    if (written.count(tensor)) continue;
     if (auto id = identity_of.find(tensor); id != identity_of.end()) {
       g->mutable_node(id->second)->set_op_type("");  // removed below
     }
@@ -150,8 +158,7 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
     t->set_name(tensor);
     t->set_data_type(kOnnxFloat);
     for (int64_t d : tensors[tensor].first) t->add_dims(d);
-    const auto& v = tensors[tensor].second;
-    t->set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+    set_values(*t);
   }
   auto* nodes = g->mutable_node();
   nodes->erase(std::remove_if(nodes->begin(), nodes->end(),

@@ -110,7 +110,7 @@ void Importer::convert(int i) {
     return refuse(i, "adds a value that is neither an activation nor a weight");
   }
   if (t == "Clip") return clip(i, id);
-  if (t == "Pad") return pad(i, id);
+  if (t == "Pad") return pad(i);
   if (t == "ReduceSum" || t == "ReduceMean") return reduce(i, id);
   if (t == "Mul" || t == "Div") return scale(i, id);
   if (t == "Concat") {
@@ -383,17 +383,17 @@ void Importer::gather(int i, const std::string& id) {
   if (!is_weight(n.input(0)) || !activation(n.input(1)) || attr_i(n, "axis", 0) != 0) {
     return refuse(i, "only a lookup in a weight table maps");
   }
+  const auto table = weight_dims(n.input(0));
+  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
   const int r = sole_consumer(n.output(0));
   if (r >= 0 && only_consumers_in(n.output(0), {r}) && rank_of(n.input(1)) == 2 &&
       (g_.node(r).op_type() == "ReduceSum" || g_.node(r).op_type() == "ReduceMean")) {
-    const auto axes = reduce_axes(g_.node(r));
+    const auto axes = axes_of(g_.node(r));
     if (axes && axes->size() == 1 && ((*axes)[0] == 1 || (*axes)[0] == -2) &&
         attr_i(g_.node(r), "keepdims", 1) == 0) {
       return embedding_bag(i, id);
     }
   }
-  const auto table = weight_dims(n.input(0));
-  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
   const auto ids_rank = rank_of(n.input(1));
   if (!ids_rank) return refuse(i, "ids of unknown rank");
   TensorRef out = b_.embedding(id, *activation(n.input(1)), table[0], table[1]);
@@ -407,10 +407,9 @@ void Importer::gather(int i, const std::string& id) {
 void Importer::embedding_bag(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto ids = activation(n.input(1));
-  const auto table = weight_dims(n.input(0));
-  const int r = sole_consumer(n.output(0));
-  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
-  const auto& red = g_.node(r);  // gather() checked it reduces the bag axis 1
+  const auto table = weight_dims(n.input(0));  // gather() checked it is [rows, dim]
+  const int r = sole_consumer(n.output(0));    // and that this reduces the bag axis
+  const auto& red = g_.node(r);
   done_[static_cast<size_t>(r)] = true;
   TensorRef out = b_.embedding_bag(id, *ids, table[0], table[1]);
   take(id, "weight", n.input(0));
@@ -418,7 +417,7 @@ void Importer::embedding_bag(int i, const std::string& id) {
   act_[red.output(0)] = out;
 }
 
-std::optional<std::vector<int64_t>> Importer::reduce_axes(const onnx::NodeProto& n) const {
+std::optional<std::vector<int64_t>> Importer::axes_of(const onnx::NodeProto& n) const {
   std::vector<int64_t> axes = attr_ints(n, "axes");
   if (axes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
     auto v = folded(n.input(1));
@@ -434,7 +433,7 @@ void Importer::reduce(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
-  const auto axes = reduce_axes(n);
+  const auto axes = axes_of(n);
   const auto shape = sample_shape(n.input(0));
   if (!axes || axes->empty() || !shape) {
     return refuse(i,
@@ -509,8 +508,7 @@ void Importer::clip(int i, const std::string& id) {
 }
 
 // Zero padding of H and W whose only consumer is a Conv or an AveragePool: that op pads instead.
-void Importer::pad(int i, const std::string& id) {
-  (void)id;
+void Importer::pad(int i) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
@@ -628,12 +626,9 @@ void Importer::reshape(int i, const std::string& id) {
 Result<std::vector<int64_t>> Importer::squeezed(int i) const {
   const auto& n = g_.node(i);
   const bool un = n.op_type() == "Unsqueeze";
-  std::vector<int64_t> axes = attr_ints(n, "axes");
-  if (axes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
-    auto v = folded(n.input(1));
-    if (!v) return invalid_argument("axes are not constant");
-    for (double a : *v) axes.push_back(static_cast<int64_t>(a));
-  }
+  const auto constant_axes = axes_of(n);
+  if (!constant_axes) return invalid_argument("axes are not constant");
+  const std::vector<int64_t>& axes = *constant_axes;
   auto dims = onnx_shape(n.input(0));
   if (!dims) return invalid_argument("its input's shape is unknown");
   const int64_t rank =

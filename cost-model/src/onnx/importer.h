@@ -123,14 +123,14 @@ class Importer {
   void split(int i, const std::string& id);
   void embedding_bag(int i, const std::string& id);
   void transpose(int i, const std::string& id);
-  void pad(int i, const std::string& id);
+  void pad(int i);
   void clip(int i, const std::string& id);
   void reduce(int i, const std::string& id);
   void bias_add(int i, const std::string& id, const TensorRef& x, const std::string& weight);
   void gather(int i, const std::string& id);
-  // The axes of a ReduceSum/ReduceMean (attribute, or constant input from opset 13/18); nullopt
-  // when they are not constant.
-  std::optional<std::vector<int64_t>> reduce_axes(const onnx::NodeProto& n) const;
+  // The axes of a ReduceSum/ReduceMean/Squeeze/Unsqueeze: the attribute, or the constant input
+  // (from opset 13, 18 for ReduceMean); nullopt when they are not constant.
+  std::optional<std::vector<int64_t>> axes_of(const onnx::NodeProto& n) const;
   void reshape(int i, const std::string& id);
   Result<std::vector<int64_t>> squeezed(int i) const;
   void conv(int i, const std::string& id);

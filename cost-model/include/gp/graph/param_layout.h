@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "gp/common/status.h"
@@ -25,7 +26,7 @@ Result<std::vector<float>> gather_param(const std::vector<float>& s,
                                         const std::vector<int64_t>& dims, PlacedLayout at,
                                         int64_t count);
 // Writes P into its place in S. InvalidArgument when P does not fit.
-Status scatter_param(const std::vector<float>& p, const std::vector<int64_t>& dims, PlacedLayout at,
+Status scatter_param(std::span<const float> p, const std::vector<int64_t>& dims, PlacedLayout at,
                      std::vector<float>& s);
 // The same placement relative to the tensor under a 2-D Transpose view of dims `view_dims`
 // (the tensor is [view_dims[1], view_dims[0]]); nullopt where no layout expresses it.
