@@ -107,15 +107,15 @@ check "a flag overrides the plan's setting" \
 check "search stores the hyperparameters in the plan" \
   'grep -q "\"learning_rate\": 0.002" "$tmp/adam-plan.json" && grep -q "\"adam_beta1\": 0.8" "$tmp/adam-plan.json" && grep -q "\"adam_epsilon\": 1e-06" "$tmp/adam-plan.json"'
 "$plan_bin" --log-level warn search --model "$dot" --cluster cpu-local --devices 2 --batch 8 \
-  --optimizer momentum --lr 0.05 --weight-decay 0.01 --lr-schedule warmup-cosine --warmup-steps 2 \
+  --seed 7 --optimizer momentum --lr 0.05 --weight-decay 0.01 --lr-schedule warmup-cosine --warmup-steps 2 \
   --total-steps 6 --min-lr 0.001 --out "$tmp/sched-plan.pb" >/dev/null; rc=$?
 check "search stores weight decay and a warm-up cosine schedule" \
-  '[ $rc -eq 0 ] && "$plan_bin" inspect --plan "$tmp/sched-plan.pb" | grep -q "momentum lr 0.05 (momentum 0.9), weight decay 0.01, warm-up 2 then cosine to 0.001 at step 6"'
+  '[ $rc -eq 0 ] && "$plan_bin" inspect --plan "$tmp/sched-plan.pb" | grep -q "momentum lr 0.05 (momentum 0.9), weight decay 0.01, warm-up 2 then cosine to 0.001 at step 6, fp32, seed 7"'
 "$exe" --log-level warn local --plan "$tmp/sched-plan.pb" --iterations 6 --data "$tmp/data" \
   --metrics-out "$tmp/sched-local.json"; rc=$?
 "$exe" --log-level warn reference --plan "$tmp/sched-plan.pb" --iterations 6 --data "$tmp/data" \
   --metrics-out "$tmp/sched-ref.json"
-check "the plan trains with them as its reference does" \
+check "the plan trains with them (and shuffles with its seed) as its reference does" \
   '[ $rc -eq 0 ] && [ "$(losses "$tmp/sched-local.json")" = "$(losses "$tmp/sched-ref.json")" ]'
 check "inspect shows the training settings" \
   '"$plan_bin" inspect --plan "$tmp/adam-plan.json" | grep -q "training   adam lr 0.002 (betas 0.8, 0.99, eps 1e-06), fp32, seed 1"'

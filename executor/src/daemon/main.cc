@@ -66,18 +66,33 @@ gp::Status set_optimizer(const ReferenceOptions& o, graphpipe::v1::TrainingConfi
   return gp::ok_status();
 }
 
-gp::Status run_reference(ReferenceOptions o) {
-  GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
-  if (o.model.empty() == o.plan.empty()) {
-    return gp::invalid_argument("reference needs exactly one of --model and --plan");
+// The model named by exactly one of --model and --plan (then also the plan in `plan`), with its
+// weights file resolved.
+gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
+                                                    const std::string& model_flag,
+                                                    const std::string& plan_flag,
+                                                    graphpipe::v1::Plan* plan) {
+  if (model_flag.empty() == plan_flag.empty()) {
+    return gp::invalid_argument(command + " needs exactly one of --model and --plan");
   }
   graphpipe::v1::ModelGraph model;
+  if (!plan_flag.empty()) {
+    GP_RETURN_IF_ERROR(gp::graph::read_message(plan_flag, plan).with_context("--plan"));
+    model = plan->model();
+  } else {
+    GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(model_flag));
+  }
+  GP_RETURN_IF_ERROR(gp::graph::resolve_weights(model));
+  return model;
+}
+
+gp::Status run_reference(ReferenceOptions o) {
+  GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
+  graphpipe::v1::Plan plan;
+  GP_ASSIGN_OR_RETURN(auto model, model_or_plan("reference", o.model, o.plan, &plan));
   graphpipe::v1::TrainingConfig training;
   if (!o.plan.empty()) {
-    // The plan's model, mini-batch and every training setting, unless a flag overrides it.
-    graphpipe::v1::Plan plan;
-    GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
-    model = plan.model();
+    // The plan's mini-batch and every training setting, unless a flag overrides it.
     training = plan.training();
     if (o.batch == 0) o.batch = plan.mini_batch();
     if (o.optimizer_given) {
@@ -96,14 +111,12 @@ gp::Status run_reference(ReferenceOptions o) {
         gp::graph::validate_training(training, false).with_context("--plan " + o.plan));
   } else {
     if (o.batch == 0) return gp::invalid_argument("--batch is required with --model");
-    GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(o.model));
     GP_RETURN_IF_ERROR(set_optimizer(o, training));
     training.set_learning_rate(o.learning_rate);
     training.set_weight_decay(o.weight_decay);
     training.set_seed(o.seed);
     GP_RETURN_IF_ERROR(gp::graph::validate_training(training, false));
   }
-  GP_RETURN_IF_ERROR(gp::graph::resolve_weights(model));
   auto graph = gp::graph::Graph::build(model);
   if (!graph.ok()) {
     return graph.status().with_context(o.plan.empty() ? "model '" + o.model + "'"
@@ -116,7 +129,7 @@ gp::Status run_reference(ReferenceOptions o) {
   if (!o.data.empty()) {
     GP_ASSIGN_OR_RETURN(
         data, gp::exec::open_stage_data(o.data, *graph, trainer->runner().op_indices(), o.batch,
-                                        !o.no_shuffle, o.seed));
+                                        !o.no_shuffle, training.seed()));
     trainer->mutable_runner().set_data(data.get());
     log->info("data: {} samples from {} ({} iterations per epoch{})", data->samples(), o.data,
               data->samples() / o.batch, o.no_shuffle ? ", file order" : ", shuffled per epoch");
@@ -151,18 +164,8 @@ struct ExportCommandOptions {
 };
 
 gp::Status run_export(const ExportCommandOptions& o) {
-  if (o.model.empty() == o.plan.empty()) {
-    return gp::invalid_argument("export needs exactly one of --model and --plan");
-  }
-  graphpipe::v1::ModelGraph model;
-  if (!o.plan.empty()) {
-    graphpipe::v1::Plan plan;
-    GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
-    model = plan.model();
-  } else {
-    GP_ASSIGN_OR_RETURN(model, gp::graph::load_model(o.model));
-  }
-  GP_RETURN_IF_ERROR(gp::graph::resolve_weights(model));
+  graphpipe::v1::Plan plan;
+  GP_ASSIGN_OR_RETURN(auto model, model_or_plan("export", o.model, o.plan, &plan));
   std::vector<std::string> notes;
   GP_RETURN_IF_ERROR(gp::exec::export_trained(model, o.exp, &notes));
   auto log = gp::log::get("exec");
