@@ -175,25 +175,26 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   return result;
 }
 
-// Writes a plan; a model that carries its parameter values inline (e.g. --model model.onnx)
-// leaves them in <plan>.weights, referenced by hash, so the plan stays small.
-Status write_plan(const std::string& path, graphpipe::v1::Plan plan) {
+// A plan whose model carries its parameter values inline (e.g. --model model.onnx) leaves them
+// in <out>.weights, referenced by hash, so the plan file stays small. Done before anything
+// reports the plan's model_hash, which counts the values by the file's hash.
+Status externalize_plan_weights(const std::string& out, graphpipe::v1::Plan& plan) {
   auto& model = *plan.mutable_model();
-  bool inline_values = false;
-  for (const auto& op : model.ops()) inline_values = inline_values || op.param_values_size() > 0;
-  if (inline_values && model.weights_file().empty()) {
-    const std::string weights = path + ".weights";
-    GP_RETURN_IF_ERROR(graph::externalize_weights(
-        model, weights, std::filesystem::absolute(weights).lexically_normal().string()));
-    plan.set_model_hash(graph::model_hash(model));
-  } else if (!model.weights_file().empty()) {
-    for (auto& op : *model.mutable_ops()) op.clear_param_values();  // the file has them
-  }
-  return graph::write_message(path, plan);
+  if (out.empty() || !model.weights_file().empty()) return ok_status();
+  const std::string weights = out + ".weights";
+  GP_RETURN_IF_ERROR(graph::externalize_weights(
+      model, weights, std::filesystem::absolute(weights).lexically_normal().string()));
+  if (!model.weights_file().empty()) plan.set_model_hash(graph::model_hash(model));
+  return ok_status();
 }
 
 Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
                      const planner::SearchResult& result, graphpipe::v1::Strategy strategy) {
+  graphpipe::v1::Plan written;  // the plan as its files show it
+  if (result.feasible) {
+    written = result.plan;
+    GP_RETURN_IF_ERROR(externalize_plan_weights(opts.out, written));
+  }
   planner::ReportContext ctx;
   ctx.strategy = std::string(graph::strategy_name(strategy));
   ctx.feasible = result.feasible;
@@ -205,10 +206,10 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   ctx.candidates = &result.candidates;
   if (!opts.report.empty()) {
     GP_RETURN_IF_ERROR(graph::write_file_atomic(
-        opts.report, planner::plan_report_json(ctx, result.feasible ? &result.plan : nullptr)));
+        opts.report, planner::plan_report_json(ctx, result.feasible ? &written : nullptr)));
   }
   if (!result.feasible) return ok_status();
-  if (!opts.out.empty()) GP_RETURN_IF_ERROR(write_plan(opts.out, result.plan));
+  if (!opts.out.empty()) GP_RETURN_IF_ERROR(graph::write_message(opts.out, written));
   if (!opts.dot.empty()) {
     GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.dot, planner::stage_graph_dot(result.plan)));
   }
@@ -321,7 +322,8 @@ Status run_replan(const ReplanOptions& opts) {
   if (!report.ok()) {
     return internal_error("the re-planned plan failed verification: " + report.problems[0]);
   }
-  GP_RETURN_IF_ERROR(write_plan(opts.out, result.plan));
+  GP_RETURN_IF_ERROR(externalize_plan_weights(opts.out, result.plan));
+  GP_RETURN_IF_ERROR(graph::write_message(opts.out, result.plan));
   const auto& p = result.plan.predicted();
   std::printf(
       "re-planned for %d devices: %d stages, %.1f samples/s predicted (was %.1f on %d) -> %s\n",

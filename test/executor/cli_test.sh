@@ -155,9 +155,12 @@ check "import writes the values to enc.weights, not into the model" \
 check "a plan refers to the weights file, without values" \
   'grep -q "weights_file: \"$tmp/wref/enc.weights\"" "$tmp/wref/plan.pbtxt" && ! grep -q "param_values" "$tmp/wref/plan.pbtxt"'
 "$plan_bin" --log-level warn search --model "$enc" --cluster cpu-local --devices 2 --batch 8 \
-  --optimizer sgd --out "$tmp/wref/direct.pb" >/dev/null
+  --optimizer sgd --out "$tmp/wref/direct.json" --report "$tmp/wref/direct-report.json" >/dev/null
 check "a plan of an .onnx model keeps its values in <plan>.weights" \
-  '[ -s "$tmp/wref/direct.pb.weights" ] && [ "$(stat -c %s "$tmp/wref/direct.pb")" -lt "$(stat -c %s "$tmp/wref/direct.pb.weights")" ]'
+  '[ -s "$tmp/wref/direct.json.weights" ] && ! grep -q "param_values" "$tmp/wref/direct.json"'
+plan_hash=$(grep -o '"model_hash": "[0-9a-f]*"' "$tmp/wref/direct.json")
+report_hash=$(grep -o '"model_hash": "[0-9a-f]*"' "$tmp/wref/direct-report.json")
+check "its report names the model hash the plan file has" '[ -n "$plan_hash" ] && [ "$plan_hash" = "$report_hash" ]'
 "$exe" --log-level warn local --plan "$tmp/wref/plan.pbtxt" --iterations 2 --metrics-out "$tmp/wref/a.json"; rc=$?
 "$exe" --log-level warn reference --model "$enc" --batch 8 --iterations 2 --optimizer sgd --lr 0.01 \
   --metrics-out "$tmp/wref/b.json"
