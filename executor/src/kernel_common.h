@@ -172,11 +172,8 @@ struct ReduceShape {
 inline Result<ReduceShape> read_reduce(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
   const int rank = x.shape_size();
-  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
-  if (axis < 0) axis += rank;
-  if (axis < 0 || axis >= rank) return op_error(op, "attrs.axis out of range");
+  GP_ASSIGN_OR_RETURN(const int a, op_axis(op, rank));
   GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
-  const int a = static_cast<int>(axis);
   return ReduceShape{dims_product(x, 0, a), x.shape(a), dims_product(x, a + 1, rank),
                      mode == "mean"};
 }

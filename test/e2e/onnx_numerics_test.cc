@@ -94,16 +94,7 @@ TEST_CASE("imported ONNX models compute the outputs their ONNX graphs define") {
     const auto y = load_tensor(dir + "output_0.pb");
     const int64_t batch = x.dims(0);
     const auto got = forward(*g, {{x.name(), floats(x)}}, batch);
-    const auto want = floats(y);
-    REQUIRE(got.size() == want.size());
-    double max_err = 0, max_abs = 0;
-    for (size_t k = 0; k < got.size(); ++k) {
-      max_err = std::max(max_err, static_cast<double>(std::fabs(got[k] - want[k])));
-      max_abs = std::max(max_abs, static_cast<double>(std::fabs(want[k])));
-    }
-    INFO("max |error| " << max_err << " of max |value| " << max_abs);
-    CHECK(max_abs > 0.1);  // the expected outputs are not trivially zero
-    CHECK(max_err <= 1e-4 * max_abs);
+    testing::check_close(got, floats(y), 1e-4, /*min_abs=*/0.1);
   }
 }
 
