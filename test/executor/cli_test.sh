@@ -117,6 +117,16 @@ check "search stores weight decay and a warm-up cosine schedule" \
   --metrics-out "$tmp/sched-ref.json"
 check "the plan trains with them (and shuffles with its seed) as its reference does" \
   '[ $rc -eq 0 ] && [ "$(losses "$tmp/sched-local.json")" = "$(losses "$tmp/sched-ref.json")" ]'
+err=$("$plan_bin" search --model "$dot" --cluster cpu-local --batch 8 --lr-schedule step \
+  --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "an unknown --lr-schedule exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "lr-schedule = .step."'
+err=$("$plan_bin" search --model "$dot" --cluster cpu-local --batch 8 --lr-schedule warmup-cosine \
+  --warmup-steps 5 --total-steps 5 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a schedule ending in its warm-up exits 2 naming the fields" '[ $rc -eq 2 ] && echo "$err" | grep -q "training.warmup_steps = 5, training.total_steps = 5"'
+err=$("$exe" reference --model "$dot" --plan "$tmp/dot-plan.pb" 2>&1 >/dev/null); rc=$?
+check "reference with both --model and --plan exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q "exactly one of --model and --plan"'
+err=$("$exe" reference --model "$dot" --batch 8 --weight-decay -1 2>&1 >/dev/null); rc=$?
+check "a negative --weight-decay exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "training.weight_decay = -1"'
 check "inspect shows the training settings" \
   '"$plan_bin" inspect --plan "$tmp/adam-plan.json" | grep -q "training   adam lr 0.002 (betas 0.8, 0.99, eps 1e-06), fp32, seed 1"'
 err=$("$plan_bin" search --model "$dot" --cluster cpu-local --batch 8 --optimizer sgd --beta1 0.5 \
