@@ -274,7 +274,7 @@ Status export_trained(const graphpipe::v1::ModelGraph& model, const ExportOption
   if (ext != ".onnx" && ext != ".npz") {
     return invalid_argument("--out " + options.out + ": expected a .onnx or .npz file");
   }
-  GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(options.checkpoint));
+  GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(options.checkpoint, notes));
   auto graph = graph::Graph::build(model);
   if (!graph.ok()) return graph.status().with_context("model");
   graphpipe::v1::TrainingConfig training;  // only the state layout matters for loading

@@ -441,8 +441,10 @@ TEST_CASE(
     for (int it = 0; it < 3; ++it) REQUIRE((*trainer)->run_iteration(it).ok());
     const fs::path dir = fs::temp_directory_path() / ("gp_export_" + stem);
     fs::remove_all(dir);
-    REQUIRE(exec::write_stage_checkpoint(dir.string(), 2, *g, (*trainer)->mutable_runner()).ok());
-    REQUIRE(exec::commit_checkpoint(dir.string(), 2, *g, "test", training).ok());
+    REQUIRE(
+        exec::write_stage_checkpoint(dir.string(), 2, *g, (*trainer)->mutable_runner(), "test-run")
+            .ok());
+    REQUIRE(exec::commit_checkpoint(dir.string(), 2, *g, "test", training, "test-run").ok());
     exec::ExportOptions options;
     options.checkpoint = dir.string();
     options.out = (dir / "trained.onnx").string();
@@ -498,8 +500,10 @@ TEST_CASE("export refuses a checkpoint of another model and a source file that d
   REQUIRE(trainer.ok());
   const fs::path dir = fs::temp_directory_path() / "gp_export_refusals";
   fs::remove_all(dir);
-  REQUIRE(exec::write_stage_checkpoint(dir.string(), 0, *g, (*trainer)->mutable_runner()).ok());
-  REQUIRE(exec::commit_checkpoint(dir.string(), 0, *g, "test", training).ok());
+  REQUIRE(
+      exec::write_stage_checkpoint(dir.string(), 0, *g, (*trainer)->mutable_runner(), "test-run")
+          .ok());
+  REQUIRE(exec::commit_checkpoint(dir.string(), 0, *g, "test", training, "test-run").ok());
   exec::ExportOptions options;
   options.checkpoint = dir.string();
   options.out = (dir / "x.onnx").string();

@@ -34,19 +34,25 @@ check "training resumed after the last complete checkpoint (iteration 3)" \
 check "iterations 4-9 have the uninterrupted run's losses" \
   '[ -s "$tmp/recovered.json" ] && [ "$(iteration_losses "$tmp/recovered.json")" = "$(iteration_losses "$tmp/full.json" | tail -6)" ]'
 
-# 3. Resuming from a corrupted checkpoint is refused, naming the file.
+# 3. A corrupted newest checkpoint: the previous one (commit keeps it) is used, with a warning
+#    naming the file; when every checkpoint is damaged, resuming is refused naming each problem.
 cp -r "$tmp/ckpt" "$tmp/bad"
 latest=$(cat "$tmp/bad/LATEST")
+previous=$(ls -d "$tmp/bad"/iter-* | xargs -n1 basename | grep -vx "$latest")
 victim=$(ls "$tmp/bad/$latest"/op-*.bin | head -1)
 printf 'garbage' | dd of="$victim" bs=1 seek=64 conv=notrunc 2>/dev/null
 launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
-  --checkpoint-dir "$tmp/bad" --resume > "$tmp/bad.log" 2>&1; rc=$?
-check "a corrupted checkpoint is refused" \
-  '[ $rc -ne 0 ] && grep -q "checksum mismatch" "$tmp/bad.log" && grep -q "$(basename "$victim")" "$tmp/bad.log"'
-truncate -s 10 "$victim"
+  --checkpoint-dir "$tmp/bad" --resume --metrics-out "$tmp/fallback.json" > "$tmp/bad.log" 2>&1; rc=$?
+check "a corrupted newest checkpoint falls back to the previous one ($previous), with a warning" \
+  '[ $rc -eq 0 ] && grep -q "checksum mismatch" "$tmp/bad.log" && grep -q "$(basename "$victim")" "$tmp/bad.log" && grep -q "using $previous instead" "$tmp/bad.log"'
+check "training resumed after $previous" \
+  '[ "$(iteration_losses "$tmp/fallback.json" | head -1 | cut -d" " -f1)" = $(( ${previous#iter-} + 1 )) ]'
+victim2=$(ls "$tmp/bad/$previous"/op-*.bin | head -1)
+truncate -s 10 "$victim2"
 launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
   --checkpoint-dir "$tmp/bad" --resume > "$tmp/torn.log" 2>&1; rc=$?
-check "a torn checkpoint file is refused" '[ $rc -ne 0 ] && grep -q "torn" "$tmp/torn.log"'
+check "with every checkpoint damaged, resuming is refused naming both" \
+  '[ $rc -ne 0 ] && grep -q "no valid checkpoint" "$tmp/torn.log" && grep -q "torn" "$tmp/torn.log" && grep -q "checksum mismatch" "$tmp/torn.log"'
 
 # 4. A plan of another model cannot resume from it.
 "$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 2 \

@@ -73,8 +73,8 @@ TEST_CASE("a checkpoint written by one partition loads into another, tensor for 
   const auto g = testing::zoo_graph("tiny-mmt");
   TempDir dir;
   auto whole = trained(g);
-  REQUIRE(exec::write_stage_checkpoint(dir.path, 7, g, *whole).ok());
-  REQUIRE(exec::commit_checkpoint(dir.path, 7, g, "plan-a", adam()).ok());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 7, g, *whole, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 7, g, "plan-a", adam(), "test-run").ok());
   auto manifest = exec::latest_checkpoint(dir.path);
   INFO(manifest.status().to_string());
   REQUIRE(manifest.ok());
@@ -110,8 +110,8 @@ TEST_CASE("a corrupted or truncated checkpoint file is refused, naming the file"
   const auto g = testing::zoo_graph("tiny-mmt");
   TempDir dir;
   auto whole = trained(g);
-  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole).ok());
-  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam()).ok());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam(), "test-run").ok());
   auto manifest = exec::latest_checkpoint(dir.path);
   REQUIRE(manifest.ok());
   const std::string file = (fs::path(latest_dir(dir, 3)) / manifest->tensors(0).file()).string();
@@ -142,8 +142,8 @@ TEST_CASE("a checkpoint is only committed when every operator's file is there") 
   const auto& order = g.topo_order();
   std::vector<int> half(order.begin(), order.begin() + static_cast<long>(order.size() / 2));
   auto part = runner_for(g, half, adam());
-  REQUIRE(exec::write_stage_checkpoint(dir.path, 1, g, *part).ok());
-  const Status st = exec::commit_checkpoint(dir.path, 1, g, "p", adam());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 1, g, *part, "test-run").ok());
+  const Status st = exec::commit_checkpoint(dir.path, 1, g, "p", adam(), "test-run");
   REQUIRE_FALSE(st.ok());
   CHECK_THAT(st.message(), Catch::Contains("did not write it"));
   // Nothing to resume from: the partial checkpoint is never pointed at.
@@ -155,8 +155,8 @@ TEST_CASE("a newer checkpoint replaces older ones, keeping the one before it") {
   TempDir dir;
   auto whole = trained(g);
   for (int64_t it : {1, 3, 5}) {
-    REQUIRE(exec::write_stage_checkpoint(dir.path, it, g, *whole).ok());
-    REQUIRE(exec::commit_checkpoint(dir.path, it, g, "p", adam()).ok());
+    REQUIRE(exec::write_stage_checkpoint(dir.path, it, g, *whole, "test-run").ok());
+    REQUIRE(exec::commit_checkpoint(dir.path, it, g, "p", adam(), "test-run").ok());
   }
   CHECK(exec::latest_checkpoint(dir.path)->iteration() == 5);
   CHECK(fs::exists(latest_dir(dir, 5)));
@@ -164,12 +164,114 @@ TEST_CASE("a newer checkpoint replaces older ones, keeping the one before it") {
   CHECK_FALSE(fs::exists(latest_dir(dir, 1)));
 }
 
+void flip_byte(const std::string& file, std::streamoff at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  char c = 0;
+  f.seekg(at);
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+TEST_CASE("a damaged newest checkpoint falls back to the previous one, with a warning") {
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  auto whole = trained(g);
+  for (int64_t it : {3, 5}) {
+    REQUIRE(exec::write_stage_checkpoint(dir.path, it, g, *whole, "run-a").ok());
+    REQUIRE(exec::commit_checkpoint(dir.path, it, g, "p", adam(), "run-a").ok());
+  }
+  auto newest = exec::latest_checkpoint(dir.path);
+  REQUIRE(newest.ok());
+  REQUIRE(newest->iteration() == 5);
+  const std::string file = (fs::path(latest_dir(dir, 5)) / newest->tensors(1).file()).string();
+
+  SECTION("a flipped byte in one operator's file") { flip_byte(file, 200); }
+  SECTION("a missing file") { fs::remove(file); }
+  SECTION("a garbled manifest") {
+    std::ofstream(fs::path(latest_dir(dir, 5)) / "MANIFEST.pbtxt", std::ios::trunc) << "tensors {";
+  }
+  SECTION("a file left from another run's checkpoint of the same iteration") {
+    // run-b writes iteration 5 again but dies before its commit; run-a's manifest remains.
+    auto other = trained(g);
+    REQUIRE(exec::write_stage_checkpoint(dir.path, 5, g, *other, "run-b").ok());
+  }
+  std::vector<std::string> warnings;
+  const auto used = exec::latest_checkpoint(dir.path, &warnings);
+  REQUIRE(used.ok());
+  CHECK(used->iteration() == 3);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("iter-5"));
+  CHECK_THAT(warnings[0], Catch::Contains("using iter-3 instead"));
+  // And it loads.
+  auto fresh = runner_for(g, all_ops(g), adam());
+  CHECK(exec::load_stage_checkpoint(dir.path, *used, g, adam(), *fresh).ok());
+}
+
+TEST_CASE("an operator's file of another iteration or run is refused under a manifest") {
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  auto whole = trained(g);
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 2, g, *whole, "run-a").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 2, g, "p", adam(), "run-a").ok());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 4, g, *whole, "run-a").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 4, g, "p", adam(), "run-a").ok());
+  auto manifest = exec::latest_checkpoint(dir.path);
+  REQUIRE(manifest.ok());
+  const std::string name = manifest->tensors(0).file();
+  SECTION("a file copied from the older checkpoint") {
+    fs::copy_file(fs::path(latest_dir(dir, 2)) / name, fs::path(latest_dir(dir, 4)) / name,
+                  fs::copy_options::overwrite_existing);
+    auto fresh = runner_for(g, all_ops(g), adam());
+    const Status st = exec::load_stage_checkpoint(dir.path, *manifest, g, adam(), *fresh);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.code() == StatusCode::kDataLoss);
+    CHECK_THAT(st.message(), Catch::Contains("written for iteration 2"));
+    CHECK_THAT(st.message(), Catch::Contains(name));
+  }
+  SECTION("a file of another run") {
+    REQUIRE(exec::write_stage_checkpoint(dir.path, 4, g, *whole, "run-b").ok());
+    auto fresh = runner_for(g, all_ops(g), adam());
+    const Status st = exec::load_stage_checkpoint(dir.path, *manifest, g, adam(), *fresh);
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains("of another run"));
+  }
+}
+
+TEST_CASE("torn checkpoint directories and temporary files are cleaned up") {
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  auto whole = trained(g);
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 2, g, *whole, "r").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 2, g, "p", adam(), "r").ok());
+  // A checkpoint of iteration 4 interrupted before its manifest, and stray temporaries.
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 4, g, *whole, "r").ok());
+  std::ofstream(fs::path(latest_dir(dir, 4)) / "op-1.bin.tmp") << "x";
+  std::ofstream(fs::path(latest_dir(dir, 2)) / "op-1.bin.tmp") << "x";
+  std::ofstream(fs::path(dir.path) / "LATEST.tmp") << "iter-4";
+  auto removed = exec::clean_torn_checkpoints(dir.path);
+  REQUIRE(removed.ok());
+  CHECK(removed->size() == 3);  // LATEST.tmp, iter-2's temporary, iter-4 whole
+  CHECK_FALSE(fs::exists(latest_dir(dir, 4)));
+  CHECK_FALSE(fs::exists(fs::path(dir.path) / "LATEST.tmp"));
+  CHECK_FALSE(fs::exists(fs::path(latest_dir(dir, 2)) / "op-1.bin.tmp"));
+  // The complete checkpoint stays, loadable.
+  auto manifest = exec::latest_checkpoint(dir.path);
+  REQUIRE(manifest.ok());
+  CHECK(manifest->iteration() == 2);
+  auto fresh = runner_for(g, all_ops(g), adam());
+  CHECK(exec::load_stage_checkpoint(dir.path, *manifest, g, adam(), *fresh).ok());
+  // Nothing left to clean the second time.
+  CHECK(exec::clean_torn_checkpoints(dir.path)->empty());
+}
+
 TEST_CASE("a checkpoint of another model or optimizer is refused") {
   const auto g = testing::zoo_graph("tiny-mmt");
   TempDir dir;
   auto whole = trained(g);
-  REQUIRE(exec::write_stage_checkpoint(dir.path, 2, g, *whole).ok());
-  REQUIRE(exec::commit_checkpoint(dir.path, 2, g, "p", adam()).ok());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 2, g, *whole, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 2, g, "p", adam(), "test-run").ok());
   auto manifest = exec::latest_checkpoint(dir.path);
   REQUIRE(manifest.ok());
 
@@ -191,17 +293,28 @@ TEST_CASE("a checkpoint never reads outside its directory") {
   const auto g = testing::zoo_graph("tiny-mmt");
   TempDir dir;
   auto whole = trained(g);
-  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole).ok());
-  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam()).ok());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam(), "test-run").ok());
 
-  SECTION("LATEST naming a path out of the directory is refused") {
+  SECTION("LATEST naming a path out of the directory is never followed") {
     for (const std::string target : {"../iter-3", "/etc", "iter-3/../../x", "iter-"}) {
       INFO(target);
       std::ofstream((fs::path(dir.path) / "LATEST").string(), std::ios::trunc) << target << "\n";
-      const auto r = exec::latest_checkpoint(dir.path);
-      REQUIRE_FALSE(r.ok());
-      CHECK(r.status().code() == StatusCode::kDataLoss);
-      CHECK_THAT(r.status().message(), Catch::Contains("is not a checkpoint of this directory"));
+      // The checkpoint inside the directory is used instead, with a warning.
+      std::vector<std::string> warnings;
+      const auto r = exec::latest_checkpoint(dir.path, &warnings);
+      REQUIRE(r.ok());
+      CHECK(r->iteration() == 3);
+      REQUIRE(warnings.size() == 1);
+      CHECK_THAT(warnings[0], Catch::Contains("is not a checkpoint of this directory"));
+      // Without it, nothing is loaded.
+      fs::remove_all(latest_dir(dir, 3));
+      const auto none = exec::latest_checkpoint(dir.path);
+      REQUIRE_FALSE(none.ok());
+      CHECK(none.status().code() == StatusCode::kDataLoss);
+      CHECK_THAT(none.status().message(), Catch::Contains("is not a checkpoint of this directory"));
+      REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole, "test-run").ok());
+      REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam(), "test-run").ok());
     }
   }
   SECTION("a manifest tensor file with a path is refused before it is opened") {

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <functional>
@@ -362,6 +363,108 @@ TEST_CASE("a rank that stops heartbeating aborts the job and the others are told
   CHECK_FALSE(status->ranks(2).alive());
   CHECK(status->ranks(2).heartbeat_age_ms() == -1);
   CHECK(status->ranks(0).alive());
+  CHECK(status->failed_rank() == 2);  // what the launcher kills and re-plans without
+}
+
+TEST_CASE("a requested stop is agreed: every rank stops after the same, late enough iteration",
+          "[control]") {
+  // Three stages in a chain (diameter 2), one rank each.
+  exec::CoordinatorOptions options;
+  options.plan = tiny_plan();
+  for (int s = 0; s < 3; ++s) {
+    auto* stage = options.plan.add_stages();
+    stage->set_id(s);
+    stage->add_device_ranks(s);
+  }
+  for (int s = 0; s < 2; ++s) {
+    auto* e = options.plan.add_edges();
+    e->set_src_stage(s);
+    e->set_dst_stage(s + 1);
+  }
+  options.world_size = 3;
+  auto started = exec::Coordinator::start(options);
+  REQUIRE(started.ok());
+  auto& coordinator = **started;
+  auto clients = register_all(coordinator, 3);
+
+  // Before any request, proposing is an error and heartbeats say nothing.
+  CHECK(clients[0]->propose_stop(0, 4).status().code() == StatusCode::kFailedPrecondition);
+  auto hb = clients[1]->heartbeat(running(1, 4));
+  REQUIRE(hb.ok());
+  CHECK_FALSE(hb->stop_requested());
+
+  REQUIRE(clients[1]->request_stop(1, 15, "SIGTERM").ok());
+  REQUIRE(clients[2]->request_stop(2, 2, "SIGINT").ok());  // the first request decides
+  hb = clients[0]->heartbeat(running(0, 5));
+  REQUIRE(hb.ok());
+  CHECK(hb->stop_requested());
+
+  // Undecided until every rank has proposed; a rank's later proposals do not move its own.
+  auto d = clients[0]->propose_stop(0, 5);
+  REQUIRE(d.ok());
+  CHECK(d->stop_after_iteration() == -1);
+  d = clients[2]->propose_stop(2, 4);
+  REQUIRE(d.ok());
+  CHECK(d->stop_after_iteration() == -1);
+  d = clients[0]->propose_stop(0, 6);
+  REQUIRE(d.ok());
+  CHECK(d->stop_after_iteration() == -1);
+  d = clients[1]->propose_stop(1, 5);
+  REQUIRE(d.ok());
+  // max proposal 5, + 1 for the iteration the last proposer runs next, + the diameter 2.
+  CHECK(d->stop_after_iteration() == 8);
+  CHECK(d->signal() == 15);
+  CHECK(contains(d->reason(), "rank 1 asked to stop (SIGTERM)"));
+  for (int r = 0; r < 3; ++r) {
+    auto again = clients[r]->propose_stop(r, 7);
+    REQUIRE(again.ok());
+    CHECK(again->stop_after_iteration() == 8);
+  }
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(status->stop_requested());
+  CHECK(status->stop_after_iteration() == 8);
+  CHECK(contains(exec::status_text(*status), "stopping: rank 1 asked to stop"));
+  CHECK_FALSE(coordinator.aborted());
+
+  CHECK(clients[0]->request_stop(5, 15, "x").code() == StatusCode::kInvalidArgument);
+  CHECK(clients[0]->request_stop(0, 99, "x").code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("GetStatus shows each rank's loss over its own samples and its throughput", "[control]") {
+  exec::CoordinatorOptions options;
+  options.plan = tiny_plan();  // mini-batch 8
+  auto* stage = options.plan.add_stages();
+  stage->add_device_ranks(0);
+  stage->add_device_ranks(1);  // two replicas: 4 samples each
+  options.world_size = 2;
+  std::atomic<int> reports{0};
+  options.on_metrics = [&reports](const pb::ReportMetricsRequest&) { ++reports; };
+  auto started = exec::Coordinator::start(options);
+  REQUIRE(started.ok());
+  auto& coordinator = **started;
+  auto clients = register_all(coordinator, 2);
+  pb::IterationMetrics m;
+  m.set_iteration(3);
+  m.set_loss(2.0);  // summed over the rank's 4 samples
+  REQUIRE(clients[1]->report_metrics(1, {m}).ok());
+  auto st = running(0, 4);
+  st.set_samples_per_s(123.5);
+  REQUIRE(clients[0]->heartbeat(st).ok());
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(reports == 1);
+  CHECK_FALSE(status->ranks(0).has_loss());
+  CHECK(status->ranks(0).samples_per_s() == 123.5);
+  CHECK(status->ranks(1).has_loss());
+  CHECK(status->ranks(1).loss() == 0.5);
+  CHECK(status->ranks(1).loss_iteration() == 3);
+  const std::string text = exec::status_text(*status);
+  CHECK(contains(text, "rank 0: iter 4, 123.5 samples/s"));
+  const std::string json = exec::status_json(*status);
+  CHECK(contains(json, "\"loss\": 0.5"));
+  CHECK(contains(json, "\"loss\": null"));
+  CHECK(contains(json, "\"samples_per_s\": 123.5"));
 }
 
 TEST_CASE("Abort from one rank wakes the others' barriers and heartbeats", "[control]") {
@@ -399,7 +502,7 @@ TEST_CASE("Abort wakes a pending registration", "[control]") {
     return client->register_rank(registration(0, 2, coordinator->plan_hash()), kWait);
   });
   REQUIRE(poll_until([&] { return coordinator->status().ranks(0).registered(); }));
-  coordinator->abort("launcher gave up");
+  coordinator->abort("launcher gave up", -1);
   auto resp = get_within(pending, 5s);
   CHECK(resp.status().code() == StatusCode::kAborted);
   CHECK(contains(resp.status().message(), "launcher gave up"));

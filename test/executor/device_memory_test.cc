@@ -252,14 +252,14 @@ TEST_CASE("checkpoints round-trip through a device without host memory") {
     step(*staged, it, 4, ignored);
     step(*cpu, it, 4, ignored);
   }
-  REQUIRE(exec::write_stage_checkpoint(dir.path, 1, g, *staged).ok());
-  REQUIRE(exec::commit_checkpoint(dir.path, 1, g, "plan", t).ok());
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 1, g, *staged, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 1, g, "plan", t, "test-run").ok());
   auto manifest = exec::latest_checkpoint(dir.path);
   REQUIRE(manifest.ok());
 
   // Written from the staging device, the files are the CPU's: same bytes as a CPU checkpoint.
   TempDir cpu_dir;
-  REQUIRE(exec::write_stage_checkpoint(cpu_dir.path, 1, g, *cpu).ok());
+  REQUIRE(exec::write_stage_checkpoint(cpu_dir.path, 1, g, *cpu, "test-run").ok());
   for (int op : cpu->op_indices()) {
     if (cpu->op_param_count(op) == 0) continue;
     const std::string file = "iter-1/op-" + std::to_string(op) + ".bin";

@@ -180,4 +180,24 @@ Status ControlClient::abort(int rank, const std::string& reason) {
                     &response, default_timeout_);
 }
 
+Status ControlClient::request_stop(int rank, int signal, const std::string& reason) {
+  pb::RequestStopRequest request;
+  request.set_rank(rank);
+  request.set_signal(signal);
+  request.set_reason(reason);
+  pb::RequestStopResponse response;
+  return unary_call(*stub_->stub, &pb::Executor::Stub::RequestStop, "RequestStop", address_, token_,
+                    request, &response, default_timeout_);
+}
+
+Result<pb::ProposeStopResponse> ControlClient::propose_stop(int rank, int64_t iteration) {
+  pb::ProposeStopRequest request;
+  request.set_rank(rank);
+  request.set_iteration(iteration);
+  pb::ProposeStopResponse response;
+  GP_RETURN_IF_ERROR(unary_call(*stub_->stub, &pb::Executor::Stub::ProposeStop, "ProposeStop",
+                                address_, token_, request, &response, default_timeout_));
+  return response;
+}
+
 }  // namespace gp::exec

@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
 #include "gp/graph/model_io.h"
@@ -108,7 +109,43 @@ struct RankRecord {
   Clock::time_point liveness_since;  // monitor clock: completion time, then each heartbeat
   bool finished = false;
   std::map<int64_t, pb::IterationMetrics> metrics;  // by iteration
+  int64_t stop_proposal = -1;  // the iteration it finished when it first proposed a stop
+  bool told_abort = false;     // it knows the job is aborted (it was told, or it failed)
 };
+
+// How many iterations apart two ranks can be at most: a stage runs iteration i only with its
+// neighbours' tensors of iteration i, so neighbours are at most one apart and any two ranks at
+// most the stage graph's diameter (replicas move in step). A plan whose stage graph falls apart
+// has no such bound; the number of stages is used then (a rank found past the chosen stop
+// reports it).
+int64_t max_iteration_skew(const pb::Plan& plan) {
+  const int n = plan.stages_size();
+  std::vector<std::vector<int>> adj(n);
+  for (const auto& e : plan.edges()) {
+    if (e.src_stage() < 0 || e.src_stage() >= n || e.dst_stage() < 0 || e.dst_stage() >= n) {
+      continue;
+    }
+    adj[e.src_stage()].push_back(e.dst_stage());
+    adj[e.dst_stage()].push_back(e.src_stage());
+  }
+  int64_t diameter = 0;
+  for (int s = 0; s < n; ++s) {
+    std::vector<int> dist(n, -1);
+    std::vector<int> queue{s};
+    dist[s] = 0;
+    for (size_t q = 0; q < queue.size(); ++q) {
+      for (int v : adj[queue[q]]) {
+        if (dist[v] < 0) {
+          dist[v] = dist[queue[q]] + 1;
+          queue.push_back(v);
+        }
+      }
+    }
+    if (static_cast<int>(queue.size()) < n) return n;
+    for (int d : dist) diameter = std::max<int64_t>(diameter, d);
+  }
+  return diameter;
+}
 
 struct BarrierState {
   uint64_t generation = 0;  // bumped at each release, so a name can be reused
@@ -125,7 +162,19 @@ class CoordinatorCore {
       : options_(options),
         plan_hash_(std::move(plan_hash)),
         job_id_(std::move(job_id)),
-        ranks_(options.world_size) {}
+        ranks_(options.world_size),
+        stop_skew_(max_iteration_skew(options.plan)) {
+    // Samples each rank trains on per iteration: its stage's share of the mini-batch.
+    samples_of_rank_.assign(options.world_size, 0);
+    for (const auto& stage : options.plan.stages()) {
+      if (stage.device_ranks_size() == 0) continue;
+      for (int r : stage.device_ranks()) {
+        if (r >= 0 && r < options.world_size) {
+          samples_of_rank_[r] = options.plan.mini_batch() / stage.device_ranks_size();
+        }
+      }
+    }
+  }
 
   ~CoordinatorCore() { stop(); }
 
@@ -287,7 +336,10 @@ class CoordinatorCore {
     };
     while (true) {
       if (b.generation != generation) return ok_status();
-      if (aborted_) return leave(aborted_status(context, abort_reason_));
+      if (aborted_) {
+        ranks_[r].told_abort = true;
+        return leave(aborted_status(context, abort_reason_));
+      }
       if (shutting_down_) return leave(shutting_down_status(context));
       if (cancelled()) {
         return leave(Status(StatusCode::kCancelled, context + "cancelled by the client"));
@@ -320,9 +372,14 @@ class CoordinatorCore {
     rec.last_heartbeat = now;
     rec.liveness_since = now;
     record_status_locked(status);
+    if (aborted_) {
+      rec.told_abort = true;
+      cv_.notify_all();
+    }
     pb::HeartbeatResponse resp;
     resp.set_abort(aborted_);
     resp.set_abort_reason(abort_reason_);
+    resp.set_stop_requested(stop_requested_);
     return resp;
   }
 
@@ -335,10 +392,64 @@ class CoordinatorCore {
 
   Status report_metrics(const pb::ReportMetricsRequest& req) {
     GP_RETURN_IF_ERROR(check_rank(req.rank()));
-    std::lock_guard lock(mu_);
-    auto& metrics = ranks_[req.rank()].metrics;
-    for (const pb::IterationMetrics& m : req.iterations()) metrics[m.iteration()] = m;
+    {
+      std::lock_guard lock(mu_);
+      auto& metrics = ranks_[req.rank()].metrics;
+      for (const pb::IterationMetrics& m : req.iterations()) metrics[m.iteration()] = m;
+    }
+    if (options_.on_metrics) options_.on_metrics(req);  // outside the lock: it may log
     return ok_status();
+  }
+
+  Status request_stop(const pb::RequestStopRequest& req) {
+    if (req.rank() < -1 || req.rank() >= world()) {
+      return invalid_argument(fmt::format(
+          "rank {} is out of range, the world has {} ranks (-1: operator)", req.rank(), world()));
+    }
+    if (req.signal() < 0 || req.signal() > 64) {
+      return invalid_argument(fmt::format("signal = {}, must be 0..64", req.signal()));
+    }
+    std::lock_guard lock(mu_);
+    if (stop_requested_) return ok_status();  // the first request decides the exit status
+    stop_requested_ = true;
+    stop_signal_ = req.signal();
+    const std::string who = req.rank() == -1 ? "the operator" : fmt::format("rank {}", req.rank());
+    stop_reason_ = fmt::format("{} asked to stop{}", who,
+                               req.reason().empty() ? "" : " (" + req.reason() + ")");
+    log::get("rpc")->warn("job {}: {}; stopping at an iteration boundary", job_id_, stop_reason_);
+    return ok_status();
+  }
+
+  Result<pb::ProposeStopResponse> propose_stop(const pb::ProposeStopRequest& req) {
+    GP_RETURN_IF_ERROR(check_rank(req.rank()));
+    if (req.iteration() < 0) {
+      return invalid_argument(
+          fmt::format("rank {}: iteration = {}, must be >= 0", req.rank(), req.iteration()));
+    }
+    std::lock_guard lock(mu_);
+    if (!stop_requested_) {
+      return failed_precondition(fmt::format("rank {}: no stop was requested", req.rank()));
+    }
+    RankRecord& rec = ranks_[req.rank()];
+    if (rec.stop_proposal < 0) rec.stop_proposal = req.iteration();
+    if (stop_after_ < 0) {
+      int64_t latest = -1;
+      bool all = true;
+      for (const RankRecord& r : ranks_) {
+        all = all && r.stop_proposal >= 0;
+        latest = std::max(latest, r.stop_proposal);
+      }
+      // The last to propose runs iteration latest + 1 next; nobody is further than the skew.
+      if (all) {
+        stop_after_ = latest + 1 + stop_skew_;
+        log::get("rpc")->info("job {}: every rank stops after iteration {}", job_id_, stop_after_);
+      }
+    }
+    pb::ProposeStopResponse resp;
+    resp.set_stop_after_iteration(stop_after_);
+    resp.set_signal(stop_signal_);
+    resp.set_reason(stop_reason_);
+    return resp;
   }
 
   Status abort_request(const pb::AbortRequest& req) {
@@ -348,13 +459,13 @@ class CoordinatorCore {
     }
     const std::string who = req.rank() == -1 ? "the operator" : fmt::format("rank {}", req.rank());
     const std::string reason = req.reason().empty() ? "no reason given" : req.reason();
-    abort(fmt::format("{} aborted the job: {}", who, reason));
+    abort(fmt::format("{} aborted the job: {}", who, reason), req.rank());
     return ok_status();
   }
 
-  void abort(const std::string& reason) {
+  void abort(const std::string& reason, int failed_rank) {
     std::lock_guard lock(mu_);
-    abort_locked(reason);
+    abort_locked(reason, failed_rank);
   }
 
   bool aborted() const {
@@ -376,11 +487,22 @@ class CoordinatorCore {
     resp.set_aborted(aborted_);
     resp.set_abort_reason(abort_reason_);
     resp.set_registration_complete(registration_complete_);
+    resp.set_failed_rank(failed_rank_);
+    resp.set_stop_requested(stop_requested_);
+    resp.set_stop_reason(stop_reason_);
+    resp.set_stop_after_iteration(stop_after_);
     for (int r = 0; r < world(); ++r) {
       const RankRecord& rec = ranks_[r];
       pb::RankStatus* s = resp.add_ranks();
       if (rec.has_status) *s = rec.status;
       s->set_rank(r);
+      if (!rec.metrics.empty()) {
+        const auto& [iteration, last] = *rec.metrics.rbegin();
+        s->set_has_loss(true);
+        s->set_loss_iteration(iteration);
+        s->set_loss(samples_of_rank_[r] > 0 ? last.loss() / static_cast<double>(samples_of_rank_[r])
+                                            : last.loss());
+      }
       s->set_registered(rec.registered);
       // Before the world completes, a registered rank's Register call is pending (a dropped
       // call withdraws it), so it is alive unless it heartbeats and then goes silent.
@@ -402,6 +524,24 @@ class CoordinatorCore {
       for (const auto& [iteration, it] : ranks_[r].metrics) *m.add_iterations() = it;
     }
     return out;
+  }
+
+  // After an abort: until every rank but `self` knows of it, finished, or went silent.
+  void wait_until_told(milliseconds timeout, int self) {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    std::unique_lock lock(mu_);
+    while (!shutting_down_ && Clock::now() < deadline) {
+      const Clock::time_point now = Clock::now();
+      bool all = true;
+      for (int r = 0; r < world(); ++r) {
+        const RankRecord& rec = ranks_[r];
+        const bool silent =
+            !rec.registered || now - rec.liveness_since > options_.heartbeat_timeout;
+        all = all && (r == self || rec.told_abort || rec.finished || silent);
+      }
+      if (all) return;
+      cv_.wait_until(lock, std::min(deadline, now + kPollInterval));
+    }
   }
 
   Status wait_for_completion(milliseconds timeout) {
@@ -459,15 +599,18 @@ class CoordinatorCore {
       cv_.notify_all();
     }
     if (status.state() == pb::RANK_STATE_FAILED) {
+      rec.told_abort = true;
       abort_locked(fmt::format("rank {} failed: {}", status.rank(),
-                               status.error().empty() ? "(no error message)" : status.error()));
+                               status.error().empty() ? "(no error message)" : status.error()),
+                   status.rank());
     }
   }
 
-  void abort_locked(const std::string& reason) {
+  void abort_locked(const std::string& reason, int failed_rank) {
     if (aborted_) return;  // the first reason is the cause; later ones are consequences
     aborted_ = true;
     abort_reason_ = reason;
+    failed_rank_ = failed_rank;
     log::get("rpc")->error("job {} aborted: {}", job_id_, reason);
     cv_.notify_all();
   }
@@ -490,7 +633,8 @@ class CoordinatorCore {
         const auto silent = now - rec.liveness_since;
         if (silent > options_.heartbeat_timeout) {
           abort_locked(
-              fmt::format("rank {} stopped responding (no heartbeat for {} ms)", r, to_ms(silent)));
+              fmt::format("rank {} stopped responding (no heartbeat for {} ms)", r, to_ms(silent)),
+              r);
           break;
         }
       }
@@ -510,7 +654,14 @@ class CoordinatorCore {
   std::map<std::string, BarrierState> barriers_;
   bool aborted_ = false;
   std::string abort_reason_;
+  int failed_rank_ = -1;  // the rank the abort is blamed on; -1: the operator or nobody
   bool shutting_down_ = false;
+  const int64_t stop_skew_;
+  std::vector<int64_t> samples_of_rank_;
+  bool stop_requested_ = false;
+  int stop_signal_ = 0;
+  std::string stop_reason_;
+  int64_t stop_after_ = -1;
   std::thread monitor_;
 };
 
@@ -582,6 +733,21 @@ class ExecutorService final : public pb::Executor::Service {
   grpc::Status Abort(grpc::ServerContext* ctx, const pb::AbortRequest* req,
                      pb::AbortResponse*) override {
     return guarded("Abort", ctx, [&] { return core_->abort_request(*req); });
+  }
+
+  grpc::Status RequestStop(grpc::ServerContext* ctx, const pb::RequestStopRequest* req,
+                           pb::RequestStopResponse*) override {
+    return guarded("RequestStop", ctx, [&] { return core_->request_stop(*req); });
+  }
+
+  grpc::Status ProposeStop(grpc::ServerContext* ctx, const pb::ProposeStopRequest* req,
+                           pb::ProposeStopResponse* resp) override {
+    return guarded("ProposeStop", ctx, [&] {
+      auto result = core_->propose_stop(*req);
+      if (!result.ok()) return result.status();
+      *resp = std::move(result).value();
+      return ok_status();
+    });
   }
 
  private:
@@ -701,7 +867,12 @@ Status Coordinator::wait_for_completion(std::chrono::milliseconds timeout) {
   return impl_->core->wait_for_completion(timeout);
 }
 
-void Coordinator::abort(const std::string& reason) { impl_->core->abort(reason); }
+void Coordinator::abort(const std::string& reason, int failed_rank) {
+  impl_->core->abort(reason, failed_rank);
+}
+void Coordinator::wait_until_told(std::chrono::milliseconds timeout, int self_rank) {
+  impl_->core->wait_until_told(timeout, self_rank);
+}
 bool Coordinator::aborted() const { return impl_->core->aborted(); }
 std::string Coordinator::abort_reason() const { return impl_->core->abort_reason(); }
 graphpipe::v1::GetStatusResponse Coordinator::status() const { return impl_->core->get_status(); }
@@ -713,6 +884,13 @@ std::string status_text(const graphpipe::v1::GetStatusResponse& status) {
   std::string out;
   if (status.aborted())
     out += "job " + status.job_id() + " aborted: " + status.abort_reason() + "\n";
+  if (status.stop_requested()) {
+    out += "job " + status.job_id() + " stopping: " + status.stop_reason() +
+           (status.stop_after_iteration() >= 0
+                ? fmt::format(" (after iteration {})", status.stop_after_iteration())
+                : std::string(" (ranks agreeing where)")) +
+           "\n";
+  }
   for (const pb::RankStatus& s : status.ranks()) {
     std::string line = fmt::format("rank {}: ", s.rank());
     const std::string at =
@@ -728,10 +906,14 @@ std::string status_text(const graphpipe::v1::GetStatusResponse& status) {
         break;
       case pb::RANK_STATE_RUNNING:
         line += fmt::format("iter {}", s.iteration());
+        if (s.samples_per_s() > 0) line += fmt::format(", {:.1f} samples/s", s.samples_per_s());
+        if (s.has_loss())
+          line += fmt::format(", loss {:.6f} (iter {})", s.loss(), s.loss_iteration());
         if (!at.empty()) line += ", waiting on " + at;
         break;
       case pb::RANK_STATE_FINISHED:
         line += fmt::format("finished (last iter {})", s.iteration());
+        if (s.has_loss()) line += fmt::format(", loss {:.6f}", s.loss());
         break;
       case pb::RANK_STATE_FAILED:
         line += fmt::format("FAILED at iter {}", s.iteration());
@@ -750,6 +932,44 @@ std::string status_text(const graphpipe::v1::GetStatusResponse& status) {
     out += line + "\n";
   }
   return out;
+}
+
+std::string status_json(const graphpipe::v1::GetStatusResponse& status) {
+  JsonWriter w(true);
+  w.begin_object();
+  w.field("job_id", status.job_id());
+  w.field("world_size", status.world_size());
+  w.field("registration_complete", status.registration_complete());
+  w.field("aborted", status.aborted());
+  w.field("abort_reason", status.abort_reason());
+  w.field("failed_rank", status.failed_rank());
+  w.field("stop_requested", status.stop_requested());
+  w.field("stop_reason", status.stop_reason());
+  w.field("stop_after_iteration", status.stop_after_iteration());
+  w.key("ranks").begin_array();
+  for (const pb::RankStatus& s : status.ranks()) {
+    w.begin_object();
+    w.field("rank", s.rank());
+    w.field("state", pb::RankState_Name(s.state()));
+    w.field("registered", s.registered());
+    w.field("alive", s.alive());
+    w.field("heartbeat_age_ms", s.heartbeat_age_ms());
+    w.field("iteration", s.iteration());
+    w.field("samples_per_s", s.samples_per_s());
+    w.key("loss");
+    if (s.has_loss()) {
+      w.value(s.loss());
+    } else {
+      w.null();
+    }
+    w.field("loss_iteration", s.has_loss() ? s.loss_iteration() : int64_t{-1});
+    w.field("instruction", s.instruction());
+    w.field("error", s.error());
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.str() + "\n";
 }
 
 }  // namespace gp::exec

@@ -8,6 +8,7 @@
 
 #include "gp/common/cli.h"
 #include "gp/common/logging.h"
+#include "gp/common/util.h"
 #include "gp/common/version.h"
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/device.h"
@@ -148,10 +149,11 @@ gp::Status run_reference(ReferenceOptions o) {
   }
   if (!o.checkpoint_dir.empty()) {
     const int64_t last = o.iterations - 1;
+    const std::string run_id = "reference-" + gp::utc_now_iso8601();
     GP_RETURN_IF_ERROR(gp::exec::write_stage_checkpoint(o.checkpoint_dir, last, *graph,
-                                                        trainer->mutable_runner()));
+                                                        trainer->mutable_runner(), run_id));
     GP_RETURN_IF_ERROR(
-        gp::exec::commit_checkpoint(o.checkpoint_dir, last, *graph, "reference", training));
+        gp::exec::commit_checkpoint(o.checkpoint_dir, last, *graph, "reference", training, run_id));
     log->info("checkpoint of iteration {} written to {}", last, o.checkpoint_dir);
   }
   return gp::ok_status();
@@ -444,6 +446,18 @@ int main(int raw_argc, char** raw_argv) {
                       "continue from the newest checkpoint in this directory; any plan of the same "
                       "model may resume (e.g. one re-planned for fewer devices)");
   run_cmd
+      ->add_option("--log-every", run.log_every,
+                   "rank 0: log iteration, loss, samples/s and ETA every N iterations as they "
+                   "complete")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  run_cmd->add_flag("--allow-nonfinite", run.allow_nonfinite,
+                    "keep training when the loss is NaN or infinite (by default the job stops "
+                    "and the rank that saw it exits 3)");
+  run_cmd->add_option("--verdict-file", run.verdict_file,
+                      "rank 0: when the job aborts, write the rank it blames and why here "
+                      "(failed_rank=R, reason=...), for the launcher");
+  run_cmd
       ->add_option("--kill-rank-at", run.kill_rank_at,
                    "testing: RANK:ITERATION, that rank SIGKILLs itself there (not when resuming)")
       ->group("");
@@ -507,6 +521,11 @@ int main(int raw_argc, char** raw_argv) {
   auto* status_cmd = app.add_subcommand("status", "Print every rank's iteration and instruction");
   status_cmd->add_option("--coordinator", status_address, "HOST:PORT")->required();
   status_cmd->add_option("--auth-token", status_token, "shared secret (or $GP_AUTH_TOKEN)");
+  bool status_as_json = false;
+  status_cmd->add_flag(
+      "--json", status_as_json,
+      "print one JSON object (job, then per rank: state, iteration, samples_per_s, "
+      "loss, liveness)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -519,7 +538,9 @@ int main(int raw_argc, char** raw_argv) {
   gp::exec::set_cpu_threads(cpu_threads);
   if (local_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_local(local));
   if (run_cmd->parsed()) {
-    return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_rank(run));
+    auto exit_code = gp::exec::daemon::run_rank(run);
+    if (!exit_code.ok()) return gp::cli::report("graphpipe-executor", exit_code.status());
+    return *exit_code;
   }
   if (coord_cmd->parsed()) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_coordinator(coord));
@@ -532,8 +553,8 @@ int main(int raw_argc, char** raw_argv) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_submit(submit));
   }
   if (status_cmd->parsed()) {
-    return gp::cli::report("graphpipe-executor",
-                           gp::exec::daemon::print_status(status_address, status_token));
+    return gp::cli::report("graphpipe-executor", gp::exec::daemon::print_status(
+                                                     status_address, status_token, status_as_json));
   }
   ref.optimizer_given = ref_optimizer->count() > 0;
   ref.lr_given = ref_lr->count() > 0;

@@ -1,14 +1,20 @@
 #include "run.h"
 
+#include <spdlog/fmt/fmt.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -60,8 +66,60 @@ Result<std::string> read_coordinator_file(const std::string& path, milliseconds 
                     std::to_string(timeout.count() / 1000) + " s");
 }
 
+// SIGTERM/SIGINT ask for a graceful stop: the heartbeat thread passes it to the coordinator and
+// training ends at an iteration boundary every rank agrees on. A second signal more than
+// kForceAfter after the first exits at once (the first may be stuck behind a dead peer).
+std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_stop_signal_ms{0};
+constexpr int64_t kForceAfterMs = 5000;
+
+int64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void on_stop_signal(int sig) {
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, sig)) {
+    g_stop_signal_ms.store(monotonic_ms());
+    return;
+  }
+  if (monotonic_ms() - g_stop_signal_ms.load() > kForceAfterMs) _exit(128 + sig);
+}
+
+// Installs the stop handlers, and makes the rank receive SIGTERM when whoever started it (the
+// launcher, the node daemon, sshd's session, a shell) dies, so no rank outlives its job.
+Status install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &sa, nullptr) != 0 || sigaction(SIGINT, &sa, nullptr) != 0) {
+    return internal_error(std::string("cannot install the SIGTERM/SIGINT handlers: ") +
+                          std::strerror(errno));
+  }
+  const pid_t parent = getppid();
+  if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+    return internal_error(std::string("prctl(PR_SET_PDEATHSIG): ") + std::strerror(errno));
+  }
+  if (getppid() != parent) std::raise(SIGTERM);  // the parent died before prctl
+  return ok_status();
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "a signal";
+  }
+}
+
 // Sends heartbeats with the rank's live position; aborts the data plane when the coordinator
-// says the job is over or cannot be reached for longer than the timeout.
+// says the job is over or cannot be reached for longer than the timeout; passes a stop signal on.
 class Heartbeat {
  public:
   Heartbeat(ControlClient& client, const RankRunner& runner, const graphpipe::v1::Plan& plan,
@@ -83,6 +141,9 @@ class Heartbeat {
     if (!reason_.empty()) comm.abort(reason_);
   }
   void set_iteration(int64_t it) { iteration_.store(it); }
+  void set_samples_per_s(double v) { samples_per_s_.store(v); }
+  // The coordinator said a stop was requested (by any rank's signal or the operator).
+  bool stop_requested() const { return stop_requested_.load(); }
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -99,6 +160,7 @@ class Heartbeat {
  private:
   void loop() {
     auto last_ok = Clock::now();
+    bool stop_sent = false;
     const int program = [&] {
       for (int p = 0; p < plan_.programs_size(); ++p) {
         if (plan_.programs(p).rank() == rank_) return p;
@@ -108,10 +170,14 @@ class Heartbeat {
     std::unique_lock<std::mutex> lock(mu_);
     while (!cv_.wait_for(lock, period_, [&] { return stopping_; })) {
       lock.unlock();
+      if (const int sig = g_stop_signal.load(); sig != 0 && !stop_sent) {
+        stop_sent = client_.request_stop(rank_, sig, signal_name(sig)).ok();
+      }
       graphpipe::v1::RankStatus st;
       st.set_rank(rank_);
       st.set_state(graphpipe::v1::RANK_STATE_RUNNING);
       st.set_iteration(iteration_.load());
+      st.set_samples_per_s(samples_per_s_.load());
       const int k = runner_.current_instruction();
       st.set_instruction_index(k);
       if (k >= 0 && program >= 0 && k < plan_.programs(program).instructions_size()) {
@@ -124,6 +190,7 @@ class Heartbeat {
       if (resp.ok()) {
         last_ok = Clock::now();
         if (resp->abort()) reason = "job aborted: " + resp->abort_reason();
+        if (resp->stop_requested()) stop_requested_.store(true);
       } else if (Clock::now() - last_ok > timeout_) {
         reason = "lost the coordinator at " + client_.address() + ": " + resp.status().message();
       }
@@ -142,11 +209,80 @@ class Heartbeat {
   int rank_;
   milliseconds period_, timeout_;
   std::atomic<int64_t> iteration_{0};
+  std::atomic<double> samples_per_s_{0};
+  std::atomic<bool> stop_requested_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
   std::string reason_;
   std::thread thread_;
+};
+
+// Rank 0: one line per --log-every iterations as soon as every rank with a loss has reported it
+// (the coordinator calls `add` from its RPC threads).
+class ProgressLog {
+ public:
+  ProgressLog(const graphpipe::v1::Plan& plan, const graph::Graph& graph, int iterations,
+              int log_every)
+      : mini_batch_(plan.mini_batch()), iterations_(iterations), log_every_(log_every) {
+    for (const auto& stage : plan.stages()) {
+      bool loss = false;
+      for (const auto& id : stage.op_ids()) {
+        const int i = graph.index_of(id);
+        loss = loss || (i >= 0 && graph.op(i).info->is_loss);
+      }
+      if (loss) loss_ranks_ += stage.device_ranks_size();
+    }
+  }
+
+  void add(const graphpipe::v1::ReportMetricsRequest& report) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& m : report.iterations()) {
+      Pending& p = pending_[m.iteration()];
+      p.loss += m.loss();
+      p.time_s = std::max(p.time_s, m.time_s());
+      if (++p.reports < loss_ranks_) continue;
+      const int64_t k = m.iteration();
+      const double loss = p.loss / static_cast<double>(mini_batch_);
+      const double rate = p.time_s > 0 ? static_cast<double>(mini_batch_) / p.time_s : 0;
+      const double time_s = p.time_s;
+      pending_.erase(k);
+      const Clock::time_point now = Clock::now();
+      if (done_++ == 0) first_done_ = now;
+      if ((k + 1) % log_every_ != 0 && k + 1 != iterations_) continue;
+      // Seconds per iteration: measured between completions once there are two, so that set-up
+      // time does not count.
+      const double per_iteration = done_ > 1
+                                       ? std::chrono::duration<double>(now - first_done_).count() /
+                                             static_cast<double>(done_ - 1)
+                                       : time_s;
+      const double eta =
+          per_iteration * static_cast<double>(std::max<int64_t>(0, iterations_ - 1 - k));
+      log::get("exec")->info("iteration {}: loss {:.6f}, {:.1f} samples/s, {} of {} done, ETA {}",
+                             k, loss, rate, k + 1, iterations_, format_duration(eta));
+    }
+  }
+
+ private:
+  struct Pending {
+    double loss = 0;
+    double time_s = 0;
+    int reports = 0;
+  };
+  static std::string format_duration(double s) {
+    if (s < 60) return fmt::format("{:.0f} s", s);
+    if (s < 3600) return fmt::format("{:.0f} min {:.0f} s", std::floor(s / 60), std::fmod(s, 60));
+    return fmt::format("{:.0f} h {:.0f} min", std::floor(s / 3600), std::fmod(s, 3600) / 60);
+  }
+
+  const int64_t mini_batch_;
+  const int iterations_;
+  const int log_every_;
+  int loss_ranks_ = 0;
+  Clock::time_point first_done_;
+  std::mutex mu_;
+  std::map<int64_t, Pending> pending_;
+  int64_t done_ = 0;
 };
 
 // The iterations this run trained: first_iteration .. first_iteration + time_s.size() - 1.
@@ -166,11 +302,7 @@ Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Pl
       if (i >= 0 && i < count) out[i].loss += m.loss();
     }
   }
-  auto log = log::get("exec");
-  for (auto& m : out) {
-    m.loss /= static_cast<double>(plan.mini_batch());
-    log->info("iteration {}: loss {:.6f}, {:.1f} samples/s", m.iteration, m.loss, m.samples_per_s);
-  }
+  for (auto& m : out) m.loss /= static_cast<double>(plan.mini_batch());
   if (path.empty()) return ok_status();
   return graph::write_file_atomic(path, metrics_json(out));
 }
@@ -220,10 +352,30 @@ Status merge_trace(const graphpipe::v1::Plan& plan, int world_size, const std::s
 
 }  // namespace
 
-Status run_rank(const RunOptions& o) {
+namespace {
+
+// Rank 0, when the job ended in an abort: who is blamed and why, for whoever started the ranks
+// (the launcher kills and excludes that rank rather than the first one to exit).
+Status write_verdict(const std::string& path, const graphpipe::v1::GetStatusResponse& status) {
+  if (path.empty()) return ok_status();
+  std::string reason = status.abort_reason();
+  for (char& c : reason) {
+    if (c == '\n') c = ' ';
+  }
+  return graph::write_file_atomic(
+      path, "failed_rank=" + std::to_string(status.failed_rank()) + "\nreason=" + reason + "\n");
+}
+
+}  // namespace
+
+Result<int> run_rank(const RunOptions& o) {
   auto log = log::get("exec");
+  GP_RETURN_IF_ERROR(install_stop_signals());
   const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
   const std::string token = token_or_env(o.auth_token);
+  if (o.log_every < 1) {
+    return invalid_argument("--log-every = " + std::to_string(o.log_every) + ", must be >= 1");
+  }
   GP_ASSIGN_OR_RETURN(const MatmulPrecision precision, parse_precision(o.precision));
   GP_ASSIGN_OR_RETURN(const Device* device, find_device(o.device, precision));
   graphpipe::v1::Plan plan;
@@ -253,16 +405,23 @@ Status run_rank(const RunOptions& o) {
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
     return invalid_argument("--checkpoint-every needs --checkpoint-dir");
   }
+  // The checkpoint the job resumes from: every rank checks every file of it, so all of them pick
+  // the same one (a damaged newest checkpoint falls back to the previous one).
   int first_iteration = 0;
+  graphpipe::v1::CheckpointManifest manifest;
   if (!o.resume.empty()) {
-    // Any plan of the same model may resume: tensors are per operator, not per rank.
-    GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(o.resume));
-    GP_RETURN_IF_ERROR(load_stage_checkpoint(o.resume, manifest, graph, plan.training(),
-                                             runner->mutable_stage_runner())
-                           .with_context("--resume"));
+    std::vector<std::string> warnings;
+    GP_ASSIGN_OR_RETURN(manifest, latest_checkpoint(o.resume, &warnings));
+    for (const auto& w : warnings) {
+      if (o.rank == 0) log->warn("{}", w);
+    }
     first_iteration = static_cast<int>(manifest.iteration()) + 1;
-    log->info("rank {}: resuming after iteration {} from {}", o.rank, manifest.iteration(),
-              o.resume);
+  }
+  // What an interrupted checkpoint left behind goes before anyone writes a new one (rank 0
+  // commits checkpoints; no rank writes before the pipeline runs, which needs rank 0).
+  if (o.rank == 0 && !o.checkpoint_dir.empty()) {
+    GP_ASSIGN_OR_RETURN(auto removed, clean_torn_checkpoints(o.checkpoint_dir));
+    for (const auto& path : removed) log->warn("removed a torn checkpoint file: {}", path);
   }
   int kill_at = -1;
   if (!o.kill_rank_at.empty()) {
@@ -287,6 +446,7 @@ Status run_rank(const RunOptions& o) {
       my_stage.device_ranks_size() > 0 && my_stage.device_ranks(0) == o.rank;
 
   // Control plane: rank 0 hosts the coordinator unless told otherwise.
+  ProgressLog progress(plan, graph, o.iterations, o.log_every);  // outlives the coordinator
   std::unique_ptr<Coordinator> coordinator;
   std::string address = o.coordinator;
   if (o.rank == 0 && !o.external_coordinator) {
@@ -296,6 +456,7 @@ Status run_rank(const RunOptions& o) {
     co.world_size = o.world_size;
     co.auth_token = token;
     co.heartbeat_timeout = timeout;
+    co.on_metrics = [&progress](const graphpipe::v1::ReportMetricsRequest& r) { progress.add(r); };
     GP_ASSIGN_OR_RETURN(coordinator, Coordinator::start(co));
     address = coordinator->address();
     if (!o.coordinator_file.empty()) {
@@ -320,179 +481,219 @@ Status run_rank(const RunOptions& o) {
     for (auto& id : ids) reg.add_nccl_unique_ids(std::move(id));
   }
   GP_ASSIGN_OR_RETURN(auto registered, client->register_rank(reg, timeout));
+  const std::string run_id = registered.job_id();
 
-  // Heartbeats from here on: the coordinator counts a registered rank silent for the timeout as
-  // dead, and setting up the data plane may take a while. (The plane outlives the heartbeats.)
+  // From here on every rank is known to the coordinator: a failure is reported to it, so the
+  // others learn of it within a heartbeat instead of waiting out their timeouts.
   DataPlane plane;
   Heartbeat heartbeat(*client, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
-
-  // Data plane.
-  std::string store_dir = o.store_dir;
-  if (store_dir.empty())
-    store_dir = std::filesystem::path(o.plan).parent_path() / ".graphpipe-store";
-  std::error_code ec;
-  std::filesystem::create_directories(store_dir, ec);
-  if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
-  Status plane_status;
-  // Every rank must use the same data plane; the one that finds out tells the coordinator.
-  if (nccl_plan.communicators() > 0 && registered.nccl_unique_ids_size() == 0) {
-    plane_status =
-        failed_precondition("rank " + std::to_string(o.rank) +
-                            " uses the NCCL data plane, but rank 0 does not (it handed out no "
-                            "NCCL ids): give every rank the same --device kind and --data-plane");
-  }
-  if (!use_nccl && registered.nccl_unique_ids_size() > 0) {
-    plane_status =
-        failed_precondition("rank 0 uses the NCCL data plane (it handed out " +
-                            std::to_string(registered.nccl_unique_ids_size()) +
-                            " NCCL ids), but rank " + std::to_string(o.rank) + " uses " +
-                            (o.device == "cpu" ? "the CPU" : "--data-plane " + o.data_plane) +
-                            ": give every rank the same --device kind and --data-plane");
-  }
-
-  if (!plane_status.ok()) {
-    // reported below
-  } else if (use_nccl) {
-    NcclOptions no;
-    no.device = device;
-    no.rank = o.rank;
-    no.layout = nccl_plan;
-    no.unique_ids.assign(registered.nccl_unique_ids().begin(), registered.nccl_unique_ids().end());
-    no.timeout = 2 * timeout;  // as Gloo's below
-    no.abort_reason = [&heartbeat] { return heartbeat.abort_reason(); };
-    auto comm = make_nccl_communicator(no);
-    if (comm.ok()) {
-      plane.comm = std::move(*comm);
+  int64_t failed_iteration = -1;
+  bool nonfinite = false;
+  auto train = [&]() -> Result<int> {
+    if (!o.resume.empty()) {
+      // Any plan of the same model may resume: tensors are per operator, not per rank.
+      GP_RETURN_IF_ERROR(load_stage_checkpoint(o.resume, manifest, graph, plan.training(),
+                                               runner->mutable_stage_runner())
+                             .with_context("--resume"));
+      log->info("rank {}: resuming after iteration {} from {}", o.rank, manifest.iteration(),
+                o.resume);
+    }
+    // Data plane.
+    std::string store_dir = o.store_dir;
+    if (store_dir.empty())
+      store_dir = std::filesystem::path(o.plan).parent_path() / ".graphpipe-store";
+    std::error_code ec;
+    std::filesystem::create_directories(store_dir, ec);
+    if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
+    // Every rank must use the same data plane; the one that finds out tells the coordinator.
+    if (nccl_plan.communicators() > 0 && registered.nccl_unique_ids_size() == 0) {
+      return failed_precondition(
+          "rank " + std::to_string(o.rank) +
+          " uses the NCCL data plane, but rank 0 does not (it handed out no NCCL ids): give "
+          "every rank the same --device kind and --data-plane");
+    }
+    if (!use_nccl && registered.nccl_unique_ids_size() > 0) {
+      return failed_precondition("rank 0 uses the NCCL data plane (it handed out " +
+                                 std::to_string(registered.nccl_unique_ids_size()) +
+                                 " NCCL ids), but rank " + std::to_string(o.rank) + " uses " +
+                                 (o.device == "cpu" ? "the CPU" : "--data-plane " + o.data_plane) +
+                                 ": give every rank the same --device kind and --data-plane");
+    }
+    if (use_nccl) {
+      NcclOptions no;
+      no.device = device;
+      no.rank = o.rank;
+      no.layout = nccl_plan;
+      no.unique_ids.assign(registered.nccl_unique_ids().begin(),
+                           registered.nccl_unique_ids().end());
+      no.timeout = 2 * timeout;  // as Gloo's below
+      no.abort_reason = [&heartbeat] { return heartbeat.abort_reason(); };
+      GP_ASSIGN_OR_RETURN(plane.comm, make_nccl_communicator(no));
       plane.description =
           "nccl (" + std::to_string(nccl_plan.communicators()) + " communicators in the job)";
     } else {
-      plane_status = comm.status();
+      DataPlaneOptions dp;
+      dp.transport = o.data_plane;
+      GlooOptions& go = dp.gloo;
+      go.rank = o.rank;
+      go.world_size = o.world_size;
+      go.store_dir = store_dir;
+      go.prefix = registered.job_id();
+      go.hostname = o.bind_host;
+      // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
+      // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
+      go.timeout = 2 * timeout;
+      GP_ASSIGN_OR_RETURN(plane, make_data_plane(dp));
     }
-  } else {
-    DataPlaneOptions dp;
-    dp.transport = o.data_plane;
-    GlooOptions& go = dp.gloo;
-    go.rank = o.rank;
-    go.world_size = o.world_size;
-    go.store_dir = store_dir;
-    go.prefix = registered.job_id();
-    go.hostname = o.bind_host;
-    // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
-    // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
-    go.timeout = 2 * timeout;
-    auto made = make_data_plane(dp);
-    if (made.ok()) {
-      plane = std::move(*made);
-    } else {
-      plane_status = made.status();
+    Communicator& comm = *plane.comm;
+    log->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o.rank,
+              o.world_size, runner->stage(), registered.job_id(), address, plane.description);
+    if (o.cpu_affinity == "auto" && plane.local_ranks.size() > 1) {
+      auto cpu = pin_to_local_core(o.rank, plane.local_ranks);
+      if (!cpu.ok()) {
+        log->warn("rank {}: not pinned to a core: {}", o.rank, cpu.status().message());
+      } else if (*cpu < 0) {
+        log->info("rank {}: {} ranks on this host and fewer cores: not pinned", o.rank,
+                  plane.local_ranks.size());
+      } else {
+        log->info("rank {}: compute thread pinned to cpu {}", o.rank, *cpu);
+      }
     }
-  }
-  if (!plane_status.ok()) {
-    // A job aborted meanwhile explains the failure better than what the data plane saw.
-    if (std::string why = heartbeat.abort_reason(); !why.empty()) {
-      return Status(StatusCode::kAborted, why);
-    }
-    (void)client->report_status([&] {  // best effort: the coordinator aborts the others
-      graphpipe::v1::RankStatus st;
-      st.set_rank(o.rank);
-      st.set_state(graphpipe::v1::RANK_STATE_FAILED);
-      st.set_error(plane_status.message());
-      return st;
-    }());
-    return plane_status;
-  }
-  Communicator& comm = *plane.comm;
-  log->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o.rank, o.world_size,
-            runner->stage(), registered.job_id(), address, plane.description);
-  if (o.cpu_affinity == "auto" && plane.local_ranks.size() > 1) {
-    auto cpu = pin_to_local_core(o.rank, plane.local_ranks);
-    if (!cpu.ok()) {
-      log->warn("rank {}: not pinned to a core: {}", o.rank, cpu.status().message());
-    } else if (*cpu < 0) {
-      log->info("rank {}: {} ranks on this host and fewer cores: not pinned", o.rank,
-                plane.local_ranks.size());
-    } else {
-      log->info("rank {}: compute thread pinned to cpu {}", o.rank, *cpu);
-    }
-  }
 
-  if (!o.trace.empty()) {
-    const auto& program = plan.programs(index.program_of_rank[o.rank]);
-    runner->enable_trace(static_cast<size_t>(program.instructions_size()) *
-                         static_cast<size_t>(o.iterations));
-  }
-  heartbeat.attach(comm);
-  std::vector<double> times;
-  for (int it = first_iteration; it < o.iterations; ++it) {
-    if (it == kill_at) std::raise(SIGKILL);  // fault injection for tests
-    heartbeat.set_iteration(it);
-    const auto start = Clock::now();
-    auto loss = runner->run_iteration(it, comm);
-    if (!loss.ok()) {
-      heartbeat.stop();
-      if (std::string why = heartbeat.abort_reason(); !why.empty()) {
-        return Status(StatusCode::kAborted, why);
-      }
-      // A peer's failure reaches the neighbours first; ranks further away see connections
-      // close. Report the first cause the coordinator heard of, or become it.
-      if (auto status = client->get_status(); status.ok() && status->aborted()) {
-        return Status(StatusCode::kAborted, "job aborted: " + status->abort_reason());
-      }
-      graphpipe::v1::RankStatus st;
-      st.set_rank(o.rank);
-      st.set_state(graphpipe::v1::RANK_STATE_FAILED);
-      st.set_iteration(it);
-      st.set_error(loss.status().message());
-      (void)client->report_status(st);  // best effort: the coordinator aborts the others
-      return loss.status();
+    if (!o.trace.empty()) {
+      const auto& program = plan.programs(index.program_of_rank[o.rank]);
+      runner->enable_trace(static_cast<size_t>(program.instructions_size()) *
+                           static_cast<size_t>(o.iterations));
     }
-    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    if (runner->stage_runner().has_loss()) {
-      graphpipe::v1::IterationMetrics m;
-      m.set_iteration(it);
-      m.set_loss(*loss);
-      m.set_time_s(times.back());
-      GP_RETURN_IF_ERROR(client->report_metrics(o.rank, {m}));
-    }
-    log->debug("rank {}: iteration {} done", o.rank, it);
-    if (o.checkpoint_every > 0 && (it + 1) % o.checkpoint_every == 0) {
+    heartbeat.attach(comm);
+    std::vector<double> times;
+    int64_t stop_after = -1;  // agreed with every rank once a stop is requested
+    int stop_signal = 0;
+    auto checkpoint = [&](int it) -> Status {
       if (checkpoint_writer) {
-        GP_RETURN_IF_ERROR(
-            write_stage_checkpoint(o.checkpoint_dir, it, graph, runner->mutable_stage_runner()));
+        GP_RETURN_IF_ERROR(write_stage_checkpoint(o.checkpoint_dir, it, graph,
+                                                  runner->mutable_stage_runner(), run_id));
       }
       // Every part is on disk before rank 0 declares the checkpoint complete.
       GP_RETURN_IF_ERROR(client->barrier(o.rank, "checkpoint-" + std::to_string(it), timeout));
       if (o.rank == 0) {
         GP_RETURN_IF_ERROR(commit_checkpoint(o.checkpoint_dir, it, graph, graph::message_hash(plan),
-                                             plan.training()));
+                                             plan.training(), run_id));
         log->info("checkpoint after iteration {} in {}", it, o.checkpoint_dir);
       }
+      return ok_status();
+    };
+    int last = o.iterations - 1;
+    for (int it = first_iteration; it < o.iterations; ++it) {
+      if (it == kill_at) std::raise(SIGKILL);  // fault injection for tests
+      heartbeat.set_iteration(it);
+      failed_iteration = it;
+      const auto start = Clock::now();
+      GP_ASSIGN_OR_RETURN(const double loss, runner->run_iteration(it, comm));
+      times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      heartbeat.set_samples_per_s(static_cast<double>(plan.mini_batch()) / times.back());
+      if (runner->stage_runner().has_loss()) {
+        if (!std::isfinite(loss) && !o.allow_nonfinite) {
+          nonfinite = true;
+          return Status(StatusCode::kOutOfRange,
+                        fmt::format("the loss is {} at iteration {} (rank {}, stage {}); "
+                                    "--allow-nonfinite trains on",
+                                    loss, it, o.rank, runner->stage()));
+        }
+        graphpipe::v1::IterationMetrics m;
+        m.set_iteration(it);
+        m.set_loss(loss);
+        m.set_time_s(times.back());
+        GP_RETURN_IF_ERROR(client->report_metrics(o.rank, {m}));
+      }
+      // A requested stop: propose this boundary, then ask at each one until every rank has.
+      if (stop_after < 0 && heartbeat.stop_requested()) {
+        GP_ASSIGN_OR_RETURN(auto decision, client->propose_stop(o.rank, it));
+        stop_after = decision.stop_after_iteration();
+        stop_signal = decision.signal();
+        if (stop_after >= 0 && stop_after < it) {
+          return internal_error(
+              fmt::format("rank {} finished iteration {}, past the agreed stop after iteration {}",
+                          o.rank, it, stop_after));
+        }
+        if (stop_after >= 0) {
+          log->info("rank {}: {}; stopping after iteration {}", o.rank, decision.reason(),
+                    stop_after);
+        }
+      }
+      const bool stop_here = stop_after == it && it < o.iterations - 1;
+      log->debug("rank {}: iteration {} done", o.rank, it);
+      if (!o.checkpoint_dir.empty() &&
+          ((o.checkpoint_every > 0 && (it + 1) % o.checkpoint_every == 0) || stop_here)) {
+        GP_RETURN_IF_ERROR(checkpoint(it));
+      }
+      if (stop_here) {
+        last = it;
+        break;
+      }
     }
-  }
-  // Parts of the trace first (rank 0 merges them after the barrier), then the barrier with
-  // heartbeats still running (a rank waiting for slower ones must not look dead), then FINISHED.
-  if (!o.trace.empty()) {
-    GP_RETURN_IF_ERROR(
-        write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
-  }
-  GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
+    failed_iteration = -1;
+    // Parts of the trace first (rank 0 merges them after the barrier), then the barrier with
+    // heartbeats still running (a rank waiting for slower ones must not look dead), then FINISHED.
+    if (!o.trace.empty()) {
+      GP_RETURN_IF_ERROR(
+          write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
+    }
+    GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
+    heartbeat.stop();
+    graphpipe::v1::RankStatus done;
+    done.set_rank(o.rank);
+    done.set_state(graphpipe::v1::RANK_STATE_FINISHED);
+    done.set_iteration(last);
+    if (coordinator) {
+      GP_RETURN_IF_ERROR(client->report_status(done));
+      GP_RETURN_IF_ERROR(
+          write_job_metrics(*coordinator, plan, first_iteration, times, o.metrics_out));
+      if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
+      // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
+      (void)coordinator->wait_for_completion(timeout);
+    } else if (Status st = client->report_status(done); !st.ok()) {
+      // Training is complete; a coordinator that already shut down is not a failure.
+      log->debug("rank {}: final status not delivered: {}", o.rank, st.message());
+    }
+    if (last < o.iterations - 1) {
+      log->warn("rank {}: stopped after iteration {} of {}{}", o.rank, last, o.iterations,
+                o.checkpoint_dir.empty() ? "" : " (checkpoint written)");
+      return stop_signal > 0 ? 128 + stop_signal : 0;
+    }
+    return 0;
+  };
+  Result<int> outcome = train();
+  if (outcome.ok()) return outcome;
+  Status failure = outcome.status();
   heartbeat.stop();
-  graphpipe::v1::RankStatus done;
-  done.set_rank(o.rank);
-  done.set_state(graphpipe::v1::RANK_STATE_FINISHED);
-  done.set_iteration(o.iterations - 1);
-  if (coordinator) {
-    GP_RETURN_IF_ERROR(client->report_status(done));
-    GP_RETURN_IF_ERROR(
-        write_job_metrics(*coordinator, plan, first_iteration, times, o.metrics_out));
-    if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
-    // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
-    (void)coordinator->wait_for_completion(timeout);
-  } else if (Status st = client->report_status(done); !st.ok()) {
-    // Training is complete; a coordinator that already shut down is not a failure.
-    log->debug("rank {}: final status not delivered: {}", o.rank, st.message());
+  // A job aborted meanwhile explains the failure better than what this rank saw: a peer's
+  // failure reaches its neighbours first; ranks further away see connections close.
+  if (std::string why = heartbeat.abort_reason(); !why.empty()) {
+    failure = Status(StatusCode::kAborted, why);
+  } else if (auto status = client->get_status(); status.ok() && status->aborted()) {
+    failure = Status(StatusCode::kAborted, "job aborted: " + status->abort_reason());
+  } else {
+    graphpipe::v1::RankStatus st;
+    st.set_rank(o.rank);
+    st.set_state(graphpipe::v1::RANK_STATE_FAILED);
+    st.set_iteration(std::max<int64_t>(failed_iteration, 0));
+    st.set_error(failure.message());
+    (void)client->report_status(st);  // best effort: the coordinator aborts the others
   }
-  return ok_status();
+  if (coordinator) {
+    coordinator->abort("rank 0 failed: " + failure.message(), 0);  // no-op when aborted already
+    if (Status st = write_verdict(o.verdict_file, coordinator->status()); !st.ok()) {
+      log->error("rank 0: {}", st.message());
+    }
+    // The others learn of the abort from their next heartbeat; serve it to them first.
+    coordinator->wait_until_told(timeout);
+  }
+  if (nonfinite) {  // its own exit code, so that schedulers can tell it from a crash
+    std::fprintf(stderr, "graphpipe-executor: error: %s\n", failure.message().c_str());
+    return kExitNonFiniteLoss;
+  }
+  return failure;
 }
 
 Status run_coordinator(const CoordinatorRunOptions& o) {
@@ -513,11 +714,11 @@ Status run_coordinator(const CoordinatorRunOptions& o) {
   return coordinator->wait_for_completion();
 }
 
-Status print_status(const std::string& coordinator, const std::string& auth_token) {
+Status print_status(const std::string& coordinator, const std::string& auth_token, bool json) {
   GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(coordinator, token_or_env(auth_token),
                                                           std::chrono::seconds(5)));
   GP_ASSIGN_OR_RETURN(auto status, client->get_status());
-  std::printf("%s", status_text(status).c_str());
+  std::printf("%s", (json ? status_json(status) : status_text(status)).c_str());
   return ok_status();
 }
 

@@ -24,13 +24,16 @@ struct RunOptions {
   int iterations = 5;
   int timeout_s = 30;  // peers, registration, heartbeats
   int heartbeat_ms = 500;
-  std::string metrics_out;     // rank 0: the job's per-iteration metrics
-  std::string trace;           // rank 0: the job's measured trace; ranks write <trace>.rank<r>
-  std::string checkpoint_dir;  // write checkpoints here ...
-  int checkpoint_every = 0;    // ... after every this many iterations (0: never)
-  std::string resume;          // start from the newest checkpoint in this directory
-  std::string data;            // training data: one <input op id>.npy per graph input
-  bool no_shuffle = false;     // with data: file order every epoch
+  std::string metrics_out;       // rank 0: the job's per-iteration metrics
+  std::string trace;             // rank 0: the job's measured trace; ranks write <trace>.rank<r>
+  std::string checkpoint_dir;    // write checkpoints here ...
+  int checkpoint_every = 0;      // ... after every this many iterations (0: never)
+  std::string resume;            // start from the newest checkpoint in this directory
+  std::string data;              // training data: one <input op id>.npy per graph input
+  bool no_shuffle = false;       // with data: file order every epoch
+  int log_every = 1;             // rank 0: a progress line per this many iterations
+  bool allow_nonfinite = false;  // a NaN/inf loss trains on instead of stopping the job (exit 3)
+  std::string verdict_file;      // rank 0: when the job aborts, "failed_rank=R\nreason=...\n"
   // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
   // resume (so a re-planned run carries on).
   std::string kill_rank_at;
@@ -45,8 +48,13 @@ struct CoordinatorRunOptions {
   int timeout_s = 30;
 };
 
-Status run_rank(const RunOptions& options);
+// Exit codes of `run` beside gp::cli's: a non-finite loss, and a stop asked for by a signal.
+constexpr int kExitNonFiniteLoss = 3;
+
+// Trains one rank. The value is the exit code of a run that ended as planned: 0, or 128 + the
+// signal when SIGTERM/SIGINT (at any rank) stopped it at an iteration boundary.
+Result<int> run_rank(const RunOptions& options);
 Status run_coordinator(const CoordinatorRunOptions& options);
-Status print_status(const std::string& coordinator, const std::string& auth_token);
+Status print_status(const std::string& coordinator, const std::string& auth_token, bool json);
 
 }  // namespace gp::exec::daemon

@@ -7,11 +7,13 @@
 //   D/LATEST                    "iter-<k>", replaced atomically after the manifest
 // Every file is written to a temporary name, flushed to disk and renamed, so a crash leaves the
 // previous checkpoint intact; a file that is torn anyway (wrong size, bad checksum, header that
-// does not match the manifest) is refused with an error naming it.
+// does not match the manifest: another operator, iteration or run) is refused with an error
+// naming it, and resuming falls back to the previous checkpoint, which commit keeps.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gp/common/status.h"
 #include "gp/exec/stage_runner.h"
@@ -21,18 +23,27 @@
 namespace gp::exec {
 
 // Writes the tensors of the runner's operators that have parameters into D/iter-<iteration>/.
+// `run_id` names the job (every rank passes the same); commit_checkpoint must get it too.
 Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const graph::Graph& graph,
-                              StageRunner& runner);
+                              StageRunner& runner, const std::string& run_id);
 
 // Once every rank has written its part: checks that every operator of the model with parameters
 // has its file, writes the manifest, then points LATEST at it and removes checkpoints older
 // than the previous one.
 Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph::Graph& graph,
                          const std::string& plan_hash,
-                         const graphpipe::v1::TrainingConfig& training);
+                         const graphpipe::v1::TrainingConfig& training, const std::string& run_id);
 
-// The newest complete checkpoint in `dir`; NOT_FOUND when there is none.
-Result<graphpipe::v1::CheckpointManifest> latest_checkpoint(const std::string& dir);
+// The newest complete checkpoint in `dir` whose files all check out (read in full): the one
+// LATEST names, else the newest valid one before it, with a line in `warnings` for each one
+// skipped and why. NOT_FOUND when there is none; DATA_LOSS naming each problem when every
+// checkpoint is damaged. Every rank that calls it on the same files picks the same checkpoint.
+Result<graphpipe::v1::CheckpointManifest> latest_checkpoint(
+    const std::string& dir, std::vector<std::string>* warnings = nullptr);
+
+// Removes what an interrupted checkpoint leaves behind: iter-<k> directories without a manifest
+// and *.tmp files. Returns the paths removed. Only while no rank of the job writes checkpoints.
+Result<std::vector<std::string>> clean_torn_checkpoints(const std::string& dir);
 
 // Loads the runner's operators from the checkpoint. The model must be the one checkpointed and
 // the optimizer the same kind (the state layout); every file is checked.

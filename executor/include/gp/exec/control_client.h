@@ -59,6 +59,11 @@ class ControlClient {
   Result<graphpipe::v1::GetStatusResponse> get_status();
   // Aborts the job for every rank; `rank` -1 is the operator.
   Status abort(int rank, const std::string& reason);
+  // Asks every rank to stop at an iteration boundary (see RequestStopRequest); `signal` is the
+  // one that asked (0: none).
+  Status request_stop(int rank, int signal, const std::string& reason);
+  // Proposes stopping after `iteration`; the response says where, once every rank has.
+  Result<graphpipe::v1::ProposeStopResponse> propose_stop(int rank, int64_t iteration);
 
  private:
   struct Stub;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ struct CoordinatorOptions {
   std::chrono::milliseconds heartbeat_timeout{30000};
   // Returned to every rank at registration; empty: a random one is generated.
   std::string job_id;
+  // Called after each ReportMetrics is recorded, on the RPC's thread, without the coordinator's
+  // lock held (e.g. to log progress as iterations complete).
+  std::function<void(const graphpipe::v1::ReportMetricsRequest&)> on_metrics;
 };
 
 class Coordinator {
@@ -71,9 +75,15 @@ class Coordinator {
   // (DEADLINE_EXCEEDED naming the unfinished ranks).
   Status wait_for_completion(std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
-  // Aborts the job from the hosting process (e.g. rank 0 failed locally). No-op once aborted.
-  void abort(const std::string& reason);
+  // Aborts the job from the hosting process (e.g. rank 0 failed locally), blaming `failed_rank`
+  // (-1: nobody). No-op once aborted.
+  void abort(const std::string& reason, int failed_rank);
   bool aborted() const;
+  // After an abort: blocks until every rank but `self_rank` has been told of it (a heartbeat or
+  // barrier answered "aborted"), has finished, or is silent, or until `timeout`. The hosting
+  // rank calls it before it exits, so the others hear the reason instead of losing the
+  // coordinator.
+  void wait_until_told(std::chrono::milliseconds timeout, int self_rank = 0);
   // The first reason the job was aborted for; empty while it is not.
   std::string abort_reason() const;
 
@@ -95,5 +105,8 @@ class Coordinator {
 // One line per rank, e.g. "rank 3: iter 12, waiting on RECV act[stage 2 -> 5, mb 7] from rank 1
 // (instruction 17)", preceded by a line saying the job is aborted and why, when it is.
 std::string status_text(const graphpipe::v1::GetStatusResponse& status);
+// The same as a JSON object: job fields and a "ranks" array (iteration, samples_per_s, loss or
+// null, state, liveness, instruction, error per rank).
+std::string status_json(const graphpipe::v1::GetStatusResponse& status);
 
 }  // namespace gp::exec
