@@ -109,6 +109,12 @@ Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
   dir << o.shm_root << "/graphpipe-" << getuid() << "-" << std::hex
       << std::hash<std::string>{}(o.gloo.store_dir + "\n" + o.gloo.prefix);
   so.dir = dir.str();
+  // Recorded in the store directory, so that whoever started the ranks can remove the rings
+  // after ranks that were killed (and could not remove them) are gone.
+  {
+    std::ofstream note(o.gloo.store_dir + "/" + o.gloo.prefix + ".shm-dir", std::ios::trunc);
+    note << so.dir << "\n";
+  }
   std::string unavailable;
   GP_ASSIGN_OR_RETURN(plane.comm, make_shm_communicator(std::move(plane.comm), so, &unavailable));
   plane.description = unavailable.empty() ? "shared memory with ranks " + local + ", gloo beyond"

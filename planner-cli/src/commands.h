@@ -97,6 +97,7 @@ struct PlanFileOptions {
   std::string model;    // verify: the model the plan must be for
   std::string cluster;  // verify: the cluster the plan must be for
   int devices = 0;
+  bool json = false;  // inspect: machine-readable shape
 };
 
 // Resolved inputs shared by search and compare.

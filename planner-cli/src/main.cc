@@ -196,6 +196,9 @@ int main(int argc, char** argv) {
   simulate->add_option("--profile", sim_opts.profile, "profile DB for measured costs");
   auto* inspect = app.add_subcommand("inspect", "Print a readable summary with the stage graph");
   inspect->add_option("--plan", inspect_opts.plan, "plan file")->required();
+  inspect->add_flag("--json", inspect_opts.json,
+                    "print the plan's shape as JSON (ranks, nodes, devices_per_node, stages, "
+                    "mini_batch, model hash), for scripts");
   auto* verify = app.add_subcommand(
       "verify", "Check a plan: coverage, acyclicity, memory, matched sends, deadlock freedom");
   verify->add_option("--plan", verify_opts.plan, "plan file")->required();

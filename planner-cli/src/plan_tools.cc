@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
 #include "gp/cost/cluster.h"
 #include "gp/graph/model_io.h"
@@ -141,7 +142,31 @@ Status run_simulate(const PlanFileOptions& opts) {
 
 Status run_inspect(const PlanFileOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
-  std::printf("%s", planner::inspect_text(plan).c_str());
+  if (!opts.json) {
+    std::printf("%s", planner::inspect_text(plan).c_str());
+    return ok_status();
+  }
+  const auto& c = plan.cluster();
+  JsonWriter w(true);
+  w.begin_object();
+  w.field("model", plan.model().name());
+  w.field("model_hash", plan.model_hash());
+  w.field("cluster", c.name());
+  w.field("nodes", c.num_nodes());
+  w.field("devices_per_node", c.devices_per_node());
+  w.field("device", c.device().name());
+  w.field("ranks", plan.programs_size());
+  w.field("stages", plan.stages_size());
+  w.field("mini_batch", plan.mini_batch());
+  w.key("stage_ranks").begin_array();
+  for (const auto& st : plan.stages()) {
+    w.begin_array();
+    for (int r : st.device_ranks()) w.value(r);
+    w.end_array();
+  }
+  w.end_array();
+  w.end_object();
+  std::printf("%s\n", w.str().c_str());
   return ok_status();
 }
 

@@ -26,13 +26,14 @@ launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/rec
   --run-dir "$tmp/run" -- --kill-rank-at 2:5 > "$tmp/recovered.log" 2>&1; rc=$?
 check "the job with a killed rank finishes (exit 0)" '[ $rc -eq 0 ]'
 check "the launcher names the dead rank and re-plans for 3 devices" \
-  'grep -q "rank 2 exited with status 137" "$tmp/recovered.log" && grep -q "re-planned for 3 devices" "$tmp/recovered.log"'
+  'grep -q "rank 2 failed (exit status 137" "$tmp/recovered.log" && grep -q "re-planned for 3 devices" "$tmp/recovered.log"'
 check "the new plan has 3 ranks" \
-  '"$plan_bin" inspect --plan "$tmp/run/plan-after-failure-1.pb" | grep -q "1 x 3 cpu-process"'
+  '"$plan_bin" inspect --plan "$tmp/ckpt/plan-after-failure-1.pb" | grep -q "1 x 3 cpu-process"'
 check "training resumed after the last complete checkpoint (iteration 3)" \
-  '[ "$(iteration_losses "$tmp/recovered.json" | head -1 | cut -d" " -f1)" = 4 ]'
-check "iterations 4-9 have the uninterrupted run's losses" \
-  '[ -s "$tmp/recovered.json" ] && [ "$(iteration_losses "$tmp/recovered.json")" = "$(iteration_losses "$tmp/full.json" | tail -6)" ]'
+  'grep -q "rank 0: resuming after iteration 3 from" "$tmp/recovered.log"'
+# The failed attempt's metrics (its complete iterations) come first, the resumed run's append.
+check "the metrics of both attempts are iterations 0-9, with the uninterrupted run's losses" \
+  '[ -s "$tmp/recovered.json" ] && [ "$(iteration_losses "$tmp/recovered.json")" = "$(iteration_losses "$tmp/full.json")" ]'
 
 # 3. A corrupted newest checkpoint: the previous one (commit keeps it) is used, with a warning
 #    naming the file; when every checkpoint is damaged, resuming is refused naming each problem.
@@ -46,7 +47,7 @@ launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
 check "a corrupted newest checkpoint falls back to the previous one ($previous), with a warning" \
   '[ $rc -eq 0 ] && grep -q "checksum mismatch" "$tmp/bad.log" && grep -q "$(basename "$victim")" "$tmp/bad.log" && grep -q "using $previous instead" "$tmp/bad.log"'
 check "training resumed after $previous" \
-  '[ "$(iteration_losses "$tmp/fallback.json" | head -1 | cut -d" " -f1)" = $(( ${previous#iter-} + 1 )) ]'
+  'grep -q "resuming after iteration ${previous#iter-} from" "$tmp/bad.log"'
 victim2=$(ls "$tmp/bad/$previous"/op-*.bin | head -1)
 truncate -s 10 "$victim2"
 launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \

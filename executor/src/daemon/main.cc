@@ -387,14 +387,19 @@ int main(int raw_argc, char** raw_argv) {
       "Run one rank of a plan: register with the coordinator (rank 0 hosts it), connect "
       "the data plane, train, report status and metrics");
   run_cmd->add_option("--plan", run.plan, "plan file (every rank needs the same)")->required();
-  run_cmd->add_option("--rank", run.rank, "this process's rank")
+  run_cmd->add_option("--rank", run.rank, "this process's rank (default: $RANK)")
+      ->envname("RANK")
       ->required()
       ->check(CLI::Range(0, 1 << 20));
-  run_cmd->add_option("--world-size", run.world_size, "number of ranks in the plan")
+  run_cmd
+      ->add_option("--world-size", run.world_size,
+                   "number of ranks in the plan (default: $WORLD_SIZE)")
+      ->envname("WORLD_SIZE")
       ->required()
       ->check(CLI::Range(1, 1 << 20));
   run_cmd->add_option("--coordinator", run.coordinator,
-                      "HOST:PORT of the coordinator; rank 0 listens there (port 0: any free port)");
+                      "HOST:PORT of the coordinator; rank 0 listens there (port 0: any free "
+                      "port; default: $MASTER_ADDR:$MASTER_PORT when both are set)");
   run_cmd->add_option("--coordinator-file", run.coordinator_file,
                       "rank 0 writes the coordinator's address here; other ranks wait for it");
   run_cmd->add_flag("--external-coordinator", run.external_coordinator,
@@ -419,7 +424,8 @@ int main(int raw_argc, char** raw_argv) {
       ->capture_default_str();
   run_cmd->add_option("--auth-token", run.auth_token,
                       "shared secret every control RPC carries (or $GP_AUTH_TOKEN)");
-  add_device_options(run_cmd, run.device, run.precision);
+  add_device_options(run_cmd, run.device, run.precision,
+                     "; cuda: the GPU of $LOCAL_RANK (0 when unset), as torchrun sets it");
   run_cmd->add_option("--iterations", run.iterations, "training iterations")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));

@@ -218,22 +218,30 @@ class Heartbeat {
   std::thread thread_;
 };
 
+// Ranks that compute a loss: every replica of a stage holding a loss operator.
+int count_loss_ranks(const graphpipe::v1::Plan& plan, const graph::Graph& graph) {
+  int n = 0;
+  for (const auto& stage : plan.stages()) {
+    bool loss = false;
+    for (const auto& id : stage.op_ids()) {
+      const int i = graph.index_of(id);
+      loss = loss || (i >= 0 && graph.op(i).info->is_loss);
+    }
+    if (loss) n += stage.device_ranks_size();
+  }
+  return n;
+}
+
 // Rank 0: one line per --log-every iterations as soon as every rank with a loss has reported it
 // (the coordinator calls `add` from its RPC threads).
 class ProgressLog {
  public:
   ProgressLog(const graphpipe::v1::Plan& plan, const graph::Graph& graph, int iterations,
               int log_every)
-      : mini_batch_(plan.mini_batch()), iterations_(iterations), log_every_(log_every) {
-    for (const auto& stage : plan.stages()) {
-      bool loss = false;
-      for (const auto& id : stage.op_ids()) {
-        const int i = graph.index_of(id);
-        loss = loss || (i >= 0 && graph.op(i).info->is_loss);
-      }
-      if (loss) loss_ranks_ += stage.device_ranks_size();
-    }
-  }
+      : mini_batch_(plan.mini_batch()),
+        iterations_(iterations),
+        log_every_(log_every),
+        loss_ranks_(count_loss_ranks(plan, graph)) {}
 
   void add(const graphpipe::v1::ReportMetricsRequest& report) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -278,33 +286,94 @@ class ProgressLog {
   const int64_t mini_batch_;
   const int iterations_;
   const int log_every_;
-  int loss_ranks_ = 0;
+  const int loss_ranks_;
   Clock::time_point first_done_;
   std::mutex mu_;
   std::map<int64_t, Pending> pending_;
   int64_t done_ = 0;
 };
 
-// The iterations this run trained: first_iteration .. first_iteration + time_s.size() - 1.
+// Entries of a metrics file this executor wrote (metrics_json's layout); malformed ones stop
+// the scan.
+std::vector<IterationMetrics> read_metrics(const std::string& text) {
+  std::vector<IterationMetrics> out;
+  auto number_after = [&](const char* key, size_t from, double* v) -> size_t {
+    const size_t k = text.find(key, from);
+    if (k == std::string::npos) return k;
+    const char* p = text.c_str() + k + std::strlen(key);
+    char* end = nullptr;
+    *v = std::strtod(p, &end);
+    if (end == p) *v = std::nan("");  // null: a non-finite value
+    return k;
+  };
+  size_t pos = 0;
+  while (true) {
+    double it = 0, loss = 0, time_s = 0, rate = 0;
+    pos = number_after("\"iteration\": ", pos, &it);
+    if (pos == std::string::npos || !std::isfinite(it)) break;
+    if (number_after("\"loss\": ", pos, &loss) == std::string::npos ||
+        number_after("\"time_s\": ", pos, &time_s) == std::string::npos ||
+        number_after("\"samples_per_s\": ", pos, &rate) == std::string::npos) {
+      break;
+    }
+    out.push_back({static_cast<int64_t>(it), loss, time_s, rate});
+    ++pos;
+  }
+  return out;
+}
+
+// The iterations this run trained whose loss every loss rank reported: first_iteration ..
+// first_iteration + time_s.size() - 1 at most. When the job resumed, the earlier iterations of
+// an existing metrics file are kept in front, so restarts append.
 Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Plan& plan,
-                         int first_iteration, const std::vector<double>& time_s,
+                         int loss_ranks, int first_iteration, const std::vector<double>& time_s,
                          const std::string& path) {
+  if (path.empty()) return ok_status();
   const int count = static_cast<int>(time_s.size());
-  std::vector<IterationMetrics> out(count);
+  std::vector<IterationMetrics> run(count);
+  std::vector<int> reports(count, 0);
   for (int i = 0; i < count; ++i) {
-    out[i].iteration = first_iteration + i;
-    out[i].time_s = time_s[i];
-    out[i].samples_per_s = time_s[i] > 0 ? static_cast<double>(plan.mini_batch()) / time_s[i] : 0;
+    run[i].iteration = first_iteration + i;
+    run[i].time_s = time_s[i];
+    run[i].samples_per_s = time_s[i] > 0 ? static_cast<double>(plan.mini_batch()) / time_s[i] : 0;
   }
   for (const auto& report : coordinator.metrics()) {
     for (const auto& m : report.iterations()) {
       const int64_t i = m.iteration() - first_iteration;
-      if (i >= 0 && i < count) out[i].loss += m.loss();
+      if (i >= 0 && i < count) {
+        run[i].loss += m.loss();
+        ++reports[i];
+      }
     }
   }
-  for (auto& m : out) m.loss /= static_cast<double>(plan.mini_batch());
-  if (path.empty()) return ok_status();
+  std::vector<IterationMetrics> out;
+  if (first_iteration > 0) {
+    if (auto old = graph::read_file(path); old.ok()) {
+      for (const auto& m : read_metrics(*old)) {
+        if (m.iteration < first_iteration) out.push_back(m);
+      }
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    if (reports[i] < loss_ranks) break;  // a failed run's last iterations may be partial
+    run[i].loss /= static_cast<double>(plan.mini_batch());
+    out.push_back(run[i]);
+  }
   return graph::write_file_atomic(path, metrics_json(out));
+}
+
+// Fails now, not after training, when `path` cannot be written (its directory is missing or
+// read-only).
+Status check_writable(const std::string& flag, const std::string& path) {
+  if (path.empty()) return ok_status();
+  const std::string probe = path + ".probe-" + std::to_string(::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (f == nullptr) {
+    return invalid_argument(flag + " " + path + ": cannot write there: " + std::strerror(errno));
+  }
+  std::fclose(f);
+  std::remove(probe.c_str());
+  return ok_status();
 }
 
 // One line per event: kind stage micro_batch peer gradient bytes start_us end_us.
@@ -368,8 +437,20 @@ Status write_verdict(const std::string& path, const graphpipe::v1::GetStatusResp
 
 }  // namespace
 
-Result<int> run_rank(const RunOptions& o) {
+Result<int> run_rank(const RunOptions& options) {
   auto log = log::get("exec");
+  RunOptions o = options;
+  // torchrun's conventions where a scheduler sets them: MASTER_ADDR:MASTER_PORT is where rank 0
+  // hosts the coordinator; --device cuda picks the GPU of LOCAL_RANK.
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  if (o.device == "cuda") o.device = std::string("cuda:") + (local_rank ? local_rank : "0");
+  if (o.coordinator.empty() && o.coordinator_file.empty()) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    if (addr != nullptr && port != nullptr && *addr != '\0') {
+      o.coordinator = std::string(addr) + ":" + port;
+    }
+  }
   GP_RETURN_IF_ERROR(install_stop_signals());
   const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
   const std::string token = token_or_env(o.auth_token);
@@ -404,6 +485,19 @@ Result<int> run_rank(const RunOptions& o) {
   }
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) {
     return invalid_argument("--checkpoint-every needs --checkpoint-dir");
+  }
+  // Outputs are checked before anyone trains, not discovered unwritable afterwards.
+  if (o.rank == 0) {
+    GP_RETURN_IF_ERROR(check_writable("--metrics-out", o.metrics_out));
+    GP_RETURN_IF_ERROR(check_writable("--trace", o.trace));
+    GP_RETURN_IF_ERROR(check_writable("--verdict-file", o.verdict_file));
+  }
+  if (!o.checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec) return invalid_argument("--checkpoint-dir " + o.checkpoint_dir + ": " + ec.message());
+    GP_RETURN_IF_ERROR(check_writable(
+        "--checkpoint-dir", (std::filesystem::path(o.checkpoint_dir) / "LATEST").string()));
   }
   // The checkpoint the job resumes from: every rank checks every file of it, so all of them pick
   // the same one (a damaged newest checkpoint falls back to the previous one).
@@ -489,6 +583,8 @@ Result<int> run_rank(const RunOptions& o) {
   Heartbeat heartbeat(*client, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
   int64_t failed_iteration = -1;
   bool nonfinite = false;
+  std::vector<double> times;  // of the iterations this run completed
+  const int loss_ranks = count_loss_ranks(plan, graph);
   auto train = [&]() -> Result<int> {
     if (!o.resume.empty()) {
       // Any plan of the same model may resume: tensors are per operator, not per rank.
@@ -566,7 +662,6 @@ Result<int> run_rank(const RunOptions& o) {
                            static_cast<size_t>(o.iterations));
     }
     heartbeat.attach(comm);
-    std::vector<double> times;
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;
     auto checkpoint = [&](int it) -> Status {
@@ -598,7 +693,8 @@ Result<int> run_rank(const RunOptions& o) {
           return Status(StatusCode::kOutOfRange,
                         fmt::format("the loss is {} at iteration {} (rank {}, stage {}); "
                                     "--allow-nonfinite trains on",
-                                    loss, it, o.rank, runner->stage()));
+                                    std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"), it,
+                                    o.rank, runner->stage()));
         }
         graphpipe::v1::IterationMetrics m;
         m.set_iteration(it);
@@ -648,7 +744,7 @@ Result<int> run_rank(const RunOptions& o) {
     if (coordinator) {
       GP_RETURN_IF_ERROR(client->report_status(done));
       GP_RETURN_IF_ERROR(
-          write_job_metrics(*coordinator, plan, first_iteration, times, o.metrics_out));
+          write_job_metrics(*coordinator, plan, loss_ranks, first_iteration, times, o.metrics_out));
       if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
       // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
       (void)coordinator->wait_for_completion(timeout);
@@ -673,17 +769,24 @@ Result<int> run_rank(const RunOptions& o) {
     failure = Status(StatusCode::kAborted, why);
   } else if (auto status = client->get_status(); status.ok() && status->aborted()) {
     failure = Status(StatusCode::kAborted, "job aborted: " + status->abort_reason());
-  } else {
-    graphpipe::v1::RankStatus st;
-    st.set_rank(o.rank);
-    st.set_state(graphpipe::v1::RANK_STATE_FAILED);
-    st.set_iteration(std::max<int64_t>(failed_iteration, 0));
-    st.set_error(failure.message());
-    (void)client->report_status(st);  // best effort: the coordinator aborts the others
   }
+  // Best effort: the coordinator aborts the others (or, when it already has, learns that this
+  // rank knows and leaves, so rank 0 need not wait for it).
+  graphpipe::v1::RankStatus failed;
+  failed.set_rank(o.rank);
+  failed.set_state(graphpipe::v1::RANK_STATE_FAILED);
+  failed.set_iteration(std::max<int64_t>(failed_iteration, 0));
+  failed.set_error(failure.message());
+  (void)client->report_status(failed);
   if (coordinator) {
     coordinator->abort("rank 0 failed: " + failure.message(), 0);  // no-op when aborted already
     if (Status st = write_verdict(o.verdict_file, coordinator->status()); !st.ok()) {
+      log->error("rank 0: {}", st.message());
+    }
+    // The iterations every rank completed count: a restart appends to them.
+    if (Status st = write_job_metrics(*coordinator, plan, loss_ranks, first_iteration, times,
+                                      o.metrics_out);
+        !st.ok()) {
       log->error("rank 0: {}", st.message());
     }
     // The others learn of the abort from their next heartbeat; serve it to them first.

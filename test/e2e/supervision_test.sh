@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Jobs one can trust, with real faults injected into 3-rank CPU runs under graphpipe-launch: a
+# frozen rank (SIGSTOP) is killed and blamed and the job re-planned without it; a killed launcher
+# takes its ranks with it; SIGTERM/SIGINT stop at an agreed iteration with a final checkpoint,
+# exit 143/130 and leave nothing behind, and --resume appends; a NaN loss stops the job (exit 3);
+# the launcher's own conventions (--help, --version, --nprocs from the plan, output checks, logs).
+set -u
+exe=$1
+plan_bin=$2
+launch=$3
+tmp=$4
+rm -rf "$tmp" && mkdir -p "$tmp"
+. "$(dirname "$0")/lib.sh"
+export GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin"
+set -m  # background launchers get their own process group and may be sent SIGINT
+
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 3 \
+  --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/plan.pb" >/dev/null || exit 1
+shm_before=$(ls /dev/shm 2>/dev/null | grep -c "^graphpipe-$(id -u)-")
+# Ranks of this test still alive (their command lines name the test's directory).
+ranks_alive() { pgrep -f -- "run --plan $tmp/" | wc -l; }
+# Waits until FILE has a line matching PATTERN (at most 60 s).
+wait_for() { for _ in $(seq 600); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+# The pid of the rank R process of the current job.
+rank_pid() { pgrep -f -- "run --plan $tmp/.* --rank $1( |$)" | head -1; }
+nothing_left() {
+  [ "$(ranks_alive)" -eq 0 ] &&
+    [ "$(ls /dev/shm 2>/dev/null | grep -c "^graphpipe-$(id -u)-")" -le "$shm_before" ]
+}
+
+# 1. Launcher conventions.
+"$launch" --help > "$tmp/help.txt" 2>&1; rc=$?
+check "--help exits 0 and explains --nprocs" '[ $rc -eq 0 ] && grep -q "nprocs defaults to the plan" "$tmp/help.txt" && ! grep -q "^set -uo" "$tmp/help.txt"'
+"$launch" --version > "$tmp/version.txt" 2>&1; rc=$?
+check "--version prints the version" '[ $rc -eq 0 ] && grep -Eq "^graphpipe-launch [0-9]+\.[0-9]+" "$tmp/version.txt"'
+"$launch" --plan "$tmp/plan.pb" --bogus > "$tmp/bogus.txt" 2>&1; rc=$?
+check "an unknown argument exits 2" '[ $rc -eq 2 ] && grep -q "unknown argument" "$tmp/bogus.txt"'
+"$launch" --plan "$tmp/plan.pb" --nprocs 4 > "$tmp/np.txt" 2>&1; rc=$?
+check "--nprocs other than the plan's exits 2" '[ $rc -eq 2 ] && grep -q "the plan .* has 3 ranks" "$tmp/np.txt"'
+"$launch" --plan "$tmp/plan.pb" --metrics-out "$tmp/no/such/dir/m.json" --run-dir "$tmp/r0" \
+  > "$tmp/out.txt" 2>&1; rc=$?
+check "an unwritable --metrics-out exits 2 before any rank starts" \
+  '[ $rc -eq 2 ] && grep -q "does not exist" "$tmp/out.txt" && [ ! -e "$tmp/r0" ]'
+timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations 6 --log-every 3 --run-dir "$tmp/r1" \
+  --metrics-out "$tmp/m1.json" > "$tmp/r1.log" 2>&1; rc=$?
+check "--nprocs defaults to the plan's 3 ranks; per-rank logs and [rank r] prefixes" \
+  '[ $rc -eq 0 ] && for r in 0 1 2; do [ -s "$tmp/r1/attempt-0/rank-$r.log" ] && grep -q "^\[rank $r\] " "$tmp/r1.log" || exit 1; done'
+check "progress lines every --log-every iterations, with samples/s and ETA" \
+  'grep -q "iteration 2: loss [0-9.]*, [0-9.]* samples/s, 3 of 6 done, ETA" "$tmp/r1.log" && grep -q "iteration 5: loss" "$tmp/r1.log" && ! grep -q "iteration 3: loss" "$tmp/r1.log"'
+
+# 2. A frozen rank: the coordinator declares it dead within the heartbeat timeout, the launcher
+#    kills it, blames it (not a healthy rank), and re-plans without its device.
+T=4
+"$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T --kill-grace 1 --log-every 500 \
+  --checkpoint-dir "$tmp/ck-frozen" --checkpoint-every 500 --on-failure replan \
+  --max-restarts 1 --run-dir "$tmp/r2" > "$tmp/frozen.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/frozen.log" "iteration 999: loss"
+victim=$(rank_pid 1)
+kill -STOP "$victim"
+stopped_at=$(date +%s.%N)
+wait_for "$tmp/frozen.log" "re-planning without rank" || true
+replanned_at=$(date +%s.%N)
+check "the frozen rank 1 is blamed and stopped within 2 x the heartbeat timeout" \
+  'grep -q "rank 1 failed (exit status 137, stopped by the launcher): rank 1 stopped responding" "$tmp/frozen.log" && awk -v a=$stopped_at -v b=$replanned_at -v t=$T "BEGIN { exit !(b - a < 2 * t) }"'
+check "the frozen process is gone" '! kill -0 "$victim" 2>/dev/null'
+check "re-planning excludes rank 1, the frozen one" \
+  'grep -q "re-planning without rank 1 (2 devices left)" "$tmp/frozen.log" && "$plan_bin" inspect --plan "$tmp/ck-frozen/plan-after-failure-1.pb" | grep -q "1 x 2 cpu-process"'
+# The re-planned job trains on; stop it with SIGTERM (section 4 checks that path in full).
+wait_for "$tmp/frozen.log" "resuming from"
+sleep 2
+kill -TERM "$launcher"
+wait "$launcher"; rc=$?
+check "the re-planned job ran and stopped on SIGTERM (exit 143)" '[ $rc -eq 143 ] && grep -q "stopped after iteration" "$tmp/frozen.log"'
+check "nothing of the job is left running, nor rings in /dev/shm" nothing_left
+
+# 3. The launcher killed: its ranks follow (each asked for SIGTERM on its parent's death).
+"$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T --log-every 500 \
+  --run-dir "$tmp/r3" > "$tmp/orphan.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/orphan.log" "iteration 499: loss"
+kill -KILL "$launcher"
+wait "$launcher" 2>/dev/null
+for _ in $(seq 100); do [ "$(ranks_alive)" -eq 0 ] && break; sleep 0.1; done
+check "after SIGKILL of the launcher no rank survives (10 s)" nothing_left
+check "its ranks stopped at an iteration boundary rather than dying" \
+  'grep -q "stopped after iteration" "$tmp/r3/attempt-0/rank-0.log"'
+
+# 4. SIGTERM while checkpointing every 50 iterations: a final checkpoint at the agreed
+#    iteration, exit 143, nothing left in /dev/shm or the run directory; --resume carries on and
+#    the metrics of both runs append.
+mkdir -p "$tmp/tmpdir"  # where the launcher makes its own run directory
+TMPDIR="$tmp/tmpdir" "$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T \
+  --log-every 500 --checkpoint-dir "$tmp/ck" --checkpoint-every 50 --metrics-out "$tmp/m4.json" \
+  > "$tmp/term.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/term.log" "iteration 999: loss"
+run_dir=$(ls -d "$tmp"/tmpdir/graphpipe-run.* | head -1)
+kill -TERM "$launcher"
+wait "$launcher"; rc=$?
+stop=$(sed -n 's/.*stopping after iteration \([0-9]*\).*/\1/p' "$tmp/term.log" | head -1)
+check "SIGTERM: exit 143, every rank stopped after the same iteration" \
+  '[ $rc -eq 143 ] && [ -n "$stop" ] && [ "$(grep -c "stopped after iteration $stop of" "$tmp/term.log")" -eq 3 ]'
+check "a final checkpoint of that iteration, and no torn files" \
+  '[ "$(cat "$tmp/ck/LATEST")" = "iter-$stop" ] && [ -f "$tmp/ck/iter-$stop/MANIFEST.pbtxt" ] && [ -z "$(find "$tmp/ck" -name "*.tmp")" ]'
+check "the run directory is removed and /dev/shm is clean" \
+  '[ -n "$run_dir" ] && [ ! -e "$run_dir" ] && [ -z "$(ls -A "$tmp/tmpdir")" ] && nothing_left'
+timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations $((stop + 5)) --timeout $T \
+  --checkpoint-dir "$tmp/ck" --resume --metrics-out "$tmp/m4.json" > "$tmp/resume.log" 2>&1; rc=$?
+check "--resume continues after iteration $stop and the metrics append (0..$((stop + 4)))" \
+  '[ $rc -eq 0 ] && grep -q "resuming after iteration $stop" "$tmp/resume.log" && [ "$(iteration_losses "$tmp/m4.json" | cut -d" " -f1 | tr "\n" " ")" = "$(seq -s " " 0 $((stop + 4))) " ]'
+
+# 5. SIGINT: the same, exit 130.
+"$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T --log-every 500 \
+  --run-dir "$tmp/r5" > "$tmp/int.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/int.log" "iteration 499: loss"
+kill -INT "$launcher"
+wait "$launcher"; rc=$?
+check "SIGINT: exit 130 after an agreed iteration" '[ $rc -eq 130 ] && grep -q "stopped after iteration" "$tmp/int.log" && nothing_left'
+
+# 6. A loss that becomes non-finite stops the job with exit 3, naming the iteration.
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 3 \
+  --batch 16 --micro-batches 4 --lr 1e30 --out "$tmp/nan.pb" >/dev/null || exit 1
+timeout 120 "$launch" --plan "$tmp/nan.pb" --iterations 50 --timeout $T > "$tmp/nan.log" 2>&1; rc=$?
+check "a NaN/inf loss: exit 3, naming the iteration and --allow-nonfinite" \
+  '[ $rc -eq 3 ] && grep -Eq "the loss is (NaN|inf|-inf) at iteration [0-9]+" "$tmp/nan.log" && grep -q "allow-nonfinite" "$tmp/nan.log" && nothing_left'
+timeout 120 "$launch" --plan "$tmp/nan.pb" --iterations 50 --timeout $T -- --allow-nonfinite \
+  > "$tmp/nan-ok.log" 2>&1; rc=$?
+check "--allow-nonfinite trains on (exit 0)" '[ $rc -eq 0 ]'
+
+exit $fail
