@@ -176,6 +176,22 @@ done
 GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 20 --port 29625 \
   -- --kill-rank-at 1:3 > "$tmp/failed.log" 2>&1; rc=$?
 check "a job whose rank dies fails, naming the rank" '[ $rc -ne 0 ] && grep -q "rank 1 exited with status 137" "$tmp/failed.log"'
+# A frozen rank: the coordinator declares it dead, submit blames it (not a healthy rank) and the
+# daemons kill it (SIGTERM, then SIGKILL), all within 2 x the heartbeat timeout.
+GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 1000000 --port 29628 --timeout 5 \
+  > "$tmp/frozen.log" 2>&1 &
+frozen_submit=$!
+for _ in $(seq 200); do grep -q "all 2 ranks registered" "$tmp/frozen.log" 2>/dev/null && break; sleep 0.1; done
+sleep 1
+frozen=$(pgrep -f -- "run --plan .*--coordinator 10.77.0.1:29628.*" | while read -r p; do
+  tr '\0' ' ' < /proc/$p/cmdline | grep -q -- "--rank 1 " && echo "$p"; done | head -1)
+kill -STOP "$frozen"
+t0=$(date +%s%N)
+wait "$frozen_submit"; rc=$?
+elapsed_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+check "under serve, a frozen rank is blamed and killed within 2 x the timeout (${elapsed_ms} ms)" \
+  '[ $rc -ne 0 ] && grep -q "rank 1 failed: rank 1 stopped responding" "$tmp/frozen.log" && [ "$elapsed_ms" -lt 10000 ] && ! kill -0 "$frozen" 2>/dev/null'
+check "the failure is reported once, not per poll" '[ "$(grep -o "(1)" "$tmp/frozen.log" | wc -l)" -le 1 ]'
 GP_AUTH_TOKEN=s3cret submit --plan "$tmp/plan.pb" --iterations 4 --port 29626 > "$tmp/after.log" 2>&1; rc=$?
 check "after a failed job the daemons' devices are free again" '[ $rc -eq 0 ]'
 

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -48,10 +49,23 @@ struct RankProc {
   int exit_code = 0;
   int64_t exited_unix_ms = 0;
   std::string log_path;
+  // Set by terminate(): SIGKILL follows at this time if SIGTERM did not end it (a frozen
+  // process does not act on SIGTERM until it is continued).
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
 };
+
+// How long a rank has between SIGTERM and SIGKILL.
+constexpr std::chrono::seconds kKillGrace{1};
+
+void terminate(RankProc& r) {
+  if (!r.running || r.kill_at) return;
+  kill(r.pid, SIGTERM);
+  r.kill_at = std::chrono::steady_clock::now() + kKillGrace;
+}
 
 struct Job {
   std::vector<RankProc> ranks;
+  std::string verdict_path;  // rank 0, when here, names the rank the coordinator blamed
 };
 
 class Daemon final : public pb::NodeDaemon::Service {
@@ -68,7 +82,7 @@ class Daemon final : public pb::NodeDaemon::Service {
       stopping_ = true;
       for (auto& [id, job] : jobs_) {
         for (auto& r : job.ranks) {
-          if (r.running) kill(r.pid, SIGTERM);
+          terminate(r);
         }
       }
     }
@@ -174,10 +188,15 @@ class Daemon final : public pb::NodeDaemon::Service {
         args.push_back("--auth-token");
         args.push_back(options_.auth_token);
       }
+      if (p.rank == 0) {
+        job.verdict_path = (dir / "verdict").string();
+        args.push_back("--verdict-file");
+        args.push_back(job.verdict_path);
+      }
       for (const auto& a : req->extra_args()) args.push_back(a);
       p.pid = spawn(args, p.log_path);
       if (p.pid < 0) {
-        for (auto& started : job.ranks) kill(started.pid, SIGTERM);
+        for (auto& started : job.ranks) terminate(started);
         return grpc::Status(grpc::StatusCode::INTERNAL,
                             "cannot start rank " + std::to_string(p.rank));
       }
@@ -224,6 +243,19 @@ class Daemon final : public pb::NodeDaemon::Service {
       r->set_log(chunk);
       r->set_log_end(start + std::max<int64_t>(n, 0));
     }
+    // "failed_rank=R\nreason=...\n", written by rank 0 when the job aborts.
+    if (!it->second.verdict_path.empty()) {
+      std::ifstream v(it->second.verdict_path);
+      std::string line;
+      while (std::getline(v, line)) {
+        if (line.rfind("failed_rank=", 0) == 0) {
+          out->set_has_verdict(true);
+          out->set_failed_rank(std::atoi(line.c_str() + 12));
+        } else if (line.rfind("reason=", 0) == 0) {
+          out->set_failure_reason(line.substr(7, 4096));
+        }
+      }
+    }
     return grpc::Status::OK;
   }
 
@@ -236,7 +268,7 @@ class Daemon final : public pb::NodeDaemon::Service {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_id() + "' here");
     }
     for (auto& r : it->second.ranks) {
-      if (r.running) kill(r.pid, SIGTERM);
+      terminate(r);
     }
     return grpc::Status::OK;
   }
@@ -285,6 +317,10 @@ class Daemon final : public pb::NodeDaemon::Service {
             const pid_t got = waitpid(r.pid, &status, WNOHANG);
             if (got == 0) {
               any_running = true;
+              if (r.kill_at && std::chrono::steady_clock::now() >= *r.kill_at) {
+                kill(r.pid, SIGKILL);
+                r.kill_at = std::chrono::steady_clock::time_point::max();
+              }
               continue;
             }
             r.running = false;
@@ -299,7 +335,7 @@ class Daemon final : public pb::NodeDaemon::Service {
             if (r.exit_code != 0) {
               // A failed job releases this node: its other ranks here stop too.
               for (auto& other : job.ranks) {
-                if (other.running) kill(other.pid, SIGTERM);
+                terminate(other);
               }
             }
           }

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "gp/common/logging.h"
@@ -148,10 +150,18 @@ Status run_submit(const SubmitOptions& in) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   // The cause of a failure: a rank killed by a signal (the others then exit with errors of
-  // their own), else the earliest to fail. Exit times are the daemons' (polled) observations.
+  // their own), else the rank the coordinator blamed (e.g. one that froze; rank 0's daemon
+  // reports the verdict), else the earliest to fail. Exit times are the daemons' (polled)
+  // observations.
   int failed_rank = -1, failed_code = 0;
   int64_t failed_at = 0;
   std::vector<std::string> also_failed;
+  std::set<int> exits_seen;
+  int blamed = -1;  // the coordinator's verdict
+  std::string blamed_reason;
+  std::optional<std::chrono::steady_clock::time_point> first_failure;
+  bool stragglers_stopped = false;
+  bool own_signal = false;  // a rank died by a signal before anyone here stopped ranks
   auto worse = [&](int code, int64_t at) {
     const bool signal = code > 128, current_signal = failed_code > 128;
     if (failed_rank < 0 || signal != current_signal) return failed_rank < 0 || signal;
@@ -176,13 +186,20 @@ Status run_submit(const SubmitOptions& in) {
         stop_all();
         return st.with_context("job " + job);
       }
+      if (resp.has_verdict() && blamed < 0 && resp.failed_rank() >= 0) {
+        blamed = resp.failed_rank();
+        blamed_reason = resp.failure_reason();
+        if (!first_failure) first_failure = std::chrono::steady_clock::now();
+      }
       bool running = false;
       for (int i = 0; i < resp.ranks_size(); ++i) {
         const auto& r = resp.ranks(i);
         if (!r.log().empty()) std::fprintf(stdout, "%s", r.log().c_str());
         n.offsets[static_cast<size_t>(i)] = r.log_end();
         running = running || r.running();
-        if (!r.running() && r.exit_code() != 0) {
+        if (!r.running() && r.exit_code() != 0 && exits_seen.insert(r.rank()).second) {
+          if (!first_failure) first_failure = std::chrono::steady_clock::now();
+          own_signal = own_signal || (r.exit_code() > 128 && !stragglers_stopped);
           if (worse(r.exit_code(), r.exited_unix_ms())) {
             if (failed_rank >= 0) {
               also_failed.push_back(std::to_string(failed_rank) + " (" +
@@ -202,7 +219,30 @@ Status run_submit(const SubmitOptions& in) {
       all_done = all_done && n.done;
     }
     if (all_done) break;
+    // After a failure the others leave within a heartbeat; ranks still there (a frozen one) are
+    // stopped on every node: SIGTERM, then SIGKILL from their daemon.
+    // A rank the coordinator blamed is stopped at once.
+    if (first_failure && !stragglers_stopped &&
+        (blamed >= 0 ||
+         std::chrono::steady_clock::now() - *first_failure > std::chrono::seconds(1))) {
+      log->warn("job {}: ranks still running after a failure; stopping them", job);
+      stop_all();
+      stragglers_stopped = true;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // The coordinator's verdict names a rank that froze or reported an error; a rank that died by
+  // a signal of its own is the cause even when a neighbour reported first.
+  if (blamed >= 0 && !own_signal) {
+    if (failed_rank >= 0 && failed_rank != blamed) {
+      also_failed.insert(also_failed.begin(),
+                         std::to_string(failed_rank) + " (" + std::to_string(failed_code) + ")");
+    }
+    std::string others;
+    for (const auto& f : also_failed) others += (others.empty() ? "" : ", ") + f;
+    return internal_error("job " + job + ": rank " + std::to_string(blamed) +
+                          " failed: " + blamed_reason +
+                          (others.empty() ? "" : "; rank(s) " + others + " exited"));
   }
   if (failed_rank >= 0) {
     std::string others;

@@ -1,7 +1,6 @@
 #include "run.h"
 
 #include <spdlog/fmt/fmt.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -88,8 +87,10 @@ void on_stop_signal(int sig) {
   if (monotonic_ms() - g_stop_signal_ms.load() > kForceAfterMs) _exit(128 + sig);
 }
 
-// Installs the stop handlers, and makes the rank receive SIGTERM when whoever started it (the
-// launcher, the node daemon, sshd's session, a shell) dies, so no rank outlives its job.
+// Installs the stop handlers, and makes the rank stop (as on SIGTERM) when whoever started it
+// (the launcher, the node daemon, sshd's session, a shell) dies, so no rank outlives its job.
+// A watchdog polls the parent process rather than using PR_SET_PDEATHSIG, which fires when the
+// forking *thread* exits (the node daemon forks from gRPC pool threads that come and go).
 Status install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -100,10 +101,12 @@ Status install_stop_signals() {
                           std::strerror(errno));
   }
   const pid_t parent = getppid();
-  if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
-    return internal_error(std::string("prctl(PR_SET_PDEATHSIG): ") + std::strerror(errno));
+  if (parent > 1) {
+    std::thread([parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(milliseconds(200));
+      ::kill(::getpid(), SIGTERM);
+    }).detach();
   }
-  if (getppid() != parent) std::raise(SIGTERM);  // the parent died before prctl
   return ok_status();
 }
 
