@@ -96,6 +96,15 @@ TMPDIR="$tmp/tmpdir" "$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeo
 launcher=$!
 wait_for "$tmp/term.log" "iteration 999: loss"
 run_dir=$(ls -d "$tmp"/tmpdir/graphpipe-run.* | head -1)
+token=$(cat "$run_dir/auth-token")
+check "the launcher made a token (mode 0600) that is in no process's command line" \
+  '[ ${#token} -ge 32 ] && [ "$(stat -c %a "$run_dir/auth-token")" = 600 ] && ! grep -qF -- "$token" /proc/[0-9]*/cmdline 2>/dev/null'
+coord=$(cat "$run_dir/attempt-0/coordinator")
+"$exe" status --coordinator "$coord" > "$tmp/status-noauth.txt" 2>&1; rc_noauth=$?
+"$exe" status --coordinator "$coord" --auth-token-file "$run_dir/auth-token" --json \
+  > "$tmp/status.json" 2>&1; rc_status=$?
+check "status needs the token; with --auth-token-file it shows loss and samples/s per rank" \
+  '[ $rc_noauth -ne 0 ] && grep -qi "token" "$tmp/status-noauth.txt" && [ $rc_status -eq 0 ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d[\"ranks\"]; assert len(r)==3 and r[2][\"loss\"] is not None and all(x[\"samples_per_s\"]>0 for x in r)" "$tmp/status.json"'
 kill -TERM "$launcher"
 wait "$launcher"; rc=$?
 stop=$(sed -n 's/.*stopping after iteration \([0-9]*\).*/\1/p' "$tmp/term.log" | head -1)

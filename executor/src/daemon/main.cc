@@ -1,10 +1,14 @@
 // graphpipe-executor: trains models. This version runs the single-process numerical reference;
 // the per-rank daemon that runs a plan's instruction stream is built on the same StageRunner.
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "gp/common/cli.h"
 #include "gp/common/logging.h"
@@ -156,6 +160,27 @@ gp::Status run_reference(ReferenceOptions o) {
         gp::exec::commit_checkpoint(o.checkpoint_dir, last, *graph, "reference", training, run_id));
     log->info("checkpoint of iteration {} written to {}", last, o.checkpoint_dir);
   }
+  return gp::ok_status();
+}
+
+// --auth-token-file: the token in a file only its owner can read (the token must not travel in
+// argv, which every local user sees).
+gp::Status read_token_file(const std::string& path, std::string* token) {
+  if (path.empty()) return gp::ok_status();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return gp::invalid_argument("--auth-token-file " + path + ": " + std::strerror(errno));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return gp::invalid_argument("--auth-token-file " + path +
+                                ": readable by others (chmod 600 it)");
+  }
+  GP_ASSIGN_OR_RETURN(std::string text, gp::graph::read_file(path));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  if (text.empty()) return gp::invalid_argument("--auth-token-file " + path + ": empty");
+  *token = text;
   return gp::ok_status();
 }
 
@@ -423,7 +448,12 @@ int main(int raw_argc, char** raw_argv) {
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
   run_cmd->add_option("--auth-token", run.auth_token,
-                      "shared secret every control RPC carries (or $GP_AUTH_TOKEN)");
+                      "shared secret every control RPC carries (or $GP_AUTH_TOKEN, or "
+                      "--auth-token-file; an argument is visible to every local user in ps)");
+  std::string run_token_file, status_token_file;
+  run_cmd->add_option("--auth-token-file", run_token_file,
+                      "read the shared secret from this file (mode 0600, as the launcher "
+                      "writes it)");
   add_device_options(run_cmd, run.device, run.precision,
                      "; cuda: the GPU of $LOCAL_RANK (0 when unset), as torchrun sets it");
   run_cmd->add_option("--iterations", run.iterations, "training iterations")
@@ -527,6 +557,8 @@ int main(int raw_argc, char** raw_argv) {
   auto* status_cmd = app.add_subcommand("status", "Print every rank's iteration and instruction");
   status_cmd->add_option("--coordinator", status_address, "HOST:PORT")->required();
   status_cmd->add_option("--auth-token", status_token, "shared secret (or $GP_AUTH_TOKEN)");
+  status_cmd->add_option("--auth-token-file", status_token_file,
+                         "read the shared secret from this file (e.g. RUN_DIR/auth-token)");
   bool status_as_json = false;
   status_cmd->add_flag(
       "--json", status_as_json,
@@ -542,6 +574,12 @@ int main(int raw_argc, char** raw_argv) {
     return gp::cli::report("graphpipe-executor", st);
   }
   gp::exec::set_cpu_threads(cpu_threads);
+  if (auto st = read_token_file(run_token_file, &run.auth_token); !st.ok()) {
+    return gp::cli::report("graphpipe-executor", st);
+  }
+  if (auto st = read_token_file(status_token_file, &status_token); !st.ok()) {
+    return gp::cli::report("graphpipe-executor", st);
+  }
   if (local_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_local(local));
   if (run_cmd->parsed()) {
     auto exit_code = gp::exec::daemon::run_rank(run);

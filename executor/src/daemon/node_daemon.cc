@@ -184,10 +184,6 @@ class Daemon final : public pb::NodeDaemon::Service {
         args.push_back("--device");
         args.push_back("cuda:" + std::to_string(p.device));
       }
-      if (!options_.auth_token.empty()) {
-        args.push_back("--auth-token");
-        args.push_back(options_.auth_token);
-      }
       if (p.rank == 0) {
         job.verdict_path = (dir / "verdict").string();
         args.push_back("--verdict-file");
@@ -287,18 +283,28 @@ class Daemon final : public pb::NodeDaemon::Service {
     return grpc::Status::OK;
   }
 
-  // fork + exec with stdout and stderr into `log`; -1 on failure.
-  static pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  // fork + exec with stdout and stderr into `log`; -1 on failure. The token goes to the rank in
+  // its environment ($GP_AUTH_TOKEN), never in argv, which every local user can read.
+  pid_t spawn(const std::vector<std::string>& args, const std::string& log) const {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string_view(*e).starts_with("GP_AUTH_TOKEN=")) continue;
+      env_strings.emplace_back(*e);
+    }
+    if (!options_.auth_token.empty()) env_strings.push_back("GP_AUTH_TOKEN=" + options_.auth_token);
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     const pid_t pid = fork();
     if (pid == 0) {
       dup2(fd, 1);
       dup2(fd, 2);
-      execv(argv[0], argv.data());
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(fd);

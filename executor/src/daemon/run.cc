@@ -586,6 +586,10 @@ Result<int> run_rank(const RunOptions& options) {
   Heartbeat heartbeat(*client, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
   int64_t failed_iteration = -1;
   bool nonfinite = false;
+  // Barriers wait longer than the heartbeat timeout, so that when a rank freezes the
+  // coordinator's verdict (naming it) ends the wait rather than a waiting rank's own timeout,
+  // which would blame the waiter.
+  const milliseconds barrier_timeout = 2 * timeout;
   std::vector<double> times;  // of the iterations this run completed
   const int loss_ranks = count_loss_ranks(plan, graph);
   auto train = [&]() -> Result<int> {
@@ -673,7 +677,8 @@ Result<int> run_rank(const RunOptions& options) {
                                                   runner->mutable_stage_runner(), run_id));
       }
       // Every part is on disk before rank 0 declares the checkpoint complete.
-      GP_RETURN_IF_ERROR(client->barrier(o.rank, "checkpoint-" + std::to_string(it), timeout));
+      GP_RETURN_IF_ERROR(
+          client->barrier(o.rank, "checkpoint-" + std::to_string(it), barrier_timeout));
       if (o.rank == 0) {
         GP_RETURN_IF_ERROR(commit_checkpoint(o.checkpoint_dir, it, graph, graph::message_hash(plan),
                                              plan.training(), run_id));
@@ -738,7 +743,7 @@ Result<int> run_rank(const RunOptions& options) {
       GP_RETURN_IF_ERROR(
           write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
     }
-    GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", timeout));
+    GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", barrier_timeout));
     heartbeat.stop();
     graphpipe::v1::RankStatus done;
     done.set_rank(o.rank);
