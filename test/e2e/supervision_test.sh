@@ -48,6 +48,22 @@ check "--nprocs defaults to the plan's 3 ranks; per-rank logs and [rank r] prefi
 check "progress lines every --log-every iterations, with samples/s and ETA" \
   'grep -q "iteration 2: loss [0-9.]*, [0-9.]* samples/s, 3 of 6 done, ETA" "$tmp/r1.log" && grep -q "iteration 5: loss" "$tmp/r1.log" && ! grep -q "iteration 3: loss" "$tmp/r1.log"'
 
+# torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR:MASTER_PORT instead of flags; LOCAL_RANK
+# picks the GPU of --device cuda.
+port=$((29000 + RANDOM % 1000))
+for r in 0 1 2; do
+  RANK=$r WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GP_AUTH_TOKEN=t0k \
+    timeout 60 "$exe" --log-level warn run --plan "$tmp/plan.pb" --iterations 3 \
+    --store-dir "$tmp/store-env" > "$tmp/env-$r.log" 2>&1 &
+done
+env_rc=0
+for r in 0 1 2; do wait -n || env_rc=1; done
+check "ranks started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT only train (exit 0)" '[ $env_rc -eq 0 ]'
+LOCAL_RANK=3 timeout 30 "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size 3 --device cuda \
+  --coordinator 127.0.0.1:0 > "$tmp/cuda.log" 2>&1; rc=$?
+check "--device cuda opens the GPU of LOCAL_RANK (cuda:3; none here, so it fails naming it)" \
+  '[ $rc -ne 0 ] && grep -q "cuda:3" "$tmp/cuda.log" || nvidia-smi -L >/dev/null 2>&1'
+
 # 2. A frozen rank: the coordinator declares it dead within the heartbeat timeout, the launcher
 #    kills it, blames it (not a healthy rank), and re-plans without its device.
 T=4
