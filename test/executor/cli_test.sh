@@ -34,12 +34,14 @@ done < <(python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/plan.json"
          grep -v "empty_file")
 err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr inf 2>&1 >/dev/null); rc=$?
 check "--lr inf exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "learning_rate = inf"'
-err=$(timeout 10 "$exe" serve --listen 127.0.0.1:70000 --work-dir "$tmp/serve-bad" 2>&1 >/dev/null); rc=$?
+err=$(env -u GP_AUTH_TOKEN timeout 10 "$exe" serve --listen 127.0.0.1:0 --work-dir "$tmp/serve-open" 2>&1 >/dev/null); rc=$?
+check "serve without a token exits 2 unless --insecure" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--insecure"'
+err=$(timeout 10 "$exe" serve --insecure --listen 127.0.0.1:70000 --work-dir "$tmp/serve-bad" 2>&1 >/dev/null); rc=$?
 check "serve --listen with port 70000 exits 2 instead of wrapping" '[ $rc -eq 2 ] && echo "$err" | grep -q "port 70000 is outside 0..65535"'
-"$exe" serve --listen 127.0.0.1:0 --work-dir "$tmp/serve-a" > "$tmp/serve-a.log" 2>&1 & serve_pid=$!
+"$exe" serve --insecure --listen 127.0.0.1:0 --work-dir "$tmp/serve-a" > "$tmp/serve-a.log" 2>&1 & serve_pid=$!
 for _ in $(seq 50); do grep -q "serving" "$tmp/serve-a.log" && break; sleep 0.1; done
 busy=$(sed -n 's/.* on \(127.0.0.1:[0-9]*\),.*/\1/p' "$tmp/serve-a.log" | head -1)
-err=$(timeout 10 "$exe" serve --listen "$busy" --work-dir "$tmp/serve-b" 2>&1 >/dev/null); rc=$?
+err=$(timeout 10 "$exe" serve --insecure --listen "$busy" --work-dir "$tmp/serve-b" 2>&1 >/dev/null); rc=$?
 kill "$serve_pid"; wait "$serve_pid" 2>/dev/null
 check "a second serve on a live daemon's port ($busy) exits 2 naming it" \
   '[ -n "$busy" ] && [ $rc -eq 2 ] && echo "$err" | grep -qF -- "--listen $busy: cannot bind"'

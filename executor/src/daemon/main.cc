@@ -531,6 +531,9 @@ int main(int raw_argc, char** raw_argv) {
   serve_cmd->add_option("--work-dir", serve.work_dir, "job directories: plans and rank logs");
   serve_cmd->add_option("--auth-token", serve.auth_token,
                         "shared secret clients must present (or $GP_AUTH_TOKEN)");
+  serve_cmd->add_flag("--insecure", serve.insecure,
+                      "serve without a token (every client that reaches --listen may start ranks); "
+                      "refused otherwise");
 
   gp::exec::daemon::SubmitOptions submit;
   auto* submit_cmd = app.add_subcommand(

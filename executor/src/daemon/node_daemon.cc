@@ -385,6 +385,17 @@ Status run_serve(const ServeOptions& in) {
   if (o.auth_token.empty()) {
     if (const char* env = std::getenv("GP_AUTH_TOKEN")) o.auth_token = env;
   }
+  // Anyone who reaches the port could start processes as this user: a token is required
+  // unless the operator says the network is trusted.
+  if (o.auth_token.empty() && !o.insecure) {
+    return invalid_argument(
+        "serve: no --auth-token (or $GP_AUTH_TOKEN): without one anyone who can reach " + o.listen +
+        " can start ranks as this user; give a token, or --insecure on a network "
+        "only you can reach");
+  }
+  if (o.auth_token.empty()) {
+    log::get("daemon")->warn("serving without a token (--insecure): every client is trusted");
+  }
   if (o.work_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "graphpipe-daemon.XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return internal_error("cannot create a work directory");

@@ -18,6 +18,7 @@ struct ServeOptions {
   std::string bind_host;            // ranks' data plane; default: the host part of `listen`
   std::string work_dir;             // job directories (plans, logs); default: a temporary directory
   std::string auth_token;           // or $GP_AUTH_TOKEN; required from clients when set
+  bool insecure = false;            // serve without a token (refused otherwise)
 };
 
 struct SubmitOptions {
