@@ -1,0 +1,78 @@
+#include "stop_signals.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <thread>
+
+namespace gp::exec::daemon {
+namespace {
+
+// SIGTERM/SIGINT ask for a graceful stop: the heartbeat thread passes it to the coordinator and
+// training ends at an iteration boundary every rank agrees on. A second signal more than
+// kForceAfter after the first exits at once (the first may be stuck behind a dead peer).
+std::atomic<int> g_stop_signal{0};
+std::atomic<int64_t> g_stop_signal_ms{0};
+constexpr int64_t kForceAfterMs = 5000;
+
+int64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void on_stop_signal(int sig) {
+  int expected = 0;
+  if (g_stop_signal.compare_exchange_strong(expected, sig)) {
+    g_stop_signal_ms.store(monotonic_ms());
+    return;
+  }
+  if (monotonic_ms() - g_stop_signal_ms.load() > kForceAfterMs) _exit(128 + sig);
+}
+
+}  // namespace
+
+// Installs the stop handlers, and makes the rank stop (as on SIGTERM) when whoever started it
+// (the launcher, the node daemon, sshd's session, a shell) dies, so no rank outlives its job.
+// A watchdog polls the parent process rather than using PR_SET_PDEATHSIG, which fires when the
+// forking *thread* exits (the node daemon forks from gRPC pool threads that come and go).
+Status install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &sa, nullptr) != 0 || sigaction(SIGINT, &sa, nullptr) != 0) {
+    return internal_error(std::string("cannot install the SIGTERM/SIGINT handlers: ") +
+                          std::strerror(errno));
+  }
+  const pid_t parent = getppid();
+  if (parent > 1) {
+    std::thread([parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::kill(::getpid(), SIGTERM);
+    }).detach();
+  }
+  return ok_status();
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    default:
+      return "a signal";
+  }
+}
+
+int stop_signal() { return g_stop_signal.load(); }
+
+}  // namespace gp::exec::daemon

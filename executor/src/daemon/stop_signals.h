@@ -1,0 +1,15 @@
+// Graceful stops of a rank: SIGTERM/SIGINT and the death of the process that started it.
+#pragma once
+
+#include "gp/common/status.h"
+
+namespace gp::exec::daemon {
+
+// Installs the SIGTERM/SIGINT handlers and the parent watchdog (see stop_signals.cc).
+Status install_stop_signals();
+// The first stop signal received, 0 while none.
+int stop_signal();
+// "SIGTERM", "SIGINT" or "a signal".
+const char* signal_name(int sig);
+
+}  // namespace gp::exec::daemon
