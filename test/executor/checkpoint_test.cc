@@ -7,8 +7,10 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "../support/models.h"
+#include "gp/graph/model_io.h"
 
 namespace gp {
 namespace {
@@ -237,6 +239,47 @@ TEST_CASE("an operator's file of another iteration or run is refused under a man
     REQUIRE_FALSE(st.ok());
     CHECK_THAT(st.message(), Catch::Contains("of another run"));
   }
+}
+
+TEST_CASE("a format 1 checkpoint (no iteration or run in its headers) still loads") {
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  auto whole = trained(g);
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole, "r").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam(), "r").ok());
+  auto manifest = exec::latest_checkpoint(dir.path);
+  REQUIRE(manifest.ok());
+  // Rewrite it as format 1 wrote it: the 40-byte header without iteration and run tag.
+  for (const auto& t : manifest->tensors()) {
+    const auto path = fs::path(latest_dir(dir, 3)) / t.file();
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(bytes.size() > 56);
+    std::string v1 = bytes.substr(0, 32) + bytes.substr(48, 8) + bytes.substr(56);
+    v1[6] = '1';  // "GPCKPT1"
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << v1;
+  }
+  auto old = *manifest;
+  old.set_format_version(1);
+  old.clear_run_id();
+  REQUIRE(graph::write_message((fs::path(latest_dir(dir, 3)) / "MANIFEST.pbtxt").string(), old)
+              .ok());
+  std::vector<std::string> warnings;
+  auto read = exec::latest_checkpoint(dir.path, &warnings);
+  REQUIRE(read.ok());
+  CHECK(warnings.empty());
+  CHECK(read->format_version() == 1);
+  auto fresh = runner_for(g, all_ops(g), adam());
+  REQUIRE(exec::load_stage_checkpoint(dir.path, *read, g, adam(), *fresh).ok());
+  int compared = 0;
+  for (int op : all_ops(g)) {
+    if (whole->op_param_count(op) == 0) continue;
+    const auto want = whole->mutable_op_params(op);
+    const auto got = fresh->mutable_op_params(op);
+    CHECK(std::equal(want.begin(), want.end(), got.begin()));
+    ++compared;
+  }
+  CHECK(compared > 0);
 }
 
 TEST_CASE("torn checkpoint directories and temporary files are cleaned up") {
