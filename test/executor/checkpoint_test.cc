@@ -262,8 +262,8 @@ TEST_CASE("a format 1 checkpoint (no iteration or run in its headers) still load
   auto old = *manifest;
   old.set_format_version(1);
   old.clear_run_id();
-  REQUIRE(graph::write_message((fs::path(latest_dir(dir, 3)) / "MANIFEST.pbtxt").string(), old)
-              .ok());
+  REQUIRE(
+      graph::write_message((fs::path(latest_dir(dir, 3)) / "MANIFEST.pbtxt").string(), old).ok());
   std::vector<std::string> warnings;
   auto read = exec::latest_checkpoint(dir.path, &warnings);
   REQUIRE(read.ok());

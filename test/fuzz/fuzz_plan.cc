@@ -1,0 +1,21 @@
+// A plan file as the executor and `verify` read it: parse, build its model's graph, check the
+// plan's structure (stages, edges, ranks, programs, matched sends). Any input must end in an OK
+// or an error status, never a crash.
+#include "fuzz_common.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/plan_util.h"
+#include "graphpipe/v1/plan.pb.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  graphpipe::v1::Plan plan;
+  if (!gp::graph::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &plan)
+           .ok()) {
+    return 0;
+  }
+  if (!plan.model().weights_file().empty()) return 0;  // would read another file
+  auto graph = gp::graph::Graph::build(plan.model());
+  if (!graph.ok()) return 0;
+  (void)gp::graph::validate_plan_structure(plan, *graph);
+  return 0;
+}
