@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (test/fuzz) with clang, AddressSanitizer and UBSan in build-fuzz/,
 # and runs each for SECONDS (default 60) from a seed corpus: plans and models written by the
-# planner (binary, text and JSON) and the ONNX files of test/data. A crash leaves its input in
-# build-fuzz/crashes/<target>/ and makes the script exit 1; add it to test/data/fuzz/<target>/
-# once fixed, so that every later run replays it.
+# planner (binary, text and JSON), the ONNX files of test/data and the cluster presets. A crash
+# leaves its input in build-fuzz/crashes/<target>/ and makes the script exit 1; add it to
+# test/data/fuzz/<target>/ once fixed, so that every later run replays it.
 #
 #   scripts/fuzz.sh [SECONDS]        # e.g. scripts/fuzz.sh 3600 for an hour per target
 set -euo pipefail
@@ -14,12 +14,12 @@ mkdir -p "$out"
 cmake -S "$root" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGP_CUDA=OFF -DGP_FUZZ=ON \
   -DGP_BUILD_TESTS=OFF > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
-cmake --build "$out" -j "${GP_JOBS:-2}" --target fuzz_plan fuzz_model fuzz_onnx
+cmake --build "$out" -j "${GP_JOBS:-2}" --target fuzz_plan fuzz_model fuzz_onnx fuzz_cluster
 
 # Seeds: every selector byte (0 binary, 1 text, 2 JSON) in front of a planner-written file.
 planner="$root/build/bin/graphpipe-plan"
 seeds="$out/seeds"
-rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_plan,fuzz_model,fuzz_onnx}
+rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_plan,fuzz_model,fuzz_onnx,fuzz_cluster}
 if [ -x "$planner" ]; then
   for m in tiny-mmt tiny-candle-uno tiny-dlrm; do
     for ext in pb pbtxt json; do
@@ -39,12 +39,16 @@ for f in "$seeds"/*.pb "$seeds"/*.pbtxt "$seeds"/*.json; do
   case "$f" in *-model.*) add_seed fuzz_model "$f" $sel ;; *) add_seed fuzz_plan "$f" $sel ;; esac
 done
 find "$root/test/data" -name '*.onnx' -size -2M -exec cp {} "$seeds/fuzz_onnx/" \;
-for t in fuzz_plan fuzz_model fuzz_onnx; do
+for f in "$root"/configs/clusters/*; do
+  case "$f" in *.pb) sel=0 ;; *.pbtxt) sel=1 ;; *.json) sel=2 ;; *) continue ;; esac
+  add_seed fuzz_cluster "$f" $sel
+done
+for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
   [ -d "$root/test/data/fuzz/$t" ] && cp "$root/test/data/fuzz/$t"/* "$seeds/$t/" 2>/dev/null || true
 done
 
 status=0
-for t in fuzz_plan fuzz_model fuzz_onnx; do
+for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
   mkdir -p "$out/crashes/$t" "$out/corpus/$t"
   echo "== $t: $seconds s from $(ls "$seeds/$t" | wc -l) seeds"
   if ! "$out/bin/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
