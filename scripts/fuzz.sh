@@ -51,7 +51,8 @@ status=0
 for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
   mkdir -p "$out/crashes/$t" "$out/corpus/$t"
   echo "== $t: $seconds s from $(ls "$seeds/$t" | wc -l) seeds"
-  if ! "$out/bin/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
+  # A fixed seed (GP_FUZZ_SEED) makes a bounded run repeatable; change it to explore further.
+  if ! "$out/bin/$t" -max_total_time="$seconds" -seed="${GP_FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=4096 \
        -artifact_prefix="$out/crashes/$t/" -print_final_stats=1 \
        "$out/corpus/$t" "$seeds/$t" > "$out/$t.log" 2>&1; then
     echo "$t: FOUND A CRASH (input in $out/crashes/$t/, log $out/$t.log)"; status=1

@@ -119,7 +119,11 @@ Status infer_reshape(const Operator& op, std::span<const TensorSpec> in, Inferre
       return invalid_argument("attrs.shape = " + ints_string(shape) +
                               ": every dimension must be > 0 (the batch is not written)");
     }
-    n *= d;
+    // A product past int64 cannot equal the input's element count (found by fuzz_onnx).
+    if (__builtin_mul_overflow(n, d, &n)) {
+      return invalid_argument("attrs.shape = " + ints_string(shape) +
+                              ": too many elements (the product overflows)");
+    }
   }
   if (n != num_elements(x)) {
     return invalid_argument("attrs.shape = " + ints_string(shape) + ": " + std::to_string(n) +
