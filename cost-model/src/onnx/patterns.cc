@@ -305,6 +305,7 @@ bool Importer::match_attention(int start) {
   int scale = next(out(heads_layout[0]), "Div");
   double d = 0;
   if (scale >= 0) {
+    if (g_.node(scale).input_size() < 2) return false;  // malformed Div (found by fuzz_onnx)
     const auto c = scalar(g_.node(scale).input(1));
     if (!c || *c <= 0) return false;
     d = *c * *c;
