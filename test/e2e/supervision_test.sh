@@ -80,6 +80,7 @@ replanned_at=$(date +%s.%N)
 check "the frozen rank 1 is blamed and stopped within 2 x the heartbeat timeout" \
   'grep -q "rank 1 failed (exit status 137, stopped by the launcher): rank 1 stopped responding" "$tmp/frozen.log" && awk -v a=$stopped_at -v b=$replanned_at -v t=$T "BEGIN { exit !(b - a < 2 * t) }"'
 check "the frozen process is gone" '! kill -0 "$victim" 2>/dev/null'
+wait_for "$tmp/frozen.log" "re-planned for 2 devices"  # the new plan is written by then
 check "re-planning excludes rank 1, the frozen one" \
   'grep -q "re-planning without rank 1 (2 devices left)" "$tmp/frozen.log" && "$plan_bin" inspect --plan "$tmp/ck-frozen/plan-after-failure-1.pb" | grep -q "1 x 2 cpu-process"'
 # The re-planned job trains on; stop it with SIGTERM (section 4 checks that path in full).
