@@ -5,7 +5,7 @@
 // `graphpipe-plan search/compare` does (analytic cost model, every power-of-two micro-batch,
 // the default Piper downset limit).
 //
-//   gp_planner_bench           all rows (a few minutes on 2 cores)
+//   gp_planner_bench           all rows, and a 1,016-operator mmt on 256 H100s (minutes)
 //   gp_planner_bench --quick   only the 32-device summit rows and the nbranch sweep
 //   gp_planner_bench --json F  also write every row as JSON to F
 // Exits 1 when GraphPipe's plan is slower than a baseline's anywhere.
@@ -321,6 +321,30 @@ void print_summary(const std::vector<Row>& rows, const std::vector<Row>& nbranch
   }
 }
 
+constexpr const char* kScaleModel = "zoo:mmt?layers=36";
+
+void print_scale_table(const std::vector<Row>& rows) {
+  if (rows.empty()) return;
+  std::printf("\nScale: %s (1016 operators) on 256 x H100 (32 DGX nodes), mini-batch 2048\n\n",
+              kScaleModel);
+  std::printf("%-11s | %17s %4s %8s\n", "strategy", "samples/s", "used", "search s");
+  for (const Row& r : rows) {
+    for (int s = 0; s < 2; ++s) {
+      const Cell& c = r.cells[s];
+      std::printf("%-11s | %17s %4d %8.3f\n",
+                  std::string(graph::strategy_name(kStrategies[s])).c_str(),
+                  throughput_text(c).c_str(), c.devices_used, c.search_s);
+    }
+  }
+}
+
+void print_scale_summary(const std::vector<Row>& rows) {
+  if (rows.empty()) return;
+  const Cell& gp = rows[0].cells[kGraphPipe];
+  std::printf("(6) GraphPipe search of a 1,000-operator graph on 256 devices < 10 s: %s (%.3f s)\n",
+              verdict(gp.search_s < 10.0), gp.search_s);
+}
+
 // Rows where GraphPipe's plan is slower than a feasible baseline's (or missing while one
 // exists), as "model @devices cluster: graphpipe X vs best baseline Y".
 std::vector<std::string> losses(const std::vector<const Row*>& rows) {
@@ -419,14 +443,27 @@ int main(int argc, char** argv) {
                               graphpipe::v1::PRECISION_FP32, 2));
   }
 
+  // Scale: a 1,016-operator mmt (36 layers per branch) on 256 H100s (32 DGX nodes).
+  auto big_cluster = dgx;
+  big_cluster.set_name("dgx-h100-256");
+  big_cluster.set_num_nodes(32);
+  std::vector<Row> scale;
+  if (!quick) {
+    scale.push_back(
+        run_row(kScaleModel, big_cluster, 256, 2048, graphpipe::v1::PRECISION_BF16_FP32_MASTER, 2));
+  }
+
   print_main_table(rows);
   print_nbranch_table(nbranch, branches);
+  print_scale_table(scale);
   print_summary(rows, nbranch, branches);
+  print_scale_summary(scale);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<const Row*> all;
   for (const auto& r : rows) all.push_back(&r);
   for (const auto& r : nbranch) all.push_back(&r);
+  for (const auto& r : scale) all.push_back(&r);
   if (!json_path.empty()) {
     std::FILE* f = std::fopen(json_path.c_str(), "w");
     if (f == nullptr) die(invalid_argument("--json: cannot write '" + json_path + "'"));

@@ -3,10 +3,11 @@
 // over (SP sub-tree range, devices, successor in-flight) that returns the smallest in-flight
 // count at the sub-graph's source stages such that every stage meets T and fits in memory.
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <limits>
 #include <map>
 #include <tuple>
-#include <unordered_map>
 
 #include "gp/planner/partition.h"
 #include "gp/planner/sp_decomposition.h"
@@ -31,6 +32,80 @@ struct Entry {
   Choice choice;
 };
 
+// The DP's memo: an open-addressing table keyed by the packed state, cleared in O(1) per
+// feasibility test by an epoch. A dense table over (node, child, devices, in-flight) grows with
+// devices squared (gigabytes at a few hundred devices) while a test touches a small fraction.
+class Memo {
+ public:
+  void clear() {
+    if (++epoch_ == 0) {  // wrapped: forget every slot for real
+      std::fill(slots_.begin(), slots_.end(), Slot{});
+      epoch_ = 1;
+    }
+    live_ = 0;
+  }
+
+  // The entry for (a, b), inserted as "not computed" when absent. Invalidated by the next call.
+  Entry& at(uint64_t a, uint64_t b) {
+    if (2 * (live_ + 1) > slots_.size()) grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t h = hash(a, b) & mask;; h = (h + 1) & mask) {
+      Slot& slot = slots_[h];
+      if (slot.epoch != epoch_) {
+        slot = Slot{a, b, epoch_, Entry{}};
+        ++live_;
+        return slot.entry;
+      }
+      if (slot.a == a && slot.b == b) return slot.entry;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t a = 0, b = 0;
+    uint32_t epoch = 0;
+    Entry entry;
+  };
+
+  static size_t hash(uint64_t a, uint64_t b) {
+    uint64_t h = (a ^ (b * 0x9e3779b97f4a7c15ULL)) * 0xff51afd7ed558ccdULL;
+    return static_cast<size_t>(h ^ (h >> 32));
+  }
+
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(1024, old.size() * 2), Slot{});
+    const size_t mask = slots_.size() - 1;
+    for (const Slot& slot : old) {
+      if (slot.epoch != epoch_) continue;
+      size_t h = hash(slot.a, slot.b) & mask;
+      while (slots_[h].epoch == epoch_) h = (h + 1) & mask;
+      slots_[h] = slot;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  uint32_t epoch_ = 1;
+  size_t live_ = 0;
+};
+
+// Aggregates of children [i, end) of one SP node for growing `end`, their boundary bytes and
+// their TPS at every data-parallel degree: independent of the bottleneck T, so they are built
+// once per search and shared by every feasibility test and state.
+constexpr int kMaxDegrees = 13;  // 2^12 = 4096 devices
+
+struct RangeRow {
+  std::vector<StageAggregate> agg;  // index end - i - 1
+  std::vector<int64_t> boundary;
+  std::vector<double> tps;  // (end - i - 1) * degrees + x: TPS on 2^x replicas
+  int64_t parallel_boundary = 0;
+  // Per feasibility test (valid while `test` is the DP's current one): the last end meeting T
+  // on the top degree x, and the largest end below it meeting T on some degree up to 2^y.
+  uint32_t test = 0;
+  std::array<int, kMaxDegrees> last_end{};
+  std::array<std::array<int, kMaxDegrees>, kMaxDegrees> reach{};
+};
+
 // A join segment (series children after a parallel node, e.g. concat and head) carried into the
 // last stage of one branch instead of a stage of its own: "tails".
 struct Tail {
@@ -41,6 +116,7 @@ struct Tail {
 
 constexpr int kMaxTails = 1023;
 constexpr int kMaxJoinChildren = 8;
+constexpr int kExactSplits = 64;
 
 class GraphPipeDp {
  public:
@@ -76,18 +152,31 @@ class GraphPipeDp {
     size_t total = 0;
     for (int n = 0; n < num_nodes; ++n) {
       offset_[n] = total;
-      total += (children_[n].size() + 1) * static_cast<size_t>(max_devices_ + 1) *
-               static_cast<size_t>(max_devices_ + 2);
+      total += std::max<size_t>(1, children_[n].size());
     }
-    memo_.resize(total);
+    row_of_.assign(total, -1);
+    for (int dp = 1; dp <= max_devices_ && b_ % dp == 0; dp *= 2) ++num_degrees_;
+    // Device splits tried for a composite child in series: every split up to kExactSplits
+    // devices; beyond, every count up to 16 on either side and about 8 per octave between,
+    // which keeps large clusters tractable (the device counts of stages are powers of two
+    // anyway).
+    splits_.resize(max_devices_ + 1);
+    for (int d = 2; d <= max_devices_; ++d) {
+      std::vector<int>& out = splits_[d];
+      for (int d1 = 1; d1 < d; d1 += d <= kExactSplits || d1 < 16 || d - d1 <= 16
+                                         ? 1
+                                         : std::max(1, std::min(d1, d - d1) / 8)) {
+        out.push_back(d1);
+      }
+    }
     tails_.emplace_back();  // id 0: no tail
   }
 
   // Feasibility of bottleneck `tps`; on success the stages can be reconstructed.
   bool feasible(double tps) {
     tps_ = tps;
-    std::fill(memo_.begin(), memo_.end(), Entry{});
-    tail_memo_.clear();
+    memo_.clear();
+    ++test_;
     return range(tree_.root, 0, max_devices_, 0, 0) < kInfeasible;
   }
 
@@ -116,23 +205,61 @@ class GraphPipeDp {
   double work(int node) const {
     const auto& a = agg_[node];
     const int level = log2_exact(b_);
-    return level < static_cast<int>(a.compute_us.size()) ? a.compute_us[level] : 0;
+    return level < a.levels ? a.compute_us[level] : 0;
   }
 
   Entry& at(int node, int i, int d, int k, int tail) {
-    if (tail != 0) {
-      const uint64_t key = (((static_cast<uint64_t>(node) << 12 | static_cast<uint64_t>(i)) << 13 |
-                             static_cast<uint64_t>(d))
-                                << 13 |
-                            static_cast<uint64_t>(k))
-                               << 10 |
-                           static_cast<uint64_t>(tail);
-      return tail_memo_[key];
+    return memo_.at(static_cast<uint64_t>(node) << 32 | static_cast<uint32_t>(i),
+                    (static_cast<uint64_t>(d) << 40) | (static_cast<uint64_t>(k) << 16) |
+                        static_cast<uint64_t>(tail));
+  }
+
+  // Children [i, end) of `node` for ends up to `need_end` (clamped to the child count).
+  int row_id(int node, int i) {
+    int& id = row_of_[offset_[node] + i];
+    if (id < 0) {
+      id = static_cast<int>(rows_.size());
+      rows_.emplace_back();
     }
-    return memo_[offset_[node] +
-                 (static_cast<size_t>(i) * (max_devices_ + 1) + static_cast<size_t>(d)) *
-                     (max_devices_ + 2) +
-                 static_cast<size_t>(k)];
+    return id;
+  }
+
+  const RangeRow& row(int node, int i, int need_end) {
+    RangeRow& r = rows_[row_id(node, i)];
+    const SpNode& n = tree_.nodes[node];
+    const bool leaf = n.kind == SpNode::Kind::kLeaf;
+    const bool series = n.kind == SpNode::Kind::kSeries;
+    const int count = leaf ? 1 : static_cast<int>(children_[node].size());
+    auto child = [&](int c) { return leaf ? node : children_[node][c]; };
+    need_end = std::min(need_end, count);
+    for (int end = i + 1 + static_cast<int>(r.agg.size()); end <= need_end; ++end) {
+      const int c = child(end - 1);
+      StageAggregate agg = r.agg.empty() ? StageAggregate{} : r.agg.back();
+      agg.add(agg_[c]);
+      r.parallel_boundary += in_bytes_[c] + out_bytes_[c];
+      const int64_t boundary = series ? in_bytes_[child(i)] + out_bytes_[c] : r.parallel_boundary;
+      for (int x = 0; x < num_degrees_; ++x) {
+        r.tps.push_back(ctx_.costs->tps_s(agg, b_, 1 << x, boundary));
+      }
+      r.agg.push_back(agg);
+      r.boundary.push_back(boundary);
+    }
+    return r;
+  }
+
+  // Index of the largest degree <= d (degrees are 2^x dividing b).
+  int top_degree(int d) const {
+    int x = 0;
+    while (x + 1 < num_degrees_ && (2 << x) <= d) ++x;
+    return x;
+  }
+
+  // Smallest degree 2^x <= d meeting T from a row's cached TPS; 0 when none does.
+  int cached_tps_degree(const double* tps, int d) const {
+    for (int x = 0; x < num_degrees_ && (1 << x) <= d; ++x) {
+      if (tps[x] <= tps_) return 1 << x;
+    }
+    return 0;
   }
 
   // The tail made of children [begin, end) of series node `node` (0 when the table is full).
@@ -202,33 +329,44 @@ class GraphPipeDp {
     int best = kInfeasible;
     Choice choice;
 
-    // (a) children [i, end) merged into one stage. Prefix aggregates up to the last end whose
-    // stage can still meet T with every device (work only grows with more children).
-    std::vector<StageAggregate> prefix;
-    std::vector<int64_t> bounds;
-    {
-      StageAggregate agg;
-      int64_t parallel_boundary = 0;
-      for (int end = i + 1; end <= count; ++end) {
-        const int c = child(end - 1);
-        agg.add(agg_[c]);
-        parallel_boundary += in_bytes_[c] + out_bytes_[c];
-        const int64_t boundary = series ? in_bytes_[child(i)] + out_bytes_[c] : parallel_boundary;
-        if (best_tps(agg, boundary, d) > tps_) break;
-        prefix.push_back(agg);
-        bounds.push_back(boundary);
-      }
+    // (a) children [i, end) merged into one stage, for ends up to the last whose stage can
+    // still meet T with every device (work only grows with more children).
+    const int top = top_degree(d);
+    RangeRow& cached = rows_[row_id(node, i)];
+    if (cached.test != test_) {
+      cached.test = test_;
+      cached.last_end.fill(-1);
+      for (auto& a : cached.reach) a.fill(-1);
     }
-    const int last_end = i + static_cast<int>(prefix.size());  // largest end meeting T
+    if (cached.last_end[top] < 0) {
+      int end = i;
+      const RangeRow* r = &row(node, i, i + 1);
+      while (end < count) {
+        if (static_cast<int>(r->agg.size()) <= end - i) {
+          r = &row(node, i, i + 2 * (end - i) + 1);  // grow geometrically
+        }
+        if (r->tps[static_cast<size_t>(end - i) * num_degrees_ + top] > tps_) break;
+        ++end;
+      }
+      cached.last_end[top] = end;
+    }
+    const int last_end = cached.last_end[top];
+    const RangeRow& r = row(node, i, last_end);  // holds [i, end) for every end <= last_end
+    auto tps_at = [&](int x) { return &r.tps[static_cast<size_t>(x) * num_degrees_]; };
     if (last_end == count) {
       const int x = count - i - 1;
-      StageAggregate agg = prefix[x];
-      int64_t boundary = bounds[x];
       if (tail != 0) {
+        StageAggregate agg = r.agg[x];
         agg.add(tails_[tail].agg);
-        boundary = (series ? in_bytes_[child(i)] : bounds[x]) + tails_[tail].out_bytes;
-      }
-      if (const int dp = stage_degree(agg, boundary, d, k); dp > 0) {
+        const int64_t boundary =
+            (series ? in_bytes_[child(i)] : r.boundary[x]) + tails_[tail].out_bytes;
+        if (const int dp = stage_degree(agg, boundary, d, k); dp > 0) {
+          best = k + 1;
+          choice = {Choice::kStage, static_cast<int32_t>(count), static_cast<int32_t>(d),
+                    static_cast<int32_t>(dp), 0};
+        }
+      } else if (const int dp = memory_degree(r.agg[x], cached_tps_degree(tps_at(x), d), d, k);
+                 dp > 0) {
         best = k + 1;
         choice = {Choice::kStage, static_cast<int32_t>(count), static_cast<int32_t>(d),
                   static_cast<int32_t>(dp), 0};
@@ -238,14 +376,21 @@ class GraphPipeDp {
     // in-flight never grows as the stage takes more children, and the stage's memory fits
     // better with a smaller k, so for each d1 the largest end that meets T and memory is best.
     for (int d1 = 1; d1 < d; d1 *= 2) {
-      int end = std::min(last_end, count - 1);
-      while (end > i && tps_degree(prefix[end - i - 1], bounds[end - i - 1], d1) == 0) --end;
+      int& reach = cached.reach[top][top_degree(d1)];
+      if (reach < 0) {
+        reach = std::min(last_end, count - 1);
+        while (reach > i && cached_tps_degree(tps_at(reach - i - 1), d1) == 0) --reach;
+      }
+      int end = reach;
       for (; end > i; --end) {
         const int x = end - i - 1;
+        const int tps_dp = cached_tps_degree(tps_at(x), d1);
+        // A stage that does not fit even with nothing downstream needs no look at the rest.
+        if (memory_degree(r.agg[x], tps_dp, d1, 0) == 0) continue;
         const int rest = range(node, end, d - d1, k, tail);
         if (rest >= kInfeasible) break;  // fewer children left could not be solved either
         const int stage_k = series ? rest : side_k;
-        const int dp = memory_degree(prefix[x], tps_degree(prefix[x], bounds[x], d1), d1, stage_k);
+        const int dp = memory_degree(r.agg[x], tps_dp, d1, stage_k);
         if (dp == 0) continue;
         const int value = series ? stage_k + 1 : std::max(stage_k + 1, rest);
         if (value < best) {
@@ -264,14 +409,33 @@ class GraphPipeDp {
         if (value < best)
           best = value, choice = {Choice::kRecurse, 0, static_cast<int32_t>(d), 0, 0};
       } else {
-        for (int d1 = 1; d1 < d; ++d1) {
+        auto try_split = [&](int d1) {
           const int rest = range(node, i + 1, d - d1, k, tail);
-          if (rest >= kInfeasible) continue;
+          if (rest >= kInfeasible) return;
           const int first = range(child(i), 0, d1, series ? rest : side_k, 0);
-          if (first >= kInfeasible) continue;
+          if (first >= kInfeasible) return;
           const int value = series ? first : std::max(first, rest);
           if (value < best)
             best = value, choice = {Choice::kRecurse, 0, static_cast<int32_t>(d1), 0, 0};
+        };
+        if (series) {
+          for (int d1 : splits_[d]) try_split(d1);
+        } else {
+          // Beside each other, the child's value falls and the rest's rises with the child's
+          // devices (more devices never hurt), so the best split is where they cross.
+          int lo = 1, hi = d - 1;  // smallest d1 with first(d1) <= rest(d - d1), else d - 1
+          while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            const int rest = range(node, i + 1, d - mid, k, tail);
+            const int first = range(child(i), 0, mid, side_k, 0);
+            if (first <= rest) {
+              hi = mid;
+            } else {
+              lo = mid + 1;
+            }
+          }
+          if (lo > 1) try_split(lo - 1);
+          try_split(lo);
         }
       }
     }
@@ -292,7 +456,7 @@ class GraphPipeDp {
           }
           continue;
         }
-        for (int d1 = 1; d1 < d; ++d1) {
+        for (int d1 : splits_[d]) {
           const int rest = range(node, end, d - d1, k, tail);
           if (rest >= kInfeasible) continue;
           const int value = range(child(i), 0, d1, rest, t);
@@ -304,7 +468,7 @@ class GraphPipeDp {
         }
       }
     }
-    Entry& slot = at(node, i, d, k, tail);  // unordered_map may have rehashed: fetch again
+    Entry& slot = at(node, i, d, k, tail);  // the memo may have grown: fetch again
     slot.value = best;
     slot.choice = choice;
     return best;
@@ -367,9 +531,13 @@ class GraphPipeDp {
   std::vector<StageAggregate> agg_;
   std::vector<int64_t> in_bytes_, out_bytes_;
   std::vector<std::vector<int>> children_;  // per node, in DP order
-  std::vector<size_t> offset_;
-  std::vector<Entry> memo_;
-  std::unordered_map<uint64_t, Entry> tail_memo_;
+  std::vector<size_t> offset_;              // per node: first slot of its children in row_of_
+  std::vector<int> row_of_;               // (node, first child) -> index into rows_, -1 until built
+  std::deque<RangeRow> rows_;             // deque: rows stay put while others are added
+  int num_degrees_ = 0;                   // powers of two dividing b, at most the devices
+  uint32_t test_ = 0;                     // feasibility tests so far (RangeRow's per-test caches)
+  std::vector<std::vector<int>> splits_;  // per device count: device counts of the first part
+  Memo memo_;
   std::vector<Tail> tails_;
   std::map<std::tuple<int, int, int>, int> tail_ids_;
 };
@@ -378,21 +546,46 @@ class GraphPipeDp {
 
 Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_t micro_batch) {
   GP_RETURN_IF_ERROR(validate_partition_context(ctx, micro_batch));
-  if (ctx.num_devices > 4096) {  // the memo packs device counts into 13 bits
+  if (ctx.num_devices > 4096) {  // the tail table's keys and the splits are sized for this
     return invalid_argument("--devices = " + std::to_string(ctx.num_devices) +
                             ", the GraphPipe planner supports at most 4096");
   }
   const SpTree tree = decompose_series_parallel(*ctx.units);
   GraphPipeDp dp(ctx, tree, micro_batch);
   PartitionOutcome outcome;
+  // A bottleneck another planner reached is close to this one's: bracket the search around it
+  // by doubling or halving, which skips the widest (most expensive) tests of a search from the
+  // trivial bounds.
   double hi = dp.upper_bound();
-  if (!dp.feasible(hi)) {
-    outcome.infeasible_reason = "infeasible: no partition fits in device memory at micro-batch " +
-                                std::to_string(micro_batch);
-    return outcome;
-  }
-  auto best = dp.stages();
   double lo = dp.lower_bound();
+  std::vector<PartitionStage> best;
+  if (ctx.tps_upper_hint_s > lo && ctx.tps_upper_hint_s < hi) {
+    double t = ctx.tps_upper_hint_s;
+    if (dp.feasible(t)) {
+      hi = t;
+      best = dp.stages();
+      for (t *= 0.5; t > lo && dp.feasible(t); t *= 0.5) {
+        hi = t;
+        best = dp.stages();
+      }
+      lo = std::max(lo, t);
+    } else {
+      lo = t;
+      for (t *= 2; t < hi && !dp.feasible(t); t *= 2) lo = t;
+      if (t < hi) {
+        hi = t;
+        best = dp.stages();
+      }
+    }
+  }
+  if (best.empty()) {
+    if (!dp.feasible(hi)) {
+      outcome.infeasible_reason = "infeasible: no partition fits in device memory at micro-batch " +
+                                  std::to_string(micro_batch);
+      return outcome;
+    }
+    best = dp.stages();
+  }
   while (hi - lo > ctx.tps_relative_tolerance * hi) {
     const double mid = 0.5 * (lo + hi);
     if (dp.feasible(mid)) {

@@ -21,7 +21,7 @@ Status validate_partition_context(const PartitionContext& ctx, int64_t b) {
                             std::to_string(ctx.units->topo.size()) + " of " + std::to_string(n) +
                             " units");
   }
-  const size_t levels = ctx.costs->unit(0).compute_us.size();
+  const size_t levels = static_cast<size_t>(ctx.costs->unit(0).levels);
   if (static_cast<size_t>(log2_exact(b)) >= levels) {
     return invalid_argument("micro_batch = " + std::to_string(b) +
                             " exceeds the stage cost tables (at most " +

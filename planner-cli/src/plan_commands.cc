@@ -204,6 +204,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   ctx.search_time_s = result.search_time_s;
   ctx.num_units = result.num_units;
   ctx.candidates = &result.candidates;
+  ctx.idle_devices_reason = result.idle_devices_reason;
   if (!opts.report.empty()) {
     GP_RETURN_IF_ERROR(graph::write_file_atomic(
         opts.report, planner::plan_report_json(ctx, result.feasible ? &written : nullptr)));
@@ -247,9 +248,8 @@ Status run_search(const SearchOptions& opts) {
   const int used = result.plan.programs_size();
   std::string devices = "on " + std::to_string(used) + " devices";
   if (used < available) {
-    devices = "on " + std::to_string(used) + " of " + std::to_string(available) +
-              " devices (the fastest plan found leaves " + std::to_string(available - used) +
-              " idle)";
+    devices = "on " + std::to_string(used) + " of " + std::to_string(available) + " devices (" +
+              std::to_string(available - used) + " idle: " + result.idle_devices_reason + ")";
   }
   std::printf(
       "%s: %d stages (depth %d) %s, micro-batch %lld, %.1f samples/s predicted, "

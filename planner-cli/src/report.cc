@@ -54,7 +54,11 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
         .field("peak_memory_bytes", p.peak_memory_bytes())
         .field("sp_edges_added", plan->provenance().sp_edges_added())
         .field("model_hash", plan->model_hash())
-        .field("cluster_hash", plan->cluster_hash());
+        .field("cluster_hash", plan->cluster_hash())
+        .field("devices_used", plan->programs_size());
+    if (!ctx.idle_devices_reason.empty()) {
+      w.field("idle_devices_reason", ctx.idle_devices_reason);
+    }
     w.key("stages").begin_array();
     for (int s = 0; s < plan->stages_size(); ++s) {
       const auto& st = plan->stages(s);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -18,6 +19,8 @@ namespace {
 // Downsets beyond which GraphPipe's search skips its Piper-over-branches candidate (a few
 // milliseconds of DP below it; Piper's own limit is 40000).
 constexpr int kPiperCandidateDownsets = 2000;
+// Plans simulated while giving idle devices to stages.
+constexpr int kMaxIdleTrials = 64;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -216,8 +219,28 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   };
   // Lowers and simulates one partition; keeps it when it beats the best plan so far. Returns
   // false (with the reason in `cand`) when it does not fit in memory.
-  auto evaluate = [&](const Partition& part, const UnitGraph& part_units, bool chain,
-                      const char* source, CandidateSummary* cand) -> Result<bool> {
+  auto evaluate = [&](const Partition& part, const UnitGraph& part_units,
+                      const StageCostModel& part_costs, bool chain, const char* source,
+                      CandidateSummary* cand) -> Result<bool> {
+    // No plan of this partition can beat its busiest replica's compute and all-reduce (the
+    // simulator charges at least those): skip lowering and simulating it when that bound is
+    // already below the best plan, as it is for most small micro-batches on large clusters.
+    if (best_throughput > 0) {
+      double busiest_s = 0;
+      for (const auto& stage : part.stages) {
+        busiest_s = std::max(busiest_s, part_costs.tps_s(part_costs.aggregate(stage.units),
+                                                         part.micro_batch, stage.devices, 0));
+      }
+      if (busiest_s > 0 && 1.0 / busiest_s < best_throughput) {
+        ++result.candidates_pruned;
+        if (!cand->feasible && cand->reason.empty()) {
+          cand->reason = "not simulated: its stages' compute allows at most " +
+                         std::to_string(static_cast<int64_t>(1.0 / busiest_s)) +
+                         " samples/s, below the best plan found";
+        }
+        return false;
+      }
+    }
     Partition lowered = part;
     lowered.chain = chain;
     auto stages = place_stages(lowered, part_units);
@@ -256,14 +279,28 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     return true;
   };
   int done = 0;
-  for (int64_t b : micro_batches) {
+  // Largest micro-batches first: on large clusters they give the best plans, and the bound in
+  // `evaluate` then spares the simulation of most small ones. Reported in ascending order.
+  std::vector<int64_t> order = micro_batches;
+  std::sort(order.begin(), order.end(), std::greater<>());
+  for (int64_t b : order) {
     CandidateSummary cand;
     cand.micro_batch = b;
     Result<PartitionOutcome> outcome = invalid_argument("no strategy");
+    // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
+    std::optional<PartitionOutcome> chain_outcome;
+    if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
+      GP_ASSIGN_OR_RETURN(chain_outcome, partition_sequential(ctx, b));
+    }
     switch (req.strategy) {
-      case graphpipe::v1::STRATEGY_GRAPHPIPE:
-        outcome = partition_graphpipe(ctx, b);
+      case graphpipe::v1::STRATEGY_GRAPHPIPE: {
+        PartitionContext seeded = ctx;
+        if (chain_outcome->partition) {
+          seeded.tps_upper_hint_s = chain_outcome->partition->bottleneck_tps_s;
+        }
+        outcome = partition_graphpipe(seeded, b);
         break;
+      }
       case graphpipe::v1::STRATEGY_SEQUENTIAL:
         outcome = partition_sequential(ctx, b);
         break;
@@ -279,24 +316,44 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     } else {
       const Partition& part = *outcome->partition;
       GP_RETURN_IF_ERROR(
-          evaluate(part, units, part.chain, part.chain ? "chain" : "graph partition", &cand)
+          evaluate(part, units, costs, part.chain, part.chain ? "chain" : "graph partition", &cand)
               .status());
     }
     if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
       // Graph pipelines contain chains: the chain DP's partition and Piper's over compressed
       // branches compete too, each lowered as a chain and as a DAG, and the simulator (which
       // sees bubbles the DPs cannot) picks.
-      GP_ASSIGN_OR_RETURN(auto chain_outcome, partition_sequential(ctx, b));
       GP_ASSIGN_OR_RETURN(auto branch_outcome, partition_piper(branch_ctx, b));
-      const std::pair<const std::optional<Partition>*, const UnitGraph*> others[] = {
-          {&chain_outcome.partition, &units}, {&branch_outcome.partition, &branch_units}};
-      const char* names[][2] = {{"chain partition", "chain partition, DAG lowering"},
-                                {"branch partition", "branch partition, DAG lowering"}};
-      for (int k = 0; k < 2; ++k) {
-        if (!*others[k].first) continue;
+      struct Other {
+        const Partition* partition;
+        const UnitGraph* units;
+        const StageCostModel* costs;
+        const char* name[2];  // lowered as a chain, as a DAG
+      };
+      std::vector<Other> others;
+      if (chain_outcome->partition) {
+        others.push_back({&*chain_outcome->partition,
+                          &units,
+                          &costs,
+                          {"chain partition", "chain partition, DAG lowering"}});
+      }
+      for (const Partition& alt : chain_outcome->alternatives) {
+        others.push_back(
+            {&alt,
+             &units,
+             &costs,
+             {"chain partition (other order)", "chain partition (other order), DAG lowering"}});
+      }
+      if (branch_outcome.partition) {
+        others.push_back({&*branch_outcome.partition,
+                          &branch_units,
+                          &*branch_costs,
+                          {"branch partition", "branch partition, DAG lowering"}});
+      }
+      for (const Other& o : others) {
         for (const bool chain : {true, false}) {
           GP_RETURN_IF_ERROR(
-              evaluate(**others[k].first, *others[k].second, chain, names[k][chain ? 0 : 1], &cand)
+              evaluate(*o.partition, *o.units, *o.costs, chain, o.name[chain ? 0 : 1], &cand)
                   .status());
         }
       }
@@ -306,6 +363,10 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     if (req.progress)
       req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
   }
+  std::stable_sort(result.candidates.begin(), result.candidates.end(),
+                   [](const CandidateSummary& x, const CandidateSummary& y) {
+                     return x.micro_batch < y.micro_batch;
+                   });
   if (result.feasible && req.per_stage_microbatch) {
     // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
     // simulated throughput improves by more than 0.2% and the plan still fits and runs.
@@ -346,6 +407,58 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
       }
       if (!improved) break;
     }
+  }
+  if (result.feasible) {
+    // Devices left idle: give a stage twice its replicas from the idle devices, one stage at a
+    // time, while the simulated throughput improves by more than 0.2 % and the plan still fits.
+    // The DPs stop replicating where their estimate stops improving; the simulator, which sees
+    // bubbles, may disagree.
+    int trials = 0, gains = 0;
+    for (bool improved = true; improved && trials < kMaxIdleTrials;) {
+      improved = false;
+      std::vector<char> used(devices, 0);
+      for (const auto& st : best_stages) {
+        for (int r : st.ranks) used[r] = 1;
+      }
+      std::vector<int> idle;
+      for (int r = 0; r < devices; ++r) {
+        if (!used[r]) idle.push_back(r);
+      }
+      for (size_t s = 0; s < best_stages.size() && !improved && trials < kMaxIdleTrials; ++s) {
+        const size_t d = best_stages[s].ranks.size();
+        if (d > idle.size() || best_stages[s].micro_batch % static_cast<int64_t>(2 * d) != 0) {
+          continue;
+        }
+        ++trials;
+        auto trial = best_stages;
+        trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(), idle.begin() + d);
+        GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
+        GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+        if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
+            sim.throughput_samples_per_s <= best_throughput * 1.002) {
+          continue;
+        }
+        best_throughput = sim.throughput_samples_per_s;
+        best_stages = std::move(trial);
+        plan.mutable_provenance()->set_sp_edges_added(result.plan.provenance().sp_edges_added());
+        sim::fill_predicted_metrics(sim, &plan);
+        plan.mutable_predicted()->set_bottleneck_tps_s(best_tps);
+        result.plan = std::move(plan);
+        result.simulation = std::move(sim);
+        improved = true;
+        ++gains;
+      }
+    }
+    const int used_devices = result.plan.programs_size();
+    if (used_devices < devices) {
+      result.idle_devices_reason =
+          trials == 0 ? "no stage's replicas can double on the idle devices (replicas must divide "
+                        "the micro-batch)"
+                      : "doubling any stage's replicas on the idle devices did not raise the "
+                        "simulated throughput (" +
+                            std::to_string(trials) + " tried)";
+    }
+    result.idle_device_gains = gains;
   }
   result.search_time_s = seconds_since(start);
   if (!result.feasible) {

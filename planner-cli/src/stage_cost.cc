@@ -12,8 +12,8 @@ int log2_exact(int64_t v) {
 }
 
 void StageAggregate::add(const StageAggregate& other) {
-  if (compute_us.size() < other.compute_us.size()) compute_us.resize(other.compute_us.size(), 0);
-  for (size_t i = 0; i < other.compute_us.size(); ++i) compute_us[i] += other.compute_us[i];
+  levels = std::max(levels, other.levels);
+  for (int i = 0; i < other.levels; ++i) compute_us[i] += other.compute_us[i];
   static_bytes += other.static_bytes;
   gradient_bytes += other.gradient_bytes;
   activation_bytes_per_sample += other.activation_bytes_per_sample;
@@ -45,11 +45,11 @@ StageCostModel::StageCostModel(const graph::Graph& graph, const UnitGraph& units
     allreduce_beta_us_[d] = (a2 - a1) / (kProbe2 - kProbe1);
     allreduce_alpha_us_[d] = a1 - allreduce_beta_us_[d] * kProbe1;
   }
-  const int levels = log2_exact(max_samples) + 1;
+  const int levels = std::min(log2_exact(max_samples) + 1, StageAggregate::kMaxLevels);
   units_.resize(units.num_units());
   for (int u = 0; u < units.num_units(); ++u) {
     StageAggregate& a = units_[u];
-    a.compute_us.assign(levels, 0.0);
+    a.levels = levels;
     for (int op : units.unit_ops[u]) {
       for (int l = 0; l < levels; ++l) {
         const cost::OpTime t = compute.op_time(graph.op(op), int64_t{1} << l);
@@ -75,8 +75,7 @@ double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
                              int64_t boundary_bytes_per_sample) const {
   const int64_t per_device = b / d;
   const int level = log2_exact(per_device);
-  const double compute =
-      level < static_cast<int>(stage.compute_us.size()) ? stage.compute_us[level] : 0;
+  const double compute = level < stage.levels ? stage.compute_us[level] : 0;
   // A typical neighbour sits in the same node (placement keeps heavy edges inside nodes).
   const double p2p =
       boundary_bytes_per_sample > 0
@@ -93,12 +92,15 @@ double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
          1e-6;
 }
 
-int64_t StageCostModel::memory_bytes(const StageAggregate& stage, int64_t b, int d,
-                                     int64_t in_flight) const {
-  const int64_t live = (in_flight + d - 1) / d;
-  const int64_t per_call = (b + d - 1) / d;
-  return stage.static_bytes + stage.activation_bytes_per_sample * live +
-         stage.workspace_bytes_per_sample * per_call;
+int64_t StageCostModel::in_flight_limit(const StageAggregate& stage, int64_t b, int d) const {
+  constexpr int64_t kCap = int64_t{1} << 40;
+  const int64_t avail =
+      capacity_ - stage.static_bytes - stage.workspace_bytes_per_sample * ((b + d - 1) / d);
+  if (avail < 0) return -1;
+  if (stage.activation_bytes_per_sample <= 0) return kCap;
+  // ceil(k / d) <= live  <=>  k <= live * d
+  const int64_t live = avail / stage.activation_bytes_per_sample;
+  return live >= kCap / d ? kCap : live * d;
 }
 
 }  // namespace gp::planner

@@ -542,3 +542,27 @@ TEST_CASE("zoo transformer (~100 units) on 32 devices") {
     CHECK(pip.bottleneck_tps_s == Approx(seq.bottleneck_tps_s).epsilon(1e-9));
   }
 }
+
+TEST_CASE("sequential also cuts across branches: a stage holds the same slice of each branch") {
+  // Branch 0: 1, 1; branch 1: 4, 4. Depth first (b0 then b1) the best 2-stage split is
+  // 1 + 1 + 4 | 4 = 6; ordered by critical-path fraction (b0.fc0, b1.fc0, b0.fc1, b1.fc1) it is
+  // 1 + 4 | 1 + 4 = 5, the horizontal cut PipeDream's antichain states allow.
+  auto p = make_planning(
+      branch_model(2, 2),
+      std::make_shared<TableCostModel>(
+          std::map<std::string, double>{{"b0.fc0", 1}, {"b0.fc1", 1}, {"b1.fc0", 4}, {"b1.fc1", 4}},
+          false),
+      testing::ideal_cluster(2));
+  const int a0 = p->unit_of("b0.fc0"), c0 = p->unit_of("b1.fc0");
+  auto r = none();
+  const Partition& seq = sequential(*p, 2, 1, r);
+  CHECK(seq.bottleneck_tps_s == Approx(15e-6));
+  REQUIRE(seq.stages.size() == 2);
+  std::vector<int> first{a0, c0};
+  std::sort(first.begin(), first.end());
+  CHECK(stage_units(seq)[0] == first);
+  // The depth-first partition is kept as the runner-up for searches that simulate both.
+  REQUIRE(r.ok());
+  REQUIRE(r->alternatives.size() == 1);
+  CHECK(r->alternatives[0].bottleneck_tps_s == Approx(18e-6));
+}

@@ -139,6 +139,14 @@ out=$("$bin" search --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 
 check "sequential plan for lower exits 0" '[ $rc -eq 0 ]'
 check "search says how many of the devices its plan uses" \
   'echo "$out" | grep -Eq "\) on [0-9]+ (of 4 )?devices"'
+# dlrm's small branch stages leave most of 32 V100s idle: search and report say why.
+out=$("$bin" search --model zoo:dlrm --cluster summit-v100 --devices 32 --batch 256 \
+  --out "$tmp/dlrm.pb" --report "$tmp/dlrm.report.json" --log-level warn); rc=$?
+check "a plan leaving devices idle says why, in the output and the report" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "idle: doubling any stage" &&
+   python3 -c "import json,sys; r=json.load(open(sys.argv[1]));
+assert r[\"devices_used\"] < 32 and \"did not raise\" in r[\"idle_devices_reason\"]" \
+   "$tmp/dlrm.report.json"'
 python3 - "$tmp/seq.json" "$tmp/assign.json" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))

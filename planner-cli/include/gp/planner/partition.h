@@ -31,6 +31,9 @@ struct Partition {
 struct PartitionOutcome {
   std::optional<Partition> partition;  // empty when infeasible
   std::string infeasible_reason;       // e.g. "infeasible: too many downsets (40001 > 40000)"
+  // Runners-up the strategy also found (sequential: the other chain order), for searches that
+  // let the simulator choose among candidates.
+  std::vector<Partition> alternatives;
 };
 
 struct PartitionContext {
@@ -41,6 +44,7 @@ struct PartitionContext {
   int64_t mini_batch = 0;
   int piper_downset_limit = 40000;       // Piper's IDEALS_LIMIT
   double tps_relative_tolerance = 1e-3;  // binary-search stopping rule
+  double tps_upper_hint_s = 0;           // GraphPipe: a bottleneck likely feasible (0: none)
 };
 
 // Checks what every partitioner relies on: the context is complete, b is a power of two within

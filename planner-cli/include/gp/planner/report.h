@@ -18,6 +18,7 @@ struct ReportContext {
   double search_time_s = 0;
   int num_units = 0;  // planning units the search cut stages from
   const std::vector<CandidateSummary>* candidates = nullptr;
+  std::string idle_devices_reason;  // why the plan leaves devices idle (empty: uses all)
 };
 
 // The report of `graphpipe-plan search --report` (docs/plan-format.md lists the keys).

@@ -62,6 +62,10 @@ struct SearchResult {
   double search_time_s = 0;
   int num_units = 0;
   std::vector<CandidateSummary> candidates;
+  int candidates_pruned = 0;  // partitions not simulated: their compute bound was already beaten
+  int idle_device_gains = 0;  // stages given more replicas from idle devices, each a gain
+  // Why the plan leaves devices idle; empty when it uses them all.
+  std::string idle_devices_reason;
 };
 
 Result<SearchResult> search_plan(const SearchRequest& request);

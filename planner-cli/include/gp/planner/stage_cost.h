@@ -10,6 +10,7 @@
 // of ceil(b/d) samples.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -23,9 +24,13 @@ namespace gp::planner {
 
 // Additive summary of a set of units (sum of parts, except workspace which is a max).
 struct StageAggregate {
-  std::vector<double> compute_us;  // forward + backward, indexed by log2(samples)
-  int64_t static_bytes = 0;        // weights + gradients + optimizer state
-  int64_t gradient_bytes = 0;      // all-reduce volume
+  // log2 of the largest micro-batch (kMaxMiniBatch = 2^24) + 1. A fixed array keeps the DPs'
+  // inner loops, which build aggregates by the million, free of allocations.
+  static constexpr int kMaxLevels = 25;
+  std::array<double, kMaxLevels> compute_us{};  // forward + backward, indexed by log2(samples)
+  int levels = 0;                               // entries of compute_us in use
+  int64_t static_bytes = 0;                     // weights + gradients + optimizer state
+  int64_t gradient_bytes = 0;                   // all-reduce volume
   int64_t activation_bytes_per_sample = 0;
   int64_t workspace_bytes_per_sample = 0;
 
@@ -46,7 +51,15 @@ class StageCostModel {
   // b must be a power of two and a multiple of d.
   double tps_s(const StageAggregate& stage, int64_t b, int d,
                int64_t boundary_bytes_per_sample) const;
-  int64_t memory_bytes(const StageAggregate& stage, int64_t b, int d, int64_t in_flight) const;
+  int64_t memory_bytes(const StageAggregate& stage, int64_t b, int d, int64_t in_flight) const {
+    const int64_t live = (in_flight + d - 1) / d;
+    const int64_t per_call = (b + d - 1) / d;
+    return stage.static_bytes + stage.activation_bytes_per_sample * live +
+           stage.workspace_bytes_per_sample * per_call;
+  }
+  // The most samples in flight whose memory fits in the device (memory_bytes <= capacity), -1
+  // when not even none do; capped at 2^40 (more than any plan keeps).
+  int64_t in_flight_limit(const StageAggregate& stage, int64_t b, int d) const;
   int64_t capacity_bytes() const { return capacity_; }
   int64_t mini_batch() const { return mini_batch_; }
 
