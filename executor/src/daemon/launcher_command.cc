@@ -6,6 +6,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "gp/exec/checkpoint.h"
 #include "gp/exec/launch.h"
 #include "gp/graph/model_io.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -99,6 +100,13 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
       ->capture_default_str();
   blame_->add_option("--verdict-file", verdict_file_, "rank 0's verdict, read when it exists");
 
+  clean_ = launcher_->add_subcommand(
+      "clean",
+      "After an attempt, once none of its ranks runs: remove the checkpoints it left half-written "
+      "(iter-K without a manifest, *.tmp); print `removed PATH` for each");
+  clean_->add_option("--checkpoint-dir", checkpoint_dir_, "the job's checkpoint directory")
+      ->required();
+
   next_ = launcher_->add_subcommand(
       "next",
       "After an attempt: print `restart 0|1` and `message TEXT`; when restarting also "
@@ -134,7 +142,14 @@ Status LauncherCommands::run() const {
   if (place_->parsed()) return place();
   if (verdict_->parsed()) return verdict();
   if (blame_->parsed()) return blame();
+  if (clean_->parsed()) return clean();
   return next();
+}
+
+Status LauncherCommands::clean() const {
+  GP_ASSIGN_OR_RETURN(const auto removed, clean_torn_checkpoints(checkpoint_dir_));
+  for (const auto& path : removed) emit("removed", path);
+  return ok_status();
 }
 
 Status LauncherCommands::hosts() const {

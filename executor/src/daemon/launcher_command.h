@@ -24,11 +24,12 @@ class LauncherCommands {
   Status place() const;
   Status verdict() const;
   Status blame() const;
+  Status clean() const;
   Status next() const;
 
   CLI::App* launcher_ = nullptr;
   CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
-           *next_ = nullptr;
+           *clean_ = nullptr, *next_ = nullptr;
   std::string plan_, hostfile_, hostfile_name_, device_ = "cpu", cuda_visible_devices_,
                                                 verdict_file_;
   std::string on_failure_ = "stop", checkpoint_dir_;
