@@ -212,6 +212,13 @@ for flag in --data-plane --cpu-affinity; do
   check "run rejects an unknown $flag value with exit 2 naming the flag" \
     '[ $rc -eq 2 ] && echo "$err" | grep -q -- "$flag"'
 done
+# export --plan: the plan names the model (its --plan must not make it `run --plan`).
+"$exe" --log-level warn reference --plan "$tmp/plan.pb" --iterations 2 --checkpoint-dir "$tmp/ref-ck" \
+  > /dev/null 2>&1
+err=$("$exe" --log-level warn export --plan "$tmp/plan.pb" --checkpoint "$tmp/ref-ck" \
+  --out "$tmp/trained.npz" 2>&1); rc=$?
+check "export --plan writes the checkpoint's parameters" '[ $rc -eq 0 ] && [ -s "$tmp/trained.npz" ]'
+
 # The launcher's decisions, as scripts/graphpipe-launch reads them: KEY VALUE lines.
 out=$("$exe" launcher place --plan "$tmp/plan.pb" --device cuda 2>&1); rc=$?
 check "launcher place: the plan's 3 ranks, each on the GPU of its local rank" \

@@ -296,8 +296,8 @@ void add_device_options(CLI::App* cmd, std::string& device, std::string& precisi
 // `coordinator`. Rewrites such a command line into the subcommand form.
 std::vector<std::string> normalise_arguments(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  static const char* kSubcommands[] = {"run",    "reference", "local",  "coordinator",
-                                       "status", "serve",     "submit", "launcher"};
+  static const char* kSubcommands[] = {"run",   "reference", "local",  "coordinator", "status",
+                                       "serve", "submit",    "export", "launcher"};
   bool has_subcommand = false, has_plan = false, coordinator_only = false;
   for (int i = 1; i < argc; ++i) {
     for (const char* sub : kSubcommands) has_subcommand = has_subcommand || args[i] == sub;
