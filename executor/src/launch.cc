@@ -1,6 +1,5 @@
 #include "gp/exec/launch.h"
 
-#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 

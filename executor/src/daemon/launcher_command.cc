@@ -110,7 +110,8 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
   next_ = launcher_->add_subcommand(
       "next",
       "After an attempt: print `restart 0|1` and `message TEXT`; when restarting also "
-      "`exclude_rank R`, `plan FILE`, `attempt K`, `nprocs N`, `checkpoint DIR` and the hosts "
+      "`exclude_rank R`, `plan FILE`, `attempt K`, `nprocs N`, `checkpoint iter-K` (what it "
+      "resumes from) and the hosts "
       "left (`host ...`, with --hostfile)");
   next_->add_option("--on-failure", on_failure_, "stop or replan")
       ->check(CLI::IsMember({"stop", "replan"}))
