@@ -127,13 +127,20 @@ Status write_file_atomic(const std::string& path, std::string_view contents) {
     return Status(StatusCode::kPermissionDenied,
                   "cannot write '" + tmp + "': " + std::strerror(errno));
   }
+  // The first error's errno says why (ENOSPC, EFBIG, EIO), before later calls overwrite it.
+  int error = 0;
   const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
+  if (written != contents.size()) error = errno;
   // Flushed to the disk before the rename: a crash leaves the old file or the new one, whole.
   const bool flushed = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  if (!flushed && error == 0) error = errno;
   const bool closed = std::fclose(f) == 0;
+  if (!closed && error == 0) error = errno;
   if (written != contents.size() || !flushed || !closed) {
     std::remove(tmp.c_str());
-    return Status(StatusCode::kDataLoss, "short write to '" + tmp + "'");
+    return Status(StatusCode::kDataLoss,
+                  "short write to '" + tmp + "' (" + std::to_string(written) + " of " +
+                      std::to_string(contents.size()) + " bytes): " + std::strerror(error));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

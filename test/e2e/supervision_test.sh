@@ -155,4 +155,44 @@ timeout 120 "$launch" --plan "$tmp/nan.pb" --iterations 50 --timeout $T -- --all
   > "$tmp/nan-ok.log" 2>&1; rc=$?
 check "--allow-nonfinite trains on (exit 0)" '[ $rc -eq 0 ]'
 
+# 7. A checkpoint write that fails for real on one rank: its files may not exceed 10 MiB (ulimit
+#    -f, SIGXFSZ ignored, so the write gets EFBIG), less than one of its operators' checkpoint
+#    files (12 MiB: 256 x 4096 weights and two Adam moments) and more than its shared-memory
+#    rings (8 MiB). The job aborts within 2 x the heartbeat timeout, exits non-zero naming that
+#    rank, and leaves neither a torn checkpoint nor a ring behind.
+wide='zoo:tiny-mmt?hidden=256&ffn=4096'
+"$plan_bin" zoo export "${wide#zoo:}" --out "$tmp/wide.json" 2>/dev/null || exit 1
+python3 - "$tmp/wide.json" "$tmp/wide-stages.json" <<'PY'
+import json, sys
+ops = [op["id"] for op in json.load(open(sys.argv[1]))["ops"]]
+stages = [{"ops": [o for o in ops if o.startswith(p)]} for p in ("b0.", "b1.")]
+stages.append({"ops": [o for o in ops if not o.startswith(("b0.", "b1."))]})
+json.dump({"stages": stages}, open(sys.argv[2], "w"))
+PY
+"$plan_bin" --log-level warn lower --assignment "$tmp/wide-stages.json" --model "$wide" \
+  --cluster cpu-local --devices 3 --batch 16 --micro-batches 4 --optimizer adam \
+  --out "$tmp/wide.pb" >/dev/null || exit 1
+# The rank of branch 1's stage, from the plan's shape.
+victim=$("$plan_bin" --log-level error inspect --plan "$tmp/wide.pb" --json |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["stage_ranks"][1][0])')
+printf '%s\n' '#!/usr/bin/env bash' \
+  "# Rank $victim only: files of at most 10 MiB, and a write past that fails instead of killing it." \
+  "case \" \$* \" in *\" run \"*\" --rank $victim \"*) trap '' XFSZ; ulimit -f 10240 ;; esac" \
+  "exec $(printf '%q' "$exe") \"\$@\"" > "$tmp/efbig-executor"
+chmod +x "$tmp/efbig-executor"
+GP_EXECUTOR="$tmp/efbig-executor" "$launch" --plan "$tmp/wide.pb" --iterations 1000 \
+  --timeout $T --checkpoint-dir "$tmp/ck-efbig" --checkpoint-every 5 --run-dir "$tmp/r7" \
+  > "$tmp/efbig.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/efbig.log" "iteration 4: loss"
+written_at=$(date +%s.%N)  # the checkpoint after iteration 4 is being written
+wait "$launcher"; rc=$?
+ended_at=$(date +%s.%N)
+check "a failed checkpoint write on rank $victim: the job fails within 2 x the heartbeat timeout" \
+  '[ $rc -ne 0 ] && awk -v a=$written_at -v b=$ended_at -v t=$T "BEGIN { exit !(b - a < 2 * t) }"'
+check "the launcher blames rank $victim, with the write's error" \
+  'grep -q "graphpipe-launch: rank $victim failed (exit status [0-9]*).*File too large" "$tmp/efbig.log"'
+check "no torn checkpoint is left (the launcher removed it), nor temporary files, rings or ranks" \
+  'grep -q "removed a torn checkpoint: $tmp/ck-efbig/iter-4" "$tmp/efbig.log" && [ -z "$(ls -A "$tmp/ck-efbig")" ] && nothing_left'
+
 exit $fail

@@ -212,4 +212,39 @@ for flag in --data-plane --cpu-affinity; do
   check "run rejects an unknown $flag value with exit 2 naming the flag" \
     '[ $rc -eq 2 ] && echo "$err" | grep -q -- "$flag"'
 done
+# export --plan: the plan names the model (its --plan must not make it `run --plan`).
+"$exe" --log-level warn reference --plan "$tmp/plan.pb" --iterations 2 --checkpoint-dir "$tmp/ref-ck" \
+  > /dev/null 2>&1
+err=$("$exe" --log-level warn export --plan "$tmp/plan.pb" --checkpoint "$tmp/ref-ck" \
+  --out "$tmp/trained.npz" 2>&1); rc=$?
+check "export --plan writes the checkpoint's parameters" '[ $rc -eq 0 ] && [ -s "$tmp/trained.npz" ]'
+
+# The launcher's decisions, as scripts/graphpipe-launch reads them: KEY VALUE lines.
+out=$("$exe" launcher place --plan "$tmp/plan.pb" --device cuda 2>&1); rc=$?
+check "launcher place: the plan's 3 ranks, each on the GPU of its local rank" \
+  '[ $rc -eq 0 ] && [ "$(echo "$out" | head -1)" = "nprocs 3" ] && echo "$out" | grep -qx "rank 2 0 2 cuda:2"'
+err=$("$exe" launcher place --plan "$tmp/plan.pb" --nprocs 4 2>&1 >/dev/null); rc=$?
+check "launcher place: an --nprocs other than the plan's exits 2, naming both" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "graphpipe-launch: error: --nprocs 4, but the plan .* has 3 ranks"'
+err=$(printf 'a 2\nb 2\n' | "$exe" launcher place --plan "$tmp/plan.pb" --hostfile - \
+  --hostfile-name hosts.txt 2>&1 >/dev/null); rc=$?
+check "launcher place: a hostfile that does not fit the plan exits 2, naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "hosts.txt has 4 slots, the plan has 3 ranks"'
+printf 'failed_rank=1\nreason=rank 1 stopped responding\n' > "$tmp/verdict"
+out=$("$exe" launcher blame --exit-statuses 1,137,139 --stopped-by-launcher 1 \
+  --verdict-file "$tmp/verdict" 2>&1); rc=$?
+check "launcher blame: a rank killed by a signal of its own beats the verdict's rank" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -qx "failed_rank 2" && echo "$out" | grep -qx "exit_status 139" && echo "$out" | grep -qx "message rank 2 failed (exit status 139): rank 1 stopped responding"'
+err=$("$exe" launcher blame --exit-statuses 0,1 --stopped-by-launcher 5 2>&1 >/dev/null); rc=$?
+check "launcher blame: a rank outside the job exits 2" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--stopped-by-launcher 5"'
+mkdir -p "$tmp/ck" && echo iter-3 > "$tmp/ck/LATEST"
+out=$(printf 'a 2 10.0.0.1\nb 2 10.0.0.2\n' | "$exe" launcher next --on-failure replan \
+  --checkpoint-dir "$tmp/ck" --attempt 0 --nprocs 4 --exit-status 137 --failed-rank 1 \
+  --hostfile - 2>&1); rc=$?
+check "launcher next: re-plan without rank 1, its plan beside the checkpoints, one slot fewer" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -qx "restart 1" && echo "$out" | grep -qx "plan $tmp/ck/plan-after-failure-1.pb" && echo "$out" | grep -qx "checkpoint iter-3" && echo "$out" | grep -qx "host a 1 10.0.0.1" && echo "$out" | grep -qx "exclude_rank 1"'
+out=$("$exe" launcher next --on-failure replan --checkpoint-dir "$tmp/ck" --attempt 3 \
+  --nprocs 4 --exit-status 137 --failed-rank 1 2>&1); rc=$?
+check "launcher next: --max-restarts reached" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -qx "restart 0" && echo "$out" | grep -qx "message giving up after 3 restarts"'
 exit $fail

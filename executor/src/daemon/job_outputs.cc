@@ -19,15 +19,19 @@ using Clock = std::chrono::steady_clock;
 void ProgressLog::add(const graphpipe::v1::ReportMetricsRequest& report) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& m : report.iterations()) {
-    Pending& p = pending_[m.iteration()];
-    p.loss += m.loss();
-    p.time_s = std::max(p.time_s, m.time_s());
-    if (++p.reports < loss_ranks_) continue;
     const int64_t k = m.iteration();
-    const double loss = p.loss / static_cast<double>(mini_batch_);
+    if (complete_.count(k) != 0) continue;  // a repeated report changes nothing
+    Pending& p = pending_[k];
+    p.loss_by_rank[report.rank()] = m.loss();  // the latest report of a rank counts, as stored
+    p.time_s = std::max(p.time_s, m.time_s());
+    if (static_cast<int>(p.loss_by_rank.size()) < loss_ranks_) continue;
+    double sum = 0;
+    for (const auto& [rank, loss] : p.loss_by_rank) sum += loss;
+    const double loss = sum / static_cast<double>(mini_batch_);
     const double rate = p.time_s > 0 ? static_cast<double>(mini_batch_) / p.time_s : 0;
     const double time_s = p.time_s;
     pending_.erase(k);
+    complete_[k] = loss;
     const Clock::time_point now = Clock::now();
     if (done_++ == 0) first_done_ = now;
     if ((k + 1) % log_every_ != 0 && k + 1 != iterations_) continue;
@@ -42,6 +46,11 @@ void ProgressLog::add(const graphpipe::v1::ReportMetricsRequest& report) {
     log::get("exec")->info("iteration {}: loss {:.6f}, {:.1f} samples/s, {} of {} done, ETA {}", k,
                            loss, rate, k + 1, iterations_, format_duration(eta));
   }
+}
+
+std::map<int64_t, double> ProgressLog::complete_losses() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return complete_;
 }
 
 std::string ProgressLog::format_duration(double s) {
@@ -96,27 +105,10 @@ std::vector<IterationMetrics> read_metrics(const std::string& text) {
 // The iterations this run trained whose loss every loss rank reported: first_iteration ..
 // first_iteration + time_s.size() - 1 at most. When the job resumed, the earlier iterations of
 // an existing metrics file are kept in front, so restarts append.
-Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Plan& plan,
-                         int loss_ranks, int first_iteration, const std::vector<double>& time_s,
+Status write_job_metrics(const std::map<int64_t, double>& losses, int64_t mini_batch,
+                         int first_iteration, const std::vector<double>& time_s,
                          const std::string& path) {
   if (path.empty()) return ok_status();
-  const int count = static_cast<int>(time_s.size());
-  std::vector<IterationMetrics> run(count);
-  std::vector<int> reports(count, 0);
-  for (int i = 0; i < count; ++i) {
-    run[i].iteration = first_iteration + i;
-    run[i].time_s = time_s[i];
-    run[i].samples_per_s = time_s[i] > 0 ? static_cast<double>(plan.mini_batch()) / time_s[i] : 0;
-  }
-  for (const auto& report : coordinator.metrics()) {
-    for (const auto& m : report.iterations()) {
-      const int64_t i = m.iteration() - first_iteration;
-      if (i >= 0 && i < count) {
-        run[i].loss += m.loss();
-        ++reports[i];
-      }
-    }
-  }
   std::vector<IterationMetrics> out;
   if (first_iteration > 0) {
     if (auto old = graph::read_file(path); old.ok()) {
@@ -125,10 +117,12 @@ Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Pl
       }
     }
   }
-  for (int i = 0; i < count; ++i) {
-    if (reports[i] < loss_ranks) break;  // a failed run's last iterations may be partial
-    run[i].loss /= static_cast<double>(plan.mini_batch());
-    out.push_back(run[i]);
+  for (size_t i = 0; i < time_s.size(); ++i) {
+    const int64_t it = first_iteration + static_cast<int64_t>(i);
+    const auto loss = losses.find(it);
+    if (loss == losses.end()) break;  // a failed run's last iterations may be partial
+    const double rate = time_s[i] > 0 ? static_cast<double>(mini_batch) / time_s[i] : 0;
+    out.push_back({it, loss->second, time_s[i], rate});
   }
   return graph::write_file_atomic(path, metrics_json(out));
 }

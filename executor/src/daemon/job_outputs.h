@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "gp/exec/coordinator.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/graph.h"
@@ -22,24 +21,25 @@ namespace gp::exec::daemon {
 // Ranks that compute a loss: every replica of a stage holding a loss operator.
 int count_loss_ranks(const graphpipe::v1::Plan& plan, const graph::Graph& graph);
 
-// Rank 0: one line per --log-every iterations as soon as every rank with a loss has reported it
-// (the coordinator calls `add` from its RPC threads).
+// Rank 0: the loss of each iteration once every rank with a loss has reported it (the
+// coordinator calls `add` from its RPC threads), and a progress line per --log-every of them.
+// The metrics file is written from the same sums, so the two cannot disagree.
 class ProgressLog {
  public:
-  ProgressLog(const graphpipe::v1::Plan& plan, const graph::Graph& graph, int iterations,
-              int log_every)
-      : mini_batch_(plan.mini_batch()),
+  ProgressLog(int64_t mini_batch, int loss_ranks, int iterations, int log_every)
+      : mini_batch_(mini_batch),
         iterations_(iterations),
         log_every_(log_every),
-        loss_ranks_(count_loss_ranks(plan, graph)) {}
+        loss_ranks_(loss_ranks) {}
 
   void add(const graphpipe::v1::ReportMetricsRequest& report);
+  // Mean loss per sample of every iteration that each loss rank reported, by iteration.
+  std::map<int64_t, double> complete_losses() const;
 
  private:
   struct Pending {
-    double loss = 0;
+    std::map<int, double> loss_by_rank;  // summed in rank order, whatever order reports come in
     double time_s = 0;
-    int reports = 0;
   };
   static std::string format_duration(double s);
 
@@ -48,19 +48,21 @@ class ProgressLog {
   const int log_every_;
   const int loss_ranks_;
   std::chrono::steady_clock::time_point first_done_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<int64_t, Pending> pending_;
+  std::map<int64_t, double> complete_;
   int64_t done_ = 0;
 };
 
 // Entries of a metrics file this executor wrote (metrics_json's layout).
 std::vector<IterationMetrics> read_metrics(const std::string& text);
 
-// The iterations this run trained whose loss every loss rank reported: first_iteration ..
-// first_iteration + time_s.size() - 1 at most. When the job resumed, the earlier iterations of
-// an existing metrics file are kept in front, so restarts append.
-Status write_job_metrics(const Coordinator& coordinator, const graphpipe::v1::Plan& plan,
-                         int loss_ranks, int first_iteration, const std::vector<double>& time_s,
+// The iterations this run trained whose loss every loss rank reported (`losses`, from
+// ProgressLog): first_iteration .. first_iteration + time_s.size() - 1 at most. When the job
+// resumed, the earlier iterations of an existing metrics file are kept in front, so restarts
+// append.
+Status write_job_metrics(const std::map<int64_t, double>& losses, int64_t mini_batch,
+                         int first_iteration, const std::vector<double>& time_s,
                          const std::string& path);
 
 // Fails now, not after training, when `path` cannot be written.

@@ -21,6 +21,7 @@
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/zoo.h"
+#include "launcher_command.h"
 #include "node_daemon.h"
 #include "run.h"
 
@@ -295,8 +296,8 @@ void add_device_options(CLI::App* cmd, std::string& device, std::string& precisi
 // `coordinator`. Rewrites such a command line into the subcommand form.
 std::vector<std::string> normalise_arguments(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  static const char* kSubcommands[] = {"run",    "reference", "local", "coordinator",
-                                       "status", "serve",     "submit"};
+  static const char* kSubcommands[] = {"run",   "reference", "local",  "coordinator", "status",
+                                       "serve", "submit",    "export", "launcher"};
   bool has_subcommand = false, has_plan = false, coordinator_only = false;
   for (int i = 1; i < argc; ++i) {
     for (const char* sub : kSubcommands) has_subcommand = has_subcommand || args[i] == sub;
@@ -567,6 +568,7 @@ int main(int raw_argc, char** raw_argv) {
       "--json", status_as_json,
       "print one JSON object (job, then per rank: state, iteration, samples_per_s, "
       "loss, liveness)");
+  gp::exec::daemon::LauncherCommands launcher(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -583,6 +585,8 @@ int main(int raw_argc, char** raw_argv) {
   if (auto st = read_token_file(status_token_file, &status_token); !st.ok()) {
     return gp::cli::report("graphpipe-executor", st);
   }
+  // The launcher script's decisions: its errors are the launcher's.
+  if (launcher.parsed()) return gp::cli::report("graphpipe-launch", launcher.run());
   if (local_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_local(local));
   if (run_cmd->parsed()) {
     auto exit_code = gp::exec::daemon::run_rank(run);

@@ -223,6 +223,7 @@ class Daemon final : public pb::NodeDaemon::Service {
       r->set_running(p.running);
       r->set_exit_code(p.exit_code);
       r->set_exited_unix_ms(p.exited_unix_ms);
+      r->set_stopped_by_daemon(p.kill_at.has_value());
       const int64_t from = i < static_cast<size_t>(req->log_offsets_size())
                                ? req->log_offsets(static_cast<int>(i))
                                : 0;

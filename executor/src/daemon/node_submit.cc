@@ -149,11 +149,12 @@ Status run_submit(const SubmitOptions& in) {
   // it stops the job on every node.
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  // The cause of a failure: a rank killed by a signal (the others then exit with errors of
-  // their own), else the rank the coordinator blamed (e.g. one that froze; rank 0's daemon
-  // reports the verdict), else the earliest to fail. Exit times are the daemons' (polled)
-  // observations.
+  // The cause of a failure: a rank killed by a signal its daemon did not send (the others then
+  // exit with errors of their own), else the rank the coordinator blamed (e.g. one that froze;
+  // rank 0's daemon reports the verdict), else the earliest to fail. Exit times are the daemons'
+  // (polled) observations.
   int failed_rank = -1, failed_code = 0;
+  bool failed_own_signal = false;
   int64_t failed_at = 0;
   std::vector<std::string> also_failed;
   std::set<int> exits_seen;
@@ -161,10 +162,11 @@ Status run_submit(const SubmitOptions& in) {
   std::string blamed_reason;
   std::optional<std::chrono::steady_clock::time_point> first_failure;
   bool stragglers_stopped = false;
-  bool own_signal = false;  // a rank died by a signal before anyone here stopped ranks
-  auto worse = [&](int code, int64_t at) {
-    const bool signal = code > 128, current_signal = failed_code > 128;
-    if (failed_rank < 0 || signal != current_signal) return failed_rank < 0 || signal;
+  // A rank died by a signal of its own. The daemon says whether it had stopped the rank: by
+  // the time this loop sees an exit it may already have stopped the others.
+  bool own_signal = false;
+  auto worse = [&](bool signal, int64_t at) {
+    if (failed_rank < 0 || signal != failed_own_signal) return failed_rank < 0 || signal;
     return at < failed_at;
   };
   for (;;) {
@@ -199,14 +201,16 @@ Status run_submit(const SubmitOptions& in) {
         running = running || r.running();
         if (!r.running() && r.exit_code() != 0 && exits_seen.insert(r.rank()).second) {
           if (!first_failure) first_failure = std::chrono::steady_clock::now();
-          own_signal = own_signal || (r.exit_code() > 128 && !stragglers_stopped);
-          if (worse(r.exit_code(), r.exited_unix_ms())) {
+          const bool signal = r.exit_code() > 128 && !r.stopped_by_daemon();
+          own_signal = own_signal || signal;
+          if (worse(signal, r.exited_unix_ms())) {
             if (failed_rank >= 0) {
               also_failed.push_back(std::to_string(failed_rank) + " (" +
                                     std::to_string(failed_code) + ")");
             }
             failed_rank = r.rank();
             failed_code = r.exit_code();
+            failed_own_signal = signal;
             failed_at = r.exited_unix_ms();
           } else {
             also_failed.push_back(std::to_string(r.rank()) + " (" + std::to_string(r.exit_code()) +

@@ -272,7 +272,8 @@ Result<int> run_rank(const RunOptions& options) {
       my_stage.device_ranks_size() > 0 && my_stage.device_ranks(0) == o.rank;
 
   // Control plane: rank 0 hosts the coordinator unless told otherwise.
-  ProgressLog progress(plan, graph, o.iterations, o.log_every);  // outlives the coordinator
+  // Outlives the coordinator, which calls it.
+  ProgressLog progress(plan.mini_batch(), count_loss_ranks(plan, graph), o.iterations, o.log_every);
   std::unique_ptr<Coordinator> coordinator;
   std::string address = o.coordinator;
   if (o.rank == 0 && !o.external_coordinator) {
@@ -320,7 +321,6 @@ Result<int> run_rank(const RunOptions& options) {
   // which would blame the waiter.
   const milliseconds barrier_timeout = 2 * timeout;
   std::vector<double> times;  // of the iterations this run completed
-  const int loss_ranks = count_loss_ranks(plan, graph);
   auto train = [&]() -> Result<int> {
     if (!o.resume.empty()) {
       // Any plan of the same model may resume: tensors are per operator, not per rank.
@@ -480,8 +480,8 @@ Result<int> run_rank(const RunOptions& options) {
     done.set_iteration(last);
     if (coordinator) {
       GP_RETURN_IF_ERROR(client->report_status(done));
-      GP_RETURN_IF_ERROR(
-          write_job_metrics(*coordinator, plan, loss_ranks, first_iteration, times, o.metrics_out));
+      GP_RETURN_IF_ERROR(write_job_metrics(progress.complete_losses(), plan.mini_batch(),
+                                           first_iteration, times, o.metrics_out));
       if (!o.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan, o.world_size, o.trace));
       // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
       (void)coordinator->wait_for_completion(timeout);
@@ -521,8 +521,8 @@ Result<int> run_rank(const RunOptions& options) {
       log->error("rank 0: {}", st.message());
     }
     // The iterations every rank completed count: a restart appends to them.
-    if (Status st = write_job_metrics(*coordinator, plan, loss_ranks, first_iteration, times,
-                                      o.metrics_out);
+    if (Status st = write_job_metrics(progress.complete_losses(), plan.mini_batch(),
+                                      first_iteration, times, o.metrics_out);
         !st.ok()) {
       log->error("rank 0: {}", st.message());
     }

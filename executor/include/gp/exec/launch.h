@@ -1,0 +1,127 @@
+// The decisions of scripts/graphpipe-launch, which only spawns processes (local, ssh, srun) and
+// passes signals on: where each rank runs, which rank a failed job is blamed on and with which
+// exit status, and whether (and how) the job is re-planned and restarted. Every function is pure,
+// so each decision is unit-tested; `graphpipe-executor launcher` exposes them to the script.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+
+namespace gp::exec::launch {
+
+// One node of a hostfile line "HOST SLOTS [ADDRESS]"; `address` is empty when the line has none
+// (the launcher then finds it on the host).
+struct Host {
+  std::string name;
+  int slots = 0;
+  std::string address;
+};
+
+// A hostfile's text: one host per line, blank lines and lines starting with '#' skipped. `file`
+// names it in errors ("--hostfile F line 3: slots 'x' must be a positive integer ...").
+Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::string& file);
+
+// What placement needs of a plan (graphpipe-plan inspect --json's ranks, nodes,
+// devices_per_node).
+struct PlanShape {
+  int ranks = 0;
+  int nodes = 0;
+  int devices_per_node = 0;
+};
+
+struct PlacementRequest {
+  std::string plan_path;       // for messages
+  int nprocs = 0;              // --nprocs; 0 when not given (then the plan's rank count)
+  std::string device = "cpu";  // cpu, or cuda: each rank takes the GPU of its local rank
+  // --hostfile's hosts, in node order; empty: every rank is a local process.
+  std::vector<Host> hosts;
+  std::string hostfile;  // for messages
+  // GPUs that CUDA_VISIBLE_DEVICES lists for local ranks; -1 when it is unset.
+  int visible_gpus = -1;
+};
+
+struct RankPlacement {
+  int rank = 0;
+  int host = 0;        // index into the hosts (0 for local ranks)
+  int local_rank = 0;  // its position among the ranks of its host
+  std::string device;  // cpu or cuda:LOCAL_RANK
+};
+
+// Ranks fill the hosts in order: the first SLOTS ranks on the first host, and so on. Refuses an
+// --nprocs other than the plan's, a hostfile whose hosts or slots do not match the plan's
+// cluster, and more local CUDA ranks than visible GPUs.
+Result<std::vector<RankPlacement>> place_ranks(const PlanShape& plan,
+                                               const PlacementRequest& request);
+
+// Rank 0's verdict file ("failed_rank=R\nreason=...\n"). A failed_rank that is not a rank of
+// the job (missing, negative, >= nprocs, not a number) is -1: nobody is blamed by it.
+struct Verdict {
+  int failed_rank = -1;
+  std::string reason;
+};
+Verdict parse_verdict(const std::string& text, int nprocs);
+
+// How one rank of an attempt ended.
+struct RankExit {
+  int status = 0;                    // exit status as the shell reports it (128 + N: signal N)
+  bool stopped_by_launcher = false;  // the launcher sent it SIGTERM (and perhaps SIGKILL)
+};
+
+struct Attribution {
+  int failed_rank = -1;  // -1: no rank failed
+  int exit_status = 0;   // the launcher's exit status for the attempt
+  std::string message;   // "rank R failed (exit status S[, stopped by the launcher])[: reason]"
+};
+
+// Whom a finished attempt is blamed on. Exits of 0, and of 128 + stop_signal after the launcher
+// passed a stop signal on, are not failures. Among the failures, in this order: a rank killed by
+// a signal the launcher did not send (its neighbours then fail on their own, and the first of
+// them to report becomes the coordinator's verdict); the verdict's rank; a rank the launcher had
+// to stop; the first rank that failed. The exit status is the blamed rank's, unless the launcher
+// killed it (which says nothing about why it failed): then another failed rank's, else 1.
+// Without a failure it is 128 + stop_signal after a stop, else 0.
+Attribution attribute_failure(const std::vector<RankExit>& ranks,
+                              const std::optional<Verdict>& verdict, int stop_signal);
+
+// --on-failure and what bounds it.
+struct RestartPolicy {
+  bool replan = false;  // --on-failure replan
+  int max_restarts = 3;
+  bool slurm = false;          // srun cannot shrink the allocation yet
+  std::string checkpoint_dir;  // where plans of later attempts are kept
+};
+
+// The attempt that just ended.
+struct AttemptResult {
+  int attempt = 0;  // 0 for the first
+  int nprocs = 0;
+  int exit_status = 0;
+  int failed_rank = -1;
+  int stop_signal = 0;          // SIGINT/SIGTERM the launcher passed on, 0 when none
+  bool has_checkpoint = false;  // the checkpoint directory has a LATEST to resume from
+  std::vector<Host> hosts;      // the attempt's hosts (empty: local ranks)
+};
+
+struct NextAttempt {
+  bool restart = false;
+  // Why not, when there is something to say (a failure the policy would have re-planned); or
+  // "re-planning without rank R (N devices left)" when it restarts.
+  std::string message;
+  int exclude_rank = -1;  // graphpipe-plan replan --exclude-ranks
+  std::string plan;       // CHECKPOINT_DIR/plan-after-failure-K.pb, beside what it resumes from
+  int attempt = 0;        // K: its run directory is attempt-K
+  int nprocs = 0;
+  // The blamed rank's device leaves its host, and a host left without devices leaves the list;
+  // the new plan numbers the remaining devices in the same node order.
+  std::vector<Host> hosts;
+};
+
+// After an attempt: stop (success, a stop signal, --on-failure stop, a non-finite loss (exit 3,
+// which comes back on any number of devices), --slurm, --max-restarts reached, no checkpoint,
+// no rank to exclude or none left), else re-plan without the blamed rank and resume.
+NextAttempt next_attempt(const RestartPolicy& policy, const AttemptResult& result);
+
+}  // namespace gp::exec::launch

@@ -1,0 +1,42 @@
+// `graphpipe-executor launcher ...`: the decisions of scripts/graphpipe-launch (gp/exec/launch.h)
+// for the script to act on. Each prints "KEY VALUE" lines on stdout, VALUE running to the end of
+// the line, so that the script reads them with `read -r key value`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+
+namespace gp::exec::daemon {
+
+class LauncherCommands {
+ public:
+  // Adds `launcher` and its subcommands to `app`.
+  explicit LauncherCommands(CLI::App& app);
+  bool parsed() const { return launcher_->parsed(); }
+  // Carries out the subcommand that was parsed.
+  Status run() const;
+
+ private:
+  Status hosts() const;
+  Status place() const;
+  Status verdict() const;
+  Status blame() const;
+  Status clean() const;
+  Status next() const;
+
+  CLI::App* launcher_ = nullptr;
+  CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
+           *clean_ = nullptr, *next_ = nullptr;
+  std::string plan_, hostfile_, hostfile_name_, device_ = "cpu", cuda_visible_devices_,
+                                                verdict_file_;
+  std::string on_failure_ = "stop", checkpoint_dir_;
+  int nprocs_ = 0, stop_signal_ = 0, attempt_ = 0, max_restarts_ = 3, exit_status_ = 0;
+  int failed_rank_ = -1;
+  bool slurm_ = false;
+  std::vector<int> exit_statuses_, stopped_;
+};
+
+}  // namespace gp::exec::daemon
