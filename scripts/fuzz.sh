@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (test/fuzz) with clang, AddressSanitizer and UBSan in build-fuzz/,
 # and runs each for SECONDS (default 60) from a seed corpus: plans and models written by the
-# planner (binary, text and JSON), the ONNX files of test/data and the cluster presets. A crash
+# planner (binary, text and JSON), the ONNX files of test/data, the cluster presets, profile
+# databases written by graphpipe-profile and a checkpoint written by the executor. A crash
 # leaves its input in build-fuzz/crashes/<target>/ and makes the script exit 1; add it to
 # test/data/fuzz/<target>/ once fixed, so that every later run replays it.
 #
@@ -14,12 +15,14 @@ mkdir -p "$out"
 cmake -S "$root" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGP_CUDA=OFF -DGP_FUZZ=ON \
   -DGP_BUILD_TESTS=OFF > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
-cmake --build "$out" -j "${GP_JOBS:-2}" --target fuzz_plan fuzz_model fuzz_onnx fuzz_cluster
+targets="fuzz_plan fuzz_model fuzz_onnx fuzz_cluster fuzz_profile fuzz_checkpoint"
+# shellcheck disable=SC2086
+cmake --build "$out" -j "${GP_JOBS:-2}" --target $targets
 
 # Seeds: every selector byte (0 binary, 1 text, 2 JSON) in front of a planner-written file.
 planner="$root/build/bin/graphpipe-plan"
 seeds="$out/seeds"
-rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_plan,fuzz_model,fuzz_onnx,fuzz_cluster}
+rm -rf "$seeds" && mkdir -p "$seeds"/{fuzz_plan,fuzz_model,fuzz_onnx,fuzz_cluster,fuzz_profile,fuzz_checkpoint}
 if [ -x "$planner" ]; then
   for m in tiny-mmt tiny-candle-uno tiny-dlrm; do
     for ext in pb pbtxt json; do
@@ -43,13 +46,49 @@ for f in "$root"/configs/clusters/*; do
   case "$f" in *.pb) sel=0 ;; *.pbtxt) sel=1 ;; *.json) sel=2 ;; *) continue ;; esac
   add_seed fuzz_cluster "$f" $sel
 done
-for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
+# Profile databases as graphpipe-profile writes them (ops of tiny-mmt, whose plan fuzz_profile
+# simulates, and a comm fit), in every format; the tiny-mmt plan is that plan (GP_FUZZ_PLAN).
+profiler="$root/build/bin/graphpipe-profile"
+if [ -x "$profiler" ]; then
+  "$profiler" --log-level error ops --model zoo:tiny-mmt --micro-batches 1,2,4 --repetitions 1 \
+    --min-time-ms 0 --flush-cache-mib 0 --out "$seeds/ops.pb" > /dev/null 2>&1 || true
+  # (It writes the fits it could make even when one kind fails to fit.)
+  "$profiler" --log-level error comm --ranks 2 --sizes 64K,1M,4M --repetitions 3 --warmup 1 \
+    --out "$seeds/comm.pb" > /dev/null 2>&1 || true
+  dbs=$(ls "$seeds/ops.pb" "$seeds/comm.pb" 2>/dev/null || true)
+  for ext in pb pbtxt json; do
+    [ -n "$dbs" ] || break
+    # shellcheck disable=SC2086
+    "$profiler" --log-level error merge $dbs \
+      --out "$seeds/profile.$ext" > /dev/null 2>&1 || continue
+    case $ext in pb) sel=0 ;; pbtxt) sel=1 ;; *) sel=2 ;; esac
+    add_seed fuzz_profile "$seeds/profile.$ext" $sel
+  done
+fi
+export GP_FUZZ_PLAN="$seeds/tiny-mmt.pb"
+# A checkpoint as a one-rank job writes it: its manifest, then "#TENSOR" and a tensor file.
+executor="$root/build/bin/graphpipe-executor"
+if [ -x "$planner" ] && [ -x "$executor" ]; then
+  ck="$seeds/checkpoint"
+  "$planner" --log-level error search --model zoo:tiny-mmt --cluster cpu-local --devices 1 \
+    --batch 4 --out "$ck-plan.pb" > /dev/null 2>&1 &&
+    "$executor" --log-level error run --plan "$ck-plan.pb" --rank 0 --world-size 1 \
+      --coordinator 127.0.0.1:0 --iterations 1 --checkpoint-dir "$ck" --checkpoint-every 1 \
+      > /dev/null 2>&1 || true
+  for m in "$ck"/iter-*/MANIFEST.pbtxt; do
+    [ -f "$m" ] || continue
+    file=$(sed -n 's/^ *file: "\(.*\)"/\1/p' "$m" | head -1)
+    { cat "$m"; printf '\n#TENSOR\n'; cat "$(dirname "$m")/$file"; } > "$seeds/fuzz_checkpoint/manifest.seed"
+    cp "$m" "$seeds/fuzz_checkpoint/manifest-only.seed"
+  done
+fi
+for t in $targets; do
   [ -d "$root/test/data/fuzz/$t" ] && cp "$root/test/data/fuzz/$t"/* "$seeds/$t/" 2>/dev/null || true
 done
 
 status=0
 # Every input that once crashed a target must now pass.
-for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
+for t in $targets; do
   [ -d "$root/test/data/fuzz/$t" ] || continue
   if ! "$out/bin/$t" "$root/test/data/fuzz/$t"/* > "$out/$t.replay.log" 2>&1; then
     echo "$t: a regression input of test/data/fuzz/$t crashes again (log $out/$t.replay.log)"
@@ -57,7 +96,7 @@ for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
   fi
 done
 # Exploration. GP_FUZZ_STRICT=0 reports new crashes without failing (CI, while known ones wait).
-for t in fuzz_plan fuzz_model fuzz_onnx fuzz_cluster; do
+for t in $targets; do
   mkdir -p "$out/crashes/$t" "$out/corpus/$t"
   echo "== $t: $seconds s from $(ls "$seeds/$t" | wc -l) seeds"
   # A fixed seed (GP_FUZZ_SEED) makes a bounded run repeatable; change it to explore further.

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <queue>
 #include <set>
+#include <tuple>
 
 #include "gp/graph/model_io.h"
 
@@ -273,6 +276,191 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
       return invalid_argument("plan.programs: rank " + std::to_string(r) + " (stage " +
                               std::to_string(index.stage_of_rank[r]) + ") has no program");
     }
+  }
+  return index;
+}
+
+namespace {
+
+using K = graphpipe::v1::InstructionKind;
+
+// Every tensor consumed in another stage must travel along stage edges that carry it.
+void check_stage_graph(const Plan& plan, const Graph& g, const PlanIndex& index,
+                       std::vector<std::string>* problems) {
+  const int n = plan.stages_size();
+  std::vector<std::vector<int>> out_edges(n);
+  std::vector<int> indegree(n, 0);
+  for (int e = 0; e < plan.edges_size(); ++e) {
+    out_edges[plan.edges(e).src_stage()].push_back(e);
+    ++indegree[plan.edges(e).dst_stage()];
+  }
+  std::queue<int> ready;
+  for (int s = 0; s < n; ++s) {
+    if (indegree[s] == 0) ready.push(s);
+  }
+  int visited = 0;
+  while (!ready.empty()) {
+    const int s = ready.front();
+    ready.pop();
+    ++visited;
+    for (int e : out_edges[s]) {
+      if (--indegree[plan.edges(e).dst_stage()] == 0) ready.push(plan.edges(e).dst_stage());
+    }
+  }
+  if (visited != n) problems->push_back("stage graph: has a cycle (stages are not convex)");
+
+  // The tensors each edge carries, and per produced tensor the stages it reaches (computed once:
+  // a tensor may feed many ops, and untrusted plans may be large).
+  std::vector<std::set<std::pair<std::string, int>>> carried(plan.edges_size());
+  for (int e = 0; e < plan.edges_size(); ++e) {
+    for (const auto& tr : plan.edges(e).tensors()) carried[e].insert({tr.op(), tr.output()});
+  }
+  std::map<std::pair<std::string, int>, std::vector<char>> reach;
+  for (const auto& node : g.ops()) {
+    const int t = index.stage_of_op[node.index];
+    for (const auto& ref : node.proto->inputs()) {
+      const int s = index.stage_of_op[g.index_of(ref.op())];
+      if (s == t) continue;
+      const std::pair<std::string, int> key{ref.op(), ref.output()};
+      auto [it, fresh] = reach.try_emplace(key, std::vector<char>(n, 0));
+      std::vector<char>& seen = it->second;
+      if (fresh) {
+        std::queue<int> q;
+        q.push(s);
+        seen[s] = 1;
+        while (!q.empty()) {
+          const int x = q.front();
+          q.pop();
+          for (int e : out_edges[x]) {
+            const int d = plan.edges(e).dst_stage();
+            if (!seen[d] && carried[e].count(key)) {
+              seen[d] = 1;
+              q.push(d);
+            }
+          }
+        }
+      }
+      if (!seen[t]) {
+        problems->push_back("stage graph: tensor '" + ref.op() +
+                            "':" + std::to_string(ref.output()) + " produced in stage " +
+                            std::to_string(s) + " never reaches op '" + node.id() + "' in stage " +
+                            std::to_string(t));
+      }
+    }
+  }
+}
+
+void check_programs(const Plan& plan, const Graph& g, std::vector<std::string>* problems) {
+  using Key = std::tuple<bool, int, int, int, int64_t, int64_t>;
+  std::map<Key, int> sends, recvs;
+  for (const auto& prog : plan.programs()) {
+    const auto& st = plan.stages(prog.stage());
+    const int64_t num_mb = plan.mini_batch() / st.micro_batch();
+    const std::string who =
+        "rank " + std::to_string(prog.rank()) + " (stage " + std::to_string(prog.stage()) + ")";
+    // Too few instructions for a forward and a backward of each micro-batch: say so before
+    // counting, so that a short program cannot make us allocate per micro-batch.
+    if (prog.instructions_size() < 2 * num_mb) {
+      problems->push_back(who + ": " + std::to_string(prog.instructions_size()) +
+                          " instructions cannot forward and backward its " +
+                          std::to_string(num_mb) + " micro-batches");
+      continue;
+    }
+    std::vector<int> fwd(static_cast<size_t>(num_mb), 0), bwd(static_cast<size_t>(num_mb), 0);
+    int allreduce = 0, optimizer = 0;
+    for (const auto& in : prog.instructions()) {
+      switch (in.kind()) {
+        case K::INSTRUCTION_KIND_FORWARD:
+          ++fwd[in.micro_batch()];
+          break;
+        case K::INSTRUCTION_KIND_BACKWARD:
+          if (fwd[in.micro_batch()] == 0) {
+            problems->push_back(who + ": BACKWARD of micro-batch " +
+                                std::to_string(in.micro_batch()) + " before its FORWARD");
+          }
+          ++bwd[in.micro_batch()];
+          break;
+        case K::INSTRUCTION_KIND_SEND_ACTIVATION:
+        case K::INSTRUCTION_KIND_SEND_GRADIENT:
+          ++sends[{in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT, in.edge(), prog.rank(),
+                   in.peer_rank(), in.sample_begin(), in.sample_end()}];
+          break;
+        case K::INSTRUCTION_KIND_RECV_ACTIVATION:
+        case K::INSTRUCTION_KIND_RECV_GRADIENT:
+          ++recvs[{in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT, in.edge(), in.peer_rank(),
+                   prog.rank(), in.sample_begin(), in.sample_end()}];
+          break;
+        case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
+          ++allreduce;
+          break;
+        case K::INSTRUCTION_KIND_OPTIMIZER_STEP:
+          ++optimizer;
+          break;
+        default:
+          break;
+      }
+    }
+    for (int64_t m = 0; m < num_mb; ++m) {
+      if (fwd[m] != 1 || bwd[m] != 1) {
+        problems->push_back(who + ": micro-batch " + std::to_string(m) + " has " +
+                            std::to_string(fwd[m]) + " forward(s) and " + std::to_string(bwd[m]) +
+                            " backward(s), expected 1 and 1");
+        break;
+      }
+    }
+    int64_t params = 0;
+    for (const auto& id : st.op_ids()) params += g.op(g.index_of(id)).cost.param_count;
+    const int want_allreduce = params > 0 && st.device_ranks_size() > 1 ? 1 : 0;
+    if (allreduce != want_allreduce) {
+      problems->push_back(who + ": " + std::to_string(allreduce) + " ALLREDUCE_GRADS, expected " +
+                          std::to_string(want_allreduce));
+    }
+    if (optimizer != (params > 0 ? 1 : 0)) {
+      problems->push_back(who + ": " + std::to_string(optimizer) + " OPTIMIZER_STEP, expected " +
+                          std::to_string(params > 0 ? 1 : 0));
+    }
+  }
+  const auto transfer = [](const Key& key) {
+    return std::string(std::get<0>(key) ? "gradient" : "activation") + " from rank " +
+           std::to_string(std::get<2>(key)) + " to rank " + std::to_string(std::get<3>(key)) +
+           " on edge " + std::to_string(std::get<1>(key)) + " samples [" +
+           std::to_string(std::get<4>(key)) + ", " + std::to_string(std::get<5>(key)) + ")";
+  };
+  for (const auto& [key, count] : sends) {
+    auto it = recvs.find(key);
+    const int matched = it == recvs.end() ? 0 : it->second;
+    if (matched != count) {
+      problems->push_back("send of the " + transfer(key) + " has " + std::to_string(matched) +
+                          " matching receive(s) for " + std::to_string(count) + " send(s)");
+    }
+  }
+  for (const auto& [key, count] : recvs) {
+    if (sends.find(key) == sends.end()) {
+      problems->push_back("receive of the " + transfer(key) + " has no matching send");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> plan_schedule_problems(const Plan& plan, const Graph& graph,
+                                                const PlanIndex& index) {
+  std::vector<std::string> problems;
+  check_stage_graph(plan, graph, index, &problems);
+  check_programs(plan, graph, &problems);
+  return problems;
+}
+
+Result<PlanIndex> validate_plan(const Plan& plan, const Graph& graph) {
+  GP_ASSIGN_OR_RETURN(PlanIndex index, validate_plan_structure(plan, graph));
+  const std::vector<std::string> problems = plan_schedule_problems(plan, graph, index);
+  if (!problems.empty()) {
+    std::string message = "plan schedule: " + problems.front();
+    if (problems.size() > 1) {
+      message += " (and " + std::to_string(problems.size() - 1) +
+                 " other problem(s); graphpipe-plan verify lists them)";
+    }
+    return invalid_argument(message);
   }
   return index;
 }

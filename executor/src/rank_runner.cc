@@ -462,7 +462,7 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("plan.model");
   const graph::Graph& graph = *built;
-  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
+  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan(plan, graph));
   std::vector<std::unique_ptr<RankRunner>> runners;
   for (int r = 0; r < index.world_size; ++r) {
     if (index.program_of_rank[r] < 0) continue;

@@ -16,7 +16,8 @@ namespace gp::plan_cli {
 namespace {
 
 // A plan file checked before any tool touches it: its cluster (costs divide by its numbers), its
-// model and, unless the caller reports structural problems itself (verify), its structure.
+// model and, unless the caller reports structural problems itself (verify), its structure and
+// schedule, as the executor checks them (a tool refuses what no rank would run).
 Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure = true) {
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(path, &plan).with_context("--plan"));
@@ -25,7 +26,7 @@ Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_struct
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context(where + ": plan.model");
   if (check_structure) {
-    GP_RETURN_IF_ERROR(graph::validate_plan_structure(plan, *built).status().with_context(where));
+    GP_RETURN_IF_ERROR(graph::validate_plan(plan, *built).status().with_context(where));
   }
   return plan;
 }

@@ -126,6 +126,9 @@ Result<graphpipe::v1::CommFit> make_fit(const std::vector<CommSample>& samples,
 
 }  // namespace
 
+// Processes one comm run forks on this host.
+constexpr int kMaxRanks = 256;
+
 Result<int64_t> parse_size(const std::string& text) {
   if (text.empty()) return invalid_argument("--sizes: empty size");
   size_t used = 0;
@@ -148,6 +151,9 @@ Result<int64_t> parse_size(const std::string& text) {
                             "' (K, M or G)");
   }
   if (value <= 0) return invalid_argument("--sizes: '" + text + "' must be > 0");
+  if (value > kMaxSweepBytes / scale) {  // before multiplying, which could overflow
+    return invalid_argument("--sizes: '" + text + "' is more than 4G, the largest size measured");
+  }
   return static_cast<int64_t>(value) * scale;
 }
 
@@ -155,8 +161,9 @@ Status run_comm(const CommOptions& o) {
   auto log = log::get("profile");
   GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
   (void)device;  // the CPU: Gloo over loopback TCP
-  if (o.ranks < 2) {
-    return invalid_argument("--ranks = " + std::to_string(o.ranks) + ", must be >= 2");
+  if (o.ranks < 2 || o.ranks > kMaxRanks) {
+    return invalid_argument("--ranks = " + std::to_string(o.ranks) + ", must be in [2, " +
+                            std::to_string(kMaxRanks) + "] (each is a process of this host)");
   }
   if (o.timeout_s < 1) {
     return invalid_argument("--timeout-s = " + std::to_string(o.timeout_s) + ", must be >= 1");
@@ -191,6 +198,16 @@ Status run_comm(const CommOptions& o) {
     }
   }
   GP_RETURN_IF_ERROR(validate_sweep(sweep));
+  // Checked before any rank or ring exists: every rank holds the largest message twice (its
+  // buffer and the transport's), and all of them run here.
+  const int64_t host_memory = exec::query_host().memory_bytes;
+  const double need = 2.0 * static_cast<double>(sweep.sizes_bytes.back()) * o.ranks;
+  if (host_memory > 0 && need > static_cast<double>(host_memory)) {
+    return invalid_argument("--sizes: the largest, " + std::to_string(sweep.sizes_bytes.back()) +
+                            " bytes, needs about " + std::to_string(static_cast<int64_t>(need)) +
+                            " bytes over --ranks = " + std::to_string(o.ranks) +
+                            ", more than this host's " + std::to_string(host_memory));
+  }
 
   std::error_code ec;
   const auto base = std::filesystem::temp_directory_path(ec);

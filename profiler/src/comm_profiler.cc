@@ -36,9 +36,10 @@ Status validate_sweep(const CommSweepOptions& options) {
   if (options.sizes_bytes.empty()) return invalid_argument("--sizes: empty list");
   for (size_t i = 0; i < options.sizes_bytes.size(); ++i) {
     const int64_t b = options.sizes_bytes[i];
-    if (b <= 0 || b % 4 != 0) {
+    if (b <= 0 || b % 4 != 0 || b > kMaxSweepBytes) {
       return invalid_argument("--sizes: " + std::to_string(b) +
-                              " bytes, must be a positive multiple of 4 (float32 elements)");
+                              " bytes, must be a positive multiple of 4 (float32 elements), at "
+                              "most 4G");
     }
     if (i > 0 && b <= options.sizes_bytes[i - 1]) {
       return invalid_argument("--sizes: " + std::to_string(b) + " after " +
@@ -46,12 +47,13 @@ Status validate_sweep(const CommSweepOptions& options) {
                               ", sizes must be ascending");
     }
   }
-  if (options.warmup < 0) {
-    return invalid_argument("--warmup = " + std::to_string(options.warmup) + ", must be >= 0");
+  if (options.warmup < 0 || options.warmup > kMaxSweepRepetitions) {
+    return invalid_argument("--warmup = " + std::to_string(options.warmup) + ", must be in [0, " +
+                            std::to_string(kMaxSweepRepetitions) + "]");
   }
-  if (options.repetitions < 1) {
+  if (options.repetitions < 1 || options.repetitions > kMaxSweepRepetitions) {
     return invalid_argument("--repetitions = " + std::to_string(options.repetitions) +
-                            ", must be >= 1");
+                            ", must be in [1, " + std::to_string(kMaxSweepRepetitions) + "]");
   }
   return ok_status();
 }

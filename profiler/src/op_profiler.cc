@@ -15,6 +15,7 @@
 
 #include "gp/cost/cost_model.h"
 #include "gp/exec/init.h"
+#include "gp/graph/plan_util.h"
 
 namespace gp::profile {
 namespace {
@@ -389,14 +390,19 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
                                     const std::function<void(const OpProfileProgress&)>& progress) {
   if (options.micro_batches.empty()) return invalid_argument("--micro-batches: empty list");
   for (int64_t b : options.micro_batches) {
-    if (b <= 0) {
-      return invalid_argument("--micro-batches: " + std::to_string(b) + ", must be > 0");
+    if (b <= 0 || b > graph::kMaxMiniBatch) {
+      return invalid_argument("--micro-batches: " + std::to_string(b) + ", must be in [1, " +
+                              std::to_string(graph::kMaxMiniBatch) + "]");
     }
   }
   if (options.device_kind.empty()) return invalid_argument("device kind: empty name");
-  if (options.measure.min_repetitions < 1) {
+  if (options.measure.min_repetitions < 1 || options.measure.min_repetitions > kMaxRepetitions) {
     return invalid_argument("--repetitions = " + std::to_string(options.measure.min_repetitions) +
-                            ", must be >= 1");
+                            ", must be in [1, " + std::to_string(kMaxRepetitions) + "]");
+  }
+  if (options.measure.warmup < 0 || options.measure.warmup > kMaxRepetitions) {
+    return invalid_argument("--warmup = " + std::to_string(options.measure.warmup) +
+                            ", must be in [0, " + std::to_string(kMaxRepetitions) + "]");
   }
   if (!(options.tolerance > 0)) {
     return invalid_argument("--tolerance = " + std::to_string(options.tolerance) + ", must be > 0");
@@ -420,6 +426,28 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
 
   OpProfileResult result;
   const auto signatures = distinct_signatures(graph);
+  // Refused before anything is measured: an operator whose buffers at the largest micro-batch
+  // cannot fit in memory (a lower bound: values and gradients of its inputs, outputs and
+  // parameters) would otherwise end the run in an allocation failure.
+  if (options.memory_limit_bytes > 0) {
+    for (const auto& [sig, index] : signatures) {
+      const auto& op = graph.op(index);
+      double per_sample = static_cast<double>(op.output_bytes);
+      for (const auto& spec : op.input_specs) {
+        per_sample += static_cast<double>(graph::size_bytes(spec));
+      }
+      const double need = 2 * (per_sample * static_cast<double>(max_batch) +
+                               static_cast<double>(op.cost.param_count) * sizeof(float));
+      if (need > static_cast<double>(options.memory_limit_bytes)) {
+        char buf[160];
+        std::snprintf(buf, sizeof(buf), "%.1f GiB, more than this host's %.1f GiB of memory",
+                      need / (1 << 30),
+                      static_cast<double>(options.memory_limit_bytes) / (1 << 30));
+        return invalid_argument("--micro-batches: " + std::to_string(max_batch) +
+                                " samples of op '" + op.id() + "' need at least " + buf);
+      }
+    }
+  }
   result.signatures = static_cast<int>(signatures.size());
   if (options.passes < 1) {
     return invalid_argument("--passes = " + std::to_string(options.passes) + ", must be >= 1");

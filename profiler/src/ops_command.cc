@@ -113,6 +113,15 @@ Status run_ops(const OpsOptions& o) {
   if (o.warmup < 0) {
     return invalid_argument("--warmup = " + std::to_string(o.warmup) + ", must be >= 0");
   }
+  // Buffers and the cache flusher live in host memory on every device.
+  const int64_t host_memory = exec::query_host().memory_bytes;
+  const double max_flush_mib = static_cast<double>(host_memory) / 2 / (1 << 20);
+  if (!(o.flush_cache_mib < 0) && !(o.flush_cache_mib <= max_flush_mib)) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "--flush-cache-mib = %g, must be at most %.0f",
+                  o.flush_cache_mib, max_flush_mib);
+    return invalid_argument(std::string(buf) + " (half this host's memory)");
+  }
   exec::set_cpu_threads(o.cpu_threads);
 
   OpProfileOptions opts;
@@ -125,6 +134,7 @@ Status run_ops(const OpsOptions& o) {
   opts.tolerance = o.tolerance_given ? o.tolerance : default_tolerance(precision);
   opts.seed = o.seed;
   opts.passes = o.passes;
+  opts.memory_limit_bytes = host_memory;
   opts.cache_flush_bytes = o.flush_cache_mib < 0
                                ? default_cache_flush_bytes()
                                : static_cast<int64_t>(o.flush_cache_mib * (1 << 20));

@@ -26,9 +26,15 @@ check "the plan's losses equal the reference's" '[ "$(losses "$tmp/local.json")"
 "$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 3 --batch 16 \
   --micro-batches 4 --optimizer sgd --out "$tmp/plan.json" >/dev/null
 mkdir -p "$tmp/bad"
+# Both modes that run a plan check it whole (structure and schedule) before the first iteration;
+# `run` is refused before it looks for its coordinator (nothing listens on port 9).
 while read -r file expected; do
   err=$("$exe" local --plan "$file" --iterations 1 2>&1 >/dev/null); rc=$?
   check "local $(basename "$file") exits 2 naming '$expected'" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
+  err=$(timeout 30 "$exe" run --plan "$file" --rank 0 --world-size 3 --iterations 1 \
+    --coordinator 127.0.0.1:9 --store-dir "$tmp/bad-store" 2>&1 >/dev/null); rc=$?
+  check "run $(basename "$file") exits 2 naming '$expected'" \
     '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
 done < <(python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/plan.json" "$tmp/bad" |
          grep -v "empty_file")

@@ -1,6 +1,6 @@
 // A plan file as the executor and `verify` read it: parse, build its model's graph, check the
-// plan's structure (stages, edges, ranks, programs, matched sends). Any input must end in an OK
-// or an error status, never a crash.
+// plan's structure (stages, edges, ranks, programs) and schedule (stage graph, matched sends). Any
+// input must end in an OK or an error status, never a crash.
 #include "fuzz_common.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/plan_util.h"
@@ -16,6 +16,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!plan.model().weights_file().empty()) return 0;  // would read another file
   auto graph = gp::graph::Graph::build(plan.model());
   if (!graph.ok()) return 0;
-  (void)gp::graph::validate_plan_structure(plan, *graph);
+  (void)gp::graph::validate_plan(plan, *graph);
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include "gp/cost/cluster.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
 #include "gp/graph/zoo.h"
 #include "gp/planner/search.h"
 
@@ -117,4 +118,45 @@ TEST_CASE("a duplicated forward is reported per rank and micro-batch") {
   auto r = planner::verify_plan(s.plan, *s.model);
   REQUIRE(r.ok());
   CHECK_THAT(problems(*r), Catch::Contains("has 2 forward(s)"));
+}
+
+TEST_CASE("validate_plan (the executor's check) and verify refuse a missing gradient receive") {
+  auto s = searched_plan("tiny-mmt");
+  auto g = graph::Graph::build(s.plan.model());
+  REQUIRE(g.ok());
+  REQUIRE(graph::validate_plan(s.plan, *g).ok());
+  bool dropped = false;
+  for (auto& prog : *s.plan.mutable_programs()) {
+    auto* instrs = prog.mutable_instructions();
+    for (int k = 0; k < instrs->size() && !dropped; ++k) {
+      if (instrs->Get(k).kind() == graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT) {
+        instrs->erase(instrs->begin() + k);
+        dropped = true;
+      }
+    }
+  }
+  REQUIRE(dropped);
+  // The structure alone is still sound: only the schedule check sees the unmatched send.
+  REQUIRE(graph::validate_plan_structure(s.plan, *g).ok());
+  auto checked = graph::validate_plan(s.plan, *g);
+  REQUIRE_FALSE(checked.ok());
+  CHECK(checked.status().code() == StatusCode::kInvalidArgument);
+  CHECK_THAT(checked.status().message(),
+             Catch::Contains("send of the gradient from rank") &&
+                 Catch::Contains("0 matching receive(s) for 1 send(s)"));
+  auto r = planner::verify_plan(s.plan, *s.model);
+  REQUIRE(r.ok());
+  CHECK_THAT(problems(*r), Catch::Contains("send of the gradient from rank"));
+}
+
+TEST_CASE("a program too short for its micro-batches is refused without counting them") {
+  auto s = searched_plan("tiny-mmt");
+  auto g = graph::Graph::build(s.plan.model());
+  REQUIRE(g.ok());
+  s.plan.mutable_programs(0)->mutable_instructions()->DeleteSubrange(
+      1, s.plan.programs(0).instructions_size() - 1);
+  auto checked = graph::validate_plan(s.plan, *g);
+  REQUIRE_FALSE(checked.ok());
+  CHECK_THAT(checked.status().message(),
+             Catch::Contains("1 instructions cannot forward and backward its"));
 }

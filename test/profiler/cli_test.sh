@@ -70,6 +70,30 @@ check "comm prints the fits" 'echo "$out" | grep -q "^fit p2p"'
 check "comm rejects a size that is not a multiple of 4" '[ $rc -eq 2 ]'
 "$bin" comm --ranks 1 --out "$tmp/y.pb" >/dev/null 2>&1; rc=$?
 check "comm rejects a single rank" '[ $rc -eq 2 ]'
+# Sizes that cannot be allocated are refused before any rank or ring exists (they used to end in
+# an uncaught bad_alloc that left the ring in /dev/shm): exit 2 naming the flag, nothing written.
+# (The 1M-sample micro-batch of a seq 2048 x 1024 model needs terabytes: refused on any host.)
+rings() { ls /dev/shm 2>/dev/null | grep -c "^graphpipe-$(id -u)-"; }
+rings_before=$(rings)
+while read -r flag args; do
+  # shellcheck disable=SC2086
+  err=$(timeout 60 "$bin" $args --out "$tmp/huge.pb" 2>&1 >/dev/null); rc=$?
+  check "$args: exit 2 naming $flag" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "$flag"'
+done <<'CASES'
+--sizes comm --ranks 2 --sizes 64G
+--sizes comm --ranks 2 --sizes 99999999999999999999G
+--sizes comm --ranks 2 --sizes 9223372036854775807K
+--sizes comm --ranks 128 --sizes 4G
+--ranks comm --ranks 100000
+--repetitions comm --ranks 2 --repetitions 2000000000
+--micro-batches ops --model zoo:tiny-mmt --micro-batches 1099511627776
+--micro-batches ops --model zoo:mmt?layers=1&seq=2048&hidden=1024&heads=8&ffn=1024 --micro-batches 1048576
+--flush-cache-mib ops --model zoo:tiny-mmt --flush-cache-mib 1e12
+--flush-cache-mib ops --model zoo:tiny-mmt --flush-cache-mib nan
+--repetitions ops --model zoo:tiny-mmt --repetitions 2000000000
+CASES
+check "refused sizes write no profile" '[ ! -e "$tmp/huge.pb" ]'
+check "refused sizes leave no ring in /dev/shm" '[ "$(rings)" -eq "$rings_before" ]'
 
 out=$("$bin" merge "$tmp/ops.pb" "$tmp/comm.pb" --out "$tmp/profile.pbtxt" 2>&1); rc=$?
 check "merge exits 0" '[ $rc -eq 0 ]'

@@ -198,7 +198,7 @@ Result<int> run_rank(const RunOptions& options) {
   auto built = graph::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("--plan " + o.plan + ": plan.model");
   const graph::Graph& graph = *built;
-  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
+  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan(plan, graph));
   if (o.world_size != index.world_size) {
     return invalid_argument("--world-size = " + std::to_string(o.world_size) +
                             ", but the plan has " + std::to_string(index.world_size) + " ranks");
@@ -539,6 +539,10 @@ Result<int> run_rank(const RunOptions& options) {
 Status run_coordinator(const CoordinatorRunOptions& o) {
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
+  // A plan no rank would run is refused here too, before the ranks are waited for.
+  auto built = graph::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context("--plan " + o.plan + ": plan.model");
+  GP_RETURN_IF_ERROR(graph::validate_plan(plan, *built).status().with_context("--plan " + o.plan));
   CoordinatorOptions co;
   co.listen_address = o.listen;
   co.plan = plan;

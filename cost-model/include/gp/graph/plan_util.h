@@ -39,6 +39,20 @@ Status validate_training(const graphpipe::v1::TrainingConfig& training,
 // "stages[2].device_ranks[1] = 7 is also used by stages[0]".
 Result<PlanIndex> validate_plan_structure(const graphpipe::v1::Plan& plan, const Graph& graph);
 
+// The schedule checks that need no cost model, on a plan that passed validate_plan_structure:
+// the stage graph is acyclic and carries every cross-stage tensor along its edges; each program
+// forwards, then backwards, every micro-batch once, has one gradient all-reduce when its stage
+// is replicated and has parameters, and one optimizer step when it has parameters; every send
+// (activation or gradient) is matched by exactly one receive and every receive by a send. One
+// line per problem, each naming the rank, edge and samples; empty when the plan is sound.
+std::vector<std::string> plan_schedule_problems(const graphpipe::v1::Plan& plan, const Graph& graph,
+                                                const PlanIndex& index);
+
+// What a runtime checks before the first iteration: validate_plan_structure, then
+// plan_schedule_problems. The error names the first problem (and how many others there are).
+// Deadlock freedom and memory are left to `graphpipe-plan verify`, which simulates.
+Result<PlanIndex> validate_plan(const graphpipe::v1::Plan& plan, const Graph& graph);
+
 // True when the tensor carries a gradient back (a floating-point output of a non-input op).
 bool carries_gradient(const Graph& graph, const graphpipe::v1::TensorRef& tensor);
 

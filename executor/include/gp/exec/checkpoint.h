@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/checkpoint_files.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/graph/graph.h"
 #include "graphpipe/v1/checkpoint.pb.h"
@@ -33,17 +34,6 @@ Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const g
 Status commit_checkpoint(const std::string& dir, int64_t iteration, const graph::Graph& graph,
                          const std::string& plan_hash,
                          const graphpipe::v1::TrainingConfig& training, const std::string& run_id);
-
-// The newest complete checkpoint in `dir` whose files all check out (read in full): the one
-// LATEST names, else the newest valid one before it, with a line in `warnings` for each one
-// skipped and why. NOT_FOUND when there is none; DATA_LOSS naming each problem when every
-// checkpoint is damaged. Every rank that calls it on the same files picks the same checkpoint.
-Result<graphpipe::v1::CheckpointManifest> latest_checkpoint(
-    const std::string& dir, std::vector<std::string>* warnings = nullptr);
-
-// Removes what an interrupted checkpoint leaves behind: iter-<k> directories without a manifest
-// and *.tmp files. Returns the paths removed. Only while no rank of the job writes checkpoints.
-Result<std::vector<std::string>> clean_torn_checkpoints(const std::string& dir);
 
 // Loads the runner's operators from the checkpoint. The model must be the one checkpointed and
 // the optimizer the same kind (the state layout); every file is checked.

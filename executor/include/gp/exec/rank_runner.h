@@ -46,7 +46,8 @@ struct TraceEvent {
 
 class RankRunner {
  public:
-  // `graph` must be built from plan.model() and `index` from validate_plan_structure.
+  // `graph` must be built from plan.model() and `index` from graph::validate_plan (tests that
+  // build plans by hand may use validate_plan_structure alone).
   static Result<std::unique_ptr<RankRunner>> create(const graphpipe::v1::Plan& plan,
                                                     const graph::Graph& graph,
                                                     const graph::PlanIndex& index, int rank,
@@ -131,6 +132,7 @@ struct LocalRunResult {
 // others; its error is returned. With `trace_events` > 0 each rank records that many intervals.
 // Every rank runs on `device` (the ranks' threads share it). With `data_dir` each rank reads its
 // input ops' samples from there (dataset.h; shuffled with the plan's seed unless !shuffle).
+// The plan is checked first (graph::validate_plan): a broken schedule is refused, not run.
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
                                         std::chrono::milliseconds timeout,
                                         std::vector<std::unique_ptr<RankRunner>>* runners = nullptr,

@@ -20,6 +20,10 @@
 
 namespace gp::profile {
 
+// The largest message a sweep measures, and the most timed or warm-up transfers per size.
+inline constexpr int64_t kMaxSweepBytes = int64_t{4} << 30;
+inline constexpr int kMaxSweepRepetitions = 1000000;
+
 struct CommSweepOptions {
   std::vector<int64_t> sizes_bytes;  // ascending, each > 0 (all-reduce: a multiple of 4)
   int warmup = 2;                    // untimed transfers per size

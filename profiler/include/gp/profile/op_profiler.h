@@ -46,7 +46,13 @@ struct OpProfileOptions {
   int64_t cache_flush_bytes = 0;
   // Measure everything this many times and keep each measurement's fastest pass (>= 1).
   int passes = 1;
+  // Host memory the buffers of one operator at the largest micro-batch may take (its inputs,
+  // outputs and their gradients live on the host on every device); 0: not checked.
+  int64_t memory_limit_bytes = 0;
 };
+
+// Most timed or warm-up calls per measurement that a run accepts (the samples are kept).
+inline constexpr int kMaxRepetitions = 1000000;
 
 // The default --tolerance for a device's kernels with GEMM inputs at `precision`, relative to
 // each tensor's largest reference magnitude: 1e-4 for fp32 (summation order only), 2e-2 for tf32

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A node daemon on loopback as its clients meet it: a submitted plan trains, and one whose
+# schedule is broken (a gradient never received) is refused by the daemon itself, before any
+# rank starts, with the problem named to `submit` (exit 2).
+set -u
+exe=$1
+plan_bin=$2
+tmp=$3
+rm -rf "$tmp" && mkdir -p "$tmp"
+. "$(dirname "$0")/lib.sh"
+daemons=()
+cleanup() {
+  for p in "${daemons[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+}
+trap cleanup EXIT
+# start_daemon NAME SERVE-FLAGS...: serve on a free loopback port; its address in $addr.
+start_daemon() {
+  local name=$1
+  shift
+  "$exe" serve --listen 127.0.0.1:0 "$@" > "$tmp/$name.log" 2>&1 &
+  daemons+=($!)
+  for _ in $(seq 100); do grep -q "serving" "$tmp/$name.log" && break; sleep 0.1; done
+  addr=$(sed -n 's/.* on \(127.0.0.1:[0-9]*\),.*/\1/p' "$tmp/$name.log" | head -1)
+}
+submit() { GP_AUTH_TOKEN=s3cret timeout 120 "$exe" submit --nodes "$addr" "$@"; }
+
+"$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 3 \
+  --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/plan.json" >/dev/null || exit 1
+mkdir -p "$tmp/bad"
+python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/plan.json" "$tmp/bad" > "$tmp/bad.list"
+read -r bad_plan expected < <(grep missing_gradient_receive "$tmp/bad.list")
+
+start_daemon daemon --devices 3 --auth-token s3cret --work-dir "$tmp/work"
+submit --plan "$tmp/plan.json" --iterations 2 --port 29811 --store-dir "$tmp/work/store-a" \
+  > "$tmp/good.log" 2>&1; rc=$?
+check "a plan submitted to the daemon trains (exit 0)" '[ -n "$addr" ] && [ $rc -eq 0 ]'
+started=$(grep -c "started" "$tmp/daemon.log")
+submit --plan "$bad_plan" --iterations 2 --port 29812 --store-dir "$tmp/work/store-b" \
+  > "$tmp/bad.log" 2>&1; rc=$?
+check "the daemon refuses a plan missing a gradient receive: exit 2 naming '$expected'" \
+  '[ $rc -eq 2 ] && grep -qF "$expected" "$tmp/bad.log"'
+check "no rank of the refused plan started" '[ "$(grep -c "started" "$tmp/daemon.log")" -eq "$started" ]'
+exit $fail
