@@ -138,10 +138,10 @@ check "their losses equal the reference's" \
   '[ -s "$tmp/slurm.json" ] && [ "$(losses "$tmp/slurm.json")" = "$(losses "$tmp/ref.json")" ]'
 # Node daemons, one per namespace; `submit` from the first host.
 ip netns exec "$ns_a" "$exe" serve --listen 10.77.0.1:29700 --devices 1 --auth-token s3cret \
-  --work-dir "$tmp/daemon-a" > "$tmp/daemon-a.log" 2>&1 &
+  --output-root "$tmp" --work-dir "$tmp/daemon-a" > "$tmp/daemon-a.log" 2>&1 &
 daemons+=($!)
 ip netns exec "$ns_b" "$exe" serve --listen 10.77.0.2:29700 --devices 1 --auth-token s3cret \
-  --work-dir "$tmp/daemon-b" > "$tmp/daemon-b.log" 2>&1 &
+  --output-root "$tmp" --work-dir "$tmp/daemon-b" > "$tmp/daemon-b.log" 2>&1 &
 daemons+=($!)
 submit() { ip netns exec "$ns_a" timeout 120 "$exe" submit --nodes 10.77.0.1:29700,10.77.0.2:29700 \
   --store-dir "$tmp/daemon-store-$RANDOM" "$@"; }
@@ -200,7 +200,8 @@ check "after a failed job the daemons' devices are free again" '[ $rc -eq 0 ]'
 for ns in "$ns_a" "$ns_b"; do
   addr=10.77.0.1; [ "$ns" = "$ns_b" ] && addr=10.77.0.2
   ip netns exec "$ns" "$exe" serve --listen $addr:29701 --devices 1 --accelerator cuda \
-    --auth-token s3cret --work-dir "$tmp/daemon-cuda-$addr" > "$tmp/daemon-cuda-$addr.log" 2>&1 &
+    --auth-token s3cret --output-root "$tmp" --work-dir "$tmp/daemon-cuda-$addr" \
+    > "$tmp/daemon-cuda-$addr.log" 2>&1 &
   daemons+=($!)
 done
 for _ in $(seq 50); do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A node daemon on loopback as its clients meet it: a submitted plan trains, and one whose
 # schedule is broken (a gradient never received) is refused by the daemon itself, before any
-# rank starts, with the problem named to `submit` (exit 2).
+# rank starts, with the problem named to `submit` (exit 2). Output paths of a job must resolve
+# inside the daemon's --output-root (default its --work-dir), after ".." and symlinks.
 set -u
 exe=$1
 plan_bin=$2
@@ -41,4 +42,34 @@ submit --plan "$bad_plan" --iterations 2 --port 29812 --store-dir "$tmp/work/sto
 check "the daemon refuses a plan missing a gradient receive: exit 2 naming '$expected'" \
   '[ $rc -eq 2 ] && grep -qF "$expected" "$tmp/bad.log"'
 check "no rank of the refused plan started" '[ "$(grep -c "started" "$tmp/daemon.log")" -eq "$started" ]'
+
+mkdir -p "$tmp/out" "$tmp/elsewhere"
+ln -s "$tmp/elsewhere" "$tmp/out/link"
+start_daemon confined --devices 3 --auth-token s3cret --work-dir "$tmp/work-c" --output-root "$tmp/out"
+submit --plan "$tmp/plan.json" --iterations 2 --port 29813 --store-dir "$tmp/out/store" \
+  -- --metrics-out "$tmp/out/m.json" > "$tmp/inside.log" 2>&1; rc=$?
+check "outputs inside --output-root are written (exit 0)" '[ $rc -eq 0 ] && [ -s "$tmp/out/m.json" ]'
+started=$(grep -c "started" "$tmp/confined.log")
+port=29814
+while read -r what args; do
+  # shellcheck disable=SC2086
+  submit --plan "$tmp/plan.json" --iterations 2 --port $port $args > "$tmp/outside.log" 2>&1; rc=$?
+  port=$((port + 1))
+  check "$what outside the root is refused: exit 2 naming it" \
+    '[ $rc -eq 2 ] && grep -q "outside this daemon.s output root" "$tmp/outside.log"'
+done <<CASES
+metrics --store-dir $tmp/out/s1 -- --metrics-out $tmp/elsewhere/m.json
+dotdot --store-dir $tmp/out/s2 -- --metrics-out=$tmp/out/../elsewhere/m.json
+symlink --store-dir $tmp/out/s3 -- --checkpoint-dir $tmp/out/link/ck
+store --store-dir $tmp/elsewhere/store
+CASES
+check "nothing was written outside, and no refused rank started" \
+  '[ -z "$(ls "$tmp/elsewhere")" ] && [ "$(grep -c "started" "$tmp/confined.log")" -eq "$started" ]'
+start_daemon default --devices 3 --auth-token s3cret --work-dir "$tmp/work-d"
+submit --plan "$tmp/plan.json" --iterations 2 --port 29820 -- --metrics-out "$tmp/out/m2.json" \
+  > "$tmp/default.log" 2>&1; rc=$?
+check "by default the root is --work-dir" '[ $rc -eq 2 ] && grep -q "output root .*work-d" "$tmp/default.log"'
+submit --plan "$tmp/plan.json" --iterations 2 --port 29821 -- --metrics-out "$tmp/work-d/m.json" \
+  > "$tmp/default-ok.log" 2>&1; rc=$?
+check "a job with no --store-dir rendezvouses in the root (exit 0)" '[ $rc -eq 0 ] && [ -s "$tmp/work-d/m.json" ]'
 exit $fail

@@ -530,6 +530,10 @@ int main(int raw_argc, char** raw_argv) {
                         "address the ranks' data plane and coordinator use (default: --listen's "
                         "host)");
   serve_cmd->add_option("--work-dir", serve.work_dir, "job directories: plans and rank logs");
+  serve_cmd->add_option("--output-root", serve.output_root,
+                        "jobs' paths (--metrics-out, --trace, --checkpoint-dir, --resume, "
+                        "--store-dir) must resolve inside it, symlinks followed (default: "
+                        "--work-dir)");
   serve_cmd->add_option("--auth-token", serve.auth_token,
                         "shared secret clients must present (or $GP_AUTH_TOKEN)");
   serve_cmd->add_flag("--insecure", serve.insecure,
@@ -552,8 +556,9 @@ int main(int raw_argc, char** raw_argv) {
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   submit_cmd->add_option("--store-dir", submit.store_dir,
-                         "Gloo rendezvous directory every node shares (default "
-                         "/tmp/graphpipe-store-<job>: one host only)");
+                         "Gloo rendezvous directory every node shares, inside every daemon's "
+                         "--output-root (default: each daemon's OUTPUT_ROOT/store-<job>, "
+                         "so one node only)");
   submit_cmd->add_option("--auth-token", submit.auth_token,
                          "the daemons' token (or $GP_AUTH_TOKEN)");
   submit_cmd->add_option("extra", submit.extra, "-- then executor run flags for every rank");

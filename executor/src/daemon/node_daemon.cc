@@ -43,6 +43,31 @@ const std::set<std::string> kAllowedFlags = {
     "--trace",          "--kill-rank-at",     "--log-level", "--data-plane",   "--cpu-affinity",
     "--precision"};
 
+// The flags among kAllowedFlags whose value is a path: confined to the daemon's output root.
+const std::set<std::string> kPathFlags = {"--checkpoint-dir", "--resume", "--metrics-out",
+                                          "--trace"};
+
+// `path` as the ranks will use it (relative to this process's directory, which they inherit),
+// with symlinks of its existing part resolved and ".." folded; an error naming `what` unless it
+// lies inside `root` (itself canonical).
+Result<std::string> confine(const std::string& what, const std::string& path,
+                            const fs::path& root) {
+  if (path.empty()) return invalid_argument(what + ": empty path");
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return invalid_argument(what + " = '" + path + "': " + ec.message());
+  auto r = root.begin();
+  auto p = resolved.begin();
+  for (; r != root.end() && !r->empty(); ++r, ++p) {
+    if (p == resolved.end() || *p != *r) {
+      return invalid_argument(what + " = '" + path + "' resolves to '" + resolved.string() +
+                              "', outside this daemon's output root '" + root.string() +
+                              "' (serve --output-root)");
+    }
+  }
+  return resolved.string();
+}
+
 struct RankProc {
   int rank = 0;
   int device = 0;
@@ -135,15 +160,44 @@ class Daemon final : public pb::NodeDaemon::Service {
         return bad("ranks: " + std::to_string(r) + " is not a rank of the plan");
       }
     }
-    if (req->coordinator().empty() || req->store_dir().empty()) {
-      return bad("coordinator and store_dir are required");
-    }
-    for (int i = 0; i < req->extra_args_size(); ++i) {
+    if (req->coordinator().empty()) return bad("coordinator is required");
+    // The ranks get the paths as checked (resolved), so a later symlink in front of them
+    // cannot redirect what was checked.
+    std::vector<std::string> extra;
+    const int n_extra = req->extra_args_size();
+    for (int i = 0; i < n_extra; ++i) {
       const std::string& a = req->extra_args(i);
-      const std::string flag = a.substr(0, a.find('='));
-      if (a.starts_with("--") && !kAllowedFlags.count(flag)) {
+      if (!a.starts_with("--")) {
+        extra.push_back(a);
+        continue;
+      }
+      const size_t eq = a.find('=');
+      const std::string flag = a.substr(0, eq);
+      if (!kAllowedFlags.count(flag)) {
         return bad("extra_args: '" + flag + "' is not a flag a daemon passes on");
       }
+      if (!kPathFlags.count(flag)) {
+        extra.push_back(a);
+        continue;
+      }
+      std::string value;
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+      } else if (i + 1 < n_extra) {
+        value = req->extra_args(++i);
+      } else {
+        return bad("extra_args: " + flag + " has no value");
+      }
+      auto path = confine("extra_args " + flag, value, options_.output_root);
+      if (!path.ok()) return bad(path.status().message());
+      extra.push_back(flag);
+      extra.push_back(*path);
+    }
+    std::string store_dir = (fs::path(options_.output_root) / ("store-" + id)).string();
+    if (!req->store_dir().empty()) {
+      auto path = confine("store_dir", req->store_dir(), options_.output_root);
+      if (!path.ok()) return bad(path.status().message());
+      store_dir = *path;
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (jobs_.count(id)) return bad("job_id = '" + id + "': already submitted here");
@@ -184,7 +238,7 @@ class Daemon final : public pb::NodeDaemon::Service {
                                        "--world-size",  std::to_string(req->world_size()),
                                        "--coordinator", req->coordinator(),
                                        "--bind",        options_.bind_host,
-                                       "--store-dir",   req->store_dir(),
+                                       "--store-dir",   store_dir,
                                        "--iterations",  std::to_string(req->iterations()),
                                        "--timeout",     std::to_string(req->timeout_s())};
       // The daemon owns the devices: a rank trains on the one it was given.
@@ -197,7 +251,7 @@ class Daemon final : public pb::NodeDaemon::Service {
         args.push_back("--verdict-file");
         args.push_back(job.verdict_path);
       }
-      for (const auto& a : req->extra_args()) args.push_back(a);
+      for (const auto& a : extra) args.push_back(a);
       p.pid = spawn(args, p.log_path);
       if (p.pid < 0) {
         for (auto& started : job.ranks) terminate(started);
@@ -413,6 +467,12 @@ Status run_serve(const ServeOptions& in) {
   std::error_code ec;
   fs::create_directories(o.work_dir, ec);
   if (ec) return invalid_argument("--work-dir " + o.work_dir + ": " + ec.message());
+  // What job requests may name for their ranks: by default only the daemon's own work
+  // directory (a client must not write, as this user, wherever this user may).
+  if (o.output_root.empty()) o.output_root = o.work_dir;
+  fs::create_directories(o.output_root, ec);
+  if (!ec) o.output_root = fs::canonical(o.output_root, ec).string();
+  if (ec) return invalid_argument("--output-root " + o.output_root + ": " + ec.message());
   char self[4096] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return internal_error("cannot find this executable (/proc/self/exe)");
@@ -432,8 +492,8 @@ Status run_serve(const ServeOptions& in) {
                             "machine's)");
   }
   auto log = log::get("daemon");
-  log->info("serving {} device(s) on {}:{}, ranks bind to {}, jobs in {}", o.devices,
-            o.listen.substr(0, colon), port, o.bind_host, o.work_dir);
+  log->info("serving {} device(s) on {}:{}, ranks bind to {}, jobs in {}, outputs under {}",
+            o.devices, o.listen.substr(0, colon), port, o.bind_host, o.work_dir, o.output_root);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -17,8 +17,11 @@ struct ServeOptions {
   std::string accelerator = "cpu";  // "cuda": the rank on device slot d trains on cuda:d
   std::string bind_host;            // ranks' data plane; default: the host part of `listen`
   std::string work_dir;             // job directories (plans, logs); default: a temporary directory
-  std::string auth_token;           // or $GP_AUTH_TOKEN; required from clients when set
-  bool insecure = false;            // serve without a token (refused otherwise)
+  // Every path a job request names for its ranks to write or read (--metrics-out, --trace,
+  // --checkpoint-dir, --resume, the store directory) must resolve inside it; default: work_dir.
+  std::string output_root;
+  std::string auth_token;  // or $GP_AUTH_TOKEN; required from clients when set
+  bool insecure = false;   // serve without a token (refused otherwise)
 };
 
 struct SubmitOptions {
@@ -27,7 +30,7 @@ struct SubmitOptions {
   int iterations = 5;
   int timeout_s = 30;
   int port = 29500;                // the coordinator's port on the first node
-  std::string store_dir;           // shared by every node; default /tmp/graphpipe-store-<job>
+  std::string store_dir;           // shared by every node; default: each daemon's own
   std::string auth_token;          // or $GP_AUTH_TOKEN
   std::vector<std::string> extra;  // executor run flags for every rank
 };

@@ -98,7 +98,7 @@ Status run_submit(const SubmitOptions& in) {
     n.offsets.assign(n.ranks.size(), 0);
   }
   const std::string job = random_id();
-  if (o.store_dir.empty()) o.store_dir = "/tmp/graphpipe-store-" + job;
+  // Empty: each daemon uses a directory of its own output root (a one-node job).
   // Rank 0 is on the first node with ranks; it hosts the coordinator on its bind address.
   std::string coordinator;
   for (const auto& n : nodes) {
