@@ -367,10 +367,27 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                    [](const CandidateSummary& x, const CandidateSummary& y) {
                      return x.micro_batch < y.micro_batch;
                    });
+  // Refinements of the best plan's stages: a trial replaces the best plan when it runs, fits
+  // and simulates more than 0.2 % faster.
+  auto keep_if_faster = [&](std::vector<StageAssignment> trial) -> Result<bool> {
+    GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
+    GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+    if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
+        sim.throughput_samples_per_s <= best_throughput * 1.002) {
+      return false;
+    }
+    best_throughput = sim.throughput_samples_per_s;
+    best_stages = std::move(trial);
+    plan.mutable_provenance()->set_sp_edges_added(result.plan.provenance().sp_edges_added());
+    sim::fill_predicted_metrics(sim, &plan);
+    plan.mutable_predicted()->set_bottleneck_tps_s(best_tps);
+    result.plan = std::move(plan);
+    result.simulation = std::move(sim);
+    return true;
+  };
   if (result.feasible && req.per_stage_microbatch) {
     // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
     // simulated throughput improves by more than 0.2% and the plan still fits and runs.
-    const int sp_edges = result.plan.provenance().sp_edges_added();
     for (int pass = 0; pass < 4; ++pass) {
       bool improved = false;
       for (size_t s = 0; s < best_stages.size(); ++s) {
@@ -382,20 +399,8 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
               b % static_cast<int64_t>(trial[s].ranks.size()) != 0) {
             continue;
           }
-          GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
-          GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
-          if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
-              sim.throughput_samples_per_s <= best_throughput * 1.002) {
-            continue;
-          }
-          best_throughput = sim.throughput_samples_per_s;
-          best_stages = std::move(trial);
-          plan.mutable_provenance()->set_sp_edges_added(sp_edges);
-          sim::fill_predicted_metrics(sim, &plan);
-          plan.mutable_predicted()->set_bottleneck_tps_s(best_tps);
-          result.plan = std::move(plan);
-          result.simulation = std::move(sim);
-          improved = true;
+          GP_ASSIGN_OR_RETURN(const bool kept, keep_if_faster(std::move(trial)));
+          improved = improved || kept;
         }
       }
       if (req.progress) {
@@ -432,21 +437,8 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
         ++trials;
         auto trial = best_stages;
         trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(), idle.begin() + d);
-        GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
-        GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
-        if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
-            sim.throughput_samples_per_s <= best_throughput * 1.002) {
-          continue;
-        }
-        best_throughput = sim.throughput_samples_per_s;
-        best_stages = std::move(trial);
-        plan.mutable_provenance()->set_sp_edges_added(result.plan.provenance().sp_edges_added());
-        sim::fill_predicted_metrics(sim, &plan);
-        plan.mutable_predicted()->set_bottleneck_tps_s(best_tps);
-        result.plan = std::move(plan);
-        result.simulation = std::move(sim);
-        improved = true;
-        ++gains;
+        GP_ASSIGN_OR_RETURN(improved, keep_if_faster(std::move(trial)));
+        if (improved) ++gains;
       }
     }
     const int used_devices = result.plan.programs_size();
