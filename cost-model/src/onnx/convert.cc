@@ -387,7 +387,8 @@ void Importer::gather(int i, const std::string& id) {
   if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
   const int r = sole_consumer(n.output(0));
   if (r >= 0 && only_consumers_in(n.output(0), {r}) && rank_of(n.input(1)) == 2 &&
-      (g_.node(r).op_type() == "ReduceSum" || g_.node(r).op_type() == "ReduceMean")) {
+      (g_.node(r).op_type() == "ReduceSum" || g_.node(r).op_type() == "ReduceMean") &&
+      g_.node(r).output_size() == 1) {  // embedding_bag() writes the reducer's output
     const auto axes = axes_of(g_.node(r));
     if (axes && axes->size() == 1 && ((*axes)[0] == 1 || (*axes)[0] == -2) &&
         attr_i(g_.node(r), "keepdims", 1) == 0) {
