@@ -255,6 +255,7 @@ bool Importer::match_attention(int start) {
   // one consumer, or it has another type or is already taken.
   auto next = [&](const std::string& name, const char* type) {
     int found = -1;
+    if (name.empty()) return -1;
     auto it = consumers_.find(name);
     if (it == consumers_.end()) return -1;
     for (int c : it->second) {
@@ -268,7 +269,10 @@ bool Importer::match_attention(int start) {
     if (found >= 0) nodes.insert(found);
     return found;
   };
-  auto out = [&](int k) { return g_.node(k).output(0); };
+  // A node without outputs has no consumer: the empty name leads `next` nowhere.
+  auto out = [&](int k) {
+    return g_.node(k).output_size() > 0 ? g_.node(k).output(0) : std::string();
+  };
   auto perm_is = [&](int k, std::vector<int64_t> p) { return attr_ints(g_.node(k), "perm") == p; };
 
   const int in_mm = next(out(start), "MatMul");
