@@ -79,6 +79,12 @@ struct RankProc {
   // Set by terminate(): SIGKILL follows at this time if SIGTERM did not end it (a frozen
   // process does not act on SIGTERM until it is continued).
   std::optional<std::chrono::steady_clock::time_point> kill_at;
+  bool sigkill_sent = false;
+  // Whether this daemon's signal ended the rank: a rank that died of a SIGKILL the daemon never
+  // sent killed itself (or was killed by someone else) even if a SIGTERM was on its way.
+  bool stopped_by_daemon() const {
+    return kill_at.has_value() && (exit_code != 128 + SIGKILL || sigkill_sent);
+  }
 };
 
 // How long a rank has between SIGTERM and SIGKILL.
@@ -86,6 +92,13 @@ constexpr std::chrono::seconds kKillGrace{1};
 
 void terminate(RankProc& r) {
   if (!r.running || r.kill_at) return;
+  // A rank that has exited but is not reaped yet keeps its own exit status: signalling it would
+  // make its death look like the daemon's doing.
+  siginfo_t info{};
+  if (waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+      info.si_pid == r.pid) {
+    return;
+  }
   kill(r.pid, SIGTERM);
   r.kill_at = std::chrono::steady_clock::now() + kKillGrace;
 }
@@ -285,7 +298,7 @@ class Daemon final : public pb::NodeDaemon::Service {
       r->set_running(p.running);
       r->set_exit_code(p.exit_code);
       r->set_exited_unix_ms(p.exited_unix_ms);
-      r->set_stopped_by_daemon(p.kill_at.has_value());
+      r->set_stopped_by_daemon(p.stopped_by_daemon());
       const int64_t from = i < static_cast<size_t>(req->log_offsets_size())
                                ? req->log_offsets(static_cast<int>(i))
                                : 0;
@@ -388,6 +401,7 @@ class Daemon final : public pb::NodeDaemon::Service {
               any_running = true;
               if (r.kill_at && std::chrono::steady_clock::now() >= *r.kill_at) {
                 kill(r.pid, SIGKILL);
+                r.sigkill_sent = true;
                 r.kill_at = std::chrono::steady_clock::time_point::max();
               }
               continue;
