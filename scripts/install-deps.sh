@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev libgloo-dev libonnx-dev
   python3 python3-numpy
   clang libclang-rt-14-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
+  openssh-server openssh-client  # e2e: ranks started over real ssh (test/e2e/multihost_test.sh)
 )
 
 missing=()

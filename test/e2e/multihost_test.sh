@@ -136,6 +136,65 @@ PATH="$tmp/bin:$PATH" SLURM_JOB_NODELIST="" run_launch --plan "$tmp/local.pb" --
 check "--slurm runs the ranks as srun tasks (exit 0)" '[ $rc -eq 0 ]'
 check "their losses equal the reference's" \
   '[ -s "$tmp/slurm.json" ] && [ "$(losses "$tmp/slurm.json")" = "$(losses "$tmp/ref.json")" ]'
+# srun's tasks are children of srun, which outlives a SIGKILLed launcher: they stop on the
+# launcher's beacon going stale instead (--orphan-timeout), at an iteration boundary.
+PATH="$tmp/bin:$PATH" SLURM_JOB_NODELIST="" GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" "$launch" \
+  --plan "$tmp/local.pb" --iterations 100000 --slurm --port 29616 --run-dir "$tmp/orphan" \
+  --orphan-timeout 2 > "$tmp/orphan.log" 2>&1 &
+orphan_launcher=$!
+for _ in $(seq 100); do grep -q "iteration 2: loss" "$tmp/orphan.log" 2>/dev/null && break; sleep 0.1; done
+kill -KILL "$orphan_launcher"
+killed_at=$(date +%s%3N)
+for _ in $(seq 150); do pgrep -f -- "run --rank .*29616" > /dev/null || break; sleep 0.1; done
+gone_ms=$(( $(date +%s%3N) - killed_at ))
+check "srun tasks stop within 3 x --orphan-timeout of the launcher's SIGKILL ($gone_ms ms)" \
+  '! pgrep -f -- "run --rank .*29616" > /dev/null && [ "$gone_ms" -lt 6000 ]'
+check "they stopped because the launcher's beacon went stale, at an iteration boundary" \
+  'grep -q "has not changed for 2 s: the launcher is gone" "$tmp/orphan/attempt-0/ranks.log" && grep -q "stopped after iteration" "$tmp/orphan/attempt-0/ranks.log"'
+pkill -KILL -f -- "run --rank .*29616" 2>/dev/null || true
+
+# Real ssh: an sshd on each "host", the launcher on the first one. A SIGKILLed launcher leaves
+# its ssh clients (and so the remote sessions) alive; the ranks stop on its stale beacon.
+ssh_dir="$tmp/ssh"
+mkdir -p "$ssh_dir" /run/sshd && chmod 700 "$ssh_dir"
+ssh-keygen -q -t ed25519 -N '' -f "$ssh_dir/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$ssh_dir/id" &&
+  cp "$ssh_dir/id.pub" "$ssh_dir/authorized_keys" || exit 1
+printf '%s\n' "HostKey $ssh_dir/host_key" "AuthorizedKeysFile $ssh_dir/authorized_keys" \
+  "PermitRootLogin prohibit-password" "PasswordAuthentication no" "KbdInteractiveAuthentication no" \
+  "UsePAM no" "StrictModes no" "PidFile none" > "$ssh_dir/sshd_config"
+for host in "$ns_a 10.77.0.1" "$ns_b 10.77.0.2"; do
+  read -r ns addr <<< "$host"
+  ip netns exec "$ns" /usr/sbin/sshd -D -e -f "$ssh_dir/sshd_config" -o "ListenAddress=$addr" \
+    -p 2222 > "$tmp/sshd-$addr.log" 2>&1 &
+  daemons+=($!)
+done
+ssh_cmd="ssh -p 2222 -i $ssh_dir/id -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+for _ in $(seq 50); do
+  ip netns exec "$ns_a" $ssh_cmd 10.77.0.2 true 2>/dev/null && ip netns exec "$ns_a" $ssh_cmd 10.77.0.1 true 2>/dev/null && break
+  sleep 0.1
+done
+printf '10.77.0.1 1\n10.77.0.2 1\n' > "$tmp/ssh-hosts"
+ip netns exec "$ns_a" env GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 120 "$launch" \
+  --plan "$tmp/plan.pb" --iterations 4 --hostfile "$tmp/ssh-hosts" --remote-shell "$ssh_cmd" \
+  --port 29617 --run-dir "$tmp/ssh-run" --metrics-out "$tmp/ssh.json" > "$tmp/ssh.log" 2>&1; rc=$?
+check "ranks started over ssh on two hosts train (exit 0)" '[ $rc -eq 0 ]'
+check "their losses equal the reference's" \
+  '[ -s "$tmp/ssh.json" ] && [ "$(losses "$tmp/ssh.json")" = "$(losses "$tmp/ref.json")" ]'
+ip netns exec "$ns_a" env GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" "$launch" \
+  --plan "$tmp/plan.pb" --iterations 100000 --hostfile "$tmp/ssh-hosts" --remote-shell "$ssh_cmd" \
+  --port 29618 --run-dir "$tmp/ssh-orphan" --orphan-timeout 2 > "$tmp/ssh-orphan.log" 2>&1 &
+ssh_launcher=$!
+for _ in $(seq 150); do grep -q "iteration 2: loss" "$tmp/ssh-orphan.log" 2>/dev/null && break; sleep 0.1; done
+kill -KILL "$ssh_launcher"
+killed_at=$(date +%s%3N)
+for _ in $(seq 150); do pgrep -f -- "run .*10.77.0.1:29618" > /dev/null || break; sleep 0.1; done
+gone_ms=$(( $(date +%s%3N) - killed_at ))
+check "ssh-started ranks stop within 3 x --orphan-timeout of the launcher's SIGKILL ($gone_ms ms)" \
+  '! pgrep -f -- "run .*10.77.0.1:29618" > /dev/null && [ "$gone_ms" -lt 6000 ]'
+check "the remote rank stopped because the launcher's beacon went stale" \
+  'grep -q "the launcher is gone" "$tmp/ssh-orphan/attempt-0/rank-1.log"'
+pkill -KILL -f -- "run .*10.77.0.1:29618" 2>/dev/null || true
+
 # Node daemons, one per namespace; `submit` from the first host.
 ip netns exec "$ns_a" "$exe" serve --listen 10.77.0.1:29700 --devices 1 --auth-token s3cret \
   --output-root "$tmp" --work-dir "$tmp/daemon-a" > "$tmp/daemon-a.log" 2>&1 &

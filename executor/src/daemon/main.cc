@@ -494,6 +494,15 @@ int main(int raw_argc, char** raw_argv) {
   run_cmd->add_option("--verdict-file", run.verdict_file,
                       "rank 0: when the job aborts, write the rank it blames and why here "
                       "(failed_rank=R, reason=...), for the launcher");
+  run_cmd->add_option("--launcher-beacon", run.launcher_beacon,
+                      "a file the launcher rewrites every second; when it stays unchanged for "
+                      "--orphan-timeout seconds the launcher is gone and the rank stops as on "
+                      "SIGTERM (for ranks whose parent process outlives the launcher: srun, ssh)");
+  run_cmd
+      ->add_option("--orphan-timeout", run.orphan_timeout_s,
+                   "seconds without a change of --launcher-beacon before the rank stops")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   run_cmd
       ->add_option("--kill-rank-at", run.kill_rank_at,
                    "testing: RANK:ITERATION, that rank SIGKILLs itself there (not when resuming)")

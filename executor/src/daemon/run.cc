@@ -183,7 +183,7 @@ Result<int> run_rank(const RunOptions& options) {
       o.coordinator = std::string(addr) + ":" + port;
     }
   }
-  GP_RETURN_IF_ERROR(install_stop_signals());
+  GP_RETURN_IF_ERROR(install_stop_signals(o.launcher_beacon, o.orphan_timeout_s));
   const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
   const std::string token = token_or_env(o.auth_token);
   if (o.log_every < 1) {

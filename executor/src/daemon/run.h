@@ -34,6 +34,8 @@ struct RunOptions {
   int log_every = 1;             // rank 0: a progress line per this many iterations
   bool allow_nonfinite = false;  // a NaN/inf loss trains on instead of stopping the job (exit 3)
   std::string verdict_file;      // rank 0: when the job aborts, "failed_rank=R\nreason=...\n"
+  std::string launcher_beacon;   // a file the launcher rewrites every second ...
+  int orphan_timeout_s = 30;     // ... and the rank stops when it stays unchanged this long
   // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
   // resume (so a re-planned run carries on).
   std::string kill_rank_at;

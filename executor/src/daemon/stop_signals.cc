@@ -9,8 +9,13 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include "gp/common/logging.h"
 
 namespace gp::exec::daemon {
 namespace {
@@ -37,13 +42,56 @@ void on_stop_signal(int sig) {
   if (monotonic_ms() - g_stop_signal_ms.load() > kForceAfterMs) _exit(128 + sig);
 }
 
+// The whole content of FILE, or nullopt when it cannot be read. Opening it each time (rather
+// than stat) sees a shared filesystem's latest copy: NFS revalidates on open, not on stat.
+std::optional<std::string> read_beacon(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
+
 }  // namespace
 
 // Installs the stop handlers, and makes the rank stop (as on SIGTERM) when whoever started it
 // (the launcher, the node daemon, sshd's session, a shell) dies, so no rank outlives its job.
 // A watchdog polls the parent process rather than using PR_SET_PDEATHSIG, which fires when the
 // forking *thread* exits (the node daemon forks from gRPC pool threads that come and go).
-Status install_stop_signals() {
+// A rank whose parent outlives the launcher (srun's slurmstepd, an ssh session that lingers)
+// watches the launcher's beacon file instead: the launcher rewrites it every second, and a
+// beacon unchanged for `orphan_timeout_s` (by this host's clock, so clock skew between hosts
+// does not matter) means the launcher is gone.
+Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeout_s) {
+  if (!launcher_beacon.empty()) {
+    if (orphan_timeout_s < 1) {
+      return invalid_argument("--orphan-timeout = " + std::to_string(orphan_timeout_s) +
+                              ", must be >= 1 second");
+    }
+    std::optional<std::string> first = read_beacon(launcher_beacon);
+    if (!first) {
+      return not_found("--launcher-beacon '" + launcher_beacon +
+                       "' cannot be read: " + std::strerror(errno));
+    }
+    std::thread([launcher_beacon, orphan_timeout_s, last = *first]() mutable {
+      auto changed_at = std::chrono::steady_clock::now();
+      for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::optional<std::string> now = read_beacon(launcher_beacon);
+        if (now && *now != last) {
+          last = *now;
+          changed_at = std::chrono::steady_clock::now();
+        } else if (std::chrono::steady_clock::now() - changed_at >
+                   std::chrono::seconds(orphan_timeout_s)) {
+          log::get("exec")->warn(
+              "the launcher's beacon {} has not changed for {} s: the launcher is gone; stopping",
+              launcher_beacon, orphan_timeout_s);
+          ::kill(::getpid(), SIGTERM);
+          return;
+        }
+      }
+    }).detach();
+  }
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);

@@ -1,12 +1,15 @@
 // Graceful stops of a rank: SIGTERM/SIGINT and the death of the process that started it.
 #pragma once
 
+#include <string>
+
 #include "gp/common/status.h"
 
 namespace gp::exec::daemon {
 
-// Installs the SIGTERM/SIGINT handlers and the parent watchdog (see stop_signals.cc).
-Status install_stop_signals();
+// Installs the SIGTERM/SIGINT handlers and the parent watchdog, and, when `launcher_beacon` is
+// given, the watchdog on that file (see stop_signals.cc).
+Status install_stop_signals(const std::string& launcher_beacon = "", int orphan_timeout_s = 0);
 // The first stop signal received, 0 while none.
 int stop_signal();
 // "SIGTERM", "SIGINT" or "a signal".
