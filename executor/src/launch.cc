@@ -1,6 +1,10 @@
 #include "gp/exec/launch.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 namespace gp::exec::launch {
@@ -212,6 +216,39 @@ NextAttempt next_attempt(const RestartPolicy& policy, const AttemptResult& resul
   next.message = "re-planning without rank " + std::to_string(result.failed_rank) + " (" +
                  std::to_string(next.nprocs) + " devices left)";
   return next;
+}
+
+Result<std::vector<std::string>> remove_noted_rings(const std::string& store_dir,
+                                                    const std::string& shm_root) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(store_dir, ec)) return removed;  // no rank got that far
+  const std::string own = (fs::path(shm_root) / ("graphpipe-" + std::to_string(getuid()) + "-"))
+                              .lexically_normal()
+                              .string();
+  for (const auto& entry : fs::directory_iterator(store_dir, ec)) {
+    if (entry.path().extension() != ".shm-dir") continue;
+    std::ifstream note(entry.path());
+    std::string dir;
+    std::getline(note, dir);
+    const std::string normal = fs::path(dir).lexically_normal().string();
+    // Directly under shm_root and ours: a note cannot point anywhere else ("../", subdirs).
+    if (normal.compare(0, own.size(), own) != 0 || normal.size() == own.size() ||
+        normal.find('/', own.size()) != std::string::npos) {
+      continue;
+    }
+    if (!fs::exists(normal, ec)) continue;
+    fs::remove_all(normal, ec);
+    if (ec) {
+      return internal_error("cannot remove the shared-memory rings " + normal + ": " +
+                            ec.message());
+    }
+    removed.push_back(normal);
+  }
+  if (ec)
+    return internal_error("cannot list the store directory " + store_dir + ": " + ec.message());
+  return removed;
 }
 
 }  // namespace gp::exec::launch

@@ -2,7 +2,11 @@
 // and with which exit status, and whether the job is re-planned.
 #include "gp/exec/launch.h"
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
 
 namespace gp::exec::launch {
 namespace {
@@ -308,6 +312,43 @@ TEST_CASE(
   next = next_attempt(replan(), r);
   REQUIRE(next.restart);
   CHECK(next.hosts[1].slots == 1);
+}
+
+TEST_CASE("after an attempt the rings its ranks noted are removed, and nothing a note misnames") {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("gp-rings-" + std::to_string(getpid()));
+  fs::remove_all(root);
+  const fs::path shm = root / "shm", store = root / "store";
+  fs::create_directories(store);
+  const std::string own = "graphpipe-" + std::to_string(getuid()) + "-";
+  const fs::path ring = shm / (own + "abc"), other_user = shm / "graphpipe-999999-abc";
+  const fs::path nested = shm / (own + "x") / "inner", outside = root / "precious";
+  for (const auto& d : {ring, other_user, nested, outside}) {
+    fs::create_directories(d);
+    std::ofstream(d / "ring") << "data";
+  }
+  auto note = [&](const std::string& name, const fs::path& dir) {
+    std::ofstream(store / (name + ".shm-dir")) << dir.string() << "\n";
+  };
+  note("rank0", ring);
+  note("rank1", other_user);
+  note("rank2", nested);
+  note("rank3", shm / (own + "abc") / ".." / ".." / "precious");
+  note("rank4", outside);
+  std::ofstream(store / "rank5.other") << ring.string() << "\n";
+
+  auto removed = remove_noted_rings(store.string(), shm.string());
+  REQUIRE(removed.ok());
+  REQUIRE(removed->size() == 1);
+  CHECK((*removed)[0] == ring.lexically_normal().string());
+  CHECK_FALSE(fs::exists(ring));
+  CHECK(fs::exists(other_user / "ring"));
+  CHECK(fs::exists(nested / "ring"));
+  CHECK(fs::exists(outside / "ring"));
+  // A second pass finds nothing left to remove; a missing store directory is not an error.
+  CHECK(remove_noted_rings(store.string(), shm.string())->empty());
+  CHECK(remove_noted_rings((root / "none").string(), shm.string())->empty());
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -103,9 +103,11 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
   clean_ = launcher_->add_subcommand(
       "clean",
       "After an attempt, once none of its ranks runs: remove the checkpoints it left half-written "
-      "(iter-K without a manifest, *.tmp); print `removed PATH` for each");
-  clean_->add_option("--checkpoint-dir", checkpoint_dir_, "the job's checkpoint directory")
-      ->required();
+      "(iter-K without a manifest, *.tmp) and the shared-memory rings its killed ranks left in "
+      "/dev/shm; print `removed PATH` for each");
+  clean_->add_option("--checkpoint-dir", checkpoint_dir_, "the job's checkpoint directory");
+  clean_->add_option("--store-dir", store_dir_,
+                     "the attempt's store directory, where ranks note their rings");
 
   next_ = launcher_->add_subcommand(
       "next",
@@ -148,8 +150,17 @@ Status LauncherCommands::run() const {
 }
 
 Status LauncherCommands::clean() const {
-  GP_ASSIGN_OR_RETURN(const auto removed, clean_torn_checkpoints(checkpoint_dir_));
-  for (const auto& path : removed) emit("removed", path);
+  if (checkpoint_dir_.empty() && store_dir_.empty()) {
+    return invalid_argument("launcher clean: give --checkpoint-dir and/or --store-dir");
+  }
+  if (!store_dir_.empty()) {
+    GP_ASSIGN_OR_RETURN(const auto rings, launch::remove_noted_rings(store_dir_));
+    for (const auto& path : rings) emit("removed", path);
+  }
+  if (!checkpoint_dir_.empty()) {
+    GP_ASSIGN_OR_RETURN(const auto removed, clean_torn_checkpoints(checkpoint_dir_));
+    for (const auto& path : removed) emit("removed", path);
+  }
   return ok_status();
 }
 

@@ -32,7 +32,7 @@ class LauncherCommands {
            *clean_ = nullptr, *next_ = nullptr;
   std::string plan_, hostfile_, hostfile_name_, device_ = "cpu", cuda_visible_devices_,
                                                 verdict_file_;
-  std::string on_failure_ = "stop", checkpoint_dir_;
+  std::string on_failure_ = "stop", checkpoint_dir_, store_dir_;
   int nprocs_ = 0, stop_signal_ = 0, attempt_ = 0, max_restarts_ = 3, exit_status_ = 0;
   int failed_rank_ = -1;
   bool slurm_ = false;

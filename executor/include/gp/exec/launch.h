@@ -124,4 +124,11 @@ struct NextAttempt {
 // no rank to exclude or none left), else re-plan without the blamed rank and resume.
 NextAttempt next_attempt(const RestartPolicy& policy, const AttemptResult& result);
 
+// The one decision with a side effect: after an attempt, removes the shared-memory ring
+// directories its ranks noted in the store directory (`*.shm-dir`, written when a rank sets up
+// its rings), which ranks that were killed could not remove. Only directories directly under
+// `shm_root` named "graphpipe-<this uid>-..." are removed, whatever a note says. Returns them.
+Result<std::vector<std::string>> remove_noted_rings(const std::string& store_dir,
+                                                    const std::string& shm_root = "/dev/shm");
+
 }  // namespace gp::exec::launch
