@@ -95,9 +95,12 @@ Importer::Importer(const onnx::ModelProto& model, std::string path, OnnxImportOp
 }
 
 namespace {
+// The product of the dims; -1 for a negative dim or a product that overflows.
 int64_t element_count(const onnx::TensorProto& t) {
   int64_t n = 1;
-  for (int64_t d : t.dims()) n *= d;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return -1;
+  }
   return n;
 }
 // Elements actually stored (typed fields or raw bytes).
@@ -125,6 +128,12 @@ Status Importer::check_initializers() const {
       return invalid_argument(path_ + ": initializer '" + t.name() +
                               "' is stored in an external data file, which the importer does not "
                               "read (save the model with its data inline)");
+    }
+    if (element_count(t) < 0) {
+      std::string dims;
+      for (int64_t d : t.dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
+      return invalid_argument(path_ + ": initializer '" + t.name() + "' has dims [" + dims +
+                              "], which are negative or hold more elements than int64 counts");
     }
     const int64_t stored = stored_count(t);
     if (stored >= 0 && stored != element_count(t)) {
@@ -402,7 +411,8 @@ Status Importer::add_input(const onnx::ValueInfoProto& in) {
 // and arithmetic on it gives NaN (unknown).
 void Importer::fold_constants() {
   for (const auto& [name, t] : consts_) {
-    if (t->dims_size() > 1 || element_count(*t) > 64) continue;  // shape math is 0-D and 1-D
+    if (t->dims_size() > 1 || element_count(*t) < 0 || element_count(*t) > 64)
+      continue;  // shape math is 0-D and 1-D
     folded_[name] = values_of(*t);
     if (t->data_type() == kOnnxInt64 || t->data_type() == kOnnxInt32) folded_int_.insert(name);
   }
