@@ -97,6 +97,10 @@ Status validate_training(const graphpipe::v1::TrainingConfig& t, bool allow_unse
     return invalid_argument("training.weight_decay = " + number(t.weight_decay()) +
                             ", must be finite and >= 0");
   }
+  if (!(std::isfinite(t.clip_grad_norm()) && t.clip_grad_norm() >= 0)) {
+    return invalid_argument("training.clip_grad_norm = " + number(t.clip_grad_norm()) +
+                            ", must be finite and >= 0 (0: no clipping)");
+  }
   if (!graphpipe::v1::LrSchedule_IsValid(t.lr_schedule())) {
     return invalid_argument("training.lr_schedule = " + std::to_string(t.lr_schedule()) +
                             ": unknown schedule (expected CONSTANT or WARMUP_COSINE)");

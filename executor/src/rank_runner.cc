@@ -11,6 +11,13 @@
 namespace gp::exec {
 namespace {
 
+// Parameters of a stage's ops; a stage without any has no optimizer step.
+int64_t stage_params(const graph::Graph& graph, const graphpipe::v1::Stage& stage) {
+  int64_t params = 0;
+  for (const auto& id : stage.op_ids()) params += graph.op(graph.index_of(id)).cost.param_count;
+  return params;
+}
+
 double now_us() {
   return std::chrono::duration<double, std::micro>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -48,6 +55,16 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
   r->mini_batch_ = plan.mini_batch();
   r->group_.assign(st.device_ranks().begin(), st.device_ranks().end());
   std::sort(r->group_.begin(), r->group_.end());
+  if (plan.training().clip_grad_norm() > 0 && stage_params(graph, st) > 0) {
+    // The ranks that update parameters (stages without any have no optimizer step).
+    for (const auto& s : plan.stages()) {
+      if (stage_params(graph, s) == 0) continue;
+      r->world_.insert(r->world_.end(), s.device_ranks().begin(), s.device_ranks().end());
+    }
+    std::sort(r->world_.begin(), r->world_.end());
+    r->norm_sum_.assign(1, 0.0f);
+    r->counts_norm_ = rank == r->group_.front();
+  }
 
   // Tensors leaving this stage: produced here (exports) or passing through (relays).
   std::vector<graphpipe::v1::TensorRef> exports, relays;
@@ -293,6 +310,19 @@ Status RankRunner::allreduce_grads(Communicator& comm) {
   return runner.upload_param_grads(allreduce_staging_);
 }
 
+Status RankRunner::clip_grads(Communicator& comm) {
+  if (comm.device_memory()) {
+    return unimplemented(
+        "training.clip_grad_norm is not supported on the NCCL data plane yet (its norm "
+        "all-reduce is in host memory); train without it, or on the CPU");
+  }
+  StageRunner& runner = *runner_;
+  GP_ASSIGN_OR_RETURN(const double own, runner.grad_sum_of_squares(allreduce_staging_));
+  norm_sum_[0] = counts_norm_ ? static_cast<float>(own) : 0.0f;
+  if (world_.size() > 1) GP_RETURN_IF_ERROR(comm.allreduce_sum(world_, norm_sum_));
+  return runner.clip_grads(norm_sum_[0], allreduce_staging_);
+}
+
 Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) {
   StageRunner& runner = *runner_;
   runner.zero_param_grads();
@@ -350,7 +380,8 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         st = allreduce_grads(comm);
         break;
       case Op::kOptimizer:
-        runner.optimizer_step(iteration + 1);
+        if (!world_.empty()) st = clip_grads(comm);
+        if (st.ok()) runner.optimizer_step(iteration + 1);
         break;
     }
     // Queued device work would otherwise be timed at its launch.

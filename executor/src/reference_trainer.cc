@@ -24,6 +24,9 @@ Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
   GP_ASSIGN_OR_RETURN(trainer->runner_,
                       StageRunner::create(graph, ops, {}, micro_batch, /*slots=*/1, training,
                                           /*relays=*/{}, device));
+  if (training.clip_grad_norm() > 0 && !trainer->runner_->host_memory()) {
+    trainer->clip_scratch_.assign(static_cast<size_t>(trainer->runner_->param_count()), 0.0f);
+  }
   trainer->mini_batch_ = mini_batch;
   trainer->micro_batch_ = micro_batch;
   return trainer;
@@ -40,6 +43,10 @@ Result<IterationMetrics> ReferenceTrainer::run_iteration(int64_t iteration) {
     loss += r.loss_sum(0);
     r.begin_backward(0);
     r.backward(0, scale);
+  }
+  if (r.clip_grad_norm() > 0) {
+    GP_ASSIGN_OR_RETURN(const double sum_of_squares, r.grad_sum_of_squares(clip_scratch_));
+    GP_RETURN_IF_ERROR(r.clip_grads(sum_of_squares, clip_scratch_));
   }
   r.optimizer_step(iteration + 1);
   if (Status st = r.synchronize(); !st.ok()) {

@@ -1,6 +1,7 @@
 #include "gp/exec/stage_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <map>
 #include <string>
@@ -340,6 +341,32 @@ void StageRunner::optimizer_step(int64_t step) {
                                opt_state_.f() + off * per, static_cast<int64_t>(n), step);
     }
   }
+}
+
+double StageRunner::clip_grad_norm() const { return optimizer_->config().clip_grad_norm(); }
+
+Result<double> StageRunner::grad_sum_of_squares(std::span<float> scratch) {
+  std::span<const float> g;
+  if (host_) {
+    g = {grads_.f(), static_cast<size_t>(param_count_)};
+  } else {
+    GP_RETURN_IF_ERROR(download_param_grads(scratch));
+    g = scratch;
+  }
+  double sum = 0;
+  for (float v : g) sum += static_cast<double>(v) * v;
+  return sum;
+}
+
+Status StageRunner::clip_grads(double total_sum_of_squares, std::span<float> scratch) {
+  // torch.nn.utils.clip_grad_norm_: max_norm / (norm + 1e-6), applied only when below 1.
+  const double factor = clip_grad_norm() / (std::sqrt(total_sum_of_squares) + 1e-6);
+  if (!(factor < 1)) return ok_status();
+  const float f = static_cast<float>(factor);
+  std::span<float> g =
+      host_ ? std::span<float>(grads_.f(), static_cast<size_t>(param_count_)) : scratch;
+  for (float& v : g) v *= f;
+  return host_ ? ok_status() : upload_param_grads(scratch);
 }
 
 Status StageRunner::synchronize() {

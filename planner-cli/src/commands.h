@@ -61,6 +61,7 @@ struct SearchOptions {
   double beta2 = std::numeric_limits<double>::quiet_NaN();
   double eps = std::numeric_limits<double>::quiet_NaN();
   double weight_decay = 0;
+  double clip_grad_norm = 0;
   std::string lr_schedule = "constant";  // or warmup-cosine
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;

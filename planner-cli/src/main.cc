@@ -52,6 +52,9 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
   cmd->add_option("--eps", o->eps, "Adam's epsilon (default 1e-8)");
   cmd->add_option("--weight-decay", o->weight_decay,
                   "L2 weight decay, as PyTorch's weight_decay (default 0)");
+  cmd->add_option("--clip-grad-norm", o->clip_grad_norm,
+                  "scale the gradients so that their L2 norm over the whole model is at most "
+                  "this, as torch.nn.utils.clip_grad_norm_ (default 0: no clipping)");
   cmd->add_option("--lr-schedule", o->lr_schedule,
                   "constant, or warmup-cosine: linear warm-up over --warmup-steps, then cosine "
                   "decay to --min-lr at --total-steps")

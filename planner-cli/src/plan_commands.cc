@@ -64,6 +64,7 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
   set(opts.beta2, [&](double v) { t.set_adam_beta2(v); });
   set(opts.eps, [&](double v) { t.set_adam_epsilon(v); });
   t.set_weight_decay(opts.weight_decay);
+  t.set_clip_grad_norm(opts.clip_grad_norm);
   if (opts.lr_schedule == "warmup-cosine") {
     t.set_lr_schedule(graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE);
     t.set_warmup_steps(opts.warmup_steps);

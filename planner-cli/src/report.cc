@@ -136,6 +136,7 @@ std::string training_text(const graphpipe::v1::TrainingConfig& t) {
       out = "optimizer " + std::to_string(t.optimizer());
   }
   if (t.weight_decay() > 0) out += ", weight decay " + fmt("%g", t.weight_decay());
+  if (t.clip_grad_norm() > 0) out += ", gradient norm clipped at " + fmt("%g", t.clip_grad_norm());
   if (t.lr_schedule() == graphpipe::v1::LR_SCHEDULE_WARMUP_COSINE) {
     out += ", warm-up " + std::to_string(t.warmup_steps()) + " then cosine to " +
            fmt("%g", t.min_learning_rate()) + " at step " + std::to_string(t.total_steps());

@@ -259,6 +259,17 @@ TEST_CASE("data-parallel replicas and mixed micro-batch sizes keep the numerics 
   check_same_training(g, replicated_plan(g, t), ref);
 }
 
+TEST_CASE("gradient-norm clipping over every stage and replica trains like the reference") {
+  auto g = testing::zoo_graph("tiny-mmt");
+  auto t = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+  const auto unclipped = reference(g, 16, t);
+  t.set_clip_grad_norm(0.05);
+  const auto ref = reference(g, 16, t);
+  // The bound is below the gradients' norm: clipping changes the training.
+  CHECK(std::abs(ref.losses[2] - unclipped.losses[2]) > 1e-4 * std::abs(unclipped.losses[2]));
+  check_same_training(g, replicated_plan(g, t), ref);
+}
+
 TEST_CASE("a chain plan relays tensors through intermediate stages with the same numerics") {
   auto g = testing::zoo_graph("tiny-candle-uno");
   const auto t = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);

@@ -125,6 +125,22 @@ check "search stores weight decay and a warm-up cosine schedule" \
   --metrics-out "$tmp/sched-ref.json"
 check "the plan trains with them (and shuffles with its seed) as its reference does" \
   '[ $rc -eq 0 ] && [ "$(losses "$tmp/sched-local.json")" = "$(losses "$tmp/sched-ref.json")" ]'
+# Gradient-norm clipping: stored, shown, and applied over both ranks as the reference applies it.
+"$plan_bin" --log-level warn search --model "$dot" --cluster cpu-local --devices 2 --batch 8 \
+  --optimizer sgd --lr 0.1 --clip-grad-norm 0.01 --out "$tmp/clip-plan.pb" >/dev/null; rc=$?
+check "search stores --clip-grad-norm and inspect shows it" \
+  '[ $rc -eq 0 ] && "$plan_bin" inspect --plan "$tmp/clip-plan.pb" | grep -q "sgd lr 0.1, gradient norm clipped at 0.01, fp32"'
+"$exe" --log-level warn local --plan "$tmp/clip-plan.pb" --iterations 4 --data "$tmp/data" \
+  --metrics-out "$tmp/clip-local.json"; rc=$?
+"$exe" --log-level warn reference --plan "$tmp/clip-plan.pb" --iterations 4 --data "$tmp/data" \
+  --metrics-out "$tmp/clip-ref.json"
+"$exe" --log-level warn reference --plan "$tmp/clip-plan.pb" --clip-grad-norm 0 --iterations 4 \
+  --data "$tmp/data" --metrics-out "$tmp/noclip-ref.json"
+check "the plan clips over both ranks as its reference does (and clipping changes the losses)" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/clip-local.json")" = "$(losses "$tmp/clip-ref.json")" ] && [ "$(losses "$tmp/clip-ref.json" | tail -1)" != "$(losses "$tmp/noclip-ref.json" | tail -1)" ]'
+err=$("$plan_bin" search --model "$dot" --cluster cpu-local --batch 8 --clip-grad-norm -1 \
+  --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a negative --clip-grad-norm exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "training.clip_grad_norm = -1"'
 err=$("$plan_bin" search --model "$dot" --cluster cpu-local --batch 8 --lr-schedule step \
   --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
 check "an unknown --lr-schedule exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "lr-schedule = .step."'

@@ -188,6 +188,47 @@ TEST_CASE("warm-up then cosine: linear to the peak, cosine down to the floor, th
   CHECK(c->learning_rate(1000) == 0.1);
 }
 
+TEST_CASE("gradient-norm clipping scales the update by max_norm / (norm + 1e-6), as torch does") {
+  auto g = testing::zoo_graph("tiny-mmt");
+  const double lr = 0.1;
+  // One step of SGD from the same initial parameters: w1 - w0 = -lr * (factor * grad).
+  auto step = [&](double clip) {
+    auto t = sgd(lr);
+    t.set_clip_grad_norm(clip);
+    auto trainer = exec::ReferenceTrainer::create(g, 8, 0, t);
+    INFO(trainer.status().to_string());
+    REQUIRE(trainer.ok());
+    const auto w0 = (*trainer)->runner().params();
+    std::vector<double> before(w0.begin(), w0.end());
+    REQUIRE((*trainer)->run_iteration(0).ok());
+    const auto w1 = (*trainer)->runner().params();
+    std::vector<double> delta(before.size());
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = w1[i] - before[i];
+    return delta;
+  };
+  const auto plain = step(0);
+  double norm = 0;
+  for (double d : plain) norm += d * d;
+  norm = std::sqrt(norm) / lr;
+  REQUIRE(norm > 0);
+  const auto clipped = step(norm / 4);
+  const double factor = (norm / 4) / (norm + 1e-6);
+  double max_err = 0, max_abs = 0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    max_err = std::max(max_err, std::abs(clipped[i] - factor * plain[i]));
+    max_abs = std::max(max_abs, std::abs(plain[i]));
+  }
+  CHECK(max_err < 1e-4 * max_abs);
+  // A bound above the norm leaves the gradients as they are, bit for bit.
+  CHECK(step(10 * norm) == plain);
+
+  auto t = sgd(lr);
+  t.set_clip_grad_norm(-1);
+  auto bad = exec::ReferenceTrainer::create(g, 8, 0, t);
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("training.clip_grad_norm = -1"));
+}
+
 TEST_CASE("bad training settings are errors that name the field") {
   auto g = testing::zoo_graph("tiny-mmt");
   auto bad_lr = exec::ReferenceTrainer::create(g, 8, 0, sgd(0.0));

@@ -34,6 +34,8 @@ struct ReferenceOptions {
   bool optimizer_given = false, lr_given = false, momentum_given = false, seed_given = false;
   double weight_decay = 0;
   bool weight_decay_given = false;
+  double clip_grad_norm = 0;
+  bool clip_grad_norm_given = false;
   int64_t batch = 0;
   int64_t micro_batch = 0;
   int iterations = 5;
@@ -112,6 +114,7 @@ gp::Status run_reference(ReferenceOptions o) {
     }
     if (o.lr_given) training.set_learning_rate(o.learning_rate);
     if (o.weight_decay_given) training.set_weight_decay(o.weight_decay);
+    if (o.clip_grad_norm_given) training.set_clip_grad_norm(o.clip_grad_norm);
     if (o.seed_given) training.set_seed(o.seed);
     GP_RETURN_IF_ERROR(
         gp::graph::validate_training(training, false).with_context("--plan " + o.plan));
@@ -120,6 +123,7 @@ gp::Status run_reference(ReferenceOptions o) {
     GP_RETURN_IF_ERROR(set_optimizer(o, training));
     training.set_learning_rate(o.learning_rate);
     training.set_weight_decay(o.weight_decay);
+    training.set_clip_grad_norm(o.clip_grad_norm);
     training.set_seed(o.seed);
     GP_RETURN_IF_ERROR(gp::graph::validate_training(training, false));
   }
@@ -368,6 +372,10 @@ int main(int raw_argc, char** raw_argv) {
       reference->add_option("--momentum", ref.momentum, "momentum factor")->capture_default_str();
   auto* ref_wd = reference->add_option("--weight-decay", ref.weight_decay,
                                        "L2 weight decay, as PyTorch's weight_decay");
+  auto* ref_clip = reference->add_option(
+      "--clip-grad-norm", ref.clip_grad_norm,
+      "clip the gradients' L2 norm over the model at this, as torch.nn.utils.clip_grad_norm_ "
+      "(0: no clipping)");
   auto* ref_seed =
       reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
   reference->add_option("--metrics-out", ref.metrics_out, "write per-iteration metrics (JSON)");
@@ -626,5 +634,6 @@ int main(int raw_argc, char** raw_argv) {
   ref.momentum_given = ref_momentum->count() > 0;
   ref.seed_given = ref_seed->count() > 0;
   ref.weight_decay_given = ref_wd->count() > 0;
+  ref.clip_grad_norm_given = ref_clip->count() > 0;
   return gp::cli::report("graphpipe-executor", run_reference(ref));
 }

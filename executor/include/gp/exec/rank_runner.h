@@ -102,12 +102,19 @@ class RankRunner {
   Status unpack_on_device(const Step& s, const std::byte* in);
   // Sums the flat parameter gradients over the stage's replicas.
   Status allreduce_grads(Communicator& comm);
+  // training.clip_grad_norm: the model's gradient norm summed over every rank, then scaled.
+  Status clip_grads(Communicator& comm);
 
   int rank_ = 0;
   int stage_ = 0;
   int64_t per_replica_ = 0;
   int64_t mini_batch_ = 0;
   std::vector<int> group_;  // the stage's replicas
+  // Clipping: every rank of the plan (the norm's all-reduce), and this rank's part of the sum,
+  // counted once per stage (by its first replica: after the all-reduce all replicas hold it).
+  std::vector<int> world_;
+  std::vector<float> norm_sum_;
+  bool counts_norm_ = false;
   std::unique_ptr<StageRunner> runner_;
   std::vector<Step> steps_;
   std::vector<std::byte> staging_;

@@ -40,6 +40,7 @@ class ReferenceTrainer {
   std::unique_ptr<StageRunner> runner_;
   int64_t mini_batch_ = 0;
   int64_t micro_batch_ = 0;
+  std::vector<float> clip_scratch_;  // gradient clipping on devices without host memory
 };
 
 // {"iterations": [{"iteration": i, "loss": x, "time_s": t, "samples_per_s": s}, ...]}

@@ -83,6 +83,14 @@ class StageRunner {
   int64_t param_count() const { return param_count_; }
   // One optimizer update of every parameter; `step` counts from 1.
   void optimizer_step(int64_t step);
+  // Gradient-norm clipping (training.clip_grad_norm > 0), in two halves so that a pipeline can
+  // sum every stage's part in between: this stage's sum of squared gradients (in double), then
+  // the scaling by torch's clip_grad_norm_ factor once the model's total is known. `scratch`
+  // holds param_count() floats; devices without host memory copy the gradients through it, and
+  // it must not change between the two calls.
+  double clip_grad_norm() const;
+  Result<double> grad_sum_of_squares(std::span<float> scratch);
+  Status clip_grads(double total_sum_of_squares, std::span<float> scratch);
   // Waits for the device's queued work: the first error since the last call of the runner's
   // copies and fills or of the device's kernels, naming what failed (always OK on the CPU).
   Status synchronize();
