@@ -60,7 +60,9 @@ GP_VEC_INLINE void exp_inplace(V& x) {
   const VI underflow = x < GP_SPLAT(-87.33654f);  // exp < FLT_MIN: 0, as a denormal-free exp gives
   x = x > GP_SPLAT(88.3762626647949f) ? GP_SPLAT(88.3762626647949f) : x;
   x = x < GP_SPLAT(-87.33654f) ? GP_SPLAT(-87.33654f) : x;
-  V fx = x * 1.44269504088896341f;  // log2(e)
+  // n from a NaN-free copy (converting NaN to int is undefined); r keeps the NaN, so it
+  // propagates to the result.
+  V fx = (x == x ? x : GP_SPLAT(0.0f)) * 1.44269504088896341f;  // log2(e)
   fx = fx + (fx >= GP_SPLAT(0.0f) ? GP_SPLAT(0.5f) : GP_SPLAT(-0.5f));
   const VI n = __builtin_convertvector(fx, VI);  // rounds half away from zero (truncating +-0.5)
   const V nf = __builtin_convertvector(n, V);
