@@ -47,13 +47,16 @@ def parse_args():
                         "fused kernels); math = explicit softmax(QK^T/sqrt(d))V, as GraphPipe "
                         "computes it; auto = sdpa where available (default)")
     p.add_argument("--seed", type=int, default=0, help="torch RNG seed (default 0)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="intra-op CPU threads (torch.set_num_threads; inter-op threads 1); "
+                        "0 leaves torch's default (default 0)")
     p.add_argument("--print-loss", action="store_true", help="print every step's loss to stderr")
     a = p.parse_args()
     if (a.model is None) == (a.model_opt is None):
         fail(2, "give the model file once, as MODEL or --model FILE (see --help)")
     a.model = a.model or a.model_opt
-    if a.batch < 1 or a.steps < 1 or a.warmup < 0:
-        fail(2, "--batch and --steps must be >= 1, --warmup >= 0")
+    if a.batch < 1 or a.steps < 1 or a.warmup < 0 or a.threads < 0:
+        fail(2, "--batch and --steps must be >= 1, --warmup and --threads >= 0")
     return a
 
 
@@ -358,6 +361,10 @@ def main():
     except Exception as e:  # ImportError, or a broken install raising something else
         fail(3, "PyTorch not importable: %s" % e)
 
+    if args.threads > 0:
+        # Before any parallel work: torch refuses to change inter-op threads once it has started.
+        torch.set_num_threads(args.threads)
+        torch.set_num_interop_threads(1)
     torch.manual_seed(args.seed)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -417,8 +424,8 @@ def main():
     med = statistics.median(times)
     name = model.get("name") or args.model
     print("torch_step model=%s batch=%d dtype=%s device=%s step_ms=%.4f samples_per_s=%.2f "
-          "params=%d" % (name.replace(" ", "_"), args.batch, args.dtype, dev.type, med,
-                         args.batch * 1000.0 / med, n_params))
+          "params=%d threads=%d" % (name.replace(" ", "_"), args.batch, args.dtype, dev.type, med,
+                                    args.batch * 1000.0 / med, n_params, torch.get_num_threads()))
     return 0
 
 

@@ -211,6 +211,113 @@ TEST_CASE("layer_norm gives zero mean and unit variance, then applies gamma and 
   for (size_t k = 0; k < h.out.size(); ++k) CHECK(h.out[k] == Approx(2 * normalised[k] + 3));
 }
 
+// The element-wise and row kernels run 8 floats at a time with a padded last chunk and their own
+// exp: every row length up to two chunks and then some, and the whole argument range, against
+// double precision.
+TEST_CASE("gelu and its gradient match the double-precision tanh formula from -12 to 12") {
+  constexpr int64_t kN = 1003;  // not a multiple of the vector width
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.gelu("op", b.input("x", {kN})), {kN}), 2);
+  for (size_t k = 0; k < h.fin[0].size(); ++k) {
+    h.fin[0][k] = -12.0f + 24.0f * static_cast<float>(k) / static_cast<float>(h.fin[0].size());
+  }
+  h.forward();
+  h.zero_grads();
+  h.gout.assign(h.out.size(), 1.0f);
+  h.backward();
+  double worst_y = 0, worst_d = 0;
+  for (size_t k = 0; k < h.out.size(); ++k) {
+    // 0.5 (1 + tanh(u)) written as 1 / (1 + exp(-2u)), which in double too keeps the digits that
+    // 1 + tanh(u) cancels where tanh(u) is near -1; 1 - tanh(u)^2 = 4 s (1 - s).
+    const double x = h.fin[0][k];
+    const double u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    const double sg = 1 / (1 + std::exp(-2 * u));
+    const double y = x * sg;
+    const double d = sg + 2 * x * sg * (1 - sg) * 0.7978845608028654 * (1 + 3 * 0.044715 * x * x);
+    // Relative in y down to where float's exp underflows (2u < -87.3 gives 0), loosened by the
+    // float rounding of u, which exp turns into a relative error of 2^-24 |2u| in the tail;
+    // absolute in the O(1) derivative.
+    const double tol = 1e-6 + 1.2e-7 * std::max(0.0, -2 * u);
+    if (2 * u > -87) worst_y = std::max(worst_y, std::abs(h.out[k] - y) / std::abs(y) / tol);
+    if (2 * u < -88) CHECK(h.out[k] == 0.0f);
+    worst_d = std::max(worst_d, std::abs(h.gin[0][k] - d));
+  }
+  CHECK(worst_y <= 1);  // in units of tol
+  CHECK(worst_d < 1e-6);
+}
+
+TEST_CASE("sigmoid matches 1 / (1 + exp(-x)) in double precision from -80 to 80") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.sigmoid("op", b.input("x", {1001})), {1001}), 1);
+  for (size_t k = 0; k < h.fin[0].size(); ++k) h.fin[0][k] = -80.0f + 0.16f * static_cast<float>(k);
+  h.forward();
+  for (size_t k = 0; k < h.out.size(); ++k) {
+    const double want = 1 / (1 + std::exp(-static_cast<double>(h.fin[0][k])));
+    CHECK(h.out[k] == Approx(want).epsilon(1e-6).margin(1e-37));
+  }
+}
+
+TEST_CASE("softmax and layer_norm match double precision at every row length from 1 to 19") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t n = 1; n <= 19; ++n) {
+    DYNAMIC_SECTION("rows of " << n) {
+      GraphBuilder b("m", "");
+      b.add_loss(b.mse_loss("l1", b.softmax("op", b.input("x", {3, n})), b.input("t", {3, n})));
+      Harness sm = make_harness(b.finish(), 2, 11);
+      for (float& x : sm.fin[0]) x *= 30;  // scores spread wide enough to exercise exp
+      sm.forward();
+      sm.zero_grads();
+      sm.gout.resize(sm.out.size());
+      for (float& g : sm.gout) g = u(rng);
+      sm.backward();
+      for (int64_t r = 0; r < 6; ++r) {
+        const float* x = sm.fin[0].data() + r * n;
+        double mx = x[0], sum = 0, dot = 0;
+        for (int64_t j = 1; j < n; ++j) mx = std::max(mx, static_cast<double>(x[j]));
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(x[j] - mx);
+        std::vector<double> y(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) y[j] = std::exp(x[j] - mx) / sum;
+        for (int64_t j = 0; j < n; ++j) dot += y[j] * sm.gout[r * n + j];
+        for (int64_t j = 0; j < n; ++j) {
+          // Float rounds x - max to within 2^-24 |x - max|, which exp turns into that relative
+          // error: the tolerance grows with the distance from the row's maximum.
+          const double tol = (1e-6 + 1.2e-7 * (mx - x[j])) * y[j];
+          CHECK(std::abs(sm.out[r * n + j] - y[j]) <= tol);
+          CHECK(sm.gin[0][r * n + j] ==
+                Approx(y[j] * (sm.gout[r * n + j] - dot)).epsilon(1e-5).margin(1e-6));
+        }
+      }
+
+      GraphBuilder b2("m", "");
+      b2.add_loss(
+          b2.mse_loss("l1", b2.layer_norm("op", b2.input("x", {3, n})), b2.input("t", {3, n})));
+      const ModelGraph ln_model = b2.finish();
+      Harness ln = make_harness(ln_model, 2, 13);
+      for (float& x : ln.fin[0]) x = 50 + 3 * x;  // a large mean: two passes keep the variance
+      ln.forward();
+      for (int64_t r = 0; r < 6; ++r) {
+        const float* x = ln.fin[0].data() + r * n;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < n; ++j) mean += x[j] / static_cast<double>(n);
+        for (int64_t j = 0; j < n; ++j) var += (x[j] - mean) * (x[j] - mean) / n;
+        for (int64_t j = 0; j < n; ++j) {
+          const double want =
+              (x[j] - mean) / std::sqrt(var + 1e-5) * ln.params[0][j] + ln.params[1][j];
+          CHECK(ln.out[r * n + j] == Approx(want).epsilon(1e-4).margin(1e-4));
+        }
+      }
+      // Its backward (the padded lanes feed the row sums and dgamma, dbeta) against differences;
+      // not for rows of 1 or 2, whose normalised values are 0 or +-1 whatever x is (the
+      // gradient to x vanishes and differences see only rounding).
+      if (n > 2) {
+        Harness ln_fd = make_harness(ln_model, 2, 17);
+        check_gradients(ln_fd);
+      }
+    }
+  }
+}
+
 TEST_CASE("concat and slice copy elements exactly") {
   GraphBuilder b("m", "");
   auto y = b.concat("op", {b.input("a", {2, 1}), b.input("b", {2, 2})}, 1);

@@ -10,25 +10,13 @@
 #include <string>
 
 #include "cpu/kernel_util.h"
+#include "cpu/vec_math.h"
 
 namespace gp::exec::cpu {
 namespace {
 
-// Column sums of a row-major [rows, cols] matrix, added into out[cols].
-void add_column_sums(const float* m, int64_t rows, int64_t cols, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = m + r * cols;
-    for (int64_t j = 0; j < cols; ++j) out[j] += row[j];
-  }
-}
-
-// m[r, :] += bias for every row.
-void add_bias_rows(float* m, int64_t rows, int64_t cols, const float* bias) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = m + r * cols;
-    for (int64_t j = 0; j < cols; ++j) row[j] += bias[j];
-  }
-}
+using vec::add_bias_rows;
+using vec::add_column_sums;
 
 // ---- linear ------------------------------------------------------------------------------------
 
@@ -55,9 +43,9 @@ class LinearKernel final : public OpKernel {
     gemm(false, true, m, out_, in_, 1.0f, a.inputs[0].f(), in_, a.params[0], in_, 0.0f, z, out_);
     if (bias_) add_bias_rows(z, m, out_, a.params[1]);
     if (act_ == Act::kRelu) {
-      for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0 ? y[i] : 0.0f;
+      vec::relu(y, y, n);
     } else if (act_ == Act::kGelu) {
-      for (int64_t i = 0; i < n; ++i) y[i] = gelu(z[i]);
+      vec::gelu(z, y, n);
     }
   }
 
@@ -68,11 +56,9 @@ class LinearKernel final : public OpKernel {
     if (act_ != Act::kNone) {
       float* scratch = act_ == Act::kGelu ? a.saved + n : a.saved;
       if (act_ == Act::kRelu) {
-        const float* y = a.outputs[0].f();
-        for (int64_t i = 0; i < n; ++i) scratch[i] = y[i] > 0 ? dy[i] : 0.0f;
+        vec::relu_backward(a.outputs[0].f(), dy, scratch, n, /*accumulate=*/false);
       } else {
-        const float* z = a.saved;
-        for (int64_t i = 0; i < n; ++i) scratch[i] = dy[i] * gelu_grad(z[i]);
+        vec::gelu_backward(a.saved, dy, scratch, n, /*accumulate=*/false);
       }
       dz = scratch;
     }
@@ -174,7 +160,7 @@ class AttentionKernel final : public OpKernel {
         const int64_t off = s * s_ * h_ + hd * d_;  // head block of sample s
         float* p = l.p + (s * heads_ + hd) * s_ * s_;
         gemm(false, true, s_, s_, d_, scale, l.q + off, h_, l.k + off, h_, 0.0f, p, s_);
-        for (int64_t i = 0; i < s_; ++i) softmax_row(p + i * s_, s_);
+        vec::softmax_rows(p, s_, s_);
         gemm(false, false, s_, d_, s_, 1.0f, p, s_, l.v + off, h_, 0.0f, l.c + off, h_);
       }
     }
@@ -205,13 +191,7 @@ class AttentionKernel final : public OpKernel {
         gemm(false, true, s_, s_, d_, 1.0f, l.dc + off, h_, l.v + off, h_, 0.0f, l.dp, s_);
         gemm(true, false, s_, d_, s_, 1.0f, p, s_, l.dc + off, h_, 0.0f, l.dv + off, h_);
         // Softmax backward in place: dScores = P * (dP - rowsum(dP * P)).
-        for (int64_t i = 0; i < s_; ++i) {
-          const float* pr = p + i * s_;
-          float* dr = l.dp + i * s_;
-          float dot = 0;
-          for (int64_t j = 0; j < s_; ++j) dot += dr[j] * pr[j];
-          for (int64_t j = 0; j < s_; ++j) dr[j] = pr[j] * (dr[j] - dot);
-        }
+        vec::softmax_rows_backward(p, l.dp, l.dp, s_, s_, /*accumulate=*/false);
         // Scores = scale * Q_h K_h^T: dQ_h = scale * dScores K_h; dK_h = scale * dScores^T Q_h.
         gemm(false, false, s_, d_, s_, scale, l.dp, s_, l.k + off, h_, 0.0f, l.dq + off, h_);
         gemm(true, false, s_, d_, s_, scale, l.dp, s_, l.q + off, h_, 0.0f, l.dk + off, h_);

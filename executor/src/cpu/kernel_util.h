@@ -38,38 +38,6 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
               c, static_cast<int>(ldc));
 }
 
-// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-inline constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
-inline constexpr float kGeluA = 0.044715f;
-inline float gelu(float x) {
-  return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
-}
-inline float gelu_grad(float x) {
-  const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
-}
-
-// In-place numerically stable softmax of one row of n floats.
-inline void softmax_row(float* row, int64_t n) {
-  float mx = row[0];
-  for (int64_t j = 1; j < n; ++j) mx = std::fmax(mx, row[j]);
-  float sum = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    sum += row[j];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < n; ++j) row[j] *= inv;
-}
-
-// dx[j] += y[j] * (dy[j] - sum_k dy[k] y[k]): the softmax backward for one row of n, given its
-// output y. dx must not alias y or dy.
-inline void softmax_row_backward(const float* y, const float* dy, float* dx, int64_t n) {
-  float dot = 0;
-  for (int64_t j = 0; j < n; ++j) dot += dy[j] * y[j];
-  for (int64_t j = 0; j < n; ++j) dx[j] += y[j] * (dy[j] - dot);
-}
-
 // Factories, one per op family (dense_kernels.cc, simple_kernels.cc, layout_kernels.cc,
 // vision_kernels.cc). Each reads the op's attributes and shapes once.
 KernelResult make_linear(const graph::OpNode& op);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cpu/kernel_util.h"
+#include "cpu/vec_math.h"
 
 namespace gp::exec::cpu {
 namespace {
@@ -13,9 +14,7 @@ class SigmoidKernel final : public OpKernel {
  public:
   explicit SigmoidKernel(int64_t n) : n_(n) {}
   void forward(const OpArgs& a) const override {
-    const float* x = a.inputs[0].f();
-    float* y = a.outputs[0].f();
-    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+    vec::sigmoid(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_);
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cpu/kernel_util.h"
+#include "cpu/vec_math.h"
 
 namespace gp::exec::cpu {
 namespace {
@@ -14,16 +15,13 @@ class ReluKernel final : public OpKernel {
  public:
   explicit ReluKernel(int64_t n) : n_(n) {}
   void forward(const OpArgs& a) const override {
-    const float* x = a.inputs[0].f();
-    float* y = a.outputs[0].f();
-    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+    vec::relu(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_);
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    const float* x = a.inputs[0].f();
-    const float* dy = a.grad_outputs[0].f();
-    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += x[i] > 0 ? dy[i] : 0.0f;
+    vec::relu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_,
+                       /*accumulate=*/true);
   }
 
  private:
@@ -35,16 +33,13 @@ class GeluKernel final : public OpKernel {
  public:
   explicit GeluKernel(int64_t n) : n_(n) {}
   void forward(const OpArgs& a) const override {
-    const float* x = a.inputs[0].f();
-    float* y = a.outputs[0].f();
-    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = gelu(x[i]);
+    vec::gelu(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_);
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    const float* x = a.inputs[0].f();
-    const float* dy = a.grad_outputs[0].f();
-    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i] * gelu_grad(x[i]);
+    vec::gelu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_,
+                       /*accumulate=*/true);
   }
 
  private:
@@ -59,15 +54,13 @@ class SoftmaxKernel final : public OpKernel {
     const int64_t n = a.batch * rows_ * cols_;
     float* y = a.outputs[0].f();
     std::memcpy(y, a.inputs[0].f(), static_cast<size_t>(n) * sizeof(float));
-    for (int64_t r = 0; r < a.batch * rows_; ++r) softmax_row(y + r * cols_, cols_);
+    vec::softmax_rows(y, a.batch * rows_, cols_);
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    for (int64_t r = 0; r < a.batch * rows_; ++r) {
-      const int64_t off = r * cols_;
-      softmax_row_backward(a.outputs[0].f() + off, a.grad_outputs[0].f() + off, dx + off, cols_);
-    }
+    vec::softmax_rows_backward(a.outputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * rows_, cols_,
+                               /*accumulate=*/true);
   }
 
  private:
@@ -82,54 +75,16 @@ class LayerNormKernel final : public OpKernel {
   int64_t saved_floats_per_sample() const override { return 2 * rows_; }
 
   void forward(const OpArgs& a) const override {
-    const float* gamma = a.params[0];
-    const float* beta = a.params[1];
-    const float inv_n = 1.0f / static_cast<float>(cols_);
-    for (int64_t r = 0; r < a.batch * rows_; ++r) {
-      const float* x = a.inputs[0].f() + r * cols_;
-      float* y = a.outputs[0].f() + r * cols_;
-      float mean = 0;
-      for (int64_t j = 0; j < cols_; ++j) mean += x[j];
-      mean *= inv_n;
-      float var = 0;  // two passes: no cancellation for large means
-      for (int64_t j = 0; j < cols_; ++j) var += (x[j] - mean) * (x[j] - mean);
-      const float rstd = 1.0f / std::sqrt(var * inv_n + eps_);
-      for (int64_t j = 0; j < cols_; ++j) y[j] = (x[j] - mean) * rstd * gamma[j] + beta[j];
-      a.saved[2 * r] = mean;
-      a.saved[2 * r + 1] = rstd;
-    }
+    vec::layer_norm(a.inputs[0].f(), a.params[0], a.params[1], a.outputs[0].f(), a.saved,
+                    a.batch * rows_, cols_, eps_);
   }
 
   // With xh = (x - mean) * rstd and g = dy * gamma:
   //   dx = rstd * (g - mean(g) - xh * mean(g * xh)); dgamma += dy * xh; dbeta += dy.
   void backward(const OpArgs& a) const override {
-    const float* gamma = a.params[0];
-    float* dgamma = a.param_grads[0];
-    float* dbeta = a.param_grads[1];
-    float* dx_all = a.grad_inputs[0].f();
-    const float inv_n = 1.0f / static_cast<float>(cols_);
-    for (int64_t r = 0; r < a.batch * rows_; ++r) {
-      const float* x = a.inputs[0].f() + r * cols_;
-      const float* dy = a.grad_outputs[0].f() + r * cols_;
-      const float mean = a.saved[2 * r], rstd = a.saved[2 * r + 1];
-      float mean_g = 0, mean_gx = 0;
-      for (int64_t j = 0; j < cols_; ++j) {
-        const float xh = (x[j] - mean) * rstd;
-        const float g = dy[j] * gamma[j];
-        mean_g += g;
-        mean_gx += g * xh;
-        if (dgamma != nullptr) dgamma[j] += dy[j] * xh;
-        if (dbeta != nullptr) dbeta[j] += dy[j];
-      }
-      if (dx_all == nullptr) continue;
-      mean_g *= inv_n;
-      mean_gx *= inv_n;
-      float* dx = dx_all + r * cols_;
-      for (int64_t j = 0; j < cols_; ++j) {
-        const float xh = (x[j] - mean) * rstd;
-        dx[j] += rstd * (dy[j] * gamma[j] - mean_g - xh * mean_gx);
-      }
-    }
+    vec::layer_norm_backward(a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0], a.saved,
+                             a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1],
+                             a.batch * rows_, cols_);
   }
 
  private:
@@ -145,17 +100,12 @@ class AddKernel final : public OpKernel {
     const int64_t n = a.batch * n_;
     float* y = a.outputs[0].f();
     std::memcpy(y, a.inputs[0].f(), static_cast<size_t>(n) * sizeof(float));
-    for (size_t k = 1; k < a.inputs.size(); ++k) {
-      const float* x = a.inputs[k].f();
-      for (int64_t i = 0; i < n; ++i) y[i] += x[i];
-    }
+    for (size_t k = 1; k < a.inputs.size(); ++k) vec::add_into(y, a.inputs[k].f(), n);
   }
   void backward(const OpArgs& a) const override {
     const float* dy = a.grad_outputs[0].f();
     for (const TensorView& g : a.grad_inputs) {
-      if (g.data == nullptr) continue;
-      float* dx = g.f();
-      for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i];
+      if (g.data != nullptr) vec::add_into(g.f(), dy, a.batch * n_);
     }
   }
 
@@ -277,11 +227,7 @@ class SoftmaxCrossEntropyKernel final : public OpKernel {
       for (int64_t p = 0; p < positions_; ++p) {
         const int64_t r = s * positions_ + p;
         const float* z = a.inputs[0].f() + r * classes_;
-        float mx = z[0];
-        for (int64_t j = 1; j < classes_; ++j) mx = std::fmax(mx, z[j]);
-        float e = 0;
-        for (int64_t j = 0; j < classes_; ++j) e += std::exp(z[j] - mx);
-        const float lse = mx + std::log(e);
+        const float lse = vec::log_sum_exp(z, classes_);
         a.saved[r] = lse;
         sum += lse - z[label(a, r)];
       }
@@ -299,8 +245,7 @@ class SoftmaxCrossEntropyKernel final : public OpKernel {
         const int64_t r = s * positions_ + p;
         const float* z = a.inputs[0].f() + r * classes_;
         float* dz = dz_all + r * classes_;
-        const float lse = a.saved[r];
-        for (int64_t j = 0; j < classes_; ++j) dz[j] += g * std::exp(z[j] - lse);
+        vec::add_scaled_softmax(z, a.saved[r], g, dz, classes_);
         dz[label(a, r)] -= g;
       }
     }
