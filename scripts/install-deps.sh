@@ -10,6 +10,7 @@ packages=(
   libcli11-dev libspdlog-dev catch2
   libopenblas-dev libgloo-dev libonnx-dev
   python3 python3-numpy
+  libssl-dev openssl  # TLS of the control plane: checking certificate files; the TLS e2e test
   clang libclang-rt-14-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
   openssh-server openssh-client  # e2e: ranks started over real ssh (test/e2e/multihost_test.sh)
 )

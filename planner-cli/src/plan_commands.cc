@@ -14,6 +14,7 @@
 #include "gp/planner/report.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
+#include "gp/profile/profile_db.h"
 
 namespace gp::plan_cli {
 namespace {
@@ -92,6 +93,8 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
   }
   graphpipe::v1::ProfileDB db;
   GP_RETURN_IF_ERROR(graph::read_message(profile_path, &db).with_context("--profile"));
+  // graphpipe-profile's own check: a record it would refuse must not steer a plan.
+  GP_RETURN_IF_ERROR(profile::validate_profile(db).with_context("--profile " + profile_path));
   auto profiled = cost::ProfiledCostModel::create(db, cluster.device().name(), analytic);
   if (!profiled.ok()) return profiled.status().with_context("--profile " + profile_path);
   int kind_records = 0;

@@ -214,4 +214,30 @@ out=$("$bin" --log-level warn lower --assignment "$root/configs/assignments/tiny
   --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 --lowering dag --out "$tmp/branches.pb"); rc=$?
 check "lower: the documented example assignment lowers as a DAG on 4 devices" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "lowered/dag: 3 stages (depth 2) on 4 devices"'
+# --profile: the database passes graphpipe-profile's validation, else exit 2 naming the field
+# (each case breaks one field of a database that is accepted).
+date='"provenance": {"date": "2024-01-01T00:00:00Z"}'
+printf '{"formatVersion": 1, "ops": [{"signature": "x", "deviceKind": "cpu-process", "microBatch": 1, "forwardTimeUs": 1, "backwardTimeUs": 1, "forwardSpreadUs": 0, "activationBytes": "0", %s}], "comm": [{"linkClass": "LINK_CLASS_INTRA_NODE", "kind": "COLLECTIVE_KIND_P2P", "ranks": 2, "alphaUs": 5, "betaBytesPerS": 1e9, %s}]}\n' \
+  "$date" "$date" > "$tmp/profile-ok.json"
+psearch() { "$bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 \
+  --batch 8 --profile "$1" --out "$tmp/profiled.pb" 2>&1 >/dev/null; }
+err=$(psearch "$tmp/profile-ok.json"); rc=$?
+check "search --profile: a valid database is accepted (exit 0)" '[ $rc -eq 0 ] && [ -s "$tmp/profiled.pb" ]'
+while IFS='|' read -r what edit expected; do
+  sed "$edit" "$tmp/profile-ok.json" > "$tmp/profile-bad.json"
+  err=$(psearch "$tmp/profile-bad.json"); rc=$?
+  check "search --profile: $what: exit 2 naming '$expected'" \
+    '! cmp -s "$tmp/profile-ok.json" "$tmp/profile-bad.json" && [ $rc -eq 2 ] && echo "$err" | grep -qF -- "--profile $tmp/profile-bad.json" && echo "$err" | grep -qF -- "$expected"'
+done <<'CASES'
+an unknown format version|s/"formatVersion": 1/"formatVersion": 7/|format_version = 7
+a negative spread|s/"forwardSpreadUs": 0/"forwardSpreadUs": -3/|forward_spread_us = -3
+a negative activation size|s/"activationBytes": "0"/"activationBytes": "-1"/|activation_bytes = -1
+a link fit over one rank|s/"ranks": 2/"ranks": 1/|comm[0]: ranks = 1
+a link with no bandwidth|s/"betaBytesPerS": 1e9/"betaBytesPerS": 0/|comm[0]: beta_bytes_per_s = 0
+CASES
+sed 's/"provenance": {"date": "2024-01-01T00:00:00Z"}}\], "comm"/"provenance": {}}], "comm"/' \
+  "$tmp/profile-ok.json" > "$tmp/profile-bad.json"
+err=$("$bin" --log-level warn simulate --plan "$tmp/profiled.pb" --profile "$tmp/profile-bad.json" 2>&1 >/dev/null); rc=$?
+check "simulate --profile: an op record without provenance.date: exit 2 naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF "ops[0] ('"'"'x'"'"'): provenance.date"'
 exit $fail

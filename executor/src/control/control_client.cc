@@ -64,7 +64,8 @@ Status unary_call(pb::Executor::Stub& stub, Method method, const char* rpc,
 
 Result<std::unique_ptr<ControlClient>> ControlClient::connect(const std::string& address,
                                                               const std::string& token,
-                                                              milliseconds connect_timeout) {
+                                                              milliseconds connect_timeout,
+                                                              const TlsOptions& tls) {
   if (address.empty()) return invalid_argument("control client: coordinator address is empty");
   grpc::ChannelArguments args;
   // The control plane is cluster-internal: never through an HTTP proxy from the environment.
@@ -77,15 +78,26 @@ Result<std::unique_ptr<ControlClient>> ControlClient::connect(const std::string&
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  GP_ASSIGN_OR_RETURN(auto credentials, channel_credentials(tls));
+  auto channel = grpc::CreateCustomChannel(address, credentials, args);
   if (!channel) {
     return Status(StatusCode::kUnavailable,
                   fmt::format("cannot create a channel to the coordinator at {}", address));
   }
   if (!channel->WaitForConnected(deadline_after(connect_timeout))) {
+    // One call on the failed channel returns gRPC's reason (e.g. the TLS handshake's).
+    auto stub = pb::Executor::NewStub(channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline_after(milliseconds(1000)));
+    pb::GetStatusRequest request;
+    pb::GetStatusResponse response;
+    const grpc::Status s = stub->GetStatus(&ctx, request, &response);
+    const std::string detail =
+        s.error_code() == grpc::StatusCode::UNAVAILABLE ? s.error_message() : std::string();
     return Status(StatusCode::kUnavailable,
-                  fmt::format("cannot reach the coordinator at {} within {}", address,
-                              seconds_text(connect_timeout)));
+                  fmt::format("cannot reach the coordinator at {} within {}{}: {}", address,
+                              seconds_text(connect_timeout), tls.enabled() ? " over TLS" : "",
+                              explain_connect_failure(address, tls, detail)));
   }
   return std::unique_ptr<ControlClient>(new ControlClient(address, token, std::move(channel)));
 }

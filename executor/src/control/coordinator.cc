@@ -822,8 +822,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions
                                         options.job_id.empty() ? random_job_id() : options.job_id);
   impl->service = std::make_unique<ExecutorService>(impl->core.get());
 
+  GP_ASSIGN_OR_RETURN(auto credentials, server_credentials(options.tls));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(options.listen_address, credentials, &impl->port);
   // gRPC sets SO_REUSEPORT by default; a second coordinator must not share a live one's port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -838,8 +839,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions
   }
   impl->host = host_of(options.listen_address);
   impl->core->start_monitor();
-  log::get("rpc")->info("job {}: coordinator for {} ranks listening on {}:{} (plan {})",
+  log::get("rpc")->info("job {}: coordinator for {} ranks listening on {}:{}{} (plan {})",
                         impl->core->job_id(), options.world_size, impl->host, impl->port,
+                        !options.tls.enabled()   ? ""
+                        : options.tls.ca.empty() ? " over TLS"
+                                                 : " over mutual TLS",
                         impl->core->plan_hash());
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
 }

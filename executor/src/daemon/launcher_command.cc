@@ -138,6 +138,14 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
       ->check(CLI::IsMember({0, 2, 15}))
       ->capture_default_str();
   next_->add_option("--hostfile", hostfile_, "the attempt's hosts (- reads them from stdin)");
+
+  tls_ = launcher_->add_subcommand(
+      "tls",
+      "Check the job's TLS files as rank 0 uses them (it serves the coordinator and connects to "
+      "it: all three are needed); print `cert PATH`, `key PATH`, `ca PATH`, made absolute");
+  tls_->add_option("--tls-cert", tls_options_.cert, "PEM certificate");
+  tls_->add_option("--tls-key", tls_options_.key, "its PEM private key");
+  tls_->add_option("--tls-ca", tls_options_.ca, "PEM CA certificate(s)");
 }
 
 Status LauncherCommands::run() const {
@@ -146,7 +154,17 @@ Status LauncherCommands::run() const {
   if (verdict_->parsed()) return verdict();
   if (blame_->parsed()) return blame();
   if (clean_->parsed()) return clean();
+  if (tls_->parsed()) return tls();
   return next();
+}
+
+Status LauncherCommands::tls() const {
+  GP_RETURN_IF_ERROR(check_tls(tls_options_, TlsRole::kServerAndClient));
+  const TlsOptions abs = absolute_tls(tls_options_);
+  emit("cert", abs.cert);
+  emit("key", abs.key);
+  emit("ca", abs.ca);
+  return ok_status();
 }
 
 Status LauncherCommands::clean() const {

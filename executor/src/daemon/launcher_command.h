@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/tls.h"
 
 namespace gp::exec::daemon {
 
@@ -26,10 +27,12 @@ class LauncherCommands {
   Status blame() const;
   Status clean() const;
   Status next() const;
+  Status tls() const;
 
   CLI::App* launcher_ = nullptr;
   CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
-           *clean_ = nullptr, *next_ = nullptr;
+           *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr;
+  TlsOptions tls_options_;
   std::string plan_, hostfile_, hostfile_name_, device_ = "cpu", cuda_visible_devices_,
                                                 verdict_file_;
   std::string on_failure_ = "stop", checkpoint_dir_, store_dir_;

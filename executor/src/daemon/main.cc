@@ -293,6 +293,21 @@ void add_device_options(CLI::App* cmd, std::string& device, std::string& precisi
       ->capture_default_str();
 }
 
+// --tls-cert, --tls-key and --tls-ca; `how` says what this command does with them.
+void add_tls_options(CLI::App* cmd, gp::exec::TlsOptions& tls, const std::string& how) {
+  cmd->add_option(
+         "--tls-cert", tls.cert,
+         "PEM certificate (chain) this process presents; TLS for the control plane. " + how)
+      ->group("TLS");
+  cmd->add_option("--tls-key", tls.key, "PEM private key of --tls-cert (unencrypted, mode 0600)")
+      ->group("TLS");
+  cmd->add_option("--tls-ca", tls.ca,
+                  "PEM CA certificate(s): a server requires clients to present a certificate "
+                  "of it (mutual TLS); a client accepts only a server certificate of it, naming "
+                  "the address dialled (IP or DNS subjectAltName)")
+      ->group("TLS");
+}
+
 }  // namespace
 
 // The daemon's documented form has no subcommand: `graphpipe-executor --plan P --rank R ...` is
@@ -463,6 +478,10 @@ int main(int raw_argc, char** raw_argv) {
   run_cmd->add_option("--auth-token-file", run_token_file,
                       "read the shared secret from this file (mode 0600, as the launcher "
                       "writes it)");
+  add_tls_options(run_cmd, run.tls,
+                  "Rank 0 serves the coordinator with --tls-cert/--tls-key and requires every "
+                  "rank's certificate to chain to --tls-ca; every rank connects with all three "
+                  "(rank 0 needs all three, other ranks at least --tls-ca)");
   add_device_options(run_cmd, run.device, run.precision,
                      "; cuda: the GPU of $LOCAL_RANK (0 when unset), as torchrun sets it");
   run_cmd->add_option("--iterations", run.iterations, "training iterations")
@@ -526,6 +545,9 @@ int main(int raw_argc, char** raw_argv) {
   coord_cmd->add_option("--auth-token", coord.auth_token, "shared secret (or $GP_AUTH_TOKEN)");
   coord_cmd->add_option("--timeout", coord.timeout_s, "heartbeat timeout in seconds")
       ->capture_default_str();
+  add_tls_options(coord_cmd, coord.tls,
+                  "Serves TLS with --tls-cert/--tls-key; with --tls-ca only to ranks whose "
+                  "certificate chains to it");
 
   std::string status_address, status_token;
   gp::exec::daemon::ServeOptions serve;
@@ -556,6 +578,10 @@ int main(int raw_argc, char** raw_argv) {
   serve_cmd->add_flag("--insecure", serve.insecure,
                       "serve without a token (every client that reaches --listen may start ranks); "
                       "refused otherwise");
+  add_tls_options(serve_cmd, serve.tls,
+                  "Needs all three: serves mutual TLS (submit must present a certificate of "
+                  "--tls-ca) and passes the three paths to the ranks it starts, whose "
+                  "coordinator and connections use them");
 
   gp::exec::daemon::SubmitOptions submit;
   auto* submit_cmd = app.add_subcommand(
@@ -578,6 +604,9 @@ int main(int raw_argc, char** raw_argv) {
                          "so one node only)");
   submit_cmd->add_option("--auth-token", submit.auth_token,
                          "the daemons' token (or $GP_AUTH_TOKEN)");
+  add_tls_options(submit_cmd, submit.tls,
+                  "Connects to the daemons over TLS: --tls-ca verifies them, "
+                  "--tls-cert/--tls-key identify this client (daemons serving TLS require them)");
   submit_cmd->add_option("extra", submit.extra, "-- then executor run flags for every rank");
 
   auto* status_cmd = app.add_subcommand("status", "Print every rank's iteration and instruction");
@@ -585,6 +614,10 @@ int main(int raw_argc, char** raw_argv) {
   status_cmd->add_option("--auth-token", status_token, "shared secret (or $GP_AUTH_TOKEN)");
   status_cmd->add_option("--auth-token-file", status_token_file,
                          "read the shared secret from this file (e.g. RUN_DIR/auth-token)");
+  gp::exec::TlsOptions status_tls;
+  add_tls_options(status_cmd, status_tls,
+                  "Connects over TLS: --tls-ca verifies the coordinator, --tls-cert/--tls-key "
+                  "identify this client (a coordinator with --tls-ca requires them)");
   bool status_as_json = false;
   status_cmd->add_flag(
       "--json", status_as_json,
@@ -626,8 +659,9 @@ int main(int raw_argc, char** raw_argv) {
     return gp::cli::report("graphpipe-executor", gp::exec::daemon::run_submit(submit));
   }
   if (status_cmd->parsed()) {
-    return gp::cli::report("graphpipe-executor", gp::exec::daemon::print_status(
-                                                     status_address, status_token, status_as_json));
+    return gp::cli::report(
+        "graphpipe-executor",
+        gp::exec::daemon::print_status(status_address, status_token, status_tls, status_as_json));
   }
   ref.optimizer_given = ref_optimizer->count() > 0;
   ref.lr_given = ref_lr->count() > 0;

@@ -264,6 +264,7 @@ class Daemon final : public pb::NodeDaemon::Service {
         args.push_back("--verdict-file");
         args.push_back(job.verdict_path);
       }
+      for (const auto& a : tls_flags(options_.tls)) args.push_back(a);
       for (const auto& a : extra) args.push_back(a);
       p.pid = spawn(args, p.log_path);
       if (p.pid < 0) {
@@ -473,6 +474,14 @@ Status run_serve(const ServeOptions& in) {
   if (o.auth_token.empty()) {
     log::get("daemon")->warn("serving without a token (--insecure): every client is trusted");
   }
+  // The ranks it starts get the same files: rank 0 serves its coordinator with them and every
+  // rank connects with them, so a daemon needs all three. Absolute, as the ranks may not share
+  // the directory they are named from.
+  if (o.tls.enabled()) {
+    GP_RETURN_IF_ERROR(check_tls(o.tls, TlsRole::kServerAndClient)
+                           .with_context("serve (its ranks use the same TLS files)"));
+    o.tls = absolute_tls(o.tls);
+  }
   if (o.work_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "graphpipe-daemon.XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return internal_error("cannot create a work directory");
@@ -495,7 +504,8 @@ Status run_serve(const ServeOptions& in) {
   Daemon service(o, std::string(self, static_cast<size_t>(n)));
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &port);
+  GP_ASSIGN_OR_RETURN(auto credentials, server_credentials(o.tls));
+  builder.AddListeningPort(o.listen, credentials, &port);
   // gRPC sets SO_REUSEPORT by default; a second daemon must not share a live one's port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
@@ -506,8 +516,9 @@ Status run_serve(const ServeOptions& in) {
                             "machine's)");
   }
   auto log = log::get("daemon");
-  log->info("serving {} device(s) on {}:{}, ranks bind to {}, jobs in {}, outputs under {}",
-            o.devices, o.listen.substr(0, colon), port, o.bind_host, o.work_dir, o.output_root);
+  log->info("serving {} device(s) on {}:{}{}, ranks bind to {}, jobs in {}, outputs under {}",
+            o.devices, o.listen.substr(0, colon), port, o.tls.enabled() ? " over mutual TLS" : "",
+            o.bind_host, o.work_dir, o.output_root);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));

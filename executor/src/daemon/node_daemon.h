@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/tls.h"
 
 namespace gp::exec::daemon {
 
@@ -22,6 +23,9 @@ struct ServeOptions {
   std::string output_root;
   std::string auth_token;  // or $GP_AUTH_TOKEN; required from clients when set
   bool insecure = false;   // serve without a token (refused otherwise)
+  // Enabled: serve TLS, clients need a certificate of tls.ca, and the ranks get the same files
+  // (rank 0 serves its coordinator with them, every rank connects with them).
+  TlsOptions tls;
 };
 
 struct SubmitOptions {
@@ -32,6 +36,7 @@ struct SubmitOptions {
   int port = 29500;                // the coordinator's port on the first node
   std::string store_dir;           // shared by every node; default: each daemon's own
   std::string auth_token;          // or $GP_AUTH_TOKEN
+  TlsOptions tls;                  // connect to the daemons over TLS
   std::vector<std::string> extra;  // executor run flags for every rank
 };
 

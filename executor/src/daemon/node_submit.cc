@@ -62,6 +62,8 @@ Status run_submit(const SubmitOptions& in) {
     if (const char* env = std::getenv("GP_AUTH_TOKEN")) o.auth_token = env;
   }
   if (o.nodes.empty()) return invalid_argument("--nodes: give the daemons, host:port,...");
+  GP_RETURN_IF_ERROR(check_tls(o.tls, TlsRole::kClient));
+  GP_ASSIGN_OR_RETURN(const auto credentials, channel_credentials(o.tls));
   pb::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
   std::string bytes;
@@ -77,12 +79,17 @@ Status run_submit(const SubmitOptions& in) {
     n.address = address;
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
-    n.stub = pb::NodeDaemon::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    n.stub = pb::NodeDaemon::NewStub(grpc::CreateCustomChannel(address, credentials, args));
     grpc::ClientContext ctx;
     authorize(&ctx, o.auth_token, 10);
-    GP_RETURN_IF_ERROR(
-        from_grpc(n.stub->GetInfo(&ctx, pb::DaemonInfoRequest(), &n.info), "daemon " + address));
+    const grpc::Status info = n.stub->GetInfo(&ctx, pb::DaemonInfoRequest(), &n.info);
+    // A daemon that is there but speaks the other protocol fails here too, at once: say which.
+    if (info.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return unavailable(
+          "daemon " + address + (o.tls.enabled() ? " (over TLS)" : "") +
+          ": unavailable: " + explain_connect_failure(address, o.tls, info.error_message()));
+    }
+    GP_RETURN_IF_ERROR(from_grpc(info, "daemon " + address));
     free_total += n.info.devices() - n.info.busy_devices_size();
     nodes.push_back(std::move(n));
   }

@@ -186,6 +186,10 @@ Result<int> run_rank(const RunOptions& options) {
   GP_RETURN_IF_ERROR(install_stop_signals(o.launcher_beacon, o.orphan_timeout_s));
   const milliseconds timeout(static_cast<int64_t>(o.timeout_s) * 1000);
   const std::string token = token_or_env(o.auth_token);
+  // Rank 0 also serves the coordinator: its files must do for both ends.
+  const bool hosts_coordinator = o.rank == 0 && !o.external_coordinator;
+  GP_RETURN_IF_ERROR(
+      check_tls(o.tls, hosts_coordinator ? TlsRole::kServerAndClient : TlsRole::kClient));
   if (o.log_every < 1) {
     return invalid_argument("--log-every = " + std::to_string(o.log_every) + ", must be >= 1");
   }
@@ -276,12 +280,13 @@ Result<int> run_rank(const RunOptions& options) {
   ProgressLog progress(plan.mini_batch(), count_loss_ranks(plan, graph), o.iterations, o.log_every);
   std::unique_ptr<Coordinator> coordinator;
   std::string address = o.coordinator;
-  if (o.rank == 0 && !o.external_coordinator) {
+  if (hosts_coordinator) {
     CoordinatorOptions co;
     co.listen_address = o.coordinator.empty() ? "127.0.0.1:0" : o.coordinator;
     co.plan = plan;
     co.world_size = o.world_size;
     co.auth_token = token;
+    co.tls = o.tls;
     co.heartbeat_timeout = timeout;
     co.on_metrics = [&progress](const graphpipe::v1::ReportMetricsRequest& r) { progress.add(r); };
     GP_ASSIGN_OR_RETURN(coordinator, Coordinator::start(co));
@@ -296,7 +301,7 @@ Result<int> run_rank(const RunOptions& options) {
     }
     GP_ASSIGN_OR_RETURN(address, read_coordinator_file(o.coordinator_file, timeout));
   }
-  GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(address, token, timeout));
+  GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(address, token, timeout, o.tls));
   graphpipe::v1::RegisterRequest reg;
   reg.set_rank(o.rank);
   reg.set_world_size(o.world_size);
@@ -537,6 +542,7 @@ Result<int> run_rank(const RunOptions& options) {
 }
 
 Status run_coordinator(const CoordinatorRunOptions& o) {
+  GP_RETURN_IF_ERROR(check_tls(o.tls, TlsRole::kServer));
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
   // A plan no rank would run is refused here too, before the ranks are waited for.
@@ -548,6 +554,7 @@ Status run_coordinator(const CoordinatorRunOptions& o) {
   co.plan = plan;
   co.world_size = o.world_size;
   co.auth_token = token_or_env(o.auth_token);
+  co.tls = o.tls;
   co.heartbeat_timeout = milliseconds(static_cast<int64_t>(o.timeout_s) * 1000);
   GP_ASSIGN_OR_RETURN(auto coordinator, Coordinator::start(co));
   if (!o.coordinator_file.empty()) {
@@ -558,9 +565,11 @@ Status run_coordinator(const CoordinatorRunOptions& o) {
   return coordinator->wait_for_completion();
 }
 
-Status print_status(const std::string& coordinator, const std::string& auth_token, bool json) {
+Status print_status(const std::string& coordinator, const std::string& auth_token,
+                    const TlsOptions& tls, bool json) {
+  GP_RETURN_IF_ERROR(check_tls(tls, TlsRole::kClient));
   GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(coordinator, token_or_env(auth_token),
-                                                          std::chrono::seconds(5)));
+                                                          std::chrono::seconds(5), tls));
   GP_ASSIGN_OR_RETURN(auto status, client->get_status());
   std::printf("%s", (json ? status_json(status) : status_text(status)).c_str());
   return ok_status();

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gp/common/status.h"
+#include "gp/exec/tls.h"
 
 namespace gp::exec::daemon {
 
@@ -19,6 +20,7 @@ struct RunOptions {
   std::string cpu_affinity = "auto";    // auto: co-located ranks' compute threads on distinct cores
   std::string bind_host = "127.0.0.1";  // data-plane interface
   std::string auth_token;               // or $GP_AUTH_TOKEN
+  TlsOptions tls;                       // rank 0 serves with it; every rank connects with it
   std::string device = "cpu";           // cpu or cuda:N
   std::string precision = "fp32";       // GEMM input precision on CUDA: fp32, tf32, bf16
   int iterations = 5;
@@ -47,6 +49,7 @@ struct CoordinatorRunOptions {
   std::string listen = "127.0.0.1:0";
   std::string coordinator_file;
   std::string auth_token;
+  TlsOptions tls;
   int timeout_s = 30;
 };
 
@@ -57,6 +60,7 @@ constexpr int kExitNonFiniteLoss = 3;
 // signal when SIGTERM/SIGINT (at any rank) stopped it at an iteration boundary.
 Result<int> run_rank(const RunOptions& options);
 Status run_coordinator(const CoordinatorRunOptions& options);
-Status print_status(const std::string& coordinator, const std::string& auth_token, bool json);
+Status print_status(const std::string& coordinator, const std::string& auth_token,
+                    const TlsOptions& tls, bool json);
 
 }  // namespace gp::exec::daemon

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/tls.h"
 #include "graphpipe/v1/executor.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -27,11 +28,13 @@ namespace gp::exec {
 class ControlClient {
  public:
   // Connects to "host:port" and waits until the channel is up; UNAVAILABLE "cannot reach the
-  // coordinator at HOST:PORT within N s" when nobody answers in `connect_timeout`. `token`
-  // empty: no authorization metadata.
+  // coordinator at HOST:PORT within N s: <why>" when no channel comes up in `connect_timeout`
+  // (nobody listens, or the two ends disagree about TLS). `token` empty: no authorization
+  // metadata. `tls` enabled: TLS with those files (see gp/exec/tls.h), else plaintext.
   static Result<std::unique_ptr<ControlClient>> connect(
       const std::string& address, const std::string& token,
-      std::chrono::milliseconds connect_timeout = std::chrono::seconds(30));
+      std::chrono::milliseconds connect_timeout = std::chrono::seconds(30),
+      const TlsOptions& tls = {});
 
   ~ControlClient();
   ControlClient(const ControlClient&) = delete;

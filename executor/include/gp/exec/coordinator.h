@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/tls.h"
 #include "graphpipe/v1/executor.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -45,6 +46,8 @@ struct CoordinatorOptions {
   int world_size = 1;
   // When non-empty, every RPC must carry the metadata "authorization: Bearer <auth_token>".
   std::string auth_token;
+  // Enabled: serve TLS only (with --tls-ca: only to clients with a certificate of that CA).
+  TlsOptions tls;
   // A registered rank silent for longer than this is declared dead and the job is aborted.
   std::chrono::milliseconds heartbeat_timeout{30000};
   // Returned to every rank at registration; empty: a random one is generated.
