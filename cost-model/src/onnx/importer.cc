@@ -154,6 +154,14 @@ Result<ModelGraph> Importer::run() {
       if (vi.type().has_tensor_type()) elem_types_[vi.name()] = vi.type().tensor_type().elem_type();
     }
   }
+  // Every ONNX operator has at least one output; the patterns and converters rely on it.
+  for (int i = 0; i < g_.node_size(); ++i) {
+    const auto& n = g_.node(i);
+    if (n.output_size() == 0 || n.output(0).empty()) {
+      return invalid_argument(path_ + ": node " + std::to_string(i) + " ('" + n.name() + "', " +
+                              n.op_type() + ") has no output");
+    }
+  }
   for (int i = 0; i < g_.node_size(); ++i) {
     for (const auto& in : g_.node(i).input()) consumers_[in].push_back(i);
     for (const auto& out : g_.node(i).output()) producer_[out] = i;
