@@ -182,15 +182,22 @@ GP_VEC_CLONES void add_into(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];  // a sum is exact per element: no need to pad
 }
 
+// The largest of x[0..n), the partial tail padded with -inf.
+GP_VEC_INLINE float row_max(const float* x, int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const int64_t full = n - n % kW, k = n - full;
+  V m = GP_SPLAT(kNegInf);
+  for (int64_t i = 0; i < full; i += kW) max_into(m, GP_LOAD(x + i));
+  if (k > 0) max_into(m, GP_LOAD_PART(x + full, k, kNegInf));
+  return hmax(m);
+}
+
 GP_VEC_CLONES void softmax_rows(float* x, int64_t rows, int64_t n) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * n;
     const int64_t full = n - n % kW, k = n - full;
-    V m = GP_SPLAT(kNegInf);
-    for (int64_t i = 0; i < full; i += kW) max_into(m, GP_LOAD(row + i));
-    if (k > 0) max_into(m, GP_LOAD_PART(row + full, k, kNegInf));
-    const float mx = hmax(m);
+    const float mx = row_max(row, n);
     V sum = GP_SPLAT(0.0f);
     for (int64_t i = 0; i < full; i += kW) {
       V e = GP_LOAD(row + i) - mx;
@@ -237,10 +244,7 @@ GP_VEC_CLONES void softmax_rows_backward(const float* y, const float* dy, float*
 GP_VEC_CLONES float log_sum_exp(const float* z, int64_t n) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const int64_t full = n - n % kW, k = n - full;
-  V m = GP_SPLAT(kNegInf);
-  for (int64_t i = 0; i < full; i += kW) max_into(m, GP_LOAD(z + i));
-  if (k > 0) max_into(m, GP_LOAD_PART(z + full, k, kNegInf));
-  const float mx = hmax(m);
+  const float mx = row_max(z, n);
   V sum = GP_SPLAT(0.0f);
   for (int64_t i = 0; i < full; i += kW) {
     V e = GP_LOAD(z + i) - mx;
