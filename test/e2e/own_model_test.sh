@@ -11,6 +11,11 @@ rm -rf "$tmp" && mkdir -p "$tmp"
 fail=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
 losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
+# The walk-through's python3 needs numpy (scripts/install-deps.sh installs Debian's): where the
+# first python3 on PATH lacks it (a pyenv or venv interpreter), use the system one.
+if ! python3 -c "import numpy" 2>/dev/null && /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+  PATH=/usr/bin:$PATH
+fi
 
 sed -n '/<!-- own-model:begin -->/,/<!-- own-model:end -->/p' "$root/README.md" |
   grep -v '^<!--' | grep -v '^```' > "$tmp/walkthrough.sh"
