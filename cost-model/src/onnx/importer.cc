@@ -154,19 +154,21 @@ Result<ModelGraph> Importer::run() {
       if (vi.type().has_tensor_type()) elem_types_[vi.name()] = vi.type().tensor_type().elem_type();
     }
   }
-  // Every ONNX operator has at least one output; the patterns and converters rely on it.
+  // Every ONNX operator has at least one output. A node without one is refused here and kept out
+  // of the consumer lists, so that no pattern or fusion reads it as another node's successor.
+  auto outputless = [&](int i) {
+    return g_.node(i).output_size() == 0 || g_.node(i).output(0).empty();
+  };
+  done_.assign(static_cast<size_t>(g_.node_size()), false);
   for (int i = 0; i < g_.node_size(); ++i) {
-    const auto& n = g_.node(i);
-    if (n.output_size() == 0 || n.output(0).empty()) {
-      return invalid_argument(path_ + ": node " + std::to_string(i) + " ('" + n.name() + "', " +
-                              n.op_type() + ") has no output");
+    if (outputless(i)) {
+      done_[static_cast<size_t>(i)] = true;
+      unsupported_.push_back(where(i) + ": has no output");
+      continue;
     }
-  }
-  for (int i = 0; i < g_.node_size(); ++i) {
     for (const auto& in : g_.node(i).input()) consumers_[in].push_back(i);
     for (const auto& out : g_.node(i).output()) producer_[out] = i;
   }
-  done_.assign(static_cast<size_t>(g_.node_size()), false);
   fold_constants();
   find_weight_inputs();
   GP_RETURN_IF_ERROR(check_weight_sharing());
