@@ -47,6 +47,11 @@ const std::map<std::string, int>& mapped_inputs() {
 
 bool mapped_type(const std::string& t) { return mapped_inputs().count(t) > 0; }
 
+int min_inputs(const std::string& t) {
+  const auto it = mapped_inputs().find(t);
+  return it == mapped_inputs().end() ? 0 : it->second;
+}
+
 void Importer::convert(int i) {
   const auto& n = g_.node(i);
   const std::string& t = n.op_type();

@@ -154,16 +154,21 @@ Result<ModelGraph> Importer::run() {
       if (vi.type().has_tensor_type()) elem_types_[vi.name()] = vi.type().tensor_type().elem_type();
     }
   }
-  // Every ONNX operator has at least one output. A node without one is refused here and kept out
-  // of the consumer lists, so that no pattern or fusion reads it as another node's successor.
-  auto outputless = [&](int i) {
-    return g_.node(i).output_size() == 0 || g_.node(i).output(0).empty();
-  };
+  // Every ONNX operator has an output, and a mapped one at least its inputs. A node without them
+  // is refused here and kept out of the consumer lists, so that no pattern or fusion reads it.
   done_.assign(static_cast<size_t>(g_.node_size()), false);
   for (int i = 0; i < g_.node_size(); ++i) {
-    if (outputless(i)) {
+    const auto& n = g_.node(i);
+    std::string malformed;
+    if (n.output_size() == 0 || n.output(0).empty()) {
+      malformed = "has no output";
+    } else if (const int need = min_inputs(n.op_type()); n.input_size() < need) {
+      malformed = "has " + std::to_string(n.input_size()) + " input(s), needs at least " +
+                  std::to_string(need);
+    }
+    if (!malformed.empty()) {
       done_[static_cast<size_t>(i)] = true;
-      unsupported_.push_back(where(i) + ": has no output");
+      unsupported_.push_back(where(i) + ": " + malformed);
       continue;
     }
     for (const auto& in : g_.node(i).input()) consumers_[in].push_back(i);

@@ -32,6 +32,8 @@ std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name
 
 // Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
 bool mapped_type(const std::string& t);
+// How many inputs a mapped ONNX type needs at least (0 for other types).
+int min_inputs(const std::string& t);
 
 // A pattern of several ONNX nodes that becomes one operator, emitted at its last node.
 struct Fused {
