@@ -11,13 +11,6 @@
 namespace gp::exec {
 namespace {
 
-// Parameters of a stage's ops; a stage without any has no optimizer step.
-int64_t stage_params(const graph::Graph& graph, const graphpipe::v1::Stage& stage) {
-  int64_t params = 0;
-  for (const auto& id : stage.op_ids()) params += graph.op(graph.index_of(id)).cost.param_count;
-  return params;
-}
-
 double now_us() {
   return std::chrono::duration<double, std::micro>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -55,13 +48,19 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
   r->mini_batch_ = plan.mini_batch();
   r->group_.assign(st.device_ranks().begin(), st.device_ranks().end());
   std::sort(r->group_.begin(), r->group_.end());
-  if (plan.training().clip_grad_norm() > 0 && stage_params(graph, st) > 0) {
-    // The ranks that update parameters (stages without any have no optimizer step).
-    for (const auto& s : plan.stages()) {
-      if (stage_params(graph, s) == 0) continue;
-      r->world_.insert(r->world_.end(), s.device_ranks().begin(), s.device_ranks().end());
+  if (plan.training().clip_grad_norm() > 0) {
+    // The norm's all-reduce is over the ranks whose programs step the optimizer (a stage without
+    // parameters has no step), as each of them reaches it just before its own step.
+    for (int other = 0; other < index.world_size; ++other) {
+      const int p = index.program_of_rank[static_cast<size_t>(other)];
+      if (p < 0) continue;
+      const auto& steps = plan.programs(p).instructions();
+      if (std::any_of(steps.begin(), steps.end(), [](const Instruction& in) {
+            return in.kind() == K::INSTRUCTION_KIND_OPTIMIZER_STEP;
+          })) {
+        r->world_.push_back(other);
+      }
     }
-    std::sort(r->world_.begin(), r->world_.end());
     r->norm_sum_.assign(1, 0.0f);
     r->counts_norm_ = rank == r->group_.front();
   }

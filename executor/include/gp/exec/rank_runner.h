@@ -110,8 +110,9 @@ class RankRunner {
   int64_t per_replica_ = 0;
   int64_t mini_batch_ = 0;
   std::vector<int> group_;  // the stage's replicas
-  // Clipping: every rank of the plan (the norm's all-reduce), and this rank's part of the sum,
-  // counted once per stage (by its first replica: after the all-reduce all replicas hold it).
+  // Clipping: the ranks that step the optimizer (the norm's all-reduce; empty without clipping),
+  // and whether this rank adds its stage's part of the sum (its first replica does: after the
+  // replicas' all-reduce all of them hold it).
   std::vector<int> world_;
   std::vector<float> norm_sum_;
   bool counts_norm_ = false;
