@@ -346,13 +346,8 @@ void StageRunner::optimizer_step(int64_t step) {
 double StageRunner::clip_grad_norm() const { return optimizer_->config().clip_grad_norm(); }
 
 Result<double> StageRunner::grad_sum_of_squares(std::span<float> scratch) {
-  std::span<const float> g;
-  if (host_) {
-    g = {grads_.f(), static_cast<size_t>(param_count_)};
-  } else {
-    GP_RETURN_IF_ERROR(download_param_grads(scratch));
-    g = scratch;
-  }
+  if (!host_) GP_RETURN_IF_ERROR(download_param_grads(scratch));
+  const std::span<const float> g = host_ ? param_grads() : scratch;
   double sum = 0;
   for (float v : g) sum += static_cast<double>(v) * v;
   return sum;
@@ -363,9 +358,7 @@ Status StageRunner::clip_grads(double total_sum_of_squares, std::span<float> scr
   const double factor = clip_grad_norm() / (std::sqrt(total_sum_of_squares) + 1e-6);
   if (!(factor < 1)) return ok_status();
   const float f = static_cast<float>(factor);
-  std::span<float> g =
-      host_ ? std::span<float>(grads_.f(), static_cast<size_t>(param_count_)) : scratch;
-  for (float& v : g) v *= f;
+  for (float& v : host_ ? param_grads() : scratch) v *= f;
   return host_ ? ok_status() : upload_param_grads(scratch);
 }
 

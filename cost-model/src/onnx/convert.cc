@@ -64,13 +64,7 @@ void Importer::convert(int i) {
   fed_by_refused_ = false;
   for (const auto& input : n.input()) fed_by_refused_ = fed_by_refused_ || poisoned_.count(input);
   if (fused != fused_.end()) return emit_fused(i, fused->second);
-  if (auto m = mapped_inputs().find(t); m != mapped_inputs().end()) {
-    if (n.output_size() < 1 || n.output(0).empty()) return refuse(i, "has no output");
-    if (n.input_size() < m->second) {
-      return refuse(i, "has " + std::to_string(n.input_size()) + " input(s), needs at least " +
-                           std::to_string(m->second));
-    }
-  }
+  // (Nodes without an output or with too few inputs were refused before any conversion.)
   auto in = [&](int k) { return k < n.input_size() ? activation(n.input(k)) : std::nullopt; };
   auto out = [&](const TensorRef& r) { act_[n.output(0)] = r; };
   if (t == "Identity" || t == "Dropout") {

@@ -426,8 +426,8 @@ Status Importer::add_input(const onnx::ValueInfoProto& in) {
 // and arithmetic on it gives NaN (unknown).
 void Importer::fold_constants() {
   for (const auto& [name, t] : consts_) {
-    if (t->dims_size() > 1 || element_count(*t) < 0 || element_count(*t) > 64)
-      continue;  // shape math is 0-D and 1-D
+    const int64_t count = element_count(*t);
+    if (t->dims_size() > 1 || count < 0 || count > 64) continue;  // shape math is 0-D and 1-D
     folded_[name] = values_of(*t);
     if (t->data_type() == kOnnxInt64 || t->data_type() == kOnnxInt32) folded_int_.insert(name);
   }
