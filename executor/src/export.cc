@@ -12,6 +12,7 @@
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/onnx_file.h"
 #include "gp/graph/param_layout.h"
 #include "onnx/onnx.pb.h"
 
@@ -52,12 +53,10 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
                             ": the model records no ONNX sources for its parameters (only a "
                             "model imported from ONNX exports as ONNX; use an .npz)");
   }
-  GP_ASSIGN_OR_RETURN(std::string bytes, graph::read_file(in));
   onnx::ModelProto onnx_model;
-  if (!onnx_model.ParseFromString(bytes)) {
-    return invalid_argument(in +
-                            ": not an ONNX model (--onnx names the file it was imported from)");
-  }
+  graph::OnnxFileInfo file_info;
+  GP_RETURN_IF_ERROR(graph::read_onnx_file(in, &onnx_model, &file_info)
+                         .with_context("--onnx names the file the model was imported from"));
   auto* g = onnx_model.mutable_graph();
   // The tensors to write: existing initializers, or weight graph inputs (export_params=False).
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> tensors;
@@ -164,9 +163,8 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
   nodes->erase(std::remove_if(nodes->begin(), nodes->end(),
                               [](const onnx::NodeProto& n) { return n.op_type().empty(); }),
                nodes->end());
-  std::string out;
-  if (!onnx_model.SerializeToString(&out)) return internal_error("ONNX serialisation failed");
-  return graph::write_file_atomic(options.out, out);
+  // A model whose weights were kept beside it comes back the same way (`<out>.data`).
+  return graph::write_onnx_file(options.out, onnx_model, file_info.external_data);
 }
 
 // ---- .npz: a zip archive of .npy files, stored uncompressed ------------------------------------

@@ -195,7 +195,12 @@ void Importer::gemm(int i, const std::string& id) {
   if (w.size() != 2) return refuse(i, "weight of rank " + std::to_string(w.size()));
   const bool trans_b = attr_i(n, "transB", 0) != 0;
   const int64_t out_features = trans_b ? w[0] : w[1];
-  const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  // torch 2.x's unoptimised exports give a bias-free conv a computed all-zero bias.
+  const bool zero_bias = [&] {
+    const auto v = n.input_size() > 2 && !is_weight(n.input(2)) ? folded(n.input(2)) : std::nullopt;
+    return v && !v->empty() && std::all_of(v->begin(), v->end(), [](double e) { return e == 0; });
+  }();
+  const bool bias = n.input_size() > 2 && !n.input(2).empty() && !zero_bias;
   if (bias) {  // C must be a bias of the output width, not an activation (torch.addmm) or matrix
     const auto c = is_weight(n.input(2)) ? weight_dims(n.input(2)) : std::vector<int64_t>{};
     const bool row = (c.size() == 1 && c[0] == out_features) ||
@@ -688,7 +693,12 @@ void Importer::conv(int i, const std::string& id) {
   }
   std::vector<int64_t> strides = attr_ints(n, "strides");
   if (strides.empty()) strides = {1, 1};
-  const bool bias = n.input_size() > 2 && !n.input(2).empty();
+  // torch 2.x's unoptimised exports give a bias-free conv a computed all-zero bias.
+  const bool zero_bias = [&] {
+    const auto v = n.input_size() > 2 && !is_weight(n.input(2)) ? folded(n.input(2)) : std::nullopt;
+    return v && !v->empty() && std::all_of(v->begin(), v->end(), [](double e) { return e == 0; });
+  }();
+  const bool bias = n.input_size() > 2 && !n.input(2).empty() && !zero_bias;
   if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[0]}) {
     return refuse(i, "bias B is not a weight of the output channels");
   }

@@ -8,6 +8,7 @@
 
 #include "gp/graph/graph.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/onnx_file.h"
 #include "gp/graph/param_layout.h"
 
 namespace gp::graph {
@@ -124,11 +125,6 @@ int64_t stored_count(const onnx::TensorProto& t) {
 // Weights must be in the file and whole: their values are imported.
 Status Importer::check_initializers() const {
   for (const auto& t : g_.initializer()) {
-    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-      return invalid_argument(path_ + ": initializer '" + t.name() +
-                              "' is stored in an external data file, which the importer does not "
-                              "read (save the model with its data inline)");
-    }
     if (element_count(t) < 0) {
       std::string dims;
       for (int64_t d : t.dims()) dims += (dims.empty() ? "" : ", ") + std::to_string(d);
@@ -387,13 +383,23 @@ Status Importer::check_weight_sharing() {
     const auto& n = g_.node(i);
     if (n.op_type() != "Conv" || n.input_size() < 2 || !is_weight(n.input(1))) continue;
     // torch names the tensors its constant folding makes "onnx::<Op>_<n>": in an eval-mode
-    // export a conv weight made that way has a BatchNormalization folded into it.
-    if (n.input(1).rfind("onnx::", 0) == 0 && options_.warnings != nullptr) {
+    // export a conv weight made that way has a BatchNormalization folded into it. torch 2.x's
+    // optimiser folds it under the conv's own names and says so in the node's metadata.
+    const bool legacy_fold = n.input(1).rfind("onnx::", 0) == 0;
+    const bool dynamo_fold =
+        graph::onnx_node_metadata(n, "pkg.onnxscript.rewriter.rule_name").find("FuseBatchNorm") !=
+        std::string::npos;
+    if ((legacy_fold || dynamo_fold) && options_.warnings != nullptr) {
       options_.warnings->push_back(
           where(i) + ": its weight '" + n.input(1) +
-          "' was made by the exporter's constant folding, which in an eval-mode export folds a "
-          "BatchNormalization into the convolution; training trains the folded model (no batch "
-          "norm). Export with training=torch.onnx.TrainingMode.TRAINING to train the original");
+          (legacy_fold ? "' was made by the exporter's constant folding, which in an eval-mode "
+                         "export folds a BatchNormalization into the convolution"
+                       : "' holds a BatchNormalization that torch 2.x's ONNX optimiser folded "
+                         "into the convolution (in train mode too)") +
+          "; training trains the folded model (no batch norm). " +
+          (legacy_fold ? "Export with training=torch.onnx.TrainingMode.TRAINING"
+                       : "Export with dynamo=True, optimize=False") +
+          " to train the original");
     }
   }
   return ok_status();
@@ -468,11 +474,14 @@ bool Importer::fold(const onnx::NodeProto& n) {
   }
   if (t == "Shape") {
     if (n.input_size() < 1) return false;
-    auto dims = onnx_shape(n.input(0));
+    // A weight's dims are all known (torch 2.x's unoptimised exports read a conv's channel
+    // count this way); an activation's first dim is the batch.
+    const bool weight = is_weight(n.input(0));
+    auto dims = weight ? std::optional(weight_dims(n.input(0))) : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
     for (size_t d = 0; d < dims->size(); ++d) {
       const int64_t v = (*dims)[d];
-      out.push_back(d == 0 ? kBatchDim : v > 0 ? static_cast<double>(v) : NAN);
+      out.push_back(d == 0 && !weight ? kBatchDim : v > 0 ? static_cast<double>(v) : NAN);
     }
     const int64_t rank = static_cast<int64_t>(out.size());
     int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", rank);
@@ -485,6 +494,13 @@ bool Importer::fold(const onnx::NodeProto& n) {
     return true;
   }
   if (fold_weight_view(n)) return true;
+  if (t == "CastLike" && n.input_size() == 2) {  // a constant cast to an activation's type
+    auto v = folded(n.input(0));
+    if (!v) return false;
+    folded_[n.output(0)] = *v;
+    if (folded_int_.count(n.input(0))) folded_int_.insert(n.output(0));
+    return true;
+  }
   std::vector<std::vector<double>> in;
   for (const auto& name : n.input()) {
     if (name.empty()) {
@@ -516,14 +532,24 @@ bool Importer::fold(const onnx::NodeProto& n) {
     out_int = to == kOnnxInt64 || to == kOnnxInt32;
     for (double v : in[0]) out.push_back(out_int && v != kBatchDim ? std::trunc(v) : v);
   } else if ((t == "Unsqueeze" || t == "Squeeze" || t == "Reshape" || t == "Flatten") &&
-             in[0].size() > 1) {
-    return false;  // would make a 2-D value; shape math only ever reshapes scalars
+             in[0].size() > 1 && !(t == "Reshape" && in.size() > 1 && in[1].size() == 1)) {
+    // Would make a 2-D value: shape math only reshapes scalars, or a list into a list (torch
+    // 2.x's unoptimised exports reshape the axes of a ReduceMean to [-1]).
+    return false;
   } else if (t == "Identity" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
              t == "Reshape") {
     out = in[0];
     out_int = folded_int_.count(n.input(0)) > 0;
   } else if (t == "Concat") {
     for (const auto& v : in) out.insert(out.end(), v.begin(), v.end());
+  } else if (t == "Expand") {
+    // A scalar broadcast to a 1-D shape (a computed bias); bounded like any parameter.
+    if (in.size() < 2 || in[0].size() != 1 || in[1].size() != 1 || !(in[1][0] >= 1) ||
+        in[1][0] > 1 << 24) {
+      return false;
+    }
+    out.assign(static_cast<size_t>(in[1][0]), in[0][0]);
+    out_int = folded_int_.count(n.input(0)) > 0;
   } else if (t == "Gather") {
     if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return false;
     out_int = folded_int_.count(n.input(0)) > 0;
@@ -842,11 +868,8 @@ Status Importer::add_losses() {
 }  // namespace onnx_detail
 
 Result<ModelGraph> import_onnx(const std::string& path, const OnnxImportOptions& options) {
-  GP_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
   onnx::ModelProto model;
-  if (!model.ParseFromString(bytes)) {
-    return invalid_argument(path + ": not an ONNX model (protobuf ModelProto did not parse)");
-  }
+  GP_RETURN_IF_ERROR(read_onnx_file(path, &model, nullptr));
   if (!model.has_graph()) return invalid_argument(path + ": ONNX model without a graph");
   return onnx_detail::Importer(model, path, options).run();
 }

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Writes the layer patterns of ../torch/make_torch_models.py as torch 2.x exports them.
+
+../torch holds PyTorch 1.13's TorchScript exports. torch 2.x exports differently by default
+(torch.onnx.export(..., dynamo=True) since 2.9): opset 18+, graphs traced by torch.export and
+optimised by onnxscript, initializers of 1 KiB or more in an external data file `<model>.onnx.data`
+beside the model, and equal-valued parameters merged into one initializer. This script writes, for
+every pattern, with the pattern module, seeds, inputs and reference files of ../torch:
+  <pattern>_dynamo.onnx         dynamo=True, eval mode, dynamic batch (dynamic_axes)
+  <pattern>_dynamo_static.onnx  dynamo=True, eval mode, batch 4 baked in
+  <pattern>_dynamo_train.onnx   dynamo=True, the module in train mode when exported (onnxscript's
+                                optimiser still folds batch norm into convolutions)
+  <pattern>_dynamo_train_noopt.onnx  the same with optimize=False (batch norm kept)
+  <pattern>_legacy.onnx         dynamo=False (the TorchScript exporter of torch 2.x), opset 17,
+                                eval mode, dynamic batch
+with <stem>.onnx.data where torch wrote one, and <stem>/ reference directories as ../torch
+describes (torch's output, MSE loss and output after one SGD step, lr 0.1). One more pattern,
+two_norms, shows the merged parameters: two LayerNorms with equal initial weights. models.json lists
+every export as ../torch/models.json does, plus "torch": the version that wrote it.
+
+Generated with torch 2.15.0 and onnxscript 0.7 from PyPI (a virtual environment; the tests only
+read the committed files):
+  python3 -m venv /tmp/t2 && /tmp/t2/bin/pip install torch onnx onnxscript
+  /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
+"""
+import copy
+import glob
+import json
+import os
+import shutil
+import sys
+import warnings
+
+import onnx
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "torch"))
+import make_torch_models as patterns  # noqa: E402  (the pattern modules and reference writer)
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else HERE
+patterns.OUT = OUT
+
+# suffix, variant, train mode, export keyword arguments
+VARIANTS = [
+    ("dynamo", "dynamic", False, {"dynamo": True}),
+    ("dynamo_static", "static", False, {"dynamo": True}),
+    ("dynamo_train", "train", True, {"dynamo": True}),
+    ("dynamo_train_noopt", "train", True, {"dynamo": True, "optimize": False}),
+    ("legacy", "dynamic", False, {"dynamo": False, "opset_version": 17}),
+]
+
+
+class TwoNorms(torch.nn.Module):
+    # Two LayerNorms with torch's initial values (ones, zeros): the dynamo exporter's optimiser
+    # merges their equal weights and biases into one initializer each, read by both norms. 32
+    # features, so that the linear weights (4 KiB) go to the external data file.
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(32, 32)
+        self.norm1 = torch.nn.LayerNorm(32)
+        self.fc2 = torch.nn.Linear(32, 32)
+        self.norm2 = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        return self.norm2(self.fc2(torch.relu(self.norm1(self.fc1(x)))))
+
+
+# The patterns of ../torch, and one only torch 2.x needs.
+PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), None)]
+
+
+def main():
+    warnings.filterwarnings("ignore")
+    os.makedirs(OUT, exist_ok=True)
+    for old in glob.glob(os.path.join(OUT, "*.onnx")) + glob.glob(os.path.join(OUT, "*.onnx.data")):
+        os.remove(old)
+    entries, failures = [], []
+    for pattern, seed, build, make_inputs, axis_names in PATTERNS:
+        torch.manual_seed(seed)
+        pristine = build()
+        inputs = make_inputs(torch.Generator().manual_seed(seed + 1000))
+        input_names = [n for n, _ in inputs]
+        for suffix, variant, train, kwargs in VARIANTS:
+            stem = f"{pattern}_{suffix}"
+            path = os.path.join(OUT, stem + ".onnx")
+            ref_dir = os.path.join(OUT, stem)
+            if os.path.isdir(ref_dir):
+                shutil.rmtree(ref_dir)
+            dynamic_axes = None
+            if variant != "static":
+                dynamic_axes = {n: {0: (axis_names or {}).get(n, "batch")} for n in input_names}
+                dynamic_axes["y"] = {0: "batch"}
+            exported = copy.deepcopy(pristine)
+            exported.train(train)
+            try:
+                torch.onnx.export(exported, tuple(t for _, t in inputs), path, input_names=input_names,
+                                  output_names=["y"], dynamic_axes=dynamic_axes, **kwargs)
+            except Exception as e:  # recorded, the pattern is skipped for this variant
+                failures.append((stem, f"{type(e).__name__}: {e}".splitlines()[0]))
+                for f in (path, path + ".data"):
+                    if os.path.exists(f):
+                        os.remove(f)
+                continue
+            model = onnx.load(path, load_external_data=False)
+            node_types = sorted({n.op_type for n in model.graph.node})
+            graph_inputs = [vi.name for vi in model.graph.input]
+            data_inputs = [n for n in graph_inputs if n in input_names]
+            has_reference = "Loop" not in node_types
+            if has_reference:
+                patterns.write_references(stem, copy.deepcopy(pristine), inputs, train, data_inputs, seed)
+            entries.append({"stem": stem, "pattern": pattern, "opset": model.opset_import[0].version,
+                            "variant": variant, "exporter": "dynamo" if kwargs["dynamo"] else "legacy",
+                            "external_data": os.path.exists(path + ".data"), "inputs": data_inputs,
+                            "graph_inputs": graph_inputs, "has_reference": has_reference,
+                            "node_types": node_types, "torch": torch.__version__})
+    with open(os.path.join(OUT, "models.json"), "w") as f:
+        json.dump(entries, f, indent=1)
+        f.write("\n")
+    for stem, why in failures:
+        print(f"export failed: {stem}: {why}")
+    print(f"wrote {len(entries)} models to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+BtargetJ01öL¿xfs¿{Zz¾ºN‹>»a¿?·>ë¾?YCM?ÔsÁ¾ƒYv¾#|¾œúF>
