@@ -133,9 +133,9 @@ class ExternalReader {
     }
     if (!has_length) length = *offset <= size ? size - *offset : 0;
     if (*offset > size || *length > size - *offset) {
-      return bad(what, "reads bytes [" + std::to_string(*offset) + ", " +
-                           std::to_string(*offset + *length) + ") of '" + file.string() +
-                           "', which holds " + std::to_string(size));
+      return bad(what, "reads " + std::to_string(*length) + " bytes at offset " +
+                           std::to_string(*offset) + " of '" + file.string() + "', which holds " +
+                           std::to_string(size));
     }
     if (*length != want) {
       return bad(what, "has " + std::to_string(*length) + " bytes of external data for " +
@@ -269,9 +269,13 @@ int separate_merged_parameters(onnx::GraphProto& g) {
     for (int k = 0; k < g.node(i).input_size(); ++k) {
       auto it = init_index.find(g.node(i).input(k));
       if (it == init_index.end()) continue;
+      // Bad dims (negative, overflowing) are the importer's to refuse, by name; not a parameter.
       int64_t elements = 1;
-      for (int64_t d : g.initializer(it->second).dims()) elements *= d;
-      if (elements > 1) readers[g.node(i).input(k)].push_back({i, k});
+      bool valid = true;
+      for (int64_t d : g.initializer(it->second).dims()) {
+        valid = valid && d >= 0 && !__builtin_mul_overflow(elements, d, &elements);
+      }
+      if (valid && elements > 1) readers[g.node(i).input(k)].push_back({i, k});
     }
   }
   std::set<std::string> names;
