@@ -52,6 +52,15 @@ int64_t element_bytes(int32_t data_type) {
   }
 }
 
+// The product of a tensor's dims; nullopt when one is negative or the product overflows.
+std::optional<int64_t> element_count(const onnx::TensorProto& t) {
+  int64_t n = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return std::nullopt;
+  }
+  return n;
+}
+
 std::optional<uint64_t> parse_count(const std::string& s) {
   uint64_t v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -125,11 +134,11 @@ class ExternalReader {
       return bad(what, "has data type " + std::to_string(t.data_type()) +
                            ", which cannot be read from external data");
     }
-    uint64_t want = static_cast<uint64_t>(per);
-    for (int64_t d : t.dims()) {
-      if (d < 0 || __builtin_mul_overflow(want, static_cast<uint64_t>(d), &want)) {
-        return bad(what, "has dims that are negative or too large");
-      }
+    const auto elements = element_count(t);
+    uint64_t want = 0;
+    if (!elements || __builtin_mul_overflow(static_cast<uint64_t>(*elements),
+                                            static_cast<uint64_t>(per), &want)) {
+      return bad(what, "has dims that are negative or too large");
     }
     if (!has_length) length = *offset <= size ? size - *offset : 0;
     if (*offset > size || *length > size - *offset) {
@@ -270,12 +279,9 @@ int separate_merged_parameters(onnx::GraphProto& g) {
       auto it = init_index.find(g.node(i).input(k));
       if (it == init_index.end()) continue;
       // Bad dims (negative, overflowing) are the importer's to refuse, by name; not a parameter.
-      int64_t elements = 1;
-      bool valid = true;
-      for (int64_t d : g.initializer(it->second).dims()) {
-        valid = valid && d >= 0 && !__builtin_mul_overflow(elements, d, &elements);
+      if (element_count(g.initializer(it->second)).value_or(0) > 1) {
+        readers[g.node(i).input(k)].push_back({i, k});
       }
-      if (valid && elements > 1) readers[g.node(i).input(k)].push_back({i, k});
     }
   }
   std::set<std::string> names;
