@@ -70,8 +70,9 @@ TensorRef GraphBuilder::relu(std::string id, const TensorRef& x) {
   return ref(std::move(id));
 }
 
-TensorRef GraphBuilder::gelu(std::string id, const TensorRef& x) {
-  add_op(id, "gelu", {x});
+TensorRef GraphBuilder::gelu(std::string id, const TensorRef& x, bool exact) {
+  Operator& op = add_op(id, "gelu", {x});
+  if (exact) set_attr(op, "approximate", std::string("none"));
   return ref(std::move(id));
 }
 

@@ -104,8 +104,12 @@ Status infer_relu(const Operator&, std::span<const TensorSpec> in, InferredOp* o
   return unary(in, 1, 1, out);
 }
 
-Status infer_gelu(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
-  return unary(in, 8, 12, out);  // tanh approximation: ~8 flops forward, ~12 backward
+Status infer_gelu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  GP_ASSIGN_OR_RETURN(std::string approximate, attr_string_or(op, "approximate", "tanh"));
+  if (approximate != "tanh" && approximate != "none") {
+    return invalid_argument("attrs.approximate = '" + approximate + "', expected tanh or none");
+  }
+  return unary(in, 8, 12, out);  // either form: ~8 flops forward, ~12 backward
 }
 
 Status infer_softmax(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {

@@ -137,6 +137,19 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
                            .with_context(in + ": param_sources: " + who + " -> '" +
                                          src.initializer() + "' (another source model?)"));
   }
+  // A parameter the ONNX model has no tensor for (torch's optimiser drops all-zero biases) was
+  // trained all the same: say where its values are.
+  std::set<std::string> sourced;
+  for (const auto& src : model.param_sources()) sourced.insert(src.op() + "." + src.param());
+  for (int i = 0; i < graph.num_ops() && notes != nullptr; ++i) {
+    for (const auto& spec : graph.op(i).proto->params()) {
+      const std::string who = graph.op(i).id() + "." + spec.name();
+      if (sourced.count(who)) continue;
+      notes->push_back(who + " has no tensor in " + in +
+                       " (the exporter left it out); its trained values are not in " + options.out +
+                       ", only in an .npz export (--out FILE.npz)");
+    }
+  }
   auto set_values = [&tensors](onnx::TensorProto& t) {
     const auto& v = tensors[t.name()].second;
     t.clear_float_data();

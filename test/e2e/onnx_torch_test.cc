@@ -60,18 +60,10 @@ bool folds_batch_norm(const std::string& stem) {
 
 std::string pattern_of(const std::string& stem) { return stem.substr(0, stem.find("_op")); }
 
-// The words the importer's refusal of `stem` must contain; "" for a stem it imports. torch
-// 2.15's attention layouts are not mapped yet (its dynamo export moves the batch axis, its
-// legacy export computes the scale with Shape and Sqrt).
+// The words the importer's refusal of `stem` must contain; "" for a stem it imports.
 std::string refusal_for(const std::string& dir, const std::string& stem) {
   std::string pattern = pattern_of(stem);
-  if (dir == kDir2) {
-    pattern = stem.substr(0, std::min(stem.find("_dynamo"), stem.find("_legacy")));
-    if (pattern == "mha" || pattern == "encoder_layer") {
-      return stem.find("_legacy") != std::string::npos ? "(Sqrt): no GraphPipe operator"
-                                                       : "moves the batch axis";
-    }
-  }
+  if (dir == kDir2) pattern = stem.substr(0, std::min(stem.find("_dynamo"), stem.find("_legacy")));
   if (auto r = refused_patterns().find(pattern); r != refused_patterns().end()) return r->second;
   return "";
 }
@@ -252,7 +244,7 @@ int loss_op(const graph::Graph& g) {
 }  // namespace
 
 TEST_CASE("torch exports import, except the listed patterns, which are refused for their cause") {
-  for (const auto& [dir, files, least] : {std::tuple{kDir, 90, 70}, std::tuple{kDir2, 105, 85}}) {
+  for (const auto& [dir, files, least] : {std::tuple{kDir, 90, 70}, std::tuple{kDir2, 110, 100}}) {
     const auto all = stems(dir);
     INFO(dir);
     REQUIRE(all.size() >= static_cast<size_t>(files));  // the folder is there and complete
@@ -315,7 +307,7 @@ TEST_CASE("a graph-only torch export imports with the parameters of the export w
 }
 
 TEST_CASE("torch exports compute torch's output and loss, and match it after one SGD step") {
-  for (const auto& [dir, least] : {std::pair{kDir, 50}, std::pair{kDir2, 60}}) {
+  for (const auto& [dir, least] : {std::pair{kDir, 50}, std::pair{kDir2, 75}}) {
     int checked = 0;
     for (const auto& stem : stems(dir)) {
       const std::string ref = dir + stem + "/";
@@ -461,7 +453,9 @@ TEST_CASE(
        {kDir + "encoder_layer_op17", kDir + "encoder_layer_op17_train",
         kDir + "resnet_block_op17_train", kDir + "embedding_op17", kDir + "position_embedding_op13",
         kDir + "relu6_depthwise_op17_noparams", kDir + "mha_op17_noparams",
-        kDir2 + "two_norms_dynamo", kDir2 + "resnet_block_dynamo_train_noopt"}) {
+        kDir2 + "two_norms_dynamo", kDir2 + "resnet_block_dynamo_train_noopt",
+        kDir2 + "encoder_layer_dynamo_train_noopt", kDir2 + "encoder_layer_legacy",
+        kDir2 + "mha_dynamo"}) {
     const std::string stem = fs::path(path).filename().string();
     INFO(stem);
     auto m = graph::import_onnx(path + ".onnx");
@@ -485,9 +479,15 @@ TEST_CASE(
     exec::ExportOptions options;
     options.checkpoint = dir.string();
     options.out = (dir / "trained.onnx").string();
-    auto exported = exec::export_trained(*m, options);
+    std::vector<std::string> notes;
+    auto exported = exec::export_trained(*m, options, &notes);
     INFO(exported.to_string());
     REQUIRE(exported.ok());
+    // mha_dynamo's optimiser dropped the all-zero output-projection bias: it trained, has no
+    // tensor to go back into, and the export says so. Everything else goes back.
+    std::set<std::string> sourced;
+    for (const auto& src : m->param_sources()) sourced.insert(src.op() + "." + src.param());
+    int64_t unsourced = 0;
     auto again = graph::import_onnx(options.out);
     INFO(again.status().to_string());
     REQUIRE(again.ok());
@@ -504,7 +504,16 @@ TEST_CASE(
       for (const auto& spec : g->op(i).proto->params()) {
         int64_t n = 1;
         for (int64_t d : spec.shape()) n *= d;
-        INFO(g->op(i).id() << "." << spec.name());
+        const std::string who = g->op(i).id() + "." + spec.name();
+        INFO(who);
+        if (!sourced.count(who)) {
+          bool noted = false;
+          for (const auto& note : notes) noted = noted || note.starts_with(who + " has no tensor");
+          CHECK(noted);
+          unsourced += n;
+          offset += static_cast<size_t>(n);
+          continue;
+        }
         REQUIRE(op2.param_values().count(spec.name()) == 1);
         const std::string& bytes = op2.param_values().at(spec.name());
         REQUIRE(bytes.size() == static_cast<size_t>(n) * sizeof(float));
@@ -513,7 +522,9 @@ TEST_CASE(
         compared += n;
       }
     }
-    CHECK(compared == g->total_params());
+    CHECK(compared + unsourced == g->total_params());
+    CHECK(unsourced == (stem == "mha_dynamo" ? 8 : 0));
+    CHECK(notes.size() == (stem == "mha_dynamo" ? 1u : 0u));
     // The training changed them: the export is not the untrained file.
     auto original = graph::import_onnx(path + ".onnx");
     REQUIRE(original.ok());

@@ -151,6 +151,8 @@ inline std::vector<GradCase> grad_cases() {
                 return b.relu("op", x(b, {2, 3}));
               }),
       op_case("gelu", {6}, widen, [](GraphBuilder& b) { return b.gelu("op", x(b, {6})); }),
+      op_case("gelu, exact", {6}, widen,
+              [](GraphBuilder& b) { return b.gelu("op", x(b, {6}), /*exact=*/true); }),
       op_case("softmax", {2, 4},
               [](GraphBuilder& b) {
                 return b.softmax("op", x(b, {2, 4}));

@@ -76,7 +76,7 @@ void Importer::convert(int i) {
     if (!x) return refuse(i, "its input is not an activation");
     if (t == "Relu") return out(b_.relu(id, *x));
     if (t == "Sigmoid") return out(b_.sigmoid(id, *x));
-    if (t == "Gelu") return out(b_.gelu(id, *x));  // exact and tanh both train as tanh
+    if (t == "Gelu") return out(b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh"));
     // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
     // when that is axis 1 of a 2-D tensor.
     const int64_t axis = attr_i(n, "axis", t == "Softmax" && opset_ > 0 && opset_ < 13 ? 1 : -1);
@@ -147,7 +147,7 @@ void Importer::emit_fused(int i, const Fused& f) {
   if (!x) return refuse(i, "the input of its pattern is not an activation");
   const std::string& id = current_id_;
   if (f.kind == Fused::Kind::kGelu) {
-    act_[g_.node(i).output(0)] = b_.gelu(id, *x);
+    act_[g_.node(i).output(0)] = b_.gelu(id, *x, f.exact);
     return;
   }
   if (f.kind == Fused::Kind::kAttention) return emit_attention(i, f, *x);
@@ -174,12 +174,33 @@ void Importer::emit_attention(int i, const Fused& f, const TensorRef& x) {
   using PS = graphpipe::v1::ParamSource;
   const char* weights[] = {"q_weight", "k_weight", "v_weight"};
   const char* biases[] = {"q_bias", "k_bias", "v_bias"};
+  // torch 2.x's optimiser drops an all-zero bias (torch initialises these to zero): it trains
+  // from zero here, as in torch, but has no tensor in the ONNX model to export into.
+  const std::vector<float> zeros(static_cast<size_t>(e), 0.0f);
+  auto dropped_bias = [&](const std::string& which) {
+    if (options_.warnings == nullptr) return;
+    options_.warnings->push_back(
+        "multi-head attention '" + id + "': the ONNX model has no " + which +
+        " bias (torch's exporter drops an all-zero one); it trains from zero, but `export` "
+        "cannot write it into the ONNX model (only into an .npz). Export from torch with "
+        "optimize=False to keep it.");
+  };
+  if (f.in_bias.empty()) dropped_bias("input-projection");
+  if (f.out_bias.empty()) dropped_bias("output-projection");
   for (int64_t p = 0; p < 3; ++p) {
     take(id, weights[p], f.in_weight, PS::LAYOUT_COLUMNS_TRANSPOSED, p * e, e * e);
-    take(id, biases[p], f.in_bias, PS::LAYOUT_RANGE, p * e, e);
+    if (f.in_bias.empty()) {
+      set_values(id, biases[p], zeros);
+    } else {
+      take(id, biases[p], f.in_bias, PS::LAYOUT_RANGE, p * e, e);
+    }
   }
   take(id, "out_weight", f.out_weight, f.out_trans_b ? PS::LAYOUT_COPY : PS::LAYOUT_TRANSPOSE);
-  take(id, "out_bias", f.out_bias);
+  if (f.out_bias.empty()) {
+    set_values(id, "out_bias", zeros);
+  } else {
+    take(id, "out_bias", f.out_bias);
+  }
 }
 
 void Importer::gemm(int i, const std::string& id) {

@@ -186,7 +186,8 @@ Result<ModelGraph> Importer::run() {
   find_patterns();
   for (int i = 0; i < g_.node_size(); ++i) {
     if (done_[static_cast<size_t>(i)]) continue;
-    if (fold(g_.node(i))) continue;  // e.g. the Shape of an activation known only now
+    if (fold(g_.node(i))) continue;          // e.g. the Shape of an activation known only now
+    if (match_attention_views(i)) continue;  // claims its nodes, emitted at its last one
     const int first = b_.model().ops_size();
     convert(i);
     infer_new_ops(first);
@@ -501,80 +502,94 @@ bool Importer::fold(const onnx::NodeProto& n) {
     if (folded_int_.count(n.input(0))) folded_int_.insert(n.output(0));
     return true;
   }
-  std::vector<std::vector<double>> in;
+  std::vector<FoldedValue> in;
   for (const auto& name : n.input()) {
     if (name.empty()) {
-      in.emplace_back();
+      in.push_back({{}, true});
       continue;
     }
     auto v = folded(name);
     if (!v) return false;
-    in.push_back(*v);
+    in.push_back({*v, folded_int_.count(name) > 0});
   }
-  if (in.empty()) return false;
-  const bool ints = [&] {
-    for (const auto& name : n.input()) {
-      if (!name.empty() && !folded_int_.count(name)) return false;
-    }
-    return true;
-  }();
+  auto value = fold_values(n, in);
+  if (!value) return false;
+  folded_[n.output(0)] = std::move(value->values);
+  if (value->ints) folded_int_.insert(n.output(0));
+  return true;
+}
+
+std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
+                                       const std::vector<FoldedValue>& in) {
+  const std::string& t = n.op_type();
+  if (in.empty()) return std::nullopt;
+  const bool ints = std::all_of(in.begin(), in.end(), [](const FoldedValue& v) { return v.ints; });
   auto arith = [ints](double a, double b, const std::string& op) {
     if (a == kBatchDim || b == kBatchDim) return static_cast<double>(NAN);
     if (op == "Add") return a + b;
     if (op == "Sub") return a - b;
     if (op == "Mul") return a * b;
     if (op == "Div") return ints ? std::trunc(a / b) : a / b;
+    if (op == "Mod") {  // fmod = 0: the sign of the divisor, as Python's %
+      const double r = std::fmod(a, b);
+      return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+    }
     return std::pow(a, b);
   };
+  std::vector<std::vector<double>> iv;
+  for (const auto& v : in) iv.push_back(v.values);
+  std::vector<double> out;
   bool out_int = ints;
   if (t == "Cast") {
     const int64_t to = attr_i(n, "to", kOnnxFloat);
     out_int = to == kOnnxInt64 || to == kOnnxInt32;
-    for (double v : in[0]) out.push_back(out_int && v != kBatchDim ? std::trunc(v) : v);
+    for (double v : iv[0]) out.push_back(out_int && v != kBatchDim ? std::trunc(v) : v);
   } else if ((t == "Unsqueeze" || t == "Squeeze" || t == "Reshape" || t == "Flatten") &&
-             in[0].size() > 1 && !(t == "Reshape" && in.size() > 1 && in[1].size() == 1)) {
+             iv[0].size() > 1 && !(t == "Reshape" && in.size() > 1 && iv[1].size() == 1)) {
     // Would make a 2-D value: shape math only reshapes scalars, or a list into a list (torch
     // 2.x's unoptimised exports reshape the axes of a ReduceMean to [-1]).
-    return false;
+    return std::nullopt;
   } else if (t == "Identity" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
              t == "Reshape") {
-    out = in[0];
-    out_int = folded_int_.count(n.input(0)) > 0;
+    out = iv[0];
+    out_int = in[0].ints;
   } else if (t == "Concat") {
-    for (const auto& v : in) out.insert(out.end(), v.begin(), v.end());
+    for (const auto& v : in) out.insert(out.end(), v.values.begin(), v.values.end());
   } else if (t == "Expand") {
     // A scalar broadcast to a 1-D shape (a computed bias); bounded like any parameter.
-    if (in.size() < 2 || in[0].size() != 1 || in[1].size() != 1 || !(in[1][0] >= 1) ||
-        in[1][0] > 1 << 24) {
-      return false;
+    if (in.size() < 2 || iv[0].size() != 1 || iv[1].size() != 1 || !(iv[1][0] >= 1) ||
+        iv[1][0] > 1 << 24) {
+      return std::nullopt;
     }
-    out.assign(static_cast<size_t>(in[1][0]), in[0][0]);
-    out_int = folded_int_.count(n.input(0)) > 0;
+    out.assign(static_cast<size_t>(iv[1][0]), iv[0][0]);
+    out_int = in[0].ints;
   } else if (t == "Gather") {
-    if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return false;
-    out_int = folded_int_.count(n.input(0)) > 0;
-    for (double idx : in[1]) {
+    if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return std::nullopt;
+    out_int = in[0].ints;
+    for (double idx : iv[1]) {
       int64_t k = static_cast<int64_t>(idx);
-      if (k < 0) k += static_cast<int64_t>(in[0].size());
-      if (k < 0 || k >= static_cast<int64_t>(in[0].size())) return false;
-      out.push_back(in[0][static_cast<size_t>(k)]);
+      if (k < 0) k += static_cast<int64_t>(iv[0].size());
+      if (k < 0 || k >= static_cast<int64_t>(iv[0].size())) return std::nullopt;
+      out.push_back(iv[0][static_cast<size_t>(k)]);
     }
   } else if (t == "Slice") {
-    if (in.size() < 3 || in[1].size() != 1 || in[2].size() != 1) return false;
-    if (in.size() > 3 && !(in[3].empty() || (in[3].size() == 1 && in[3][0] == 0))) return false;
-    if (in.size() > 4 && !(in[4].empty() || (in[4].size() == 1 && in[4][0] == 1))) return false;
-    out_int = folded_int_.count(n.input(0)) > 0;
-    const int64_t size = static_cast<int64_t>(in[0].size());
-    int64_t s = static_cast<int64_t>(std::max(-1e12, in[1][0]));
-    int64_t e = static_cast<int64_t>(std::min(1e12, in[2][0]));
+    if (in.size() < 3 || iv[1].size() != 1 || iv[2].size() != 1) return std::nullopt;
+    if (in.size() > 3 && !(iv[3].empty() || (iv[3].size() == 1 && iv[3][0] == 0)))
+      return std::nullopt;
+    if (in.size() > 4 && !(iv[4].empty() || (iv[4].size() == 1 && iv[4][0] == 1)))
+      return std::nullopt;
+    out_int = in[0].ints;
+    const int64_t size = static_cast<int64_t>(iv[0].size());
+    int64_t s = static_cast<int64_t>(std::max(-1e12, iv[1][0]));
+    int64_t e = static_cast<int64_t>(std::min(1e12, iv[2][0]));
     if (s < 0) s += size;
     if (e < 0) e += size;
     s = std::clamp<int64_t>(s, 0, size);
     e = std::clamp<int64_t>(e, s, size);
-    out.assign(in[0].begin() + s, in[0].begin() + e);
+    out.assign(iv[0].begin() + s, iv[0].begin() + e);
   } else if (t == "Sqrt" || t == "Neg" || t == "Reciprocal" || t == "Floor" || t == "Ceil") {
     out_int = ints && (t == "Neg" || t == "Floor" || t == "Ceil");
-    for (double a : in[0]) {
+    for (double a : iv[0]) {
       if (a == kBatchDim) {
         out.push_back(NAN);
         continue;
@@ -585,25 +600,19 @@ bool Importer::fold(const onnx::NodeProto& n) {
                     : t == "Floor"      ? std::floor(a)
                                         : std::ceil(a));
     }
-  } else if ((t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Pow") &&
+  } else if ((t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Mod" || t == "Pow") &&
              in.size() == 2) {
-    const auto& a = in[0];
-    const auto& b = in[1];
-    if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return false;
+    const auto& a = iv[0];
+    const auto& b = iv[1];
+    if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return std::nullopt;
     const size_t size = std::max(a.size(), b.size());
     for (size_t k = 0; k < size; ++k) {
       out.push_back(arith(a[a.size() == 1 ? 0 : k], b[b.size() == 1 ? 0 : k], t));
     }
   } else {
-    return false;
+    return std::nullopt;
   }
-  if (t == "Concat") {
-    out_int = true;
-    for (const auto& name : n.input()) out_int = out_int && folded_int_.count(name) > 0;
-  }
-  folded_[n.output(0)] = std::move(out);
-  if (out_int) folded_int_.insert(n.output(0));
-  return true;
+  return FoldedValue{std::move(out), out_int};
 }
 
 std::optional<std::vector<float>> Importer::float_values(const std::string& name) const {

@@ -30,6 +30,17 @@ double attr_f(const onnx::NodeProto& n, const std::string& name, double fallback
 std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& fallback);
 std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name);
 
+// A folded shape-math value, and whether it is an integer (integer Div truncates).
+struct FoldedValue {
+  std::vector<double> values;
+  bool ints = false;
+};
+// The value of shape-math node `n` (any folded type but Constant, Shape and CastLike, which read
+// the graph) from its inputs' values (an absent optional input: empty); nullopt when the folder
+// does not compute this node.
+std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
+                                       const std::vector<FoldedValue>& in);
+
 // Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
 bool mapped_type(const std::string& t);
 // How many inputs a mapped ONNX type needs at least (0 for other types).
@@ -42,6 +53,7 @@ struct Fused {
   std::string x;            // the pattern's input tensor
   std::string gamma, beta;  // layer norm: scale and shift weights ("" when absent)
   double epsilon = 1e-5;
+  bool exact = false;  // gelu: the erf form (else the tanh approximation)
   // attention: the packed input projection (MatMul weight [E, 3E], bias [3E], columns q, k, v)
   // and the output projection (Gemm weight [E, E], transposed unless out_trans_b; bias [E]).
   std::string in_weight, in_bias, out_weight, out_bias;
@@ -147,6 +159,11 @@ class Importer {
   // heads folded into the batch, and back (see patterns.cc).
   bool match_attention(int start);
   void claim(const std::set<int>& nodes, int last, Fused f);
+  // attention_views.cc: nn.MultiheadAttention as torch 2.x exports it (dynamo and TorchScript),
+  // matched when its first node, a Transpose of the [batch, sequence, embedding] input, is
+  // reached (the input's shape is known then) by following the views symbolically.
+  struct ViewTrace;
+  bool match_attention_views(int start);
 
   const onnx::GraphProto& g_;
   std::string path_;

@@ -264,6 +264,69 @@ std::string last_piece(const std::string& s, char sep) {
   return k == std::string::npos ? s : s.substr(k + 1);
 }
 
+// A float constant the exporter made from parameters (a folded transpose of a linear's weight)
+// and then merged with equal-valued others: nn.TransformerEncoder clones its first layer, so
+// every layer's transposed weights start equal. Readers whose traced nodes name no parameter in
+// common cannot be reading one parameter; each such group gets its own copy. Readers that share
+// a parameter (tied weights) stay in one group, and without metadata nothing is separated.
+int separate_merged_constant(onnx::GraphProto& g, const std::string& name,
+                             const std::vector<std::pair<int, int>>& list,
+                             std::set<std::string>* names) {
+  const auto& tensor = *std::find_if(g.initializer().begin(), g.initializer().end(),
+                                     [&](const onnx::TensorProto& t) { return t.name() == name; });
+  if (tensor.data_type() != onnx::TensorProto::FLOAT) return 0;  // shape arithmetic, ids
+  std::vector<std::set<std::string>> groups;  // the parameters each group of readers names
+  std::vector<int> group_of;
+  for (const auto& [node, pos] : list) {
+    const auto ph = placeholders(g.node(node));
+    if (ph.empty()) return 0;
+    std::set<std::string> mine(ph.begin(), ph.end());
+    int joined = -1;
+    for (int k = 0; k < static_cast<int>(groups.size()); ++k) {
+      const auto& theirs = groups[static_cast<size_t>(k)];
+      const bool common = std::any_of(mine.begin(), mine.end(),
+                                      [&](const std::string& p) { return theirs.count(p) > 0; });
+      if (!common) continue;
+      if (joined < 0) {
+        joined = k;
+      } else {  // this reader links two groups: merge k into the one it joined
+        groups[static_cast<size_t>(joined)].insert(theirs.begin(), theirs.end());
+        groups[static_cast<size_t>(k)].clear();
+        for (int& gk : group_of) gk = gk == k ? joined : gk;
+      }
+    }
+    if (joined < 0) {
+      joined = static_cast<int>(groups.size());
+      groups.emplace_back();
+    }
+    groups[static_cast<size_t>(joined)].insert(mine.begin(), mine.end());
+    group_of.push_back(joined);
+  }
+  // The first group keeps the tensor; every other gets a copy named after its first reader.
+  std::map<int, std::string> copy_of;
+  int added = 0;
+  for (size_t r = 0; r < list.size(); ++r) {
+    const int group = group_of[r];
+    if (group == group_of[0]) continue;
+    const auto [node, pos] = list[r];
+    auto it = copy_of.find(group);
+    if (it == copy_of.end()) {
+      std::string copy_name = name + "." + g.node(node).name();
+      for (int k = 2; names->count(copy_name); ++k) {
+        copy_name = name + "." + g.node(node).name() + "." + std::to_string(k);
+      }
+      names->insert(copy_name);
+      onnx::TensorProto copy = tensor;
+      copy.set_name(copy_name);
+      *g.add_initializer() = std::move(copy);
+      it = copy_of.emplace(group, copy_name).first;
+      ++added;
+    }
+    g.mutable_node(node)->set_input(pos, it->second);
+  }
+  return added;
+}
+
 // Gives each reader that took an initializer through the exporter's value de-duplication its
 // own copy (see onnx_file.h). Returns how many copies were added.
 int separate_merged_parameters(onnx::GraphProto& g) {
@@ -299,7 +362,10 @@ int separate_merged_parameters(onnx::GraphProto& g) {
     bool is_parameter = false;
     for (const auto& [node, pos] : list)
       is_parameter = is_parameter || names_self(placeholders(g.node(node)));
-    if (!is_parameter) continue;  // a constant the exporter made (a folded transpose, say)
+    if (!is_parameter) {
+      added += separate_merged_constant(g, name, list, &names);
+      continue;
+    }
     for (const auto& [node, pos] : list) {
       const auto ph = placeholders(g.node(node));
       if (ph.empty() || names_self(ph)) continue;  // the program itself reads this parameter

@@ -148,6 +148,7 @@ bool Importer::match_gelu(int start) {
   Fused f;
   f.kind = Fused::Kind::kGelu;
   f.x = x;
+  f.exact = fn.op_type() == "Erf";
   claim(nodes, last, std::move(f));
   return true;
 }

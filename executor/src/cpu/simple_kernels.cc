@@ -28,22 +28,23 @@ class ReluKernel final : public OpKernel {
   int64_t n_;  // elements per sample
 };
 
-// GELU (tanh approximation); backward differentiates it at the input. Saves nothing.
+// GELU (tanh approximation, or exact); backward differentiates it at the input. Saves nothing.
 class GeluKernel final : public OpKernel {
  public:
-  explicit GeluKernel(int64_t n) : n_(n) {}
+  GeluKernel(int64_t n, bool exact) : n_(n), exact_(exact) {}
   void forward(const OpArgs& a) const override {
-    vec::gelu(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_);
+    (exact_ ? vec::gelu_exact : vec::gelu)(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_);
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    vec::gelu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_,
-                       /*accumulate=*/true);
+    (exact_ ? vec::gelu_exact_backward : vec::gelu_backward)(a.inputs[0].f(), a.grad_outputs[0].f(),
+                                                             dx, a.batch * n_, /*accumulate=*/true);
   }
 
  private:
   int64_t n_;
+  bool exact_;
 };
 
 // Softmax over the last dim (max-subtracted); backward uses the output. Saves nothing.
@@ -273,7 +274,11 @@ KernelResult make_relu(const graph::OpNode& op) {
 }
 
 KernelResult make_gelu(const graph::OpNode& op) {
-  return wrap(std::make_unique<GeluKernel>(graph::num_elements(op.input_specs[0])));
+  // (Not GP_ASSIGN_OR_RETURN: GCC 12 then warns that the string may be used uninitialised.)
+  const auto approximate = op_attr_string_or(op, "approximate", "tanh");
+  if (!approximate.ok()) return approximate.status();
+  const bool exact = *approximate == "none";
+  return wrap(std::make_unique<GeluKernel>(graph::num_elements(op.input_specs[0]), exact));
 }
 
 KernelResult make_softmax(const graph::OpNode& op) {

@@ -132,6 +132,28 @@ GP_VEC_CLONES void gelu_backward(const float* x, const float* dy, float* dx, int
   }
 }
 
+// erf has no vector form here; the exact GELU is a scalar loop (torch's CPU kernel computes it
+// in the same order: 0.5 x (1 + erf(x / sqrt 2))).
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+void gelu_exact(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + std::erf(v * kInvSqrt2));
+  }
+}
+
+void gelu_exact_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+    const float g = dy[i] * (cdf + v * pdf);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 GP_VEC_CLONES void relu(const float* x, float* y, int64_t n) {
   const V zero = GP_SPLAT(0.0f);
   int64_t i = 0;

@@ -19,6 +19,10 @@ namespace gp::exec::cpu::vec {
 void gelu(const float* x, float* y, int64_t n);
 // dx = dy * gelu'(x), added to dx when accumulate, else written. dx may be dy unless accumulate.
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate);
+// GELU, exact (torch's nn.GELU()): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)). y may be x.
+void gelu_exact(const float* x, float* y, int64_t n);
+// dx = dy * (Phi(x) + x phi(x)), added to dx when accumulate, else written.
+void gelu_exact_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate);
 // y = max(x, 0). y may be x.
 void relu(const float* x, float* y, int64_t n);
 // dx = (y > 0 ? dy : 0), added when accumulate, else written; y is relu's input or output.

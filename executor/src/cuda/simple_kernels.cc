@@ -36,23 +36,25 @@ class ReluKernel final : public CudaKernel {
   int64_t n_;  // elements per sample
 };
 
-// GELU (tanh approximation); backward differentiates it at the input. Saves nothing.
+// GELU (tanh approximation, or exact); backward differentiates it at the input. Saves nothing.
 class GeluKernel final : public CudaKernel {
  public:
-  GeluKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
-      : CudaKernel(op, ctx), n_(n) {}
+  GeluKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n, bool exact)
+      : CudaKernel(op, ctx), n_(n), exact_(exact) {}
   void forward(const OpArgs& a) const override {
-    check_forward(launch_gelu_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_, stream()));
+    check_forward(
+        launch_gelu_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_, exact_, stream()));
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    check_backward(
-        launch_gelu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_, stream()));
+    check_backward(launch_gelu_backward(a.inputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_,
+                                        exact_, stream()));
   }
 
  private:
   int64_t n_;
+  bool exact_;
 };
 
 // Softmax over the last dim (max-subtracted); backward uses the output. Saves nothing.
@@ -288,7 +290,11 @@ KernelResult make_relu(const graph::OpNode& op, const CudaContext& ctx) {
 }
 
 KernelResult make_gelu(const graph::OpNode& op, const CudaContext& ctx) {
-  return wrap(std::make_unique<GeluKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+  // (Not GP_ASSIGN_OR_RETURN: GCC 12 then warns that the string may be used uninitialised.)
+  const auto approximate = op_attr_string_or(op, "approximate", "tanh");
+  if (!approximate.ok()) return approximate.status();
+  const bool exact = *approximate == "none";
+  return wrap(std::make_unique<GeluKernel>(op, ctx, graph::num_elements(op.input_specs[0]), exact));
 }
 
 KernelResult make_softmax(const graph::OpNode& op, const CudaContext& ctx) {

@@ -76,6 +76,20 @@ __device__ float gelu_grad(float x) {
   return __fadd_rn(left, right);
 }
 
+// GELU, exact, in the CPU reference's order (cpu/vec_math.cc): 0.5 x (1 + erf(x / sqrt 2)).
+constexpr float kInvSqrt2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+
+__device__ float gelu_exact(float x) {
+  return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, erff(__fmul_rn(x, kInvSqrt2))));
+}
+
+__device__ float gelu_exact_grad(float x) {
+  const float cdf = __fmul_rn(0.5f, __fadd_rn(1.0f, erff(__fmul_rn(x, kInvSqrt2))));
+  const float pdf = __fmul_rn(kInvSqrt2Pi, expf(__fmul_rn(__fmul_rn(-0.5f, x), x)));
+  return __fadd_rn(cdf, __fmul_rn(x, pdf));
+}
+
 __device__ int64_t load_label(const void* labels, int64_t r, bool labels32) {
   return labels32 ? static_cast<int64_t>(static_cast<const int32_t*>(labels)[r])
                   : static_cast<const int64_t*>(labels)[r];
@@ -99,12 +113,15 @@ __global__ void relu_backward_kernel(const float* x, const float* dy, float* dx,
   GP_GRID_STRIDE(i, n) { dx[i] += x[i] > 0 ? dy[i] : 0.0f; }
 }
 
-__global__ void gelu_forward_kernel(const float* x, float* y, int64_t n) {
-  GP_GRID_STRIDE(i, n) { y[i] = gelu(x[i]); }
+__global__ void gelu_forward_kernel(const float* x, float* y, int64_t n, bool exact) {
+  GP_GRID_STRIDE(i, n) { y[i] = exact ? gelu_exact(x[i]) : gelu(x[i]); }
 }
 
-__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n) {
-  GP_GRID_STRIDE(i, n) { dx[i] += __fmul_rn(dy[i], gelu_grad(x[i])); }
+__global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx, int64_t n,
+                                     bool exact) {
+  GP_GRID_STRIDE(i, n) {
+    dx[i] += __fmul_rn(dy[i], exact ? gelu_exact_grad(x[i]) : gelu_grad(x[i]));
+  }
 }
 
 __global__ void scale_kernel(const float* x, float* y, float factor, int64_t n) {
@@ -285,16 +302,17 @@ cudaError_t launch_relu_backward(const float* x, const float* dy, float* dx, int
   return cudaGetLastError();
 }
 
-cudaError_t launch_gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+cudaError_t launch_gelu_forward(const float* x, float* y, int64_t n, bool exact,
+                                cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  gelu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, y, n);
+  gelu_forward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, y, n, exact);
   return cudaGetLastError();
 }
 
-cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
+cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool exact,
                                  cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  gelu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, dy, dx, n);
+  gelu_backward_kernel<<<grid_for(n, kBlock), kBlock, 0, stream>>>(x, dy, dx, n, exact);
   return cudaGetLastError();
 }
 

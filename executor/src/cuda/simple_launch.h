@@ -14,8 +14,10 @@ namespace gp::exec::cuda {
 cudaError_t launch_relu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 cudaError_t launch_relu_backward(const float* x, const float* dy, float* dx, int64_t n,
                                  cudaStream_t stream);
-cudaError_t launch_gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
-cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
+// exact: x Phi(x) with erf (torch's nn.GELU()); else the tanh approximation.
+cudaError_t launch_gelu_forward(const float* x, float* y, int64_t n, bool exact,
+                                cudaStream_t stream);
+cudaError_t launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool exact,
                                  cudaStream_t stream);
 // y = factor * x.
 cudaError_t launch_scale(const float* x, float* y, float factor, int64_t n, cudaStream_t stream);

@@ -25,7 +25,8 @@ class GraphBuilder {
   TensorRef attention(std::string id, const TensorRef& x, int64_t num_heads);
   TensorRef layer_norm(std::string id, const TensorRef& x);
   TensorRef relu(std::string id, const TensorRef& x);
-  TensorRef gelu(std::string id, const TensorRef& x);
+  // exact: x * Phi(x) with erf (torch's nn.GELU()); else the tanh approximation.
+  TensorRef gelu(std::string id, const TensorRef& x, bool exact = false);
   TensorRef softmax(std::string id, const TensorRef& x);
   TensorRef sigmoid(std::string id, const TensorRef& x);
   TensorRef clip(std::string id, const TensorRef& x, double min, double max);

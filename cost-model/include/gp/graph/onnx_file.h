@@ -28,8 +28,10 @@ struct OnnxFileInfo {
 // and the byte range must exist and hold exactly the tensor's elements; each problem is
 // InvalidArgument naming the initializer and the file. A node that reads an initializer under a
 // parameter name of another parameter (the exporter's value de-duplication, seen in the node's
-// `pkg.torch.onnx.fx_node` metadata) gets its own copy, named after its parameter; a weight that
-// the traced program itself shares (tied weights) stays shared.
+// `pkg.torch.onnx.fx_node` metadata) gets its own copy, named after its parameter; so does a
+// group of readers of a merged exporter-made constant (a folded weight transpose) that names no
+// parameter in common with the others. A weight that the traced program itself shares (tied
+// weights) stays shared.
 Status read_onnx_file(const std::string& path, onnx::ModelProto* model, OnnxFileInfo* info);
 
 // Writes atomically; with `external_data`, float initializers of 1 KiB or more go to

@@ -22,6 +22,7 @@ Generated with torch 2.15.0 and onnxscript 0.7 from PyPI (a virtual environment;
 read the committed files):
   python3 -m venv /tmp/t2 && /tmp/t2/bin/pip install torch onnx onnxscript
   /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
+(--only=PATTERN rewrites one pattern's files; encoder_stack was added that way, by torch 2.15.0.)
 """
 import copy
 import glob
@@ -38,7 +39,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "torch"))
 import make_torch_models as patterns  # noqa: E402  (the pattern modules and reference writer)
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else HERE
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--only=")]
+# --only=PATTERN rewrites that pattern's exports and keeps every other file and models.json entry.
+ONLY = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), None)
+OUT = ARGS[0] if ARGS else HERE
 patterns.OUT = OUT
 
 # suffix, variant, train mode, export keyword arguments
@@ -66,17 +70,38 @@ class TwoNorms(torch.nn.Module):
         return self.norm2(self.fc2(torch.relu(self.norm1(self.fc1(x)))))
 
 
-# The patterns of ../torch, and one only torch 2.x needs.
-PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), None)]
+class EncoderStack(torch.nn.Module):
+    # Two nn.TransformerEncoder layers with torch's own initialisation (all-zero attention
+    # biases, which the dynamo optimiser drops): the second attention's input is an activation,
+    # and its reshapes read the batch from the model's input.
+    def __init__(self):
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, dropout=0.0,
+                                                 activation="gelu", batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+# The patterns of ../torch, and those only torch 2.x needs.
+PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), None),
+                                ("encoder_stack", 122, EncoderStack, patterns.feat(6, 16), None)]
 
 
 def main():
     warnings.filterwarnings("ignore")
     os.makedirs(OUT, exist_ok=True)
-    for old in glob.glob(os.path.join(OUT, "*.onnx")) + glob.glob(os.path.join(OUT, "*.onnx.data")):
+    prefix = ONLY + "_" if ONLY else ""
+    for old in glob.glob(os.path.join(OUT, prefix + "*.onnx")) + glob.glob(os.path.join(OUT, prefix + "*.onnx.data")):
         os.remove(old)
     entries, failures = [], []
+    if ONLY:
+        with open(os.path.join(OUT, "models.json")) as f:
+            entries = [e for e in json.load(f) if e["pattern"] != ONLY]
     for pattern, seed, build, make_inputs, axis_names in PATTERNS:
+        if ONLY and pattern != ONLY:
+            continue
         torch.manual_seed(seed)
         pristine = build()
         inputs = make_inputs(torch.Generator().manual_seed(seed + 1000))

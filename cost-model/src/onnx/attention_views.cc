@@ -1,0 +1,548 @@
+// nn.MultiheadAttention (batch-first self-attention) as torch 2.x writes it, with either exporter
+// (dynamo, optimised or not, dynamic or static batch; TorchScript at opset 17):
+//   x [B, S, E] -> Transpose(1, 0, 2) -> MatMul(W_in [E, 3E]) (-> Add(b_in [3E]))
+//   -> views to [3, S, B, E] (Reshape, Unsqueeze, Transpose, Squeeze) -> Gather 0, 1, 2
+//   -> q, k and v viewed as [B, h, S, d], k as [B, h, d, S] (k's transpose written three ways)
+//   -> q and k each scaled by d^-1/4 (a constant, or computed from the Shape of q)
+//   -> MatMul -> Softmax -> MatMul v -> views to [S*B, E] -> Gemm(W_out(, b_out))
+//   -> views back to [B, S, E].
+// The reshape targets are constants, or arithmetic on Shape nodes of the pattern's own tensors.
+// Rather than one node sequence per exporter and option, the views are followed symbolically:
+// every tensor is a list of dims, each a row-major product of "atoms" (batch, sequence, q/k/v
+// index, heads, head dim, ...), with the shape arithmetic evaluated for one concrete batch size.
+// A Reshape regroups the atoms in order (splitting one where a target dim takes part of it),
+// exactly as row-major reshapes do, so the match holds only if q, k and v really reach the scores
+// as [B, h, S, d] and [B, h, d, S], and the output really returns to [B, S, E].
+#include <algorithm>
+#include <cmath>
+#include <deque>
+
+#include "onnx/importer.h"
+
+namespace gp::graph::onnx_detail {
+namespace {
+
+// The batch size the shape arithmetic of a dynamic export is evaluated with: a prime that no
+// model dimension is expected to be a multiple of, small enough that sizes stay exact in doubles.
+constexpr int64_t kBatchProbe = 1000003;
+
+bool is_view(const std::string& t) {
+  return t == "Reshape" || t == "Transpose" || t == "Unsqueeze" || t == "Squeeze" ||
+         t == "Identity";
+}
+
+std::string other_operand(const onnx::NodeProto& n, const std::string& cur) {
+  if (n.input_size() != 2) return "";
+  if (n.input(0) == cur) return n.input(1);
+  if (n.input(1) == cur) return n.input(0);
+  return "";
+}
+
+}  // namespace
+
+struct Importer::ViewTrace {
+  using Atoms = std::vector<int>;
+  using Dims = std::vector<Atoms>;
+
+  const Importer& im;
+  int64_t batch_size;         // the batch the shape arithmetic is evaluated for
+  std::vector<int64_t> size;  // by atom
+  std::vector<Atoms> parts;   // an atom split by a reshape: its parts, major first
+  std::map<std::string, Dims> views;
+  std::map<std::string, FoldedValue> values;  // evaluated shape arithmetic
+  std::set<int> nodes;                        // every node the match read
+
+  ViewTrace(const Importer& importer, int64_t batch) : im(importer), batch_size(batch) {}
+
+  int atom(int64_t n) {
+    size.push_back(n);
+    parts.emplace_back();
+    return static_cast<int>(size.size()) - 1;
+  }
+  // The unsplit atoms an atom list stands for now, without atoms of size 1 (which no layout
+  // depends on).
+  void leaves(int a, Atoms* out) const {
+    if (!parts[static_cast<size_t>(a)].empty()) {
+      for (int p : parts[static_cast<size_t>(a)]) leaves(p, out);
+    } else if (size[static_cast<size_t>(a)] != 1) {
+      out->push_back(a);
+    }
+  }
+  Atoms leaves(const Atoms& atoms) const {
+    Atoms out;
+    for (int a : atoms) leaves(a, &out);
+    return out;
+  }
+  int64_t extent(const Atoms& atoms) const {
+    int64_t n = 1;
+    for (int a : leaves(atoms)) n *= size[static_cast<size_t>(a)];
+    return n;
+  }
+  bool same(const Dims& a, const Dims& b) const {
+    if (a.size() != b.size()) return false;
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (leaves(a[k]) != leaves(b[k])) return false;
+    }
+    return true;
+  }
+
+  // Row-major reshape of `in` to `target` (every dim resolved and positive).
+  std::optional<Dims> regroup(const Dims& in, const std::vector<int64_t>& target) {
+    std::deque<int> queue;
+    for (const auto& d : in) {
+      for (int a : leaves(d)) queue.push_back(a);
+    }
+    Dims out;
+    for (int64_t t : target) {
+      if (t <= 0) return std::nullopt;
+      Atoms dim;
+      int64_t have = 1;
+      while (have < t) {
+        if (queue.empty() || t % have != 0) return std::nullopt;
+        const int a = queue.front();
+        queue.pop_front();
+        const int64_t n = size[static_cast<size_t>(a)];
+        if (t % (have * n) == 0) {
+          have *= n;
+          dim.push_back(a);
+          continue;
+        }
+        const int64_t need = t / have;  // the major part of `a` completes this dim
+        if (n % need != 0) return std::nullopt;
+        const int major = atom(need);
+        const int minor = atom(n / need);
+        parts[static_cast<size_t>(a)] = {major, minor};
+        dim.push_back(major);
+        have = t;
+        queue.push_front(minor);
+      }
+      out.push_back(std::move(dim));
+    }
+    if (!queue.empty()) return std::nullopt;
+    return out;
+  }
+
+  // The value of shape arithmetic `name`, with Shape of a followed tensor known.
+  std::optional<FoldedValue> eval(const std::string& name, int depth = 0) {
+    if (auto it = values.find(name); it != values.end()) return it->second;
+    if (depth > 64) return std::nullopt;
+    std::optional<FoldedValue> v;
+    const int p = im.producer(name);
+    if (auto c = im.consts_.find(name); c != im.consts_.end()) {
+      const onnx::TensorProto& t = *c->second;
+      if (t.dims_size() > 1 || (t.dims_size() == 1 && (t.dims(0) < 0 || t.dims(0) > 64))) {
+        return std::nullopt;  // shape arithmetic is 0-D and 1-D, and short
+      }
+      v = FoldedValue{values_of(t), t.data_type() == kOnnxInt64 || t.data_type() == kOnnxInt32};
+    } else if (p >= 0) {
+      const auto& n = im.g_.node(p);
+      const std::string& t = n.op_type();
+      if (t == "Constant") {
+        const auto* a = n.attribute_size() > 0 ? &n.attribute(0) : nullptr;
+        if (a == nullptr) return std::nullopt;
+        if (a->name() == "value_float") v = FoldedValue{{a->f()}, false};
+        if (a->name() == "value_int") v = FoldedValue{{static_cast<double>(a->i())}, true};
+        if (a->name() == "value_floats")
+          v = FoldedValue{{a->floats().begin(), a->floats().end()}, false};
+        if (a->name() == "value_ints") {
+          v = FoldedValue{{}, true};
+          for (int64_t x : a->ints()) v->values.push_back(static_cast<double>(x));
+        }
+      } else if (t == "Shape") {
+        // Of a tensor followed here, or of a converted (batch-first) activation such as the
+        // model's input, whose batch is the one evaluated for.
+        std::vector<double> dims;
+        if (auto it = views.find(n.input(0)); it != views.end()) {
+          for (const auto& d : it->second) dims.push_back(static_cast<double>(extent(d)));
+        } else if (auto sample =
+                       im.activation(n.input(0)) ? im.sample_shape(n.input(0)) : std::nullopt) {
+          dims.push_back(static_cast<double>(batch_size));
+          for (int64_t d : *sample) dims.push_back(static_cast<double>(d));
+        } else {
+          return std::nullopt;
+        }
+        const auto rank = static_cast<int64_t>(dims.size());
+        int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", rank);
+        if (start < 0) start += rank;
+        if (end < 0) end += rank;
+        start = std::clamp<int64_t>(start, 0, rank);
+        end = std::clamp<int64_t>(end, start, rank);
+        v = FoldedValue{{dims.begin() + start, dims.begin() + end}, true};
+      } else if (t == "CastLike" && n.input_size() == 2) {
+        v = eval(n.input(0), depth + 1);
+        if (v && views.count(n.input(1))) v->ints = false;  // cast to a float activation's type
+      } else {
+        std::vector<FoldedValue> in;
+        for (const auto& input : n.input()) {
+          if (input.empty()) {
+            in.push_back({{}, true});
+            continue;
+          }
+          auto x = eval(input, depth + 1);
+          if (!x) return std::nullopt;
+          in.push_back(std::move(*x));
+        }
+        v = fold_values(n, in);
+      }
+    }
+    if (!v) return std::nullopt;
+    if (p >= 0) nodes.insert(p);
+    values[name] = *v;
+    return v;
+  }
+
+  // The axes of a Squeeze or Unsqueeze: the attribute (before opset 13) or the input.
+  std::optional<std::vector<int64_t>> axes(const onnx::NodeProto& n) {
+    if (n.input_size() < 2) return attr_ints(n, "axes");
+    auto v = eval(n.input(1));
+    if (!v) return std::nullopt;
+    std::vector<int64_t> out;
+    for (double a : v->values) out.push_back(static_cast<int64_t>(a));
+    return out;
+  }
+
+  // View node k applied to its followed input; false when it is not a view this trace knows.
+  bool step(int k) {
+    const auto& n = im.g_.node(k);
+    auto it = views.find(n.input(0));
+    if (it == views.end() || n.output_size() < 1) return false;
+    const Dims in = it->second;
+    const auto rank = static_cast<int64_t>(in.size());
+    const std::string& t = n.op_type();
+    Dims out;
+    if (t == "Identity" || t == "Dropout") {
+      out = in;
+    } else if (t == "Transpose") {
+      auto perm = attr_ints(n, "perm");
+      if (perm.empty()) {
+        for (int64_t d = rank - 1; d >= 0; --d) perm.push_back(d);
+      }
+      std::vector<int64_t> sorted = perm;
+      std::sort(sorted.begin(), sorted.end());
+      for (int64_t d = 0; d < static_cast<int64_t>(sorted.size()); ++d) {
+        if (sorted[static_cast<size_t>(d)] != d) return false;
+      }
+      if (static_cast<int64_t>(perm.size()) != rank) return false;
+      for (int64_t p : perm) out.push_back(in[static_cast<size_t>(p)]);
+    } else if (t == "Unsqueeze" || t == "Squeeze") {
+      auto ax = axes(n);
+      if (!ax) return false;
+      const int64_t out_rank = t == "Unsqueeze" ? rank + static_cast<int64_t>(ax->size()) : rank;
+      std::set<int64_t> at;
+      for (int64_t a : *ax) {
+        if (a < -out_rank || a >= out_rank) return false;
+        at.insert(a < 0 ? a + out_rank : a);
+      }
+      if (at.size() != ax->size()) return false;
+      if (t == "Unsqueeze") {
+        for (int64_t d = 0, from = 0; d < out_rank; ++d) {
+          out.push_back(at.count(d) ? Atoms{} : in[static_cast<size_t>(from++)]);
+        }
+      } else {
+        for (int64_t d = 0; d < rank; ++d) {
+          const bool drop = at.empty() ? extent(in[static_cast<size_t>(d)]) == 1 : at.count(d) > 0;
+          if (drop && extent(in[static_cast<size_t>(d)]) != 1) return false;
+          if (!drop) out.push_back(in[static_cast<size_t>(d)]);
+        }
+      }
+    } else if (t == "Reshape" && n.input_size() >= 2) {
+      auto target = eval(n.input(1));
+      if (!target || target->values.empty()) return false;
+      int64_t total = 1;
+      for (const auto& d : in) total *= extent(d);
+      std::vector<int64_t> dims;
+      int infer = -1;
+      int64_t known = 1;
+      for (size_t d = 0; d < target->values.size(); ++d) {
+        int64_t v = static_cast<int64_t>(target->values[d]);
+        if (v == 0 && attr_i(n, "allowzero", 0) == 0) {
+          if (d >= in.size()) return false;
+          v = extent(in[d]);
+        }
+        if (v == -1) {
+          if (infer >= 0) return false;
+          infer = static_cast<int>(d);
+        } else if (v <= 0) {
+          return false;
+        } else {
+          known *= v;
+        }
+        dims.push_back(v);
+      }
+      if (infer >= 0) {
+        if (total % known != 0) return false;
+        dims[static_cast<size_t>(infer)] = total / known;
+      }
+      auto regrouped = regroup(in, dims);
+      if (!regrouped) return false;
+      out = std::move(*regrouped);
+    } else {
+      return false;
+    }
+    views[n.output(0)] = std::move(out);
+    nodes.insert(k);
+    return true;
+  }
+
+  // The one consumer of `name` besides the shape arithmetic that reads its dims or type, or -1;
+  // a graph output is never inside the pattern.
+  int next(const std::string& name) const {
+    auto it = im.consumers_.find(name);
+    if (it == im.consumers_.end()) return -1;
+    for (const auto& o : im.g_.output()) {
+      if (o.name() == name) return -1;
+    }
+    int found = -1;
+    for (int c : it->second) {
+      const auto& n = im.g_.node(c);
+      // Shape reads only the dims, CastLike's second input only the element type.
+      if (n.op_type() == "Shape" || (n.op_type() == "CastLike" && n.input(0) != name)) continue;
+      if (found >= 0 || im.done_[static_cast<size_t>(c)]) return -1;
+      found = c;
+    }
+    return found;
+  }
+  // Follows the views of `name` while its one consumer is one; the last tensor reached.
+  std::string follow(std::string name) {
+    for (int guard = 0; guard < 32; ++guard) {
+      const int c = next(name);
+      if (c < 0 || !is_view(im.g_.node(c).op_type()) || im.g_.node(c).input(0) != name ||
+          !step(c)) {
+        break;
+      }
+      name = im.g_.node(c).output(0);
+    }
+    return name;
+  }
+};
+
+bool Importer::match_attention_views(int start) {
+  const auto& t0 = g_.node(start);
+  if (t0.op_type() != "Transpose" || t0.input_size() != 1 ||
+      attr_ints(t0, "perm") != std::vector<int64_t>{1, 0, 2} || !activation(t0.input(0))) {
+    return false;
+  }
+  const auto x_shape = sample_shape(t0.input(0));
+  if (!x_shape || x_shape->size() != 2) return false;
+  const int64_t e = (*x_shape)[1];
+  if (e < 2) return false;
+  ViewTrace v(*this, static_batch_ > 0 ? static_batch_ : kBatchProbe);
+  using Atoms = ViewTrace::Atoms;
+  const int batch = v.atom(v.batch_size);
+  const int seq = v.atom((*x_shape)[0]);
+  v.views[t0.input(0)] = {{batch}, {seq}, {v.atom(e)}};
+  if (!v.step(start)) return false;
+  auto type = [&](int k) -> const std::string& { return g_.node(k).op_type(); };
+  auto out = [&](int k) -> const std::string& { return g_.node(k).output(0); };
+
+  // The packed projection: [S, B, 3E], its last dim one atom until the split names its parts.
+  const int mm = v.next(out(start));
+  if (mm < 0 || type(mm) != "MatMul" || g_.node(mm).input(0) != out(start) ||
+      !is_weight(g_.node(mm).input(1)) ||
+      weight_dims(g_.node(mm).input(1)) != std::vector<int64_t>{e, 3 * e}) {
+    return false;
+  }
+  v.nodes.insert(mm);
+  const int packed = v.atom(3 * e);
+  std::string proj = out(mm);
+  std::string in_bias;
+  if (const int add = v.next(proj); add >= 0 && type(add) == "Add") {
+    const std::string b = other_operand(g_.node(add), proj);
+    if (!is_weight(b) || weight_dims(b) != std::vector<int64_t>{3 * e}) return false;
+    in_bias = b;
+    v.nodes.insert(add);
+    proj = out(add);
+  }
+  auto dims = v.views[out(start)];
+  dims.back() = {packed};
+  v.views[proj] = dims;
+
+  // q, k and v: a Gather of index 0, 1 or 2 along the 3 that the views split off the packed dim.
+  const std::string split = v.follow(proj);
+  std::vector<int> gathers;
+  for (int c : consumers_[split]) {
+    if (type(c) != "Shape" && !(type(c) == "CastLike" && g_.node(c).input(0) != split)) {
+      gathers.push_back(c);
+    }
+  }
+  if (gathers.size() != 3) return false;
+  std::array<std::string, 3> qkv;  // the gathered tensors, by index
+  for (int gk : gathers) {
+    const auto& gn = g_.node(gk);
+    if (type(gk) != "Gather" || gn.input_size() != 2 || gn.input(0) != split ||
+        done_[static_cast<size_t>(gk)]) {
+      return false;
+    }
+    const auto& in = v.views[split];
+    int64_t axis = attr_i(gn, "axis", 0);
+    if (axis < 0) axis += static_cast<int64_t>(in.size());
+    // A 0-d index drops the axis (a [1] index would keep it).
+    const auto index = v.eval(gn.input(1));
+    const int ip = producer(gn.input(1));
+    const bool scalar_index =
+        consts_.count(gn.input(1))
+            ? consts_.at(gn.input(1))->dims_size() == 0
+            : ip >= 0 && type(ip) == "Constant" && attr(g_.node(ip), "value_int") != nullptr;
+    if (axis < 0 || axis >= static_cast<int64_t>(in.size()) || !index ||
+        index->values.size() != 1 || !scalar_index) {
+      return false;
+    }
+    const auto& parts = v.parts[static_cast<size_t>(packed)];
+    if (parts.size() != 2 || v.leaves(in[static_cast<size_t>(axis)]) != Atoms{parts[0]} ||
+        v.size[static_cast<size_t>(parts[0])] != 3) {
+      return false;
+    }
+    const auto which = static_cast<int64_t>(index->values[0]);
+    if (which < 0 || which > 2 || !qkv[static_cast<size_t>(which)].empty()) return false;
+    auto picked = in;
+    picked.erase(picked.begin() + axis);
+    v.views[gn.output(0)] = picked;
+    v.nodes.insert(gk);
+    qkv[static_cast<size_t>(which)] = gn.output(0);
+  }
+  const int embed = v.parts[static_cast<size_t>(packed)][1];
+
+  // Each of them up to the scores, q and k through an optional positive scalar scale.
+  struct Path {
+    std::string tensor;  // what reaches the MatMul
+    int matmul = -1;
+    double scale = 1;
+  };
+  auto to_matmul = [&](const std::string& from, bool scaled) -> std::optional<Path> {
+    Path p;
+    p.tensor = v.follow(from);
+    int c = v.next(p.tensor);
+    if (scaled && c >= 0 && (type(c) == "Mul" || type(c) == "Div")) {
+      const std::string s = other_operand(g_.node(c), p.tensor);
+      if (s.empty() || (type(c) == "Div" && g_.node(c).input(0) != p.tensor)) return std::nullopt;
+      const auto value = v.eval(s);
+      if (!value || value->values.size() != 1 || !(value->values[0] > 0)) return std::nullopt;
+      p.scale = type(c) == "Mul" ? value->values[0] : 1 / value->values[0];
+      v.views[out(c)] = v.views[p.tensor];
+      v.nodes.insert(c);
+      p.tensor = v.follow(out(c));
+      c = v.next(p.tensor);
+    }
+    if (c < 0 || type(c) != "MatMul" || g_.node(c).input_size() != 2) return std::nullopt;
+    p.matmul = c;
+    return p;
+  };
+  const auto q = to_matmul(qkv[0], true);
+  const auto key = to_matmul(qkv[1], true);
+  const auto val = to_matmul(qkv[2], false);
+  if (!q || !key || !val || q->matmul != key->matmul || q->matmul == val->matmul ||
+      g_.node(q->matmul).input(0) != q->tensor || g_.node(q->matmul).input(1) != key->tensor ||
+      g_.node(val->matmul).input(1) != val->tensor) {
+    return false;
+  }
+  // The layouts: q and v [B, h, S, d], k [B, h, d, S], with the embedding split as [h, d].
+  const Atoms hd = v.leaves(Atoms{embed});
+  if (hd.empty() || hd.size() > 2) return false;
+  const Atoms heads_atoms = hd.size() == 2 ? Atoms{hd[0]} : Atoms{};
+  const Atoms head_dim = {hd.back()};
+  const int64_t head_size = v.size[static_cast<size_t>(hd.back())];
+  const ViewTrace::Dims bhsd = {{batch}, heads_atoms, {seq}, head_dim};
+  const ViewTrace::Dims bhds = {{batch}, heads_atoms, head_dim, {seq}};
+  if (!v.same(v.views[q->tensor], bhsd) || !v.same(v.views[key->tensor], bhds) ||
+      !v.same(v.views[val->tensor], bhsd)) {
+    return false;
+  }
+  const double want = 1 / std::sqrt(static_cast<double>(head_size));
+  if (std::fabs(q->scale * key->scale - want) > 1e-4 * want) return false;
+  v.nodes.insert(q->matmul);
+
+  const int softmax = v.next(out(q->matmul));
+  if (softmax < 0 || type(softmax) != "Softmax") return false;
+  const int64_t axis = attr_i(g_.node(softmax), "axis", opset_ > 0 && opset_ < 13 ? 1 : -1);
+  if (axis != -1 && axis != 3) return false;
+  v.nodes.insert(softmax);
+  std::string probs = out(softmax);
+  if (const int drop = v.next(probs); drop >= 0 && type(drop) == "Dropout") {
+    v.nodes.insert(drop);
+    probs = out(drop);
+  }
+  if (v.next(probs) != val->matmul || g_.node(val->matmul).input(0) != probs) return false;
+  v.nodes.insert(val->matmul);
+  v.views[out(val->matmul)] = bhsd;
+
+  // The heads merged back, the output projection, and the views back to [B, S, E].
+  const std::string flat = v.follow(out(val->matmul));
+  const int gemm = v.next(flat);
+  const auto& flat_dims = v.views[flat];
+  if (gemm < 0 || type(gemm) != "Gemm" || g_.node(gemm).input(0) != flat || flat_dims.size() != 2 ||
+      v.leaves(flat_dims[1]) != hd) {
+    return false;
+  }
+  const auto& gn = g_.node(gemm);
+  if (!is_weight(gn.input(1)) || weight_dims(gn.input(1)) != std::vector<int64_t>{e, e} ||
+      attr_i(gn, "transA", 0) != 0 || attr_f(gn, "alpha", 1) != 1 || attr_f(gn, "beta", 1) != 1) {
+    return false;
+  }
+  std::string out_bias;
+  if (gn.input_size() > 2 && !gn.input(2).empty()) {
+    out_bias = gn.input(2);
+    if (!is_weight(out_bias) || weight_dims(out_bias) != std::vector<int64_t>{e}) return false;
+  }
+  v.nodes.insert(gemm);
+  const int embed_out = v.atom(e);
+  v.views[out(gemm)] = {flat_dims[0], {embed_out}};
+  const ViewTrace::Dims bse = {{batch}, {seq}, {embed_out}};
+  std::string result = out(gemm);
+  for (int guard = 0; guard < 8 && !v.same(v.views[result], bse); ++guard) {
+    const int c = v.next(result);
+    if (c < 0 || !is_view(type(c)) || g_.node(c).input(0) != result || !v.step(c)) return false;
+    result = out(c);
+  }
+  if (!v.same(v.views[result], bse)) return false;
+  const int last = producer(result);
+
+  // Claimed: the nodes read that nothing converted or folded yet, and the shape arithmetic that
+  // feeds only them; every tensor inside must stay inside.
+  std::set<int> nodes;
+  for (int k : v.nodes) {
+    if (k >= start && !done_[static_cast<size_t>(k)]) nodes.insert(k);
+  }
+  static const std::set<std::string> kShapeMath = {
+      "Shape", "Gather", "Constant", "Unsqueeze", "Squeeze", "Concat",   "Cast", "CastLike", "Div",
+      "Mul",   "Add",    "Sub",      "Slice",     "Reshape", "Identity", "Sqrt", "Mod"};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int k = last - 1; k > start; --k) {
+      if (nodes.count(k) || done_[static_cast<size_t>(k)] || !kShapeMath.count(type(k))) continue;
+      bool feeds_only_pattern = g_.node(k).output_size() > 0;
+      for (const auto& o : g_.node(k).output()) {
+        feeds_only_pattern = feeds_only_pattern && only_consumers_in(o, nodes);
+      }
+      if (feeds_only_pattern) grew = nodes.insert(k).second || grew;
+    }
+  }
+  // (Shape nodes folded already, from the model's shape information, read nothing at run time.)
+  std::set<int> inside = nodes;
+  for (int k = 0; k < g_.node_size(); ++k) {
+    if (done_[static_cast<size_t>(k)]) inside.insert(k);
+  }
+  for (int k : nodes) {
+    if (k == last) continue;
+    for (const auto& o : g_.node(k).output()) {
+      if (!only_consumers_in(o, inside)) return false;
+    }
+  }
+  Fused f;
+  f.kind = Fused::Kind::kAttention;
+  f.x = t0.input(0);
+  f.in_weight = g_.node(mm).input(1);
+  f.in_bias = in_bias;
+  f.out_weight = gn.input(1);
+  f.out_bias = out_bias;
+  f.out_trans_b = attr_i(gn, "transB", 0) != 0;
+  f.heads = e / head_size;
+  // Named after the module (`attn.in_proj_bias` -> `attn`) where the exporter kept its names.
+  const std::string suffix = ".in_proj_bias";
+  f.name = in_bias.size() > suffix.size() && in_bias.ends_with(suffix)
+               ? in_bias.substr(0, in_bias.size() - suffix.size())
+               : t0.name();
+  claim(nodes, last, std::move(f));
+  return true;
+}
+
+}  // namespace gp::graph::onnx_detail
