@@ -81,6 +81,11 @@ TensorRef GraphBuilder::softmax(std::string id, const TensorRef& x) {
   return ref(std::move(id));
 }
 
+TensorRef GraphBuilder::tanh(std::string id, const TensorRef& x) {
+  add_op(id, "tanh", {x});
+  return ref(std::move(id));
+}
+
 TensorRef GraphBuilder::sigmoid(std::string id, const TensorRef& x) {
   add_op(id, "sigmoid", {x});
   return ref(std::move(id));
@@ -107,6 +112,13 @@ TensorRef GraphBuilder::reduce(std::string id, const TensorRef& x, int64_t axis,
 
 TensorRef GraphBuilder::bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape) {
   Operator& op = add_op(id, "bias_add", {x});
+  set_attr(op, "shape", shape);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::broadcast_param(std::string id, const TensorRef& batch_of,
+                                        std::vector<int64_t> shape) {
+  Operator& op = add_op(id, "broadcast_param", {batch_of});
   set_attr(op, "shape", shape);
   return ref(std::move(id));
 }

@@ -21,6 +21,8 @@ Status infer_relu(const Operator& op, std::span<const TensorSpec> in, InferredOp
 Status infer_gelu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_softmax(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_sigmoid(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_tanh(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_broadcast_param(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_clip(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_mul(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_reduce(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);

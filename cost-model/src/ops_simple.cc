@@ -1,5 +1,6 @@
 // Parameter-free (or nearly) operators: inputs, opaque imports, element-wise ops, normalisation,
 // layout, losses.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -120,6 +121,10 @@ Status infer_sigmoid(const Operator&, std::span<const TensorSpec> in, InferredOp
   return unary(in, 4, 3, out);  // backward reads the output: dx = dy * y * (1 - y)
 }
 
+Status infer_tanh(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  return unary(in, 6, 3, out);  // backward reads the output: dx = dy * (1 - y^2)
+}
+
 Status infer_clip(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   GP_ASSIGN_OR_RETURN(double lo, attr_float(op, "min"));
   GP_ASSIGN_OR_RETURN(double hi, attr_float(op, "max"));
@@ -199,6 +204,31 @@ Status infer_bias_add(const Operator& op, std::span<const TensorSpec> in, Inferr
   c.backward_fixed_bytes = 2 * p;
   c.forward_kernels = 1;
   c.backward_kernels = 2;
+  return ok_status();
+}
+
+Status infer_broadcast_param(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> shape, attr_ints(op, "shape"));
+  if (shape.empty() || std::any_of(shape.begin(), shape.end(), [](int64_t d) { return d <= 0; })) {
+    return invalid_argument("attrs.shape = " + ints_string(shape) +
+                            ": must be a non-empty list of positive dims");
+  }
+  TensorSpec y;
+  y.set_dtype(graphpipe::v1::DATA_TYPE_FLOAT32);
+  for (int64_t d : shape) y.add_shape(d);
+  out->outputs = {y};
+  out->params.push_back(make_param("value", shape, y.dtype()));
+  sum_params(out);
+  (void)in;
+  const double b = bytes_of(y);
+  OpCost& c = out->cost;
+  c.forward_bytes = b;
+  c.backward_bytes = b;  // read dy; the sum over the batch goes to the parameter
+  c.backward_flops = elems_of(y);
+  c.forward_fixed_bytes = b;
+  c.backward_fixed_bytes = 2 * b;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
   return ok_status();
 }
 

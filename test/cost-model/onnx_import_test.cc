@@ -477,3 +477,53 @@ TEST_CASE("a file that is not an ONNX model is refused, naming it") {
 
 }  // namespace
 }  // namespace gp::graph
+
+namespace gp::graph {
+namespace {
+
+// Batch norm in eval form (one output, no training_mode) normalises with the running statistics;
+// GraphPipe trains it with batch statistics, and the import says so. A train-mode export's batch
+// norm (its extra outputs, or torch 2.x's traced _native_batch_norm_legit_functional) does not.
+TEST_CASE("an eval-form BatchNormalization is warned about, a train-mode one is not") {
+  auto warnings_of = [](const std::string& path) {
+    std::vector<std::string> warnings;
+    OnnxImportOptions o;
+    o.warnings = &warnings;
+    auto m = import_onnx(path, o);
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    int eval = 0;
+    for (const auto& w : warnings) eval += w.find("exported in eval mode") != w.npos ? 1 : 0;
+    return eval;
+  };
+  CHECK(warnings_of(data("torch/resnet_block_op17_train.onnx")) == 0);
+  CHECK(warnings_of(data("torch2/resnet_block_dynamo_train_noopt.onnx")) == 0);
+  // The same train-mode export with its batch norms turned into the eval form.
+  onnx::ModelProto m;
+  {
+    std::ifstream in(data("torch/resnet_block_op17_train.onnx"), std::ios::binary);
+    REQUIRE(m.ParseFromIstream(&in));
+  }
+  int edited = 0;
+  for (auto& n : *m.mutable_graph()->mutable_node()) {
+    if (n.op_type() != "BatchNormalization") continue;
+    while (n.output_size() > 1) n.mutable_output()->RemoveLast();
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.name() == "training_mode") a.set_i(0);
+    }
+    ++edited;
+  }
+  REQUIRE(edited == 2);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("gp_eval_bn_" + std::to_string(getpid()) + ".onnx"))
+                               .string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    REQUIRE(m.SerializeToOstream(&out));
+  }
+  CHECK(warnings_of(path) == 1);  // one warning, counting both
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace gp::graph

@@ -64,6 +64,8 @@ std::string pattern_of(const std::string& stem) { return stem.substr(0, stem.fin
 std::string refusal_for(const std::string& dir, const std::string& stem) {
   std::string pattern = pattern_of(stem);
   if (dir == kDir2) pattern = stem.substr(0, std::min(stem.find("_dynamo"), stem.find("_legacy")));
+  // torch 2.x's optimiser folds the class token's expand over a static batch into a constant.
+  if (dir == kDir2 && stem == "class_token_dynamo_static") return "traced batch baked in";
   if (auto r = refused_patterns().find(pattern); r != refused_patterns().end()) return r->second;
   return "";
 }
@@ -244,7 +246,7 @@ int loss_op(const graph::Graph& g) {
 }  // namespace
 
 TEST_CASE("torch exports import, except the listed patterns, which are refused for their cause") {
-  for (const auto& [dir, files, least] : {std::tuple{kDir, 90, 70}, std::tuple{kDir2, 110, 100}}) {
+  for (const auto& [dir, files, least] : {std::tuple{kDir, 90, 70}, std::tuple{kDir2, 115, 104}}) {
     const auto all = stems(dir);
     INFO(dir);
     REQUIRE(all.size() >= static_cast<size_t>(files));  // the folder is there and complete
@@ -307,7 +309,7 @@ TEST_CASE("a graph-only torch export imports with the parameters of the export w
 }
 
 TEST_CASE("torch exports compute torch's output and loss, and match it after one SGD step") {
-  for (const auto& [dir, least] : {std::pair{kDir, 50}, std::pair{kDir2, 75}}) {
+  for (const auto& [dir, least] : {std::pair{kDir, 50}, std::pair{kDir2, 79}}) {
     int checked = 0;
     for (const auto& stem : stems(dir)) {
       const std::string ref = dir + stem + "/";

@@ -265,6 +265,10 @@ inline std::vector<GradCase> grad_cases() {
               [](GraphBuilder& b) {
                 return b.sigmoid("op", x(b, {2, 3}));
               }),
+      op_case("tanh", {2, 3}, widen,
+              [](GraphBuilder& b) {
+                return b.tanh("op", x(b, {2, 3}));
+              }),
       op_case("clip to [-0.5, 0.5]", {2, 4}, away_from_half,
               [](GraphBuilder& b) {
                 return b.clip("op", x(b, {2, 4}), -0.5, 0.5);
@@ -284,6 +288,10 @@ inline std::vector<GradCase> grad_cases() {
       op_case("bias_add of a [3, 2] bias to [2, 3, 2]", {2, 3, 2},
               [](GraphBuilder& b) {
                 return b.bias_add("op", x(b, {2, 3, 2}), {3, 2});
+              }),
+      op_case("broadcast_param of [2, 3] for the batch of x", {2, 3},
+              [](GraphBuilder& b) {
+                return b.broadcast_param("op", x(b, {5}), {2, 3});
               }),
       op_case("embedding of [3] ids", {3, 4}, ids_below(0, 5),
               [](GraphBuilder& b) { return b.embedding("op", ids(b, {3}), 5, 4); }),

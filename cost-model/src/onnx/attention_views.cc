@@ -25,6 +25,19 @@ namespace {
 // The batch size the shape arithmetic of a dynamic export is evaluated with: a prime that no
 // model dimension is expected to be a multiple of, small enough that sizes stay exact in doubles.
 constexpr int64_t kBatchProbe = 1000003;
+// Every extent stays below this, exact in a double (larger ones, from a malformed model or a
+// tensor of 2^52 elements, fail the match).
+constexpr int64_t kMaxExtent = int64_t{1} << 52;
+
+bool mul_within(int64_t a, int64_t b, int64_t* out) {
+  return !__builtin_mul_overflow(a, b, out) && *out <= kMaxExtent && *out >= -kMaxExtent;
+}
+
+// A shape-arithmetic value as an integer: finite, integral and within kMaxExtent.
+std::optional<int64_t> as_int(double v) {
+  if (!(std::fabs(v) <= static_cast<double>(kMaxExtent)) || v != std::trunc(v)) return std::nullopt;
+  return static_cast<int64_t>(v);
+}
 
 bool is_view(const std::string& t) {
   return t == "Reshape" || t == "Transpose" || t == "Unsqueeze" || t == "Squeeze" ||
@@ -73,9 +86,12 @@ struct Importer::ViewTrace {
     for (int a : atoms) leaves(a, &out);
     return out;
   }
+  // The product of the atoms' sizes; -1 past kMaxExtent.
   int64_t extent(const Atoms& atoms) const {
     int64_t n = 1;
-    for (int a : leaves(atoms)) n *= size[static_cast<size_t>(a)];
+    for (int a : leaves(atoms)) {
+      if (!mul_within(n, size[static_cast<size_t>(a)], &n)) return -1;
+    }
     return n;
   }
   bool same(const Dims& a, const Dims& b) const {
@@ -102,8 +118,10 @@ struct Importer::ViewTrace {
         const int a = queue.front();
         queue.pop_front();
         const int64_t n = size[static_cast<size_t>(a)];
-        if (t % (have * n) == 0) {
-          have *= n;
+        int64_t more = 0;
+        if (!mul_within(have, n, &more)) return std::nullopt;
+        if (t % more == 0) {
+          have = more;
           dim.push_back(a);
           continue;
         }
@@ -153,7 +171,10 @@ struct Importer::ViewTrace {
         // model's input, whose batch is the one evaluated for.
         std::vector<double> dims;
         if (auto it = views.find(n.input(0)); it != views.end()) {
-          for (const auto& d : it->second) dims.push_back(static_cast<double>(extent(d)));
+          for (const auto& d : it->second) {
+            if (extent(d) < 0) return std::nullopt;
+            dims.push_back(static_cast<double>(extent(d)));
+          }
         } else if (auto sample =
                        im.activation(n.input(0)) ? im.sample_shape(n.input(0)) : std::nullopt) {
           dims.push_back(static_cast<double>(batch_size));
@@ -197,7 +218,11 @@ struct Importer::ViewTrace {
     auto v = eval(n.input(1));
     if (!v) return std::nullopt;
     std::vector<int64_t> out;
-    for (double a : v->values) out.push_back(static_cast<int64_t>(a));
+    for (double a : v->values) {
+      const auto axis = as_int(a);
+      if (!axis) return std::nullopt;
+      out.push_back(*axis);
+    }
     return out;
   }
 
@@ -249,12 +274,16 @@ struct Importer::ViewTrace {
       auto target = eval(n.input(1));
       if (!target || target->values.empty()) return false;
       int64_t total = 1;
-      for (const auto& d : in) total *= extent(d);
+      for (const auto& d : in) {
+        if (extent(d) < 0 || !mul_within(total, extent(d), &total)) return false;
+      }
       std::vector<int64_t> dims;
       int infer = -1;
       int64_t known = 1;
       for (size_t d = 0; d < target->values.size(); ++d) {
-        int64_t v = static_cast<int64_t>(target->values[d]);
+        const auto value = as_int(target->values[d]);
+        if (!value) return false;
+        int64_t v = *value;
         if (v == 0 && attr_i(n, "allowzero", 0) == 0) {
           if (d >= in.size()) return false;
           v = extent(in[d]);
@@ -264,8 +293,8 @@ struct Importer::ViewTrace {
           infer = static_cast<int>(d);
         } else if (v <= 0) {
           return false;
-        } else {
-          known *= v;
+        } else if (!mul_within(known, v, &known)) {
+          return false;
         }
         dims.push_back(v);
       }
@@ -325,7 +354,7 @@ bool Importer::match_attention_views(int start) {
   const auto x_shape = sample_shape(t0.input(0));
   if (!x_shape || x_shape->size() != 2) return false;
   const int64_t e = (*x_shape)[1];
-  if (e < 2) return false;
+  if (e < 2 || e > kMaxExtent / 3 || (*x_shape)[0] < 1 || (*x_shape)[0] > kMaxExtent) return false;
   ViewTrace v(*this, static_batch_ > 0 ? static_batch_ : kBatchProbe);
   using Atoms = ViewTrace::Atoms;
   const int batch = v.atom(v.batch_size);
@@ -392,7 +421,7 @@ bool Importer::match_attention_views(int start) {
         v.size[static_cast<size_t>(parts[0])] != 3) {
       return false;
     }
-    const auto which = static_cast<int64_t>(index->values[0]);
+    const auto which = as_int(index->values[0]).value_or(-1);
     if (which < 0 || which > 2 || !qkv[static_cast<size_t>(which)].empty()) return false;
     auto picked = in;
     picked.erase(picked.begin() + axis);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "gp/graph/onnx_file.h"
 #include "onnx/importer.h"
 
 namespace gp::graph::onnx_detail {
@@ -37,9 +38,10 @@ const std::map<std::string, int>& mapped_inputs() {
       {"Conv", 2},          {"MaxPool", 1},
       {"AveragePool", 1},   {"GlobalAveragePool", 1},
       {"GlobalMaxPool", 1}, {"BatchNormalization", 3},
-      {"Sigmoid", 1},       {"Clip", 1},
-      {"Pad", 1},           {"ReduceSum", 1},
-      {"ReduceMean", 1}};
+      {"Sigmoid", 1},       {"Tanh", 1},
+      {"Clip", 1},          {"Pad", 1},
+      {"ReduceSum", 1},     {"ReduceMean", 1},
+      {"Expand", 2}};
   return kMapped;
 }
 
@@ -71,11 +73,13 @@ void Importer::convert(int i) {
     if (auto x = in(0)) return out(*x);
     return refuse(i, "its input is not an activation");
   }
-  if (t == "Relu" || t == "Gelu" || t == "Sigmoid" || t == "Softmax" || t == "LayerNormalization") {
+  if (t == "Relu" || t == "Gelu" || t == "Sigmoid" || t == "Tanh" || t == "Softmax" ||
+      t == "LayerNormalization") {
     auto x = in(0);
     if (!x) return refuse(i, "its input is not an activation");
     if (t == "Relu") return out(b_.relu(id, *x));
     if (t == "Sigmoid") return out(b_.sigmoid(id, *x));
+    if (t == "Tanh") return out(b_.tanh(id, *x));
     if (t == "Gelu") return out(b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh"));
     // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
     // when that is axis 1 of a 2-D tensor.
@@ -116,6 +120,13 @@ void Importer::convert(int i) {
     std::vector<TensorRef> xs;
     for (int k = 0; k < n.input_size(); ++k) {
       auto x = in(k);
+      if (!x && static_batch_ > 0 && is_weight(n.input(k)) && !weight_dims(n.input(k)).empty() &&
+          weight_dims(n.input(k))[0] == static_batch_) {
+        return refuse(i, "input " + std::to_string(k) + " '" + n.input(k) +
+                             "' is a weight with the traced batch baked in (torch's optimiser "
+                             "folded an expand of a parameter over the static batch); export "
+                             "with a dynamic batch, or with optimize=False");
+      }
       if (!x) return refuse(i, "input " + std::to_string(k) + " is not an activation");
       xs.push_back(*x);
     }
@@ -124,6 +135,7 @@ void Importer::convert(int i) {
     return out(b_.concat(id, xs, *axis));
   }
   if (t == "Slice") return slice(i, id);
+  if (t == "Expand") return expand(i, id);
   if (t == "Split") return split(i, id);
   if (t == "Gather") return gather(i, id);
   if (t == "Transpose") return transpose(i, id);
@@ -323,6 +335,14 @@ void Importer::slice(int i, const std::string& id) {
     return refuse(i, "only one constant axis with step 1 maps");
   }
   const auto a = sample_axis(n.input(0), static_cast<int64_t>(*axis));
+  // All of the batch (torch.export writes x[:, 0] as x[0:INT64_MAX] along the batch first): a
+  // view of the whole tensor.
+  const auto rank = rank_of(n.input(0));
+  const bool batch_axis = rank && (*axis == 0 || *axis == -static_cast<double>(*rank));
+  if (!a && batch_axis && *start == 0 && *end >= 9.2e18) {
+    act_[n.output(0)] = *x;
+    return;
+  }
   if (!a) return refuse(i, "slices the batch axis (or an axis out of range)");
   const auto shape = sample_shape(n.input(0));
   const int64_t size =
@@ -336,6 +356,50 @@ void Importer::slice(int i, const std::string& id) {
   s = std::clamp<int64_t>(s, 0, size);
   e = std::clamp<int64_t>(e, 0, size);
   act_[n.output(0)] = b_.slice(id, *x, *a, s, e);
+}
+
+// Expand of a weight over the batch (ViT's class token, learned queries: cls.expand(B, -1, -1))
+// -> broadcast_param, whose input is an activation beside it (it only sets the batch).
+void Importer::expand(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  if (n.input_size() < 2 || !is_weight(n.input(0))) {
+    return refuse(i, "expands an activation (only a weight broadcast over the batch maps)");
+  }
+  const auto target = folded(n.input(1));
+  if (!target || target->empty()) return refuse(i, "the target shape is not constant");
+  const auto dims = weight_dims(n.input(0));
+  if (dims.size() > target->size()) return refuse(i, "the target has fewer dims than the weight");
+  // Numpy broadcasting, aligned right; the first dim must become the batch, the others the
+  // weight's own (a weight broadcast inside a sample would be a different parameter).
+  std::vector<int64_t> sample;
+  const size_t lead = target->size() - dims.size();
+  for (size_t k = 0; k < target->size(); ++k) {
+    const double t = (*target)[k];
+    const int64_t d = k < lead ? 1 : dims[k - lead];
+    if (k == 0) {
+      const bool batch =
+          t == kBatchDim || (static_batch_ > 0 && t == static_cast<double>(static_batch_));
+      if (!batch || d != 1) return refuse(i, "the first target dim is not the batch");
+      continue;
+    }
+    if (!(t == 1 || t == static_cast<double>(d) || t == -1)) {
+      return refuse(i, "target " + dims_string(dims) + " broadcasts the weight inside a sample");
+    }
+    sample.push_back(d);
+  }
+  if (sample.empty()) sample.push_back(1);
+  // An activation the consumer also reads (the patch embeddings a class token is concatenated
+  // to), else the model's first input: the op runs where that is, and takes no gradient from it.
+  std::optional<TensorRef> anchor;
+  for (int c : consumers_[n.output(0)]) {
+    for (const auto& in : g_.node(c).input()) {
+      if (!anchor && in != n.output(0)) anchor = activation(in);
+    }
+  }
+  for (int k = 0; !anchor && k < g_.input_size(); ++k) anchor = activation(g_.input(k).name());
+  if (!anchor) return refuse(i, "no activation to take the batch from");
+  act_[n.output(0)] = b_.broadcast_param(id, *anchor, sample);
+  take(id, "value", n.input(0));
 }
 
 // Split -> one slice per used output.
@@ -799,6 +863,15 @@ void Importer::batch_norm(int i, const std::string& id) {
     }
   }
   act_[n.output(0)] = b_.batch_norm(id, *x, attr_f(n, "epsilon", 1e-5));
+  // One output and no training_mode: the eval form, normalising with the running statistics,
+  // unless the traced program ran it in training (torch 2.x's dynamo export writes the eval form
+  // for a train-mode module, its metadata naming _native_batch_norm_legit_functional).
+  const std::string traced = onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
+  const bool traced_training = traced.find("_native_batch_norm_legit_functional") != traced.npos ||
+                               traced.find("_native_batch_norm_legit.default") != traced.npos;
+  if (attr_i(n, "training_mode", 0) == 0 && n.output_size() == 1 && !traced_training) {
+    if (eval_batch_norms_++ == 0) first_eval_batch_norm_ = where(i);
+  }
   take(id, "gamma", n.input(1));
   take(id, "beta", n.input(2));
 }

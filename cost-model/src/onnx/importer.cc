@@ -202,6 +202,15 @@ Result<ModelGraph> Importer::run() {
     return invalid_argument(path_ + ": " + std::to_string(unsupported_.size()) +
                             " ONNX node(s) have no GraphPipe operator:" + list + hint);
   }
+  if (eval_batch_norms_ > 0 && options_.warnings != nullptr) {
+    options_.warnings->push_back(
+        std::to_string(eval_batch_norms_) +
+        " BatchNormalization node(s) (first: " + first_eval_batch_norm_ +
+        ") were exported in eval mode, normalising with the running statistics; GraphPipe "
+        "trains batch norm with each micro-batch's statistics, so the imported model's forward "
+        "pass is the train-mode one (export with training=torch.onnx.TrainingMode.TRAINING, or "
+        "dynamo=True with the module in train mode, to say so)");
+  }
   GP_RETURN_IF_ERROR(add_losses());
   b_.set_source(path_);
   ModelGraph model = b_.finish();
@@ -477,8 +486,12 @@ bool Importer::fold(const onnx::NodeProto& n) {
     if (n.input_size() < 1) return false;
     // A weight's dims are all known (torch 2.x's unoptimised exports read a conv's channel
     // count this way); an activation's first dim is the batch.
-    const bool weight = is_weight(n.input(0));
-    auto dims = weight ? std::optional(weight_dims(n.input(0))) : onnx_shape(n.input(0));
+    // A folded list (shape arithmetic reading its own length) has all its dims known too.
+    const auto list = folded(n.input(0));
+    const bool weight = is_weight(n.input(0)) || list;
+    auto dims = list ? std::optional(std::vector<int64_t>{static_cast<int64_t>(list->size())})
+                : is_weight(n.input(0)) ? std::optional(weight_dims(n.input(0)))
+                                        : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
     for (size_t d = 0; d < dims->size(); ++d) {
       const int64_t v = (*dims)[d];
@@ -600,11 +613,47 @@ std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
                     : t == "Floor"      ? std::floor(a)
                                         : std::ceil(a));
     }
+  } else if (t == "ConstantOfShape") {
+    // (torch's legacy exporter turns expand(-1) into ones where the target says -1.)
+    if (iv[0].size() > 8) return std::nullopt;
+    double count = 1;
+    for (double d : iv[0]) count = d >= 0 && d <= 64 ? count * d : 1e9;
+    if (count > 64) return std::nullopt;
+    const auto* value = attr(n, "value");
+    std::vector<double> v =
+        value != nullptr && value->has_t() ? values_of(value->t()) : std::vector<double>{0.0};
+    if (v.size() != 1) return std::nullopt;
+    out.assign(static_cast<size_t>(count), v[0]);
+    out_int = value != nullptr && value->has_t() &&
+              (value->t().data_type() == kOnnxInt64 || value->t().data_type() == kOnnxInt32);
+  } else if (t == "Equal" && in.size() == 2) {
+    const auto& a = iv[0];
+    const auto& b = iv[1];
+    if (a.empty() || b.empty() || (a.size() != b.size() && a.size() != 1 && b.size() != 1)) {
+      return std::nullopt;
+    }
+    for (size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
+      out.push_back(a[a.size() == 1 ? 0 : k] == b[b.size() == 1 ? 0 : k] ? 1 : 0);
+    }
+    out_int = true;
+  } else if (t == "Where" && in.size() == 3) {
+    size_t size = 1;
+    for (const auto& v : iv) {
+      if (v.empty() || (v.size() != 1 && size != 1 && v.size() != size)) return std::nullopt;
+      size = std::max(size, v.size());
+    }
+    auto at = [](const std::vector<double>& v, size_t k) { return v[v.size() == 1 ? 0 : k]; };
+    for (size_t k = 0; k < size; ++k)
+      out.push_back(at(iv[0], k) != 0 ? at(iv[1], k) : at(iv[2], k));
+    out_int = in[1].ints && in[2].ints;
   } else if ((t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Mod" || t == "Pow") &&
              in.size() == 2) {
     const auto& a = iv[0];
     const auto& b = iv[1];
-    if (a.size() != b.size() && a.size() != 1 && b.size() != 1) return std::nullopt;
+    // (An empty operand broadcasts to nothing; numpy would too, but shape math never means it.)
+    if (a.empty() || b.empty() || (a.size() != b.size() && a.size() != 1 && b.size() != 1)) {
+      return std::nullopt;
+    }
     const size_t size = std::max(a.size(), b.size());
     for (size_t k = 0; k < size; ++k) {
       out.push_back(arith(a[a.size() == 1 ? 0 : k], b[b.size() == 1 ? 0 : k], t));

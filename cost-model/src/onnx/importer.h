@@ -134,6 +134,7 @@ class Importer {
   void matmul(int i, const std::string& id);
   void scale(int i, const std::string& id);
   void slice(int i, const std::string& id);
+  void expand(int i, const std::string& id);
   void split(int i, const std::string& id);
   void embedding_bag(int i, const std::string& id);
   void transpose(int i, const std::string& id);
@@ -193,6 +194,8 @@ class Importer {
   std::vector<std::string> unsupported_;
   std::set<std::string> poisoned_;  // outputs of refused nodes and of nodes fed by them
   bool fed_by_refused_ = false;
+  int eval_batch_norms_ = 0;  // BatchNormalization nodes in eval form, and the first of them
+  std::string first_eval_batch_norm_;
   int current_ = -1;        // the node being converted
   std::string current_id_;  // and the operator id it was given
 };

@@ -32,6 +32,8 @@ enum class Kind {
   kAvgPool2d,
   kBatchNorm,
   kSigmoid,
+  kTanh,
+  kBroadcastParam,
   kClip,
   kMul,
   kReduce,
@@ -68,6 +70,8 @@ constexpr std::array kKinds = {
     KindName{"avg_pool2d", Kind::kAvgPool2d},
     KindName{"batch_norm", Kind::kBatchNorm},
     KindName{"sigmoid", Kind::kSigmoid},
+    KindName{"tanh", Kind::kTanh},
+    KindName{"broadcast_param", Kind::kBroadcastParam},
     KindName{"clip", Kind::kClip},
     KindName{"mul", Kind::kMul},
     KindName{"reduce", Kind::kReduce},
@@ -149,6 +153,10 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
       return cpu::make_batch_norm(op);
     case Kind::kSigmoid:
       return cpu::make_sigmoid(op);
+    case Kind::kTanh:
+      return cpu::make_tanh(op);
+    case Kind::kBroadcastParam:
+      return cpu::make_broadcast_param(op);
     case Kind::kClip:
       return cpu::make_clip(op);
     case Kind::kMul:

@@ -61,7 +61,9 @@ KernelResult make_conv2d(const graph::OpNode& op);
 KernelResult make_max_pool2d(const graph::OpNode& op);
 KernelResult make_avg_pool2d(const graph::OpNode& op);
 KernelResult make_batch_norm(const graph::OpNode& op);
-KernelResult make_sigmoid(const graph::OpNode& op);  // pointwise_kernels.cc
+KernelResult make_sigmoid(const graph::OpNode& op);          // pointwise_kernels.cc
+KernelResult make_tanh(const graph::OpNode& op);             // pointwise_kernels.cc
+KernelResult make_broadcast_param(const graph::OpNode& op);  // pointwise_kernels.cc
 KernelResult make_clip(const graph::OpNode& op);
 KernelResult make_mul(const graph::OpNode& op);
 KernelResult make_reduce(const graph::OpNode& op);

@@ -1,6 +1,7 @@
 // CPU reference kernels of the element-wise ops imported models need beyond relu and gelu:
-// sigmoid, clip, mul, reduce (sum or mean over one axis) and bias_add. Plain loops over the
+// sigmoid, tanh, clip, mul, reduce (sum or mean over one axis) and bias_add. Plain loops over the
 // whole batch; every backward accumulates into its gradients.
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/kernel_util.h"
@@ -22,6 +23,27 @@ class SigmoidKernel final : public OpKernel {
     const float* y = a.outputs[0].f();
     const float* dy = a.grad_outputs[0].f();
     for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i] * y[i] * (1.0f - y[i]);
+  }
+
+ private:
+  int64_t n_;
+};
+
+// y = tanh(x); dx += dy * (1 - y^2) from the output. Saves nothing.
+class TanhKernel final : public OpKernel {
+ public:
+  explicit TanhKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    const float* x = a.inputs[0].f();
+    float* y = a.outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) y[i] = std::tanh(x[i]);
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const float* y = a.outputs[0].f();
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
   }
 
  private:
@@ -141,12 +163,46 @@ class BiasAddKernel final : public OpKernel {
   BiasAddShape s_;
 };
 
+// y[b] = value for every sample b; dvalue += the sum of dy over the batch, in sample order.
+// The input only sets the batch: it gets no gradient. Saves nothing.
+class BroadcastParamKernel final : public OpKernel {
+ public:
+  explicit BroadcastParamKernel(int64_t n) : n_(n) {}
+  void forward(const OpArgs& a) const override {
+    const float* v = a.params[0];
+    float* y = a.outputs[0].f();
+    for (int64_t b = 0; b < a.batch; ++b) {
+      std::copy(v, v + n_, y + b * n_);
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    float* dv = a.param_grads[0];
+    if (dv == nullptr) return;
+    const float* dy = a.grad_outputs[0].f();
+    for (int64_t b = 0; b < a.batch; ++b) {
+      for (int64_t j = 0; j < n_; ++j) dv[j] += dy[b * n_ + j];
+    }
+  }
+
+ private:
+  int64_t n_;
+};
+
 int64_t elements(const graph::OpNode& op) { return graph::num_elements(op.input_specs[0]); }
 
 }  // namespace
 
 KernelResult make_sigmoid(const graph::OpNode& op) {
   return std::unique_ptr<OpKernel>(std::make_unique<SigmoidKernel>(elements(op)));
+}
+
+KernelResult make_broadcast_param(const graph::OpNode& op) {
+  return std::unique_ptr<OpKernel>(
+      std::make_unique<BroadcastParamKernel>(graph::num_elements(op.proto->outputs(0))));
+}
+
+KernelResult make_tanh(const graph::OpNode& op) {
+  return std::unique_ptr<OpKernel>(std::make_unique<TanhKernel>(elements(op)));
 }
 
 KernelResult make_clip(const graph::OpNode& op) {

@@ -52,6 +52,8 @@ constexpr std::array kFactories = {
     KernelFactory{"avg_pool2d", &make_avg_pool2d},
     KernelFactory{"batch_norm", &make_batch_norm},
     KernelFactory{"sigmoid", &make_sigmoid},
+    KernelFactory{"tanh", &make_tanh},
+    KernelFactory{"broadcast_param", &make_broadcast_param},
     KernelFactory{"clip", &make_clip},
     KernelFactory{"mul", &make_mul},
     KernelFactory{"reduce", &make_reduce},

@@ -37,6 +37,8 @@ KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_reshape(const graph::OpNode& op, const CudaContext& ctx);
 
 KernelResult make_sigmoid(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_tanh(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_broadcast_param(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_clip(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_mul(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_reduce(const graph::OpNode& op, const CudaContext& ctx);

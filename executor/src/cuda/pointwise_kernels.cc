@@ -1,6 +1,6 @@
-// CUDA kernels of the element-wise ops sigmoid, clip, mul, reduce and bias_add: the attributes,
-// shapes and formulas of the CPU reference (cpu/pointwise_kernels.cc), queued on the context's
-// stream; the __global__ kernels are in pointwise_kernels.cu.
+// CUDA kernels of the element-wise ops sigmoid, tanh, clip, mul, reduce and bias_add: the
+// attributes, shapes and formulas of the CPU reference (cpu/pointwise_kernels.cc), queued on the
+// context's stream; the __global__ kernels are in pointwise_kernels.cu.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,6 +36,20 @@ class SigmoidKernel final : public PointwiseKernel {
     if (dx == nullptr) return;
     check_backward(launch_sigmoid_backward(a.outputs[0].f(), a.grad_outputs[0].f(), dx,
                                            a.batch * n_, stream()));
+  }
+};
+
+class TanhKernel final : public PointwiseKernel {
+ public:
+  using PointwiseKernel::PointwiseKernel;
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_tanh_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_, stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    check_backward(
+        launch_tanh_backward(a.outputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * n_, stream()));
   }
 };
 
@@ -117,10 +131,38 @@ class BiasAddKernel final : public PointwiseKernel {
   BiasAddShape s_;
 };
 
+// The CPU's broadcast_param: the parameter copied to every sample; its gradient the sum of dy
+// over the batch, one thread per element, samples in order (as the CPU sums them).
+class BroadcastParamKernel final : public CudaKernel {
+ public:
+  BroadcastParamKernel(const graph::OpNode& op, const CudaContext& ctx)
+      : CudaKernel(op, ctx), n_(graph::num_elements(op.proto->outputs(0))) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_broadcast_rows(a.params[0], a.outputs[0].f(), a.batch, n_, stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    if (float* dv = a.param_grads[0]; dv != nullptr) {
+      check_backward(
+          launch_bias_add_param_backward(a.grad_outputs[0].f(), dv, a.batch, n_, stream()));
+    }
+  }
+
+ private:
+  int64_t n_;
+};
+
 }  // namespace
+
+KernelResult make_broadcast_param(const graph::OpNode& op, const CudaContext& ctx) {
+  return KernelResult(std::make_unique<BroadcastParamKernel>(op, ctx));
+}
 
 KernelResult make_sigmoid(const graph::OpNode& op, const CudaContext& ctx) {
   return KernelResult(std::make_unique<SigmoidKernel>(op, ctx));
+}
+
+KernelResult make_tanh(const graph::OpNode& op, const CudaContext& ctx) {
+  return KernelResult(std::make_unique<TanhKernel>(op, ctx));
 }
 
 KernelResult make_clip(const graph::OpNode& op, const CudaContext& ctx) {

@@ -26,6 +26,12 @@ __global__ void sigmoid_forward_kernel(const float* x, float* y, int64_t n) {
 __global__ void sigmoid_backward_kernel(const float* y, const float* dy, float* dx, int64_t n) {
   GP_GRID_STRIDE(i, n) { dx[i] += __fmul_rn(__fmul_rn(dy[i], y[i]), 1.0f - y[i]); }
 }
+__global__ void tanh_forward_kernel(const float* x, float* y, int64_t n) {
+  GP_GRID_STRIDE(i, n) { y[i] = tanhf(x[i]); }
+}
+__global__ void tanh_backward_kernel(const float* y, const float* dy, float* dx, int64_t n) {
+  GP_GRID_STRIDE(i, n) { dx[i] += __fmul_rn(dy[i], __fsub_rn(1.0f, __fmul_rn(y[i], y[i]))); }
+}
 __global__ void clip_forward_kernel(const float* x, float* y, float lo, float hi, int64_t n) {
   GP_GRID_STRIDE(i, n) { y[i] = fminf(fmaxf(x[i], lo), hi); }
 }
@@ -63,6 +69,9 @@ __global__ void bias_add_forward_kernel(const float* x, const float* b, float* y
                                         int64_t width) {
   GP_GRID_STRIDE(k, rows * width) { y[k] = x[k] + b[k % width]; }
 }
+__global__ void broadcast_rows_kernel(const float* v, float* y, int64_t rows, int64_t width) {
+  GP_GRID_STRIDE(k, rows * width) { y[k] = v[k % width]; }
+}
 // One thread per column, rows in order: deterministic, and as the CPU sums them.
 __global__ void bias_add_param_backward_kernel(const float* dy, float* db, int64_t rows,
                                                int64_t width) {
@@ -84,6 +93,17 @@ cudaError_t launch_sigmoid_backward(const float* y, const float* dy, float* dx, 
                                     cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   sigmoid_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(y, dy, dx, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_tanh_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  tanh_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_tanh_backward(const float* y, const float* dy, float* dx, int64_t n,
+                                 cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  tanh_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(y, dy, dx, n);
   return cudaGetLastError();
 }
 cudaError_t launch_clip_forward(const float* x, float* y, float lo, float hi, int64_t n,
@@ -128,6 +148,12 @@ cudaError_t launch_bias_add_forward(const float* x, const float* b, float* y, in
                                     int64_t width, cudaStream_t stream) {
   if (rows * width <= 0) return cudaSuccess;
   bias_add_forward_kernel<<<grid_for(rows * width), kBlock, 0, stream>>>(x, b, y, rows, width);
+  return cudaGetLastError();
+}
+cudaError_t launch_broadcast_rows(const float* v, float* y, int64_t rows, int64_t width,
+                                  cudaStream_t stream) {
+  if (rows * width <= 0) return cudaSuccess;
+  broadcast_rows_kernel<<<grid_for(rows * width), kBlock, 0, stream>>>(v, y, rows, width);
   return cudaGetLastError();
 }
 cudaError_t launch_bias_add_param_backward(const float* dy, float* db, int64_t rows, int64_t width,

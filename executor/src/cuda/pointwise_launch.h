@@ -12,6 +12,9 @@ namespace gp::exec::cuda {
 
 // Over n floats.
 cudaError_t launch_sigmoid_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+cudaError_t launch_tanh_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+cudaError_t launch_tanh_backward(const float* y, const float* dy, float* dx, int64_t n,
+                                 cudaStream_t stream);
 cudaError_t launch_sigmoid_backward(const float* y, const float* dy, float* dx, int64_t n,
                                     cudaStream_t stream);
 cudaError_t launch_clip_forward(const float* x, float* y, float lo, float hi, int64_t n,
@@ -33,6 +36,9 @@ cudaError_t launch_reduce_backward(const float* dy, float* dx, int64_t groups, i
 // y [rows, width] = x + b (b broadcast over rows); db [width] += the column sums of dy.
 cudaError_t launch_bias_add_forward(const float* x, const float* b, float* y, int64_t rows,
                                     int64_t width, cudaStream_t stream);
+// y[r * width + j] = v[j] for rows r.
+cudaError_t launch_broadcast_rows(const float* v, float* y, int64_t rows, int64_t width,
+                                  cudaStream_t stream);
 cudaError_t launch_bias_add_param_backward(const float* dy, float* db, int64_t rows, int64_t width,
                                            cudaStream_t stream);
 

@@ -29,12 +29,15 @@ class GraphBuilder {
   TensorRef gelu(std::string id, const TensorRef& x, bool exact = false);
   TensorRef softmax(std::string id, const TensorRef& x);
   TensorRef sigmoid(std::string id, const TensorRef& x);
+  TensorRef tanh(std::string id, const TensorRef& x);
   TensorRef clip(std::string id, const TensorRef& x, double min, double max);
   TensorRef mul(std::string id, const TensorRef& a, const TensorRef& b);
   // Sum (or mean, mean = true) over per-sample `axis`, which stays with size 1.
   TensorRef reduce(std::string id, const TensorRef& x, int64_t axis, bool mean = false);
   // x + a learned bias of shape `shape`, the trailing dimensions of x.
   TensorRef bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape);
+  // A learned tensor of per-sample shape `shape`, the same for every sample of `batch_of`'s batch.
+  TensorRef broadcast_param(std::string id, const TensorRef& batch_of, std::vector<int64_t> shape);
   TensorRef add(std::string id, const std::vector<TensorRef>& xs);
   TensorRef concat(std::string id, const std::vector<TensorRef>& xs, int64_t axis = -1);
   TensorRef slice(std::string id, const TensorRef& x, int64_t axis, int64_t start, int64_t end);

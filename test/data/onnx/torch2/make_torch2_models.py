@@ -22,7 +22,8 @@ Generated with torch 2.15.0 and onnxscript 0.7 from PyPI (a virtual environment;
 read the committed files):
   python3 -m venv /tmp/t2 && /tmp/t2/bin/pip install torch onnx onnxscript
   /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
-(--only=PATTERN rewrites one pattern's files; encoder_stack was added that way, by torch 2.15.0.)
+(--only=PATTERN rewrites one pattern's files; encoder_stack and class_token were added that way,
+by torch 2.15.0.)
 """
 import copy
 import glob
@@ -84,9 +85,30 @@ class EncoderStack(torch.nn.Module):
         return self.encoder(x)
 
 
+class ClassToken(torch.nn.Module):
+    # A small ViT: patch embedding by a strided conv, a learned class token expanded over the batch
+    # (Expand of a weight), position embeddings, a pre-norm encoder layer with exact GELU, and a
+    # tanh pooler on the class token (x[:, 0], which torch.export writes as a full slice of the
+    # batch first).
+    def __init__(self):
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 16, 4, stride=4)
+        self.cls_token = torch.nn.Parameter(0.02 * torch.randn(1, 1, 16))
+        self.pos = torch.nn.Parameter(0.02 * torch.randn(1, 5, 16))
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu",
+                                                      batch_first=True, norm_first=True)
+        self.pool = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), p], dim=1) + self.pos
+        return torch.tanh(self.pool(self.layer(h)[:, 0]))
+
+
 # The patterns of ../torch, and those only torch 2.x needs.
 PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), None),
-                                ("encoder_stack", 122, EncoderStack, patterns.feat(6, 16), None)]
+                                ("encoder_stack", 122, EncoderStack, patterns.feat(6, 16), None),
+                                ("class_token", 123, ClassToken, patterns.feat(3, 8, 8), None)]
 
 
 def main():
