@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gp/graph/graph.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/onnx_import.h"
 #include "onnx/onnx.pb.h"
@@ -100,6 +101,49 @@ TEST_CASE("an unedited round trip of the test file still imports (the edits belo
   auto m = import_edited([](onnx::ModelProto*) {});
   INFO(m.status().to_string());
   CHECK(m.ok());
+}
+
+// mha_dynamo.onnx without the input projection's bias Add: nn.MultiheadAttention(bias=False).
+void drop_input_bias(onnx::ModelProto* m) {
+  auto* g = m->mutable_graph();
+  for (int k = 0; k < g->node_size(); ++k) {
+    if (g->node(k).op_type() != "Add" || g->node(k).output(0) != "linear") continue;
+    const std::string product = g->node(k).input(0);  // the MatMul's output
+    g->mutable_node()->DeleteSubrange(k, 1);
+    for (auto& n : *g->mutable_node()) {
+      for (auto& in : *n.mutable_input()) in = in == "linear" ? product : in;
+    }
+    return;
+  }
+  FAIL("no input-projection Add");
+}
+
+TEST_CASE("attention without biases imports with bias = 0, and an output bias alone is refused") {
+  auto m = import_edited(drop_input_bias);
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  int64_t params = -1;
+  for (const auto& op : m->ops()) {
+    if (op.type() != "multi_head_attention") continue;
+    REQUIRE(op.attrs().count("bias"));
+    CHECK(op.attrs().at("bias").i() == 0);
+    auto g = Graph::build(*m);
+    REQUIRE(g.ok());
+    params = g->op(g->index_of(op.id())).cost.param_count;
+  }
+  CHECK(params == 4 * 8 * 8);  // q, k, v and out weights, no biases
+  // No module has an output bias without input biases: not this pattern.
+  auto odd = import_edited([](onnx::ModelProto* mp) {
+    drop_input_bias(mp);
+    auto* b = mp->mutable_graph()->add_initializer();
+    b->set_name("out_bias_only");
+    b->set_data_type(onnx::TensorProto::FLOAT);
+    b->add_dims(8);
+    for (int k = 0; k < 8; ++k) b->add_float_data(0.5f);
+    node_making(mp, "linear_1")->add_input("out_bias_only");
+  });
+  REQUIRE_FALSE(odd.ok());
+  CHECK_THAT(odd.status().message(), Catch::Contains("moves the batch axis"));
 }
 
 TEST_CASE("attention views that compute something else are refused, not imported") {

@@ -495,11 +495,13 @@ bool Importer::match_attention_views(int start) {
   v.views[out(val->matmul)] = bhsd;
 
   // The heads merged back, the output projection, and the views back to [B, S, E].
+  // The output projection: a Gemm (bias optional), or without biases (bias=False) a MatMul by
+  // the transposed weight.
   const std::string flat = v.follow(out(val->matmul));
   const int gemm = v.next(flat);
   const auto& flat_dims = v.views[flat];
-  if (gemm < 0 || type(gemm) != "Gemm" || g_.node(gemm).input(0) != flat || flat_dims.size() != 2 ||
-      v.leaves(flat_dims[1]) != hd) {
+  if (gemm < 0 || (type(gemm) != "Gemm" && type(gemm) != "MatMul") ||
+      g_.node(gemm).input(0) != flat || flat_dims.size() != 2 || v.leaves(flat_dims[1]) != hd) {
     return false;
   }
   const auto& gn = g_.node(gemm);
@@ -508,9 +510,10 @@ bool Importer::match_attention_views(int start) {
     return false;
   }
   std::string out_bias;
-  if (gn.input_size() > 2 && !gn.input(2).empty()) {
+  if (type(gemm) == "Gemm" && gn.input_size() > 2 && !gn.input(2).empty()) {
     out_bias = gn.input(2);
     if (!is_weight(out_bias) || weight_dims(out_bias) != std::vector<int64_t>{e}) return false;
+    if (in_bias.empty()) return false;  // no module has an output bias without an input one
   }
   v.nodes.insert(gemm);
   const int embed_out = v.atom(e);

@@ -186,32 +186,28 @@ void Importer::emit_attention(int i, const Fused& f, const TensorRef& x) {
   using PS = graphpipe::v1::ParamSource;
   const char* weights[] = {"q_weight", "k_weight", "v_weight"};
   const char* biases[] = {"q_bias", "k_bias", "v_bias"};
-  // torch 2.x's optimiser drops an all-zero bias (torch initialises these to zero): it trains
-  // from zero here, as in torch, but has no tensor in the ONNX model to export into.
-  const std::vector<float> zeros(static_cast<size_t>(e), 0.0f);
-  auto dropped_bias = [&](const std::string& which) {
-    if (options_.warnings == nullptr) return;
-    options_.warnings->push_back(
-        "multi-head attention '" + id + "': the ONNX model has no " + which +
-        " bias (torch's exporter drops an all-zero one); it trains from zero, but `export` "
-        "cannot write it into the ONNX model (only into an .npz). Export from torch with "
-        "optimize=False to keep it.");
-  };
-  if (f.in_bias.empty()) dropped_bias("input-projection");
-  if (f.out_bias.empty()) dropped_bias("output-projection");
+  // No input-projection bias: nn.MultiheadAttention(bias=False), which has no output bias either
+  // (the matcher refuses an output bias without an input one).
+  const bool bias = !f.in_bias.empty();
+  if (!bias) set_attr(op_by_id(id), "bias", int64_t{0});
   for (int64_t p = 0; p < 3; ++p) {
     take(id, weights[p], f.in_weight, PS::LAYOUT_COLUMNS_TRANSPOSED, p * e, e * e);
-    if (f.in_bias.empty()) {
-      set_values(id, biases[p], zeros);
-    } else {
-      take(id, biases[p], f.in_bias, PS::LAYOUT_RANGE, p * e, e);
-    }
+    if (bias) take(id, biases[p], f.in_bias, PS::LAYOUT_RANGE, p * e, e);
   }
   take(id, "out_weight", f.out_weight, f.out_trans_b ? PS::LAYOUT_COPY : PS::LAYOUT_TRANSPOSE);
-  if (f.out_bias.empty()) {
-    set_values(id, "out_bias", zeros);
-  } else {
+  if (!f.out_bias.empty()) {
     take(id, "out_bias", f.out_bias);
+  } else if (bias) {
+    // torch 2.x's optimiser drops a Gemm's all-zero bias (torch initialises out_proj.bias to
+    // zero): it trains from zero here, as in torch, but has no tensor to export into.
+    set_values(id, "out_bias", std::vector<float>(static_cast<size_t>(e), 0.0f));
+    if (options_.warnings != nullptr) {
+      options_.warnings->push_back(
+          "multi-head attention '" + id +
+          "': the ONNX model has no output-projection bias (torch's exporter drops an all-zero "
+          "one); it trains from zero, but `export` cannot write it into the ONNX model (only "
+          "into an .npz). Export from torch with optimize=False to keep it.");
+    }
   }
 }
 

@@ -22,8 +22,8 @@ Generated with torch 2.15.0 and onnxscript 0.7 from PyPI (a virtual environment;
 read the committed files):
   python3 -m venv /tmp/t2 && /tmp/t2/bin/pip install torch onnx onnxscript
   /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
-(--only=PATTERN rewrites one pattern's files; encoder_stack and class_token were added that way,
-by torch 2.15.0.)
+(--only=PATTERN rewrites one pattern's files; encoder_stack, class_token and mha_nobias were added
+that way, by torch 2.15.0.)
 """
 import copy
 import glob
@@ -105,10 +105,23 @@ class ClassToken(torch.nn.Module):
         return torch.tanh(self.pool(self.layer(h)[:, 0]))
 
 
+class AttentionNoBias(torch.nn.Module):
+    # nn.MultiheadAttention(bias=False): no input-projection Add, and an output projection that
+    # the TorchScript exporter writes as a MatMul by the transposed weight instead of a Gemm.
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(embed_dim=8, num_heads=2, bias=False,
+                                                batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
 # The patterns of ../torch, and those only torch 2.x needs.
 PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), None),
                                 ("encoder_stack", 122, EncoderStack, patterns.feat(6, 16), None),
-                                ("class_token", 123, ClassToken, patterns.feat(3, 8, 8), None)]
+                                ("class_token", 123, ClassToken, patterns.feat(3, 8, 8), None),
+                                ("mha_nobias", 124, AttentionNoBias, patterns.feat(5, 8), None)]
 
 
 def main():
