@@ -214,10 +214,12 @@ TEST_CASE("layer_norm gives zero mean and unit variance, then applies gamma and 
 // The element-wise and row kernels run 8 floats at a time with a padded last chunk and their own
 // exp: every row length up to two chunks and then some, and the whole argument range, against
 // double precision.
-TEST_CASE("gelu and its gradient match the double-precision tanh formula from -12 to 12") {
-  constexpr int64_t kN = 1003;  // not a multiple of the vector width
+// gelu (exact or not) of 2 x 1003 inputs evenly from -12 to 12 (1003: not a multiple of the vector
+// width), run forward and backward with dy = 1.
+Harness gelu_from_minus_12_to_12(bool exact) {
+  constexpr int64_t kN = 1003;
   GraphBuilder b("m", "");
-  Harness h = make_harness(with_loss(b, b.gelu("op", b.input("x", {kN})), {kN}), 2);
+  Harness h = make_harness(with_loss(b, b.gelu("op", b.input("x", {kN}), exact), {kN}), 2);
   for (size_t k = 0; k < h.fin[0].size(); ++k) {
     h.fin[0][k] = -12.0f + 24.0f * static_cast<float>(k) / static_cast<float>(h.fin[0].size());
   }
@@ -225,6 +227,11 @@ TEST_CASE("gelu and its gradient match the double-precision tanh formula from -1
   h.zero_grads();
   h.gout.assign(h.out.size(), 1.0f);
   h.backward();
+  return h;
+}
+
+TEST_CASE("gelu and its gradient match the double-precision tanh formula from -12 to 12") {
+  Harness h = gelu_from_minus_12_to_12(/*exact=*/false);
   double worst_y = 0, worst_d = 0;
   for (size_t k = 0; k < h.out.size(); ++k) {
     // 0.5 (1 + tanh(u)) written as 1 / (1 + exp(-2u)), which in double too keeps the digits that
@@ -247,16 +254,7 @@ TEST_CASE("gelu and its gradient match the double-precision tanh formula from -1
 }
 
 TEST_CASE("exact gelu (approximate = none) and its gradient match x Phi(x) in double precision") {
-  constexpr int64_t kN = 1003;
-  GraphBuilder b("m", "");
-  Harness h = make_harness(with_loss(b, b.gelu("op", b.input("x", {kN}), /*exact=*/true), {kN}), 2);
-  for (size_t k = 0; k < h.fin[0].size(); ++k) {
-    h.fin[0][k] = -12.0f + 24.0f * static_cast<float>(k) / static_cast<float>(h.fin[0].size());
-  }
-  h.forward();
-  h.zero_grads();
-  h.gout.assign(h.out.size(), 1.0f);
-  h.backward();
+  Harness h = gelu_from_minus_12_to_12(/*exact=*/true);
   double worst_y = 0, worst_d = 0, worst_tanh = 0;
   for (size_t k = 0; k < h.out.size(); ++k) {
     const double x = h.fin[0][k];

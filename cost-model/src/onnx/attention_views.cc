@@ -534,31 +534,13 @@ bool Importer::match_attention_views(int start) {
   for (int k : v.nodes) {
     if (k >= start && !done_[static_cast<size_t>(k)]) nodes.insert(k);
   }
-  static const std::set<std::string> kShapeMath = {
-      "Shape", "Gather", "Constant", "Unsqueeze", "Squeeze", "Concat",   "Cast", "CastLike", "Div",
-      "Mul",   "Add",    "Sub",      "Slice",     "Reshape", "Identity", "Sqrt", "Mod"};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (int k = last - 1; k > start; --k) {
-      if (nodes.count(k) || done_[static_cast<size_t>(k)] || !kShapeMath.count(type(k))) continue;
-      bool feeds_only_pattern = g_.node(k).output_size() > 0;
-      for (const auto& o : g_.node(k).output()) {
-        feeds_only_pattern = feeds_only_pattern && only_consumers_in(o, nodes);
-      }
-      if (feeds_only_pattern) grew = nodes.insert(k).second || grew;
-    }
-  }
+  absorb_shape_math(&nodes, start, last);
   // (Shape nodes folded already, from the model's shape information, read nothing at run time.)
   std::set<int> inside = nodes;
   for (int k = 0; k < g_.node_size(); ++k) {
     if (done_[static_cast<size_t>(k)]) inside.insert(k);
   }
-  for (int k : nodes) {
-    if (k == last) continue;
-    for (const auto& o : g_.node(k).output()) {
-      if (!only_consumers_in(o, inside)) return false;
-    }
-  }
+  if (!stays_inside(nodes, last, inside)) return false;
   Fused f;
   f.kind = Fused::Kind::kAttention;
   f.x = t0.input(0);

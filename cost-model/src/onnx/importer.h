@@ -160,6 +160,12 @@ class Importer {
   // heads folded into the batch, and back (see patterns.cc).
   bool match_attention(int start);
   void claim(const std::set<int>& nodes, int last, Fused f);
+  // Adds to `nodes` the shape arithmetic between nodes `first` and `last` (exclusive) that is not
+  // folded yet and feeds only `nodes`: it belongs to the pattern.
+  void absorb_shape_math(std::set<int>* nodes, int first, int last) const;
+  // Whether every output of `nodes` but `last`'s is read only by nodes in `inside` (and is no
+  // graph output): a pattern's inner tensors may not be needed elsewhere.
+  bool stays_inside(const std::set<int>& nodes, int last, const std::set<int>& inside) const;
   // attention_views.cc: nn.MultiheadAttention as torch 2.x exports it (dynamo and TorchScript),
   // matched when its first node, a Transpose of the [batch, sequence, embedding] input, is
   // reached (the input's shape is known then) by following the views symbolically.

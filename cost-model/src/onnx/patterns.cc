@@ -44,6 +44,37 @@ void Importer::find_patterns() {
   }
 }
 
+void Importer::absorb_shape_math(std::set<int>* nodes, int first, int last) const {
+  static const std::set<std::string> kShapeMath = {
+      "Shape", "Gather", "Constant", "Unsqueeze", "Squeeze", "Concat",   "Cast", "CastLike", "Div",
+      "Mul",   "Add",    "Sub",      "Slice",     "Reshape", "Identity", "Sqrt", "Mod"};
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int k = last - 1; k > first; --k) {
+      if (nodes->count(k) || done_[static_cast<size_t>(k)] ||
+          !kShapeMath.count(g_.node(k).op_type())) {
+        continue;
+      }
+      bool feeds_only_pattern = g_.node(k).output_size() > 0;
+      for (const auto& o : g_.node(k).output()) {
+        feeds_only_pattern = feeds_only_pattern && only_consumers_in(o, *nodes);
+      }
+      if (feeds_only_pattern) grew = nodes->insert(k).second || grew;
+    }
+  }
+}
+
+bool Importer::stays_inside(const std::set<int>& nodes, int last,
+                            const std::set<int>& inside) const {
+  for (int k : nodes) {
+    if (k == last) continue;
+    for (const auto& o : g_.node(k).output()) {
+      if (!only_consumers_in(o, inside)) return false;
+    }
+  }
+  return true;
+}
+
 void Importer::claim(const std::set<int>& nodes, int last, Fused f) {
   for (int k : nodes) {
     if (k != last) done_[static_cast<size_t>(k)] = true;
@@ -139,12 +170,7 @@ bool Importer::match_gelu(int start) {
     const int h = producer(o1);  // a precomputed 0.5 * x
     if (!take(h, "Mul") || !near(scalar(other_input(g_.node(h), x)), 0.5)) return false;
   }
-  for (int k : nodes) {
-    if (k == last) continue;
-    for (const auto& o : g_.node(k).output()) {
-      if (!only_consumers_in(o, nodes)) return false;
-    }
-  }
+  if (!stays_inside(nodes, last, nodes)) return false;
   Fused f;
   f.kind = Fused::Kind::kGelu;
   f.x = x;
@@ -227,12 +253,7 @@ bool Importer::match_layer_norm(int start) {
   };
   affine("Mul", &f.gamma);
   affine("Add", &f.beta);
-  for (int k : nodes) {
-    if (k == last) continue;
-    for (const auto& o : g_.node(k).output()) {
-      if (!only_consumers_in(o, nodes)) return false;
-    }
-  }
+  if (!stays_inside(nodes, last, nodes)) return false;
   claim(nodes, last, std::move(f));
   return true;
 }
@@ -354,24 +375,7 @@ bool Importer::match_attention(int start) {
   const int last = unflat < 0 ? -1 : next(out(unflat), "Transpose");
   if (last < 0 || !perm_is(last, {1, 0, 2})) return false;
 
-  // The shape arithmetic that feeds only the pattern belongs to it.
-  static const std::set<std::string> kShapeMath = {
-      "Shape", "Gather", "Constant", "Unsqueeze", "Squeeze", "Concat",  "Cast",
-      "Div",   "Mul",    "Add",      "Sub",       "Slice",   "Reshape", "Identity"};
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (int k = last - 1; k >= 0; --k) {
-      if (nodes.count(k) || done_[static_cast<size_t>(k)] ||
-          !kShapeMath.count(g_.node(k).op_type())) {
-        continue;
-      }
-      bool feeds_only_pattern = g_.node(k).output_size() > 0;
-      for (const auto& o : g_.node(k).output()) {
-        feeds_only_pattern = feeds_only_pattern && only_consumers_in(o, nodes);
-      }
-      if (feeds_only_pattern) grew = nodes.insert(k).second || grew;
-    }
-  }
+  absorb_shape_math(&nodes, -1, last);
   Fused f;
   f.kind = Fused::Kind::kAttention;
   f.x = t0.input(0);
