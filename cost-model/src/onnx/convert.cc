@@ -147,9 +147,10 @@ void Importer::convert(int i) {
   if (t == "BatchNormalization") return batch_norm(i, id);
   if (t == "Loop") {
     return refuse(i,
-                  "no GraphPipe operator for this type (torch exports nn.EmbeddingBag with "
-                  "offsets, i.e. bags of varying length, as a Loop; pass ids as [batch, bag] "
-                  "without offsets for fixed-size bags, which map onto embedding_bag)");
+                  "no GraphPipe operator for this type (torch exports nn.EmbeddingBag as a Loop "
+                  "over the bags: with offsets, and from torch 2.x also for fixed-size "
+                  "[batch, bag] ids; for fixed-size bags export nn.Embedding followed by "
+                  ".sum(dim=1) or .mean(dim=1) instead, which maps)");
   }
   refuse(i, "no GraphPipe operator for this type");
 }
