@@ -331,7 +331,7 @@ void Importer::slice(int i, const std::string& id) {
   if (!start || !end || !axis || !step || *step != 1) {
     return refuse(i, "only one constant axis with step 1 maps");
   }
-  const auto a = sample_axis(n.input(0), static_cast<int64_t>(*axis));
+  const auto a = sample_axis(n.input(0), to_index(*axis));
   // All of the batch (torch.export writes x[:, 0] as x[0:INT64_MAX] along the batch first): a
   // view of the whole tensor.
   const auto rank = rank_of(n.input(0));
@@ -346,8 +346,8 @@ void Importer::slice(int i, const std::string& id) {
       shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : -1;
   if (size <= 0) return refuse(i, "a slice of a tensor of unknown shape");
   // As ONNX: negative positions count from the end, then both are clamped to [0, size].
-  int64_t s = static_cast<int64_t>(std::max(-1e15, *start));
-  int64_t e = static_cast<int64_t>(std::min(1e15, *end));
+  int64_t s = std::clamp<int64_t>(to_index(*start), -size - 1, size + 1);
+  int64_t e = std::clamp<int64_t>(to_index(*end), -size - 1, size + 1);
   if (s < 0) s += size;
   if (e < 0) e += size;
   s = std::clamp<int64_t>(s, 0, size);
@@ -412,7 +412,7 @@ void Importer::split(int i, const std::string& id) {
   if (sizes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
     auto v = folded(n.input(1));
     if (!v) return refuse(i, "split sizes are not constant");
-    for (double s : *v) sizes.push_back(static_cast<int64_t>(s));
+    for (double s : *v) sizes.push_back(to_index(s));
   }
   if (sizes.empty()) {
     const int64_t dim =
@@ -451,7 +451,7 @@ void Importer::gather(int i, const std::string& id) {
                     "axis of a tensor with two or more per-sample axes, maps");
     }
     const int64_t size = (*shape)[static_cast<size_t>(*a)];
-    int64_t pos = static_cast<int64_t>(*k);
+    int64_t pos = to_index(*k);
     if (pos < 0) pos += size;
     if (pos < 0 || pos >= size) return refuse(i, "index out of range");
     const TensorRef picked = b_.slice(id, *x, *a, pos, pos + 1);
@@ -678,7 +678,7 @@ void Importer::reshape(int i, const std::string& id) {
         } else if (v == -1 && infer < 0 && first != -1) {
           infer = static_cast<int>(s.size());
           s.push_back(1);
-        } else if (v >= 1 && v == std::floor(v)) {
+        } else if (v >= 1 && v == std::floor(v) && v < 1e15) {
           s.push_back(static_cast<int64_t>(v));
         } else {
           return refuse(i,

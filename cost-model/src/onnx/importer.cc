@@ -580,7 +580,7 @@ std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
     if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return std::nullopt;
     out_int = in[0].ints;
     for (double idx : iv[1]) {
-      int64_t k = static_cast<int64_t>(idx);
+      int64_t k = to_index(idx);
       if (k < 0) k += static_cast<int64_t>(iv[0].size());
       if (k < 0 || k >= static_cast<int64_t>(iv[0].size())) return std::nullopt;
       out.push_back(iv[0][static_cast<size_t>(k)]);
@@ -593,8 +593,8 @@ std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
       return std::nullopt;
     out_int = in[0].ints;
     const int64_t size = static_cast<int64_t>(iv[0].size());
-    int64_t s = static_cast<int64_t>(std::max(-1e12, iv[1][0]));
-    int64_t e = static_cast<int64_t>(std::min(1e12, iv[2][0]));
+    int64_t s = std::clamp<int64_t>(to_index(iv[1][0]), -size - 1, size + 1);
+    int64_t e = std::clamp<int64_t>(to_index(iv[2][0]), -size - 1, size + 1);
     if (s < 0) s += size;
     if (e < 0) e += size;
     s = std::clamp<int64_t>(s, 0, size);

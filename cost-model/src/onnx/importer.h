@@ -30,6 +30,14 @@ double attr_f(const onnx::NodeProto& n, const std::string& name, double fallback
 std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& fallback);
 std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name);
 
+// A folded value as an index or size: truncated, NaN as 0 and clamped to +-2^62, so that no
+// value of a malformed model makes the conversion undefined (callers range-check the result).
+inline int64_t to_index(double v) {
+  constexpr double kLimit = 4611686018427387904.0;  // 2^62
+  if (!(v == v)) return 0;
+  return static_cast<int64_t>(v < -kLimit ? -kLimit : v > kLimit ? kLimit : v);
+}
+
 // A folded shape-math value, and whether it is an integer (integer Div truncates).
 struct FoldedValue {
   std::vector<double> values;

@@ -190,7 +190,7 @@ bool Importer::match_layer_norm(int start) {
     std::vector<int64_t> axes = attr_ints(r, "axes");
     if (axes.empty() && r.input_size() > 1) {
       if (auto v = folded(r.input(1))) {
-        for (double a : *v) axes.push_back(static_cast<int64_t>(a));
+        for (double a : *v) axes.push_back(to_index(a));
       }
     }
     // The last axis of a tensor with per-sample dimensions (of a [batch] tensor it is the batch).
@@ -342,6 +342,7 @@ bool Importer::match_attention(int start) {
     if (!c || *c <= 0) return false;
     d = 1 / (*c * *c);
   }
+  if (!(d < 1e15)) return false;
   const int64_t head_dim = static_cast<int64_t>(std::llround(d));
   if (head_dim <= 0 || std::fabs(d - static_cast<double>(head_dim)) > 1e-3 * d ||
       e % head_dim != 0) {
