@@ -77,9 +77,12 @@ class DLRM(nn.Module):
         pairs = (tables + 1) * tables // 2
         self.top = nn.Sequential(nn.Linear(dim + pairs, 32), nn.ReLU(), nn.Linear(32, 1))
 
+    def bags(self, ids):
+        return [t(i) for t, i in zip(self.tables, ids)]
+
     def forward(self, dense, ids0, ids1, ids2, ids3):
         x = self.bottom(dense)
-        feats = [x] + [t(i) for t, i in zip(self.tables, (ids0, ids1, ids2, ids3))]
+        feats = [x] + self.bags((ids0, ids1, ids2, ids3))
         scores = []
         for a in range(len(feats)):
             for b in range(a + 1, len(feats)):
@@ -95,14 +98,8 @@ class DLRMEmbeddingSum(DLRM):
         self.embeddings = nn.ModuleList(nn.Embedding(50, 16) for _ in range(4))
         del self.tables
 
-    def forward(self, dense, ids0, ids1, ids2, ids3):
-        x = self.bottom(dense)
-        feats = [x] + [e(i).sum(dim=1) for e, i in zip(self.embeddings, (ids0, ids1, ids2, ids3))]
-        scores = []
-        for a in range(len(feats)):
-            for b in range(a + 1, len(feats)):
-                scores.append((feats[a] * feats[b]).sum(dim=1, keepdim=True))
-        return self.top(torch.cat([x] + scores, dim=1))
+    def bags(self, ids):
+        return [e(i).sum(dim=1) for e, i in zip(self.embeddings, ids)]
 
 
 def dlrm_inputs(g):
