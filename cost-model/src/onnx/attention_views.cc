@@ -156,16 +156,7 @@ struct Importer::ViewTrace {
       const auto& n = im.g_.node(p);
       const std::string& t = n.op_type();
       if (t == "Constant") {
-        const auto* a = n.attribute_size() > 0 ? &n.attribute(0) : nullptr;
-        if (a == nullptr) return std::nullopt;
-        if (a->name() == "value_float") v = FoldedValue{{a->f()}, false};
-        if (a->name() == "value_int") v = FoldedValue{{static_cast<double>(a->i())}, true};
-        if (a->name() == "value_floats")
-          v = FoldedValue{{a->floats().begin(), a->floats().end()}, false};
-        if (a->name() == "value_ints") {
-          v = FoldedValue{{}, true};
-          for (int64_t x : a->ints()) v->values.push_back(static_cast<double>(x));
-        }
+        v = constant_attr_value(n);
       } else if (t == "Shape") {
         // Of a tensor followed here, or of a converted (batch-first) activation such as the
         // model's input, whose batch is the one evaluated for.
@@ -182,28 +173,12 @@ struct Importer::ViewTrace {
         } else {
           return std::nullopt;
         }
-        const auto rank = static_cast<int64_t>(dims.size());
-        int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", rank);
-        if (start < 0) start += rank;
-        if (end < 0) end += rank;
-        start = std::clamp<int64_t>(start, 0, rank);
-        end = std::clamp<int64_t>(end, start, rank);
-        v = FoldedValue{{dims.begin() + start, dims.begin() + end}, true};
+        v = FoldedValue{shape_range(n, dims), true};
       } else if (t == "CastLike" && n.input_size() == 2) {
         v = eval(n.input(0), depth + 1);
         if (v && views.count(n.input(1))) v->ints = false;  // cast to a float activation's type
       } else {
-        std::vector<FoldedValue> in;
-        for (const auto& input : n.input()) {
-          if (input.empty()) {
-            in.push_back({{}, true});
-            continue;
-          }
-          auto x = eval(input, depth + 1);
-          if (!x) return std::nullopt;
-          in.push_back(std::move(*x));
-        }
-        v = fold_values(n, in);
+        v = fold_node(n, [&](const std::string& input) { return eval(input, depth + 1); });
       }
     }
     if (!v) return std::nullopt;

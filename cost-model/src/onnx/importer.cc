@@ -466,16 +466,9 @@ bool Importer::fold(const onnx::NodeProto& n) {
       if (a->t().data_type() == kOnnxInt64 || a->t().data_type() == kOnnxInt32) {
         folded_int_.insert(n.output(0));
       }
-    } else if (a->name() == "value_float") {
-      out = {a->f()};
-    } else if (a->name() == "value_int") {
-      out = {static_cast<double>(a->i())};
-      folded_int_.insert(n.output(0));
-    } else if (a->name() == "value_floats") {
-      out.assign(a->floats().begin(), a->floats().end());
-    } else if (a->name() == "value_ints") {
-      for (int64_t v : a->ints()) out.push_back(static_cast<double>(v));
-      folded_int_.insert(n.output(0));
+    } else if (auto v = constant_attr_value(n)) {
+      out = std::move(v->values);
+      if (v->ints) folded_int_.insert(n.output(0));
     } else {
       return false;
     }
@@ -497,13 +490,7 @@ bool Importer::fold(const onnx::NodeProto& n) {
       const int64_t v = (*dims)[d];
       out.push_back(d == 0 && !weight ? kBatchDim : v > 0 ? static_cast<double>(v) : NAN);
     }
-    const int64_t rank = static_cast<int64_t>(out.size());
-    int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", rank);
-    if (start < 0) start += rank;
-    if (end < 0) end += rank;
-    start = std::clamp<int64_t>(start, 0, rank);
-    end = std::clamp<int64_t>(end, start, rank);
-    folded_[n.output(0)] = {out.begin() + start, out.begin() + end};
+    folded_[n.output(0)] = shape_range(n, out);
     folded_int_.insert(n.output(0));
     return true;
   }
@@ -515,21 +502,56 @@ bool Importer::fold(const onnx::NodeProto& n) {
     if (folded_int_.count(n.input(0))) folded_int_.insert(n.output(0));
     return true;
   }
+  auto value = fold_node(n, [this](const std::string& name) -> std::optional<FoldedValue> {
+    auto v = folded(name);
+    if (!v) return std::nullopt;
+    return FoldedValue{*v, folded_int_.count(name) > 0};
+  });
+  if (!value) return false;
+  folded_[n.output(0)] = std::move(value->values);
+  if (value->ints) folded_int_.insert(n.output(0));
+  return true;
+}
+
+std::optional<FoldedValue> constant_attr_value(const onnx::NodeProto& n) {
+  const auto* a = n.attribute_size() > 0 ? &n.attribute(0) : nullptr;
+  if (a == nullptr) return std::nullopt;
+  if (a->name() == "value_float") return FoldedValue{{a->f()}, false};
+  if (a->name() == "value_int") return FoldedValue{{static_cast<double>(a->i())}, true};
+  if (a->name() == "value_floats")
+    return FoldedValue{{a->floats().begin(), a->floats().end()}, false};
+  if (a->name() == "value_ints") {
+    FoldedValue v{{}, true};
+    for (int64_t x : a->ints()) v.values.push_back(static_cast<double>(x));
+    return v;
+  }
+  return std::nullopt;
+}
+
+std::vector<double> shape_range(const onnx::NodeProto& n, const std::vector<double>& dims) {
+  const auto rank = static_cast<int64_t>(dims.size());
+  int64_t start = attr_i(n, "start", 0), end = attr_i(n, "end", rank);
+  if (start < 0) start += rank;
+  if (end < 0) end += rank;
+  start = std::clamp<int64_t>(start, 0, rank);
+  end = std::clamp<int64_t>(end, start, rank);
+  return {dims.begin() + start, dims.begin() + end};
+}
+
+std::optional<FoldedValue> fold_node(
+    const onnx::NodeProto& n,
+    const std::function<std::optional<FoldedValue>(const std::string&)>& lookup) {
   std::vector<FoldedValue> in;
   for (const auto& name : n.input()) {
     if (name.empty()) {
       in.push_back({{}, true});
       continue;
     }
-    auto v = folded(name);
-    if (!v) return false;
-    in.push_back({*v, folded_int_.count(name) > 0});
+    auto v = lookup(name);
+    if (!v) return std::nullopt;
+    in.push_back(std::move(*v));
   }
-  auto value = fold_values(n, in);
-  if (!value) return false;
-  folded_[n.output(0)] = std::move(value->values);
-  if (value->ints) folded_int_.insert(n.output(0));
-  return true;
+  return fold_values(n, in);
 }
 
 std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -48,6 +49,17 @@ struct FoldedValue {
 // does not compute this node.
 std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
                                        const std::vector<FoldedValue>& in);
+
+// The value of a Constant node given by a value_float/_int/_floats/_ints attribute; nullopt for
+// a tensor attribute (the caller reads that from its initializer table) or none.
+std::optional<FoldedValue> constant_attr_value(const onnx::NodeProto& n);
+// Shape node `n`'s output for an input of dims `dims`: the dims from its `start` to its `end`.
+std::vector<double> shape_range(const onnx::NodeProto& n, const std::vector<double>& dims);
+// fold_values of `n` with each named input's value from `lookup` (an absent input: empty);
+// nullopt when an input has no value.
+std::optional<FoldedValue> fold_node(
+    const onnx::NodeProto& n,
+    const std::function<std::optional<FoldedValue>(const std::string&)>& lookup);
 
 // Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
 bool mapped_type(const std::string& t);
