@@ -355,25 +355,35 @@ def write_references(stem, module, inputs, train, graph_input_names, seed):
     save_tensor(os.path.join(d, "output_after_step_0.pb"), y_after.numpy(), "y")
 
 
+# Shared with ../torch2/make_torch2_models.py: a pattern's module and seeded inputs, and one
+# export's path (its old reference directory removed) and dynamic axes.
+def prepared(seed, build, make_inputs):
+    torch.manual_seed(seed)
+    pristine = build()
+    inputs = make_inputs(torch.Generator().manual_seed(seed + 1000))
+    return pristine, inputs, [n for n, _ in inputs]
+
+
+def export_target(stem, static, input_names, axis_names):
+    ref_dir = os.path.join(OUT, stem)
+    if os.path.isdir(ref_dir):
+        shutil.rmtree(ref_dir)
+    dynamic_axes = None
+    if not static:
+        dynamic_axes = {n: {0: (axis_names or {}).get(n, "batch")} for n in input_names}
+        dynamic_axes["y"] = {0: "batch"}
+    return os.path.join(OUT, stem + ".onnx"), dynamic_axes
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     entries = []
     failures = []
     for pattern, seed, build, make_inputs, axis_names in PATTERNS:
-        torch.manual_seed(seed)
-        pristine = build()
-        inputs = make_inputs(torch.Generator().manual_seed(seed + 1000))
-        input_names = [n for n, _ in inputs]
+        pristine, inputs, input_names = prepared(seed, build, make_inputs)
         for suffix, opset, variant, kwargs in VARIANTS:
             stem = f"{pattern}_{suffix}"
-            path = os.path.join(OUT, stem + ".onnx")
-            ref_dir = os.path.join(OUT, stem)
-            if os.path.isdir(ref_dir):
-                shutil.rmtree(ref_dir)
-            dynamic_axes = None
-            if variant != "static":
-                dynamic_axes = {n: {0: (axis_names or {}).get(n, "batch")} for n in input_names}
-                dynamic_axes["y"] = {0: "batch"}
+            path, dynamic_axes = export_target(stem, variant == "static", input_names, axis_names)
             exported = copy.deepcopy(pristine)
             exported.train(variant == "train")
             try:

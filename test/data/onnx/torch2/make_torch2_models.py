@@ -137,20 +137,11 @@ def main():
     for pattern, seed, build, make_inputs, axis_names in PATTERNS:
         if ONLY and pattern != ONLY:
             continue
-        torch.manual_seed(seed)
-        pristine = build()
-        inputs = make_inputs(torch.Generator().manual_seed(seed + 1000))
-        input_names = [n for n, _ in inputs]
+        pristine, inputs, input_names = patterns.prepared(seed, build, make_inputs)
         for suffix, variant, train, kwargs in VARIANTS:
             stem = f"{pattern}_{suffix}"
-            path = os.path.join(OUT, stem + ".onnx")
-            ref_dir = os.path.join(OUT, stem)
-            if os.path.isdir(ref_dir):
-                shutil.rmtree(ref_dir)
-            dynamic_axes = None
-            if variant != "static":
-                dynamic_axes = {n: {0: (axis_names or {}).get(n, "batch")} for n in input_names}
-                dynamic_axes["y"] = {0: "batch"}
+            path, dynamic_axes = patterns.export_target(stem, variant == "static", input_names,
+                                                        axis_names)
             exported = copy.deepcopy(pristine)
             exported.train(train)
             try:
