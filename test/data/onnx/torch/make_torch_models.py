@@ -375,6 +375,16 @@ def export_target(stem, static, input_names, axis_names):
     return os.path.join(OUT, stem + ".onnx"), dynamic_axes
 
 
+def report(entries, failures):
+    """Writes models.json and says which exports torch could not write."""
+    with open(os.path.join(OUT, "models.json"), "w") as f:
+        json.dump(entries, f, indent=1)
+        f.write("\n")
+    for stem, why in failures:
+        print(f"export failed: {stem}: {why}")
+    print(f"wrote {len(entries)} models to {OUT}")
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     entries = []
@@ -405,12 +415,7 @@ def main():
             entries.append({"stem": stem, "pattern": pattern, "opset": opset, "variant": variant,
                             "inputs": data_inputs, "graph_inputs": graph_inputs,
                             "has_reference": has_reference, "node_types": node_types})
-    with open(os.path.join(OUT, "models.json"), "w") as f:
-        json.dump(entries, f, indent=1)
-        f.write("\n")
-    for stem, why in failures:
-        print(f"export failed: {stem}: {why}")
-    print(f"wrote {len(entries)} models to {OUT}")
+    report(entries, failures)
 
 
 if __name__ == "__main__":

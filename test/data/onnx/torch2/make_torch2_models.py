@@ -165,12 +165,7 @@ def main():
                             "external_data": os.path.exists(path + ".data"), "inputs": data_inputs,
                             "graph_inputs": graph_inputs, "has_reference": has_reference,
                             "node_types": node_types, "torch": torch.__version__})
-    with open(os.path.join(OUT, "models.json"), "w") as f:
-        json.dump(entries, f, indent=1)
-        f.write("\n")
-    for stem, why in failures:
-        print(f"export failed: {stem}: {why}")
-    print(f"wrote {len(entries)} models to {OUT}")
+    patterns.report(entries, failures)
 
 
 if __name__ == "__main__":
