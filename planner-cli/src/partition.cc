@@ -4,6 +4,23 @@
 
 namespace gp::planner {
 
+void set_cluster_levels(const graphpipe::v1::Cluster& cluster, const cost::CommModel& comm,
+                        PartitionContext* ctx) {
+  const int per_node = cluster.devices_per_node();
+  if (cluster.num_nodes() == 1) {
+    ctx->devices_per_node = ctx->num_devices;
+  } else if (cluster.excluded_ranks_size() == 0) {
+    ctx->devices_per_node = per_node;
+  }
+  constexpr int64_t kSmall = int64_t{1} << 20, kLarge = int64_t{1} << 30;
+  auto bandwidth = [&](int peer) {
+    const double t1 = comm.p2p_time_us(0, peer, kSmall), t2 = comm.p2p_time_us(0, peer, kLarge);
+    return t2 > t1 ? static_cast<double>(kLarge - kSmall) / (t2 - t1) * 1e6 : 0.0;
+  };
+  if (per_node > 1) ctx->intra_node_bandwidth_bytes_per_s = bandwidth(1);
+  if (cluster.num_nodes() > 1) ctx->inter_node_bandwidth_bytes_per_s = bandwidth(per_node);
+}
+
 Status validate_partition_context(const PartitionContext& ctx, int64_t b) {
   if (ctx.graph == nullptr || ctx.units == nullptr || ctx.costs == nullptr) {
     return invalid_argument("partition context: graph, units and costs must all be set");

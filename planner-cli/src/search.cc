@@ -186,6 +186,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   ctx.num_devices = devices;
   ctx.mini_batch = req.mini_batch;
   ctx.piper_downset_limit = req.piper_downset_limit;
+  set_cluster_levels(req.cluster, comm, &ctx);
   // GraphPipe's Piper candidate: branches compressed, and only while the downsets stay few
   // enough for Piper's quadratic DP to be cheap.
   const bool piper_candidate = req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE;
@@ -220,7 +221,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   // Lowers and simulates one partition; keeps it when it beats the best plan so far. Returns
   // false (with the reason in `cand`) when it does not fit in memory.
   auto evaluate = [&](const Partition& part, const UnitGraph& part_units,
-                      const StageCostModel& part_costs, bool chain, const char* source,
+                      const StageCostModel& part_costs, bool chain, const std::string& source,
                       CandidateSummary* cand) -> Result<bool> {
     // No plan of this partition can beat its busiest replica's compute and all-reduce (the
     // simulator charges at least those): skip lowering and simulating it when that bound is
@@ -316,8 +317,16 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     } else {
       const Partition& part = *outcome->partition;
       GP_RETURN_IF_ERROR(
-          evaluate(part, units, costs, part.chain, part.chain ? "chain" : "graph partition", &cand)
+          evaluate(part, units, costs, part.chain,
+                   part.origin.empty() ? (part.chain ? "chain" : "graph partition") : part.origin,
+                   &cand)
               .status());
+      if (req.strategy == graphpipe::v1::STRATEGY_SEQUENTIAL) {
+        // The other order's optimum and PipeDream's own DP: the simulator picks among them.
+        for (const Partition& alt : outcome->alternatives) {
+          GP_RETURN_IF_ERROR(evaluate(alt, units, costs, true, alt.origin, &cand).status());
+        }
+      }
     }
     if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
       // Graph pipelines contain chains: the chain DP's partition and Piper's over compressed
@@ -328,33 +337,25 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
         const Partition* partition;
         const UnitGraph* units;
         const StageCostModel* costs;
-        const char* name[2];  // lowered as a chain, as a DAG
+        std::string name;
       };
       std::vector<Other> others;
       if (chain_outcome->partition) {
-        others.push_back({&*chain_outcome->partition,
-                          &units,
-                          &costs,
-                          {"chain partition", "chain partition, DAG lowering"}});
+        others.push_back(
+            {&*chain_outcome->partition, &units, &costs, chain_outcome->partition->origin});
       }
       for (const Partition& alt : chain_outcome->alternatives) {
-        others.push_back(
-            {&alt,
-             &units,
-             &costs,
-             {"chain partition (other order)", "chain partition (other order), DAG lowering"}});
+        others.push_back({&alt, &units, &costs, alt.origin});
       }
       if (branch_outcome.partition) {
-        others.push_back({&*branch_outcome.partition,
-                          &branch_units,
-                          &*branch_costs,
-                          {"branch partition", "branch partition, DAG lowering"}});
+        others.push_back({&*branch_outcome.partition, &branch_units, &*branch_costs,
+                          "Piper, compressed branches"});
       }
       for (const Other& o : others) {
         for (const bool chain : {true, false}) {
-          GP_RETURN_IF_ERROR(
-              evaluate(*o.partition, *o.units, *o.costs, chain, o.name[chain ? 0 : 1], &cand)
-                  .status());
+          GP_RETURN_IF_ERROR(evaluate(*o.partition, *o.units, *o.costs, chain,
+                                      o.name + (chain ? "" : ", DAG lowering"), &cand)
+                                 .status());
         }
       }
     }

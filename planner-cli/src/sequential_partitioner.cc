@@ -238,6 +238,16 @@ std::vector<int> critical_path_order(const UnitGraph& ug, const StageCostModel& 
   return order;
 }
 
+bool same_stages(const Partition& x, const Partition& y) {
+  if (x.stages.size() != y.stages.size()) return false;
+  for (size_t s = 0; s < x.stages.size(); ++s) {
+    if (x.stages[s].devices != y.stages[s].devices || x.stages[s].units != y.stages[s].units) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // The optimum over one order: nullopt when nothing fits in memory.
 Result<std::optional<Partition>> best_chain(const PartitionContext& ctx, std::vector<int> order,
                                             int64_t b) {
@@ -270,23 +280,47 @@ Result<PartitionOutcome> partition_sequential(const PartitionContext& ctx, int64
   GP_RETURN_IF_ERROR(validate_partition_context(ctx, b));
   const UnitGraph& ug = *ctx.units;
   PartitionOutcome outcome;
-  GP_ASSIGN_OR_RETURN(auto depth_first, best_chain(ctx, ug.topo, b));
-  if (!depth_first) {
+  std::vector<int> balanced = critical_path_order(ug, *ctx.costs, b);
+  struct Order {
+    const std::vector<int>* units;
+    const char* name;
+  };
+  std::vector<Order> orders = {{&ug.topo, "depth-first order"}};
+  if (balanced != ug.topo) orders.push_back({&balanced, "critical-path order"});
+  // The chain DP's optimum over each order; the lowest bottleneck is the partition.
+  std::vector<Partition> found;
+  for (const Order& order : orders) {
+    GP_ASSIGN_OR_RETURN(auto best, best_chain(ctx, *order.units, b));
+    if (!best) continue;
+    best->origin = std::string("chain DP, ") + order.name;
+    found.push_back(std::move(*best));
+  }
+  if (found.empty()) {
     outcome.infeasible_reason =
         "infeasible: no partition fits in device memory at micro-batch " + std::to_string(b);
     return outcome;
   }
-  std::vector<int> balanced = critical_path_order(ug, *ctx.costs, b);
-  if (balanced != ug.topo) {
-    GP_ASSIGN_OR_RETURN(auto across, best_chain(ctx, std::move(balanced), b));
-    if (across && across->bottleneck_tps_s < depth_first->bottleneck_tps_s) {
-      outcome.alternatives.push_back(std::move(*depth_first));
-      outcome.partition = std::move(across);
-      return outcome;
+  const auto lowest = std::min_element(
+      found.begin(), found.end(),
+      [](const auto& x, const auto& y) { return x.bottleneck_tps_s < y.bottleneck_tps_s; });
+  outcome.partition = std::move(*lowest);
+  found.erase(lowest);
+  outcome.alternatives = std::move(found);
+  // PipeDream's own hierarchical DP over the same orders: its partitions compete in the
+  // simulator with the chain DP's (its cost formulas differ from the StageCostModel's).
+  for (const Order& order : orders) {
+    std::string why;
+    GP_ASSIGN_OR_RETURN(auto original,
+                        partition_pipedream_hierarchical(ctx, *order.units, b, &why));
+    if (!original) continue;
+    auto same = [&](const Partition& p) { return same_stages(p, *original); };
+    if (same(*outcome.partition) ||
+        std::any_of(outcome.alternatives.begin(), outcome.alternatives.end(), same)) {
+      continue;  // found already: simulating it twice would change nothing
     }
-    if (across) outcome.alternatives.push_back(std::move(*across));
+    original->origin = std::string("PipeDream hierarchical DP, ") + order.name;
+    outcome.alternatives.push_back(std::move(*original));
   }
-  outcome.partition = std::move(depth_first);
   return outcome;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the README's "Train your own model" commands as written (the block between its
 # own-model markers), on the committed torch export of the layer the README describes, then
-# checks what they claim: the plan's losses equal the reference's, and the exported model holds
+# checks what they claim: the plan's losses equal the reference's (to float rounding), and the exported model holds
 # the trained weights (it imports, and differs from the untrained file).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,7 +27,9 @@ ln -s "$root/scripts" "$tmp/scripts"
 tail -5 "$tmp/walkthrough.log"
 check "every command of the walk-through succeeds" '[ $rc -eq 0 ]'
 check "the plan trained 16 iterations on 2 ranks" '[ "$(losses "$tmp/m.json" | wc -l)" -eq 16 ]'
-check "the plan's losses equal the reference's" '[ "$(losses "$tmp/m.json")" = "$(losses "$tmp/ref.json")" ]'
+# Equal up to float rounding: replicas of a data-parallel stage sum gradients in another order.
+check "the plan's losses equal the reference's (1e-5 relative)" \
+  'paste <(losses "$tmp/m.json") <(losses "$tmp/ref.json") | awk "{d = \$1 - \$2; if (d < 0) d = -d; if (NF != 2 || d > 1e-5 * (\$2 < 0 ? -\$2 : \$2)) bad = 1} END {exit bad + (NR != 16)}"'
 # The target (-x) is learnable: the last epoch's mean loss is below the first's.
 check "the loss went down" \
   '[ "$(losses "$tmp/m.json" | awk "NR<=4{a+=\$1} NR>12{b+=\$1} END{print (b < 0.8 * a) ? 1 : 0}")" = 1 ]'

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/cost/comm_model.h"
 #include "gp/graph/graph.h"
 #include "gp/planner/stage_cost.h"
 #include "gp/planner/units.h"
@@ -26,6 +27,7 @@ struct Partition {
   int64_t micro_batch = 0;
   double bottleneck_tps_s = 0;  // the strategy's own estimate (StageCostModel)
   int sp_edges_added = 0;       // GraphPipe: dependency edges added to make the graph SP
+  std::string origin;           // which algorithm found it, for reports ("chain DP, ...")
 };
 
 struct PartitionOutcome {
@@ -45,7 +47,19 @@ struct PartitionContext {
   int piper_downset_limit = 40000;       // Piper's IDEALS_LIMIT
   double tps_relative_tolerance = 1e-3;  // binary-search stopping rule
   double tps_upper_hint_s = 0;           // GraphPipe: a bottleneck likely feasible (0: none)
+  // The cluster's two levels, for PipeDream's hierarchical DP: devices per node (0 when the
+  // devices do not form whole, equal nodes, e.g. with excluded ranks) and each level's
+  // point-to-point bandwidth.
+  int devices_per_node = 0;
+  double intra_node_bandwidth_bytes_per_s = 0;
+  double inter_node_bandwidth_bytes_per_s = 0;
 };
+
+// Fills the context's cluster levels: whole nodes as PipeDream's servers (unless ranks are
+// excluded) and each level's point-to-point bandwidth as `comm` (a profile's fit, else the
+// datasheet) prices a large transfer.
+void set_cluster_levels(const graphpipe::v1::Cluster& cluster, const cost::CommModel& comm,
+                        PartitionContext* ctx);
 
 // Checks what every partitioner relies on: the context is complete, b is a power of two within
 // the stage cost tables, the unit graph is non-empty with a full topological order.
@@ -56,6 +70,13 @@ Status validate_partition_context(const PartitionContext& ctx, int64_t micro_bat
 Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_t micro_batch);
 // PipeDream: units linearised in topological order, DP over contiguous ranges with replication.
 Result<PartitionOutcome> partition_sequential(const PartitionContext& ctx, int64_t micro_batch);
+// PipeDream's own optimizer (optimizer_graph_hierarchical.py) over the prefixes of `order`: one
+// DP per cluster level, every device used, PipeDream's cost and memory formulas. nullopt (with
+// `why`) when it finds nothing or its replication does not divide the micro-batch.
+Result<std::optional<Partition>> partition_pipedream_hierarchical(const PartitionContext& ctx,
+                                                                  const std::vector<int>& order,
+                                                                  int64_t micro_batch,
+                                                                  std::string* why);
 // Piper: DP over downsets of the unit graph (stages are differences of nested downsets).
 Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t micro_batch);
 

@@ -49,8 +49,9 @@ struct CandidateSummary {
   double bottleneck_tps_s = 0;          // the partitioner's estimate
   double throughput_samples_per_s = 0;  // simulated
   int num_stages = 0;
-  // Which candidate won at this size: "graph partition", "chain" (a chain strategy's own),
-  // "chain partition" or "chain partition, DAG lowering" (GraphPipe's chain candidates).
+  // Which partitioner's candidate won at this size: "graph partition", "chain DP, <order>",
+  // "PipeDream hierarchical DP, <order>", "Piper, compressed branches", "chain" (Piper's own);
+  // GraphPipe's candidates from other partitioners may add ", DAG lowering".
   std::string source;
 };
 
