@@ -118,19 +118,23 @@ Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cl
     all_ops_s += (t.forward_us + t.backward_us) * 1e-6;
   }
   row.compute_bound = all_ops_s > 0 ? static_cast<double>(mini_batch) * devices / all_ops_s : 0;
+  auto request = [&](graphpipe::v1::Strategy strategy) {
+    planner::SearchRequest req;
+    req.graph = &g;
+    req.cluster = cluster;
+    req.mini_batch = mini_batch;
+    req.strategy = strategy;
+    req.training = training;
+    req.compute = &compute;
+    return req;
+  };
 
   for (int s = 0; s < kNumStrategies; ++s) {
     if (s >= num_strategies) {
       row.cells[s].reason = "not run";
       continue;
     }
-    planner::SearchRequest req;
-    req.graph = &g;
-    req.cluster = cluster;
-    req.mini_batch = mini_batch;
-    req.strategy = kStrategies[s];
-    req.training = training;
-    req.compute = &compute;
+    planner::SearchRequest req = request(kStrategies[s]);
     auto result = planner::search_plan(req);
     if (kStrategies[s] == graphpipe::v1::STRATEGY_PIPER && result.ok() && !result->feasible &&
         result->infeasible_reason.find("too many downsets") != std::string::npos) {
@@ -165,13 +169,7 @@ Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cl
     row.gp_speedup = row.cells[kGraphPipe].throughput / best_baseline;
   }
   if (num_strategies == kNumStrategies) {
-    planner::SearchRequest req;
-    req.graph = &g;
-    req.cluster = cluster;
-    req.mini_batch = mini_batch;
-    req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
-    req.training = training;
-    req.compute = &compute;
+    planner::SearchRequest req = request(graphpipe::v1::STRATEGY_GRAPHPIPE);
     req.per_stage_microbatch = true;
     auto refined = planner::search_plan(req);
     if (!refined.ok()) die(refined.status().with_context("graphpipe --per-stage-microbatch"));

@@ -21,6 +21,17 @@ void set_cluster_levels(const graphpipe::v1::Cluster& cluster, const cost::CommM
   if (cluster.num_nodes() > 1) ctx->inter_node_bandwidth_bytes_per_s = bandwidth(per_node);
 }
 
+std::vector<int64_t> chain_cut_bytes(const UnitGraph& units, const std::vector<int>& order) {
+  const int n = static_cast<int>(order.size());
+  std::vector<int> pos(units.num_units(), -1);
+  for (int i = 0; i < n; ++i) pos[order[i]] = i;
+  std::vector<int64_t> cut(n + 1, 0);
+  for (const auto& [edge, bytes] : units.edge_bytes) {
+    for (int c = pos[edge.first] + 1; c <= pos[edge.second]; ++c) cut[c] += bytes;
+  }
+  return cut;
+}
+
 Status validate_partition_context(const PartitionContext& ctx, int64_t b) {
   if (ctx.graph == nullptr || ctx.units == nullptr || ctx.costs == nullptr) {
     return invalid_argument("partition context: graph, units and costs must all be set");

@@ -53,11 +53,13 @@ struct Segment {
   int replicas = 1;
 };
 
-// One level's table: A[i][j][m] over rows i in [0, n], columns j in [0, n), m in [0, M).
+// One level's table: A[i][j][m] over rows i, columns j in [0, n), m in [0, M). The top level
+// needs only row 0 (whole prefixes), the levels below every row (any segment).
 class LevelDp {
  public:
-  LevelDp(int n, const Level& level, bool final_level) : n_(n), level_(level), final_(final_level) {
-    const size_t size = static_cast<size_t>(n + 1) * n * level.machines;
+  LevelDp(int n, const Level& level, bool final_level)
+      : n_(n), rows_(final_level ? 1 : n), level_(level) {
+    const size_t size = static_cast<size_t>(rows_) * n * level.machines;
     time_.assign(size, kNone);
     split_k_.assign(size, -1);
     split_m_.assign(size, -1);
@@ -78,8 +80,7 @@ class LevelDp {
     auto usable = [&](int machines) {  // a power of two dividing the micro-batch
       return (machines & (machines - 1)) == 0 && b % machines == 0;
     };
-    const int rows = final_ ? 1 : n_;
-    for (int i = 0; i < rows; ++i) {
+    for (int i = 0; i < rows_; ++i) {
       for (int j = i; j < n_; ++j) {
         const double c = compute(i, j);
         if (c == kNone) continue;
@@ -102,30 +103,35 @@ class LevelDp {
       double* out = &block_min[static_cast<size_t>(m) * n_];
       for (int k = 0; k < n_; ++k) out[k] = k % kBlock == 0 ? row[k] : std::min(out[k - 1], row[k]);
     };
-    for (int i = 0; i < rows; ++i) {
+    for (int i = 0; i < rows_; ++i) {
       summarise(i, 0);
       for (int m = 1; m < M; ++m) {
         for (int j = i + 1; j < n_; ++j) {
           const size_t at_ijm = at(i, j, m);
           double best = time_[at_ijm];
           int best_k = split_k_[at_ijm], best_m = split_m_[at_ijm], best_r = replicas_[at_ijm];
+          // The last stage k+1..j on mp machines: PipeDream's memory rule, its data-parallel
+          // time, and the split kept when it beats the best (memory checked by the caller).
+          auto fits = [&](int k, int mp) {
+            return stash(k + 1, j) * std::ceil(static_cast<double>(M - (m + 1)) / mp) <= capacity;
+          };
+          auto dp_comm = [&](int k, int mp) {
+            return 4.0 * (mp - 1) * params(k + 1, j) / (bw * mp);
+          };
+          auto try_split = [&](int k, int mp, double comm) {
+            const double c = compute(k + 1, j), prev = time_[at(i, k, m - mp)];
+            if (c == kNone || prev == kNone) return;
+            const double t = std::max(prev, (c + comm) / mp);
+            if (t < best) best = t, best_k = k, best_m = m - mp, best_r = mp;
+          };
           // Seed: the split that was best for j - 1, which is usually near the best for j, so
           // the bounds below skip most of the search from the start.
           if (const size_t before = at(i, j - 1, m); split_k_[before] >= 0) {
             const int k = split_k_[before], mp = replicas_[before];
-            const double stash_factor = std::ceil(static_cast<double>(M - (m + 1)) / mp);
-            const double c = compute(k + 1, j);
-            const double prev = time_[at(i, k, m - mp)];
-            if (c != kNone && prev != kNone && stash(k + 1, j) * stash_factor <= capacity) {
-              const double last = (c + 4.0 * (mp - 1) * params(k + 1, j) / (bw * mp)) / mp;
-              const double t = std::max(prev, last);
-              if (t < best) best = t, best_k = k, best_m = m - mp, best_r = mp;
-            }
+            if (fits(k, mp)) try_split(k, mp, dp_comm(k, mp));
           }
           for (int mp = 1; mp <= m; ++mp) {
             if (!usable(mp)) continue;
-            const double stash_factor = std::ceil(static_cast<double>(M - (m + 1)) / mp);
-            const double* prev_row = &time_[at(i, 0, m - mp)];
             const double* prev_min = &block_min[static_cast<size_t>(m - mp) * n_];
             for (int k = j - 1; k >= i; --k) {  // the last stage is k+1..j, smallest first
               if (prev_min[k] >= best) {
@@ -133,16 +139,10 @@ class LevelDp {
                 continue;
               }
               // Memory and the lower bound only grow as k falls: nothing further can win.
-              if (stash(k + 1, j) * stash_factor > capacity) break;
-              const double dp_comm = 4.0 * (mp - 1) * params(k + 1, j) / (bw * mp);
-              if ((lower(k + 1, j) + dp_comm) / mp >= best) break;
-              const double c = compute(k + 1, j);
-              if (c == kNone) continue;
-              const double last = (c + dp_comm) / static_cast<double>(mp);
-              const double prev = prev_row[k];
-              if (prev == kNone) continue;
-              const double t = std::max(prev, last);
-              if (t < best) best = t, best_k = k, best_m = m - mp, best_r = mp;
+              if (!fits(k, mp)) break;
+              const double comm = dp_comm(k, mp);
+              if ((lower(k + 1, j) + comm) / mp >= best) break;
+              try_split(k, mp, comm);
             }
           }
           set(i, j, m, best, best_k, best_m, best_r);
@@ -187,8 +187,8 @@ class LevelDp {
   }
 
   int n_;
+  int rows_;
   Level level_;
-  bool final_;
   std::vector<double> time_;
   std::vector<int> split_k_, split_m_, replicas_;
 };
@@ -272,12 +272,7 @@ Result<std::optional<Partition>> partition_pipedream_hierarchical(const Partitio
     stages = std::move(finer);
   }
 
-  std::vector<int> pos(ctx.units->num_units(), -1);
-  for (int p = 0; p < n; ++p) pos[order[p]] = p;
-  std::vector<int64_t> cut(n + 1, 0);  // bytes per sample live across the cut before position c
-  for (const auto& [edge, bytes] : ctx.units->edge_bytes) {
-    for (int c = pos[edge.first] + 1; c <= pos[edge.second]; ++c) cut[c] += bytes;
-  }
+  const std::vector<int64_t> cut = chain_cut_bytes(*ctx.units, order);
   Partition part;
   part.chain = true;
   part.micro_batch = b;

@@ -56,12 +56,7 @@ class ChainDp {
         max_devices_(ctx.num_devices),
         max_stages_(std::min(n_, ctx.num_devices)) {
     for (int d = 1; d <= max_devices_ && d <= b; d *= 2) degrees_.push_back(d);
-    std::vector<int> pos(n_, -1);
-    for (int i = 0; i < n_; ++i) pos[order_[i]] = i;
-    cut_.assign(n_ + 1, 0);
-    for (const auto& [edge, bytes] : ctx.units->edge_bytes) {
-      for (int c = pos[edge.first] + 1; c <= pos[edge.second]; ++c) cut_[c] += bytes;
-    }
+    cut_ = chain_cut_bytes(*ctx.units, order_);
     const size_t table = static_cast<size_t>(n_ + 1) * (max_stages_ + 1);
     devices_.assign(table, kNoDevices);
     next_.assign(table, -1);

@@ -345,13 +345,7 @@ void Importer::slice(int i, const std::string& id) {
   const int64_t size =
       shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : -1;
   if (size <= 0) return refuse(i, "a slice of a tensor of unknown shape");
-  // As ONNX: negative positions count from the end, then both are clamped to [0, size].
-  int64_t s = std::clamp<int64_t>(to_index(*start), -size - 1, size + 1);
-  int64_t e = std::clamp<int64_t>(to_index(*end), -size - 1, size + 1);
-  if (s < 0) s += size;
-  if (e < 0) e += size;
-  s = std::clamp<int64_t>(s, 0, size);
-  e = std::clamp<int64_t>(e, 0, size);
+  const auto [s, e] = slice_bounds(*start, *end, size);
   act_[n.output(0)] = b_.slice(id, *x, *a, s, e);
 }
 

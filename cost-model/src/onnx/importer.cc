@@ -615,12 +615,8 @@ std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
       return std::nullopt;
     out_int = in[0].ints;
     const int64_t size = static_cast<int64_t>(iv[0].size());
-    int64_t s = std::clamp<int64_t>(to_index(iv[1][0]), -size - 1, size + 1);
-    int64_t e = std::clamp<int64_t>(to_index(iv[2][0]), -size - 1, size + 1);
-    if (s < 0) s += size;
-    if (e < 0) e += size;
-    s = std::clamp<int64_t>(s, 0, size);
-    e = std::clamp<int64_t>(e, s, size);
+    auto [s, e] = slice_bounds(iv[1][0], iv[2][0], size);
+    e = std::max(e, s);
     out.assign(iv[0].begin() + s, iv[0].begin() + e);
   } else if (t == "Sqrt" || t == "Neg" || t == "Reciprocal" || t == "Floor" || t == "Ceil") {
     out_int = ints && (t == "Neg" || t == "Floor" || t == "Ceil");

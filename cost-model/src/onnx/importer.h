@@ -4,12 +4,14 @@
 // patterns that exporters split into many nodes (erf and tanh GELU, decomposed layer norm).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gp/graph/builder.h"
@@ -37,6 +39,17 @@ inline int64_t to_index(double v) {
   constexpr double kLimit = 4611686018427387904.0;  // 2^62
   if (!(v == v)) return 0;
   return static_cast<int64_t>(v < -kLimit ? -kLimit : v > kLimit ? kLimit : v);
+}
+
+// ONNX Slice's [start, end) on an axis of `size`: negative positions count from the end, then
+// both are clamped to [0, size] (end may come out below start: an empty slice).
+inline std::pair<int64_t, int64_t> slice_bounds(double start, double end, int64_t size) {
+  auto position = [size](double v) {
+    int64_t p = std::clamp<int64_t>(to_index(v), -size - 1, size + 1);
+    if (p < 0) p += size;
+    return std::clamp<int64_t>(p, 0, size);
+  };
+  return {position(start), position(end)};
 }
 
 // A folded shape-math value, and whether it is an integer (integer Div truncates).

@@ -61,6 +61,11 @@ struct PartitionContext {
 void set_cluster_levels(const graphpipe::v1::Cluster& cluster, const cost::CommModel& comm,
                         PartitionContext* ctx);
 
+// For a chain cut along `order` (every unit once): the activation bytes per sample live across
+// the cut before each position c in [0, n], skip edges counted at every cut they cross (a chain
+// pipeline relays them).
+std::vector<int64_t> chain_cut_bytes(const UnitGraph& units, const std::vector<int>& order);
+
 // Checks what every partitioner relies on: the context is complete, b is a power of two within
 // the stage cost tables, the unit graph is non-empty with a full topological order.
 Status validate_partition_context(const PartitionContext& ctx, int64_t micro_batch);
