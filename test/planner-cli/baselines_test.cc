@@ -681,3 +681,37 @@ TEST_CASE("sequential's candidates include PipeDream's own DP, which wins on the
   CHECK(gp->plan.predicted().throughput_samples_per_s() >=
         seq->plan.predicted().throughput_samples_per_s());
 }
+
+TEST_CASE("cluster levels: whole nodes and each link's bandwidth, one level when ranks are out") {
+  auto cluster = testing::ideal_cluster(2, 2);
+  cluster.mutable_intra_node()->set_bandwidth_bytes_per_s(4e9);
+  cluster.mutable_inter_node()->set_bandwidth_bytes_per_s(1e9);
+  const cost::CommModel comm(cluster);
+  planner::PartitionContext ctx;
+  ctx.num_devices = 4;
+  planner::set_cluster_levels(cluster, comm, &ctx);
+  CHECK(ctx.devices_per_node == 2);
+  CHECK(ctx.intra_node_bandwidth_bytes_per_s == Approx(4e9));
+  CHECK(ctx.inter_node_bandwidth_bytes_per_s == Approx(1e9));
+  // Rank 3 excluded: the 3 devices are not whole equal nodes, so PipeDream plans one level.
+  cluster.add_excluded_ranks(3);
+  planner::PartitionContext partial;
+  partial.num_devices = 3;
+  planner::set_cluster_levels(cluster, cost::CommModel(cluster), &partial);
+  CHECK(partial.devices_per_node == 0);
+  // One node: all its devices are one server.
+  const auto one = testing::ideal_cluster(4);
+  planner::PartitionContext single;
+  single.num_devices = 4;
+  planner::set_cluster_levels(one, cost::CommModel(one), &single);
+  CHECK(single.devices_per_node == 4);
+  CHECK(single.inter_node_bandwidth_bytes_per_s == 0);
+}
+
+TEST_CASE("PipeDream's own DP refuses an order that does not hold every unit") {
+  auto p = chain_planning({1, 1}, false, testing::ideal_cluster(2));
+  std::string why;
+  auto r = planner::partition_pipedream_hierarchical(p->ctx(2), {p->units.topo[0]}, 1, &why);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.status().message(), Catch::Contains("1 positions for 2 units"));
+}
