@@ -45,7 +45,7 @@ const std::string kDir2 = std::string(GP_TEST_DATA_DIR) + "/onnx/torch2/";
 const std::map<std::string, std::string>& refused_patterns() {
   static const std::map<std::string, std::string> kRefused = {
       {"embedding_bag_offsets",
-       "(Loop): no GraphPipe operator for this type (torch exports nn.EmbeddingBag as a Loop"},
+       "(Loop): no GraphPipe operator for this loop (torch exports nn.EmbeddingBag as a Loop"},
       {"shared_weight", "tied weights are not supported"},
   };
   return kRefused;

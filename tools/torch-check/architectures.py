@@ -7,7 +7,8 @@ script
   1. exports the model with torch.onnx.export,
   2. computes in PyTorch the MSE loss of a seeded batch against a seeded target, takes one SGD step
      (lr 0.01) and computes the loss again,
-  3. imports the export with `graphpipe-plan import`, trains the same two iterations with
+  3. imports the export with `graphpipe-plan import`, plans it with `graphpipe-plan search`,
+     trains the same two iterations with
      `graphpipe-executor reference --data` on the same batch, and
   4. prints one table row: import ok or the refusal, the losses of each side, and the worse
      relative difference.
@@ -22,6 +23,9 @@ Variants (the exporters and options a user meets):
   legacy17      dynamo=False, opset 17, TrainingMode.TRAINING, no constant folding, as torch's
                 docs advise for training
   legacy13_eval dynamo=False, opset 13, eval mode, constant folding (folds batch norm)
+  dynamo_graph, legacy17_graph  dynamo eval and legacy17 with export_params=False (graph only):
+                imported and planned, not trained
+Every imported model is also planned (graphpipe-plan search, 8 H100s, mini-batch 64).
 Eval-mode variants compare only the first loss against PyTorch's eval-mode forward (a folded
 batch norm trains as a different model, and the import says so).
 
@@ -53,7 +57,7 @@ TOLERANCE = 1e-4  # relative, per loss: fp32 sums in another order over a whole 
 
 # --------------------------------------------------------------------------------------------
 # Architectures: (name, builder, input maker). Inputs are lists of (name, tensor). 15 models:
-# 14 architectures, DLRM also in the form the importer's EmbeddingBag refusal advises.
+# 14 architectures, DLRM also with nn.Embedding + sum(dim=1) in place of nn.EmbeddingBag.
 # --------------------------------------------------------------------------------------------
 
 def image(size):
@@ -91,8 +95,8 @@ class DLRM(nn.Module):
 
 
 class DLRMEmbeddingSum(DLRM):
-    # The same model with each bag summed by nn.Embedding + sum(dim=1): what the importer's
-    # refusal of torch 2.x's EmbeddingBag Loop advises.
+    # The same model with each bag summed by nn.Embedding + sum(dim=1) (torch 2.x writes it as
+    # Gather + ReduceSum, where nn.EmbeddingBag becomes a Loop over the bags).
     def __init__(self):
         super().__init__()
         self.embeddings = nn.ModuleList(nn.Embedding(50, 16) for _ in range(4))
@@ -247,6 +251,14 @@ VARIANTS = {
                                              training=torch.onnx.TrainingMode.TRAINING,
                                              do_constant_folding=False)),
     "legacy13_eval": dict(train=False, kwargs=dict(dynamo=False, opset_version=13)),
+    # Graph only (export_params=False): the weights are graph inputs without values. Imported
+    # and planned, not trained (there is nothing to compare a step with).
+    "dynamo_graph": dict(train=False, graph_only=True, kwargs=dict(dynamo=True,
+                                                                  export_params=False)),
+    "legacy17_graph": dict(train=True, graph_only=True,
+                           kwargs=dict(dynamo=False, opset_version=17, export_params=False,
+                                       training=torch.onnx.TrainingMode.TRAINING,
+                                       do_constant_folding=False)),
 }
 
 
@@ -320,16 +332,36 @@ def exact_losses(model, inputs, target, train):
     return torch_losses(copy.deepcopy(model).double(), as64, target.double(), train)
 
 
-def ours(bin_dir, path, inputs, target, train, work):
-    """Import and train two iterations (or one forward) on the same batch; losses or the error."""
+def plan(bin_dir, model, work):
+    """graphpipe-plan search on 8 H100s (analytic costs): "S stages on D devices" or the error."""
+    report = os.path.join(work, "report.json")
+    run = subprocess.run([os.path.join(bin_dir, "graphpipe-plan"), "search", "--model", model,
+                          "--cluster", "dgx-h100", "--devices", "8", "--batch", "64", "--out",
+                          os.path.join(work, "plan.pb"), "--report", report, "--log-level",
+                          "warn"], capture_output=True, text=True)
+    if run.returncode != 0:
+        return None, ("search: " + " / ".join(run.stderr.strip().splitlines()[:3]))[:300]
+    with open(report) as f:
+        r = json.load(f)
+    return f"{r['num_stages']} stages on {r['devices_used']} devices", ""
+
+
+def ours(bin_dir, path, inputs, target, train, work, graph_only=False):
+    """Import, plan, and train two iterations (or one forward) on the same batch: (losses or
+    None, the error, the plan's summary); a graph-only export is imported and planned only."""
     model = os.path.join(work, "model.pbtxt")
     imported = subprocess.run([os.path.join(bin_dir, "graphpipe-plan"), "import", path, "--out",
                                model], capture_output=True, text=True)
     if imported.returncode != 0:
         lines = [l for l in imported.stderr.splitlines() if l.strip()]
-        return None, " / ".join(lines[:3])[:300]
+        return None, " / ".join(lines[:3])[:300], ""
+    planned, why = plan(bin_dir, model, work)
+    if planned is None:
+        return None, why, ""
+    if graph_only:
+        return [], "", planned
     if not train and "exported in eval mode" in imported.stderr:
-        return None, "eval"
+        return None, "eval", planned
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
     for name, t in inputs:
@@ -342,9 +374,9 @@ def ours(bin_dir, path, inputs, target, train, work):
                           "--no-shuffle", "--metrics-out", metrics, "--log-level", "warn"],
                          capture_output=True, text=True)
     if run.returncode != 0:
-        return None, ("reference: " + run.stderr.strip().splitlines()[-1])[:300]
+        return None, ("reference: " + run.stderr.strip().splitlines()[-1])[:300], planned
     with open(metrics) as f:
-        return [it["loss"] for it in json.load(f)["iterations"]], ""
+        return [it["loss"] for it in json.load(f)["iterations"]], "", planned
 
 
 def main():
@@ -383,9 +415,16 @@ def main():
                 print(f"{name:<20} {variant:<14} {'n/a':<8} {'':<24} {'':<24} {'':<9} "
                       f"torch could not export: {str(e).splitlines()[0][:120]}")
                 continue
-            want = torch_losses(model, inputs, target, train)
-            got, why = ours(args.bin, path, inputs, target, train, work)
+            graph_only = VARIANTS[variant].get("graph_only", False)
+            want = [] if graph_only else torch_losses(model, inputs, target, train)
+            got, why, planned = ours(args.bin, path, inputs, target, train, work, graph_only)
             fmt = lambda v: " ".join(f"{x:.6g}" for x in v)
+            if graph_only and got is not None:
+                print(f"{name:<20} {variant:<14} {'ok':<8} {'':<24} {'':<24} {'':<9} "
+                      f"graph only: imported, planned ({planned}); "
+                      f"{time.time() - started:.0f} s")
+                sys.stdout.flush()
+                continue
             if why == "eval":
                 print(f"{name:<20} {variant:<14} {'n/a':<8} {fmt(want):<24} {'':<24} {'':<9} "
                       "eval-mode batch norm: GraphPipe trains it with batch statistics (the "
@@ -407,7 +446,8 @@ def main():
                 note = f"vs float64: ours {mine:.1e}, PyTorch fp32 {theirs:.1e}; "
             failed += 0 if ok else 1
             print(f"{name:<20} {variant:<14} {'ok' if ok else 'DIFFERS':<8} {fmt(want):<24} "
-                  f"{fmt(got):<24} {diff:<9.2e} {note}{time.time() - started:.0f} s")
+                  f"{fmt(got):<24} {diff:<9.2e} {note}planned ({planned}); "
+                  f"{time.time() - started:.0f} s")
             sys.stdout.flush()
     print(f"exports kept in {out}" if args.out else "")
     return 1 if failed else 0

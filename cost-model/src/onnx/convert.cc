@@ -146,11 +146,19 @@ void Importer::convert(int i) {
   }
   if (t == "BatchNormalization") return batch_norm(i, id);
   if (t == "Loop") {
+    const auto helpers = loop_helpers_.find(i);
+    const std::string with =
+        helpers == loop_helpers_.end() || helpers->second == 0
+            ? ""
+            : "; refused with it: the " + std::to_string(helpers->second) +
+                  " node(s) that only compute its inputs or pass on its result";
     return refuse(i,
-                  "no GraphPipe operator for this type (torch exports nn.EmbeddingBag as a Loop "
-                  "over the bags: with offsets, and from torch 2.x also for fixed-size "
-                  "[batch, bag] ids; for fixed-size bags export nn.Embedding followed by "
-                  ".sum(dim=1) or .mean(dim=1) instead, which maps)");
+                  "no GraphPipe operator for this loop (torch exports nn.EmbeddingBag as a Loop "
+                  "over the bags; it maps when the ids are one [batch, bag] input, i.e. "
+                  "fixed-size bags in sum or mean mode; bags of varying length given by an "
+                  "offsets input do not, because every GraphPipe input is per sample: pad the "
+                  "bags to one length, or use nn.Embedding followed by .sum(dim=1))" +
+                      with);
   }
   refuse(i, "no GraphPipe operator for this type");
 }
@@ -164,6 +172,13 @@ void Importer::emit_fused(int i, const Fused& f) {
     return;
   }
   if (f.kind == Fused::Kind::kAttention) return emit_attention(i, f, *x);
+  if (f.kind == Fused::Kind::kEmbeddingBag) {
+    const auto dims = weight_dims(f.table);  // match_embedding_bag_loop checked [rows, dim]
+    act_[g_.node(i).output(0)] = b_.embedding_bag(id, *x, dims[0], dims[1]);
+    take(id, "weight", f.table);
+    if (f.mean) set_attr(op_by_id(id), "mode", std::string_view("mean"));
+    return;
+  }
   act_[g_.node(i).output(0)] = b_.layer_norm(id, *x);
   if (std::fabs(f.epsilon - 1e-5) > 1e-9) set_attr(op_by_id(id), "epsilon", f.epsilon);
   if (!f.gamma.empty()) {

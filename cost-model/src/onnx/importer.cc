@@ -168,6 +168,10 @@ Result<ModelGraph> Importer::run() {
       continue;
     }
     for (const auto& in : g_.node(i).input()) consumers_[in].push_back(i);
+    // A Loop or If whose body reads a tensor consumes it too.
+    for (const auto& in : subgraph_reads(g_.node(i))) {
+      if (auto& c = consumers_[in]; c.empty() || c.back() != i) c.push_back(i);
+    }
     for (const auto& out : g_.node(i).output()) producer_[out] = i;
   }
   fold_constants();
@@ -252,7 +256,19 @@ std::vector<int64_t> Importer::weight_dims(const std::string& name) const {
 // (export_params=False); an input whose first dimension is symbolic is data.
 void Importer::find_weight_inputs() {
   std::set<std::string> candidates;
-  for (const auto& n : g_.node()) {
+  // Top-level nodes, then the nodes of Loop and If bodies (torch's EmbeddingBag gathers its
+  // table inside a Loop).
+  std::vector<const onnx::NodeProto*> nodes;
+  for (const auto& n : g_.node()) nodes.push_back(&n);
+  for (size_t k = 0; k < nodes.size() && k < 100000; ++k) {
+    for (const auto& a : nodes[k]->attribute()) {
+      if (a.has_g()) {
+        for (const auto& inner : a.g().node()) nodes.push_back(&inner);
+      }
+    }
+  }
+  for (const onnx::NodeProto* np : nodes) {
+    const onnx::NodeProto& n = *np;
     const std::string& t = n.op_type();
     auto take = [&](int i) {
       if (i >= n.input_size() || n.input(i).empty()) return;

@@ -74,6 +74,9 @@ std::optional<FoldedValue> fold_node(
     const onnx::NodeProto& n,
     const std::function<std::optional<FoldedValue>(const std::string&)>& lookup);
 
+// The names `n`'s subgraphs (Loop and If bodies) read from the graph around them.
+std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
+
 // Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
 bool mapped_type(const std::string& t);
 // How many inputs a mapped ONNX type needs at least (0 for other types).
@@ -81,7 +84,7 @@ int min_inputs(const std::string& t);
 
 // A pattern of several ONNX nodes that becomes one operator, emitted at its last node.
 struct Fused {
-  enum class Kind { kGelu, kLayerNorm, kAttention };
+  enum class Kind { kGelu, kLayerNorm, kAttention, kEmbeddingBag };
   Kind kind = Kind::kGelu;
   std::string x;            // the pattern's input tensor
   std::string gamma, beta;  // layer norm: scale and shift weights ("" when absent)
@@ -92,6 +95,9 @@ struct Fused {
   std::string in_weight, in_bias, out_weight, out_bias;
   bool out_trans_b = true;
   int64_t heads = 0;
+  // embedding bag: the [rows, dim] table, and whether bags are averaged (else summed).
+  std::string table;
+  bool mean = false;
   std::string name;  // of the pattern's first node, which names the operator
 };
 
@@ -204,6 +210,15 @@ class Importer {
   // reached (the input's shape is known then) by following the views symbolically.
   struct ViewTrace;
   bool match_attention_views(int start);
+  // embedding_bag_loop.cc: nn.EmbeddingBag over [batch, bag] ids, which torch writes as a Loop
+  // over the bags (differently per exporter and option); matched by running the loop on probe
+  // values and comparing with what embedding_bag computes.
+  bool match_embedding_bag_loop(int loop);
+  struct LoopRegion;
+  std::optional<LoopRegion> loop_region(int loop) const;
+  bool bag_loop(const LoopRegion& r, Fused* f) const;
+  std::optional<bool> probe_bag_loop(const LoopRegion& r, const std::string& ids, int64_t bag,
+                                     const std::string& table) const;
 
   const onnx::GraphProto& g_;
   std::string path_;
@@ -231,7 +246,8 @@ class Importer {
   std::set<std::string> used_ids_;
   std::vector<bool> done_;
   std::vector<std::string> unsupported_;
-  std::set<std::string> poisoned_;  // outputs of refused nodes and of nodes fed by them
+  std::set<std::string> poisoned_;   // outputs of refused nodes and of nodes fed by them
+  std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too
   bool fed_by_refused_ = false;
   int eval_batch_norms_ = 0;  // BatchNormalization nodes in eval form, and the first of them
   std::string first_eval_batch_norm_;

@@ -40,6 +40,7 @@ void Importer::find_patterns() {
     if (t == "Transpose" && attr_ints(g_.node(i), "perm") == std::vector<int64_t>{1, 0, 2}) {
       match_attention(i);
     }
+    if (t == "Loop") match_embedding_bag_loop(i);
     // Layer norm is matched when its first node is converted, when the input's rank is known.
   }
 }

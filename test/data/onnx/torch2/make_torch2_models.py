@@ -22,8 +22,8 @@ Generated with torch 2.15.0 and onnxscript 0.7 from PyPI (a virtual environment;
 read the committed files):
   python3 -m venv /tmp/t2 && /tmp/t2/bin/pip install torch onnx onnxscript
   /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
-(--only=PATTERN rewrites one pattern's files; encoder_stack, class_token and mha_nobias were added
-that way, by torch 2.15.0.)
+(--only=PATTERN rewrites one pattern's files; encoder_stack, class_token, mha_nobias,
+embedding_bag_sum, embedding_bag_mean and two_bags were added that way, by torch 2.15.0.)
 """
 import copy
 import glob
@@ -117,11 +117,47 @@ class AttentionNoBias(torch.nn.Module):
         return self.attn(x, x, x, need_weights=False)[0]
 
 
+class EmbeddingBagFixed(torch.nn.Module):
+    # nn.EmbeddingBag over [batch, bag] ids (fixed-size bags, DLRM's sparse features): torch 2.x
+    # writes it as a Loop over the bags with every exporter, torch 1.13 as Gather + ReduceSum.
+    def __init__(self, mode):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(20, 6, mode=mode)
+        self.fc = torch.nn.Linear(6, 2)
+
+    def forward(self, ids):
+        return self.fc(self.bag(ids))
+
+
+class TwoBags(torch.nn.Module):
+    # Two EmbeddingBags over [batch, 3] ids, as DLRM's sparse features:
+    # torch.export writes the offsets arange (from one input's batch size), the bag count and the
+    # empty sequence once, and every bag's Loop reads them.
+    def __init__(self):
+        super().__init__()
+        self.bag0 = torch.nn.EmbeddingBag(20, 6, mode="sum")
+        self.bag1 = torch.nn.EmbeddingBag(30, 6, mode="sum")
+        self.fc = torch.nn.Linear(12, 2)
+
+    def forward(self, ids0, ids1):
+        return self.fc(torch.cat([self.bag0(ids0), self.bag1(ids1)], dim=1))
+
+
+def two_bag_inputs(g):
+    return [("ids0", torch.randint(0, 20, (patterns.BATCH, 3), generator=g)),
+            ("ids1", torch.randint(0, 30, (patterns.BATCH, 3), generator=g))]
+
+
 # The patterns of ../torch, and those only torch 2.x needs.
 PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), None),
                                 ("encoder_stack", 122, EncoderStack, patterns.feat(6, 16), None),
                                 ("class_token", 123, ClassToken, patterns.feat(3, 8, 8), None),
-                                ("mha_nobias", 124, AttentionNoBias, patterns.feat(5, 8), None)]
+                                ("mha_nobias", 124, AttentionNoBias, patterns.feat(5, 8), None),
+                                ("embedding_bag_sum", 125, lambda: EmbeddingBagFixed("sum"),
+                                 patterns.ids_input(3), None),
+                                ("embedding_bag_mean", 126, lambda: EmbeddingBagFixed("mean"),
+                                 patterns.ids_input(3), None),
+                                ("two_bags", 127, TwoBags, two_bag_inputs, None)]
 
 
 def main():
@@ -157,7 +193,8 @@ def main():
             node_types = sorted({n.op_type for n in model.graph.node})
             graph_inputs = [vi.name for vi in model.graph.input]
             data_inputs = [n for n in graph_inputs if n in input_names]
-            has_reference = "Loop" not in node_types
+            # Bags given by offsets are not per sample: no reference (the import refuses them).
+            has_reference = pattern != "embedding_bag_offsets"
             if has_reference:
                 patterns.write_references(stem, copy.deepcopy(pristine), inputs, train, data_inputs, seed)
             entries.append({"stem": stem, "pattern": pattern, "opset": model.opset_import[0].version,
