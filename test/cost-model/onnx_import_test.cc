@@ -387,6 +387,21 @@ TEST_CASE("external or truncated initializers are refused, naming them") {
   CHECK_THAT(m.status().message(), Catch::Contains("initializer 'w' holds 1 values"));
 }
 
+TEST_CASE("a tensor read but defined nowhere is refused, naming it and its reader") {
+  // torch.onnx.export(dynamo=True, export_params=False) leaves the weights out entirely.
+  OnnxBuilder b;
+  b.input("x", {4});
+  b.node("MatMul", {"x", "fc.weight"}, {"h"}, "mm");
+  b.node("Relu", {"h"}, {"y"}, "act");
+  b.output("y", {3});
+  auto m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(),
+             Catch::Contains("1 tensor(s) are read but defined nowhere") &&
+                 Catch::Contains("first 'fc.weight' (read by node 0 'mm' (MatMul))") &&
+                 Catch::Contains("export_params=False"));
+}
+
 TEST_CASE("malformed nodes are refused by name instead of crashing") {
   OnnxBuilder b;
   b.input("x", {4});

@@ -174,6 +174,7 @@ Result<ModelGraph> Importer::run() {
     }
     for (const auto& out : g_.node(i).output()) producer_[out] = i;
   }
+  GP_RETURN_IF_ERROR(check_defined());
   fold_constants();
   find_weight_inputs();
   GP_RETURN_IF_ERROR(check_weight_sharing());
@@ -221,6 +222,26 @@ Result<ModelGraph> Importer::run() {
   auto built = Graph::build(model);
   if (!built.ok()) return built.status().with_context(path_ + " (imported from ONNX)");
   return model;
+}
+
+Status Importer::check_defined() const {
+  std::set<std::string> defined;
+  for (const auto& in : g_.input()) defined.insert(in.name());
+  for (const auto& t : g_.initializer()) defined.insert(t.name());
+  std::string first;
+  int undefined = 0;
+  for (const auto& [name, readers] : consumers_) {
+    if (name.empty() || defined.count(name) || producer_.count(name)) continue;
+    if (undefined++ == 0) first = "'" + name + "' (read by " + where(readers.front()) + ")";
+  }
+  if (undefined == 0) return ok_status();
+  return invalid_argument(
+      path_ + ": " + std::to_string(undefined) +
+      " tensor(s) are read but defined nowhere (no graph " +
+      "input, initializer or node output), first " + first +
+      ": not a valid ONNX model. torch.onnx.export(dynamo=True, export_params=False) writes " +
+      "such graphs, without the weights or their shapes; export with the weights, or with " +
+      "dynamo=False for a graph whose weights are inputs");
 }
 
 std::vector<int64_t> Importer::dims_of(const onnx::ValueInfoProto& vi) {

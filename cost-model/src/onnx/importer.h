@@ -125,6 +125,8 @@ class Importer {
   ViewOf resolve_view(const std::string& name) const;
   Status add_input(const onnx::ValueInfoProto& in);
   Status check_initializers() const;
+  // Every tensor a node reads is a graph input, an initializer or a node's output.
+  Status check_defined() const;
   // Tied weights (one weight read by several operators) and constant-folded conv weights.
   Status check_weight_sharing();
   void fold_constants();
