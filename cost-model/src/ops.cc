@@ -21,7 +21,8 @@ constexpr std::array kCatalogue = {
                1, 1, false, false, &infer_linear},
     OpTypeInfo{"embedding_bag", "sum (or mean) of the embedding rows named by a bag of ids",
                "num_embeddings (int, required), embedding_dim (int, required), "
-               "mode (sum|mean, default sum)",
+               "mode (sum|mean, default sum), padding_idx (int, optional: ids equal to it are "
+               "skipped and not counted by mean; -1 pads bags of varying length)",
                1, 1, false, false, &infer_embedding_bag},
     OpTypeInfo{"embedding", "the embedding row of every id: ids [...] -> [..., embedding_dim]",
                "num_embeddings (int, required), embedding_dim (int, required)", 1, 1, false, false,

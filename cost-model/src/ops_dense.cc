@@ -80,6 +80,14 @@ Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, I
   if (mode != "sum" && mode != "mean") {
     return invalid_argument("attrs.mode = '" + mode + "', expected sum or mean");
   }
+  if (op.attrs().count("padding_idx")) {
+    GP_ASSIGN_OR_RETURN(int64_t padding, attr_int(op, "padding_idx"));
+    if (padding < -1 || padding >= rows) {
+      return invalid_argument(
+          "attrs.padding_idx = " + std::to_string(padding) +
+          ", expected -1 or a row in [0, num_embeddings = " + std::to_string(rows) + ")");
+    }
+  }
   // The last dimension is the bag; leading dimensions index bags.
   TensorSpec y = ids;
   y.set_shape(y.shape_size() - 1, dim);

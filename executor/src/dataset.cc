@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -23,6 +24,8 @@ struct NpyDataset::Array {
   int64_t per_sample = 0;  // elements
   int item_bytes = 4;      // 4 (float32, int32) or 8 (int64)
   bool is_int = false;
+  bool ragged = false;          // ids padded with -1 from ids and offsets files
+  std::vector<int64_t> padded;  // their values, [rows, per_sample] (data points here)
 
   ~Array() {
     if (map != nullptr) munmap(map, map_bytes);
@@ -178,6 +181,102 @@ Result<std::unique_ptr<NpyDataset::Array>> map_array(const std::string& path,
   return a;
 }
 
+// A 1-D int64 (or int32) array file read whole: the flat ids and the offsets of bags of varying
+// length, as torch's nn.EmbeddingBag takes them.
+Result<std::vector<int64_t>> read_int_vector(const std::string& path, const std::string& role) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || !std::filesystem::is_regular_file(path)) {
+    return invalid_argument(path + ": cannot read (" + (ec ? ec.message() : "not a file") +
+                            "); --data needs it for " + role);
+  }
+  std::vector<unsigned char> bytes(static_cast<size_t>(size));
+  FILE* f = std::fopen(path.c_str(), "rb");
+  const bool read = f != nullptr && std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (f != nullptr) std::fclose(f);
+  if (!read) return invalid_argument(path + ": cannot read (" + std::strerror(errno) + ")");
+  auto header = parse_header(bytes.data(), bytes.size());
+  if (!header.ok()) return header.status().with_context(path);
+  if ((header->descr != "<i8" && header->descr != "<i4") || header->shape.size() != 1 ||
+      header->fortran) {
+    return invalid_argument(path + ": dtype '" + header->descr + "', shape " +
+                            shape_text(header->shape) + "; " + role +
+                            " needs a 1-D int64 array (N,)");
+  }
+  const size_t item = header->descr == "<i8" ? 8 : 4;
+  const auto n = static_cast<size_t>(header->shape[0]);
+  if (bytes.size() < header->data_offset + n * item) {
+    return invalid_argument(path + ": " + std::to_string(bytes.size()) + " bytes, the header's " +
+                            shape_text(header->shape) + " needs " +
+                            std::to_string(header->data_offset + n * item));
+  }
+  std::vector<int64_t> v(n);
+  for (size_t k = 0; k < n; ++k) {
+    const unsigned char* p = bytes.data() + header->data_offset + k * item;
+    if (item == 8) {
+      std::memcpy(&v[k], p, 8);
+    } else {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      v[k] = x;
+    }
+  }
+  return v;
+}
+
+// Ids input `input` whose bags vary in length (attrs.ragged_offsets: an imported
+// nn.EmbeddingBag with offsets): `<id>.npy` holds the flat ids, `<offsets>.npy` the offset of each
+// sample's bag in them (the last bag runs to the end), as torch takes them. Each sample gets its
+// bag padded with -1 to the input's per-sample length.
+Result<std::unique_ptr<NpyDataset::Array>> ragged_array(const std::string& dir,
+                                                        const graph::OpNode& input,
+                                                        const std::string& offsets_name,
+                                                        int64_t range) {
+  namespace fs = std::filesystem;
+  const std::string ids_path = (fs::path(dir) / (input.id() + ".npy")).string();
+  const std::string off_path = (fs::path(dir) / (offsets_name + ".npy")).string();
+  GP_ASSIGN_OR_RETURN(auto ids, read_int_vector(ids_path, "the flat ids of '" + input.id() + "'"));
+  GP_ASSIGN_OR_RETURN(auto offsets,
+                      read_int_vector(off_path, "the offsets of the bags of '" + input.id() + "'"));
+  const int64_t max_bag = graph::num_elements(input.proto->outputs(0));
+  const auto num_ids = static_cast<int64_t>(ids.size());
+  auto a = std::make_unique<NpyDataset::Array>();
+  a->path = ids_path;
+  a->rows = static_cast<int64_t>(offsets.size());
+  a->per_sample = max_bag;
+  a->item_bytes = 8;
+  a->is_int = a->ragged = true;
+  a->padded.assign(offsets.size() * static_cast<size_t>(max_bag), -1);
+  for (size_t s = 0; s < offsets.size(); ++s) {
+    const int64_t begin = offsets[s];
+    const int64_t end = s + 1 < offsets.size() ? offsets[s + 1] : num_ids;
+    if ((s == 0 && begin != 0) || begin < 0 || end < begin || end > num_ids) {
+      return invalid_argument(
+          off_path + ": offset " + std::to_string(s) + " is " + std::to_string(begin) +
+          (s + 1 < offsets.size() ? ", the next " : ", the ids end at ") + std::to_string(end) +
+          "; offsets start at 0 and rise to at most the " + std::to_string(num_ids) + " ids of " +
+          ids_path);
+    }
+    if (end - begin > max_bag) {
+      return invalid_argument(ids_path + ": the bag of sample " + std::to_string(s) + " has " +
+                              std::to_string(end - begin) + " ids, more than the " +
+                              std::to_string(max_bag) + " per sample '" + input.id() +
+                              "' holds (import with a larger --max-bag)");
+    }
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t v = ids[static_cast<size_t>(k)];
+      if (v < 0 || v >= range) {
+        return invalid_argument(ids_path + ": element " + std::to_string(k) + " (sample " +
+                                std::to_string(s) + ") is " + std::to_string(v) + ", outside [0, " +
+                                std::to_string(range) + ") that '" + input.id() + "' accepts");
+      }
+      a->padded[s * static_cast<size_t>(max_bag) + static_cast<size_t>(k - begin)] = v;
+    }
+  }
+  a->data = reinterpret_cast<const unsigned char*>(a->padded.data());
+  return a;
+}
+
 int64_t load_id(const NpyDataset::Array& a, int64_t k) {
   if (a.item_bytes == 8) {
     int64_t v;
@@ -232,7 +331,12 @@ Result<std::unique_ptr<NpyDataset>> NpyDataset::open(const std::string& dir,
     const auto& op = graph.op(i);
     if (!op.info->is_input) continue;
     const std::string path = (std::filesystem::path(dir) / (op.id() + ".npy")).string();
-    GP_ASSIGN_OR_RETURN(auto a, map_array(path, op));
+    std::unique_ptr<Array> a;
+    if (const auto r = op.proto->attrs().find("ragged_offsets"); r != op.proto->attrs().end()) {
+      GP_ASSIGN_OR_RETURN(a, ragged_array(dir, op, r->second.s(), id_range(graph, op)));
+    } else {
+      GP_ASSIGN_OR_RETURN(a, map_array(path, op));
+    }
     if (first.empty()) {
       first = path;
       d->samples_ = a->rows;
@@ -241,7 +345,7 @@ Result<std::unique_ptr<NpyDataset>> NpyDataset::open(const std::string& dir,
                               " has " + std::to_string(d->samples_) +
                               " (every input needs the same samples)");
     }
-    if (a->is_int) {
+    if (a->is_int && !a->ragged) {  // (ragged_array checked its ids)
       const int64_t range = id_range(graph, op);
       const int64_t n = a->rows * a->per_sample;
       for (int64_t k = 0; k < n; ++k) {

@@ -132,9 +132,12 @@ inline Result<VisionWindow> read_vision_window(const graph::OpNode& op, bool poo
 }
 
 // embedding_bag: `bags` bags of `bag` ids per sample into a table [rows, dim].
+// Ids equal to `padding` (kNoPadding: none) are skipped, and a mean is over the other ids.
+constexpr int64_t kNoPadding = INT64_MIN;
 struct EmbeddingBagShape {
   int64_t bags, bag, rows, dim;
   bool mean, ids32;
+  int64_t padding = kNoPadding;
 };
 inline Result<EmbeddingBagShape> read_embedding_bag(const graph::OpNode& op) {
   const graph::TensorSpec& ids = op.input_specs[0];
@@ -149,8 +152,12 @@ inline Result<EmbeddingBagShape> read_embedding_bag(const graph::OpNode& op) {
     return EmbeddingBagShape{graph::num_elements(ids), 1, rows, dim, false, is_int32(ids)};
   }
   const int64_t bag = last_dim(ids);
-  return EmbeddingBagShape{
+  EmbeddingBagShape e{
       graph::num_elements(ids) / bag, bag, rows, dim, mode == "mean", is_int32(ids)};
+  if (op.proto->attrs().count("padding_idx")) {
+    GP_ASSIGN_OR_RETURN(e.padding, op_attr_int(op, "padding_idx"));
+  }
+  return e;
 }
 
 // clip: the bounds, as validated by shape inference.

@@ -33,6 +33,7 @@ struct ImportOptions {
   bool allow_opaque = false;
   bool untie_weights = false;
   bool inline_weights = false;  // keep parameter values inside the model file
+  int64_t max_bag = 0;          // ids per sample for bags of varying length (0: refuse them)
 };
 
 struct SearchOptions {

@@ -123,6 +123,12 @@ int main(int argc, char** argv) {
   import->add_flag("--inline-weights", import_opts.inline_weights,
                    "keep the imported parameter values inside the model file (default: in "
                    "<out>.weights next to it, which the model and its plans refer to by hash)");
+  import
+      ->add_option("--max-bag", import_opts.max_bag,
+                   "nn.EmbeddingBag with offsets (bags of varying length): give every sample "
+                   "this many ids, padded with -1; --data then reads <ids>.npy and "
+                   "<offsets>.npy as torch takes them")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   import->add_flag("--untie-weights", import_opts.untie_weights,
                    "give every operator that reads a tied (shared) weight its own copy; without "
                    "it such models are refused, since training would no longer tie them");

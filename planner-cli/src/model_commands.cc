@@ -31,6 +31,7 @@ Status run_import(const ImportOptions& opts) {
   io.loss = opts.loss;
   io.allow_opaque = opts.allow_opaque;
   io.untie_weights = opts.untie_weights;
+  io.max_bag = opts.max_bag;
   std::vector<std::string> warnings;
   io.warnings = &warnings;
   GP_ASSIGN_OR_RETURN(auto model, graph::import_onnx(opts.file, io));

@@ -117,6 +117,33 @@ TEST_CASE("two bag loops that share their offsets and bag count import as two em
   }
 }
 
+TEST_CASE("a bag loop over ids and offsets imports with max_bag as an embedding_bag with padding") {
+  for (const std::string variant :
+       {"dynamo", "dynamo_static", "dynamo_train", "dynamo_train_noopt", "legacy"}) {
+    INFO(variant);
+    OnnxImportOptions options;
+    options.max_bag = 5;
+    auto m = import_onnx(kDir + "embedding_bag_offsets_" + variant + ".onnx", options);
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    int bags = 0;
+    for (const auto& op : m->ops()) {
+      if (op.type() == "input" && op.id() == "ids") {
+        CHECK(op.outputs(0).shape_size() == 1);
+        CHECK(op.outputs(0).shape(0) == 5);
+        CHECK(op.attrs().at("ragged_offsets").s() == "offsets");
+      }
+      CHECK(op.id() != "offsets");  // folded into the ids
+      if (op.type() != "embedding_bag") continue;
+      ++bags;
+      CHECK(op.attrs().at("padding_idx").i() == -1);
+      CHECK(op.attrs().count("mode") == 0);  // sum
+    }
+    CHECK(bags == 1);
+    CHECK(m->ops_size() == 5);
+  }
+}
+
 TEST_CASE("an unedited round trip of a bag loop still imports (the edits below are the cause)") {
   for (const std::string file :
        {"embedding_bag_sum_legacy.onnx", "embedding_bag_sum_dynamo.onnx"}) {
@@ -165,13 +192,16 @@ TEST_CASE("a bag loop that ends each bag one offset too late is refused") {
   }));
 }
 
-TEST_CASE("a bag loop over ids and offsets is refused as the one cause, with the reason") {
+TEST_CASE("a bag loop over ids and offsets without max_bag is refused as the one cause") {
   for (const std::string variant :
        {"dynamo", "dynamo_static", "dynamo_train", "dynamo_train_noopt", "legacy"}) {
     INFO(variant);
     auto m = import_onnx(kDir + "embedding_bag_offsets_" + variant + ".onnx");
-    require_refused(m);
-    CHECK(m.status().message().find("offsets input") != std::string::npos);
+    INFO(m.status().to_string());
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.status().message().find("(Loop): nn.EmbeddingBag over ids 'ids' split into bags by "
+                                    "offsets 'offsets'") != std::string::npos);
+    CHECK(m.status().message().find("import with --max-bag N") != std::string::npos);
     // Its index arithmetic and sequence ops are refused with it, not listed as causes.
     CHECK(m.status().message().find(": 1 ONNX node(s) have no GraphPipe operator") !=
           std::string::npos);

@@ -399,6 +399,24 @@ TEST_CASE("embedding_bag sums (or averages) the rows its ids name") {
   }
 }
 
+TEST_CASE("embedding_bag skips padding ids and averages over the others only") {
+  GraphBuilder b("m", "");
+  auto y = b.embedding_bag("op", b.input("ids", {2, 3}, kInt64), 4, 2);
+  set_op_attr(b, "op", "mode", std::string_view("mean"));
+  set_op_attr(b, "op", "padding_idx", int64_t{-1});
+  Harness h = make_harness(with_loss(b, y, {2, 2}));
+  h.params[0] = {1, 2, 10, 20, 100, 200, 1000, 2000};
+  h.iin[0] = {2, -1, 3, -1, -1, -1, 1, 1, 1, 0, -1, -1};  // bags of 2, 0, 3 and 1 ids
+  h.forward();
+  const std::vector<float> want = {550, 1100, 0, 0, 10, 20, 1, 2};
+  for (size_t k = 0; k < want.size(); ++k) CHECK(h.out[k] == Approx(want[k]));
+  h.gout.assign(h.out.size(), 1.0f);
+  h.backward();
+  // Row 1 gets 3 x 1/3 from the third bag, rows 2 and 3 1/2 each, row 0 1: padding gets nothing.
+  const std::vector<float> grad = {1, 1, 1, 1, 0.5f, 0.5f, 0.5f, 0.5f};
+  for (size_t k = 0; k < grad.size(); ++k) CHECK(h.gparams[0][k] == Approx(grad[k]));
+}
+
 namespace {
 
 // Naive double-precision self-attention for one sample, params as in the catalogue.

@@ -233,3 +233,66 @@ TEST_CASE("the reference trains on the files' samples: the loss is the data's") 
   CHECK(losses[2] == Approx(losses[0]).epsilon(1e-9));  // epoch 2 reads rows 0-1 again
   CHECK(losses[3] == Approx(losses[1]).epsilon(1e-9));
 }
+
+namespace {
+
+// ids of up to 3 per sample, padded with -1, from flat ids and offsets (an imported
+// nn.EmbeddingBag with offsets), into a table of 5 rows; an MSE target of [2].
+graph::Graph ragged_model() {
+  graph::GraphBuilder b("m", "");
+  auto ids = b.input("ids", {3}, graphpipe::v1::DATA_TYPE_INT64);
+  auto e = b.embedding_bag("bag", ids, 5, 2);
+  for (auto& op : *b.model().mutable_ops()) {
+    if (op.id() == "ids") graph::set_attr(op, "ragged_offsets", std::string_view("offsets"));
+    if (op.id() == "bag") graph::set_attr(op, "padding_idx", int64_t{-1});
+  }
+  b.add_loss(b.mse_loss("loss", e, b.input("t", {2})));
+  return gp::testing::build_graph(b.finish());
+}
+
+}  // namespace
+
+TEST_CASE("ragged ids are read from flat ids and offsets and padded with -1 per sample") {
+  DataDir d("ragged");
+  const graph::Graph g = ragged_model();
+  REQUIRE(write_npy(d.file("ids.npy"), "<i8", {6}, std::vector<int64_t>{4, 0, 1, 2, 3, 3}));
+  REQUIRE(write_npy(d.file("offsets.npy"), "<i8", {4}, std::vector<int64_t>{0, 1, 1, 4}));
+  REQUIRE(write_npy(d.file("t.npy"), "<f4", {4, 2}, std::vector<float>(8, 0.0f)));
+  auto data = exec::NpyDataset::open(d.path, g, all_ops(g), 4, false, 1);
+  INFO(data.status().to_string());
+  REQUIRE(data.ok());
+  CHECK((*data)->samples() == 4);
+  std::vector<int64_t> ids(12);
+  (*data)->fill(g.op(g.index_of("ids")), 0, 0, 4, ids.data());
+  // Bags [4], [], [0 1 2]... in file order: sample 3 runs to the end of the ids.
+  CHECK(ids == std::vector<int64_t>{4, -1, -1, -1, -1, -1, 0, 1, 2, 3, 3, -1});
+}
+
+TEST_CASE("ragged ids with bad offsets, a missing offsets file or an id out of range are refused") {
+  const graph::Graph g = ragged_model();
+  auto refusal = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& offsets,
+                     bool write_offsets = true) {
+    DataDir d("ragged_bad");
+    REQUIRE(write_npy(d.file("ids.npy"), "<i8", {static_cast<int64_t>(ids.size())}, ids));
+    if (write_offsets) {
+      REQUIRE(
+          write_npy(d.file("offsets.npy"), "<i8", {static_cast<int64_t>(offsets.size())}, offsets));
+    }
+    const auto n = static_cast<int64_t>(offsets.size());
+    REQUIRE(write_npy(d.file("t.npy"), "<f4", {n, 2},
+                      std::vector<float>(static_cast<size_t>(2 * n), 0.0f)));
+    auto data = exec::NpyDataset::open(d.path, g, all_ops(g), 1, false, 1);
+    REQUIRE_FALSE(data.ok());
+    return data.status().message();
+  };
+  CHECK_THAT(refusal({1, 2, 3}, {1, 2}), Catch::Contains("offsets.npy: offset 0 is 1"));
+  CHECK_THAT(refusal({1, 2, 3}, {0, 2, 1}), Catch::Contains("offset 1 is 2, the next 1"));
+  CHECK_THAT(refusal({1, 2, 3}, {0, 5}),
+             Catch::Contains("the next 5; offsets start at 0 and rise to at most the 3 ids"));
+  CHECK_THAT(refusal({1, 2, 3, 4}, {0}),
+             Catch::Contains("the bag of sample 0 has 4 ids, more than the 3 per sample 'ids'"));
+  CHECK_THAT(refusal({1, 7}, {0, 1}), Catch::Contains("element 1 (sample 1) is 7, outside [0, 5)"));
+  CHECK_THAT(refusal({1, 2}, {0, 1}, /*write_offsets=*/false),
+             Catch::Contains("offsets.npy: cannot read") &&
+                 Catch::Contains("the offsets of the bags of 'ids'"));
+}

@@ -132,6 +132,20 @@ inline std::vector<GradCase> grad_cases() {
                 set_op_attr(b, "op", "mode", std::string_view("mean"));
                 return y;
               }),
+      op_case(
+          "embedding_bag mean with -1 padding, every other bag padding only", {2, 2},
+          [](Harness& h) {
+            for (size_t k = 0; k < h.iin[0].size(); ++k) {
+              const size_t bag = k / 3;
+              h.iin[0][k] = bag % 2 == 1 || k % 3 == 1 ? -1 : static_cast<int64_t>(k * 7 % 4);
+            }
+          },
+          [](GraphBuilder& b) {
+            auto y = b.embedding_bag("op", ids(b, {2, 3}), 4, 2);
+            set_op_attr(b, "op", "mode", std::string_view("mean"));
+            set_op_attr(b, "op", "padding_idx", int64_t{-1});
+            return y;
+          }),
       op_case("multi_head_attention, 2 heads with bias", {3, 4},
               [](GraphBuilder& b) {
                 return b.attention("op", x(b, {3, 4}), 2);

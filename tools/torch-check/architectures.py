@@ -24,7 +24,8 @@ Variants (the exporters and options a user meets):
                 docs advise for training
   legacy13_eval dynamo=False, opset 13, eval mode, constant folding (folds batch norm)
   dynamo_graph, legacy17_graph  dynamo eval and legacy17 with export_params=False (graph only):
-                imported and planned, not trained
+                imported and planned, not trained (torch 2.15's dynamo exporter leaves the
+                weights out of such a graph altogether: ONNX's checker rejects it, n/a)
 Every imported model is also planned (graphpipe-plan search, 8 H100s, mini-batch 64).
 Eval-mode variants compare only the first loss against PyTorch's eval-mode forward (a folded
 batch norm trains as a different model, and the import says so).
@@ -47,6 +48,7 @@ import time
 import warnings
 
 import numpy as np
+import onnx
 import torch
 import torch.nn as nn
 
@@ -57,7 +59,8 @@ TOLERANCE = 1e-4  # relative, per loss: fp32 sums in another order over a whole 
 
 # --------------------------------------------------------------------------------------------
 # Architectures: (name, builder, input maker). Inputs are lists of (name, tensor). 15 models:
-# 14 architectures, DLRM also with nn.Embedding + sum(dim=1) in place of nn.EmbeddingBag.
+# 14 architectures; DLRM also with nn.Embedding + sum(dim=1) in place of nn.EmbeddingBag, and with
+# bags of varying length (offsets).
 # --------------------------------------------------------------------------------------------
 
 def image(size):
@@ -104,6 +107,32 @@ class DLRMEmbeddingSum(DLRM):
 
     def bags(self, ids):
         return [e(i).sum(dim=1) for e, i in zip(self.embeddings, ids)]
+
+
+class DLRMOffsets(DLRM):
+    # The same model with bags of varying length: each table takes flat ids and the offset of
+    # every sample's bag, as DLRM's own data loaders feed nn.EmbeddingBag (imported with
+    # --max-bag: every sample's bag padded to that many ids).
+    def forward(self, dense, ids0, off0, ids1, off1, ids2, off2, ids3, off3):
+        x = self.bottom(dense)
+        feats = [x] + [t(i, o) for t, i, o in zip(self.tables, (ids0, ids1, ids2, ids3),
+                                                  (off0, off1, off2, off3))]
+        scores = []
+        for a in range(len(feats)):
+            for b in range(a + 1, len(feats)):
+                scores.append((feats[a] * feats[b]).sum(dim=1, keepdim=True))
+        return self.top(torch.cat([x] + scores, dim=1))
+
+
+def dlrm_offsets_inputs(g):
+    # Bags of 1 to 4 ids (4 samples: one of each length, in a seeded order per table).
+    out = [("dense", torch.randn(BATCH, 13, generator=g))]
+    for k in range(4):
+        lengths = torch.randperm(BATCH, generator=g) + 1
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)[:-1]])
+        out.append((f"ids{k}", torch.randint(0, 50, (int(lengths.sum()),), generator=g)))
+        out.append((f"off{k}", offsets))
+    return out
 
 
 def dlrm_inputs(g):
@@ -236,6 +265,7 @@ ARCHITECTURES = [
     ("squeezenet1_0", torchvision_model("squeezenet1_0"), image(64)),
     ("dlrm", DLRM, dlrm_inputs),
     ("dlrm_embedding_sum", DLRMEmbeddingSum, dlrm_inputs),
+    ("dlrm_offsets", DLRMOffsets, dlrm_offsets_inputs),
     ("two_tower", TwoTower, two_tower_inputs),
     ("candle_uno", CandleUno, candle_inputs),
     ("bert", Bert, ids_inputs),
@@ -316,11 +346,14 @@ def export(model, inputs, path, variant):
     model.train(spec["train"])
     names = [n for n, _ in inputs]
     kwargs = dict(spec["kwargs"])
+    # Flat ids of bags of varying length (ids<k> with an off<k> input) have their own length.
+    axis = {n: f"num_{n}" if n.startswith("ids") and any(m.startswith("off") for m in names)
+            else "batch" for n in names}
     if kwargs.get("dynamo"):
-        batch = torch.export.Dim("batch", min=2)
-        kwargs["dynamic_shapes"] = tuple({0: batch} for _ in inputs)
+        dims = {a: torch.export.Dim(a, min=2) for a in set(axis.values())}
+        kwargs["dynamic_shapes"] = tuple({0: dims[axis[n]]} for n in names)
     else:
-        kwargs["dynamic_axes"] = {n: {0: "batch"} for n in names + ["y"]}
+        kwargs["dynamic_axes"] = {n: {0: axis.get(n, "batch")} for n in names + ["y"]}
     with quiet():
         torch.onnx.export(model, tuple(t for _, t in inputs), path, input_names=names,
                           output_names=["y"], **kwargs)
@@ -350,8 +383,10 @@ def ours(bin_dir, path, inputs, target, train, work, graph_only=False):
     """Import, plan, and train two iterations (or one forward) on the same batch: (losses or
     None, the error, the plan's summary); a graph-only export is imported and planned only."""
     model = os.path.join(work, "model.pbtxt")
+    # Bags of varying length: every sample holds up to 4 ids (dlrm_offsets' longest bag).
+    ragged = ["--max-bag", "4"] if any(n.startswith("off") for n, _ in inputs) else []
     imported = subprocess.run([os.path.join(bin_dir, "graphpipe-plan"), "import", path, "--out",
-                               model], capture_output=True, text=True)
+                               model] + ragged, capture_output=True, text=True)
     if imported.returncode != 0:
         lines = [l for l in imported.stderr.splitlines() if l.strip()]
         return None, " / ".join(lines[:3])[:300], ""
@@ -414,6 +449,12 @@ def main():
             except Exception as e:  # the exporter's own failure: not ours to judge
                 print(f"{name:<20} {variant:<14} {'n/a':<8} {'':<24} {'':<24} {'':<9} "
                       f"torch could not export: {str(e).splitlines()[0][:120]}")
+                continue
+            try:  # an export ONNX itself rejects is not ours to judge either
+                onnx.checker.check_model(path)
+            except Exception as e:
+                print(f"{name:<20} {variant:<14} {'n/a':<8} {'':<24} {'':<24} {'':<9} "
+                      f"torch wrote an invalid model: {str(e).splitlines()[0][:120]}")
                 continue
             graph_only = VARIANTS[variant].get("graph_only", False)
             want = [] if graph_only else torch_losses(model, inputs, target, train)

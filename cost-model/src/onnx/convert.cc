@@ -152,6 +152,9 @@ void Importer::convert(int i) {
             ? ""
             : "; refused with it: the " + std::to_string(helpers->second) +
                   " node(s) that only compute its inputs or pass on its result";
+    if (const auto why = ragged_refusals_.find(i); why != ragged_refusals_.end()) {
+      return refuse(i, why->second + with);
+    }
     return refuse(i,
                   "no GraphPipe operator for this loop (torch exports nn.EmbeddingBag as a Loop "
                   "over the bags; it maps when the ids are one [batch, bag] input, i.e. "
@@ -177,6 +180,7 @@ void Importer::emit_fused(int i, const Fused& f) {
     act_[g_.node(i).output(0)] = b_.embedding_bag(id, *x, dims[0], dims[1]);
     take(id, "weight", f.table);
     if (f.mean) set_attr(op_by_id(id), "mode", std::string_view("mean"));
+    if (f.padded) set_attr(op_by_id(id), "padding_idx", int64_t{-1});
     return;
   }
   act_[g_.node(i).output(0)] = b_.layer_norm(id, *x);

@@ -89,7 +89,7 @@ std::optional<Importer::LoopRegion> Importer::loop_region(int loop) const {
     for (const auto& name : reads) {
       const int p = producer(name);
       if (p < 0) {
-        if (act_.count(name)) {
+        if (is_data_input(name)) {
           (g_.node(k).op_type() == "Shape" ? r.shape_reads : r.value_reads).insert(name);
         } else if (!is_weight(name)) {
           return std::nullopt;
@@ -133,11 +133,71 @@ std::optional<Importer::LoopRegion> Importer::loop_region(int loop) const {
   return r;
 }
 
+bool Importer::is_data_input(const std::string& name) const {
+  if (consts_.count(name) || weight_inputs_.count(name)) return false;
+  for (const auto& in : g_.input()) {
+    if (in.name() == name) return true;
+  }
+  return false;
+}
+
+const Importer::RaggedBag* Importer::ragged_by_input(const std::string& name, bool offsets) const {
+  for (const auto& [loop, bag] : ragged_) {
+    if ((offsets ? bag.offsets : bag.ids) == name) return &bag;
+  }
+  return nullptr;
+}
+
+void Importer::find_ragged_bags() {
+  for (int loop = 0; loop < g_.node_size(); ++loop) {
+    if (done_[static_cast<size_t>(loop)] || g_.node(loop).op_type() != "Loop") continue;
+    const auto r = loop_region(loop);
+    if (!r || r->value_reads.size() != 2) continue;
+    const auto table = bag_table(*r);
+    if (!table) continue;
+    std::vector<std::string> in(r->value_reads.begin(), r->value_reads.end());
+    bool one_dim_ints = true;
+    for (const auto& name : in) {
+      const auto type = elem_types_.find(name);
+      const auto shape = shapes_.find(name);
+      one_dim_ints = one_dim_ints && type != elem_types_.end() &&
+                     (type->second == kOnnxInt64 || type->second == kOnnxInt32) &&
+                     shape != shapes_.end() && shape->second.size() == 1;
+    }
+    if (!one_dim_ints || !values_stay_inside(*r, r->value_reads, *table)) continue;
+    for (int order = 0; order < 2; ++order) {
+      const std::string& ids = in[static_cast<size_t>(order)];
+      const std::string& offsets = in[static_cast<size_t>(1 - order)];
+      // The offsets must be read by the loop's pattern only: the input goes away.
+      if (!only_consumers_in(offsets, r->region) || !only_consumers_in(ids, r->region)) continue;
+      const auto mean = probe_bag_loop(*r, ids, 0, offsets, *table);
+      if (!mean) continue;
+      if (options_.max_bag > 0) {
+        ragged_[loop] = RaggedBag{ids, offsets, *table, *mean};
+      } else {
+        ragged_refusals_[loop] =
+            "nn.EmbeddingBag over ids '" + ids + "' split into bags by offsets '" + offsets +
+            "' (bags of varying length): every GraphPipe input is per sample, so import with "
+            "--max-bag N to give each sample N ids padded with -1 (--data then reads " +
+            ids + ".npy and " + offsets + ".npy as torch takes them, and refuses a longer bag)";
+      }
+      break;
+    }
+  }
+}
+
 bool Importer::match_embedding_bag_loop(int loop) {
   const auto r = loop_region(loop);
   if (!r) return false;
   Fused f;
-  if (bag_loop(*r, &f)) {
+  if (const auto bag = ragged_.find(loop); bag != ragged_.end()) {
+    f.kind = Fused::Kind::kEmbeddingBag;
+    f.x = bag->second.ids;
+    f.table = bag->second.table;
+    f.mean = bag->second.mean;
+    f.padded = true;
+  }
+  if (f.padded || bag_loop(*r, &f)) {
     // Name the operator after the module that owns the table ("bag.weight" -> "bag").
     const std::string source = resolve_view(f.table).source;
     f.name =
@@ -166,6 +226,47 @@ bool Importer::match_embedding_bag_loop(int loop) {
   return false;
 }
 
+std::optional<std::string> Importer::bag_table(const LoopRegion& r) const {
+  std::set<std::string> tables;
+  for (int k : r.region) {
+    std::set<std::string> g;
+    gathered(g_.node(k), &g);
+    for (const auto& name : g) {
+      if (is_weight(name) && weight_dims(name).size() == 2)
+        tables.insert(resolve_view(name).values);
+    }
+  }
+  if (tables.size() != 1) return std::nullopt;
+  const std::vector<int64_t> dims = weight_dims(*tables.begin());
+  if (dims[0] < 1 || dims[1] < 1 || dims[1] > kMaxEvalElements / kMaxProbeRows) {
+    return std::nullopt;
+  }
+  return *tables.begin();
+}
+
+// The index arithmetic on the batch size (the offsets, the bag count, the empty sequence) may be
+// shared with the other bags' loops, as torch.export writes it once for all of them. (Folded
+// shape reads of the pattern's tensors are in the region but not claimed: they read no values.)
+bool Importer::values_stay_inside(const LoopRegion& r, const std::set<std::string>& values,
+                                  const std::string& table) const {
+  std::set<int> carries_values = {r.last};
+  for (int k : r.claimed) {
+    if (g_.node(k).op_type() == "Shape") continue;
+    std::set<std::string> reads;
+    node_reads(g_.node(k), &reads, 0);
+    for (const auto& name : reads) {
+      if (values.count(name) || carries_values.count(producer(name)) ||
+          (is_weight(name) && resolve_view(name).values == table)) {
+        carries_values.insert(k);
+        break;
+      }
+    }
+  }
+  std::set<int> inside = r.claimed;
+  inside.insert(r.region.begin(), r.region.end());
+  return stays_inside(carries_values, r.last, inside);
+}
+
 bool Importer::bag_loop(const LoopRegion& r, Fused* f) const {
   if (r.value_reads.size() != 1) return false;
   const std::string ids = *r.value_reads.begin();
@@ -176,56 +277,41 @@ bool Importer::bag_loop(const LoopRegion& r, Fused* f) const {
       bag_shape->size() != 1 || (*bag_shape)[0] < 1) {
     return false;
   }
-  const int64_t bag = (*bag_shape)[0];
-  // The table: the one [rows, dim] weight that is gathered from.
-  std::set<std::string> tables;
-  for (int k : r.region) {
-    std::set<std::string> g;
-    gathered(g_.node(k), &g);
-    for (const auto& name : g) {
-      if (is_weight(name) && weight_dims(name).size() == 2)
-        tables.insert(resolve_view(name).values);
-    }
-  }
-  if (tables.size() != 1) return false;
-  const std::string table = *tables.begin();
-  const std::vector<int64_t> table_dims = weight_dims(table);
-  if (table_dims[0] < 1 || table_dims[1] < 1 || table_dims[1] > kMaxEvalElements / kMaxProbeRows) {
-    return false;
-  }
-  // The nodes that carry the ids' or the table's values must feed nothing else. The index
-  // arithmetic on the batch size (the offsets, the bag count, the empty sequence) may be shared
-  // with the other bags' loops, as torch.export writes it once for all of them. (Folded shape
-  // reads of the pattern's tensors are in the region but not claimed: they read no values.)
-  std::set<int> carries_values = {r.last};
-  for (int k : r.claimed) {
-    if (g_.node(k).op_type() == "Shape") continue;
-    std::set<std::string> reads;
-    node_reads(g_.node(k), &reads, 0);
-    for (const auto& name : reads) {
-      if (name == ids || carries_values.count(producer(name)) ||
-          (is_weight(name) && resolve_view(name).values == table)) {
-        carries_values.insert(k);
-        break;
-      }
-    }
-  }
-  std::set<int> inside = r.claimed;
-  inside.insert(r.region.begin(), r.region.end());
-  if (!stays_inside(carries_values, r.last, inside)) return false;
-  const auto mean = probe_bag_loop(r, ids, bag, table);
+  const auto table = bag_table(r);
+  if (!table || !values_stay_inside(r, {ids}, *table)) return false;
+  const auto mean = probe_bag_loop(r, ids, (*bag_shape)[0], "", *table);
   if (!mean) return false;
   f->kind = Fused::Kind::kEmbeddingBag;
   f->x = ids;
-  f->table = table;
+  f->table = *table;
   f->mean = *mean;
   return true;
 }
 
-// Runs the region on probe values (ids that visit many rows, a table whose rows all differ):
-// whether it averages the bags (else sums them), or nullopt when it computes anything else.
+namespace {
+
+// Probe bag lengths for `batch` bags: uneven, some empty (an offsets input), adding up to `total`
+// when it is given (a static export's traced number of ids).
+std::vector<int64_t> probe_lengths(int64_t batch, int64_t total) {
+  std::vector<int64_t> lengths(static_cast<size_t>(batch));
+  for (int64_t s = 0; s < batch; ++s) lengths[static_cast<size_t>(s)] = (s * 3 + 2) % 5;
+  if (total < 0) return lengths;
+  int64_t sum = 0;
+  for (int64_t l : lengths) sum += l;
+  for (size_t s = 0; sum != total && batch > 0; s = (s + 1) % lengths.size()) {
+    if (sum < total)
+      ++lengths[s], ++sum;
+    else if (lengths[s] > 0)
+      --lengths[s], --sum;
+  }
+  return lengths;
+}
+
+}  // namespace
+
 std::optional<bool> Importer::probe_bag_loop(const LoopRegion& r, const std::string& ids,
-                                             int64_t bag, const std::string& table) const {
+                                             int64_t bag, const std::string& offsets,
+                                             const std::string& table) const {
   const std::vector<int64_t> table_dims = weight_dims(table);
   const int64_t rows = std::min(table_dims[0], kMaxProbeRows), dim = table_dims[1];
   EvalTensor probe_table{{rows, dim}, {}, false};
@@ -236,20 +322,44 @@ std::optional<bool> Importer::probe_bag_loop(const LoopRegion& r, const std::str
   }
   std::vector<const onnx::NodeProto*> nodes;
   for (int k : r.region) nodes.push_back(&g_.node(k));  // std::set: in graph (topological) order
+  // Fixed bags: two batch sizes, or a static export's traced batch. Offsets: uneven bags for two
+  // batch sizes, or the traced numbers of bags and ids when both inputs are static.
+  std::vector<int64_t> batches = {2, 5};
+  int64_t total_ids = -1;
+  if (offsets.empty() && static_batch_ > 0) batches = {static_batch_};
+  if (!offsets.empty()) {
+    const auto off = shapes_.find(offsets), flat = shapes_.find(ids);
+    if (off != shapes_.end() && flat != shapes_.end() && off->second[0] > 0 &&
+        flat->second[0] >= 0) {
+      batches = {off->second[0]};
+      total_ids = flat->second[0];
+    }
+  }
   std::optional<bool> mean;
-  const std::vector<int64_t> batches =
-      static_batch_ > 0 ? std::vector<int64_t>{static_batch_} : std::vector<int64_t>{2, 5};
   for (const int64_t batch : batches) {
-    EvalTensor probe_ids{{batch, bag}, {}, true};
+    // The bags: [batch, bag] ids, or flat ids with the offset of each bag.
+    std::vector<int64_t> starts, lengths;
+    if (offsets.empty()) {
+      lengths.assign(static_cast<size_t>(batch), bag);
+    } else {
+      lengths = probe_lengths(batch, total_ids);
+    }
+    EvalTensor probe_ids{{0}, {}, true}, probe_offsets{{batch}, {}, true};
     for (int64_t s = 0; s < batch; ++s) {
-      for (int64_t j = 0; j < bag; ++j) {
+      starts.push_back(probe_ids.dims[0]);
+      probe_offsets.values.push_back(static_cast<double>(probe_ids.dims[0]));
+      for (int64_t j = 0; j < lengths[static_cast<size_t>(s)]; ++j) {
         probe_ids.values.push_back(static_cast<double>((s * 7 + j * 13 + 3) % rows));
+        ++probe_ids.dims[0];
       }
     }
+    if (offsets.empty()) probe_ids.dims = {batch, bag};
     const EvalLookup lookup = [&](const std::string& name) -> std::optional<EvalValue> {
       EvalValue v;
       if (name == ids) {
         v.tensor = probe_ids;
+      } else if (!offsets.empty() && name == offsets) {
+        v.tensor = probe_offsets;
       } else if (r.shape_reads.count(name)) {  // only its shape is read: zeros of the batch
         const auto dims = sample_shape(name);
         if (!dims) return std::nullopt;
@@ -286,19 +396,21 @@ std::optional<bool> Importer::probe_bag_loop(const LoopRegion& r, const std::str
     const auto& got = it->second.tensor.values;
     bool is_sum = true, is_mean = true;
     for (int64_t s = 0; s < batch; ++s) {
+      const int64_t len = lengths[static_cast<size_t>(s)];
       for (int64_t c = 0; c < dim; ++c) {
         double sum = 0;
-        for (int64_t j = 0; j < bag; ++j) {
-          const auto row = static_cast<int64_t>(probe_ids.values[static_cast<size_t>(s * bag + j)]);
+        for (int64_t j = 0; j < len; ++j) {
+          const auto row = static_cast<int64_t>(
+              probe_ids.values[static_cast<size_t>(starts[static_cast<size_t>(s)] + j)]);
           sum += probe_table.values[static_cast<size_t>(row * dim + c)];
         }
         const double v = got[static_cast<size_t>(s * dim + c)];
-        const double mean_v = sum / static_cast<double>(bag);
+        const double mean_v = len > 0 ? sum / static_cast<double>(len) : 0.0;  // torch: empty 0
         is_sum = is_sum && std::fabs(v - sum) <= 1e-9 * std::fabs(sum);
         is_mean = is_mean && std::fabs(v - mean_v) <= 1e-9 * std::fabs(mean_v);
       }
     }
-    // (With one id per bag the sum is the mean: sum.)
+    // (Bags of one id each: the sum is the mean; sum.)
     if (!is_sum && !is_mean) return std::nullopt;
     if (mean && *mean != !is_sum) return std::nullopt;
     mean = !is_sum;

@@ -159,6 +159,10 @@ class Evaluator {
                               " inputs, is given " + std::to_string(inputs.size()));
     }
     Scope scope{{}, &parent};
+    for (const auto& t : g.initializer()) {  // e.g. the zeros an If branch returns
+      GP_ASSIGN_OR_RETURN(EvalTensor v, eval_tensor_of(t));
+      scope.values[t.name()] = of(std::move(v));
+    }
     for (int k = 0; k < g.input_size(); ++k) scope.values[g.input(k).name()] = inputs[k];
     std::vector<const onnx::NodeProto*> nodes;
     for (const auto& n : g.node()) nodes.push_back(&n);

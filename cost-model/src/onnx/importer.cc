@@ -178,11 +178,23 @@ Result<ModelGraph> Importer::run() {
   fold_constants();
   find_weight_inputs();
   GP_RETURN_IF_ERROR(check_weight_sharing());
+  find_ragged_bags();
   for (const auto& in : g_.input()) {
     if (consts_.count(in.name()) || weight_inputs_.count(in.name())) continue;
-    GP_RETURN_IF_ERROR(add_input(in));
+    if (ragged_by_input(in.name(), /*offsets=*/true)) continue;  // folded into the ids
+    auto dims = dims_of(in);
+    if (const auto* bag = ragged_by_input(in.name(), /*offsets=*/false)) {
+      // Per sample: max_bag ids padded with -1; the batch is the number of offsets.
+      const std::string id = unique_id(in.name(), "input");
+      act_[in.name()] = b_.input(id, {options_.max_bag}, graphpipe::v1::DATA_TYPE_INT64);
+      set_attr(op_by_id(id), "ragged_offsets", std::string_view(bag->offsets));
+      for (const auto& other : g_.input()) {
+        if (other.name() == bag->offsets) dims = dims_of(other);
+      }
+    } else {
+      GP_RETURN_IF_ERROR(add_input(in));
+    }
     // A static export traces one batch size into every data input (and into its reshapes).
-    const auto dims = dims_of(in);
     const int64_t b = dims.empty() ? 0 : dims[0];
     static_batch_ = act_.size() == 1 || b == static_batch_ ? b : -1;
   }

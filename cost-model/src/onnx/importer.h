@@ -95,9 +95,11 @@ struct Fused {
   std::string in_weight, in_bias, out_weight, out_bias;
   bool out_trans_b = true;
   int64_t heads = 0;
-  // embedding bag: the [rows, dim] table, and whether bags are averaged (else summed).
+  // embedding bag: the [rows, dim] table, whether bags are averaged (else summed), and whether
+  // its ids are padded with -1 (bags of varying length).
   std::string table;
   bool mean = false;
+  bool padded = false;
   std::string name;  // of the pattern's first node, which names the operator
 };
 
@@ -219,8 +221,26 @@ class Importer {
   struct LoopRegion;
   std::optional<LoopRegion> loop_region(int loop) const;
   bool bag_loop(const LoopRegion& r, Fused* f) const;
+  // The one [rows, dim] table the region gathers from.
+  std::optional<std::string> bag_table(const LoopRegion& r) const;
+  // Whether the nodes carrying the values of `values` (inputs) or of `table` feed only the
+  // region (index arithmetic on the batch size may be shared with other loops).
+  bool values_stay_inside(const LoopRegion& r, const std::set<std::string>& values,
+                          const std::string& table) const;
+  // Runs the region on probe values: whether it averages (else sums) each bag of [batch, bag]
+  // ids (offsets empty) or of ids split by an offsets input; nullopt when it computes other.
   std::optional<bool> probe_bag_loop(const LoopRegion& r, const std::string& ids, int64_t bag,
-                                     const std::string& table) const;
+                                     const std::string& offsets, const std::string& table) const;
+  // Before the inputs are added: loops that are nn.EmbeddingBag over ids with offsets.
+  void find_ragged_bags();
+  struct RaggedBag {
+    std::string ids, offsets, table;
+    bool mean = false;
+  };
+  std::map<int, RaggedBag> ragged_;             // by loop
+  std::map<int, std::string> ragged_refusals_;  // such loops without --max-bag: why refused
+  const RaggedBag* ragged_by_input(const std::string& name, bool offsets) const;
+  bool is_data_input(const std::string& name) const;
 
   const onnx::GraphProto& g_;
   std::string path_;

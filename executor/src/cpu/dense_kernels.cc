@@ -81,50 +81,61 @@ class LinearKernel final : public OpKernel {
 
 // ---- embedding bag -----------------------------------------------------------------------------
 
-// y[bag] = sum (or mean) of W[id] over the ids of the bag (the ids' last dim). Saves nothing;
-// the gradient goes to the weight only (ids are integers).
+// y[bag] = sum (or mean) of W[id] over the ids of the bag (the ids' last dim), skipping ids equal
+// to the padding id (bags of varying length padded to one length; a bag of padding only is 0).
+// Saves nothing; the gradient goes to the weight only (ids are integers).
 class EmbeddingBagKernel final : public OpKernel {
  public:
-  EmbeddingBagKernel(int64_t bags, int64_t bag_size, int64_t rows, int64_t dim, bool mean,
-                     bool ids32)
-      : bags_(bags), bag_size_(bag_size), rows_(rows), dim_(dim), mean_(mean), ids32_(ids32) {}
+  explicit EmbeddingBagKernel(const EmbeddingBagShape& e) : e_(e) {}
 
   void forward(const OpArgs& a) const override {
     const float* w = a.params[0];
-    const float scale = mean_ ? 1.0f / static_cast<float>(bag_size_) : 1.0f;
-    for (int64_t g = 0; g < a.batch * bags_; ++g) {
-      float* y = a.outputs[0].f() + g * dim_;
-      for (int64_t j = 0; j < dim_; ++j) y[j] = 0;
-      for (int64_t k = 0; k < bag_size_; ++k) {
-        const float* row = w + row_of(a.inputs[0].data, g * bag_size_ + k) * dim_;
-        for (int64_t j = 0; j < dim_; ++j) y[j] += row[j];
+    for (int64_t g = 0; g < a.batch * e_.bags; ++g) {
+      float* y = a.outputs[0].f() + g * e_.dim;
+      for (int64_t j = 0; j < e_.dim; ++j) y[j] = 0;
+      for (int64_t k = 0; k < e_.bag; ++k) {
+        const int64_t id = load_index(a.inputs[0].data, g * e_.bag + k, e_.ids32);
+        if (id == e_.padding) continue;
+        const float* row = w + checked(id) * e_.dim;
+        for (int64_t j = 0; j < e_.dim; ++j) y[j] += row[j];
       }
-      for (int64_t j = 0; j < dim_; ++j) y[j] *= scale;
+      const float scale = scale_of(a.inputs[0].data, g);
+      for (int64_t j = 0; j < e_.dim; ++j) y[j] *= scale;
     }
   }
 
   void backward(const OpArgs& a) const override {
     float* dw = a.param_grads[0];
     if (dw == nullptr) return;
-    const float scale = mean_ ? 1.0f / static_cast<float>(bag_size_) : 1.0f;
-    for (int64_t g = 0; g < a.batch * bags_; ++g) {
-      const float* dy = a.grad_outputs[0].f() + g * dim_;
-      for (int64_t k = 0; k < bag_size_; ++k) {
-        float* row = dw + row_of(a.inputs[0].data, g * bag_size_ + k) * dim_;
-        for (int64_t j = 0; j < dim_; ++j) row[j] += scale * dy[j];
+    for (int64_t g = 0; g < a.batch * e_.bags; ++g) {
+      const float* dy = a.grad_outputs[0].f() + g * e_.dim;
+      const float scale = scale_of(a.inputs[0].data, g);
+      for (int64_t k = 0; k < e_.bag; ++k) {
+        const int64_t id = load_index(a.inputs[0].data, g * e_.bag + k, e_.ids32);
+        if (id == e_.padding) continue;
+        float* row = dw + checked(id) * e_.dim;
+        for (int64_t j = 0; j < e_.dim; ++j) row[j] += scale * dy[j];
       }
     }
   }
 
  private:
-  int64_t row_of(const void* ids, int64_t k) const {
-    const int64_t id = load_index(ids, k, ids32_);
-    GP_CHECK(id >= 0 && id < rows_, "embedding_bag: id out of range [0, num_embeddings)");
+  int64_t checked(int64_t id) const {
+    GP_CHECK(id >= 0 && id < e_.rows, "embedding_bag: id out of range [0, num_embeddings)");
     return id;
   }
 
-  int64_t bags_, bag_size_, rows_, dim_;  // bags per sample, ids per bag, table rows, row width
-  bool mean_, ids32_;
+  // 1 for a sum; for a mean 1 / the bag's ids that are not padding (0 when there are none).
+  float scale_of(const void* ids, int64_t g) const {
+    if (!e_.mean) return 1.0f;
+    int64_t count = 0;
+    for (int64_t k = 0; k < e_.bag; ++k) {
+      count += load_index(ids, g * e_.bag + k, e_.ids32) != e_.padding ? 1 : 0;
+    }
+    return count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  }
+
+  EmbeddingBagShape e_;
 };
 
 // ---- multi-head self-attention -----------------------------------------------------------------
@@ -242,8 +253,7 @@ KernelResult make_linear(const graph::OpNode& op) {
 
 KernelResult make_embedding_bag(const graph::OpNode& op) {
   GP_ASSIGN_OR_RETURN(EmbeddingBagShape e, read_embedding_bag(op));
-  return std::unique_ptr<OpKernel>(
-      std::make_unique<EmbeddingBagKernel>(e.bags, e.bag, e.rows, e.dim, e.mean, e.ids32));
+  return std::unique_ptr<OpKernel>(std::make_unique<EmbeddingBagKernel>(e));
 }
 
 KernelResult make_attention(const graph::OpNode& op) {

@@ -86,38 +86,27 @@ class LinearKernel final : public OpKernel {
 // gradient goes to the weight only (ids are integers).
 class EmbeddingBagKernel final : public OpKernel {
  public:
-  EmbeddingBagKernel(const CudaContext& ctx, int64_t bags, int64_t bag_size, int64_t rows,
-                     int64_t dim, bool mean, bool ids32)
-      : ctx_(ctx),
-        bags_(bags),
-        bag_size_(bag_size),
-        rows_(rows),
-        dim_(dim),
-        mean_(mean),
-        ids32_(ids32) {}
+  EmbeddingBagKernel(const CudaContext& ctx, const EmbeddingBagShape& e) : ctx_(ctx), e_(e) {}
 
   void forward(const OpArgs& a) const override {
-    ctx_.check(
-        launch_embedding_bag_forward(a.inputs[0].data, ids32_, a.params[0], a.outputs[0].f(),
-                                     a.batch * bags_, bag_size_, rows_, dim_, scale(), ctx_.stream),
-        "embedding_bag forward");
+    ctx_.check(launch_embedding_bag_forward(a.inputs[0].data, e_.ids32, a.params[0],
+                                            a.outputs[0].f(), a.batch * e_.bags, e_.bag, e_.rows,
+                                            e_.dim, e_.mean, e_.padding, ctx_.stream),
+               "embedding_bag forward");
   }
 
   void backward(const OpArgs& a) const override {
     float* dw = a.param_grads[0];
     if (dw == nullptr) return;
-    ctx_.check(launch_embedding_bag_backward(a.inputs[0].data, ids32_, a.grad_outputs[0].f(), dw,
-                                             a.batch * bags_, bag_size_, rows_, dim_, scale(),
-                                             ctx_.stream),
+    ctx_.check(launch_embedding_bag_backward(a.inputs[0].data, e_.ids32, a.grad_outputs[0].f(), dw,
+                                             a.batch * e_.bags, e_.bag, e_.rows, e_.dim, e_.mean,
+                                             e_.padding, ctx_.stream),
                "embedding_bag backward");
   }
 
  private:
-  float scale() const { return mean_ ? 1.0f / static_cast<float>(bag_size_) : 1.0f; }
-
   const CudaContext& ctx_;
-  int64_t bags_, bag_size_, rows_, dim_;  // bags per sample, ids per bag, table rows, row width
-  bool mean_, ids32_;
+  EmbeddingBagShape e_;
 };
 
 // ---- multi-head self-attention -----------------------------------------------------------------
@@ -340,8 +329,7 @@ KernelResult make_linear(const graph::OpNode& op, const CudaContext& ctx) {
 
 KernelResult make_embedding_bag(const graph::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(EmbeddingBagShape e, read_embedding_bag(op));
-  return wrap(
-      std::make_unique<EmbeddingBagKernel>(ctx, e.bags, e.bag, e.rows, e.dim, e.mean, e.ids32));
+  return wrap(std::make_unique<EmbeddingBagKernel>(ctx, e));
 }
 
 KernelResult make_attention(const graph::OpNode& op, const CudaContext& ctx) {

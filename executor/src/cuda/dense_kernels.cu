@@ -134,19 +134,29 @@ __global__ void add_column_sums_kernel(const float* m, int64_t rows, int64_t col
 
 // ---- embedding bag -----------------------------------------------------------------------------
 
+// 1 for a sum; for a mean 1 / the bag's ids that are not padding (0 when none), as the CPU.
+__device__ float bag_scale(const void* ids, bool ids32, int64_t g, int64_t bag_size, bool mean,
+                           int64_t padding) {
+  if (!mean) return 1.0f;
+  int64_t count = 0;
+  for (int64_t k = 0; k < bag_size; ++k) count += load_id(ids, g * bag_size + k, ids32) != padding;
+  return count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+}
+
 // One thread per output element; the ids of its bag are summed in order, then scaled, exactly as
 // the CPU reference does.
 __global__ void embedding_bag_forward_kernel(const void* ids, bool ids32, const float* w, float* y,
                                              int64_t n, int64_t bag_size, int64_t num_rows,
-                                             int64_t dim, float scale) {
+                                             int64_t dim, bool mean, int64_t padding) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t g = i / dim, j = i % dim;
     float acc = 0;
     for (int64_t k = 0; k < bag_size; ++k) {
+      if (load_id(ids, g * bag_size + k, ids32) == padding) continue;
       acc += w[checked_row(ids, g * bag_size + k, ids32, num_rows) * dim + j];
     }
-    y[i] = acc * scale;
+    y[i] = acc * bag_scale(ids, ids32, g, bag_size, mean, padding);
   }
 }
 
@@ -154,10 +164,13 @@ __global__ void embedding_bag_forward_kernel(const void* ids, bool ids32, const 
 // gradient is correct but its float summation order, hence its last bits, is not deterministic).
 __global__ void embedding_bag_backward_kernel(const void* ids, bool ids32, const float* dy,
                                               float* dw, int64_t n, int64_t bag_size,
-                                              int64_t num_rows, int64_t dim, float scale) {
+                                              int64_t num_rows, int64_t dim, bool mean,
+                                              int64_t padding) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t gk = i / dim, j = i % dim, g = gk / bag_size;
+    if (load_id(ids, gk, ids32) == padding) continue;
+    const float scale = bag_scale(ids, ids32, g, bag_size, mean, padding);
     atomicAdd(dw + checked_row(ids, gk, ids32, num_rows) * dim + j, scale * dy[g * dim + j]);
   }
 }
@@ -317,21 +330,23 @@ cudaError_t launch_add_column_sums(const float* m, int64_t rows, int64_t cols, f
 
 cudaError_t launch_embedding_bag_forward(const void* ids, bool ids32, const float* w, float* y,
                                          int64_t groups, int64_t bag_size, int64_t num_rows,
-                                         int64_t dim, float scale, cudaStream_t stream) {
+                                         int64_t dim, bool mean, int64_t padding,
+                                         cudaStream_t stream) {
   const int64_t n = groups * dim;
   if (n == 0) return cudaSuccess;
   embedding_bag_forward_kernel<<<grid_for(n), kThreads, 0, stream>>>(ids, ids32, w, y, n, bag_size,
-                                                                     num_rows, dim, scale);
+                                                                     num_rows, dim, mean, padding);
   return cudaGetLastError();
 }
 
 cudaError_t launch_embedding_bag_backward(const void* ids, bool ids32, const float* dy, float* dw,
                                           int64_t groups, int64_t bag_size, int64_t num_rows,
-                                          int64_t dim, float scale, cudaStream_t stream) {
+                                          int64_t dim, bool mean, int64_t padding,
+                                          cudaStream_t stream) {
   const int64_t n = groups * bag_size * dim;
   if (n == 0) return cudaSuccess;
   embedding_bag_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(
-      ids, ids32, dy, dw, n, bag_size, num_rows, dim, scale);
+      ids, ids32, dy, dw, n, bag_size, num_rows, dim, mean, padding);
   return cudaGetLastError();
 }
 

@@ -33,16 +33,19 @@ cudaError_t launch_add_bias_rows(float* m, const float* bias, int64_t rows, int6
 cudaError_t launch_add_column_sums(const float* m, int64_t rows, int64_t cols, float* out,
                                    cudaStream_t stream);
 
-// y[g, :] = scale * sum_k w[ids[g, k], :] for groups (bags) of bag_size ids; ids int32 or int64.
-// An id outside [0, num_rows) traps the kernel (the CPU reference aborts).
+// y[g, :] = sum (or mean) of w[ids[g, k], :] over the bag's ids that are not `padding` (an id no
+// table row has, e.g. INT64_MIN, for none); a bag of padding only is 0.
 cudaError_t launch_embedding_bag_forward(const void* ids, bool ids32, const float* w, float* y,
                                          int64_t groups, int64_t bag_size, int64_t num_rows,
-                                         int64_t dim, float scale, cudaStream_t stream);
+                                         int64_t dim, bool mean, int64_t padding,
+                                         cudaStream_t stream);
 
-// dw[ids[g, k], :] += scale * dy[g, :] (atomic scatter, so the summation order is not fixed).
+// dw[ids[g, k], :] += scale_g * dy[g, :] over the ids that are not padding (atomic scatter, so
+// the summation order is not fixed).
 cudaError_t launch_embedding_bag_backward(const void* ids, bool ids32, const float* dy, float* dw,
                                           int64_t groups, int64_t bag_size, int64_t num_rows,
-                                          int64_t dim, float scale, cudaStream_t stream);
+                                          int64_t dim, bool mean, int64_t padding,
+                                          cudaStream_t stream);
 
 // In-place numerically stable softmax of each row of a row-major [rows, cols] matrix.
 cudaError_t launch_softmax_rows(float* p, int64_t rows, int64_t cols, cudaStream_t stream);

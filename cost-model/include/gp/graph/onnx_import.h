@@ -46,6 +46,10 @@ struct OnnxImportOptions {
   // GraphPipe gives every operator its own parameters. With untie_weights each reader gets its
   // own copy instead (same forward; training then differs from the tied original).
   bool untie_weights = false;
+  // nn.EmbeddingBag with an offsets input (bags of varying length) becomes an embedding_bag over
+  // per-sample ids of this many, padded with -1 (the ids input then declares its offsets input in
+  // attrs.ragged_offsets, for --data); 0 refuses such models, saying to give it.
+  int64_t max_bag = 0;
   // Receives what the user should know about an import that succeeded (an eval-mode export's
   // folded batch norm, untied weights); may be null.
   std::vector<std::string>* warnings = nullptr;

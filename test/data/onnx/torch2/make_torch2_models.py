@@ -23,7 +23,8 @@ read the committed files):
   python3 -m venv /tmp/t2 && /tmp/t2/bin/pip install torch onnx onnxscript
   /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
 (--only=PATTERN rewrites one pattern's files; encoder_stack, class_token, mha_nobias,
-embedding_bag_sum, embedding_bag_mean and two_bags were added that way, by torch 2.15.0.)
+embedding_bag_sum, embedding_bag_mean and two_bags were added, and embedding_bag_offsets rewritten with
+references that way, by torch 2.15.0.)
 """
 import copy
 import glob
@@ -193,8 +194,7 @@ def main():
             node_types = sorted({n.op_type for n in model.graph.node})
             graph_inputs = [vi.name for vi in model.graph.input]
             data_inputs = [n for n in graph_inputs if n in input_names]
-            # Bags given by offsets are not per sample: no reference (the import refuses them).
-            has_reference = pattern != "embedding_bag_offsets"
+            has_reference = True
             if has_reference:
                 patterns.write_references(stem, copy.deepcopy(pristine), inputs, train, data_inputs, seed)
             entries.append({"stem": stem, "pattern": pattern, "opset": model.opset_import[0].version,
