@@ -14,6 +14,7 @@
 
 #include "../support/models.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/onnx_file.h"
 #include "onnx/onnx.pb.h"
 
 namespace gp::graph {
@@ -400,6 +401,36 @@ TEST_CASE("a tensor read but defined nowhere is refused, naming it and its reade
              Catch::Contains("1 tensor(s) are read but defined nowhere") &&
                  Catch::Contains("first 'fc.weight' (read by node 0 'mm' (MatMul))") &&
                  Catch::Contains("export_params=False"));
+}
+
+TEST_CASE("a graph-only export's class token, a [1, 1, dim] input expanded, is a weight input") {
+  // torch.onnx.export(export_params=False) of a small ViT: every parameter a graph input without
+  // values, the class token among them (read by an Expand, not by a Gemm or Conv).
+  onnx::ModelProto m;
+  REQUIRE(read_onnx_file(data("torch2/class_token_legacy.onnx"), &m, nullptr).ok());
+  auto* g = m.mutable_graph();
+  for (const auto& t : g->initializer()) {
+    auto* in = g->add_input();
+    in->set_name(t.name());
+    auto* type = in->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(t.data_type());
+    for (int64_t d : t.dims()) type->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  g->clear_initializer();
+  const auto path =
+      std::filesystem::temp_directory_path() / ("gp_graph_only_" + std::to_string(getpid()));
+  REQUIRE(write_onnx_file(path.string(), m, /*external_data=*/false).ok());
+  auto imported = import_onnx(path.string());
+  std::filesystem::remove(path);
+  INFO(imported.status().to_string());
+  REQUIRE(imported.ok());
+  int data_inputs = 0, tokens = 0;
+  for (const auto& op : imported->ops()) {
+    if (op.type() == "input" && op.id() != "y.target") ++data_inputs;
+    if (op.type() == "broadcast_param") ++tokens;
+  }
+  CHECK(data_inputs == 1);  // the image only
+  CHECK(tokens == 1);
 }
 
 TEST_CASE("malformed nodes are refused by name instead of crashing") {

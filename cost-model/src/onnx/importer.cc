@@ -288,7 +288,7 @@ std::vector<int64_t> Importer::weight_dims(const std::string& name) const {
 // Graph inputs without initializer that an operator consumes as a weight or bias
 // (export_params=False); an input whose first dimension is symbolic is data.
 void Importer::find_weight_inputs() {
-  std::set<std::string> candidates;
+  std::set<std::string> candidates, expanded;
   // Top-level nodes, then the nodes of Loop and If bodies (torch's EmbeddingBag gathers its
   // table inside a Loop).
   std::vector<const onnx::NodeProto*> nodes;
@@ -322,10 +322,16 @@ void Importer::find_weight_inputs() {
     if (t == "BatchNormalization") take(1), take(2), take(3), take(4);
     if (t == "MatMul") take(1);
     if (t == "Gather") take(0);
+    // A learned tensor expanded over the batch (ViT's class token [1, 1, dim]).
+    if (t == "Expand" && n.input_size() > 0) expanded.insert(n.input(0));
   }
   for (const auto& in : g_.input()) {
-    if (consts_.count(in.name()) || !candidates.count(in.name())) continue;
-    if (!batch_first(in)) weight_inputs_.insert(in.name());
+    if (consts_.count(in.name()) || batch_first(in)) continue;
+    const auto dims = dims_of(in);
+    if (candidates.count(in.name()) ||
+        (expanded.count(in.name()) && dims.size() >= 2 && dims[0] == 1)) {
+      weight_inputs_.insert(in.name());
+    }
   }
   // A bias (Add) or scale (Mul, decomposed layer norm) given as a 1-D input; a learned position
   // embedding (Add) broadcast over the batch: size 1 first, or of lower rank than the other side
