@@ -23,7 +23,7 @@ emu=$root/tools/cuda-emu
 mkdir -p "$out/gen" "$out/obj"
 rm -f "$out"/obj/*.o
 libs=(executor/libgp_kernels_cpu.a cost-model/libgp_graph.a common/libgp_common.a
-      proto/libgp_proto.a proto/libgp_onnx_proto.a)
+      proto/libgp_proto.a)
 if [ $mode = nccl ]; then
   libs=(executor/libgp_executor.a planner-cli/libgp_planner.a cost-model/libgp_sim.a
         cost-model/libgp_cost_model.a "${libs[@]}")
@@ -63,7 +63,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 archives=()
 for lib in "${libs[@]}"; do archives+=("$b/$lib"); done
 g++ -o "$out/emu_test" "$out"/obj/*.o -Wl,--start-group "${archives[@]}" -Wl,--end-group \
-  -rdynamic -lopenblas -lspdlog -lfmt -lprotobuf -lpthread -ldl
+  -rdynamic -lopenblas -lspdlog -lfmt -lonnx -lonnx_proto -lprotobuf -lpthread -ldl
 if [ $mode = kernels ]; then
   "$out/emu_test" "$@"
 elif [ $# -gt 0 ]; then

@@ -14,7 +14,7 @@
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/param_layout.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::exec {
 namespace {

@@ -13,7 +13,7 @@
 #include "gp/graph/graph.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/onnx_import.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::graph {
 namespace {

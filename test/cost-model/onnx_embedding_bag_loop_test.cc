@@ -15,7 +15,7 @@
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/onnx_import.h"
 #include "onnx/graph_eval.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::graph {
 namespace {

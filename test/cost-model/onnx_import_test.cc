@@ -15,7 +15,7 @@
 #include "../support/models.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_file.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::graph {
 namespace {
@@ -431,6 +431,25 @@ TEST_CASE("a graph-only export's class token, a [1, 1, dim] input expanded, is a
   }
   CHECK(data_inputs == 1);  // the image only
   CHECK(tokens == 1);
+}
+
+TEST_CASE("allow_opaque gives an opaque node of a TorchScript export ONNX's inferred shape") {
+  // torch's TorchScript exporter writes no intermediate shapes; GraphPipe has no Sin.
+  auto refused = import_onnx(data("opaque/sin_legacy.onnx"));
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("(Sin): no GraphPipe operator"));
+  OnnxImportOptions options;
+  options.allow_opaque = true;
+  const ModelGraph m = imported("opaque/sin_legacy.onnx", options);
+  int opaque = 0;
+  for (const auto& op : m.ops()) {
+    if (op.type() != "opaque") continue;
+    ++opaque;
+    REQUIRE(op.outputs_size() == 1);
+    CHECK(std::vector<int64_t>(op.outputs(0).shape().begin(), op.outputs(0).shape().end()) ==
+          std::vector<int64_t>{6});
+  }
+  CHECK(opaque == 1);
 }
 
 TEST_CASE("malformed nodes are refused by name instead of crashing") {

@@ -15,7 +15,7 @@
 #include "gp/graph/graph.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_import.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp {
 namespace {

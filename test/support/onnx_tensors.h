@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gp/graph/model_io.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::testing {
 

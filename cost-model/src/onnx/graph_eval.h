@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::graph::onnx_detail {
 

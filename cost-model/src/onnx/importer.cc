@@ -10,6 +10,7 @@
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/param_layout.h"
+#include "onnx/shape_inference/implementation.h"
 
 namespace gp::graph {
 namespace onnx_detail {
@@ -998,10 +999,36 @@ Status Importer::add_losses() {
 
 }  // namespace onnx_detail
 
+namespace {
+
+// ONNX's own shape inference (libonnx), which records the shapes of intermediate tensors in the
+// graph's value_info. torch's TorchScript exporter writes none, and an opaque operator (a node
+// without a GraphPipe operator, --allow-opaque) takes its output shape from there. Best effort:
+// nodes it cannot infer (newer opsets than the library knows) keep what the file says.
+void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
+                       std::vector<std::string>* warnings) {
+  try {
+    onnx::shape_inference::InferShapes(*model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type_val=*/false,
+                                                                   /*strict_mode_val=*/0,
+                                                                   /*data_prop_val=*/true));
+  } catch (const std::exception& e) {
+    if (warnings != nullptr) {
+      warnings->push_back(path + ": ONNX shape inference stopped (" +
+                          std::string(e.what()).substr(0, 300) +
+                          "); opaque operators take their shapes from the file only");
+    }
+  }
+}
+
+}  // namespace
+
 Result<ModelGraph> import_onnx(const std::string& path, const OnnxImportOptions& options) {
   onnx::ModelProto model;
   GP_RETURN_IF_ERROR(read_onnx_file(path, &model, nullptr));
   if (!model.has_graph()) return invalid_argument(path + ": ONNX model without a graph");
+  // GraphPipe's own shape inference covers every operator it maps; the opaque ones need ONNX's.
+  if (options.allow_opaque) infer_onnx_shapes(&model, path, options.warnings);
   return onnx_detail::Importer(model, path, options).run();
 }
 

@@ -16,7 +16,7 @@
 
 #include "gp/graph/builder.h"
 #include "gp/graph/onnx_import.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::graph::onnx_detail {
 

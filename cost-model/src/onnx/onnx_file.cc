@@ -1,8 +1,7 @@
 // ONNX files with external data, and torch 2.x's merged parameters (gp/graph/onnx_file.h).
 #include "gp/graph/onnx_file.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
+#include <google/protobuf/unknown_field_set.h>
 
 #include <algorithm>
 #include <cctype>
@@ -16,7 +15,7 @@
 #include <vector>
 
 #include "gp/graph/model_io.h"
-#include "onnx/onnx.pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace gp::graph {
 namespace {
@@ -182,28 +181,22 @@ class ExternalReader {
 };
 
 // torch.export names a parameter's placeholder p_<fqn with '.' as '_'>, a buffer's b_<...>.
-// NodeProto.metadata_props is field 9 since ONNX 1.16, newer than the (lite) schema compiled
-// here from Debian's 1.12, so it is read from the unknown fields that protobuf keeps.
-constexpr uint32_t kNodeMetadataProps = 9;
+// NodeProto.metadata_props is field 9 since ONNX 1.16, newer than Debian's 1.12 schema used here,
+// so it is read from the unknown fields that protobuf keeps.
+constexpr int kNodeMetadataProps = 9;
 constexpr const char* kFxNode = "pkg.torch.onnx.fx_node";
 
 std::vector<onnx::StringStringEntryProto> node_metadata(const onnx::NodeProto& n) {
   std::vector<onnx::StringStringEntryProto> out;
-  const std::string& unknown = n.unknown_fields();
-  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(unknown.data()),
-                                            static_cast<int>(unknown.size()));
-  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
-    const auto type = google::protobuf::internal::WireFormatLite::GetTagWireType(tag);
-    if (google::protobuf::internal::WireFormatLite::GetTagFieldNumber(tag) == kNodeMetadataProps &&
-        type == google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      std::string bytes;
-      uint32_t size = 0;
-      if (!in.ReadVarint32(&size) || !in.ReadString(&bytes, static_cast<int>(size))) break;
-      onnx::StringStringEntryProto p;
-      if (p.ParseFromString(bytes)) out.push_back(std::move(p));
-    } else if (!google::protobuf::internal::WireFormatLite::SkipField(&in, tag)) {
-      break;
+  const google::protobuf::UnknownFieldSet& unknown = n.unknown_fields();
+  for (int k = 0; k < unknown.field_count(); ++k) {
+    const auto& f = unknown.field(k);
+    if (f.number() != kNodeMetadataProps ||
+        f.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED) {
+      continue;
     }
+    onnx::StringStringEntryProto p;
+    if (p.ParseFromString(f.length_delimited())) out.push_back(std::move(p));
   }
   return out;
 }
