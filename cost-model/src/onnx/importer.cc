@@ -10,7 +10,6 @@
 #include "gp/graph/model_io.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/param_layout.h"
-#include "onnx/shape_inference/implementation.h"
 
 namespace gp::graph {
 namespace onnx_detail {
@@ -175,7 +174,8 @@ Result<ModelGraph> Importer::run() {
     }
     for (const auto& out : g_.node(i).output()) producer_[out] = i;
   }
-  GP_RETURN_IF_ERROR(check_defined());
+  // (A malformed node refused above explains its readers' missing inputs better.)
+  if (unsupported_.empty()) GP_RETURN_IF_ERROR(check_defined());
   fold_constants();
   find_weight_inputs();
   GP_RETURN_IF_ERROR(check_weight_sharing());
@@ -241,6 +241,7 @@ Status Importer::check_defined() const {
   std::set<std::string> defined;
   for (const auto& in : g_.input()) defined.insert(in.name());
   for (const auto& t : g_.initializer()) defined.insert(t.name());
+  for (const auto& n : g_.node()) defined.insert(n.output().begin(), n.output().end());
   std::string first;
   int undefined = 0;
   for (const auto& [name, readers] : consumers_) {
@@ -898,18 +899,24 @@ bool Importer::try_opaque(int i) {
       inputs.push_back(*a);
     } else if (is_weight(name)) {
       int64_t e = 1;
-      for (int64_t d : weight_dims(name)) e *= d;
-      params += e;
+      for (int64_t d : weight_dims(name)) {
+        if (d < 0 || __builtin_mul_overflow(e, d, &e)) return false;
+      }
+      if (__builtin_add_overflow(params, e, &params)) return false;
     } else {
       return false;
     }
   }
   if (inputs.empty()) return false;
+  // Shapes come from the file or ONNX's shape inference: a size no tensor can have is refused.
+  constexpr int64_t kMaxOpaqueElements = int64_t{1} << 40;
   TensorSpec out;
   int64_t elements = 1;
   for (int64_t d : *shape) {
+    if (d <= 0 || __builtin_mul_overflow(elements, d, &elements) || elements > kMaxOpaqueElements) {
+      return false;
+    }
     out.add_shape(d);
-    elements *= d;
   }
   auto et = elem_types_.find(n.output(0));
   const int type = et == elem_types_.end() ? kOnnxFloat : et->second;
@@ -999,36 +1006,12 @@ Status Importer::add_losses() {
 
 }  // namespace onnx_detail
 
-namespace {
-
-// ONNX's own shape inference (libonnx), which records the shapes of intermediate tensors in the
-// graph's value_info. torch's TorchScript exporter writes none, and an opaque operator (a node
-// without a GraphPipe operator, --allow-opaque) takes its output shape from there. Best effort:
-// nodes it cannot infer (newer opsets than the library knows) keep what the file says.
-void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
-                       std::vector<std::string>* warnings) {
-  try {
-    onnx::shape_inference::InferShapes(*model, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(/*check_type_val=*/false,
-                                                                   /*strict_mode_val=*/0,
-                                                                   /*data_prop_val=*/true));
-  } catch (const std::exception& e) {
-    if (warnings != nullptr) {
-      warnings->push_back(path + ": ONNX shape inference stopped (" +
-                          std::string(e.what()).substr(0, 300) +
-                          "); opaque operators take their shapes from the file only");
-    }
-  }
-}
-
-}  // namespace
-
 Result<ModelGraph> import_onnx(const std::string& path, const OnnxImportOptions& options) {
   onnx::ModelProto model;
   GP_RETURN_IF_ERROR(read_onnx_file(path, &model, nullptr));
   if (!model.has_graph()) return invalid_argument(path + ": ONNX model without a graph");
   // GraphPipe's own shape inference covers every operator it maps; the opaque ones need ONNX's.
-  if (options.allow_opaque) infer_onnx_shapes(&model, path, options.warnings);
+  if (options.allow_opaque) onnx_detail::infer_onnx_shapes(&model, path, options.warnings);
   return onnx_detail::Importer(model, path, options).run();
 }
 

@@ -74,6 +74,11 @@ std::optional<FoldedValue> fold_node(
     const onnx::NodeProto& n,
     const std::function<std::optional<FoldedValue>(const std::string&)>& lookup);
 
+// ONNX's own shape inference (libonnx) in a child process: adds the value_info it infers for
+// tensors the model gives none; a failure adds a warning and leaves the model as it was.
+void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
+                       std::vector<std::string>* warnings);
+
 // The names `n`'s subgraphs (Loop and If bodies) read from the graph around them.
 std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
 
