@@ -69,7 +69,10 @@ struct SearchOptions {
   double min_lr = 0;
   int piper_downset_limit = 40000;
   bool piper_compress_branches = false;
+  // Per-stage micro-batch refinement: on for the graphpipe strategy unless --uniform-microbatch,
+  // off for the baselines unless --per-stage-microbatch.
   bool per_stage_microbatch = false;
+  bool uniform_microbatch = false;
   std::string command_line;
 };
 

@@ -62,9 +62,14 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
   cmd->add_option("--warmup-steps", o->warmup_steps, "warm-up steps of warmup-cosine");
   cmd->add_option("--total-steps", o->total_steps, "steps at which warmup-cosine reaches --min-lr");
   cmd->add_option("--min-lr", o->min_lr, "the learning rate warmup-cosine decays to (default 0)");
-  cmd->add_flag("--per-stage-microbatch", o->per_stage_microbatch,
-                "then refine: let single stages double or halve their micro-batch when the "
-                "simulated throughput improves");
+  auto* per_stage = cmd->add_flag(
+      "--per-stage-microbatch", o->per_stage_microbatch,
+      "then refine: let single stages double or halve their micro-batch when the simulated "
+      "throughput improves (the default for graphpipe; this turns it on for the baselines too)");
+  cmd->add_flag("--uniform-microbatch", o->uniform_microbatch,
+                "graphpipe without that refinement: one micro-batch size for every stage, as the "
+                "paper evaluates")
+      ->excludes(per_stage);
   cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
                   "Piper gives up beyond this many downsets, as Piper itself does")
       ->capture_default_str();
@@ -157,6 +162,7 @@ int main(int argc, char** argv) {
   add_search_options(lower, &lower_opts.search, /*compare=*/false);
   lower->remove_option(lower->get_option("--strategy"));
   lower->remove_option(lower->get_option("--per-stage-microbatch"));
+  lower->remove_option(lower->get_option("--uniform-microbatch"));
   lower->remove_option(lower->get_option("--piper-downset-limit"));
   lower->remove_option(lower->get_option("--piper-compress-branches"));
   lower

@@ -164,7 +164,9 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.micro_batches = opts.micro_batches;
   req.piper_downset_limit = opts.piper_downset_limit;
   req.piper_compress_branches = opts.piper_compress_branches;
-  req.per_stage_microbatch = opts.per_stage_microbatch;
+  req.per_stage_microbatch =
+      opts.per_stage_microbatch ||
+      (strategy == graphpipe::v1::STRATEGY_GRAPHPIPE && !opts.uniform_microbatch);
   auto logger = log::get("plan");
   const std::string name(graph::strategy_name(strategy));
   req.progress = [logger, name](int done, int total, const std::string& line) {

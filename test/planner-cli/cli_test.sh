@@ -83,6 +83,17 @@ check "sequential strategy writes a text plan" '[ $rc -eq 0 ] && grep -q "STRATE
 "$bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 4 --batch 16 \
       --per-stage-microbatch --out "$tmp/ps.pb" >/dev/null; rc=$?
 check "search with --per-stage-microbatch writes a verifiable plan" '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp/ps.pb" >/dev/null'
+# graphpipe refines per-stage micro-batches by default: never slower than one size for all.
+"$bin" --log-level warn search --model zoo:candle-uno --cluster summit-v100 --devices 32 --batch 256 \
+      --out "$tmp/cu.pb" --report "$tmp/cu.json" >/dev/null; rc=$?
+"$bin" --log-level warn search --model zoo:candle-uno --cluster summit-v100 --devices 32 --batch 256 \
+      --uniform-microbatch --out "$tmp/cu_u.pb" --report "$tmp/cu_u.json" >/dev/null; rc2=$?
+tput() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted_throughput_samples_per_s'])" "$1"; }
+check "graphpipe's default refines per-stage micro-batches: faster than --uniform-microbatch here" \
+  '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$(tput "$tmp/cu.json")" "$(tput "$tmp/cu_u.json")"'
+err=$("$bin" search --model zoo:tiny-dlrm --cluster cpu-local --devices 4 --batch 16 --uniform-microbatch \
+      --per-stage-microbatch --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "--uniform-microbatch with --per-stage-microbatch is refused" '[ $rc -ne 0 ] && echo "$err" | grep -q "excludes"'
 out=$("$bin" --log-level warn compare --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16); rc=$?
 check "compare prints one row per strategy" '[ $rc -eq 0 ] && echo "$out" | grep -q "^graphpipe" && echo "$out" | grep -q "^sequential" && echo "$out" | grep -q "^piper"'
 
