@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/onnx_edit.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/onnx_import.h"
@@ -53,20 +54,10 @@ void set_float(onnx::ModelProto* m, const std::string& name, float v) {
 }
 
 // mha_dynamo.onnx (dynamo, optimised, dynamic batch: x [batch, 5, 8], 2 heads) changed by
-// `edit`, written to a scratch directory with its external data, and imported.
+// `edit`, and imported.
 Result<graphpipe::v1::ModelGraph> import_edited(
     const std::function<void(onnx::ModelProto*)>& edit) {
-  onnx::ModelProto m;
-  REQUIRE(read_onnx_file(kDir + "mha_dynamo.onnx", &m, nullptr).ok());
-  edit(&m);
-  const fs::path dir = fs::temp_directory_path() / ("gp_attention_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "m.onnx").string();
-  REQUIRE(write_onnx_file(path, m, /*external_data=*/true).ok());
-  auto imported = import_onnx(path);
-  fs::remove_all(dir);
-  return imported;
+  return testing::import_edited_onnx(kDir + "mha_dynamo.onnx", edit, "attention");
 }
 
 TEST_CASE("every torch 2.x export of nn.MultiheadAttention imports as one attention op") {

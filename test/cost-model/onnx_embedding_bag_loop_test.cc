@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/onnx_edit.h"
 #include "gp/graph/onnx_file.h"
 #include "gp/graph/onnx_import.h"
 #include "onnx/graph_eval.h"
@@ -26,20 +27,10 @@ using onnx_detail::EvalValue;
 
 const std::string kDir = std::string(GP_TEST_DATA_DIR) + "/onnx/torch2/";
 
-// `file` changed by `edit`, written to a scratch directory with its external data, and imported.
+// `file` of the torch 2.x folder changed by `edit`, and imported.
 Result<graphpipe::v1::ModelGraph> import_edited(
     const std::string& file, const std::function<void(onnx::ModelProto*)>& edit) {
-  onnx::ModelProto m;
-  REQUIRE(read_onnx_file(kDir + file, &m, nullptr).ok());
-  edit(&m);
-  const fs::path dir = fs::temp_directory_path() / ("gp_bag_loop_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string path = (dir / "m.onnx").string();
-  REQUIRE(write_onnx_file(path, m, /*external_data=*/true).ok());
-  auto imported = import_onnx(path);
-  fs::remove_all(dir);
-  return imported;
+  return testing::import_edited_onnx(kDir + file, edit, "bag_loop");
 }
 
 // The nodes of the first Loop's body (and of the Ifs inside it), for edits.

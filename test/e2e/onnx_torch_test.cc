@@ -387,57 +387,61 @@ TEST_CASE("a tied weight imports as copies with untie_weights: torch's forward, 
 
 namespace gp {
 
+// Writes the reference inputs of `ref` and its target as .npy files into `dir` (by input name,
+// the target by `g`'s loss target op), trains two SGD iterations (lr 0.1) on them through the
+// data directory, and checks iteration 0's loss against torch's and iteration 1's against the MSE
+// of torch's output after its step (the same samples: one epoch is one batch).
+void check_two_steps_on_reference_data(const graph::Graph& g, const std::string& ref,
+                                       const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto save = [&](const std::string& id, const onnx::TensorProto& t) {
+    const auto raw = raw_of(t);
+    const std::string descr = t.data_type() == onnx::TensorProto::INT64 ? "<i8" : "<f4";
+    REQUIRE(testing::write_npy((dir / (id + ".npy")).string(), descr,
+                               std::vector<int64_t>(t.dims().begin(), t.dims().end()), raw.data(),
+                               raw.size()));
+  };
+  for (int k = 0; fs::exists(ref + "input_" + std::to_string(k) + ".pb"); ++k) {
+    const auto x = load_tensor(ref + "input_" + std::to_string(k) + ".pb");
+    save(x.name(), x);
+  }
+  const auto target = load_tensor(ref + "target_0.pb");
+  save(g.op(loss_op(g)).proto->inputs(1).op(), target);
+  const int64_t batch = target.dims(0);
+  graphpipe::v1::TrainingConfig training;
+  training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  training.set_learning_rate(0.1);
+  training.set_seed(1);
+  auto trainer = exec::ReferenceTrainer::create(g, batch, 0, training);
+  REQUIRE(trainer.ok());
+  auto data = exec::open_stage_data(dir.string(), g, (*trainer)->runner().op_indices(), batch,
+                                    /*shuffle=*/false, 1);
+  INFO(data.status().to_string());
+  REQUIRE(data.ok());
+  (*trainer)->mutable_runner().set_data(data->get());
+  auto first = (*trainer)->run_iteration(0);
+  auto second = (*trainer)->run_iteration(1);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  CHECK(first->loss == Approx(floats(load_tensor(ref + "loss_0.pb"))[0]).epsilon(1e-5));
+  const auto after = floats(load_tensor(ref + "output_after_step_0.pb"));
+  const auto t = floats(target);
+  double mse = 0;
+  for (size_t k = 0; k < t.size(); ++k) mse += (after[k] - t[k]) * (after[k] - t[k]);
+  CHECK(second->loss == Approx(mse / static_cast<double>(t.size())).epsilon(1e-5));
+}
+
 TEST_CASE("torch exports train on torch's data through the data directory as PyTorch trains") {
-  // The reference inputs and target as .npy files: iteration 0's loss is torch's, iteration 1's
-  // is the MSE of torch's output after its SGD step against the same target.
   for (const std::string stem : {"dot_scores_op17", "embedding_op17", "encoder_layer_op17",
                                  "pad_avgpool_op17_train", "relu6_depthwise_op13"}) {
     INFO(stem);
-    const std::string ref = kDir + stem + "/";
     auto m = graph::import_onnx(kDir + stem + ".onnx");
     REQUIRE(m.ok());
     auto g = graph::Graph::build(*m);
     REQUIRE(g.ok());
     const fs::path dir = fs::temp_directory_path() / ("gp_onnx_torch_data_" + stem);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    auto save = [&](const std::string& id, const onnx::TensorProto& t) {
-      const auto raw = raw_of(t);
-      const std::string descr = t.data_type() == onnx::TensorProto::INT64 ? "<i8" : "<f4";
-      REQUIRE(testing::write_npy((dir / (id + ".npy")).string(), descr,
-                                 std::vector<int64_t>(t.dims().begin(), t.dims().end()), raw.data(),
-                                 raw.size()));
-    };
-    for (int k = 0; fs::exists(ref + "input_" + std::to_string(k) + ".pb"); ++k) {
-      const auto x = load_tensor(ref + "input_" + std::to_string(k) + ".pb");
-      save(x.name(), x);
-    }
-    const auto target = load_tensor(ref + "target_0.pb");
-    save(g->op(loss_op(*g)).proto->inputs(1).op(), target);
-    const int64_t batch = target.dims(0);
-    graphpipe::v1::TrainingConfig training;
-    training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
-    training.set_learning_rate(0.1);
-    training.set_seed(1);
-    auto trainer = exec::ReferenceTrainer::create(*g, batch, 0, training);
-    REQUIRE(trainer.ok());
-    auto data = exec::open_stage_data(dir.string(), *g, (*trainer)->runner().op_indices(), batch,
-                                      /*shuffle=*/false, 1);
-    INFO(data.status().to_string());
-    REQUIRE(data.ok());
-    (*trainer)->mutable_runner().set_data(data->get());
-    auto first = (*trainer)->run_iteration(0);
-    auto second = (*trainer)->run_iteration(1);  // the same samples (one epoch is one batch)
-    REQUIRE(first.ok());
-    REQUIRE(second.ok());
-    const double torch_loss = floats(load_tensor(ref + "loss_0.pb"))[0];
-    CHECK(first->loss == Approx(torch_loss).epsilon(1e-5));
-    const auto after = floats(load_tensor(ref + "output_after_step_0.pb"));
-    const auto t = floats(target);
-    double mse = 0;
-    for (size_t k = 0; k < t.size(); ++k) mse += (after[k] - t[k]) * (after[k] - t[k]);
-    mse /= static_cast<double>(t.size());
-    CHECK(second->loss == Approx(mse).epsilon(1e-5));
+    check_two_steps_on_reference_data(*g, kDir + stem + "/", dir);
     fs::remove_all(dir);
   }
 }
@@ -469,43 +473,8 @@ TEST_CASE("nn.EmbeddingBag with offsets imports with max_bag and trains on torch
     CHECK(ids_op.proto->attrs().at("ragged_offsets").s() == "offsets");
     CHECK(ids_op.proto->outputs(0).shape(0) == 4);
     const fs::path data = fs::temp_directory_path() / ("gp_onnx_ragged_" + std::string(stem));
-    fs::remove_all(data);
-    fs::create_directories(data);
-    auto save = [&](const std::string& id, const onnx::TensorProto& t) {
-      const auto raw = raw_of(t);
-      const std::string descr = t.data_type() == onnx::TensorProto::INT64 ? "<i8" : "<f4";
-      REQUIRE(testing::write_npy((data / (id + ".npy")).string(), descr,
-                                 std::vector<int64_t>(t.dims().begin(), t.dims().end()), raw.data(),
-                                 raw.size()));
-    };
-    for (int k = 0; fs::exists(ref + "input_" + std::to_string(k) + ".pb"); ++k) {
-      const auto x = load_tensor(ref + "input_" + std::to_string(k) + ".pb");
-      save(x.name(), x);
-    }
-    const auto target = load_tensor(ref + "target_0.pb");
-    save(g->op(loss_op(*g)).proto->inputs(1).op(), target);
-    const int64_t batch = target.dims(0);
-    graphpipe::v1::TrainingConfig training;
-    training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
-    training.set_learning_rate(0.1);
-    training.set_seed(1);
-    auto trainer = exec::ReferenceTrainer::create(*g, batch, 0, training);
-    REQUIRE(trainer.ok());
-    auto opened = exec::open_stage_data(data.string(), *g, (*trainer)->runner().op_indices(), batch,
-                                        /*shuffle=*/false, 1);
-    INFO(opened.status().to_string());
-    REQUIRE(opened.ok());
-    (*trainer)->mutable_runner().set_data(opened->get());
-    auto first = (*trainer)->run_iteration(0);
-    auto second = (*trainer)->run_iteration(1);
-    REQUIRE(first.ok());
-    REQUIRE(second.ok());
-    CHECK(first->loss == Approx(floats(load_tensor(ref + "loss_0.pb"))[0]).epsilon(1e-5));
-    const auto after = floats(load_tensor(ref + "output_after_step_0.pb"));
-    const auto t = floats(target);
-    double mse = 0;
-    for (size_t k = 0; k < t.size(); ++k) mse += (after[k] - t[k]) * (after[k] - t[k]);
-    CHECK(second->loss == Approx(mse / static_cast<double>(t.size())).epsilon(1e-5));
+    check_two_steps_on_reference_data(*g, ref, data);
+    const int64_t batch = load_tensor(ref + "target_0.pb").dims(0);
     // A bag longer than max_bag is refused, naming the sample.
     graph::OnnxImportOptions narrow;
     narrow.max_bag = 3;

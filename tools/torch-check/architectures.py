@@ -89,7 +89,10 @@ class DLRM(nn.Module):
 
     def forward(self, dense, ids0, ids1, ids2, ids3):
         x = self.bottom(dense)
-        feats = [x] + self.bags((ids0, ids1, ids2, ids3))
+        return self.interact(x, self.bags((ids0, ids1, ids2, ids3)))
+
+    def interact(self, x, bags):
+        feats = [x] + bags
         scores = []
         for a in range(len(feats)):
             for b in range(a + 1, len(feats)):
@@ -114,14 +117,9 @@ class DLRMOffsets(DLRM):
     # every sample's bag, as DLRM's own data loaders feed nn.EmbeddingBag (imported with
     # --max-bag: every sample's bag padded to that many ids).
     def forward(self, dense, ids0, off0, ids1, off1, ids2, off2, ids3, off3):
-        x = self.bottom(dense)
-        feats = [x] + [t(i, o) for t, i, o in zip(self.tables, (ids0, ids1, ids2, ids3),
-                                                  (off0, off1, off2, off3))]
-        scores = []
-        for a in range(len(feats)):
-            for b in range(a + 1, len(feats)):
-                scores.append((feats[a] * feats[b]).sum(dim=1, keepdim=True))
-        return self.top(torch.cat([x] + scores, dim=1))
+        bags = [t(i, o) for t, i, o in zip(self.tables, (ids0, ids1, ids2, ids3),
+                                           (off0, off1, off2, off3))]
+        return self.interact(self.bottom(dense), bags)
 
 
 def dlrm_offsets_inputs(g):
