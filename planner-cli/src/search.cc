@@ -370,9 +370,11 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                    });
   // Refinements of the best plan's stages: a trial replaces the best plan when it runs, fits
   // and simulates more than 0.2 % faster.
+  int64_t simulated_events = 0;  // by the trials so far
   auto keep_if_faster = [&](std::vector<StageAssignment> trial) -> Result<bool> {
     GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+    simulated_events += sim.events_processed;
     if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
         sim.throughput_samples_per_s <= best_throughput * 1.002) {
       return false;
@@ -388,10 +390,16 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   };
   if (result.feasible && req.per_stage_microbatch) {
     // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
-    // simulated throughput improves by more than 0.2% and the plan still fits and runs.
-    for (int pass = 0; pass < 4; ++pass) {
+    // simulated throughput improves by more than 0.2% and the plan still fits and runs. Each
+    // trial is a simulation, whose cost grows with stages and micro-batches, so the refinement
+    // stops once its trials have simulated kRefineEvents events: a budget on the work that keeps
+    // the search fast on deep pipelines and, unlike a time limit, gives the same plan anywhere.
+    constexpr int64_t kRefineEvents = 250000;
+    const int64_t events_before = simulated_events;
+    auto budget_left = [&] { return simulated_events - events_before < kRefineEvents; };
+    for (int pass = 0; pass < 4 && budget_left(); ++pass) {
       bool improved = false;
-      for (size_t s = 0; s < best_stages.size(); ++s) {
+      for (size_t s = 0; s < best_stages.size() && budget_left(); ++s) {
         for (const bool grow : {true, false}) {
           auto trial = best_stages;
           int64_t& b = trial[s].micro_batch;
