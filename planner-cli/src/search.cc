@@ -404,7 +404,11 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
           auto trial = best_stages;
           int64_t& b = trial[s].micro_batch;
           b = grow ? b * 2 : b / 2;
-          if (b < 1 || req.mini_batch % b != 0 ||
+          // Sizes the user restricted the search to (--micro-batches) bound the refinement too.
+          const bool allowed = req.micro_batches.empty() ||
+                               std::find(req.micro_batches.begin(), req.micro_batches.end(), b) !=
+                                   req.micro_batches.end();
+          if (b < 1 || req.mini_batch % b != 0 || !allowed ||
               b % static_cast<int64_t>(trial[s].ranks.size()) != 0) {
             continue;
           }
