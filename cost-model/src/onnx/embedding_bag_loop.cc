@@ -8,6 +8,7 @@
 // it on probe ids and probe table values for two batch sizes (graph_eval.h), and maps it when
 // the result is the per-bag sum (or mean) of the table's rows, exactly.
 #include <cmath>
+#include <map>
 
 #include "onnx/graph_eval.h"
 #include "onnx/importer.h"
@@ -46,17 +47,22 @@ void free_names(const onnx::GraphProto& g, std::set<std::string>* out, int depth
   }
 }
 
-// Every Gather's data input, in `n` and its subgraphs.
-void gathered(const onnx::NodeProto& n, std::set<std::string>* out, int depth = 0) {
-  if (n.op_type() == "Gather" && n.input_size() > 0) out->insert(n.input(0));
+void visit_nested_at(const onnx::NodeProto& n,
+                     const std::function<void(const onnx::NodeProto&)>& visit, int depth) {
+  visit(n);
   if (depth > 32) return;
   for (const auto& a : n.attribute()) {
     if (!a.has_g()) continue;
-    for (const auto& inner : a.g().node()) gathered(inner, out, depth + 1);
+    for (const auto& inner : a.g().node()) visit_nested_at(inner, visit, depth + 1);
   }
 }
 
 }  // namespace
+
+void visit_nested(const onnx::NodeProto& n,
+                  const std::function<void(const onnx::NodeProto&)>& visit) {
+  visit_nested_at(n, visit, 0);
+}
 
 std::set<std::string> subgraph_reads(const onnx::NodeProto& n) {
   std::set<std::string> out;
@@ -229,12 +235,13 @@ bool Importer::match_embedding_bag_loop(int loop) {
 std::optional<std::string> Importer::bag_table(const LoopRegion& r) const {
   std::set<std::string> tables;
   for (int k : r.region) {
-    std::set<std::string> g;
-    gathered(g_.node(k), &g);
-    for (const auto& name : g) {
-      if (is_weight(name) && weight_dims(name).size() == 2)
+    visit_nested(g_.node(k), [&](const onnx::NodeProto& n) {
+      if (n.op_type() != "Gather" || n.input_size() == 0) return;
+      const std::string& name = n.input(0);
+      if (is_weight(name) && weight_dims(name).size() == 2) {
         tables.insert(resolve_view(name).values);
-    }
+      }
+    });
   }
   if (tables.size() != 1) return std::nullopt;
   const std::vector<int64_t> dims = weight_dims(*tables.begin());
@@ -335,6 +342,25 @@ std::optional<bool> Importer::probe_bag_loop(const LoopRegion& r, const std::str
       total_ids = flat->second[0];
     }
   }
+  // The table and constants, the same for every probe (a loop body reads them on every trip).
+  std::map<std::string, std::optional<EvalValue>> fixed;
+  auto fixed_value = [&](const std::string& name) -> std::optional<EvalValue> {
+    if (const auto it = fixed.find(name); it != fixed.end()) return it->second;
+    std::optional<EvalValue>& v = fixed[name];
+    if (is_weight(name) && resolve_view(name).values == table) {
+      if (view_of_.count(name) && resolve_view(name).values_transposed) return v;
+      v.emplace().tensor = probe_table;
+    } else if (auto c = consts_.find(name); c != consts_.end()) {
+      int64_t count = 1;
+      for (int64_t d : c->second->dims()) {
+        count = d >= 0 && count <= kMaxProbeConstant ? count * d : -1;
+      }
+      if (count < 0 || count > kMaxProbeConstant) return v;
+      auto t = eval_tensor_of(*c->second);
+      if (t.ok()) v.emplace().tensor = std::move(*t);
+    }
+    return v;
+  };
   std::optional<bool> mean;
   for (const int64_t batch : batches) {
     // The bags: [batch, bag] ids, or flat ids with the offset of each bag.
@@ -369,20 +395,8 @@ std::optional<bool> Importer::probe_bag_loop(const LoopRegion& r, const std::str
         for (int64_t d : v.tensor.dims) count = count <= kMaxEvalElements ? count * d : count;
         if (count > kMaxEvalElements) return std::nullopt;
         v.tensor.values.assign(static_cast<size_t>(count), 0.0);
-      } else if (is_weight(name) && resolve_view(name).values == table) {
-        if (view_of_.count(name) && resolve_view(name).values_transposed) return std::nullopt;
-        v.tensor = probe_table;
-      } else if (auto c = consts_.find(name); c != consts_.end()) {
-        int64_t count = 1;
-        for (int64_t d : c->second->dims()) {
-          count = d >= 0 && count <= kMaxProbeConstant ? count * d : -1;
-        }
-        if (count < 0 || count > kMaxProbeConstant) return std::nullopt;
-        auto t = eval_tensor_of(*c->second);
-        if (!t.ok()) return std::nullopt;
-        v.tensor = std::move(*t);
       } else {
-        return std::nullopt;
+        return fixed_value(name);
       }
       return v;
     };

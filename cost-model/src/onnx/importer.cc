@@ -291,19 +291,8 @@ std::vector<int64_t> Importer::weight_dims(const std::string& name) const {
 // (export_params=False); an input whose first dimension is symbolic is data.
 void Importer::find_weight_inputs() {
   std::set<std::string> candidates, expanded;
-  // Top-level nodes, then the nodes of Loop and If bodies (torch's EmbeddingBag gathers its
-  // table inside a Loop).
-  std::vector<const onnx::NodeProto*> nodes;
-  for (const auto& n : g_.node()) nodes.push_back(&n);
-  for (size_t k = 0; k < nodes.size() && k < 100000; ++k) {
-    for (const auto& a : nodes[k]->attribute()) {
-      if (a.has_g()) {
-        for (const auto& inner : a.g().node()) nodes.push_back(&inner);
-      }
-    }
-  }
-  for (const onnx::NodeProto* np : nodes) {
-    const onnx::NodeProto& n = *np;
+  // Every node, in Loop and If bodies too (torch's EmbeddingBag gathers its table inside a Loop).
+  auto read_as_weight = [&](const onnx::NodeProto& n) {
     const std::string& t = n.op_type();
     auto take = [&](int i) {
       if (i >= n.input_size() || n.input(i).empty()) return;
@@ -326,7 +315,8 @@ void Importer::find_weight_inputs() {
     if (t == "Gather") take(0);
     // A learned tensor expanded over the batch (ViT's class token [1, 1, dim]).
     if (t == "Expand" && n.input_size() > 0) expanded.insert(n.input(0));
-  }
+  };
+  for (const auto& n : g_.node()) visit_nested(n, read_as_weight);
   for (const auto& in : g_.input()) {
     if (consts_.count(in.name()) || batch_first(in)) continue;
     const auto dims = dims_of(in);

@@ -81,6 +81,10 @@ void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
 
 // The names `n`'s subgraphs (Loop and If bodies) read from the graph around them.
 std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
+// Calls `visit` on `n` and on every node of its subgraphs (Loop and If bodies), nested to a
+// bounded depth.
+void visit_nested(const onnx::NodeProto& n,
+                  const std::function<void(const onnx::NodeProto&)>& visit);
 
 // Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
 bool mapped_type(const std::string& t);
