@@ -334,6 +334,17 @@ TEST_CASE("the new op types reject bad inputs and attributes, naming the field a
          b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}, kInt64));
        },
        "(matmul): inputs[1]: expected a floating-point tensor, got [4, 2] int64"},
+      // embedding_bag's padding id: -1 (bags padded to one length) or a row of the table
+      {[](B b) {
+         b.embedding_bag("op", b.input("ids", {3}, kInt64), 5, 2);
+         set_attr(op_of(b), "padding_idx", int64_t{5});
+       },
+       "(embedding_bag): attrs.padding_idx = 5, expected -1 or a row in [0, num_embeddings = 5)"},
+      {[](B b) {
+         b.embedding_bag("op", b.input("ids", {3}, kInt64), 5, 2);
+         set_attr(op_of(b), "padding_idx", int64_t{-2});
+       },
+       "(embedding_bag): attrs.padding_idx = -2, expected -1 or a row in [0, num_embeddings = 5)"},
       // scale
       {[](B b) { b.add_op("op", "scale", {b.input("x", {3})}); },
        "(scale): attrs.factor: required attribute is missing"},

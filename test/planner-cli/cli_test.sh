@@ -131,6 +131,15 @@ check "search plans an .onnx model" '[ $rc -eq 0 ] && "$bin" verify --plan "$tmp
 err=$("$bin" import "$onnx_dir/gated_unsupported.onnx" --out "$tmp/x.pbtxt" 2>&1); rc=$?
 check "an unmappable ONNX model exits 2 naming the nodes" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "node 3 .periodic. (Sin)" && [ ! -e "$tmp/x.pbtxt" ]'
+bag="$onnx_dir/torch2/embedding_bag_offsets_legacy.onnx"  # nn.EmbeddingBag with offsets
+err=$("$bin" import "$bag" --out "$tmp/x.pbtxt" 2>&1); rc=$?
+check "bags of varying length without --max-bag exit 2 saying to give it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "import with --max-bag N"'
+"$bin" import "$bag" --max-bag 4 --out "$tmp/bag.pbtxt" >/dev/null 2>&1; rc=$?
+check "import --max-bag 4 makes per-sample ids of 4 that name their offsets" \
+  '[ $rc -eq 0 ] && grep -q "ragged_offsets" "$tmp/bag.pbtxt" && grep -q "padding_idx" "$tmp/bag.pbtxt"'
+err=$("$bin" import "$bag" --max-bag 0 --out "$tmp/x.pbtxt" 2>&1); rc=$?
+check "--max-bag 0 exits 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" | grep -q "max-bag"'
 out=$("$bin" import "$onnx_dir/gated_unsupported.onnx" --allow-opaque --out "$tmp/gated.pbtxt" 2>&1); rc=$?
 check "--allow-opaque imports it with opaque ops and says they cannot train" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "2 opaque op(s)"'
