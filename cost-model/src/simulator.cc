@@ -305,4 +305,21 @@ void fill_predicted_metrics(const SimResult& result, Plan* plan) {
   p->set_bottleneck_tps_s(bottleneck);
 }
 
+std::string chrome_trace_json(const Plan& plan, const SimResult& result) {
+  std::vector<trace::Track> tracks;
+  std::vector<trace::MemoryPoint> memory;
+  for (const RankStats& rs : result.ranks) {
+    if (rs.stage >= 0) tracks.push_back({rs.rank, rs.stage});
+    for (const MemorySample& m : rs.memory) memory.push_back({rs.rank, m.time_us, m.bytes});
+  }
+  trace::TraceInput input;
+  input.model = plan.model().name();
+  input.mini_batch = plan.mini_batch();
+  input.iteration_time_us = result.iteration_time_us;
+  input.tracks = tracks;
+  input.spans = result.events;
+  input.memory = memory;
+  return trace::chrome_trace_json(input);
+}
+
 }  // namespace gp::sim

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-#include "gp/sim/simulator.h"
+#include "gp/common/chrome_trace.h"
 
 namespace gp::exec {
 namespace {
@@ -433,24 +433,21 @@ void RankRunner::enable_trace(size_t max_events) {
 
 std::string measured_trace_json(const graphpipe::v1::Plan& plan,
                                 const std::vector<std::pair<int, std::vector<TraceEvent>>>& ranks) {
-  sim::SimResult result;
   double origin = -1;
-  int world = 0;
   for (const auto& [rank, events] : ranks) {
-    world = std::max(world, rank + 1);
     for (const auto& e : events) origin = origin < 0 ? e.start_us : std::min(origin, e.start_us);
   }
-  result.ranks.resize(world);
-  for (auto& rs : result.ranks) rs.stage = -1;
+  std::vector<trace::Track> tracks;
+  std::vector<trace::Span> spans;
+  double end_us = 0;
   for (const auto& [rank, events] : ranks) {
-    result.ranks[rank].rank = rank;
     for (const auto& st : plan.stages()) {
       for (int r : st.device_ranks()) {
-        if (r == rank) result.ranks[rank].stage = st.id();
+        if (r == rank) tracks.push_back({rank, st.id()});
       }
     }
     for (const auto& e : events) {
-      sim::SimEvent out{};
+      trace::Span out{};
       out.stage = e.stage;
       out.micro_batch = e.micro_batch;
       out.start_us = e.start_us - origin;
@@ -458,30 +455,37 @@ std::string measured_trace_json(const graphpipe::v1::Plan& plan,
       out.bytes = e.bytes;
       out.gradient = e.gradient;
       out.rank = rank;
+      out.peer = -1;
       switch (e.kind) {
         case TraceEvent::kForward:
-          out.kind = sim::EventKind::kForward;
+          out.kind = trace::SpanKind::kForward;
           break;
         case TraceEvent::kBackward:
-          out.kind = sim::EventKind::kBackward;
+          out.kind = trace::SpanKind::kBackward;
           break;
         case TraceEvent::kAllReduce:
-          out.kind = sim::EventKind::kAllReduce;
+          out.kind = trace::SpanKind::kAllReduce;
           break;
         case TraceEvent::kOptimizer:
-          out.kind = sim::EventKind::kOptimizer;
+          out.kind = trace::SpanKind::kOptimizer;
           break;
         case TraceEvent::kRecv:  // drawn on the link from the sender, ending at arrival
-          out.kind = sim::EventKind::kTransfer;
+          out.kind = trace::SpanKind::kTransfer;
           out.rank = e.peer;
           out.peer = rank;
           break;
       }
-      result.iteration_time_us = std::max(result.iteration_time_us, out.end_us);
-      result.events.push_back(out);
+      end_us = std::max(end_us, out.end_us);
+      spans.push_back(out);
     }
   }
-  return sim::chrome_trace_json(plan, result);
+  trace::TraceInput input;
+  input.model = plan.model().name();
+  input.mini_batch = plan.mini_batch();
+  input.iteration_time_us = end_us;
+  input.tracks = tracks;
+  input.spans = spans;
+  return trace::chrome_trace_json(input);
 }
 
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gp/common/chrome_trace.h"
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
@@ -29,19 +30,10 @@ struct SimOptions {
   bool record_events = false;  // keep every compute and transfer interval (for traces)
 };
 
-enum class EventKind { kForward, kBackward, kAllReduce, kOptimizer, kTransfer };
-
-struct SimEvent {
-  EventKind kind;
-  int rank;       // the computing rank, or the sender for transfers
-  int peer = -1;  // receiver for transfers
-  int stage;
-  int micro_batch;
-  double start_us;
-  double end_us;
-  bool gradient = false;  // transfers: gradient (true) or activation
-  int64_t bytes = 0;
-};
+// Predicted intervals are the trace writer's spans (common/chrome_trace.h), which the executor's
+// measured traces share.
+using EventKind = trace::SpanKind;
+using SimEvent = trace::Span;
 
 struct MemorySample {
   double time_us;

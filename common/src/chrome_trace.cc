@@ -1,26 +1,27 @@
 // Chrome trace JSON (the Trace Event Format that chrome://tracing and Perfetto load).
+#include "gp/common/chrome_trace.h"
+
 #include <map>
 
 #include "gp/common/json_writer.h"
-#include "gp/sim/simulator.h"
 
-namespace gp::sim {
+namespace gp::trace {
 namespace {
 
 constexpr int kDevicesPid = 1;
 constexpr int kLinksPid = 2;
 
-const char* event_name(const SimEvent& e) {
+const char* event_name(const Span& e) {
   switch (e.kind) {
-    case EventKind::kForward:
+    case SpanKind::kForward:
       return "F";
-    case EventKind::kBackward:
+    case SpanKind::kBackward:
       return "B";
-    case EventKind::kAllReduce:
+    case SpanKind::kAllReduce:
       return "allreduce";
-    case EventKind::kOptimizer:
+    case SpanKind::kOptimizer:
       return "optimizer";
-    case EventKind::kTransfer:
+    case SpanKind::kTransfer:
       return e.gradient ? "grad" : "act";
   }
   return "?";
@@ -33,26 +34,25 @@ void metadata(JsonWriter& w, const char* what, int pid, int tid, const std::stri
 
 }  // namespace
 
-std::string chrome_trace_json(const graphpipe::v1::Plan& plan, const SimResult& result) {
+std::string chrome_trace_json(const TraceInput& trace) {
   JsonWriter w;
   w.begin_object().field("displayTimeUnit", "ms");
   w.key("traceEvents").begin_array();
   metadata(w, "process_name", kDevicesPid, 0, "devices (compute)");
   metadata(w, "process_name", kLinksPid, 0, "links (transfers)");
-  for (const auto& rs : result.ranks) {
-    if (rs.stage < 0) continue;
-    metadata(w, "thread_name", kDevicesPid, rs.rank,
-             "rank " + std::to_string(rs.rank) + " (stage " + std::to_string(rs.stage) + ")");
+  for (const Track& t : trace.tracks) {
+    metadata(w, "thread_name", kDevicesPid, t.rank,
+             "rank " + std::to_string(t.rank) + " (stage " + std::to_string(t.stage) + ")");
   }
   std::map<std::pair<int, int>, int> link_tid;
   int flow_id = 0;
-  for (const SimEvent& e : result.events) {
+  for (const Span& e : trace.spans) {
     const double dur = e.end_us - e.start_us;
-    if (e.kind != EventKind::kTransfer) {
+    if (e.kind != SpanKind::kTransfer) {
       w.begin_object()
           .field("ph", "X")
           .field("name", std::string(event_name(e)) +
-                             (e.kind == EventKind::kForward || e.kind == EventKind::kBackward
+                             (e.kind == SpanKind::kForward || e.kind == SpanKind::kBackward
                                   ? std::to_string(e.micro_batch)
                                   : ""))
           .field("cat", "compute")
@@ -104,26 +104,24 @@ std::string chrome_trace_json(const graphpipe::v1::Plan& plan, const SimResult& 
         .field("ts", e.end_us)
         .end_object();
   }
-  for (const auto& rs : result.ranks) {
-    for (const MemorySample& m : rs.memory) {
-      w.begin_object()
-          .field("ph", "C")
-          .field("name", "memory rank " + std::to_string(rs.rank))
-          .field("pid", kDevicesPid)
-          .field("tid", rs.rank)
-          .field("ts", m.time_us);
-      w.key("args").begin_object().field("bytes", m.bytes).end_object().end_object();
-    }
+  for (const MemoryPoint& m : trace.memory) {
+    w.begin_object()
+        .field("ph", "C")
+        .field("name", "memory rank " + std::to_string(m.rank))
+        .field("pid", kDevicesPid)
+        .field("tid", m.rank)
+        .field("ts", m.time_us);
+    w.key("args").begin_object().field("bytes", m.bytes).end_object().end_object();
   }
   w.end_array();
   w.key("otherData")
       .begin_object()
-      .field("model", plan.model().name())
-      .field("mini_batch", plan.mini_batch())
-      .field("iteration_time_us", result.iteration_time_us)
+      .field("model", trace.model)
+      .field("mini_batch", trace.mini_batch)
+      .field("iteration_time_us", trace.iteration_time_us)
       .end_object();
   w.end_object();
   return w.str();
 }
 
-}  // namespace gp::sim
+}  // namespace gp::trace
