@@ -22,8 +22,8 @@ out=$b/cuda-emu-$mode
 emu=$root/tools/cuda-emu
 mkdir -p "$out/gen" "$out/obj"
 rm -f "$out"/obj/*.o
-libs=(executor/libgp_kernels_cpu.a cost-model/libgp_graph.a common/libgp_common.a
-      proto/libgp_proto.a)
+libs=(executor/libgp_kernels_cpu.a executor/libgp_device_api.a cost-model/libgp_graph.a
+      common/libgp_common.a proto/libgp_proto.a)
 if [ $mode = nccl ]; then
   libs=(executor/libgp_executor.a planner-cli/libgp_planner.a cost-model/libgp_sim.a
         cost-model/libgp_cost_model.a "${libs[@]}")
@@ -40,17 +40,13 @@ for cu in "$src"/cuda/*_kernels.cu; do
   python3 "$emu/convert_launches.py" "$cu" > "$out/gen/$(basename "$cu" .cu)_cu.cc"
 done
 printf '#define CATCH_CONFIG_MAIN\n#include <catch2/catch.hpp>\n' > "$out/gen/test_main.cc"
-cuda_sources=()
-for f in "$src"/cuda/*.cc; do
-  # The kernel tests need no NCCL.
-  [[ $mode = kernels && $f == */nccl_communicator.cc ]] || cuda_sources+=("$f")
-done
-sources=("$src/device.cc" "$src/optimizer.cc" "${cuda_sources[@]}" "$out"/gen/*.cc
-         "$emu/emu_runtime.cc" "$emu/emu_streams.cc")
+# The backend table (backends.cc) with the CUDA backend in it, which brings its NCCL data plane.
+sources=("$src/backends.cc" "$src"/cuda/*.cc "$out"/gen/*.cc "$emu/emu_runtime.cc"
+         "$emu/emu_streams.cc" "$emu/emu_nccl.cc")
 if [ $mode = kernels ]; then
-  sources+=("$root/test/cuda/cuda_kernels_test.cc")
+  sources+=("$root/test/cuda/cuda_kernels_test.cc" "$root/test/cuda/device_query_test.cc")
 else
-  sources+=("$emu/emu_nccl.cc" "$root/test/cuda/nccl_test.cc" "$root/test/cuda/nccl_ranks_test.cc")
+  sources+=("$root/test/cuda/nccl_test.cc" "$root/test/cuda/nccl_ranks_test.cc")
 fi
 pids=()
 for s in "${sources[@]}"; do

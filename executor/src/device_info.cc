@@ -6,10 +6,6 @@
 #include <string>
 #include <thread>
 
-#if GP_HAVE_CUDA
-#include "cuda/device_query.h"
-#endif
-
 namespace gp::exec {
 
 HostInfo query_host() {
@@ -32,37 +28,6 @@ HostInfo query_host() {
   return info;
 }
 
-CudaRuntimeInfo query_cuda() {
-  CudaRuntimeInfo info;
-#if GP_HAVE_CUDA
-  info.built = true;
-  info.runtime_version = cuda::runtime_version();
-  info.driver_version = cuda::driver_version();
-  info.nccl_version = cuda::nccl_version();
-  int count = 0;
-  std::string error;
-  if (!cuda::device_count(&count, &error)) {
-    info.unavailable_reason = "no usable CUDA device: " + error;
-    return info;
-  }
-  if (count == 0) {
-    info.unavailable_reason = "no CUDA device present";
-    return info;
-  }
-  for (int i = 0; i < count; ++i) {
-    cuda::RawDeviceInfo raw;
-    if (!cuda::device_properties(i, &raw, &error)) {
-      info.unavailable_reason = "cuda:" + std::to_string(i) + ": " + error;
-      continue;
-    }
-    info.devices.push_back(CudaDeviceInfo{i, raw.name, static_cast<int64_t>(raw.memory_bytes),
-                                          raw.major, raw.minor, raw.multiprocessors});
-  }
-#else
-  info.unavailable_reason =
-      "built without CUDA (configure with -DGP_CUDA=ON on a machine with nvcc)";
-#endif
-  return info;
-}
+// query_cuda() is the backend table's (backends.cc).
 
 }  // namespace gp::exec

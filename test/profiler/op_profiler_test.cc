@@ -63,6 +63,16 @@ class HostMemoryDevice : public exec::Device {
     return exec::cpu_device().fill_zero(dst, n);
   }
   Status synchronize() const override { return ok_status(); }
+  void apply_optimizer(const exec::Optimizer& optimizer, float* weights, const float* grads,
+                       float* state, int64_t n, int64_t step) const override {
+    exec::cpu_device().apply_optimizer(optimizer, weights, grads, state, n, step);
+  }
+  Status copy_on_device(void* dst, const void* src, size_t n) const override {
+    return exec::cpu_device().copy_on_device(dst, src, n);
+  }
+  Status accumulate(float* dst, const float* src, int64_t n) const override {
+    return exec::cpu_device().accumulate(dst, src, n);
+  }
 
   mutable int memory_calls = 0;
 };
@@ -294,6 +304,19 @@ class EmulatedDevice final : public exec::Device {
     Status e = error_;
     error_ = ok_status();
     return e;
+  }
+  // The profiler neither steps optimizers nor moves memory between buffers of a device.
+  void apply_optimizer(const exec::Optimizer&, float*, const float*, float*, int64_t,
+                       int64_t) const override {
+    FAIL_CHECK("the profiler called apply_optimizer");
+  }
+  Status copy_on_device(void*, const void*, size_t) const override {
+    FAIL_CHECK("the profiler called copy_on_device");
+    return internal_error("emulated: copy_on_device");
+  }
+  Status accumulate(float*, const float*, int64_t) const override {
+    FAIL_CHECK("the profiler called accumulate");
+    return internal_error("emulated: accumulate");
   }
 
   size_t live_allocations() const { return regions_.size(); }

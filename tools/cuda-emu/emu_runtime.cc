@@ -85,6 +85,15 @@ cudaError_t cudaRuntimeGetVersion(int* v) {
   *v = 13000;
   return cudaSuccess;
 }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d < 0 || d >= kDevices) return ret(cudaErrorInvalidDevice);
+  std::snprintf(p->name, sizeof(p->name), "emulated GPU %d", d);
+  p->totalGlobalMem = size_t{16} << 30;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 132;
+  return cudaSuccess;
+}
 cudaError_t cudaSetDevice(int d) {
   if (d < 0 || d >= kDevices) return ret(cudaErrorInvalidDevice);
   g_current = d;

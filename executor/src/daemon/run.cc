@@ -261,10 +261,13 @@ Result<int> run_rank(const RunOptions& options) {
     }
     if (kill_rank != o.rank || !o.resume.empty()) kill_at = -1;
   }
-  // NCCL moves device memory between GPUs: the default for CUDA ranks.
-  const bool use_nccl = o.data_plane == "nccl" || (o.data_plane == "auto" && o.device != "cpu");
-  if (use_nccl && o.device == "cpu") {
-    return invalid_argument("--data-plane nccl needs --device cuda:N (this rank runs on the CPU)");
+  // A device whose memory the host cannot read exchanges it over the device data plane (NCCL);
+  // host memory goes over shared memory or Gloo.
+  const bool use_nccl =
+      o.data_plane == "nccl" || (o.data_plane == "auto" && !device->host_memory());
+  if (use_nccl && device->host_memory()) {
+    return invalid_argument("--data-plane nccl needs --device cuda:N (this rank runs on " +
+                            std::string(device->name()) + ", whose memory is the host's)");
   }
   NcclLayout nccl_plan;
   if (use_nccl) {
@@ -353,7 +356,9 @@ Result<int> run_rank(const RunOptions& options) {
       return failed_precondition("rank 0 uses the NCCL data plane (it handed out " +
                                  std::to_string(registered.nccl_unique_ids_size()) +
                                  " NCCL ids), but rank " + std::to_string(o.rank) + " uses " +
-                                 (o.device == "cpu" ? "the CPU" : "--data-plane " + o.data_plane) +
+                                 (device->host_memory()
+                                      ? "host memory (" + std::string(device->name()) + ")"
+                                      : "--data-plane " + o.data_plane) +
                                  ": give every rank the same --device kind and --data-plane");
     }
     if (use_nccl) {

@@ -42,6 +42,15 @@ cudaError_t cudaPeekAtLastError();
 cudaError_t cudaGetDeviceCount(int*);
 cudaError_t cudaDriverGetVersion(int*);
 cudaError_t cudaRuntimeGetVersion(int*);
+// The fields of cudaDeviceProp that the backend reads.
+struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int major;
+  int minor;
+  int multiProcessorCount;
+};
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp*, int);
 cudaError_t cudaSetDevice(int);
 cudaError_t cudaGetDevice(int*);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t*, unsigned int);

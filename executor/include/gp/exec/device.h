@@ -52,15 +52,13 @@ class Device {
   virtual Status synchronize() const = 0;
   // One optimizer update of `n` parameters (`weights`, `grads` and `optimizer.state_floats() * n`
   // floats of `state`, all this device's memory), queued like a kernel: failures surface at the
-  // next synchronize(). `step` counts from 1. The default runs optimizer.apply() on the host, so
-  // only devices with host memory may keep it; the others must give the same floats.
+  // next synchronize(). `step` counts from 1. Every device gives optimizer.apply()'s floats.
   virtual void apply_optimizer(const Optimizer& optimizer, float* weights, const float* grads,
-                               float* state, int64_t n, int64_t step) const;
+                               float* state, int64_t n, int64_t step) const = 0;
   // A copy between two buffers of this device, and dst[i] += src[i] over `n` floats (this
-  // device's memory), queued like kernels (used with a device-memory data plane). The defaults
-  // work on host memory only; a device without it must override them.
-  virtual Status copy_on_device(void* dst, const void* src, size_t bytes) const;
-  virtual Status accumulate(float* dst, const float* src, int64_t n) const;
+  // device's memory), queued like kernels (used with a device-memory data plane).
+  virtual Status copy_on_device(void* dst, const void* src, size_t bytes) const = 0;
+  virtual Status accumulate(float* dst, const float* src, int64_t n) const = 0;
 };
 
 // Device memory owned by one object; released on destruction.
@@ -98,6 +96,7 @@ std::string cpu_blas_version();
 // "cpu" -> the CPU device; "cuda:N" -> CUDA device N with GEMMs at `precision` (Unimplemented in
 // a build without CUDA, Unavailable when the device cannot be opened, naming the reason);
 // anything else -> InvalidArgument naming the flag. Devices live until the process exits.
+// Defined by the backend table (executor/src/backends.cc).
 Result<const Device*> find_device(std::string_view name,
                                   MatmulPrecision precision = MatmulPrecision::kFp32);
 

@@ -1,7 +1,7 @@
+#include "cuda/device_query.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
-
-#include "cuda/device_query.h"
 
 namespace gp::exec::cuda {
 namespace {
