@@ -178,6 +178,12 @@ Result<Graph> Graph::build(const ModelGraph& model) {
     InferredOp inferred;
     Status st = node.info->infer(op, node.input_specs, &inferred);
     if (!st.ok()) return st.with_context(op_label(i, op));
+    // What the executor keeps of this op until backward: its outputs and its kernels' saved
+    // scratch (one definition of kept memory for the planner, simulator, executor and profiler).
+    inferred.cost.activation_bytes = inferred.cost.saved_bytes;
+    for (const auto& spec : inferred.outputs) {
+      inferred.cost.activation_bytes += static_cast<double>(stored_size_bytes(spec));
+    }
     // Every size downstream (bytes, buffers, costs) multiplies these: bound them here, with
     // overflow-checked products, so no later computation can wrap.
     for (size_t k = 0; k < inferred.outputs.size(); ++k) {

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "gp/common/status.h"
 
@@ -32,6 +35,15 @@ int64_t optimizer_words(OptimizerKind k) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The op's memory per sample: measured when the options carry a model that measured it, else the
+// catalogue's.
+OpMemory op_memory(const graph::OpNode& op, const MemoryOptions& options) {
+  if (options.measured != nullptr) {
+    if (auto m = options.measured->op_memory(op)) return *m;
+  }
+  return {op.cost.activation_bytes, op.cost.workspace_bytes};
+}
+
 }  // namespace
 
 int64_t stage_param_bytes(const graph::Graph& graph, std::span<const int> op_indices,
@@ -39,6 +51,14 @@ int64_t stage_param_bytes(const graph::Graph& graph, std::span<const int> op_ind
   int64_t params = 0;
   for (int i : op_indices) params += graph.op(i).cost.param_count;
   return params * param_width(precision);
+}
+
+int64_t kernel_workspace_bytes_per_sample(const graph::Graph& graph,
+                                          std::span<const int> op_indices,
+                                          const MemoryOptions& options) {
+  double most = 0;
+  for (int i : op_indices) most = std::max(most, op_memory(graph.op(i), options).workspace_bytes);
+  return std::llround(most * (is_bf16(options.precision) ? 0.5 : 1.0));
 }
 
 MemoryBreakdown stage_memory(const graph::Graph& graph, std::span<const int> op_indices,
@@ -62,21 +82,48 @@ MemoryBreakdown stage_memory(const graph::Graph& graph, std::span<const int> op_
   const double scale = bf16 ? 0.5 : 1.0;
   const int64_t samples_held = ceil_div(in_flight_samples, data_parallel);
   const int64_t samples_per_call = ceil_div(micro_batch, data_parallel);
+  // Per sample, as the executor's stage runner allocates (one definition for planner, simulator
+  // and executor): every tensor the stage touches is kept per in-flight sample, with the op's saved
+  // scratch; float gradients are kept per sample for tensors crossing the stage's boundary (they
+  // wait for the data plane), once per call for those inside it (one backward at a time).
+  std::vector<char> in_stage(static_cast<size_t>(graph.num_ops()), 0);
+  for (int i : op_indices) in_stage[static_cast<size_t>(i)] = 1;
+  auto needs_grad = [&](int producer, const graph::TensorSpec& spec) {
+    return !graph.op(producer).info->is_input && !graph::is_integer(spec);
+  };
   double kept_per_sample = 0;
-  double workspace_per_sample = 0;
+  double inner_grads_per_sample = 0;
+  std::set<std::pair<int, int>> external_inputs;  // (producer, output) read from other stages
   for (int i : op_indices) {
     const graph::OpNode& op = graph.op(i);
-    kept_per_sample += op.cost.activation_bytes;
-    // Transient: the forward outputs before they are kept or sent on, and in backward the
-    // gradients of the outputs and of the inputs, live together for one op at a time.
-    double transient = static_cast<double>(op.output_bytes);
-    for (const auto& spec : op.input_specs)
-      transient += static_cast<double>(graph::size_bytes(spec));
-    workspace_per_sample = std::max(workspace_per_sample, transient);
+    kept_per_sample += op_memory(op, options).activation_bytes;
+    for (int k = 0; k < op.proto->inputs_size(); ++k) {
+      const int producer = graph.index_of(op.proto->inputs(k).op());
+      if (producer < 0 || in_stage[static_cast<size_t>(producer)]) continue;
+      if (!external_inputs.insert({producer, op.proto->inputs(k).output()}).second) continue;
+      const graph::TensorSpec& spec = op.input_specs[static_cast<size_t>(k)];
+      const double bytes = static_cast<double>(graph::stored_size_bytes(spec));
+      kept_per_sample += bytes;
+      if (needs_grad(producer, spec)) kept_per_sample += bytes;
+    }
+    for (int k = 0; k < op.proto->outputs_size(); ++k) {
+      const graph::TensorSpec& spec = op.proto->outputs(k);
+      if (!needs_grad(i, spec)) continue;
+      const double bytes = static_cast<double>(graph::stored_size_bytes(spec));
+      bool crosses = false;
+      for (int s : op.succs) {
+        if (in_stage[static_cast<size_t>(s)]) continue;
+        for (const auto& ref : graph.op(s).proto->inputs()) {
+          if (ref.op() == op.id() && ref.output() == k) crosses = true;
+        }
+      }
+      (crosses ? kept_per_sample : inner_grads_per_sample) += bytes;
+    }
   }
-  m.activation_bytes = std::llround(kept_per_sample * scale * static_cast<double>(samples_held));
-  m.workspace_bytes =
-      std::llround(workspace_per_sample * scale * static_cast<double>(samples_per_call));
+  m.activation_bytes = std::llround(kept_per_sample * scale) * samples_held;
+  m.workspace_bytes = (std::llround(inner_grads_per_sample * scale) +
+                       kernel_workspace_bytes_per_sample(graph, op_indices, options)) *
+                      samples_per_call;
   return m;
 }
 

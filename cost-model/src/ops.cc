@@ -179,6 +179,15 @@ int64_t size_bytes(const TensorSpec& spec) {
   return num_elements(spec) * dtype_size_bytes(spec.dtype());
 }
 
+bool is_integer(const TensorSpec& spec) {
+  return spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
+         spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
+}
+
+int64_t stored_size_bytes(const TensorSpec& spec) {
+  return num_elements(spec) * (is_integer(spec) ? 8 : 4);
+}
+
 std::string shape_string(const TensorSpec& spec) {
   std::string s = "[";
   for (int i = 0; i < spec.shape_size(); ++i) {

@@ -47,8 +47,9 @@ Status infer_linear(const Operator& op, std::span<const TensorSpec> in, Inferred
       2.0 * static_cast<double>(size_bytes(x)) + n_out * elt * (act != "none" ? 2 : 1);
   c.forward_fixed_bytes = param_bytes;
   c.backward_fixed_bytes = 2 * param_bytes;
-  // Backward needs the input (for dW) and, with a fused activation, its pre-activation output.
-  c.activation_bytes = static_cast<double>(size_bytes(x)) + (act != "none" ? n_out * elt : 0);
+  // gelu's backward needs the pre-activation; a fused activation's dZ is backward's scratch.
+  c.saved_bytes = act == "gelu" ? n_out * 4 : 0;
+  c.workspace_bytes = act != "none" ? n_out * 4 : 0;
   c.forward_kernels = 1;
   c.backward_kernels = 2 + (bias ? 1 : 0);
   return ok_status();
@@ -104,7 +105,6 @@ Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, I
   c.backward_flops = gathered;  // scatter-add into the touched rows only (sparse gradient)
   c.forward_bytes = static_cast<double>(size_bytes(ids)) + gathered * 4 + y_bytes;
   c.backward_bytes = y_bytes + static_cast<double>(size_bytes(ids)) + 2 * gathered * 4;
-  c.activation_bytes = static_cast<double>(size_bytes(ids));
   c.forward_kernels = 1;
   c.backward_kernels = 1;
   return ok_status();
@@ -128,7 +128,6 @@ Status infer_embedding(const Operator& op, std::span<const TensorSpec> in, Infer
   c.backward_flops = gathered;  // scatter-add into the touched rows only (sparse gradient)
   c.forward_bytes = ids_bytes + 2 * gathered * 4;
   c.backward_bytes = ids_bytes + 3 * gathered * 4;
-  c.activation_bytes = ids_bytes;
   c.forward_kernels = 1;
   c.backward_kernels = 1;
   return ok_status();
@@ -179,8 +178,10 @@ Status infer_attention(const Operator& op, std::span<const TensorSpec> in, Infer
   c.backward_bytes = 2 * c.forward_bytes;
   c.forward_fixed_bytes = param_bytes;
   c.backward_fixed_bytes = 2 * param_bytes;
-  // Kept for backward: x, Q, K, V, attention probabilities, context.
-  c.activation_bytes = (5 * S * H + nh * S * S) * elt;
+  // Kept for backward besides the output: Q, K, V, context and the probabilities; backward's
+  // scratch: dC, dQ, dK, dV and dP (all heads at once on a GPU, one head on the CPU).
+  c.saved_bytes = (4 * S * H + nh * S * S) * 4;
+  c.workspace_bytes = (4 * S * H + nh * S * S) * 4;
   c.forward_kernels = 8;
   c.backward_kernels = 16;
   return ok_status();

@@ -59,8 +59,7 @@ Status infer_matmul(const Operator&, std::span<const TensorSpec> in, InferredOp*
   c.backward_flops = 2 * gemm;  // da = dy b^T, db = a^T dy
   c.forward_bytes = bytes_of(a) + bytes_of(b) + bytes_of(y);
   c.backward_bytes = 2 * (bytes_of(a) + bytes_of(b)) + bytes_of(y);
-  c.activation_bytes = bytes_of(a) + bytes_of(b);  // each operand's gradient needs the other
-  c.forward_kernels = 1;                           // one batched GEMM
+  c.forward_kernels = 1;  // one batched GEMM
   c.backward_kernels = 2;
   return ok_status();
 }

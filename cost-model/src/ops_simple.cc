@@ -23,7 +23,6 @@ Status unary(std::span<const TensorSpec> in, double fwd_per_elt, double bwd_per_
   c.backward_flops = bwd_per_elt * n;
   c.forward_bytes = 2 * b;
   c.backward_bytes = 3 * b;
-  c.activation_bytes = b;
   c.forward_kernels = 1;
   c.backward_kernels = 1;
   return ok_status();
@@ -95,7 +94,6 @@ Status infer_opaque(const Operator& op, std::span<const TensorSpec> in, Inferred
   c.backward_bytes = 2 * in_bytes + bytes_of(y);  // read inputs and dy, write the input grads
   c.forward_fixed_bytes = param_bytes;
   c.backward_fixed_bytes = 2 * param_bytes;
-  c.activation_bytes = in_bytes;
   c.forward_kernels = 1;
   c.backward_kernels = 1;
   return ok_status();
@@ -148,7 +146,6 @@ Status infer_mul(const Operator&, std::span<const TensorSpec> in, InferredOp* ou
   c.backward_flops = 2 * n;
   c.forward_bytes = 3 * b;
   c.backward_bytes = 5 * b;  // read dy, a, b; write both gradients
-  c.activation_bytes = 2 * b;
   c.forward_kernels = 1;
   c.backward_kernels = 1;
   return ok_status();
@@ -251,7 +248,7 @@ Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   c.backward_bytes = 3 * b;
   c.forward_fixed_bytes = static_cast<double>(2 * d * dtype_size_bytes(x.dtype()));
   c.backward_fixed_bytes = 2 * c.forward_fixed_bytes;
-  c.activation_bytes = b + rows * 8;  // input plus per-row mean and inverse std (fp32)
+  c.saved_bytes = rows * 2 * 4;  // per-row mean and inverse std
   c.forward_kernels = 1;
   c.backward_kernels = 2;
   return ok_status();
@@ -344,7 +341,6 @@ Status infer_mse_loss(const Operator&, std::span<const TensorSpec> in, InferredO
   c.backward_flops = 2 * n;
   c.forward_bytes = 2 * b;
   c.backward_bytes = 2 * b;
-  c.activation_bytes = b;  // prediction - target
   c.forward_kernels = 2;
   c.backward_kernels = 1;
   return ok_status();
@@ -378,7 +374,10 @@ Status infer_softmax_cross_entropy(const Operator&, std::span<const TensorSpec> 
   c.backward_flops = 2 * n;
   c.forward_bytes = 2 * b + bytes_of(labels);
   c.backward_bytes = 2 * b + bytes_of(labels);
-  c.activation_bytes = b + bytes_of(labels);  // probabilities and labels
+  // Per row: the logsumexp, kept for backward, and the loss term, forward's scratch.
+  const double rows = n / static_cast<double>(logits.shape(logits.shape_size() - 1));
+  c.saved_bytes = rows * 4;
+  c.workspace_bytes = rows * 4;
   c.forward_kernels = 2;
   c.backward_kernels = 1;
   return ok_status();

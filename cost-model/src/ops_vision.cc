@@ -116,7 +116,7 @@ Status infer_conv2d(const Operator& op, std::span<const TensorSpec> in, Inferred
   c.backward_bytes = bytes_of(x) + 4 * cols_bytes + 2 * bytes_of(x) + bytes_of(y);
   c.forward_fixed_bytes = param_bytes;
   c.backward_fixed_bytes = 2 * param_bytes;
-  c.activation_bytes = bytes_of(x);  // the input, for dW
+  c.workspace_bytes = patch * positions * 4;  // im2col columns, rebuilt by backward
   c.forward_kernels = 2 + (bias ? 1 : 0);
   c.backward_kernels = 4 + (bias ? 1 : 0);
   return ok_status();
@@ -134,7 +134,7 @@ Status infer_max_pool2d(const Operator& op, std::span<const TensorSpec> in, Infe
   c.backward_flops = n_out;                                        // scatter-add
   c.forward_bytes = bytes_of(x) + bytes_of(y) + index_bytes;
   c.backward_bytes = bytes_of(y) + index_bytes + 2 * bytes_of(x);
-  c.activation_bytes = index_bytes;
+  c.saved_bytes = index_bytes;
   c.forward_kernels = 1;
   c.backward_kernels = 1;
   return ok_status();
@@ -176,7 +176,6 @@ Status infer_batch_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   c.backward_bytes = 6 * b;   // statistics pass, reductions over x and dy, dx from x and dy
   c.forward_fixed_bytes = static_cast<double>(2 * channels * dtype_size_bytes(x.dtype()));
   c.backward_fixed_bytes = 2 * c.forward_fixed_bytes;
-  c.activation_bytes = b;  // the input: backward recomputes the batch statistics from it
   c.forward_kernels = 2;
   c.backward_kernels = 3;
   return ok_status();

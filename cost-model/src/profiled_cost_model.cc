@@ -50,6 +50,8 @@ struct Point {
   int64_t micro_batch;
   double forward_us;
   double backward_us;
+  int64_t activation_bytes;  // whole micro-batch; 0 when the profile has no memory
+  int64_t workspace_bytes;
 };
 
 // t at b on the line through (b0, t0) and (b1, t1) in log-log space; `clamp` bounds the slope
@@ -147,7 +149,13 @@ Result<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::create(
     }
     if (m.device_kind() != device_kind) continue;
     auto& pts = impl->points[m.signature()];
-    Point p{m.micro_batch(), m.forward_time_us(), m.backward_time_us()};
+    if (m.activation_bytes() < 0 || m.workspace_bytes() < 0) {
+      return invalid_argument(
+          where + ": activation_bytes = " + std::to_string(m.activation_bytes()) +
+          ", workspace_bytes = " + std::to_string(m.workspace_bytes()) + ", must be >= 0");
+    }
+    Point p{m.micro_batch(), m.forward_time_us(), m.backward_time_us(), m.activation_bytes(),
+            m.workspace_bytes()};
     auto it = std::lower_bound(pts.begin(), pts.end(), p.micro_batch,
                                [](const Point& q, int64_t b) { return q.micro_batch < b; });
     if (it != pts.end() && it->micro_batch == p.micro_batch) {
@@ -193,6 +201,23 @@ OpTime ProfiledCostModel::op_time(const graph::OpNode& op, int64_t samples) cons
         impl_->device_kind, impl_->fallback->name());
   }
   return impl_->fallback->op_time(op, samples);
+}
+
+std::optional<OpMemory> ProfiledCostModel::op_memory(const graph::OpNode& op) const {
+  if (op.info != nullptr && op.info->is_input) return std::nullopt;
+  auto it = impl_->points.find(op_signature(op));
+  if (it == impl_->points.end()) return std::nullopt;
+  OpMemory most;
+  for (const Point& p : it->second) {
+    const double b = static_cast<double>(p.micro_batch);
+    most.activation_bytes =
+        std::max(most.activation_bytes, static_cast<double>(p.activation_bytes) / b);
+    most.workspace_bytes =
+        std::max(most.workspace_bytes, static_cast<double>(p.workspace_bytes) / b);
+  }
+  // Every op keeps its outputs: zero kept bytes means the profile did not measure memory.
+  if (most.activation_bytes <= 0) return std::nullopt;
+  return most;
 }
 
 int ProfiledCostModel::fallback_count() const {

@@ -29,8 +29,14 @@ class InputKernel final : public OpKernel {
 struct AttentionSaved {
   float *q, *k, *v, *c, *p, *dc, *dq, *dk, *dv, *dp;
 };
-inline AttentionSaved attention_saved(float* saved, int64_t batch, int64_t seq, int64_t hidden,
-                                      int64_t heads) {
+// Kept until backward (`saved`, per sample 4*S*H + heads*S*S): Q, K, V, C [S*H each], then
+// P [heads*S*S], each region covering the whole batch. Backward's scratch (`workspace`): dC, dQ,
+// dK, dV [S*H each], then dP.
+inline int64_t attention_saved_floats(int64_t seq, int64_t hidden, int64_t heads) {
+  return 4 * seq * hidden + heads * seq * seq;
+}
+inline AttentionSaved attention_saved(float* saved, float* workspace, int64_t batch, int64_t seq,
+                                      int64_t hidden) {
   const int64_t sh = batch * seq * hidden;
   AttentionSaved l{};
   l.q = saved;
@@ -38,7 +44,7 @@ inline AttentionSaved attention_saved(float* saved, int64_t batch, int64_t seq, 
   l.v = l.k + sh;
   l.c = l.v + sh;
   l.p = l.c + sh;
-  l.dc = l.p + batch * heads * seq * seq;
+  l.dc = workspace;
   l.dq = l.dc + sh;
   l.dk = l.dq + sh;
   l.dv = l.dk + sh;

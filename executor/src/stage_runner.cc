@@ -4,17 +4,13 @@
 #include <cmath>
 #include <cstddef>
 #include <map>
+#include <set>
 #include <string>
 
 #include "gp/exec/init.h"
 
 namespace gp::exec {
 namespace {
-
-bool is_int_spec(const graph::TensorSpec& spec) {
-  return spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
-         spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
-}
 
 // Bytes per element as the runner stores them: int tensors as int64.
 size_t element_bytes(const StageTensor& t) { return t.is_int ? 8 : 4; }
@@ -65,6 +61,12 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
   r.optimizer_ = std::make_unique<Optimizer>(opt);
   r.last_batch_.assign(slots, 0);
 
+  // Gradients of tensors that cross the stage's boundary (received or sent) are kept per slot, as
+  // they wait for the data plane; the others live only inside one backward, so one copy serves
+  // every slot.
+  std::set<std::pair<std::string, int>> crossing;
+  for (const auto& ref : exports) crossing.insert({ref.op(), ref.output()});
+  for (const auto& ref : relays) crossing.insert({ref.op(), ref.output()});
   std::map<std::pair<std::string, int>, int> tensor_of;
   auto add_tensor = [&](const graphpipe::v1::TensorRef& ref) -> Result<int> {
     const auto key = std::make_pair(ref.op(), ref.output());
@@ -74,16 +76,21 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     Tensor t;
     t.info.ref = ref;
     t.info.per_sample = graph::num_elements(spec);
-    t.info.is_int = is_int_spec(spec);
+    t.info.is_int = graph::is_integer(spec);
     t.info.needs_grad = !t.info.is_int && !producer.info->is_input;
+    t.grads_per_slot = !in_stage[graph.index_of(ref.op())] || crossing.count(key) > 0;
     const size_t n = static_cast<size_t>(slots) * max_batch * t.info.per_sample;
     auto values = zeroed(device, n * element_bytes(t.info));
     if (!values.ok()) return values.status();
     t.values = std::move(values).value();
+    r.memory_.activation_bytes += t.values.bytes();
     if (t.info.needs_grad) {
-      auto grads = zeroed(device, n * sizeof(float));
+      const size_t grad_slots = t.grads_per_slot ? static_cast<size_t>(slots) : 1;
+      auto grads = zeroed(device, grad_slots * max_batch * t.info.per_sample * sizeof(float));
       if (!grads.ok()) return grads.status();
       t.grads = std::move(grads).value();
+      (t.grads_per_slot ? r.memory_.activation_bytes : r.memory_.workspace_bytes) +=
+          t.grads.bytes();
     }
     r.tensors_.push_back(std::move(t));
     const int index = static_cast<int>(r.tensors_.size()) - 1;
@@ -96,6 +103,7 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
   };
 
   size_t param_total = 0;
+  int64_t workspace_floats = 0;  // per sample, the most any kernel of the stage asks for
   for (int op : ops) {
     const auto& node = graph.op(op);
     OpState st;
@@ -124,6 +132,8 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     GP_ASSIGN_OR_RETURN(st.saved,
                         zeroed(device, static_cast<size_t>(slots) * max_batch *
                                            st.kernel->saved_floats_per_sample() * sizeof(float)));
+    r.memory_.activation_bytes += st.saved.bytes();
+    workspace_floats = std::max(workspace_floats, st.kernel->workspace_floats_per_sample());
     st.in_views.resize(st.inputs.size());
     st.gin_views.resize(st.inputs.size());
     st.out_views.resize(st.outputs.size());
@@ -142,12 +152,18 @@ Result<std::unique_ptr<StageRunner>> StageRunner::create(
     }
     GP_RETURN_IF_ERROR(add_tensor(ref).status());
   }
+  GP_ASSIGN_OR_RETURN(r.workspace_, zeroed(device, static_cast<size_t>(max_batch) *
+                                                       workspace_floats * sizeof(float)));
+  r.memory_.workspace_bytes += r.workspace_.bytes();
   r.param_count_ = static_cast<int64_t>(param_total);
   GP_ASSIGN_OR_RETURN(r.weights_, zeroed(device, param_total * sizeof(float)));
   GP_ASSIGN_OR_RETURN(r.grads_, zeroed(device, param_total * sizeof(float)));
   GP_ASSIGN_OR_RETURN(
       r.opt_state_, zeroed(device, param_total * static_cast<size_t>(r.optimizer_->state_floats()) *
                                        sizeof(float)));
+  r.memory_.weight_bytes = r.weights_.bytes();
+  r.memory_.gradient_bytes = r.grads_.bytes();
+  r.memory_.optimizer_bytes = r.opt_state_.bytes();
   // Initial parameters are generated on the host: in place on the CPU, else staged and copied.
   std::vector<float> init_staging(r.host_ ? 0 : param_total);
   float* init = r.host_ ? r.weights_.f() : init_staging.data();
@@ -193,7 +209,7 @@ TensorView StageRunner::view(const Tensor& t, int slot, bool grad) const {
   v.per_sample = t.info.per_sample;
   const size_t offset = static_cast<size_t>(slot) * max_batch_ * t.info.per_sample;
   if (grad) {
-    v.data = t.info.needs_grad ? t.grads.f() + offset : nullptr;
+    v.data = t.info.needs_grad ? t.grads.f() + (t.grads_per_slot ? offset : 0) : nullptr;
   } else if (t.info.is_int) {
     v.data = static_cast<int64_t*>(t.values.data()) + offset;
   } else {
@@ -250,6 +266,7 @@ OpArgs StageRunner::op_args(OpState& st, int slot, int64_t batch, bool backward)
   args.params = st.param_ptrs;
   args.saved =
       st.saved.f() + static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
+  args.workspace = workspace_.f();
   if (backward) {
     args.grad_outputs = st.gout_views;
     args.grad_inputs = st.gin_views;
@@ -300,17 +317,22 @@ double StageRunner::loss_sum(int slot) const {
   return sum;
 }
 
-void StageRunner::begin_backward(int slot) {
+void StageRunner::zero_grads(int slot, bool per_slot) {
   const int64_t batch = last_batch_[slot];
   for (auto& t : tensors_) {
-    if (!t.info.needs_grad) continue;
-    float* g = t.grads.f() + static_cast<size_t>(slot) * max_batch_ * t.info.per_sample;
-    note(device_->fill_zero(g, static_cast<size_t>(batch * t.info.per_sample) * sizeof(float)));
+    if (!t.info.needs_grad || t.grads_per_slot != per_slot) continue;
+    const TensorView g = view(t, slot, /*grad=*/true);
+    note(
+        device_->fill_zero(g.data, static_cast<size_t>(batch * t.info.per_sample) * sizeof(float)));
   }
 }
 
+void StageRunner::begin_backward(int slot) { zero_grads(slot, /*per_slot=*/true); }
+
 void StageRunner::backward(int slot, float loss_scale) {
   const int64_t batch = last_batch_[slot];
+  // The gradients inside the stage are one copy for every slot: this backward's start from zero.
+  zero_grads(slot, /*per_slot=*/false);
   for (int l : loss_ops_) {
     const TensorView g = view(tensors_[ops_[l].outputs[0]], slot, true);
     if (host_) {

@@ -186,7 +186,7 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
   }
   const cost::CommModel datasheet_comm(req.cluster);
   const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
-  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
+  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision(), req.compute};
   const sim::Simulator simulator(*req.compute, comm, memory);
   const int64_t capacity = req.cluster.device().memory_capacity_bytes();
 

@@ -222,8 +222,9 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   }
   if (!opts.trace.empty()) {
     // Re-simulate with events recorded (the search keeps only aggregates).
-    const sim::Simulator simulator(*setup.compute, *setup.comm,
-                                   {setup.training.optimizer(), setup.training.precision()});
+    const sim::Simulator simulator(
+        *setup.compute, *setup.comm,
+        {setup.training.optimizer(), setup.training.precision(), setup.compute.get()});
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(result.plan, *setup.graph, {true}));
     GP_RETURN_IF_ERROR(
         graph::write_file_atomic(opts.trace, sim::chrome_trace_json(result.plan, sim)));

@@ -106,8 +106,9 @@ Status run_simulate(const PlanFileOptions& opts) {
   if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
   GP_ASSIGN_OR_RETURN(auto models,
                       make_cost_models(plan.cluster(), plan.training().precision(), opts.profile));
-  const sim::Simulator simulator(*models.compute, *models.comm,
-                                 {plan.training().optimizer(), plan.training().precision()});
+  const sim::Simulator simulator(
+      *models.compute, *models.comm,
+      {plan.training().optimizer(), plan.training().precision(), models.compute.get()});
   auto sim = simulator.run(plan, *built, {!opts.trace.empty()});
   if (!sim.ok()) return sim.status().with_context("--plan " + opts.plan);
   if (sim->deadlocked) {

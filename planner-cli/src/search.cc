@@ -176,7 +176,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
           : build_units(graph);
   const cost::CommModel datasheet_comm(req.cluster);
   const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
-  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision()};
+  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision(), req.compute};
   const int64_t max_b = *std::max_element(micro_batches.begin(), micro_batches.end());
   const StageCostModel costs(graph, units, *req.compute, comm, memory, req.mini_batch, max_b);
   PartitionContext ctx;

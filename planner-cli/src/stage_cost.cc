@@ -17,8 +17,9 @@ void StageAggregate::add(const StageAggregate& other) {
   static_bytes += other.static_bytes;
   gradient_bytes += other.gradient_bytes;
   activation_bytes_per_sample += other.activation_bytes_per_sample;
-  workspace_bytes_per_sample =
-      std::max(workspace_bytes_per_sample, other.workspace_bytes_per_sample);
+  workspace_bytes_per_sample += other.workspace_bytes_per_sample;
+  kernel_workspace_bytes_per_sample =
+      std::max(kernel_workspace_bytes_per_sample, other.kernel_workspace_bytes_per_sample);
 }
 
 StageCostModel::StageCostModel(const graph::Graph& graph, const UnitGraph& units,
@@ -60,7 +61,9 @@ StageCostModel::StageCostModel(const graph::Graph& graph, const UnitGraph& units
     const cost::MemoryBreakdown m = cost::stage_memory(graph, ops, 1, 1, 1, memory);
     a.static_bytes = m.weight_bytes + m.gradient_bytes + m.optimizer_bytes;
     a.activation_bytes_per_sample = m.activation_bytes;
-    a.workspace_bytes_per_sample = m.workspace_bytes;
+    a.kernel_workspace_bytes_per_sample =
+        cost::kernel_workspace_bytes_per_sample(graph, ops, memory);
+    a.workspace_bytes_per_sample = m.workspace_bytes - a.kernel_workspace_bytes_per_sample;
     a.gradient_bytes = cost::stage_param_bytes(graph, ops, memory.precision);
   }
 }
@@ -95,7 +98,9 @@ double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
 int64_t StageCostModel::in_flight_limit(const StageAggregate& stage, int64_t b, int d) const {
   constexpr int64_t kCap = int64_t{1} << 40;
   const int64_t avail =
-      capacity_ - stage.static_bytes - stage.workspace_bytes_per_sample * ((b + d - 1) / d);
+      capacity_ - stage.static_bytes -
+      (stage.workspace_bytes_per_sample + stage.kernel_workspace_bytes_per_sample) *
+          ((b + d - 1) / d);
   if (avail < 0) return -1;
   if (stage.activation_bytes_per_sample <= 0) return kCap;
   // ceil(k / d) <= live  <=>  k <= live * d

@@ -51,8 +51,8 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& comput
 
   const cost::CommModel datasheet_comm(plan.cluster());
   const cost::CommModel& comm = options.comm != nullptr ? *options.comm : datasheet_comm;
-  const sim::Simulator simulator(compute, comm,
-                                 {plan.training().optimizer(), plan.training().precision()});
+  const sim::Simulator simulator(
+      compute, comm, {plan.training().optimizer(), plan.training().precision(), &compute});
   GP_ASSIGN_OR_RETURN(report.simulation, simulator.run(plan, g));
   report.simulated = true;
   if (report.simulation.deadlocked) {

@@ -200,6 +200,7 @@ class OpBench {
       param_grads_.emplace_back(params_.back().size());
     }
     saved_.resize(static_cast<size_t>(kernel.saved_floats_per_sample() * max_batch));
+    workspace_.resize(static_cast<size_t>(kernel.workspace_floats_per_sample() * max_batch));
   }
 
   // Device memory holding a copy of host[0, bytes) (`upload`) or zeros.
@@ -243,6 +244,7 @@ class OpBench {
         d_param_grads_.push_back(std::move(g));
       }
       GP_ASSIGN_OR_RETURN(d_saved_, mirror(saved_, false));
+      GP_ASSIGN_OR_RETURN(d_workspace_, mirror(workspace_, false));
     }
     for (size_t i = 0; i < params_.size(); ++i) {
       param_ptrs_.push_back(host ? params_[i].data() : d_params_[i].f());
@@ -259,6 +261,7 @@ class OpBench {
       gout_views_.push_back({ptr(out.grads, out.d_grads), out.per_sample});
     }
     saved_ptr_ = ptr(saved_, d_saved_);
+    workspace_ptr_ = ptr(workspace_, d_workspace_);
     return ok_status();
   }
 
@@ -269,6 +272,7 @@ class OpBench {
     a.outputs = out_views_;
     a.params = param_ptrs_;
     a.saved = saved_ptr_;
+    a.workspace = workspace_ptr_;
     if (backward) {
       a.grad_outputs = gout_views_;
       a.grad_inputs = gin_views_;
@@ -282,10 +286,11 @@ class OpBench {
   const exec::Device& device_;
   std::vector<Buffer> inputs_, outputs_;
   std::vector<std::vector<float>> params_, param_grads_;
-  std::vector<float> saved_;
+  std::vector<float> saved_, workspace_;
   std::vector<exec::DeviceBuffer> d_params_, d_param_grads_;
-  exec::DeviceBuffer d_saved_;
+  exec::DeviceBuffer d_saved_, d_workspace_;
   float* saved_ptr_ = nullptr;
+  float* workspace_ptr_ = nullptr;
   std::vector<float*> param_ptrs_, grad_ptrs_;
   std::vector<exec::TensorView> in_views_, gin_views_, out_views_, gout_views_;
 };
@@ -381,7 +386,7 @@ std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph&
 
 int64_t kept_bytes(const graph::OpNode& op, const exec::OpKernel& kernel, int64_t samples) {
   int64_t per_sample = kernel.saved_floats_per_sample() * static_cast<int64_t>(sizeof(float));
-  for (const auto& out : op.proto->outputs()) per_sample += graph::size_bytes(out);
+  for (const auto& out : op.proto->outputs()) per_sample += graph::stored_size_bytes(out);
   return per_sample * samples;
 }
 
@@ -576,9 +581,10 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
         m.set_forward_spread_us(fwd.spread_us());
         m.set_backward_spread_us(bwd.spread_us());
         m.set_activation_bytes(kept_bytes(op, **kernel, b));
-        // The kernel contract: kernels allocate nothing, so there is no workspace beyond the
-        // buffers the executor owns (an accelerator backend measures its own).
-        m.set_workspace_bytes(0);
+        // The kernel contract: kernels allocate nothing; what they use during a call only is the
+        // workspace they declare, which the executor owns.
+        m.set_workspace_bytes((*kernel)->workspace_floats_per_sample() *
+                              static_cast<int64_t>(sizeof(float)) * b);
         m.set_repetitions(std::min(fwd.repetitions, bwd.repetitions));
         *m.mutable_provenance() = options.provenance;
         if (auto it = measured.find(key); it != measured.end()) {

@@ -1,9 +1,11 @@
 // The memory model: weights, gradients and optimizer state per precision and optimizer,
-// activations of the in-flight samples, the largest transient per-op buffer.
+// activations of the in-flight samples, one call's inner gradients and kernel workspace.
 #include "gp/cost/memory_model.h"
 
 #include <catch2/catch.hpp>
 #include <numeric>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "gp/graph/builder.h"
@@ -40,12 +42,16 @@ MemoryOptions opts(graphpipe::v1::OptimizerKind optimizer, graphpipe::v1::Precis
 
 }  // namespace
 
-TEST_CASE("the tiny linear stage has 10 parameters, keeps its 16-byte input per sample") {
+TEST_CASE("the tiny linear keeps only its 8-byte output per sample, with no scratch") {
   const Graph g = tiny_linear();
   const auto& fc = g.op(g.index_of("fc"));
   REQUIRE(fc.cost.param_count == 10);
-  REQUIRE(fc.cost.activation_bytes == 16);
+  REQUIRE(fc.cost.activation_bytes == 8);
+  REQUIRE(fc.cost.saved_bytes == 0);
+  REQUIRE(fc.cost.workspace_bytes == 0);
   REQUIRE(fc.output_bytes == 8);
+  const auto& loss = g.op(g.index_of("loss"));
+  REQUIRE(loss.cost.activation_bytes == 4);  // one float per sample
 }
 
 TEST_CASE("fp32 model state by hand for SGD, momentum and Adam") {
@@ -64,20 +70,23 @@ TEST_CASE("fp32 model state by hand for SGD, momentum and Adam") {
     CHECK(m.weight_bytes == 40);
     CHECK(m.gradient_bytes == 40);
     CHECK(m.optimizer_bytes == e.optimizer_bytes);
-    CHECK(m.activation_bytes == 0);
+    CHECK(m.activation_bytes == 0);  // no sample in flight
   }
 }
 
+// Per sample, stage {fc, loss} (x and t are other stages' inputs): kept are x (16 bytes), t (8),
+// fc's output (8) and the loss (4); the gradients of fc's output (8) and of the loss (4) stay
+// inside the stage, so they are one call's workspace.
 TEST_CASE("bf16 halves weights, gradients and activations and adds an fp32 master copy") {
   const Graph g = tiny_linear();
-  const std::vector<int> stage{g.index_of("fc")};
+  const std::vector<int> stage{g.index_of("fc"), g.index_of("loss")};
   const auto adam =
       stage_memory(g, stage, 4, 8, 1, opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kBf16));
   CHECK(adam.weight_bytes == 20);
   CHECK(adam.gradient_bytes == 20);
   CHECK(adam.optimizer_bytes == 80 + 40);  // two fp32 moments + fp32 master weights
-  CHECK(adam.activation_bytes == 8 * 16 / 2);
-  CHECK(adam.workspace_bytes == 4 * 24 / 2);
+  CHECK(adam.activation_bytes == 8 * 36 / 2);
+  CHECK(adam.workspace_bytes == 4 * 12 / 2);
   const auto sgd = stage_memory(g, stage, 4, 8, 1, opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kBf16));
   CHECK(sgd.optimizer_bytes == 40);  // the master copy only
   const auto momentum =
@@ -87,39 +96,83 @@ TEST_CASE("bf16 halves weights, gradients and activations and adds an fp32 maste
 
 TEST_CASE("activations scale with the in-flight samples and divide by the data-parallel degree") {
   const Graph g = tiny_linear();
-  const std::vector<int> stage{g.index_of("fc")};
+  const std::vector<int> stage{g.index_of("fc"), g.index_of("loss")};
   const auto o = opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kFp32);
-  CHECK(stage_memory(g, stage, 8, 8, 1, o).activation_bytes == 8 * 16);
-  CHECK(stage_memory(g, stage, 8, 16, 1, o).activation_bytes == 16 * 16);
-  CHECK(stage_memory(g, stage, 8, 16, 2, o).activation_bytes == 8 * 16);
-  CHECK(stage_memory(g, stage, 8, 16, 3, o).activation_bytes == 6 * 16);  // ceil(16 / 3)
+  CHECK(stage_memory(g, stage, 8, 8, 1, o).activation_bytes == 8 * 36);
+  CHECK(stage_memory(g, stage, 8, 16, 1, o).activation_bytes == 16 * 36);
+  CHECK(stage_memory(g, stage, 8, 16, 2, o).activation_bytes == 8 * 36);
+  CHECK(stage_memory(g, stage, 8, 16, 3, o).activation_bytes == 6 * 36);  // ceil(16 / 3)
   // Replicas hold the whole model state each.
   CHECK(stage_memory(g, stage, 8, 16, 4, o).weight_bytes == 40);
   CHECK(stage_memory(g, stage, 8, 16, 4, o).optimizer_bytes == 80);
 }
 
-TEST_CASE("workspace is the largest op's outputs plus inputs for the samples of one call") {
+TEST_CASE("gradients crossing the stage's boundary are kept per sample, inner ones once per call") {
   const Graph g = tiny_linear();
   const auto o = opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kFp32);
-  // fc: 8 bytes out + 16 bytes in per sample; the input op x: 16 bytes out.
-  const std::vector<int> stage{g.index_of("x"), g.index_of("fc")};
-  CHECK(stage_memory(g, stage, 8, 8, 1, o).workspace_bytes == 8 * 24);
-  CHECK(stage_memory(g, stage, 8, 8, 2, o).workspace_bytes == 4 * 24);
-  CHECK(stage_memory(g, stage, 8, 8, 3, o).workspace_bytes == 3 * 24);  // ceil(8 / 3)
+  // fc alone: its output's gradient comes back from the loss's stage, so it waits per sample.
+  const std::vector<int> fc_only{g.index_of("fc")};
+  CHECK(stage_memory(g, fc_only, 8, 8, 1, o).activation_bytes == 8 * (16 + 8 + 8));
+  CHECK(stage_memory(g, fc_only, 8, 8, 1, o).workspace_bytes == 0);
+  const std::vector<int> stage{g.index_of("fc"), g.index_of("loss")};
+  CHECK(stage_memory(g, stage, 8, 8, 1, o).workspace_bytes == 8 * 12);
+  CHECK(stage_memory(g, stage, 8, 8, 2, o).workspace_bytes == 4 * 12);
+  CHECK(stage_memory(g, stage, 8, 8, 3, o).workspace_bytes == 3 * 12);  // ceil(8 / 3)
+  // Graph inputs have no gradient.
   const std::vector<int> only_input{g.index_of("x")};
-  CHECK(stage_memory(g, only_input, 8, 8, 1, o).workspace_bytes == 8 * 16);
+  CHECK(stage_memory(g, only_input, 8, 8, 1, o).activation_bytes == 8 * 16);
+  CHECK(stage_memory(g, only_input, 8, 8, 1, o).workspace_bytes == 0);
   CHECK(stage_memory(g, only_input, 8, 8, 1, o).weight_bytes == 0);
+}
+
+TEST_CASE("the largest kernel workspace adds to the inner gradients") {
+  GraphBuilder b("relu", "");
+  auto x = b.input("x", {4});
+  auto y = b.linear("fc", x, 3, /*bias=*/true, "relu");  // workspace: 3 floats per sample
+  b.add_loss(b.mse_loss("loss", y, b.input("t", {3})));
+  auto g = Graph::build(b.finish());
+  REQUIRE(g.ok());
+  const std::vector<int> stage{g->index_of("fc"), g->index_of("loss")};
+  const auto o = opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kFp32);
+  CHECK(kernel_workspace_bytes_per_sample(*g, stage, o) == 12);
+  // Inner gradients: fc's output (12) and the loss (4); plus the kernel's 12.
+  CHECK(stage_memory(*g, stage, 2, 2, 1, o).workspace_bytes == 2 * (12 + 4 + 12));
+}
+
+namespace {
+// A model that measured fc: 100 bytes kept and 50 of workspace per sample.
+class MeasuredFc final : public gp::cost::CostModel {
+ public:
+  gp::cost::OpTime op_time(const gp::graph::OpNode&, int64_t) const override { return {}; }
+  std::optional<gp::cost::OpMemory> op_memory(const gp::graph::OpNode& op) const override {
+    if (op.id() != "fc") return std::nullopt;
+    return gp::cost::OpMemory{100, 50};
+  }
+  std::string_view name() const override { return "measured-fc"; }
+};
+}  // namespace
+
+TEST_CASE("measured op memory replaces the catalogue's when the options carry it") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("fc"), g.index_of("loss")};
+  auto o = opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kFp32);
+  const MeasuredFc measured;
+  o.measured = &measured;
+  // fc's 8 catalogue bytes become 100; the loss keeps its catalogue 4.
+  CHECK(stage_memory(g, stage, 1, 1, 1, o).activation_bytes == 16 + 8 + 100 + 4);
+  CHECK(stage_memory(g, stage, 1, 1, 1, o).workspace_bytes == 12 + 50);
 }
 
 TEST_CASE("total adds every part") {
   const Graph g = tiny_linear();
   const std::vector<int> stage{g.index_of("x"), g.index_of("fc"), g.index_of("loss")};
   const auto m = stage_memory(g, stage, 2, 6, 1, opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kFp32));
-  // Kept per sample: fc 16 bytes + loss 8 bytes (prediction - target).
-  CHECK(m.activation_bytes == 6 * (16 + 8));
+  // Kept per sample: x 16, t 8, fc 8, loss 4; inner gradients per call: fc 8, loss 4.
+  CHECK(m.activation_bytes == 6 * 36);
+  CHECK(m.workspace_bytes == 2 * 12);
   CHECK(m.total() == m.weight_bytes + m.gradient_bytes + m.optimizer_bytes + m.activation_bytes +
                          m.workspace_bytes);
-  CHECK(m.total() == 40 + 40 + 80 + 6 * 24 + 2 * 24);
+  CHECK(m.total() == 40 + 40 + 80 + 6 * 36 + 2 * 12);
 }
 
 TEST_CASE("stage parameter bytes are the all-reduce volume at the training precision") {

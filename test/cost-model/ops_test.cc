@@ -35,7 +35,11 @@ TEST_CASE(
   CHECK(fc.cost.param_count == 5 * 7 + 7);
   CHECK(fc.cost.forward_flops == Approx(2.0 * 3 * 5 * 7 + 3 * 7));  // GEMM + bias
   CHECK(fc.cost.backward_flops == Approx(4.0 * 3 * 5 * 7 + 3 * 7));
-  CHECK(fc.cost.activation_bytes == Approx(3 * 5 * 4));  // the fp32 input, for dW
+  // The executor keeps every tensor of the stage, so dW reads the kept input: the op itself keeps
+  // only its output, with no saved scratch and no workspace without an activation.
+  CHECK(fc.cost.activation_bytes == Approx(3 * 7 * 4));
+  CHECK(fc.cost.saved_bytes == 0);
+  CHECK(fc.cost.workspace_bytes == 0);
   CHECK(fc.cost.forward_fixed_bytes == Approx((5 * 7 + 7) * 4));
   REQUIRE(fc.proto->outputs_size() == 1);
   CHECK(fc.proto->outputs(0).shape(0) == 3);
@@ -55,7 +59,8 @@ TEST_CASE("linear without bias and with fused relu counts the activation and kee
   const OpNode& fc = only(g, "fc");
   CHECK(fc.cost.param_count == 40);
   CHECK(fc.cost.forward_flops == Approx(2.0 * 10 * 4 + 4));
-  CHECK(fc.cost.activation_bytes == Approx(10 * 4 + 4 * 4));
+  CHECK(fc.cost.activation_bytes == Approx(4 * 4));
+  CHECK(fc.cost.workspace_bytes == Approx(4 * 4));  // the pre-activation gradient in backward
 }
 
 TEST_CASE("attention FLOPs are 8sh^2 + 4s^2h plus softmax, with 4h^2+4h parameters") {
@@ -71,8 +76,11 @@ TEST_CASE("attention FLOPs are 8sh^2 + 4s^2h plus softmax, with 4h^2+4h paramete
   const double matmuls = 8 * S * H * H + 4 * S * S * H;
   CHECK(attn.cost.forward_flops == Approx(matmuls + 6 * heads * S * S + 4 * S * H));
   CHECK(attn.cost.backward_flops == Approx(2 * matmuls + 4 * heads * S * S + 4 * S * H));
-  // x, Q, K, V, context (5 s h) and the probabilities (heads s^2), fp32.
+  // Saved: Q, K, V, the context (4 s h) and the probabilities (heads s^2); kept: those and the
+  // output (s h). Backward's workspace holds their gradients (fp32).
+  CHECK(attn.cost.saved_bytes == Approx((4 * S * H + heads * S * S) * 4));
   CHECK(attn.cost.activation_bytes == Approx((5 * S * H + heads * S * S) * 4));
+  CHECK(attn.cost.workspace_bytes == Approx((4 * S * H + heads * S * S) * 4));
 }
 
 TEST_CASE("a transformer layer has 12h^2 + 13h parameters with FFN 4h") {
@@ -104,7 +112,7 @@ TEST_CASE("embedding bag has rows*dim parameters and costs bag*dim per sample") 
   const OpNode& emb = only(g, "emb");
   CHECK(emb.cost.param_count == 64000000);
   CHECK(emb.cost.forward_flops == Approx(100 * 64));
-  CHECK(emb.cost.activation_bytes == Approx(100 * 8));  // the int64 ids
+  CHECK(emb.cost.activation_bytes == Approx(64 * 4));  // its output; the ids are the input's
   CHECK(emb.proto->outputs(0).shape_size() == 1);
   CHECK(emb.proto->outputs(0).shape(0) == 64);
 }
@@ -186,11 +194,11 @@ TEST_CASE("matmul, scale, transpose and reshape infer shapes and costs") {
   CHECK(shape_of(m) == std::vector<int64_t>{2, 3, 5});
   CHECK(m.cost.forward_flops == Approx(2.0 * 2 * 3 * 4 * 5));
   CHECK(m.cost.backward_flops == Approx(4.0 * 2 * 3 * 4 * 5));
-  CHECK(m.cost.activation_bytes == Approx((24 + 40) * 4));  // both operands
+  CHECK(m.cost.activation_bytes == Approx(30 * 4));  // the output (the operands are kept anyway)
   CHECK(m.cost.param_count == 0);
   CHECK(shape_of(only(g, "sc")) == std::vector<int64_t>{2, 3, 5});
   CHECK(only(g, "sc").cost.forward_flops == Approx(30));
-  CHECK(only(g, "sc").cost.activation_bytes == 0);
+  CHECK(only(g, "sc").cost.saved_bytes == 0);
   CHECK(shape_of(only(g, "tr")) == std::vector<int64_t>{5, 2, 3});
   CHECK(only(g, "tr").cost.forward_bytes == Approx(2 * 30 * 4));
   CHECK(shape_of(only(g, "rs")) == std::vector<int64_t>{10, 3});
@@ -218,7 +226,8 @@ TEST_CASE("conv2d, pooling and batch_norm infer output sizes, parameters and cos
   const double outs = 16.0 * 16 * 16, gemm = 2.0 * 27 * outs;
   CHECK(c.cost.forward_flops == Approx(gemm + outs));
   CHECK(c.cost.backward_flops == Approx(2 * gemm + outs));
-  CHECK(c.cost.activation_bytes == Approx(3 * 32 * 32 * 4));
+  CHECK(c.cost.activation_bytes == Approx(outs * 4));
+  CHECK(c.cost.workspace_bytes == Approx(27 * 16 * 16 * 4));  // im2col patches, rebuilt in backward
   CHECK(c.cost.forward_fixed_bytes == Approx((16 * 27 + 16) * 4));
 
   const OpNode& norm = only(g, "bn");
@@ -232,9 +241,10 @@ TEST_CASE("conv2d, pooling and batch_norm infer output sizes, parameters and cos
   const OpNode& m = only(g, "mp");
   CHECK(shape_of(m) == std::vector<int64_t>{16, 8, 8});
   CHECK(m.cost.forward_flops == Approx(4 * 16 * 8 * 8));
-  CHECK(m.cost.activation_bytes == Approx(16 * 8 * 8 * 4));  // the argmax indices
+  CHECK(m.cost.saved_bytes == Approx(16 * 8 * 8 * 4));  // the argmax indices
+  CHECK(m.cost.activation_bytes == Approx(2 * 16 * 8 * 8 * 4));
   CHECK(shape_of(only(g, "ap")) == std::vector<int64_t>{16, 8, 8});
-  CHECK(only(g, "ap").cost.activation_bytes == 0);
+  CHECK(only(g, "ap").cost.saved_bytes == 0);
   const OpNode& c2n = only(g, "c2");
   CHECK(shape_of(c2n) == std::vector<int64_t>{4, 8, 7});
   CHECK(c2n.proto->params_size() == 1);

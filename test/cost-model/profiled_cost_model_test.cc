@@ -259,3 +259,24 @@ TEST_CASE("create rejects a null fallback and bad measurements naming the record
   CHECK_THAT(negative_fwd.status().message(), Catch::Contains("ops[0]"));
   CHECK_THAT(negative_fwd.status().message(), Catch::Contains("forward_time_us = -1"));
 }
+
+TEST_CASE("measured memory is the most bytes per sample over the sizes, absent when unmeasured") {
+  const Graph g = small_graph();
+  const std::string sig = op_signature(op(g, "fc1"));
+  ProfileDB db;
+  add(db, sig, 2, 10, 20);
+  db.mutable_ops(0)->set_activation_bytes(2 * 2048);
+  db.mutable_ops(0)->set_workspace_bytes(2 * 1024);
+  add(db, sig, 8, 40, 80);
+  db.mutable_ops(1)->set_activation_bytes(8 * 3000);  // more per sample at 8
+  db.mutable_ops(1)->set_workspace_bytes(8 * 512);
+  add(db, op_signature(op(g, "fc2")), 4, 5, 5);  // a profile written before memory was measured
+  auto m = make(db);
+  const auto fc1 = m->op_memory(op(g, "fc1"));
+  REQUIRE(fc1.has_value());
+  CHECK(fc1->activation_bytes == 3000);
+  CHECK(fc1->workspace_bytes == 1024);
+  CHECK_FALSE(m->op_memory(op(g, "fc2")).has_value());  // no memory in the record
+  CHECK_FALSE(m->op_memory(op(g, "act")).has_value());  // not in the profile
+  CHECK_FALSE(m->op_memory(op(g, "x")).has_value());    // graph inputs run no kernel
+}

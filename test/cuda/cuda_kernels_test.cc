@@ -145,6 +145,9 @@ void compare_with_cpu(Harness& h, const Device& dev, double tol,
   DeviceBuffer saved = upload(
       dev,
       std::vector<float>(static_cast<size_t>(h.batch * (*kernel)->saved_floats_per_sample()), nan));
+  const std::vector<float> nan_workspace(
+      static_cast<size_t>(h.batch * (*kernel)->workspace_floats_per_sample()), nan);
+  DeviceBuffer workspace = upload(dev, nan_workspace);
   DeviceBuffer gout = upload(dev, h.gout);
   const std::vector<TensorView> out_views = {
       {out.data(), static_cast<int64_t>(h.out.size()) / h.batch}};
@@ -155,7 +158,14 @@ void compare_with_cpu(Harness& h, const Device& dev, double tol,
   a.outputs = out_views;
   a.params = param_ptrs;
   a.saved = saved.f();
+  a.workspace = workspace.f();
   (*kernel)->forward(a);
+  // Nothing survives in the workspace from forward to backward.
+  if (!nan_workspace.empty()) {
+    REQUIRE(dev.copy_from_host(workspace.data(), nan_workspace.data(),
+                               nan_workspace.size() * sizeof(float))
+                .ok());
+  }
   a.grad_outputs = gout_views;
   a.grad_inputs = gin_views;
   a.param_grads = grad_ptrs;
@@ -315,6 +325,27 @@ TEST_CASE("every catalogue op matches the CPU reference at batch 1, 2 and 3") {
     }
   }
   CHECK(ran > 0);
+}
+
+TEST_CASE("every CUDA kernel keeps and uses no more bytes per sample than the catalogue") {
+  std::vector<GradCase> cases = gp::testing::grad_cases();
+  for (GradCase& c : large_cases()) cases.push_back(std::move(c));
+  for (const GradCase& c : cases) {
+    auto g = gp::graph::Graph::build(c.model());
+    REQUIRE(g.ok());
+    const auto& node = g->op(g->index_of("op"));
+    for (MatmulPrecision p : kPrecisions) {
+      auto kernel = cuda(p).make_kernel(node);
+      REQUIRE(kernel.ok());
+      INFO(c.name << ", " << gp::exec::precision_name(p) << ": saved "
+                  << (*kernel)->saved_floats_per_sample() << " floats, workspace "
+                  << (*kernel)->workspace_floats_per_sample() << " floats; catalogue "
+                  << node.cost.saved_bytes << " and " << node.cost.workspace_bytes << " bytes");
+      CHECK(static_cast<double>((*kernel)->saved_floats_per_sample() * 4) <= node.cost.saved_bytes);
+      CHECK(static_cast<double>((*kernel)->workspace_floats_per_sample() * 4) <=
+            node.cost.workspace_bytes);
+    }
+  }
 }
 
 TEST_CASE("large shapes match the CPU reference") {

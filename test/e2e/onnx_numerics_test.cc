@@ -66,6 +66,8 @@ std::vector<float> forward(const graph::Graph& g,
     out_values.assign(static_cast<size_t>(batch * per_sample),
                       std::numeric_limits<float>::quiet_NaN());
     std::vector<float> saved(static_cast<size_t>(batch * (*kernel)->saved_floats_per_sample()));
+    std::vector<float> workspace(
+        static_cast<size_t>(batch * (*kernel)->workspace_floats_per_sample()));
     const exec::TensorView out{out_values.data(), per_sample};
     exec::OpArgs a;
     a.batch = batch;
@@ -73,6 +75,7 @@ std::vector<float> forward(const graph::Graph& g,
     a.outputs = {&out, 1};
     a.params = param_ptrs;
     a.saved = saved.data();
+    a.workspace = workspace.data();
     (*kernel)->forward(a);
   }
   REQUIRE(output >= 0);

@@ -122,6 +122,9 @@ class Trainer {
       INFO(kernel.status().to_string());
       REQUIRE(kernel.ok());
       saved_[i].assign(static_cast<size_t>(batch * (*kernel)->saved_floats_per_sample()), 0.0f);
+      workspace_.resize(
+          std::max(workspace_.size(),
+                   static_cast<size_t>(batch * (*kernel)->workspace_floats_per_sample())));
       kernels_[i] = std::move(*kernel);
     }
   }
@@ -207,6 +210,7 @@ class Trainer {
     c.args.outputs = c.out;
     c.args.params = c.params;
     c.args.saved = saved_[i].data();
+    c.args.workspace = workspace_.data();
     if (backward) {
       c.args.grad_outputs = c.gout;
       c.args.grad_inputs = c.gin;
@@ -219,6 +223,7 @@ class Trainer {
   int64_t batch_;
   std::vector<std::vector<std::byte>> values_;
   std::vector<std::vector<float>> grads_, saved_;
+  std::vector<float> workspace_;  // shared by every op, as the executor's
   std::vector<std::vector<std::vector<float>>> params_, param_grads_;
   std::vector<std::unique_ptr<exec::OpKernel>> kernels_;
 };

@@ -105,6 +105,24 @@ TEST_CASE("every catalogue op type except input and opaque has a gradient case")
   }
 }
 
+TEST_CASE("every kernel keeps and uses no more bytes per sample than the catalogue plans for") {
+  // The planner budgets OpCost::saved_bytes and workspace_bytes; a kernel asking for more would
+  // let plans that "fit" run out of memory.
+  for (const auto& c : grad_cases()) {
+    auto g = gp::graph::Graph::build(c.model());
+    REQUIRE(g.ok());
+    const auto& node = g->op(g->index_of("op"));
+    auto kernel = gp::exec::make_cpu_kernel(node);
+    REQUIRE(kernel.ok());
+    INFO(c.name << ": saved " << (*kernel)->saved_floats_per_sample() << " floats, workspace "
+                << (*kernel)->workspace_floats_per_sample() << " floats; catalogue "
+                << node.cost.saved_bytes << " and " << node.cost.workspace_bytes << " bytes");
+    CHECK(static_cast<double>((*kernel)->saved_floats_per_sample() * 4) <= node.cost.saved_bytes);
+    CHECK(static_cast<double>((*kernel)->workspace_floats_per_sample() * 4) <=
+          node.cost.workspace_bytes);
+  }
+}
+
 TEST_CASE("input and parameter gradients match central finite differences") {
   for (const auto& c : grad_cases()) {
     for (int64_t batch : {int64_t{2}, int64_t{3}}) {
@@ -173,7 +191,8 @@ TEST_CASE("linear computes relu(x W^T + b) with weight [out, in]") {
   h.forward();
   // Sample 0: z = [1-2+0.5, 2+1+0, 0+2+1] = [-0.5, 3, 3]; sample 1: [-1+0.5, -2, 1].
   CHECK(h.out == std::vector<float>{0, 3, 3, 0, 0, 1});
-  CHECK(h.kernel->saved_floats_per_sample() == 3);  // relu: the dZ scratch only
+  CHECK(h.kernel->saved_floats_per_sample() == 0);      // relu: its output tells the derivative
+  CHECK(h.kernel->workspace_floats_per_sample() == 3);  // and backward's dZ is scratch
 }
 
 TEST_CASE("softmax rows sum to one, match exp(x)/sum exp(x) and survive large logits") {
@@ -482,7 +501,8 @@ TEST_CASE("attention matches a naive double-precision implementation") {
       GraphBuilder b("m", "");
       Harness h =
           make_harness(with_loss(b, b.attention("op", b.input("x", {5, 8}), heads), {5, 8}), 3, 21);
-      CHECK(h.kernel->saved_floats_per_sample() == 8 * 5 * 8 + heads * 25 + 25);
+      CHECK(h.kernel->saved_floats_per_sample() == 4 * 5 * 8 + heads * 25);  // Q, K, V, C, P
+      CHECK(h.kernel->workspace_floats_per_sample() == 4 * 5 * 8 + 25);      // dC, dQ, dK, dV, dP
       h.forward();
       for (int64_t s = 0; s < h.batch; ++s) {
         const auto want = naive_attention(h.fin[0].data() + s * 40, 5, 8, heads, h.params, true);

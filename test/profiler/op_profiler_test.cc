@@ -93,6 +93,9 @@ class DefectiveDevice final : public HostMemoryDevice {
    public:
     Kernel(std::unique_ptr<exec::OpKernel> inner, Defect d) : inner_(std::move(inner)), d_(d) {}
     int64_t saved_floats_per_sample() const override { return inner_->saved_floats_per_sample(); }
+    int64_t workspace_floats_per_sample() const override {
+      return inner_->workspace_floats_per_sample();
+    }
     void forward(const exec::OpArgs& a) const override {
       inner_->forward(a);
       float* y = a.outputs[0].f();
@@ -344,6 +347,9 @@ class EmulatedDevice final : public exec::Device {
     Kernel(const EmulatedDevice& d, std::unique_ptr<exec::OpKernel> inner)
         : d_(d), inner_(std::move(inner)) {}
     int64_t saved_floats_per_sample() const override { return inner_->saved_floats_per_sample(); }
+    int64_t workspace_floats_per_sample() const override {
+      return inner_->workspace_floats_per_sample();
+    }
     void forward(const exec::OpArgs& a) const override {
       d_.queue_.push_back([this, a] {
         if (!d_.check_args(a)) return;

@@ -43,7 +43,7 @@ struct Harness {
   std::vector<std::vector<float>> fin;    // float inputs (empty for id inputs)
   std::vector<std::vector<int64_t>> iin;  // id inputs (empty for float inputs)
   std::vector<std::vector<float>> params;
-  std::vector<float> out, saved;
+  std::vector<float> out, saved, workspace;
   std::vector<std::vector<float>> gin;  // empty: pass a null gradient
   std::vector<std::vector<float>> gparams;
   std::vector<float> gout;
@@ -66,6 +66,9 @@ struct Harness {
     a.outputs = outs;
     a.params = ps;
     a.saved = saved.data();
+    // Workspace holds nothing between calls: each call gets it full of NaNs.
+    std::fill(workspace.begin(), workspace.end(), std::numeric_limits<float>::quiet_NaN());
+    a.workspace = workspace.data();
     return a;
   }
 
@@ -141,6 +144,7 @@ inline Harness make_harness(const ModelGraph& model, int64_t batch = 2, unsigned
   // Garbage scratch: a kernel reading saved values it never wrote produces NaNs.
   h.saved.assign(static_cast<size_t>(batch * h.kernel->saved_floats_per_sample()),
                  std::numeric_limits<float>::quiet_NaN());
+  h.workspace.resize(static_cast<size_t>(batch * h.kernel->workspace_floats_per_sample()));
   h.gout.resize(h.out.size());
   for (float& g : h.gout) g = h.is_loss() ? 1.0f : u(rng);
   h.zero_grads();

@@ -233,6 +233,9 @@ class StagingDevice final : public exec::Device {
     Kernel(std::unique_ptr<exec::OpKernel> inner, const StagingDevice& d, std::string op)
         : inner_(std::move(inner)), d_(d), op_(std::move(op)) {}
     int64_t saved_floats_per_sample() const override { return inner_->saved_floats_per_sample(); }
+    int64_t workspace_floats_per_sample() const override {
+      return inner_->workspace_floats_per_sample();
+    }
     void forward(const exec::OpArgs& a) const override { run(a, false); }
     void backward(const exec::OpArgs& a) const override { run(a, true); }
 
@@ -253,6 +256,8 @@ class StagingDevice final : public exec::Device {
       for (float* p : a.params) ok = ok && d_.in_device(p, 4, (what + ": parameter").c_str());
       const size_t saved = static_cast<size_t>(a.batch * inner_->saved_floats_per_sample()) * 4;
       if (saved > 0) ok = ok && d_.in_device(a.saved, saved, (what + ": saved").c_str());
+      const size_t work = static_cast<size_t>(a.batch * inner_->workspace_floats_per_sample()) * 4;
+      if (work > 0) ok = ok && d_.in_device(a.workspace, work, (what + ": workspace").c_str());
       if (backward) {
         ok = ok && views_ok(a.grad_outputs, true) && views_ok(a.grad_inputs, true);
         for (float* p : a.param_grads) {

@@ -29,9 +29,10 @@ class LinearKernel final : public OpKernel {
   LinearKernel(int64_t rows, int64_t in, int64_t out, bool bias, Act act)
       : rows_(rows), in_(in), out_(out), bias_(bias), act_(act) {}
 
-  int64_t saved_floats_per_sample() const override {
-    const int64_t n = rows_ * out_;
-    return act_ == Act::kNone ? 0 : act_ == Act::kRelu ? n : 2 * n;
+  // gelu keeps its pre-activation; backward's dZ goes to the workspace.
+  int64_t saved_floats_per_sample() const override { return act_ == Act::kGelu ? rows_ * out_ : 0; }
+  int64_t workspace_floats_per_sample() const override {
+    return act_ == Act::kNone ? 0 : rows_ * out_;
   }
 
   void forward(const OpArgs& a) const override {
@@ -54,7 +55,7 @@ class LinearKernel final : public OpKernel {
     const float* dy = a.grad_outputs[0].f();
     const float* dz = dy;
     if (act_ != Act::kNone) {
-      float* scratch = act_ == Act::kGelu ? a.saved + n : a.saved;
+      float* scratch = a.workspace;
       if (act_ == Act::kRelu) {
         vec::relu_backward(a.outputs[0].f(), dy, scratch, n, /*accumulate=*/false);
       } else {
@@ -144,17 +145,17 @@ class EmbeddingBagKernel final : public OpKernel {
 //   Q = x Wq^T + bq (K, V likewise); P_h = softmax(Q_h K_h^T / sqrt(d)); C_h = P_h V_h;
 //   out = C Wo^T + bo, with C the heads concatenated along the hidden dim.
 // Head h of Q is the column block [h*d, (h+1)*d) of the [S, H] matrix: base Q + h*d, row stride H.
-// Saved (each region covers the whole batch, in this order):
-//   forward:  Q, K, V, C [S*H each], P [heads*S*S];
-//   backward scratch: dC, dQ, dK, dV [S*H each], dP [S*S] (one head at a time).
+// Saved: Q, K, V, C [S*H each], P [heads*S*S] (kernel_common.h); backward's workspace: dC, dQ,
+// dK, dV [S*H each], dP [S*S] (one head at a time).
 class AttentionKernel final : public OpKernel {
  public:
   AttentionKernel(int64_t seq, int64_t hidden, int64_t heads, bool bias)
       : s_(seq), h_(hidden), heads_(heads), d_(hidden / heads), bias_(bias) {}
 
   int64_t saved_floats_per_sample() const override {
-    return 8 * s_ * h_ + heads_ * s_ * s_ + s_ * s_;
+    return attention_saved_floats(s_, h_, heads_);
   }
+  int64_t workspace_floats_per_sample() const override { return 4 * s_ * h_ + s_ * s_; }
 
   void forward(const OpArgs& a) const override {
     const AttentionSaved l = layout(a);
@@ -224,7 +225,7 @@ class AttentionKernel final : public OpKernel {
 
  private:
   AttentionSaved layout(const OpArgs& a) const {
-    return attention_saved(a.saved, a.batch, s_, h_, heads_);
+    return attention_saved(a.saved, a.workspace, a.batch, s_, h_);
   }
 
   int64_t s_, h_, heads_, d_;  // sequence, hidden, heads, head width

@@ -68,6 +68,9 @@ class CurrentDeviceKernel final : public OpKernel {
   CurrentDeviceKernel(std::unique_ptr<OpKernel> inner, int device)
       : inner_(std::move(inner)), device_(device) {}
   int64_t saved_floats_per_sample() const override { return inner_->saved_floats_per_sample(); }
+  int64_t workspace_floats_per_sample() const override {
+    return inner_->workspace_floats_per_sample();
+  }
   void forward(const OpArgs& args) const override {
     cudaSetDevice(device_);
     inner_->forward(args);

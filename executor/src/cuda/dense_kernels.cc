@@ -27,9 +27,12 @@ class LinearKernel final : public OpKernel {
   LinearKernel(const CudaContext& ctx, int64_t rows, int64_t in, int64_t out, bool bias, int act)
       : ctx_(ctx), rows_(rows), in_(in), out_(out), bias_(bias), act_(act) {}
 
+  // gelu keeps its pre-activation; backward's dZ goes to the workspace.
   int64_t saved_floats_per_sample() const override {
-    const int64_t n = rows_ * out_;
-    return act_ == kDenseActNone ? 0 : act_ == kDenseActRelu ? n : 2 * n;
+    return act_ == kDenseActGelu ? rows_ * out_ : 0;
+  }
+  int64_t workspace_floats_per_sample() const override {
+    return act_ == kDenseActNone ? 0 : rows_ * out_;
   }
 
   void forward(const OpArgs& a) const override {
@@ -52,7 +55,7 @@ class LinearKernel final : public OpKernel {
     const float* dy = a.grad_outputs[0].f();
     const float* dz = dy;
     if (act_ != kDenseActNone) {
-      float* scratch = act_ == kDenseActGelu ? a.saved + n : a.saved;
+      float* scratch = a.workspace;
       ctx_.check(
           launch_linear_act_backward(dy, a.outputs[0].f(), a.saved, scratch, n, act_, ctx_.stream),
           "linear backward activation");
@@ -117,16 +120,18 @@ class EmbeddingBagKernel final : public OpKernel {
 // Params: Wq, Wk, Wv, Wo [H, H], then (with bias) bq, bk, bv, bo [H].
 // Head h of Q is the column block [h*d, (h+1)*d) of the [S, H] matrix. Head blocks of successive
 // samples are S*H apart, so each head is one strided-batched GEMM over the batch.
-// Saved (each region covers the whole batch, in this order):
-//   forward:  Q, K, V, C [S*H each], P [heads*S*S] (sample-major, then head);
-//   backward scratch: dC, dQ, dK, dV [S*H each], dP [heads*S*S] (all heads at once, unlike the
-//   CPU's one-head dP, so the softmax backward is one launch).
+// Saved: Q, K, V, C [S*H each], P [heads*S*S] (sample-major, then head; kernel_common.h);
+// backward's workspace: dC, dQ, dK, dV [S*H each], dP [heads*S*S] (all heads at once, unlike the
+// CPU's one-head dP, so the softmax backward is one launch).
 class AttentionKernel final : public OpKernel {
  public:
   AttentionKernel(const CudaContext& ctx, int64_t seq, int64_t hidden, int64_t heads, bool bias)
       : ctx_(ctx), s_(seq), h_(hidden), heads_(heads), d_(hidden / heads), bias_(bias) {}
 
-  int64_t saved_floats_per_sample() const override { return 8 * s_ * h_ + 2 * heads_ * s_ * s_; }
+  int64_t saved_floats_per_sample() const override {
+    return attention_saved_floats(s_, h_, heads_);
+  }
+  int64_t workspace_floats_per_sample() const override { return 4 * s_ * h_ + heads_ * s_ * s_; }
 
   void forward(const OpArgs& a) const override {
     const AttentionSaved l = layout(a);
@@ -226,7 +231,7 @@ class AttentionKernel final : public OpKernel {
 
  private:
   AttentionSaved layout(const OpArgs& a) const {
-    return attention_saved(a.saved, a.batch, s_, h_, heads_);
+    return attention_saved(a.saved, a.workspace, a.batch, s_, h_);
   }
 
   const CudaContext& ctx_;

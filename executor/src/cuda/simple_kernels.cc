@@ -187,21 +187,22 @@ class MseLossKernel final : public CudaKernel {
 
 // Logits [..., C] with `positions` rows per sample and one label per row:
 //   loss_s = (1 / positions) * sum over rows of (logsumexp(z) - z[label]).
-// Saved per sample: the rows' logsumexp (read by backward) and their loss terms (forward's
-// scratch, summed per sample in row order), as [lse of all batch rows][terms of all batch rows].
+// Saved per sample: the rows' logsumexp (read by backward); workspace: their loss terms (forward's
+// scratch, summed per sample in row order).
 // No gradient to the labels.
 class SoftmaxCrossEntropyKernel final : public CudaKernel {
  public:
   SoftmaxCrossEntropyKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t positions,
                             int64_t classes, bool labels32)
       : CudaKernel(op, ctx), positions_(positions), classes_(classes), labels32_(labels32) {}
-  int64_t saved_floats_per_sample() const override { return 2 * positions_; }
+  int64_t saved_floats_per_sample() const override { return positions_; }
+  int64_t workspace_floats_per_sample() const override { return positions_; }
 
   void forward(const OpArgs& a) const override {
     float* lse = a.saved;
     check_forward(launch_cross_entropy_forward(a.inputs[0].f(), a.inputs[1].data, labels32_, lse,
-                                               lse + a.batch * positions_, a.outputs[0].f(),
-                                               a.batch, positions_, classes_, stream()));
+                                               a.workspace, a.outputs[0].f(), a.batch, positions_,
+                                               classes_, stream()));
   }
   // d loss_s / d z[j] = (softmax(z)[j] - [j == label]) / positions.
   void backward(const OpArgs& a) const override {

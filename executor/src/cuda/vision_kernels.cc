@@ -18,10 +18,10 @@ namespace {
 
 // ---- conv2d ------------------------------------------------------------------------------------
 
-// Per sample: cols [C*kh*kw, Ho*Wo] = im2col(x); y [out, Ho*Wo] = W cols + b. The columns are the
-// saved scratch, so backward reuses them for dW += dY cols^T. dx gathers col2im(W^T dY) directly:
-// a W^T dY buffer would need scratch beyond saved, which backward must not overwrite (it may run
-// more than once per forward).
+// Per sample: cols [C*kh*kw, Ho*Wo] = im2col(x); y [out, Ho*Wo] = W cols + b. The columns live in
+// the workspace only: backward rebuilds them from x for dW += dY cols^T (im2col is a cheap,
+// memory-bound pass), so a convolution keeps nothing but its output between forward and
+// backward. dx gathers col2im(W^T dY) directly.
 class Conv2dKernel final : public OpKernel {
  public:
   Conv2dKernel(const CudaContext& ctx, const VisionWindow& w, int64_t out, bool bias,
@@ -36,18 +36,18 @@ class Conv2dKernel final : public OpKernel {
         group_out_(out / groups),
         group_patch_(patch_ / groups) {}
 
-  int64_t saved_floats_per_sample() const override { return patch_ * positions_; }
+  int64_t workspace_floats_per_sample() const override { return patch_ * positions_; }
 
   void forward(const OpArgs& a) const override {
     float* y = a.outputs[0].f();
-    ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.saved, w_, a.batch, ctx_.stream),
+    ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.workspace, w_, a.batch, ctx_.stream),
                "conv2d forward: im2col");
     // W is shared by every sample: stride 0. Group g: its filters times its rows of cols.
     for (int64_t g = 0; g < groups_; ++g) {
       gemm_batched(ctx_, "conv2d forward", false, false, group_out_, positions_, group_patch_, 1.0f,
                    a.params[0] + g * group_out_ * group_patch_, group_patch_, 0,
-                   a.saved + g * group_patch_ * positions_, positions_, patch_ * positions_, 0.0f,
-                   y + g * group_out_ * positions_, positions_, out_ * positions_, a.batch);
+                   a.workspace + g * group_patch_ * positions_, positions_, patch_ * positions_,
+                   0.0f, y + g * group_out_ * positions_, positions_, out_ * positions_, a.batch);
     }
     if (bias_) {
       ctx_.check(launch_conv2d_add_bias(y, a.params[1], a.batch, out_, positions_, ctx_.stream),
@@ -62,14 +62,16 @@ class Conv2dKernel final : public OpKernel {
     float* db = bias_ ? a.param_grads[1] : nullptr;
     float* dx = a.grad_inputs[0].f();
     if (dw != nullptr) {
+      ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.workspace, w_, a.batch, ctx_.stream),
+                 "conv2d backward: im2col");
       // The sum over samples and positions is not one strided GEMM; accumulate sample by sample
       // in the CPU's order (stream-ordered, so deterministic).
       for (int64_t s = 0; s < a.batch; ++s) {
         for (int64_t g = 0; g < groups_; ++g) {
           gemm(ctx_, "conv2d backward: weight gradient", false, true, group_out_, group_patch_,
                positions_, 1.0f, dy + s * out_n + g * group_out_ * positions_, positions_,
-               a.saved + s * patch_ * positions_ + g * group_patch_ * positions_, positions_, 1.0f,
-               dw + g * group_out_ * group_patch_, group_patch_);
+               a.workspace + s * patch_ * positions_ + g * group_patch_ * positions_, positions_,
+               1.0f, dw + g * group_out_ * group_patch_, group_patch_);
         }
       }
     }

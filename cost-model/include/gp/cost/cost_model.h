@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,11 +24,22 @@ struct OpTime {
   double backward_us = 0;
 };
 
+// Memory of one op per sample, as measured (see OpCost for the definitions).
+struct OpMemory {
+  double activation_bytes = 0;  // kept from forward until backward: outputs and saved scratch
+  double workspace_bytes = 0;   // used during one call only
+};
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
   // Time of graph op `op_index` for a micro-batch of `samples` samples (>= 1) on one device.
   virtual OpTime op_time(const graph::OpNode& op, int64_t samples) const = 0;
+  // Measured memory of the op, when this model has a measurement of it (else the catalogue's
+  // OpCost is the estimate).
+  virtual std::optional<OpMemory> op_memory(const graph::OpNode& /*op*/) const {
+    return std::nullopt;
+  }
   virtual std::string_view name() const = 0;
 };
 
@@ -79,6 +91,9 @@ class ProfiledCostModel final : public CostModel {
       std::shared_ptr<const CostModel> fallback);
 
   OpTime op_time(const graph::OpNode& op, int64_t samples) const override;
+  // The most bytes per sample over the measured micro-batch sizes; none for ops the profile does
+  // not hold or holds without memory (profiles written before the profiler measured it).
+  std::optional<OpMemory> op_memory(const graph::OpNode& op) const override;
   std::string_view name() const override { return "profiled"; }
   // Number of distinct signatures answered by the fallback so far.
   int fallback_count() const;

@@ -1,10 +1,13 @@
 // Per-device memory of a stage: weights, gradients, optimizer state, activations kept for
-// backward for every in-flight sample, and the largest transient workspace.
+// backward for every in-flight sample, and the workspace of one call. The definition is the one
+// the executor's StageRunner allocates (StageRunner::memory() reports the same five numbers for a
+// stage at fp32 without relays; test/executor/stage_memory_test.cc holds them equal).
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "gp/cost/cost_model.h"
 #include "gp/graph/graph.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -13,9 +16,13 @@ namespace gp::cost {
 struct MemoryBreakdown {
   int64_t weight_bytes = 0;
   int64_t gradient_bytes = 0;
-  int64_t optimizer_bytes = 0;   // SGD 0, momentum 1x, Adam 2x fp32 params (+ fp32 master)
-  int64_t activation_bytes = 0;  // kept activations of all in-flight samples on this device
-  int64_t workspace_bytes = 0;   // largest transient per-op buffer (outputs + gradients)
+  int64_t optimizer_bytes = 0;  // SGD 0, momentum 1x, Adam 2x fp32 params (+ fp32 master)
+  // Per in-flight sample: every tensor the stage reads or writes, the kernels' saved scratch
+  // (OpCost::activation_bytes) and the gradients of tensors crossing the stage's boundary.
+  int64_t activation_bytes = 0;
+  // Per sample of one call: the gradients inside the stage (one backward at a time) and the
+  // largest kernel workspace (OpCost::workspace_bytes).
+  int64_t workspace_bytes = 0;
   int64_t total() const {
     return weight_bytes + gradient_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
   }
@@ -24,6 +31,9 @@ struct MemoryBreakdown {
 struct MemoryOptions {
   graphpipe::v1::OptimizerKind optimizer = graphpipe::v1::OPTIMIZER_KIND_ADAM;
   graphpipe::v1::Precision precision = graphpipe::v1::PRECISION_FP32;
+  // When set, an op's measured bytes (CostModel::op_memory: a profile's kept and workspace bytes)
+  // replace the catalogue's OpCost::activation_bytes and workspace_bytes.
+  const CostModel* measured = nullptr;
 };
 
 // Weights and optimizer state are replicated on each of the stage's devices; activations and
@@ -32,6 +42,12 @@ struct MemoryOptions {
 MemoryBreakdown stage_memory(const graph::Graph& graph, std::span<const int> op_indices,
                              int64_t micro_batch, int64_t in_flight_samples, int data_parallel,
                              const MemoryOptions& options);
+
+// Per sample of one call, the largest workspace one of the ops' kernels asks for (a part of
+// MemoryBreakdown::workspace_bytes; the rest, the inner gradients, adds up over ops).
+int64_t kernel_workspace_bytes_per_sample(const graph::Graph& graph,
+                                          std::span<const int> op_indices,
+                                          const MemoryOptions& options);
 
 // Bytes of parameters of the ops (at the training precision) — the gradient all-reduce volume.
 int64_t stage_param_bytes(const graph::Graph& graph, std::span<const int> op_indices,

@@ -32,10 +32,16 @@ struct OpCost {
   double backward_bytes = 0;        // activations and gradients read + written in backward
   double forward_fixed_bytes = 0;   // per call: parameters read in forward
   double backward_fixed_bytes = 0;  // per call: parameters read, parameter gradients written
-  double activation_bytes = 0;      // kept from forward until backward
-  int64_t param_count = 0;          // trainable elements (whole op, not per sample)
-  int forward_kernels = 0;          // kernel launches per forward call
-  int backward_kernels = 0;         // kernel launches per backward call
+  // Memory, per sample as the executor stores tensors (floats 4 bytes, ids 8; see
+  // stored_size_bytes): what the op's kernels keep from forward until backward beyond its outputs
+  // (the most any backend keeps), and what they use during one call only.
+  double saved_bytes = 0;
+  double workspace_bytes = 0;
+  // Kept from forward until backward for this op: its outputs plus saved_bytes (set by Graph).
+  double activation_bytes = 0;
+  int64_t param_count = 0;   // trainable elements (whole op, not per sample)
+  int forward_kernels = 0;   // kernel launches per forward call
+  int backward_kernels = 0;  // kernel launches per backward call
 };
 
 // What shape inference produces for one operator.
@@ -69,6 +75,10 @@ std::string_view dtype_name(DataType dtype);
 Result<DataType> parse_dtype(std::string_view name);  // "float32", "int64", ...
 int64_t num_elements(const TensorSpec& spec);
 int64_t size_bytes(const TensorSpec& spec);
+// Integer tensors (ids, offsets) carry no gradients and are stored as int64.
+bool is_integer(const TensorSpec& spec);
+// Bytes as the executor stores the tensor: integer tensors as int64, all others as float32.
+int64_t stored_size_bytes(const TensorSpec& spec);
 std::string shape_string(const TensorSpec& spec);  // "[256, 1024] float32"
 TensorSpec make_spec(std::vector<int64_t> shape, DataType dtype = graphpipe::v1::DATA_TYPE_FLOAT32);
 bool same_spec(const TensorSpec& a, const TensorSpec& b);  // shapes equal, dtypes equal

@@ -7,6 +7,10 @@
 //   [s*E, (s+1)*E); float tensors are float32, id/label tensors int64;
 // - forward reads `inputs` and `params`, writes `outputs` and the op's `saved` scratch
 //   (saved_floats_per_sample() floats per sample, kept by the executor until backward);
+// - forward and backward may use `workspace` (workspace_floats_per_sample() floats per sample)
+//   during the call only: the executor shares it among the ops of a stage, so nothing in it
+//   survives the call. Saved and workspace floats, with the outputs, are all the memory a kernel
+//   asks for, and the op catalogue budgets both (OpCost::saved_bytes, workspace_bytes);
 // - backward reads inputs, outputs, saved and `grad_outputs`, and ADDS into `grad_inputs`
 //   (a tensor consumed by several ops receives the sum; an entry with data == nullptr needs no
 //   gradient, e.g. a graph input) and ADDS into `param_grads` (gradient accumulation over
@@ -40,6 +44,7 @@ struct OpArgs {
   std::span<const TensorView> outputs;
   std::span<float* const> params;  // in the op's ParamSpec order
   float* saved = nullptr;          // saved_floats_per_sample() * batch floats
+  float* workspace = nullptr;      // workspace_floats_per_sample() * batch floats
   // Backward only:
   std::span<const TensorView> grad_outputs;
   std::span<const TensorView> grad_inputs;  // accumulate; data == nullptr: not needed
@@ -50,6 +55,7 @@ class OpKernel {
  public:
   virtual ~OpKernel() = default;
   virtual int64_t saved_floats_per_sample() const { return 0; }
+  virtual int64_t workspace_floats_per_sample() const { return 0; }
   virtual void forward(const OpArgs& args) const = 0;
   virtual void backward(const OpArgs& args) const = 0;
 };

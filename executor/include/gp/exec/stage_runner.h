@@ -32,6 +32,21 @@
 
 namespace gp::exec {
 
+// Device memory a stage runner holds, by what it is for (bytes, as allocated).
+struct StageMemory {
+  int64_t weight_bytes = 0;
+  int64_t gradient_bytes = 0;   // parameter gradients
+  int64_t optimizer_bytes = 0;  // optimizer state
+  // Kept per in-flight slot: every tensor's values, the kernels' saved scratch and the gradients
+  // of tensors crossing the stage's boundary.
+  int64_t activation_bytes = 0;
+  // One copy for all slots: the gradients inside the stage and the largest kernel workspace.
+  int64_t workspace_bytes = 0;
+  int64_t total() const {
+    return weight_bytes + gradient_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
+  }
+};
+
 struct StageTensor {
   graphpipe::v1::TensorRef ref;
   int64_t per_sample = 0;   // elements
@@ -74,13 +89,16 @@ class StageRunner {
   // Sum over samples and loss ops of the per-sample losses of the slot's last forward.
   double loss_sum(int slot) const;
   bool has_loss() const { return !loss_ops_.empty(); }
-  // Zeroes the slot's activation gradients (gradients then accumulate).
+  // Zeroes the slot's gradients of the tensors that cross the stage's boundary (received ones then
+  // accumulate into them); backward() zeroes the stage's inner gradients itself.
   void begin_backward(int slot);
   // Backward; loss ops get d(objective)/d(loss_s) = loss_scale (1 / mini-batch for the mean).
   void backward(int slot, float loss_scale);
 
   void zero_param_grads();
   int64_t param_count() const { return param_count_; }
+  // What the runner allocated (the memory model of cost/memory_model.h predicts the same).
+  const StageMemory& memory() const { return memory_; }
   // One optimizer update of every parameter; `step` counts from 1.
   void optimizer_step(int64_t step);
   // Gradient-norm clipping (training.clip_grad_norm > 0), in two halves so that a pipeline can
@@ -129,7 +147,9 @@ class StageRunner {
   struct Tensor {
     StageTensor info;
     DeviceBuffer values;  // slots x max_batch x per_sample: floats, or int64 for int tensors
-    DeviceBuffer grads;   // same layout, floats; tensors that need gradients
+    DeviceBuffer grads;   // floats, tensors that need gradients: like values when grads_per_slot,
+                          // else one slot's worth shared by all slots
+    bool grads_per_slot = false;  // the tensor crosses the stage's boundary
   };
   struct OpState {
     int op = 0;
@@ -151,6 +171,7 @@ class StageRunner {
   StageRunner() = default;
   TensorView view(const Tensor& t, int slot, bool grad) const;
   OpArgs op_args(OpState& st, int slot, int64_t batch, bool backward) const;
+  void zero_grads(int slot, bool per_slot);
   Range op_range(int op_index) const;
   // Keeps the first error of the hot paths for synchronize().
   void note(const Status& s) const {
@@ -174,6 +195,8 @@ class StageRunner {
   std::vector<int> loss_ops_;  // into ops_
   int64_t param_count_ = 0;
   DeviceBuffer weights_, grads_, opt_state_;
+  DeviceBuffer workspace_;  // max_batch x the largest workspace_floats_per_sample of the stage
+  StageMemory memory_;
   std::vector<int64_t> last_batch_;  // per slot
   // Devices without host memory: one graph input's samples are generated here and copied over;
   // losses come back and loss gradients go out through float_staging_ (max_batch floats).

@@ -22,7 +22,10 @@
 
 namespace gp::planner {
 
-// Additive summary of a set of units (sum of parts, except workspace which is a max).
+// Additive summary of a set of units (sum of parts, except the kernel workspace which is a max).
+// Summing units counts a tensor between two units of one stage as both units' boundary (kept
+// gradient and input copy), so the estimate errs on the safe side; plans are checked with the
+// exact gp::cost::stage_memory.
 struct StageAggregate {
   // log2 of the largest micro-batch (kMaxMiniBatch = 2^24) + 1. A fixed array keeps the DPs'
   // inner loops, which build aggregates by the million, free of allocations.
@@ -32,7 +35,8 @@ struct StageAggregate {
   int64_t static_bytes = 0;                     // weights + gradients + optimizer state
   int64_t gradient_bytes = 0;                   // all-reduce volume
   int64_t activation_bytes_per_sample = 0;
-  int64_t workspace_bytes_per_sample = 0;
+  int64_t workspace_bytes_per_sample = 0;         // gradients inside the units, one call
+  int64_t kernel_workspace_bytes_per_sample = 0;  // the largest kernel workspace, one call
 
   void add(const StageAggregate& other);
 };
@@ -55,7 +59,7 @@ class StageCostModel {
     const int64_t live = (in_flight + d - 1) / d;
     const int64_t per_call = (b + d - 1) / d;
     return stage.static_bytes + stage.activation_bytes_per_sample * live +
-           stage.workspace_bytes_per_sample * per_call;
+           (stage.workspace_bytes_per_sample + stage.kernel_workspace_bytes_per_sample) * per_call;
   }
   // The most samples in flight whose memory fits in the device (memory_bytes <= capacity), -1
   // when not even none do; capped at 2^40 (more than any plan keeps).

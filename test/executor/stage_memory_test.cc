@@ -1,0 +1,97 @@
+// The planner's memory model (gp::cost::stage_memory) against what a StageRunner allocates: the
+// bytes a plan predicts for a stage are the bytes the executor holds for it.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "gp/cost/memory_model.h"
+#include "gp/exec/op_kernel.h"
+#include "gp/exec/stage_runner.h"
+#include "gp/graph/graph.h"
+#include "gp/graph/zoo.h"
+
+namespace {
+
+using gp::graph::Graph;
+
+Graph zoo_graph(const std::string& name) {
+  auto model = gp::graph::build_zoo_model(name);
+  REQUIRE(model.ok());
+  auto g = Graph::build(*model);
+  INFO(g.status().to_string());
+  REQUIRE(g.ok());
+  return std::move(g).value();
+}
+
+// Outputs of `ops` read by ops outside them: what the stage sends on.
+std::vector<graphpipe::v1::TensorRef> exports_of(const Graph& g, const std::vector<int>& ops) {
+  std::vector<char> in(static_cast<size_t>(g.num_ops()), 0);
+  for (int op : ops) in[static_cast<size_t>(op)] = 1;
+  std::vector<graphpipe::v1::TensorRef> out;
+  for (const auto& node : g.ops()) {
+    if (in[static_cast<size_t>(node.index)]) continue;
+    for (const auto& ref : node.proto->inputs()) {
+      const int producer = g.index_of(ref.op());
+      if (!in[static_cast<size_t>(producer)]) continue;
+      bool seen = false;
+      for (const auto& e : out) seen |= e.op() == ref.op() && e.output() == ref.output();
+      if (!seen) out.push_back(ref);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a stage runner allocates exactly the memory the planner's model predicts") {
+  graphpipe::v1::TrainingConfig training;
+  training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  training.set_learning_rate(1e-3);
+  gp::cost::MemoryOptions options;
+  options.optimizer = graphpipe::v1::OPTIMIZER_KIND_ADAM;
+  options.precision = graphpipe::v1::PRECISION_FP32;
+  constexpr int64_t kMicroBatch = 3;
+  constexpr int kSlots = 2;
+  for (const std::string name :
+       {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
+    const Graph g = zoo_graph(name);
+    // Three stages of the topological order: each a prefix-closed cut, so convex.
+    const auto& topo = g.topo_order();
+    const size_t n = topo.size();
+    const std::vector<size_t> cuts = {0, n / 3, 2 * n / 3, n};
+    for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+      const std::vector<int> ops(topo.begin() + static_cast<std::ptrdiff_t>(cuts[s]),
+                                 topo.begin() + static_cast<std::ptrdiff_t>(cuts[s + 1]));
+      INFO(name << " stage " << s << " (" << ops.size() << " ops)");
+      auto runner =
+          gp::exec::StageRunner::create(g, ops, exports_of(g, ops), kMicroBatch, kSlots, training);
+      INFO(runner.status().to_string());
+      REQUIRE(runner.ok());
+      const gp::exec::StageMemory& held = (*runner)->memory();
+      const gp::cost::MemoryBreakdown predicted =
+          gp::cost::stage_memory(g, ops, kMicroBatch, kSlots * kMicroBatch, 1, options);
+      CHECK(held.weight_bytes == predicted.weight_bytes);
+      CHECK(held.gradient_bytes == predicted.gradient_bytes);
+      CHECK(held.optimizer_bytes == predicted.optimizer_bytes);
+      CHECK(held.activation_bytes == predicted.activation_bytes);
+      // The catalogue's kernel workspace is the most any backend asks for (CUDA's attention keeps
+      // every head's probability gradients, the CPU's one head's at a time): the runner holds that
+      // much less on the CPU, and not a byte more.
+      int64_t cpu_workspace_floats = 0;
+      for (int op : ops) {
+        auto kernel = gp::exec::make_cpu_kernel(g.op(op));
+        REQUIRE(kernel.ok());
+        cpu_workspace_floats =
+            std::max(cpu_workspace_floats, (*kernel)->workspace_floats_per_sample());
+      }
+      const int64_t slack = (gp::cost::kernel_workspace_bytes_per_sample(g, ops, options) -
+                             4 * cpu_workspace_floats) *
+                            kMicroBatch;
+      CHECK(slack >= 0);
+      CHECK(held.workspace_bytes + slack == predicted.workspace_bytes);
+      CHECK(held.total() + slack == predicted.total());
+      CHECK(held.activation_bytes > 0);
+    }
+  }
+}
