@@ -1,6 +1,7 @@
-// Runs one rank's instruction stream of a plan: the executor's step loop. Everything is resolved
-// when the runner is created (stage buffers, slots, message layouts, tags), so an iteration is a
-// straight loop over instructions that allocates nothing and logs nothing.
+// Runs one rank's instruction stream of a plan: the executor's step loop. The plan is lowered
+// when the runner is created (lower_rank_program in rank_program.h: slots, message layouts, tags)
+// and bound to the stage's buffers, so an iteration is a straight loop over the program's steps
+// that allocates nothing and logs nothing.
 //
 // On a device without host memory, messages and the data-parallel all-reduce go through host
 // buffers allocated at creation: a send waits for the tensor to arrive on the host (copy_to_host
@@ -25,6 +26,7 @@
 #include "gp/common/status.h"
 #include "gp/exec/communicator.h"
 #include "gp/exec/device.h"
+#include "gp/exec/rank_program.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/plan_util.h"
@@ -60,35 +62,17 @@ class RankRunner {
   void enable_trace(size_t max_events);
   const std::vector<TraceEvent>& trace() const { return trace_; }
 
-  int rank() const { return rank_; }
-  int stage() const { return stage_; }
+  int rank() const { return program_.rank; }
+  int stage() const { return program_.stage; }
+  const RankProgram& program() const { return program_; }
   const StageRunner& stage_runner() const { return *runner_; }
   StageRunner& mutable_stage_runner() { return *runner_; }  // checkpoints
   // The instruction being executed (for live status), -1 between iterations.
   int current_instruction() const { return current_.load(std::memory_order_relaxed); }
 
  private:
-  enum class Op { kBeginBackward, kForward, kBackward, kSend, kRecv, kAllReduce, kOptimizer };
-  struct Piece {    // one tensor's samples inside a message
-    bool external;  // external input (received or relayed) or export
-    int index;      // into external_inputs() or exports()
-    int64_t bytes_per_sample;
-  };
-  struct Step {
-    Op op;
-    int instruction;  // index in the plan's program
-    int micro_batch = 0;
-    int slot = 0;
-    int64_t first_sample = 0;  // forward: mini-batch index of the replica's first sample
-    int peer = -1;
-    uint64_t tag = 0;
-    bool gradient = false;
-    int64_t sample_offset = 0;  // within the slot
-    int64_t samples = 0;
-    int64_t bytes = 0;
-    size_t staging_offset = 0;  // send/recv: its region of the device staging buffer
-    std::vector<Piece> pieces;
-  };
+  using Step = ProgramStep;
+  using Piece = MessagePiece;
 
   RankRunner() = default;
   // The step's pieces into / out of a message; through the device's copies when it has no host
@@ -105,19 +89,10 @@ class RankRunner {
   // training.clip_grad_norm: the model's gradient norm summed over every rank, then scaled.
   Status clip_grads(Communicator& comm);
 
-  int rank_ = 0;
-  int stage_ = 0;
-  int64_t per_replica_ = 0;
-  int64_t mini_batch_ = 0;
-  std::vector<int> group_;  // the stage's replicas
-  // Clipping: the ranks that step the optimizer (the norm's all-reduce; empty without clipping),
-  // and whether this rank adds its stage's part of the sum (its first replica does: after the
-  // replicas' all-reduce all of them hold it).
-  std::vector<int> world_;
+  // The lowered program, bound to runner_ (every piece's index set).
+  RankProgram program_;
   std::vector<float> norm_sum_;
-  bool counts_norm_ = false;
   std::unique_ptr<StageRunner> runner_;
-  std::vector<Step> steps_;
   std::vector<std::byte> staging_;
   // Devices without host memory: a received gradient's current value (fan-in adds on the host)
   // and the flat parameter gradients for the all-reduce.
@@ -125,7 +100,6 @@ class RankRunner {
   std::vector<float> allreduce_staging_;
   // A device-memory data plane's messages, one region per send and receive of an iteration.
   DeviceBuffer device_staging_;
-  size_t device_staging_bytes_ = 0;
   std::atomic<int> current_{-1};
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;

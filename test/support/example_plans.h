@@ -1,0 +1,99 @@
+// Hand-partitioned plans shared by the end-to-end and lowering tests: each exercises one thing
+// the executor's messages must get right (replicas, relays, gradient fan-in).
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "gp/cost/cluster.h"
+#include "gp/graph/builder.h"
+#include "gp/graph/graph.h"
+#include "gp/planner/plan_builder.h"
+#include "graphpipe/v1/plan.pb.h"
+#include "models.h"
+
+namespace gp::testing {
+
+// tiny-mmt: branch 0 on rank 0 (b = 2), branch 1 on ranks 1-2 (b = 4, 2 replicas), head on
+// ranks 3-4 (b = 8, 2 replicas); mini-batch 16.
+inline graphpipe::v1::Plan replicated_plan(const graph::Graph& g,
+                                           const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id.rfind("b0.", 0) == 0 ? 0 : id.rfind("b1.", 0) == 0 ? 1 : 2].ops.push_back(node.index);
+  }
+  st[0].ranks = {0};
+  st[0].micro_batch = 2;
+  st[1].ranks = {1, 2};
+  st[1].micro_batch = 4;
+  st[2].ranks = {3, 4};
+  st[2].micro_batch = 8;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 5);
+  in.mini_batch = 16;
+  in.training = t;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+// tiny-candle-uno as a chain of three stages in topological order: feature branches 0, 1, then 2
+// with the head. Branch 0's output skips stage 1 and is relayed through it. Mini-batch 8.
+inline graphpipe::v1::Plan relay_plan(const graph::Graph& g,
+                                      const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id.rfind("feature0.", 0) == 0   ? 0
+       : id.rfind("feature1.", 0) == 0 ? 1
+                                       : 2]
+        .ops.push_back(node.index);
+  }
+  for (int s = 0; s < 3; ++s) st[s].ranks = {s}, st[s].micro_batch = 2;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 3);
+  in.mini_batch = 8;
+  in.training = t;
+  in.chain = true;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+// x -> trunk (stage 0) -> left (stage 1) and right (stage 2) -> add, loss (stage 3): the trunk's
+// output goes to two stages, so its gradient arrives in two messages that add up. Mini-batch 8.
+inline graphpipe::v1::Plan fan_in_plan(const graph::Graph& g,
+                                       const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(4);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id == "x" || id == "trunk" ? 0
+       : id == "left"             ? 1
+       : id == "right"            ? 2
+                                  : 3]
+        .ops.push_back(node.index);
+  }
+  for (int s = 0; s < 4; ++s) st[s].ranks = {s}, st[s].micro_batch = 4;
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
+  in.mini_batch = 8;
+  in.training = t;
+  auto plan = planner::build_plan(in, st);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+inline graph::Graph fan_in_graph() {
+  graph::GraphBuilder b("fan-in", "");
+  auto trunk = b.linear("trunk", b.input("x", {8}), 8);
+  auto sum = b.add("sum", {b.linear("left", trunk, 8), b.linear("right", trunk, 8)});
+  b.add_loss(b.mse_loss("loss", sum, b.input("t", {8})));
+  return build_graph(b.finish());
+}
+
+}  // namespace gp::testing
