@@ -171,7 +171,36 @@ Status RankRunner::clip_grads(Communicator& comm) {
   return runner.clip_grads(norm_sum_[0], allreduce_staging_);
 }
 
-Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) {
+Status RankRunner::bind(Communicator& comm) {
+  StageRunner& runner = *runner_;
+  const bool on_device = comm.device_memory();
+  const std::string where = "rank " + std::to_string(program_.rank) + ": message staging buffer";
+  if (on_device && device_staging_.bytes() < program_.device_staging_bytes) {
+    auto staging = DeviceBuffer::create(runner.device(), program_.device_staging_bytes);
+    if (!staging.ok()) return staging.status().with_context(where);
+    device_staging_ = std::move(*staging);
+    // The data plane's streams write receives into it without ordering after the compute
+    // stream, where the allocation (possibly of memory freed there) is ordered.
+    if (Status st = runner.synchronize(); !st.ok()) return st.with_context(where);
+  }
+  std::byte* device_staging = static_cast<std::byte*>(device_staging_.data());
+  message_of_step_.assign(program_.steps.size(), nullptr);
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    message_of_step_[i] =
+        on_device ? device_staging + program_.steps[i].staging_offset : staging_.data();
+  }
+  pack_ = on_device ? &RankRunner::pack_on_device : &RankRunner::pack;
+  unpack_ = on_device ? &RankRunner::unpack_on_device : &RankRunner::unpack;
+  comm_ = &comm;
+  return ok_status();
+}
+
+Result<double> RankRunner::run_iteration(int64_t iteration) {
+  if (comm_ == nullptr) {
+    return failed_precondition("rank " + std::to_string(program_.rank) +
+                               ": run_iteration before bind (no data plane)");
+  }
+  Communicator& comm = *comm_;
   StageRunner& runner = *runner_;
   runner.zero_param_grads();
   double loss = 0;
@@ -180,23 +209,9 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
   // of the previous one.
   const uint64_t parity = static_cast<uint64_t>(iteration & 1) << 63;
   const bool tracing = trace_capacity_ > 0;
-  const bool on_device = comm.device_memory();
-  if (on_device && device_staging_.bytes() < program_.device_staging_bytes) {
-    // Once, at the first iteration over such a data plane (the runner is made before it).
-    auto staging = DeviceBuffer::create(runner.device(), program_.device_staging_bytes);
-    if (!staging.ok()) {
-      return staging.status().with_context("rank " + std::to_string(program_.rank) +
-                                           ": message staging buffer");
-    }
-    device_staging_ = std::move(*staging);
-    // The data plane's streams write receives into it without ordering after the compute
-    // stream, where the allocation (possibly of memory freed there) is ordered.
-    if (Status st = runner.synchronize(); !st.ok()) {
-      return st.with_context("rank " + std::to_string(program_.rank) + ": message staging buffer");
-    }
-  }
-  std::byte* device_staging = static_cast<std::byte*>(device_staging_.data());
-  for (const Step& s : program_.steps) {
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    const Step& s = program_.steps[i];
+    std::byte* message = message_of_step_[i];
     current_.store(s.instruction, std::memory_order_relaxed);
     const double start_us = tracing ? now_us() : 0;
     Status st;
@@ -212,16 +227,14 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
         runner.backward(s.slot, scale);
         break;
       case StepOp::kSend: {
-        std::byte* message = on_device ? device_staging + s.staging_offset : staging_.data();
-        st = on_device ? pack_on_device(s, message) : pack(s, message);
+        st = (this->*pack_)(s, message);
         if (st.ok())
           st = comm.send(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
         break;
       }
       case StepOp::kRecv: {
-        std::byte* message = on_device ? device_staging + s.staging_offset : staging_.data();
         st = comm.recv(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
-        if (st.ok()) st = on_device ? unpack_on_device(s, message) : unpack(s, message);
+        if (st.ok()) st = (this->*unpack_)(s, message);
         break;
       }
       case StepOp::kAllReduce:
@@ -258,12 +271,11 @@ Result<double> RankRunner::run_iteration(int64_t iteration, Communicator& comm) 
     }
   }
   current_.store(-1, std::memory_order_relaxed);
-  // The staging regions are reused next iteration, and a transfer's failure belongs to this one.
-  if (on_device) {
-    if (Status st = comm.wait_all(); !st.ok()) {
-      return st.with_context("rank " + std::to_string(program_.rank) + ", iteration " +
-                             std::to_string(iteration));
-    }
+  // The staging regions are reused next iteration, and a transfer's failure belongs to this one
+  // (a host data plane has nothing in flight).
+  if (Status st = comm.wait_all(); !st.ok()) {
+    return st.with_context("rank " + std::to_string(program_.rank) + ", iteration " +
+                           std::to_string(iteration));
   }
   // Errors of the iteration's queued device work (and of the runner's copies) surface here.
   if (Status st = runner.synchronize(); !st.ok()) {
@@ -371,8 +383,9 @@ Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int ite
   for (size_t i = 0; i < runners.size(); ++i) {
     threads.emplace_back([&, i] {
       auto comm = hub.communicator(runners[i]->rank());
+      Status bound = runners[i]->bind(*comm);
       for (int it = 0; it < iterations; ++it) {
-        auto loss = runners[i]->run_iteration(it, *comm);
+        auto loss = bound.ok() ? runners[i]->run_iteration(it) : Result<double>(bound);
         if (!loss.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first_error.ok()) first_error = loss.status();

@@ -126,8 +126,12 @@ NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
         while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         return;
       }
+      if (Status bound = run.runners[r]->bind(*comms[r]); !bound.ok()) {
+        out.status = bound;
+        return;
+      }
       for (int it = 0; it < iterations; ++it) {
-        auto loss = run.runners[r]->run_iteration(it, *comms[r]);
+        auto loss = run.runners[r]->run_iteration(it);
         if (!loss.ok()) {
           out.status = loss.status();
           break;

@@ -112,8 +112,12 @@ Result<std::vector<double>> run_over_gloo(const graphpipe::v1::Plan& plan,
         return;
       }
       exec::Communicator& comm = *comms[i]->value();
+      if (Status bound = runners[i]->bind(comm); !bound.ok()) {
+        errors[i] = bound;
+        return;
+      }
       for (int it = 0; it < kIterations; ++it) {
-        auto loss = runners[i]->run_iteration(it, comm);
+        auto loss = runners[i]->run_iteration(it);
         if (!loss.ok()) {
           errors[i] = loss.status();
           comm.abort("rank " + std::to_string(runners[i]->rank()) + " failed");

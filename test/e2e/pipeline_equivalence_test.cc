@@ -267,8 +267,9 @@ DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterat
   std::vector<std::thread> threads;
   for (size_t i = 0; i < run.runners.size(); ++i) {
     threads.emplace_back([&, i] {
+      const Status bound = run.runners[i]->bind(*comms[i]);
       for (int it = 0; it < iterations; ++it) {
-        auto loss = run.runners[i]->run_iteration(it, *comms[i]);
+        auto loss = bound.ok() ? run.runners[i]->run_iteration(it) : Result<double>(bound);
         if (!loss.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first_error.ok()) first_error = loss.status();
@@ -469,7 +470,8 @@ TEST_CASE("a rank that cannot receive fails with a deadline naming the peer, nob
     REQUIRE(runner.ok());
     threads.emplace_back([&, rank, r = std::move(runner).value()]() mutable {
       auto comm = hub.communicator(rank);
-      results[rank] = r->run_iteration(0, *comm).status();
+      results[rank] = r->bind(*comm);
+      if (results[rank].ok()) results[rank] = r->run_iteration(0).status();
     });
   }
   for (auto& t : threads) t.join();

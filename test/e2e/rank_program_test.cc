@@ -12,6 +12,7 @@
 
 #include "../support/example_plans.h"
 #include "../support/models.h"
+#include "gp/exec/rank_runner.h"
 #include "gp/graph/plan_util.h"
 
 namespace {
@@ -79,4 +80,19 @@ TEST_CASE("lowering refuses a rank without a program, naming it and the world si
   REQUIRE_FALSE(program.ok());
   CHECK(program.status().message().find("--rank = 7") != std::string::npos);
   CHECK(program.status().message().find("4 ranks") != std::string::npos);
+}
+
+TEST_CASE("a rank runner refuses to iterate before a data plane is bound, naming its rank") {
+  const auto g = testing::fan_in_graph();
+  const auto plan = testing::fan_in_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  auto index = graph::validate_plan(plan, g);
+  REQUIRE(index.ok());
+  auto runner = exec::RankRunner::create(plan, g, *index, 2);
+  REQUIRE(runner.ok());
+  CHECK(exec::describe((*runner)->program()) ==
+        exec::describe(*exec::lower_rank_program(plan, g, *index, 2)));
+  auto loss = (*runner)->run_iteration(0);
+  REQUIRE_FALSE(loss.ok());
+  CHECK(loss.status().message().find("rank 2") != std::string::npos);
+  CHECK(loss.status().message().find("before bind") != std::string::npos);
 }

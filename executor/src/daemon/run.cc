@@ -408,6 +408,7 @@ Result<int> run_rank(const RunOptions& options) {
                            static_cast<size_t>(o.iterations));
     }
     heartbeat.attach(comm);
+    GP_RETURN_IF_ERROR(runner->bind(comm));
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;
     auto checkpoint = [&](int it) -> Status {
@@ -431,7 +432,7 @@ Result<int> run_rank(const RunOptions& options) {
       heartbeat.set_iteration(it);
       failed_iteration = it;
       const auto start = Clock::now();
-      GP_ASSIGN_OR_RETURN(const double loss, runner->run_iteration(it, comm));
+      GP_ASSIGN_OR_RETURN(const double loss, runner->run_iteration(it));
       times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       heartbeat.set_samples_per_s(static_cast<double>(plan.mini_batch()) / times.back());
       if (runner->stage_runner().has_loss()) {

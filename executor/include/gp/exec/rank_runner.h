@@ -12,7 +12,7 @@
 //
 // With a data plane that moves device memory (Communicator::device_memory(), NCCL), a message is
 // packed on the device into its own region of a staging buffer (every send and receive of an
-// iteration has one, allocated at the first such iteration), handed to the communicator, and
+// iteration has one, allocated by bind()), handed to the communicator, and
 // unpacked on the device; a received gradient is added on the device, in the same order. Nothing
 // is copied through the host, and the iteration ends with Communicator::wait_all().
 #pragma once
@@ -55,8 +55,14 @@ class RankRunner {
                                                     const graph::PlanIndex& index, int rank,
                                                     const Device& device = cpu_device());
 
-  // One training iteration; returns this rank's sum of per-sample losses (0 if it holds none).
-  Result<double> run_iteration(int64_t iteration, Communicator& comm);
+  // Binds the data plane every iteration uses, once, before the first: the step loop's message
+  // buffers and pack/unpack paths are chosen here (a device-memory data plane gets its staging
+  // buffer allocated now), so run_iteration has no branch on where memory lives. `comm` must
+  // outlive the runner's iterations; binding again replaces it.
+  Status bind(Communicator& comm);
+  // One training iteration over the bound data plane; returns this rank's sum of per-sample
+  // losses (0 if it holds none). Refused before bind().
+  Result<double> run_iteration(int64_t iteration);
 
   // Records up to `max_events` intervals from now on (preallocated; recording never allocates).
   void enable_trace(size_t max_events);
@@ -100,6 +106,12 @@ class RankRunner {
   std::vector<float> allreduce_staging_;
   // A device-memory data plane's messages, one region per send and receive of an iteration.
   DeviceBuffer device_staging_;
+  // Bound by bind(): the data plane, each step's message buffer (host staging_ or its region of
+  // device_staging_) and the matching pack and unpack.
+  Communicator* comm_ = nullptr;
+  std::vector<std::byte*> message_of_step_;
+  Status (RankRunner::*pack_)(const Step&, std::byte*) const = nullptr;
+  Status (RankRunner::*unpack_)(const Step&, const std::byte*) = nullptr;
   std::atomic<int> current_{-1};
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;
