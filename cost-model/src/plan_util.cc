@@ -20,6 +20,41 @@ std::string idx(const char* field, int i) {
   return std::string(field) + "[" + std::to_string(i) + "]";
 }
 
+// A message goes between replicas of its edge's two stages, the right way round, and carries
+// samples of the mini-batch; gradients only where the edge carries some.
+Status check_message(const Plan& plan, const Graph& graph, const PlanIndex& index, int m) {
+  const auto& msg = plan.messages(m);
+  const std::string where = idx("messages", m);
+  if (msg.edge() < 0 || msg.edge() >= plan.edges_size()) {
+    return invalid_argument(where + ".edge = " + std::to_string(msg.edge()) +
+                            " is not an index of "
+                            "plan.edges (" +
+                            std::to_string(plan.edges_size()) + " edges)");
+  }
+  const auto& edge = plan.edges(msg.edge());
+  if (msg.gradient() && gradient_bytes_per_sample(graph, edge) == 0) {
+    return invalid_argument(where + ".gradient = true, but edge " + std::to_string(msg.edge()) +
+                            " carries no tensor with a gradient");
+  }
+  const int from = msg.gradient() ? edge.dst_stage() : edge.src_stage();
+  const int to = msg.gradient() ? edge.src_stage() : edge.dst_stage();
+  for (const auto& [field, rank, stage] :
+       {std::tuple{"src_rank", msg.src_rank(), from}, std::tuple{"dst_rank", msg.dst_rank(), to}}) {
+    if (rank < 0 || rank >= index.world_size || index.stage_of_rank[rank] != stage) {
+      return invalid_argument(where + "." + field + " = " + std::to_string(rank) +
+                              " is not a replica of stage " + std::to_string(stage) + " (edge " +
+                              std::to_string(msg.edge()) + (msg.gradient() ? ", gradient)" : ")"));
+    }
+  }
+  if (msg.sample_begin() < 0 || msg.sample_end() <= msg.sample_begin() ||
+      msg.sample_end() > plan.mini_batch()) {
+    return invalid_argument(where + ": samples [" + std::to_string(msg.sample_begin()) + ", " +
+                            std::to_string(msg.sample_end()) +
+                            ") are empty or outside the mini-batch");
+  }
+  return ok_status();
+}
+
 Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k) {
   const auto& prog = plan.programs(p);
   const Instruction& in = prog.instructions(k);
@@ -42,31 +77,32 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
   const bool is_comm =
       kind >= K::INSTRUCTION_KIND_SEND_ACTIVATION && kind <= K::INSTRUCTION_KIND_RECV_GRADIENT;
   if (!is_comm) return ok_status();
-  if (in.edge() < 0 || in.edge() >= plan.edges_size()) {
-    return invalid_argument(where + ".edge = " + std::to_string(in.edge()) + " out of range");
+  if (in.message() < 0 || in.message() >= plan.messages_size()) {
+    return invalid_argument(where + ".message = " + std::to_string(in.message()) +
+                            " is not an index of plan.messages (" +
+                            std::to_string(plan.messages_size()) + " messages)");
   }
-  const auto& edge = plan.edges(in.edge());
-  // Which end of the edge this rank must be, and which end the peer must be.
-  const bool this_is_src =
-      kind == K::INSTRUCTION_KIND_SEND_ACTIVATION || kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
-  const int own = this_is_src ? edge.src_stage() : edge.dst_stage();
-  const int other = this_is_src ? edge.dst_stage() : edge.src_stage();
-  if (own != prog.stage()) {
-    return invalid_argument(
-        where + ": edge " + std::to_string(in.edge()) + " (stage " +
-        std::to_string(edge.src_stage()) + " -> " + std::to_string(edge.dst_stage()) +
-        ") does not fit this instruction on stage " + std::to_string(prog.stage()));
+  const auto& msg = plan.messages(in.message());
+  const bool send =
+      kind == K::INSTRUCTION_KIND_SEND_ACTIVATION || kind == K::INSTRUCTION_KIND_SEND_GRADIENT;
+  const bool gradient =
+      kind == K::INSTRUCTION_KIND_SEND_GRADIENT || kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
+  if (msg.gradient() != gradient || (send ? msg.src_rank() : msg.dst_rank()) != prog.rank()) {
+    return invalid_argument(where + ".message = " + std::to_string(in.message()) + ": " +
+                            describe_message(plan, in.message()) + " is not " +
+                            (send ? "sent" : "received") + " by this " +
+                            (gradient ? "gradient" : "activation") + " instruction's rank " +
+                            std::to_string(prog.rank()));
   }
-  if (in.peer_rank() < 0 || in.peer_rank() >= index.world_size ||
-      index.stage_of_rank[in.peer_rank()] != other) {
-    return invalid_argument(where + ".peer_rank = " + std::to_string(in.peer_rank()) +
-                            " is not a replica of stage " + std::to_string(other));
-  }
-  if (in.sample_begin() < 0 || in.sample_end() <= in.sample_begin() ||
-      in.sample_end() > plan.mini_batch()) {
-    return invalid_argument(where + ": sample range [" + std::to_string(in.sample_begin()) + ", " +
-                            std::to_string(in.sample_end()) +
-                            ") is empty or outside the mini-batch");
+  const SampleRange slice =
+      replica_samples(stage, index.replica_of_rank[prog.rank()], in.micro_batch());
+  if (!slice.contains(msg.sample_begin(), msg.sample_end())) {
+    return invalid_argument(where + ".message = " + std::to_string(in.message()) + ": samples [" +
+                            std::to_string(msg.sample_begin()) + ", " +
+                            std::to_string(msg.sample_end()) + ") are outside rank " +
+                            std::to_string(prog.rank()) + "'s samples [" +
+                            std::to_string(slice.begin) + ", " + std::to_string(slice.end) +
+                            ") of micro-batch " + std::to_string(in.micro_batch()));
   }
   return ok_status();
 }
@@ -140,9 +176,13 @@ Status validate_training(const graphpipe::v1::TrainingConfig& t, bool allow_unse
 }
 
 Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) {
-  if (plan.format_version() != 1) {
-    return invalid_argument("plan.format_version = " + std::to_string(plan.format_version()) +
-                            ", this build reads version 1");
+  if (plan.format_version() != kPlanFormatVersion) {
+    const std::string why =
+        plan.format_version() == 1
+            ? ": a plan from an older graphpipe-plan, whose SEND and RECV instructions do not "
+              "name a shared message; make the plan again with this graphpipe-plan"
+            : ", this build reads format " + std::to_string(kPlanFormatVersion);
+    return invalid_argument("plan.format_version = " + std::to_string(plan.format_version()) + why);
   }
   const std::string hash = model_hash(plan.model());
   if (plan.model_hash() != hash) {
@@ -232,6 +272,10 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
   }
   index.stage_of_rank.assign(index.world_size, -1);
   for (int r = 0; r < index.world_size; ++r) index.stage_of_rank[r] = owner_of_rank[r];
+  index.replica_of_rank.assign(index.world_size, -1);
+  for (const auto& st : plan.stages()) {
+    for (int j = 0; j < st.device_ranks_size(); ++j) index.replica_of_rank[st.device_ranks(j)] = j;
+  }
 
   for (int e = 0; e < plan.edges_size(); ++e) {
     const auto& edge = plan.edges(e);
@@ -250,6 +294,10 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
                                 std::to_string(ref.output()) + " is not a tensor of the model");
       }
     }
+  }
+
+  for (int m = 0; m < plan.messages_size(); ++m) {
+    GP_RETURN_IF_ERROR(check_message(plan, graph, index, m));
   }
 
   index.program_of_rank.assign(index.world_size, -1);
@@ -354,9 +402,67 @@ void check_stage_graph(const Plan& plan, const Graph& g, const PlanIndex& index,
   }
 }
 
+// Every message is sent once and received once, and on every channel both ends issue its
+// messages in the order Plan.messages lists them.
+void check_messages(const Plan& plan, std::vector<std::string>* problems) {
+  const int n = plan.messages_size();
+  std::vector<int> sent(n, 0), received(n, 0);
+  for (const auto& prog : plan.programs()) {
+    for (const auto& in : prog.instructions()) {
+      if (in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
+          in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT) {
+        ++sent[in.message()];
+      } else if (in.kind() == K::INSTRUCTION_KIND_RECV_ACTIVATION ||
+                 in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT) {
+        ++received[in.message()];
+      }
+    }
+  }
+  bool counts_ok = true;
+  for (int m = 0; m < n; ++m) {
+    if (sent[m] == 1 && received[m] == 1) continue;
+    counts_ok = false;
+    problems->push_back(describe_message(plan, m) + ": sent " + std::to_string(sent[m]) +
+                        " time(s), received " + std::to_string(received[m]) +
+                        " time(s); every message is sent once and received once");
+  }
+  if (!counts_ok) return;  // the order below would only restate the miscount
+  // Per channel (src, dst): its messages in table order, and how far each end has got.
+  struct Channel {
+    std::vector<int> messages;
+    size_t sent = 0, received = 0;
+  };
+  std::map<std::pair<int, int>, Channel> channels;
+  for (int m = 0; m < n; ++m) {
+    channels[{plan.messages(m).src_rank(), plan.messages(m).dst_rank()}].messages.push_back(m);
+  }
+  for (const auto& prog : plan.programs()) {
+    std::set<std::pair<int, int>> reported;
+    for (const auto& in : prog.instructions()) {
+      const bool send = in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
+                        in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
+      const bool recv = in.kind() == K::INSTRUCTION_KIND_RECV_ACTIVATION ||
+                        in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
+      if (!send && !recv) continue;
+      const auto& msg = plan.messages(in.message());
+      const std::pair<int, int> key{msg.src_rank(), msg.dst_rank()};
+      Channel& ch = channels[key];
+      size_t& at = send ? ch.sent : ch.received;
+      if (ch.messages[at] != in.message() && reported.insert(key).second) {
+        problems->push_back(
+            "channel " + std::to_string(key.first) + "->" + std::to_string(key.second) + ": rank " +
+            std::to_string(prog.rank()) + (send ? " sends " : " receives ") +
+            describe_message(plan, in.message()) + " as the channel's message " +
+            std::to_string(at) + ", where plan.messages lists " +
+            describe_message(plan, ch.messages[at]) +
+            " (both ends issue a channel's messages in that order: NCCL matches them by order)");
+      }
+      ++at;
+    }
+  }
+}
+
 void check_programs(const Plan& plan, const Graph& g, std::vector<std::string>* problems) {
-  using Key = std::tuple<bool, int, int, int, int64_t, int64_t>;
-  std::map<Key, int> sends, recvs;
   for (const auto& prog : plan.programs()) {
     const auto& st = plan.stages(prog.stage());
     const int64_t num_mb = plan.mini_batch() / st.micro_batch();
@@ -383,16 +489,6 @@ void check_programs(const Plan& plan, const Graph& g, std::vector<std::string>* 
                                 std::to_string(in.micro_batch()) + " before its FORWARD");
           }
           ++bwd[in.micro_batch()];
-          break;
-        case K::INSTRUCTION_KIND_SEND_ACTIVATION:
-        case K::INSTRUCTION_KIND_SEND_GRADIENT:
-          ++sends[{in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT, in.edge(), prog.rank(),
-                   in.peer_rank(), in.sample_begin(), in.sample_end()}];
-          break;
-        case K::INSTRUCTION_KIND_RECV_ACTIVATION:
-        case K::INSTRUCTION_KIND_RECV_GRADIENT:
-          ++recvs[{in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT, in.edge(), in.peer_rank(),
-                   prog.rank(), in.sample_begin(), in.sample_end()}];
           break;
         case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
           ++allreduce;
@@ -424,25 +520,6 @@ void check_programs(const Plan& plan, const Graph& g, std::vector<std::string>* 
                           std::to_string(params > 0 ? 1 : 0));
     }
   }
-  const auto transfer = [](const Key& key) {
-    return std::string(std::get<0>(key) ? "gradient" : "activation") + " from rank " +
-           std::to_string(std::get<2>(key)) + " to rank " + std::to_string(std::get<3>(key)) +
-           " on edge " + std::to_string(std::get<1>(key)) + " samples [" +
-           std::to_string(std::get<4>(key)) + ", " + std::to_string(std::get<5>(key)) + ")";
-  };
-  for (const auto& [key, count] : sends) {
-    auto it = recvs.find(key);
-    const int matched = it == recvs.end() ? 0 : it->second;
-    if (matched != count) {
-      problems->push_back("send of the " + transfer(key) + " has " + std::to_string(matched) +
-                          " matching receive(s) for " + std::to_string(count) + " send(s)");
-    }
-  }
-  for (const auto& [key, count] : recvs) {
-    if (sends.find(key) == sends.end()) {
-      problems->push_back("receive of the " + transfer(key) + " has no matching send");
-    }
-  }
 }
 
 }  // namespace
@@ -452,6 +529,7 @@ std::vector<std::string> plan_schedule_problems(const Plan& plan, const Graph& g
   std::vector<std::string> problems;
   check_stage_graph(plan, graph, index, &problems);
   check_programs(plan, graph, &problems);
+  check_messages(plan, &problems);
   return problems;
 }
 
@@ -488,18 +566,39 @@ int64_t gradient_bytes_per_sample(const Graph& graph, const graphpipe::v1::Stage
   return bytes;
 }
 
+SampleRange replica_samples(const graphpipe::v1::Stage& stage, int replica, int64_t micro_batch) {
+  const int64_t b = stage.micro_batch();
+  const int64_t per_replica = b / std::max(stage.device_ranks_size(), 1);
+  const int64_t begin = micro_batch * b + replica * per_replica;
+  return {begin, begin + per_replica};
+}
+
+std::string describe_message(const Plan& plan, int m) {
+  const auto& msg = plan.messages(m);
+  return std::string(msg.gradient() ? "gradient" : "activation") + " message " + std::to_string(m) +
+         " (edge " + std::to_string(msg.edge()) + ", rank " + std::to_string(msg.src_rank()) +
+         " -> rank " + std::to_string(msg.dst_rank()) + ", samples [" +
+         std::to_string(msg.sample_begin()) + ", " + std::to_string(msg.sample_end()) + "))";
+}
+
 std::string describe_instruction(const Plan& plan, const Instruction& in) {
   using K = graphpipe::v1::InstructionKind;
   const std::string mb = " mb " + std::to_string(in.micro_batch());
-  auto transfer = [&](const char* verb, const char* what, const char* dir) {
+  auto transfer = [&](const char* verb, const char* what, bool send) {
     std::string s = std::string(verb) + " " + what;
-    if (in.edge() >= 0 && in.edge() < plan.edges_size()) {
-      const auto& e = plan.edges(in.edge());
+    if (in.message() < 0 || in.message() >= plan.messages_size()) return s + " (no message)";
+    const auto& msg = plan.messages(in.message());
+    if (msg.edge() >= 0 && msg.edge() < plan.edges_size()) {
+      const auto& e = plan.edges(msg.edge());
       s += "[stage " + std::to_string(e.src_stage()) + " -> " + std::to_string(e.dst_stage()) +
-           "," + mb + "] samples [" + std::to_string(in.sample_begin()) + ", " +
-           std::to_string(in.sample_end()) + ")";
+           "," + mb + "]";
     }
-    return s + " " + dir + " rank " + std::to_string(in.peer_rank());
+    s += " samples [" + std::to_string(msg.sample_begin()) + ", " +
+         std::to_string(msg.sample_end()) + ")";
+    return s +
+           (send ? " to rank " + std::to_string(msg.dst_rank())
+                 : " from rank " + std::to_string(msg.src_rank())) +
+           " (message " + std::to_string(in.message()) + ")";
   };
   switch (in.kind()) {
     case K::INSTRUCTION_KIND_FORWARD:
@@ -507,13 +606,13 @@ std::string describe_instruction(const Plan& plan, const Instruction& in) {
     case K::INSTRUCTION_KIND_BACKWARD:
       return "BACKWARD stage " + std::to_string(in.stage()) + mb;
     case K::INSTRUCTION_KIND_SEND_ACTIVATION:
-      return transfer("SEND", "act", "to");
+      return transfer("SEND", "act", true);
     case K::INSTRUCTION_KIND_RECV_ACTIVATION:
-      return transfer("RECV", "act", "from");
+      return transfer("RECV", "act", false);
     case K::INSTRUCTION_KIND_SEND_GRADIENT:
-      return transfer("SEND", "grad", "to");
+      return transfer("SEND", "grad", true);
     case K::INSTRUCTION_KIND_RECV_GRADIENT:
-      return transfer("RECV", "grad", "from");
+      return transfer("RECV", "grad", false);
     case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
       return "ALLREDUCE_GRADS stage " + std::to_string(in.stage());
     case K::INSTRUCTION_KIND_OPTIMIZER_STEP:

@@ -13,26 +13,6 @@ using graphpipe::v1::Instruction;
 using graphpipe::v1::Plan;
 using K = graphpipe::v1::InstructionKind;
 
-// Identifies one transfer: both ends compute the same fields from the plan.
-struct TransferKey {
-  bool gradient;
-  int edge;
-  int src;
-  int dst;
-  int64_t sample_begin;
-  bool operator==(const TransferKey&) const = default;
-};
-
-struct TransferKeyHash {
-  size_t operator()(const TransferKey& k) const {
-    size_t h = static_cast<size_t>(k.sample_begin);
-    h = h * 1000003 + static_cast<size_t>(k.edge);
-    h = h * 1000003 + static_cast<size_t>(k.src);
-    h = h * 1000003 + static_cast<size_t>(k.dst);
-    return h * 2 + (k.gradient ? 1 : 0);
-  }
-};
-
 struct StageCosts {
   double forward_us = 0;
   double backward_us = 0;
@@ -121,8 +101,10 @@ Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
     if (!ranks[r].finished) runnable.emplace(0.0, r);
   }
   std::vector<double> egress_free(world, 0.0), ingress_free(world, 0.0);
-  std::unordered_map<TransferKey, double, TransferKeyHash> arrived;
-  std::unordered_map<TransferKey, int, TransferKeyHash> waiting;
+  // Per message (Plan.messages): when its send finished (-1: not yet), and the rank blocked in
+  // its receive (-1: none).
+  std::vector<double> arrived(plan.messages_size(), -1);
+  std::vector<int> waiting(plan.messages_size(), -1);
   std::vector<std::vector<int>> allreduce_waiting(plan.stages_size());
   std::vector<double> allreduce_ready(plan.stages_size(), 0.0);
 
@@ -175,37 +157,35 @@ Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
       case K::INSTRUCTION_KIND_SEND_ACTIVATION:
       case K::INSTRUCTION_KIND_SEND_GRADIENT: {
         const bool grad = in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
-        const auto& edge = plan.edges(in.edge());
+        const auto& msg = plan.messages(in.message());
+        const auto& edge = plan.edges(msg.edge());
         const int64_t per_sample =
             grad ? graph::gradient_bytes_per_sample(graph, edge) : edge.bytes_per_sample();
-        const int64_t bytes = per_sample * (in.sample_end() - in.sample_begin());
-        const int peer = in.peer_rank();
+        const int64_t bytes = per_sample * (msg.sample_end() - msg.sample_begin());
+        const int peer = msg.dst_rank();
         const double start = std::max({rank.clock, egress_free[r], ingress_free[peer]});
         const double end = start + comm_.p2p_time_us(r, peer, bytes);
         egress_free[r] = end;
         ingress_free[peer] = end;
         add_event({EventKind::kTransfer, r, peer, s, in.micro_batch(), start, end, grad, bytes});
-        const TransferKey key{grad, in.edge(), r, peer, in.sample_begin()};
-        if (auto w = waiting.find(key); w != waiting.end()) {
-          RankState& receiver = ranks[w->second];
+        if (const int w = waiting[in.message()]; w >= 0) {
+          RankState& receiver = ranks[w];
           receiver.clock = std::max(receiver.clock, end);
           ++receiver.pc;
-          runnable.emplace(receiver.clock, w->second);
-          waiting.erase(w);
+          runnable.emplace(receiver.clock, w);
+          waiting[in.message()] = -1;
         } else {
-          arrived[key] = end;
+          arrived[in.message()] = end;
         }
         break;
       }
       case K::INSTRUCTION_KIND_RECV_ACTIVATION:
       case K::INSTRUCTION_KIND_RECV_GRADIENT: {
-        const bool grad = in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
-        const TransferKey key{grad, in.edge(), in.peer_rank(), r, in.sample_begin()};
-        if (auto a = arrived.find(key); a != arrived.end()) {
-          rank.clock = std::max(rank.clock, a->second);
-          arrived.erase(a);
+        if (const double at = arrived[in.message()]; at >= 0) {
+          rank.clock = std::max(rank.clock, at);
+          arrived[in.message()] = -1;
         } else {
-          waiting[key] = r;
+          waiting[in.message()] = r;
           advanced = false;  // resumed by the matching send
         }
         break;

@@ -55,11 +55,9 @@ Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const gr
   const auto& st = plan.stages(p.stage);
   const auto& program = plan.programs(index.program_of_rank[rank]);
   const int64_t b = st.micro_batch();
-  const int replicas = st.device_ranks_size();
-  const int j =
-      static_cast<int>(std::find(st.device_ranks().begin(), st.device_ranks().end(), rank) -
-                       st.device_ranks().begin());
-  p.per_replica = b / replicas;
+  const int j = index.replica_of_rank[rank];
+  const graph::SampleRange first_slice = graph::replica_samples(st, j, 0);
+  p.per_replica = first_slice.end - first_slice.begin;
   p.mini_batch = plan.mini_batch();
   p.group.assign(st.device_ranks().begin(), st.device_ranks().end());
   std::sort(p.group.begin(), p.group.end());
@@ -126,7 +124,7 @@ Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const gr
       }
       step.slot = slot_of[m];
     }
-    const int64_t replica_begin = m * b + j * p.per_replica;
+    const int64_t replica_begin = graph::replica_samples(st, j, m).begin;
     const bool needs_begin =
         in.kind() == K::INSTRUCTION_KIND_BACKWARD || in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
     if (needs_begin && !backward_begun[m]) {
@@ -155,24 +153,17 @@ Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const gr
         step.gradient = in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT ||
                         in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
         step.op = send ? StepOp::kSend : StepOp::kRecv;
-        step.peer = in.peer_rank();
-        // The tag packs edge, direction and first sample; the top edge ids stay reserved for the
-        // data planes' own handshakes.
-        if (in.edge() < 0 || in.edge() >= (1 << 22) || in.sample_begin() < 0 ||
-            in.sample_begin() >= (int64_t{1} << 40)) {
-          return invalid_argument(where(rank, k) + ": edge " + std::to_string(in.edge()) +
-                                  " or first sample " + std::to_string(in.sample_begin()) +
-                                  " outside the message tag's range (2^22 edges, 2^40 samples)");
-        }
-        step.tag = (static_cast<uint64_t>(in.edge()) << 41) |
-                   (static_cast<uint64_t>(step.gradient) << 40) |
-                   static_cast<uint64_t>(in.sample_begin());
-        step.sample_offset = in.sample_begin() - replica_begin;
-        step.samples = in.sample_end() - in.sample_begin();
+        // validate_plan checked the message against this instruction (direction, rank, samples
+        // inside this replica's slice); its index is the wire tag.
+        const auto& msg = plan.messages(in.message());
+        step.peer = send ? msg.dst_rank() : msg.src_rank();
+        step.tag = static_cast<uint64_t>(in.message());
+        step.sample_offset = msg.sample_begin() - replica_begin;
+        step.samples = msg.sample_end() - msg.sample_begin();
         if (step.sample_offset < 0 || step.sample_offset + step.samples > p.per_replica) {
           return invalid_argument(where(rank, k) + ": samples outside its micro-batch slice");
         }
-        for (const auto& t : plan.edges(in.edge()).tensors()) {
+        for (const auto& t : plan.edges(msg.edge()).tensors()) {
           if (step.gradient && !graph::carries_gradient(graph, t)) continue;
           MessagePiece piece;
           piece.tensor = t;

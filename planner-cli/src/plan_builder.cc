@@ -4,6 +4,7 @@
 #include <map>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include "gp/cost/cluster.h"
 #include "gp/graph/model_io.h"
@@ -40,15 +41,15 @@ struct Slice {
 };
 
 // The replica slices of `stage` that overlap the sample range [lo, hi).
-std::vector<Slice> overlapping_slices(const StageAssignment& stage, int64_t lo, int64_t hi) {
+std::vector<Slice> overlapping_slices(const graphpipe::v1::Stage& stage, int64_t lo, int64_t hi) {
   std::vector<Slice> out;
-  const int64_t b = stage.micro_batch;
-  const int64_t per_replica = b / static_cast<int64_t>(stage.ranks.size());
+  const int64_t b = stage.micro_batch();
   for (int64_t m = lo / b; m * b < hi; ++m) {
-    for (size_t j = 0; j < stage.ranks.size(); ++j) {
-      const int64_t begin = std::max(lo, m * b + static_cast<int64_t>(j) * per_replica);
-      const int64_t end = std::min(hi, m * b + static_cast<int64_t>(j + 1) * per_replica);
-      if (begin < end) out.push_back({stage.ranks[j], begin, end});
+    for (int j = 0; j < stage.device_ranks_size(); ++j) {
+      const graph::SampleRange r = graph::replica_samples(stage, j, m);
+      const int64_t begin = std::max(lo, r.begin);
+      const int64_t end = std::min(hi, r.end);
+      if (begin < end) out.push_back({stage.device_ranks(j), begin, end});
     }
   }
   return out;
@@ -62,14 +63,77 @@ Instruction make(InstructionKind kind, int stage, int mb) {
   return in;
 }
 
-Instruction transfer(InstructionKind kind, int stage, int mb, int edge, const Slice& peer) {
-  Instruction in = make(kind, stage, mb);
-  in.set_edge(edge);
-  in.set_peer_rank(peer.rank);
-  in.set_sample_begin(peer.begin);
-  in.set_sample_end(peer.end);
-  return in;
-}
+// The plan's message table, built while the programs are written: each transfer is first known
+// by what it carries (direction, edge, ranks, samples), and numbered once every program is
+// written, channel by channel in the sender's order.
+class MessageTable {
+ public:
+  Instruction transfer(InstructionKind kind, int stage, int mb, int edge, int rank,
+                       const Slice& peer) {
+    const bool send = kind == graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION ||
+                      kind == graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT;
+    graphpipe::v1::Message m;
+    m.set_edge(edge);
+    m.set_gradient(kind == graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT ||
+                   kind == graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT);
+    m.set_src_rank(send ? rank : peer.rank);
+    m.set_dst_rank(send ? peer.rank : rank);
+    m.set_sample_begin(peer.begin);
+    m.set_sample_end(peer.end);
+    const Key key{m.gradient(), edge, m.src_rank(), m.dst_rank(), peer.begin, peer.end};
+    auto [it, fresh] = provisional_.try_emplace(key, static_cast<int>(messages_.size()));
+    if (fresh) messages_.push_back(std::move(m));
+    Instruction in = make(kind, stage, mb);
+    in.set_message(it->second);
+    return in;
+  }
+
+  // Numbers the messages channel by channel in the order the senders issue them, writes
+  // plan.messages and renumbers every instruction.
+  void finish(Plan& plan) const {
+    using K = graphpipe::v1::InstructionKind;
+    std::map<std::pair<int, int>, std::vector<int>> channels;
+    std::vector<char> listed(messages_.size(), 0);
+    for (const auto& prog : plan.programs()) {
+      for (const auto& in : prog.instructions()) {
+        if (in.kind() != K::INSTRUCTION_KIND_SEND_ACTIVATION &&
+            in.kind() != K::INSTRUCTION_KIND_SEND_GRADIENT) {
+          continue;
+        }
+        const auto& m = messages_[in.message()];
+        channels[{m.src_rank(), m.dst_rank()}].push_back(in.message());
+        listed[in.message()] = 1;
+      }
+    }
+    std::vector<int> final_id(messages_.size(), -1);
+    for (const auto& [pair, ids] : channels) {
+      for (int id : ids) {
+        final_id[id] = plan.messages_size();
+        *plan.add_messages() = messages_[id];
+      }
+    }
+    // Received but never sent cannot come from build_plan; numbered last, verify names them.
+    for (size_t id = 0; id < messages_.size(); ++id) {
+      if (!listed[id]) {
+        final_id[id] = plan.messages_size();
+        *plan.add_messages() = messages_[id];
+      }
+    }
+    for (auto& prog : *plan.mutable_programs()) {
+      for (auto& in : *prog.mutable_instructions()) {
+        if (in.kind() >= K::INSTRUCTION_KIND_SEND_ACTIVATION &&
+            in.kind() <= K::INSTRUCTION_KIND_RECV_GRADIENT) {
+          in.set_message(final_id[in.message()]);
+        }
+      }
+    }
+  }
+
+ private:
+  using Key = std::tuple<bool, int, int, int, int64_t, int64_t>;
+  std::map<Key, int> provisional_;
+  std::vector<graphpipe::v1::Message> messages_;
+};
 
 }  // namespace
 
@@ -217,7 +281,7 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
   const std::vector<int64_t> k = in_flight_samples(stages, edges);
 
   Plan plan;
-  plan.set_format_version(1);
+  plan.set_format_version(graph::kPlanFormatVersion);
   *plan.mutable_model() = graph.model();
   plan.set_model_hash(graph::model_hash(plan.model()));
   *plan.mutable_cluster() = inputs.cluster;
@@ -243,63 +307,43 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
   }
   for (auto& e : edges) *plan.add_edges() = e;
 
+  MessageTable table;
   for (size_t s = 0; s < stages.size(); ++s) {
     const auto& st = stages[s];
     const int stage = static_cast<int>(s);
     const int num_mb = static_cast<int>(inputs.mini_batch / st.micro_batch);
-    const int64_t per_replica = st.micro_batch / static_cast<int64_t>(st.ranks.size());
     int64_t params = 0;
     for (int op : st.ops) params += graph.op(op).cost.param_count;
     const auto order = one_f_one_b(num_mb, plan.stages(stage).warmup_forwards());
     for (size_t j = 0; j < st.ranks.size(); ++j) {
       auto* prog = plan.add_programs();
-      prog->set_rank(st.ranks[j]);
+      const int rank = st.ranks[j];
+      prog->set_rank(rank);
       prog->set_stage(stage);
+      // Transfers of micro-batch `mb` on the edges whose `end` (src or dst stage) is this stage,
+      // with every replica of the other end whose samples overlap this replica's.
+      const auto transfers = [&](InstructionKind kind, int mb, bool this_is_src, bool gradient) {
+        const graph::SampleRange mine =
+            graph::replica_samples(plan.stages(stage), static_cast<int>(j), mb);
+        for (int e = 0; e < plan.edges_size(); ++e) {
+          const auto& edge = plan.edges(e);
+          if ((this_is_src ? edge.src_stage() : edge.dst_stage()) != stage) continue;
+          if (gradient && graph::gradient_bytes_per_sample(graph, edge) == 0) continue;
+          const auto& other = plan.stages(this_is_src ? edge.dst_stage() : edge.src_stage());
+          for (const Slice& peer : overlapping_slices(other, mine.begin, mine.end)) {
+            *prog->add_instructions() = table.transfer(kind, stage, mb, e, rank, peer);
+          }
+        }
+      };
       for (const auto& [forward, mb] : order) {
-        const int64_t lo = mb * st.micro_batch + static_cast<int64_t>(j) * per_replica;
-        const int64_t hi = lo + per_replica;
         if (forward) {
-          for (int e = 0; e < plan.edges_size(); ++e) {
-            if (plan.edges(e).dst_stage() != stage) continue;
-            for (const Slice& peer :
-                 overlapping_slices(stages[plan.edges(e).src_stage()], lo, hi)) {
-              *prog->add_instructions() =
-                  transfer(graphpipe::v1::INSTRUCTION_KIND_RECV_ACTIVATION, stage, mb, e, peer);
-            }
-          }
+          transfers(graphpipe::v1::INSTRUCTION_KIND_RECV_ACTIVATION, mb, false, false);
           *prog->add_instructions() = make(graphpipe::v1::INSTRUCTION_KIND_FORWARD, stage, mb);
-          for (int e = 0; e < plan.edges_size(); ++e) {
-            if (plan.edges(e).src_stage() != stage) continue;
-            for (const Slice& peer :
-                 overlapping_slices(stages[plan.edges(e).dst_stage()], lo, hi)) {
-              *prog->add_instructions() =
-                  transfer(graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION, stage, mb, e, peer);
-            }
-          }
+          transfers(graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION, mb, true, false);
         } else {
-          for (int e = 0; e < plan.edges_size(); ++e) {
-            if (plan.edges(e).src_stage() != stage ||
-                graph::gradient_bytes_per_sample(graph, plan.edges(e)) == 0) {
-              continue;
-            }
-            for (const Slice& peer :
-                 overlapping_slices(stages[plan.edges(e).dst_stage()], lo, hi)) {
-              *prog->add_instructions() =
-                  transfer(graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT, stage, mb, e, peer);
-            }
-          }
+          transfers(graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT, mb, true, true);
           *prog->add_instructions() = make(graphpipe::v1::INSTRUCTION_KIND_BACKWARD, stage, mb);
-          for (int e = 0; e < plan.edges_size(); ++e) {
-            if (plan.edges(e).dst_stage() != stage ||
-                graph::gradient_bytes_per_sample(graph, plan.edges(e)) == 0) {
-              continue;
-            }
-            for (const Slice& peer :
-                 overlapping_slices(stages[plan.edges(e).src_stage()], lo, hi)) {
-              *prog->add_instructions() =
-                  transfer(graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT, stage, mb, e, peer);
-            }
-          }
+          transfers(graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT, mb, false, true);
         }
       }
       if (params > 0 && st.ranks.size() > 1) {
@@ -310,6 +354,7 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
       }
     }
   }
+  table.finish(plan);
   return plan;
 }
 

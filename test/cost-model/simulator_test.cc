@@ -198,10 +198,14 @@ TEST_CASE("crossed receives deadlock and the report names every blocked rank") {
   recv.set_kind(graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT);
   recv.set_stage(0);
   recv.set_micro_batch(0);
-  recv.set_edge(0);
-  recv.set_peer_rank(1);
-  recv.set_sample_begin(0);
-  recv.set_sample_end(1);
+  recv.set_message(plan.messages_size());
+  auto* msg = plan.add_messages();  // sent only after the activation rank 0 never sends
+  msg->set_edge(0);
+  msg->set_gradient(true);
+  msg->set_src_rank(1);
+  msg->set_dst_rank(0);
+  msg->set_sample_begin(0);
+  msg->set_sample_end(1);
   auto* instrs = plan.mutable_programs(0)->mutable_instructions();
   instrs->Add(std::move(recv));
   std::rotate(instrs->begin(), instrs->end() - 1, instrs->end());

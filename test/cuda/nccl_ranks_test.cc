@@ -83,10 +83,9 @@ NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
   auto index = graph::validate_plan_structure(plan, *g);
   REQUIRE(index.ok());
   REQUIRE(index->world_size == kRanks);
-  auto layout = exec::nccl_layout(plan, *index);
-  INFO(layout.status().to_string());
-  REQUIRE(layout.ok());
-  auto ids = exec::make_nccl_unique_ids(layout->communicators());
+  REQUIRE(graph::validate_plan(plan, *g).ok());
+  const auto layout = exec::nccl_layout(plan);
+  auto ids = exec::make_nccl_unique_ids(layout.communicators());
   REQUIRE(ids.ok());
   NcclRun run;
   run.ranks.resize(kRanks);
@@ -110,7 +109,7 @@ NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
       exec::NcclOptions o;
       o.device = &run.runners[r]->stage_runner().device();
       o.rank = r;
-      o.layout = *layout;
+      o.layout = layout;
       o.unique_ids = *ids;
       o.timeout = timeout;
       auto comm = exec::make_nccl_communicator(o);

@@ -248,6 +248,9 @@ check "launcher place: the plan's 3 ranks, each on the GPU of its local rank" \
 err=$("$exe" launcher place --plan "$tmp/plan.pb" --nprocs 4 2>&1 >/dev/null); rc=$?
 check "launcher place: an --nprocs other than the plan's exits 2, naming both" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "graphpipe-launch: error: --nprocs 4, but the plan .* has 3 ranks"'
+err=$("$exe" launcher place --plan "$tmp/bad/format_version_1.json" 2>&1 >/dev/null); rc=$?
+check "launcher place: a plan of an older format exits 2 before any rank starts, naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "plan.format_version = 1: a plan from an older graphpipe-plan"'
 err=$(printf 'a 2\nb 2\n' | "$exe" launcher place --plan "$tmp/plan.pb" --hostfile - \
   --hostfile-name hosts.txt 2>&1 >/dev/null); rc=$?
 check "launcher place: a hostfile that does not fit the plan exits 2, naming it" \

@@ -93,7 +93,8 @@ std::vector<std::byte> pattern(size_t n, int seed) {
   return v;
 }
 
-// A tag laid out like RankRunner's: parity << 63 | edge << 41 | grad << 40 | sample_begin.
+// Tags that use all 64 bits as RankRunner's may (iteration parity in bit 63 over the message
+// index), spread over the high bits so that a communicator truncating tags would mix them up.
 uint64_t runner_tag(uint64_t edge, bool grad, uint64_t sample, int iteration) {
   return (static_cast<uint64_t>(iteration & 1) << 63) | (edge << 41) |
          (static_cast<uint64_t>(grad) << 40) | sample;

@@ -155,7 +155,7 @@ for m in transformer_block inception_block; do
 done
 # lower: a partition made elsewhere (here: the sequential plan's stages) as an assignment file.
 out=$("$bin" search --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 \
-  --strategy sequential --out "$tmp/seq.json" --log-level warn); rc=$?
+  --micro-batches 4 --strategy sequential --out "$tmp/seq.json" --log-level warn); rc=$?
 check "sequential plan for lower exits 0" '[ $rc -eq 0 ]'
 check "search says how many of the devices its plan uses" \
   'echo "$out" | grep -Eq "\) on [0-9]+ (of 4 )?devices"'

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "../support/example_plans.h"
+#include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/plan_util.h"
@@ -74,7 +76,7 @@ TEST_CASE("a plan for another model or another cluster is rejected by hash") {
   CHECK_THAT(problems(*r), Catch::Contains("the plan is for cluster"));
 }
 
-TEST_CASE("a missing receive is reported as an unmatched send") {
+TEST_CASE("a missing receive is reported naming the message nobody receives") {
   auto s = searched_plan("tiny-mmt");
   auto* prog = s.plan.mutable_programs(s.plan.programs_size() - 1);
   auto* instrs = prog->mutable_instructions();
@@ -86,7 +88,8 @@ TEST_CASE("a missing receive is reported as an unmatched send") {
   }
   auto r = planner::verify_plan(s.plan, *s.model);
   REQUIRE(r.ok());
-  CHECK_THAT(problems(*r), Catch::Contains("0 matching receive(s) for 1 send(s)"));
+  CHECK_THAT(problems(*r), Catch::Contains("activation message") &&
+                               Catch::Contains("sent 1 time(s), received 0 time(s)"));
 }
 
 TEST_CASE("a plan that needs more memory than the device has is rejected") {
@@ -141,12 +144,11 @@ TEST_CASE("validate_plan (the executor's check) and verify refuse a missing grad
   auto checked = graph::validate_plan(s.plan, *g);
   REQUIRE_FALSE(checked.ok());
   CHECK(checked.status().code() == StatusCode::kInvalidArgument);
-  CHECK_THAT(checked.status().message(),
-             Catch::Contains("send of the gradient from rank") &&
-                 Catch::Contains("0 matching receive(s) for 1 send(s)"));
+  CHECK_THAT(checked.status().message(), Catch::Contains("gradient message") &&
+                                             Catch::Contains("sent 1 time(s), received 0 time(s)"));
   auto r = planner::verify_plan(s.plan, *s.model);
   REQUIRE(r.ok());
-  CHECK_THAT(problems(*r), Catch::Contains("send of the gradient from rank"));
+  CHECK_THAT(problems(*r), Catch::Contains("received 0 time(s)"));
 }
 
 TEST_CASE("a program too short for its micro-batches is refused without counting them") {
@@ -159,4 +161,152 @@ TEST_CASE("a program too short for its micro-batches is refused without counting
   REQUIRE_FALSE(checked.ok());
   CHECK_THAT(checked.status().message(),
              Catch::Contains("1 instructions cannot forward and backward its"));
+}
+
+namespace {
+
+// The program of `rank` and the indices of its instructions of `kind`.
+std::vector<int> instructions_of(const graphpipe::v1::Plan& plan, int rank,
+                                 graphpipe::v1::InstructionKind kind) {
+  std::vector<int> found;
+  for (const auto& prog : plan.programs()) {
+    if (prog.rank() != rank) continue;
+    for (int k = 0; k < prog.instructions_size(); ++k) {
+      if (prog.instructions(k).kind() == kind) found.push_back(k);
+    }
+  }
+  return found;
+}
+
+graphpipe::v1::RankProgram& program_of(graphpipe::v1::Plan& plan, int rank) {
+  for (auto& prog : *plan.mutable_programs()) {
+    if (prog.rank() == rank) return prog;
+  }
+  FAIL("no program for rank " << rank);
+  throw;
+}
+
+}  // namespace
+
+TEST_CASE("every send and receive of a searched plan names a message of its own channel") {
+  auto s = searched_plan("tiny-candle-uno");
+  REQUIRE(s.plan.format_version() == graph::kPlanFormatVersion);
+  REQUIRE(s.plan.messages_size() > 0);
+  std::vector<int> sent(s.plan.messages_size(), 0), received(s.plan.messages_size(), 0);
+  for (const auto& prog : s.plan.programs()) {
+    for (const auto& in : prog.instructions()) {
+      using K = graphpipe::v1::InstructionKind;
+      if (in.kind() < K::INSTRUCTION_KIND_SEND_ACTIVATION ||
+          in.kind() > K::INSTRUCTION_KIND_RECV_GRADIENT) {
+        continue;
+      }
+      const auto& m = s.plan.messages(in.message());
+      const bool send = in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
+                        in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
+      CHECK((send ? m.src_rank() : m.dst_rank()) == prog.rank());
+      ++(send ? sent : received)[in.message()];
+    }
+  }
+  for (int m = 0; m < s.plan.messages_size(); ++m) {
+    INFO(graph::describe_message(s.plan, m));
+    CHECK(sent[m] == 1);
+    CHECK(received[m] == 1);
+  }
+}
+
+TEST_CASE("two ends of a channel that disagree on the message order are refused before a run") {
+  // A chain of three ranks, four micro-batches: channel 0->1 carries one message per micro-batch.
+  const auto g = testing::zoo_graph("tiny-candle-uno");
+  auto plan = testing::relay_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  REQUIRE(graph::validate_plan(plan, g).ok());
+  // Rank 0's first two activation sends, swapped: rank 1 receives them in the table's order, so
+  // NCCL (which matches by order alone) would pair the wrong buffers.
+  const auto sends = instructions_of(plan, 0, graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION);
+  REQUIRE(sends.size() >= 2);
+  auto& prog = program_of(plan, 0);
+  REQUIRE(plan.messages(prog.instructions(sends[1]).message()).dst_rank() == 1);
+  prog.mutable_instructions()->SwapElements(sends[0], sends[1]);
+  REQUIRE(graph::validate_plan_structure(plan, g).ok());
+  auto checked = graph::validate_plan(plan, g);
+  REQUIRE_FALSE(checked.ok());
+  const std::string why = checked.status().message();
+  INFO(why);
+  CHECK_THAT(why, Catch::Contains("channel 0->1: rank 0 sends activation message 1") &&
+                      Catch::Contains("as the channel's message 0, where plan.messages lists "
+                                      "activation message 0") &&
+                      Catch::Contains("NCCL matches them by order"));
+  cost::AnalyticCostModel model(plan.cluster().device(), graphpipe::v1::PRECISION_FP32);
+  auto r = planner::verify_plan(plan, model);
+  REQUIRE(r.ok());
+  CHECK_THAT(problems(*r), Catch::Contains("NCCL matches them by order"));
+}
+
+TEST_CASE("a plan of format 1 is refused saying to make it again") {
+  auto s = searched_plan("tiny-mmt");
+  auto g = graph::Graph::build(s.plan.model());
+  REQUIRE(g.ok());
+  s.plan.set_format_version(1);
+  auto checked = graph::validate_plan_structure(s.plan, *g);
+  REQUIRE_FALSE(checked.ok());
+  CHECK_THAT(checked.status().message(),
+             Catch::Contains("plan.format_version = 1: a plan from an older graphpipe-plan") &&
+                 Catch::Contains("make the plan again"));
+  s.plan.set_format_version(3);
+  CHECK_THAT(graph::validate_plan_structure(s.plan, *g).status().message(),
+             Catch::Contains("plan.format_version = 3, this build reads format 2"));
+}
+
+TEST_CASE("an instruction naming another rank's message or a missing one is refused by field") {
+  auto s = searched_plan("tiny-mmt");
+  auto g = graph::Graph::build(s.plan.model());
+  REQUIRE(g.ok());
+  const auto sends = instructions_of(s.plan, 0, graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION);
+  const auto recvs = instructions_of(s.plan, 0, graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT);
+  REQUIRE_FALSE(sends.empty());
+  REQUIRE_FALSE(recvs.empty());
+  auto& prog = program_of(s.plan, 0);
+  SECTION("a send naming a message rank 0 receives") {
+    const int theirs = prog.instructions(recvs[0]).message();
+    prog.mutable_instructions(sends[0])->set_message(theirs);
+    auto checked = graph::validate_plan_structure(s.plan, *g);
+    REQUIRE_FALSE(checked.ok());
+    CHECK_THAT(checked.status().message(),
+               Catch::Contains(".message = " + std::to_string(theirs)) &&
+                   Catch::Contains("is not sent by this activation instruction's rank 0"));
+  }
+  SECTION("a message index past the table") {
+    prog.mutable_instructions(sends[0])->set_message(s.plan.messages_size());
+    CHECK_THAT(graph::validate_plan_structure(s.plan, *g).status().message(),
+               Catch::Contains(".message = " + std::to_string(s.plan.messages_size()) +
+                               " is not an index of plan.messages"));
+  }
+}
+
+TEST_CASE("a message outside its ends' micro-batch slices or between wrong ranks is refused") {
+  const auto g = testing::zoo_graph("tiny-candle-uno");
+  auto plan = testing::relay_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  const auto sends = instructions_of(plan, 0, graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION);
+  REQUIRE_FALSE(sends.empty());
+  const int m = program_of(plan, 0).instructions(sends[0]).message();
+  auto* msg = plan.mutable_messages(m);
+  SECTION("samples of another micro-batch") {
+    const int64_t mb = plan.stages(0).micro_batch();
+    REQUIRE(plan.mini_batch() >= 2 * mb);
+    msg->set_sample_begin(msg->sample_begin() + mb);
+    msg->set_sample_end(msg->sample_end() + mb);
+    CHECK_THAT(graph::validate_plan_structure(plan, g).status().message(),
+               Catch::Contains("are outside rank 0's samples [0, 2) of micro-batch 0"));
+  }
+  SECTION("samples past the mini-batch") {
+    msg->set_sample_end(plan.mini_batch() + 1);
+    CHECK_THAT(graph::validate_plan_structure(plan, g).status().message(),
+               Catch::Contains("messages[" + std::to_string(m) + "]: samples") &&
+                   Catch::Contains("outside the mini-batch"));
+  }
+  SECTION("a receiver that is not a replica of the edge's destination") {
+    msg->set_dst_rank(0);
+    CHECK_THAT(
+        graph::validate_plan_structure(plan, g).status().message(),
+        Catch::Contains("messages[" + std::to_string(m) + "].dst_rank = 0 is not a replica"));
+  }
 }

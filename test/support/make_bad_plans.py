@@ -12,18 +12,47 @@ out = sys.argv[2]
 
 
 def drop_gradient_receive(p):
-    """Removes the first gradient receive; returns the unmatched send the error must name."""
+    """Removes the first gradient receive; returns the message the error must name as never
+    received."""
     for prog in p["programs"]:
         for k, ins in enumerate(prog["instructions"]):
             if ins.get("kind") == "INSTRUCTION_KIND_RECV_GRADIENT":
                 del prog["instructions"][k]
-                return "send of the gradient from rank %d to rank %d on edge %d" % (
-                    ins.get("peer_rank", 0), prog.get("rank", 0), ins.get("edge", 0))
+                m = ins.get("message", 0)
+                msg = p["messages"][m]
+                return "gradient message %d (edge %d, rank %d -> rank %d" % (
+                    m, msg.get("edge", 0), msg.get("src_rank", 0), msg.get("dst_rank", 0))
     sys.exit("make_bad_plans.py: the plan has no gradient receive to drop")
 
 
+def swap_channel_order(p):
+    """Swaps a rank's first two sends to one peer; returns the channel the error must name."""
+    for prog in p["programs"]:
+        first = {}
+        for k, ins in enumerate(prog["instructions"]):
+            if not ins.get("kind", "").startswith("INSTRUCTION_KIND_SEND"):
+                continue
+            dst = p["messages"][ins.get("message", 0)].get("dst_rank", 0)
+            if dst in first:
+                instrs = prog["instructions"]
+                instrs[first[dst]], instrs[k] = instrs[k], instrs[first[dst]]
+                return "channel %d->%d: rank %d sends" % (prog.get("rank", 0), dst,
+                                                          prog.get("rank", 0))
+            first[dst] = k
+    sys.exit("make_bad_plans.py: no rank sends twice to one peer")
+
+
+def first_send(p):
+    for prog in p["programs"]:
+        for ins in prog["instructions"]:
+            if ins.get("kind", "").startswith("INSTRUCTION_KIND_SEND"):
+                return ins
+    sys.exit("make_bad_plans.py: the plan has no send")
+
+
 # Cases whose expected text depends on the plan: the mutation returns it.
-computed = {"missing_gradient_receive": drop_gradient_receive}
+computed = {"missing_gradient_receive": drop_gradient_receive,
+            "channel_order_swapped": swap_channel_order}
 cases = {
     "edge_to_missing_stage": (lambda p: p["edges"][0].update(dst_stage=99), "edges[0]: stages"),
     "no_stages": (lambda p: p.update(stages=[]), "plan.stages: empty"),
@@ -36,6 +65,10 @@ cases = {
     "inf_learning_rate": (lambda p: p["training"].update(learning_rate="Infinity"),
                           "training.learning_rate = inf"),
     "no_programs": (lambda p: p.update(programs=[]), "has no program"),
+    "format_version_1": (lambda p: p.update(format_version=1),
+                         "plan.format_version = 1: a plan from an older graphpipe-plan"),
+    "message_out_of_range": (lambda p: first_send(p).update(message=10**6),
+                             ".message = 1000000 is not an index of plan.messages"),
 }
 for name, (mutate, expected) in cases.items():
     bad = copy.deepcopy(plan)

@@ -8,7 +8,9 @@
 
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/launch.h"
+#include "gp/graph/graph.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec::daemon {
@@ -191,6 +193,10 @@ Status LauncherCommands::hosts() const {
 Status LauncherCommands::place() const {
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(graph::read_message(plan_, &plan).with_context("--plan"));
+  // A plan no rank would run (another format, a broken schedule) is refused before any starts.
+  auto built = graph::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context("--plan " + plan_ + ": plan.model");
+  GP_RETURN_IF_ERROR(graph::validate_plan(plan, *built).status().with_context("--plan " + plan_));
   launch::PlacementRequest request;
   request.plan_path = plan_;
   request.nprocs = nprocs_;

@@ -269,10 +269,7 @@ Result<int> run_rank(const RunOptions& options) {
     return invalid_argument("--data-plane nccl needs --device cuda:N (this rank runs on " +
                             std::string(device->name()) + ", whose memory is the host's)");
   }
-  NcclLayout nccl_plan;
-  if (use_nccl) {
-    GP_ASSIGN_OR_RETURN(nccl_plan, nccl_layout(plan, index));
-  }
+  const NcclLayout nccl_plan = use_nccl ? nccl_layout(plan) : NcclLayout{};
   // One replica of each stage writes the stage's operators.
   const auto& my_stage = plan.stages(runner->stage());
   const bool checkpoint_writer =

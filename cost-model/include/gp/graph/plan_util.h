@@ -16,9 +16,25 @@ struct PlanIndex {
   std::vector<std::vector<int>> stage_ops;  // graph op indices per stage
   std::vector<int> stage_of_op;             // per graph op
   std::vector<int> stage_of_rank;           // per rank; -1 for unused ranks
+  std::vector<int> replica_of_rank;         // per rank: its index in the stage's device_ranks
   std::vector<int> program_of_rank;         // index into plan.programs(); -1 if none
   int world_size = 0;                       // max rank + 1 over stages
 };
+
+// The plan format this build writes and reads (plan.proto's Plan.format_version).
+inline constexpr int kPlanFormatVersion = 2;
+
+// Samples [begin, end) of the mini-batch.
+struct SampleRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool contains(int64_t b, int64_t e) const { return begin <= b && e <= end; }
+};
+
+// The samples replica `replica` of `stage` computes in micro-batch `micro_batch`:
+// [m·b + j·b/p, m·b + (j+1)·b/p) for micro-batch size b and p replicas. The one definition the
+// planner's lowering, the verifier and the executor's lowering share.
+SampleRange replica_samples(const graphpipe::v1::Stage& stage, int replica, int64_t micro_batch);
 
 // Samples per optimizer step that plans, searches and runs accept: far above any real job, low
 // enough that sample counts, offsets and message tags never overflow.
@@ -35,15 +51,19 @@ Status validate_training(const graphpipe::v1::TrainingConfig& training,
 // Checks what every consumer relies on before touching a plan: format version, model hash,
 // every op in exactly one stage, ranks unique across stages, micro-batches dividing the
 // mini-batch (at most kMaxMiniBatch) and divisible by the replica count, the training config, edges
-// and instruction fields in range, one program per used rank. Errors name the field:
-// "stages[2].device_ranks[1] = 7 is also used by stages[0]".
+// and instruction fields in range, one program per used rank, every message between replicas of
+// its edge's two stages (gradients only on edges that carry some) and every SEND/RECV naming a
+// message of its own rank whose samples lie in the instruction's micro-batch slice on both ends.
+// Errors name the field: "stages[2].device_ranks[1] = 7 is also used by stages[0]".
 Result<PlanIndex> validate_plan_structure(const graphpipe::v1::Plan& plan, const Graph& graph);
 
 // The schedule checks that need no cost model, on a plan that passed validate_plan_structure:
 // the stage graph is acyclic and carries every cross-stage tensor along its edges; each program
 // forwards, then backwards, every micro-batch once, has one gradient all-reduce when its stage
 // is replicated and has parameters, and one optimizer step when it has parameters; every send
-// (activation or gradient) is matched by exactly one receive and every receive by a send. One
+// (activation or gradient) is matched by exactly one receive and every receive by a send, and on
+// every channel (sender, receiver) both ends issue their messages in the order Plan.messages
+// lists them (what NCCL needs: a plan that passes never fails the executor's channel layout). One
 // line per problem, each naming the rank, edge and samples; empty when the plan is sound.
 std::vector<std::string> plan_schedule_problems(const graphpipe::v1::Plan& plan, const Graph& graph,
                                                 const PlanIndex& index);
@@ -59,7 +79,11 @@ bool carries_gradient(const Graph& graph, const graphpipe::v1::TensorRef& tensor
 // Bytes per sample of the edge's tensors that carry gradients.
 int64_t gradient_bytes_per_sample(const Graph& graph, const graphpipe::v1::StageEdge& edge);
 
-// "FORWARD stage 2 mb 7", "RECV act[stage 1 -> 2, samples 16..24) from rank 1".
+// "gradient message 12 (edge 3, rank 2 -> rank 0, samples [16, 24))", for a message index of a
+// structurally valid plan.
+std::string describe_message(const graphpipe::v1::Plan& plan, int message);
+
+// "FORWARD stage 2 mb 7", "RECV act[stage 1 -> 2, mb 3] samples [16, 24) from rank 1".
 std::string describe_instruction(const graphpipe::v1::Plan& plan,
                                  const graphpipe::v1::Instruction& instr);
 

@@ -12,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "gp/common/status.h"
-#include "gp/graph/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -58,9 +56,9 @@ struct NcclLayout {
   }
 };
 
-// The layout of a validated plan. Checks that on every channel the sender's messages and the
-// receiver's receives come in the same order with the same edge and samples (NCCL has no tags):
-// FailedPrecondition naming the channel and the first mismatched message otherwise.
-Result<NcclLayout> nccl_layout(const graphpipe::v1::Plan& plan, const graph::PlanIndex& index);
+// The layout of a plan that passed graph::validate_plan, read off Plan.messages. NCCL has no tags:
+// it needs both ends of a channel to issue its messages in one order, which validate_plan
+// (plan_schedule_problems) has already checked, so a plan that verifies always has a layout.
+NcclLayout nccl_layout(const graphpipe::v1::Plan& plan);
 
 }  // namespace gp::exec

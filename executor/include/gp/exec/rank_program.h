@@ -34,8 +34,8 @@ struct ProgramStep {
   int slot = 0;
   int64_t first_sample = 0;  // forward: mini-batch index of the replica's first sample
   int peer = -1;
-  // Send/recv: the message's id, shared by the matching send and receive (edge, direction,
-  // first sample); the step loop flips the top bit on odd iterations.
+  // Send/recv: the message's index in Plan.messages, shared by the matching send and receive;
+  // the step loop flips the top bit on odd iterations.
   uint64_t tag = 0;
   bool gradient = false;
   int64_t sample_offset = 0;  // within the slot
