@@ -7,6 +7,7 @@
 
 #include "gp/cost/cluster.h"
 #include "gp/exec/rank_runner.h"
+#include "gp/exec/rank_session.h"
 #include "gp/graph/builder.h"
 #include "gp/graph/zoo.h"
 #include "gp/planner/search.h"

@@ -13,6 +13,7 @@
 #include "gp/cost/cost_model.h"
 #include "gp/exec/nccl.h"
 #include "gp/exec/rank_runner.h"
+#include "gp/exec/rank_session.h"
 #include "gp/graph/plan_util.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
@@ -167,8 +168,8 @@ std::vector<double> mean_losses(const NcclRun& run, int64_t mini_batch) {
 
 void check_like_cpu(const graphpipe::v1::Plan& plan) {
   constexpr int kIterations = 3;
-  std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners;
-  auto cpu = exec::run_plan_locally(plan, kIterations, std::chrono::seconds(60), &cpu_runners);
+  std::vector<std::unique_ptr<exec::RankSession>> cpu_sessions;
+  auto cpu = exec::run_plan_locally(plan, kIterations, std::chrono::seconds(60), &cpu_sessions);
   REQUIRE(cpu.ok());
   // A generous stall timeout: emulated GPUs compute slowly, and this case is about numerics.
   NcclRun run = run_over_nccl(plan, kIterations, std::chrono::seconds(600));
@@ -185,7 +186,7 @@ void check_like_cpu(const graphpipe::v1::Plan& plan) {
     CHECK(std::abs(losses[i] - cpu->losses[i]) <= 1e-4 * std::abs(cpu->losses[i]));
   }
   for (int r = 0; r < kRanks; ++r) {
-    const auto& a = cpu_runners[r]->stage_runner();
+    const auto& a = cpu_sessions[r]->runner().stage_runner();
     const auto& b = run.runners[r]->stage_runner();
     std::vector<float> got(static_cast<size_t>(b.param_count()));
     REQUIRE(b.download_params(got).ok());

@@ -12,6 +12,7 @@
 #include "gp/cost/cluster.h"
 #include "gp/exec/gloo_communicator.h"
 #include "gp/exec/rank_runner.h"
+#include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/plan_util.h"
 #include "gp/planner/plan_builder.h"

@@ -15,6 +15,7 @@
 #include "gp/cost/cluster.h"
 #include "gp/exec/nccl_layout.h"
 #include "gp/exec/rank_runner.h"
+#include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/graph/onnx_import.h"
@@ -79,8 +80,8 @@ void check_same_training(const graph::Graph& g, const graphpipe::v1::Plan& plan,
   // parameters agree to a looser tolerance than SGD's.
   const bool adam = plan.training().optimizer() == graphpipe::v1::OPTIMIZER_KIND_ADAM;
   const double param_tolerance = adam ? 2e-3 : 1e-5;
-  std::vector<std::unique_ptr<exec::RankRunner>> runners;
-  auto run = exec::run_plan_locally(plan, kIterations, kTimeout, &runners);
+  std::vector<std::unique_ptr<exec::RankSession>> sessions;
+  auto run = exec::run_plan_locally(plan, kIterations, kTimeout, &sessions);
   INFO(run.status().to_string());
   REQUIRE(run.ok());
   for (int i = 0; i < kIterations; ++i) {
@@ -91,8 +92,8 @@ void check_same_training(const graph::Graph& g, const graphpipe::v1::Plan& plan,
   for (const auto& node : g.ops()) {
     if (node.cost.param_count == 0) continue;
     const auto expected = ref.trainer->runner().op_params(node.index);
-    for (const auto& runner : runners) {
-      const auto got = runner->stage_runner().op_params(node.index);
+    for (const auto& session : sessions) {
+      const auto got = session->runner().stage_runner().op_params(node.index);
       if (got.empty()) continue;
       REQUIRE(got.size() == expected.size());
       double max_err = 0, max_abs = 1e-6;
@@ -100,7 +101,7 @@ void check_same_training(const graph::Graph& g, const graphpipe::v1::Plan& plan,
         max_err = std::max(max_err, static_cast<double>(std::abs(got[k] - expected[k])));
         max_abs = std::max(max_abs, static_cast<double>(std::abs(expected[k])));
       }
-      INFO(node.id() << " on rank " << runner->rank());
+      INFO(node.id() << " on rank " << session->rank());
       CHECK(max_err / max_abs < param_tolerance);
     }
   }
@@ -209,7 +210,7 @@ TEST_CASE("a chain plan relays tensors through intermediate stages with the same
 TEST_CASE("plans train on a device without host memory exactly as on the CPU") {
   for (const auto& c : device_path_cases()) {
     INFO(c.name);
-    std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners, staged_runners;
+    std::vector<std::unique_ptr<exec::RankSession>> cpu_runners, staged_runners;
     testing::StagingDevice dev;
     auto cpu = exec::run_plan_locally(c.plan, 3, kTimeout, &cpu_runners);
     auto staged = exec::run_plan_locally(c.plan, 3, kTimeout, &staged_runners, 0, dev);
@@ -219,8 +220,8 @@ TEST_CASE("plans train on a device without host memory exactly as on the CPU") {
     CHECK(staged->losses == cpu->losses);
     REQUIRE(staged_runners.size() == cpu_runners.size());
     for (size_t i = 0; i < cpu_runners.size(); ++i) {
-      const exec::StageRunner& a = cpu_runners[i]->stage_runner();
-      const exec::StageRunner& b = staged_runners[i]->stage_runner();
+      const exec::StageRunner& a = cpu_runners[i]->runner().stage_runner();
+      const exec::StageRunner& b = staged_runners[i]->runner().stage_runner();
       std::vector<float> got(static_cast<size_t>(b.param_count()));
       REQUIRE(b.download_params(got).ok());
       INFO("rank " << cpu_runners[i]->rank());
@@ -307,7 +308,7 @@ TEST_CASE("plans train over a device-memory data plane exactly as on the CPU") {
   constexpr int kIters = 3;
   for (const auto& c : device_path_cases()) {
     INFO(c.name);
-    std::vector<std::unique_ptr<exec::RankRunner>> cpu_runners;
+    std::vector<std::unique_ptr<exec::RankSession>> cpu_runners;
     auto cpu = exec::run_plan_locally(c.plan, kIters, kTimeout, &cpu_runners);
     REQUIRE(cpu.ok());
     testing::StagingDevice dev;
@@ -319,7 +320,7 @@ TEST_CASE("plans train over a device-memory data plane exactly as on the CPU") {
     if (c.name == "replicated stages (all-reduce)") CHECK(run.allreduces == kIters * 4);
     if (c.name == "gradient fan-in") CHECK(dev.accumulations() > 0);
     for (size_t i = 0; i < cpu_runners.size(); ++i) {
-      const exec::StageRunner& a = cpu_runners[i]->stage_runner();
+      const exec::StageRunner& a = cpu_runners[i]->runner().stage_runner();
       const exec::StageRunner& b = run.runners[i]->stage_runner();
       std::vector<float> got(static_cast<size_t>(b.param_count()));
       REQUIRE(b.download_params(got).ok());

@@ -17,7 +17,7 @@
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/device.h"
 #include "gp/exec/export.h"
-#include "gp/exec/rank_runner.h"
+#include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/zoo.h"
@@ -220,15 +220,13 @@ struct LocalOptions {
 
 gp::Status run_local(const LocalOptions& o) {
   GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
-  graphpipe::v1::Plan plan;
-  GP_RETURN_IF_ERROR(gp::graph::read_message(o.plan, &plan).with_context("--plan"));
-  GP_RETURN_IF_ERROR(
-      gp::graph::resolve_weights(*plan.mutable_model()).with_context("--plan " + o.plan));
+  GP_ASSIGN_OR_RETURN(const auto loaded, gp::exec::LoadedPlan::read(o.plan));
+  const graphpipe::v1::Plan& plan = loaded->plan();
   auto log = gp::log::get("exec");
   log->info("running {} ranks of {} as threads of this process on {}, {} iterations",
             plan.programs_size(), o.plan, device->name(), o.iterations);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::unique_ptr<gp::exec::RankRunner>> runners;
+  std::vector<std::unique_ptr<gp::exec::RankSession>> sessions;
   size_t trace_events = 0;
   if (!o.trace.empty()) {
     for (const auto& prog : plan.programs()) {
@@ -236,8 +234,8 @@ gp::Status run_local(const LocalOptions& o) {
                                                         static_cast<size_t>(o.iterations));
     }
   }
-  auto run = gp::exec::run_plan_locally(plan, o.iterations, std::chrono::seconds(o.timeout_s),
-                                        &runners, trace_events, *device, o.data, !o.no_shuffle);
+  auto run = gp::exec::run_plan_locally(loaded, o.iterations, std::chrono::seconds(o.timeout_s),
+                                        &sessions, trace_events, *device, o.data, !o.no_shuffle);
   if (!run.ok()) return run.status().with_context("--plan " + o.plan);
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -260,7 +258,7 @@ gp::Status run_local(const LocalOptions& o) {
   }
   if (!o.trace.empty()) {
     std::vector<std::pair<int, std::vector<gp::exec::TraceEvent>>> events;
-    for (const auto& r : runners) events.emplace_back(r->rank(), r->trace());
+    for (const auto& s : sessions) events.emplace_back(s->rank(), s->runner().trace());
     GP_RETURN_IF_ERROR(
         gp::graph::write_file_atomic(o.trace, gp::exec::measured_trace_json(plan, events)));
   }

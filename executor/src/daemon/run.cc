@@ -24,7 +24,7 @@
 #include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
 #include "gp/exec/nccl.h"
-#include "gp/exec/rank_runner.h"
+#include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
 #include "gp/graph/plan_util.h"
@@ -195,26 +195,27 @@ Result<int> run_rank(const RunOptions& options) {
   }
   GP_ASSIGN_OR_RETURN(const MatmulPrecision precision, parse_precision(o.precision));
   GP_ASSIGN_OR_RETURN(const Device* device, find_device(o.device, precision));
-  graphpipe::v1::Plan plan;
-  GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
-  GP_RETURN_IF_ERROR(
-      graph::resolve_weights(*plan.mutable_model()).with_context("--plan " + o.plan));
-  auto built = graph::Graph::build(plan.model());
-  if (!built.ok()) return built.status().with_context("--plan " + o.plan + ": plan.model");
-  const graph::Graph& graph = *built;
-  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan(plan, graph));
-  if (o.world_size != index.world_size) {
+  GP_ASSIGN_OR_RETURN(const std::shared_ptr<const LoadedPlan> loaded, LoadedPlan::read(o.plan));
+  const graphpipe::v1::Plan& plan = loaded->plan();
+  const graph::Graph& graph = loaded->graph();
+  if (o.world_size != loaded->world_size()) {
     return invalid_argument("--world-size = " + std::to_string(o.world_size) +
-                            ", but the plan has " + std::to_string(index.world_size) + " ranks");
+                            ", but the plan has " + std::to_string(loaded->world_size()) +
+                            " ranks");
   }
-  GP_ASSIGN_OR_RETURN(auto runner, RankRunner::create(plan, graph, index, o.rank, *device));
-  std::unique_ptr<NpyDataset> data;  // only this rank's input ops' files
-  if (!o.data.empty()) {
-    GP_ASSIGN_OR_RETURN(
-        data, open_stage_data(o.data, graph, runner->stage_runner().op_indices(), plan.mini_batch(),
-                              !o.no_shuffle, plan.training().seed()));
-    runner->mutable_stage_runner().set_data(data.get());
+  SessionOptions so;
+  so.rank = o.rank;
+  so.device = device;
+  so.data_dir = o.data;  // only this rank's input ops' files
+  so.shuffle = !o.no_shuffle;
+  if (!o.trace.empty()) {
+    so.trace_events =
+        static_cast<size_t>(
+            plan.programs(loaded->index().program_of_rank[o.rank]).instructions_size()) *
+        static_cast<size_t>(o.iterations);
   }
+  GP_ASSIGN_OR_RETURN(const std::unique_ptr<RankSession> session, RankSession::open(loaded, so));
+  RankRunner& runner = session->runner();
   if (o.checkpoint_every < 0) {
     return invalid_argument("--checkpoint-every = " + std::to_string(o.checkpoint_every) +
                             ", must be >= 0");
@@ -270,10 +271,6 @@ Result<int> run_rank(const RunOptions& options) {
                             std::string(device->name()) + ", whose memory is the host's)");
   }
   const NcclLayout nccl_plan = use_nccl ? nccl_layout(plan) : NcclLayout{};
-  // One replica of each stage writes the stage's operators.
-  const auto& my_stage = plan.stages(runner->stage());
-  const bool checkpoint_writer =
-      my_stage.device_ranks_size() > 0 && my_stage.device_ranks(0) == o.rank;
 
   // Control plane: rank 0 hosts the coordinator unless told otherwise.
   // Outlives the coordinator, which calls it.
@@ -318,7 +315,7 @@ Result<int> run_rank(const RunOptions& options) {
   // From here on every rank is known to the coordinator: a failure is reported to it, so the
   // others learn of it within a heartbeat instead of waiting out their timeouts.
   DataPlane plane;
-  Heartbeat heartbeat(*client, *runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
+  Heartbeat heartbeat(*client, runner, plan, o.rank, milliseconds(o.heartbeat_ms), timeout);
   int64_t failed_iteration = -1;
   bool nonfinite = false;
   // Barriers wait longer than the heartbeat timeout, so that when a rank freezes the
@@ -329,9 +326,7 @@ Result<int> run_rank(const RunOptions& options) {
   auto train = [&]() -> Result<int> {
     if (!o.resume.empty()) {
       // Any plan of the same model may resume: tensors are per operator, not per rank.
-      GP_RETURN_IF_ERROR(load_stage_checkpoint(o.resume, manifest, graph, plan.training(),
-                                               runner->mutable_stage_runner())
-                             .with_context("--resume"));
+      GP_RETURN_IF_ERROR(session->resume(o.resume, manifest).with_context("--resume"));
       log->info("rank {}: resuming after iteration {} from {}", o.rank, manifest.iteration(),
                 o.resume);
     }
@@ -386,7 +381,7 @@ Result<int> run_rank(const RunOptions& options) {
     }
     Communicator& comm = *plane.comm;
     log->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o.rank,
-              o.world_size, runner->stage(), registered.job_id(), address, plane.description);
+              o.world_size, session->stage(), registered.job_id(), address, plane.description);
     if (o.cpu_affinity == "auto" && plane.local_ranks.size() > 1) {
       auto cpu = pin_to_local_core(o.rank, plane.local_ranks);
       if (!cpu.ok()) {
@@ -399,26 +394,17 @@ Result<int> run_rank(const RunOptions& options) {
       }
     }
 
-    if (!o.trace.empty()) {
-      const auto& program = plan.programs(index.program_of_rank[o.rank]);
-      runner->enable_trace(static_cast<size_t>(program.instructions_size()) *
-                           static_cast<size_t>(o.iterations));
-    }
     heartbeat.attach(comm);
-    GP_RETURN_IF_ERROR(runner->bind(comm));
+    GP_RETURN_IF_ERROR(session->bind(comm));
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;
     auto checkpoint = [&](int it) -> Status {
-      if (checkpoint_writer) {
-        GP_RETURN_IF_ERROR(write_stage_checkpoint(o.checkpoint_dir, it, graph,
-                                                  runner->mutable_stage_runner(), run_id));
-      }
+      GP_RETURN_IF_ERROR(session->write_checkpoint_part(o.checkpoint_dir, it, run_id));
       // Every part is on disk before rank 0 declares the checkpoint complete.
       GP_RETURN_IF_ERROR(
           client->barrier(o.rank, "checkpoint-" + std::to_string(it), barrier_timeout));
       if (o.rank == 0) {
-        GP_RETURN_IF_ERROR(commit_checkpoint(o.checkpoint_dir, it, graph, graph::message_hash(plan),
-                                             plan.training(), run_id));
+        GP_RETURN_IF_ERROR(session->commit_checkpoint(o.checkpoint_dir, it, run_id));
         log->info("checkpoint after iteration {} in {}", it, o.checkpoint_dir);
       }
       return ok_status();
@@ -429,17 +415,17 @@ Result<int> run_rank(const RunOptions& options) {
       heartbeat.set_iteration(it);
       failed_iteration = it;
       const auto start = Clock::now();
-      GP_ASSIGN_OR_RETURN(const double loss, runner->run_iteration(it));
+      GP_ASSIGN_OR_RETURN(const double loss, session->run_iteration(it));
       times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
       heartbeat.set_samples_per_s(static_cast<double>(plan.mini_batch()) / times.back());
-      if (runner->stage_runner().has_loss()) {
+      if (runner.stage_runner().has_loss()) {
         if (!std::isfinite(loss) && !o.allow_nonfinite) {
           nonfinite = true;
           return Status(StatusCode::kOutOfRange,
                         fmt::format("the loss is {} at iteration {} (rank {}, stage {}); "
                                     "--allow-nonfinite trains on",
                                     std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"), it,
-                                    o.rank, runner->stage()));
+                                    o.rank, session->stage()));
         }
         graphpipe::v1::IterationMetrics m;
         m.set_iteration(it);
@@ -478,7 +464,7 @@ Result<int> run_rank(const RunOptions& options) {
     // heartbeats still running (a rank waiting for slower ones must not look dead), then FINISHED.
     if (!o.trace.empty()) {
       GP_RETURN_IF_ERROR(
-          write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner->trace()));
+          write_trace_part(o.trace + ".rank" + std::to_string(o.rank), runner.trace()));
     }
     GP_RETURN_IF_ERROR(client->barrier(o.rank, "done", barrier_timeout));
     heartbeat.stop();
@@ -546,15 +532,11 @@ Result<int> run_rank(const RunOptions& options) {
 
 Status run_coordinator(const CoordinatorRunOptions& o) {
   GP_RETURN_IF_ERROR(check_tls(o.tls, TlsRole::kServer));
-  graphpipe::v1::Plan plan;
-  GP_RETURN_IF_ERROR(graph::read_message(o.plan, &plan).with_context("--plan"));
   // A plan no rank would run is refused here too, before the ranks are waited for.
-  auto built = graph::Graph::build(plan.model());
-  if (!built.ok()) return built.status().with_context("--plan " + o.plan + ": plan.model");
-  GP_RETURN_IF_ERROR(graph::validate_plan(plan, *built).status().with_context("--plan " + o.plan));
+  GP_ASSIGN_OR_RETURN(const auto loaded, LoadedPlan::read(o.plan));
   CoordinatorOptions co;
   co.listen_address = o.listen;
-  co.plan = plan;
+  co.plan = loaded->plan();
   co.world_size = o.world_size;
   co.auth_token = token_or_env(o.auth_token);
   co.tls = o.tls;

@@ -117,23 +117,6 @@ class RankRunner {
   size_t trace_capacity_ = 0;
 };
 
-struct LocalRunResult {
-  std::vector<double> losses;  // per iteration: mean over the mini-batch
-};
-
-// Runs every rank of `plan` as a thread of this process over a LoopbackHub: the in-process
-// executor used by tests and by `graphpipe-executor local`. The first failing rank aborts the
-// others; its error is returned. With `trace_events` > 0 each rank records that many intervals.
-// Every rank runs on `device` (the ranks' threads share it). With `data_dir` each rank reads its
-// input ops' samples from there (dataset.h; shuffled with the plan's seed unless !shuffle).
-// The plan is checked first (graph::validate_plan): a broken schedule is refused, not run.
-Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
-                                        std::chrono::milliseconds timeout,
-                                        std::vector<std::unique_ptr<RankRunner>>* runners = nullptr,
-                                        size_t trace_events = 0,
-                                        const Device& device = cpu_device(),
-                                        const std::string& data_dir = "", bool shuffle = true);
-
 // The measured events of several ranks as a Chrome trace in the simulator's format (times from
 // the earliest event).
 std::string measured_trace_json(const graphpipe::v1::Plan& plan,

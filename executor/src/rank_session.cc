@@ -1,0 +1,140 @@
+#include "gp/exec/rank_session.h"
+
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "gp/exec/checkpoint.h"
+#include "gp/graph/model_io.h"
+
+namespace gp::exec {
+
+Result<std::shared_ptr<const LoadedPlan>> LoadedPlan::read(const std::string& path) {
+  graphpipe::v1::Plan plan;
+  GP_RETURN_IF_ERROR(graph::read_message(path, &plan).with_context("--plan"));
+  GP_RETURN_IF_ERROR(graph::resolve_weights(*plan.mutable_model()).with_context("--plan " + path));
+  auto loaded = from(std::move(plan));
+  if (!loaded.ok()) return loaded.status().with_context("--plan " + path);
+  return loaded;
+}
+
+Result<std::shared_ptr<const LoadedPlan>> LoadedPlan::from(graphpipe::v1::Plan plan) {
+  std::shared_ptr<LoadedPlan> loaded(new LoadedPlan());
+  loaded->plan_ = std::move(plan);
+  auto built = graph::Graph::build(loaded->plan_.model());
+  if (!built.ok()) return built.status().with_context("plan.model");
+  loaded->graph_ = std::make_unique<graph::Graph>(std::move(built).value());
+  GP_ASSIGN_OR_RETURN(loaded->index_, graph::validate_plan(loaded->plan_, *loaded->graph_));
+  return std::shared_ptr<const LoadedPlan>(std::move(loaded));
+}
+
+Result<std::unique_ptr<RankSession>> RankSession::open(std::shared_ptr<const LoadedPlan> plan,
+                                                       const SessionOptions& o) {
+  std::unique_ptr<RankSession> s(new RankSession());
+  s->plan_ = std::move(plan);
+  const LoadedPlan& p = *s->plan_;
+  GP_ASSIGN_OR_RETURN(s->runner_,
+                      RankRunner::create(p.plan(), p.graph(), p.index(), o.rank,
+                                         o.device != nullptr ? *o.device : cpu_device()));
+  if (!o.data_dir.empty()) {
+    GP_ASSIGN_OR_RETURN(
+        s->data_, open_stage_data(o.data_dir, p.graph(), s->runner_->stage_runner().op_indices(),
+                                  p.plan().mini_batch(), o.shuffle, p.plan().training().seed()));
+    s->runner_->mutable_stage_runner().set_data(s->data_.get());
+  }
+  if (o.trace_events > 0) s->runner_->enable_trace(o.trace_events);
+  return s;
+}
+
+RankSession::~RankSession() {
+  if (runner_ != nullptr) runner_->mutable_stage_runner().set_data(nullptr);
+}
+
+bool RankSession::checkpoint_writer() const {
+  const auto& mine = plan().stages(stage());
+  return mine.device_ranks_size() > 0 && mine.device_ranks(0) == rank();
+}
+
+Status RankSession::resume(const std::string& dir,
+                           const graphpipe::v1::CheckpointManifest& manifest) {
+  return load_stage_checkpoint(dir, manifest, graph(), plan().training(),
+                               runner_->mutable_stage_runner());
+}
+
+Status RankSession::bind(Communicator& comm) { return runner_->bind(comm); }
+
+Status RankSession::write_checkpoint_part(const std::string& dir, int64_t iteration,
+                                          const std::string& run_id) {
+  if (!checkpoint_writer()) return ok_status();
+  return write_stage_checkpoint(dir, iteration, graph(), runner_->mutable_stage_runner(), run_id);
+}
+
+Status RankSession::commit_checkpoint(const std::string& dir, int64_t iteration,
+                                      const std::string& run_id) const {
+  return exec::commit_checkpoint(dir, iteration, graph(), graph::message_hash(plan()),
+                                 plan().training(), run_id);
+}
+
+Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankSession>>* sessions,
+                                        size_t trace_events, const Device& device,
+                                        const std::string& data_dir, bool shuffle) {
+  GP_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedPlan> loaded, LoadedPlan::from(plan));
+  return run_plan_locally(std::move(loaded), iterations, timeout, sessions, trace_events, device,
+                          data_dir, shuffle);
+}
+
+Result<LocalRunResult> run_plan_locally(std::shared_ptr<const LoadedPlan> loaded, int iterations,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankSession>>* out_sessions,
+                                        size_t trace_events, const Device& device,
+                                        const std::string& data_dir, bool shuffle) {
+  std::vector<std::unique_ptr<RankSession>> sessions;
+  for (int r = 0; r < loaded->world_size(); ++r) {
+    if (loaded->index().program_of_rank[r] < 0) continue;
+    SessionOptions o;
+    o.rank = r;
+    o.device = &device;
+    o.data_dir = data_dir;
+    o.shuffle = shuffle;
+    o.trace_events = trace_events;
+    GP_ASSIGN_OR_RETURN(auto session, RankSession::open(loaded, o));
+    sessions.push_back(std::move(session));
+  }
+  LoopbackHub hub(loaded->world_size(), timeout);
+  std::vector<std::vector<double>> loss_sums(sessions.size(), std::vector<double>(iterations, 0));
+  std::mutex mu;
+  Status first_error;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    threads.emplace_back([&, i] {
+      RankSession& session = *sessions[i];
+      auto comm = hub.communicator(session.rank());
+      Status bound = session.bind(*comm);
+      for (int it = 0; it < iterations; ++it) {
+        auto loss = bound.ok() ? session.run_iteration(it) : Result<double>(bound);
+        if (!loss.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = loss.status();
+          comm->abort("rank " + std::to_string(session.rank()) +
+                      " failed: " + loss.status().message());
+          return;
+        }
+        loss_sums[i][it] = *loss;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!first_error.ok()) return first_error;
+  LocalRunResult result;
+  for (int it = 0; it < iterations; ++it) {
+    double sum = 0;
+    for (const auto& per_rank : loss_sums) sum += per_rank[it];
+    result.losses.push_back(sum / static_cast<double>(loaded->plan().mini_batch()));
+  }
+  if (out_sessions != nullptr) *out_sessions = std::move(sessions);
+  return result;
+}
+
+}  // namespace gp::exec
