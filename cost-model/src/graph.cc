@@ -231,6 +231,7 @@ Result<Graph> Graph::build(const ModelGraph& model) {
       }
     }
     node.cost = inferred.cost;
+    node.attrs = std::move(inferred.attrs);
     node.output_bytes = 0;
     for (const auto& spec : inferred.outputs) node.output_bytes += size_bytes(spec);
   }

@@ -22,6 +22,10 @@ Status infer_linear(const Operator& op, std::span<const TensorSpec> in, Inferred
   if (act != "none" && act != "relu" && act != "gelu") {
     return invalid_argument("attrs.activation = '" + act + "', expected none, relu or gelu");
   }
+  out->attrs = LinearAttrs{out_features, bias != 0,
+                           act == "relu"   ? Activation::kRelu
+                           : act == "gelu" ? Activation::kGelu
+                                           : Activation::kNone};
 
   const int64_t in_features = x.shape(x.shape_size() - 1);
   const double rows = static_cast<double>(num_elements(x) / in_features);
@@ -81,6 +85,7 @@ Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, I
   if (mode != "sum" && mode != "mean") {
     return invalid_argument("attrs.mode = '" + mode + "', expected sum or mean");
   }
+  EmbeddingAttrs attrs{rows, dim, mode == "mean"};
   if (op.attrs().count("padding_idx")) {
     GP_ASSIGN_OR_RETURN(int64_t padding, attr_int(op, "padding_idx"));
     if (padding < -1 || padding >= rows) {
@@ -88,7 +93,10 @@ Status infer_embedding_bag(const Operator& op, std::span<const TensorSpec> in, I
           "attrs.padding_idx = " + std::to_string(padding) +
           ", expected -1 or a row in [0, num_embeddings = " + std::to_string(rows) + ")");
     }
+    attrs.has_padding = true;
+    attrs.padding_idx = padding;
   }
+  out->attrs = attrs;
   // The last dimension is the bag; leading dimensions index bags.
   TensorSpec y = ids;
   y.set_shape(y.shape_size() - 1, dim);
@@ -115,6 +123,7 @@ Status infer_embedding(const Operator& op, std::span<const TensorSpec> in, Infer
   const TensorSpec& ids = in[0];
   GP_ASSIGN_OR_RETURN(Table table, embedding_table(op, ids));
   const int64_t rows = table.rows, dim = table.dim;
+  out->attrs = EmbeddingAttrs{rows, dim};
   TensorSpec y = ids;
   y.add_shape(dim);
   y.set_dtype(kFloat32);
@@ -149,6 +158,7 @@ Status infer_attention(const Operator& op, std::span<const TensorSpec> in, Infer
     return invalid_argument("attrs.num_heads = " + std::to_string(heads) +
                             " does not divide the hidden size " + std::to_string(h));
   }
+  out->attrs = AttentionAttrs{heads, bias != 0};
   out->outputs = {x};
   for (const char* name : {"q_weight", "k_weight", "v_weight", "out_weight"}) {
     out->params.push_back(make_param(name, {h, h}, x.dtype()));

@@ -70,6 +70,7 @@ Status infer_scale(const Operator& op, std::span<const TensorSpec> in, InferredO
   if (!std::isfinite(factor)) {
     return invalid_argument("attrs.factor = " + std::to_string(factor) + ", must be finite");
   }
+  out->attrs = ScaleAttrs{factor};
   out->outputs = {in[0]};
   copy_cost(in[0], out);
   out->cost.forward_flops = static_cast<double>(num_elements(in[0]));
@@ -97,6 +98,7 @@ Status infer_transpose(const Operator& op, std::span<const TensorSpec> in, Infer
     }
     seen[p] = true;
   }
+  out->attrs = TransposeAttrs{perm};
   TensorSpec y = x;
   for (int d = 0; d < rank; ++d) y.set_shape(d, x.shape(static_cast<int>(perm[d])));
   out->outputs = {y};

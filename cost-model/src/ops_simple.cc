@@ -69,6 +69,7 @@ Status infer_opaque(const Operator& op, std::span<const TensorSpec> in, Inferred
   if (onnx_type.empty()) {
     return invalid_argument("attrs.onnx_type: required attribute is missing or empty");
   }
+  out->attrs = OpaqueAttrs{onnx_type};
   GP_ASSIGN_OR_RETURN(double flops, attr_float_or(op, "forward_flops", elems_of(y)));
   if (!(flops >= 0) || !std::isfinite(flops)) {
     return invalid_argument("attrs.forward_flops = " + std::to_string(flops) +
@@ -104,10 +105,13 @@ Status infer_relu(const Operator&, std::span<const TensorSpec> in, InferredOp* o
 }
 
 Status infer_gelu(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
-  GP_ASSIGN_OR_RETURN(std::string approximate, attr_string_or(op, "approximate", "tanh"));
-  if (approximate != "tanh" && approximate != "none") {
-    return invalid_argument("attrs.approximate = '" + approximate + "', expected tanh or none");
+  // (Not GP_ASSIGN_OR_RETURN: GCC 12 then warns that the string may be used uninitialised.)
+  const auto approximate = attr_string_or(op, "approximate", "tanh");
+  if (!approximate.ok()) return approximate.status();
+  if (*approximate != "tanh" && *approximate != "none") {
+    return invalid_argument("attrs.approximate = '" + *approximate + "', expected tanh or none");
   }
+  out->attrs = GeluAttrs{*approximate == "none"};
   return unary(in, 8, 12, out);  // either form: ~8 flops forward, ~12 backward
 }
 
@@ -130,6 +134,7 @@ Status infer_clip(const Operator& op, std::span<const TensorSpec> in, InferredOp
     return invalid_argument("attrs.min = " + std::to_string(lo) + ", attrs.max = " +
                             std::to_string(hi) + ": both must be finite with min <= max");
   }
+  out->attrs = ClipAttrs{lo, hi};
   return unary(in, 2, 2, out);
 }
 
@@ -160,6 +165,7 @@ Status infer_reduce(const Operator& op, std::span<const TensorSpec> in, Inferred
   if (mode != "sum" && mode != "mean") {
     return invalid_argument("attrs.mode = '" + mode + "', expected sum or mean");
   }
+  out->attrs = ReduceAttrs{axis, mode == "mean"};
   TensorSpec y = x;
   y.set_shape(axis, 1);
   out->outputs = {y};
@@ -233,7 +239,8 @@ Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));
   GP_RETURN_IF_ERROR(require_rank_at_least(x, 1, 0));
-  GP_RETURN_IF_ERROR(positive_epsilon(op).status());
+  GP_ASSIGN_OR_RETURN(const double eps, positive_epsilon(op));
+  out->attrs = NormAttrs{eps};
   const int64_t d = x.shape(x.shape_size() - 1);
   out->outputs = {x};
   out->params.push_back(make_param("gamma", {d}, x.dtype()));
@@ -295,6 +302,7 @@ Status infer_concat(const Operator& op, std::span<const TensorSpec> in, Inferred
   }
   y.set_shape(axis, total);
   out->outputs = {y};
+  out->attrs = AxisAttrs{axis};
   const double b = bytes_of(y);
   OpCost& c = out->cost;
   c.forward_bytes = 2 * b;
@@ -316,6 +324,7 @@ Status infer_slice(const Operator& op, std::span<const TensorSpec> in, InferredO
                             ", attrs.end = " + std::to_string(end) + ": need 0 <= start < end <= " +
                             std::to_string(dim) + " (size of axis " + std::to_string(axis) + ")");
   }
+  out->attrs = SliceAttrs{axis, start, end};
   TensorSpec y = x;
   y.set_shape(axis, end - start);
   out->outputs = {y};

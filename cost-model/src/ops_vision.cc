@@ -26,13 +26,7 @@ Result<std::vector<int64_t>> pair_attr(const Operator& op, std::string_view name
 }
 
 // A sliding window over the spatial dims of x [C, H, W] and the output size it gives.
-struct Window {
-  int64_t c, h, w;         // input
-  int64_t kh, kw;          // kernel
-  int64_t sh, sw;          // stride
-  int64_t ph, pw;          // zero padding on both sides
-  int64_t ho = 0, wo = 0;  // output
-};
+using Window = Window2d;
 
 // Reads and checks kernel, stride and padding. Pooling defaults the stride to the kernel and
 // needs padding < kernel (so that no window holds only padding).
@@ -92,6 +86,7 @@ Status infer_conv2d(const Operator& op, std::span<const TensorSpec> in, Inferred
                             " must divide the input channels (" + std::to_string(win.c) +
                             ") and attrs.out_channels (" + std::to_string(out_channels) + ")");
   }
+  out->attrs = ConvAttrs{win, out_channels, bias != 0, groups};
   const TensorSpec y = make_spec({out_channels, win.ho, win.wo}, x.dtype());
   out->outputs = {y};
   out->params.push_back(
@@ -125,6 +120,7 @@ Status infer_conv2d(const Operator& op, std::span<const TensorSpec> in, Inferred
 Status infer_max_pool2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& x = in[0];
   GP_ASSIGN_OR_RETURN(Window win, read_window(op, x, true));
+  out->attrs = PoolAttrs{win};
   const TensorSpec y = make_spec({win.c, win.ho, win.wo}, x.dtype());
   out->outputs = {y};
   const double n_out = elems_of(y);
@@ -145,6 +141,7 @@ Status infer_avg_pool2d(const Operator& op, std::span<const TensorSpec> in, Infe
   GP_ASSIGN_OR_RETURN(Window win, read_window(op, x, true));
   GP_ASSIGN_OR_RETURN(int64_t include_pad, attr_int_or(op, "count_include_pad", 1));
   GP_RETURN_IF_ERROR(boolean("count_include_pad", include_pad));
+  out->attrs = PoolAttrs{win, include_pad != 0};
   const TensorSpec y = make_spec({win.c, win.ho, win.wo}, x.dtype());
   out->outputs = {y};
   const double window = static_cast<double>(win.kh * win.kw) * elems_of(y);
@@ -162,7 +159,8 @@ Status infer_batch_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));
   GP_RETURN_IF_ERROR(require_rank_at_least(x, 1, 0));
-  GP_RETURN_IF_ERROR(positive_epsilon(op).status());
+  GP_ASSIGN_OR_RETURN(const double eps, positive_epsilon(op));
+  out->attrs = NormAttrs{eps};
   const int64_t channels = x.shape(0);
   out->outputs = {x};
   out->params.push_back(make_param("gamma", {channels}, x.dtype()));

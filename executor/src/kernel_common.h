@@ -1,10 +1,12 @@
 // Helpers shared by every backend's kernel factories (CPU reference, CUDA): errors that name the
-// op, attribute readers, per-sample shape arithmetic. Private to the executor's kernel libraries.
+// op, the op's typed attributes, per-sample shape arithmetic. Private to the executor's kernel
+// libraries.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "gp/common/status.h"
@@ -58,29 +60,14 @@ inline Status op_error(const graph::OpNode& op, const std::string& what) {
                           op.proto->type() + "): " + what);
 }
 
-// Attribute readers whose errors name the op.
-inline Result<int64_t> op_attr_int(const graph::OpNode& op, std::string_view name) {
-  auto v = graph::attr_int(*op.proto, name);
-  if (!v.ok()) return op_error(op, v.status().message());
-  return *v;
-}
-inline Result<int64_t> op_attr_int_or(const graph::OpNode& op, std::string_view name,
-                                      int64_t fallback) {
-  auto v = graph::attr_int_or(*op.proto, name, fallback);
-  if (!v.ok()) return op_error(op, v.status().message());
-  return *v;
-}
-inline Result<double> op_attr_float_or(const graph::OpNode& op, std::string_view name,
-                                       double fallback) {
-  auto v = graph::attr_float_or(*op.proto, name, fallback);
-  if (!v.ok()) return op_error(op, v.status().message());
-  return *v;
-}
-inline Result<std::string> op_attr_string_or(const graph::OpNode& op, std::string_view name,
-                                             std::string_view fallback) {
-  auto v = graph::attr_string_or(*op.proto, name, fallback);
-  if (!v.ok()) return op_error(op, v.status().message());
-  return *v;
+// The op's typed attributes (gp/graph/op_attrs.h) as its shape inference decoded and checked
+// them: kernel factories read these, never Operator.attrs.
+template <class T>
+Result<T> op_attrs(const graph::OpNode& op) {
+  if (const T* a = std::get_if<T>(&op.attrs)) return *a;
+  return op_error(op,
+                  "no decoded attributes of the kind its kernels read (not an op of a built "
+                  "graph::Graph?)");
 }
 
 // Per-sample shape helpers.
@@ -103,38 +90,9 @@ inline int64_t load_index(const void* data, int64_t k, bool int32) {
 
 // ---- what a kernel factory reads off a validated op, the same for every backend ----------------
 
-// Normalised `axis` attr of `op` for a per-sample rank (default -1, the last).
-inline Result<int> op_axis(const graph::OpNode& op, int rank) {
-  GP_ASSIGN_OR_RETURN(int64_t axis, op_attr_int_or(op, "axis", -1));
-  if (axis < -rank || axis >= rank) {
-    return op_error(op, "attrs.axis = " + std::to_string(axis) + " is out of range");
-  }
-  return static_cast<int>(axis < 0 ? axis + rank : axis);
-}
-
-// Kernel, stride and padding of conv2d or a pool (pools default the stride to the kernel), with
-// the shapes from shape inference.
-inline Result<VisionWindow> read_vision_window(const graph::OpNode& op, bool pool) {
-  auto pair = [&](std::string_view name, std::vector<int64_t> fallback) {
-    if (op.proto->attrs().count(std::string(name)) == 0 && !fallback.empty()) {
-      return Result<std::vector<int64_t>>(std::move(fallback));
-    }
-    return graph::attr_ints(*op.proto, name);
-  };
-  auto k = pair("kernel", {});
-  if (!k.ok() || k->size() != 2) return op_error(op, "attrs.kernel: expected [kh, kw]");
-  auto s = pair("stride", pool ? *k : std::vector<int64_t>{1, 1});
-  auto p = pair("padding", {0, 0});
-  if (!s.ok() || !p.ok() || s->size() != 2 || p->size() != 2) {
-    return op_error(op, "attrs.stride and attrs.padding: expected [h, w] each");
-  }
-  const graph::TensorSpec& x = op.input_specs[0];
-  const graph::TensorSpec& y = op.proto->outputs(0);
-  if (x.shape_size() != 3 || y.shape_size() != 3) {
-    return op_error(op, "expected per-sample [channels, height, width]");
-  }
-  return VisionWindow{x.shape(0), x.shape(1), x.shape(2), (*k)[0],    (*k)[1],   (*s)[0],
-                      (*s)[1],    (*p)[0],    (*p)[1],    y.shape(1), y.shape(2)};
+// The window of conv2d or a pool as its kernels take it.
+inline VisionWindow vision_window(const graph::Window2d& w) {
+  return VisionWindow{w.c, w.h, w.w, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.ho, w.wo};
 }
 
 // embedding_bag: `bags` bags of `bag` ids per sample into a table [rows, dim].
@@ -147,22 +105,20 @@ struct EmbeddingBagShape {
 };
 inline Result<EmbeddingBagShape> read_embedding_bag(const graph::OpNode& op) {
   const graph::TensorSpec& ids = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t rows, op_attr_int(op, "num_embeddings"));
-  GP_ASSIGN_OR_RETURN(int64_t dim, op_attr_int(op, "embedding_dim"));
-  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
-  if (mode != "sum" && mode != "mean") {
-    return op_error(op, "attrs.mode = '" + mode + "', expected sum or mean");
-  }
+  GP_ASSIGN_OR_RETURN(const graph::EmbeddingAttrs a, op_attrs<graph::EmbeddingAttrs>(op));
   // An embedding is a bag of one per id: the bag kernels run it unchanged.
   if (op.proto->type() == "embedding") {
-    return EmbeddingBagShape{graph::num_elements(ids), 1, rows, dim, false, is_int32(ids)};
+    return EmbeddingBagShape{graph::num_elements(ids), 1,     a.num_embeddings,
+                             a.embedding_dim,          false, is_int32(ids)};
   }
   const int64_t bag = last_dim(ids);
-  EmbeddingBagShape e{
-      graph::num_elements(ids) / bag, bag, rows, dim, mode == "mean", is_int32(ids)};
-  if (op.proto->attrs().count("padding_idx")) {
-    GP_ASSIGN_OR_RETURN(e.padding, op_attr_int(op, "padding_idx"));
-  }
+  EmbeddingBagShape e{graph::num_elements(ids) / bag,
+                      bag,
+                      a.num_embeddings,
+                      a.embedding_dim,
+                      a.mean,
+                      is_int32(ids)};
+  if (a.has_padding) e.padding = a.padding_idx;
   return e;
 }
 
@@ -171,10 +127,8 @@ struct ClipBounds {
   float lo, hi;
 };
 inline Result<ClipBounds> read_clip(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(double lo, op_attr_float_or(op, "min", 0));
-  GP_ASSIGN_OR_RETURN(double hi, op_attr_float_or(op, "max", 0));
-  if (!(lo <= hi)) return op_error(op, "attrs.min must be <= attrs.max");
-  return ClipBounds{static_cast<float>(lo), static_cast<float>(hi)};
+  GP_ASSIGN_OR_RETURN(const graph::ClipAttrs a, op_attrs<graph::ClipAttrs>(op));
+  return ClipBounds{static_cast<float>(a.min), static_cast<float>(a.max)};
 }
 
 // reduce: per sample x [outer, len, inner] -> y [outer, 1, inner].
@@ -185,10 +139,9 @@ struct ReduceShape {
 inline Result<ReduceShape> read_reduce(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
   const int rank = x.shape_size();
-  GP_ASSIGN_OR_RETURN(const int a, op_axis(op, rank));
-  GP_ASSIGN_OR_RETURN(std::string mode, op_attr_string_or(op, "mode", "sum"));
-  return ReduceShape{dims_product(x, 0, a), x.shape(a), dims_product(x, a + 1, rank),
-                     mode == "mean"};
+  GP_ASSIGN_OR_RETURN(const graph::ReduceAttrs r, op_attrs<graph::ReduceAttrs>(op));
+  const int a = r.axis;
+  return ReduceShape{dims_product(x, 0, a), x.shape(a), dims_product(x, a + 1, rank), r.mean};
 }
 
 // bias_add: per sample `reps` copies of a bias of `width` elements.
@@ -219,21 +172,16 @@ inline Result<MatmulShape> read_matmul(const graph::OpNode& op) {
                      b.shape(rank - 1)};
 }
 
-// transpose: the permutation (checked: one entry per dim, each a dim) and the input's row-major
-// stride of each dim.
+// transpose: the permutation (shape inference checked it) and the input's row-major stride of
+// each dim.
 struct TransposeShape {
   std::vector<int64_t> perm, in_strides;
 };
 inline Result<TransposeShape> read_transpose(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
-  auto perm = graph::attr_ints(*op.proto, "perm");
-  if (!perm.ok()) return op_error(op, perm.status().message());
+  GP_ASSIGN_OR_RETURN(graph::TransposeAttrs a, op_attrs<graph::TransposeAttrs>(op));
   const int rank = x.shape_size();
-  if (static_cast<int>(perm->size()) != rank) return op_error(op, "attrs.perm: wrong length");
-  for (int64_t p : *perm) {
-    if (p < 0 || p >= rank) return op_error(op, "attrs.perm: not a permutation");
-  }
-  TransposeShape t{std::move(*perm), std::vector<int64_t>(static_cast<size_t>(rank))};
+  TransposeShape t{std::move(a.perm), std::vector<int64_t>(static_cast<size_t>(rank))};
   int64_t stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
     t.in_strides[d] = stride;

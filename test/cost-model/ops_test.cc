@@ -495,3 +495,56 @@ TEST_CASE("the new op types reject bad inputs and attributes, naming the field a
     }
   }
 }
+
+TEST_CASE("shape inference decodes every attribute once into the op's typed attributes") {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {4, 8});
+  auto fc = b.linear("fc", x, 8, /*bias=*/false, "gelu");
+  auto at = b.attention("at", fc, 2);
+  auto ln = b.layer_norm("ln", at);
+  auto ge = b.gelu("ge", ln, /*exact=*/true);
+  auto cl = b.clip("cl", ge, -1.5, 2.5);
+  auto sl = b.slice("sl", cl, -1, 2, 6);  // axis -1 of [4, 8]: normalised to 1
+  auto sc = b.scale("sc", sl, 0.25);
+  auto tr = b.transpose("tr", sc, {1, 0});
+  auto rd = b.reduce("rd", tr, 0, /*mean=*/true);
+  auto cat = b.concat("cat", {rd, rd}, -2);
+  auto img = b.input("img", {3, 9, 9});
+  auto conv = b.conv2d("conv", img, 6, {3, 3}, {2, 2}, {1, 1}, /*bias=*/false);  // [6, 5, 5]
+  auto mp = b.max_pool2d("mp", conv, {2, 2});                                    // stride 2
+  auto ap = b.avg_pool2d("ap", mp, {3, 3}, {1, 1}, {1, 1}, /*count_include_pad=*/false);
+  auto ids = b.input("ids", {5}, graphpipe::v1::DATA_TYPE_INT64);
+  auto bag = b.embedding_bag("bag", ids, 10, 3);
+  b.add_loss(b.mse_loss("l0", cat, b.input("t0", {2, 4})));
+  b.add_loss(b.mse_loss("l1", ap, b.input("t1", {6, 2, 2})));
+  b.add_loss(b.mse_loss("l2", bag, b.input("t2", {3})));
+  Graph g = build_ok(b.finish());
+
+  const auto& lin = std::get<LinearAttrs>(only(g, "fc").attrs);
+  CHECK(lin.out_features == 8);
+  CHECK_FALSE(lin.bias);
+  CHECK(lin.activation == Activation::kGelu);
+  CHECK(std::get<AttentionAttrs>(only(g, "at").attrs).num_heads == 2);
+  CHECK(std::get<NormAttrs>(only(g, "ln").attrs).epsilon == Approx(1e-5));
+  CHECK(std::get<GeluAttrs>(only(g, "ge").attrs).exact);
+  CHECK(std::get<ClipAttrs>(only(g, "cl").attrs).min == -1.5);
+  CHECK(std::get<ClipAttrs>(only(g, "cl").attrs).max == 2.5);
+  const auto& s = std::get<SliceAttrs>(only(g, "sl").attrs);
+  CHECK((s.axis == 1 && s.start == 2 && s.end == 6));
+  CHECK(std::get<ScaleAttrs>(only(g, "sc").attrs).factor == 0.25);
+  CHECK(std::get<TransposeAttrs>(only(g, "tr").attrs).perm == std::vector<int64_t>{1, 0});
+  const auto& r = std::get<ReduceAttrs>(only(g, "rd").attrs);
+  CHECK((r.axis == 0 && r.mean));
+  CHECK(std::get<AxisAttrs>(only(g, "cat").attrs).axis == 0);
+  const auto& c = std::get<ConvAttrs>(only(g, "conv").attrs);
+  CHECK((c.out_channels == 6 && !c.bias && c.groups == 1));
+  CHECK((c.window.kh == 3 && c.window.sh == 2 && c.window.ph == 1 && c.window.ho == 5));
+  const auto& m = std::get<PoolAttrs>(only(g, "mp").attrs);
+  CHECK((m.window.sh == 2 && m.window.sw == 2 && m.window.ho == 2));  // stride defaults to kernel
+  CHECK_FALSE(std::get<PoolAttrs>(only(g, "ap").attrs).count_include_pad);
+  const auto& e = std::get<EmbeddingAttrs>(only(g, "bag").attrs);
+  CHECK((e.num_embeddings == 10 && e.embedding_dim == 3 && !e.mean && !e.has_padding));
+  // Ops without attributes carry none.
+  CHECK(std::holds_alternative<NoAttrs>(only(g, "x").attrs));
+  CHECK(std::holds_alternative<NoAttrs>(only(g, "l0").attrs));
+}

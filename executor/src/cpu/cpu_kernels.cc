@@ -97,8 +97,8 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
     return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
   }
   if (kind == Kind::kOpaque) {
-    auto onnx_type = graph::attr_string_or(*op.proto, "onnx_type", "");
-    const std::string name = onnx_type.ok() && !onnx_type->empty() ? *onnx_type : "(unnamed)";
+    const auto* opaque = std::get_if<graph::OpaqueAttrs>(&op.attrs);
+    const std::string name = opaque != nullptr ? opaque->onnx_type : "(unnamed)";
     return cpu::op_error(op, "ONNX operator " + name +
                                  " was imported as opaque (--allow-opaque) for planning only; it "
                                  "has no kernel and cannot be trained or profiled");

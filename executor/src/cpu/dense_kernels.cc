@@ -236,20 +236,13 @@ class AttentionKernel final : public OpKernel {
 
 KernelResult make_linear(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_features"));
-  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  GP_ASSIGN_OR_RETURN(std::string act, op_attr_string_or(op, "activation", "none"));
-  Act kind = Act::kNone;
-  if (act == "relu") {
-    kind = Act::kRelu;
-  } else if (act == "gelu") {
-    kind = Act::kGelu;
-  } else if (act != "none") {
-    return op_error(op, "attrs.activation = '" + act + "', expected none, relu or gelu");
-  }
+  GP_ASSIGN_OR_RETURN(const graph::LinearAttrs a, op_attrs<graph::LinearAttrs>(op));
+  const Act kind = a.activation == graph::Activation::kRelu   ? Act::kRelu
+                   : a.activation == graph::Activation::kGelu ? Act::kGelu
+                                                              : Act::kNone;
   const int64_t in = last_dim(x);
-  return std::unique_ptr<OpKernel>(
-      std::make_unique<LinearKernel>(graph::num_elements(x) / in, in, out, bias != 0, kind));
+  return std::unique_ptr<OpKernel>(std::make_unique<LinearKernel>(graph::num_elements(x) / in, in,
+                                                                  a.out_features, a.bias, kind));
 }
 
 KernelResult make_embedding_bag(const graph::OpNode& op) {
@@ -259,13 +252,9 @@ KernelResult make_embedding_bag(const graph::OpNode& op) {
 
 KernelResult make_attention(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t heads, op_attr_int(op, "num_heads"));
-  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  if (x.shape_size() != 2 || heads <= 0 || x.shape(1) % heads != 0) {
-    return op_error(op, "expected per-sample [sequence, hidden] with num_heads dividing hidden");
-  }
+  GP_ASSIGN_OR_RETURN(const graph::AttentionAttrs a, op_attrs<graph::AttentionAttrs>(op));
   return std::unique_ptr<OpKernel>(
-      std::make_unique<AttentionKernel>(x.shape(0), x.shape(1), heads, bias != 0));
+      std::make_unique<AttentionKernel>(x.shape(0), x.shape(1), a.num_heads, a.bias));
 }
 
 }  // namespace gp::exec::cpu

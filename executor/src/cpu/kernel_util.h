@@ -21,10 +21,7 @@ using gp::exec::dims_product;
 using gp::exec::is_int32;
 using gp::exec::last_dim;
 using gp::exec::load_index;
-using gp::exec::op_attr_float_or;
-using gp::exec::op_attr_int;
-using gp::exec::op_attr_int_or;
-using gp::exec::op_attr_string_or;
+using gp::exec::op_attrs;
 using gp::exec::op_error;
 
 // Row-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, with leading dimensions

@@ -147,10 +147,9 @@ KernelResult make_matmul(const graph::OpNode& op) {
 }
 
 KernelResult make_scale(const graph::OpNode& op) {
-  auto factor = graph::attr_float(*op.proto, "factor");
-  if (!factor.ok()) return op_error(op, factor.status().message());
+  GP_ASSIGN_OR_RETURN(const graph::ScaleAttrs a, op_attrs<graph::ScaleAttrs>(op));
   return wrap(std::make_unique<ScaleKernel>(graph::num_elements(op.input_specs[0]),
-                                            static_cast<float>(*factor)));
+                                            static_cast<float>(a.factor)));
 }
 
 KernelResult make_transpose(const graph::OpNode& op) {

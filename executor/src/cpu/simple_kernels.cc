@@ -274,10 +274,8 @@ KernelResult make_relu(const graph::OpNode& op) {
 }
 
 KernelResult make_gelu(const graph::OpNode& op) {
-  // (Not GP_ASSIGN_OR_RETURN: GCC 12 then warns that the string may be used uninitialised.)
-  const auto approximate = op_attr_string_or(op, "approximate", "tanh");
-  if (!approximate.ok()) return approximate.status();
-  const bool exact = *approximate == "none";
+  GP_ASSIGN_OR_RETURN(const graph::GeluAttrs a, op_attrs<graph::GeluAttrs>(op));
+  const bool exact = a.exact;
   return wrap(std::make_unique<GeluKernel>(graph::num_elements(op.input_specs[0]), exact));
 }
 
@@ -289,7 +287,8 @@ KernelResult make_softmax(const graph::OpNode& op) {
 
 KernelResult make_layer_norm(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(double eps, op_attr_float_or(op, "epsilon", 1e-5));
+  GP_ASSIGN_OR_RETURN(const graph::NormAttrs a, op_attrs<graph::NormAttrs>(op));
+  const double eps = a.epsilon;
   const int64_t cols = last_dim(x);
   return wrap(std::make_unique<LayerNormKernel>(graph::num_elements(x) / cols, cols,
                                                 static_cast<float>(eps)));
@@ -301,7 +300,8 @@ KernelResult make_add(const graph::OpNode& op) {
 
 KernelResult make_concat(const graph::OpNode& op) {
   const int rank = op.input_specs[0].shape_size();
-  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
+  GP_ASSIGN_OR_RETURN(const graph::AxisAttrs a, op_attrs<graph::AxisAttrs>(op));
+  const int axis = a.axis;
   std::vector<int64_t> chunks;
   for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
   return wrap(
@@ -311,12 +311,9 @@ KernelResult make_concat(const graph::OpNode& op) {
 KernelResult make_slice(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
   const int rank = x.shape_size();
-  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
-  GP_ASSIGN_OR_RETURN(int64_t start, op_attr_int(op, "start"));
-  GP_ASSIGN_OR_RETURN(int64_t end, op_attr_int(op, "end"));
-  if (start < 0 || end > x.shape(axis) || start >= end) {
-    return op_error(op, "attrs.start/end out of range for axis " + std::to_string(axis));
-  }
+  GP_ASSIGN_OR_RETURN(const graph::SliceAttrs a, op_attrs<graph::SliceAttrs>(op));
+  const int axis = a.axis;
+  const int64_t start = a.start, end = a.end;
   const int64_t inner = dims_product(x, axis + 1, rank);
   return wrap(std::make_unique<SliceKernel>(dims_product(x, 0, axis), x.shape(axis) * inner,
                                             start * inner, (end - start) * inner));

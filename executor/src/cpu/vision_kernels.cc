@@ -356,18 +356,16 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 }  // namespace
 
 KernelResult make_conv2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, false));
-  GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_channels"));
-  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  GP_ASSIGN_OR_RETURN(int64_t groups, op_attr_int_or(op, "groups", 1));
-  if (groups <= 0 || w.c % groups != 0 || out % groups != 0) {
-    return op_error(op, "attrs.groups must divide the channels and out_channels");
-  }
-  return wrap(std::make_unique<Conv2dKernel>(w, out, bias != 0, groups));
+  GP_ASSIGN_OR_RETURN(const graph::ConvAttrs a, op_attrs<graph::ConvAttrs>(op));
+  const Window w = vision_window(a.window);
+  const int64_t out = a.out_channels, groups = a.groups;
+  const bool bias = a.bias;
+  return wrap(std::make_unique<Conv2dKernel>(w, out, bias, groups));
 }
 
 KernelResult make_max_pool2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, true));
+  GP_ASSIGN_OR_RETURN(const graph::PoolAttrs a, op_attrs<graph::PoolAttrs>(op));
+  const Window w = vision_window(a.window);
   if (w.h * w.w > std::numeric_limits<int32_t>::max()) {
     return op_error(op, "a channel plane of more than 2^31 - 1 elements");
   }
@@ -375,14 +373,16 @@ KernelResult make_max_pool2d(const graph::OpNode& op) {
 }
 
 KernelResult make_avg_pool2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(Window w, read_vision_window(op, true));
-  GP_ASSIGN_OR_RETURN(int64_t include_pad, op_attr_int_or(op, "count_include_pad", 1));
-  return wrap(std::make_unique<AvgPool2dKernel>(w, include_pad != 0));
+  GP_ASSIGN_OR_RETURN(const graph::PoolAttrs a, op_attrs<graph::PoolAttrs>(op));
+  const Window w = vision_window(a.window);
+  const bool include_pad = a.count_include_pad;
+  return wrap(std::make_unique<AvgPool2dKernel>(w, include_pad));
 }
 
 KernelResult make_batch_norm(const graph::OpNode& op) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(double eps, op_attr_float_or(op, "epsilon", 1e-5));
+  GP_ASSIGN_OR_RETURN(const graph::NormAttrs a, op_attrs<graph::NormAttrs>(op));
+  const double eps = a.epsilon;
   const int64_t channels = x.shape(0);
   return wrap(std::make_unique<BatchNormKernel>(channels, graph::num_elements(x) / channels, eps));
 }

@@ -316,20 +316,13 @@ class MatmulKernel final : public OpKernel {
 
 KernelResult make_linear(const graph::OpNode& op, const CudaContext& ctx) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t out, op_attr_int(op, "out_features"));
-  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  GP_ASSIGN_OR_RETURN(std::string act, op_attr_string_or(op, "activation", "none"));
-  int kind = kDenseActNone;
-  if (act == "relu") {
-    kind = kDenseActRelu;
-  } else if (act == "gelu") {
-    kind = kDenseActGelu;
-  } else if (act != "none") {
-    return op_error(op, "attrs.activation = '" + act + "', expected none, relu or gelu");
-  }
+  GP_ASSIGN_OR_RETURN(const graph::LinearAttrs a, op_attrs<graph::LinearAttrs>(op));
+  const int kind = a.activation == graph::Activation::kRelu   ? kDenseActRelu
+                   : a.activation == graph::Activation::kGelu ? kDenseActGelu
+                                                              : kDenseActNone;
   const int64_t in = last_dim(x);
-  return wrap(
-      std::make_unique<LinearKernel>(ctx, graph::num_elements(x) / in, in, out, bias != 0, kind));
+  return wrap(std::make_unique<LinearKernel>(ctx, graph::num_elements(x) / in, in, a.out_features,
+                                             a.bias, kind));
 }
 
 KernelResult make_embedding_bag(const graph::OpNode& op, const CudaContext& ctx) {
@@ -339,17 +332,14 @@ KernelResult make_embedding_bag(const graph::OpNode& op, const CudaContext& ctx)
 
 KernelResult make_attention(const graph::OpNode& op, const CudaContext& ctx) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(int64_t heads, op_attr_int(op, "num_heads"));
-  GP_ASSIGN_OR_RETURN(int64_t bias, op_attr_int_or(op, "bias", 1));
-  if (x.shape_size() != 2 || heads <= 0 || x.shape(1) % heads != 0) {
-    return op_error(op, "expected per-sample [sequence, hidden] with num_heads dividing hidden");
-  }
-  return wrap(std::make_unique<AttentionKernel>(ctx, x.shape(0), x.shape(1), heads, bias != 0));
+  GP_ASSIGN_OR_RETURN(const graph::AttentionAttrs a, op_attrs<graph::AttentionAttrs>(op));
+  return wrap(std::make_unique<AttentionKernel>(ctx, x.shape(0), x.shape(1), a.num_heads, a.bias));
 }
 
 KernelResult make_layer_norm(const graph::OpNode& op, const CudaContext& ctx) {
   const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(double eps, op_attr_float_or(op, "epsilon", 1e-5));
+  GP_ASSIGN_OR_RETURN(const graph::NormAttrs a, op_attrs<graph::NormAttrs>(op));
+  const double eps = a.epsilon;
   const int64_t cols = last_dim(x);
   return wrap(std::make_unique<LayerNormKernel>(ctx, graph::num_elements(x) / cols, cols,
                                                 static_cast<float>(eps)));

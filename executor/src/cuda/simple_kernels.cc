@@ -291,10 +291,8 @@ KernelResult make_relu(const graph::OpNode& op, const CudaContext& ctx) {
 }
 
 KernelResult make_gelu(const graph::OpNode& op, const CudaContext& ctx) {
-  // (Not GP_ASSIGN_OR_RETURN: GCC 12 then warns that the string may be used uninitialised.)
-  const auto approximate = op_attr_string_or(op, "approximate", "tanh");
-  if (!approximate.ok()) return approximate.status();
-  const bool exact = *approximate == "none";
+  GP_ASSIGN_OR_RETURN(const graph::GeluAttrs a, op_attrs<graph::GeluAttrs>(op));
+  const bool exact = a.exact;
   return wrap(std::make_unique<GeluKernel>(op, ctx, graph::num_elements(op.input_specs[0]), exact));
 }
 
@@ -310,7 +308,8 @@ KernelResult make_add(const graph::OpNode& op, const CudaContext& ctx) {
 
 KernelResult make_concat(const graph::OpNode& op, const CudaContext& ctx) {
   const int rank = op.input_specs[0].shape_size();
-  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
+  GP_ASSIGN_OR_RETURN(const graph::AxisAttrs a, op_attrs<graph::AxisAttrs>(op));
+  const int axis = a.axis;
   std::vector<int64_t> chunks;
   for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
   return wrap(std::make_unique<ConcatKernel>(op, ctx, dims_product(op.input_specs[0], 0, axis),
@@ -320,12 +319,9 @@ KernelResult make_concat(const graph::OpNode& op, const CudaContext& ctx) {
 KernelResult make_slice(const graph::OpNode& op, const CudaContext& ctx) {
   const graph::TensorSpec& x = op.input_specs[0];
   const int rank = x.shape_size();
-  GP_ASSIGN_OR_RETURN(int axis, op_axis(op, rank));
-  GP_ASSIGN_OR_RETURN(int64_t start, op_attr_int(op, "start"));
-  GP_ASSIGN_OR_RETURN(int64_t end, op_attr_int(op, "end"));
-  if (start < 0 || end > x.shape(axis) || start >= end) {
-    return op_error(op, "attrs.start/end out of range for axis " + std::to_string(axis));
-  }
+  GP_ASSIGN_OR_RETURN(const graph::SliceAttrs a, op_attrs<graph::SliceAttrs>(op));
+  const int axis = a.axis;
+  const int64_t start = a.start, end = a.end;
   const int64_t inner = dims_product(x, axis + 1, rank);
   return wrap(std::make_unique<SliceKernel>(op, ctx, dims_product(x, 0, axis),
                                             x.shape(axis) * inner, start * inner,
@@ -344,10 +340,9 @@ KernelResult make_softmax_cross_entropy(const graph::OpNode& op, const CudaConte
 }
 
 KernelResult make_scale(const graph::OpNode& op, const CudaContext& ctx) {
-  auto factor = graph::attr_float(*op.proto, "factor");
-  if (!factor.ok()) return op_error(op, factor.status().message());
+  GP_ASSIGN_OR_RETURN(const graph::ScaleAttrs a, op_attrs<graph::ScaleAttrs>(op));
   return wrap(std::make_unique<ScaleKernel>(op, ctx, graph::num_elements(op.input_specs[0]),
-                                            static_cast<float>(*factor)));
+                                            static_cast<float>(a.factor)));
 }
 
 // Validates perm as the CPU does, then describes the permutation by (size, input stride) per

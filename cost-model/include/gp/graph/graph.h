@@ -25,6 +25,7 @@ struct OpNode {
   std::vector<int> preds;  // distinct producer op indices, ascending
   std::vector<int> succs;  // distinct consumer op indices, ascending
   OpCost cost;
+  OpAttrs attrs;             // typed attributes from shape inference: kernels read these
   int64_t output_bytes = 0;  // per sample, all outputs
 
   const std::string& id() const { return proto->id(); }

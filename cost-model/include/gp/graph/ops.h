@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/graph/op_attrs.h"
 #include "graphpipe/v1/model.pb.h"
 
 namespace gp::graph {
@@ -49,6 +50,7 @@ struct InferredOp {
   std::vector<TensorSpec> outputs;
   std::vector<ParamSpec> params;
   OpCost cost;
+  OpAttrs attrs;  // the op's attributes, decoded and checked (NoAttrs for ops without any)
 };
 
 using InferFn = Status (*)(const Operator& op, std::span<const TensorSpec> inputs, InferredOp* out);
