@@ -25,8 +25,8 @@ rm -f "$out"/obj/*.o
 libs=(executor/libgp_kernels_cpu.a executor/libgp_device_api.a cost-model/libgp_graph.a
       common/libgp_common.a proto/libgp_proto.a)
 if [ $mode = nccl ]; then
-  libs=(executor/libgp_executor.a planner-cli/libgp_planner.a cost-model/libgp_sim.a
-        cost-model/libgp_cost_model.a "${libs[@]}")
+  libs=(executor/libgp_executor.a executor/libgp_checkpoint_files.a planner-cli/libgp_planner.a
+        cost-model/libgp_sim.a cost-model/libgp_cost_model.a "${libs[@]}")
 fi
 for lib in "${libs[@]}"; do
   [ -f "$b/$lib" ] || { echo "cuda-emu-test: $b/$lib is missing; run scripts/build.sh" >&2; exit 2; }

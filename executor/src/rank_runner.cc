@@ -61,52 +61,75 @@ TensorView RankRunner::piece_view(const Step& s, const Piece& p) const {
                                    : runner_->export_value(s.slot, p.index));
 }
 
-Status RankRunner::pack(const Step& s, std::byte* out) const {
-  const Device& device = runner_->device();
-  const bool host = runner_->host_memory();
+namespace {
+
+// Fan-in: a received gradient adds to what the other successors sent.
+void add_floats(float* sum, const std::byte* in, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    float g;
+    std::memcpy(&g, in + 4 * i, 4);
+    sum[i] += g;
+  }
+}
+
+}  // namespace
+
+Status RankRunner::pack_host(const Step& s, std::byte* out) const {
   for (const Piece& p : s.pieces) {
     const TensorView v = piece_view(s, p);
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
-    const std::byte* src =
-        static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
-    if (host) {
-      std::memcpy(out, src, n);
-    } else {
-      GP_RETURN_IF_ERROR(device.copy_to_host(out, src, n));  // waits for the producing kernels
-    }
+    std::memcpy(out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset,
+                n);
     out += n;
   }
   return ok_status();
 }
 
-Status RankRunner::unpack(const Step& s, const std::byte* in) {
+Status RankRunner::pack_via_host(const Step& s, std::byte* out) const {
   const Device& device = runner_->device();
-  const bool host = runner_->host_memory();
+  for (const Piece& p : s.pieces) {
+    const TensorView v = piece_view(s, p);
+    const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    // Waits for the producing kernels.
+    GP_RETURN_IF_ERROR(device.copy_to_host(
+        out, static_cast<const std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, n));
+    out += n;
+  }
+  return ok_status();
+}
+
+Status RankRunner::unpack_host(const Step& s, const std::byte* in) {
   for (const Piece& p : s.pieces) {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
     if (s.gradient) {
-      // Fan-in: gradients from every successor add up.
+      const TensorView v = !p.exported ? runner_->external_input_grad(s.slot, p.index)
+                                       : runner_->export_grad(s.slot, p.index);
+      add_floats(v.f() + p.bytes_per_sample / 4 * s.sample_offset, in, n / 4);
+    } else {
+      const TensorView v = runner_->external_input(s.slot, p.index);
+      std::memcpy(static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n);
+    }
+    in += n;
+  }
+  return ok_status();
+}
+
+Status RankRunner::unpack_via_host(const Step& s, const std::byte* in) {
+  const Device& device = runner_->device();
+  for (const Piece& p : s.pieces) {
+    const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    if (s.gradient) {
+      // The sum is formed on the host, in the same order as on a host device.
       const TensorView v = !p.exported ? runner_->external_input_grad(s.slot, p.index)
                                        : runner_->export_grad(s.slot, p.index);
       float* dst = v.f() + p.bytes_per_sample / 4 * s.sample_offset;
-      const size_t count = n / 4;
-      // On a device without host memory the sum is formed on the host, in the same order.
-      float* sum = host ? dst : grad_scratch_.data();
-      if (!host) GP_RETURN_IF_ERROR(device.copy_to_host(sum, dst, n));
-      for (size_t i = 0; i < count; ++i) {
-        float g;
-        std::memcpy(&g, in + 4 * i, 4);
-        sum[i] += g;
-      }
-      if (!host) GP_RETURN_IF_ERROR(device.copy_from_host(dst, sum, n));
+      GP_RETURN_IF_ERROR(device.copy_to_host(grad_scratch_.data(), dst, n));
+      add_floats(grad_scratch_.data(), in, n / 4);
+      GP_RETURN_IF_ERROR(device.copy_from_host(dst, grad_scratch_.data(), n));
     } else {
       const TensorView v = runner_->external_input(s.slot, p.index);
-      std::byte* dst = static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset;
-      if (host) {
-        std::memcpy(dst, in, n);
-      } else {
-        GP_RETURN_IF_ERROR(device.copy_from_host(dst, in, n));
-      }
+      GP_RETURN_IF_ERROR(device.copy_from_host(
+          static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n));
     }
     in += n;
   }
@@ -145,35 +168,41 @@ Status RankRunner::unpack_on_device(const Step& s, const std::byte* in) {
   return ok_status();
 }
 
-Status RankRunner::allreduce_grads(Communicator& comm) {
-  StageRunner& runner = *runner_;
-  if (comm.device_memory()) {
-    if (program_.group.size() < 2) return ok_status();  // a sum over one replica
-    return comm.allreduce_sum(program_.group, runner.param_grad_memory());
-  }
-  if (runner.host_memory()) return comm.allreduce_sum(program_.group, runner.param_grads());
-  if (program_.group.size() < 2) return ok_status();  // a sum over one replica
-  GP_RETURN_IF_ERROR(runner.download_param_grads(allreduce_staging_));
-  GP_RETURN_IF_ERROR(comm.allreduce_sum(program_.group, allreduce_staging_));
-  return runner.upload_param_grads(allreduce_staging_);
+Status RankRunner::allreduce_host() {
+  return comm_->allreduce_sum(program_.group, runner_->param_grads());
 }
 
-Status RankRunner::clip_grads(Communicator& comm) {
-  if (comm.device_memory()) {
-    return unimplemented(
-        "training.clip_grad_norm is not supported on the NCCL data plane yet (its norm "
-        "all-reduce is in host memory); train without it, or on the CPU");
-  }
+Status RankRunner::allreduce_via_host() {
+  if (program_.group.size() < 2) return ok_status();  // a sum over one replica
+  GP_RETURN_IF_ERROR(runner_->download_param_grads(allreduce_staging_));
+  GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.group, allreduce_staging_));
+  return runner_->upload_param_grads(allreduce_staging_);
+}
+
+Status RankRunner::allreduce_on_device() {
+  if (program_.group.size() < 2) return ok_status();  // a sum over one replica
+  return comm_->allreduce_sum(program_.group, runner_->param_grad_memory());
+}
+
+Status RankRunner::clip_grads() {
   StageRunner& runner = *runner_;
   GP_ASSIGN_OR_RETURN(const double own, runner.grad_sum_of_squares(allreduce_staging_));
   norm_sum_[0] = program_.counts_norm ? static_cast<float>(own) : 0.0f;
-  if (program_.world.size() > 1) GP_RETURN_IF_ERROR(comm.allreduce_sum(program_.world, norm_sum_));
+  if (program_.world.size() > 1) {
+    GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, norm_sum_));
+  }
   return runner.clip_grads(norm_sum_[0], allreduce_staging_);
 }
 
 Status RankRunner::bind(Communicator& comm) {
   StageRunner& runner = *runner_;
   const bool on_device = comm.device_memory();
+  if (on_device && !program_.world.empty()) {
+    return unimplemented("rank " + std::to_string(program_.rank) +
+                         ": training.clip_grad_norm is not supported on the NCCL data plane yet "
+                         "(its norm all-reduce is in host memory); train without it, or on the "
+                         "CPU");
+  }
   const std::string where = "rank " + std::to_string(program_.rank) + ": message staging buffer";
   if (on_device && device_staging_.bytes() < program_.device_staging_bytes) {
     auto staging = DeviceBuffer::create(runner.device(), program_.device_staging_bytes);
@@ -189,8 +218,18 @@ Status RankRunner::bind(Communicator& comm) {
     message_of_step_[i] =
         on_device ? device_staging + program_.steps[i].staging_offset : staging_.data();
   }
-  pack_ = on_device ? &RankRunner::pack_on_device : &RankRunner::pack;
-  unpack_ = on_device ? &RankRunner::unpack_on_device : &RankRunner::unpack;
+  // Where messages and the all-reduce go: device memory straight to a device data plane, host
+  // memory straight to a host one, or device memory through host buffers to a host one.
+  const bool host = runner.host_memory();
+  pack_ = on_device ? &RankRunner::pack_on_device
+          : host    ? &RankRunner::pack_host
+                    : &RankRunner::pack_via_host;
+  unpack_ = on_device ? &RankRunner::unpack_on_device
+            : host    ? &RankRunner::unpack_host
+                      : &RankRunner::unpack_via_host;
+  allreduce_ = on_device ? &RankRunner::allreduce_on_device
+               : host    ? &RankRunner::allreduce_host
+                         : &RankRunner::allreduce_via_host;
   comm_ = &comm;
   return ok_status();
 }
@@ -238,10 +277,10 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
         break;
       }
       case StepOp::kAllReduce:
-        st = allreduce_grads(comm);
+        st = (this->*allreduce_)();
         break;
       case StepOp::kOptimizer:
-        if (!program_.world.empty()) st = clip_grads(comm);
+        if (!program_.world.empty()) st = clip_grads();
         if (st.ok()) runner.optimizer_step(iteration + 1);
         break;
     }

@@ -387,6 +387,22 @@ TEST_CASE("NCCL channels of searched plans are read off their message tables") {
   CHECK(layout.communicators() == first_group + 2);
 }
 
+TEST_CASE("gradient-norm clipping over a device data plane is refused at bind, before training") {
+  auto g = testing::zoo_graph("tiny-candle-uno");
+  auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  t.set_clip_grad_norm(1.0);
+  const auto plan = relay_plan(g, t);
+  testing::StagingDevice dev;
+  DeviceMemoryRun run = run_on_device_memory(plan, 2, dev);
+  REQUIRE_FALSE(run.losses.ok());
+  CHECK(run.losses.status().code() == StatusCode::kUnimplemented);
+  CHECK_THAT(run.losses.status().message(),
+             Catch::Matches("rank [0-2]: training.clip_grad_norm is not supported on the NCCL "
+                            "data plane yet.*"));
+  CHECK(run.waits == 0);  // no iteration started
+  run.runners.clear();
+}
+
 TEST_CASE("an error of a device's queued work fails the iteration, naming the rank") {
   auto g = testing::zoo_graph("tiny-candle-uno");
   const auto plan = relay_plan(g, training(graphpipe::v1::OPTIMIZER_KIND_SGD));

@@ -58,7 +58,8 @@ class RankRunner {
   // Binds the data plane every iteration uses, once, before the first: the step loop's message
   // buffers and pack/unpack paths are chosen here (a device-memory data plane gets its staging
   // buffer allocated now), so run_iteration has no branch on where memory lives. `comm` must
-  // outlive the runner's iterations; binding again replaces it.
+  // outlive the runner's iterations; binding again replaces it. Refused (Unimplemented, naming
+  // the rank) for training.clip_grad_norm over a device data plane, before any iteration runs.
   Status bind(Communicator& comm);
   // One training iteration over the bound data plane; returns this rank's sum of per-sample
   // losses (0 if it holds none). Refused before bind().
@@ -81,19 +82,23 @@ class RankRunner {
   using Piece = MessagePiece;
 
   RankRunner() = default;
-  // The step's pieces into / out of a message; through the device's copies when it has no host
-  // memory (the errors are theirs).
   // The tensor a piece of a send comes from: its value, or its gradient going back.
   TensorView piece_view(const Step& s, const Piece& p) const;
-  Status pack(const Step& s, std::byte* out) const;
-  Status unpack(const Step& s, const std::byte* in);
-  // The same within the device's memory (a device-memory data plane).
+  // The step's pieces into / out of a message, one routine per path, chosen by bind(): host
+  // memory over a host data plane; device memory over a host data plane, through the device's
+  // copies (the errors are theirs); device memory within a device data plane.
+  Status pack_host(const Step& s, std::byte* out) const;
+  Status unpack_host(const Step& s, const std::byte* in);
+  Status pack_via_host(const Step& s, std::byte* out) const;
+  Status unpack_via_host(const Step& s, const std::byte* in);
   Status pack_on_device(const Step& s, std::byte* out) const;
   Status unpack_on_device(const Step& s, const std::byte* in);
-  // Sums the flat parameter gradients over the stage's replicas.
-  Status allreduce_grads(Communicator& comm);
+  // Sums the flat parameter gradients over the stage's replicas, the same three ways.
+  Status allreduce_host();
+  Status allreduce_via_host();
+  Status allreduce_on_device();
   // training.clip_grad_norm: the model's gradient norm summed over every rank, then scaled.
-  Status clip_grads(Communicator& comm);
+  Status clip_grads();
 
   // The lowered program, bound to runner_ (every piece's index set).
   RankProgram program_;
@@ -107,11 +112,12 @@ class RankRunner {
   // A device-memory data plane's messages, one region per send and receive of an iteration.
   DeviceBuffer device_staging_;
   // Bound by bind(): the data plane, each step's message buffer (host staging_ or its region of
-  // device_staging_) and the matching pack and unpack.
+  // device_staging_) and the matching pack, unpack and all-reduce.
   Communicator* comm_ = nullptr;
   std::vector<std::byte*> message_of_step_;
   Status (RankRunner::*pack_)(const Step&, std::byte*) const = nullptr;
   Status (RankRunner::*unpack_)(const Step&, const std::byte*) = nullptr;
+  Status (RankRunner::*allreduce_)() = nullptr;
   std::atomic<int> current_{-1};
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;
