@@ -24,9 +24,8 @@
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
 #include "gp/common/version.h"
-#include "gp/graph/graph.h"
+#include "gp/exec/rank_session.h"
 #include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
 #include "graphpipe/v1/daemon.grpc.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -157,11 +156,10 @@ class Daemon final : public pb::NodeDaemon::Service {
     }
     pb::Plan plan;
     if (!plan.ParseFromString(req->plan())) return bad("plan: not a serialized graphpipe.v1.Plan");
-    // The ranks check it too; refusing here tells `submit` why, before any rank starts.
-    auto graph = graph::Graph::build(plan.model());
-    if (!graph.ok()) return bad("plan.model: " + graph.status().message());
-    if (auto index = graph::validate_plan(plan, *graph); !index.ok()) {
-      return bad("plan: " + index.status().message());
+    // The ranks' sessions load it the same way; refusing here tells `submit` why, before any
+    // rank starts.
+    if (auto loaded = LoadedPlan::from(plan); !loaded.ok()) {
+      return bad("plan: " + loaded.status().message());
     }
     if (req->world_size() != plan.programs_size()) {
       return bad("world_size = " + std::to_string(req->world_size()) + ", the plan has " +
