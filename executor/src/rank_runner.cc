@@ -284,8 +284,7 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
         if (st.ok()) runner.optimizer_step(iteration + 1);
         break;
     }
-    // Queued device work would otherwise be timed at its launch.
-    if (tracing && !runner.host_memory() && st.ok()) st = runner.synchronize();
+    if (synchronize_traced_steps_ && st.ok()) st = runner.synchronize();
     if (tracing && trace_.size() < trace_capacity_ && s.op != StepOp::kSend &&
         s.op != StepOp::kBeginBackward) {
       TraceEvent e{};
@@ -329,6 +328,8 @@ void RankRunner::enable_trace(size_t max_events) {
   trace_.clear();
   trace_.reserve(max_events);
   trace_capacity_ = max_events;
+  // Queued device work would otherwise be timed at its launch: a traced step waits for it.
+  synchronize_traced_steps_ = max_events > 0 && !runner_->host_memory();
 }
 
 std::string measured_trace_json(const graphpipe::v1::Plan& plan,

@@ -121,6 +121,7 @@ class RankRunner {
   std::atomic<int> current_{-1};
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;
+  bool synchronize_traced_steps_ = false;
 };
 
 // The measured events of several ranks as a Chrome trace in the simulator's format (times from
