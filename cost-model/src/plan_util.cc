@@ -87,11 +87,16 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
       kind == K::INSTRUCTION_KIND_SEND_ACTIVATION || kind == K::INSTRUCTION_KIND_SEND_GRADIENT;
   const bool gradient =
       kind == K::INSTRUCTION_KIND_SEND_GRADIENT || kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
-  if (msg.gradient() != gradient || (send ? msg.src_rank() : msg.dst_rank()) != prog.rank()) {
+  if (msg.gradient() != gradient) {
+    return invalid_argument(where + ".message = " + std::to_string(in.message()) + ": " +
+                            describe_message(plan, in.message()) + " carries " +
+                            (msg.gradient() ? "gradients" : "activations") + ", but the " +
+                            "instruction is a " + graphpipe::v1::InstructionKind_Name(kind));
+  }
+  if ((send ? msg.src_rank() : msg.dst_rank()) != prog.rank()) {
     return invalid_argument(where + ".message = " + std::to_string(in.message()) + ": " +
                             describe_message(plan, in.message()) + " is not " +
-                            (send ? "sent" : "received") + " by this " +
-                            (gradient ? "gradient" : "activation") + " instruction's rank " +
+                            (send ? "sent" : "received") + " by this instruction's rank " +
                             std::to_string(prog.rank()));
   }
   const SampleRange slice =

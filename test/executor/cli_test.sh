@@ -241,6 +241,10 @@ err=$("$exe" --log-level warn export --plan "$tmp/plan.pb" --checkpoint "$tmp/re
   --out "$tmp/trained.npz" 2>&1); rc=$?
 check "export --plan writes the checkpoint's parameters" '[ $rc -eq 0 ] && [ -s "$tmp/trained.npz" ]'
 
+err=$(timeout 30 "$exe" run --plan "$tmp/plan.pb" --rank 5 --world-size 3 --trace "$tmp/t.json" \
+  --coordinator 127.0.0.1:9 --store-dir "$tmp/bad-store" 2>&1 >/dev/null); rc=$?
+check "run --rank past the plan's ranks with --trace exits 2 naming the rank" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--rank = 5 has no program"'
 # The launcher's decisions, as scripts/graphpipe-launch reads them: KEY VALUE lines.
 out=$("$exe" launcher place --plan "$tmp/plan.pb" --device cuda 2>&1); rc=$?
 check "launcher place: the plan's 3 ranks, each on the GPU of its local rank" \

@@ -272,7 +272,19 @@ TEST_CASE("an instruction naming another rank's message or a missing one is refu
     REQUIRE_FALSE(checked.ok());
     CHECK_THAT(checked.status().message(),
                Catch::Contains(".message = " + std::to_string(theirs)) &&
-                   Catch::Contains("is not sent by this activation instruction's rank 0"));
+                   Catch::Contains("carries gradients, but the instruction is a "
+                                   "INSTRUCTION_KIND_SEND_ACTIVATION"));
+  }
+  SECTION("a send naming a message another rank sends") {
+    int other = -1;
+    for (int m = 0; m < s.plan.messages_size() && other < 0; ++m) {
+      if (s.plan.messages(m).src_rank() != 0 && !s.plan.messages(m).gradient()) other = m;
+    }
+    REQUIRE(other >= 0);
+    prog.mutable_instructions(sends[0])->set_message(other);
+    CHECK_THAT(graph::validate_plan_structure(s.plan, *g).status().message(),
+               Catch::Contains(".message = " + std::to_string(other)) &&
+                   Catch::Contains("is not sent by this instruction's rank 0"));
   }
   SECTION("a message index past the table") {
     prog.mutable_instructions(sends[0])->set_message(s.plan.messages_size());

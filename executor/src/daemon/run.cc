@@ -129,13 +129,12 @@ class RankJob {
     so.device = device_;
     so.data_dir = o_.data;  // only this rank's input ops' files
     so.shuffle = !o_.no_shuffle;
+    GP_ASSIGN_OR_RETURN(session_, RankSession::open(loaded, so));  // checks --rank
     if (!o_.trace.empty()) {
-      so.trace_events = static_cast<size_t>(loaded->plan()
-                                                .programs(loaded->index().program_of_rank[o_.rank])
-                                                .instructions_size()) *
-                        static_cast<size_t>(o_.iterations);
+      const auto& program = plan().programs(loaded->index().program_of_rank[o_.rank]);
+      session_->runner().enable_trace(static_cast<size_t>(program.instructions_size()) *
+                                      static_cast<size_t>(o_.iterations));
     }
-    GP_ASSIGN_OR_RETURN(session_, RankSession::open(loaded, so));
     GP_RETURN_IF_ERROR(prepare_outputs());
     GP_RETURN_IF_ERROR(prepare_resume());
     if (!o_.kill_rank_at.empty()) {
