@@ -264,10 +264,10 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
                               " must be positive and divide the mini-batch " +
                               std::to_string(plan.mini_batch()));
     }
-    if (st.micro_batch() % st.device_ranks_size() != 0) {
+    if (st.micro_batch() < st.device_ranks_size()) {
       return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
-                              " is not divisible by its " + std::to_string(st.device_ranks_size()) +
-                              " data-parallel devices");
+                              " is smaller than its " + std::to_string(st.device_ranks_size()) +
+                              " data-parallel devices (each needs a sample)");
     }
   }
   for (int op = 0; op < graph.num_ops(); ++op) {
@@ -573,9 +573,10 @@ int64_t gradient_bytes_per_sample(const Graph& graph, const graphpipe::v1::Stage
 
 SampleRange replica_samples(const graphpipe::v1::Stage& stage, int replica, int64_t micro_batch) {
   const int64_t b = stage.micro_batch();
-  const int64_t per_replica = b / std::max(stage.device_ranks_size(), 1);
-  const int64_t begin = micro_batch * b + replica * per_replica;
-  return {begin, begin + per_replica};
+  const int64_t p = std::max(stage.device_ranks_size(), 1);
+  // Floors: slices differ by at most one sample when p does not divide b, and each replica's
+  // slice has the same size in every micro-batch.
+  return {micro_batch * b + replica * b / p, micro_batch * b + (replica + 1) * b / p};
 }
 
 std::string describe_message(const Plan& plan, int m) {

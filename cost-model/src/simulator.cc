@@ -62,7 +62,9 @@ Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
     const auto& ops = index.stage_ops[s];
     StageCosts& c = costs[s];
     const int d = st.device_ranks_size();
-    c.samples_per_replica = st.micro_batch() / d;
+    // The largest replica slice (replica_samples: they differ by at most one sample) sets the
+    // stage's pace and its memory.
+    c.samples_per_replica = (st.micro_batch() + d - 1) / d;
     for (int op : ops) {
       const cost::OpTime t = compute_.op_time(graph.op(op), c.samples_per_replica);
       c.forward_us += t.forward_us;

@@ -97,10 +97,10 @@ Result<std::vector<ExternalStage>> resolve_assignment(
       return invalid_argument(field + ".micro_batch = " + std::to_string(mb) +
                               " does not divide the mini-batch " + std::to_string(mini_batch));
     }
-    if (mb > 0 && mb % out[s].replicas != 0) {
+    if (mb > 0 && mb < out[s].replicas) {
       return invalid_argument(field + ".micro_batch = " + std::to_string(mb) +
-                              " is not divisible by its " + std::to_string(out[s].replicas) +
-                              " replicas");
+                              " is smaller than its " + std::to_string(out[s].replicas) +
+                              " replicas (each needs a sample)");
     }
     out[s].micro_batch = mb;
     for (int i = 0; i < st.ops_size(); ++i) {
@@ -214,10 +214,9 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
         st.ops = stage_graph.unit_ops[s];  // in topological order
         for (int r = 0; r < ext.replicas; ++r) st.ranks.push_back(rank++);
         st.micro_batch = ext.micro_batch > 0 ? ext.micro_batch : b;
-        if (st.micro_batch % ext.replicas != 0 && cand.reason.empty()) {
-          cand.reason = "micro-batch " + std::to_string(st.micro_batch) +
-                        " is not divisible by the " + std::to_string(ext.replicas) +
-                        " replicas of " + stage_name(s);
+        if (st.micro_batch < ext.replicas && cand.reason.empty()) {
+          cand.reason = "micro-batch " + std::to_string(st.micro_batch) + " is smaller than the " +
+                        std::to_string(ext.replicas) + " replicas of " + stage_name(s);
         }
         stages.push_back(std::move(st));
       }

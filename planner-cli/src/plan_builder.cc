@@ -271,10 +271,11 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
                               std::to_string(st.micro_batch) + " does not divide the mini-batch " +
                               std::to_string(inputs.mini_batch));
     }
-    if (st.micro_batch % static_cast<int64_t>(st.ranks.size()) != 0) {
+    if (st.micro_batch < static_cast<int64_t>(st.ranks.size())) {
       return invalid_argument(stage_field(s, "micro_batch") + " = " +
-                              std::to_string(st.micro_batch) + " is not divisible by its " +
-                              std::to_string(st.ranks.size()) + " data-parallel devices");
+                              std::to_string(st.micro_batch) + " is smaller than its " +
+                              std::to_string(st.ranks.size()) +
+                              " data-parallel devices (each needs a sample)");
     }
   }
   GP_ASSIGN_OR_RETURN(std::vector<StageEdge> edges, stage_edges(graph, stages, inputs.chain));

@@ -467,6 +467,29 @@ TEST_CASE("GetStatus shows each rank's loss over its own samples and its through
   CHECK(contains(json, "\"samples_per_s\": 123.5"));
 }
 
+TEST_CASE("GetStatus divides each replica's loss by its own slice when replicas split unevenly",
+          "[control]") {
+  exec::CoordinatorOptions options;
+  options.plan = tiny_plan();  // mini-batch 8
+  auto* stage = options.plan.add_stages();
+  stage->set_micro_batch(4);
+  for (int r = 0; r < 3; ++r) stage->add_device_ranks(r);  // slices of 1, 1 and 2 samples
+  options.world_size = 3;
+  auto started = exec::Coordinator::start(options);
+  REQUIRE(started.ok());
+  auto clients = register_all(**started, 3);
+  for (int r : {0, 2}) {
+    pb::IterationMetrics m;
+    m.set_iteration(0);
+    m.set_loss(4.0);  // summed over the rank's samples of both micro-batches
+    REQUIRE(clients[r]->report_metrics(r, {m}).ok());
+  }
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(status->ranks(0).loss() == 2.0);  // 2 samples
+  CHECK(status->ranks(2).loss() == 1.0);  // 4 samples
+}
+
 TEST_CASE("Abort from one rank wakes the others' barriers and heartbeats", "[control]") {
   constexpr int kWorld = 3;
   auto coordinator = start_coordinator(kWorld);

@@ -9,6 +9,7 @@
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
+#include "gp/graph/plan_util.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
 
@@ -155,7 +156,7 @@ TEST_CASE("stages without a micro-batch get the fastest size that fits") {
   CHECK(result.plan.programs_size() == 1);
 }
 
-TEST_CASE("a replicated stage whose replicas do not divide a size skips that size") {
+TEST_CASE("a replicated stage skips the micro-batch sizes smaller than its replicas") {
   Setup s("tiny-candle-uno");
   auto file = one_stage(s.g);
   file.mutable_stages(0)->set_replicas(4);
@@ -165,7 +166,31 @@ TEST_CASE("a replicated stage whose replicas do not divide a size skips that siz
   REQUIRE(result.feasible);
   CHECK(result.plan.programs_size() == 4);
   CHECK(result.plan.stages(0).micro_batch() % 4 == 0);
-  CHECK_THAT(result.candidates[0].reason, Catch::Contains("not divisible by the 4 replicas"));
+  CHECK_THAT(result.candidates[0].reason,
+             Catch::Contains("micro-batch 1 is smaller than the 4 replicas"));
+}
+
+TEST_CASE("three replicas split each micro-batch unevenly and the plan verifies") {
+  Setup s("tiny-candle-uno");
+  auto file = one_stage(s.g);
+  file.mutable_stages(0)->set_replicas(3);
+  file.mutable_stages(0)->set_micro_batch(8);
+  auto lowered = s.lower(file, planner::Lowering::kDag);
+  REQUIRE(lowered.ok());
+  const auto& result = (*lowered)[0].result;
+  INFO(result.infeasible_reason);
+  REQUIRE(result.feasible);
+  CHECK(result.plan.programs_size() == 3);
+  REQUIRE(result.plan.stages(0).micro_batch() == 8);
+  // Slices of 2, 3 and 3 samples cover each micro-batch once.
+  for (int j = 0; j < 3; ++j) {
+    const auto r = graph::replica_samples(result.plan.stages(0), j, 1);
+    CHECK(r.begin == 8 + j * 8 / 3);
+    CHECK(r.end == 8 + (j + 1) * 8 / 3);
+  }
+  auto g = graph::Graph::build(result.plan.model());
+  REQUIRE(g.ok());
+  CHECK(graph::validate_plan(result.plan, *g).ok());
 }
 
 TEST_CASE("bad assignments are refused naming the stage and the op") {

@@ -97,7 +97,7 @@ TEST_CASE("bad assignments are rejected: an op twice, an op missing, a cyclic st
   CHECK_THAT(r3.status().message(), Catch::Contains("cycle"));
 }
 
-TEST_CASE("build_plan rejects micro-batches that do not divide the batch or the replicas") {
+TEST_CASE("build_plan rejects micro-batches that do not divide the batch or starve a replica") {
   auto g = chain3();
   planner::PlanInputs in;
   in.graph = &g;
@@ -107,11 +107,21 @@ TEST_CASE("build_plan rejects micro-batches that do not divide the batch or the 
   auto r = planner::build_plan(in, st);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Catch::Contains("stages[0].micro_batch = 8 does not divide"));
-  st = chain3_stages(g, {3, 4, 4});
+  st = chain3_stages(g, {1, 4, 4});
   st[0].ranks = {0, 3};
   r = planner::build_plan(in, st);
   REQUIRE_FALSE(r.ok());
-  CHECK_THAT(r.status().message(), Catch::Contains("not divisible by its 2 data-parallel devices"));
+  CHECK_THAT(r.status().message(),
+             Catch::Contains("stages[0].micro_batch = 1 is smaller than its 2 data-parallel "
+                             "devices (each needs a sample)"));
+  // Two replicas of a micro-batch of 3 take 1 and 2 samples.
+  st = chain3_stages(g, {3, 4, 4});
+  st[0].ranks = {0, 3};
+  r = planner::build_plan(in, st);
+  REQUIRE(r.ok());
+  CHECK(graph::replica_samples(r->stages(0), 0, 1).begin == 3);
+  CHECK(graph::replica_samples(r->stages(0), 0, 1).end == 4);
+  CHECK(graph::replica_samples(r->stages(0), 1, 1).end == 6);
 }
 
 TEST_CASE("every send has exactly one matching receive, across replicas and micro-batch sizes") {

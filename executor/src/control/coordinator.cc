@@ -24,6 +24,7 @@
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
 #include "graphpipe/v1/executor.grpc.pb.h"
 
 namespace gp::exec {
@@ -164,13 +165,18 @@ class CoordinatorCore {
         job_id_(std::move(job_id)),
         ranks_(options.world_size),
         stop_skew_(max_iteration_skew(options.plan)) {
-    // Samples each rank trains on per iteration: its stage's share of the mini-batch.
+    // Samples each rank trains on per iteration: its replica's slice of every micro-batch.
     samples_of_rank_.assign(options.world_size, 0);
-    for (const auto& stage : options.plan.stages()) {
+    for (graphpipe::v1::Stage stage : options.plan.stages()) {
       if (stage.device_ranks_size() == 0) continue;
-      for (int r : stage.device_ranks()) {
+      // A stage without a micro-batch size (hand-made plans) counts as one micro-batch.
+      if (stage.micro_batch() <= 0) stage.set_micro_batch(options.plan.mini_batch());
+      const int64_t micro_batches = options.plan.mini_batch() / stage.micro_batch();
+      for (int j = 0; j < stage.device_ranks_size(); ++j) {
+        const int r = stage.device_ranks(j);
         if (r >= 0 && r < options.world_size) {
-          samples_of_rank_[r] = options.plan.mini_batch() / stage.device_ranks_size();
+          const graph::SampleRange slice = graph::replica_samples(stage, j, 0);
+          samples_of_rank_[r] = micro_batches * (slice.end - slice.begin);
         }
       }
     }

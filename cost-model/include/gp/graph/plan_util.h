@@ -32,8 +32,9 @@ struct SampleRange {
 };
 
 // The samples replica `replica` of `stage` computes in micro-batch `micro_batch`:
-// [m·b + j·b/p, m·b + (j+1)·b/p) for micro-batch size b and p replicas. The one definition the
-// planner's lowering, the verifier and the executor's lowering share.
+// [m·b + floor(j·b/p), m·b + floor((j+1)·b/p)) for micro-batch size b and p replicas (slices
+// differ by at most one sample when p does not divide b). The one definition the planner's
+// lowering, the verifier, the simulator, the coordinator and the executor's lowering share.
 SampleRange replica_samples(const graphpipe::v1::Stage& stage, int replica, int64_t micro_batch);
 
 // Samples per optimizer step that plans, searches and runs accept: far above any real job, low
@@ -50,7 +51,7 @@ Status validate_training(const graphpipe::v1::TrainingConfig& training,
 
 // Checks what every consumer relies on before touching a plan: format version, model hash,
 // every op in exactly one stage, ranks unique across stages, micro-batches dividing the
-// mini-batch (at most kMaxMiniBatch) and divisible by the replica count, the training config, edges
+// mini-batch (at most kMaxMiniBatch) and at least the replica count, the training config, edges
 // and instruction fields in range, one program per used rank, every message between replicas of
 // its edge's two stages (gradients only on edges that carry some) and every SEND/RECV naming a
 // message of its own rank whose samples lie in the instruction's micro-batch slice on both ends.
