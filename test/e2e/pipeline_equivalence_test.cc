@@ -193,26 +193,7 @@ TEST_CASE("replicas that split micro-batches unevenly train like the reference")
   const auto ref = reference(g, 16, t);
   // Branch 1 on three replicas of micro-batch 4 (slices of 1, 1 and 2 samples), the head on
   // three of micro-batch 8 (2, 3 and 3): messages cross uneven slice boundaries both ways.
-  std::vector<planner::StageAssignment> st(3);
-  for (const auto& node : g.ops()) {
-    const std::string& id = node.id();
-    st[id.rfind("b0.", 0) == 0 ? 0 : id.rfind("b1.", 0) == 0 ? 1 : 2].ops.push_back(node.index);
-  }
-  st[0].ranks = {0};
-  st[0].micro_batch = 2;
-  st[1].ranks = {1, 2, 3};
-  st[1].micro_batch = 4;
-  st[2].ranks = {4, 5, 6};
-  st[2].micro_batch = 8;
-  planner::PlanInputs in;
-  in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 7);
-  in.mini_batch = 16;
-  in.training = t;
-  auto plan = planner::build_plan(in, st);
-  INFO(plan.status().to_string());
-  REQUIRE(plan.ok());
-  check_same_training(g, *plan, ref);
+  check_same_training(g, replicated_plan(g, t, 3, 3), ref);
 }
 
 TEST_CASE("gradient-norm clipping over every stage and replica trains like the reference") {

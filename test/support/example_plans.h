@@ -15,24 +15,26 @@
 
 namespace gp::testing {
 
-// tiny-mmt: branch 0 on rank 0 (b = 2), branch 1 on ranks 1-2 (b = 4, 2 replicas), head on
-// ranks 3-4 (b = 8, 2 replicas); mini-batch 16.
+// tiny-mmt: branch 0 on rank 0 (b = 2), branch 1 on the next `branch_replicas` ranks (b = 4),
+// the head on the `head_replicas` after them (b = 8); mini-batch 16. By default ranks 1-2 and
+// 3-4.
 inline graphpipe::v1::Plan replicated_plan(const graph::Graph& g,
-                                           const graphpipe::v1::TrainingConfig& t) {
+                                           const graphpipe::v1::TrainingConfig& t,
+                                           int branch_replicas = 2, int head_replicas = 2) {
   std::vector<planner::StageAssignment> st(3);
   for (const auto& node : g.ops()) {
     const std::string& id = node.id();
     st[id.rfind("b0.", 0) == 0 ? 0 : id.rfind("b1.", 0) == 0 ? 1 : 2].ops.push_back(node.index);
   }
-  st[0].ranks = {0};
-  st[0].micro_batch = 2;
-  st[1].ranks = {1, 2};
-  st[1].micro_batch = 4;
-  st[2].ranks = {3, 4};
-  st[2].micro_batch = 8;
+  int rank = 0;
+  for (int s = 0; s < 3; ++s) {
+    const int replicas = s == 0 ? 1 : s == 1 ? branch_replicas : head_replicas;
+    for (int k = 0; k < replicas; ++k) st[s].ranks.push_back(rank++);
+    st[s].micro_batch = int64_t{2} << s;
+  }
   planner::PlanInputs in;
   in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 5);
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), rank);
   in.mini_batch = 16;
   in.training = t;
   auto plan = planner::build_plan(in, st);
