@@ -27,9 +27,8 @@ Status check_message(const Plan& plan, const Graph& graph, const PlanIndex& inde
   const std::string where = idx("messages", m);
   if (msg.edge() < 0 || msg.edge() >= plan.edges_size()) {
     return invalid_argument(where + ".edge = " + std::to_string(msg.edge()) +
-                            " is not an index of "
-                            "plan.edges (" +
-                            std::to_string(plan.edges_size()) + " edges)");
+                            " is not an index of plan.edges (" + std::to_string(plan.edges_size()) +
+                            " edges)");
   }
   const auto& edge = plan.edges(msg.edge());
   if (msg.gradient() && gradient_bytes_per_sample(graph, edge) == 0) {
@@ -74,20 +73,15 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
   if (kind == K::INSTRUCTION_KIND_UNSPECIFIED || !graphpipe::v1::InstructionKind_IsValid(kind)) {
     return invalid_argument(where + ".kind: unspecified or unknown");
   }
-  const bool is_comm =
-      kind >= K::INSTRUCTION_KIND_SEND_ACTIVATION && kind <= K::INSTRUCTION_KIND_RECV_GRADIENT;
-  if (!is_comm) return ok_status();
+  if (!is_send(kind) && !is_recv(kind)) return ok_status();
   if (in.message() < 0 || in.message() >= plan.messages_size()) {
     return invalid_argument(where + ".message = " + std::to_string(in.message()) +
                             " is not an index of plan.messages (" +
                             std::to_string(plan.messages_size()) + " messages)");
   }
   const auto& msg = plan.messages(in.message());
-  const bool send =
-      kind == K::INSTRUCTION_KIND_SEND_ACTIVATION || kind == K::INSTRUCTION_KIND_SEND_GRADIENT;
-  const bool gradient =
-      kind == K::INSTRUCTION_KIND_SEND_GRADIENT || kind == K::INSTRUCTION_KIND_RECV_GRADIENT;
-  if (msg.gradient() != gradient) {
+  const bool send = is_send(kind);
+  if (msg.gradient() != is_gradient_transfer(kind)) {
     return invalid_argument(where + ".message = " + std::to_string(in.message()) + ": " +
                             describe_message(plan, in.message()) + " carries " +
                             (msg.gradient() ? "gradients" : "activations") + ", but the " +
@@ -414,11 +408,9 @@ void check_messages(const Plan& plan, std::vector<std::string>* problems) {
   std::vector<int> sent(n, 0), received(n, 0);
   for (const auto& prog : plan.programs()) {
     for (const auto& in : prog.instructions()) {
-      if (in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
-          in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT) {
+      if (is_send(in.kind())) {
         ++sent[in.message()];
-      } else if (in.kind() == K::INSTRUCTION_KIND_RECV_ACTIVATION ||
-                 in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT) {
+      } else if (is_recv(in.kind())) {
         ++received[in.message()];
       }
     }
@@ -444,11 +436,8 @@ void check_messages(const Plan& plan, std::vector<std::string>* problems) {
   for (const auto& prog : plan.programs()) {
     std::set<std::pair<int, int>> reported;
     for (const auto& in : prog.instructions()) {
-      const bool send = in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
-                        in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
-      const bool recv = in.kind() == K::INSTRUCTION_KIND_RECV_ACTIVATION ||
-                        in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
-      if (!send && !recv) continue;
+      const bool send = is_send(in.kind());
+      if (!send && !is_recv(in.kind())) continue;
       const auto& msg = plan.messages(in.message());
       const std::pair<int, int> key{msg.src_rank(), msg.dst_rank()};
       Channel& ch = channels[key];

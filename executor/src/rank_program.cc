@@ -148,10 +148,8 @@ Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const gr
         step.op = StepOp::kOptimizer;
         break;
       default: {
-        const bool send = in.kind() == K::INSTRUCTION_KIND_SEND_ACTIVATION ||
-                          in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
-        step.gradient = in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT ||
-                        in.kind() == K::INSTRUCTION_KIND_RECV_GRADIENT;
+        const bool send = graph::is_send(in.kind());
+        step.gradient = graph::is_gradient_transfer(in.kind());
         step.op = send ? StepOp::kSend : StepOp::kRecv;
         // validate_plan checked the message against this instruction (direction, rank, samples
         // inside this replica's slice); its index is the wire tag.
@@ -174,9 +172,9 @@ Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const gr
             return invalid_argument(where(rank, k) + ": no tensor '" + t.op() +
                                     "':" + std::to_string(t.output()) + " in the model");
           }
-          const auto& spec = graph.op(producer).proto->outputs(t.output());
+          // As stored (ids as int64); a gradient's tensor is never an integer one.
           piece.bytes_per_sample =
-              graph::num_elements(spec) * (graph::is_integer(spec) && !step.gradient ? 8 : 4);
+              graph::stored_size_bytes(graph.op(producer).proto->outputs(t.output()));
           step.bytes += piece.bytes_per_sample * step.samples;
           p.max_piece_bytes = std::max(p.max_piece_bytes,
                                        static_cast<size_t>(piece.bytes_per_sample * step.samples));

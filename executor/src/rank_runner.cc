@@ -101,12 +101,10 @@ Status RankRunner::pack_via_host(const Step& s, std::byte* out) const {
 Status RankRunner::unpack_host(const Step& s, const std::byte* in) {
   for (const Piece& p : s.pieces) {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    const TensorView v = piece_view(s, p);
     if (s.gradient) {
-      const TensorView v = !p.exported ? runner_->external_input_grad(s.slot, p.index)
-                                       : runner_->export_grad(s.slot, p.index);
       add_floats(v.f() + p.bytes_per_sample / 4 * s.sample_offset, in, n / 4);
     } else {
-      const TensorView v = runner_->external_input(s.slot, p.index);
       std::memcpy(static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n);
     }
     in += n;
@@ -118,16 +116,14 @@ Status RankRunner::unpack_via_host(const Step& s, const std::byte* in) {
   const Device& device = runner_->device();
   for (const Piece& p : s.pieces) {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    const TensorView v = piece_view(s, p);
     if (s.gradient) {
       // The sum is formed on the host, in the same order as on a host device.
-      const TensorView v = !p.exported ? runner_->external_input_grad(s.slot, p.index)
-                                       : runner_->export_grad(s.slot, p.index);
       float* dst = v.f() + p.bytes_per_sample / 4 * s.sample_offset;
       GP_RETURN_IF_ERROR(device.copy_to_host(grad_scratch_.data(), dst, n));
       add_floats(grad_scratch_.data(), in, n / 4);
       GP_RETURN_IF_ERROR(device.copy_from_host(dst, grad_scratch_.data(), n));
     } else {
-      const TensorView v = runner_->external_input(s.slot, p.index);
       GP_RETURN_IF_ERROR(device.copy_from_host(
           static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n));
     }
@@ -152,14 +148,12 @@ Status RankRunner::unpack_on_device(const Step& s, const std::byte* in) {
   const Device& device = runner_->device();
   for (const Piece& p : s.pieces) {
     const size_t n = static_cast<size_t>(p.bytes_per_sample * s.samples);
+    const TensorView v = piece_view(s, p);
     if (s.gradient) {  // fan-in: gradients from every successor add up
-      const TensorView v = !p.exported ? runner_->external_input_grad(s.slot, p.index)
-                                       : runner_->export_grad(s.slot, p.index);
       GP_RETURN_IF_ERROR(device.accumulate(v.f() + p.bytes_per_sample / 4 * s.sample_offset,
                                            reinterpret_cast<const float*>(in),
                                            static_cast<int64_t>(n / 4)));
     } else {
-      const TensorView v = runner_->external_input(s.slot, p.index);
       GP_RETURN_IF_ERROR(device.copy_on_device(
           static_cast<std::byte*>(v.data) + p.bytes_per_sample * s.sample_offset, in, n));
     }

@@ -70,12 +70,10 @@ class MessageTable {
  public:
   Instruction transfer(InstructionKind kind, int stage, int mb, int edge, int rank,
                        const Slice& peer) {
-    const bool send = kind == graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION ||
-                      kind == graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT;
+    const bool send = graph::is_send(kind);
     graphpipe::v1::Message m;
     m.set_edge(edge);
-    m.set_gradient(kind == graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT ||
-                   kind == graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT);
+    m.set_gradient(graph::is_gradient_transfer(kind));
     m.set_src_rank(send ? rank : peer.rank);
     m.set_dst_rank(send ? peer.rank : rank);
     m.set_sample_begin(peer.begin);
@@ -91,15 +89,11 @@ class MessageTable {
   // Numbers the messages channel by channel in the order the senders issue them, writes
   // plan.messages and renumbers every instruction.
   void finish(Plan& plan) const {
-    using K = graphpipe::v1::InstructionKind;
     std::map<std::pair<int, int>, std::vector<int>> channels;
     std::vector<char> listed(messages_.size(), 0);
     for (const auto& prog : plan.programs()) {
       for (const auto& in : prog.instructions()) {
-        if (in.kind() != K::INSTRUCTION_KIND_SEND_ACTIVATION &&
-            in.kind() != K::INSTRUCTION_KIND_SEND_GRADIENT) {
-          continue;
-        }
+        if (!graph::is_send(in.kind())) continue;
         const auto& m = messages_[in.message()];
         channels[{m.src_rank(), m.dst_rank()}].push_back(in.message());
         listed[in.message()] = 1;
@@ -121,8 +115,7 @@ class MessageTable {
     }
     for (auto& prog : *plan.mutable_programs()) {
       for (auto& in : *prog.mutable_instructions()) {
-        if (in.kind() >= K::INSTRUCTION_KIND_SEND_ACTIVATION &&
-            in.kind() <= K::INSTRUCTION_KIND_RECV_GRADIENT) {
+        if (graph::is_send(in.kind()) || graph::is_recv(in.kind())) {
           in.set_message(final_id[in.message()]);
         }
       }

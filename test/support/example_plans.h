@@ -15,6 +15,24 @@
 
 namespace gp::testing {
 
+// The plan build_plan makes of hand-assigned stages on as many cpu-local devices as they use.
+inline graphpipe::v1::Plan built_plan(const graph::Graph& g, const graphpipe::v1::TrainingConfig& t,
+                                      const std::vector<planner::StageAssignment>& stages,
+                                      int64_t mini_batch, bool chain = false) {
+  int devices = 0;
+  for (const auto& st : stages) devices += static_cast<int>(st.ranks.size());
+  planner::PlanInputs in;
+  in.graph = &g;
+  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), devices);
+  in.mini_batch = mini_batch;
+  in.training = t;
+  in.chain = chain;
+  auto plan = planner::build_plan(in, stages);
+  INFO(plan.status().to_string());
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
 // tiny-mmt: branch 0 on rank 0 (b = 2), branch 1 on the next `branch_replicas` ranks (b = 4),
 // the head on the `head_replicas` after them (b = 8); mini-batch 16. By default ranks 1-2 and
 // 3-4.
@@ -32,14 +50,7 @@ inline graphpipe::v1::Plan replicated_plan(const graph::Graph& g,
     for (int k = 0; k < replicas; ++k) st[s].ranks.push_back(rank++);
     st[s].micro_batch = int64_t{2} << s;
   }
-  planner::PlanInputs in;
-  in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), rank);
-  in.mini_batch = 16;
-  in.training = t;
-  auto plan = planner::build_plan(in, st);
-  REQUIRE(plan.ok());
-  return *plan;
+  return built_plan(g, t, st, 16);
 }
 
 // tiny-candle-uno as a chain of three stages in topological order: feature branches 0, 1, then 2
@@ -55,15 +66,7 @@ inline graphpipe::v1::Plan relay_plan(const graph::Graph& g,
         .ops.push_back(node.index);
   }
   for (int s = 0; s < 3; ++s) st[s].ranks = {s}, st[s].micro_batch = 2;
-  planner::PlanInputs in;
-  in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 3);
-  in.mini_batch = 8;
-  in.training = t;
-  in.chain = true;
-  auto plan = planner::build_plan(in, st);
-  REQUIRE(plan.ok());
-  return *plan;
+  return built_plan(g, t, st, 8, /*chain=*/true);
 }
 
 // x -> trunk (stage 0) -> left (stage 1) and right (stage 2) -> add, loss (stage 3): the trunk's
@@ -80,14 +83,7 @@ inline graphpipe::v1::Plan fan_in_plan(const graph::Graph& g,
         .ops.push_back(node.index);
   }
   for (int s = 0; s < 4; ++s) st[s].ranks = {s}, st[s].micro_batch = 4;
-  planner::PlanInputs in;
-  in.graph = &g;
-  in.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
-  in.mini_batch = 8;
-  in.training = t;
-  auto plan = planner::build_plan(in, st);
-  REQUIRE(plan.ok());
-  return *plan;
+  return built_plan(g, t, st, 8);
 }
 
 inline graph::Graph fan_in_graph() {

@@ -24,6 +24,20 @@ struct PlanIndex {
 // The plan format this build writes and reads (plan.proto's Plan.format_version).
 inline constexpr int kPlanFormatVersion = 2;
 
+// The kinds of SEND_* and RECV_* instructions, and of those that move gradients.
+inline bool is_send(graphpipe::v1::InstructionKind kind) {
+  return kind == graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION ||
+         kind == graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT;
+}
+inline bool is_recv(graphpipe::v1::InstructionKind kind) {
+  return kind == graphpipe::v1::INSTRUCTION_KIND_RECV_ACTIVATION ||
+         kind == graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT;
+}
+inline bool is_gradient_transfer(graphpipe::v1::InstructionKind kind) {
+  return kind == graphpipe::v1::INSTRUCTION_KIND_SEND_GRADIENT ||
+         kind == graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT;
+}
+
 // Samples [begin, end) of the mini-batch.
 struct SampleRange {
   int64_t begin = 0;

@@ -82,7 +82,8 @@ class RankRunner {
   using Piece = MessagePiece;
 
   RankRunner() = default;
-  // The tensor a piece of a send comes from: its value, or its gradient going back.
+  // The tensor a piece of a message is read from (send) or written into (receive): the value
+  // going forward, or the gradient going back.
   TensorView piece_view(const Step& s, const Piece& p) const;
   // The step's pieces into / out of a message, one routine per path, chosen by bind(): host
   // memory over a host data plane; device memory over a host data plane, through the device's
