@@ -327,6 +327,54 @@ TEST_CASE("every catalogue op matches the CPU reference at batch 1, 2 and 3") {
   CHECK(ran > 0);
 }
 
+// Defined by the CUDA emulator only (tools/cuda-emu/emu_cublaslt.cc): cublasLtMatmul calls so far.
+extern "C" long emu_cublaslt_matmul_calls() __attribute__((weak));
+
+TEST_CASE(
+    "linear runs on cuBLASLt by default and by hand with GP_CUDA_KERNELS=hand, both like "
+    "the CPU") {
+  const char* before = std::getenv("GP_CUDA_KERNELS");
+  const std::string saved_env = before != nullptr ? before : "";
+  for (const char* mode : {"library", "hand"}) {
+    setenv("GP_CUDA_KERNELS", mode, 1);
+    const Device& dev = cuda(MatmulPrecision::kFp32);
+    using gp::testing::GraphBuilder;
+    const GradCase cases[] = {
+        gp::testing::op_case("bias", {3, 8},
+                             [](GraphBuilder& b) {
+                               return b.linear("op", gp::testing::x(b, {3, 16}), 8, true);
+                             }),
+        gp::testing::op_case("bias and gelu", {3, 8},
+                             [](GraphBuilder& b) {
+                               return b.linear("op", gp::testing::x(b, {3, 16}), 8, true, "gelu");
+                             }),
+        gp::testing::op_case("bias and relu", {2, 3}, gp::testing::away_from_kink,
+                             [](GraphBuilder& b) {
+                               return b.linear("op", gp::testing::x(b, {2, 4}), 3, true, "relu");
+                             })};
+    for (const GradCase& c : cases) {
+      INFO(mode << " kernels, linear with " << c.name);
+      Harness h = gp::testing::make_harness(c.model(), 2);
+      c.prepare(h);
+      const long calls = emu_cublaslt_matmul_calls ? emu_cublaslt_matmul_calls() : 0;
+      compare_with_cpu(h, dev, tolerance(MatmulPrecision::kFp32));
+      // Under the emulator: the library form ran exactly when the library was asked for.
+      if (emu_cublaslt_matmul_calls) {
+        CHECK(emu_cublaslt_matmul_calls() - calls == (std::string(mode) == "library" ? 1 : 0));
+      }
+    }
+  }
+  setenv("GP_CUDA_KERNELS", "fast", 1);
+  auto refused = gp::exec::find_device("cuda:0", MatmulPrecision::kFp32);
+  if (saved_env.empty()) {
+    unsetenv("GP_CUDA_KERNELS");
+  } else {
+    setenv("GP_CUDA_KERNELS", saved_env.c_str(), 1);
+  }
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("GP_CUDA_KERNELS = 'fast'") != std::string::npos);
+}
+
 TEST_CASE("every CUDA kernel keeps and uses no more bytes per sample than the catalogue") {
   std::vector<GradCase> cases = gp::testing::grad_cases();
   for (GradCase& c : large_cases()) cases.push_back(std::move(c));

@@ -118,6 +118,11 @@ inline std::vector<GradCase> grad_cases() {
               }),
       op_case("linear without bias, fused gelu", {3},
               [](GraphBuilder& b) { return b.linear("op", x(b, {4}), 3, false, "gelu"); }),
+      // 8 outputs: the width at which CUDA's cuBLASLt form can keep gelu's pre-activation.
+      op_case("linear with bias, fused gelu, 8 outputs", {2, 8},
+              [](GraphBuilder& b) {
+                return b.linear("op", x(b, {2, 3}), 8, true, "gelu");
+              }),
       op_case("linear with bias, fused relu", {2, 3}, away_from_kink,
               [](GraphBuilder& b) {
                 return b.linear("op", x(b, {2, 4}), 3, true, "relu");

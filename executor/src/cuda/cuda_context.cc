@@ -5,6 +5,10 @@
 namespace gp::exec::cuda {
 namespace {
 
+bool fits_int(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
+
+}  // namespace
+
 cublasComputeType_t compute_type(MatmulPrecision p) {
   switch (p) {
     case MatmulPrecision::kTf32:
@@ -16,10 +20,6 @@ cublasComputeType_t compute_type(MatmulPrecision p) {
   }
   return CUBLAS_COMPUTE_32F;
 }
-
-bool fits_int(int64_t v) { return v >= 0 && v <= std::numeric_limits<int>::max(); }
-
-}  // namespace
 
 bool CudaContext::check(cudaError_t e, const char* what) const {
   if (e == cudaSuccess) return true;

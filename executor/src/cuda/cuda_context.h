@@ -1,9 +1,11 @@
 // What every CUDA kernel of one device shares: the compute stream all work is queued on, the
-// cuBLAS handle bound to it, the GEMM precision, and the first error of asynchronous work.
+// cuBLAS handle bound to it, the vendor libraries in use, the GEMM precision, and the first error
+// of asynchronous work.
 // Private to the CUDA backend: host code (.cc, compiled by the C++ compiler) uses the CUDA runtime
 // and cuBLAS C APIs directly; __global__ kernels live in .cu files behind plain launch functions.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "cuda/cublas_loader.h"
+#include "cuda/cublaslt_loader.h"
 #include "gp/common/status.h"
 #include "gp/exec/device.h"
 
@@ -23,6 +26,10 @@ class CudaContext {
   cudaStream_t stream = nullptr;      // the compute stream
   const CublasApi* cublas = nullptr;  // loaded at open
   cublasHandle_t blas = nullptr;
+  // Vendor libraries for kernels that have a library form; null where the hand-written kernels
+  // are used instead (GP_CUDA_KERNELS=hand, or the library could not be loaded).
+  const CublasLtApi* cublaslt = nullptr;
+  cublasLtHandle_t lt = nullptr;
   MatmulPrecision precision = MatmulPrecision::kFp32;
 
   // Kernels' forward/backward return nothing, so failures of launches and library calls are
@@ -36,6 +43,9 @@ class CudaContext {
   mutable std::mutex mutex_;
   mutable std::string first_error_;
 };
+
+// The cuBLAS compute type of a GEMM precision (fp32 accumulation always).
+cublasComputeType_t compute_type(MatmulPrecision p);
 
 // Row-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C with row strides lda, ldb,
 // ldc as stored: the same contract as the CPU kernels' cpu::gemm, on ctx.stream at ctx.precision

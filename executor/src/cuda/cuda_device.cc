@@ -5,9 +5,12 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "cuda/cuda_context.h"
@@ -20,6 +23,17 @@ namespace {
 
 std::string cuda_error_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
+}
+
+// GP_CUDA_KERNELS: "library" (default) runs the ops that have a vendor-library form (linear's
+// fused epilogue on cuBLASLt) through the library, "hand" runs the hand-written kernels everywhere
+// (to compare the two, or to do without a library).
+Result<bool> vendor_libraries_wanted() {
+  const char* value = std::getenv("GP_CUDA_KERNELS");
+  if (value == nullptr || std::string_view(value) == "library") return true;
+  if (std::string_view(value) == "hand") return false;
+  return invalid_argument("GP_CUDA_KERNELS = '" + std::string(value) +
+                          "', expected library (the default) or hand");
 }
 
 using Factory = KernelResult (*)(const graph::OpNode&, const CudaContext&);
@@ -89,7 +103,8 @@ class CudaDevice final : public Device {
  public:
   ~CudaDevice() override = default;  // never destroyed: devices live until the process exits
 
-  static Result<std::unique_ptr<CudaDevice>> open(int index, MatmulPrecision precision) {
+  static Result<std::unique_ptr<CudaDevice>> open(int index, MatmulPrecision precision,
+                                                  bool vendor_libraries) {
     const std::string flag = "--device cuda:" + std::to_string(index);
     int count = 0;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
@@ -133,6 +148,16 @@ class CudaDevice final : public Device {
     if (cublasStatus_t s = api.set_stream(d->ctx_.blas, d->ctx_.stream);
         s != CUBLAS_STATUS_SUCCESS) {
       return unavailable(flag + ": cannot bind cuBLAS to the stream: " + api.status_string(s));
+    }
+    if (vendor_libraries) {
+      const std::string fallback = "; GP_CUDA_KERNELS=hand runs without it";
+      auto lt = load_cublaslt();
+      if (!lt.ok()) return unavailable(flag + ": " + lt.status().message() + fallback);
+      d->ctx_.cublaslt = *lt;
+      if (cublasStatus_t s = (*lt)->create(&d->ctx_.lt); s != CUBLAS_STATUS_SUCCESS) {
+        return unavailable(flag + ": cannot create a cuBLASLt handle: " + (*lt)->status_name(s) +
+                           fallback);
+      }
     }
     return d;
   }
@@ -274,12 +299,13 @@ const CudaContext* context_of(const Device& device) {
 
 Result<const Device*> open_cuda_device(int index, MatmulPrecision precision) {
   // Leaked on purpose: destroying CUDA objects after the runtime has shut down at exit crashes.
-  static auto* devices = new std::map<std::pair<int, MatmulPrecision>, CudaDevice*>();
+  static auto* devices = new std::map<std::tuple<int, MatmulPrecision, bool>, CudaDevice*>();
   static std::mutex mutex;
+  GP_ASSIGN_OR_RETURN(const bool vendor_libraries, vendor_libraries_wanted());
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(index, precision);
+  const auto key = std::make_tuple(index, precision, vendor_libraries);
   if (auto it = devices->find(key); it != devices->end()) return it->second;
-  auto device = CudaDevice::open(index, precision);
+  auto device = CudaDevice::open(index, precision, vendor_libraries);
   if (!device.ok()) return device.status();
   CudaDevice* d = device->release();
   devices->emplace(key, d);

@@ -6,8 +6,9 @@
 
 namespace gp::exec::cuda {
 
-// CUDA device `index` with GEMMs at `precision`, opened once per (index, precision) and kept for
-// the life of the process; Unavailable naming the CUDA error when there is no such device.
+// CUDA device `index` with GEMMs at `precision`, opened once per (index, precision,
+// $GP_CUDA_KERNELS) and kept for the life of the process; Unavailable naming the CUDA error when
+// there is no such device, InvalidArgument for a GP_CUDA_KERNELS other than library or hand.
 Result<const Device*> open_cuda_device(int index, MatmulPrecision precision);
 
 class CudaContext;

@@ -12,6 +12,7 @@
 
 #include "cuda/dense_launch.h"
 #include "cuda/kernels.h"
+#include "cuda/lt_linear.h"
 
 namespace gp::exec::cuda {
 namespace {
@@ -22,10 +23,18 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 
 // y = act(x W^T + b) over the last dim. Saved as on the CPU: relu -> dZ scratch [n]; gelu -> the
 // pre-activation Z [n] then dZ scratch [n] (n = batch * rows * out); none -> nothing (dZ = dY).
+// Forward is one cuBLASLt GEMM with the bias and activation in its epilogue where the device uses
+// cuBLASLt, else a GEMM and a bias/activation pass.
 class LinearKernel final : public OpKernel {
  public:
   LinearKernel(const CudaContext& ctx, int64_t rows, int64_t in, int64_t out, bool bias, int act)
-      : ctx_(ctx), rows_(rows), in_(in), out_(out), bias_(bias), act_(act) {}
+      : ctx_(ctx),
+        rows_(rows),
+        in_(in),
+        out_(out),
+        bias_(bias),
+        act_(act),
+        fused_(LtLinear::create(ctx, in, out, bias, act)) {}
 
   // gelu keeps its pre-activation; backward's dZ goes to the workspace.
   int64_t saved_floats_per_sample() const override {
@@ -41,6 +50,10 @@ class LinearKernel final : public OpKernel {
     // gelu's backward needs the pre-activation, so it goes to saved; relu's derivative is read off
     // the output, so Z is computed in place in y.
     float* z = act_ == kDenseActGelu ? a.saved : y;
+    if (fused_ != nullptr &&
+        fused_->forward(m, a.inputs[0].f(), a.params[0], bias_ ? a.params[1] : nullptr, y, z)) {
+      return;
+    }
     gemm(ctx_, "linear forward", false, true, m, out_, in_, 1.0f, a.inputs[0].f(), in_, a.params[0],
          in_, 0.0f, z, out_);
     if (bias_ || act_ != kDenseActNone) {
@@ -80,7 +93,8 @@ class LinearKernel final : public OpKernel {
   const CudaContext& ctx_;
   int64_t rows_, in_, out_;  // rows per sample, in and out features
   bool bias_;
-  int act_;  // kDenseAct*
+  int act_;                          // kDenseAct*
+  std::unique_ptr<LtLinear> fused_;  // the cuBLASLt form, when the device uses it
 };
 
 // ---- embedding bag -----------------------------------------------------------------------------
