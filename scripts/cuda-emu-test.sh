@@ -41,7 +41,7 @@ for cu in "$src"/cuda/*_kernels.cu; do
 done
 printf '#define CATCH_CONFIG_MAIN\n#include <catch2/catch.hpp>\n' > "$out/gen/test_main.cc"
 # The backend table (backends.cc) with the CUDA backend in it, which brings its NCCL data plane.
-sources=("$src/backends.cc" "$src"/cuda/*.cc "$out"/gen/*.cc "$emu/emu_runtime.cc" "$emu/emu_cublaslt.cc"
+sources=("$src/backends.cc" "$src"/cuda/*.cc "$out"/gen/*.cc "$emu/emu_runtime.cc" "$emu/emu_cublaslt.cc" "$emu/emu_cudnn.cc"
          "$emu/emu_streams.cc" "$emu/emu_nccl.cc")
 if [ $mode = kernels ]; then
   sources+=("$root/test/cuda/cuda_kernels_test.cc" "$root/test/cuda/device_query_test.cc")

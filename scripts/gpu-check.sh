@@ -153,7 +153,7 @@ fi
 t=$(now)
 if [ -x "$bin/gp_gpu_bench" ]; then
   if timeout 150 bash "$root/bench/gpu/run.sh" "$bin" > "$out/bench.log" 2>&1; then
-    row bench PASS "$(elapsed "$t")" "$(grep -E '^(gemm|step)' "$out/bench.log" | tr '\n' ';')"
+    row bench PASS "$(elapsed "$t")" "$(grep -E '^(gemm|step|kernels)' "$out/bench.log" | tr '\n' ';')"
   else
     row bench FAIL "$(elapsed "$t")" "bench.log"
   fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU benchmark table: GEMM throughput against the device's peak at fp32, tf32 and bf16, and
 # one training step of mmt (1 branch) on GraphPipe beside PyTorch eager on the same device and
-# model (when PyTorch is installed; the target is GraphPipe no slower).
+# model (when PyTorch is installed; the target is GraphPipe no slower), and on a GPU the library
+# kernels (cuBLASLt, cuDNN) against the hand-written ones.
 # Usage: bench/gpu/run.sh [BIN_DIR] [--device cuda:0] [--batch 8] [--model SPEC] [--gemm-size N]
 # Environment: GP_PYTHON, the Python with PyTorch (default python3).
 set -uo pipefail
@@ -51,4 +52,21 @@ for p in "${step_precisions[@]}"; do
   table+=$'\n'$(printf 'step %-6s %14s %14s %10s' "$p" "$gp_ms" "$pt_ms" "$ratio")
 done
 printf '\n%s\n' "$table"
+
+# Library kernels (cuBLASLt, cuDNN) against the hand-written ones (GP_CUDA_KERNELS=hand), one fp32
+# step each: the model above (linear epilogues) and a convolutional block (conv2d, pooling).
+if [[ $device == cuda:* ]]; then
+  conv_model="$tmp/inception.json"
+  "$bin/graphpipe-plan" import "$here/../../test/data/onnx/inception_block.onnx"     --out "$conv_model" --inline-weights --log-level warn || conv_model=""
+  kernels=$(printf '%-22s %12s %12s %10s' model "library ms" "hand ms" "hand / lib")
+  for m in "zoo:$model" ${conv_model:+"$conv_model"}; do
+    lib=$("$bin/gp_gpu_bench" --device "$device" step --model "$m" --batch "$batch" --steps 5 |
+          sed -E 's/.*: ([0-9.]+) ms.*/\1/') || { status=1; continue; }
+    hand=$(GP_CUDA_KERNELS=hand "$bin/gp_gpu_bench" --device "$device" step --model "$m" \
+           --batch "$batch" --steps 5 | sed -E 's/.*: ([0-9.]+) ms.*/\1/') || { status=1; continue; }
+    kernels+=$'\n'$(printf 'kernels %-14s %12s %12s %10s' "$(basename "$m" | cut -c1-14)" "$lib" \
+                     "$hand" "$(awk -v a="$hand" -v b="$lib" 'BEGIN { printf "%.2f", a / b }')")
+  done
+  printf '\n%s\n' "$kernels"
+fi
 exit $status

@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../support/op_cases.h"
@@ -327,40 +328,53 @@ TEST_CASE("every catalogue op matches the CPU reference at batch 1, 2 and 3") {
   CHECK(ran > 0);
 }
 
-// Defined by the CUDA emulator only (tools/cuda-emu/emu_cublaslt.cc): cublasLtMatmul calls so far.
+// Defined by the CUDA emulator only (tools/cuda-emu/): library calls that computed something.
 extern "C" long emu_cublaslt_matmul_calls() __attribute__((weak));
+extern "C" long emu_cudnn_calls() __attribute__((weak));
 
 TEST_CASE(
-    "linear runs on cuBLASLt by default and by hand with GP_CUDA_KERNELS=hand, both like "
-    "the CPU") {
+    "ops with a library form run on cuBLASLt or cuDNN by default and by hand with "
+    "GP_CUDA_KERNELS=hand, both like the CPU") {
+  // Case name -> whether the library can take it (cuDNN rounds pooled sizes down: no ceil_mode).
+  const std::pair<const char*, bool> cases[] = {
+      {"linear with bias", true},
+      {"linear with bias, fused gelu, 8 outputs", true},
+      {"linear with bias, fused relu", true},
+      {"linear without bias, fused gelu", false},  // 3 outputs: gelu's aux needs a multiple of 8
+      {"conv2d stride 2, padding 1", true},
+      {"conv2d 3x3, 2 groups, padding 1", true},
+      {"conv2d 2x3 kernel, stride [1, 2], padding [0, 1], no bias", true},
+      {"max_pool2d 3x3, stride 2, padding 1", true},
+      {"avg_pool2d 3x3, stride 2, padding 1, count_include_pad 1", true},
+      {"avg_pool2d 3x3, stride 2, padding 1, count_include_pad 0", true},
+      {"max_pool2d 2x2, stride 2, ceil_mode 1 on 5x5", false},
+      {"batch_norm on [C, H, W]", true},
+      {"batch_norm on [C], epsilon 0.1", true}};
+  auto library_calls = [] {
+    return (emu_cublaslt_matmul_calls ? emu_cublaslt_matmul_calls() : 0) +
+           (emu_cudnn_calls ? emu_cudnn_calls() : 0);
+  };
   const char* before = std::getenv("GP_CUDA_KERNELS");
   const std::string saved_env = before != nullptr ? before : "";
+  const std::vector<GradCase> all = gp::testing::grad_cases();
   for (const char* mode : {"library", "hand"}) {
     setenv("GP_CUDA_KERNELS", mode, 1);
-    const Device& dev = cuda(MatmulPrecision::kFp32);
-    using gp::testing::GraphBuilder;
-    const GradCase cases[] = {
-        gp::testing::op_case("bias", {3, 8},
-                             [](GraphBuilder& b) {
-                               return b.linear("op", gp::testing::x(b, {3, 16}), 8, true);
-                             }),
-        gp::testing::op_case("bias and gelu", {3, 8},
-                             [](GraphBuilder& b) {
-                               return b.linear("op", gp::testing::x(b, {3, 16}), 8, true, "gelu");
-                             }),
-        gp::testing::op_case("bias and relu", {2, 3}, gp::testing::away_from_kink,
-                             [](GraphBuilder& b) {
-                               return b.linear("op", gp::testing::x(b, {2, 4}), 3, true, "relu");
-                             })};
-    for (const GradCase& c : cases) {
-      INFO(mode << " kernels, linear with " << c.name);
-      Harness h = gp::testing::make_harness(c.model(), 2);
-      c.prepare(h);
-      const long calls = emu_cublaslt_matmul_calls ? emu_cublaslt_matmul_calls() : 0;
-      compare_with_cpu(h, dev, tolerance(MatmulPrecision::kFp32));
-      // Under the emulator: the library form ran exactly when the library was asked for.
-      if (emu_cublaslt_matmul_calls) {
-        CHECK(emu_cublaslt_matmul_calls() - calls == (std::string(mode) == "library" ? 1 : 0));
+    for (MatmulPrecision p : kPrecisions) {
+      const Device& dev = cuda(p);
+      for (const auto& [name, has_library_form] : cases) {
+        const auto c =
+            std::find_if(all.begin(), all.end(), [&](const GradCase& g) { return g.name == name; });
+        REQUIRE(c != all.end());
+        INFO(mode << " kernels, " << name << ", " << gp::exec::precision_name(p));
+        Harness h = gp::testing::make_harness(c->model(), 2);
+        c->prepare(h);
+        const long calls = library_calls();
+        compare_with_cpu(h, dev, tolerance(p));
+        // Under the emulator: the library ran exactly when it was asked for and can do the op.
+        if (emu_cublaslt_matmul_calls && emu_cudnn_calls) {
+          const bool library = std::string(mode) == "library" && has_library_form;
+          CHECK((library_calls() > calls) == library);
+        }
       }
     }
   }

@@ -43,6 +43,17 @@ bool CudaContext::check(cublasStatus_t s, const char* what) const {
   return false;
 }
 
+bool CudaContext::check(cudnnStatus_t s, const char* what) const {
+  if (s == CUDNN_STATUS_SUCCESS) return true;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (first_error_.empty()) {
+    first_error_ = std::string(what) + ": cuDNN " +
+                   (cudnn != nullptr ? std::string(cudnn->error_string(s))
+                                     : "status " + std::to_string(static_cast<int>(s)));
+  }
+  return false;
+}
+
 Status CudaContext::take_error() const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (first_error_.empty()) return ok_status();

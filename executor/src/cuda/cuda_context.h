@@ -1,13 +1,14 @@
 // What every CUDA kernel of one device shares: the compute stream all work is queued on, the
-// cuBLAS handle bound to it, the vendor libraries in use, the GEMM precision, and the first error
-// of asynchronous work.
-// Private to the CUDA backend: host code (.cc, compiled by the C++ compiler) uses the CUDA runtime
-// and cuBLAS C APIs directly; __global__ kernels live in .cu files behind plain launch functions.
+// cuBLAS handle bound to it, the vendor libraries in use (cuBLASLt, cuDNN), the GEMM precision, and
+// the first error of asynchronous work. Private to the CUDA backend: host code (.cc, compiled by
+// the C++ compiler) uses the CUDA runtime and cuBLAS C APIs directly; __global__ kernels live in
+// .cu files behind plain launch functions.
 #pragma once
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <cstdint>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "cuda/cublas_loader.h"
 #include "cuda/cublaslt_loader.h"
+#include "cuda/cudnn_loader.h"
 #include "gp/common/status.h"
 #include "gp/exec/device.h"
 
@@ -30,12 +32,15 @@ class CudaContext {
   // are used instead (GP_CUDA_KERNELS=hand, or the library could not be loaded).
   const CublasLtApi* cublaslt = nullptr;
   cublasLtHandle_t lt = nullptr;
+  const CudnnApi* cudnn = nullptr;
+  cudnnHandle_t dnn = nullptr;
   MatmulPrecision precision = MatmulPrecision::kFp32;
 
   // Kernels' forward/backward return nothing, so failures of launches and library calls are
   // recorded here (the first one wins) and reported by Device::synchronize(). Return ok-ness.
   bool check(cudaError_t e, const char* what) const;
   bool check(cublasStatus_t s, const char* what) const;
+  bool check(cudnnStatus_t s, const char* what) const;
   // The first recorded error (cleared), or OK.
   Status take_error() const;
 

@@ -26,8 +26,8 @@ std::string cuda_error_text(cudaError_t e) {
 }
 
 // GP_CUDA_KERNELS: "library" (default) runs the ops that have a vendor-library form (linear's
-// fused epilogue on cuBLASLt) through the library, "hand" runs the hand-written kernels everywhere
-// (to compare the two, or to do without a library).
+// fused epilogue on cuBLASLt; conv2d, pooling and batch_norm on cuDNN) through the library, "hand"
+// runs the hand-written kernels everywhere (to compare the two, or to do without a library).
 Result<bool> vendor_libraries_wanted() {
   const char* value = std::getenv("GP_CUDA_KERNELS");
   if (value == nullptr || std::string_view(value) == "library") return true;
@@ -157,6 +157,17 @@ class CudaDevice final : public Device {
       if (cublasStatus_t s = (*lt)->create(&d->ctx_.lt); s != CUBLAS_STATUS_SUCCESS) {
         return unavailable(flag + ": cannot create a cuBLASLt handle: " + (*lt)->status_name(s) +
                            fallback);
+      }
+      auto dnn = load_cudnn();
+      if (!dnn.ok()) return unavailable(flag + ": " + dnn.status().message() + fallback);
+      d->ctx_.cudnn = *dnn;
+      if (cudnnStatus_t s = (*dnn)->create(&d->ctx_.dnn); s != CUDNN_STATUS_SUCCESS) {
+        return unavailable(flag + ": cannot create a cuDNN handle: " + (*dnn)->error_string(s) +
+                           fallback);
+      }
+      if (cudnnStatus_t s = (*dnn)->set_stream(d->ctx_.dnn, d->ctx_.stream);
+          s != CUDNN_STATUS_SUCCESS) {
+        return unavailable(flag + ": cannot bind cuDNN to the stream: " + (*dnn)->error_string(s));
       }
     }
     return d;

@@ -1,6 +1,7 @@
-// CUDA kernels of the vision ops: conv2d (im2col + cuBLAS GEMM), max and average pooling, and
-// batch normalisation with batch statistics. Same attributes, validation and semantics as the CPU
-// reference (executor/src/cpu/vision_kernels.cc); the __global__ kernels are in
+// CUDA kernels of the vision ops: conv2d, max and average pooling, and batch normalisation with
+// batch statistics, on cuDNN where the device uses it (cudnn_vision.h), by hand otherwise or where
+// cuDNN cannot (conv2d by im2col + cuBLAS GEMM). Same attributes, validation and semantics as the
+// CPU reference (executor/src/cpu/vision_kernels.cc); the __global__ kernels are in
 // vision_kernels.cu.
 #include <cstdint>
 #include <limits>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/cudnn_vision.h"
 #include "cuda/kernels.h"
 #include "cuda/vision_launch.h"
 
@@ -34,20 +36,23 @@ class Conv2dKernel final : public OpKernel {
         patch_(w.c * w.kh * w.kw),
         positions_(w.ho * w.wo),
         group_out_(out / groups),
-        group_patch_(patch_ / groups) {}
+        group_patch_(patch_ / groups),
+        dnn_(CudnnConv2d::create(ctx, w, out, groups, patch_ * positions_)) {}
 
   int64_t workspace_floats_per_sample() const override { return patch_ * positions_; }
 
   void forward(const OpArgs& a) const override {
     float* y = a.outputs[0].f();
-    ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.workspace, w_, a.batch, ctx_.stream),
-               "conv2d forward: im2col");
-    // W is shared by every sample: stride 0. Group g: its filters times its rows of cols.
-    for (int64_t g = 0; g < groups_; ++g) {
-      gemm_batched(ctx_, "conv2d forward", false, false, group_out_, positions_, group_patch_, 1.0f,
-                   a.params[0] + g * group_out_ * group_patch_, group_patch_, 0,
-                   a.workspace + g * group_patch_ * positions_, positions_, patch_ * positions_,
-                   0.0f, y + g * group_out_ * positions_, positions_, out_ * positions_, a.batch);
+    if (dnn_ == nullptr || !dnn_->forward(a.batch, a.inputs[0].f(), a.params[0], y, a.workspace)) {
+      ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.workspace, w_, a.batch, ctx_.stream),
+                 "conv2d forward: im2col");
+      // W is shared by every sample: stride 0. Group g: its filters times its rows of cols.
+      for (int64_t g = 0; g < groups_; ++g) {
+        gemm_batched(ctx_, "conv2d forward", false, false, group_out_, positions_, group_patch_,
+                     1.0f, a.params[0] + g * group_out_ * group_patch_, group_patch_, 0,
+                     a.workspace + g * group_patch_ * positions_, positions_, patch_ * positions_,
+                     0.0f, y + g * group_out_ * positions_, positions_, out_ * positions_, a.batch);
+      }
     }
     if (bias_) {
       ctx_.check(launch_conv2d_add_bias(y, a.params[1], a.batch, out_, positions_, ctx_.stream),
@@ -61,7 +66,8 @@ class Conv2dKernel final : public OpKernel {
     float* dw = a.param_grads[0];
     float* db = bias_ ? a.param_grads[1] : nullptr;
     float* dx = a.grad_inputs[0].f();
-    if (dw != nullptr) {
+    if (dw != nullptr && (dnn_ == nullptr ||
+                          !dnn_->backward_filter(a.batch, a.inputs[0].f(), dy, dw, a.workspace))) {
       ctx_.check(launch_conv2d_im2col(a.inputs[0].f(), a.workspace, w_, a.batch, ctx_.stream),
                  "conv2d backward: im2col");
       // The sum over samples and positions is not one strided GEMM; accumulate sample by sample
@@ -79,7 +85,8 @@ class Conv2dKernel final : public OpKernel {
       ctx_.check(launch_conv2d_bias_grad(dy, db, a.batch, out_, positions_, ctx_.stream),
                  "conv2d backward: bias gradient");
     }
-    if (dx != nullptr) {
+    if (dx != nullptr &&
+        (dnn_ == nullptr || !dnn_->backward_data(a.batch, a.params[0], dy, dx, a.workspace))) {
       ctx_.check(
           launch_conv2d_input_grad(a.params[0], dy, dx, w_, out_, groups_, a.batch, ctx_.stream),
           "conv2d backward: input gradient");
@@ -92,8 +99,9 @@ class Conv2dKernel final : public OpKernel {
   int64_t out_;
   bool bias_;
   int64_t groups_;
-  int64_t patch_, positions_;        // C*kh*kw, Ho*Wo
-  int64_t group_out_, group_patch_;  // out/G, C/G*kh*kw
+  int64_t patch_, positions_;         // C*kh*kw, Ho*Wo
+  int64_t group_out_, group_patch_;   // out/G, C/G*kh*kw
+  std::unique_ptr<CudnnConv2d> dnn_;  // cuDNN's form, when the device uses it
 };
 
 // ---- pooling -----------------------------------------------------------------------------------
@@ -102,10 +110,15 @@ class Conv2dKernel final : public OpKernel {
 // output cell, the winner's index in its channel plane (h*W + w), stored as the bits of an int32.
 class MaxPool2dKernel final : public OpKernel {
  public:
-  MaxPool2dKernel(const CudaContext& ctx, const VisionWindow& w) : ctx_(ctx), w_(w) {}
-  int64_t saved_floats_per_sample() const override { return w_.c * w_.ho * w_.wo; }
+  MaxPool2dKernel(const CudaContext& ctx, const VisionWindow& w)
+      : ctx_(ctx), w_(w), dnn_(CudnnPool2d::create(ctx, w, PoolKind::kMax)) {}
+  // cuDNN's backward finds the winners again from x and y.
+  int64_t saved_floats_per_sample() const override {
+    return dnn_ != nullptr ? 0 : w_.c * w_.ho * w_.wo;
+  }
 
   void forward(const OpArgs& a) const override {
+    if (dnn_ != nullptr) return dnn_->forward(a.batch, a.inputs[0].f(), a.outputs[0].f());
     ctx_.check(launch_max_pool2d_forward(a.inputs[0].f(), a.outputs[0].f(), a.saved, w_, a.batch,
                                          ctx_.stream),
                "max_pool2d forward");
@@ -114,6 +127,9 @@ class MaxPool2dKernel final : public OpKernel {
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
+    if (dnn_ != nullptr) {
+      return dnn_->backward(a.batch, a.inputs[0].f(), a.outputs[0].f(), a.grad_outputs[0].f(), dx);
+    }
     ctx_.check(
         launch_max_pool2d_backward(a.grad_outputs[0].f(), a.saved, dx, w_, a.batch, ctx_.stream),
         "max_pool2d backward");
@@ -122,6 +138,7 @@ class MaxPool2dKernel final : public OpKernel {
  private:
   const CudaContext& ctx_;
   VisionWindow w_;
+  std::unique_ptr<CudnnPool2d> dnn_;
 };
 
 // y = the sum of each window's image cells over kh*kw (count_include_pad) or over the number of
@@ -129,9 +146,15 @@ class MaxPool2dKernel final : public OpKernel {
 class AvgPool2dKernel final : public OpKernel {
  public:
   AvgPool2dKernel(const CudaContext& ctx, const VisionWindow& w, bool include_pad)
-      : ctx_(ctx), w_(w), include_pad_(include_pad) {}
+      : ctx_(ctx),
+        w_(w),
+        include_pad_(include_pad),
+        dnn_(CudnnPool2d::create(ctx, w,
+                                 include_pad ? PoolKind::kAverageIncludingPadding
+                                             : PoolKind::kAverageExcludingPadding)) {}
 
   void forward(const OpArgs& a) const override {
+    if (dnn_ != nullptr) return dnn_->forward(a.batch, a.inputs[0].f(), a.outputs[0].f());
     ctx_.check(launch_avg_pool2d_forward(a.inputs[0].f(), a.outputs[0].f(), w_, include_pad_,
                                          a.batch, ctx_.stream),
                "avg_pool2d forward");
@@ -140,6 +163,9 @@ class AvgPool2dKernel final : public OpKernel {
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
+    if (dnn_ != nullptr) {
+      return dnn_->backward(a.batch, a.inputs[0].f(), a.outputs[0].f(), a.grad_outputs[0].f(), dx);
+    }
     ctx_.check(launch_avg_pool2d_backward(a.grad_outputs[0].f(), dx, w_, include_pad_, a.batch,
                                           ctx_.stream),
                "avg_pool2d backward");
@@ -149,6 +175,7 @@ class AvgPool2dKernel final : public OpKernel {
   const CudaContext& ctx_;
   VisionWindow w_;
   bool include_pad_;
+  std::unique_ptr<CudnnPool2d> dnn_;
 };
 
 // ---- batch norm --------------------------------------------------------------------------------
@@ -160,15 +187,28 @@ class AvgPool2dKernel final : public OpKernel {
 class BatchNormKernel final : public OpKernel {
  public:
   BatchNormKernel(const CudaContext& ctx, int64_t channels, int64_t inner, double eps)
-      : ctx_(ctx), c_(channels), inner_(inner), eps_(eps) {}
+      : ctx_(ctx),
+        c_(channels),
+        inner_(inner),
+        eps_(eps),
+        dnn_(CudnnBatchNorm::create(ctx, channels, inner, eps)) {}
 
   void forward(const OpArgs& a) const override {
+    if (dnn_ != nullptr) {
+      return dnn_->forward(a.batch, a.inputs[0].f(), a.params[0], a.params[1], a.outputs[0].f());
+    }
     ctx_.check(launch_batch_norm_forward(a.inputs[0].f(), a.params[0], a.params[1],
                                          a.outputs[0].f(), a.batch, c_, inner_, eps_, ctx_.stream),
                "batch_norm forward");
   }
 
   void backward(const OpArgs& a) const override {
+    // cuDNN writes every gradient; a skipped one (null) takes the hand-written kernel.
+    if (dnn_ != nullptr && a.grad_inputs[0].f() != nullptr && a.param_grads[0] != nullptr &&
+        a.param_grads[1] != nullptr) {
+      return dnn_->backward(a.batch, a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0],
+                            a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1]);
+    }
     ctx_.check(launch_batch_norm_backward(a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0],
                                           a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1],
                                           a.batch, c_, inner_, eps_, ctx_.stream),
@@ -179,6 +219,7 @@ class BatchNormKernel final : public OpKernel {
   const CudaContext& ctx_;
   int64_t c_, inner_;  // channels, elements per channel per sample
   double eps_;
+  std::unique_ptr<CudnnBatchNorm> dnn_;
 };
 
 KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k)); }

@@ -1,0 +1,378 @@
+#include "cuda/cudnn_vision.h"
+
+#include <limits>
+#include <utility>
+
+namespace gp::exec::cuda {
+namespace {
+
+bool fits_int(int64_t v) { return v > 0 && v <= std::numeric_limits<int>::max(); }
+
+// A cuDNN descriptor destroyed with its owner; empty when creating or setting it failed.
+template <typename T>
+class Desc {
+ public:
+  Desc() = default;
+  Desc(T handle, cudnnStatus_t (*destroy)(T)) : handle_(handle), destroy_(destroy) {}
+  Desc(Desc&& o) noexcept : handle_(std::exchange(o.handle_, nullptr)), destroy_(o.destroy_) {}
+  Desc& operator=(Desc&& o) noexcept {
+    std::swap(handle_, o.handle_);
+    std::swap(destroy_, o.destroy_);
+    return *this;
+  }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  ~Desc() {
+    if (handle_ != nullptr) destroy_(handle_);
+  }
+  T get() const { return handle_; }
+  explicit operator bool() const { return handle_ != nullptr; }
+
+ private:
+  T handle_ = nullptr;
+  cudnnStatus_t (*destroy_)(T) = nullptr;
+};
+
+using TensorDesc = Desc<cudnnTensorDescriptor_t>;
+
+// An NCHW float tensor [n, c, h, w].
+TensorDesc tensor(const CudnnApi& api, int64_t n, int64_t c, int64_t h, int64_t w) {
+  if (!fits_int(n) || !fits_int(c) || !fits_int(h) || !fits_int(w)) return {};
+  cudnnTensorDescriptor_t t = nullptr;
+  if (api.create_tensor(&t) != CUDNN_STATUS_SUCCESS) return {};
+  TensorDesc d(t, api.destroy_tensor);
+  if (api.set_tensor_4d(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+                        static_cast<int>(c), static_cast<int>(h),
+                        static_cast<int>(w)) != CUDNN_STATUS_SUCCESS) {
+    return {};
+  }
+  return d;
+}
+
+// fp32 GEMM precision allows FMA kernels only: cuDNN's default math may use TF32 tensor cores.
+cudnnMathType_t math_type(MatmulPrecision p) {
+  return p == MatmulPrecision::kFp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+}
+
+// The first (fastest by cuDNN's heuristic) deterministic algorithm that fits `budget_bytes` and
+// keeps the device's precision; `found` false when none does.
+template <typename Perf>
+Perf pick(const Perf* results, int count, size_t budget_bytes, MatmulPrecision p, bool* found) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& r = results[i];
+    if (r.status == CUDNN_STATUS_SUCCESS && r.determinism == CUDNN_DETERMINISTIC &&
+        r.memory <= budget_bytes && (p != MatmulPrecision::kFp32 || r.mathType == CUDNN_FMA_MATH)) {
+      *found = true;
+      return r;
+    }
+  }
+  *found = false;
+  return Perf{};
+}
+
+constexpr int kAlgorithms = 8;  // more than cuDNN 9 has of any convolution direction
+const float kOne = 1.0f, kZero = 0.0f;
+
+}  // namespace
+
+// ---- conv2d
+// --------------------------------------------------------------------------------------
+
+struct CudnnConv2d::Shared {
+  VisionWindow w;
+  int64_t out = 0;
+  Desc<cudnnFilterDescriptor_t> filter;
+  Desc<cudnnConvolutionDescriptor_t> conv;
+};
+
+struct CudnnConv2d::Plan {
+  int64_t batch = 0;
+  TensorDesc x, y;
+  bool has_forward = false, has_data = false, has_filter = false;
+  cudnnConvolutionFwdAlgoPerf_t forward{};
+  cudnnConvolutionBwdDataAlgoPerf_t data{};
+  cudnnConvolutionBwdFilterAlgoPerf_t filter{};
+};
+
+CudnnConv2d::CudnnConv2d(const CudaContext& ctx, int64_t workspace_floats_per_sample)
+    : ctx_(ctx), workspace_floats_per_sample_(workspace_floats_per_sample) {}
+CudnnConv2d::~CudnnConv2d() = default;
+
+std::unique_ptr<CudnnConv2d> CudnnConv2d::create(const CudaContext& ctx, const VisionWindow& w,
+                                                 int64_t out, int64_t groups,
+                                                 int64_t workspace_floats_per_sample) {
+  if (ctx.cudnn == nullptr || groups <= 0 || w.c % groups != 0 || !fits_int(groups)) {
+    return nullptr;
+  }
+  const CudnnApi& api = *ctx.cudnn;
+  auto shared = std::make_unique<Shared>();
+  shared->w = w;
+  shared->out = out;
+  cudnnFilterDescriptor_t f = nullptr;
+  if (!fits_int(out) || !fits_int(w.c / groups) || !fits_int(w.kh) || !fits_int(w.kw) ||
+      api.create_filter(&f) != CUDNN_STATUS_SUCCESS) {
+    return nullptr;
+  }
+  shared->filter = Desc(f, api.destroy_filter);
+  cudnnConvolutionDescriptor_t c = nullptr;
+  if (api.set_filter_4d(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(out),
+                        static_cast<int>(w.c / groups), static_cast<int>(w.kh),
+                        static_cast<int>(w.kw)) != CUDNN_STATUS_SUCCESS ||
+      api.create_conv(&c) != CUDNN_STATUS_SUCCESS) {
+    return nullptr;
+  }
+  shared->conv = Desc(c, api.destroy_conv);
+  if (w.ph < 0 || w.pw < 0 || !fits_int(w.ph + 1) || !fits_int(w.pw + 1) || !fits_int(w.sh) ||
+      !fits_int(w.sw) ||
+      api.set_conv_2d(c, static_cast<int>(w.ph), static_cast<int>(w.pw), static_cast<int>(w.sh),
+                      static_cast<int>(w.sw), 1, 1, CUDNN_CROSS_CORRELATION,
+                      CUDNN_DATA_FLOAT) != CUDNN_STATUS_SUCCESS ||
+      api.set_conv_groups(c, static_cast<int>(groups)) != CUDNN_STATUS_SUCCESS ||
+      api.set_conv_math(c, math_type(ctx.precision)) != CUDNN_STATUS_SUCCESS) {
+    return nullptr;
+  }
+  // The op's output shape must be cuDNN's.
+  const TensorDesc x = tensor(api, 1, w.c, w.h, w.w);
+  int n = 0, k = 0, ho = 0, wo = 0;
+  if (!x || api.conv_output_dim(c, x.get(), f, &n, &k, &ho, &wo) != CUDNN_STATUS_SUCCESS ||
+      k != out || ho != w.ho || wo != w.wo) {
+    return nullptr;
+  }
+  std::unique_ptr<CudnnConv2d> conv(new CudnnConv2d(ctx, workspace_floats_per_sample));
+  conv->shared_ = std::move(shared);
+  return conv;
+}
+
+const CudnnConv2d::Plan& CudnnConv2d::plan_for(int64_t batch) const {
+  for (const auto& p : plans_) {
+    if (p->batch == batch) return *p;
+  }
+  const CudnnApi& api = *ctx_.cudnn;
+  const Shared& s = *shared_;
+  auto plan = std::make_unique<Plan>();
+  plan->batch = batch;
+  plan->x = tensor(api, batch, s.w.c, s.w.h, s.w.w);
+  plan->y = tensor(api, batch, s.out, s.w.ho, s.w.wo);
+  const size_t budget = static_cast<size_t>(batch * workspace_floats_per_sample_) * sizeof(float);
+  if (plan->x && plan->y) {
+    int count = 0;
+    cudnnConvolutionFwdAlgoPerf_t fwd[kAlgorithms];
+    if (api.forward_algorithms(ctx_.dnn, plan->x.get(), s.filter.get(), s.conv.get(), plan->y.get(),
+                               kAlgorithms, &count, fwd) == CUDNN_STATUS_SUCCESS) {
+      plan->forward = pick(fwd, count, budget, ctx_.precision, &plan->has_forward);
+    }
+    cudnnConvolutionBwdDataAlgoPerf_t data[kAlgorithms];
+    if (api.backward_data_algorithms(ctx_.dnn, s.filter.get(), plan->y.get(), s.conv.get(),
+                                     plan->x.get(), kAlgorithms, &count,
+                                     data) == CUDNN_STATUS_SUCCESS) {
+      plan->data = pick(data, count, budget, ctx_.precision, &plan->has_data);
+    }
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[kAlgorithms];
+    if (api.backward_filter_algorithms(ctx_.dnn, plan->x.get(), plan->y.get(), s.conv.get(),
+                                       s.filter.get(), kAlgorithms, &count,
+                                       filter) == CUDNN_STATUS_SUCCESS) {
+      plan->filter = pick(filter, count, budget, ctx_.precision, &plan->has_filter);
+    }
+  }
+  plans_.push_back(std::move(plan));
+  return *plans_.back();
+}
+
+bool CudnnConv2d::forward(int64_t batch, const float* x, const float* w, float* y,
+                          float* workspace) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!p.has_forward) return false;
+  const CudnnApi& api = *ctx_.cudnn;
+  api.set_conv_math(shared_->conv.get(), p.forward.mathType);
+  ctx_.check(
+      api.conv_forward(ctx_.dnn, &kOne, p.x.get(), x, shared_->filter.get(), w, shared_->conv.get(),
+                       p.forward.algo, workspace, p.forward.memory, &kZero, p.y.get(), y),
+      "conv2d forward (cuDNN)");
+  return true;
+}
+
+bool CudnnConv2d::backward_data(int64_t batch, const float* w, const float* dy, float* dx,
+                                float* workspace) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!p.has_data) return false;
+  const CudnnApi& api = *ctx_.cudnn;
+  api.set_conv_math(shared_->conv.get(), p.data.mathType);
+  ctx_.check(api.conv_backward_data(ctx_.dnn, &kOne, shared_->filter.get(), w, p.y.get(), dy,
+                                    shared_->conv.get(), p.data.algo, workspace, p.data.memory,
+                                    &kOne, p.x.get(), dx),
+             "conv2d backward: input gradient (cuDNN)");
+  return true;
+}
+
+bool CudnnConv2d::backward_filter(int64_t batch, const float* x, const float* dy, float* dw,
+                                  float* workspace) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!p.has_filter) return false;
+  const CudnnApi& api = *ctx_.cudnn;
+  api.set_conv_math(shared_->conv.get(), p.filter.mathType);
+  ctx_.check(api.conv_backward_filter(ctx_.dnn, &kOne, p.x.get(), x, p.y.get(), dy,
+                                      shared_->conv.get(), p.filter.algo, workspace,
+                                      p.filter.memory, &kOne, shared_->filter.get(), dw),
+             "conv2d backward: weight gradient (cuDNN)");
+  return true;
+}
+
+// ---- pooling
+// -------------------------------------------------------------------------------------
+
+struct CudnnPool2d::Shared {
+  VisionWindow w;
+  Desc<cudnnPoolingDescriptor_t> pool;
+};
+
+struct CudnnPool2d::Plan {
+  int64_t batch = 0;
+  TensorDesc x, y;
+};
+
+CudnnPool2d::CudnnPool2d(const CudaContext& ctx) : ctx_(ctx) {}
+CudnnPool2d::~CudnnPool2d() = default;
+
+std::unique_ptr<CudnnPool2d> CudnnPool2d::create(const CudaContext& ctx, const VisionWindow& w,
+                                                 PoolKind kind) {
+  if (ctx.cudnn == nullptr) return nullptr;
+  const CudnnApi& api = *ctx.cudnn;
+  // Ties go to one cell as in the CPU's first-maximum rule only in the deterministic mode.
+  const cudnnPoolingMode_t mode = kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC
+                                  : kind == PoolKind::kAverageIncludingPadding
+                                      ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                      : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  auto shared = std::make_unique<Shared>();
+  shared->w = w;
+  cudnnPoolingDescriptor_t p = nullptr;
+  if (!fits_int(w.kh) || !fits_int(w.kw) || !fits_int(w.ph + 1) || !fits_int(w.pw + 1) ||
+      !fits_int(w.sh) || !fits_int(w.sw) || api.create_pool(&p) != CUDNN_STATUS_SUCCESS) {
+    return nullptr;
+  }
+  shared->pool = Desc(p, api.destroy_pool);
+  const TensorDesc x = tensor(api, 1, w.c, w.h, w.w);
+  int n = 0, c = 0, ho = 0, wo = 0;
+  if (api.set_pool_2d(p, mode, CUDNN_NOT_PROPAGATE_NAN, static_cast<int>(w.kh),
+                      static_cast<int>(w.kw), static_cast<int>(w.ph), static_cast<int>(w.pw),
+                      static_cast<int>(w.sh), static_cast<int>(w.sw)) != CUDNN_STATUS_SUCCESS ||
+      !x || api.pool_output_dim(p, x.get(), &n, &c, &ho, &wo) != CUDNN_STATUS_SUCCESS ||
+      ho != w.ho || wo != w.wo) {
+    return nullptr;  // e.g. ceil_mode: cuDNN rounds the output size down
+  }
+  std::unique_ptr<CudnnPool2d> pool(new CudnnPool2d(ctx));
+  pool->shared_ = std::move(shared);
+  return pool;
+}
+
+const CudnnPool2d::Plan& CudnnPool2d::plan_for(int64_t batch) const {
+  for (const auto& p : plans_) {
+    if (p->batch == batch) return *p;
+  }
+  const CudnnApi& api = *ctx_.cudnn;
+  const VisionWindow& w = shared_->w;
+  auto plan = std::make_unique<Plan>();
+  plan->batch = batch;
+  plan->x = tensor(api, batch, w.c, w.h, w.w);
+  plan->y = tensor(api, batch, w.c, w.ho, w.wo);
+  plans_.push_back(std::move(plan));
+  return *plans_.back();
+}
+
+void CudnnPool2d::forward(int64_t batch, const float* x, float* y) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!ctx_.check(p.x && p.y ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
+                  "pooling forward (cuDNN): tensor descriptors")) {
+    return;
+  }
+  ctx_.check(ctx_.cudnn->pool_forward(ctx_.dnn, shared_->pool.get(), &kOne, p.x.get(), x, &kZero,
+                                      p.y.get(), y),
+             "pooling forward (cuDNN)");
+}
+
+void CudnnPool2d::backward(int64_t batch, const float* x, const float* y, const float* dy,
+                           float* dx) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!ctx_.check(p.x && p.y ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
+                  "pooling backward (cuDNN): tensor descriptors")) {
+    return;
+  }
+  ctx_.check(ctx_.cudnn->pool_backward(ctx_.dnn, shared_->pool.get(), &kOne, p.y.get(), y,
+                                       p.y.get(), dy, p.x.get(), x, &kOne, p.x.get(), dx),
+             "pooling backward (cuDNN)");
+}
+
+// ---- batch norm
+// ----------------------------------------------------------------------------------
+
+struct CudnnBatchNorm::Shared {
+  TensorDesc params;  // [1, C, 1, 1]: gamma, beta and their gradients
+};
+
+struct CudnnBatchNorm::Plan {
+  int64_t batch = 0;
+  TensorDesc x;  // [batch, C, inner, 1]
+};
+
+CudnnBatchNorm::CudnnBatchNorm(const CudaContext& ctx, int64_t channels, int64_t inner, double eps)
+    : ctx_(ctx), channels_(channels), inner_(inner), eps_(eps) {}
+CudnnBatchNorm::~CudnnBatchNorm() = default;
+
+std::unique_ptr<CudnnBatchNorm> CudnnBatchNorm::create(const CudaContext& ctx, int64_t channels,
+                                                       int64_t inner, double eps) {
+  if (ctx.cudnn == nullptr || eps < CUDNN_BN_MIN_EPSILON) return nullptr;
+  auto shared = std::make_unique<Shared>();
+  shared->params = tensor(*ctx.cudnn, 1, channels, 1, 1);
+  if (!shared->params || !fits_int(inner)) return nullptr;
+  std::unique_ptr<CudnnBatchNorm> bn(new CudnnBatchNorm(ctx, channels, inner, eps));
+  bn->shared_ = std::move(shared);
+  return bn;
+}
+
+const CudnnBatchNorm::Plan& CudnnBatchNorm::plan_for(int64_t batch) const {
+  for (const auto& p : plans_) {
+    if (p->batch == batch) return *p;
+  }
+  auto plan = std::make_unique<Plan>();
+  plan->batch = batch;
+  plan->x = tensor(*ctx_.cudnn, batch, channels_, inner_, 1);
+  plans_.push_back(std::move(plan));
+  return *plans_.back();
+}
+
+void CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, const float* beta,
+                             float* y) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!ctx_.check(p.x ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
+                  "batch_norm forward (cuDNN): tensor descriptor")) {
+    return;
+  }
+  // No running averages (null) and nothing saved: backward recomputes the statistics, as the
+  // hand-written kernel does, since saved scratch is per sample and the statistics per call.
+  ctx_.check(ctx_.cudnn->batch_norm_forward(
+                 ctx_.dnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, p.x.get(), x, p.x.get(), y,
+                 shared_->params.get(), gamma, beta, 1.0, nullptr, nullptr, eps_, nullptr, nullptr),
+             "batch_norm forward (cuDNN)");
+}
+
+void CudnnBatchNorm::backward(int64_t batch, const float* x, const float* dy, const float* gamma,
+                              float* dx, float* dgamma, float* dbeta) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Plan& p = plan_for(batch);
+  if (!ctx_.check(p.x ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
+                  "batch_norm backward (cuDNN): tensor descriptor")) {
+    return;
+  }
+  ctx_.check(ctx_.cudnn->batch_norm_backward(ctx_.dnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kOne, &kOne,
+                                             &kOne, p.x.get(), x, p.x.get(), dy, p.x.get(), dx,
+                                             shared_->params.get(), gamma, dgamma, dbeta, eps_,
+                                             nullptr, nullptr),
+             "batch_norm backward (cuDNN)");
+}
+
+}  // namespace gp::exec::cuda
