@@ -4,9 +4,11 @@
 // count at the sub-graph's source stages such that every stage meets T and fits in memory.
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "gp/planner/partition.h"
@@ -117,6 +119,8 @@ struct Tail {
 constexpr int kMaxTails = 1023;
 constexpr int kMaxJoinChildren = 8;
 constexpr int kExactSplits = 64;
+// Estimated bubble fraction above which shallower partitions are also offered.
+constexpr double kShallowerBubble = 0.1;
 
 class GraphPipeDp {
  public:
@@ -177,8 +181,13 @@ class GraphPipeDp {
     tps_ = tps;
     memo_.clear();
     ++test_;
-    return range(tree_.root, 0, max_devices_, 0, 0) < kInfeasible;
+    depth_ = range(tree_.root, 0, max_devices_, 0, 0);
+    return depth_ < kInfeasible;
   }
+
+  // The last feasible test's micro-batches in flight at the source stages: the pipeline's depth
+  // (1F1B keeps one per stage on the longest path), the smallest of any partition meeting T.
+  int depth() const { return depth_; }
 
   std::vector<PartitionStage> stages() {
     std::vector<PartitionStage> out;
@@ -535,6 +544,7 @@ class GraphPipeDp {
   std::vector<int> row_of_;               // (node, first child) -> index into rows_, -1 until built
   std::deque<RangeRow> rows_;             // deque: rows stay put while others are added
   int num_degrees_ = 0;                   // powers of two dividing b, at most the devices
+  int depth_ = kInfeasible;               // of the last feasibility test
   uint32_t test_ = 0;                     // feasibility tests so far (RangeRow's per-test caches)
   std::vector<std::vector<int>> splits_;  // per device count: device counts of the first part
   Memo memo_;
@@ -595,13 +605,35 @@ Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_
       lo = mid;
     }
   }
-  Partition p;
-  p.stages = std::move(best);
-  p.chain = false;
-  p.micro_batch = micro_batch;
-  p.bottleneck_tps_s = hi;
-  p.sp_edges_added = tree.added_edges;
-  outcome.partition = std::move(p);
+  auto partition = [&](std::vector<PartitionStage> stages, double tps, std::string origin) {
+    Partition p;
+    p.stages = std::move(stages);
+    p.chain = false;
+    p.micro_batch = micro_batch;
+    p.bottleneck_tps_s = tps;
+    p.sp_edges_added = tree.added_edges;
+    p.origin = std::move(origin);
+    return p;
+  };
+  dp.feasible(hi);  // the depth of the optimum
+  int depth = dp.depth();
+  outcome.partition = partition(std::move(best), hi, "");
+  // The bottleneck ignores the pipeline's fill and drain, (depth - 1) / (M + depth - 1) of the
+  // iteration with M micro-batches. Where that is large, a slightly slower bottleneck may allow
+  // a shallower pipeline (the DP returns the shallowest partition meeting its T): those
+  // partitions compete too, and the simulator, which sees bubbles, judges.
+  const double micro_batches = static_cast<double>(ctx.mini_batch / micro_batch);
+  if ((depth - 1) / (micro_batches + depth - 1) > kShallowerBubble) {
+    for (const double slack : {1.25, 1.5}) {
+      if (ctx.tps_useful_limit_s > 0 && hi * slack > ctx.tps_useful_limit_s) break;
+      if (depth <= 1 || !dp.feasible(hi * slack) || dp.depth() >= depth) continue;
+      depth = dp.depth();
+      char origin[96];
+      std::snprintf(origin, sizeof(origin), "graph partition, bottleneck +%.0f%% for depth %d",
+                    (slack - 1) * 100, depth);
+      outcome.alternatives.push_back(partition(dp.stages(), hi * slack, origin));
+    }
+  }
   return outcome;
 }
 

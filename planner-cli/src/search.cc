@@ -21,6 +21,20 @@ namespace {
 constexpr int kPiperCandidateDownsets = 2000;
 // Plans simulated while giving idle devices to stages.
 constexpr int kMaxIdleTrials = 64;
+// The runner-up plan is refined too when it simulates within this share of the best.
+constexpr double kRunnerUpShare = 0.95;
+
+// A plan the search found: its stages, lowering and simulation.
+struct PlanFound {
+  double throughput = -1;  // simulated samples/s
+  std::vector<StageAssignment> stages;
+  bool chain = false;
+  double tps = 0;  // the partitioner's bottleneck estimate
+  graphpipe::v1::Plan plan;
+  sim::SimResult simulation;
+  int idle_device_gains = 0;
+  std::string idle_devices_reason;
+};
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -203,10 +217,9 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
 
   SearchResult result;
   result.num_units = units.num_units();
-  double best_throughput = -1;
-  std::vector<StageAssignment> best_stages;
-  bool best_chain = false;
-  double best_tps = 0;
+  // The best plan so far, and the best with other stages: both are refined at the end, since a
+  // greedy refinement of the second may end above the first's.
+  PlanFound best, runner_up;
   const int64_t capacity = req.cluster.device().memory_capacity_bytes();
   auto make_inputs = [&](bool chain) {
     PlanInputs in;
@@ -226,13 +239,13 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     // No plan of this partition can beat its busiest replica's compute and all-reduce (the
     // simulator charges at least those): skip lowering and simulating it when that bound is
     // already below the best plan, as it is for most small micro-batches on large clusters.
-    if (best_throughput > 0) {
+    if (best.throughput > 0) {
       double busiest_s = 0;
       for (const auto& stage : part.stages) {
         busiest_s = std::max(busiest_s, part_costs.tps_s(part_costs.aggregate(stage.units),
                                                          part.micro_batch, stage.devices, 0));
       }
-      if (busiest_s > 0 && 1.0 / busiest_s < best_throughput) {
+      if (busiest_s > 0 && 1.0 / busiest_s < best.throughput) {
         ++result.candidates_pruned;
         if (!cand->feasible && cand->reason.empty()) {
           cand->reason = "not simulated: its stages' compute allows at most " +
@@ -265,17 +278,26 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
       cand->num_stages = plan.stages_size();
       cand->source = source;
     }
-    if (sim.throughput_samples_per_s > best_throughput) {
-      best_throughput = sim.throughput_samples_per_s;
+    if (sim.throughput_samples_per_s > runner_up.throughput) {
+      PlanFound found;
+      found.throughput = sim.throughput_samples_per_s;
       plan.mutable_provenance()->set_sp_edges_added(part.sp_edges_added);
       sim::fill_predicted_metrics(sim, &plan);
       plan.mutable_predicted()->set_bottleneck_tps_s(part.bottleneck_tps_s);
-      result.plan = std::move(plan);
-      result.simulation = std::move(sim);
+      found.plan = std::move(plan);
+      found.simulation = std::move(sim);
+      found.stages = std::move(stages);
+      found.chain = chain;
+      found.tps = part.bottleneck_tps_s;
       result.feasible = true;
-      best_stages = std::move(stages);
-      best_chain = chain;
-      best_tps = part.bottleneck_tps_s;
+      if (found.stages == best.stages) {
+        if (found.throughput > best.throughput) best = std::move(found);
+      } else if (found.throughput > best.throughput) {
+        runner_up = std::move(best);
+        best = std::move(found);
+      } else {
+        runner_up = std::move(found);
+      }
     }
     return true;
   };
@@ -299,6 +321,9 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
         if (chain_outcome->partition) {
           seeded.tps_upper_hint_s = chain_outcome->partition->bottleneck_tps_s;
         }
+        if (best.throughput > 0) {  // evaluate() would not simulate slower partitions
+          seeded.tps_useful_limit_s = 1.0 / best.throughput;
+        }
         outcome = partition_graphpipe(seeded, b);
         break;
       }
@@ -321,11 +346,10 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                    part.origin.empty() ? (part.chain ? "chain" : "graph partition") : part.origin,
                    &cand)
               .status());
-      if (req.strategy == graphpipe::v1::STRATEGY_SEQUENTIAL) {
-        // The other order's optimum and PipeDream's own DP: the simulator picks among them.
-        for (const Partition& alt : outcome->alternatives) {
-          GP_RETURN_IF_ERROR(evaluate(alt, units, costs, true, alt.origin, &cand).status());
-        }
+      // Sequential: the other order's optimum and PipeDream's own DP; GraphPipe: shallower
+      // partitions with a slower bottleneck. The simulator picks among them.
+      for (const Partition& alt : outcome->alternatives) {
+        GP_RETURN_IF_ERROR(evaluate(alt, units, costs, alt.chain, alt.origin, &cand).status());
       }
     }
     if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
@@ -368,102 +392,128 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                    [](const CandidateSummary& x, const CandidateSummary& y) {
                      return x.micro_batch < y.micro_batch;
                    });
-  // Refinements of the best plan's stages: a trial replaces the best plan when it runs, fits
-  // and simulates more than 0.2 % faster.
-  int64_t simulated_events = 0;  // by the trials so far
-  auto keep_if_faster = [&](std::vector<StageAssignment> trial) -> Result<bool> {
-    GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(best_chain), trial));
-    GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
-    simulated_events += sim.events_processed;
-    if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
-        sim.throughput_samples_per_s <= best_throughput * 1.002) {
-      return false;
-    }
-    best_throughput = sim.throughput_samples_per_s;
-    best_stages = std::move(trial);
-    plan.mutable_provenance()->set_sp_edges_added(result.plan.provenance().sp_edges_added());
-    sim::fill_predicted_metrics(sim, &plan);
-    plan.mutable_predicted()->set_bottleneck_tps_s(best_tps);
-    result.plan = std::move(plan);
-    result.simulation = std::move(sim);
-    return true;
-  };
-  if (result.feasible && req.per_stage_microbatch) {
-    // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
-    // simulated throughput improves by more than 0.2% and the plan still fits and runs. Each
-    // trial is a simulation, whose cost grows with stages and micro-batches, so the refinement
-    // stops once its trials have simulated kRefineEvents events: a budget on the work that keeps
-    // the search fast on deep pipelines and, unlike a time limit, gives the same plan anywhere.
-    constexpr int64_t kRefineEvents = 250000;
-    const int64_t events_before = simulated_events;
-    auto budget_left = [&] { return simulated_events - events_before < kRefineEvents; };
-    for (int pass = 0; pass < 4 && budget_left(); ++pass) {
-      bool improved = false;
-      for (size_t s = 0; s < best_stages.size() && budget_left(); ++s) {
-        for (const bool grow : {true, false}) {
-          auto trial = best_stages;
-          int64_t& b = trial[s].micro_batch;
-          b = grow ? b * 2 : b / 2;
-          // Sizes the user restricted the search to (--micro-batches) bound the refinement too.
-          const bool allowed = req.micro_batches.empty() ||
-                               std::find(req.micro_batches.begin(), req.micro_batches.end(), b) !=
-                                   req.micro_batches.end();
-          if (b < 1 || req.mini_batch % b != 0 || !allowed ||
-              b % static_cast<int64_t>(trial[s].ranks.size()) != 0) {
-            continue;
+  // Refinements of a plan's stages: a trial replaces the plan when it runs, fits and simulates
+  // more than 0.2 % faster. Sets the plan's idle-device gains and reason.
+  auto refine = [&](PlanFound& f) -> Status {
+    int64_t simulated_events = 0;  // by the trials so far
+    auto keep_if_faster = [&](std::vector<StageAssignment> trial) -> Result<bool> {
+      GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(f.chain), trial));
+      GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
+      simulated_events += sim.events_processed;
+      if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
+          sim.throughput_samples_per_s <= f.throughput * 1.002) {
+        return false;
+      }
+      f.throughput = sim.throughput_samples_per_s;
+      f.stages = std::move(trial);
+      plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
+      sim::fill_predicted_metrics(sim, &plan);
+      plan.mutable_predicted()->set_bottleneck_tps_s(f.tps);
+      f.plan = std::move(plan);
+      f.simulation = std::move(sim);
+      return true;
+    };
+    if (req.per_stage_microbatch) {
+      // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
+      // simulated throughput improves by more than 0.2% and the plan still fits and runs. Each
+      // trial is a simulation, whose cost grows with stages and micro-batches, so the refinement
+      // stops once its trials have simulated kRefineEvents events: a budget on the work that keeps
+      // the search fast on deep pipelines and, unlike a time limit, gives the same plan anywhere.
+      constexpr int64_t kRefineEvents = 250000;
+      const int64_t events_before = simulated_events;
+      auto budget_left = [&] { return simulated_events - events_before < kRefineEvents; };
+      for (int pass = 0; pass < 4 && budget_left(); ++pass) {
+        bool improved = false;
+        for (size_t s = 0; s < f.stages.size() && budget_left(); ++s) {
+          for (const bool grow : {true, false}) {
+            auto trial = f.stages;
+            int64_t& b = trial[s].micro_batch;
+            b = grow ? b * 2 : b / 2;
+            // Sizes the user restricted the search to (--micro-batches) bound the refinement too.
+            const bool allowed = req.micro_batches.empty() ||
+                                 std::find(req.micro_batches.begin(), req.micro_batches.end(), b) !=
+                                     req.micro_batches.end();
+            if (b < 1 || req.mini_batch % b != 0 || !allowed ||
+                b % static_cast<int64_t>(trial[s].ranks.size()) != 0) {
+              continue;
+            }
+            GP_ASSIGN_OR_RETURN(const bool kept, keep_if_faster(std::move(trial)));
+            improved = improved || kept;
           }
-          GP_ASSIGN_OR_RETURN(const bool kept, keep_if_faster(std::move(trial)));
-          improved = improved || kept;
+        }
+        if (req.progress) {
+          char line[128];
+          std::snprintf(line, sizeof(line),
+                        "per-stage micro-batches, pass %d: %.1f samples/s simulated", pass + 1,
+                        f.throughput);
+          req.progress(pass + 1, 4, line);
+        }
+        if (!improved) break;
+      }
+    }
+    {
+      // Devices left idle: give one stage more replicas from the idle devices (twice its count,
+      // or every idle device; replicas split a micro-batch unevenly when their count does not
+      // divide it), one stage at a time, while the simulated throughput improves by more than
+      // 0.2 % and the plan still fits. The DPs stop replicating where their estimate stops
+      // improving; the simulator, which sees bubbles, may disagree.
+      int trials = 0, gains = 0;
+      for (bool improved = true; improved && trials < kMaxIdleTrials;) {
+        improved = false;
+        std::vector<char> used(devices, 0);
+        for (const auto& st : f.stages) {
+          for (int r : st.ranks) used[r] = 1;
+        }
+        std::vector<int> idle;
+        for (int r = 0; r < devices; ++r) {
+          if (!used[r]) idle.push_back(r);
+        }
+        for (size_t s = 0; s < f.stages.size() && !improved && trials < kMaxIdleTrials; ++s) {
+          const size_t d = f.stages[s].ranks.size();
+          // More replicas than samples would leave some without work.
+          const size_t most =
+              std::min(d + idle.size(), static_cast<size_t>(f.stages[s].micro_batch));
+          const size_t sizes[] = {2 * d, most};
+          for (size_t i = 0; i < 2; ++i) {
+            const size_t grown = sizes[i];
+            if (grown <= d || grown > most || (i == 1 && grown == sizes[0]) || improved ||
+                trials >= kMaxIdleTrials) {
+              continue;
+            }
+            ++trials;
+            auto trial = f.stages;
+            trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(),
+                                  idle.begin() + static_cast<std::ptrdiff_t>(grown - d));
+            GP_ASSIGN_OR_RETURN(improved, keep_if_faster(std::move(trial)));
+            if (improved) ++gains;
+          }
         }
       }
-      if (req.progress) {
-        char line[128];
-        std::snprintf(line, sizeof(line),
-                      "per-stage micro-batches, pass %d: %.1f samples/s simulated", pass + 1,
-                      best_throughput);
-        req.progress(pass + 1, 4, line);
+      const int used_devices = f.plan.programs_size();
+      if (used_devices < devices) {
+        f.idle_devices_reason =
+            trials == 0 ? "no stage can take more replicas (each already has one per sample of "
+                          "its micro-batch)"
+                        : "giving any stage more replicas from the idle devices did not raise "
+                          "the simulated throughput (" +
+                              std::to_string(trials) + " tried)";
       }
-      if (!improved) break;
+      f.idle_device_gains = gains;
     }
-  }
+    return ok_status();
+  };
   if (result.feasible) {
-    // Devices left idle: give a stage twice its replicas from the idle devices, one stage at a
-    // time, while the simulated throughput improves by more than 0.2 % and the plan still fits.
-    // The DPs stop replicating where their estimate stops improving; the simulator, which sees
-    // bubbles, may disagree.
-    int trials = 0, gains = 0;
-    for (bool improved = true; improved && trials < kMaxIdleTrials;) {
-      improved = false;
-      std::vector<char> used(devices, 0);
-      for (const auto& st : best_stages) {
-        for (int r : st.ranks) used[r] = 1;
-      }
-      std::vector<int> idle;
-      for (int r = 0; r < devices; ++r) {
-        if (!used[r]) idle.push_back(r);
-      }
-      for (size_t s = 0; s < best_stages.size() && !improved && trials < kMaxIdleTrials; ++s) {
-        const size_t d = best_stages[s].ranks.size();
-        if (d > idle.size() || best_stages[s].micro_batch % static_cast<int64_t>(2 * d) != 0) {
-          continue;
-        }
-        ++trials;
-        auto trial = best_stages;
-        trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(), idle.begin() + d);
-        GP_ASSIGN_OR_RETURN(improved, keep_if_faster(std::move(trial)));
-        if (improved) ++gains;
-      }
+    const double first = best.throughput;
+    GP_RETURN_IF_ERROR(refine(best));
+    // The runner-up only when close: its refinement costs as much again.
+    if (runner_up.throughput >= kRunnerUpShare * first) {
+      GP_RETURN_IF_ERROR(refine(runner_up));
+      if (runner_up.throughput > best.throughput) best = std::move(runner_up);
     }
-    const int used_devices = result.plan.programs_size();
-    if (used_devices < devices) {
-      result.idle_devices_reason =
-          trials == 0 ? "no stage's replicas can double on the idle devices (replicas must divide "
-                        "the micro-batch)"
-                      : "doubling any stage's replicas on the idle devices did not raise the "
-                        "simulated throughput (" +
-                            std::to_string(trials) + " tried)";
-    }
-    result.idle_device_gains = gains;
+    result.plan = std::move(best.plan);
+    result.simulation = std::move(best.simulation);
+    result.idle_device_gains = best.idle_device_gains;
+    result.idle_devices_reason = std::move(best.idle_devices_reason);
   }
   result.search_time_s = seconds_since(start);
   if (!result.feasible) {

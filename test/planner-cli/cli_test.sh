@@ -163,7 +163,7 @@ check "search says how many of the devices its plan uses" \
 out=$("$bin" search --model zoo:dlrm --cluster summit-v100 --devices 32 --batch 256 \
   --out "$tmp/dlrm.pb" --report "$tmp/dlrm.report.json" --log-level warn); rc=$?
 check "a plan leaving devices idle says why, in the output and the report" \
-  '[ $rc -eq 0 ] && echo "$out" | grep -q "idle: doubling any stage" &&
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "idle: giving any stage more replicas" &&
    python3 -c "import json,sys; r=json.load(open(sys.argv[1]));
 assert r[\"devices_used\"] < 32 and \"did not raise\" in r[\"idle_devices_reason\"]" \
    "$tmp/dlrm.report.json"'

@@ -344,13 +344,14 @@ const CudnnBatchNorm::Plan& CudnnBatchNorm::plan_for(int64_t batch) const {
   return *plans_.back();
 }
 
-void CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, const float* beta,
+bool CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, const float* beta,
                              float* y) const {
+  if (batch * inner_ < 2) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
                   "batch_norm forward (cuDNN): tensor descriptor")) {
-    return;
+    return true;
   }
   // No running averages (null) and nothing saved: backward recomputes the statistics, as the
   // hand-written kernel does, since saved scratch is per sample and the statistics per call.
@@ -358,21 +359,24 @@ void CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, 
                  ctx_.dnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, p.x.get(), x, p.x.get(), y,
                  shared_->params.get(), gamma, beta, 1.0, nullptr, nullptr, eps_, nullptr, nullptr),
              "batch_norm forward (cuDNN)");
+  return true;
 }
 
-void CudnnBatchNorm::backward(int64_t batch, const float* x, const float* dy, const float* gamma,
+bool CudnnBatchNorm::backward(int64_t batch, const float* x, const float* dy, const float* gamma,
                               float* dx, float* dgamma, float* dbeta) const {
+  if (batch * inner_ < 2) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
                   "batch_norm backward (cuDNN): tensor descriptor")) {
-    return;
+    return true;
   }
   ctx_.check(ctx_.cudnn->batch_norm_backward(ctx_.dnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kOne, &kOne,
                                              &kOne, p.x.get(), x, p.x.get(), dy, p.x.get(), dx,
                                              shared_->params.get(), gamma, dgamma, dbeta, eps_,
                                              nullptr, nullptr),
              "batch_norm backward (cuDNN)");
+  return true;
 }
 
 }  // namespace gp::exec::cuda

@@ -78,10 +78,12 @@ class CudnnBatchNorm {
   static std::unique_ptr<CudnnBatchNorm> create(const CudaContext& ctx, int64_t channels,
                                                 int64_t inner, double eps);
   ~CudnnBatchNorm();
-  void forward(int64_t batch, const float* x, const float* gamma, const float* beta,
+  // Both are false, with nothing queued, for a single value per channel (batch * inner = 1),
+  // which cuDNN need not accept; the hand-written kernel normalises it to beta.
+  bool forward(int64_t batch, const float* x, const float* gamma, const float* beta,
                float* y) const;
   // dx, dgamma and dbeta all given (cuDNN writes every one).
-  void backward(int64_t batch, const float* x, const float* dy, const float* gamma, float* dx,
+  bool backward(int64_t batch, const float* x, const float* dy, const float* gamma, float* dx,
                 float* dgamma, float* dbeta) const;
 
  private:

@@ -194,8 +194,9 @@ class BatchNormKernel final : public OpKernel {
         dnn_(CudnnBatchNorm::create(ctx, channels, inner, eps)) {}
 
   void forward(const OpArgs& a) const override {
-    if (dnn_ != nullptr) {
-      return dnn_->forward(a.batch, a.inputs[0].f(), a.params[0], a.params[1], a.outputs[0].f());
+    if (dnn_ != nullptr &&
+        dnn_->forward(a.batch, a.inputs[0].f(), a.params[0], a.params[1], a.outputs[0].f())) {
+      return;
     }
     ctx_.check(launch_batch_norm_forward(a.inputs[0].f(), a.params[0], a.params[1],
                                          a.outputs[0].f(), a.batch, c_, inner_, eps_, ctx_.stream),
@@ -205,9 +206,10 @@ class BatchNormKernel final : public OpKernel {
   void backward(const OpArgs& a) const override {
     // cuDNN writes every gradient; a skipped one (null) takes the hand-written kernel.
     if (dnn_ != nullptr && a.grad_inputs[0].f() != nullptr && a.param_grads[0] != nullptr &&
-        a.param_grads[1] != nullptr) {
-      return dnn_->backward(a.batch, a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0],
-                            a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1]);
+        a.param_grads[1] != nullptr &&
+        dnn_->backward(a.batch, a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0],
+                       a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1])) {
+      return;
     }
     ctx_.check(launch_batch_norm_backward(a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0],
                                           a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1],

@@ -47,6 +47,9 @@ struct PartitionContext {
   int piper_downset_limit = 40000;       // Piper's IDEALS_LIMIT
   double tps_relative_tolerance = 1e-3;  // binary-search stopping rule
   double tps_upper_hint_s = 0;           // GraphPipe: a bottleneck likely feasible (0: none)
+  // GraphPipe: a plan whose bottleneck exceeds this cannot beat the plans already found, so no
+  // shallower alternative slower than it is worth offering (0: no limit).
+  double tps_useful_limit_s = 0;
   // The cluster's two levels, for PipeDream's hierarchical DP: devices per node (0 when the
   // devices do not form whole, equal nodes, e.g. with excluded ranks) and each level's
   // point-to-point bandwidth.

@@ -19,8 +19,10 @@ namespace gp::planner {
 
 struct StageAssignment {
   std::vector<int> ops;     // graph op indices
-  std::vector<int> ranks;   // data-parallel replicas (global ranks), each divides micro_batch
+  std::vector<int> ranks;   // data-parallel replicas (global ranks), at most micro_batch
   int64_t micro_batch = 0;  // samples per micro-batch; divides the mini-batch
+
+  bool operator==(const StageAssignment&) const = default;
 };
 
 struct PlanInputs {
