@@ -69,6 +69,15 @@ fi
 t=$(now)
 timeout 240 "$bin/gp_cuda_tests" > "$out/kernels.log" 2>&1
 rc=$?
+# Without cuBLASLt or cuDNN the devices cannot open with the library kernels: say so, and run
+# everything else on the hand-written kernels rather than fail every later step too.
+if grep -q "GP_CUDA_KERNELS=hand runs without it" "$out/kernels.log"; then
+  row libraries FAIL "$(elapsed "$t")" "$(grep -m1 -o "cannot load [^;]*" "$out/kernels.log")"
+  export GP_CUDA_KERNELS=hand
+  t=$(now)
+  timeout 240 "$bin/gp_cuda_tests" > "$out/kernels.log" 2>&1
+  rc=$?
+fi
 detail=$(grep -E "^(All tests passed|test cases:)" "$out/kernels.log" | tail -1)
 if [ $rc -eq 0 ]; then row kernels PASS "$(elapsed "$t")" "$detail"
 elif [ $rc -eq 77 ]; then row kernels SKIP "$(elapsed "$t")" "$(head -1 "$out/kernels.log")"

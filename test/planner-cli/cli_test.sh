@@ -167,6 +167,15 @@ check "a plan leaving devices idle says why, in the output and the report" \
    python3 -c "import json,sys; r=json.load(open(sys.argv[1]));
 assert r[\"devices_used\"] < 32 and \"did not raise\" in r[\"idle_devices_reason\"]" \
    "$tmp/dlrm.report.json"'
+# A model too small for two ranks to pay (one encoder layer, batch 16 on 2 CPU workers): the
+# plan keeps one device, and says it tried giving the stage the other.
+"$bin" --log-level warn import "$onnx_dir/torch/encoder_layer_op17_train.onnx" \
+  --out "$tmp/encoder.pbtxt" > /dev/null
+out=$("$bin" search --model "$tmp/encoder.pbtxt" --cluster cpu-local --devices 2 --batch 16 \
+  --out "$tmp/encoder.pb" --log-level warn); rc=$?
+check "a one-device plan on two says it tried a second replica" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "on 1 of 2 devices" &&
+   echo "$out" | grep -q "did not raise the simulated throughput (1 tried)"'
 python3 - "$tmp/seq.json" "$tmp/assign.json" <<'PY'
 import json, sys
 plan = json.load(open(sys.argv[1]))

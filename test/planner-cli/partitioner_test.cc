@@ -241,6 +241,12 @@ TEST_CASE("with few micro-batches graphpipe takes a shallower partition over the
   CHECK_THAT(gp_result->candidates[0].source, Catch::Contains("for depth 2"));
   CHECK(gp_result->plan.predicted().throughput_samples_per_s() >
         1.5 * seq_result->plan.predicted().throughput_samples_per_s());
+  // The seventh device, idle after the DP's power-of-two replicas, joins a stage as its third
+  // replica (16 samples split 5, 5, 6).
+  CHECK(gp_result->plan.programs_size() == 7);
+  bool three_replicas = false;
+  for (const auto& st : gp_result->plan.stages()) three_replicas |= st.device_ranks_size() == 3;
+  CHECK(three_replicas);
   auto report = planner::verify_plan(gp_result->plan, model);
   REQUIRE(report.ok());
   CHECK(report->ok());
