@@ -396,21 +396,26 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   // more than 0.2 % faster. Sets the plan's idle-device gains and reason.
   auto refine = [&](PlanFound& f) -> Status {
     int64_t simulated_events = 0;  // by the trials so far
-    auto keep_if_faster = [&](std::vector<StageAssignment> trial) -> Result<bool> {
-      GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(f.chain), trial));
-      GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
-      simulated_events += sim.events_processed;
-      if (sim.deadlocked || sim.peak_memory_bytes > capacity ||
-          sim.throughput_samples_per_s <= f.throughput * 1.002) {
-        return false;
-      }
-      f.throughput = sim.throughput_samples_per_s;
-      f.stages = std::move(trial);
-      plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
-      sim::fill_predicted_metrics(sim, &plan);
-      plan.mutable_predicted()->set_bottleneck_tps_s(f.tps);
-      f.plan = std::move(plan);
-      f.simulation = std::move(sim);
+    // A trial's plan and simulation; its throughput is -1 when it deadlocks or does not fit.
+    auto simulate = [&](std::vector<StageAssignment> trial) -> Result<PlanFound> {
+      PlanFound t;
+      GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(f.chain), trial));
+      GP_ASSIGN_OR_RETURN(t.simulation, simulator.run(t.plan, graph));
+      simulated_events += t.simulation.events_processed;
+      const bool runs = !t.simulation.deadlocked && t.simulation.peak_memory_bytes <= capacity;
+      t.throughput = runs ? t.simulation.throughput_samples_per_s : -1;
+      t.stages = std::move(trial);
+      return t;
+    };
+    auto keep_if_faster = [&](PlanFound t) -> bool {
+      if (t.throughput <= f.throughput * 1.002) return false;
+      t.plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
+      sim::fill_predicted_metrics(t.simulation, &t.plan);
+      t.plan.mutable_predicted()->set_bottleneck_tps_s(f.tps);
+      f.throughput = t.throughput;
+      f.stages = std::move(t.stages);
+      f.plan = std::move(t.plan);
+      f.simulation = std::move(t.simulation);
       return true;
     };
     if (req.per_stage_microbatch) {
@@ -433,12 +438,13 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
             const bool allowed = req.micro_batches.empty() ||
                                  std::find(req.micro_batches.begin(), req.micro_batches.end(), b) !=
                                      req.micro_batches.end();
+            // Replicas may split a micro-batch unevenly, but each needs a sample.
             if (b < 1 || req.mini_batch % b != 0 || !allowed ||
-                b % static_cast<int64_t>(trial[s].ranks.size()) != 0) {
+                b < static_cast<int64_t>(trial[s].ranks.size())) {
               continue;
             }
-            GP_ASSIGN_OR_RETURN(const bool kept, keep_if_faster(std::move(trial)));
-            improved = improved || kept;
+            GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
+            improved = keep_if_faster(std::move(t)) || improved;
           }
         }
         if (req.progress) {
@@ -454,9 +460,10 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     {
       // Devices left idle: give one stage more replicas from the idle devices (twice its count,
       // or every idle device; replicas split a micro-batch unevenly when their count does not
-      // divide it), one stage at a time, while the simulated throughput improves by more than
-      // 0.2 % and the plan still fits. The DPs stop replicating where their estimate stops
-      // improving; the simulator, which sees bubbles, may disagree.
+      // divide it). Each round tries every stage and keeps the fastest trial, while it improves
+      // the simulated throughput by more than 0.2 % and fits; taking the first gain instead would
+      // hand the idle devices to whichever stage comes first. The DPs stop replicating where
+      // their estimate stops improving; the simulator, which sees bubbles, may disagree.
       int trials = 0, gains = 0;
       for (bool improved = true; improved && trials < kMaxIdleTrials;) {
         improved = false;
@@ -468,25 +475,27 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
         for (int r = 0; r < devices; ++r) {
           if (!used[r]) idle.push_back(r);
         }
-        for (size_t s = 0; s < f.stages.size() && !improved && trials < kMaxIdleTrials; ++s) {
+        PlanFound fastest;
+        for (size_t s = 0; s < f.stages.size() && trials < kMaxIdleTrials; ++s) {
           const size_t d = f.stages[s].ranks.size();
           // More replicas than samples would leave some without work.
           const size_t most =
               std::min(d + idle.size(), static_cast<size_t>(f.stages[s].micro_batch));
           const size_t sizes[] = {2 * d, most};
-          for (size_t i = 0; i < 2; ++i) {
+          for (size_t i = 0; i < 2 && trials < kMaxIdleTrials; ++i) {
             const size_t grown = sizes[i];
-            if (grown <= d || grown > most || (i == 1 && grown == sizes[0]) || improved ||
-                trials >= kMaxIdleTrials) {
-              continue;
-            }
+            if (grown <= d || grown > most || (i == 1 && grown == sizes[0])) continue;
             ++trials;
             auto trial = f.stages;
             trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(),
                                   idle.begin() + static_cast<std::ptrdiff_t>(grown - d));
-            GP_ASSIGN_OR_RETURN(improved, keep_if_faster(std::move(trial)));
-            if (improved) ++gains;
+            GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
+            if (t.throughput > fastest.throughput) fastest = std::move(t);
           }
+        }
+        if (keep_if_faster(std::move(fastest))) {
+          improved = true;
+          ++gains;
         }
       }
       const int used_devices = f.plan.programs_size();

@@ -36,6 +36,7 @@ Status run_devices(bool json) {
         .field("runtime", runtime)
         .field("driver", driver)
         .field("nccl", nccl)
+        .field("kernel_libraries", cuda.kernel_libraries)
         .field("unavailable_reason", cuda.unavailable_reason);
     w.key("devices").begin_array();
     for (const auto& d : cuda.devices) {
@@ -56,6 +57,7 @@ Status run_devices(bool json) {
               host.logical_cores, static_cast<double>(host.memory_bytes) / (1 << 30));
   std::printf("cuda     backend %s, runtime %s, driver %s, nccl %s\n",
               cuda.built ? "built" : "not built", runtime.c_str(), driver.c_str(), nccl.c_str());
+  if (cuda.built) std::printf("kernels  %s\n", cuda.kernel_libraries.c_str());
   for (const auto& d : cuda.devices) {
     std::printf("cuda:%-3d %s, %.1f GiB, sm_%d%d, %d SMs\n", d.index, d.name.c_str(),
                 static_cast<double>(d.memory_bytes) / (1 << 30), d.compute_major, d.compute_minor,

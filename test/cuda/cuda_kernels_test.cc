@@ -344,7 +344,7 @@ TEST_CASE(
       {"conv2d stride 2, padding 1", true},
       {"conv2d 3x3, 2 groups, padding 1", true},
       {"conv2d 2x3 kernel, stride [1, 2], padding [0, 1], no bias", true},
-      {"max_pool2d 3x3, stride 2, padding 1", true},
+      {"max_pool2d 3x3, stride 2, padding 1", false},  // ties: the CPU's first maximum
       {"avg_pool2d 3x3, stride 2, padding 1, count_include_pad 1", true},
       {"avg_pool2d 3x3, stride 2, padding 1, count_include_pad 0", true},
       {"max_pool2d 2x2, stride 2, ceil_mode 1 on 5x5", false},
@@ -357,7 +357,7 @@ TEST_CASE(
   const char* before = std::getenv("GP_CUDA_KERNELS");
   const std::string saved_env = before != nullptr ? before : "";
   const std::vector<GradCase> all = gp::testing::grad_cases();
-  for (const char* mode : {"library", "hand"}) {
+  for (const char* mode : {"auto", "library", "hand"}) {
     setenv("GP_CUDA_KERNELS", mode, 1);
     for (MatmulPrecision p : kPrecisions) {
       const Device& dev = cuda(p);
@@ -372,7 +372,7 @@ TEST_CASE(
         compare_with_cpu(h, dev, tolerance(p));
         // Under the emulator: the library ran exactly when it was asked for and can do the op.
         if (emu_cublaslt_matmul_calls && emu_cudnn_calls) {
-          const bool library = std::string(mode) == "library" && has_library_form;
+          const bool library = std::string(mode) != "hand" && has_library_form;
           CHECK((library_calls() > calls) == library);
         }
       }

@@ -20,6 +20,17 @@ check "devices --json names the host cores" 'echo "$out" | grep -q "\"logical_co
 check "devices --json says whether CUDA is built" 'echo "$out" | grep -Eq "\"built\":(true|false)"'
 out=$("$bin" devices); rc=$?
 check "devices prints the cpu line" '[ $rc -eq 0 ] && echo "$out" | grep -q "^cpu "'
+# With the CUDA backend: which libraries the kernels use, following GP_CUDA_KERNELS.
+if echo "$out" | grep -q "backend built"; then
+  check "devices names the kernels' libraries" \
+    'echo "$out" | grep -Eq "^kernels +.*\(GP_CUDA_KERNELS=auto\)"'
+  hand=$(GP_CUDA_KERNELS=hand "$bin" devices)
+  check "GP_CUDA_KERNELS=hand: hand-written kernels" \
+    'echo "$hand" | grep -q "^kernels  hand-written (GP_CUDA_KERNELS=hand)"'
+  bad=$(GP_CUDA_KERNELS=fast "$bin" devices --json)
+  check "a GP_CUDA_KERNELS other than auto, library or hand is named" \
+    'echo "$bad" | grep -q "GP_CUDA_KERNELS = '"'"'fast'"'"', expected auto"'
+fi
 "$bin" nonsense >/dev/null 2>&1; rc=$?
 check "unknown subcommand exits 2" '[ $rc -eq 2 ]'
 

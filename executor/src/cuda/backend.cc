@@ -4,6 +4,7 @@
 
 #include "cuda/cuda_device.h"
 #include "cuda/device_query.h"
+#include "cuda/kernel_libraries.h"
 #include "cuda/nccl_entry.h"
 
 namespace gp::exec {
@@ -14,6 +15,7 @@ void describe_cuda(CudaRuntimeInfo* info) {
   info->runtime_version = cuda::runtime_version();
   info->driver_version = cuda::driver_version();
   info->nccl_version = cuda::nccl_version();
+  info->kernel_libraries = cuda::kernel_libraries_summary();
   int count = 0;
   std::string error;
   if (!cuda::device_count(&count, &error)) {

@@ -44,7 +44,12 @@ class CudaContext {
   // The first recorded error (cleared), or OK.
   Status take_error() const;
 
+  // Held around every cuBLASLt and cuDNN call and their plan caches: ranks running as threads
+  // share a device, and cuDNN forbids using one handle from two threads at once.
+  std::mutex& library_mutex() const { return library_mutex_; }
+
  private:
+  mutable std::mutex library_mutex_;
   mutable std::mutex mutex_;
   mutable std::string first_error_;
 };

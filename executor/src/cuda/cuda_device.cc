@@ -5,15 +5,14 @@
 
 #include <array>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <utility>
 
 #include "cuda/cuda_context.h"
+#include "cuda/kernel_libraries.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_launch.h"
 #include "gp/exec/optimizer.h"
@@ -23,17 +22,6 @@ namespace {
 
 std::string cuda_error_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
-}
-
-// GP_CUDA_KERNELS: "library" (default) runs the ops that have a vendor-library form (linear's
-// fused epilogue on cuBLASLt; conv2d, pooling and batch_norm on cuDNN) through the library, "hand"
-// runs the hand-written kernels everywhere (to compare the two, or to do without a library).
-Result<bool> vendor_libraries_wanted() {
-  const char* value = std::getenv("GP_CUDA_KERNELS");
-  if (value == nullptr || std::string_view(value) == "library") return true;
-  if (std::string_view(value) == "hand") return false;
-  return invalid_argument("GP_CUDA_KERNELS = '" + std::string(value) +
-                          "', expected library (the default) or hand");
 }
 
 using Factory = KernelResult (*)(const graph::OpNode&, const CudaContext&);
@@ -104,7 +92,7 @@ class CudaDevice final : public Device {
   ~CudaDevice() override = default;  // never destroyed: devices live until the process exits
 
   static Result<std::unique_ptr<CudaDevice>> open(int index, MatmulPrecision precision,
-                                                  bool vendor_libraries) {
+                                                  KernelSource kernels) {
     const std::string flag = "--device cuda:" + std::to_string(index);
     int count = 0;
     if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
@@ -149,26 +137,8 @@ class CudaDevice final : public Device {
         s != CUBLAS_STATUS_SUCCESS) {
       return unavailable(flag + ": cannot bind cuBLAS to the stream: " + api.status_string(s));
     }
-    if (vendor_libraries) {
-      const std::string fallback = "; GP_CUDA_KERNELS=hand runs without it";
-      auto lt = load_cublaslt();
-      if (!lt.ok()) return unavailable(flag + ": " + lt.status().message() + fallback);
-      d->ctx_.cublaslt = *lt;
-      if (cublasStatus_t s = (*lt)->create(&d->ctx_.lt); s != CUBLAS_STATUS_SUCCESS) {
-        return unavailable(flag + ": cannot create a cuBLASLt handle: " + (*lt)->status_name(s) +
-                           fallback);
-      }
-      auto dnn = load_cudnn();
-      if (!dnn.ok()) return unavailable(flag + ": " + dnn.status().message() + fallback);
-      d->ctx_.cudnn = *dnn;
-      if (cudnnStatus_t s = (*dnn)->create(&d->ctx_.dnn); s != CUDNN_STATUS_SUCCESS) {
-        return unavailable(flag + ": cannot create a cuDNN handle: " + (*dnn)->error_string(s) +
-                           fallback);
-      }
-      if (cudnnStatus_t s = (*dnn)->set_stream(d->ctx_.dnn, d->ctx_.stream);
-          s != CUDNN_STATUS_SUCCESS) {
-        return unavailable(flag + ": cannot bind cuDNN to the stream: " + (*dnn)->error_string(s));
-      }
+    if (Status st = open_kernel_libraries(kernels, &d->ctx_); !st.ok()) {
+      return st.with_context(flag);
     }
     return d;
   }
@@ -310,13 +280,14 @@ const CudaContext* context_of(const Device& device) {
 
 Result<const Device*> open_cuda_device(int index, MatmulPrecision precision) {
   // Leaked on purpose: destroying CUDA objects after the runtime has shut down at exit crashes.
-  static auto* devices = new std::map<std::tuple<int, MatmulPrecision, bool>, CudaDevice*>();
+  static auto* devices =
+      new std::map<std::tuple<int, MatmulPrecision, KernelSource>, CudaDevice*>();
   static std::mutex mutex;
-  GP_ASSIGN_OR_RETURN(const bool vendor_libraries, vendor_libraries_wanted());
+  GP_ASSIGN_OR_RETURN(const KernelSource kernels, kernel_source_from_env());
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(index, precision, vendor_libraries);
+  const auto key = std::make_tuple(index, precision, kernels);
   if (auto it = devices->find(key); it != devices->end()) return it->second;
-  auto device = CudaDevice::open(index, precision, vendor_libraries);
+  auto device = CudaDevice::open(index, precision, kernels);
   if (!device.ok()) return device.status();
   CudaDevice* d = device->release();
   devices->emplace(key, d);

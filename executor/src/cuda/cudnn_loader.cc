@@ -47,6 +47,12 @@ Result<const CudnnApi*> load_once() {
   ok = lib.resolve("cudnnBatchNormalizationForwardTraining", &api.batch_norm_forward) && ok;
   ok = lib.resolve("cudnnBatchNormalizationBackward", &api.batch_norm_backward) && ok;
   if (!ok) return unavailable("cuDNN (" + library_name() + ") lacks " + lib.missing());
+  // "libcudnn.so" may be another major version than the headers this was built with.
+  if (const size_t v = api.version(); v / 10000 != CUDNN_MAJOR) {
+    return unavailable("the cuDNN loaded is version " + std::to_string(v / 10000) + "." +
+                       std::to_string(v / 100 % 100) + ", this build needs " +
+                       std::to_string(CUDNN_MAJOR) + ".x (" + library_name() + ")");
+  }
   return &api;
 }
 

@@ -60,8 +60,12 @@ template <typename Perf>
 Perf pick(const Perf* results, int count, size_t budget_bytes, MatmulPrecision p, bool* found) {
   for (int i = 0; i < count; ++i) {
     const Perf& r = results[i];
+    // ALLOW_CONVERSION computes in fp16, whose range no GEMM precision here accepts.
+    const bool math_ok = p == MatmulPrecision::kFp32
+                             ? r.mathType == CUDNN_FMA_MATH
+                             : r.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (r.status == CUDNN_STATUS_SUCCESS && r.determinism == CUDNN_DETERMINISTIC &&
-        r.memory <= budget_bytes && (p != MatmulPrecision::kFp32 || r.mathType == CUDNN_FMA_MATH)) {
+        r.memory <= budget_bytes && math_ok) {
       *found = true;
       return r;
     }
@@ -154,7 +158,9 @@ const CudnnConv2d::Plan& CudnnConv2d::plan_for(int64_t batch) const {
   plan->x = tensor(api, batch, s.w.c, s.w.h, s.w.w);
   plan->y = tensor(api, batch, s.out, s.w.ho, s.w.wo);
   const size_t budget = static_cast<size_t>(batch * workspace_floats_per_sample_) * sizeof(float);
-  if (plan->x && plan->y) {
+  // The heuristics search within the descriptor's math type, which the calls change.
+  if (plan->x && plan->y &&
+      api.set_conv_math(s.conv.get(), math_type(ctx_.precision)) == CUDNN_STATUS_SUCCESS) {
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[kAlgorithms];
     if (api.forward_algorithms(ctx_.dnn, plan->x.get(), s.filter.get(), s.conv.get(), plan->y.get(),
@@ -180,11 +186,13 @@ const CudnnConv2d::Plan& CudnnConv2d::plan_for(int64_t batch) const {
 
 bool CudnnConv2d::forward(int64_t batch, const float* x, const float* w, float* y,
                           float* workspace) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!p.has_forward) return false;
   const CudnnApi& api = *ctx_.cudnn;
-  api.set_conv_math(shared_->conv.get(), p.forward.mathType);
+  if (api.set_conv_math(shared_->conv.get(), p.forward.mathType) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
   ctx_.check(
       api.conv_forward(ctx_.dnn, &kOne, p.x.get(), x, shared_->filter.get(), w, shared_->conv.get(),
                        p.forward.algo, workspace, p.forward.memory, &kZero, p.y.get(), y),
@@ -194,11 +202,13 @@ bool CudnnConv2d::forward(int64_t batch, const float* x, const float* w, float* 
 
 bool CudnnConv2d::backward_data(int64_t batch, const float* w, const float* dy, float* dx,
                                 float* workspace) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!p.has_data) return false;
   const CudnnApi& api = *ctx_.cudnn;
-  api.set_conv_math(shared_->conv.get(), p.data.mathType);
+  if (api.set_conv_math(shared_->conv.get(), p.data.mathType) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
   ctx_.check(api.conv_backward_data(ctx_.dnn, &kOne, shared_->filter.get(), w, p.y.get(), dy,
                                     shared_->conv.get(), p.data.algo, workspace, p.data.memory,
                                     &kOne, p.x.get(), dx),
@@ -208,11 +218,13 @@ bool CudnnConv2d::backward_data(int64_t batch, const float* w, const float* dy, 
 
 bool CudnnConv2d::backward_filter(int64_t batch, const float* x, const float* dy, float* dw,
                                   float* workspace) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!p.has_filter) return false;
   const CudnnApi& api = *ctx_.cudnn;
-  api.set_conv_math(shared_->conv.get(), p.filter.mathType);
+  if (api.set_conv_math(shared_->conv.get(), p.filter.mathType) != CUDNN_STATUS_SUCCESS) {
+    return false;
+  }
   ctx_.check(api.conv_backward_filter(ctx_.dnn, &kOne, p.x.get(), x, p.y.get(), dy,
                                       shared_->conv.get(), p.filter.algo, workspace,
                                       p.filter.memory, &kOne, shared_->filter.get(), dw),
@@ -282,7 +294,7 @@ const CudnnPool2d::Plan& CudnnPool2d::plan_for(int64_t batch) const {
 }
 
 void CudnnPool2d::forward(int64_t batch, const float* x, float* y) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x && p.y ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
                   "pooling forward (cuDNN): tensor descriptors")) {
@@ -295,7 +307,7 @@ void CudnnPool2d::forward(int64_t batch, const float* x, float* y) const {
 
 void CudnnPool2d::backward(int64_t batch, const float* x, const float* y, const float* dy,
                            float* dx) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x && p.y ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
                   "pooling backward (cuDNN): tensor descriptors")) {
@@ -347,7 +359,7 @@ const CudnnBatchNorm::Plan& CudnnBatchNorm::plan_for(int64_t batch) const {
 bool CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, const float* beta,
                              float* y) const {
   if (batch * inner_ < 2) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
                   "batch_norm forward (cuDNN): tensor descriptor")) {
@@ -365,7 +377,7 @@ bool CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, 
 bool CudnnBatchNorm::backward(int64_t batch, const float* x, const float* dy, const float* gamma,
                               float* dx, float* dgamma, float* dbeta) const {
   if (batch * inner_ < 2) return false;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
                   "batch_norm backward (cuDNN): tensor descriptor")) {

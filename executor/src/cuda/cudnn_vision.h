@@ -43,13 +43,14 @@ class CudnnConv2d {
   const CudaContext& ctx_;
   int64_t workspace_floats_per_sample_;
   std::unique_ptr<Shared> shared_;
-  mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Plan>> plans_;
 };
 
 enum class PoolKind { kMax, kAverageIncludingPadding, kAverageExcludingPadding };
 
-// Max or average pooling; max pooling's backward reads x and y instead of saved argmaxes.
+// Max or average pooling; max pooling's backward reads x and y instead of saved argmaxes. The
+// backend uses average pooling only: which of tied maxima cuDNN's backward credits is not
+// documented, and the CPU reference credits the first.
 class CudnnPool2d {
  public:
   static std::unique_ptr<CudnnPool2d> create(const CudaContext& ctx, const VisionWindow& w,
@@ -67,7 +68,6 @@ class CudnnPool2d {
 
   const CudaContext& ctx_;
   std::unique_ptr<Shared> shared_;
-  mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Plan>> plans_;
 };
 
@@ -97,7 +97,6 @@ class CudnnBatchNorm {
   int64_t channels_, inner_;
   double eps_;
   std::unique_ptr<Shared> shared_;
-  mutable std::mutex mutex_;
   mutable std::vector<std::unique_ptr<Plan>> plans_;
 };
 

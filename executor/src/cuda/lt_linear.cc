@@ -9,13 +9,14 @@
 namespace gp::exec::cuda {
 namespace {
 
-// The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address:
-// the heuristic must only offer algorithms that work at the alignment the call really has.
+// The largest power of two dividing the address, at most 16: the heuristic must only offer
+// algorithms that work at the alignment the call really has (its default assumes 256), and fp32
+// kernels need no more than 16, so capping keeps the plans few as buffers move between calls.
 uint32_t alignment_bytes(const void* p) {
   const auto a = reinterpret_cast<uintptr_t>(p);
-  if (a == 0) return 256;
+  if (a == 0) return 16;
   const uintptr_t low = a & (~a + 1);
-  return low >= 256 ? 256 : static_cast<uint32_t>(low);
+  return low >= 16 ? 16 : static_cast<uint32_t>(low);
 }
 
 cublasLtEpilogue_t epilogue(bool bias, int act) {
@@ -129,15 +130,20 @@ const LtLinear::Plan* LtLinear::plan_for(int64_t m, const float* x, const float*
 bool LtLinear::forward(int64_t m, const float* x, const float* w, const float* bias, float* y,
                        float* pre_activation) const {
   if (m <= 0) return true;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan* plan = plan_for(m, x, w, bias, y, pre_activation);
   if (!plan->usable) return false;
   const CublasLtApi& api = *ctx_.cublaslt;
-  // The epilogue pointers change between calls (same alignment as planned).
-  if (bias_) api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
-  if (act_ == kDenseActGelu) {
-    api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_activation,
-                 sizeof(pre_activation));
+  // The epilogue pointers change between calls (same alignment as planned). Should setting one
+  // fail, the GEMM must not run with the last call's pointers: the hand path runs instead.
+  if (bias_ && api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) !=
+                   CUBLAS_STATUS_SUCCESS) {
+    return false;
+  }
+  if (act_ == kDenseActGelu &&
+      api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_activation,
+                   sizeof(pre_activation)) != CUBLAS_STATUS_SUCCESS) {
+    return false;
   }
   const float one = 1.0f, zero = 0.0f;
   ctx_.check(api.matmul(ctx_.lt, plan->desc, &one, w, plan->w_layout, x, plan->x_layout, &zero, y,

@@ -39,7 +39,7 @@ class LtLinear {
   bool bias_;
   int act_;
   // Plans are made on the first call of each shape and kept: later steps allocate nothing.
-  mutable std::mutex mutex_;
+  // Guarded by the context's library mutex.
   mutable std::vector<std::unique_ptr<Plan>> plans_;
 };
 

@@ -110,15 +110,13 @@ class Conv2dKernel final : public OpKernel {
 // output cell, the winner's index in its channel plane (h*W + w), stored as the bits of an int32.
 class MaxPool2dKernel final : public OpKernel {
  public:
-  MaxPool2dKernel(const CudaContext& ctx, const VisionWindow& w)
-      : ctx_(ctx), w_(w), dnn_(CudnnPool2d::create(ctx, w, PoolKind::kMax)) {}
-  // cuDNN's backward finds the winners again from x and y.
-  int64_t saved_floats_per_sample() const override {
-    return dnn_ != nullptr ? 0 : w_.c * w_.ho * w_.wo;
-  }
+  // Hand-written only: the gradient of tied cells (all-zero windows after a ReLU are common)
+  // must go to the first maximum as on the CPU, and cuDNN does not document which tied cell its
+  // backward picks.
+  MaxPool2dKernel(const CudaContext& ctx, const VisionWindow& w) : ctx_(ctx), w_(w) {}
+  int64_t saved_floats_per_sample() const override { return w_.c * w_.ho * w_.wo; }
 
   void forward(const OpArgs& a) const override {
-    if (dnn_ != nullptr) return dnn_->forward(a.batch, a.inputs[0].f(), a.outputs[0].f());
     ctx_.check(launch_max_pool2d_forward(a.inputs[0].f(), a.outputs[0].f(), a.saved, w_, a.batch,
                                          ctx_.stream),
                "max_pool2d forward");
@@ -127,9 +125,6 @@ class MaxPool2dKernel final : public OpKernel {
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    if (dnn_ != nullptr) {
-      return dnn_->backward(a.batch, a.inputs[0].f(), a.outputs[0].f(), a.grad_outputs[0].f(), dx);
-    }
     ctx_.check(
         launch_max_pool2d_backward(a.grad_outputs[0].f(), a.saved, dx, w_, a.batch, ctx_.stream),
         "max_pool2d backward");
@@ -138,7 +133,6 @@ class MaxPool2dKernel final : public OpKernel {
  private:
   const CudaContext& ctx_;
   VisionWindow w_;
-  std::unique_ptr<CudnnPool2d> dnn_;
 };
 
 // y = the sum of each window's image cells over kh*kw (count_include_pad) or over the number of

@@ -31,6 +31,9 @@ struct CudaRuntimeInfo {
   int driver_version = 0;          // 0 when no driver
   int nccl_version = 0;            // e.g. 22703
   std::string unavailable_reason;  // why no device can be used, empty when devices exist
+  // The libraries a device's kernels would use (GP_CUDA_KERNELS), e.g. "cuBLASLt and cuDNN
+  // 9.19.0 (GP_CUDA_KERNELS=auto)", naming what could not be loaded.
+  std::string kernel_libraries;
   std::vector<CudaDeviceInfo> devices;
 };
 
