@@ -30,6 +30,7 @@ struct CudaDescription {
   std::string gpu_name;  // e.g. "NVIDIA H200"; empty when the query does not list the device
   std::string driver_version;
   std::string runtime_version;
+  std::string kernel_libraries;  // which kernels are measured: cuBLASLt/cuDNN or hand-written
 };
 
 // What the CUDA runtime says about the device named `device` ("cuda:N").
@@ -38,6 +39,7 @@ CudaDescription describe_cuda(std::string_view device) {
   CudaDescription d;
   d.driver_version = cuda_version(info.driver_version);
   d.runtime_version = cuda_version(info.runtime_version);
+  d.kernel_libraries = info.kernel_libraries;
   for (const auto& dev : info.devices) {
     if (device == "cuda:" + std::to_string(dev.index)) d.gpu_name = dev.name;
   }
@@ -148,7 +150,7 @@ Status run_ops(const OpsOptions& o) {
         make_provenance("cuda", cuda.gpu_name.empty() ? std::string(device->name()) : cuda.gpu_name,
                         cuda.driver_version,
                         "cuda runtime " + cuda.runtime_version + ", gemm inputs " + o.precision +
-                            " (fp32 accumulation)");
+                            " (fp32 accumulation), kernels: " + cuda.kernel_libraries);
   }
   const auto signatures = distinct_signatures(graph);
   int opaque = 0;
