@@ -1,6 +1,7 @@
-// CudaDevice: one CUDA device with a compute stream, a cuBLAS handle bound to it and the
-// stream-ordered allocator (a pool that keeps freed memory, so steady-state training allocates
-// nothing from the driver). Every CUDA call is checked; errors become Status at this boundary.
+// CudaDevice: one CUDA device with a compute stream, cuBLAS (and, per GP_CUDA_KERNELS, cuBLASLt and
+// cuDNN) handles bound to it and the stream-ordered allocator (a pool that keeps freed memory, so
+// steady-state training allocates nothing from the driver). Every CUDA call is checked; errors
+// become Status at this boundary.
 #include "cuda/cuda_device.h"
 
 #include <array>
