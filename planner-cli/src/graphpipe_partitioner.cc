@@ -569,23 +569,23 @@ Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_
   double hi = dp.upper_bound();
   double lo = dp.lower_bound();
   std::vector<PartitionStage> best;
+  int depth = kInfeasible;  // the best partition's, from the same feasibility test
+  // After a feasible test of `t`: its partition is the best so far.
+  auto keep = [&](double t) {
+    hi = t;
+    best = dp.stages();
+    depth = dp.depth();
+  };
   if (ctx.tps_upper_hint_s > lo && ctx.tps_upper_hint_s < hi) {
     double t = ctx.tps_upper_hint_s;
     if (dp.feasible(t)) {
-      hi = t;
-      best = dp.stages();
-      for (t *= 0.5; t > lo && dp.feasible(t); t *= 0.5) {
-        hi = t;
-        best = dp.stages();
-      }
+      keep(t);
+      for (t *= 0.5; t > lo && dp.feasible(t); t *= 0.5) keep(t);
       lo = std::max(lo, t);
     } else {
       lo = t;
       for (t *= 2; t < hi && !dp.feasible(t); t *= 2) lo = t;
-      if (t < hi) {
-        hi = t;
-        best = dp.stages();
-      }
+      if (t < hi) keep(t);
     }
   }
   if (best.empty()) {
@@ -594,13 +594,12 @@ Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_
                                   std::to_string(micro_batch);
       return outcome;
     }
-    best = dp.stages();
+    keep(hi);
   }
   while (hi - lo > ctx.tps_relative_tolerance * hi) {
     const double mid = 0.5 * (lo + hi);
     if (dp.feasible(mid)) {
-      hi = mid;
-      best = dp.stages();
+      keep(mid);
     } else {
       lo = mid;
     }
@@ -615,8 +614,6 @@ Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_
     p.origin = std::move(origin);
     return p;
   };
-  dp.feasible(hi);  // the depth of the optimum
-  int depth = dp.depth();
   outcome.partition = partition(std::move(best), hi, "");
   // The bottleneck ignores the pipeline's fill and drain, (depth - 1) / (M + depth - 1) of the
   // iteration with M micro-batches. Where that is large, a slightly slower bottleneck may allow

@@ -395,7 +395,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   // Refinements of a plan's stages: a trial replaces the plan when it runs, fits and simulates
   // more than 0.2 % faster. Sets the plan's idle-device gains and reason.
   auto refine = [&](PlanFound& f) -> Status {
-    int64_t simulated_events = 0;  // by the trials so far
+    int64_t simulated_events = 0;  // by this plan's trials so far
     // A trial's plan and simulation; its throughput is -1 when it deadlocks or does not fit.
     auto simulate = [&](std::vector<StageAssignment> trial) -> Result<PlanFound> {
       PlanFound t;
@@ -425,8 +425,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
       // stops once its trials have simulated kRefineEvents events: a budget on the work that keeps
       // the search fast on deep pipelines and, unlike a time limit, gives the same plan anywhere.
       constexpr int64_t kRefineEvents = 250000;
-      const int64_t events_before = simulated_events;
-      auto budget_left = [&] { return simulated_events - events_before < kRefineEvents; };
+      auto budget_left = [&] { return simulated_events < kRefineEvents; };
       for (int pass = 0; pass < 4 && budget_left(); ++pass) {
         bool improved = false;
         for (size_t s = 0; s < f.stages.size() && budget_left(); ++s) {
@@ -457,58 +456,55 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
         if (!improved) break;
       }
     }
-    {
-      // Devices left idle: give one stage more replicas from the idle devices (twice its count,
-      // or every idle device; replicas split a micro-batch unevenly when their count does not
-      // divide it). Each round tries every stage and keeps the fastest trial, while it improves
-      // the simulated throughput by more than 0.2 % and fits; taking the first gain instead would
-      // hand the idle devices to whichever stage comes first. The DPs stop replicating where
-      // their estimate stops improving; the simulator, which sees bubbles, may disagree.
-      int trials = 0, gains = 0;
-      for (bool improved = true; improved && trials < kMaxIdleTrials;) {
-        improved = false;
-        std::vector<char> used(devices, 0);
-        for (const auto& st : f.stages) {
-          for (int r : st.ranks) used[r] = 1;
-        }
-        std::vector<int> idle;
-        for (int r = 0; r < devices; ++r) {
-          if (!used[r]) idle.push_back(r);
-        }
-        PlanFound fastest;
-        for (size_t s = 0; s < f.stages.size() && trials < kMaxIdleTrials; ++s) {
-          const size_t d = f.stages[s].ranks.size();
-          // More replicas than samples would leave some without work.
-          const size_t most =
-              std::min(d + idle.size(), static_cast<size_t>(f.stages[s].micro_batch));
-          const size_t sizes[] = {2 * d, most};
-          for (size_t i = 0; i < 2 && trials < kMaxIdleTrials; ++i) {
-            const size_t grown = sizes[i];
-            if (grown <= d || grown > most || (i == 1 && grown == sizes[0])) continue;
-            ++trials;
-            auto trial = f.stages;
-            trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(),
-                                  idle.begin() + static_cast<std::ptrdiff_t>(grown - d));
-            GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
-            if (t.throughput > fastest.throughput) fastest = std::move(t);
-          }
-        }
-        if (keep_if_faster(std::move(fastest))) {
-          improved = true;
-          ++gains;
+    // Devices left idle: give one stage more replicas from the idle devices (twice its count,
+    // or every idle device; replicas split a micro-batch unevenly when their count does not
+    // divide it). Each round tries every stage and keeps the fastest trial, while it improves
+    // the simulated throughput by more than 0.2 % and fits; taking the first gain instead would
+    // hand the idle devices to whichever stage comes first. The DPs stop replicating where
+    // their estimate stops improving; the simulator, which sees bubbles, may disagree.
+    int trials = 0, gains = 0;
+    for (bool improved = true; improved && trials < kMaxIdleTrials;) {
+      improved = false;
+      std::vector<char> used(devices, 0);
+      for (const auto& st : f.stages) {
+        for (int r : st.ranks) used[r] = 1;
+      }
+      std::vector<int> idle;
+      for (int r = 0; r < devices; ++r) {
+        if (!used[r]) idle.push_back(r);
+      }
+      PlanFound fastest;
+      for (size_t s = 0; s < f.stages.size() && trials < kMaxIdleTrials; ++s) {
+        const size_t d = f.stages[s].ranks.size();
+        // More replicas than samples would leave some without work.
+        const size_t most = std::min(d + idle.size(), static_cast<size_t>(f.stages[s].micro_batch));
+        const size_t sizes[] = {2 * d, most};
+        for (size_t i = 0; i < 2 && trials < kMaxIdleTrials; ++i) {
+          const size_t grown = sizes[i];
+          if (grown <= d || grown > most || (i == 1 && grown == sizes[0])) continue;
+          ++trials;
+          auto trial = f.stages;
+          trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(),
+                                idle.begin() + static_cast<std::ptrdiff_t>(grown - d));
+          GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
+          if (t.throughput > fastest.throughput) fastest = std::move(t);
         }
       }
-      const int used_devices = f.plan.programs_size();
-      if (used_devices < devices) {
-        f.idle_devices_reason =
-            trials == 0 ? "no stage can take more replicas (each already has one per sample of "
-                          "its micro-batch)"
-                        : "giving any stage more replicas from the idle devices did not raise "
-                          "the simulated throughput (" +
-                              std::to_string(trials) + " tried)";
+      if (keep_if_faster(std::move(fastest))) {
+        improved = true;
+        ++gains;
       }
-      f.idle_device_gains = gains;
     }
+    const int used_devices = f.plan.programs_size();
+    if (used_devices < devices) {
+      f.idle_devices_reason =
+          trials == 0 ? "no stage can take more replicas (each already has one per sample of "
+                        "its micro-batch)"
+                      : "giving any stage more replicas from the idle devices did not raise "
+                        "the simulated throughput (" +
+                            std::to_string(trials) + " tried)";
+    }
+    f.idle_device_gains = gains;
     return ok_status();
   };
   if (result.feasible) {
