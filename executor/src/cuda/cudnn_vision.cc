@@ -1,7 +1,9 @@
 #include "cuda/cudnn_vision.h"
 
 #include <limits>
+#include <optional>
 #include <utility>
+#include <vector>
 
 namespace gp::exec::cuda {
 namespace {
@@ -55,9 +57,9 @@ cudnnMathType_t math_type(MatmulPrecision p) {
 }
 
 // The first (fastest by cuDNN's heuristic) deterministic algorithm that fits `budget_bytes` and
-// keeps the device's precision; `found` false when none does.
+// keeps the device's precision; none when no result does.
 template <typename Perf>
-Perf pick(const Perf* results, int count, size_t budget_bytes, MatmulPrecision p, bool* found) {
+std::optional<Perf> pick(const Perf* results, int count, size_t budget_bytes, MatmulPrecision p) {
   for (int i = 0; i < count; ++i) {
     const Perf& r = results[i];
     // ALLOW_CONVERSION computes in fp16, whose range no GEMM precision here accepts.
@@ -66,12 +68,27 @@ Perf pick(const Perf* results, int count, size_t budget_bytes, MatmulPrecision p
                              : r.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (r.status == CUDNN_STATUS_SUCCESS && r.determinism == CUDNN_DETERMINISTIC &&
         r.memory <= budget_bytes && math_ok) {
-      *found = true;
       return r;
     }
   }
-  *found = false;
-  return Perf{};
+  return std::nullopt;
+}
+
+// The convolution descriptor set to the chosen algorithm's math type; false when there is no
+// algorithm (or the type cannot be set), so the caller computes by hand.
+template <typename Perf>
+bool use(const CudnnApi& api, cudnnConvolutionDescriptor_t conv, const std::optional<Perf>& perf) {
+  return perf && api.set_conv_math(conv, perf->mathType) == CUDNN_STATUS_SUCCESS;
+}
+
+// The plan of `batch` among `plans`, made by `make` on the first call with that batch and kept.
+template <typename Plan, typename Make>
+const Plan& plan_of(std::vector<std::unique_ptr<Plan>>& plans, int64_t batch, Make make) {
+  for (const auto& p : plans) {
+    if (p->batch == batch) return *p;
+  }
+  plans.push_back(make());
+  return *plans.back();
 }
 
 constexpr int kAlgorithms = 8;  // more than cuDNN 9 has of any convolution direction
@@ -79,8 +96,7 @@ const float kOne = 1.0f, kZero = 0.0f;
 
 }  // namespace
 
-// ---- conv2d
-// --------------------------------------------------------------------------------------
+// ---- conv2d -------------------------------------------------------------------------------------
 
 struct CudnnConv2d::Shared {
   VisionWindow w;
@@ -92,10 +108,9 @@ struct CudnnConv2d::Shared {
 struct CudnnConv2d::Plan {
   int64_t batch = 0;
   TensorDesc x, y;
-  bool has_forward = false, has_data = false, has_filter = false;
-  cudnnConvolutionFwdAlgoPerf_t forward{};
-  cudnnConvolutionBwdDataAlgoPerf_t data{};
-  cudnnConvolutionBwdFilterAlgoPerf_t filter{};
+  std::optional<cudnnConvolutionFwdAlgoPerf_t> forward;
+  std::optional<cudnnConvolutionBwdDataAlgoPerf_t> data;
+  std::optional<cudnnConvolutionBwdFilterAlgoPerf_t> filter;
 };
 
 CudnnConv2d::CudnnConv2d(const CudaContext& ctx, int64_t workspace_floats_per_sample)
@@ -148,54 +163,50 @@ std::unique_ptr<CudnnConv2d> CudnnConv2d::create(const CudaContext& ctx, const V
 }
 
 const CudnnConv2d::Plan& CudnnConv2d::plan_for(int64_t batch) const {
-  for (const auto& p : plans_) {
-    if (p->batch == batch) return *p;
-  }
-  const CudnnApi& api = *ctx_.cudnn;
-  const Shared& s = *shared_;
-  auto plan = std::make_unique<Plan>();
-  plan->batch = batch;
-  plan->x = tensor(api, batch, s.w.c, s.w.h, s.w.w);
-  plan->y = tensor(api, batch, s.out, s.w.ho, s.w.wo);
-  const size_t budget = static_cast<size_t>(batch * workspace_floats_per_sample_) * sizeof(float);
-  // The heuristics search within the descriptor's math type, which the calls change.
-  if (plan->x && plan->y &&
-      api.set_conv_math(s.conv.get(), math_type(ctx_.precision)) == CUDNN_STATUS_SUCCESS) {
+  return plan_of(plans_, batch, [&] {
+    const CudnnApi& api = *ctx_.cudnn;
+    const Shared& s = *shared_;
+    auto plan = std::make_unique<Plan>();
+    plan->batch = batch;
+    plan->x = tensor(api, batch, s.w.c, s.w.h, s.w.w);
+    plan->y = tensor(api, batch, s.out, s.w.ho, s.w.wo);
+    const size_t budget = static_cast<size_t>(batch * workspace_floats_per_sample_) * sizeof(float);
+    // The heuristics search within the descriptor's math type, which the calls change.
+    if (!plan->x || !plan->y ||
+        api.set_conv_math(s.conv.get(), math_type(ctx_.precision)) != CUDNN_STATUS_SUCCESS) {
+      return plan;
+    }
     int count = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[kAlgorithms];
     if (api.forward_algorithms(ctx_.dnn, plan->x.get(), s.filter.get(), s.conv.get(), plan->y.get(),
                                kAlgorithms, &count, fwd) == CUDNN_STATUS_SUCCESS) {
-      plan->forward = pick(fwd, count, budget, ctx_.precision, &plan->has_forward);
+      plan->forward = pick(fwd, count, budget, ctx_.precision);
     }
     cudnnConvolutionBwdDataAlgoPerf_t data[kAlgorithms];
     if (api.backward_data_algorithms(ctx_.dnn, s.filter.get(), plan->y.get(), s.conv.get(),
                                      plan->x.get(), kAlgorithms, &count,
                                      data) == CUDNN_STATUS_SUCCESS) {
-      plan->data = pick(data, count, budget, ctx_.precision, &plan->has_data);
+      plan->data = pick(data, count, budget, ctx_.precision);
     }
     cudnnConvolutionBwdFilterAlgoPerf_t filter[kAlgorithms];
     if (api.backward_filter_algorithms(ctx_.dnn, plan->x.get(), plan->y.get(), s.conv.get(),
                                        s.filter.get(), kAlgorithms, &count,
                                        filter) == CUDNN_STATUS_SUCCESS) {
-      plan->filter = pick(filter, count, budget, ctx_.precision, &plan->has_filter);
+      plan->filter = pick(filter, count, budget, ctx_.precision);
     }
-  }
-  plans_.push_back(std::move(plan));
-  return *plans_.back();
+    return plan;
+  });
 }
 
 bool CudnnConv2d::forward(int64_t batch, const float* x, const float* w, float* y,
                           float* workspace) const {
   std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
-  if (!p.has_forward) return false;
   const CudnnApi& api = *ctx_.cudnn;
-  if (api.set_conv_math(shared_->conv.get(), p.forward.mathType) != CUDNN_STATUS_SUCCESS) {
-    return false;
-  }
+  if (!use(api, shared_->conv.get(), p.forward)) return false;
   ctx_.check(
       api.conv_forward(ctx_.dnn, &kOne, p.x.get(), x, shared_->filter.get(), w, shared_->conv.get(),
-                       p.forward.algo, workspace, p.forward.memory, &kZero, p.y.get(), y),
+                       p.forward->algo, workspace, p.forward->memory, &kZero, p.y.get(), y),
       "conv2d forward (cuDNN)");
   return true;
 }
@@ -204,13 +215,10 @@ bool CudnnConv2d::backward_data(int64_t batch, const float* w, const float* dy, 
                                 float* workspace) const {
   std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
-  if (!p.has_data) return false;
   const CudnnApi& api = *ctx_.cudnn;
-  if (api.set_conv_math(shared_->conv.get(), p.data.mathType) != CUDNN_STATUS_SUCCESS) {
-    return false;
-  }
+  if (!use(api, shared_->conv.get(), p.data)) return false;
   ctx_.check(api.conv_backward_data(ctx_.dnn, &kOne, shared_->filter.get(), w, p.y.get(), dy,
-                                    shared_->conv.get(), p.data.algo, workspace, p.data.memory,
+                                    shared_->conv.get(), p.data->algo, workspace, p.data->memory,
                                     &kOne, p.x.get(), dx),
              "conv2d backward: input gradient (cuDNN)");
   return true;
@@ -220,43 +228,37 @@ bool CudnnConv2d::backward_filter(int64_t batch, const float* x, const float* dy
                                   float* workspace) const {
   std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
-  if (!p.has_filter) return false;
   const CudnnApi& api = *ctx_.cudnn;
-  if (api.set_conv_math(shared_->conv.get(), p.filter.mathType) != CUDNN_STATUS_SUCCESS) {
-    return false;
-  }
+  if (!use(api, shared_->conv.get(), p.filter)) return false;
   ctx_.check(api.conv_backward_filter(ctx_.dnn, &kOne, p.x.get(), x, p.y.get(), dy,
-                                      shared_->conv.get(), p.filter.algo, workspace,
-                                      p.filter.memory, &kOne, shared_->filter.get(), dw),
+                                      shared_->conv.get(), p.filter->algo, workspace,
+                                      p.filter->memory, &kOne, shared_->filter.get(), dw),
              "conv2d backward: weight gradient (cuDNN)");
   return true;
 }
 
-// ---- pooling
-// -------------------------------------------------------------------------------------
+// ---- pooling ------------------------------------------------------------------------------------
 
-struct CudnnPool2d::Shared {
+struct CudnnAvgPool2d::Shared {
   VisionWindow w;
   Desc<cudnnPoolingDescriptor_t> pool;
 };
 
-struct CudnnPool2d::Plan {
+struct CudnnAvgPool2d::Plan {
   int64_t batch = 0;
   TensorDesc x, y;
 };
 
-CudnnPool2d::CudnnPool2d(const CudaContext& ctx) : ctx_(ctx) {}
-CudnnPool2d::~CudnnPool2d() = default;
+CudnnAvgPool2d::CudnnAvgPool2d(const CudaContext& ctx) : ctx_(ctx) {}
+CudnnAvgPool2d::~CudnnAvgPool2d() = default;
 
-std::unique_ptr<CudnnPool2d> CudnnPool2d::create(const CudaContext& ctx, const VisionWindow& w,
-                                                 PoolKind kind) {
+std::unique_ptr<CudnnAvgPool2d> CudnnAvgPool2d::create(const CudaContext& ctx,
+                                                       const VisionWindow& w,
+                                                       bool count_include_pad) {
   if (ctx.cudnn == nullptr) return nullptr;
   const CudnnApi& api = *ctx.cudnn;
-  // Ties go to one cell as in the CPU's first-maximum rule only in the deterministic mode.
-  const cudnnPoolingMode_t mode = kind == PoolKind::kMax ? CUDNN_POOLING_MAX_DETERMINISTIC
-                                  : kind == PoolKind::kAverageIncludingPadding
-                                      ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-                                      : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+  const cudnnPoolingMode_t mode = count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                                    : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
   auto shared = std::make_unique<Shared>();
   shared->w = w;
   cudnnPoolingDescriptor_t p = nullptr;
@@ -274,26 +276,23 @@ std::unique_ptr<CudnnPool2d> CudnnPool2d::create(const CudaContext& ctx, const V
       ho != w.ho || wo != w.wo) {
     return nullptr;  // e.g. ceil_mode: cuDNN rounds the output size down
   }
-  std::unique_ptr<CudnnPool2d> pool(new CudnnPool2d(ctx));
+  std::unique_ptr<CudnnAvgPool2d> pool(new CudnnAvgPool2d(ctx));
   pool->shared_ = std::move(shared);
   return pool;
 }
 
-const CudnnPool2d::Plan& CudnnPool2d::plan_for(int64_t batch) const {
-  for (const auto& p : plans_) {
-    if (p->batch == batch) return *p;
-  }
-  const CudnnApi& api = *ctx_.cudnn;
-  const VisionWindow& w = shared_->w;
-  auto plan = std::make_unique<Plan>();
-  plan->batch = batch;
-  plan->x = tensor(api, batch, w.c, w.h, w.w);
-  plan->y = tensor(api, batch, w.c, w.ho, w.wo);
-  plans_.push_back(std::move(plan));
-  return *plans_.back();
+const CudnnAvgPool2d::Plan& CudnnAvgPool2d::plan_for(int64_t batch) const {
+  return plan_of(plans_, batch, [&] {
+    const VisionWindow& w = shared_->w;
+    auto plan = std::make_unique<Plan>();
+    plan->batch = batch;
+    plan->x = tensor(*ctx_.cudnn, batch, w.c, w.h, w.w);
+    plan->y = tensor(*ctx_.cudnn, batch, w.c, w.ho, w.wo);
+    return plan;
+  });
 }
 
-void CudnnPool2d::forward(int64_t batch, const float* x, float* y) const {
+void CudnnAvgPool2d::forward(int64_t batch, const float* x, float* y) const {
   std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x && p.y ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
@@ -305,8 +304,8 @@ void CudnnPool2d::forward(int64_t batch, const float* x, float* y) const {
              "pooling forward (cuDNN)");
 }
 
-void CudnnPool2d::backward(int64_t batch, const float* x, const float* y, const float* dy,
-                           float* dx) const {
+void CudnnAvgPool2d::backward(int64_t batch, const float* x, const float* y, const float* dy,
+                              float* dx) const {
   std::lock_guard<std::mutex> lock(ctx_.library_mutex());
   const Plan& p = plan_for(batch);
   if (!ctx_.check(p.x && p.y ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM,
@@ -318,8 +317,7 @@ void CudnnPool2d::backward(int64_t batch, const float* x, const float* y, const 
              "pooling backward (cuDNN)");
 }
 
-// ---- batch norm
-// ----------------------------------------------------------------------------------
+// ---- batch norm ---------------------------------------------------------------------------------
 
 struct CudnnBatchNorm::Shared {
   TensorDesc params;  // [1, C, 1, 1]: gamma, beta and their gradients
@@ -346,14 +344,12 @@ std::unique_ptr<CudnnBatchNorm> CudnnBatchNorm::create(const CudaContext& ctx, i
 }
 
 const CudnnBatchNorm::Plan& CudnnBatchNorm::plan_for(int64_t batch) const {
-  for (const auto& p : plans_) {
-    if (p->batch == batch) return *p;
-  }
-  auto plan = std::make_unique<Plan>();
-  plan->batch = batch;
-  plan->x = tensor(*ctx_.cudnn, batch, channels_, inner_, 1);
-  plans_.push_back(std::move(plan));
-  return *plans_.back();
+  return plan_of(plans_, batch, [&] {
+    auto plan = std::make_unique<Plan>();
+    plan->batch = batch;
+    plan->x = tensor(*ctx_.cudnn, batch, channels_, inner_, 1);
+    return plan;
+  });
 }
 
 bool CudnnBatchNorm::forward(int64_t batch, const float* x, const float* gamma, const float* beta,

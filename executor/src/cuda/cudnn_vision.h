@@ -46,16 +46,13 @@ class CudnnConv2d {
   mutable std::vector<std::unique_ptr<Plan>> plans_;
 };
 
-enum class PoolKind { kMax, kAverageIncludingPadding, kAverageExcludingPadding };
-
-// Max or average pooling; max pooling's backward reads x and y instead of saved argmaxes. The
-// backend uses average pooling only: which of tied maxima cuDNN's backward credits is not
-// documented, and the CPU reference credits the first.
-class CudnnPool2d {
+// Average pooling, counting the padding or not. (Not max pooling: which of tied maxima cuDNN's
+// backward credits is not documented, and the CPU reference credits the first.)
+class CudnnAvgPool2d {
  public:
-  static std::unique_ptr<CudnnPool2d> create(const CudaContext& ctx, const VisionWindow& w,
-                                             PoolKind kind);
-  ~CudnnPool2d();
+  static std::unique_ptr<CudnnAvgPool2d> create(const CudaContext& ctx, const VisionWindow& w,
+                                                bool count_include_pad);
+  ~CudnnAvgPool2d();
   void forward(int64_t batch, const float* x, float* y) const;
   void backward(int64_t batch, const float* x, const float* y, const float* dy, float* dx) const;
 
@@ -63,7 +60,7 @@ class CudnnPool2d {
   struct Shared;
   struct Plan;
 
-  explicit CudnnPool2d(const CudaContext& ctx);
+  explicit CudnnAvgPool2d(const CudaContext& ctx);
   const Plan& plan_for(int64_t batch) const;
 
   const CudaContext& ctx_;

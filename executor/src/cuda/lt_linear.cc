@@ -88,14 +88,10 @@ const LtLinear::Plan* LtLinear::plan_for(int64_t m, const float* x, const float*
   ok = ok && api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)) ==
                  CUBLAS_STATUS_SUCCESS;
   // The heuristic reads the epilogue pointers' alignment, so they are set before it runs.
-  ok = ok && (!bias_ || api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                     sizeof(bias)) == CUBLAS_STATUS_SUCCESS);
-  if (act_ == kDenseActGelu) {
-    ok = ok && api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_activation,
-                            sizeof(pre_activation)) == CUBLAS_STATUS_SUCCESS;
-    ok = ok && api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                            sizeof(aux_ld)) == CUBLAS_STATUS_SUCCESS;
-  }
+  ok = ok && point_epilogue(plan->desc, bias, pre_activation);
+  ok = ok &&
+       (act_ != kDenseActGelu || api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                              &aux_ld, sizeof(aux_ld)) == CUBLAS_STATUS_SUCCESS);
   ok = ok && api.layout_create(&plan->w_layout, CUDA_R_32F, static_cast<uint64_t>(in_),
                                static_cast<uint64_t>(out_), in_) == CUBLAS_STATUS_SUCCESS;
   ok = ok && api.layout_create(&plan->x_layout, CUDA_R_32F, static_cast<uint64_t>(in_),
@@ -127,6 +123,16 @@ const LtLinear::Plan* LtLinear::plan_for(int64_t m, const float* x, const float*
   return plans_.back().get();
 }
 
+bool LtLinear::point_epilogue(cublasLtMatmulDesc_t desc, const float* bias,
+                              const float* pre_activation) const {
+  const CublasLtApi& api = *ctx_.cublaslt;
+  return (!bias_ || api.desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) ==
+                        CUBLAS_STATUS_SUCCESS) &&
+         (act_ != kDenseActGelu ||
+          api.desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_activation,
+                       sizeof(pre_activation)) == CUBLAS_STATUS_SUCCESS);
+}
+
 bool LtLinear::forward(int64_t m, const float* x, const float* w, const float* bias, float* y,
                        float* pre_activation) const {
   if (m <= 0) return true;
@@ -136,15 +142,7 @@ bool LtLinear::forward(int64_t m, const float* x, const float* w, const float* b
   const CublasLtApi& api = *ctx_.cublaslt;
   // The epilogue pointers change between calls (same alignment as planned). Should setting one
   // fail, the GEMM must not run with the last call's pointers: the hand path runs instead.
-  if (bias_ && api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)) !=
-                   CUBLAS_STATUS_SUCCESS) {
-    return false;
-  }
-  if (act_ == kDenseActGelu &&
-      api.desc_set(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre_activation,
-                   sizeof(pre_activation)) != CUBLAS_STATUS_SUCCESS) {
-    return false;
-  }
+  if (!point_epilogue(plan->desc, bias, pre_activation)) return false;
   const float one = 1.0f, zero = 0.0f;
   ctx_.check(api.matmul(ctx_.lt, plan->desc, &one, w, plan->w_layout, x, plan->x_layout, &zero, y,
                         plan->y_layout, y, plan->y_layout, &plan->algo, nullptr, 0, ctx_.stream),

@@ -33,6 +33,9 @@ class LtLinear {
   LtLinear(const CudaContext& ctx, int64_t in, int64_t out, bool bias, int act);
   const Plan* plan_for(int64_t m, const float* x, const float* w, const float* bias, const float* y,
                        const float* pre_activation) const;
+  // Points the descriptor's epilogue at this call's bias and pre-activation (those it uses).
+  bool point_epilogue(cublasLtMatmulDesc_t desc, const float* bias,
+                      const float* pre_activation) const;
 
   const CudaContext& ctx_;
   int64_t in_, out_;

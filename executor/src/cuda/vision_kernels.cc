@@ -143,9 +143,7 @@ class AvgPool2dKernel final : public OpKernel {
       : ctx_(ctx),
         w_(w),
         include_pad_(include_pad),
-        dnn_(CudnnPool2d::create(ctx, w,
-                                 include_pad ? PoolKind::kAverageIncludingPadding
-                                             : PoolKind::kAverageExcludingPadding)) {}
+        dnn_(CudnnAvgPool2d::create(ctx, w, include_pad)) {}
 
   void forward(const OpArgs& a) const override {
     if (dnn_ != nullptr) return dnn_->forward(a.batch, a.inputs[0].f(), a.outputs[0].f());
@@ -169,7 +167,7 @@ class AvgPool2dKernel final : public OpKernel {
   const CudaContext& ctx_;
   VisionWindow w_;
   bool include_pad_;
-  std::unique_ptr<CudnnPool2d> dnn_;
+  std::unique_ptr<CudnnAvgPool2d> dnn_;
 };
 
 // ---- batch norm --------------------------------------------------------------------------------
