@@ -49,14 +49,19 @@ Result<const CudnnApi*> load_once() {
   if (!ok) return unavailable("cuDNN (" + library_name() + ") lacks " + lib.missing());
   // "libcudnn.so" may be another major version than the headers this was built with.
   if (const size_t v = api.version(); v / 10000 != CUDNN_MAJOR) {
-    return unavailable("the cuDNN loaded is version " + std::to_string(v / 10000) + "." +
-                       std::to_string(v / 100 % 100) + ", this build needs " +
-                       std::to_string(CUDNN_MAJOR) + ".x (" + library_name() + ")");
+    return unavailable("the cuDNN loaded is version " + cudnn_version_text(v) +
+                       ", this build needs " + std::to_string(CUDNN_MAJOR) + ".x (" +
+                       library_name() + ")");
   }
   return &api;
 }
 
 }  // namespace
+
+std::string cudnn_version_text(size_t version) {
+  return std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+         std::to_string(version % 100);
+}
 
 Result<const CudnnApi*> load_cudnn() {
   static const Result<const CudnnApi*> loaded = load_once();

@@ -5,6 +5,7 @@
 #include <cudnn.h>
 
 #include <cstddef>
+#include <string>
 
 #include "gp/common/status.h"
 
@@ -66,7 +67,11 @@ struct CudnnApi {
                                        void*, void*, double, const void*, const void*);
 };
 
-// Loaded once (thread-safe); Unavailable naming the library when it is missing.
+// Loaded once (thread-safe); Unavailable naming the library when it is missing or of another
+// major version than the headers.
 Result<const CudnnApi*> load_cudnn();
+
+// cudnnGetVersion()'s value (major * 10000 + minor * 100 + patch since cuDNN 9) as "9.19.0".
+std::string cudnn_version_text(size_t version);
 
 }  // namespace gp::exec::cuda

@@ -18,12 +18,6 @@ const char* source_name(KernelSource s) {
   return "auto";
 }
 
-std::string cudnn_version_text(const CudnnApi& api) {
-  const size_t v = api.version();  // major * 10000 + minor * 100 + patch since cuDNN 9
-  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-         std::to_string(v % 100);
-}
-
 Status open_cublaslt(CudaContext* ctx) {
   GP_ASSIGN_OR_RETURN(const CublasLtApi* lt, load_cublaslt());
   if (cublasStatus_t s = lt->create(&ctx->lt); s != CUBLAS_STATUS_SUCCESS) {
@@ -80,7 +74,8 @@ std::string kernel_libraries_summary() {
   std::string used, missing;
   if (lt.ok()) used = "cuBLASLt";
   if (!lt.ok()) missing = "cuBLASLt: " + lt.status().message();
-  if (dnn.ok()) used += (used.empty() ? "" : " and ") + ("cuDNN " + cudnn_version_text(**dnn));
+  if (dnn.ok())
+    used += (used.empty() ? "" : " and ") + ("cuDNN " + cudnn_version_text((*dnn)->version()));
   if (!dnn.ok()) missing += (missing.empty() ? "" : "; ") + ("cuDNN: " + dnn.status().message());
   if (used.empty()) used = "hand-written";
   return used + (missing.empty() ? "" : "; hand-written for the rest (" + missing + ")") + tail;
