@@ -81,6 +81,10 @@ struct Row {
   // (the analytic model's time per sample only falls with the samples per kernel), spread
   // perfectly over the devices with no transfer, all-reduce or bubble: samples/s.
   double compute_bound = 0;
+  // The same bound with every op's kernels running k samples instead of the whole mini-batch,
+  // for each power of two k dividing it: (k, samples/s). A plan whose replicas run kernels of k
+  // samples cannot pass the bound at k.
+  std::vector<std::pair<int64_t, double>> kernel_batch_bounds;
   double gp_speedup = NAN;      // graphpipe / best feasible baseline; NaN when undefined
   double search_speedup = NAN;  // sequential search time / graphpipe search time
   // GraphPipe with --uniform-microbatch (one micro-batch size for every stage, the paper's
@@ -113,12 +117,19 @@ Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cl
   const auto cluster = check(cost::select_devices(full_cluster, devices));
   const auto training = training_config(precision);
   const cost::AnalyticCostModel compute(cluster.device(), training.precision());
-  double all_ops_s = 0;
-  for (const auto& op : g.ops()) {
-    const cost::OpTime t = compute.op_time(op, mini_batch);
-    all_ops_s += (t.forward_us + t.backward_us) * 1e-6;
+  // Samples/s with every op's forward and backward in kernels of k samples, perfectly spread.
+  auto bound_at = [&](int64_t k) {
+    double kernel_s = 0;
+    for (const auto& op : g.ops()) {
+      const cost::OpTime t = compute.op_time(op, k);
+      kernel_s += (t.forward_us + t.backward_us) * 1e-6;
+    }
+    return kernel_s > 0 ? static_cast<double>(k) * devices / kernel_s : 0;
+  };
+  row.compute_bound = bound_at(mini_batch);
+  for (int64_t k = 1; k <= mini_batch; k *= 2) {
+    if (mini_batch % k == 0) row.kernel_batch_bounds.emplace_back(k, bound_at(k));
   }
-  row.compute_bound = all_ops_s > 0 ? static_cast<double>(mini_batch) * devices / all_ops_s : 0;
   auto request = [&](graphpipe::v1::Strategy strategy) {
     planner::SearchRequest req;
     req.graph = &g;
@@ -291,7 +302,13 @@ void print_summary(const std::vector<Row>& rows, const std::vector<Row>& nbranch
         const double needed = 1.3 * r.cells[kGraphPipe].throughput / r.gp_speedup;
         detail += " [1.30x needs " + fmt("%.0f", needed) +
                   " samples/s = " + fmt("%.0f%%", 100 * needed / r.compute_bound) +
-                  " of the compute bound]";
+                  " of the compute bound; with kernels of at most k samples no plan passes";
+        // Up to the first k whose bound clears the need: how large every kernel must be.
+        for (const auto& [k, bound] : r.kernel_batch_bounds) {
+          detail += " " + fmt("%.0f", bound) + " (k=" + std::to_string(k) + ")";
+          if (bound >= needed) break;
+        }
+        detail += "]";
       }
     }
     met = met && found == 3;
@@ -436,7 +453,12 @@ std::string json_rows(const std::vector<const Row*>& rows) {
              (c.feasible ? std::string() : ", \"reason\": \"" + c.reason + "\"") + "}";
     }
     out += "}, \"compute_bound_samples_per_s\": " + fmt("%.3f", r.compute_bound) +
-           ", \"graphpipe_uniform_microbatch_samples_per_s\": " +
+           ", \"kernel_batch_bounds\": {";
+    for (size_t j = 0; j < r.kernel_batch_bounds.size(); ++j) {
+      out += std::string(j ? ", " : "") + "\"" + std::to_string(r.kernel_batch_bounds[j].first) +
+             "\": " + fmt("%.3f", r.kernel_batch_bounds[j].second);
+    }
+    out += "}, \"graphpipe_uniform_microbatch_samples_per_s\": " +
            (std::isnan(r.gp_uniform_mb) ? std::string("null") : fmt("%.3f", r.gp_uniform_mb)) +
            ", \"graphpipe_vs_best_baseline\": " +
            (std::isnan(r.gp_speedup) ? std::string("null") : fmt("%.6f", r.gp_speedup)) + "}" +

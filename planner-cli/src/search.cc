@@ -55,6 +55,17 @@ std::string format_candidate(const CandidateSummary& c) {
 
 }  // namespace
 
+std::optional<int64_t> refined_micro_batch(int64_t micro_batch, bool grow, int replicas,
+                                           int64_t mini_batch,
+                                           const std::vector<int64_t>& allowed) {
+  const int64_t b = grow ? micro_batch * 2 : micro_batch / 2;
+  if (b < 1 || mini_batch % b != 0 || b < replicas) return std::nullopt;
+  if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), b) == allowed.end()) {
+    return std::nullopt;
+  }
+  return b;
+}
+
 std::vector<int64_t> power_of_two_divisors(int64_t mini_batch) {
   std::vector<int64_t> out;
   for (int64_t b = 1; b <= mini_batch; b *= 2) {
@@ -430,18 +441,13 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
         bool improved = false;
         for (size_t s = 0; s < f.stages.size() && budget_left(); ++s) {
           for (const bool grow : {true, false}) {
-            auto trial = f.stages;
-            int64_t& b = trial[s].micro_batch;
-            b = grow ? b * 2 : b / 2;
             // Sizes the user restricted the search to (--micro-batches) bound the refinement too.
-            const bool allowed = req.micro_batches.empty() ||
-                                 std::find(req.micro_batches.begin(), req.micro_batches.end(), b) !=
-                                     req.micro_batches.end();
-            // Replicas may split a micro-batch unevenly, but each needs a sample.
-            if (b < 1 || req.mini_batch % b != 0 || !allowed ||
-                b < static_cast<int64_t>(trial[s].ranks.size())) {
-              continue;
-            }
+            const std::optional<int64_t> b = refined_micro_batch(
+                f.stages[s].micro_batch, grow, static_cast<int>(f.stages[s].ranks.size()),
+                req.mini_batch, req.micro_batches);
+            if (!b) continue;
+            auto trial = f.stages;
+            trial[s].micro_batch = *b;
             GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
             improved = keep_if_faster(std::move(t)) || improved;
           }

@@ -386,6 +386,18 @@ TEST_CASE("per-stage micro-batch refinement never loses throughput and stays ver
   CHECK(sizes.size() > 1);
 }
 
+TEST_CASE("the refinement halves a replicated stage to sizes its replicas split unevenly") {
+  // 3 replicas of 8 halve to 4 (slices 1, 1 and 2), and to no fewer samples than replicas.
+  CHECK(planner::refined_micro_batch(8, /*grow=*/false, 3, 256, {}) == 4);
+  CHECK_FALSE(planner::refined_micro_batch(4, /*grow=*/false, 3, 256, {}).has_value());
+  CHECK(planner::refined_micro_batch(4, /*grow=*/true, 3, 256, {}) == 8);
+  // The result must divide the mini-batch and be one of the sizes the user allowed.
+  CHECK_FALSE(planner::refined_micro_batch(32, /*grow=*/true, 1, 48, {}).has_value());
+  CHECK_FALSE(planner::refined_micro_batch(8, /*grow=*/true, 1, 256, {8, 32}).has_value());
+  CHECK(planner::refined_micro_batch(16, /*grow=*/true, 1, 256, {8, 32}) == 32);
+  CHECK_FALSE(planner::refined_micro_batch(1, /*grow=*/false, 1, 256, {}).has_value());
+}
+
 TEST_CASE("the graphpipe search is never slower than the sequential or branch-compressed piper") {
   const cost::AnalyticCostModel model(testing::ideal_cluster(1).device(),
                                       graphpipe::v1::PRECISION_FP32);

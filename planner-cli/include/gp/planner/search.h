@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,13 @@ Result<SearchResult> search_plan(const SearchRequest& request);
 
 // The micro-batch sizes tried when none are given: every power of two dividing the mini-batch.
 std::vector<int64_t> power_of_two_divisors(int64_t mini_batch);
+
+// The per-stage refinement's next micro-batch for a stage now at `micro_batch` on `replicas`
+// devices: doubled (`grow`) or halved, when the result divides the mini-batch, is one of
+// `allowed` (empty: any) and gives every replica a sample. Replicas need not divide it: they
+// take uneven slices, as the idle-device step gives them. nullopt when the step is not allowed.
+std::optional<int64_t> refined_micro_batch(int64_t micro_batch, bool grow, int replicas,
+                                           int64_t mini_batch, const std::vector<int64_t>& allowed);
 
 // Why no candidate fits: their distinct reasons joined with "; " ("no feasible plan" if none).
 std::string infeasible_summary(const std::vector<CandidateSummary>& candidates);
