@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -23,6 +24,9 @@ constexpr int kPiperCandidateDownsets = 2000;
 constexpr int kMaxIdleTrials = 64;
 // The runner-up plan is refined too when it simulates within this share of the best.
 constexpr double kRunnerUpShare = 0.95;
+// Largest micro-batch whose kernel bound (kernel_batch_bound) is computed before its search: the
+// bound costs one op time per op and kernel size, and prunes small micro-batches, not large ones.
+constexpr int64_t kKernelBoundMaxMicroBatch = 64;
 
 // A plan the search found: its stages, lowering and simulation.
 struct PlanFound {
@@ -54,6 +58,60 @@ std::string format_candidate(const CandidateSummary& c) {
 }
 
 }  // namespace
+
+double partition_throughput_bound(const Partition& part, const UnitGraph& units,
+                                  const StageCostModel& costs) {
+  const size_t n = part.stages.size();
+  std::vector<int> stage_of(units.num_units(), -1);
+  for (size_t s = 0; s < n; ++s) {
+    for (int u : part.stages[s].units) stage_of[u] = static_cast<int>(s);
+  }
+  std::vector<double> micro_batch_us(n, 0);  // one micro-batch's forward and backward
+  double busiest_tps_s = 0;
+  for (size_t s = 0; s < n; ++s) {
+    const PartitionStage& st = part.stages[s];
+    const StageAggregate agg = costs.aggregate(st.units);
+    busiest_tps_s = std::max(busiest_tps_s, costs.tps_s(agg, part.micro_batch, st.devices, 0));
+    const int level = log2_exact(part.micro_batch / std::max(st.devices, 1));
+    if (level < agg.levels) micro_batch_us[s] = agg.compute_us[level];
+  }
+  // Costliest path into each stage, over units in topological order (stages are convex).
+  std::vector<double> upstream_us(n, 0);
+  for (int u : units.topo) {
+    const int s = stage_of[u];
+    if (s < 0) continue;
+    for (int v : units.preds[u]) {
+      const int t = stage_of[v];
+      if (t >= 0 && t != s) {
+        upstream_us[s] = std::max(upstream_us[s], upstream_us[t] + micro_batch_us[t]);
+      }
+    }
+  }
+  const double mini_batch = static_cast<double>(costs.mini_batch());
+  const double micro_batches = mini_batch / static_cast<double>(part.micro_batch);
+  double iteration_s = busiest_tps_s * mini_batch;
+  for (size_t s = 0; s < n; ++s) {
+    iteration_s =
+        std::max(iteration_s, (upstream_us[s] + micro_batches * micro_batch_us[s]) * 1e-6);
+  }
+  // A hair above: the simulator sums the same times in another order, and rounding must not
+  // put a plan that reaches the bound above it.
+  return iteration_s > 0 ? mini_batch / iteration_s * (1 + 1e-9) : INFINITY;
+}
+
+double kernel_batch_bound(const graph::Graph& graph, const cost::CostModel& compute,
+                          int64_t micro_batch, int devices) {
+  double per_sample_s = 0;  // every op at its cheapest time per sample over kernels of 1..b
+  for (const auto& op : graph.ops()) {
+    double cheapest_s = INFINITY;
+    for (int64_t k = 1; k <= micro_batch; ++k) {
+      const cost::OpTime t = compute.op_time(op, k);
+      cheapest_s = std::min(cheapest_s, (t.forward_us + t.backward_us) * 1e-6 / k);
+    }
+    per_sample_s += cheapest_s;
+  }
+  return per_sample_s > 0 ? devices / per_sample_s : INFINITY;
+}
 
 std::optional<int64_t> refined_micro_batch(int64_t micro_batch, bool grow, int replicas,
                                            int64_t mini_batch,
@@ -251,16 +309,12 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     // simulator charges at least those): skip lowering and simulating it when that bound is
     // already below the best plan, as it is for most small micro-batches on large clusters.
     if (best.throughput > 0) {
-      double busiest_s = 0;
-      for (const auto& stage : part.stages) {
-        busiest_s = std::max(busiest_s, part_costs.tps_s(part_costs.aggregate(stage.units),
-                                                         part.micro_batch, stage.devices, 0));
-      }
-      if (busiest_s > 0 && 1.0 / busiest_s < best.throughput) {
+      const double bound = partition_throughput_bound(part, part_units, part_costs);
+      if (bound < best.throughput) {
         ++result.candidates_pruned;
         if (!cand->feasible && cand->reason.empty()) {
           cand->reason = "not simulated: its stages' compute allows at most " +
-                         std::to_string(static_cast<int64_t>(1.0 / busiest_s)) +
+                         std::to_string(static_cast<int64_t>(bound)) +
                          " samples/s, below the best plan found";
         }
         return false;
@@ -312,6 +366,9 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
     }
     return true;
   };
+  // Every micro-batch's kernel bound below this share of the best plan: such a candidate can be
+  // neither the best nor a runner-up worth refining, so skipping it changes no plan.
+  const double kernel_bound_share = kRunnerUpShare;
   int done = 0;
   // Largest micro-batches first: on large clusters they give the best plans, and the bound in
   // `evaluate` then spares the simulation of most small ones. Reported in ascending order.
@@ -320,6 +377,22 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   for (int64_t b : order) {
     CandidateSummary cand;
     cand.micro_batch = b;
+    if (best.throughput > 0 && b <= kKernelBoundMaxMicroBatch) {
+      const double bound = kernel_batch_bound(graph, *req.compute, b, devices);
+      if (bound < kernel_bound_share * best.throughput) {
+        ++result.candidates_pruned;
+        cand.reason = "not searched: with kernels of at most " + std::to_string(b) +
+                      " samples no plan on these devices passes " +
+                      std::to_string(static_cast<int64_t>(bound)) +
+                      " samples/s, below the best plan found";
+        result.candidates.push_back(cand);
+        ++done;
+        if (req.progress) {
+          req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
+        }
+        continue;
+      }
+    }
     Result<PartitionOutcome> outcome = invalid_argument("no strategy");
     // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
     std::optional<PartitionOutcome> chain_outcome;

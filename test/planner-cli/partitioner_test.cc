@@ -13,6 +13,7 @@
 #include "gp/planner/partition.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
+#include "gp/sim/simulator.h"
 
 using namespace gp;
 
@@ -384,6 +385,95 @@ TEST_CASE("per-stage micro-batch refinement never loses throughput and stays ver
   std::set<int64_t> sizes;
   for (const auto& st : refined->plan.stages()) sizes.insert(st.micro_batch());
   CHECK(sizes.size() > 1);
+}
+
+// Places, lowers and simulates a partition on the fixture's ideal cluster: samples/s.
+double simulated_throughput(const Fixture& f, const planner::Partition& part,
+                            const cost::CostModel& model, int devices) {
+  planner::PlanInputs in;
+  in.graph = &f.g;
+  in.cluster = testing::ideal_cluster(devices);
+  in.mini_batch = f.ctx.mini_batch;
+  in.chain = part.chain;
+  auto plan = planner::build_plan(in, planner::place_stages(part, f.units));
+  INFO(plan.status().to_string());
+  REQUIRE(plan.ok());
+  const sim::Simulator simulator(model, f.comm, {});
+  auto result = simulator.run(*plan, f.g);
+  REQUIRE(result.ok());
+  REQUIRE_FALSE(result->deadlocked);
+  return result->throughput_samples_per_s;
+}
+
+TEST_CASE(
+    "a partition's throughput bound counts fill and drain and its simulation never passes it") {
+  // 8 single-layer stages, 2 micro-batches of 8: the last stage starts after 7 stages' forward
+  // passes and ends before their backward passes, 7 x 30 us, around its own 2 x 30 us.
+  const LinearOnly model;
+  auto g = chain(8);
+  Fixture f(g, 8, 16, model, 8);
+  planner::Partition part;
+  part.micro_batch = 8;
+  std::vector<std::set<int>> stage_units(8);
+  for (int op = 0; op < g.num_ops(); ++op) {
+    const std::string& id = g.op(op).id();
+    int s = id == "x" ? 0 : 7;  // the input with the first layer; target and loss with the last
+    if (id.rfind("fc", 0) == 0) s = std::stoi(id.substr(2));
+    stage_units[s].insert(f.units.unit_of_op[op]);
+  }
+  for (const auto& units : stage_units) {
+    part.stages.push_back({std::vector<int>(units.begin(), units.end()), 1});
+  }
+  const double bound = planner::partition_throughput_bound(part, f.units, f.costs);
+  CHECK(bound == Approx(16 / 270e-6));
+  CHECK(simulated_throughput(f, part, model, 8) <= bound);
+
+  // The partitions the planners find for real models (graph partitions as DAGs, chain ones
+  // as chains) stay under it too.
+  const cost::AnalyticCostModel analytic(testing::ideal_cluster(1).device(),
+                                         graphpipe::v1::PRECISION_FP32);
+  int checked = 0;
+  for (const std::string spec : {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno"}) {
+    auto model_graph = zoo(spec);
+    Fixture zf(model_graph, 8, 64, analytic, 64);
+    for (const int64_t b : {4, 16, 64}) {
+      for (const bool chain_dp : {true, false}) {
+        auto outcome = chain_dp ? planner::partition_sequential(zf.ctx, b)
+                                : planner::partition_graphpipe(zf.ctx, b);
+        REQUIRE(outcome.ok());
+        REQUIRE(outcome->partition.has_value());
+        INFO(spec << " micro-batch " << b << " " << outcome->partition->origin);
+        CHECK(outcome->partition->chain == chain_dp);
+        CHECK(simulated_throughput(zf, *outcome->partition, analytic, 8) <=
+              planner::partition_throughput_bound(*outcome->partition, zf.units, zf.costs));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked == 18);
+}
+
+// Linear layers at 30 us per sample, except kernels of exactly 2 samples: 2 us in all.
+struct CheapAtTwo final : cost::CostModel {
+  cost::OpTime op_time(const graph::OpNode& op, int64_t samples) const override {
+    if (op.type() != "linear") return {};
+    return samples == 2 ? cost::OpTime{1, 1} : cost::OpTime{10.0 * samples, 20.0 * samples};
+  }
+  std::string_view name() const override { return "cheap-at-two"; }
+};
+
+TEST_CASE("the kernel bound takes each op's cheapest time per sample over kernels up to b") {
+  auto g = chain(8);
+  // 8 layers at 30 us per kernel of any size: with kernels of at most 4 samples on 2 devices,
+  // 2 x 4 samples per 240 us.
+  const LinearOnly flat;
+  CHECK(planner::kernel_batch_bound(g, flat, 4, 2) == Approx(2 * 4 / 240e-6));
+  CHECK(planner::kernel_batch_bound(g, flat, 1, 2) == Approx(2 / 240e-6));
+  // Per-sample time that is not monotone (as measured profiles may be): the 2-sample kernel's
+  // 1 us per sample counts for every b >= 2, not the larger b's 30 us.
+  const CheapAtTwo cheap;
+  CHECK(planner::kernel_batch_bound(g, cheap, 1, 1) == Approx(1 / 240e-6));
+  CHECK(planner::kernel_batch_bound(g, cheap, 8, 1) == Approx(1 / 8e-6));
 }
 
 TEST_CASE("the refinement halves a replicated stage to sizes its replicas split unevenly") {

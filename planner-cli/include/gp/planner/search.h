@@ -64,7 +64,8 @@ struct SearchResult {
   double search_time_s = 0;
   int num_units = 0;
   std::vector<CandidateSummary> candidates;
-  int candidates_pruned = 0;  // partitions not simulated: their compute bound was already beaten
+  // Partitions not simulated, and micro-batches not searched: their bound was already beaten.
+  int candidates_pruned = 0;
   int idle_device_gains = 0;  // stages given more replicas from idle devices, each a gain
   // Why the plan leaves devices idle; empty when it uses them all.
   std::string idle_devices_reason;
@@ -74,6 +75,26 @@ Result<SearchResult> search_plan(const SearchRequest& request);
 
 // The micro-batch sizes tried when none are given: every power of two dividing the mini-batch.
 std::vector<int64_t> power_of_two_divisors(int64_t mini_batch);
+
+// Samples/s that no plan of micro-batch `micro_batch` on `devices` devices can pass: the
+// simulator runs every replica's share of a micro-batch as kernels of at most `micro_batch`
+// samples, so each op costs at least its cheapest time per sample over kernels of 1 to
+// `micro_batch` samples (the minimum, not the last, as measured profiles need not get cheaper
+// per sample), spread perfectly over every device with no transfer, all-reduce or bubble.
+double kernel_batch_bound(const graph::Graph& graph, const cost::CostModel& compute,
+                          int64_t micro_batch, int devices);
+
+// Samples/s that no lowering of `part` can pass in the simulator, from compute alone. Two
+// bounds on the iteration, the larger kept:
+//  * the busiest replica's compute and all-reduce (its TPS);
+//  * fill and drain: a stage's first forward pass waits for the forward passes along a path of
+//    its predecessors, and the backward pass of its last micro-batch must still travel back
+//    along that path, while the stage itself computes every micro-batch in between. So the
+//    iteration takes at least a stage's own compute of all micro-batches plus the compute of one
+//    micro-batch on the costliest path into it. A chain lowering only adds dependencies.
+// The search skips lowering and simulating partitions whose bound is below its best plan.
+double partition_throughput_bound(const Partition& part, const UnitGraph& units,
+                                  const StageCostModel& costs);
 
 // The per-stage refinement's next micro-batch for a stage now at `micro_batch` on `replicas`
 // devices: doubled (`grow`) or halved, when the result divides the mini-batch, is one of
