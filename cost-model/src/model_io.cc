@@ -5,6 +5,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,32 +121,83 @@ Result<std::string> read_file(const std::string& path) {
   return buf.str();
 }
 
+namespace {
+
+// Writes `contents` to `f` (opened on `path`), flushes and closes it; `sync` also fsyncs. The
+// first error's errno says why (ENOSPC, EFBIG, EIO), before later calls overwrite it.
+Status write_and_close(std::FILE* f, const std::string& path, std::string_view contents,
+                       bool sync) {
+  int error = 0;
+  const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
+  if (written != contents.size()) error = errno;
+  bool flushed = std::fflush(f) == 0;
+  if (flushed && sync) flushed = fsync(fileno(f)) == 0;
+  if (!flushed && error == 0) error = errno;
+  const bool closed = std::fclose(f) == 0;
+  if (!closed && error == 0) error = errno;
+  if (written != contents.size()) {
+    return Status(StatusCode::kDataLoss,
+                  "short write to '" + path + "' (" + std::to_string(written) + " of " +
+                      std::to_string(contents.size()) + " bytes): " + std::strerror(error));
+  }
+  if (!flushed || !closed) {
+    return Status(StatusCode::kDataLoss, "cannot write '" + path + "': " + std::strerror(error));
+  }
+  return ok_status();
+}
+
+// Where a write to `path` lands: `path` itself, or the file its symbolic links lead to (which
+// need not exist yet), so that replacing the file keeps the links.
+Result<std::string> resolve_links(const std::string& path) {
+  std::string target = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (lstat(target.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return target;
+    std::string link(4096, '\0');
+    const ssize_t n = readlink(target.c_str(), link.data(), link.size());
+    if (n < 0 || static_cast<size_t>(n) >= link.size()) {
+      return Status(StatusCode::kPermissionDenied,
+                    "cannot read the symbolic link '" + target + "': " + std::strerror(errno));
+    }
+    link.resize(static_cast<size_t>(n));
+    const size_t slash = target.rfind('/');
+    target = link.front() == '/' || slash == std::string::npos ? link
+                                                               : target.substr(0, slash + 1) + link;
+  }
+  return invalid_argument("'" + path + "': too many levels of symbolic links");
+}
+
+}  // namespace
+
 Status write_file_atomic(const std::string& path, std::string_view contents) {
-  const std::string tmp = path + ".tmp";
+  GP_ASSIGN_OR_RETURN(const std::string target, resolve_links(path));
+  struct stat st;
+  if (stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) return invalid_argument("'" + path + "' is a directory");
+    // A device, FIFO or socket (/dev/stdout, a pipe to another program) is written through:
+    // renaming a file over it would replace the device node itself.
+    std::FILE* f = std::fopen(target.c_str(), "wb");
+    if (f == nullptr) {
+      return Status(StatusCode::kPermissionDenied,
+                    "cannot write '" + path + "': " + std::strerror(errno));
+    }
+    return write_and_close(f, path, contents, /*sync=*/false);
+  }
+  const std::string tmp = target + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
     return Status(StatusCode::kPermissionDenied,
                   "cannot write '" + tmp + "': " + std::strerror(errno));
   }
-  // The first error's errno says why (ENOSPC, EFBIG, EIO), before later calls overwrite it.
-  int error = 0;
-  const size_t written = std::fwrite(contents.data(), 1, contents.size(), f);
-  if (written != contents.size()) error = errno;
   // Flushed to the disk before the rename: a crash leaves the old file or the new one, whole.
-  const bool flushed = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-  if (!flushed && error == 0) error = errno;
-  const bool closed = std::fclose(f) == 0;
-  if (!closed && error == 0) error = errno;
-  if (written != contents.size() || !flushed || !closed) {
+  if (Status written = write_and_close(f, tmp, contents, /*sync=*/true); !written.ok()) {
     std::remove(tmp.c_str());
-    return Status(StatusCode::kDataLoss,
-                  "short write to '" + tmp + "' (" + std::to_string(written) + " of " +
-                      std::to_string(contents.size()) + " bytes): " + std::strerror(error));
+    return written;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::remove(tmp.c_str());
     return Status(StatusCode::kPermissionDenied,
-                  "cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+                  "cannot rename '" + tmp + "' to '" + target + "': " + std::strerror(errno));
   }
   return ok_status();
 }

@@ -1,7 +1,10 @@
 // Reading and writing models in text, JSON and binary; round trips and parse errors.
 #include "gp/graph/model_io.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -127,4 +130,42 @@ TEST_CASE("garbage binary and missing files are clear errors") {
   REQUIRE_FALSE(st.ok());
   CHECK(st.code() == gp::StatusCode::kNotFound);
   CHECK_THAT(st.message(), Catch::Contains("/nonexistent/dir/model.pb"));
+}
+
+TEST_CASE("writes keep symbolic links, pass through FIFOs and refuse directories") {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_dir() / "targets";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  // A link (here a chain of two, the last one dangling) keeps being a link; its target gets the
+  // contents, written whole.
+  fs::create_symlink("real.json", dir / "middle");
+  fs::create_symlink(dir / "middle", dir / "out.json");
+  REQUIRE(write_file_atomic((dir / "out.json").string(), "first").ok());
+  CHECK(fs::is_symlink(dir / "out.json"));
+  CHECK(fs::is_symlink(dir / "middle"));
+  CHECK(*read_file((dir / "real.json").string()) == "first");
+  REQUIRE(write_file_atomic((dir / "out.json").string(), "second").ok());
+  CHECK(*read_file((dir / "real.json").string()) == "second");
+  CHECK_FALSE(fs::exists(dir / "real.json.tmp"));
+
+  // A FIFO is written through, not replaced by a regular file (as /dev/stdout must be).
+  const fs::path fifo = dir / "pipe";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // The reading end opens first, without blocking, so a writer that replaced the FIFO instead
+  // leaves it empty rather than hanging the test.
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  CHECK(write_file_atomic(fifo.string(), "through the pipe").ok());
+  char received[64] = {};
+  const ssize_t n = read(reader, received, sizeof(received) - 1);
+  close(reader);
+  CHECK(std::string(received, n > 0 ? static_cast<size_t>(n) : 0) == "through the pipe");
+  CHECK(fs::is_fifo(fifo));
+
+  const gp::Status refused = write_file_atomic(dir.string(), "x");
+  CHECK_FALSE(refused.ok());
+  CHECK_THAT(refused.message(), Catch::Contains("is a directory"));
+  fs::remove_all(dir);
 }

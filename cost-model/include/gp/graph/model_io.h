@@ -26,6 +26,9 @@ Status read_message(const std::string& path, google::protobuf::Message* msg);
 Status write_message(const std::string& path, const google::protobuf::Message& msg);
 
 Result<std::string> read_file(const std::string& path);
+// A regular file (or none yet) is replaced atomically: a temporary file beside it, flushed, then
+// renamed over it; a symbolic link's target is replaced and the link kept. A device, FIFO or
+// socket (/dev/stdout) is written through. A directory is refused.
 Status write_file_atomic(const std::string& path, std::string_view contents);
 
 // Hex FNV-1a-64 digest of the deterministic binary serialisation; equal messages hash equal.
