@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "gp/exec/init.h"
 
@@ -277,6 +278,26 @@ Result<std::unique_ptr<NpyDataset::Array>> ragged_array(const std::string& dir,
   return a;
 }
 
+// The samples of another stage's input, from its file's header alone (the offsets file's for
+// ragged bags): ranks load only their own stage's inputs, yet every input must hold the same
+// samples, or ranks would pair rows of different samples. Files that cannot be read are left
+// to the rank that loads them, which names the problem.
+std::optional<int64_t> header_samples(const std::string& dir, const graph::OpNode& input) {
+  std::string name = input.id();
+  if (const auto r = input.proto->attrs().find("ragged_offsets"); r != input.proto->attrs().end()) {
+    name = r->second.s();
+  }
+  const std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return std::nullopt;
+  std::vector<unsigned char> head((1u << 20) + 12);
+  head.resize(std::fread(head.data(), 1, head.size(), f));
+  std::fclose(f);
+  const auto header = parse_header(head.data(), head.size());
+  if (!header.ok() || header->shape.empty()) return std::nullopt;
+  return header->shape[0];
+}
+
 int64_t load_id(const NpyDataset::Array& a, int64_t k) {
   if (a.item_bytes == 8) {
     int64_t v;
@@ -359,6 +380,19 @@ Result<std::unique_ptr<NpyDataset>> NpyDataset::open(const std::string& dir,
       }
     }
     d->arrays_[static_cast<size_t>(i)] = std::move(a);
+  }
+  if (!first.empty()) {
+    for (int i = 0; i < graph.num_ops(); ++i) {
+      const auto& op = graph.op(i);
+      if (!op.info->is_input || d->arrays_[static_cast<size_t>(i)] != nullptr) continue;
+      const std::optional<int64_t> rows = header_samples(dir, op);
+      if (rows && *rows != d->samples_) {
+        return invalid_argument("--data " + dir + ": '" + op.id() +
+                                "' (another stage's input) has " + std::to_string(*rows) +
+                                " samples, but " + first + " has " + std::to_string(d->samples_) +
+                                " (every input needs the same samples)");
+      }
+    }
   }
   if (!first.empty() && d->samples_ < mini_batch) {
     return invalid_argument("--data " + dir + ": " + std::to_string(d->samples_) +

@@ -169,6 +169,16 @@ TEST_CASE("a bad data directory is refused naming the file and what is wrong") {
     REQUIRE(write_npy(dir.file("t.npy"), "<f4", {5, 4}, std::vector<float>(20, 0.0f)));
     CHECK_THAT(error(dir), Catch::Contains("5 samples") && Catch::Contains("same samples"));
   }
+  SECTION("differing sample counts between stages, seen from a stage that reads one file") {
+    DataDir dir("stage-counts");
+    write_valid(dir, 4);
+    REQUIRE(write_npy(dir.file("t.npy"), "<f4", {5, 4}, std::vector<float>(20, 0.0f)));
+    auto d = exec::open_stage_data(dir.path, g, {g.index_of("x"), g.index_of("fc")}, 4, false, 1);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(d.status().message(), Catch::Contains("'t' (another stage's input) has 5 samples") &&
+                                         Catch::Contains("x.npy has 4"));
+  }
   SECTION("fewer samples than the mini-batch") {
     DataDir dir("few");
     write_valid(dir, 3);
