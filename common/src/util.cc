@@ -22,8 +22,10 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-Status check_listen_address(std::string_view flag, std::string_view address) {
-  const std::string where = std::string(flag) + " " + std::string(address);
+namespace {
+
+// HOST:PORT with a port of digits in [min_port, 65535]; `where` names the flag and its value.
+Status check_host_port(const std::string& where, std::string_view address, int min_port) {
   const size_t colon = address.rfind(':');
   if (colon == std::string_view::npos || colon == 0) {
     return invalid_argument(where + ": expected HOST:PORT, e.g. 127.0.0.1:29600");
@@ -31,10 +33,26 @@ Status check_listen_address(std::string_view flag, std::string_view address) {
   const std::string_view port = address.substr(colon + 1);
   if (port.empty() || port.size() > 5 ||
       port.find_first_not_of("0123456789") != std::string_view::npos ||
-      std::stoi(std::string(port)) > 65535) {
-    return invalid_argument(where + ": port " + std::string(port) + " is outside 0..65535");
+      std::stoi(std::string(port)) > 65535 || std::stoi(std::string(port)) < min_port) {
+    return invalid_argument(where + ": port " + std::string(port) + " is outside " +
+                            std::to_string(min_port) + "..65535");
   }
   return ok_status();
+}
+
+}  // namespace
+
+Status check_listen_address(std::string_view flag, std::string_view address) {
+  return check_host_port(std::string(flag) + " " + std::string(address), address, 0);
+}
+
+Status check_connect_address(std::string_view what, std::string_view address) {
+  // gRPC's own target forms (unix:/path, dns:///host:port, ipv4:...) are passed through.
+  if (address.find("://") != std::string_view::npos || address.rfind("unix:", 0) == 0 ||
+      address.rfind("ipv4:", 0) == 0 || address.rfind("ipv6:", 0) == 0) {
+    return ok_status();
+  }
+  return check_host_port(std::string(what) + " " + std::string(address), address, 1);
 }
 
 }  // namespace gp

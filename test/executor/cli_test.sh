@@ -44,6 +44,12 @@ err=$(env -u GP_AUTH_TOKEN timeout 10 "$exe" serve --listen 127.0.0.1:0 --work-d
 check "serve without a token exits 2 unless --insecure" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--insecure"'
 err=$(timeout 10 "$exe" serve --insecure --listen 127.0.0.1:70000 --work-dir "$tmp/serve-bad" 2>&1 >/dev/null); rc=$?
 check "serve --listen with port 70000 exits 2 instead of wrapping" '[ $rc -eq 2 ] && echo "$err" | grep -q "port 70000 is outside 0..65535"'
+for bad in 127.0.0.1:99999 127.0.0.1:-5 :29500 garbage; do
+  err=$(timeout 20 "$exe" run --plan "$tmp/plan.pb" --rank 1 --world-size 3 --iterations 1 \
+    --coordinator "$bad" --store-dir "$tmp/bad-store" 2>&1 >/dev/null); rc=$?
+  check "run --coordinator $bad exits 2 at once, naming it" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF "coordinator address $bad"'
+done
 "$exe" serve --insecure --listen 127.0.0.1:0 --work-dir "$tmp/serve-a" > "$tmp/serve-a.log" 2>&1 & serve_pid=$!
 for _ in $(seq 50); do grep -q "serving" "$tmp/serve-a.log" && break; sleep 0.1; done
 busy=$(sed -n 's/.* on \(127.0.0.1:[0-9]*\),.*/\1/p' "$tmp/serve-a.log" | head -1)

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "gp/common/util.h"
 #include "graphpipe/v1/executor.grpc.pb.h"
 
 namespace gp::exec {
@@ -67,6 +68,7 @@ Result<std::unique_ptr<ControlClient>> ControlClient::connect(const std::string&
                                                               milliseconds connect_timeout,
                                                               const TlsOptions& tls) {
   if (address.empty()) return invalid_argument("control client: coordinator address is empty");
+  GP_RETURN_IF_ERROR(check_connect_address("coordinator address", address));
   grpc::ChannelArguments args;
   // The control plane is cluster-internal: never through an HTTP proxy from the environment.
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);

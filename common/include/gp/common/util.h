@@ -18,5 +18,8 @@ bool constant_time_equal(std::string_view a, std::string_view b);
 // digits in [0, 65535] (0: any free port), so that 70000 is refused instead of wrapping to 4464.
 // Errors name the flag: "--listen 127.0.0.1:70000: port 70000 is outside 0..65535".
 Status check_listen_address(std::string_view flag, std::string_view address);
+// The same for an address to connect to (port 0 refused), e.g. a coordinator; gRPC target URIs
+// (unix:/path, dns:///host:port) pass unchecked. `what` names where the address came from.
+Status check_connect_address(std::string_view what, std::string_view address);
 
 }  // namespace gp
