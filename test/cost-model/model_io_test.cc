@@ -169,3 +169,13 @@ TEST_CASE("writes keep symbolic links, pass through FIFOs and refuse directories
   CHECK_THAT(refused.message(), Catch::Contains("is a directory"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("reading refuses a directory and a device that never ends") {
+  const auto dir = read_file(temp_dir().string());
+  REQUIRE_FALSE(dir.ok());
+  CHECK_THAT(dir.status().message(), Catch::Contains("is a directory"));
+  const auto endless = read_file("/dev/zero");
+  REQUIRE_FALSE(endless.ok());
+  CHECK_THAT(endless.status().message(),
+             Catch::Contains("not a regular file") && Catch::Contains("256 MiB"));
+}

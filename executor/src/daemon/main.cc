@@ -20,6 +20,7 @@
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
+#include "gp/graph/plan_util.h"
 #include "gp/graph/zoo.h"
 #include "launcher_command.h"
 #include "node_daemon.h"
@@ -371,9 +372,13 @@ int main(int raw_argc, char** raw_argv) {
   reference->add_option("--plan", ref.plan,
                         "instead of --model: a plan, whose model, mini-batch and training settings "
                         "it uses (flags given here override them)");
-  reference->add_option("--batch", ref.batch, "mini-batch size (required with --model)");
-  reference->add_option("--micro-batch", ref.micro_batch,
-                        "split each mini-batch into chunks of this size (gradients accumulate)");
+  // The planner's bound: buffer sizes (samples x elements) stay far from overflowing.
+  reference->add_option("--batch", ref.batch, "mini-batch size (required with --model)")
+      ->check(CLI::Range(int64_t{1}, gp::graph::kMaxMiniBatch));
+  reference
+      ->add_option("--micro-batch", ref.micro_batch,
+                   "split each mini-batch into chunks of this size (gradients accumulate)")
+      ->check(CLI::Range(int64_t{1}, gp::graph::kMaxMiniBatch));
   reference->add_option("--iterations", ref.iterations, "optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 30));
