@@ -75,6 +75,11 @@ Result<Graph> Graph::build(const ModelGraph& model) {
   ModelGraph& m = *g.model_;
   const int n = m.ops_size();
   if (n == 0) return invalid_argument("ops: the model has no operators");
+  if (n > kMaxOps) {
+    // Reachability takes n^2 / 8 bytes: 1.25 GB at this limit.
+    return invalid_argument("ops: " + std::to_string(n) + " operators, more than the " +
+                            std::to_string(kMaxOps) + " a model may have");
+  }
 
   // 1. Ids and op types.
   g.nodes_.resize(n);

@@ -1,5 +1,7 @@
 #include "gp/graph/zoo.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "gp/graph/model_io.h"
@@ -162,6 +164,28 @@ Result<graphpipe::v1::ModelGraph> build_zoo_model(std::string_view spec) {
       }
       it->second = std::string(item.substr(eq + 1));
     }
+  }
+  // Counts of branches and layers multiply into operators: their product is bounded before
+  // anything is built, so that layers=1000000000 is refused rather than built (the graph's own
+  // operator limit, kMaxOps, then bounds what the dimensions cannot).
+  constexpr int64_t kMaxStructure = 16384;
+  int64_t structure = 1;
+  std::string factors;
+  for (const char* key :
+       {"branches", "dense_branches", "sparse_branches", "layers", "dense_layers", "top_layers"}) {
+    const auto it = params.find(key);
+    if (it == params.end()) continue;
+    char* end = nullptr;
+    const long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (end == it->second.c_str() || *end != '\0' || v < 1) continue;  // the builder names it
+    structure =
+        std::min<int64_t>(structure * std::min<long long>(v, kMaxStructure + 1), kMaxStructure + 1);
+    factors += (factors.empty() ? "" : " x ") + std::string(key) + " " + it->second;
+  }
+  if (structure > kMaxStructure) {
+    return invalid_argument("--model " + std::string(spec) + ": " + factors + " exceeds " +
+                            std::to_string(kMaxStructure) +
+                            " (branches and layers multiply into operators)");
   }
   auto model = entry->build(params);
   if (!model.ok()) return model.status().with_context("--model " + std::string(spec));

@@ -125,3 +125,24 @@ TEST_CASE("bad zoo specs are clear errors") {
   REQUIRE_FALSE(bad_heads.ok());
   CHECK_THAT(bad_heads.status().message(), Catch::Contains("heads = 3 must divide hidden = 1024"));
 }
+
+TEST_CASE("branches times layers beyond 16384 are refused before the model is built") {
+  const auto huge = build_zoo_model("zoo:mmt?layers=1000000000");
+  REQUIRE_FALSE(huge.ok());
+  CHECK_THAT(huge.status().message(),
+             Catch::Contains("branches 4 x layers 1000000000 exceeds 16384"));
+  CHECK_FALSE(build_zoo_model("zoo:dlrm?dense_branches=200&sparse_branches=200").ok());
+  CHECK(build_zoo_model("zoo:mmt?branches=4&layers=4096").ok());
+}
+
+TEST_CASE("a model with more operators than Graph::kMaxOps is refused naming the count") {
+  ModelGraph m;
+  for (int i = 0; i <= Graph::kMaxOps; ++i) {
+    auto* op = m.add_ops();
+    op->set_id("x" + std::to_string(i));
+    op->set_type("input");
+  }
+  const auto g = Graph::build(m);
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.status().message(), Catch::Contains("100001 operators, more than the 100000"));
+}

@@ -34,6 +34,9 @@ struct OpNode {
 
 class Graph {
  public:
+  // The most operators a model may have (its reachability table takes n^2 / 8 bytes).
+  static constexpr int kMaxOps = 100000;
+
   // Validates `model` (ids, op types, references, acyclicity, attributes, shapes, losses) and
   // infers output shapes, parameters and costs. Errors name the op and the field:
   //   ops[3] 'b0.ffn1' (linear): attrs.out_features = 0, must be > 0
