@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -33,17 +34,18 @@ std::string num(double v) {
   return buf;
 }
 
-// "cluster 'x': FIELD = VALUE, must be > 0" when !(value > 0) (also catches NaN).
+// "cluster 'x': FIELD = VALUE, must be > 0 and finite" unless 0 < value < inf (NaN fails too:
+// an infinite bandwidth or latency makes every time 0 or inf, and plans meaningless).
 Status require_positive(const Cluster& c, std::string_view field, double value) {
-  if (value > 0) return ok_status();
+  if (value > 0 && std::isfinite(value)) return ok_status();
   return invalid_argument(prefix_of(c) + ": " + std::string(field) + " = " + num(value) +
-                          ", must be > 0");
+                          ", must be > 0 and finite");
 }
 
 Status require_non_negative(const Cluster& c, std::string_view field, double value) {
-  if (value >= 0) return ok_status();
+  if (value >= 0 && std::isfinite(value)) return ok_status();
   return invalid_argument(prefix_of(c) + ": " + std::string(field) + " = " + num(value) +
-                          ", must be >= 0");
+                          ", must be >= 0 and finite");
 }
 
 std::string join(const std::vector<std::string>& items, std::string_view sep) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -231,6 +232,12 @@ TEST_CASE("validation names each bad field and its value") {
        "inter_node.bandwidth_bytes_per_s = -1, must be > 0"},
       {[](Cluster& c) { c.mutable_inter_node()->set_latency_us(-2); },
        "inter_node.latency_us = -2, must be >= 0"},
+      {[](Cluster& c) { c.mutable_inter_node()->set_latency_us(INFINITY); },
+       "inter_node.latency_us = inf, must be >= 0 and finite"},
+      {[](Cluster& c) { c.mutable_device()->set_kernel_launch_overhead_us(INFINITY); },
+       "device.kernel_launch_overhead_us = inf, must be >= 0 and finite"},
+      {[](Cluster& c) { c.mutable_device()->set_peak_fp32_flops(INFINITY); },
+       "device.peak_fp32_flops = inf, must be > 0 and finite"},
       {[](Cluster& c) { c.add_excluded_ranks(32); },
        "excluded_ranks[0] = 32, out of range [0, 32)"},
       {[](Cluster& c) { c.add_excluded_ranks(-1); }, "excluded_ranks[0] = -1, out of range"},
