@@ -3,6 +3,7 @@
 
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,13 +55,13 @@ struct SearchOptions {
   std::string optimizer = "adam";
   std::string precision = "fp32";
   uint64_t seed = 1;
-  // Optimizer hyperparameters; NaN: the optimizer's default (sgd/momentum lr 0.01, momentum 0.9;
-  // adam lr 0.001, betas 0.9 and 0.999, eps 1e-8).
-  double lr = std::numeric_limits<double>::quiet_NaN();
-  double momentum = std::numeric_limits<double>::quiet_NaN();
-  double beta1 = std::numeric_limits<double>::quiet_NaN();
-  double beta2 = std::numeric_limits<double>::quiet_NaN();
-  double eps = std::numeric_limits<double>::quiet_NaN();
+  // Optimizer hyperparameters; unset: the optimizer's default (sgd/momentum lr 0.01, momentum
+  // 0.9; adam lr 0.001, betas 0.9 and 0.999, eps 1e-8). A given NaN is validated, not ignored.
+  std::optional<double> lr;
+  std::optional<double> momentum;
+  std::optional<double> beta1;
+  std::optional<double> beta2;
+  std::optional<double> eps;
   double weight_decay = 0;
   double clip_grad_norm = 0;
   std::string lr_schedule = "constant";  // or warmup-cosine

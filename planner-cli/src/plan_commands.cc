@@ -47,23 +47,20 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
   }
   t.set_seed(opts.seed);
   // Explicit hyperparameters override the defaults above, for the optimizer that uses them.
-  auto set = [](double v, auto setter) {
-    if (!std::isnan(v)) setter(v);
-  };
-  set(opts.lr, [&](double v) { t.set_learning_rate(v); });
+  if (opts.lr) t.set_learning_rate(*opts.lr);
   const bool adam = t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_ADAM;
   const bool momentum = t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM;
-  if (!std::isnan(opts.momentum) && !momentum) {
+  if (opts.momentum && !momentum) {
     return invalid_argument("--momentum applies to --optimizer momentum, not " + opts.optimizer);
   }
-  if ((!std::isnan(opts.beta1) || !std::isnan(opts.beta2) || !std::isnan(opts.eps)) && !adam) {
+  if ((opts.beta1 || opts.beta2 || opts.eps) && !adam) {
     return invalid_argument("--beta1, --beta2 and --eps apply to --optimizer adam, not " +
                             opts.optimizer);
   }
-  set(opts.momentum, [&](double v) { t.set_momentum(v); });
-  set(opts.beta1, [&](double v) { t.set_adam_beta1(v); });
-  set(opts.beta2, [&](double v) { t.set_adam_beta2(v); });
-  set(opts.eps, [&](double v) { t.set_adam_epsilon(v); });
+  if (opts.momentum) t.set_momentum(*opts.momentum);
+  if (opts.beta1) t.set_adam_beta1(*opts.beta1);
+  if (opts.beta2) t.set_adam_beta2(*opts.beta2);
+  if (opts.eps) t.set_adam_epsilon(*opts.eps);
   t.set_weight_decay(opts.weight_decay);
   t.set_clip_grad_norm(opts.clip_grad_norm);
   if (opts.lr_schedule == "warmup-cosine") {

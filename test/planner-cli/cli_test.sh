@@ -91,6 +91,13 @@ check "search with --per-stage-microbatch writes a verifiable plan" '[ $rc -eq 0
 tput() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted_throughput_samples_per_s'])" "$1"; }
 check "graphpipe's default refines per-stage micro-batches: faster than --uniform-microbatch here" \
   '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$(tput "$tmp/cu.json")" "$(tput "$tmp/cu_u.json")"'
+for bad in "--lr nan:learning_rate = nan" "--lr inf:learning_rate = inf" "--beta1 nan:adam_beta1 = nan" \
+           "--optimizer momentum --momentum nan:momentum = nan"; do
+  err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 ${bad%%:*} \
+    --out "$tmp/nan.pb" 2>&1 >/dev/null); rc=$?
+  check "search ${bad%%:*} exits 2 naming it (not the default in its place)" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF "${bad#*:}" && [ ! -e "$tmp/nan.pb" ]'
+done
 err=$("$bin" search --model zoo:tiny-dlrm --cluster cpu-local --devices 4 --batch 16 --uniform-microbatch \
       --per-stage-microbatch --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
 check "--uniform-microbatch with --per-stage-microbatch is refused" '[ $rc -ne 0 ] && echo "$err" | grep -q "excludes"'
