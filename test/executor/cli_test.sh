@@ -44,6 +44,17 @@ err=$(env -u GP_AUTH_TOKEN timeout 10 "$exe" serve --listen 127.0.0.1:0 --work-d
 check "serve without a token exits 2 unless --insecure" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--insecure"'
 err=$(timeout 10 "$exe" serve --insecure --listen 127.0.0.1:70000 --work-dir "$tmp/serve-bad" 2>&1 >/dev/null); rc=$?
 check "serve --listen with port 70000 exits 2 instead of wrapping" '[ $rc -eq 2 ] && echo "$err" | grep -q "port 70000 is outside 0..65535"'
+err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr 1e30 --iterations 4 \
+  --metrics-out "$tmp/nonfinite.json" 2>&1 >/dev/null); rc=$?
+check "reference stops on a NaN loss with exit 3, naming the iteration" \
+  '[ $rc -eq 3 ] && echo "$err" | grep -q "the loss is NaN at iteration 1" && [ "$(grep -c "\"iteration\"" "$tmp/nonfinite.json")" -eq 2 ]'
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
+  --optimizer sgd --lr 1e30 --out "$tmp/nonfinite.pb" >/dev/null
+err=$("$exe" local --plan "$tmp/nonfinite.pb" --iterations 3 2>&1 >/dev/null); rc=$?
+check "local exits 3 on a NaN loss, naming the iteration" \
+  '[ $rc -eq 3 ] && echo "$err" | grep -q "the loss is NaN at iteration 1"'
+"$exe" --log-level warn local --plan "$tmp/nonfinite.pb" --iterations 3 --allow-nonfinite; rc=$?
+check "local --allow-nonfinite trains on through a NaN loss" '[ $rc -eq 0 ]'
 for bad in 127.0.0.1:99999 127.0.0.1:-5 :29500 garbage; do
   err=$(timeout 20 "$exe" run --plan "$tmp/plan.pb" --rank 1 --world-size 3 --iterations 1 \
     --coordinator "$bad" --store-dir "$tmp/bad-store" 2>&1 >/dev/null); rc=$?

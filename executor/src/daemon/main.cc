@@ -49,6 +49,7 @@ struct ReferenceOptions {
   std::string precision = "fp32";
   std::string data;  // --data DIR: one <input op id>.npy per graph input
   bool no_shuffle = false;
+  bool allow_nonfinite = false;
   std::string checkpoint_dir;  // write the trained parameters here at the end
 };
 
@@ -95,7 +96,16 @@ gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
   return model;
 }
 
-gp::Status run_reference(ReferenceOptions o) {
+// A NaN or infinite loss stops training with exit 3, as `run` does, unless --allow-nonfinite.
+constexpr int kExitNonfiniteLoss = 3;
+
+gp::Status nonfinite_loss(double loss, int64_t iteration) {
+  return gp::Status(gp::StatusCode::kOutOfRange,
+                    fmt::format("the loss is {} at iteration {}; --allow-nonfinite trains on",
+                                std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"), iteration));
+}
+
+gp::Status run_reference(ReferenceOptions o, bool* nonfinite) {
   GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
   graphpipe::v1::Plan plan;
   GP_ASSIGN_OR_RETURN(auto model, model_or_plan("reference", o.model, o.plan, &plan));
@@ -147,15 +157,24 @@ gp::Status run_reference(ReferenceOptions o) {
   }
   log->debug("training on {}", device->name());
   std::vector<gp::exec::IterationMetrics> metrics;
+  gp::Status stopped;
   for (int it = 0; it < o.iterations; ++it) {
     GP_ASSIGN_OR_RETURN(auto iteration, trainer->run_iteration(it));
     metrics.push_back(iteration);
     const auto& m = metrics.back();
     log->info("iteration {}: loss {:.6f}, {:.1f} samples/s", m.iteration, m.loss, m.samples_per_s);
+    if (!std::isfinite(m.loss) && !o.allow_nonfinite) {
+      stopped = nonfinite_loss(m.loss, m.iteration);
+      break;
+    }
   }
   if (!o.metrics_out.empty()) {
     GP_RETURN_IF_ERROR(
         gp::graph::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
+  }
+  if (!stopped.ok()) {
+    *nonfinite = true;
+    return stopped;
   }
   if (!o.checkpoint_dir.empty()) {
     const int64_t last = o.iterations - 1;
@@ -217,9 +236,10 @@ struct LocalOptions {
   std::string precision = "fp32";
   std::string data;
   bool no_shuffle = false;
+  bool allow_nonfinite = false;
 };
 
-gp::Status run_local(const LocalOptions& o) {
+gp::Status run_local(const LocalOptions& o, bool* nonfinite) {
   GP_ASSIGN_OR_RETURN(const gp::exec::Device* device, device_from_flags(o.device, o.precision));
   GP_ASSIGN_OR_RETURN(const auto loaded, gp::exec::LoadedPlan::read(o.plan));
   const graphpipe::v1::Plan& plan = loaded->plan();
@@ -250,6 +270,14 @@ gp::Status run_local(const LocalOptions& o) {
     metrics.push_back(m);
     log->info("iteration {}: loss {:.6f}", m.iteration, m.loss);
   }
+  // The ranks ran every iteration; the metrics keep them all, and the exit says where it broke.
+  gp::Status stopped;
+  for (const auto& m : metrics) {
+    if (!std::isfinite(m.loss) && !o.allow_nonfinite) {
+      stopped = nonfinite_loss(m.loss, m.iteration);
+      break;
+    }
+  }
   log->info("{:.1f} samples/s over {} iterations",
             static_cast<double>(plan.mini_batch()) * static_cast<double>(metrics.size()) / elapsed,
             metrics.size());
@@ -263,7 +291,17 @@ gp::Status run_local(const LocalOptions& o) {
     GP_RETURN_IF_ERROR(
         gp::graph::write_file_atomic(o.trace, gp::exec::measured_trace_json(plan, events)));
   }
-  return gp::ok_status();
+  if (!stopped.ok()) *nonfinite = true;
+  return stopped;
+}
+
+// Runs a training subcommand: its error's exit code, or 3 when it stopped on a NaN or inf loss.
+template <typename Options>
+int run_training(gp::Status (*command)(Options, bool*), Options options) {
+  bool nonfinite = false;
+  const gp::Status status = command(std::move(options), &nonfinite);
+  const int code = gp::cli::report("graphpipe-executor", status);
+  return nonfinite ? kExitNonfiniteLoss : code;
 }
 
 // --device and --precision of the subcommands that train.
@@ -397,6 +435,9 @@ int main(int raw_argc, char** raw_argv) {
   auto* ref_seed =
       reference->add_option("--seed", ref.seed, "parameter and data seed")->capture_default_str();
   reference->add_option("--metrics-out", ref.metrics_out, "write per-iteration metrics (JSON)");
+  reference->add_flag("--allow-nonfinite", ref.allow_nonfinite,
+                      "keep training when the loss is NaN or infinite (by default training stops "
+                      "and the exit status is 3)");
   add_data_options(reference, ref.data, ref.no_shuffle);
   reference->add_option("--checkpoint-dir", ref.checkpoint_dir,
                         "write the trained parameters as a checkpoint here at the end (for "
@@ -427,6 +468,9 @@ int main(int raw_argc, char** raw_argv) {
       ->capture_default_str()
       ->check(CLI::Range(1, 86400));
   local_cmd->add_option("--metrics-out", local.metrics_out, "write per-iteration metrics (JSON)");
+  local_cmd->add_flag("--allow-nonfinite", local.allow_nonfinite,
+                      "do not fail when the loss is NaN or infinite (by default the exit status "
+                      "is 3, naming the first such iteration)");
   local_cmd->add_option("--trace", local.trace,
                         "write the measured Chrome trace (the simulator's format, for comparison)");
   add_data_options(local_cmd, local.data, local.no_shuffle);
@@ -645,7 +689,7 @@ int main(int raw_argc, char** raw_argv) {
   }
   // The launcher script's decisions: its errors are the launcher's.
   if (launcher.parsed()) return gp::cli::report("graphpipe-launch", launcher.run());
-  if (local_cmd->parsed()) return gp::cli::report("graphpipe-executor", run_local(local));
+  if (local_cmd->parsed()) return run_training<const LocalOptions&>(&run_local, local);
   if (run_cmd->parsed()) {
     auto exit_code = gp::exec::daemon::run_rank(run);
     if (!exit_code.ok()) return gp::cli::report("graphpipe-executor", exit_code.status());
@@ -672,5 +716,5 @@ int main(int raw_argc, char** raw_argv) {
   ref.seed_given = ref_seed->count() > 0;
   ref.weight_decay_given = ref_wd->count() > 0;
   ref.clip_grad_norm_given = ref_clip->count() > 0;
-  return gp::cli::report("graphpipe-executor", run_reference(ref));
+  return run_training<ReferenceOptions>(&run_reference, ref);
 }
