@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "../support/models.h"
@@ -386,6 +387,60 @@ TEST_CASE("external or truncated initializers are refused, naming them") {
   m = b.import();
   REQUIRE_FALSE(m.ok());
   CHECK_THAT(m.status().message(), Catch::Contains("initializer 'w' holds 1 values"));
+}
+
+TEST_CASE(
+    "half-precision and double weights (float16 bfloat16 float64) import as their float32 values") {
+  // w [2, 2] of a MatMul: 1, -2, 0.5 and 2^-24 (the smallest float16, a subnormal).
+  std::vector<float> expected = {1.0f, -2.0f, 0.5f, 5.9604645e-8f};
+  const std::vector<uint16_t> half = {0x3C00, 0xC000, 0x3800, 0x0001};
+  const std::vector<uint16_t> bf16 = {0x3F80, 0xC000, 0x3F00, 0x3380};
+  auto import_with = [](const std::function<void(onnx::TensorProto*)>& store) {
+    OnnxBuilder b;
+    b.input("x", {2});
+    auto* w = b.weight("w", {2, 2});
+    w->clear_float_data();
+    store(w);
+    b.node("MatMul", {"x", "w"}, {"y"}, "mm");
+    b.output("y", {2});
+    return b.import();
+  };
+  auto weight_values = [&](const std::function<void(onnx::TensorProto*)>& store) {
+    auto m = import_with(store);
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    std::vector<float> v;
+    for (const auto& op : m->ops()) {
+      for (const auto& [param, bytes] : op.param_values()) {
+        v.resize(bytes.size() / sizeof(float));
+        std::memcpy(v.data(), bytes.data(), bytes.size());
+      }
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  std::sort(expected.begin(), expected.end());
+  CHECK(weight_values([&](onnx::TensorProto* w) {
+          w->set_data_type(onnx::TensorProto::FLOAT16);
+          for (uint16_t h : half) w->add_int32_data(h);
+        }) == expected);
+  CHECK(weight_values([&](onnx::TensorProto* w) {
+          w->set_data_type(onnx::TensorProto::BFLOAT16);
+          std::string raw(bf16.size() * 2, '\0');
+          std::memcpy(raw.data(), bf16.data(), raw.size());
+          w->set_raw_data(raw);
+        }) == expected);
+  CHECK(weight_values([&](onnx::TensorProto* w) {
+          w->set_data_type(onnx::TensorProto::DOUBLE);
+          for (float f : expected) w->add_double_data(f);
+        }) == expected);
+  // A float16 tensor whose raw bytes hold 3 values for 4 elements is refused.
+  const auto short_half = import_with([](onnx::TensorProto* w) {
+    w->set_data_type(onnx::TensorProto::FLOAT16);
+    w->set_raw_data(std::string(6, '\0'));
+  });
+  REQUIRE_FALSE(short_half.ok());
+  CHECK_THAT(short_half.status().message(), Catch::Contains("initializer 'w' holds 3 values"));
 }
 
 TEST_CASE("a tensor read but defined nowhere is refused, naming it and its reader") {

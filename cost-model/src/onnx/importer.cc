@@ -116,9 +116,80 @@ int64_t stored_count(const onnx::TensorProto& t) {
       return t.int64_data_size() + raw / 8;
     case kOnnxDouble:
       return t.double_data_size() + raw / 8;
+    case kOnnxFloat16:
+    case kOnnxBfloat16:
+      return t.int32_data_size() + raw / 2;  // 16-bit values: one per int32_data entry
     default:
       return -1;  // not read as numbers
   }
+}
+
+// IEEE half-precision bits to float (subnormals, infinities and NaN included).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400u) == 0);
+    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+float bfloat16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Weights stored as float16, bfloat16 or float64 (a half-precision or double export), widened
+// or rounded to the float32 the executor trains in. nullopt for other types, or when the count
+// disagrees with the dims.
+std::optional<std::vector<float>> widened_to_float(const onnx::TensorProto& t) {
+  std::vector<float> v;
+  const std::string& raw = t.raw_data();
+  switch (t.data_type()) {
+    case kOnnxDouble:
+      for (double d : t.double_data()) v.push_back(static_cast<float>(d));
+      for (size_t i = 0; i + 8 <= raw.size(); i += 8) {
+        double d;
+        std::memcpy(&d, raw.data() + i, 8);
+        v.push_back(static_cast<float>(d));
+      }
+      break;
+    case kOnnxFloat16:
+    case kOnnxBfloat16: {
+      const bool half = t.data_type() == kOnnxFloat16;
+      auto widen = [&](uint16_t bits) {
+        return half ? half_to_float(bits) : bfloat16_to_float(bits);
+      };
+      for (int32_t x : t.int32_data()) v.push_back(widen(static_cast<uint16_t>(x)));
+      for (size_t i = 0; i + 2 <= raw.size(); i += 2) {
+        uint16_t bits;
+        std::memcpy(&bits, raw.data() + i, 2);
+        v.push_back(widen(bits));
+      }
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  if (static_cast<int64_t>(v.size()) != element_count(t)) return std::nullopt;
+  return v;
 }
 }  // namespace
 
@@ -731,9 +802,10 @@ std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
 
 std::optional<std::vector<float>> Importer::float_values(const std::string& name) const {
   auto it = consts_.find(name);
-  if (it == consts_.end() || it->second->data_type() != kOnnxFloat) return std::nullopt;
-  // Straight to float: weights can be large, a detour through values_of() would copy them twice.
+  if (it == consts_.end()) return std::nullopt;
   const onnx::TensorProto& t = *it->second;
+  if (t.data_type() != kOnnxFloat) return widened_to_float(t);
+  // Straight to float: weights can be large, a detour through values_of() would copy them twice.
   std::vector<float> v(t.float_data().begin(), t.float_data().end());
   const std::string& raw = t.raw_data();
   const size_t typed = v.size();

@@ -20,7 +20,8 @@
 
 namespace gp::graph::onnx_detail {
 
-constexpr int kOnnxFloat = 1, kOnnxInt32 = 6, kOnnxInt64 = 7, kOnnxDouble = 11;
+constexpr int kOnnxFloat = 1, kOnnxInt32 = 6, kOnnxInt64 = 7, kOnnxFloat16 = 10, kOnnxDouble = 11,
+              kOnnxBfloat16 = 16;
 // A folded shape element that equals the (symbolic) batch size.
 constexpr double kBatchDim = -1e15;
 
