@@ -114,8 +114,7 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
         // Imported by widening (float16, bfloat16, float64): writing float32 values back into
         // it would change the graph's types.
         return invalid_argument(in + ": '" + t.name() + "' (" + src.op() + "." + src.param() +
-                                ") is stored as ONNX data type " +
-                                std::to_string(t.data_type()) +
+                                ") is stored as ONNX data type " + std::to_string(t.data_type()) +
                                 ", not float32; export it with --out FILE.npz");
       }
       return invalid_argument(in + ": has no float tensor '" + src.initializer() + "' for " +

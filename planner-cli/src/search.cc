@@ -243,12 +243,31 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                             std::to_string(graph::kMaxMiniBatch) + "]");
   }
   std::vector<int64_t> micro_batches = req.micro_batches;
-  if (micro_batches.empty()) micro_batches = power_of_two_divisors(req.mini_batch);
+  if (micro_batches.empty()) {
+    // Plans, and the search's time, grow with the micro-batches per iteration.
+    for (int64_t b : power_of_two_divisors(req.mini_batch)) {
+      if (req.mini_batch / b <= kMaxMicroBatchesPerIteration) micro_batches.push_back(b);
+    }
+    if (micro_batches.empty()) {
+      return invalid_argument(
+          "--batch = " + std::to_string(req.mini_batch) + ": its largest power-of-two divisor, " +
+          std::to_string(power_of_two_divisors(req.mini_batch).back()) + ", leaves " +
+          std::to_string(req.mini_batch / power_of_two_divisors(req.mini_batch).back()) +
+          " micro-batches per iteration, more than " +
+          std::to_string(kMaxMicroBatchesPerIteration) + " (a batch with a larger power of two)");
+    }
+  }
   for (int64_t b : micro_batches) {
     if (b <= 0 || (b & (b - 1)) != 0 || req.mini_batch % b != 0) {
       return invalid_argument("--micro-batches: " + std::to_string(b) +
                               " must be a power of two dividing the mini-batch " +
                               std::to_string(req.mini_batch));
+    }
+    if (req.mini_batch / b > kMaxMicroBatchesPerIteration) {
+      return invalid_argument("--micro-batches: " + std::to_string(b) + " gives " +
+                              std::to_string(req.mini_batch / b) +
+                              " micro-batches per iteration, more than " +
+                              std::to_string(kMaxMicroBatchesPerIteration));
     }
   }
   const int devices =

@@ -91,6 +91,14 @@ check "search with --per-stage-microbatch writes a verifiable plan" '[ $rc -eq 0
 tput() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted_throughput_samples_per_s'])" "$1"; }
 check "graphpipe's default refines per-stage micro-batches: faster than --uniform-microbatch here" \
   '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$(tput "$tmp/cu.json")" "$(tput "$tmp/cu_u.json")"'
+err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 16777213 \
+  --out "$tmp/prime.pb" 2>&1 >/dev/null); rc=$?
+check "a prime batch (only micro-batch 1) is refused at once, not searched over 16777213 micro-batches" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "16777213 micro-batches per iteration, more than 4096"'
+err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 262144 \
+  --micro-batches 1 --out "$tmp/many.pb" 2>&1 >/dev/null); rc=$?
+check "--micro-batches giving more than 4096 micro-batches is refused naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--micro-batches: 1 gives 262144 micro-batches"'
 for bad in "--lr nan:learning_rate = nan" "--lr inf:learning_rate = inf" "--beta1 nan:adam_beta1 = nan" \
            "--optimizer momentum --momentum nan:momentum = nan"; do
   err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 ${bad%%:*} \

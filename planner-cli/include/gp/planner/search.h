@@ -76,6 +76,10 @@ Result<SearchResult> search_plan(const SearchRequest& request);
 // The micro-batch sizes tried when none are given: every power of two dividing the mini-batch.
 std::vector<int64_t> power_of_two_divisors(int64_t mini_batch);
 
+// The most micro-batches per iteration a searched or lowered plan may have: plans (their
+// instructions) and the search's time grow with them, and no pipeline needs more.
+inline constexpr int64_t kMaxMicroBatchesPerIteration = 4096;
+
 // Samples/s that no plan of micro-batch `micro_batch` on `devices` devices can pass: the
 // simulator runs every replica's share of a micro-batch as kernels of at most `micro_batch`
 // samples, so each op costs at least its cheapest time per sample over kernels of 1 to
