@@ -1,5 +1,6 @@
 #include "gp/exec/rank_session.h"
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -103,7 +104,10 @@ Result<LocalRunResult> run_plan_locally(std::shared_ptr<const LoadedPlan> loaded
     sessions.push_back(std::move(session));
   }
   LoopbackHub hub(loaded->world_size(), timeout);
-  std::vector<std::vector<double>> loss_sums(sessions.size(), std::vector<double>(iterations, 0));
+  // Each rank's loss per iteration, grown as they run: sized up front, --iterations 2^30 would
+  // claim gigabytes per rank before the first step.
+  std::vector<std::vector<double>> loss_sums(sessions.size());
+  for (auto& per_rank : loss_sums) per_rank.reserve(std::min(iterations, 1 << 16));
   std::mutex mu;
   Status first_error;
   std::vector<std::thread> threads;
@@ -121,7 +125,7 @@ Result<LocalRunResult> run_plan_locally(std::shared_ptr<const LoadedPlan> loaded
                       " failed: " + loss.status().message());
           return;
         }
-        loss_sums[i][it] = *loss;
+        loss_sums[i].push_back(*loss);
       }
     });
   }
