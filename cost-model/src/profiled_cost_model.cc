@@ -149,10 +149,14 @@ Result<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::create(
     }
     if (m.device_kind() != device_kind) continue;
     auto& pts = impl->points[m.signature()];
-    if (m.activation_bytes() < 0 || m.workspace_bytes() < 0) {
+    // 2^50 bytes (a petabyte) is beyond any device; larger values would overflow the memory
+    // model's sums into small ones.
+    constexpr int64_t kMaxOpBytes = int64_t{1} << 50;
+    if (m.activation_bytes() < 0 || m.workspace_bytes() < 0 ||
+        m.activation_bytes() > kMaxOpBytes || m.workspace_bytes() > kMaxOpBytes) {
       return invalid_argument(
           where + ": activation_bytes = " + std::to_string(m.activation_bytes()) +
-          ", workspace_bytes = " + std::to_string(m.workspace_bytes()) + ", must be >= 0");
+          ", workspace_bytes = " + std::to_string(m.workspace_bytes()) + ", must be in [0, 2^50]");
     }
     Point p{m.micro_batch(), m.forward_time_us(), m.backward_time_us(), m.activation_bytes(),
             m.workspace_bytes()};
