@@ -219,6 +219,21 @@ Status write_file_atomic(const std::string& path, std::string_view contents) {
   return ok_status();
 }
 
+Status check_output_path(std::string_view flag, const std::string& path) {
+  if (path.empty()) return ok_status();
+  const std::string where = std::string(flag) + " " + path;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return invalid_argument(where + ": is a directory, not a file");
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return invalid_argument(where + ": the directory " + dir + " does not exist");
+  }
+  return ok_status();
+}
+
 Status read_message(const std::string& path, google::protobuf::Message* msg) {
   GP_ASSIGN_OR_RETURN(FileFormat format, format_for_path(path));
   GP_ASSIGN_OR_RETURN(std::string data, read_file(path));

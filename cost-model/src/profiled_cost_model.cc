@@ -152,8 +152,8 @@ Result<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::create(
     // 2^50 bytes (a petabyte) is beyond any device; larger values would overflow the memory
     // model's sums into small ones.
     constexpr int64_t kMaxOpBytes = int64_t{1} << 50;
-    if (m.activation_bytes() < 0 || m.workspace_bytes() < 0 ||
-        m.activation_bytes() > kMaxOpBytes || m.workspace_bytes() > kMaxOpBytes) {
+    if (m.activation_bytes() < 0 || m.workspace_bytes() < 0 || m.activation_bytes() > kMaxOpBytes ||
+        m.workspace_bytes() > kMaxOpBytes) {
       return invalid_argument(
           where + ": activation_bytes = " + std::to_string(m.activation_bytes()) +
           ", workspace_bytes = " + std::to_string(m.workspace_bytes()) + ", must be in [0, 2^50]");

@@ -14,6 +14,7 @@ namespace gp::plan_cli {
 Status run_lower(const LowerOptions& opts) {
   const SearchOptions& so = opts.search;
   GP_RETURN_IF_ERROR(graph::format_for_path(so.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(graph::check_output_path("--out", so.out));
   GP_ASSIGN_OR_RETURN(const auto lowering, planner::parse_lowering(opts.lowering));
   std::vector<graphpipe::v1::Strategy> strategies;
   for (const auto& name : opts.compare) {

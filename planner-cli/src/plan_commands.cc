@@ -231,6 +231,12 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
 
 Status run_search(const SearchOptions& opts) {
   GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", opts.out},
+                                   {"--report", opts.report},
+                                   {"--trace", opts.trace},
+                                   {"--dot", opts.dot}}) {
+    GP_RETURN_IF_ERROR(graph::check_output_path(flag, path));
+  }
   GP_ASSIGN_OR_RETURN(auto strategy, planner::parse_strategy(opts.strategy));
   GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
   GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
@@ -268,6 +274,7 @@ Status run_search(const SearchOptions& opts) {
 
 Status run_replan(const ReplanOptions& opts) {
   GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(graph::check_output_path("--out", opts.out));
   graphpipe::v1::Plan old;
   GP_RETURN_IF_ERROR(graph::read_message(opts.plan, &old).with_context("--plan"));
   PlanningSetup setup;

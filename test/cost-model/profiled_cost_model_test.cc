@@ -257,9 +257,8 @@ TEST_CASE("create rejects a null fallback and bad measurements naming the record
   db.mutable_ops(1)->set_activation_bytes(INT64_MAX);
   auto huge = ProfiledCostModel::create(db, kKind, fallback);
   REQUIRE_FALSE(huge.ok());
-  CHECK_THAT(huge.status().message(),
-             Catch::Contains("activation_bytes = 9223372036854775807") &&
-                 Catch::Contains("must be in [0, 2^50]"));
+  CHECK_THAT(huge.status().message(), Catch::Contains("activation_bytes = 9223372036854775807") &&
+                                          Catch::Contains("must be in [0, 2^50]"));
   db.mutable_ops(1)->set_activation_bytes(0);
   db.mutable_ops(0)->set_forward_time_us(-1);
   auto negative_fwd = ProfiledCostModel::create(db, kKind, fallback);

@@ -99,6 +99,14 @@ err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch
   --micro-batches 1 --out "$tmp/many.pb" 2>&1 >/dev/null); rc=$?
 check "--micro-batches giving more than 4096 micro-batches is refused naming it" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--micro-batches: 1 gives 262144 micro-batches"'
+err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
+  --out "$tmp/no-such-dir/plan.pb" 2>&1 >/dev/null); rc=$?
+check "--out in a missing directory is refused before the search" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--out $tmp/no-such-dir/plan.pb: the directory"'
+err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
+  --out "$tmp/dir-ok.pb" --report "$tmp" 2>&1 >/dev/null); rc=$?
+check "--report naming a directory is refused before the search" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--report $tmp: is a directory" && [ ! -e "$tmp/dir-ok.pb" ]'
 for bad in "--lr nan:learning_rate = nan" "--lr inf:learning_rate = inf" "--beta1 nan:adam_beta1 = nan" \
            "--optimizer momentum --momentum nan:momentum = nan"; do
   err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 ${bad%%:*} \

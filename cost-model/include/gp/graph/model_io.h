@@ -32,6 +32,9 @@ Result<std::string> read_file(const std::string& path);
 // renamed over it; a symbolic link's target is replaced and the link kept. A device, FIFO or
 // socket (/dev/stdout) is written through. A directory is refused.
 Status write_file_atomic(const std::string& path, std::string_view contents);
+// Before long work whose result goes to `path` (given by `flag`): its directory exists and it is
+// not itself a directory, so that a typo fails at once rather than after the work.
+Status check_output_path(std::string_view flag, const std::string& path);
 
 // Hex FNV-1a-64 digest of the deterministic binary serialisation; equal messages hash equal.
 std::string message_hash(const google::protobuf::Message& msg);
