@@ -55,6 +55,23 @@ check "local exits 3 on a NaN loss, naming the iteration" \
   '[ $rc -eq 3 ] && echo "$err" | grep -q "the loss is NaN at iteration 1"'
 "$exe" --log-level warn local --plan "$tmp/nonfinite.pb" --iterations 3 --allow-nonfinite; rc=$?
 check "local --allow-nonfinite trains on through a NaN loss" '[ $rc -eq 0 ]'
+# A rank killed mid-run: rank 0 names it and exits within a few heartbeats, not after --timeout.
+port=$((20000 + RANDOM % 20000))
+"$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
+  --out "$tmp/two-ranks.pb" >/dev/null
+(GP_AUTH_TOKEN=t timeout 90 "$exe" --log-level warn run --plan "$tmp/two-ranks.pb" --rank 0 \
+  --world-size 2 --coordinator "127.0.0.1:$port" --iterations 100000000 --timeout 60 \
+  --store-dir "$tmp/kill-store" > "$tmp/kill-r0.log" 2>&1; echo $? > "$tmp/kill-r0.rc") &
+r0=$!
+GP_AUTH_TOKEN=t "$exe" --log-level warn run --plan "$tmp/two-ranks.pb" --rank 1 --world-size 2 \
+  --coordinator "127.0.0.1:$port" --iterations 100000000 --timeout 60 \
+  --store-dir "$tmp/kill-store" > "$tmp/kill-r1.log" 2>&1 &
+r1=$!
+sleep 3
+kill -9 "$r1"; killed_at=$SECONDS
+wait "$r0"; took=$((SECONDS - killed_at))
+check "rank 0 exits within 15 s of rank 1's death (--timeout 60), naming it (took ${took} s)" \
+  '[ "$(cat "$tmp/kill-r0.rc")" -ne 0 ] && [ "$took" -lt 15 ] && grep -q "rank 1" "$tmp/kill-r0.log"'
 for bad in 127.0.0.1:99999 127.0.0.1:-5 :29500 garbage; do
   err=$(timeout 20 "$exe" run --plan "$tmp/plan.pb" --rank 1 --world-size 3 --iterations 1 \
     --coordinator "$bad" --store-dir "$tmp/bad-store" 2>&1 >/dev/null); rc=$?

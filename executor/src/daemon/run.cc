@@ -454,8 +454,11 @@ class RankJob {
           !st.ok()) {
         log_->error("rank 0: {}", st.message());
       }
-      // The others learn of the abort from their next heartbeat; serve it to them first.
-      coordinator_->wait_until_told(timeout_);
+      // The others learn of the abort from their next heartbeat; serve it to them first. Live
+      // ranks heartbeat every period from a thread of their own, so a few periods reach them
+      // all; waiting out --timeout instead would only wait for the rank that died.
+      coordinator_->wait_until_told(
+          std::min(timeout_, milliseconds(3 * int64_t{o_.heartbeat_ms} + 1000)));
     }
     if (nonfinite_) {  // its own exit code, so that schedulers can tell it from a crash
       std::fprintf(stderr, "graphpipe-executor: error: %s\n", failure.message().c_str());
