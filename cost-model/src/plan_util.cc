@@ -293,6 +293,16 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
                                 std::to_string(ref.output()) + " is not a tensor of the model");
       }
     }
+    // The simulator prices the edge's transfers by this figure: it must be its tensors' size.
+    int64_t bytes = 0;
+    for (const auto& ref : edge.tensors()) {
+      bytes += size_bytes(graph.op(graph.index_of(ref.op())).proto->outputs(ref.output()));
+    }
+    if (edge.bytes_per_sample() != bytes) {
+      return invalid_argument(
+          where + ".bytes_per_sample = " + std::to_string(edge.bytes_per_sample()) +
+          ", but its tensors hold " + std::to_string(bytes) + " bytes per sample");
+    }
   }
 
   for (int m = 0; m < plan.messages_size(); ++m) {

@@ -55,6 +55,10 @@ computed = {"missing_gradient_receive": drop_gradient_receive,
             "channel_order_swapped": swap_channel_order}
 cases = {
     "edge_to_missing_stage": (lambda p: p["edges"][0].update(dst_stage=99), "edges[0]: stages"),
+    "edge_bytes_negative": (lambda p: p["edges"][0].update(bytes_per_sample="-1"),
+                            "edges[0].bytes_per_sample = -1, but its tensors hold"),
+    "edge_bytes_huge": (lambda p: p["edges"][0].update(bytes_per_sample=str(2**63 - 1)),
+                        "edges[0].bytes_per_sample = 9223372036854775807, but its tensors hold"),
     "no_stages": (lambda p: p.update(stages=[]), "plan.stages: empty"),
     "huge_mini_batch": (lambda p: p.update(mini_batch=str(2**40)), "plan.mini_batch = 1099511627776"),
     "devices_per_node_0": (lambda p: p["cluster"].update(devices_per_node=0), "devices_per_node = 0"),
