@@ -91,29 +91,22 @@ check "search with --per-stage-microbatch writes a verifiable plan" '[ $rc -eq 0
 tput() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted_throughput_samples_per_s'])" "$1"; }
 check "graphpipe's default refines per-stage micro-batches: faster than --uniform-microbatch here" \
   '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)" "$(tput "$tmp/cu.json")" "$(tput "$tmp/cu_u.json")"'
-err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 16777213 \
-  --out "$tmp/prime.pb" 2>&1 >/dev/null); rc=$?
-check "a prime batch (only micro-batch 1) is refused at once, not searched over 16777213 micro-batches" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -q "16777213 micro-batches per iteration, more than 4096"'
-err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 262144 \
-  --micro-batches 1 --out "$tmp/many.pb" 2>&1 >/dev/null); rc=$?
-check "--micro-batches giving more than 4096 micro-batches is refused naming it" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--micro-batches: 1 gives 262144 micro-batches"'
-err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
-  --out "$tmp/no-such-dir/plan.pb" 2>&1 >/dev/null); rc=$?
-check "--out in a missing directory is refused before the search" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--out $tmp/no-such-dir/plan.pb: the directory"'
-err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
-  --out "$tmp/dir-ok.pb" --report "$tmp" 2>&1 >/dev/null); rc=$?
-check "--report naming a directory is refused before the search" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--report $tmp: is a directory" && [ ! -e "$tmp/dir-ok.pb" ]'
-for bad in "--lr nan:learning_rate = nan" "--lr inf:learning_rate = inf" "--beta1 nan:adam_beta1 = nan" \
-           "--optimizer momentum --momentum nan:momentum = nan"; do
-  err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 ${bad%%:*} \
-    --out "$tmp/nan.pb" 2>&1 >/dev/null); rc=$?
-  check "search ${bad%%:*} exits 2 naming it (not the default in its place)" \
-    '[ $rc -eq 2 ] && echo "$err" | grep -qF "${bad#*:}" && [ ! -e "$tmp/nan.pb" ]'
-done
+# Bad flags are refused at once, before any search, naming the flag (no plan is written).
+while IFS='|' read -r args expected; do
+  err=$("$bin" search --model zoo:tiny-mmt --cluster cpu-local --devices 2 $args 2>&1 >/dev/null)
+  rc=$?
+  check "search $args exits 2 at once naming it" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "$expected" && [ ! -e "$tmp/refused.pb" ]'
+done <<BAD_FLAGS
+--batch 16777213 --out $tmp/refused.pb|16777213 micro-batches per iteration, more than 4096
+--batch 262144 --micro-batches 1 --out $tmp/refused.pb|--micro-batches: 1 gives 262144 micro-batches
+--batch 8 --out $tmp/no-such-dir/plan.pb|--out $tmp/no-such-dir/plan.pb: the directory
+--batch 8 --out $tmp/refused.pb --report $tmp|--report $tmp: is a directory
+--batch 8 --lr nan --out $tmp/refused.pb|learning_rate = nan
+--batch 8 --lr inf --out $tmp/refused.pb|learning_rate = inf
+--batch 8 --beta1 nan --out $tmp/refused.pb|adam_beta1 = nan
+--batch 8 --optimizer momentum --momentum nan --out $tmp/refused.pb|momentum = nan
+BAD_FLAGS
 err=$("$bin" search --model zoo:tiny-dlrm --cluster cpu-local --devices 4 --batch 16 --uniform-microbatch \
       --per-stage-microbatch --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
 check "--uniform-microbatch with --per-stage-microbatch is refused" '[ $rc -ne 0 ] && echo "$err" | grep -q "excludes"'
