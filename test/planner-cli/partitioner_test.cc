@@ -53,6 +53,28 @@ struct Fixture {
 
 graph::Graph chain(int n) { return testing::chain_graph(n); }
 
+// A GraphPipe search of zoo model `spec` on the first `devices` of summit-v100, mini-batch
+// `mini_batch`, Adam, analytic costs: what most of the search tests below start from.
+struct SummitSearch {
+  SummitSearch(const std::string& spec, int devices, int64_t mini_batch)
+      : cluster(*cost::select_devices(*cost::load_cluster("summit-v100"), devices)),
+        model(cluster.device(), graphpipe::v1::PRECISION_FP32),
+        g(zoo(spec)) {
+    req.graph = &g;
+    req.cluster = cluster;
+    req.mini_batch = mini_batch;
+    req.compute = &model;
+    req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  }
+  SummitSearch(const SummitSearch&) = delete;  // req points at the members
+  SummitSearch& operator=(const SummitSearch&) = delete;
+
+  graphpipe::v1::Cluster cluster;
+  cost::AnalyticCostModel model;
+  graph::Graph g;
+  planner::SearchRequest req;
+};
+
 graph::Graph two_branches(int layers) {
   graph::GraphBuilder b("two", "");
   std::vector<graph::TensorRef> outs;
@@ -192,16 +214,8 @@ TEST_CASE("every searched plan passes the verifier, for every strategy and tiny 
 }
 
 TEST_CASE("graphpipe finds a shallower plan than the sequential planner on a branchy model") {
-  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 8);
-  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
-  auto g = zoo("candle-uno");
-  planner::SearchRequest req;
-  req.graph = &g;
-  req.cluster = cluster;
-  req.mini_batch = 64;
-  req.compute = &model;
-  req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
-  req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  SummitSearch search("candle-uno", 8, 64);
+  planner::SearchRequest& req = search.req;
   auto gp_result = planner::search_plan(req);
   req.strategy = graphpipe::v1::STRATEGY_SEQUENTIAL;
   auto seq_result = planner::search_plan(req);
@@ -219,17 +233,10 @@ TEST_CASE("with few micro-batches graphpipe takes a shallower partition over the
   // pipeline (4 + 2 + 1 devices) that idles most of each iteration filling and draining; a 2-deep
   // one with a 5% slower bottleneck is about twice as fast. The sequential strategy, which has
   // no such candidate, keeps the deep one.
-  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 7);
-  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
-  auto g = zoo("transformer?layers=1");
-  planner::SearchRequest req;
-  req.graph = &g;
-  req.cluster = cluster;
-  req.mini_batch = 48;
+  SummitSearch search("transformer?layers=1", 7, 48);
+  planner::SearchRequest& req = search.req;
+  const cost::AnalyticCostModel& model = search.model;
   req.micro_batches = {16};
-  req.compute = &model;
-  req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
-  req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
   auto gp_result = planner::search_plan(req);
   req.strategy = graphpipe::v1::STRATEGY_SEQUENTIAL;
   auto seq_result = planner::search_plan(req);
@@ -257,16 +264,8 @@ TEST_CASE("the runner-up plan is refined too and wins when its refinement ends h
   // nbranch with 4 branches on 16 V100s: the best start (micro-batch 16, 1508 samples/s
   // simulated) gains nothing from refinement; the runner-up (micro-batch 8, 1466) refines to
   // 1527, which the search must return.
-  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 16);
-  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
-  auto g = zoo("nbranch?branches=4");
-  planner::SearchRequest req;
-  req.graph = &g;
-  req.cluster = cluster;
-  req.mini_batch = 128;
-  req.compute = &model;
-  req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
-  req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  SummitSearch search("nbranch?branches=4", 16, 128);
+  planner::SearchRequest& req = search.req;
   req.per_stage_microbatch = true;
   auto result = planner::search_plan(req);
   REQUIRE(result.ok());
@@ -361,15 +360,9 @@ TEST_CASE("placement keeps the heavy edge inside a node") {
 }
 
 TEST_CASE("per-stage micro-batch refinement never loses throughput and stays verifiable") {
-  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 32);
-  cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
-  auto g = zoo("dlrm");
-  planner::SearchRequest req;
-  req.graph = &g;
-  req.cluster = cluster;
-  req.mini_batch = 256;
-  req.compute = &model;
-  req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  SummitSearch search("dlrm", 32, 256);
+  planner::SearchRequest& req = search.req;
+  const cost::AnalyticCostModel& model = search.model;
   auto uniform = planner::search_plan(req);
   req.per_stage_microbatch = true;
   auto refined = planner::search_plan(req);
