@@ -176,15 +176,11 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
   if (every_stage_fixed) {
     sizes = {0};  // nothing left to choose
   } else if (sizes.empty()) {
-    for (int64_t b : power_of_two_divisors(req.mini_batch)) {
-      if (req.mini_batch / b <= kMaxMicroBatchesPerIteration) sizes.push_back(b);
+    auto searchable = searchable_micro_batches(req.mini_batch);
+    if (!searchable.ok()) {
+      return invalid_argument(searchable.status().message() + "; or give stages a micro_batch");
     }
-    if (sizes.empty()) {
-      return invalid_argument("--batch = " + std::to_string(req.mini_batch) +
-                              ": every power-of-two micro-batch dividing it leaves more than " +
-                              std::to_string(kMaxMicroBatchesPerIteration) +
-                              " micro-batches per iteration; give stages a micro_batch");
-    }
+    sizes = std::move(searchable).value();
   }
   for (int64_t b : sizes) {
     if (b < 0 || (b > 0 && req.mini_batch % b != 0)) {

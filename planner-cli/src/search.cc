@@ -132,6 +132,22 @@ std::vector<int64_t> power_of_two_divisors(int64_t mini_batch) {
   return out;
 }
 
+Result<std::vector<int64_t>> searchable_micro_batches(int64_t mini_batch) {
+  const std::vector<int64_t> divisors = power_of_two_divisors(mini_batch);
+  std::vector<int64_t> out;
+  for (int64_t b : divisors) {
+    if (mini_batch / b <= kMaxMicroBatchesPerIteration) out.push_back(b);
+  }
+  if (out.empty()) {
+    return invalid_argument(
+        "--batch = " + std::to_string(mini_batch) + ": its largest power-of-two divisor, " +
+        std::to_string(divisors.back()) + ", leaves " +
+        std::to_string(mini_batch / divisors.back()) + " micro-batches per iteration, more than " +
+        std::to_string(kMaxMicroBatchesPerIteration) + " (a batch with a larger power of two)");
+  }
+  return out;
+}
+
 std::string infeasible_summary(const std::vector<CandidateSummary>& candidates) {
   std::string why;
   for (const auto& c : candidates) {
@@ -244,18 +260,7 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   }
   std::vector<int64_t> micro_batches = req.micro_batches;
   if (micro_batches.empty()) {
-    // Plans, and the search's time, grow with the micro-batches per iteration.
-    for (int64_t b : power_of_two_divisors(req.mini_batch)) {
-      if (req.mini_batch / b <= kMaxMicroBatchesPerIteration) micro_batches.push_back(b);
-    }
-    if (micro_batches.empty()) {
-      return invalid_argument(
-          "--batch = " + std::to_string(req.mini_batch) + ": its largest power-of-two divisor, " +
-          std::to_string(power_of_two_divisors(req.mini_batch).back()) + ", leaves " +
-          std::to_string(req.mini_batch / power_of_two_divisors(req.mini_batch).back()) +
-          " micro-batches per iteration, more than " +
-          std::to_string(kMaxMicroBatchesPerIteration) + " (a batch with a larger power of two)");
-    }
+    GP_ASSIGN_OR_RETURN(micro_batches, searchable_micro_batches(req.mini_batch));
   }
   for (int64_t b : micro_batches) {
     if (b <= 0 || (b & (b - 1)) != 0 || req.mini_batch % b != 0) {
@@ -324,8 +329,8 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   auto evaluate = [&](const Partition& part, const UnitGraph& part_units,
                       const StageCostModel& part_costs, bool chain, const std::string& source,
                       CandidateSummary* cand) -> Result<bool> {
-    // No plan of this partition can beat its busiest replica's compute and all-reduce (the
-    // simulator charges at least those): skip lowering and simulating it when that bound is
+    // No plan of this partition can beat partition_throughput_bound (the busiest replica's
+    // compute and all-reduce, and fill and drain): skip lowering and simulating it when that is
     // already below the best plan, as it is for most small micro-batches on large clusters.
     if (best.throughput > 0) {
       const double bound = partition_throughput_bound(part, part_units, part_costs);

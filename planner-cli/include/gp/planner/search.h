@@ -79,6 +79,10 @@ std::vector<int64_t> power_of_two_divisors(int64_t mini_batch);
 // The most micro-batches per iteration a searched or lowered plan may have: plans (their
 // instructions) and the search's time grow with them, and no pipeline needs more.
 inline constexpr int64_t kMaxMicroBatchesPerIteration = 4096;
+// The micro-batch sizes tried when none are given: the power-of-two divisors of the mini-batch
+// leaving at most kMaxMicroBatchesPerIteration micro-batches; an error naming the batch when
+// none does (a prime batch).
+Result<std::vector<int64_t>> searchable_micro_batches(int64_t mini_batch);
 
 // Samples/s that no plan of micro-batch `micro_batch` on `devices` devices can pass: the
 // simulator runs every replica's share of a micro-batch as kernels of at most `micro_batch`
