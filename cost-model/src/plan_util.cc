@@ -106,6 +106,269 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
   return ok_status();
 }
 
+// Structural validation, one check per aspect of the plan, in the order the checks run: the first
+// failing check's error is the one reported. A check may fill the part of the index that later
+// checks read (the stages check fills the op and rank tables, the programs check
+// program_of_rank).
+class PlanValidator {
+ public:
+  PlanValidator(const Plan& plan, const Graph& graph) : plan_(plan), graph_(graph) {}
+
+  Result<PlanIndex> run() && {
+    using Check = Status (PlanValidator::*)();
+    static constexpr Check kChecks[] = {
+        &PlanValidator::check_format_version, &PlanValidator::check_model_hash,
+        &PlanValidator::check_mini_batch,     &PlanValidator::check_training,
+        &PlanValidator::check_has_stages,     &PlanValidator::check_cluster_shape,
+        &PlanValidator::check_stages,         &PlanValidator::check_op_coverage,
+        &PlanValidator::check_edges,          &PlanValidator::check_messages,
+        &PlanValidator::check_programs,       &PlanValidator::check_every_rank_has_program,
+    };
+    for (const Check check : kChecks) GP_RETURN_IF_ERROR((this->*check)());
+    return std::move(index_);
+  }
+
+ private:
+  Status check_format_version() {
+    if (plan_.format_version() == kPlanFormatVersion) return ok_status();
+    const std::string why =
+        plan_.format_version() == 1
+            ? ": a plan from an older graphpipe-plan, whose SEND and RECV instructions do not "
+              "name a shared message; make the plan again with this graphpipe-plan"
+            : ", this build reads format " + std::to_string(kPlanFormatVersion);
+    return invalid_argument("plan.format_version = " + std::to_string(plan_.format_version()) +
+                            why);
+  }
+
+  Status check_model_hash() {
+    const std::string hash = model_hash(plan_.model());
+    if (plan_.model_hash() == hash) return ok_status();
+    return invalid_argument("plan.model_hash = '" + plan_.model_hash() +
+                            "' does not match the embedded model (" + hash + ")");
+  }
+
+  Status check_mini_batch() {
+    if (plan_.mini_batch() > 0 && plan_.mini_batch() <= kMaxMiniBatch) return ok_status();
+    return invalid_argument("plan.mini_batch = " + std::to_string(plan_.mini_batch()) +
+                            ", must be in [1, " + std::to_string(kMaxMiniBatch) + "]");
+  }
+
+  Status check_training() {
+    return validate_training(plan_.training(), /*allow_unset_learning_rate=*/true)
+        .with_context("plan");
+  }
+
+  Status check_has_stages() {
+    if (plan_.stages_size() == 0) return invalid_argument("plan.stages: empty");
+    return ok_status();
+  }
+
+  // Ranks are dense: rank k is the cluster's k-th usable (not excluded) device.
+  // The cluster's shape, which ranks are checked against (cost::validate_cluster checks the
+  // rest for the tools that price a plan). In 64 bits: this sizes a vector.
+  Status check_cluster_shape() {
+    const auto& cl = plan_.cluster();
+    if (cl.num_nodes() <= 0 || cl.devices_per_node() <= 0) {
+      return invalid_argument("plan.cluster: num_nodes = " + std::to_string(cl.num_nodes()) +
+                              ", devices_per_node = " + std::to_string(cl.devices_per_node()) +
+                              ": both must be > 0");
+    }
+    const int64_t listed = static_cast<int64_t>(cl.num_nodes()) * cl.devices_per_node();
+    if (listed > (int64_t{1} << 20)) {
+      return invalid_argument("plan.cluster: num_nodes * devices_per_node = " +
+                              std::to_string(listed) + " devices, more than the 1048576 supported");
+    }
+    cluster_devices_ = static_cast<int>(std::max<int64_t>(0, listed - cl.excluded_ranks_size()));
+    return ok_status();
+  }
+
+  // Each stage in turn (its id, ops, devices, micro-batch), then the rank tables.
+  Status check_stages() {
+    index_.stage_of_op.assign(graph_.num_ops(), -1);
+    index_.stage_ops.resize(plan_.stages_size());
+    owner_of_rank_.assign(cluster_devices_, -1);
+    for (int s = 0; s < plan_.stages_size(); ++s) {
+      const auto& st = plan_.stages(s);
+      const std::string where = idx("stages", s);
+      if (st.id() != s) {
+        return invalid_argument(where + ".id = " + std::to_string(st.id()) +
+                                ", must equal its index");
+      }
+      GP_RETURN_IF_ERROR(check_stage_ops(s, where));
+      GP_RETURN_IF_ERROR(check_stage_ranks(s, where));
+      GP_RETURN_IF_ERROR(check_stage_micro_batch(s, where));
+    }
+    index_.stage_of_rank.assign(index_.world_size, -1);
+    for (int r = 0; r < index_.world_size; ++r) index_.stage_of_rank[r] = owner_of_rank_[r];
+    index_.replica_of_rank.assign(index_.world_size, -1);
+    for (const auto& st : plan_.stages()) {
+      for (int j = 0; j < st.device_ranks_size(); ++j) {
+        index_.replica_of_rank[st.device_ranks(j)] = j;
+      }
+    }
+    return ok_status();
+  }
+
+  // Ops of the model, each in one stage only.
+  Status check_stage_ops(int s, const std::string& where) {
+    const auto& st = plan_.stages(s);
+    if (st.op_ids_size() == 0) return invalid_argument(where + ".op_ids: empty");
+    for (int k = 0; k < st.op_ids_size(); ++k) {
+      const int op = graph_.index_of(st.op_ids(k));
+      if (op < 0) {
+        return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
+                                "' is not an op of the model");
+      }
+      if (index_.stage_of_op[op] >= 0) {
+        return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
+                                "' is also in stages[" + std::to_string(index_.stage_of_op[op]) +
+                                "]");
+      }
+      index_.stage_of_op[op] = s;
+      index_.stage_ops[s].push_back(op);
+    }
+    return ok_status();
+  }
+
+  // Usable devices of the cluster, each in one stage only.
+  Status check_stage_ranks(int s, const std::string& where) {
+    const auto& st = plan_.stages(s);
+    if (st.device_ranks_size() == 0) return invalid_argument(where + ".device_ranks: empty");
+    for (int k = 0; k < st.device_ranks_size(); ++k) {
+      const int r = st.device_ranks(k);
+      const std::string field = where + "." + idx("device_ranks", k) + " = " + std::to_string(r);
+      if (r < 0 || r >= cluster_devices_) {
+        return invalid_argument(field + " is outside the cluster's " +
+                                std::to_string(cluster_devices_) + " usable devices");
+      }
+      if (owner_of_rank_[r] >= 0) {
+        return invalid_argument(field + " is also used by stages[" +
+                                std::to_string(owner_of_rank_[r]) + "]");
+      }
+      owner_of_rank_[r] = s;
+      index_.world_size = std::max(index_.world_size, r + 1);
+    }
+    return ok_status();
+  }
+
+  Status check_stage_micro_batch(int s, const std::string& where) {
+    const auto& st = plan_.stages(s);
+    if (st.micro_batch() <= 0 || plan_.mini_batch() % st.micro_batch() != 0) {
+      return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
+                              " must be positive and divide the mini-batch " +
+                              std::to_string(plan_.mini_batch()));
+    }
+    if (st.micro_batch() < st.device_ranks_size()) {
+      return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
+                              " is smaller than its " + std::to_string(st.device_ranks_size()) +
+                              " data-parallel devices (each needs a sample)");
+    }
+    return ok_status();
+  }
+
+  Status check_op_coverage() {
+    for (int op = 0; op < graph_.num_ops(); ++op) {
+      if (index_.stage_of_op[op] < 0) {
+        return invalid_argument("plan.stages: op '" + graph_.op(op).id() + "' is in no stage");
+      }
+    }
+    return ok_status();
+  }
+
+  Status check_edges() {
+    for (int e = 0; e < plan_.edges_size(); ++e) GP_RETURN_IF_ERROR(check_edge(e));
+    return ok_status();
+  }
+
+  // Two distinct stages, tensors of the model, and the bytes per sample they hold.
+  Status check_edge(int e) {
+    const auto& edge = plan_.edges(e);
+    const std::string where = idx("edges", e);
+    if (edge.src_stage() < 0 || edge.src_stage() >= plan_.stages_size() || edge.dst_stage() < 0 ||
+        edge.dst_stage() >= plan_.stages_size() || edge.src_stage() == edge.dst_stage()) {
+      return invalid_argument(where + ": stages " + std::to_string(edge.src_stage()) + " -> " +
+                              std::to_string(edge.dst_stage()) + " are not two distinct stages");
+    }
+    // A tensor is produced by the source stage, or relayed through it (chain pipelines).
+    for (int t = 0; t < edge.tensors_size(); ++t) {
+      const auto& ref = edge.tensors(t);
+      const int op = graph_.index_of(ref.op());
+      if (op < 0 || ref.output() < 0 || ref.output() >= graph_.op(op).proto->outputs_size()) {
+        return invalid_argument(where + "." + idx("tensors", t) + " = '" + ref.op() + "':" +
+                                std::to_string(ref.output()) + " is not a tensor of the model");
+      }
+    }
+    // The simulator prices the edge's transfers by this figure: it must be its tensors' size.
+    int64_t bytes = 0;
+    for (const auto& ref : edge.tensors()) {
+      bytes += size_bytes(graph_.op(graph_.index_of(ref.op())).proto->outputs(ref.output()));
+    }
+    if (edge.bytes_per_sample() != bytes) {
+      return invalid_argument(
+          where + ".bytes_per_sample = " + std::to_string(edge.bytes_per_sample()) +
+          ", but its tensors hold " + std::to_string(bytes) + " bytes per sample");
+    }
+    return ok_status();
+  }
+
+  Status check_messages() {
+    for (int m = 0; m < plan_.messages_size(); ++m) {
+      GP_RETURN_IF_ERROR(check_message(plan_, graph_, index_, m));
+    }
+    return ok_status();
+  }
+
+  // Each program in turn: its rank and stage, then its instructions.
+  Status check_programs() {
+    index_.program_of_rank.assign(index_.world_size, -1);
+    for (int p = 0; p < plan_.programs_size(); ++p) {
+      GP_RETURN_IF_ERROR(check_program_rank(p));
+      for (int k = 0; k < plan_.programs(p).instructions_size(); ++k) {
+        GP_RETURN_IF_ERROR(check_instruction(plan_, index_, p, k));
+      }
+    }
+    return ok_status();
+  }
+
+  // A device of a stage, the only program of that rank, running the rank's stage.
+  Status check_program_rank(int p) {
+    const auto& prog = plan_.programs(p);
+    const std::string where = idx("programs", p);
+    if (prog.rank() < 0 || prog.rank() >= index_.world_size ||
+        index_.stage_of_rank[prog.rank()] < 0) {
+      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) +
+                              " is not a device of any stage");
+    }
+    if (index_.program_of_rank[prog.rank()] >= 0) {
+      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) +
+                              " has two programs");
+    }
+    if (prog.stage() != index_.stage_of_rank[prog.rank()]) {
+      return invalid_argument(where + ".stage = " + std::to_string(prog.stage()) + ", but rank " +
+                              std::to_string(prog.rank()) + " belongs to stage " +
+                              std::to_string(index_.stage_of_rank[prog.rank()]));
+    }
+    index_.program_of_rank[prog.rank()] = p;
+    return ok_status();
+  }
+
+  Status check_every_rank_has_program() {
+    for (int r = 0; r < index_.world_size; ++r) {
+      if (index_.stage_of_rank[r] >= 0 && index_.program_of_rank[r] < 0) {
+        return invalid_argument("plan.programs: rank " + std::to_string(r) + " (stage " +
+                                std::to_string(index_.stage_of_rank[r]) + ") has no program");
+      }
+    }
+    return ok_status();
+  }
+
+  const Plan& plan_;
+  const Graph& graph_;
+  PlanIndex index_;
+  int cluster_devices_ = 0;         // usable devices: the ranks a stage may use
+  std::vector<int> owner_of_rank_;  // per usable device: the stage using it, -1 if none
+};
+
 }  // namespace
 
 Status validate_training(const graphpipe::v1::TrainingConfig& t, bool allow_unset_learning_rate) {
@@ -175,170 +438,7 @@ Status validate_training(const graphpipe::v1::TrainingConfig& t, bool allow_unse
 }
 
 Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) {
-  if (plan.format_version() != kPlanFormatVersion) {
-    const std::string why =
-        plan.format_version() == 1
-            ? ": a plan from an older graphpipe-plan, whose SEND and RECV instructions do not "
-              "name a shared message; make the plan again with this graphpipe-plan"
-            : ", this build reads format " + std::to_string(kPlanFormatVersion);
-    return invalid_argument("plan.format_version = " + std::to_string(plan.format_version()) + why);
-  }
-  const std::string hash = model_hash(plan.model());
-  if (plan.model_hash() != hash) {
-    return invalid_argument("plan.model_hash = '" + plan.model_hash() +
-                            "' does not match the embedded model (" + hash + ")");
-  }
-  if (plan.mini_batch() <= 0 || plan.mini_batch() > kMaxMiniBatch) {
-    return invalid_argument("plan.mini_batch = " + std::to_string(plan.mini_batch()) +
-                            ", must be in [1, " + std::to_string(kMaxMiniBatch) + "]");
-  }
-  GP_RETURN_IF_ERROR(
-      validate_training(plan.training(), /*allow_unset_learning_rate=*/true).with_context("plan"));
-  if (plan.stages_size() == 0) return invalid_argument("plan.stages: empty");
-  const auto& cl = plan.cluster();
-  // Ranks are dense: rank k is the cluster's k-th usable (not excluded) device.
-  // The cluster's shape, which ranks are checked against (cost::validate_cluster checks the
-  // rest for the tools that price a plan). In 64 bits: this sizes a vector.
-  if (cl.num_nodes() <= 0 || cl.devices_per_node() <= 0) {
-    return invalid_argument("plan.cluster: num_nodes = " + std::to_string(cl.num_nodes()) +
-                            ", devices_per_node = " + std::to_string(cl.devices_per_node()) +
-                            ": both must be > 0");
-  }
-  const int64_t listed = static_cast<int64_t>(cl.num_nodes()) * cl.devices_per_node();
-  if (listed > (int64_t{1} << 20)) {
-    return invalid_argument("plan.cluster: num_nodes * devices_per_node = " +
-                            std::to_string(listed) + " devices, more than the 1048576 supported");
-  }
-  const int cluster_devices =
-      static_cast<int>(std::max<int64_t>(0, listed - cl.excluded_ranks_size()));
-
-  PlanIndex index;
-  index.stage_of_op.assign(graph.num_ops(), -1);
-  index.stage_ops.resize(plan.stages_size());
-  std::vector<int> owner_of_rank(cluster_devices, -1);
-  for (int s = 0; s < plan.stages_size(); ++s) {
-    const auto& st = plan.stages(s);
-    const std::string where = idx("stages", s);
-    if (st.id() != s) {
-      return invalid_argument(where + ".id = " + std::to_string(st.id()) +
-                              ", must equal its index");
-    }
-    if (st.op_ids_size() == 0) return invalid_argument(where + ".op_ids: empty");
-    for (int k = 0; k < st.op_ids_size(); ++k) {
-      const int op = graph.index_of(st.op_ids(k));
-      if (op < 0) {
-        return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
-                                "' is not an op of the model");
-      }
-      if (index.stage_of_op[op] >= 0) {
-        return invalid_argument(where + "." + idx("op_ids", k) + " = '" + st.op_ids(k) +
-                                "' is also in stages[" + std::to_string(index.stage_of_op[op]) +
-                                "]");
-      }
-      index.stage_of_op[op] = s;
-      index.stage_ops[s].push_back(op);
-    }
-    if (st.device_ranks_size() == 0) return invalid_argument(where + ".device_ranks: empty");
-    for (int k = 0; k < st.device_ranks_size(); ++k) {
-      const int r = st.device_ranks(k);
-      const std::string field = where + "." + idx("device_ranks", k) + " = " + std::to_string(r);
-      if (r < 0 || r >= cluster_devices) {
-        return invalid_argument(field + " is outside the cluster's " +
-                                std::to_string(cluster_devices) + " usable devices");
-      }
-      if (owner_of_rank[r] >= 0) {
-        return invalid_argument(field + " is also used by stages[" +
-                                std::to_string(owner_of_rank[r]) + "]");
-      }
-      owner_of_rank[r] = s;
-      index.world_size = std::max(index.world_size, r + 1);
-    }
-    if (st.micro_batch() <= 0 || plan.mini_batch() % st.micro_batch() != 0) {
-      return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
-                              " must be positive and divide the mini-batch " +
-                              std::to_string(plan.mini_batch()));
-    }
-    if (st.micro_batch() < st.device_ranks_size()) {
-      return invalid_argument(where + ".micro_batch = " + std::to_string(st.micro_batch()) +
-                              " is smaller than its " + std::to_string(st.device_ranks_size()) +
-                              " data-parallel devices (each needs a sample)");
-    }
-  }
-  for (int op = 0; op < graph.num_ops(); ++op) {
-    if (index.stage_of_op[op] < 0) {
-      return invalid_argument("plan.stages: op '" + graph.op(op).id() + "' is in no stage");
-    }
-  }
-  index.stage_of_rank.assign(index.world_size, -1);
-  for (int r = 0; r < index.world_size; ++r) index.stage_of_rank[r] = owner_of_rank[r];
-  index.replica_of_rank.assign(index.world_size, -1);
-  for (const auto& st : plan.stages()) {
-    for (int j = 0; j < st.device_ranks_size(); ++j) index.replica_of_rank[st.device_ranks(j)] = j;
-  }
-
-  for (int e = 0; e < plan.edges_size(); ++e) {
-    const auto& edge = plan.edges(e);
-    const std::string where = idx("edges", e);
-    if (edge.src_stage() < 0 || edge.src_stage() >= plan.stages_size() || edge.dst_stage() < 0 ||
-        edge.dst_stage() >= plan.stages_size() || edge.src_stage() == edge.dst_stage()) {
-      return invalid_argument(where + ": stages " + std::to_string(edge.src_stage()) + " -> " +
-                              std::to_string(edge.dst_stage()) + " are not two distinct stages");
-    }
-    // A tensor is produced by the source stage, or relayed through it (chain pipelines).
-    for (int t = 0; t < edge.tensors_size(); ++t) {
-      const auto& ref = edge.tensors(t);
-      const int op = graph.index_of(ref.op());
-      if (op < 0 || ref.output() < 0 || ref.output() >= graph.op(op).proto->outputs_size()) {
-        return invalid_argument(where + "." + idx("tensors", t) + " = '" + ref.op() + "':" +
-                                std::to_string(ref.output()) + " is not a tensor of the model");
-      }
-    }
-    // The simulator prices the edge's transfers by this figure: it must be its tensors' size.
-    int64_t bytes = 0;
-    for (const auto& ref : edge.tensors()) {
-      bytes += size_bytes(graph.op(graph.index_of(ref.op())).proto->outputs(ref.output()));
-    }
-    if (edge.bytes_per_sample() != bytes) {
-      return invalid_argument(
-          where + ".bytes_per_sample = " + std::to_string(edge.bytes_per_sample()) +
-          ", but its tensors hold " + std::to_string(bytes) + " bytes per sample");
-    }
-  }
-
-  for (int m = 0; m < plan.messages_size(); ++m) {
-    GP_RETURN_IF_ERROR(check_message(plan, graph, index, m));
-  }
-
-  index.program_of_rank.assign(index.world_size, -1);
-  for (int p = 0; p < plan.programs_size(); ++p) {
-    const auto& prog = plan.programs(p);
-    const std::string where = idx("programs", p);
-    if (prog.rank() < 0 || prog.rank() >= index.world_size ||
-        index.stage_of_rank[prog.rank()] < 0) {
-      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) +
-                              " is not a device of any stage");
-    }
-    if (index.program_of_rank[prog.rank()] >= 0) {
-      return invalid_argument(where + ".rank = " + std::to_string(prog.rank()) +
-                              " has two programs");
-    }
-    if (prog.stage() != index.stage_of_rank[prog.rank()]) {
-      return invalid_argument(where + ".stage = " + std::to_string(prog.stage()) + ", but rank " +
-                              std::to_string(prog.rank()) + " belongs to stage " +
-                              std::to_string(index.stage_of_rank[prog.rank()]));
-    }
-    index.program_of_rank[prog.rank()] = p;
-    for (int k = 0; k < prog.instructions_size(); ++k) {
-      GP_RETURN_IF_ERROR(check_instruction(plan, index, p, k));
-    }
-  }
-  for (int r = 0; r < index.world_size; ++r) {
-    if (index.stage_of_rank[r] >= 0 && index.program_of_rank[r] < 0) {
-      return invalid_argument("plan.programs: rank " + std::to_string(r) + " (stage " +
-                              std::to_string(index.stage_of_rank[r]) + ") has no program");
-    }
-  }
-  return index;
+  return PlanValidator(plan, graph).run();
 }
 
 namespace {

@@ -32,6 +32,309 @@ struct RankState {
   int64_t max_live_samples = 0;
 };
 
+// Per-stage costs, computed once before the replay.
+std::vector<StageCosts> stage_costs(const Plan& plan, const graph::Graph& graph,
+                                    const graph::PlanIndex& index, const cost::CostModel& compute,
+                                    const cost::MemoryOptions& memory) {
+  const auto& device = plan.cluster().device();
+  const double mem_bw = std::max(device.memory_bandwidth_bytes_per_s(), 1.0);
+  std::vector<StageCosts> costs(plan.stages_size());
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const auto& st = plan.stages(s);
+    const auto& ops = index.stage_ops[s];
+    StageCosts& c = costs[s];
+    const int d = st.device_ranks_size();
+    // The largest replica slice (replica_samples: they differ by at most one sample) sets the
+    // stage's pace and its memory.
+    c.samples_per_replica = (st.micro_batch() + d - 1) / d;
+    for (int op : ops) {
+      const cost::OpTime t = compute.op_time(graph.op(op), c.samples_per_replica);
+      c.forward_us += t.forward_us;
+      c.backward_us += t.backward_us;
+    }
+    c.static_memory =
+        cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d, memory);
+    c.activation_bytes_per_sample =
+        cost::stage_memory(graph, ops, 1, /*in_flight_samples=*/1, 1, memory).activation_bytes;
+    c.gradient_bytes = cost::stage_param_bytes(graph, ops, plan.training().precision());
+    // The optimizer streams weights, gradients and state once: read all, write weights and state.
+    const auto& m = c.static_memory;
+    const double touched = 2.0 * static_cast<double>(m.weight_bytes + m.optimizer_bytes) +
+                           static_cast<double>(m.gradient_bytes);
+    c.optimizer_us = touched / mem_bw * 1e6 + device.kernel_launch_overhead_us();
+  }
+  return costs;
+}
+
+// One replay of a validated plan: the event loop and the state it advances. Each instruction
+// kind has its own step; a step that blocks its rank leaves it to be resumed by another rank.
+class Replay {
+ public:
+  Replay(const Plan& plan, const graph::Graph& graph, const graph::PlanIndex& index,
+         const SimOptions& options, const cost::CommModel& comm, std::vector<StageCosts> costs)
+      : plan_(plan),
+        graph_(graph),
+        index_(index),
+        options_(options),
+        comm_(comm),
+        costs_(std::move(costs)) {}
+
+  Result<SimResult> run() {
+    start_ranks();
+    GP_RETURN_IF_ERROR(event_loop());
+    if (find_deadlock()) return std::move(result_);
+    aggregate();
+    return std::move(result_);
+  }
+
+ private:
+  // Every rank with a program starts runnable at time 0 with its stage's static memory.
+  void start_ranks() {
+    const int world = index_.world_size;
+    ranks_.resize(world);
+    result_.ranks.resize(world);
+    for (int r = 0; r < world; ++r) {
+      ranks_[r].program = index_.program_of_rank[r];
+      ranks_[r].finished = ranks_[r].program < 0;
+      result_.ranks[r].rank = r;
+      result_.ranks[r].stage = index_.stage_of_rank[r];
+      if (index_.stage_of_rank[r] >= 0) {
+        result_.ranks[r].static_memory = costs_[index_.stage_of_rank[r]].static_memory;
+        result_.ranks[r].peak_memory_bytes = result_.ranks[r].static_memory.total();
+      }
+    }
+    for (int r = 0; r < world; ++r) {
+      if (!ranks_[r].finished) runnable_.emplace(0.0, r);
+    }
+    egress_free_.assign(world, 0.0);
+    ingress_free_.assign(world, 0.0);
+    arrived_.assign(plan_.messages_size(), -1);
+    waiting_.assign(plan_.messages_size(), -1);
+    allreduce_waiting_.resize(plan_.stages_size());
+    allreduce_ready_.assign(plan_.stages_size(), 0.0);
+  }
+
+  // Always advances the runnable rank with the earliest clock.
+  Status event_loop() {
+    while (!runnable_.empty()) {
+      const int r = runnable_.top().second;
+      runnable_.pop();
+      RankState& rank = ranks_[r];
+      const auto& prog = plan_.programs(rank.program);
+      if (rank.pc >= prog.instructions_size()) {
+        rank.finished = true;
+        result_.ranks[r].finish_us = rank.clock;
+        continue;
+      }
+      ++result_.events_processed;
+      const Step step = execute(r, prog.instructions(rank.pc), prog.stage());
+      if (step == Step::kUnknownKind) {
+        return internal_error("simulator: unhandled instruction kind");
+      }
+      if (step == Step::kAdvanced) {
+        ++rank.pc;
+        runnable_.emplace(rank.clock, r);
+      }
+    }
+    return ok_status();
+  }
+
+  // What an instruction did to its rank.
+  enum class Step { kAdvanced, kBlocked, kUnknownKind };
+
+  // Runs rank r's current instruction (of stage s).
+  Step execute(int r, const Instruction& in, int s) {
+    switch (in.kind()) {
+      case K::INSTRUCTION_KIND_FORWARD:
+        forward(r, in, s);
+        return Step::kAdvanced;
+      case K::INSTRUCTION_KIND_BACKWARD:
+        backward(r, in, s);
+        return Step::kAdvanced;
+      case K::INSTRUCTION_KIND_SEND_ACTIVATION:
+      case K::INSTRUCTION_KIND_SEND_GRADIENT:
+        send(r, in, s);
+        return Step::kAdvanced;
+      case K::INSTRUCTION_KIND_RECV_ACTIVATION:
+      case K::INSTRUCTION_KIND_RECV_GRADIENT:
+        return receive(r, in) ? Step::kAdvanced : Step::kBlocked;
+      case K::INSTRUCTION_KIND_ALLREDUCE_GRADS:
+        allreduce(r, s);
+        return Step::kBlocked;  // every replica is resumed when the last one arrives
+      case K::INSTRUCTION_KIND_OPTIMIZER_STEP:
+        optimizer_step(r, s);
+        return Step::kAdvanced;
+      default:
+        return Step::kUnknownKind;
+    }
+  }
+
+  void forward(int r, const Instruction& in, int s) {
+    RankState& rank = ranks_[r];
+    const StageCosts& c = costs_[s];
+    rank.activation_bytes += c.activation_bytes_per_sample * c.samples_per_replica;
+    rank.live_samples += c.samples_per_replica;
+    rank.max_live_samples = std::max(rank.max_live_samples, rank.live_samples);
+    record_memory(r, rank.clock);
+    add_event(
+        {EventKind::kForward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + c.forward_us});
+    rank.clock += c.forward_us;
+    result_.ranks[r].busy_us += c.forward_us;
+  }
+
+  void backward(int r, const Instruction& in, int s) {
+    RankState& rank = ranks_[r];
+    const StageCosts& c = costs_[s];
+    add_event(
+        {EventKind::kBackward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + c.backward_us});
+    rank.clock += c.backward_us;
+    result_.ranks[r].busy_us += c.backward_us;
+    rank.activation_bytes -= c.activation_bytes_per_sample * c.samples_per_replica;
+    rank.live_samples -= c.samples_per_replica;
+    record_memory(r, rank.clock);
+  }
+
+  // Queues the transfer on the sender's egress and the receiver's ingress; resumes the receiver
+  // if it is already waiting.
+  void send(int r, const Instruction& in, int s) {
+    const RankState& rank = ranks_[r];
+    const bool grad = in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
+    const auto& msg = plan_.messages(in.message());
+    const auto& edge = plan_.edges(msg.edge());
+    const int64_t per_sample =
+        grad ? graph::gradient_bytes_per_sample(graph_, edge) : edge.bytes_per_sample();
+    const int64_t bytes = per_sample * (msg.sample_end() - msg.sample_begin());
+    const int peer = msg.dst_rank();
+    const double start = std::max({rank.clock, egress_free_[r], ingress_free_[peer]});
+    const double end = start + comm_.p2p_time_us(r, peer, bytes);
+    egress_free_[r] = end;
+    ingress_free_[peer] = end;
+    add_event({EventKind::kTransfer, r, peer, s, in.micro_batch(), start, end, grad, bytes});
+    if (const int w = waiting_[in.message()]; w >= 0) {
+      RankState& receiver = ranks_[w];
+      receiver.clock = std::max(receiver.clock, end);
+      ++receiver.pc;
+      runnable_.emplace(receiver.clock, w);
+      waiting_[in.message()] = -1;
+    } else {
+      arrived_[in.message()] = end;
+    }
+  }
+
+  // Completes if the message has arrived; otherwise blocks until the matching send.
+  bool receive(int r, const Instruction& in) {
+    RankState& rank = ranks_[r];
+    if (const double at = arrived_[in.message()]; at >= 0) {
+      rank.clock = std::max(rank.clock, at);
+      arrived_[in.message()] = -1;
+      return true;
+    }
+    waiting_[in.message()] = r;
+    return false;  // resumed by the matching send
+  }
+
+  // Blocks the replica; the last replica of the stage to arrive starts the all-reduce and
+  // resumes them all when it ends.
+  void allreduce(int r, int s) {
+    const StageCosts& c = costs_[s];
+    auto& group = allreduce_waiting_[s];
+    group.push_back(r);
+    allreduce_ready_[s] = std::max(allreduce_ready_[s], ranks_[r].clock);
+    const auto& replicas = plan_.stages(s).device_ranks();
+    if (static_cast<int>(group.size()) != replicas.size()) return;
+    std::vector<int> members(replicas.begin(), replicas.end());
+    const double start = allreduce_ready_[s];
+    const double end = start + comm_.allreduce_time_us(members, c.gradient_bytes);
+    for (int m : group) {
+      add_event({EventKind::kAllReduce, m, -1, s, 0, start, end, true, c.gradient_bytes});
+      ranks_[m].clock = end;
+      ++ranks_[m].pc;
+      runnable_.emplace(end, m);
+    }
+    group.clear();
+  }
+
+  void optimizer_step(int r, int s) {
+    RankState& rank = ranks_[r];
+    const StageCosts& c = costs_[s];
+    add_event({EventKind::kOptimizer, r, -1, s, 0, rank.clock, rank.clock + c.optimizer_us});
+    rank.clock += c.optimizer_us;
+    result_.ranks[r].busy_us += c.optimizer_us;
+  }
+
+  void record_memory(int r, double t) {
+    RankStats& rs = result_.ranks[r];
+    const int64_t total = rs.static_memory.total() + ranks_[r].activation_bytes;
+    rs.peak_memory_bytes = std::max(rs.peak_memory_bytes, total);
+    if (options_.record_events) rs.memory.push_back({t, total});
+  }
+
+  void add_event(SimEvent e) {
+    if (options_.record_events) result_.events.push_back(e);
+  }
+
+  // Some rank never finished: records where each such rank waits.
+  bool find_deadlock() {
+    for (int r = 0; r < index_.world_size; ++r) {
+      if (ranks_[r].finished) continue;
+      result_.deadlocked = true;
+      const auto& prog = plan_.programs(ranks_[r].program);
+      result_.blocked.push_back(
+          {r, ranks_[r].pc, graph::describe_instruction(plan_, prog.instructions(ranks_[r].pc))});
+    }
+    return result_.deadlocked;
+  }
+
+  // Iteration time, throughput, bubbles and peak memory, overall and per stage.
+  void aggregate() {
+    SimResult& result = result_;
+    for (const auto& rs : result.ranks) {
+      result.iteration_time_us = std::max(result.iteration_time_us, rs.finish_us);
+      result.peak_memory_bytes = std::max(result.peak_memory_bytes, rs.peak_memory_bytes);
+    }
+    const double iter = std::max(result.iteration_time_us, 1e-9);
+    result.throughput_samples_per_s = static_cast<double>(plan_.mini_batch()) / (iter * 1e-6);
+    result.stages.assign(plan_.stages_size(), StageStats{});
+    int used = 0;
+    for (const auto& rs : result.ranks) {
+      if (rs.stage < 0) continue;
+      ++used;
+      result.bubble_fraction += 1.0 - rs.busy_us / iter;
+      StageStats& st = result.stages[rs.stage];
+      st.busy_us = std::max(st.busy_us, rs.busy_us);
+      st.peak_memory_bytes = std::max(st.peak_memory_bytes, rs.peak_memory_bytes);
+    }
+    result.bubble_fraction /= std::max(used, 1);
+    for (int s = 0; s < plan_.stages_size(); ++s) {
+      StageStats& st = result.stages[s];
+      st.stage = s;
+      st.bubble_fraction = 1.0 - st.busy_us / iter;
+      st.forward_us = costs_[s].forward_us;
+      st.backward_us = costs_[s].backward_us;
+      st.max_live_samples = ranks_[plan_.stages(s).device_ranks(0)].max_live_samples;
+    }
+  }
+
+  const Plan& plan_;
+  const graph::Graph& graph_;
+  const graph::PlanIndex& index_;
+  const SimOptions& options_;
+  const cost::CommModel& comm_;
+  const std::vector<StageCosts> costs_;
+
+  std::vector<RankState> ranks_;
+  SimResult result_;
+  using Entry = std::pair<double, int>;  // (clock, rank)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> runnable_;
+  std::vector<double> egress_free_, ingress_free_;
+  // Per message (Plan.messages): when its send finished (-1: not yet), and the rank blocked in
+  // its receive (-1: none).
+  std::vector<double> arrived_;
+  std::vector<int> waiting_;
+  std::vector<std::vector<int>> allreduce_waiting_;  // per stage: replicas blocked in it
+  std::vector<double> allreduce_ready_;              // per stage: when the last one arrived
+};
+
 }  // namespace
 
 std::string SimResult::deadlock_report() const {
@@ -51,217 +354,9 @@ Simulator::Simulator(const cost::CostModel& compute, const cost::CommModel& comm
 Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
                                  const SimOptions& options) const {
   GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
-  const auto& device = plan.cluster().device();
-  const double mem_bw = std::max(device.memory_bandwidth_bytes_per_s(), 1.0);
-
-  // 1. Per-stage costs, computed once.
-  std::vector<StageCosts> costs(plan.stages_size());
-  for (int s = 0; s < plan.stages_size(); ++s) {
-    const auto& st = plan.stages(s);
-    const auto& ops = index.stage_ops[s];
-    StageCosts& c = costs[s];
-    const int d = st.device_ranks_size();
-    // The largest replica slice (replica_samples: they differ by at most one sample) sets the
-    // stage's pace and its memory.
-    c.samples_per_replica = (st.micro_batch() + d - 1) / d;
-    for (int op : ops) {
-      const cost::OpTime t = compute_.op_time(graph.op(op), c.samples_per_replica);
-      c.forward_us += t.forward_us;
-      c.backward_us += t.backward_us;
-    }
-    c.static_memory =
-        cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d, memory_);
-    c.activation_bytes_per_sample =
-        cost::stage_memory(graph, ops, 1, /*in_flight_samples=*/1, 1, memory_).activation_bytes;
-    c.gradient_bytes = cost::stage_param_bytes(graph, ops, plan.training().precision());
-    // The optimizer streams weights, gradients and state once: read all, write weights and state.
-    const auto& m = c.static_memory;
-    const double touched = 2.0 * static_cast<double>(m.weight_bytes + m.optimizer_bytes) +
-                           static_cast<double>(m.gradient_bytes);
-    c.optimizer_us = touched / mem_bw * 1e6 + device.kernel_launch_overhead_us();
-  }
-
-  // 2. Event loop: always advance the runnable rank with the earliest clock.
-  const int world = index.world_size;
-  std::vector<RankState> ranks(world);
-  SimResult result;
-  result.ranks.resize(world);
-  for (int r = 0; r < world; ++r) {
-    ranks[r].program = index.program_of_rank[r];
-    ranks[r].finished = ranks[r].program < 0;
-    result.ranks[r].rank = r;
-    result.ranks[r].stage = index.stage_of_rank[r];
-    if (index.stage_of_rank[r] >= 0) {
-      result.ranks[r].static_memory = costs[index.stage_of_rank[r]].static_memory;
-      result.ranks[r].peak_memory_bytes = result.ranks[r].static_memory.total();
-    }
-  }
-  using Entry = std::pair<double, int>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> runnable;
-  for (int r = 0; r < world; ++r) {
-    if (!ranks[r].finished) runnable.emplace(0.0, r);
-  }
-  std::vector<double> egress_free(world, 0.0), ingress_free(world, 0.0);
-  // Per message (Plan.messages): when its send finished (-1: not yet), and the rank blocked in
-  // its receive (-1: none).
-  std::vector<double> arrived(plan.messages_size(), -1);
-  std::vector<int> waiting(plan.messages_size(), -1);
-  std::vector<std::vector<int>> allreduce_waiting(plan.stages_size());
-  std::vector<double> allreduce_ready(plan.stages_size(), 0.0);
-
-  auto record_memory = [&](int r, double t) {
-    RankStats& rs = result.ranks[r];
-    const int64_t total = rs.static_memory.total() + ranks[r].activation_bytes;
-    rs.peak_memory_bytes = std::max(rs.peak_memory_bytes, total);
-    if (options.record_events) rs.memory.push_back({t, total});
-  };
-  auto add_event = [&](SimEvent e) {
-    if (options.record_events) result.events.push_back(e);
-  };
-
-  while (!runnable.empty()) {
-    const int r = runnable.top().second;
-    runnable.pop();
-    RankState& rank = ranks[r];
-    const auto& prog = plan.programs(rank.program);
-    if (rank.pc >= prog.instructions_size()) {
-      rank.finished = true;
-      result.ranks[r].finish_us = rank.clock;
-      continue;
-    }
-    const Instruction& in = prog.instructions(rank.pc);
-    const int s = prog.stage();
-    const StageCosts& c = costs[s];
-    ++result.events_processed;
-    bool advanced = true;
-    switch (in.kind()) {
-      case K::INSTRUCTION_KIND_FORWARD: {
-        rank.activation_bytes += c.activation_bytes_per_sample * c.samples_per_replica;
-        rank.live_samples += c.samples_per_replica;
-        rank.max_live_samples = std::max(rank.max_live_samples, rank.live_samples);
-        record_memory(r, rank.clock);
-        add_event({EventKind::kForward, r, -1, s, in.micro_batch(), rank.clock,
-                   rank.clock + c.forward_us});
-        rank.clock += c.forward_us;
-        result.ranks[r].busy_us += c.forward_us;
-        break;
-      }
-      case K::INSTRUCTION_KIND_BACKWARD:
-        add_event({EventKind::kBackward, r, -1, s, in.micro_batch(), rank.clock,
-                   rank.clock + c.backward_us});
-        rank.clock += c.backward_us;
-        result.ranks[r].busy_us += c.backward_us;
-        rank.activation_bytes -= c.activation_bytes_per_sample * c.samples_per_replica;
-        rank.live_samples -= c.samples_per_replica;
-        record_memory(r, rank.clock);
-        break;
-      case K::INSTRUCTION_KIND_SEND_ACTIVATION:
-      case K::INSTRUCTION_KIND_SEND_GRADIENT: {
-        const bool grad = in.kind() == K::INSTRUCTION_KIND_SEND_GRADIENT;
-        const auto& msg = plan.messages(in.message());
-        const auto& edge = plan.edges(msg.edge());
-        const int64_t per_sample =
-            grad ? graph::gradient_bytes_per_sample(graph, edge) : edge.bytes_per_sample();
-        const int64_t bytes = per_sample * (msg.sample_end() - msg.sample_begin());
-        const int peer = msg.dst_rank();
-        const double start = std::max({rank.clock, egress_free[r], ingress_free[peer]});
-        const double end = start + comm_.p2p_time_us(r, peer, bytes);
-        egress_free[r] = end;
-        ingress_free[peer] = end;
-        add_event({EventKind::kTransfer, r, peer, s, in.micro_batch(), start, end, grad, bytes});
-        if (const int w = waiting[in.message()]; w >= 0) {
-          RankState& receiver = ranks[w];
-          receiver.clock = std::max(receiver.clock, end);
-          ++receiver.pc;
-          runnable.emplace(receiver.clock, w);
-          waiting[in.message()] = -1;
-        } else {
-          arrived[in.message()] = end;
-        }
-        break;
-      }
-      case K::INSTRUCTION_KIND_RECV_ACTIVATION:
-      case K::INSTRUCTION_KIND_RECV_GRADIENT: {
-        if (const double at = arrived[in.message()]; at >= 0) {
-          rank.clock = std::max(rank.clock, at);
-          arrived[in.message()] = -1;
-        } else {
-          waiting[in.message()] = r;
-          advanced = false;  // resumed by the matching send
-        }
-        break;
-      }
-      case K::INSTRUCTION_KIND_ALLREDUCE_GRADS: {
-        auto& group = allreduce_waiting[s];
-        group.push_back(r);
-        allreduce_ready[s] = std::max(allreduce_ready[s], rank.clock);
-        advanced = false;
-        const auto& replicas = plan.stages(s).device_ranks();
-        if (static_cast<int>(group.size()) == replicas.size()) {
-          std::vector<int> members(replicas.begin(), replicas.end());
-          const double start = allreduce_ready[s];
-          const double end = start + comm_.allreduce_time_us(members, c.gradient_bytes);
-          for (int m : group) {
-            add_event({EventKind::kAllReduce, m, -1, s, 0, start, end, true, c.gradient_bytes});
-            ranks[m].clock = end;
-            ++ranks[m].pc;
-            runnable.emplace(end, m);
-          }
-          group.clear();
-        }
-        break;
-      }
-      case K::INSTRUCTION_KIND_OPTIMIZER_STEP:
-        add_event({EventKind::kOptimizer, r, -1, s, 0, rank.clock, rank.clock + c.optimizer_us});
-        rank.clock += c.optimizer_us;
-        result.ranks[r].busy_us += c.optimizer_us;
-        break;
-      default:
-        return internal_error("simulator: unhandled instruction kind");
-    }
-    if (advanced) {
-      ++rank.pc;
-      runnable.emplace(rank.clock, r);
-    }
-  }
-
-  // 3. Deadlock: some rank never finished.
-  for (int r = 0; r < world; ++r) {
-    if (ranks[r].finished) continue;
-    result.deadlocked = true;
-    const auto& prog = plan.programs(ranks[r].program);
-    result.blocked.push_back(
-        {r, ranks[r].pc, graph::describe_instruction(plan, prog.instructions(ranks[r].pc))});
-  }
-  if (result.deadlocked) return result;
-
-  // 4. Aggregates.
-  for (const auto& rs : result.ranks) {
-    result.iteration_time_us = std::max(result.iteration_time_us, rs.finish_us);
-    result.peak_memory_bytes = std::max(result.peak_memory_bytes, rs.peak_memory_bytes);
-  }
-  const double iter = std::max(result.iteration_time_us, 1e-9);
-  result.throughput_samples_per_s = static_cast<double>(plan.mini_batch()) / (iter * 1e-6);
-  result.stages.assign(plan.stages_size(), StageStats{});
-  int used = 0;
-  for (const auto& rs : result.ranks) {
-    if (rs.stage < 0) continue;
-    ++used;
-    result.bubble_fraction += 1.0 - rs.busy_us / iter;
-    StageStats& st = result.stages[rs.stage];
-    st.busy_us = std::max(st.busy_us, rs.busy_us);
-    st.peak_memory_bytes = std::max(st.peak_memory_bytes, rs.peak_memory_bytes);
-  }
-  result.bubble_fraction /= std::max(used, 1);
-  for (int s = 0; s < plan.stages_size(); ++s) {
-    StageStats& st = result.stages[s];
-    st.stage = s;
-    st.bubble_fraction = 1.0 - st.busy_us / iter;
-    st.forward_us = costs[s].forward_us;
-    st.backward_us = costs[s].backward_us;
-    st.max_live_samples = ranks[plan.stages(s).device_ranks(0)].max_live_samples;
-  }
-  return result;
+  Replay replay(plan, graph, index, options, comm_,
+                stage_costs(plan, graph, index, compute_, memory_));
+  return replay.run();
 }
 
 void fill_predicted_metrics(const SimResult& result, Plan* plan) {

@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "gp/common/logging.h"
@@ -157,27 +159,17 @@ Result<int64_t> parse_size(const std::string& text) {
   return static_cast<int64_t>(value) * scale;
 }
 
-Status run_comm(const CommOptions& o) {
-  auto log = log::get("profile");
-  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
-  (void)device;  // the CPU: Gloo over loopback TCP
-  if (o.ranks < 2 || o.ranks > kMaxRanks) {
-    return invalid_argument("--ranks = " + std::to_string(o.ranks) + ", must be in [2, " +
-                            std::to_string(kMaxRanks) + "] (each is a process of this host)");
-  }
-  if (o.timeout_s < 1) {
-    return invalid_argument("--timeout-s = " + std::to_string(o.timeout_s) + ", must be >= 1");
-  }
-  graphpipe::v1::LinkClass link;
-  if (o.link_class == "intra") {
-    link = graphpipe::v1::LINK_CLASS_INTRA_NODE;
-  } else if (o.link_class == "inter") {
-    link = graphpipe::v1::LINK_CLASS_INTER_NODE;
-  } else {
-    return invalid_argument("--link-class = '" + o.link_class + "', expected intra or inter");
-  }
+namespace {
+
+Result<graphpipe::v1::LinkClass> parse_link_class(const std::string& name) {
+  if (name == "intra") return graphpipe::v1::LINK_CLASS_INTRA_NODE;
+  if (name == "inter") return graphpipe::v1::LINK_CLASS_INTER_NODE;
+  return invalid_argument("--link-class = '" + name + "', expected intra or inter");
+}
+
+Result<Sweeps> parse_kinds(const std::vector<std::string>& kinds) {
   Sweeps which;
-  for (const auto& k : o.kinds) {
+  for (const auto& k : kinds) {
     if (k == "p2p") {
       which.p2p = true;
     } else if (k == "allreduce") {
@@ -186,6 +178,13 @@ Status run_comm(const CommOptions& o) {
       return invalid_argument("--kinds: '" + k + "', expected p2p or allreduce");
     }
   }
+  return which;
+}
+
+// The sweep --sizes, --warmup and --repetitions ask for, checked against this host's memory
+// before any rank or ring exists: every rank holds the largest message twice (its buffer and
+// the transport's), and all of them run here.
+Result<CommSweepOptions> sweep_options(const CommOptions& o) {
   CommSweepOptions sweep;
   sweep.warmup = o.warmup;
   sweep.repetitions = o.repetitions;
@@ -198,8 +197,6 @@ Status run_comm(const CommOptions& o) {
     }
   }
   GP_RETURN_IF_ERROR(validate_sweep(sweep));
-  // Checked before any rank or ring exists: every rank holds the largest message twice (its
-  // buffer and the transport's), and all of them run here.
   const int64_t host_memory = exec::query_host().memory_bytes;
   const double need = 2.0 * static_cast<double>(sweep.sizes_bytes.back()) * o.ranks;
   if (host_memory > 0 && need > static_cast<double>(host_memory)) {
@@ -208,21 +205,37 @@ Status run_comm(const CommOptions& o) {
                             " bytes over --ranks = " + std::to_string(o.ranks) +
                             ", more than this host's " + std::to_string(host_memory));
   }
+  return sweep;
+}
 
+// A fresh temporary directory for the ranks' Gloo FileStore.
+Result<std::string> make_rendezvous_dir() {
   std::error_code ec;
   const auto base = std::filesystem::temp_directory_path(ec);
   std::string store = (ec ? std::filesystem::path("/tmp") : base) / "graphpipe-comm.XXXXXX";
   if (mkdtemp(store.data()) == nullptr) {
     return internal_error("cannot create a rendezvous directory under " + store);
   }
-  log->info("measuring {} ranks as local processes over Gloo (rendezvous in {})", o.ranks, store);
+  return store;
+}
+
+void kill_ranks(const std::vector<pid_t>& children) {
+  for (pid_t c : children) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+}
+
+// Forks ranks 1..N-1, each running its part of the sweeps and exiting; rank 0 (this process)
+// then runs its own part, gets the samples and waits for the others. Removes `store`.
+Status run_ranks(const CommOptions& o, const CommSweepOptions& sweep, const Sweeps& which,
+                 const std::string& store, std::vector<CommSample>* p2p,
+                 std::vector<CommSample>* allreduce) {
+  std::error_code ec;
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<pid_t> children;
   for (int r = 1; r < o.ranks; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
-      for (pid_t c : children) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+      kill_ranks(children);
       std::filesystem::remove_all(store, ec);
       return internal_error("fork failed for rank " + std::to_string(r));
     }
@@ -237,23 +250,27 @@ Status run_comm(const CommOptions& o) {
     }
     children.push_back(pid);
   }
-  std::vector<CommSample> p2p, allreduce;
-  const Status mine = run_rank(0, o, sweep, which, store, &p2p, &allreduce);
+  const Status mine = run_rank(0, o, sweep, which, store, p2p, allreduce);
   if (!mine.ok()) {
-    for (pid_t c : children) kill(c, SIGKILL), waitpid(c, nullptr, 0);
+    kill_ranks(children);
     std::filesystem::remove_all(store, ec);
     return mine.with_context("rank 0");
   }
   const Status others = reap(children, o.timeout_s);
   std::filesystem::remove_all(store, ec);
-  GP_RETURN_IF_ERROR(others);
+  return others;
+}
 
+// Fits each measured kind, prints the fits and writes them to --out. Each kind is fitted on its
+// own: a noisy sweep of one kind must not lose the other's fit.
+Status write_fits(const CommOptions& o, graphpipe::v1::LinkClass link, const Sweeps& which,
+                  const std::vector<CommSample>& p2p, const std::vector<CommSample>& allreduce) {
+  auto log = log::get("profile");
   const auto host = exec::query_host();
   const auto provenance = make_provenance(
       "cpu", host.cpu_model, "", "gloo (tcp, loopback), " + std::to_string(o.ranks) + " processes");
   graphpipe::v1::ProfileDB db;
   db.set_format_version(kProfileFormatVersion);
-  // Each kind is fitted on its own: a noisy sweep of one kind must not lose the other's fit.
   std::string failed;
   auto add_fit = [&](const std::vector<CommSample>& samples, graphpipe::v1::CollectiveKind kind,
                      int ranks, const char* name) {
@@ -284,6 +301,29 @@ Status run_comm(const CommOptions& o) {
                                (db.comm_size() > 0 ? "; the other fits are in " + o.out : ""));
   }
   return ok_status();
+}
+
+}  // namespace
+
+Status run_comm(const CommOptions& o) {
+  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
+  (void)device;  // the CPU: Gloo over loopback TCP
+  if (o.ranks < 2 || o.ranks > kMaxRanks) {
+    return invalid_argument("--ranks = " + std::to_string(o.ranks) + ", must be in [2, " +
+                            std::to_string(kMaxRanks) + "] (each is a process of this host)");
+  }
+  if (o.timeout_s < 1) {
+    return invalid_argument("--timeout-s = " + std::to_string(o.timeout_s) + ", must be >= 1");
+  }
+  GP_ASSIGN_OR_RETURN(const graphpipe::v1::LinkClass link, parse_link_class(o.link_class));
+  GP_ASSIGN_OR_RETURN(const Sweeps which, parse_kinds(o.kinds));
+  GP_ASSIGN_OR_RETURN(const CommSweepOptions sweep, sweep_options(o));
+  GP_ASSIGN_OR_RETURN(const std::string store, make_rendezvous_dir());
+  log::get("profile")->info("measuring {} ranks as local processes over Gloo (rendezvous in {})",
+                            o.ranks, store);
+  std::vector<CommSample> p2p, allreduce;
+  GP_RETURN_IF_ERROR(run_ranks(o, sweep, which, store, &p2p, &allreduce));
+  return write_fits(o, link, which, p2p, allreduce);
 }
 
 }  // namespace gp::profile::cli

@@ -347,6 +347,274 @@ class CacheFlusher {
   std::vector<Line> lines_;
 };
 
+using Signatures = std::vector<std::pair<std::string, int>>;
+
+// The options profile_ops checks first, in the order of its errors.
+Status check_options(const OpProfileOptions& options) {
+  if (options.micro_batches.empty()) return invalid_argument("--micro-batches: empty list");
+  for (int64_t b : options.micro_batches) {
+    if (b <= 0 || b > graph::kMaxMiniBatch) {
+      return invalid_argument("--micro-batches: " + std::to_string(b) + ", must be in [1, " +
+                              std::to_string(graph::kMaxMiniBatch) + "]");
+    }
+  }
+  if (options.device_kind.empty()) return invalid_argument("device kind: empty name");
+  if (options.measure.min_repetitions < 1 || options.measure.min_repetitions > kMaxRepetitions) {
+    return invalid_argument("--repetitions = " + std::to_string(options.measure.min_repetitions) +
+                            ", must be in [1, " + std::to_string(kMaxRepetitions) + "]");
+  }
+  if (options.measure.warmup < 0 || options.measure.warmup > kMaxRepetitions) {
+    return invalid_argument("--warmup = " + std::to_string(options.measure.warmup) +
+                            ", must be in [0, " + std::to_string(kMaxRepetitions) + "]");
+  }
+  if (!(options.tolerance > 0)) {
+    return invalid_argument("--tolerance = " + std::to_string(options.tolerance) + ", must be > 0");
+  }
+  return ok_status();
+}
+
+// Refused before anything is measured: an operator whose buffers at the largest micro-batch
+// cannot fit in memory (a lower bound: values and gradients of its inputs, outputs and
+// parameters) would otherwise end the run in an allocation failure. No limit: 0.
+Status check_memory_limit(const graph::Graph& graph, const Signatures& signatures,
+                          int64_t max_batch, int64_t memory_limit_bytes) {
+  if (memory_limit_bytes <= 0) return ok_status();
+  for (const auto& [sig, index] : signatures) {
+    const auto& op = graph.op(index);
+    double per_sample = static_cast<double>(op.output_bytes);
+    for (const auto& spec : op.input_specs) {
+      per_sample += static_cast<double>(graph::size_bytes(spec));
+    }
+    const double need = 2 * (per_sample * static_cast<double>(max_batch) +
+                             static_cast<double>(op.cost.param_count) * sizeof(float));
+    if (need > static_cast<double>(memory_limit_bytes)) {
+      char buf[160];
+      std::snprintf(buf, sizeof(buf), "%.1f GiB, more than this host's %.1f GiB of memory",
+                    need / (1 << 30), static_cast<double>(memory_limit_bytes) / (1 << 30));
+      return invalid_argument("--micro-batches: " + std::to_string(max_batch) + " samples of op '" +
+                              op.id() + "' need at least " + buf);
+    }
+  }
+  return ok_status();
+}
+
+// One profiling run over checked options: every pass measures each (signature, micro-batch)
+// again and a measurement keeps its fastest pass, so that a few seconds of interference on the
+// host (another process, the hypervisor) skew one pass, not the profile. A signature without a
+// kernel, or a (signature, micro-batch) that fails once, is rejected for the whole run.
+class OpProfiler {
+ public:
+  OpProfiler(const graph::Graph& graph, const exec::Device& device, const OpProfileOptions& options,
+             std::vector<int64_t> sizes, Timer& timer, std::function<void()> before,
+             const std::function<void(const OpProfileProgress&)>& progress)
+      : graph_(graph),
+        device_(device),
+        options_(options),
+        sizes_(std::move(sizes)),
+        timer_(timer),
+        before_(std::move(before)),
+        progress_(progress) {}
+
+  OpProfileResult run(const Signatures& signatures) {
+    result_.signatures = static_cast<int>(signatures.size());
+    step_.total = static_cast<int>(signatures.size() * sizes_.size()) * options_.passes;
+    for (int pass = 0; pass < options_.passes; ++pass) {
+      for (const auto& [sig, index] : signatures) profile_signature(pass, sig, graph_.op(index));
+    }
+    // A measurement whose later pass failed is not recorded either.
+    std::erase_if(result_.measurements, [&](const graphpipe::v1::OpMeasurement& m) {
+      return failed_.count({m.signature(), m.micro_batch()}) > 0;
+    });
+    return std::move(result_);
+  }
+
+ private:
+  using Key = std::pair<std::string, int64_t>;  // (signature, micro-batch)
+
+  // One pass over one signature's micro-batch sizes, on one bench.
+  void profile_signature(int pass, const std::string& sig, const graph::OpNode& op) {
+    if (rejected_.count(sig)) {
+      for (int64_t b : sizes_) advance(sig, b);
+      return;
+    }
+    auto kernel = device_.make_kernel(op);
+    std::unique_ptr<exec::OpKernel> reference;
+    const std::string unusable = find_kernels(op, kernel, &reference);
+    if (!unusable.empty()) {
+      rejected_.insert(sig);
+      for (int64_t b : sizes_) {
+        result_.rejected.push_back({sig, op.id(), b, unusable});
+        advance(sig, b);
+      }
+      return;
+    }
+    auto bench_or = OpBench::create(op, **kernel, device_, sizes_.back(), options_.seed);
+    if (!bench_or.ok()) {
+      for (int64_t b : sizes_) {
+        if (failed_.insert({sig, b}).second) {
+          result_.rejected.push_back({sig, op.id(), b,
+                                      "cannot set up the buffers on " +
+                                          std::string(device_.name()) + ": " +
+                                          bench_or.status().message()});
+        }
+        advance(sig, b);
+      }
+      return;
+    }
+    for (int64_t b : sizes_) {
+      const Key key{sig, b};
+      if (failed_.count(key) || (pass > 0 && !measured_.count(key))) {
+        advance(sig, b);
+        continue;
+      }
+      measure_size(pass, sig, b, op, **kernel, reference.get(), **bench_or);
+    }
+  }
+
+  // Sets *reference to the CPU reference kernel when the device is not the CPU itself; empty
+  // when the op has the kernels it needs, else why not.
+  std::string find_kernels(const graph::OpNode& op,
+                           const Result<std::unique_ptr<exec::OpKernel>>& kernel,
+                           std::unique_ptr<exec::OpKernel>* reference) const {
+    if (!kernel.ok()) {
+      return std::string(device_.name()) + " has no kernel: " + kernel.status().message();
+    }
+    if (&device_ == &exec::cpu_device()) return "";
+    auto ref = exec::make_cpu_kernel(op);
+    if (!ref.ok()) return "no CPU reference kernel to check against: " + ref.status().message();
+    *reference = std::move(ref).value();
+    return "";
+  }
+
+  // Checks (first pass only), then times, one micro-batch size; records or rejects it.
+  void measure_size(int pass, const std::string& sig, int64_t b, const graph::OpNode& op,
+                    const exec::OpKernel& kernel, const exec::OpKernel* reference, OpBench& bench) {
+    if (const std::string problem = run_and_check(pass, op, reference, bench, b);
+        !problem.empty()) {
+      reject(sig, b, op, problem);
+      return;
+    }
+    Stats fwd, bwd;
+    if (const Status timing = time_kernel(bench, b, &fwd, &bwd); !timing.ok()) {
+      reject(sig, b, op, std::string(device_.name()) + " failed while timing: " + timing.message());
+      return;
+    }
+    keep_fastest(Key{sig, b}, measurement(sig, op, kernel, b, fwd, bwd));
+    advance(sig, b);
+  }
+
+  // Runs a forward and a backward; on the first pass also checks the results (finite, and as
+  // the CPU reference's). Empty when all is well, else the problem.
+  std::string run_and_check(int pass, const graph::OpNode& op, const exec::OpKernel* reference,
+                            OpBench& bench, int64_t b) {
+    // An asynchronous device reports the errors of queued kernels at synchronize().
+    Status st = bench.zero_grads();
+    if (st.ok()) {
+      bench.forward(b);
+      bench.backward(b);
+      st = device_.synchronize();
+    }
+    if (st.ok() && pass == 0) st = bench.download(b);
+    if (!st.ok()) {
+      return std::string(device_.name()) + " failed running forward and backward: " + st.message();
+    }
+    std::string problem = pass > 0 ? "" : check_finite(bench, b);
+    if (problem.empty() && reference != nullptr && pass == 0) {
+      auto ref = OpBench::create(op, *reference, exec::cpu_device(), b, options_.seed);
+      if (ref.ok()) {
+        (*ref)->forward(b);
+        (*ref)->backward(b);
+        problem = compare(bench, **ref, b, options_.tolerance);
+      } else {
+        problem = "cannot set up the CPU reference: " + ref.status().message();
+      }
+    }
+    return problem;
+  }
+
+  // Times the forward, then the backward; the first device error while timing, if any.
+  // Each timed call waits for the device, so that an asynchronous device's time is the kernel's
+  // and not just its launch. That adds the launch and synchronisation overhead (~5-10 us on
+  // CUDA) to every call; CUDA events would exclude it. On the CPU synchronize() is a no-op.
+  Status time_kernel(OpBench& bench, int64_t b, Stats* fwd, Stats* bwd) {
+    Status timing;
+    auto timed = [&](void (OpBench::*call)(int64_t)) {
+      return [&, call] {
+        (bench.*call)(b);
+        if (Status s = device_.synchronize(); !s.ok() && timing.ok()) timing = s;
+      };
+    };
+    *fwd = measure(timer_, options_.measure, timed(&OpBench::forward), before_);
+    bench.forward(b);  // the saved scratch backward reads; finished before timing starts
+    if (Status s = device_.synchronize(); !s.ok() && timing.ok()) timing = s;
+    *bwd = measure(timer_, options_.measure, timed(&OpBench::backward), before_);
+    return timing;
+  }
+
+  graphpipe::v1::OpMeasurement measurement(const std::string& sig, const graph::OpNode& op,
+                                           const exec::OpKernel& kernel, int64_t b,
+                                           const Stats& fwd, const Stats& bwd) const {
+    graphpipe::v1::OpMeasurement m;
+    m.set_signature(sig);
+    m.set_device_kind(options_.device_kind);
+    m.set_micro_batch(b);
+    m.set_forward_time_us(fwd.median_us);
+    m.set_backward_time_us(bwd.median_us);
+    m.set_forward_spread_us(fwd.spread_us());
+    m.set_backward_spread_us(bwd.spread_us());
+    m.set_activation_bytes(kept_bytes(op, kernel, b));
+    // The kernel contract: kernels allocate nothing; what they use during a call only is the
+    // workspace they declare, which the executor owns.
+    m.set_workspace_bytes(kernel.workspace_floats_per_sample() *
+                          static_cast<int64_t>(sizeof(float)) * b);
+    m.set_repetitions(std::min(fwd.repetitions, bwd.repetitions));
+    *m.mutable_provenance() = options_.provenance;
+    return m;
+  }
+
+  // The first pass's measurement, or a later one that is faster in forward + backward.
+  void keep_fastest(const Key& key, graphpipe::v1::OpMeasurement m) {
+    if (auto it = measured_.find(key); it != measured_.end()) {
+      auto& best = result_.measurements[it->second];
+      if (m.forward_time_us() + m.backward_time_us() <
+          best.forward_time_us() + best.backward_time_us()) {
+        best = std::move(m);
+      }
+    } else {
+      measured_[key] = result_.measurements.size();
+      result_.measurements.push_back(std::move(m));
+    }
+  }
+
+  void reject(const std::string& sig, int64_t b, const graph::OpNode& op,
+              const std::string& problem) {
+    failed_.insert({sig, b});
+    result_.rejected.push_back({sig, op.id(), b, problem});
+    advance(sig, b);
+  }
+
+  void advance(const std::string& sig, int64_t b) {
+    ++step_.done;
+    step_.signature = &sig;
+    step_.micro_batch = b;
+    if (progress_) progress_(step_);
+  }
+
+  const graph::Graph& graph_;
+  const exec::Device& device_;
+  const OpProfileOptions& options_;
+  const std::vector<int64_t> sizes_;  // sorted, distinct
+  Timer& timer_;
+  const std::function<void()> before_;  // before every timed call: the cache flush
+  const std::function<void(const OpProfileProgress&)>& progress_;
+
+  OpProfileResult result_;
+  OpProfileProgress step_;
+  std::map<Key, size_t> measured_;  // -> index in result_.measurements
+  std::set<std::string> rejected_;  // signatures without a kernel
+  std::set<Key> failed_;            // rejected (signature, micro-batch)
+};
+
 }  // namespace
 
 double default_tolerance(exec::MatmulPrecision precision) {
@@ -393,30 +661,10 @@ int64_t kept_bytes(const graph::OpNode& op, const exec::OpKernel& kernel, int64_
 Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Device& device,
                                     const OpProfileOptions& options,
                                     const std::function<void(const OpProfileProgress&)>& progress) {
-  if (options.micro_batches.empty()) return invalid_argument("--micro-batches: empty list");
-  for (int64_t b : options.micro_batches) {
-    if (b <= 0 || b > graph::kMaxMiniBatch) {
-      return invalid_argument("--micro-batches: " + std::to_string(b) + ", must be in [1, " +
-                              std::to_string(graph::kMaxMiniBatch) + "]");
-    }
-  }
-  if (options.device_kind.empty()) return invalid_argument("device kind: empty name");
-  if (options.measure.min_repetitions < 1 || options.measure.min_repetitions > kMaxRepetitions) {
-    return invalid_argument("--repetitions = " + std::to_string(options.measure.min_repetitions) +
-                            ", must be in [1, " + std::to_string(kMaxRepetitions) + "]");
-  }
-  if (options.measure.warmup < 0 || options.measure.warmup > kMaxRepetitions) {
-    return invalid_argument("--warmup = " + std::to_string(options.measure.warmup) +
-                            ", must be in [0, " + std::to_string(kMaxRepetitions) + "]");
-  }
-  if (!(options.tolerance > 0)) {
-    return invalid_argument("--tolerance = " + std::to_string(options.tolerance) + ", must be > 0");
-  }
+  GP_RETURN_IF_ERROR(check_options(options));
   std::vector<int64_t> sizes = options.micro_batches;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  const int64_t max_batch = sizes.back();
-  const bool is_reference = &device == &exec::cpu_device();
   if (options.cache_flush_bytes < 0) {
     return invalid_argument("--flush-cache-mib: " + std::to_string(options.cache_flush_bytes) +
                             " bytes, must be >= 0");
@@ -429,183 +677,14 @@ Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Devic
   SteadyTimer steady;
   Timer& timer = options.timer != nullptr ? *options.timer : steady;
 
-  OpProfileResult result;
-  const auto signatures = distinct_signatures(graph);
-  // Refused before anything is measured: an operator whose buffers at the largest micro-batch
-  // cannot fit in memory (a lower bound: values and gradients of its inputs, outputs and
-  // parameters) would otherwise end the run in an allocation failure.
-  if (options.memory_limit_bytes > 0) {
-    for (const auto& [sig, index] : signatures) {
-      const auto& op = graph.op(index);
-      double per_sample = static_cast<double>(op.output_bytes);
-      for (const auto& spec : op.input_specs) {
-        per_sample += static_cast<double>(graph::size_bytes(spec));
-      }
-      const double need = 2 * (per_sample * static_cast<double>(max_batch) +
-                               static_cast<double>(op.cost.param_count) * sizeof(float));
-      if (need > static_cast<double>(options.memory_limit_bytes)) {
-        char buf[160];
-        std::snprintf(buf, sizeof(buf), "%.1f GiB, more than this host's %.1f GiB of memory",
-                      need / (1 << 30),
-                      static_cast<double>(options.memory_limit_bytes) / (1 << 30));
-        return invalid_argument("--micro-batches: " + std::to_string(max_batch) +
-                                " samples of op '" + op.id() + "' need at least " + buf);
-      }
-    }
-  }
-  result.signatures = static_cast<int>(signatures.size());
+  const Signatures signatures = distinct_signatures(graph);
+  GP_RETURN_IF_ERROR(
+      check_memory_limit(graph, signatures, sizes.back(), options.memory_limit_bytes));
   if (options.passes < 1) {
     return invalid_argument("--passes = " + std::to_string(options.passes) + ", must be >= 1");
   }
-  OpProfileProgress step;
-  step.total = static_cast<int>(signatures.size() * sizes.size()) * options.passes;
-  auto advance = [&](const std::string& sig, int64_t b) {
-    ++step.done;
-    step.signature = &sig;
-    step.micro_batch = b;
-    if (progress) progress(step);
-  };
-
-  // Each pass measures everything again; a measurement keeps its fastest pass, so that a few
-  // seconds of interference on the host (another process, the hypervisor) skew one pass, not the
-  // profile.
-  std::map<std::pair<std::string, int64_t>, size_t> measured;  // -> index in measurements
-  std::set<std::string> rejected;                              // signatures without a kernel
-  std::set<std::pair<std::string, int64_t>> failed;            // rejected (signature, micro-batch)
-  for (int pass = 0; pass < options.passes; ++pass) {
-    for (const auto& [sig, index] : signatures) {
-      if (rejected.count(sig)) {
-        for (int64_t b : sizes) advance(sig, b);
-        continue;
-      }
-      const auto& op = graph.op(index);
-      auto kernel = device.make_kernel(op);
-      std::unique_ptr<exec::OpKernel> reference;
-      std::string unusable;
-      if (!kernel.ok()) {
-        unusable = std::string(device.name()) + " has no kernel: " + kernel.status().message();
-      } else if (!is_reference) {
-        auto ref = exec::make_cpu_kernel(op);
-        if (ref.ok()) {
-          reference = std::move(ref).value();
-        } else {
-          unusable = "no CPU reference kernel to check against: " + ref.status().message();
-        }
-      }
-      if (!unusable.empty()) {
-        rejected.insert(sig);
-        for (int64_t b : sizes) {
-          result.rejected.push_back({sig, op.id(), b, unusable});
-          advance(sig, b);
-        }
-        continue;
-      }
-      auto bench_or = OpBench::create(op, **kernel, device, max_batch, options.seed);
-      if (!bench_or.ok()) {
-        for (int64_t b : sizes) {
-          if (failed.insert({sig, b}).second) {
-            result.rejected.push_back({sig, op.id(), b,
-                                       "cannot set up the buffers on " +
-                                           std::string(device.name()) + ": " +
-                                           bench_or.status().message()});
-          }
-          advance(sig, b);
-        }
-        continue;
-      }
-      OpBench& bench = **bench_or;
-      for (int64_t b : sizes) {
-        const auto key = std::make_pair(sig, b);
-        if (failed.count(key) || (pass > 0 && !measured.count(key))) {
-          advance(sig, b);
-          continue;
-        }
-        auto reject = [&](const std::string& problem) {
-          failed.insert(key);
-          result.rejected.push_back({sig, op.id(), b, problem});
-          advance(sig, b);
-        };
-        // An asynchronous device reports the errors of queued kernels at synchronize().
-        Status st = bench.zero_grads();
-        if (st.ok()) {
-          bench.forward(b);
-          bench.backward(b);
-          st = device.synchronize();
-        }
-        if (st.ok() && pass == 0) st = bench.download(b);
-        if (!st.ok()) {
-          reject(std::string(device.name()) +
-                 " failed running forward and backward: " + st.message());
-          continue;
-        }
-        std::string problem = pass > 0 ? "" : check_finite(bench, b);
-        if (problem.empty() && reference != nullptr && pass == 0) {
-          auto ref = OpBench::create(op, *reference, exec::cpu_device(), b, options.seed);
-          if (ref.ok()) {
-            (*ref)->forward(b);
-            (*ref)->backward(b);
-            problem = compare(bench, **ref, b, options.tolerance);
-          } else {
-            problem = "cannot set up the CPU reference: " + ref.status().message();
-          }
-        }
-        if (!problem.empty()) {
-          reject(problem);
-          continue;
-        }
-        // Each timed call waits for the device, so that an asynchronous device's time is the
-        // kernel's and not just its launch. That adds the launch and synchronisation overhead
-        // (~5-10 us on CUDA) to every call; CUDA events would exclude it. On the CPU
-        // synchronize() is a no-op.
-        Status timing;
-        auto timed = [&](void (OpBench::*call)(int64_t)) {
-          return [&, call] {
-            (bench.*call)(b);
-            if (Status s = device.synchronize(); !s.ok() && timing.ok()) timing = s;
-          };
-        };
-        const Stats fwd = measure(timer, options.measure, timed(&OpBench::forward), before);
-        bench.forward(b);  // the saved scratch backward reads; finished before timing starts
-        if (Status s = device.synchronize(); !s.ok() && timing.ok()) timing = s;
-        const Stats bwd = measure(timer, options.measure, timed(&OpBench::backward), before);
-        if (!timing.ok()) {
-          reject(std::string(device.name()) + " failed while timing: " + timing.message());
-          continue;
-        }
-        graphpipe::v1::OpMeasurement m;
-        m.set_signature(sig);
-        m.set_device_kind(options.device_kind);
-        m.set_micro_batch(b);
-        m.set_forward_time_us(fwd.median_us);
-        m.set_backward_time_us(bwd.median_us);
-        m.set_forward_spread_us(fwd.spread_us());
-        m.set_backward_spread_us(bwd.spread_us());
-        m.set_activation_bytes(kept_bytes(op, **kernel, b));
-        // The kernel contract: kernels allocate nothing; what they use during a call only is the
-        // workspace they declare, which the executor owns.
-        m.set_workspace_bytes((*kernel)->workspace_floats_per_sample() *
-                              static_cast<int64_t>(sizeof(float)) * b);
-        m.set_repetitions(std::min(fwd.repetitions, bwd.repetitions));
-        *m.mutable_provenance() = options.provenance;
-        if (auto it = measured.find(key); it != measured.end()) {
-          auto& best = result.measurements[it->second];
-          if (m.forward_time_us() + m.backward_time_us() <
-              best.forward_time_us() + best.backward_time_us()) {
-            best = std::move(m);
-          }
-        } else {
-          measured[key] = result.measurements.size();
-          result.measurements.push_back(std::move(m));
-        }
-        advance(sig, b);
-      }
-    }
-  }
-  // A measurement whose later pass failed is not recorded either.
-  std::erase_if(result.measurements, [&](const graphpipe::v1::OpMeasurement& m) {
-    return failed.count({m.signature(), m.micro_batch()}) > 0;
-  });
-  return result;
+  OpProfiler profiler(graph, device, options, std::move(sizes), timer, std::move(before), progress);
+  return profiler.run(signatures);
 }
 
 }  // namespace gp::profile

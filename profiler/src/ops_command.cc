@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
@@ -56,56 +58,52 @@ std::vector<graphpipe::v1::Cluster> preset_clusters() {
   return out;
 }
 
-}  // namespace
+// The device kind the records are for, and the cluster it was taken from (none when given by
+// --device-kind alone): the cluster's, so that the planner finds these records when it plans for
+// that cluster.
+struct RecordedKind {
+  graphpipe::v1::Cluster cluster;
+  std::string device_kind;
+};
 
-Status run_ops(const OpsOptions& o) {
+Result<RecordedKind> resolve_device_kind(const OpsOptions& o, const exec::Device& device, bool cpu,
+                                         const CudaDescription& cuda) {
   auto log = log::get("profile");
-  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(o.model));
-  auto built = graph::Graph::build(model);
-  if (!built.ok()) return built.status().with_context("--model '" + o.model + "'");
-  const graph::Graph& graph = *built;
-  GP_ASSIGN_OR_RETURN(const exec::MatmulPrecision precision, exec::parse_precision(o.precision));
-  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device, precision));
-  const bool cpu = device == &exec::cpu_device();
-  if (cpu && precision != exec::MatmulPrecision::kFp32) {
-    // A CPU profile labelled tf32/bf16 would claim a speed-up the CPU kernels do not have.
-    return invalid_argument("--precision " + o.precision +
-                            ": the CPU kernels compute in fp32 only; use it with --device cuda:N");
-  }
-  const CudaDescription cuda = cpu ? CudaDescription{} : describe_cuda(device->name());
-
-  // The device kind recorded is the cluster's, so that the planner finds these records when it
-  // plans for that cluster.
   std::string cluster_name = o.cluster;
   if (cluster_name.empty() && cpu) cluster_name = "cpu-local";
-  std::string device_kind = o.device_kind;
-  if (!cpu && cluster_name.empty() && device_kind.empty() && !cuda.gpu_name.empty()) {
+  RecordedKind out;
+  out.device_kind = o.device_kind;
+  if (!cpu && cluster_name.empty() && out.device_kind.empty() && !cuda.gpu_name.empty()) {
     const auto kind = gpu_device_kind(cuda.gpu_name, preset_clusters());
     if (!kind.cluster.empty()) {
       cluster_name = kind.cluster;
       log->info(
           "{} ({}): recording device kind '{}' of cluster preset '{}' (--device-kind or "
           "--cluster overrides)",
-          device->name(), cuda.gpu_name, kind.device_kind, kind.cluster);
+          device.name(), cuda.gpu_name, kind.device_kind, kind.cluster);
     } else {
-      device_kind = kind.device_kind;
+      out.device_kind = kind.device_kind;
       log->warn(
           "no cluster preset has a device kind for {} ({}): recording device kind '{}'; plan "
           "with a cluster whose device is named so, or give --device-kind or --cluster",
-          device->name(), cuda.gpu_name, device_kind);
+          device.name(), cuda.gpu_name, out.device_kind);
     }
   }
-  graphpipe::v1::Cluster cluster;
   if (!cluster_name.empty()) {
     auto loaded = cost::load_cluster(cluster_name);
     if (!loaded.ok()) return loaded.status().with_context("--cluster");
-    cluster = *loaded;
-    if (device_kind.empty()) device_kind = cluster.device().name();
+    out.cluster = *loaded;
+    if (out.device_kind.empty()) out.device_kind = out.cluster.device().name();
   }
-  if (device_kind.empty()) {
+  if (out.device_kind.empty()) {
     return invalid_argument("--device-kind: give the device kind name (or --cluster) for " +
                             o.device);
   }
+  return out;
+}
+
+// The measurement flags profile_ops does not check itself.
+Status check_measure_flags(const OpsOptions& o, int64_t host_memory) {
   if (o.cpu_threads < 1) {
     return invalid_argument("--cpu-threads = " + std::to_string(o.cpu_threads) + ", must be >= 1");
   }
@@ -116,7 +114,6 @@ Status run_ops(const OpsOptions& o) {
     return invalid_argument("--warmup = " + std::to_string(o.warmup) + ", must be >= 0");
   }
   // Buffers and the cache flusher live in host memory on every device.
-  const int64_t host_memory = exec::query_host().memory_bytes;
   const double max_flush_mib = static_cast<double>(host_memory) / 2 / (1 << 20);
   if (!(o.flush_cache_mib < 0) && !(o.flush_cache_mib <= max_flush_mib)) {
     char buf[96];
@@ -124,8 +121,13 @@ Status run_ops(const OpsOptions& o) {
                   o.flush_cache_mib, max_flush_mib);
     return invalid_argument(std::string(buf) + " (half this host's memory)");
   }
-  exec::set_cpu_threads(o.cpu_threads);
+  return ok_status();
+}
 
+OpProfileOptions profile_options(const OpsOptions& o, const std::string& device_kind,
+                                 exec::MatmulPrecision precision, int64_t host_memory,
+                                 const exec::Device& device, bool cpu,
+                                 const CudaDescription& cuda) {
   OpProfileOptions opts;
   opts.micro_batches = o.micro_batches;
   opts.measure.warmup = o.warmup;
@@ -147,31 +149,43 @@ Status run_ops(const OpsOptions& o) {
   } else {
     // The GEMM precision goes with the libraries: a bf16 profile is told apart from an fp32 one.
     opts.provenance =
-        make_provenance("cuda", cuda.gpu_name.empty() ? std::string(device->name()) : cuda.gpu_name,
+        make_provenance("cuda", cuda.gpu_name.empty() ? std::string(device.name()) : cuda.gpu_name,
                         cuda.driver_version,
                         "cuda runtime " + cuda.runtime_version + ", gemm inputs " + o.precision +
                             " (fp32 accumulation), kernels: " + cuda.kernel_libraries);
   }
-  const auto signatures = distinct_signatures(graph);
+  return opts;
+}
+
+void warn_opaque_ops(const graph::Graph& graph) {
   int opaque = 0;
   for (const auto& op : graph.ops()) opaque += op.type() == "opaque" ? 1 : 0;
   if (opaque > 0) {
-    log->warn(
+    log::get("profile")->warn(
         "{} opaque op(s) (imported with --allow-opaque) have no kernel and are not measured; "
         "the planner estimates them from FLOPs",
         opaque);
   }
-  log->info("profiling {} operator signatures of '{}' on {} ({} GEMMs) as device kind '{}'",
-            signatures.size(), o.model, device->name(), o.precision, device_kind);
-  ProgressBar bar("ops");
-  auto result = profile_ops(graph, *device, opts, [&](const OpProfileProgress& p) {
-    bar.update(p.done, p.total, *p.signature + " b=" + std::to_string(p.micro_batch));
-  });
-  bar.finish();
-  if (!result.ok()) return result.status();
+}
 
-  // Measured against the analytic estimate for the same device kind: where they disagree is
-  // where the planner's unprofiled answers would have been wrong.
+// measured / analytic estimate, "1.25x"; "-" without an estimate.
+std::string analytic_ratio(const cost::AnalyticCostModel* analytic, const graph::OpNode& op,
+                           const graphpipe::v1::OpMeasurement& m) {
+  if (!analytic) return "-";
+  const auto est = analytic->op_time(op, m.micro_batch());
+  const double total = est.forward_us + est.backward_us;
+  if (!(total > 0)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2fx", (m.forward_time_us() + m.backward_time_us()) / total);
+  return buf;
+}
+
+// The measurements as a table, each against the analytic estimate for the same device kind:
+// where they disagree is where the planner's unprofiled answers would have been wrong.
+void print_measurements(const graph::Graph& graph,
+                        const std::vector<std::pair<std::string, int>>& signatures,
+                        const OpProfileResult& result, const graphpipe::v1::Cluster& cluster,
+                        exec::MatmulPrecision precision, const std::string& device_kind) {
   std::unique_ptr<cost::AnalyticCostModel> analytic;
   if (cluster.has_device()) {
     analytic = std::make_unique<cost::AnalyticCostModel>(
@@ -183,22 +197,12 @@ Status run_ops(const OpsOptions& o) {
   for (const auto& [sig, index] : signatures) op_of[sig] = index;
   std::printf("%-28s %6s %12s %12s %9s %12s %10s\n", "op (first of its signature)", "batch",
               "forward_us", "backward_us", "spread", "kept_bytes", "analytic");
-  for (const auto& m : result->measurements) {
+  for (const auto& m : result.measurements) {
     const auto& op = graph.op(op_of[m.signature()]);
     const std::string label = op.id() + " (" + std::string(op.type()) + ")";
     const double spread =
         m.forward_time_us() > 0 ? 100.0 * m.forward_spread_us() / m.forward_time_us() : 0.0;
-    std::string ratio = "-";
-    if (analytic) {
-      const auto est = analytic->op_time(op, m.micro_batch());
-      const double total = est.forward_us + est.backward_us;
-      if (total > 0) {
-        char buf[32];
-        std::snprintf(buf, sizeof(buf), "%.2fx",
-                      (m.forward_time_us() + m.backward_time_us()) / total);
-        ratio = buf;
-      }
-    }
+    const std::string ratio = analytic_ratio(analytic.get(), op, m);
     std::printf("%-28.28s %6lld %12.1f %12.1f %8.1f%% %12lld %10s\n", label.c_str(),
                 static_cast<long long>(m.micro_batch()), m.forward_time_us(), m.backward_time_us(),
                 spread, static_cast<long long>(m.activation_bytes()), ratio.c_str());
@@ -207,24 +211,65 @@ Status run_ops(const OpsOptions& o) {
       "(spread: p90 - p10 of forward, as a share of the median; analytic: measured / "
       "the analytic model's estimate for '%s')\n",
       device_kind.c_str());
-  for (const auto& r : result->rejected) {
+}
+
+// Writes the measurements to --out; an error when some kernel failed validation.
+Status write_ops_profile(const std::string& out, OpProfileResult result) {
+  auto log = log::get("profile");
+  for (const auto& r : result.rejected) {
     log->error("not recorded: {} ('{}') at micro-batch {}: {}", r.signature, r.op_id, r.micro_batch,
                r.reason);
   }
-
   graphpipe::v1::ProfileDB db;
   db.set_format_version(kProfileFormatVersion);
-  for (auto& m : result->measurements) *db.add_ops() = std::move(m);
-  GP_RETURN_IF_ERROR(write_profile(o.out, db).with_context("--out " + o.out));
-  log->info("wrote {} measurements of {} signatures to {}", db.ops_size(), result->signatures,
-            o.out);
-  if (!result->rejected.empty()) {
-    return internal_error(std::to_string(result->rejected.size()) +
+  for (auto& m : result.measurements) *db.add_ops() = std::move(m);
+  GP_RETURN_IF_ERROR(write_profile(out, db).with_context("--out " + out));
+  log->info("wrote {} measurements of {} signatures to {}", db.ops_size(), result.signatures, out);
+  if (!result.rejected.empty()) {
+    return internal_error(std::to_string(result.rejected.size()) +
                           " kernel measurement(s) failed validation and were not recorded (see "
                           "above); the others are in " +
-                          o.out);
+                          out);
   }
   return ok_status();
+}
+
+}  // namespace
+
+Status run_ops(const OpsOptions& o) {
+  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(o.model));
+  auto built = graph::Graph::build(model);
+  if (!built.ok()) return built.status().with_context("--model '" + o.model + "'");
+  const graph::Graph& graph = *built;
+  GP_ASSIGN_OR_RETURN(const exec::MatmulPrecision precision, exec::parse_precision(o.precision));
+  GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device, precision));
+  const bool cpu = device == &exec::cpu_device();
+  if (cpu && precision != exec::MatmulPrecision::kFp32) {
+    // A CPU profile labelled tf32/bf16 would claim a speed-up the CPU kernels do not have.
+    return invalid_argument("--precision " + o.precision +
+                            ": the CPU kernels compute in fp32 only; use it with --device cuda:N");
+  }
+  const CudaDescription cuda = cpu ? CudaDescription{} : describe_cuda(device->name());
+  GP_ASSIGN_OR_RETURN(const RecordedKind kind, resolve_device_kind(o, *device, cpu, cuda));
+  const int64_t host_memory = exec::query_host().memory_bytes;
+  GP_RETURN_IF_ERROR(check_measure_flags(o, host_memory));
+  exec::set_cpu_threads(o.cpu_threads);
+  const OpProfileOptions opts =
+      profile_options(o, kind.device_kind, precision, host_memory, *device, cpu, cuda);
+
+  const auto signatures = distinct_signatures(graph);
+  warn_opaque_ops(graph);
+  log::get("profile")->info(
+      "profiling {} operator signatures of '{}' on {} ({} GEMMs) as device kind '{}'",
+      signatures.size(), o.model, device->name(), o.precision, kind.device_kind);
+  ProgressBar bar("ops");
+  auto result = profile_ops(graph, *device, opts, [&](const OpProfileProgress& p) {
+    bar.update(p.done, p.total, *p.signature + " b=" + std::to_string(p.micro_batch));
+  });
+  bar.finish();
+  if (!result.ok()) return result.status();
+  print_measurements(graph, signatures, *result, kind.cluster, precision, kind.device_kind);
+  return write_ops_profile(o.out, std::move(result).value());
 }
 
 }  // namespace gp::profile::cli
