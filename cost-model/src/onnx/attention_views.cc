@@ -320,61 +320,112 @@ struct Importer::ViewTrace {
   }
 };
 
-bool Importer::match_attention_views(int start) {
-  const auto& t0 = g_.node(start);
-  if (t0.op_type() != "Transpose" || t0.input_size() != 1 ||
-      attr_ints(t0, "perm") != std::vector<int64_t>{1, 0, 2} || !activation(t0.input(0))) {
-    return false;
-  }
-  const auto x_shape = sample_shape(t0.input(0));
-  if (!x_shape || x_shape->size() != 2) return false;
-  const int64_t e = (*x_shape)[1];
-  if (e < 2 || e > kMaxExtent / 3 || (*x_shape)[0] < 1 || (*x_shape)[0] > kMaxExtent) return false;
-  ViewTrace v(*this, static_batch_ > 0 ? static_batch_ : kBatchProbe);
+// One match of the pattern from its first node, step by step along it; each step is false where
+// the graph leaves the pattern.
+struct Importer::AttentionViewMatch {
   using Atoms = ViewTrace::Atoms;
-  const int batch = v.atom(v.batch_size);
-  const int seq = v.atom((*x_shape)[0]);
-  v.views[t0.input(0)] = {{batch}, {seq}, {v.atom(e)}};
-  if (!v.step(start)) return false;
-  auto type = [&](int k) -> const std::string& { return g_.node(k).op_type(); };
-  auto out = [&](int k) -> const std::string& { return g_.node(k).output(0); };
+  using Dims = ViewTrace::Dims;
+  // q, k or v from its Gather up to the MatMul that reads it, through an optional scalar scale.
+  struct Path {
+    std::string tensor;  // what reaches the MatMul
+    int matmul = -1;
+    double scale = 1;
+  };
+
+  Importer& im;
+  const int start;
+  const onnx::NodeProto& t0;  // the Transpose of the input
+  ViewTrace v;
+  int64_t e = 0;             // the embedding size
+  int batch = -1, seq = -1;  // atoms of the input
+  int mm = -1;               // the packed input projection
+  int packed = -1;           // its [3E] atom
+  int embed = -1;            // the [E] part of it that q, k and v each are
+  std::string proj;          // the projection's output, after the bias where it has one
+  std::string in_bias;
+  std::array<std::string, 3> qkv;  // the gathered tensors, by index
+  std::optional<Path> q, key, val;
+  Atoms hd;  // the embedding as [h, d] (one atom: a single head)
+  int64_t head_size = 0;
+  Dims bhsd;
+  int gemm = -1;  // the output projection
+  std::string out_bias;
+  int embed_out = -1;  // the atom of its output
+  int last = -1;       // the pattern's last node
+  std::set<int> claimed;
+
+  AttentionViewMatch(Importer& importer, int first)
+      : im(importer),
+        start(first),
+        t0(importer.g_.node(first)),
+        v(importer, importer.static_batch_ > 0 ? importer.static_batch_ : kBatchProbe) {}
+
+  const std::string& type(int k) const { return im.g_.node(k).op_type(); }
+  const std::string& out(int k) const { return im.g_.node(k).output(0); }
+
+  // The Transpose of x [B, S, E] to [S, B, E].
+  bool input() {
+    if (t0.op_type() != "Transpose" || t0.input_size() != 1 ||
+        attr_ints(t0, "perm") != std::vector<int64_t>{1, 0, 2} || !im.activation(t0.input(0))) {
+      return false;
+    }
+    const auto x_shape = im.sample_shape(t0.input(0));
+    if (!x_shape || x_shape->size() != 2) return false;
+    e = (*x_shape)[1];
+    if (e < 2 || e > kMaxExtent / 3 || (*x_shape)[0] < 1 || (*x_shape)[0] > kMaxExtent) {
+      return false;
+    }
+    batch = v.atom(v.batch_size);
+    seq = v.atom((*x_shape)[0]);
+    v.views[t0.input(0)] = {{batch}, {seq}, {v.atom(e)}};
+    return v.step(start);
+  }
 
   // The packed projection: [S, B, 3E], its last dim one atom until the split names its parts.
-  const int mm = v.next(out(start));
-  if (mm < 0 || type(mm) != "MatMul" || g_.node(mm).input(0) != out(start) ||
-      !is_weight(g_.node(mm).input(1)) ||
-      weight_dims(g_.node(mm).input(1)) != std::vector<int64_t>{e, 3 * e}) {
-    return false;
+  bool packed_projection() {
+    mm = v.next(out(start));
+    if (mm < 0 || type(mm) != "MatMul" || im.g_.node(mm).input(0) != out(start) ||
+        !im.is_weight(im.g_.node(mm).input(1)) ||
+        im.weight_dims(im.g_.node(mm).input(1)) != std::vector<int64_t>{e, 3 * e}) {
+      return false;
+    }
+    v.nodes.insert(mm);
+    packed = v.atom(3 * e);
+    proj = out(mm);
+    if (const int add = v.next(proj); add >= 0 && type(add) == "Add") {
+      const std::string b = other_operand(im.g_.node(add), proj);
+      if (!im.is_weight(b) || im.weight_dims(b) != std::vector<int64_t>{3 * e}) return false;
+      in_bias = b;
+      v.nodes.insert(add);
+      proj = out(add);
+    }
+    auto dims = v.views[out(start)];
+    dims.back() = {packed};
+    v.views[proj] = dims;
+    return true;
   }
-  v.nodes.insert(mm);
-  const int packed = v.atom(3 * e);
-  std::string proj = out(mm);
-  std::string in_bias;
-  if (const int add = v.next(proj); add >= 0 && type(add) == "Add") {
-    const std::string b = other_operand(g_.node(add), proj);
-    if (!is_weight(b) || weight_dims(b) != std::vector<int64_t>{3 * e}) return false;
-    in_bias = b;
-    v.nodes.insert(add);
-    proj = out(add);
-  }
-  auto dims = v.views[out(start)];
-  dims.back() = {packed};
-  v.views[proj] = dims;
 
   // q, k and v: a Gather of index 0, 1 or 2 along the 3 that the views split off the packed dim.
-  const std::string split = v.follow(proj);
-  std::vector<int> gathers;
-  for (int c : consumers_[split]) {
-    if (type(c) != "Shape" && !(type(c) == "CastLike" && g_.node(c).input(0) != split)) {
-      gathers.push_back(c);
+  bool split_qkv() {
+    const std::string split = v.follow(proj);
+    std::vector<int> gathers;
+    for (int c : im.consumers_[split]) {
+      if (type(c) != "Shape" && !(type(c) == "CastLike" && im.g_.node(c).input(0) != split)) {
+        gathers.push_back(c);
+      }
     }
+    if (gathers.size() != 3) return false;
+    for (int gk : gathers) {
+      if (!gather(split, gk)) return false;
+    }
+    embed = v.parts[static_cast<size_t>(packed)][1];
+    return true;
   }
-  if (gathers.size() != 3) return false;
-  std::array<std::string, 3> qkv;  // the gathered tensors, by index
-  for (int gk : gathers) {
-    const auto& gn = g_.node(gk);
+
+  bool gather(const std::string& split, int gk) {
+    const auto& gn = im.g_.node(gk);
     if (type(gk) != "Gather" || gn.input_size() != 2 || gn.input(0) != split ||
-        done_[static_cast<size_t>(gk)]) {
+        im.done_[static_cast<size_t>(gk)]) {
       return false;
     }
     const auto& in = v.views[split];
@@ -382,11 +433,11 @@ bool Importer::match_attention_views(int start) {
     if (axis < 0) axis += static_cast<int64_t>(in.size());
     // A 0-d index drops the axis (a [1] index would keep it).
     const auto index = v.eval(gn.input(1));
-    const int ip = producer(gn.input(1));
+    const int ip = im.producer(gn.input(1));
     const bool scalar_index =
-        consts_.count(gn.input(1))
-            ? consts_.at(gn.input(1))->dims_size() == 0
-            : ip >= 0 && type(ip) == "Constant" && attr(g_.node(ip), "value_int") != nullptr;
+        im.consts_.count(gn.input(1))
+            ? im.consts_.at(gn.input(1))->dims_size() == 0
+            : ip >= 0 && type(ip) == "Constant" && attr(im.g_.node(ip), "value_int") != nullptr;
     if (axis < 0 || axis >= static_cast<int64_t>(in.size()) || !index ||
         index->values.size() != 1 || !scalar_index) {
       return false;
@@ -403,22 +454,18 @@ bool Importer::match_attention_views(int start) {
     v.views[gn.output(0)] = picked;
     v.nodes.insert(gk);
     qkv[static_cast<size_t>(which)] = gn.output(0);
+    return true;
   }
-  const int embed = v.parts[static_cast<size_t>(packed)][1];
 
-  // Each of them up to the scores, q and k through an optional positive scalar scale.
-  struct Path {
-    std::string tensor;  // what reaches the MatMul
-    int matmul = -1;
-    double scale = 1;
-  };
-  auto to_matmul = [&](const std::string& from, bool scaled) -> std::optional<Path> {
+  std::optional<Path> to_matmul(const std::string& from, bool scaled) {
     Path p;
     p.tensor = v.follow(from);
     int c = v.next(p.tensor);
     if (scaled && c >= 0 && (type(c) == "Mul" || type(c) == "Div")) {
-      const std::string s = other_operand(g_.node(c), p.tensor);
-      if (s.empty() || (type(c) == "Div" && g_.node(c).input(0) != p.tensor)) return std::nullopt;
+      const std::string s = other_operand(im.g_.node(c), p.tensor);
+      if (s.empty() || (type(c) == "Div" && im.g_.node(c).input(0) != p.tensor)) {
+        return std::nullopt;
+      }
       const auto value = v.eval(s);
       if (!value || value->values.size() != 1 || !(value->values[0] > 0)) return std::nullopt;
       p.scale = type(c) == "Mul" ? value->values[0] : 1 / value->values[0];
@@ -427,110 +474,146 @@ bool Importer::match_attention_views(int start) {
       p.tensor = v.follow(out(c));
       c = v.next(p.tensor);
     }
-    if (c < 0 || type(c) != "MatMul" || g_.node(c).input_size() != 2) return std::nullopt;
+    if (c < 0 || type(c) != "MatMul" || im.g_.node(c).input_size() != 2) return std::nullopt;
     p.matmul = c;
     return p;
-  };
-  const auto q = to_matmul(qkv[0], true);
-  const auto key = to_matmul(qkv[1], true);
-  const auto val = to_matmul(qkv[2], false);
-  if (!q || !key || !val || q->matmul != key->matmul || q->matmul == val->matmul ||
-      g_.node(q->matmul).input(0) != q->tensor || g_.node(q->matmul).input(1) != key->tensor ||
-      g_.node(val->matmul).input(1) != val->tensor) {
-    return false;
   }
-  // The layouts: q and v [B, h, S, d], k [B, h, d, S], with the embedding split as [h, d].
-  const Atoms hd = v.leaves(Atoms{embed});
-  if (hd.empty() || hd.size() > 2) return false;
-  const Atoms heads_atoms = hd.size() == 2 ? Atoms{hd[0]} : Atoms{};
-  const Atoms head_dim = {hd.back()};
-  const int64_t head_size = v.size[static_cast<size_t>(hd.back())];
-  const ViewTrace::Dims bhsd = {{batch}, heads_atoms, {seq}, head_dim};
-  const ViewTrace::Dims bhds = {{batch}, heads_atoms, head_dim, {seq}};
-  if (!v.same(v.views[q->tensor], bhsd) || !v.same(v.views[key->tensor], bhds) ||
-      !v.same(v.views[val->tensor], bhsd)) {
-    return false;
-  }
-  const double want = 1 / std::sqrt(static_cast<double>(head_size));
-  if (std::fabs(q->scale * key->scale - want) > 1e-4 * want) return false;
-  v.nodes.insert(q->matmul);
 
-  const int softmax = v.next(out(q->matmul));
-  if (softmax < 0 || type(softmax) != "Softmax") return false;
-  const int64_t axis = attr_i(g_.node(softmax), "axis", opset_ > 0 && opset_ < 13 ? 1 : -1);
-  if (axis != -1 && axis != 3) return false;
-  v.nodes.insert(softmax);
-  std::string probs = out(softmax);
-  if (const int drop = v.next(probs); drop >= 0 && type(drop) == "Dropout") {
-    v.nodes.insert(drop);
-    probs = out(drop);
+  // Each of q, k and v up to the scores, q and k through an optional positive scalar scale; the
+  // layouts: q and v [B, h, S, d], k [B, h, d, S], with the embedding split as [h, d].
+  bool scores() {
+    q = to_matmul(qkv[0], true);
+    key = to_matmul(qkv[1], true);
+    val = to_matmul(qkv[2], false);
+    if (!q || !key || !val || q->matmul != key->matmul || q->matmul == val->matmul ||
+        im.g_.node(q->matmul).input(0) != q->tensor ||
+        im.g_.node(q->matmul).input(1) != key->tensor ||
+        im.g_.node(val->matmul).input(1) != val->tensor) {
+      return false;
+    }
+    hd = v.leaves(Atoms{embed});
+    if (hd.empty() || hd.size() > 2) return false;
+    const Atoms heads_atoms = hd.size() == 2 ? Atoms{hd[0]} : Atoms{};
+    const Atoms head_dim = {hd.back()};
+    head_size = v.size[static_cast<size_t>(hd.back())];
+    bhsd = {{batch}, heads_atoms, {seq}, head_dim};
+    const Dims bhds = {{batch}, heads_atoms, head_dim, {seq}};
+    if (!v.same(v.views[q->tensor], bhsd) || !v.same(v.views[key->tensor], bhds) ||
+        !v.same(v.views[val->tensor], bhsd)) {
+      return false;
+    }
+    const double want = 1 / std::sqrt(static_cast<double>(head_size));
+    if (std::fabs(q->scale * key->scale - want) > 1e-4 * want) return false;
+    v.nodes.insert(q->matmul);
+    return true;
   }
-  if (v.next(probs) != val->matmul || g_.node(val->matmul).input(0) != probs) return false;
-  v.nodes.insert(val->matmul);
-  v.views[out(val->matmul)] = bhsd;
 
-  // The heads merged back, the output projection, and the views back to [B, S, E].
-  // The output projection: a Gemm (bias optional), or without biases (bias=False) a MatMul by
-  // the transposed weight.
-  const std::string flat = v.follow(out(val->matmul));
-  const int gemm = v.next(flat);
-  const auto& flat_dims = v.views[flat];
-  if (gemm < 0 || (type(gemm) != "Gemm" && type(gemm) != "MatMul") ||
-      g_.node(gemm).input(0) != flat || flat_dims.size() != 2 || v.leaves(flat_dims[1]) != hd) {
-    return false;
+  // Softmax over the keys (then an optional Dropout), and the MatMul by v.
+  bool attend() {
+    const int softmax = v.next(out(q->matmul));
+    if (softmax < 0 || type(softmax) != "Softmax") return false;
+    const int64_t axis =
+        attr_i(im.g_.node(softmax), "axis", im.opset_ > 0 && im.opset_ < 13 ? 1 : -1);
+    if (axis != -1 && axis != 3) return false;
+    v.nodes.insert(softmax);
+    std::string probs = out(softmax);
+    if (const int drop = v.next(probs); drop >= 0 && type(drop) == "Dropout") {
+      v.nodes.insert(drop);
+      probs = out(drop);
+    }
+    if (v.next(probs) != val->matmul || im.g_.node(val->matmul).input(0) != probs) return false;
+    v.nodes.insert(val->matmul);
+    v.views[out(val->matmul)] = bhsd;
+    return true;
   }
-  const auto& gn = g_.node(gemm);
-  if (!is_weight(gn.input(1)) || weight_dims(gn.input(1)) != std::vector<int64_t>{e, e} ||
-      attr_i(gn, "transA", 0) != 0 || attr_f(gn, "alpha", 1) != 1 || attr_f(gn, "beta", 1) != 1) {
-    return false;
+
+  // The heads merged back and the output projection: a Gemm (bias optional), or without biases
+  // (bias=False) a MatMul by the transposed weight.
+  bool output_projection() {
+    const std::string flat = v.follow(out(val->matmul));
+    gemm = v.next(flat);
+    const auto& flat_dims = v.views[flat];
+    if (gemm < 0 || (type(gemm) != "Gemm" && type(gemm) != "MatMul") ||
+        im.g_.node(gemm).input(0) != flat || flat_dims.size() != 2 ||
+        v.leaves(flat_dims[1]) != hd) {
+      return false;
+    }
+    const auto& gn = im.g_.node(gemm);
+    if (!im.is_weight(gn.input(1)) || im.weight_dims(gn.input(1)) != std::vector<int64_t>{e, e} ||
+        attr_i(gn, "transA", 0) != 0 || attr_f(gn, "alpha", 1) != 1 || attr_f(gn, "beta", 1) != 1) {
+      return false;
+    }
+    if (type(gemm) == "Gemm" && gn.input_size() > 2 && !gn.input(2).empty()) {
+      out_bias = gn.input(2);
+      if (!im.is_weight(out_bias) || im.weight_dims(out_bias) != std::vector<int64_t>{e}) {
+        return false;
+      }
+      if (in_bias.empty()) return false;  // no module has an output bias without an input one
+    }
+    v.nodes.insert(gemm);
+    embed_out = v.atom(e);
+    v.views[out(gemm)] = {flat_dims[0], {embed_out}};
+    return true;
   }
-  std::string out_bias;
-  if (type(gemm) == "Gemm" && gn.input_size() > 2 && !gn.input(2).empty()) {
-    out_bias = gn.input(2);
-    if (!is_weight(out_bias) || weight_dims(out_bias) != std::vector<int64_t>{e}) return false;
-    if (in_bias.empty()) return false;  // no module has an output bias without an input one
+
+  // The views back to [B, S, E].
+  bool back_to_input_layout() {
+    const Dims bse = {{batch}, {seq}, {embed_out}};
+    std::string result = out(gemm);
+    for (int guard = 0; guard < 8 && !v.same(v.views[result], bse); ++guard) {
+      const int c = v.next(result);
+      if (c < 0 || !is_view(type(c)) || im.g_.node(c).input(0) != result || !v.step(c)) {
+        return false;
+      }
+      result = out(c);
+    }
+    if (!v.same(v.views[result], bse)) return false;
+    last = im.producer(result);
+    return true;
   }
-  v.nodes.insert(gemm);
-  const int embed_out = v.atom(e);
-  v.views[out(gemm)] = {flat_dims[0], {embed_out}};
-  const ViewTrace::Dims bse = {{batch}, {seq}, {embed_out}};
-  std::string result = out(gemm);
-  for (int guard = 0; guard < 8 && !v.same(v.views[result], bse); ++guard) {
-    const int c = v.next(result);
-    if (c < 0 || !is_view(type(c)) || g_.node(c).input(0) != result || !v.step(c)) return false;
-    result = out(c);
-  }
-  if (!v.same(v.views[result], bse)) return false;
-  const int last = producer(result);
 
   // Claimed: the nodes read that nothing converted or folded yet, and the shape arithmetic that
   // feeds only them; every tensor inside must stay inside.
-  std::set<int> nodes;
-  for (int k : v.nodes) {
-    if (k >= start && !done_[static_cast<size_t>(k)]) nodes.insert(k);
+  bool claimable() {
+    for (int k : v.nodes) {
+      if (k >= start && !im.done_[static_cast<size_t>(k)]) claimed.insert(k);
+    }
+    im.absorb_shape_math(&claimed, start, last);
+    // (Shape nodes folded already, from the model's shape information, read nothing at run time.)
+    std::set<int> inside = claimed;
+    for (int k = 0; k < im.g_.node_size(); ++k) {
+      if (im.done_[static_cast<size_t>(k)]) inside.insert(k);
+    }
+    return im.stays_inside(claimed, last, inside);
   }
-  absorb_shape_math(&nodes, start, last);
-  // (Shape nodes folded already, from the model's shape information, read nothing at run time.)
-  std::set<int> inside = nodes;
-  for (int k = 0; k < g_.node_size(); ++k) {
-    if (done_[static_cast<size_t>(k)]) inside.insert(k);
+
+  Fused fused() const {
+    const auto& gn = im.g_.node(gemm);
+    Fused f;
+    f.kind = Fused::Kind::kAttention;
+    f.x = t0.input(0);
+    f.in_weight = im.g_.node(mm).input(1);
+    f.in_bias = in_bias;
+    f.out_weight = gn.input(1);
+    f.out_bias = out_bias;
+    f.out_trans_b = attr_i(gn, "transB", 0) != 0;
+    f.heads = e / head_size;
+    // Named after the module (`attn.in_proj_bias` -> `attn`) where the exporter kept its names.
+    const std::string suffix = ".in_proj_bias";
+    f.name = in_bias.size() > suffix.size() && in_bias.ends_with(suffix)
+                 ? in_bias.substr(0, in_bias.size() - suffix.size())
+                 : t0.name();
+    return f;
   }
-  if (!stays_inside(nodes, last, inside)) return false;
-  Fused f;
-  f.kind = Fused::Kind::kAttention;
-  f.x = t0.input(0);
-  f.in_weight = g_.node(mm).input(1);
-  f.in_bias = in_bias;
-  f.out_weight = gn.input(1);
-  f.out_bias = out_bias;
-  f.out_trans_b = attr_i(gn, "transB", 0) != 0;
-  f.heads = e / head_size;
-  // Named after the module (`attn.in_proj_bias` -> `attn`) where the exporter kept its names.
-  const std::string suffix = ".in_proj_bias";
-  f.name = in_bias.size() > suffix.size() && in_bias.ends_with(suffix)
-               ? in_bias.substr(0, in_bias.size() - suffix.size())
-               : t0.name();
-  claim(nodes, last, std::move(f));
+};
+
+bool Importer::match_attention_views(int start) {
+  AttentionViewMatch m(*this, start);
+  if (!m.input() || !m.packed_projection() || !m.split_qkv() || !m.scores() || !m.attend() ||
+      !m.output_projection() || !m.back_to_input_layout() || !m.claimable()) {
+    return false;
+  }
+  claim(m.claimed, m.last, m.fused());
   return true;
 }
 

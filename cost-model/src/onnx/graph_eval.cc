@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <set>
 
 #include "onnx/importer.h"
 
@@ -79,6 +78,8 @@ EvalValue of(EvalTensor t) {
   v.tensor = std::move(t);
   return v;
 }
+
+std::vector<EvalValue> one(EvalTensor t) { return {of(std::move(t))}; }
 
 class Evaluator {
  public:
@@ -176,11 +177,43 @@ class Evaluator {
     return out;
   }
 
+  // One node's outputs, by the evaluation of its op type.
   Result<std::vector<EvalValue>> node(const onnx::NodeProto& n, const Scope& s, int depth);
-  Result<EvalTensor> elementwise(const onnx::NodeProto& n, const Scope& s);
-  Result<EvalTensor> slice(const onnx::NodeProto& n, const Scope& s);
-  Result<EvalTensor> reduce(const onnx::NodeProto& n, const Scope& s);
+
+  // Ops that read their inputs themselves (constants, sequences, control flow).
+  using StructuralOp = Result<std::vector<EvalValue>> (Evaluator::*)(const onnx::NodeProto& n,
+                                                                     const Scope& s, int depth);
+  static const std::map<std::string, StructuralOp>& structural_ops();
+  Result<std::vector<EvalValue>> constant(const onnx::NodeProto& n, const Scope& s, int depth);
+  Result<std::vector<EvalValue>> identity(const onnx::NodeProto& n, const Scope& s, int depth);
+  Result<std::vector<EvalValue>> sequence_empty(const onnx::NodeProto& n, const Scope& s,
+                                                int depth);
+  Result<std::vector<EvalValue>> sequence_insert(const onnx::NodeProto& n, const Scope& s,
+                                                 int depth);
+  Result<std::vector<EvalValue>> concat_from_sequence(const onnx::NodeProto& n, const Scope& s,
+                                                      int depth);
+  Result<std::vector<EvalValue>> if_op(const onnx::NodeProto& n, const Scope& s, int depth);
   Result<std::vector<EvalValue>> loop(const onnx::NodeProto& n, const Scope& s, int depth);
+
+  // Ops of one tensor result, given input 0 (`x`). elementwise, slice and reduce read it again
+  // themselves: every read counts toward kMaxEvalWork.
+  using TensorOp = Result<EvalTensor> (Evaluator::*)(const onnx::NodeProto& n, const Scope& s,
+                                                     EvalTensor x);
+  static const std::map<std::string, TensorOp>& tensor_ops();
+  Result<EvalTensor> shape_op(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> size_op(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> cast(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> negate(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> elementwise(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> range(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> reshape(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> squeeze(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> unsqueeze(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> concat(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> expand(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> gather(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> slice(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> reduce(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
 
   int64_t opset_;
   const EvalLookup& outer_;
@@ -188,7 +221,7 @@ class Evaluator {
   mutable int64_t work_ = 0;
 };
 
-Result<EvalTensor> Evaluator::elementwise(const onnx::NodeProto& n, const Scope& s) {
+Result<EvalTensor> Evaluator::elementwise(const onnx::NodeProto& n, const Scope& s, EvalTensor) {
   const std::string& t = n.op_type();
   GP_ASSIGN_OR_RETURN(EvalTensor a, tensor(n, s, 0));
   GP_ASSIGN_OR_RETURN(EvalTensor b, tensor(n, s, 1));
@@ -231,7 +264,7 @@ Result<EvalTensor> Evaluator::elementwise(const onnx::NodeProto& n, const Scope&
   return out;
 }
 
-Result<EvalTensor> Evaluator::slice(const onnx::NodeProto& n, const Scope& s) {
+Result<EvalTensor> Evaluator::slice(const onnx::NodeProto& n, const Scope& s, EvalTensor) {
   GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 0));
   const auto rank = static_cast<int64_t>(x.dims.size());
   Dims starts, ends, axes, steps;
@@ -290,7 +323,7 @@ Result<EvalTensor> Evaluator::slice(const onnx::NodeProto& n, const Scope& s) {
   return out;
 }
 
-Result<EvalTensor> Evaluator::reduce(const onnx::NodeProto& n, const Scope& s) {
+Result<EvalTensor> Evaluator::reduce(const onnx::NodeProto& n, const Scope& s, EvalTensor) {
   const std::string& t = n.op_type();
   GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 0));
   GP_ASSIGN_OR_RETURN(Dims axes, axes(n, s, 1, t == "ReduceSum" ? 13 : 18));
@@ -413,302 +446,369 @@ Result<std::vector<EvalValue>> Evaluator::loop(const onnx::NodeProto& n, const S
   return result;
 }
 
+// Each op type's evaluation, a function each. Structural ops (constants, sequences, control
+// flow) read their inputs themselves; every other op is given input 0, read before the type is
+// looked up, so that a missing input 0 is reported before an unknown type.
+const std::map<std::string, Evaluator::StructuralOp>& Evaluator::structural_ops() {
+  static const std::map<std::string, StructuralOp> kOps = {
+      {"Constant", &Evaluator::constant},
+      {"Identity", &Evaluator::identity},
+      {"SequenceEmpty", &Evaluator::sequence_empty},
+      {"SequenceInsert", &Evaluator::sequence_insert},
+      {"ConcatFromSequence", &Evaluator::concat_from_sequence},
+      {"If", &Evaluator::if_op},
+      {"Loop", &Evaluator::loop},
+  };
+  return kOps;
+}
+
+const std::map<std::string, Evaluator::TensorOp>& Evaluator::tensor_ops() {
+  static const std::map<std::string, TensorOp> kOps = {
+      {"Shape", &Evaluator::shape_op},
+      {"Size", &Evaluator::size_op},
+      {"Cast", &Evaluator::cast},
+      {"CastLike", &Evaluator::cast},
+      {"Neg", &Evaluator::negate},
+      {"Not", &Evaluator::negate},
+      {"Add", &Evaluator::elementwise},
+      {"Sub", &Evaluator::elementwise},
+      {"Mul", &Evaluator::elementwise},
+      {"Div", &Evaluator::elementwise},
+      {"Equal", &Evaluator::elementwise},
+      {"Less", &Evaluator::elementwise},
+      {"Greater", &Evaluator::elementwise},
+      {"LessOrEqual", &Evaluator::elementwise},
+      {"GreaterOrEqual", &Evaluator::elementwise},
+      {"And", &Evaluator::elementwise},
+      {"Or", &Evaluator::elementwise},
+      {"Range", &Evaluator::range},
+      {"Reshape", &Evaluator::reshape},
+      {"Squeeze", &Evaluator::squeeze},
+      {"Unsqueeze", &Evaluator::unsqueeze},
+      {"Concat", &Evaluator::concat},
+      {"Expand", &Evaluator::expand},
+      {"Gather", &Evaluator::gather},
+      {"Slice", &Evaluator::slice},
+      {"ReduceSum", &Evaluator::reduce},
+      {"ReduceMean", &Evaluator::reduce},
+      {"ReduceMax", &Evaluator::reduce},
+      {"ReduceMin", &Evaluator::reduce},
+      {"ReduceProd", &Evaluator::reduce},
+  };
+  return kOps;
+}
+
 Result<std::vector<EvalValue>> Evaluator::node(const onnx::NodeProto& n, const Scope& s,
                                                int depth) {
   const std::string& t = n.op_type();
-  auto one = [](EvalTensor x) { return std::vector<EvalValue>{of(std::move(x))}; };
   if (!n.domain().empty() && n.domain() != "ai.onnx") {
     return unimplemented("domain '" + n.domain() + "' is not evaluated");
   }
-  if (t == "Constant") {
-    if (const auto* a = attr(n, "value"); a != nullptr && a->has_t()) {
-      GP_ASSIGN_OR_RETURN(EvalTensor v, eval_tensor_of(a->t()));
-      return one(std::move(v));
-    }
-    auto v = constant_attr_value(n);
-    if (!v) return unimplemented("a Constant of this attribute");
-    const bool list =
-        n.attribute(0).name() == "value_ints" || n.attribute(0).name() == "value_floats";
-    EvalTensor out{{}, v->values, v->ints};
-    if (list) out.dims = {static_cast<int64_t>(v->values.size())};
-    return one(std::move(out));
+  if (const auto op = structural_ops().find(t); op != structural_ops().end()) {
+    return (this->*op->second)(n, s, depth);
   }
-  if (t == "Identity") {
-    auto v = get(s, n.input_size() > 0 ? n.input(0) : "");
-    if (!v) return invalid_argument("its input has no value");
-    return std::vector<EvalValue>{std::move(*v)};
-  }
-  if (t == "SequenceEmpty") {
-    EvalValue v;
-    v.sequence = true;
-    return std::vector<EvalValue>{v};
-  }
-  if (t == "SequenceInsert") {
-    auto seq = get(s, n.input_size() > 0 ? n.input(0) : "");
-    if (!seq || !seq->sequence) return invalid_argument("input 0 is not a sequence");
-    GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 1));
-    int64_t held = static_cast<int64_t>(x.values.size());
-    for (const auto& item : seq->items) held += static_cast<int64_t>(item.values.size());
-    if (static_cast<int64_t>(seq->items.size()) >= kMaxEvalTrips || held > kMaxEvalElements) {
-      return resource_exhausted("a sequence of more than " + std::to_string(kMaxEvalTrips) +
-                                " tensors or " + std::to_string(kMaxEvalElements) + " elements");
-    }
-    int64_t pos = static_cast<int64_t>(seq->items.size());
-    if (has(n, 2)) {
-      GP_ASSIGN_OR_RETURN(EvalTensor p, tensor(n, s, 2));
-      if (p.values.size() != 1) return invalid_argument("its position is not a scalar");
-      pos = to_index(p.values[0]);
-      if (pos < 0) pos += static_cast<int64_t>(seq->items.size());
-      if (pos < 0 || pos > static_cast<int64_t>(seq->items.size())) {
-        return invalid_argument("position out of range");
-      }
-    }
-    seq->items.insert(seq->items.begin() + pos, std::move(x));
-    return std::vector<EvalValue>{std::move(*seq)};
-  }
-  if (t == "ConcatFromSequence") {
-    auto seq = get(s, n.input_size() > 0 ? n.input(0) : "");
-    if (!seq || !seq->sequence || seq->items.empty()) {
-      return invalid_argument("input 0 is not a non-empty sequence");
-    }
-    const bool new_axis = attr_i(n, "new_axis", 0) != 0;
-    const Dims& d0 = seq->items[0].dims;
-    for (const auto& x : seq->items) {
-      if (x.dims != d0) return invalid_argument("sequence items differ in shape");
-    }
-    const auto rank = static_cast<int64_t>(d0.size()) + (new_axis ? 1 : 0);
-    bool ok = true;
-    const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
-    if (!ok) return invalid_argument("axis out of range");
-    Dims item = d0;
-    if (new_axis) item.insert(item.begin() + axis, 1);
-    Dims dims = item;
-    dims[static_cast<size_t>(axis)] *= static_cast<int64_t>(seq->items.size());
-    GP_RETURN_IF_ERROR(checked_count(dims).status());
-    // Row-major: blocks of the axis and everything after it, interleaved item by item.
-    int64_t outer = 1, block = 1;
-    for (int64_t k = 0; k < rank; ++k) (k < axis ? outer : block) *= item[static_cast<size_t>(k)];
-    EvalTensor out{dims, {}, seq->items[0].ints};
-    for (int64_t o = 0; o < outer; ++o) {
-      for (const auto& x : seq->items) {
-        const auto b = x.values.begin() + o * block;
-        out.values.insert(out.values.end(), b, b + block);
-      }
-    }
-    return one(std::move(out));
-  }
-  if (t == "If") {
-    GP_ASSIGN_OR_RETURN(EvalTensor c, tensor(n, s, 0));
-    if (c.values.size() != 1) return invalid_argument("its condition is not a scalar");
-    const auto* branch = attr(n, c.values[0] != 0 ? "then_branch" : "else_branch");
-    if (branch == nullptr || !branch->has_g()) return invalid_argument("a branch is missing");
-    return subgraph(branch->g(), s, {}, depth);
-  }
-  if (t == "Loop") return loop(n, s, depth);
   GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 0));
-  if (t == "Shape") {
-    std::vector<double> dims(x.dims.begin(), x.dims.end());
-    auto v = shape_range(n, dims);
-    const auto len = static_cast<int64_t>(v.size());
-    return one(EvalTensor{{len}, std::move(v), true});
+  const auto op = tensor_ops().find(t);
+  if (op == tensor_ops().end()) return unimplemented("op type " + t + " is not evaluated");
+  GP_ASSIGN_OR_RETURN(EvalTensor r, (this->*op->second)(n, s, std::move(x)));
+  return one(std::move(r));
+}
+
+Result<std::vector<EvalValue>> Evaluator::constant(const onnx::NodeProto& n, const Scope&, int) {
+  if (const auto* a = attr(n, "value"); a != nullptr && a->has_t()) {
+    GP_ASSIGN_OR_RETURN(EvalTensor v, eval_tensor_of(a->t()));
+    return one(std::move(v));
   }
-  if (t == "Size") return one(scalar(static_cast<double>(x.values.size()), true));
-  if (t == "Cast" || t == "CastLike") {
-    bool ints = false, boolean = false;
-    if (t == "Cast") {
-      const int64_t to = attr_i(n, "to", 0);
-      boolean = to == kBool;
-      ints = boolean || (to >= 2 && to <= 7) || to == 12 || to == 13;
-    } else {
-      GP_ASSIGN_OR_RETURN(EvalTensor like, tensor(n, s, 1));
-      ints = like.ints;
-    }
-    for (double& v : x.values) v = boolean ? (v != 0) : ints ? std::trunc(v) : v;
-    x.ints = ints;
-    return one(std::move(x));
+  auto v = constant_attr_value(n);
+  if (!v) return unimplemented("a Constant of this attribute");
+  const bool list =
+      n.attribute(0).name() == "value_ints" || n.attribute(0).name() == "value_floats";
+  EvalTensor out{{}, v->values, v->ints};
+  if (list) out.dims = {static_cast<int64_t>(v->values.size())};
+  return one(std::move(out));
+}
+
+Result<std::vector<EvalValue>> Evaluator::identity(const onnx::NodeProto& n, const Scope& s, int) {
+  auto v = get(s, n.input_size() > 0 ? n.input(0) : "");
+  if (!v) return invalid_argument("its input has no value");
+  return std::vector<EvalValue>{std::move(*v)};
+}
+
+Result<std::vector<EvalValue>> Evaluator::sequence_empty(const onnx::NodeProto&, const Scope&,
+                                                         int) {
+  EvalValue v;
+  v.sequence = true;
+  return std::vector<EvalValue>{v};
+}
+
+Result<std::vector<EvalValue>> Evaluator::sequence_insert(const onnx::NodeProto& n, const Scope& s,
+                                                          int) {
+  auto seq = get(s, n.input_size() > 0 ? n.input(0) : "");
+  if (!seq || !seq->sequence) return invalid_argument("input 0 is not a sequence");
+  GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 1));
+  int64_t held = static_cast<int64_t>(x.values.size());
+  for (const auto& item : seq->items) held += static_cast<int64_t>(item.values.size());
+  if (static_cast<int64_t>(seq->items.size()) >= kMaxEvalTrips || held > kMaxEvalElements) {
+    return resource_exhausted("a sequence of more than " + std::to_string(kMaxEvalTrips) +
+                              " tensors or " + std::to_string(kMaxEvalElements) + " elements");
   }
-  if (t == "Neg" || t == "Not") {
-    for (double& v : x.values) v = t == "Neg" ? -v : (v == 0);
-    if (t == "Not") x.ints = true;
-    return one(std::move(x));
+  int64_t pos = static_cast<int64_t>(seq->items.size());
+  if (has(n, 2)) {
+    GP_ASSIGN_OR_RETURN(EvalTensor p, tensor(n, s, 2));
+    if (p.values.size() != 1) return invalid_argument("its position is not a scalar");
+    pos = to_index(p.values[0]);
+    if (pos < 0) pos += static_cast<int64_t>(seq->items.size());
+    if (pos < 0 || pos > static_cast<int64_t>(seq->items.size())) {
+      return invalid_argument("position out of range");
+    }
   }
-  static const std::set<std::string> kBinary = {
-      "Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-      "And", "Or"};
-  if (kBinary.count(t)) {
-    GP_ASSIGN_OR_RETURN(EvalTensor r, elementwise(n, s));
-    return one(std::move(r));
+  seq->items.insert(seq->items.begin() + pos, std::move(x));
+  return std::vector<EvalValue>{std::move(*seq)};
+}
+
+Result<std::vector<EvalValue>> Evaluator::concat_from_sequence(const onnx::NodeProto& n,
+                                                               const Scope& s, int) {
+  auto seq = get(s, n.input_size() > 0 ? n.input(0) : "");
+  if (!seq || !seq->sequence || seq->items.empty()) {
+    return invalid_argument("input 0 is not a non-empty sequence");
   }
-  if (t == "Range") {
-    GP_ASSIGN_OR_RETURN(EvalTensor limit, tensor(n, s, 1));
-    GP_ASSIGN_OR_RETURN(EvalTensor delta, tensor(n, s, 2));
-    if (x.values.size() != 1 || limit.values.size() != 1 || delta.values.size() != 1 ||
-        delta.values[0] == 0) {
-      return invalid_argument("start, limit and delta are not scalars with a non-zero delta");
-    }
-    const double count =
-        std::max(0.0, std::ceil((limit.values[0] - x.values[0]) / delta.values[0]));
-    if (!(count <= static_cast<double>(kMaxEvalElements))) {
-      return resource_exhausted("a range of more than " + std::to_string(kMaxEvalElements));
-    }
-    EvalTensor out{{static_cast<int64_t>(count)}, {}, x.ints && limit.ints && delta.ints};
-    for (int64_t k = 0; k < out.dims[0]; ++k) {
-      out.values.push_back(x.values[0] + static_cast<double>(k) * delta.values[0]);
-    }
-    return one(std::move(out));
+  const bool new_axis = attr_i(n, "new_axis", 0) != 0;
+  const Dims& d0 = seq->items[0].dims;
+  for (const auto& x : seq->items) {
+    if (x.dims != d0) return invalid_argument("sequence items differ in shape");
   }
-  if (t == "Reshape") {
-    GP_ASSIGN_OR_RETURN(EvalTensor shape, tensor(n, s, 1));
-    const bool allow_zero = attr_i(n, "allowzero", 0) != 0;
-    Dims dims;
-    int infer = -1;
-    int64_t known = 1;
-    for (size_t k = 0; k < shape.values.size(); ++k) {
-      int64_t d = to_index(shape.values[k]);
-      if (d == 0 && !allow_zero) {
-        if (k >= x.dims.size()) return invalid_argument("a 0 past the input's rank");
-        d = x.dims[k];
-      }
-      if (d == -1) {
-        if (infer >= 0) return invalid_argument("two -1 dimensions");
-        infer = static_cast<int>(k);
-        d = 1;
-      } else if (d < 0) {
-        return invalid_argument("a negative dimension");
-      }
-      dims.push_back(d);
-      GP_ASSIGN_OR_RETURN(known, checked_count(dims));
+  const auto rank = static_cast<int64_t>(d0.size()) + (new_axis ? 1 : 0);
+  bool ok = true;
+  const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  Dims item = d0;
+  if (new_axis) item.insert(item.begin() + axis, 1);
+  Dims dims = item;
+  dims[static_cast<size_t>(axis)] *= static_cast<int64_t>(seq->items.size());
+  GP_RETURN_IF_ERROR(checked_count(dims).status());
+  // Row-major: blocks of the axis and everything after it, interleaved item by item.
+  int64_t outer = 1, block = 1;
+  for (int64_t k = 0; k < rank; ++k) (k < axis ? outer : block) *= item[static_cast<size_t>(k)];
+  EvalTensor out{dims, {}, seq->items[0].ints};
+  for (int64_t o = 0; o < outer; ++o) {
+    for (const auto& x : seq->items) {
+      const auto b = x.values.begin() + o * block;
+      out.values.insert(out.values.end(), b, b + block);
     }
-    const auto total = static_cast<int64_t>(x.values.size());
-    if (infer >= 0) {
-      if (known == 0 || total % known != 0) return invalid_argument("cannot infer a -1 dimension");
-      dims[static_cast<size_t>(infer)] = total / known;
-    } else if (known != total) {
-      return invalid_argument("the target holds another number of elements");
-    }
-    x.dims = std::move(dims);
-    return one(std::move(x));
   }
-  if (t == "Squeeze" || t == "Unsqueeze") {
-    GP_ASSIGN_OR_RETURN(Dims axes, axes(n, s, 1, 13));
-    const auto rank = static_cast<int64_t>(x.dims.size());
-    if (t == "Squeeze") {
-      std::vector<bool> drop(x.dims.size(), axes.empty());
-      for (int64_t a : axes) {
-        bool ok = true;
-        const int64_t k = normalize_axis(a, rank, &ok);
-        if (!ok || x.dims[static_cast<size_t>(k)] != 1) return invalid_argument("bad axis");
-        drop[static_cast<size_t>(k)] = true;
-      }
-      Dims dims;
-      for (size_t k = 0; k < x.dims.size(); ++k) {
-        if (!drop[k] || x.dims[k] != 1) dims.push_back(x.dims[k]);
-      }
-      x.dims = std::move(dims);
-    } else {
-      const int64_t out_rank = rank + static_cast<int64_t>(axes.size());
-      std::vector<bool> added(static_cast<size_t>(out_rank), false);
-      for (int64_t a : axes) {
-        bool ok = true;
-        const int64_t k = normalize_axis(a, out_rank, &ok);
-        if (!ok || added[static_cast<size_t>(k)]) return invalid_argument("bad axis");
-        added[static_cast<size_t>(k)] = true;
-      }
-      Dims dims;
-      size_t next = 0;
-      for (bool a : added) dims.push_back(a ? 1 : x.dims[next++]);
-      x.dims = std::move(dims);
-    }
-    return one(std::move(x));
+  return one(std::move(out));
+}
+
+Result<std::vector<EvalValue>> Evaluator::if_op(const onnx::NodeProto& n, const Scope& s,
+                                                int depth) {
+  GP_ASSIGN_OR_RETURN(EvalTensor c, tensor(n, s, 0));
+  if (c.values.size() != 1) return invalid_argument("its condition is not a scalar");
+  const auto* branch = attr(n, c.values[0] != 0 ? "then_branch" : "else_branch");
+  if (branch == nullptr || !branch->has_g()) return invalid_argument("a branch is missing");
+  return subgraph(branch->g(), s, {}, depth);
+}
+
+Result<EvalTensor> Evaluator::shape_op(const onnx::NodeProto& n, const Scope&, EvalTensor x) {
+  std::vector<double> dims(x.dims.begin(), x.dims.end());
+  auto v = shape_range(n, dims);
+  const auto len = static_cast<int64_t>(v.size());
+  return EvalTensor{{len}, std::move(v), true};
+}
+
+Result<EvalTensor> Evaluator::size_op(const onnx::NodeProto&, const Scope&, EvalTensor x) {
+  return scalar(static_cast<double>(x.values.size()), true);
+}
+
+// Cast to attribute `to`'s type, or CastLike to input 1's.
+Result<EvalTensor> Evaluator::cast(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  bool ints = false, boolean = false;
+  if (n.op_type() == "Cast") {
+    const int64_t to = attr_i(n, "to", 0);
+    boolean = to == kBool;
+    ints = boolean || (to >= 2 && to <= 7) || to == 12 || to == 13;
+  } else {
+    GP_ASSIGN_OR_RETURN(EvalTensor like, tensor(n, s, 1));
+    ints = like.ints;
   }
-  if (t == "Concat") {
-    std::vector<EvalTensor> parts = {x};
-    for (int k = 1; k < n.input_size(); ++k) {
-      GP_ASSIGN_OR_RETURN(EvalTensor p, tensor(n, s, k));
-      parts.push_back(std::move(p));
-    }
-    const auto rank = static_cast<int64_t>(x.dims.size());
-    bool ok = rank > 0;
-    const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
-    if (!ok) return invalid_argument("axis out of range");
-    Dims dims = x.dims;
-    dims[static_cast<size_t>(axis)] = 0;
-    for (const auto& p : parts) {
-      for (int64_t k = 0; k < rank; ++k) {
-        if (p.dims.size() != x.dims.size() ||
-            (k != axis && p.dims[static_cast<size_t>(k)] != x.dims[static_cast<size_t>(k)])) {
-          return invalid_argument("inputs differ in shape off the axis");
-        }
-      }
-      dims[static_cast<size_t>(axis)] += p.dims[static_cast<size_t>(axis)];
-    }
-    GP_RETURN_IF_ERROR(checked_count(dims).status());
-    int64_t outer = 1;
-    for (int64_t k = 0; k < axis; ++k) outer *= x.dims[static_cast<size_t>(k)];
-    EvalTensor out{dims, {}, x.ints};
-    for (int64_t o = 0; o < outer; ++o) {
-      for (const auto& p : parts) {
-        const auto block = static_cast<int64_t>(p.values.size()) / outer;
-        const auto b = p.values.begin() + o * block;
-        out.values.insert(out.values.end(), b, b + block);
-        out.ints = out.ints && p.ints;
-      }
-    }
-    return one(std::move(out));
+  for (double& v : x.values) v = boolean ? (v != 0) : ints ? std::trunc(v) : v;
+  x.ints = ints;
+  return x;
+}
+
+// Neg, or the logical Not.
+Result<EvalTensor> Evaluator::negate(const onnx::NodeProto& n, const Scope&, EvalTensor x) {
+  const bool neg = n.op_type() == "Neg";
+  for (double& v : x.values) v = neg ? -v : (v == 0);
+  if (!neg) x.ints = true;
+  return x;
+}
+
+Result<EvalTensor> Evaluator::range(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor limit, tensor(n, s, 1));
+  GP_ASSIGN_OR_RETURN(EvalTensor delta, tensor(n, s, 2));
+  if (x.values.size() != 1 || limit.values.size() != 1 || delta.values.size() != 1 ||
+      delta.values[0] == 0) {
+    return invalid_argument("start, limit and delta are not scalars with a non-zero delta");
   }
-  if (t == "Expand") {
-    GP_ASSIGN_OR_RETURN(EvalTensor shape, tensor(n, s, 1));
-    Dims target;
-    for (double v : shape.values) target.push_back(to_index(v));
-    GP_ASSIGN_OR_RETURN(Dims dims, broadcast(x.dims, target));
-    GP_ASSIGN_OR_RETURN(int64_t count, checked_count(dims));
-    EvalTensor out{dims, {}, x.ints};
-    const Dims sx = strides_of(x.dims);
-    Dims idx(dims.size(), 0);
-    for (int64_t e = 0; e < count; ++e, next_index(&idx, dims)) {
-      out.values.push_back(at_broadcast(x, sx, idx));
-    }
-    return one(std::move(out));
+  const double count = std::max(0.0, std::ceil((limit.values[0] - x.values[0]) / delta.values[0]));
+  if (!(count <= static_cast<double>(kMaxEvalElements))) {
+    return resource_exhausted("a range of more than " + std::to_string(kMaxEvalElements));
   }
-  if (t == "Gather") {
-    GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
-    const auto rank = static_cast<int64_t>(x.dims.size());
-    bool ok = rank > 0;
-    const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
-    if (!ok) return invalid_argument("axis out of range");
-    const int64_t size = x.dims[static_cast<size_t>(axis)];
-    Dims dims(x.dims.begin(), x.dims.begin() + axis);
-    dims.insert(dims.end(), indices.dims.begin(), indices.dims.end());
-    dims.insert(dims.end(), x.dims.begin() + axis + 1, x.dims.end());
-    GP_RETURN_IF_ERROR(checked_count(dims).status());
-    int64_t outer = 1, inner = 1;
+  EvalTensor out{{static_cast<int64_t>(count)}, {}, x.ints && limit.ints && delta.ints};
+  for (int64_t k = 0; k < out.dims[0]; ++k) {
+    out.values.push_back(x.values[0] + static_cast<double>(k) * delta.values[0]);
+  }
+  return out;
+}
+
+Result<EvalTensor> Evaluator::reshape(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor shape, tensor(n, s, 1));
+  const bool allow_zero = attr_i(n, "allowzero", 0) != 0;
+  Dims dims;
+  int infer = -1;
+  int64_t known = 1;
+  for (size_t k = 0; k < shape.values.size(); ++k) {
+    int64_t d = to_index(shape.values[k]);
+    if (d == 0 && !allow_zero) {
+      if (k >= x.dims.size()) return invalid_argument("a 0 past the input's rank");
+      d = x.dims[k];
+    }
+    if (d == -1) {
+      if (infer >= 0) return invalid_argument("two -1 dimensions");
+      infer = static_cast<int>(k);
+      d = 1;
+    } else if (d < 0) {
+      return invalid_argument("a negative dimension");
+    }
+    dims.push_back(d);
+    GP_ASSIGN_OR_RETURN(known, checked_count(dims));
+  }
+  const auto total = static_cast<int64_t>(x.values.size());
+  if (infer >= 0) {
+    if (known == 0 || total % known != 0) return invalid_argument("cannot infer a -1 dimension");
+    dims[static_cast<size_t>(infer)] = total / known;
+  } else if (known != total) {
+    return invalid_argument("the target holds another number of elements");
+  }
+  x.dims = std::move(dims);
+  return x;
+}
+
+Result<EvalTensor> Evaluator::squeeze(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(Dims axes, axes(n, s, 1, 13));
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  std::vector<bool> drop(x.dims.size(), axes.empty());
+  for (int64_t a : axes) {
+    bool ok = true;
+    const int64_t k = normalize_axis(a, rank, &ok);
+    if (!ok || x.dims[static_cast<size_t>(k)] != 1) return invalid_argument("bad axis");
+    drop[static_cast<size_t>(k)] = true;
+  }
+  Dims dims;
+  for (size_t k = 0; k < x.dims.size(); ++k) {
+    if (!drop[k] || x.dims[k] != 1) dims.push_back(x.dims[k]);
+  }
+  x.dims = std::move(dims);
+  return x;
+}
+
+Result<EvalTensor> Evaluator::unsqueeze(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(Dims axes, axes(n, s, 1, 13));
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  const int64_t out_rank = rank + static_cast<int64_t>(axes.size());
+  std::vector<bool> added(static_cast<size_t>(out_rank), false);
+  for (int64_t a : axes) {
+    bool ok = true;
+    const int64_t k = normalize_axis(a, out_rank, &ok);
+    if (!ok || added[static_cast<size_t>(k)]) return invalid_argument("bad axis");
+    added[static_cast<size_t>(k)] = true;
+  }
+  Dims dims;
+  size_t next = 0;
+  for (bool a : added) dims.push_back(a ? 1 : x.dims[next++]);
+  x.dims = std::move(dims);
+  return x;
+}
+
+Result<EvalTensor> Evaluator::concat(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  std::vector<EvalTensor> parts = {x};
+  for (int k = 1; k < n.input_size(); ++k) {
+    GP_ASSIGN_OR_RETURN(EvalTensor p, tensor(n, s, k));
+    parts.push_back(std::move(p));
+  }
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  bool ok = rank > 0;
+  const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  Dims dims = x.dims;
+  dims[static_cast<size_t>(axis)] = 0;
+  for (const auto& p : parts) {
     for (int64_t k = 0; k < rank; ++k) {
-      if (k < axis) outer *= x.dims[static_cast<size_t>(k)];
-      if (k > axis) inner *= x.dims[static_cast<size_t>(k)];
-    }
-    EvalTensor out{dims, {}, x.ints};
-    for (int64_t o = 0; o < outer; ++o) {
-      for (double iv : indices.values) {
-        int64_t i = to_index(iv);
-        if (i < 0) i += size;
-        if (i < 0 || i >= size)
-          return invalid_argument("index " + std::to_string(i) + " out of range");
-        const auto b = x.values.begin() + (o * size + i) * inner;
-        out.values.insert(out.values.end(), b, b + inner);
+      if (p.dims.size() != x.dims.size() ||
+          (k != axis && p.dims[static_cast<size_t>(k)] != x.dims[static_cast<size_t>(k)])) {
+        return invalid_argument("inputs differ in shape off the axis");
       }
     }
-    return one(std::move(out));
+    dims[static_cast<size_t>(axis)] += p.dims[static_cast<size_t>(axis)];
   }
-  if (t == "Slice") {
-    GP_ASSIGN_OR_RETURN(EvalTensor r, slice(n, s));
-    return one(std::move(r));
+  GP_RETURN_IF_ERROR(checked_count(dims).status());
+  int64_t outer = 1;
+  for (int64_t k = 0; k < axis; ++k) outer *= x.dims[static_cast<size_t>(k)];
+  EvalTensor out{dims, {}, x.ints};
+  for (int64_t o = 0; o < outer; ++o) {
+    for (const auto& p : parts) {
+      const auto block = static_cast<int64_t>(p.values.size()) / outer;
+      const auto b = p.values.begin() + o * block;
+      out.values.insert(out.values.end(), b, b + block);
+      out.ints = out.ints && p.ints;
+    }
   }
-  if (t == "ReduceSum" || t == "ReduceMean" || t == "ReduceMax" || t == "ReduceMin" ||
-      t == "ReduceProd") {
-    GP_ASSIGN_OR_RETURN(EvalTensor r, reduce(n, s));
-    return one(std::move(r));
+  return out;
+}
+
+Result<EvalTensor> Evaluator::expand(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor shape, tensor(n, s, 1));
+  Dims target;
+  for (double v : shape.values) target.push_back(to_index(v));
+  GP_ASSIGN_OR_RETURN(Dims dims, broadcast(x.dims, target));
+  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(dims));
+  EvalTensor out{dims, {}, x.ints};
+  const Dims sx = strides_of(x.dims);
+  Dims idx(dims.size(), 0);
+  for (int64_t e = 0; e < count; ++e, next_index(&idx, dims)) {
+    out.values.push_back(at_broadcast(x, sx, idx));
   }
-  return unimplemented("op type " + t + " is not evaluated");
+  return out;
+}
+
+Result<EvalTensor> Evaluator::gather(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  bool ok = rank > 0;
+  const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  const int64_t size = x.dims[static_cast<size_t>(axis)];
+  Dims dims(x.dims.begin(), x.dims.begin() + axis);
+  dims.insert(dims.end(), indices.dims.begin(), indices.dims.end());
+  dims.insert(dims.end(), x.dims.begin() + axis + 1, x.dims.end());
+  GP_RETURN_IF_ERROR(checked_count(dims).status());
+  int64_t outer = 1, inner = 1;
+  for (int64_t k = 0; k < rank; ++k) {
+    if (k < axis) outer *= x.dims[static_cast<size_t>(k)];
+    if (k > axis) inner *= x.dims[static_cast<size_t>(k)];
+  }
+  EvalTensor out{dims, {}, x.ints};
+  for (int64_t o = 0; o < outer; ++o) {
+    for (double iv : indices.values) {
+      int64_t i = to_index(iv);
+      if (i < 0) i += size;
+      if (i < 0 || i >= size)
+        return invalid_argument("index " + std::to_string(i) + " out of range");
+      const auto b = x.values.begin() + (o * size + i) * inner;
+      out.values.insert(out.values.end(), b, b + inner);
+    }
+  }
+  return out;
 }
 
 }  // namespace

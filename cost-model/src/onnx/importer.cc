@@ -672,132 +672,200 @@ std::optional<FoldedValue> fold_node(
   return fold_values(n, in);
 }
 
-std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
-                                       const std::vector<FoldedValue>& in) {
+namespace {
+
+// The inputs of a shape-math node being folded.
+struct FoldArgs {
+  const std::vector<FoldedValue>& in;
+  bool ints;  // every input is an integer
+  const std::vector<double>& v(size_t k) const { return in[k].values; }
+};
+
+using Folder = std::optional<FoldedValue> (*)(const onnx::NodeProto& n, const FoldArgs& a);
+
+std::optional<FoldedValue> fold_cast(const onnx::NodeProto& n, const FoldArgs& a) {
+  const int64_t to = attr_i(n, "to", kOnnxFloat);
+  FoldedValue out{{}, to == kOnnxInt64 || to == kOnnxInt32};
+  for (double v : a.v(0)) out.values.push_back(out.ints && v != kBatchDim ? std::trunc(v) : v);
+  return out;
+}
+
+// Identity, Unsqueeze, Squeeze, Flatten and Reshape.
+std::optional<FoldedValue> fold_view(const onnx::NodeProto& n, const FoldArgs& a) {
   const std::string& t = n.op_type();
-  if (in.empty()) return std::nullopt;
-  const bool ints = std::all_of(in.begin(), in.end(), [](const FoldedValue& v) { return v.ints; });
-  auto arith = [ints](double a, double b, const std::string& op) {
-    if (a == kBatchDim || b == kBatchDim) return static_cast<double>(NAN);
-    if (op == "Add") return a + b;
-    if (op == "Sub") return a - b;
-    if (op == "Mul") return a * b;
-    if (op == "Div") return ints ? std::trunc(a / b) : a / b;
-    if (op == "Mod") {  // fmod = 0: the sign of the divisor, as Python's %
-      const double r = std::fmod(a, b);
-      return r != 0 && (r < 0) != (b < 0) ? r + b : r;
-    }
-    return std::pow(a, b);
-  };
-  std::vector<std::vector<double>> iv;
-  for (const auto& v : in) iv.push_back(v.values);
-  std::vector<double> out;
-  bool out_int = ints;
-  if (t == "Cast") {
-    const int64_t to = attr_i(n, "to", kOnnxFloat);
-    out_int = to == kOnnxInt64 || to == kOnnxInt32;
-    for (double v : iv[0]) out.push_back(out_int && v != kBatchDim ? std::trunc(v) : v);
-  } else if ((t == "Unsqueeze" || t == "Squeeze" || t == "Reshape" || t == "Flatten") &&
-             iv[0].size() > 1 && !(t == "Reshape" && in.size() > 1 && iv[1].size() == 1)) {
+  if (t != "Identity" && a.v(0).size() > 1 &&
+      !(t == "Reshape" && a.in.size() > 1 && a.v(1).size() == 1)) {
     // Would make a 2-D value: shape math only reshapes scalars, or a list into a list (torch
     // 2.x's unoptimised exports reshape the axes of a ReduceMean to [-1]).
     return std::nullopt;
-  } else if (t == "Identity" || t == "Unsqueeze" || t == "Squeeze" || t == "Flatten" ||
-             t == "Reshape") {
-    out = iv[0];
-    out_int = in[0].ints;
-  } else if (t == "Concat") {
-    for (const auto& v : in) out.insert(out.end(), v.values.begin(), v.values.end());
-  } else if (t == "Expand") {
-    // A scalar broadcast to a 1-D shape (a computed bias); bounded like any parameter.
-    if (in.size() < 2 || iv[0].size() != 1 || iv[1].size() != 1 || !(iv[1][0] >= 1) ||
-        iv[1][0] > 1 << 24) {
-      return std::nullopt;
-    }
-    out.assign(static_cast<size_t>(iv[1][0]), iv[0][0]);
-    out_int = in[0].ints;
-  } else if (t == "Gather") {
-    if (attr_i(n, "axis", 0) != 0 || in.size() < 2) return std::nullopt;
-    out_int = in[0].ints;
-    for (double idx : iv[1]) {
-      int64_t k = to_index(idx);
-      if (k < 0) k += static_cast<int64_t>(iv[0].size());
-      if (k < 0 || k >= static_cast<int64_t>(iv[0].size())) return std::nullopt;
-      out.push_back(iv[0][static_cast<size_t>(k)]);
-    }
-  } else if (t == "Slice") {
-    if (in.size() < 3 || iv[1].size() != 1 || iv[2].size() != 1) return std::nullopt;
-    if (in.size() > 3 && !(iv[3].empty() || (iv[3].size() == 1 && iv[3][0] == 0)))
-      return std::nullopt;
-    if (in.size() > 4 && !(iv[4].empty() || (iv[4].size() == 1 && iv[4][0] == 1)))
-      return std::nullopt;
-    out_int = in[0].ints;
-    const int64_t size = static_cast<int64_t>(iv[0].size());
-    auto [s, e] = slice_bounds(iv[1][0], iv[2][0], size);
-    e = std::max(e, s);
-    out.assign(iv[0].begin() + s, iv[0].begin() + e);
-  } else if (t == "Sqrt" || t == "Neg" || t == "Reciprocal" || t == "Floor" || t == "Ceil") {
-    out_int = ints && (t == "Neg" || t == "Floor" || t == "Ceil");
-    for (double a : iv[0]) {
-      if (a == kBatchDim) {
-        out.push_back(NAN);
-        continue;
-      }
-      out.push_back(t == "Sqrt"         ? std::sqrt(a)
-                    : t == "Neg"        ? -a
-                    : t == "Reciprocal" ? 1 / a
-                    : t == "Floor"      ? std::floor(a)
-                                        : std::ceil(a));
-    }
-  } else if (t == "ConstantOfShape") {
-    // (torch's legacy exporter turns expand(-1) into ones where the target says -1.)
-    if (iv[0].size() > 8) return std::nullopt;
-    double count = 1;
-    for (double d : iv[0]) count = d >= 0 && d <= 64 ? count * d : 1e9;
-    if (count > 64) return std::nullopt;
-    const auto* value = attr(n, "value");
-    std::vector<double> v =
-        value != nullptr && value->has_t() ? values_of(value->t()) : std::vector<double>{0.0};
-    if (v.size() != 1) return std::nullopt;
-    out.assign(static_cast<size_t>(count), v[0]);
-    out_int = value != nullptr && value->has_t() &&
-              (value->t().data_type() == kOnnxInt64 || value->t().data_type() == kOnnxInt32);
-  } else if (t == "Equal" && in.size() == 2) {
-    const auto& a = iv[0];
-    const auto& b = iv[1];
-    if (a.empty() || b.empty() || (a.size() != b.size() && a.size() != 1 && b.size() != 1)) {
-      return std::nullopt;
-    }
-    for (size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
-      out.push_back(a[a.size() == 1 ? 0 : k] == b[b.size() == 1 ? 0 : k] ? 1 : 0);
-    }
-    out_int = true;
-  } else if (t == "Where" && in.size() == 3) {
-    size_t size = 1;
-    for (const auto& v : iv) {
-      if (v.empty() || (v.size() != 1 && size != 1 && v.size() != size)) return std::nullopt;
-      size = std::max(size, v.size());
-    }
-    auto at = [](const std::vector<double>& v, size_t k) { return v[v.size() == 1 ? 0 : k]; };
-    for (size_t k = 0; k < size; ++k)
-      out.push_back(at(iv[0], k) != 0 ? at(iv[1], k) : at(iv[2], k));
-    out_int = in[1].ints && in[2].ints;
-  } else if ((t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Mod" || t == "Pow") &&
-             in.size() == 2) {
-    const auto& a = iv[0];
-    const auto& b = iv[1];
-    // (An empty operand broadcasts to nothing; numpy would too, but shape math never means it.)
-    if (a.empty() || b.empty() || (a.size() != b.size() && a.size() != 1 && b.size() != 1)) {
-      return std::nullopt;
-    }
-    const size_t size = std::max(a.size(), b.size());
-    for (size_t k = 0; k < size; ++k) {
-      out.push_back(arith(a[a.size() == 1 ? 0 : k], b[b.size() == 1 ? 0 : k], t));
-    }
-  } else {
+  }
+  return FoldedValue{a.v(0), a.in[0].ints};
+}
+
+std::optional<FoldedValue> fold_concat(const onnx::NodeProto&, const FoldArgs& a) {
+  FoldedValue out{{}, a.ints};
+  for (const auto& v : a.in) out.values.insert(out.values.end(), v.values.begin(), v.values.end());
+  return out;
+}
+
+// A scalar broadcast to a 1-D shape (a computed bias); bounded like any parameter.
+std::optional<FoldedValue> fold_expand(const onnx::NodeProto&, const FoldArgs& a) {
+  if (a.in.size() < 2 || a.v(0).size() != 1 || a.v(1).size() != 1 || !(a.v(1)[0] >= 1) ||
+      a.v(1)[0] > 1 << 24) {
     return std::nullopt;
   }
-  return FoldedValue{std::move(out), out_int};
+  return FoldedValue{std::vector<double>(static_cast<size_t>(a.v(1)[0]), a.v(0)[0]), a.in[0].ints};
+}
+
+std::optional<FoldedValue> fold_gather(const onnx::NodeProto& n, const FoldArgs& a) {
+  if (attr_i(n, "axis", 0) != 0 || a.in.size() < 2) return std::nullopt;
+  const auto& data = a.v(0);
+  FoldedValue out{{}, a.in[0].ints};
+  for (double idx : a.v(1)) {
+    int64_t k = to_index(idx);
+    if (k < 0) k += static_cast<int64_t>(data.size());
+    if (k < 0 || k >= static_cast<int64_t>(data.size())) return std::nullopt;
+    out.values.push_back(data[static_cast<size_t>(k)]);
+  }
+  return out;
+}
+
+std::optional<FoldedValue> fold_slice(const onnx::NodeProto&, const FoldArgs& a) {
+  if (a.in.size() < 3 || a.v(1).size() != 1 || a.v(2).size() != 1) return std::nullopt;
+  if (a.in.size() > 3 && !(a.v(3).empty() || (a.v(3).size() == 1 && a.v(3)[0] == 0)))
+    return std::nullopt;
+  if (a.in.size() > 4 && !(a.v(4).empty() || (a.v(4).size() == 1 && a.v(4)[0] == 1)))
+    return std::nullopt;
+  const auto& data = a.v(0);
+  auto [s, e] = slice_bounds(a.v(1)[0], a.v(2)[0], static_cast<int64_t>(data.size()));
+  e = std::max(e, s);
+  return FoldedValue{std::vector<double>(data.begin() + s, data.begin() + e), a.in[0].ints};
+}
+
+// Sqrt, Neg, Reciprocal, Floor and Ceil.
+std::optional<FoldedValue> fold_unary(const onnx::NodeProto& n, const FoldArgs& a) {
+  const std::string& t = n.op_type();
+  FoldedValue out{{}, a.ints && (t == "Neg" || t == "Floor" || t == "Ceil")};
+  for (double x : a.v(0)) {
+    if (x == kBatchDim) {
+      out.values.push_back(NAN);
+      continue;
+    }
+    out.values.push_back(t == "Sqrt"         ? std::sqrt(x)
+                         : t == "Neg"        ? -x
+                         : t == "Reciprocal" ? 1 / x
+                         : t == "Floor"      ? std::floor(x)
+                                             : std::ceil(x));
+  }
+  return out;
+}
+
+// (torch's legacy exporter turns expand(-1) into ones where the target says -1.)
+std::optional<FoldedValue> fold_constant_of_shape(const onnx::NodeProto& n, const FoldArgs& a) {
+  if (a.v(0).size() > 8) return std::nullopt;
+  double count = 1;
+  for (double d : a.v(0)) count = d >= 0 && d <= 64 ? count * d : 1e9;
+  if (count > 64) return std::nullopt;
+  const auto* value = attr(n, "value");
+  std::vector<double> v =
+      value != nullptr && value->has_t() ? values_of(value->t()) : std::vector<double>{0.0};
+  if (v.size() != 1) return std::nullopt;
+  return FoldedValue{
+      std::vector<double>(static_cast<size_t>(count), v[0]),
+      value != nullptr && value->has_t() &&
+          (value->t().data_type() == kOnnxInt64 || value->t().data_type() == kOnnxInt32)};
+}
+
+std::optional<FoldedValue> fold_equal(const onnx::NodeProto&, const FoldArgs& a) {
+  if (a.in.size() != 2) return std::nullopt;
+  const auto& x = a.v(0);
+  const auto& y = a.v(1);
+  if (x.empty() || y.empty() || (x.size() != y.size() && x.size() != 1 && y.size() != 1)) {
+    return std::nullopt;
+  }
+  FoldedValue out{{}, true};
+  for (size_t k = 0; k < std::max(x.size(), y.size()); ++k) {
+    out.values.push_back(x[x.size() == 1 ? 0 : k] == y[y.size() == 1 ? 0 : k] ? 1 : 0);
+  }
+  return out;
+}
+
+std::optional<FoldedValue> fold_where(const onnx::NodeProto&, const FoldArgs& a) {
+  if (a.in.size() != 3) return std::nullopt;
+  size_t size = 1;
+  for (const auto& v : a.in) {
+    if (v.values.empty() || (v.values.size() != 1 && size != 1 && v.values.size() != size)) {
+      return std::nullopt;
+    }
+    size = std::max(size, v.values.size());
+  }
+  auto at = [](const std::vector<double>& v, size_t k) { return v[v.size() == 1 ? 0 : k]; };
+  FoldedValue out{{}, a.in[1].ints && a.in[2].ints};
+  for (size_t k = 0; k < size; ++k) {
+    out.values.push_back(at(a.v(0), k) != 0 ? at(a.v(1), k) : at(a.v(2), k));
+  }
+  return out;
+}
+
+// Binary arithmetic `op` (Add, Sub, Mul, Div, Mod or Pow); NaN (unknown) on the batch size.
+double arith(const std::string& op, double a, double b, bool ints) {
+  if (a == kBatchDim || b == kBatchDim) return static_cast<double>(NAN);
+  if (op == "Add") return a + b;
+  if (op == "Sub") return a - b;
+  if (op == "Mul") return a * b;
+  if (op == "Div") return ints ? std::trunc(a / b) : a / b;
+  if (op == "Mod") {  // fmod = 0: the sign of the divisor, as Python's %
+    const double r = std::fmod(a, b);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+  }
+  return std::pow(a, b);
+}
+
+std::optional<FoldedValue> fold_arith(const onnx::NodeProto& n, const FoldArgs& a) {
+  if (a.in.size() != 2) return std::nullopt;
+  const auto& x = a.v(0);
+  const auto& y = a.v(1);
+  // (An empty operand broadcasts to nothing; numpy would too, but shape math never means it.)
+  if (x.empty() || y.empty() || (x.size() != y.size() && x.size() != 1 && y.size() != 1)) {
+    return std::nullopt;
+  }
+  FoldedValue out{{}, a.ints};
+  const size_t size = std::max(x.size(), y.size());
+  for (size_t k = 0; k < size; ++k) {
+    out.values.push_back(
+        arith(n.op_type(), x[x.size() == 1 ? 0 : k], y[y.size() == 1 ? 0 : k], a.ints));
+  }
+  return out;
+}
+
+// Each folded op type's folding, a function each.
+const std::map<std::string, Folder>& folders() {
+  static const std::map<std::string, Folder> kFolders = {
+      {"Cast", fold_cast},        {"Identity", fold_view},
+      {"Unsqueeze", fold_view},   {"Squeeze", fold_view},
+      {"Flatten", fold_view},     {"Reshape", fold_view},
+      {"Concat", fold_concat},    {"Expand", fold_expand},
+      {"Gather", fold_gather},    {"Slice", fold_slice},
+      {"Sqrt", fold_unary},       {"Neg", fold_unary},
+      {"Reciprocal", fold_unary}, {"Floor", fold_unary},
+      {"Ceil", fold_unary},       {"ConstantOfShape", fold_constant_of_shape},
+      {"Equal", fold_equal},      {"Where", fold_where},
+      {"Add", fold_arith},        {"Sub", fold_arith},
+      {"Mul", fold_arith},        {"Div", fold_arith},
+      {"Mod", fold_arith},        {"Pow", fold_arith},
+  };
+  return kFolders;
+}
+
+}  // namespace
+
+std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
+                                       const std::vector<FoldedValue>& in) {
+  if (in.empty()) return std::nullopt;
+  const auto folder = folders().find(n.op_type());
+  if (folder == folders().end()) return std::nullopt;
+  const bool ints = std::all_of(in.begin(), in.end(), [](const FoldedValue& v) { return v.ints; });
+  return folder->second(n, FoldArgs{in, ints});
 }
 
 std::optional<std::vector<float>> Importer::float_values(const std::string& name) const {

@@ -212,6 +212,7 @@ class Importer {
   // nn.MultiheadAttention as torch exports it: the batch moved to axis 1, a packed QKV MatMul,
   // heads folded into the batch, and back (see patterns.cc).
   bool match_attention(int start);
+  struct AttentionMatch;
   void claim(const std::set<int>& nodes, int last, Fused f);
   // Adds to `nodes` the shape arithmetic between nodes `first` and `last` (exclusive) that is not
   // folded yet and feeds only `nodes`: it belongs to the pattern.
@@ -223,6 +224,7 @@ class Importer {
   // matched when its first node, a Transpose of the [batch, sequence, embedding] input, is
   // reached (the input's shape is known then) by following the views symbolically.
   struct ViewTrace;
+  struct AttentionViewMatch;
   bool match_attention_views(int start);
   // embedding_bag_loop.cc: nn.EmbeddingBag over [batch, bag] ids, which torch writes as a Loop
   // over the bags (differently per exporter and option); matched by running the loop on probe

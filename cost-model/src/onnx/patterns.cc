@@ -263,6 +263,168 @@ bool Importer::match_layer_norm(int start) {
 
 namespace gp::graph::onnx_detail {
 
+// One match of the pattern from its first node, step by step along it; each step is false where
+// the graph leaves the pattern.
+struct Importer::AttentionMatch {
+  Importer& im;
+  const int start;
+  const onnx::NodeProto& t0;  // the Transpose of the input
+  std::set<int> nodes;        // the pattern's nodes found so far
+  int64_t e = 0;              // the embedding size
+  int in_mm = -1;             // the packed input projection
+  int in_add = -1;            // and its bias
+  std::string b_in;
+  std::array<int, 3> heads_layout = {-1, -1, -1};  // the Transpose of q, k, v
+  int scale = -1;                                  // q's scale
+  int64_t head_dim = 0;
+  int context = -1;  // the MatMul by v
+  int proj = -1;     // the output projection
+  int last = -1;     // the pattern's last node
+
+  AttentionMatch(Importer& importer, int first)
+      : im(importer), start(first), t0(importer.g_.node(first)), nodes{first} {}
+
+  // The one consumer of `name` of type `type` besides Shape nodes, added to the pattern; -1 when
+  // there is not exactly one consumer, or it has another type or is already taken.
+  int next(const std::string& name, const char* type) {
+    int found = -1;
+    if (name.empty()) return -1;
+    auto it = im.consumers_.find(name);
+    if (it == im.consumers_.end()) return -1;
+    for (int c : it->second) {
+      if (im.g_.node(c).op_type() == "Shape") continue;
+      if (found >= 0 || im.g_.node(c).op_type() != type || im.done_[static_cast<size_t>(c)]) {
+        return -1;
+      }
+      found = c;
+    }
+    for (const auto& o : im.g_.output()) {
+      if (o.name() == name) return -1;
+    }
+    if (found >= 0) nodes.insert(found);
+    return found;
+  }
+  // A node without outputs has no consumer: the empty name leads `next` nowhere.
+  std::string out(int k) const {
+    return im.g_.node(k).output_size() > 0 ? im.g_.node(k).output(0) : std::string();
+  }
+  bool perm_is(int k, std::vector<int64_t> p) const {
+    return attr_ints(im.g_.node(k), "perm") == p;
+  }
+
+  // The packed MatMul by W_in [E, 3E] and the Add of b_in [3E].
+  bool input_projection() {
+    if (t0.input_size() != 1 || t0.output_size() < 1) return false;
+    in_mm = next(out(start), "MatMul");
+    if (in_mm < 0 || im.g_.node(in_mm).input(0) != out(start) ||
+        !im.is_weight(im.g_.node(in_mm).input(1))) {
+      return false;
+    }
+    const auto w_in = im.weight_dims(im.g_.node(in_mm).input(1));
+    if (w_in.size() != 2 || w_in[1] != 3 * w_in[0]) return false;
+    e = w_in[0];
+    in_add = next(out(in_mm), "Add");
+    if (in_add < 0) return false;
+    b_in = other_input(im.g_.node(in_add), out(in_mm));
+    return im.is_weight(b_in) && im.weight_dims(b_in) == std::vector<int64_t>{3 * e};
+  }
+
+  // The three slices, in node order, must be q, k and v by where they lead: each a Reshape and a
+  // Transpose to the heads' layout.
+  bool heads() {
+    std::vector<int> slices;
+    for (int c : im.consumers_[out(in_add)]) {
+      if (im.g_.node(c).op_type() == "Slice") slices.push_back(c);
+    }
+    std::sort(slices.begin(), slices.end());
+    if (slices.size() != 3) return false;
+    for (int k = 0; k < 3; ++k) {
+      nodes.insert(slices[static_cast<size_t>(k)]);
+      const int r = next(out(slices[static_cast<size_t>(k)]), "Reshape");
+      const int t = r < 0 ? -1 : next(out(r), "Transpose");
+      if (t < 0 ||
+          !perm_is(t, k == 1 ? std::vector<int64_t>{1, 2, 0} : std::vector<int64_t>{1, 0, 2})) {
+        return false;
+      }
+      heads_layout[static_cast<size_t>(k)] = t;
+    }
+    return true;
+  }
+
+  // q / sqrt(d): Div by the scalar, or Mul by its inverse; d must divide the embedding.
+  bool query_scale() {
+    scale = next(out(heads_layout[0]), "Div");
+    double d = 0;
+    if (scale >= 0) {
+      if (im.g_.node(scale).input_size() < 2) return false;  // malformed Div (found by fuzz_onnx)
+      const auto c = im.scalar(im.g_.node(scale).input(1));
+      if (!c || *c <= 0) return false;
+      d = *c * *c;
+    } else {
+      scale = next(out(heads_layout[0]), "Mul");
+      if (scale < 0) return false;
+      const auto c = im.scalar(other_input(im.g_.node(scale), out(heads_layout[0])));
+      if (!c || *c <= 0) return false;
+      d = 1 / (*c * *c);
+    }
+    if (!(d < 1e15)) return false;
+    head_dim = static_cast<int64_t>(std::llround(d));
+    return head_dim > 0 && std::fabs(d - static_cast<double>(head_dim)) <= 1e-3 * d &&
+           e % head_dim == 0;
+  }
+
+  // q times k, the Softmax (then an optional Dropout), and the MatMul by v.
+  bool scores_and_context() {
+    const int scores = next(out(scale), "MatMul");
+    if (scores < 0 || im.g_.node(scores).input(0) != out(scale) ||
+        im.g_.node(scores).input(1) != out(heads_layout[1])) {
+      return false;
+    }
+    nodes.insert(heads_layout[1]);
+    const int softmax = next(out(scores), "Softmax");
+    if (softmax < 0 || attr_i(im.g_.node(softmax), "axis", -1) != -1) return false;
+    std::string probs = out(softmax);
+    if (const int drop = next(probs, "Dropout"); drop >= 0) probs = out(drop);
+    context = next(probs, "MatMul");
+    if (context < 0 || im.g_.node(context).input(1) != out(heads_layout[2])) return false;
+    nodes.insert(heads_layout[2]);
+    return true;
+  }
+
+  // The heads merged back, the Gemm by W_out [E, E] with b_out, and the views back to [B, S, E].
+  bool output_projection() {
+    const int back = next(out(context), "Transpose");
+    if (back < 0 || !perm_is(back, {1, 0, 2})) return false;
+    const int flat = next(out(back), "Reshape");
+    proj = flat < 0 ? -1 : next(out(flat), "Gemm");
+    if (proj < 0 || im.g_.node(proj).input_size() < 3) return false;
+    const auto& gp = im.g_.node(proj);
+    if (!im.is_weight(gp.input(1)) || !im.is_weight(gp.input(2)) ||
+        im.weight_dims(gp.input(1)) != std::vector<int64_t>{e, e} || attr_i(gp, "transA", 0) != 0 ||
+        attr_f(gp, "alpha", 1) != 1 || attr_f(gp, "beta", 1) != 1) {
+      return false;
+    }
+    const int unflat = next(out(proj), "Reshape");
+    last = unflat < 0 ? -1 : next(out(unflat), "Transpose");
+    return last >= 0 && perm_is(last, {1, 0, 2});
+  }
+
+  Fused fused() const {
+    const auto& gp = im.g_.node(proj);
+    Fused f;
+    f.kind = Fused::Kind::kAttention;
+    f.x = t0.input(0);
+    f.in_weight = im.g_.node(in_mm).input(1);
+    f.in_bias = b_in;
+    f.out_weight = gp.input(1);
+    f.out_bias = gp.input(2);
+    f.out_trans_b = attr_i(gp, "transB", 0) != 0;
+    f.heads = e / head_dim;
+    f.name = t0.name();
+    return f;
+  }
+};
+
 // nn.MultiheadAttention(batch_first=True) self-attention, as torch.onnx.export (1.13) writes it:
 //   x [B, S, E] -> Transpose(1, 0, 2) -> MatMul(W_in [E, 3E]) -> Add(b_in [3E]) -> three Slices
 //   q, k, v; each Reshape [S, B*heads, d] and Transpose to [B*heads, S, d] (k to [B*heads, d, S]);
@@ -271,124 +433,13 @@ namespace gp::graph::onnx_detail {
 //   Transpose(1, 0, 2) -> [B, S, E];
 // plus the Shape/Gather/Concat arithmetic of the reshapes. All of it is one multi_head_attention.
 bool Importer::match_attention(int start) {
-  const auto& t0 = g_.node(start);
-  if (t0.input_size() != 1 || t0.output_size() < 1) return false;
-  std::set<int> nodes = {start};
-  // The one consumer of `name` of type `type` besides Shape nodes; -1 when there is not exactly
-  // one consumer, or it has another type or is already taken.
-  auto next = [&](const std::string& name, const char* type) {
-    int found = -1;
-    if (name.empty()) return -1;
-    auto it = consumers_.find(name);
-    if (it == consumers_.end()) return -1;
-    for (int c : it->second) {
-      if (g_.node(c).op_type() == "Shape") continue;
-      if (found >= 0 || g_.node(c).op_type() != type || done_[static_cast<size_t>(c)]) return -1;
-      found = c;
-    }
-    for (const auto& o : g_.output()) {
-      if (o.name() == name) return -1;
-    }
-    if (found >= 0) nodes.insert(found);
-    return found;
-  };
-  // A node without outputs has no consumer: the empty name leads `next` nowhere.
-  auto out = [&](int k) {
-    return g_.node(k).output_size() > 0 ? g_.node(k).output(0) : std::string();
-  };
-  auto perm_is = [&](int k, std::vector<int64_t> p) { return attr_ints(g_.node(k), "perm") == p; };
-
-  const int in_mm = next(out(start), "MatMul");
-  if (in_mm < 0 || g_.node(in_mm).input(0) != out(start) || !is_weight(g_.node(in_mm).input(1))) {
+  AttentionMatch m(*this, start);
+  if (!m.input_projection() || !m.heads() || !m.query_scale() || !m.scores_and_context() ||
+      !m.output_projection()) {
     return false;
   }
-  const auto w_in = weight_dims(g_.node(in_mm).input(1));
-  if (w_in.size() != 2 || w_in[1] != 3 * w_in[0]) return false;
-  const int64_t e = w_in[0];
-  const int in_add = next(out(in_mm), "Add");
-  if (in_add < 0) return false;
-  const std::string b_in = other_input(g_.node(in_add), out(in_mm));
-  if (!is_weight(b_in) || weight_dims(b_in) != std::vector<int64_t>{3 * e}) return false;
-
-  // The three slices, in node order, must be q, k and v by where they lead.
-  std::vector<int> slices;
-  for (int c : consumers_[out(in_add)]) {
-    if (g_.node(c).op_type() == "Slice") slices.push_back(c);
-  }
-  std::sort(slices.begin(), slices.end());
-  if (slices.size() != 3) return false;
-  int heads_layout[3] = {-1, -1, -1};  // the Transpose of q, k, v
-  for (int k = 0; k < 3; ++k) {
-    nodes.insert(slices[static_cast<size_t>(k)]);
-    const int r = next(out(slices[static_cast<size_t>(k)]), "Reshape");
-    const int t = r < 0 ? -1 : next(out(r), "Transpose");
-    if (t < 0 ||
-        !perm_is(t, k == 1 ? std::vector<int64_t>{1, 2, 0} : std::vector<int64_t>{1, 0, 2})) {
-      return false;
-    }
-    heads_layout[k] = t;
-  }
-  // q / sqrt(d): Div by the scalar, or Mul by its inverse.
-  int scale = next(out(heads_layout[0]), "Div");
-  double d = 0;
-  if (scale >= 0) {
-    if (g_.node(scale).input_size() < 2) return false;  // malformed Div (found by fuzz_onnx)
-    const auto c = scalar(g_.node(scale).input(1));
-    if (!c || *c <= 0) return false;
-    d = *c * *c;
-  } else {
-    scale = next(out(heads_layout[0]), "Mul");
-    if (scale < 0) return false;
-    const auto c = scalar(other_input(g_.node(scale), out(heads_layout[0])));
-    if (!c || *c <= 0) return false;
-    d = 1 / (*c * *c);
-  }
-  if (!(d < 1e15)) return false;
-  const int64_t head_dim = static_cast<int64_t>(std::llround(d));
-  if (head_dim <= 0 || std::fabs(d - static_cast<double>(head_dim)) > 1e-3 * d ||
-      e % head_dim != 0) {
-    return false;
-  }
-  const int scores = next(out(scale), "MatMul");
-  if (scores < 0 || g_.node(scores).input(0) != out(scale) ||
-      g_.node(scores).input(1) != out(heads_layout[1])) {
-    return false;
-  }
-  nodes.insert(heads_layout[1]);
-  const int softmax = next(out(scores), "Softmax");
-  if (softmax < 0 || attr_i(g_.node(softmax), "axis", -1) != -1) return false;
-  std::string probs = out(softmax);
-  if (const int drop = next(probs, "Dropout"); drop >= 0) probs = out(drop);
-  const int context = next(probs, "MatMul");
-  if (context < 0 || g_.node(context).input(1) != out(heads_layout[2])) return false;
-  nodes.insert(heads_layout[2]);
-  const int back = next(out(context), "Transpose");
-  if (back < 0 || !perm_is(back, {1, 0, 2})) return false;
-  const int flat = next(out(back), "Reshape");
-  const int proj = flat < 0 ? -1 : next(out(flat), "Gemm");
-  if (proj < 0 || g_.node(proj).input_size() < 3) return false;
-  const auto& gp = g_.node(proj);
-  if (!is_weight(gp.input(1)) || !is_weight(gp.input(2)) ||
-      weight_dims(gp.input(1)) != std::vector<int64_t>{e, e} || attr_i(gp, "transA", 0) != 0 ||
-      attr_f(gp, "alpha", 1) != 1 || attr_f(gp, "beta", 1) != 1) {
-    return false;
-  }
-  const int unflat = next(out(proj), "Reshape");
-  const int last = unflat < 0 ? -1 : next(out(unflat), "Transpose");
-  if (last < 0 || !perm_is(last, {1, 0, 2})) return false;
-
-  absorb_shape_math(&nodes, -1, last);
-  Fused f;
-  f.kind = Fused::Kind::kAttention;
-  f.x = t0.input(0);
-  f.in_weight = g_.node(in_mm).input(1);
-  f.in_bias = b_in;
-  f.out_weight = gp.input(1);
-  f.out_bias = gp.input(2);
-  f.out_trans_b = attr_i(gp, "transB", 0) != 0;
-  f.heads = e / head_dim;
-  f.name = t0.name();
-  claim(nodes, last, std::move(f));
+  absorb_shape_math(&m.nodes, -1, m.last);
+  claim(m.nodes, m.last, m.fused());
   return true;
 }
 
