@@ -1,6 +1,7 @@
 // Subcommands of graphpipe-plan. Each returns a Status; main turns it into an exit code.
 #pragma once
 
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -16,6 +17,10 @@
 #include "graphpipe/v1/plan.pb.h"
 
 #define GP_PLANNER_VERSION GP_VERSION_STRING
+
+namespace CLI {
+class App;
+}  // namespace CLI
 
 namespace gp::plan_cli {
 
@@ -145,6 +150,31 @@ struct TableRow {
 };
 void print_plan_table(const PlanningSetup& setup, int64_t mini_batch,
                       const std::vector<TableRow>& rows);
+
+// A subcommand registered on the app: its CLI11 subcommand and what runs once it is parsed,
+// given the whole command line (plans record it in their provenance). The options it fills live
+// as long as `run`.
+struct Command {
+  CLI::App* cli = nullptr;
+  std::function<Status(const std::string& command_line)> run;
+};
+
+// Registration of each subcommand, next to its implementation; main adds them in this order,
+// which is the order --help lists them in.
+Command add_zoo_command(CLI::App& app);         // model_commands.cc
+Command add_model_info_command(CLI::App& app);  // model_commands.cc
+Command add_ops_command(CLI::App& app);         // model_commands.cc
+Command add_import_command(CLI::App& app);      // model_commands.cc
+Command add_search_command(CLI::App& app);      // plan_commands.cc
+Command add_lower_command(CLI::App& app);       // lower_command.cc
+Command add_compare_command(CLI::App& app);     // plan_tools.cc
+Command add_replan_command(CLI::App& app);      // plan_commands.cc
+Command add_simulate_command(CLI::App& app);    // plan_tools.cc
+Command add_inspect_command(CLI::App& app);     // plan_tools.cc
+Command add_verify_command(CLI::App& app);      // plan_tools.cc
+
+// The options search, lower and compare share (compare: --strategies instead of --strategy).
+void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare);
 
 Status run_search(const SearchOptions& opts);
 Status run_lower(const LowerOptions& opts);

@@ -328,159 +328,211 @@ class GraphPipeDp {
   int range(int node, int i, int d, int k, int tail) {
     if (d <= 0 || k > max_devices_) return kInfeasible;
     if (const Entry& e = at(node, i, d, k, tail); e.value >= 0) return e.value;
-    const SpNode& n = tree_.nodes[node];
-    const bool leaf = n.kind == SpNode::Kind::kLeaf;
-    const bool series = n.kind == SpNode::Kind::kSeries;
-    const int count = leaf ? 1 : static_cast<int>(children_[node].size());
-    auto child = [&](int c) { return leaf ? node : children_[node][c]; };
+    State s = state(node, i, d, k, tail);
+    try_stages(s);
+    try_recurse(s);
+    try_joins(s);
+    Entry& slot = at(node, i, d, k, tail);  // the memo may have grown: fetch again
+    slot.value = s.best;
+    slot.choice = s.choice;
+    return s.best;
+  }
+
+  // One DP state of `range` being solved, with the best value and choice found so far.
+  struct State {
+    int node = 0, i = 0, d = 0, k = 0, tail = 0;
+    bool leaf = false, series = false;
+    int count = 0;  // children of the node (a leaf: 1, itself)
     // Beside a tail-holding stage, parallel groups feed that stage, which holds one more.
-    const int side_k = tail != 0 ? k + 1 : k;
+    int side_k = 0;
     int best = kInfeasible;
     Choice choice;
 
-    // (a) children [i, end) merged into one stage, for ends up to the last whose stage can
-    // still meet T with every device (work only grows with more children).
-    const int top = top_degree(d);
+    void offer(int value, Choice c) {
+      if (value < best) {
+        best = value;
+        choice = c;
+      }
+    }
+  };
+
+  State state(int node, int i, int d, int k, int tail) const {
+    const SpNode& n = tree_.nodes[node];
+    State s;
+    s.node = node;
+    s.i = i;
+    s.d = d;
+    s.k = k;
+    s.tail = tail;
+    s.leaf = n.kind == SpNode::Kind::kLeaf;
+    s.series = n.kind == SpNode::Kind::kSeries;
+    s.count = s.leaf ? 1 : static_cast<int>(children_[node].size());
+    s.side_k = tail != 0 ? k + 1 : k;
+    return s;
+  }
+
+  int child(const State& s, int c) const { return s.leaf ? s.node : children_[s.node][c]; }
+
+  static Choice stage_choice(int end, int devices, int dp_degree) {
+    return {Choice::kStage, static_cast<int32_t>(end), static_cast<int32_t>(devices),
+            static_cast<int32_t>(dp_degree), 0};
+  }
+  static Choice recurse_choice(int devices) {
+    return {Choice::kRecurse, 0, static_cast<int32_t>(devices), 0, 0};
+  }
+  static Choice join_choice(int end, int devices, int tail) {
+    return {Choice::kJoin, static_cast<int32_t>(end), static_cast<int32_t>(devices), 0,
+            static_cast<int32_t>(tail)};
+  }
+
+  // A row's cached TPS of children [i, i + x + 1) on every degree.
+  const double* row_tps(const RangeRow& r, int x) const {
+    return &r.tps[static_cast<size_t>(x) * num_degrees_];
+  }
+
+  // The row of children [i, ...) of `node`, its per-test caches reset for a new test.
+  RangeRow& test_row(int node, int i) {
     RangeRow& cached = rows_[row_id(node, i)];
     if (cached.test != test_) {
       cached.test = test_;
       cached.last_end.fill(-1);
       for (auto& a : cached.reach) a.fill(-1);
     }
+    return cached;
+  }
+
+  // The last end whose stage [i, end) still meets T on the top degree `top` (cached per test).
+  int last_stage_end(const State& s, RangeRow& cached, int top) {
     if (cached.last_end[top] < 0) {
-      int end = i;
-      const RangeRow* r = &row(node, i, i + 1);
-      while (end < count) {
-        if (static_cast<int>(r->agg.size()) <= end - i) {
-          r = &row(node, i, i + 2 * (end - i) + 1);  // grow geometrically
+      int end = s.i;
+      const RangeRow* r = &row(s.node, s.i, s.i + 1);
+      while (end < s.count) {
+        if (static_cast<int>(r->agg.size()) <= end - s.i) {
+          r = &row(s.node, s.i, s.i + 2 * (end - s.i) + 1);  // grow geometrically
         }
-        if (r->tps[static_cast<size_t>(end - i) * num_degrees_ + top] > tps_) break;
+        if (r->tps[static_cast<size_t>(end - s.i) * num_degrees_ + top] > tps_) break;
         ++end;
       }
       cached.last_end[top] = end;
     }
-    const int last_end = cached.last_end[top];
-    const RangeRow& r = row(node, i, last_end);  // holds [i, end) for every end <= last_end
-    auto tps_at = [&](int x) { return &r.tps[static_cast<size_t>(x) * num_degrees_]; };
-    if (last_end == count) {
-      const int x = count - i - 1;
-      if (tail != 0) {
-        StageAggregate agg = r.agg[x];
-        agg.add(tails_[tail].agg);
-        const int64_t boundary =
-            (series ? in_bytes_[child(i)] : r.boundary[x]) + tails_[tail].out_bytes;
-        if (const int dp = stage_degree(agg, boundary, d, k); dp > 0) {
-          best = k + 1;
-          choice = {Choice::kStage, static_cast<int32_t>(count), static_cast<int32_t>(d),
-                    static_cast<int32_t>(dp), 0};
-        }
-      } else if (const int dp = memory_degree(r.agg[x], cached_tps_degree(tps_at(x), d), d, k);
-                 dp > 0) {
-        best = k + 1;
-        choice = {Choice::kStage, static_cast<int32_t>(count), static_cast<int32_t>(d),
-                  static_cast<int32_t>(dp), 0};
+    return cached.last_end[top];
+  }
+
+  // (a) children [i, end) merged into one stage, for ends up to the last whose stage can
+  // still meet T with every device (work only grows with more children).
+  void try_stages(State& s) {
+    const int top = top_degree(s.d);
+    RangeRow& cached = test_row(s.node, s.i);
+    const int last_end = last_stage_end(s, cached, top);
+    const RangeRow& r = row(s.node, s.i, last_end);  // holds [i, end) for every end <= last_end
+    if (last_end == s.count) try_whole_stage(s, r);
+    try_stage_then_rest(s, cached, r, last_end, top);
+  }
+
+  // Every remaining child (and the tail) as one stage on all d devices.
+  void try_whole_stage(State& s, const RangeRow& r) {
+    const int x = s.count - s.i - 1;
+    if (s.tail != 0) {
+      StageAggregate agg = r.agg[x];
+      agg.add(tails_[s.tail].agg);
+      const int64_t boundary =
+          (s.series ? in_bytes_[child(s, s.i)] : r.boundary[x]) + tails_[s.tail].out_bytes;
+      if (const int dp = stage_degree(agg, boundary, s.d, s.k); dp > 0) {
+        s.offer(s.k + 1, stage_choice(s.count, s.d, dp));
       }
+    } else if (const int dp =
+                   memory_degree(r.agg[x], cached_tps_degree(row_tps(r, x), s.d), s.d, s.k);
+               dp > 0) {
+      s.offer(s.k + 1, stage_choice(s.count, s.d, dp));
     }
-    // A stage on d1 devices followed (series) or flanked (parallel) by the rest. The rest's
-    // in-flight never grows as the stage takes more children, and the stage's memory fits
-    // better with a smaller k, so for each d1 the largest end that meets T and memory is best.
-    for (int d1 = 1; d1 < d; d1 *= 2) {
+  }
+
+  // A stage on d1 devices followed (series) or flanked (parallel) by the rest. The rest's
+  // in-flight never grows as the stage takes more children, and the stage's memory fits
+  // better with a smaller k, so for each d1 the largest end that meets T and memory is best.
+  void try_stage_then_rest(State& s, RangeRow& cached, const RangeRow& r, int last_end, int top) {
+    for (int d1 = 1; d1 < s.d; d1 *= 2) {
       int& reach = cached.reach[top][top_degree(d1)];
       if (reach < 0) {
-        reach = std::min(last_end, count - 1);
-        while (reach > i && cached_tps_degree(tps_at(reach - i - 1), d1) == 0) --reach;
+        reach = std::min(last_end, s.count - 1);
+        while (reach > s.i && cached_tps_degree(row_tps(r, reach - s.i - 1), d1) == 0) --reach;
       }
-      int end = reach;
-      for (; end > i; --end) {
-        const int x = end - i - 1;
-        const int tps_dp = cached_tps_degree(tps_at(x), d1);
+      for (int end = reach; end > s.i; --end) {
+        const int x = end - s.i - 1;
+        const int tps_dp = cached_tps_degree(row_tps(r, x), d1);
         // A stage that does not fit even with nothing downstream needs no look at the rest.
         if (memory_degree(r.agg[x], tps_dp, d1, 0) == 0) continue;
-        const int rest = range(node, end, d - d1, k, tail);
+        const int rest = range(s.node, end, s.d - d1, s.k, s.tail);
         if (rest >= kInfeasible) break;  // fewer children left could not be solved either
-        const int stage_k = series ? rest : side_k;
+        const int stage_k = s.series ? rest : s.side_k;
         const int dp = memory_degree(r.agg[x], tps_dp, d1, stage_k);
         if (dp == 0) continue;
-        const int value = series ? stage_k + 1 : std::max(stage_k + 1, rest);
-        if (value < best) {
-          best = value;
-          choice = {Choice::kStage, static_cast<int32_t>(end), static_cast<int32_t>(d1),
-                    static_cast<int32_t>(dp), 0};
-        }
+        const int value = s.series ? stage_k + 1 : std::max(stage_k + 1, rest);
+        s.offer(value, stage_choice(end, d1, dp));
         break;
       }
     }
+  }
 
-    // (b) child i decomposed on its own (composite children only).
-    if (!leaf && tree_.nodes[child(i)].kind != SpNode::Kind::kLeaf) {
-      if (i + 1 == count) {
-        const int value = range(child(i), 0, d, k, tail);
-        if (value < best)
-          best = value, choice = {Choice::kRecurse, 0, static_cast<int32_t>(d), 0, 0};
+  // (b) child i decomposed on its own (composite children only).
+  void try_recurse(State& s) {
+    if (s.leaf || tree_.nodes[child(s, s.i)].kind == SpNode::Kind::kLeaf) return;
+    if (s.i + 1 == s.count) {
+      s.offer(range(child(s, s.i), 0, s.d, s.k, s.tail), recurse_choice(s.d));
+    } else if (s.series) {
+      for (int d1 : splits_[s.d]) try_split(s, d1);
+    } else {
+      const int lo = crossing_split(s);
+      if (lo > 1) try_split(s, lo - 1);
+      try_split(s, lo);
+    }
+  }
+
+  // Child i on d1 devices beside or before children [i + 1, count) on the rest.
+  void try_split(State& s, int d1) {
+    const int rest = range(s.node, s.i + 1, s.d - d1, s.k, s.tail);
+    if (rest >= kInfeasible) return;
+    const int first = range(child(s, s.i), 0, d1, s.series ? rest : s.side_k, 0);
+    if (first >= kInfeasible) return;
+    s.offer(s.series ? first : std::max(first, rest), recurse_choice(d1));
+  }
+
+  // Beside each other, the child's value falls and the rest's rises with the child's
+  // devices (more devices never hurt), so the best split is where they cross: the smallest d1
+  // with first(d1) <= rest(d - d1), else d - 1.
+  int crossing_split(const State& s) {
+    int lo = 1, hi = s.d - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      const int rest = range(s.node, s.i + 1, s.d - mid, s.k, s.tail);
+      const int first = range(child(s, s.i), 0, mid, s.side_k, 0);
+      if (first <= rest) {
+        hi = mid;
       } else {
-        auto try_split = [&](int d1) {
-          const int rest = range(node, i + 1, d - d1, k, tail);
-          if (rest >= kInfeasible) return;
-          const int first = range(child(i), 0, d1, series ? rest : side_k, 0);
-          if (first >= kInfeasible) return;
-          const int value = series ? first : std::max(first, rest);
-          if (value < best)
-            best = value, choice = {Choice::kRecurse, 0, static_cast<int32_t>(d1), 0, 0};
-        };
-        if (series) {
-          for (int d1 : splits_[d]) try_split(d1);
-        } else {
-          // Beside each other, the child's value falls and the rest's rises with the child's
-          // devices (more devices never hurt), so the best split is where they cross.
-          int lo = 1, hi = d - 1;  // smallest d1 with first(d1) <= rest(d - d1), else d - 1
-          while (lo < hi) {
-            const int mid = (lo + hi) / 2;
-            const int rest = range(node, i + 1, d - mid, k, tail);
-            const int first = range(child(i), 0, mid, side_k, 0);
-            if (first <= rest) {
-              hi = mid;
-            } else {
-              lo = mid + 1;
-            }
-          }
-          if (lo > 1) try_split(lo - 1);
-          try_split(lo);
-        }
+        lo = mid + 1;
       }
     }
+    return lo;
+  }
 
-    // (c) series only: a parallel child i whose join [i+1, end) rides on its last branch.
-    if (series && tree_.nodes[child(i)].kind == SpNode::Kind::kParallel) {
-      for (int end = i + 2; end <= count && end <= i + 1 + kMaxJoinChildren; ++end) {
-        if (end == count && tail != 0) break;  // one tail per stage
-        const int t = tail_id(node, i + 1, end);
-        if (t == 0) break;
-        if (best_tps(tails_[t].agg, tails_[t].out_bytes, d) > tps_) break;
-        if (end == count) {
-          const int value = range(child(i), 0, d, k, t);
-          if (value < best) {
-            best = value;
-            choice = {Choice::kJoin, static_cast<int32_t>(end), static_cast<int32_t>(d), 0,
-                      static_cast<int32_t>(t)};
-          }
-          continue;
-        }
-        for (int d1 : splits_[d]) {
-          const int rest = range(node, end, d - d1, k, tail);
-          if (rest >= kInfeasible) continue;
-          const int value = range(child(i), 0, d1, rest, t);
-          if (value < best) {
-            best = value;
-            choice = {Choice::kJoin, static_cast<int32_t>(end), static_cast<int32_t>(d1), 0,
-                      static_cast<int32_t>(t)};
-          }
-        }
+  // (c) series only: a parallel child i whose join [i+1, end) rides on its last branch.
+  void try_joins(State& s) {
+    if (!s.series || tree_.nodes[child(s, s.i)].kind != SpNode::Kind::kParallel) return;
+    for (int end = s.i + 2; end <= s.count && end <= s.i + 1 + kMaxJoinChildren; ++end) {
+      if (end == s.count && s.tail != 0) break;  // one tail per stage
+      const int t = tail_id(s.node, s.i + 1, end);
+      if (t == 0) break;
+      if (best_tps(tails_[t].agg, tails_[t].out_bytes, s.d) > tps_) break;
+      if (end == s.count) {
+        s.offer(range(child(s, s.i), 0, s.d, s.k, t), join_choice(end, s.d, t));
+        continue;
+      }
+      for (int d1 : splits_[s.d]) {
+        const int rest = range(s.node, end, s.d - d1, s.k, s.tail);
+        if (rest >= kInfeasible) continue;
+        s.offer(range(child(s, s.i), 0, d1, rest, t), join_choice(end, d1, t));
       }
     }
-    Entry& slot = at(node, i, d, k, tail);  // the memo may have grown: fetch again
-    slot.value = best;
-    slot.choice = choice;
-    return best;
   }
 
   void emit(int node, int i, int d, int k, int tail, std::vector<PartitionStage>* out) {

@@ -1,5 +1,7 @@
 // graphpipe-plan lower: an external stage assignment turned into a verified, simulated plan.
+#include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 
 #include "commands.h"
 #include "gp/cost/cluster.h"
@@ -87,6 +89,45 @@ Status run_lower(const LowerOptions& opts) {
       p.throughput_samples_per_s(),
       planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(), so.out.c_str());
   return ok_status();
+}
+
+Command add_lower_command(CLI::App& app) {
+  auto opts = std::make_shared<LowerOptions>();
+  auto* lower = app.add_subcommand(
+      "lower",
+      "Turn your own stage assignment (from PipeDream, Piper, Megatron or by hand) into a "
+      "verified plan: placed, scheduled, lowered and simulated like a searched plan "
+      "(format: docs/plan-format.md)");
+  lower
+      ->add_option("--assignment", opts->assignment,
+                   "stage assignment file (.json, .pbtxt or .pb): per stage its op ids, "
+                   "replicas and optionally micro_batch")
+      ->required();
+  add_search_options(lower, &opts->search, /*compare=*/false);
+  lower->remove_option(lower->get_option("--strategy"));
+  lower->remove_option(lower->get_option("--per-stage-microbatch"));
+  lower->remove_option(lower->get_option("--uniform-microbatch"));
+  lower->remove_option(lower->get_option("--piper-downset-limit"));
+  lower->remove_option(lower->get_option("--piper-compress-branches"));
+  lower
+      ->add_option("--lowering", opts->lowering,
+                   "chain (tensors relayed along a sequential pipeline), dag (graph pipeline) or "
+                   "best (both; the faster simulated plan is written)")
+      ->capture_default_str();
+  lower
+      ->add_option("--compare", opts->compare,
+                   "also search with these strategies and show them in the same table, e.g. "
+                   "graphpipe,sequential")
+      ->delimiter(',');
+  lower->add_option("--out", opts->search.out, "plan file to write (.pb, .pbtxt or .json)")
+      ->required();
+  lower->add_option("--report", opts->search.report, "write a JSON report of the plan");
+  lower->add_option("--trace", opts->search.trace, "write the simulated Chrome trace");
+  lower->add_option("--dot", opts->search.dot, "write the stage graph as Graphviz");
+  return {lower, [opts](const std::string& command_line) {
+            opts->search.command_line = command_line;
+            return run_lower(*opts);
+          }};
 }
 
 }  // namespace gp::plan_cli

@@ -1,5 +1,7 @@
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
 #include "commands.h"
 #include "gp/common/logging.h"
@@ -88,6 +90,64 @@ Status run_ops_list() {
                 static_cast<int>(info.attrs_help.size()), info.attrs_help.data());
   }
   return ok_status();
+}
+
+Command add_zoo_command(CLI::App& app) {
+  auto* zoo = app.add_subcommand("zoo", "List or export the built-in models");
+  zoo->require_subcommand(1);
+  auto* list = zoo->add_subcommand("list", "List zoo models with their parameters and defaults");
+  auto opts = std::make_shared<ZooExportOptions>();
+  auto* zoo_export = zoo->add_subcommand("export", "Write a zoo model to a file");
+  zoo_export->add_option("name", opts->name, "Zoo spec, e.g. mmt or mmt?branches=2")->required();
+  zoo_export->add_option("--out", opts->out, "Output file: .pbtxt, .json or .pb")->required();
+  return {zoo, [list, zoo_export, opts](const std::string&) {
+            if (list->parsed()) return run_zoo_list();
+            if (zoo_export->parsed()) return run_zoo_export(*opts);
+            return ok_status();
+          }};
+}
+
+Command add_model_info_command(CLI::App& app) {
+  auto opts = std::make_shared<ModelInfoOptions>();
+  auto* info = app.add_subcommand(
+      "model-info", "Summarise a model: operators, parameters, FLOPs, activations, branches");
+  info->add_option("--model", opts->model, "zoo:NAME[?k=v&...] or a model file")->required();
+  info->add_flag("--json", opts->json, "Print one JSON object instead of a table");
+  return {info, [opts](const std::string&) { return run_model_info(*opts); }};
+}
+
+Command add_ops_command(CLI::App& app) {
+  auto* ops = app.add_subcommand("ops", "List the operator catalogue with each op's attributes");
+  return {ops, [](const std::string&) { return run_ops_list(); }};
+}
+
+Command add_import_command(CLI::App& app) {
+  auto opts = std::make_shared<ImportOptions>();
+  auto* import = app.add_subcommand(
+      "import", "Convert an ONNX model (torch.onnx.export) into a GraphPipe model file");
+  import->add_option("file", opts->file, "the .onnx file")->required();
+  import->add_option("--out", opts->out, "model file to write (.pbtxt, .json or .pb)")->required();
+  import
+      ->add_option("--loss", opts->loss,
+                   "loss attached to every graph output: mse (against a new target input) or "
+                   "cross_entropy (against new int64 labels)")
+      ->capture_default_str();
+  import->add_flag("--allow-opaque", opts->allow_opaque,
+                   "keep ONNX nodes without a GraphPipe operator as opaque operators (cost from a "
+                   "FLOP estimate): the model can be planned but not trained or profiled");
+  import->add_flag("--inline-weights", opts->inline_weights,
+                   "keep the imported parameter values inside the model file (default: in "
+                   "<out>.weights next to it, which the model and its plans refer to by hash)");
+  import
+      ->add_option("--max-bag", opts->max_bag,
+                   "nn.EmbeddingBag with offsets (bags of varying length): give every sample "
+                   "this many ids, padded with -1; --data then reads <ids>.npy and "
+                   "<offsets>.npy as torch takes them")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  import->add_flag("--untie-weights", opts->untie_weights,
+                   "give every operator that reads a tied (shared) weight its own copy; without "
+                   "it such models are refused, since training would no longer tie them");
+  return {import, [opts](const std::string&) { return run_import(*opts); }};
 }
 
 }  // namespace gp::plan_cli

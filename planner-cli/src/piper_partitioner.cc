@@ -174,137 +174,203 @@ class StageWalker {
   std::vector<int64_t> out_bytes_;
 };
 
-}  // namespace
-
-Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b) {
-  GP_RETURN_IF_ERROR(validate_partition_context(ctx, b));
-  const UnitGraph& ug = *ctx.units;
-  const StageCostModel& costs = *ctx.costs;
-  const int n = ug.num_units();
-  PartitionOutcome outcome;
-
-  Downsets sets;
-  if (const int64_t reached = enumerate_downsets(ug, ctx.piper_downset_limit, sets); reached > 0) {
-    outcome.infeasible_reason = "infeasible: too many downsets (" + std::to_string(reached) +
-                                " > " + std::to_string(ctx.piper_downset_limit) + ")";
-    return outcome;
-  }
-  const int count = sets.count();
+// The index of the downset holding every unit.
+Result<int> full_downset(const Downsets& sets, int num_units) {
   int full = -1;
-  for (int i = 0; i < count && full < 0; ++i) {
-    if (sets.size[i] == n) full = i;
+  for (int i = 0; i < sets.count() && full < 0; ++i) {
+    if (sets.size[i] == num_units) full = i;
   }
   if (full < 0) return internal_error("piper planner: the unit graph is not acyclic");
+  return full;
+}
 
-  const int max_devices = ctx.num_devices;
-  const int max_stages = std::min(n, max_devices);
-  const int64_t capacity = costs.capacity_bytes();
-  const std::vector<int> degrees = replica_degrees(b, max_devices);
+// The DP table dp[I][s][m] over the downsets (see the top of this file): filled once, then read
+// for the lowest bottleneck and replayed along the optimal path for the stages.
+class PiperDp {
+ public:
+  // The lowest bottleneck, at `stages` stages on `devices` devices.
+  struct Best {
+    double bottleneck = kInf;
+    int stages = 0;
+    int devices = 0;
+  };
 
-  // dp[I][s][m] for m >= s only (each stage has a device): a triangle per downset.
-  std::vector<size_t> row(max_stages + 1);
-  size_t per_set = 0;
-  for (int s = 0; s <= max_stages; ++s) {
-    row[s] = per_set;
-    per_set += static_cast<size_t>(max_devices + 1 - s);
+  PiperDp(const PartitionContext& ctx, const Downsets& sets, int full, int64_t b)
+      : ug_(*ctx.units),
+        costs_(*ctx.costs),
+        sets_(sets),
+        full_(full),
+        b_(b),
+        n_(ug_.num_units()),
+        max_devices_(ctx.num_devices),
+        max_stages_(std::min(n_, max_devices_)),
+        capacity_(costs_.capacity_bytes()),
+        degrees_(replica_degrees(b, max_devices_)),
+        walker_(ug_, costs_, sets_, degrees_, b) {
+    // dp[I][s][m] for m >= s only (each stage has a device): a triangle per downset.
+    row_.resize(max_stages_ + 1);
+    for (int s = 0; s <= max_stages_; ++s) {
+      row_[s] = per_set_;
+      per_set_ += static_cast<size_t>(max_devices_ + 1 - s);
+    }
+    dp_.assign(static_cast<size_t>(sets.count()) * per_set_, kInf);
+    dp_[at(full_, 0, 0)] = 0;
   }
-  auto at = [&](int set, int s, int m) {
-    return static_cast<size_t>(set) * per_set + row[s] + static_cast<size_t>(m - s);
-  };
-  std::vector<double> dp(static_cast<size_t>(count) * per_set, kInf);
-  dp[at(full, 0, 0)] = 0;
 
-  // Larger downsets first: dp[J] is final before any I ⊂ J reads it.
-  std::vector<int> by_size(count);
-  for (int i = 0; i < count; ++i) by_size[i] = i;
-  std::stable_sort(by_size.begin(), by_size.end(),
-                   [&](int x, int y) { return sets.size[x] > sets.size[y]; });
+  void fill();
+  // Ties go to fewer stages, then fewer devices; bottleneck kInf when nothing fits.
+  Best best() const;
+  Result<Partition> reconstruct(const Best& best);
 
-  StageWalker walker(ug, costs, sets, degrees, b);
+ private:
+  static constexpr int kEmpty = 0;  // the empty downset
+
+  size_t at(int set, int s, int m) const {
+    return static_cast<size_t>(set) * per_set_ + row_[s] + static_cast<size_t>(m - s);
+  }
+
   // Memory grows with s (k = s * b): the stage fits as the head of 1..limit stages.
-  auto stage_limit = [&](const StageAggregate& agg, int d, int most) {
+  int stage_limit(const StageAggregate& agg, int d, int most) const {
     int s = 0;
-    while (s < most && costs.memory_bytes(agg, b, d, (s + 1) * b) <= capacity) ++s;
+    while (s < most && costs_.memory_bytes(agg, b_, d, (s + 1) * b_) <= capacity_) ++s;
     return s;
-  };
+  }
 
+  // dp[lower] from the stage upper \ lower at the head of every stage count up to `most`.
+  void relax(int lower, int upper, const StageAggregate& agg, int64_t boundary, int most);
+  // The downset and degree of the head stage of dp[lower][s][m]'s optimum.
+  Result<std::pair<int, int>> trace_stage(int lower, int s, int m);
+
+  const UnitGraph& ug_;
+  const StageCostModel& costs_;
+  const Downsets& sets_;
+  const int full_;
+  const int64_t b_;
+  const int n_;
+  const int max_devices_;
+  const int max_stages_;
+  const int64_t capacity_;
+  const std::vector<int> degrees_;
+  StageWalker walker_;
+  std::vector<size_t> row_;
+  size_t per_set_ = 0;
+  std::vector<double> dp_;
+};
+
+void PiperDp::fill() {
+  // Larger downsets first: dp[J] is final before any I ⊂ J reads it.
+  std::vector<int> by_size(sets_.count());
+  for (int i = 0; i < sets_.count(); ++i) by_size[i] = i;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](int x, int y) { return sets_.size[x] > sets_.size[y]; });
   // Transitions are tried in a fixed order, upper downsets in walk order, then degrees
-  // ascending; the reconstruction below replays the same order.
+  // ascending; the reconstruction replays the same order.
   for (int lower : by_size) {
-    if (lower == full) continue;
-    const int most = std::min(max_stages, n - sets.size[lower]);
-    walker.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
-      for (int d : degrees) {
-        const int s_limit = stage_limit(agg, d, most);
-        if (s_limit == 0) continue;
-        const double tps = costs.tps_s(agg, b, d, boundary);
-        for (int s = 1; s <= s_limit; ++s) {
-          const double* from = &dp[at(upper, s - 1, s - 1)];  // indexed by m' - (s - 1)
-          double* to = &dp[at(lower, s, s)];                  // indexed by m - s
-          for (int m = s - 1 + d; m <= max_devices; ++m) {
-            const double rest = from[m - d - (s - 1)];
-            if (rest == kInf) continue;
-            const double v = std::max(tps, rest);
-            if (v < to[m - s]) to[m - s] = v;
-          }
-        }
-      }
+    if (lower == full_) continue;
+    const int most = std::min(max_stages_, n_ - sets_.size[lower]);
+    walker_.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
+      relax(lower, upper, agg, boundary, most);
     });
   }
+}
 
-  // Lowest bottleneck; ties go to fewer stages, then fewer devices.
-  const int empty = 0;
-  double bottleneck = kInf;
-  int best_s = 0, best_m = 0;
-  for (int s = 1; s <= max_stages; ++s) {
-    for (int m = s; m <= max_devices; ++m) {
-      if (dp[at(empty, s, m)] < bottleneck) {
-        bottleneck = dp[at(empty, s, m)];
-        best_s = s;
-        best_m = m;
+void PiperDp::relax(int lower, int upper, const StageAggregate& agg, int64_t boundary, int most) {
+  for (int d : degrees_) {
+    const int s_limit = stage_limit(agg, d, most);
+    if (s_limit == 0) continue;
+    const double tps = costs_.tps_s(agg, b_, d, boundary);
+    for (int s = 1; s <= s_limit; ++s) {
+      const double* from = &dp_[at(upper, s - 1, s - 1)];  // indexed by m' - (s - 1)
+      double* to = &dp_[at(lower, s, s)];                  // indexed by m - s
+      for (int m = s - 1 + d; m <= max_devices_; ++m) {
+        const double rest = from[m - d - (s - 1)];
+        if (rest == kInf) continue;
+        const double v = std::max(tps, rest);
+        if (v < to[m - s]) to[m - s] = v;
       }
     }
   }
-  if (bottleneck == kInf) {
-    outcome.infeasible_reason =
-        "infeasible: no partition fits in device memory at micro-batch " + std::to_string(b);
-    return outcome;
-  }
+}
 
-  // Reconstruction by re-running the transitions along the optimal path (as Piper does): the
-  // first (J, d) in DP order that attains the stored value is the one the DP kept.
+PiperDp::Best PiperDp::best() const {
+  Best best;
+  for (int s = 1; s <= max_stages_; ++s) {
+    for (int m = s; m <= max_devices_; ++m) {
+      if (dp_[at(kEmpty, s, m)] < best.bottleneck) {
+        best.bottleneck = dp_[at(kEmpty, s, m)];
+        best.stages = s;
+        best.devices = m;
+      }
+    }
+  }
+  return best;
+}
+
+Result<std::pair<int, int>> PiperDp::trace_stage(int lower, int s, int m) {
+  const double target = dp_[at(lower, s, m)];
+  int chosen = -1, chosen_d = 0;
+  walker_.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
+    if (chosen >= 0) return;
+    for (int d : degrees_) {
+      if (d > m || m - d < s - 1 || stage_limit(agg, d, s) < s) continue;
+      const double rest = dp_[at(upper, s - 1, m - d)];
+      if (rest == kInf) continue;
+      if (std::max(costs_.tps_s(agg, b_, d, boundary), rest) == target) {
+        chosen = upper;
+        chosen_d = d;
+        return;
+      }
+    }
+  });
+  if (chosen < 0) return internal_error("piper planner: broken DP trace");
+  return std::make_pair(chosen, chosen_d);
+}
+
+// By re-running the transitions along the optimal path (as Piper does): the first (J, d) in DP
+// order that attains the stored value is the one the DP kept.
+Result<Partition> PiperDp::reconstruct(const Best& best) {
   Partition partition;
   partition.chain = true;
-  partition.micro_batch = b;
-  partition.bottleneck_tps_s = bottleneck;
-  for (int lower = empty, s = best_s, m = best_m; lower != full; --s) {
+  partition.micro_batch = b_;
+  partition.bottleneck_tps_s = best.bottleneck;
+  for (int lower = kEmpty, s = best.stages, m = best.devices; lower != full_; --s) {
     if (s < 1) return internal_error("piper planner: broken DP trace");
-    const double target = dp[at(lower, s, m)];
-    int chosen = -1, chosen_d = 0;
-    walker.walk(lower, [&](int upper, const StageAggregate& agg, int64_t boundary) {
-      if (chosen >= 0) return;
-      for (int d : degrees) {
-        if (d > m || m - d < s - 1 || stage_limit(agg, d, s) < s) continue;
-        const double rest = dp[at(upper, s - 1, m - d)];
-        if (rest == kInf) continue;
-        if (std::max(costs.tps_s(agg, b, d, boundary), rest) == target) {
-          chosen = upper;
-          chosen_d = d;
-          return;
-        }
-      }
-    });
-    if (chosen < 0) return internal_error("piper planner: broken DP trace");
+    GP_ASSIGN_OR_RETURN(const auto head, trace_stage(lower, s, m));
+    const auto [chosen, chosen_d] = head;
     PartitionStage stage;
-    for (int u : ug.topo) {
-      if (sets.contains(chosen, u) && !sets.contains(lower, u)) stage.units.push_back(u);
+    for (int u : ug_.topo) {
+      if (sets_.contains(chosen, u) && !sets_.contains(lower, u)) stage.units.push_back(u);
     }
     stage.devices = chosen_d;
     partition.stages.push_back(std::move(stage));
     lower = chosen;
     m -= chosen_d;
   }
-  outcome.partition = std::move(partition);
+  return partition;
+}
+
+}  // namespace
+
+Result<PartitionOutcome> partition_piper(const PartitionContext& ctx, int64_t b) {
+  GP_RETURN_IF_ERROR(validate_partition_context(ctx, b));
+  PartitionOutcome outcome;
+  Downsets sets;
+  if (const int64_t reached = enumerate_downsets(*ctx.units, ctx.piper_downset_limit, sets);
+      reached > 0) {
+    outcome.infeasible_reason = "infeasible: too many downsets (" + std::to_string(reached) +
+                                " > " + std::to_string(ctx.piper_downset_limit) + ")";
+    return outcome;
+  }
+  GP_ASSIGN_OR_RETURN(const int full, full_downset(sets, ctx.units->num_units()));
+  PiperDp dp(ctx, sets, full, b);
+  dp.fill();
+  const PiperDp::Best best = dp.best();
+  if (best.bottleneck == kInf) {
+    outcome.infeasible_reason =
+        "infeasible: no partition fits in device memory at micro-batch " + std::to_string(b);
+    return outcome;
+  }
+  GP_ASSIGN_OR_RETURN(outcome.partition, dp.reconstruct(best));
   return outcome;
 }
 

@@ -1,3 +1,4 @@
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -341,6 +342,109 @@ Status run_replan(const ReplanOptions& opts) {
       wanted, result.plan.stages_size(), p.throughput_samples_per_s(),
       old.predicted().throughput_samples_per_s(), old.programs_size(), opts.out.c_str());
   return ok_status();
+}
+
+void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
+  cmd->add_option("--model", o->model, "zoo:NAME[?k=v&...] or a model file (.pbtxt, .json, .pb)")
+      ->required();
+  cmd->add_option("--cluster", o->cluster,
+                  "cluster preset (summit-v100, dgx-a100, dgx-h100, h200, cpu-local) or a file")
+      ->capture_default_str();
+  cmd->add_option("--devices", o->devices,
+                  "use the first N devices of the cluster, whole nodes first (default: all)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--exclude-devices", o->exclude_devices,
+                  "ranks of the cluster not to use, e.g. failed GPUs: 3,17")
+      ->delimiter(',');
+  cmd->add_option("--batch", o->batch, "mini-batch size: samples per optimizer step")->required();
+  if (!compare) {
+    cmd->add_option("--strategy", o->strategy, "graphpipe, sequential (PipeDream) or piper")
+        ->capture_default_str();
+  } else {
+    cmd->add_option("--strategies", o->strategies, "strategies to compare")
+        ->delimiter(',')
+        ->capture_default_str();
+  }
+  cmd->add_option("--profile", o->profile,
+                  "profile DB from graphpipe-profile (measured costs; analytic model otherwise)");
+  cmd->add_option("--micro-batches", o->micro_batches,
+                  "micro-batch sizes to try, powers of two (default: all dividing --batch)")
+      ->delimiter(',');
+  cmd->add_option("--optimizer", o->optimizer, "adam, momentum or sgd (memory and plan config)")
+      ->capture_default_str();
+  cmd->add_option("--precision", o->precision, "fp32, or bf16 (bf16 compute, fp32 master)")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "parameter initialisation seed stored in the plan")
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr,
+                  "learning rate stored in the plan (default: 0.01 for sgd and momentum, 0.001 "
+                  "for adam)");
+  cmd->add_option("--momentum", o->momentum, "momentum factor (--optimizer momentum; default 0.9)");
+  cmd->add_option("--beta1", o->beta1, "Adam's first-moment decay (default 0.9)");
+  cmd->add_option("--beta2", o->beta2, "Adam's second-moment decay (default 0.999)");
+  cmd->add_option("--eps", o->eps, "Adam's epsilon (default 1e-8)");
+  cmd->add_option("--weight-decay", o->weight_decay,
+                  "L2 weight decay, as PyTorch's weight_decay (default 0)");
+  cmd->add_option("--clip-grad-norm", o->clip_grad_norm,
+                  "scale the gradients so that their L2 norm over the whole model is at most "
+                  "this, as torch.nn.utils.clip_grad_norm_ (default 0: no clipping)");
+  cmd->add_option("--lr-schedule", o->lr_schedule,
+                  "constant, or warmup-cosine: linear warm-up over --warmup-steps, then cosine "
+                  "decay to --min-lr at --total-steps")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", o->warmup_steps, "warm-up steps of warmup-cosine");
+  cmd->add_option("--total-steps", o->total_steps, "steps at which warmup-cosine reaches --min-lr");
+  cmd->add_option("--min-lr", o->min_lr, "the learning rate warmup-cosine decays to (default 0)");
+  auto* per_stage = cmd->add_flag(
+      "--per-stage-microbatch", o->per_stage_microbatch,
+      "then refine: let single stages double or halve their micro-batch when the simulated "
+      "throughput improves (the default for graphpipe; this turns it on for the baselines too)");
+  cmd->add_flag("--uniform-microbatch", o->uniform_microbatch,
+                "graphpipe without that refinement: one micro-batch size for every stage, as the "
+                "paper evaluates")
+      ->excludes(per_stage);
+  cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
+                  "Piper gives up beyond this many downsets, as Piper itself does")
+      ->capture_default_str();
+  cmd->add_flag("--piper-compress-branches", o->piper_compress_branches,
+                "Piper plans each parallel branch as one unit (PipeDream's compress_branches), "
+                "so it runs on multi-branch models but never cuts inside a branch");
+}
+
+Command add_search_command(CLI::App& app) {
+  auto opts = std::make_shared<SearchOptions>();
+  auto* search = app.add_subcommand(
+      "search", "Search a plan: stages, devices, micro-batch and schedule; write it to --out");
+  add_search_options(search, opts.get(), /*compare=*/false);
+  search->add_option("--out", opts->out, "plan file to write (.pb, .pbtxt or .json)")->required();
+  search->add_option("--report", opts->report, "write a JSON report of the search");
+  search->add_option("--trace", opts->trace, "write the simulated Chrome trace (Perfetto)");
+  search->add_option("--dot", opts->dot, "write the stage graph as Graphviz");
+  return {search, [opts](const std::string& command_line) {
+            opts->command_line = command_line;
+            return run_search(*opts);
+          }};
+}
+
+Command add_replan_command(CLI::App& app) {
+  auto opts = std::make_shared<ReplanOptions>();
+  auto* replan = app.add_subcommand(
+      "replan",
+      "Plan a plan's model and training again for the devices left after a failure (the "
+      "executor resumes it from the last checkpoint)");
+  replan->add_option("--plan", opts->plan, "the plan that was running")->required();
+  replan->add_option("--out", opts->out, "new plan file")->required();
+  replan
+      ->add_option("--exclude-ranks", opts->exclude_ranks,
+                   "ranks of the old plan whose devices are gone, e.g. 2 or 1,5")
+      ->delimiter(',');
+  replan->add_option("--devices", opts->devices,
+                     "use only the first N remaining devices (default: all of them)");
+  replan->add_option("--profile", opts->profile, "profile DB for measured costs");
+  return {replan, [opts](const std::string& command_line) {
+            opts->command_line = command_line;
+            return run_replan(*opts);
+          }};
 }
 
 }  // namespace gp::plan_cli

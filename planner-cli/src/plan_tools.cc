@@ -1,6 +1,8 @@
 // compare, simulate, inspect and verify.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "commands.h"
 #include "gp/common/json_writer.h"
@@ -204,6 +206,51 @@ Status run_verify(const PlanFileOptions& opts) {
       planner::human_bytes(static_cast<double>(plan.cluster().device().memory_capacity_bytes()))
           .c_str());
   return ok_status();
+}
+
+Command add_compare_command(CLI::App& app) {
+  auto opts = std::make_shared<SearchOptions>();
+  auto* compare =
+      app.add_subcommand("compare", "Search with several strategies and print a comparison table");
+  add_search_options(compare, opts.get(), /*compare=*/true);
+  compare->add_option("--out-dir", opts->out_dir,
+                      "write each strategy's plan, report, trace and stage graph here");
+  return {compare, [opts](const std::string& command_line) {
+            opts->command_line = command_line;
+            return run_compare(*opts);
+          }};
+}
+
+Command add_simulate_command(CLI::App& app) {
+  auto opts = std::make_shared<PlanFileOptions>();
+  auto* simulate = app.add_subcommand("simulate", "Simulate a plan file: time, bubbles, memory");
+  simulate->add_option("--plan", opts->plan, "plan file")->required();
+  simulate->add_option("--report", opts->report, "write a JSON report");
+  simulate->add_option("--trace", opts->trace, "write the simulated Chrome trace");
+  simulate->add_option("--profile", opts->profile, "profile DB for measured costs");
+  return {simulate, [opts](const std::string&) { return run_simulate(*opts); }};
+}
+
+Command add_inspect_command(CLI::App& app) {
+  auto opts = std::make_shared<PlanFileOptions>();
+  auto* inspect = app.add_subcommand("inspect", "Print a readable summary with the stage graph");
+  inspect->add_option("--plan", opts->plan, "plan file")->required();
+  inspect->add_flag("--json", opts->json,
+                    "print the plan's shape as JSON (ranks, nodes, devices_per_node, stages, "
+                    "mini_batch, model hash), for scripts");
+  return {inspect, [opts](const std::string&) { return run_inspect(*opts); }};
+}
+
+Command add_verify_command(CLI::App& app) {
+  auto opts = std::make_shared<PlanFileOptions>();
+  auto* verify = app.add_subcommand(
+      "verify", "Check a plan: coverage, acyclicity, memory, matched sends, deadlock freedom");
+  verify->add_option("--plan", opts->plan, "plan file")->required();
+  verify->add_option("--model", opts->model, "reject the plan unless it is for this model");
+  verify->add_option("--cluster", opts->cluster, "reject the plan unless it is for this cluster");
+  verify->add_option("--devices", opts->devices, "with --cluster: its first N devices");
+  verify->add_option("--profile", opts->profile, "profile DB for measured costs");
+  return {verify, [opts](const std::string&) { return run_verify(*opts); }};
 }
 
 }  // namespace gp::plan_cli

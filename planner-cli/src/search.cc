@@ -251,9 +251,10 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
   return out;
 }
 
-Result<SearchResult> search_plan(const SearchRequest& req) {
-  const auto start = std::chrono::steady_clock::now();
-  const graph::Graph& graph = *req.graph;
+namespace {
+
+// The micro-batch sizes to search: the request's, checked, or every searchable one.
+Result<std::vector<int64_t>> micro_batches_to_search(const SearchRequest& req) {
   if (req.mini_batch <= 0 || req.mini_batch > graph::kMaxMiniBatch) {
     return invalid_argument("--batch = " + std::to_string(req.mini_batch) + ", must be in [1, " +
                             std::to_string(graph::kMaxMiniBatch) + "]");
@@ -275,363 +276,496 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
                               std::to_string(kMaxMicroBatchesPerIteration));
     }
   }
-  const int devices =
-      req.cluster.num_nodes() * req.cluster.devices_per_node() - req.cluster.excluded_ranks_size();
-  const UnitGraph units =
-      req.strategy == graphpipe::v1::STRATEGY_PIPER && req.piper_compress_branches
-          ? compress_branches(graph, build_units(graph))
-          : build_units(graph);
-  const cost::CommModel datasheet_comm(req.cluster);
-  const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
-  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision(), req.compute};
-  const int64_t max_b = *std::max_element(micro_batches.begin(), micro_batches.end());
-  const StageCostModel costs(graph, units, *req.compute, comm, memory, req.mini_batch, max_b);
-  PartitionContext ctx;
-  ctx.graph = &graph;
-  ctx.units = &units;
-  ctx.costs = &costs;
-  ctx.num_devices = devices;
-  ctx.mini_batch = req.mini_batch;
-  ctx.piper_downset_limit = req.piper_downset_limit;
-  set_cluster_levels(req.cluster, comm, &ctx);
-  // GraphPipe's Piper candidate: branches compressed, and only while the downsets stay few
-  // enough for Piper's quadratic DP to be cheap.
-  const bool piper_candidate = req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE;
-  const UnitGraph branch_units = piper_candidate ? compress_branches(graph, units) : UnitGraph{};
-  std::optional<StageCostModel> branch_costs;
-  PartitionContext branch_ctx = ctx;
-  if (piper_candidate) {
-    branch_costs.emplace(graph, branch_units, *req.compute, comm, memory, req.mini_batch, max_b);
-    branch_ctx.units = &branch_units;
-    branch_ctx.costs = &*branch_costs;
-    branch_ctx.piper_downset_limit = kPiperCandidateDownsets;
-  }
-  const sim::Simulator simulator(*req.compute, comm, memory);
+  return micro_batches;
+}
 
-  SearchResult result;
-  result.num_units = units.num_units();
-  // The best plan so far, and the best with other stages: both are refined at the end, since a
-  // greedy refinement of the second may end above the first's.
-  PlanFound best, runner_up;
-  const int64_t capacity = req.cluster.device().memory_capacity_bytes();
-  auto make_inputs = [&](bool chain) {
-    PlanInputs in;
-    in.graph = &graph;
-    in.cluster = req.cluster;
-    in.mini_batch = req.mini_batch;
-    in.training = req.training;
-    in.strategy = req.strategy;
-    in.chain = chain;
-    return in;
+// One run of search_plan: the models built from the request, the plans found so far and the
+// result being filled. Sweeps the micro-batch sizes (search_micro_batch), partitioning with the
+// strategy and lowering and simulating each partition (evaluate); then refines the best plan and
+// a close runner-up (refine) and reports the better.
+class Search {
+ public:
+  Search(const SearchRequest& req, std::vector<int64_t> micro_batches);
+  Search(const Search&) = delete;
+  Search& operator=(const Search&) = delete;
+
+  Result<SearchResult> run(std::chrono::steady_clock::time_point start);
+
+ private:
+  // A partition to evaluate besides the strategy's own, with the units and costs it was made for.
+  struct OtherPartition {
+    const Partition* partition;
+    const UnitGraph* units;
+    const StageCostModel* costs;
+    std::string name;
   };
+
+  PlanInputs make_inputs(bool chain) const;
+
+  // One micro-batch size: partitions, lowers and simulates its candidates.
+  Status search_micro_batch(int64_t b);
+  // True (the candidate reported as not searched) when no plan of micro-batch `b` can come close
+  // to the best plan so far.
+  bool skip_by_kernel_bound(int64_t b, CandidateSummary* cand);
+  // The strategy's partition of micro-batch `b`; GraphPipe's is seeded by the chain DP's.
+  Result<PartitionOutcome> partition(int64_t b,
+                                     const std::optional<PartitionOutcome>& chain_outcome) const;
+  Status evaluate_outcome(const PartitionOutcome& outcome, CandidateSummary* cand);
+  // GraphPipe: the chain DP's partitions and Piper's over compressed branches, each lowered as a
+  // chain and as a DAG.
+  Status evaluate_other_partitions(int64_t b, const PartitionOutcome& chain_outcome,
+                                   CandidateSummary* cand);
   // Lowers and simulates one partition; keeps it when it beats the best plan so far. Returns
   // false (with the reason in `cand`) when it does not fit in memory.
-  auto evaluate = [&](const Partition& part, const UnitGraph& part_units,
-                      const StageCostModel& part_costs, bool chain, const std::string& source,
-                      CandidateSummary* cand) -> Result<bool> {
-    // No plan of this partition can beat partition_throughput_bound (the busiest replica's
-    // compute and all-reduce, and fill and drain): skip lowering and simulating it when that is
-    // already below the best plan, as it is for most small micro-batches on large clusters.
-    if (best.throughput > 0) {
-      const double bound = partition_throughput_bound(part, part_units, part_costs);
-      if (bound < best.throughput) {
-        ++result.candidates_pruned;
-        if (!cand->feasible && cand->reason.empty()) {
-          cand->reason = "not simulated: its stages' compute allows at most " +
-                         std::to_string(static_cast<int64_t>(bound)) +
-                         " samples/s, below the best plan found";
-        }
-        return false;
-      }
-    }
-    Partition lowered = part;
-    lowered.chain = chain;
-    auto stages = place_stages(lowered, part_units);
-    GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(chain), stages));
-    GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, graph));
-    if (sim.deadlocked) {
-      return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
-    }
-    if (sim.peak_memory_bytes > capacity) {
-      if (!cand->feasible) {
-        cand->reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
-                       " bytes exceeds the device's " + std::to_string(capacity);
-      }
-      return false;
-    }
-    if (!cand->feasible || sim.throughput_samples_per_s > cand->throughput_samples_per_s) {
-      cand->feasible = true;
-      cand->reason.clear();
-      cand->bottleneck_tps_s = part.bottleneck_tps_s;
-      cand->throughput_samples_per_s = sim.throughput_samples_per_s;
-      cand->num_stages = plan.stages_size();
-      cand->source = source;
-    }
-    if (sim.throughput_samples_per_s > runner_up.throughput) {
-      PlanFound found;
-      found.throughput = sim.throughput_samples_per_s;
-      plan.mutable_provenance()->set_sp_edges_added(part.sp_edges_added);
-      sim::fill_predicted_metrics(sim, &plan);
-      plan.mutable_predicted()->set_bottleneck_tps_s(part.bottleneck_tps_s);
-      found.plan = std::move(plan);
-      found.simulation = std::move(sim);
-      found.stages = std::move(stages);
-      found.chain = chain;
-      found.tps = part.bottleneck_tps_s;
-      result.feasible = true;
-      if (found.stages == best.stages) {
-        if (found.throughput > best.throughput) best = std::move(found);
-      } else if (found.throughput > best.throughput) {
-        runner_up = std::move(best);
-        best = std::move(found);
-      } else {
-        runner_up = std::move(found);
-      }
-    }
-    return true;
-  };
-  // Every micro-batch's kernel bound below this share of the best plan: such a candidate can be
-  // neither the best nor a runner-up worth refining, so skipping it changes no plan.
-  const double kernel_bound_share = kRunnerUpShare;
-  int done = 0;
+  Result<bool> evaluate(const Partition& part, const UnitGraph& part_units,
+                        const StageCostModel& part_costs, bool chain, const std::string& source,
+                        CandidateSummary* cand);
+  // True (counted as pruned) when partition_throughput_bound says `part` cannot beat the best.
+  bool pruned_by_bound(const Partition& part, const UnitGraph& part_units,
+                       const StageCostModel& part_costs, CandidateSummary* cand);
+  // Ranks a simulated plan against the best plan and the runner-up.
+  void keep(PlanFound found);
+  void report_candidate(const CandidateSummary& cand);
+
+  // Refinements of a plan's stages: a trial replaces the plan when it runs, fits and simulates
+  // more than 0.2 % faster. Sets the plan's idle-device gains and reason.
+  Status refine(PlanFound& f) const;
+  Status refine_micro_batches(PlanFound& f) const;
+  Status give_idle_devices(PlanFound& f) const;
+  // A trial's plan and simulation; its throughput is -1 when it deadlocks or does not fit.
+  Result<PlanFound> simulate_trial(bool chain, std::vector<StageAssignment> trial) const;
+  static bool keep_if_faster(PlanFound t, PlanFound& f);
+  // The better of the refined best plan and runner-up, into the result.
+  Status choose_best();
+  void finish(std::chrono::steady_clock::time_point start);
+
+  const SearchRequest& req_;
+  const graph::Graph& graph_;
+  const std::vector<int64_t> micro_batches_;
+  const int devices_;
+  const UnitGraph units_;
+  const cost::CommModel datasheet_comm_;
+  const cost::CommModel& comm_;
+  const cost::MemoryOptions memory_;
+  const StageCostModel costs_;
+  PartitionContext ctx_;
+  // GraphPipe's Piper candidate: branches compressed, and only while the downsets stay few
+  // enough for Piper's quadratic DP to be cheap.
+  const bool piper_candidate_;
+  const UnitGraph branch_units_;
+  std::optional<StageCostModel> branch_costs_;
+  PartitionContext branch_ctx_;
+  const sim::Simulator simulator_;
+  const int64_t capacity_;
+
+  SearchResult result_;
+  // The best plan so far, and the best with other stages: both are refined at the end, since a
+  // greedy refinement of the second may end above the first's.
+  PlanFound best_, runner_up_;
+  int done_ = 0;  // micro-batch sizes searched or skipped
+};
+
+Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
+    : req_(req),
+      graph_(*req.graph),
+      micro_batches_(std::move(micro_batches)),
+      devices_(req.cluster.num_nodes() * req.cluster.devices_per_node() -
+               req.cluster.excluded_ranks_size()),
+      units_(req.strategy == graphpipe::v1::STRATEGY_PIPER && req.piper_compress_branches
+                 ? compress_branches(graph_, build_units(graph_))
+                 : build_units(graph_)),
+      datasheet_comm_(req.cluster),
+      comm_(req.comm != nullptr ? *req.comm : datasheet_comm_),
+      memory_{req.training.optimizer(), req.training.precision(), req.compute},
+      costs_(graph_, units_, *req.compute, comm_, memory_, req.mini_batch,
+             *std::max_element(micro_batches_.begin(), micro_batches_.end())),
+      piper_candidate_(req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE),
+      branch_units_(piper_candidate_ ? compress_branches(graph_, units_) : UnitGraph{}),
+      simulator_(*req.compute, comm_, memory_),
+      capacity_(req.cluster.device().memory_capacity_bytes()) {
+  ctx_.graph = &graph_;
+  ctx_.units = &units_;
+  ctx_.costs = &costs_;
+  ctx_.num_devices = devices_;
+  ctx_.mini_batch = req.mini_batch;
+  ctx_.piper_downset_limit = req.piper_downset_limit;
+  set_cluster_levels(req.cluster, comm_, &ctx_);
+  branch_ctx_ = ctx_;
+  if (piper_candidate_) {
+    const int64_t max_b = *std::max_element(micro_batches_.begin(), micro_batches_.end());
+    branch_costs_.emplace(graph_, branch_units_, *req.compute, comm_, memory_, req.mini_batch,
+                          max_b);
+    branch_ctx_.units = &branch_units_;
+    branch_ctx_.costs = &*branch_costs_;
+    branch_ctx_.piper_downset_limit = kPiperCandidateDownsets;
+  }
+  result_.num_units = units_.num_units();
+}
+
+Result<SearchResult> Search::run(std::chrono::steady_clock::time_point start) {
   // Largest micro-batches first: on large clusters they give the best plans, and the bound in
   // `evaluate` then spares the simulation of most small ones. Reported in ascending order.
-  std::vector<int64_t> order = micro_batches;
+  std::vector<int64_t> order = micro_batches_;
   std::sort(order.begin(), order.end(), std::greater<>());
-  for (int64_t b : order) {
-    CandidateSummary cand;
-    cand.micro_batch = b;
-    if (best.throughput > 0 && b <= kKernelBoundMaxMicroBatch) {
-      const double bound = kernel_batch_bound(graph, *req.compute, b, devices);
-      if (bound < kernel_bound_share * best.throughput) {
-        ++result.candidates_pruned;
-        cand.reason = "not searched: with kernels of at most " + std::to_string(b) +
-                      " samples no plan on these devices passes " +
-                      std::to_string(static_cast<int64_t>(bound)) +
-                      " samples/s, below the best plan found";
-        result.candidates.push_back(cand);
-        ++done;
-        if (req.progress) {
-          req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
-        }
-        continue;
-      }
-    }
-    Result<PartitionOutcome> outcome = invalid_argument("no strategy");
-    // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
-    std::optional<PartitionOutcome> chain_outcome;
-    if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
-      GP_ASSIGN_OR_RETURN(chain_outcome, partition_sequential(ctx, b));
-    }
-    switch (req.strategy) {
-      case graphpipe::v1::STRATEGY_GRAPHPIPE: {
-        PartitionContext seeded = ctx;
-        if (chain_outcome->partition) {
-          seeded.tps_upper_hint_s = chain_outcome->partition->bottleneck_tps_s;
-        }
-        if (best.throughput > 0) {  // evaluate() would not simulate slower partitions
-          seeded.tps_useful_limit_s = 1.0 / best.throughput;
-        }
-        outcome = partition_graphpipe(seeded, b);
-        break;
-      }
-      case graphpipe::v1::STRATEGY_SEQUENTIAL:
-        outcome = partition_sequential(ctx, b);
-        break;
-      case graphpipe::v1::STRATEGY_PIPER:
-        outcome = partition_piper(ctx, b);
-        break;
-      default:
-        return invalid_argument("--strategy: unspecified");
-    }
-    if (!outcome.ok()) return outcome.status();
-    if (!outcome->partition) {
-      cand.reason = outcome->infeasible_reason;
-    } else {
-      const Partition& part = *outcome->partition;
-      GP_RETURN_IF_ERROR(
-          evaluate(part, units, costs, part.chain,
-                   part.origin.empty() ? (part.chain ? "chain" : "graph partition") : part.origin,
-                   &cand)
-              .status());
-      // Sequential: the other order's optimum and PipeDream's own DP; GraphPipe: shallower
-      // partitions with a slower bottleneck. The simulator picks among them.
-      for (const Partition& alt : outcome->alternatives) {
-        GP_RETURN_IF_ERROR(evaluate(alt, units, costs, alt.chain, alt.origin, &cand).status());
-      }
-    }
-    if (req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
-      // Graph pipelines contain chains: the chain DP's partition and Piper's over compressed
-      // branches compete too, each lowered as a chain and as a DAG, and the simulator (which
-      // sees bubbles the DPs cannot) picks.
-      GP_ASSIGN_OR_RETURN(auto branch_outcome, partition_piper(branch_ctx, b));
-      struct Other {
-        const Partition* partition;
-        const UnitGraph* units;
-        const StageCostModel* costs;
-        std::string name;
-      };
-      std::vector<Other> others;
-      if (chain_outcome->partition) {
-        others.push_back(
-            {&*chain_outcome->partition, &units, &costs, chain_outcome->partition->origin});
-      }
-      for (const Partition& alt : chain_outcome->alternatives) {
-        others.push_back({&alt, &units, &costs, alt.origin});
-      }
-      if (branch_outcome.partition) {
-        others.push_back({&*branch_outcome.partition, &branch_units, &*branch_costs,
-                          "Piper, compressed branches"});
-      }
-      for (const Other& o : others) {
-        for (const bool chain : {true, false}) {
-          GP_RETURN_IF_ERROR(evaluate(*o.partition, *o.units, *o.costs, chain,
-                                      o.name + (chain ? "" : ", DAG lowering"), &cand)
-                                 .status());
-        }
-      }
-    }
-    result.candidates.push_back(cand);
-    ++done;
-    if (req.progress)
-      req.progress(done, static_cast<int>(micro_batches.size()), format_candidate(cand));
-  }
-  std::stable_sort(result.candidates.begin(), result.candidates.end(),
+  for (int64_t b : order) GP_RETURN_IF_ERROR(search_micro_batch(b));
+  std::stable_sort(result_.candidates.begin(), result_.candidates.end(),
                    [](const CandidateSummary& x, const CandidateSummary& y) {
                      return x.micro_batch < y.micro_batch;
                    });
-  // Refinements of a plan's stages: a trial replaces the plan when it runs, fits and simulates
-  // more than 0.2 % faster. Sets the plan's idle-device gains and reason.
-  auto refine = [&](PlanFound& f) -> Status {
-    int64_t simulated_events = 0;  // by this plan's trials so far
-    // A trial's plan and simulation; its throughput is -1 when it deadlocks or does not fit.
-    auto simulate = [&](std::vector<StageAssignment> trial) -> Result<PlanFound> {
-      PlanFound t;
-      GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(f.chain), trial));
-      GP_ASSIGN_OR_RETURN(t.simulation, simulator.run(t.plan, graph));
-      simulated_events += t.simulation.events_processed;
-      const bool runs = !t.simulation.deadlocked && t.simulation.peak_memory_bytes <= capacity;
-      t.throughput = runs ? t.simulation.throughput_samples_per_s : -1;
-      t.stages = std::move(trial);
-      return t;
-    };
-    auto keep_if_faster = [&](PlanFound t) -> bool {
-      if (t.throughput <= f.throughput * 1.002) return false;
-      t.plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
-      sim::fill_predicted_metrics(t.simulation, &t.plan);
-      t.plan.mutable_predicted()->set_bottleneck_tps_s(f.tps);
-      f.throughput = t.throughput;
-      f.stages = std::move(t.stages);
-      f.plan = std::move(t.plan);
-      f.simulation = std::move(t.simulation);
+  if (result_.feasible) GP_RETURN_IF_ERROR(choose_best());
+  finish(start);
+  return std::move(result_);
+}
+
+PlanInputs Search::make_inputs(bool chain) const {
+  PlanInputs in;
+  in.graph = &graph_;
+  in.cluster = req_.cluster;
+  in.mini_batch = req_.mini_batch;
+  in.training = req_.training;
+  in.strategy = req_.strategy;
+  in.chain = chain;
+  return in;
+}
+
+Status Search::search_micro_batch(int64_t b) {
+  CandidateSummary cand;
+  cand.micro_batch = b;
+  if (skip_by_kernel_bound(b, &cand)) return ok_status();
+  // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
+  std::optional<PartitionOutcome> chain_outcome;
+  if (req_.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
+    GP_ASSIGN_OR_RETURN(chain_outcome, partition_sequential(ctx_, b));
+  }
+  GP_ASSIGN_OR_RETURN(const PartitionOutcome outcome, partition(b, chain_outcome));
+  GP_RETURN_IF_ERROR(evaluate_outcome(outcome, &cand));
+  if (req_.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
+    GP_RETURN_IF_ERROR(evaluate_other_partitions(b, *chain_outcome, &cand));
+  }
+  report_candidate(cand);
+  return ok_status();
+}
+
+bool Search::skip_by_kernel_bound(int64_t b, CandidateSummary* cand) {
+  // Every micro-batch's kernel bound below this share of the best plan: such a candidate can be
+  // neither the best nor a runner-up worth refining, so skipping it changes no plan.
+  constexpr double kKernelBoundShare = kRunnerUpShare;
+  if (best_.throughput > 0 && b <= kKernelBoundMaxMicroBatch) {
+    const double bound = kernel_batch_bound(graph_, *req_.compute, b, devices_);
+    if (bound < kKernelBoundShare * best_.throughput) {
+      ++result_.candidates_pruned;
+      cand->reason = "not searched: with kernels of at most " + std::to_string(b) +
+                     " samples no plan on these devices passes " +
+                     std::to_string(static_cast<int64_t>(bound)) +
+                     " samples/s, below the best plan found";
+      report_candidate(*cand);
       return true;
-    };
-    if (req.per_stage_microbatch) {
-      // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
-      // simulated throughput improves by more than 0.2% and the plan still fits and runs. Each
-      // trial is a simulation, whose cost grows with stages and micro-batches, so the refinement
-      // stops once its trials have simulated kRefineEvents events: a budget on the work that keeps
-      // the search fast on deep pipelines and, unlike a time limit, gives the same plan anywhere.
-      constexpr int64_t kRefineEvents = 250000;
-      auto budget_left = [&] { return simulated_events < kRefineEvents; };
-      for (int pass = 0; pass < 4 && budget_left(); ++pass) {
-        bool improved = false;
-        for (size_t s = 0; s < f.stages.size() && budget_left(); ++s) {
-          for (const bool grow : {true, false}) {
-            // Sizes the user restricted the search to (--micro-batches) bound the refinement too.
-            const std::optional<int64_t> b = refined_micro_batch(
-                f.stages[s].micro_batch, grow, static_cast<int>(f.stages[s].ranks.size()),
-                req.mini_batch, req.micro_batches);
-            if (!b) continue;
-            auto trial = f.stages;
-            trial[s].micro_batch = *b;
-            GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
-            improved = keep_if_faster(std::move(t)) || improved;
-          }
-        }
-        if (req.progress) {
-          char line[128];
-          std::snprintf(line, sizeof(line),
-                        "per-stage micro-batches, pass %d: %.1f samples/s simulated", pass + 1,
-                        f.throughput);
-          req.progress(pass + 1, 4, line);
-        }
-        if (!improved) break;
-      }
     }
-    // Devices left idle: give one stage more replicas from the idle devices (twice its count,
-    // or every idle device; replicas split a micro-batch unevenly when their count does not
-    // divide it). Each round tries every stage and keeps the fastest trial, while it improves
-    // the simulated throughput by more than 0.2 % and fits; taking the first gain instead would
-    // hand the idle devices to whichever stage comes first. The DPs stop replicating where
-    // their estimate stops improving; the simulator, which sees bubbles, may disagree.
-    int trials = 0, gains = 0;
-    for (bool improved = true; improved && trials < kMaxIdleTrials;) {
-      improved = false;
-      std::vector<char> used(devices, 0);
-      for (const auto& st : f.stages) {
-        for (int r : st.ranks) used[r] = 1;
+  }
+  return false;
+}
+
+Result<PartitionOutcome> Search::partition(
+    int64_t b, const std::optional<PartitionOutcome>& chain_outcome) const {
+  switch (req_.strategy) {
+    case graphpipe::v1::STRATEGY_GRAPHPIPE: {
+      PartitionContext seeded = ctx_;
+      if (chain_outcome->partition) {
+        seeded.tps_upper_hint_s = chain_outcome->partition->bottleneck_tps_s;
       }
-      std::vector<int> idle;
-      for (int r = 0; r < devices; ++r) {
-        if (!used[r]) idle.push_back(r);
+      if (best_.throughput > 0) {  // evaluate() would not simulate slower partitions
+        seeded.tps_useful_limit_s = 1.0 / best_.throughput;
       }
-      PlanFound fastest;
-      for (size_t s = 0; s < f.stages.size() && trials < kMaxIdleTrials; ++s) {
-        const size_t d = f.stages[s].ranks.size();
-        // More replicas than samples would leave some without work.
-        const size_t most = std::min(d + idle.size(), static_cast<size_t>(f.stages[s].micro_batch));
-        const size_t sizes[] = {2 * d, most};
-        for (size_t i = 0; i < 2 && trials < kMaxIdleTrials; ++i) {
-          const size_t grown = sizes[i];
-          if (grown <= d || grown > most || (i == 1 && grown == sizes[0])) continue;
-          ++trials;
-          auto trial = f.stages;
-          trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(),
-                                idle.begin() + static_cast<std::ptrdiff_t>(grown - d));
-          GP_ASSIGN_OR_RETURN(PlanFound t, simulate(std::move(trial)));
-          if (t.throughput > fastest.throughput) fastest = std::move(t);
-        }
-      }
-      if (keep_if_faster(std::move(fastest))) {
-        improved = true;
-        ++gains;
-      }
+      return partition_graphpipe(seeded, b);
     }
-    const int used_devices = f.plan.programs_size();
-    if (used_devices < devices) {
-      f.idle_devices_reason =
-          trials == 0 ? "no stage can take more replicas (each already has one per sample of "
-                        "its micro-batch)"
-                      : "giving any stage more replicas from the idle devices did not raise "
-                        "the simulated throughput (" +
-                            std::to_string(trials) + " tried)";
-    }
-    f.idle_device_gains = gains;
+    case graphpipe::v1::STRATEGY_SEQUENTIAL:
+      return partition_sequential(ctx_, b);
+    case graphpipe::v1::STRATEGY_PIPER:
+      return partition_piper(ctx_, b);
+    default:
+      return invalid_argument("--strategy: unspecified");
+  }
+}
+
+Status Search::evaluate_outcome(const PartitionOutcome& outcome, CandidateSummary* cand) {
+  if (!outcome.partition) {
+    cand->reason = outcome.infeasible_reason;
     return ok_status();
-  };
-  if (result.feasible) {
-    const double first = best.throughput;
-    GP_RETURN_IF_ERROR(refine(best));
-    // The runner-up only when close: its refinement costs as much again.
-    if (runner_up.throughput >= kRunnerUpShare * first) {
-      GP_RETURN_IF_ERROR(refine(runner_up));
-      if (runner_up.throughput > best.throughput) best = std::move(runner_up);
+  }
+  const Partition& part = *outcome.partition;
+  GP_RETURN_IF_ERROR(
+      evaluate(part, units_, costs_, part.chain,
+               part.origin.empty() ? (part.chain ? "chain" : "graph partition") : part.origin, cand)
+          .status());
+  // Sequential: the other order's optimum and PipeDream's own DP; GraphPipe: shallower
+  // partitions with a slower bottleneck. The simulator picks among them.
+  for (const Partition& alt : outcome.alternatives) {
+    GP_RETURN_IF_ERROR(evaluate(alt, units_, costs_, alt.chain, alt.origin, cand).status());
+  }
+  return ok_status();
+}
+
+Status Search::evaluate_other_partitions(int64_t b, const PartitionOutcome& chain_outcome,
+                                         CandidateSummary* cand) {
+  // Graph pipelines contain chains: the chain DP's partition and Piper's over compressed
+  // branches compete too, each lowered as a chain and as a DAG, and the simulator (which
+  // sees bubbles the DPs cannot) picks.
+  GP_ASSIGN_OR_RETURN(auto branch_outcome, partition_piper(branch_ctx_, b));
+  std::vector<OtherPartition> others;
+  if (chain_outcome.partition) {
+    others.push_back(
+        {&*chain_outcome.partition, &units_, &costs_, chain_outcome.partition->origin});
+  }
+  for (const Partition& alt : chain_outcome.alternatives) {
+    others.push_back({&alt, &units_, &costs_, alt.origin});
+  }
+  if (branch_outcome.partition) {
+    others.push_back({&*branch_outcome.partition, &branch_units_, &*branch_costs_,
+                      "Piper, compressed branches"});
+  }
+  for (const OtherPartition& o : others) {
+    for (const bool chain : {true, false}) {
+      GP_RETURN_IF_ERROR(evaluate(*o.partition, *o.units, *o.costs, chain,
+                                  o.name + (chain ? "" : ", DAG lowering"), cand)
+                             .status());
     }
-    result.plan = std::move(best.plan);
-    result.simulation = std::move(best.simulation);
-    result.idle_device_gains = best.idle_device_gains;
-    result.idle_devices_reason = std::move(best.idle_devices_reason);
   }
-  result.search_time_s = seconds_since(start);
-  if (!result.feasible) {
-    result.infeasible_reason = infeasible_summary(result.candidates);
+  return ok_status();
+}
+
+Result<bool> Search::evaluate(const Partition& part, const UnitGraph& part_units,
+                              const StageCostModel& part_costs, bool chain,
+                              const std::string& source, CandidateSummary* cand) {
+  if (pruned_by_bound(part, part_units, part_costs, cand)) return false;
+  Partition lowered = part;
+  lowered.chain = chain;
+  auto stages = place_stages(lowered, part_units);
+  GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(chain), stages));
+  GP_ASSIGN_OR_RETURN(auto sim, simulator_.run(plan, graph_));
+  if (sim.deadlocked) {
+    return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
+  }
+  if (sim.peak_memory_bytes > capacity_) {
+    if (!cand->feasible) {
+      cand->reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
+                     " bytes exceeds the device's " + std::to_string(capacity_);
+    }
+    return false;
+  }
+  if (!cand->feasible || sim.throughput_samples_per_s > cand->throughput_samples_per_s) {
+    cand->feasible = true;
+    cand->reason.clear();
+    cand->bottleneck_tps_s = part.bottleneck_tps_s;
+    cand->throughput_samples_per_s = sim.throughput_samples_per_s;
+    cand->num_stages = plan.stages_size();
+    cand->source = source;
+  }
+  if (sim.throughput_samples_per_s > runner_up_.throughput) {
+    PlanFound found;
+    found.throughput = sim.throughput_samples_per_s;
+    plan.mutable_provenance()->set_sp_edges_added(part.sp_edges_added);
+    sim::fill_predicted_metrics(sim, &plan);
+    plan.mutable_predicted()->set_bottleneck_tps_s(part.bottleneck_tps_s);
+    found.plan = std::move(plan);
+    found.simulation = std::move(sim);
+    found.stages = std::move(stages);
+    found.chain = chain;
+    found.tps = part.bottleneck_tps_s;
+    keep(std::move(found));
+  }
+  return true;
+}
+
+bool Search::pruned_by_bound(const Partition& part, const UnitGraph& part_units,
+                             const StageCostModel& part_costs, CandidateSummary* cand) {
+  // No plan of this partition can beat partition_throughput_bound (the busiest replica's
+  // compute and all-reduce, and fill and drain): skip lowering and simulating it when that is
+  // already below the best plan, as it is for most small micro-batches on large clusters.
+  if (best_.throughput > 0) {
+    const double bound = partition_throughput_bound(part, part_units, part_costs);
+    if (bound < best_.throughput) {
+      ++result_.candidates_pruned;
+      if (!cand->feasible && cand->reason.empty()) {
+        cand->reason = "not simulated: its stages' compute allows at most " +
+                       std::to_string(static_cast<int64_t>(bound)) +
+                       " samples/s, below the best plan found";
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+void Search::keep(PlanFound found) {
+  result_.feasible = true;
+  if (found.stages == best_.stages) {
+    if (found.throughput > best_.throughput) best_ = std::move(found);
+  } else if (found.throughput > best_.throughput) {
+    runner_up_ = std::move(best_);
+    best_ = std::move(found);
   } else {
-    auto* prov = result.plan.mutable_provenance();
-    prov->set_search_time_s(result.search_time_s);
-    prov->set_strategy(req.strategy);
+    runner_up_ = std::move(found);
   }
-  return result;
+}
+
+void Search::report_candidate(const CandidateSummary& cand) {
+  result_.candidates.push_back(cand);
+  ++done_;
+  if (req_.progress) {
+    req_.progress(done_, static_cast<int>(micro_batches_.size()), format_candidate(cand));
+  }
+}
+
+Status Search::refine(PlanFound& f) const {
+  if (req_.per_stage_microbatch) GP_RETURN_IF_ERROR(refine_micro_batches(f));
+  return give_idle_devices(f);
+}
+
+Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment> trial) const {
+  PlanFound t;
+  GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(chain), trial));
+  GP_ASSIGN_OR_RETURN(t.simulation, simulator_.run(t.plan, graph_));
+  const bool runs = !t.simulation.deadlocked && t.simulation.peak_memory_bytes <= capacity_;
+  t.throughput = runs ? t.simulation.throughput_samples_per_s : -1;
+  t.stages = std::move(trial);
+  return t;
+}
+
+bool Search::keep_if_faster(PlanFound t, PlanFound& f) {
+  if (t.throughput <= f.throughput * 1.002) return false;
+  t.plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
+  sim::fill_predicted_metrics(t.simulation, &t.plan);
+  t.plan.mutable_predicted()->set_bottleneck_tps_s(f.tps);
+  f.throughput = t.throughput;
+  f.stages = std::move(t.stages);
+  f.plan = std::move(t.plan);
+  f.simulation = std::move(t.simulation);
+  return true;
+}
+
+Status Search::refine_micro_batches(PlanFound& f) const {
+  // Greedy refinement: one stage's micro-batch doubled or halved at a time, kept when the
+  // simulated throughput improves by more than 0.2% and the plan still fits and runs. Each
+  // trial is a simulation, whose cost grows with stages and micro-batches, so the refinement
+  // stops once its trials have simulated kRefineEvents events: a budget on the work that keeps
+  // the search fast on deep pipelines and, unlike a time limit, gives the same plan anywhere.
+  constexpr int64_t kRefineEvents = 250000;
+  int64_t simulated_events = 0;  // by this plan's trials so far
+  auto budget_left = [&] { return simulated_events < kRefineEvents; };
+  for (int pass = 0; pass < 4 && budget_left(); ++pass) {
+    bool improved = false;
+    for (size_t s = 0; s < f.stages.size() && budget_left(); ++s) {
+      for (const bool grow : {true, false}) {
+        // Sizes the user restricted the search to (--micro-batches) bound the refinement too.
+        const std::optional<int64_t> b = refined_micro_batch(
+            f.stages[s].micro_batch, grow, static_cast<int>(f.stages[s].ranks.size()),
+            req_.mini_batch, req_.micro_batches);
+        if (!b) continue;
+        auto trial = f.stages;
+        trial[s].micro_batch = *b;
+        GP_ASSIGN_OR_RETURN(PlanFound t, simulate_trial(f.chain, std::move(trial)));
+        simulated_events += t.simulation.events_processed;
+        improved = keep_if_faster(std::move(t), f) || improved;
+      }
+    }
+    if (req_.progress) {
+      char line[128];
+      std::snprintf(line, sizeof(line),
+                    "per-stage micro-batches, pass %d: %.1f samples/s simulated", pass + 1,
+                    f.throughput);
+      req_.progress(pass + 1, 4, line);
+    }
+    if (!improved) break;
+  }
+  return ok_status();
+}
+
+Status Search::give_idle_devices(PlanFound& f) const {
+  // Devices left idle: give one stage more replicas from the idle devices (twice its count,
+  // or every idle device; replicas split a micro-batch unevenly when their count does not
+  // divide it). Each round tries every stage and keeps the fastest trial, while it improves
+  // the simulated throughput by more than 0.2 % and fits; taking the first gain instead would
+  // hand the idle devices to whichever stage comes first. The DPs stop replicating where
+  // their estimate stops improving; the simulator, which sees bubbles, may disagree.
+  int trials = 0, gains = 0;
+  for (bool improved = true; improved && trials < kMaxIdleTrials;) {
+    improved = false;
+    std::vector<char> used(devices_, 0);
+    for (const auto& st : f.stages) {
+      for (int r : st.ranks) used[r] = 1;
+    }
+    std::vector<int> idle;
+    for (int r = 0; r < devices_; ++r) {
+      if (!used[r]) idle.push_back(r);
+    }
+    PlanFound fastest;
+    for (size_t s = 0; s < f.stages.size() && trials < kMaxIdleTrials; ++s) {
+      const size_t d = f.stages[s].ranks.size();
+      // More replicas than samples would leave some without work.
+      const size_t most = std::min(d + idle.size(), static_cast<size_t>(f.stages[s].micro_batch));
+      const size_t sizes[] = {2 * d, most};
+      for (size_t i = 0; i < 2 && trials < kMaxIdleTrials; ++i) {
+        const size_t grown = sizes[i];
+        if (grown <= d || grown > most || (i == 1 && grown == sizes[0])) continue;
+        ++trials;
+        auto trial = f.stages;
+        trial[s].ranks.insert(trial[s].ranks.end(), idle.begin(),
+                              idle.begin() + static_cast<std::ptrdiff_t>(grown - d));
+        GP_ASSIGN_OR_RETURN(PlanFound t, simulate_trial(f.chain, std::move(trial)));
+        if (t.throughput > fastest.throughput) fastest = std::move(t);
+      }
+    }
+    if (keep_if_faster(std::move(fastest), f)) {
+      improved = true;
+      ++gains;
+    }
+  }
+  const int used_devices = f.plan.programs_size();
+  if (used_devices < devices_) {
+    f.idle_devices_reason =
+        trials == 0 ? "no stage can take more replicas (each already has one per sample of "
+                      "its micro-batch)"
+                    : "giving any stage more replicas from the idle devices did not raise "
+                      "the simulated throughput (" +
+                          std::to_string(trials) + " tried)";
+  }
+  f.idle_device_gains = gains;
+  return ok_status();
+}
+
+Status Search::choose_best() {
+  const double first = best_.throughput;
+  GP_RETURN_IF_ERROR(refine(best_));
+  // The runner-up only when close: its refinement costs as much again.
+  if (runner_up_.throughput >= kRunnerUpShare * first) {
+    GP_RETURN_IF_ERROR(refine(runner_up_));
+    if (runner_up_.throughput > best_.throughput) best_ = std::move(runner_up_);
+  }
+  result_.plan = std::move(best_.plan);
+  result_.simulation = std::move(best_.simulation);
+  result_.idle_device_gains = best_.idle_device_gains;
+  result_.idle_devices_reason = std::move(best_.idle_devices_reason);
+  return ok_status();
+}
+
+void Search::finish(std::chrono::steady_clock::time_point start) {
+  result_.search_time_s = seconds_since(start);
+  if (!result_.feasible) {
+    result_.infeasible_reason = infeasible_summary(result_.candidates);
+  } else {
+    auto* prov = result_.plan.mutable_provenance();
+    prov->set_search_time_s(result_.search_time_s);
+    prov->set_strategy(req_.strategy);
+  }
+}
+
+}  // namespace
+
+Result<SearchResult> search_plan(const SearchRequest& req) {
+  const auto start = std::chrono::steady_clock::now();
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> micro_batches, micro_batches_to_search(req));
+  Search search(req, std::move(micro_batches));
+  return search.run(start);
 }
 
 }  // namespace gp::planner
