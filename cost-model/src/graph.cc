@@ -67,26 +67,105 @@ std::string describe_cycle(const std::vector<OpNode>& nodes, const std::vector<i
   return s;
 }
 
+// Declared output dimensions must be positive (input ops declare their shape; others may declare
+// what shape inference must agree with).
+Status check_declared_dims(int i, const Operator& op) {
+  for (int k = 0; k < op.outputs_size(); ++k) {
+    for (int d = 0; d < op.outputs(k).shape_size(); ++d) {
+      if (op.outputs(k).shape(d) <= 0) {
+        return invalid_argument(
+            op_label(i, op) + ": outputs[" + std::to_string(k) + "].shape[" + std::to_string(d) +
+            "] = " + std::to_string(op.outputs(k).shape(d)) + ": dimensions must be positive");
+      }
+    }
+  }
+  return ok_status();
+}
+
+// Every size downstream (bytes, buffers, costs) multiplies these: bound them here, with
+// overflow-checked products, so no later computation can wrap.
+Status check_inferred_sizes(int i, const Operator& op, const InferredOp& inferred) {
+  for (size_t k = 0; k < inferred.outputs.size(); ++k) {
+    GP_RETURN_IF_ERROR(check_tensor_size(inferred.outputs[k].shape())
+                           .with_context(op_label(i, op) + ": outputs[" + std::to_string(k) + "] " +
+                                         shape_string(inferred.outputs[k])));
+  }
+  for (const auto& p : inferred.params) {
+    GP_RETURN_IF_ERROR(
+        check_tensor_size(p.shape()).with_context(op_label(i, op) + ": params '" + p.name() + "'"));
+  }
+  return ok_status();
+}
+
+// Outputs an op declares must be the ones shape inference gives.
+Status check_declared_outputs(int i, const Operator& op, const InferredOp& inferred) {
+  if (op.outputs_size() != static_cast<int>(inferred.outputs.size())) {
+    return invalid_argument(op_label(i, op) + ": outputs: declares " +
+                            std::to_string(op.outputs_size()) + ", shape inference gives " +
+                            std::to_string(inferred.outputs.size()));
+  }
+  for (int k = 0; k < op.outputs_size(); ++k) {
+    if (!same_spec(op.outputs(k), inferred.outputs[k])) {
+      return invalid_argument(op_label(i, op) + ": outputs[" + std::to_string(k) +
+                              "]: shape mismatch: declared " + shape_string(op.outputs(k)) +
+                              ", shape inference gives " + shape_string(inferred.outputs[k]));
+    }
+  }
+  return ok_status();
+}
+
+// Initial parameter values name a parameter of the op (as inferred) and hold all of it.
+Status check_param_values(int i, const Operator& op) {
+  for (const auto& [name, bytes] : op.param_values()) {
+    const ParamSpec* spec = nullptr;
+    for (const auto& p : op.params()) {
+      if (p.name() == name) spec = &p;
+    }
+    if (spec == nullptr) {
+      return invalid_argument(op_label(i, op) + ": param_values['" + name +
+                              "']: the op has no such parameter");
+    }
+    int64_t want = 4;  // float32 bytes per element
+    for (int64_t d : spec->shape()) want *= d;
+    if (static_cast<int64_t>(bytes.size()) != want) {
+      return invalid_argument(op_label(i, op) + ": param_values['" + name +
+                              "']: " + std::to_string(bytes.size()) +
+                              " bytes, the parameter needs " + std::to_string(want) + " (float32)");
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<Graph> Graph::build(const ModelGraph& model) {
   Graph g;
   g.model_ = std::make_unique<ModelGraph>(model);
-  ModelGraph& m = *g.model_;
-  const int n = m.ops_size();
+  const int n = g.model_->ops_size();
   if (n == 0) return invalid_argument("ops: the model has no operators");
   if (n > kMaxOps) {
     // Reachability takes n^2 / 8 bytes: 1.25 GB at this limit.
     return invalid_argument("ops: " + std::to_string(n) + " operators, more than the " +
                             std::to_string(kMaxOps) + " a model may have");
   }
+  GP_RETURN_IF_ERROR(g.index_ops());
+  GP_RETURN_IF_ERROR(g.link_ops());
+  GP_RETURN_IF_ERROR(g.order_ops());
+  // Shape inference in topological order: every op's inputs are inferred before it.
+  for (int i : g.topo_) GP_RETURN_IF_ERROR(g.infer_op(i));
+  GP_RETURN_IF_ERROR(g.find_losses());
+  GP_RETURN_IF_ERROR(g.finish_reachability());
+  return g;
+}
 
-  // 1. Ids and op types.
-  g.nodes_.resize(n);
+Status Graph::index_ops() {
+  const ModelGraph& m = *model_;
+  const int n = m.ops_size();
+  nodes_.resize(n);
   for (int i = 0; i < n; ++i) {
     const Operator& op = m.ops(i);
     if (op.id().empty()) return invalid_argument(op_label(i, op) + ": id is empty");
-    auto [it, inserted] = g.index_.emplace(op.id(), i);
+    auto [it, inserted] = index_.emplace(op.id(), i);
     if (!inserted) {
       return invalid_argument(op_label(i, op) + ": duplicate id '" + op.id() + "' (also ops[" +
                               std::to_string(it->second) + "])");
@@ -105,18 +184,21 @@ Result<Graph> Graph::build(const ModelGraph& model) {
       return invalid_argument(op_label(i, op) + ": inputs: expected " + want + ", got " +
                               std::to_string(k));
     }
-    g.nodes_[i].index = i;
-    g.nodes_[i].proto = &m.ops(i);
-    g.nodes_[i].info = info;
+    nodes_[i].index = i;
+    nodes_[i].proto = &m.ops(i);
+    nodes_[i].info = info;  // the op's type id, resolved here once for every later reader
   }
+  return ok_status();
+}
 
-  // 2. References and edges.
-  for (int i = 0; i < n; ++i) {
+Status Graph::link_ops() {
+  const ModelGraph& m = *model_;
+  for (int i = 0; i < m.ops_size(); ++i) {
     const Operator& op = m.ops(i);
     std::set<int> preds;
     for (int k = 0; k < op.inputs_size(); ++k) {
       const TensorRef& ref = op.inputs(k);
-      int p = g.index_of(ref.op());
+      int p = index_of(ref.op());
       if (p < 0) {
         return invalid_argument(op_label(i, op) + ": inputs[" + std::to_string(k) +
                                 "]: dangling tensor reference " + ref_string(ref) +
@@ -128,143 +210,101 @@ Result<Graph> Graph::build(const ModelGraph& model) {
       }
       preds.insert(p);
     }
-    g.nodes_[i].preds.assign(preds.begin(), preds.end());
-    for (int p : preds) g.nodes_[p].succs.push_back(i);
+    nodes_[i].preds.assign(preds.begin(), preds.end());
+    for (int p : preds) nodes_[p].succs.push_back(i);
   }
-  for (auto& node : g.nodes_) std::sort(node.succs.begin(), node.succs.end());
+  for (auto& node : nodes_) std::sort(node.succs.begin(), node.succs.end());
+  return ok_status();
+}
 
-  // 3. Topological order (Kahn, smallest index first so the order is deterministic).
+// Kahn's algorithm, smallest index first so the order is deterministic.
+Status Graph::order_ops() {
+  const int n = num_ops();
   std::vector<int> indegree(n);
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (int i = 0; i < n; ++i) {
-    indegree[i] = static_cast<int>(g.nodes_[i].preds.size());
+    indegree[i] = static_cast<int>(nodes_[i].preds.size());
     if (indegree[i] == 0) ready.push(i);
   }
   while (!ready.empty()) {
     int i = ready.top();
     ready.pop();
-    g.topo_.push_back(i);
-    for (int s : g.nodes_[i].succs) {
+    topo_.push_back(i);
+    for (int s : nodes_[i].succs) {
       if (--indegree[s] == 0) ready.push(s);
     }
   }
-  if (static_cast<int>(g.topo_.size()) != n) {
-    return invalid_argument("ops: the graph has a cycle: " + describe_cycle(g.nodes_, indegree));
+  if (static_cast<int>(topo_.size()) != n) {
+    return invalid_argument("ops: the graph has a cycle: " + describe_cycle(nodes_, indegree));
   }
+  return ok_status();
+}
 
-  // 4. Shape inference in topological order.
-  for (int i : g.topo_) {
-    OpNode& node = g.nodes_[i];
-    Operator& op = *m.mutable_ops(i);
-    node.proto = &op;
-    for (int k = 0; k < op.inputs_size(); ++k) {
-      const TensorRef& ref = op.inputs(k);
-      const Operator& producer = m.ops(g.index_of(ref.op()));
-      if (ref.output() < 0 || ref.output() >= producer.outputs_size()) {
-        return invalid_argument(op_label(i, op) + ": inputs[" + std::to_string(k) +
-                                "]: dangling tensor reference " + ref_string(ref) + " ('" +
-                                ref.op() + "' has " + std::to_string(producer.outputs_size()) +
-                                " output(s))");
-      }
-      node.input_specs.push_back(producer.outputs(ref.output()));
+Status Graph::infer_op(int i) {
+  ModelGraph& m = *model_;
+  OpNode& node = nodes_[i];
+  Operator& op = *m.mutable_ops(i);
+  node.proto = &op;
+  for (int k = 0; k < op.inputs_size(); ++k) {
+    const TensorRef& ref = op.inputs(k);
+    const Operator& producer = m.ops(index_of(ref.op()));
+    if (ref.output() < 0 || ref.output() >= producer.outputs_size()) {
+      return invalid_argument(op_label(i, op) + ": inputs[" + std::to_string(k) +
+                              "]: dangling tensor reference " + ref_string(ref) + " ('" + ref.op() +
+                              "' has " + std::to_string(producer.outputs_size()) + " output(s))");
     }
-    if (node.info->is_input || op.outputs_size() > 0) {
-      for (int k = 0; k < op.outputs_size(); ++k) {
-        for (int d = 0; d < op.outputs(k).shape_size(); ++d) {
-          if (op.outputs(k).shape(d) <= 0) {
-            return invalid_argument(op_label(i, op) + ": outputs[" + std::to_string(k) +
-                                    "].shape[" + std::to_string(d) +
-                                    "] = " + std::to_string(op.outputs(k).shape(d)) +
-                                    ": dimensions must be positive");
-          }
-        }
-      }
-    }
-    InferredOp inferred;
-    Status st = node.info->infer(op, node.input_specs, &inferred);
-    if (!st.ok()) return st.with_context(op_label(i, op));
-    // What the executor keeps of this op until backward: its outputs and its kernels' saved
-    // scratch (one definition of kept memory for the planner, simulator, executor and profiler).
-    inferred.cost.activation_bytes = inferred.cost.saved_bytes;
-    for (const auto& spec : inferred.outputs) {
-      inferred.cost.activation_bytes += static_cast<double>(stored_size_bytes(spec));
-    }
-    // Every size downstream (bytes, buffers, costs) multiplies these: bound them here, with
-    // overflow-checked products, so no later computation can wrap.
-    for (size_t k = 0; k < inferred.outputs.size(); ++k) {
-      GP_RETURN_IF_ERROR(check_tensor_size(inferred.outputs[k].shape())
-                             .with_context(op_label(i, op) + ": outputs[" + std::to_string(k) +
-                                           "] " + shape_string(inferred.outputs[k])));
-    }
-    for (const auto& p : inferred.params) {
-      GP_RETURN_IF_ERROR(check_tensor_size(p.shape()).with_context(op_label(i, op) + ": params '" +
-                                                                   p.name() + "'"));
-    }
-    if (!node.info->is_input && op.outputs_size() > 0) {
-      if (op.outputs_size() != static_cast<int>(inferred.outputs.size())) {
-        return invalid_argument(op_label(i, op) + ": outputs: declares " +
-                                std::to_string(op.outputs_size()) + ", shape inference gives " +
-                                std::to_string(inferred.outputs.size()));
-      }
-      for (int k = 0; k < op.outputs_size(); ++k) {
-        if (!same_spec(op.outputs(k), inferred.outputs[k])) {
-          return invalid_argument(op_label(i, op) + ": outputs[" + std::to_string(k) +
-                                  "]: shape mismatch: declared " + shape_string(op.outputs(k)) +
-                                  ", shape inference gives " + shape_string(inferred.outputs[k]));
-        }
-      }
-    }
-    op.clear_outputs();
-    for (auto& spec : inferred.outputs) *op.add_outputs() = spec;
-    op.clear_params();
-    for (auto& p : inferred.params) *op.add_params() = p;
-    for (const auto& [name, bytes] : op.param_values()) {
-      const ParamSpec* spec = nullptr;
-      for (const auto& p : op.params()) {
-        if (p.name() == name) spec = &p;
-      }
-      if (spec == nullptr) {
-        return invalid_argument(op_label(i, op) + ": param_values['" + name +
-                                "']: the op has no such parameter");
-      }
-      int64_t want = 4;  // float32 bytes per element
-      for (int64_t d : spec->shape()) want *= d;
-      if (static_cast<int64_t>(bytes.size()) != want) {
-        return invalid_argument(
-            op_label(i, op) + ": param_values['" + name + "']: " + std::to_string(bytes.size()) +
-            " bytes, the parameter needs " + std::to_string(want) + " (float32)");
-      }
-    }
-    node.cost = inferred.cost;
-    node.attrs = std::move(inferred.attrs);
-    node.output_bytes = 0;
-    for (const auto& spec : inferred.outputs) node.output_bytes += size_bytes(spec);
+    node.input_specs.push_back(producer.outputs(ref.output()));
   }
+  if (node.info->is_input || op.outputs_size() > 0) {
+    GP_RETURN_IF_ERROR(check_declared_dims(i, op));
+  }
+  InferredOp inferred;
+  Status st = node.info->infer(op, node.input_specs, &inferred);
+  if (!st.ok()) return st.with_context(op_label(i, op));
+  // What the executor keeps of this op until backward: its outputs and its kernels' saved
+  // scratch (one definition of kept memory for the planner, simulator, executor and profiler).
+  inferred.cost.activation_bytes = inferred.cost.saved_bytes;
+  for (const auto& spec : inferred.outputs) {
+    inferred.cost.activation_bytes += static_cast<double>(stored_size_bytes(spec));
+  }
+  GP_RETURN_IF_ERROR(check_inferred_sizes(i, op, inferred));
+  if (!node.info->is_input && op.outputs_size() > 0) {
+    GP_RETURN_IF_ERROR(check_declared_outputs(i, op, inferred));
+  }
+  op.clear_outputs();
+  for (auto& spec : inferred.outputs) *op.add_outputs() = spec;
+  op.clear_params();
+  for (auto& p : inferred.params) *op.add_params() = p;
+  GP_RETURN_IF_ERROR(check_param_values(i, op));
+  node.cost = inferred.cost;
+  node.attrs = std::move(inferred.attrs);
+  node.output_bytes = 0;
+  for (const auto& spec : inferred.outputs) node.output_bytes += size_bytes(spec);
+  return ok_status();
+}
 
-  // 5. Losses.
+Status Graph::find_losses() {
+  const ModelGraph& m = *model_;
   if (m.losses_size() == 0) {
     return invalid_argument("losses: missing loss (name at least one loss op output)");
   }
   for (int k = 0; k < m.losses_size(); ++k) {
     const TensorRef& ref = m.losses(k);
-    int i = g.index_of(ref.op());
+    int i = index_of(ref.op());
     const std::string field = "losses[" + std::to_string(k) + "]";
     if (i < 0) {
       return invalid_argument(field + ": dangling tensor reference " + ref_string(ref));
     }
-    if (!g.nodes_[i].info->is_loss) {
-      return invalid_argument(field + ": '" + ref.op() + "' is a " +
-                              std::string(g.nodes_[i].type()) +
+    if (!nodes_[i].info->is_loss) {
+      return invalid_argument(field + ": '" + ref.op() + "' is a " + std::string(nodes_[i].type()) +
                               " op, not a loss (mse_loss or softmax_cross_entropy)");
     }
     if (ref.output() != 0) {
       return invalid_argument(field + ": " + ref_string(ref) + ": loss ops have one output");
     }
-    g.loss_ops_.push_back(i);
+    loss_ops_.push_back(i);
   }
-
-  GP_RETURN_IF_ERROR(g.finish_reachability());
-  return g;
+  return ok_status();
 }
 
 Status Graph::finish_reachability() {

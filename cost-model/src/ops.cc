@@ -10,109 +10,130 @@ namespace {
 
 using namespace detail;  // NOLINT: the infer functions
 
-// The one table that knows which op types exist.
+// The one table that knows which op types exist, and the one place their names meet their ids.
 constexpr std::array kCatalogue = {
-    OpTypeInfo{"input", "graph input (data or labels); declares its per-sample output",
-               "none; outputs[0] gives the per-sample shape and dtype", 0, 0, true, false,
-               &infer_input},
-    OpTypeInfo{"linear", "y = act(x W^T + b) over the last dimension",
+    OpTypeInfo{
+        OpType::kInput, "input", "graph input (data or labels); declares its per-sample output",
+        "none; outputs[0] gives the per-sample shape and dtype", 0, 0, true, false, &infer_input},
+    OpTypeInfo{OpType::kLinear, "linear", "y = act(x W^T + b) over the last dimension",
                "out_features (int, required), bias (0|1, default 1), "
                "activation (none|relu|gelu, default none)",
                1, 1, false, false, &infer_linear},
-    OpTypeInfo{"embedding_bag", "sum (or mean) of the embedding rows named by a bag of ids",
+    OpTypeInfo{OpType::kEmbeddingBag, "embedding_bag",
+               "sum (or mean) of the embedding rows named by a bag of ids",
                "num_embeddings (int, required), embedding_dim (int, required), "
                "mode (sum|mean, default sum), padding_idx (int, optional: ids equal to it are "
                "skipped and not counted by mean; -1 pads bags of varying length)",
                1, 1, false, false, &infer_embedding_bag},
-    OpTypeInfo{"embedding", "the embedding row of every id: ids [...] -> [..., embedding_dim]",
+    OpTypeInfo{OpType::kEmbedding, "embedding",
+               "the embedding row of every id: ids [...] -> [..., embedding_dim]",
                "num_embeddings (int, required), embedding_dim (int, required)", 1, 1, false, false,
                &infer_embedding},
-    OpTypeInfo{"multi_head_attention",
+    OpTypeInfo{OpType::kAttention, "multi_head_attention",
                "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
                "output projection",
                "num_heads (int, required, divides hidden), bias (0|1, default 1)", 1, 1, false,
                false, &infer_attention},
-    OpTypeInfo{"layer_norm", "normalise the last dimension, then scale and shift",
+    OpTypeInfo{OpType::kLayerNorm, "layer_norm",
+               "normalise the last dimension, then scale and shift",
                "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_layer_norm},
-    OpTypeInfo{"relu", "max(x, 0)", "none", 1, 1, false, false, &infer_relu},
-    OpTypeInfo{"gelu", "x * Phi(x): the tanh approximation, or exact (erf)",
+    OpTypeInfo{OpType::kRelu, "relu", "max(x, 0)", "none", 1, 1, false, false, &infer_relu},
+    OpTypeInfo{OpType::kGelu, "gelu", "x * Phi(x): the tanh approximation, or exact (erf)",
                "approximate (tanh|none, default tanh; none is exact, as torch's nn.GELU())", 1, 1,
                false, false, &infer_gelu},
-    OpTypeInfo{"softmax", "softmax over the last dimension", "none", 1, 1, false, false,
-               &infer_softmax},
-    OpTypeInfo{"sigmoid", "1 / (1 + exp(-x))", "none", 1, 1, false, false, &infer_sigmoid},
-    OpTypeInfo{"tanh", "tanh(x) (BERT's pooler, gates)", "none", 1, 1, false, false, &infer_tanh},
-    OpTypeInfo{"clip", "min(max(x, min), max) (ReLU6 is clip 0..6)",
+    OpTypeInfo{OpType::kSoftmax, "softmax", "softmax over the last dimension", "none", 1, 1, false,
+               false, &infer_softmax},
+    OpTypeInfo{OpType::kSigmoid, "sigmoid", "1 / (1 + exp(-x))", "none", 1, 1, false, false,
+               &infer_sigmoid},
+    OpTypeInfo{OpType::kTanh, "tanh", "tanh(x) (BERT's pooler, gates)", "none", 1, 1, false, false,
+               &infer_tanh},
+    OpTypeInfo{OpType::kClip, "clip", "min(max(x, min), max) (ReLU6 is clip 0..6)",
                "min (float, required, finite), max (float, required, finite, >= min)", 1, 1, false,
                false, &infer_clip},
-    OpTypeInfo{"mul", "element-wise product of two tensors of one shape", "none", 2, 2, false,
-               false, &infer_mul},
-    OpTypeInfo{"reduce", "sum (or mean) over one per-sample axis, kept with size 1",
-               "axis (int, default -1), mode (sum|mean, default sum)", 1, 1, false, false,
-               &infer_reduce},
-    OpTypeInfo{"bias_add",
+    OpTypeInfo{OpType::kMul, "mul", "element-wise product of two tensors of one shape", "none", 2,
+               2, false, false, &infer_mul},
+    OpTypeInfo{
+        OpType::kReduce, "reduce", "sum (or mean) over one per-sample axis, kept with size 1",
+        "axis (int, default -1), mode (sum|mean, default sum)", 1, 1, false, false, &infer_reduce},
+    OpTypeInfo{OpType::kBiasAdd, "bias_add",
                "y = x + b with a learned b broadcast over x's leading per-sample axes "
                "(learned position embeddings, unfused biases)",
                "shape (ints, required: b's shape, the trailing dimensions of x)", 1, 1, false,
                false, &infer_bias_add},
-    OpTypeInfo{"broadcast_param",
+    OpTypeInfo{OpType::kBroadcastParam, "broadcast_param",
                "a learned tensor, the same for every sample (class tokens, learned queries); the "
                "input only sets the batch and gets no gradient",
                "shape (ints, required: the per-sample shape)", 1, 1, false, false,
                &infer_broadcast_param},
-    OpTypeInfo{"add", "element-wise sum of two or more tensors of one shape", "none", 2, -1, false,
-               false, &infer_add},
-    OpTypeInfo{"concat", "concatenate along a per-sample axis", "axis (int, default -1: the last)",
-               1, -1, false, false, &infer_concat},
-    OpTypeInfo{"slice", "x[start:end] along a per-sample axis",
+    OpTypeInfo{OpType::kAdd, "add", "element-wise sum of two or more tensors of one shape", "none",
+               2, -1, false, false, &infer_add},
+    OpTypeInfo{OpType::kConcat, "concat", "concatenate along a per-sample axis",
+               "axis (int, default -1: the last)", 1, -1, false, false, &infer_concat},
+    OpTypeInfo{OpType::kSlice, "slice", "x[start:end] along a per-sample axis",
                "axis (int, default -1), start (int, required), end (int, required, exclusive)", 1,
                1, false, false, &infer_slice},
-    OpTypeInfo{"matmul", "batched matrix product a [..., m, k] x b [..., k, n] -> [..., m, n]",
+    OpTypeInfo{OpType::kMatmul, "matmul",
+               "batched matrix product a [..., m, k] x b [..., k, n] -> [..., m, n]",
                "none; inputs: a, b of one rank >= 2 with identical leading dimensions", 2, 2, false,
                false, &infer_matmul},
-    OpTypeInfo{"scale", "y = factor * x", "factor (float, required, finite)", 1, 1, false, false,
-               &infer_scale},
-    OpTypeInfo{"transpose", "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]",
+    OpTypeInfo{OpType::kScale, "scale", "y = factor * x", "factor (float, required, finite)", 1, 1,
+               false, false, &infer_scale},
+    OpTypeInfo{OpType::kTranspose, "transpose",
+               "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]",
                "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes)", 1, 1,
                false, false, &infer_transpose},
-    OpTypeInfo{"reshape", "same elements in the same order under a new per-sample shape",
+    OpTypeInfo{OpType::kReshape, "reshape",
+               "same elements in the same order under a new per-sample shape",
                "shape (ints, required: per-sample, all > 0, same element count)", 1, 1, false,
                false, &infer_reshape},
-    OpTypeInfo{"conv2d", "2-D convolution (cross-correlation) of x [C, H, W] -> [out, Ho, Wo]",
+    OpTypeInfo{OpType::kConv2d, "conv2d",
+               "2-D convolution (cross-correlation) of x [C, H, W] -> [out, Ho, Wo]",
                "out_channels (int, required), kernel (ints [kh, kw], required), "
                "stride (ints [sh, sw], default [1, 1]), padding (ints [ph, pw], zeros on both "
                "sides, default [0, 0]), bias (0|1, default 1), groups (int, default 1: "
                "divides C and out_channels; C = groups is depthwise)",
                1, 1, false, false, &infer_conv2d},
-    OpTypeInfo{"max_pool2d", "maximum over each window of x [C, H, W] (padding never wins)",
+    OpTypeInfo{OpType::kMaxPool2d, "max_pool2d",
+               "maximum over each window of x [C, H, W] (padding never wins)",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
                "padding (ints [ph, pw], each < kernel, default [0, 0]), "
                "ceil_mode (0|1, default 0: round the window count up, as PyTorch)",
                1, 1, false, false, &infer_max_pool2d},
-    OpTypeInfo{"avg_pool2d", "mean over each window of x [C, H, W]",
+    OpTypeInfo{OpType::kAvgPool2d, "avg_pool2d", "mean over each window of x [C, H, W]",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
                "padding (ints [ph, pw], each < kernel, default [0, 0]), "
                "count_include_pad (0|1, default 1: divide by the window's cells in the padded "
                "image; 0: by its image cells), ceil_mode (0|1, default 0)",
                1, 1, false, false, &infer_avg_pool2d},
-    OpTypeInfo{"batch_norm",
+    OpTypeInfo{OpType::kBatchNorm, "batch_norm",
                "normalise each channel (per-sample axis 0) with the micro-batch's statistics "
                "(training mode), then scale and shift",
                "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_batch_norm},
-    OpTypeInfo{"mse_loss", "mean squared error between prediction and target (per sample)",
+    OpTypeInfo{OpType::kMseLoss, "mse_loss",
+               "mean squared error between prediction and target (per sample)",
                "none; inputs: prediction, target", 2, 2, false, true, &infer_mse_loss},
-    OpTypeInfo{"softmax_cross_entropy",
+    OpTypeInfo{OpType::kSoftmaxCrossEntropy, "softmax_cross_entropy",
                "softmax over the last dimension, then cross-entropy "
                "with int64 class labels (per sample mean)",
                "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
                &infer_softmax_cross_entropy},
-    OpTypeInfo{"opaque",
+    OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "
                "(no kernel: cannot be trained or profiled)",
                "onnx_type (string, required), forward_flops (float per sample, default: output "
                "elements), param_elements (int, default 0); outputs[0] declares the output",
                0, -1, false, false, &infer_opaque},
 };
+
+// Each entry sits at its id's index: op_type_info is one load, and a new type cannot be added
+// out of order.
+constexpr bool ids_in_order() {
+  for (size_t i = 0; i < kCatalogue.size(); ++i) {
+    if (op_type_index(kCatalogue[i].id) != static_cast<int>(i)) return false;
+  }
+  return kCatalogue.size() == static_cast<size_t>(kNumOpTypes);
+}
+static_assert(ids_in_order(), "kCatalogue must list every OpType once, in enum order");
 
 const AttrValue* find_attr(const Operator& op, std::string_view name) {
   auto it = op.attrs().find(std::string(name));
@@ -131,6 +152,8 @@ const OpTypeInfo* find_op_type(std::string_view type) {
   }
   return nullptr;
 }
+
+const OpTypeInfo& op_type_info(OpType type) { return kCatalogue[op_type_index(type)]; }
 
 int64_t dtype_size_bytes(DataType dtype) {
   switch (dtype) {

@@ -30,6 +30,7 @@ struct OpNode {
 
   const std::string& id() const { return proto->id(); }
   std::string_view type() const { return info->type; }
+  OpType op_type() const { return info->id; }  // resolved once, by Graph::build
 };
 
 class Graph {
@@ -69,6 +70,12 @@ class Graph {
 
  private:
   Graph() = default;
+  // The steps of build, in order; each names the op and the field it refuses.
+  Status index_ops();      // ids and op types, input counts
+  Status link_ops();       // references and edges
+  Status order_ops();      // topological order; names a cycle
+  Status infer_op(int i);  // shape inference of one op whose producers are done
+  Status find_losses();
   Status finish_reachability();
 
   std::unique_ptr<ModelGraph> model_;

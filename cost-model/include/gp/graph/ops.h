@@ -55,7 +55,47 @@ struct InferredOp {
 
 using InferFn = Status (*)(const Operator& op, std::span<const TensorSpec> inputs, InferredOp* out);
 
+// Every op type of the catalogue, in catalogue order. Graph::build resolves each op's type name
+// to its id once (OpNode::op_type()); backends index their kernel tables by it. Names and ids
+// meet in the catalogue alone (find_op_type, op_type_info).
+enum class OpType : uint8_t {
+  kInput,
+  kLinear,
+  kEmbeddingBag,
+  kEmbedding,
+  kAttention,  // "multi_head_attention"
+  kLayerNorm,
+  kRelu,
+  kGelu,
+  kSoftmax,
+  kSigmoid,
+  kTanh,
+  kClip,
+  kMul,
+  kReduce,
+  kBiasAdd,
+  kBroadcastParam,
+  kAdd,
+  kConcat,
+  kSlice,
+  kMatmul,
+  kScale,
+  kTranspose,
+  kReshape,
+  kConv2d,
+  kMaxPool2d,
+  kAvgPool2d,
+  kBatchNorm,
+  kMseLoss,
+  kSoftmaxCrossEntropy,
+  kOpaque,
+};
+inline constexpr int kNumOpTypes = static_cast<int>(OpType::kOpaque) + 1;
+// The id as an index into a table of kNumOpTypes entries.
+constexpr int op_type_index(OpType type) { return static_cast<int>(type); }
+
 struct OpTypeInfo {
+  OpType id;
   std::string_view type;        // "linear"
   std::string_view summary;     // one line for `zoo list` and docs
   std::string_view attrs_help;  // "out_features (int, required), bias (0|1, default 1), ..."
@@ -70,6 +110,8 @@ struct OpTypeInfo {
 std::span<const OpTypeInfo> op_catalogue();
 // nullptr when the type is unknown.
 const OpTypeInfo* find_op_type(std::string_view type);
+// The catalogue entry of an id.
+const OpTypeInfo& op_type_info(OpType type);
 
 // ---- tensor helpers ------------------------------------------------------------------------
 int64_t dtype_size_bytes(DataType dtype);  // UNSPECIFIED counts as float32
