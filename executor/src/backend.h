@@ -1,7 +1,7 @@
-// What a backend offers the executor: its devices, the data plane over its device memory (if it
-// has one) and what its runtime reports. Each backend folder (cpu/, cuda/) defines one Backend in
-// its backend.cc; backends.cc lists the ones this build has and is the only file that knows
-// which those are. Plain types only: no backend's own types appear here.
+// What a backend offers the executor: its devices, the op types it has kernels for, the data plane
+// over its device memory (if it has one) and what its runtime reports. Each backend folder (cpu/,
+// cuda/) defines one Backend in its backend.cc; backends.cc lists the ones this build has and is
+// the only file that knows which those are. Plain types only: no backend's own types appear here.
 #pragma once
 
 #include <memory>
@@ -15,6 +15,7 @@
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
 #include "gp/exec/nccl.h"
+#include "gp/graph/graph.h"
 
 namespace gp::exec {
 
@@ -34,6 +35,8 @@ struct Backend {
   const DeviceDataPlane* data_plane = nullptr;  // nullptr: ranks exchange host memory
   // Fills what the backend's runtime reports (versions, devices); nullptr: nothing to report.
   void (*describe)(CudaRuntimeInfo* info) = nullptr;
+  // True when the backend has a kernel for every op of the type: its kernel table's entry.
+  bool (*supports)(graph::OpType type) = nullptr;
 };
 
 // Defined by each backend folder; cuda_backend() exists in CUDA builds only.
@@ -42,5 +45,10 @@ const Backend& cuda_backend();
 
 // The backends of this build, the CPU first.
 std::span<const Backend* const> backends();
+
+// Refuses an op of a graph that `device`'s backend has no kernel for, naming the op, its type and
+// the device: a stage checks its ops before it allocates anything. Devices outside the backend
+// table (tests' fakes) are left to their make_kernel.
+Status check_kernel(const Device& device, const graph::OpNode& op);
 
 }  // namespace gp::exec

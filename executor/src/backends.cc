@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend.h"
+#include "kernel_common.h"
 
 namespace gp::exec {
 namespace {
@@ -16,7 +17,8 @@ const Backend* backend_named(std::string_view name) {
   return nullptr;
 }
 
-// The backend with a device data plane (NCCL), or an error saying what build has one.
+// The backend with a device data plane (NCCL), or an error saying what build has one. Whether a
+// rank uses it is the transport table's choice (gp/exec/data_plane.h); this only finds it.
 Result<const DeviceDataPlane*> device_data_plane() {
   for (const Backend* b : backends()) {
     if (b->data_plane != nullptr) return b->data_plane;
@@ -79,6 +81,22 @@ Result<std::vector<std::string>> make_nccl_unique_ids(int count) {
 Result<std::unique_ptr<Communicator>> make_nccl_communicator(const NcclOptions& options) {
   GP_ASSIGN_OR_RETURN(const DeviceDataPlane* plane, device_data_plane());
   return plane->connect(options);
+}
+
+Status check_kernel(const Device& device, const graph::OpNode& op) {
+  const std::string_view name = device.name();
+  const Backend* backend = backend_named(name.substr(0, name.find(':')));
+  if (backend == nullptr || backend->supports == nullptr || backend->supports(op.op_type())) {
+    return ok_status();
+  }
+  std::string what =
+      "device " + std::string(name) + " has no kernel for op type '" + std::string(op.type()) + "'";
+  if (const auto* opaque = std::get_if<graph::OpaqueAttrs>(&op.attrs)) {
+    what += "; ONNX operator " + opaque->onnx_type +
+            " was imported as opaque (--allow-opaque) for planning only and cannot be trained or "
+            "profiled";
+  }
+  return op_error(op, what);
 }
 
 CudaRuntimeInfo query_cuda() {

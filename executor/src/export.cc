@@ -44,83 +44,111 @@ std::vector<float> float_data(const onnx::TensorProto& t) {
   return v;
 }
 
-Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
-                  const ExportOptions& options, std::vector<std::string>* notes) {
-  const auto& model = graph.model();
-  const std::string in = options.onnx.empty() ? model.source() : options.onnx;
-  if (model.param_sources_size() == 0) {
-    return invalid_argument("--out " + options.out +
-                            ": the model records no ONNX sources for its parameters (only a "
-                            "model imported from ONNX exports as ONNX; use an .npz)");
+// The trained parameters written into the source ONNX model, in named steps: read the source,
+// collect its float tensors, place every sourced parameter into its tensor, note what could not
+// be placed, then write the touched tensors back and the model out.
+class OnnxExport {
+ public:
+  OnnxExport(const graph::Graph& graph, const StageRunner& runner, const ExportOptions& options,
+             std::vector<std::string>* notes)
+      : graph_(graph),
+        runner_(runner),
+        options_(options),
+        notes_(notes),
+        in_(options.onnx.empty() ? graph.model().source() : options.onnx) {}
+
+  Status run() {
+    GP_RETURN_IF_ERROR(read_source());
+    collect_tensors();
+    collect_identities();
+    for (const auto& src : graph_.model().param_sources()) GP_RETURN_IF_ERROR(place(src));
+    note_unsourced();
+    write_tensors();
+    // A model whose weights were kept beside it comes back the same way (`<out>.data`).
+    return graph::write_onnx_file(options_.out, onnx_model_, file_info_.external_data);
   }
-  onnx::ModelProto onnx_model;
-  graph::OnnxFileInfo file_info;
-  GP_RETURN_IF_ERROR(graph::read_onnx_file(in, &onnx_model, &file_info)
-                         .with_context("--onnx names the file the model was imported from"));
-  auto* g = onnx_model.mutable_graph();
+
+ private:
+  // A tensor to write: its dims and float values.
+  using Values = std::pair<std::vector<int64_t>, std::vector<float>>;
+
+  Status read_source() {
+    if (graph_.model().param_sources_size() == 0) {
+      return invalid_argument("--out " + options_.out +
+                              ": the model records no ONNX sources for its parameters (only a "
+                              "model imported from ONNX exports as ONNX; use an .npz)");
+    }
+    GP_RETURN_IF_ERROR(graph::read_onnx_file(in_, &onnx_model_, &file_info_)
+                           .with_context("--onnx names the file the model was imported from"));
+    g_ = onnx_model_.mutable_graph();
+    return ok_status();
+  }
+
   // The tensors to write: existing initializers, or weight graph inputs (export_params=False).
-  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> tensors;
-  for (const auto& t : g->initializer()) {
-    if (t.data_type() == kOnnxFloat) {
-      tensors[t.name()] = {{t.dims().begin(), t.dims().end()}, float_data(t)};
+  void collect_tensors() {
+    for (const auto& t : g_->initializer()) {
+      if (t.data_type() == kOnnxFloat) {
+        tensors_[t.name()] = {{t.dims().begin(), t.dims().end()}, float_data(t)};
+      }
+    }
+    for (const auto& vi : g_->input()) {
+      if (tensors_.count(vi.name()) || !vi.type().has_tensor_type()) continue;
+      std::vector<int64_t> dims;
+      int64_t n = 1;
+      bool known = true;
+      for (const auto& d : vi.type().tensor_type().shape().dim()) {
+        known = known && d.has_dim_value();
+        dims.push_back(d.dim_value());
+        n *= d.dim_value();
+      }
+      if (known) tensors_[vi.name()] = {dims, std::vector<float>(static_cast<size_t>(n), 0.0f)};
     }
   }
-  for (const auto& vi : g->input()) {
-    if (tensors.count(vi.name()) || !vi.type().has_tensor_type()) continue;
-    std::vector<int64_t> dims;
-    int64_t n = 1;
-    bool known = true;
-    for (const auto& d : vi.type().tensor_type().shape().dim()) {
-      known = known && d.has_dim_value();
-      dims.push_back(d.dim_value());
-      n *= d.dim_value();
-    }
-    if (known) tensors[vi.name()] = {dims, std::vector<float>(static_cast<size_t>(n), 0.0f)};
-  }
+
   // Identity outputs of weights are parameters of their own (torch's de-duplication): they get
   // their own initializer, and their Identity node goes.
-  std::map<std::string, int> identity_of;
-  for (int k = 0; k < g->node_size(); ++k) {
-    const auto& n = g->node(k);
-    if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1) {
-      identity_of[n.output(0)] = k;
+  void collect_identities() {
+    for (int k = 0; k < g_->node_size(); ++k) {
+      const auto& n = g_->node(k);
+      if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1) {
+        identity_of_[n.output(0)] = k;
+      }
     }
-  }
-  for (bool grew = true; grew;) {  // chains of Identity
-    grew = false;
-    for (const auto& [name, k] : identity_of) {
-      auto src = tensors.find(g->node(k).input(0));
-      if (src != tensors.end() && !tensors.count(name)) {
-        tensors[name] = src->second;
-        grew = true;
+    for (bool grew = true; grew;) {  // chains of Identity
+      grew = false;
+      for (const auto& [name, k] : identity_of_) {
+        auto src = tensors_.find(g_->node(k).input(0));
+        if (src != tensors_.end() && !tensors_.count(name)) {
+          tensors_[name] = src->second;
+          grew = true;
+        }
       }
     }
   }
-  // Each place in a tensor is written once; untied copies of one weight (--untie-weights) all
-  // map to it, and the first one's values win.
-  struct Placed {
-    std::string who;
-    std::span<const float> values;
-  };
-  std::map<std::tuple<std::string, int, int64_t>, Placed> placed;
-  std::set<std::string> touched;
-  for (const auto& src : model.param_sources()) {
-    const int op = graph.index_of(src.op());
+
+  // Why a source's tensor is not among the float tensors.
+  Status missing_tensor(const graphpipe::v1::ParamSource& src) const {
+    for (const auto& t : g_->initializer()) {
+      if (t.name() != src.initializer()) continue;
+      // Imported by widening (float16, bfloat16, float64): writing float32 values back into
+      // it would change the graph's types.
+      return invalid_argument(in_ + ": '" + t.name() + "' (" + src.op() + "." + src.param() +
+                              ") is stored as ONNX data type " + std::to_string(t.data_type()) +
+                              ", not float32; export it with --out FILE.npz");
+    }
+    return invalid_argument(in_ + ": has no float tensor '" + src.initializer() + "' for " +
+                            src.op() + "." + src.param() + " (another source model?)");
+  }
+
+  // One parameter's trained values into its place in its tensor. Each place in a tensor is
+  // written once; untied copies of one weight (--untie-weights) all map to it, and the first
+  // one's values win.
+  Status place(const graphpipe::v1::ParamSource& src) {
+    const int op = graph_.index_of(src.op());
     if (op < 0) return invalid_argument("param_sources: op '" + src.op() + "' is not in the model");
-    auto it = tensors.find(src.initializer());
-    if (it == tensors.end()) {
-      for (const auto& t : g->initializer()) {
-        if (t.name() != src.initializer()) continue;
-        // Imported by widening (float16, bfloat16, float64): writing float32 values back into
-        // it would change the graph's types.
-        return invalid_argument(in + ": '" + t.name() + "' (" + src.op() + "." + src.param() +
-                                ") is stored as ONNX data type " + std::to_string(t.data_type()) +
-                                ", not float32; export it with --out FILE.npz");
-      }
-      return invalid_argument(in + ": has no float tensor '" + src.initializer() + "' for " +
-                              src.op() + "." + src.param() + " (another source model?)");
-    }
-    const auto p = param_values(graph.op(op), runner.op_params(op), src.param());
+    auto it = tensors_.find(src.initializer());
+    if (it == tensors_.end()) return missing_tensor(src);
+    const auto p = param_values(graph_.op(op), runner_.op_params(op), src.param());
     if (p.empty()) {
       return invalid_argument("param_sources: " + src.op() + " has no parameter '" + src.param() +
                               "'");
@@ -128,65 +156,91 @@ Status write_onnx(const graph::Graph& graph, const StageRunner& runner,
     const std::string who = src.op() + "." + src.param();
     const auto key =
         std::make_tuple(src.initializer(), static_cast<int>(src.layout()), src.offset());
-    if (auto w = placed.find(key); w != placed.end()) {
+    if (auto w = placed_.find(key); w != placed_.end()) {
       if (!std::equal(p.begin(), p.end(), w->second.values.begin(), w->second.values.end()) &&
-          notes != nullptr) {
-        notes->push_back("'" + src.initializer() + "' was trained as independent copies (" +
-                         w->second.who + ", " + who + "); the export holds " + w->second.who +
-                         "'s values");
+          notes_ != nullptr) {
+        notes_->push_back("'" + src.initializer() + "' was trained as independent copies (" +
+                          w->second.who + ", " + who + "); the export holds " + w->second.who +
+                          "'s values");
       }
-      continue;
+      return ok_status();
     }
-    placed[key] = {who, p};
-    touched.insert(src.initializer());
-    GP_RETURN_IF_ERROR(scatter_param(p, it->second.first,
-                                     graph::PlacedLayout{src.layout(), src.offset()},
-                                     it->second.second)
-                           .with_context(in + ": param_sources: " + who + " -> '" +
-                                         src.initializer() + "' (another source model?)"));
+    placed_[key] = {who, p};
+    touched_.insert(src.initializer());
+    return scatter_param(p, it->second.first, graph::PlacedLayout{src.layout(), src.offset()},
+                         it->second.second)
+        .with_context(in_ + ": param_sources: " + who + " -> '" + src.initializer() +
+                      "' (another source model?)");
   }
+
   // A parameter the ONNX model has no tensor for (torch's optimiser drops all-zero biases) was
   // trained all the same: say where its values are.
-  std::set<std::string> sourced;
-  for (const auto& src : model.param_sources()) sourced.insert(src.op() + "." + src.param());
-  for (int i = 0; i < graph.num_ops() && notes != nullptr; ++i) {
-    for (const auto& spec : graph.op(i).proto->params()) {
-      const std::string who = graph.op(i).id() + "." + spec.name();
-      if (sourced.count(who)) continue;
-      notes->push_back(who + " has no tensor in " + in +
-                       " (the exporter left it out); its trained values are not in " + options.out +
-                       ", only in an .npz export (--out FILE.npz)");
+  void note_unsourced() {
+    std::set<std::string> sourced;
+    for (const auto& src : graph_.model().param_sources()) {
+      sourced.insert(src.op() + "." + src.param());
+    }
+    for (int i = 0; i < graph_.num_ops() && notes_ != nullptr; ++i) {
+      for (const auto& spec : graph_.op(i).proto->params()) {
+        const std::string who = graph_.op(i).id() + "." + spec.name();
+        if (sourced.count(who)) continue;
+        notes_->push_back(who + " has no tensor in " + in_ +
+                          " (the exporter left it out); its trained values are not in " +
+                          options_.out + ", only in an .npz export (--out FILE.npz)");
+      }
     }
   }
-  auto set_values = [&tensors](onnx::TensorProto& t) {
-    const auto& v = tensors[t.name()].second;
+
+  void set_values(onnx::TensorProto& t) {
+    const auto& v = tensors_[t.name()].second;
     t.clear_float_data();
     t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
-  };
-  std::set<std::string> written;
-  for (auto& t : *g->mutable_initializer()) {
-    if (!touched.count(t.name())) continue;  // untrained tensors stay byte for byte
-    set_values(t);
-    written.insert(t.name());
   }
-  for (const auto& tensor : touched) {
-    if (written.count(tensor)) continue;
-    if (auto id = identity_of.find(tensor); id != identity_of.end()) {
-      g->mutable_node(id->second)->set_op_type("");  // removed below
+
+  // The touched tensors into the model: initializers rewritten, the others added (a weight input
+  // of a graph-only export, an Identity's output, whose node goes).
+  void write_tensors() {
+    std::set<std::string> written;
+    for (auto& t : *g_->mutable_initializer()) {
+      if (!touched_.count(t.name())) continue;  // untrained tensors stay byte for byte
+      set_values(t);
+      written.insert(t.name());
     }
-    auto* t = g->add_initializer();  // a weight input of a graph-only export, an Identity
-    t->set_name(tensor);
-    t->set_data_type(kOnnxFloat);
-    for (int64_t d : tensors[tensor].first) t->add_dims(d);
-    set_values(*t);
+    for (const auto& tensor : touched_) {
+      if (written.count(tensor)) continue;
+      if (auto id = identity_of_.find(tensor); id != identity_of_.end()) {
+        g_->mutable_node(id->second)->set_op_type("");  // removed below
+      }
+      auto* t = g_->add_initializer();
+      t->set_name(tensor);
+      t->set_data_type(kOnnxFloat);
+      for (int64_t d : tensors_[tensor].first) t->add_dims(d);
+      set_values(*t);
+    }
+    auto* nodes = g_->mutable_node();
+    nodes->erase(std::remove_if(nodes->begin(), nodes->end(),
+                                [](const onnx::NodeProto& n) { return n.op_type().empty(); }),
+                 nodes->end());
   }
-  auto* nodes = g->mutable_node();
-  nodes->erase(std::remove_if(nodes->begin(), nodes->end(),
-                              [](const onnx::NodeProto& n) { return n.op_type().empty(); }),
-               nodes->end());
-  // A model whose weights were kept beside it comes back the same way (`<out>.data`).
-  return graph::write_onnx_file(options.out, onnx_model, file_info.external_data);
-}
+
+  struct Placed {
+    std::string who;
+    std::span<const float> values;
+  };
+
+  const graph::Graph& graph_;
+  const StageRunner& runner_;
+  const ExportOptions& options_;
+  std::vector<std::string>* notes_;
+  const std::string in_;  // the source ONNX file
+  onnx::ModelProto onnx_model_;
+  graph::OnnxFileInfo file_info_;
+  onnx::GraphProto* g_ = nullptr;
+  std::map<std::string, Values> tensors_;
+  std::map<std::string, int> identity_of_;  // node index of each Identity, by its output
+  std::map<std::tuple<std::string, int, int64_t>, Placed> placed_;
+  std::set<std::string> touched_;
+};
 
 // ---- .npz: a zip archive of .npy files, stored uncompressed ------------------------------------
 
@@ -304,7 +358,7 @@ Status export_trained(const graphpipe::v1::ModelGraph& model, const ExportOption
   GP_RETURN_IF_ERROR(load_stage_checkpoint(options.checkpoint, manifest, *graph, training,
                                            trainer->mutable_runner()));
   if (ext == ".npz") return write_npz(*graph, trainer->runner(), options.out);
-  return write_onnx(*graph, trainer->runner(), options, notes);
+  return OnnxExport(*graph, trainer->runner(), options, notes).run();
 }
 
 }  // namespace gp::exec

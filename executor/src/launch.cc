@@ -19,6 +19,11 @@ std::optional<int> parse_count(const std::string& s) {
   return std::atoi(s.c_str());
 }
 
+// Killed by a signal that neither the launcher nor a node daemon sent.
+bool killed_by_own_signal(const RankExit& exit) {
+  return exit.status > 128 && !exit.stopped_by_launcher;
+}
+
 }  // namespace
 
 Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::string& file) {
@@ -120,6 +125,22 @@ Verdict parse_verdict(const std::string& text, int nprocs) {
   return v;
 }
 
+void FailureRanking::add(int rank, const RankExit& exit, int64_t exited_at) {
+  const bool signal = killed_by_own_signal(exit);
+  const bool outranks =
+      cause_ < 0 || (signal != killed_by_own_signal(cause_exit_) ? signal : exited_at < cause_at_);
+  if (!outranks) {
+    others_.push_back({rank, exit});
+    return;
+  }
+  if (cause_ >= 0) others_.push_back({cause_, cause_exit_});
+  cause_ = rank;
+  cause_exit_ = exit;
+  cause_at_ = exited_at;
+}
+
+bool FailureRanking::own_signal() const { return cause_ >= 0 && killed_by_own_signal(cause_exit_); }
+
 Attribution attribute_failure(const std::vector<RankExit>& ranks,
                               const std::optional<Verdict>& verdict, int stop_signal) {
   const int n = static_cast<int>(ranks.size());
@@ -127,15 +148,14 @@ Attribution attribute_failure(const std::vector<RankExit>& ranks,
     const int rc = ranks[r].status;
     return rc != 0 && (stop_signal == 0 || rc != 128 + stop_signal);
   };
-  int signaled = -1, stopped = -1, first = -1;
+  // In rank order without exit times: the first rank killed by a signal of its own, else the
+  // first rank that failed.
+  FailureRanking ranking;
+  int stopped = -1;
   for (int r = 0; r < n; ++r) {
     if (!failed(r)) continue;
-    if (first < 0) first = r;
-    if (ranks[r].stopped_by_launcher) {
-      if (stopped < 0) stopped = r;
-    } else if (ranks[r].status > 128 && signaled < 0) {
-      signaled = r;
-    }
+    ranking.add(r, ranks[r], 0);
+    if (ranks[r].stopped_by_launcher && stopped < 0) stopped = r;
   }
   // The verdict's rank counts only when it did fail (a rank that exited 0 is not to blame).
   int blamed = verdict && verdict->failed_rank >= 0 && verdict->failed_rank < n &&
@@ -143,10 +163,14 @@ Attribution attribute_failure(const std::vector<RankExit>& ranks,
                    ? verdict->failed_rank
                    : -1;
   Attribution a;
-  for (int candidate : {signaled, blamed, stopped, first}) {
-    if (candidate >= 0) {
-      a.failed_rank = candidate;
-      break;
+  if (ranking.own_signal()) {
+    a.failed_rank = ranking.cause();
+  } else {
+    for (int candidate : {blamed, stopped, ranking.cause()}) {
+      if (candidate >= 0) {
+        a.failed_rank = candidate;
+        break;
+      }
     }
   }
   if (a.failed_rank < 0) {

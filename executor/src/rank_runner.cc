@@ -26,26 +26,25 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan
                                                        const graph::Graph& graph,
                                                        const graph::PlanIndex& index, int rank,
                                                        const Device& device) {
+  GP_ASSIGN_OR_RETURN(RankProgram program, lower_rank_program(plan, graph, index, rank));
+  return create(std::move(program), graph, plan.training(), device);
+}
+
+Result<std::unique_ptr<RankRunner>> RankRunner::create(
+    RankProgram program, const graph::Graph& graph, const graphpipe::v1::TrainingConfig& training,
+    const Device& device, const DataSource* data) {
   auto r = std::unique_ptr<RankRunner>(new RankRunner());
-  GP_ASSIGN_OR_RETURN(r->program_, lower_rank_program(plan, graph, index, rank));
-  RankProgram& p = r->program_;
+  r->program_ = std::move(program);
+  const RankProgram& p = r->program_;
   if (!p.world.empty()) r->norm_sum_.assign(1, 0.0f);
-  GP_ASSIGN_OR_RETURN(r->runner_,
-                      StageRunner::create(graph, index.stage_ops[p.stage], p.exports, p.per_replica,
-                                          p.slots, plan.training(), p.relays, device));
+  StageOptions options;
+  options.max_batch = p.per_replica;
+  options.slots = p.slots;
+  options.training = training;
+  options.device = &device;
+  options.data = data;
+  GP_ASSIGN_OR_RETURN(r->runner_, StageRunner::create(graph, p.layout, options));
   const StageRunner& runner = *r->runner_;
-  // Bind: every piece of a message to the runner's tensor.
-  for (Step& step : p.steps) {
-    for (Piece& piece : step.pieces) {
-      piece.index =
-          piece.exported ? runner.export_index(piece.tensor) : runner.external_index(piece.tensor);
-      if (piece.index < 0) {
-        return invalid_argument("plan: rank " + std::to_string(rank) + " holds no tensor '" +
-                                piece.tensor.op() + "' for instruction " +
-                                std::to_string(step.instruction));
-      }
-    }
-  }
   r->staging_.assign(p.max_message_bytes, std::byte{0});
   if (!runner.host_memory()) {
     r->grad_scratch_.assign(p.max_piece_bytes / sizeof(float), 0.0f);
@@ -233,69 +232,20 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
     return failed_precondition("rank " + std::to_string(program_.rank) +
                                ": run_iteration before bind (no data plane)");
   }
-  Communicator& comm = *comm_;
   StageRunner& runner = *runner_;
   runner.zero_param_grads();
   double loss = 0;
-  const float scale = 1.0f / static_cast<float>(program_.mini_batch);
   // Alternate tags between iterations so a fast rank's next iteration never meets a message
   // of the previous one.
   const uint64_t parity = static_cast<uint64_t>(iteration & 1) << 63;
   const bool tracing = trace_capacity_ > 0;
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     const Step& s = program_.steps[i];
-    std::byte* message = message_of_step_[i];
     current_.store(s.instruction, std::memory_order_relaxed);
     const double start_us = tracing ? now_us() : 0;
-    Status st;
-    switch (s.op) {
-      case StepOp::kForward:
-        runner.forward(s.slot, program_.per_replica, iteration, s.first_sample);
-        if (runner.has_loss()) loss += runner.loss_sum(s.slot);
-        break;
-      case StepOp::kBeginBackward:
-        runner.begin_backward(s.slot);
-        break;
-      case StepOp::kBackward:
-        runner.backward(s.slot, scale);
-        break;
-      case StepOp::kSend: {
-        st = (this->*pack_)(s, message);
-        if (st.ok())
-          st = comm.send(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
-        break;
-      }
-      case StepOp::kRecv: {
-        st = comm.recv(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
-        if (st.ok()) st = (this->*unpack_)(s, message);
-        break;
-      }
-      case StepOp::kAllReduce:
-        st = (this->*allreduce_)();
-        break;
-      case StepOp::kOptimizer:
-        if (!program_.world.empty()) st = clip_grads();
-        if (st.ok()) runner.optimizer_step(iteration + 1);
-        break;
-    }
+    Status st = run_step(s, message_of_step_[i], iteration, parity, loss);
     if (synchronize_traced_steps_ && st.ok()) st = runner.synchronize();
-    if (tracing && trace_.size() < trace_capacity_ && s.op != StepOp::kSend &&
-        s.op != StepOp::kBeginBackward) {
-      TraceEvent e{};
-      e.kind = s.op == StepOp::kForward     ? TraceEvent::kForward
-               : s.op == StepOp::kBackward  ? TraceEvent::kBackward
-               : s.op == StepOp::kRecv      ? TraceEvent::kRecv
-               : s.op == StepOp::kAllReduce ? TraceEvent::kAllReduce
-                                            : TraceEvent::kOptimizer;
-      e.stage = program_.stage;
-      e.micro_batch = s.micro_batch;
-      e.peer = s.peer;
-      e.gradient = s.gradient;
-      e.bytes = s.bytes;
-      e.start_us = start_us;
-      e.end_us = now_us();
-      trace_.push_back(e);  // capacity reserved in enable_trace: no allocation
-    }
+    if (tracing) record(s, start_us);
     if (!st.ok()) {
       return st.with_context("rank " + std::to_string(program_.rank) + ", iteration " +
                              std::to_string(iteration) + ", instruction " +
@@ -305,7 +255,7 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
   current_.store(-1, std::memory_order_relaxed);
   // The staging regions are reused next iteration, and a transfer's failure belongs to this one
   // (a host data plane has nothing in flight).
-  if (Status st = comm.wait_all(); !st.ok()) {
+  if (Status st = comm_->wait_all(); !st.ok()) {
     return st.with_context("rank " + std::to_string(program_.rank) + ", iteration " +
                            std::to_string(iteration));
   }
@@ -316,6 +266,63 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
                            std::string(runner.device().name()));
   }
   return loss;
+}
+
+Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t parity,
+                            double& loss) {
+  Communicator& comm = *comm_;
+  StageRunner& runner = *runner_;
+  Status st;
+  switch (s.op) {
+    case StepOp::kForward:
+      runner.forward(s.slot, program_.per_replica, iteration, s.first_sample);
+      if (runner.has_loss()) loss += runner.loss_sum(s.slot);
+      break;
+    case StepOp::kBeginBackward:
+      runner.begin_backward(s.slot);
+      break;
+    case StepOp::kBackward:
+      runner.backward(s.slot, 1.0f / static_cast<float>(program_.mini_batch));
+      break;
+    case StepOp::kSend: {
+      st = (this->*pack_)(s, message);
+      if (st.ok()) st = comm.send(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
+      break;
+    }
+    case StepOp::kRecv: {
+      st = comm.recv(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
+      if (st.ok()) st = (this->*unpack_)(s, message);
+      break;
+    }
+    case StepOp::kAllReduce:
+      st = (this->*allreduce_)();
+      break;
+    case StepOp::kOptimizer:
+      if (!program_.world.empty()) st = clip_grads();
+      if (st.ok()) runner.optimizer_step(iteration + 1);
+      break;
+  }
+  return st;
+}
+
+void RankRunner::record(const Step& s, double start_us) {
+  if (trace_.size() >= trace_capacity_ || s.op == StepOp::kSend || s.op == StepOp::kBeginBackward) {
+    return;
+  }
+  TraceEvent e{};
+  e.kind = s.op == StepOp::kForward     ? TraceEvent::kForward
+           : s.op == StepOp::kBackward  ? TraceEvent::kBackward
+           : s.op == StepOp::kRecv      ? TraceEvent::kRecv
+           : s.op == StepOp::kAllReduce ? TraceEvent::kAllReduce
+                                        : TraceEvent::kOptimizer;
+  e.stage = program_.stage;
+  e.micro_batch = s.micro_batch;
+  e.peer = s.peer;
+  e.gradient = s.gradient;
+  e.bytes = s.bytes;
+  e.start_us = start_us;
+  e.end_us = now_us();
+  trace_.push_back(e);  // capacity reserved in enable_trace: no allocation
 }
 
 void RankRunner::enable_trace(size_t max_events) {

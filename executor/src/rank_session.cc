@@ -34,22 +34,22 @@ Result<std::unique_ptr<RankSession>> RankSession::open(std::shared_ptr<const Loa
   std::unique_ptr<RankSession> s(new RankSession());
   s->plan_ = std::move(plan);
   const LoadedPlan& p = *s->plan_;
-  GP_ASSIGN_OR_RETURN(s->runner_,
-                      RankRunner::create(p.plan(), p.graph(), p.index(), o.rank,
-                                         o.device != nullptr ? *o.device : cpu_device()));
+  GP_ASSIGN_OR_RETURN(RankProgram program,
+                      lower_rank_program(p.plan(), p.graph(), p.index(), o.rank));
   if (!o.data_dir.empty()) {
     GP_ASSIGN_OR_RETURN(
-        s->data_, open_stage_data(o.data_dir, p.graph(), s->runner_->stage_runner().op_indices(),
+        s->data_, open_stage_data(o.data_dir, p.graph(), program.layout.op_indices(),
                                   p.plan().mini_batch(), o.shuffle, p.plan().training().seed()));
-    s->runner_->mutable_stage_runner().set_data(s->data_.get());
   }
+  GP_ASSIGN_OR_RETURN(
+      s->runner_,
+      RankRunner::create(std::move(program), p.graph(), p.plan().training(),
+                         o.device != nullptr ? *o.device : cpu_device(), s->data_.get()));
   if (o.trace_events > 0) s->runner_->enable_trace(o.trace_events);
   return s;
 }
 
-RankSession::~RankSession() {
-  if (runner_ != nullptr) runner_->mutable_stage_runner().set_data(nullptr);
-}
+RankSession::~RankSession() = default;
 
 bool RankSession::checkpoint_writer() const {
   const auto& mine = plan().stages(stage());

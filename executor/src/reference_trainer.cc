@@ -9,7 +9,7 @@ namespace gp::exec {
 
 Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
     const graph::Graph& graph, int64_t mini_batch, int64_t micro_batch,
-    const graphpipe::v1::TrainingConfig& training, const Device& device) {
+    const graphpipe::v1::TrainingConfig& training, const Device& device, const DataSource* data) {
   if (mini_batch <= 0) {
     return invalid_argument("--batch = " + std::to_string(mini_batch) + ", must be > 0");
   }
@@ -21,9 +21,14 @@ Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
   auto trainer = std::unique_ptr<ReferenceTrainer>(new ReferenceTrainer());
   std::vector<int> ops(graph.num_ops());
   std::iota(ops.begin(), ops.end(), 0);
-  GP_ASSIGN_OR_RETURN(trainer->runner_,
-                      StageRunner::create(graph, ops, {}, micro_batch, /*slots=*/1, training,
-                                          /*relays=*/{}, device));
+  GP_ASSIGN_OR_RETURN(StageLayout layout, layout_stage(graph, std::move(ops)));
+  StageOptions options;
+  options.max_batch = micro_batch;
+  options.slots = 1;
+  options.training = training;
+  options.device = &device;
+  options.data = data;
+  GP_ASSIGN_OR_RETURN(trainer->runner_, StageRunner::create(graph, std::move(layout), options));
   if (training.clip_grad_norm() > 0 && !trainer->runner_->host_memory()) {
     trainer->clip_scratch_.assign(static_cast<size_t>(trainer->runner_->param_count()), 0.0f);
   }

@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <map>
-#include <set>
 #include <string>
 
+#include "backend.h"
 #include "gp/exec/init.h"
 
 namespace gp::exec {
@@ -29,179 +28,155 @@ void require_host(bool host, const char* what) {
 
 }  // namespace
 
-Result<std::unique_ptr<StageRunner>> StageRunner::create(
-    const graph::Graph& graph, std::vector<int> ops, std::vector<graphpipe::v1::TensorRef> exports,
-    int64_t max_batch, int slots, const graphpipe::v1::TrainingConfig& training,
-    std::vector<graphpipe::v1::TensorRef> relays, const Device& device) {
-  if (ops.empty()) return invalid_argument("stage: no operators");
-  if (max_batch <= 0 || slots <= 0) {
-    return invalid_argument("stage: max_batch = " + std::to_string(max_batch) +
-                            " and slots = " + std::to_string(slots) + " must be positive");
+Result<std::unique_ptr<StageRunner>> StageRunner::create(const graph::Graph& graph,
+                                                         StageLayout layout,
+                                                         const StageOptions& options) {
+  if (options.max_batch <= 0 || options.slots <= 0) {
+    return invalid_argument("stage: max_batch = " + std::to_string(options.max_batch) +
+                            " and slots = " + std::to_string(options.slots) + " must be positive");
   }
-  std::vector<int> position(graph.num_ops());
-  for (int i = 0; i < graph.num_ops(); ++i) position[graph.topo_order()[i]] = i;
-  std::vector<char> in_stage(graph.num_ops(), 0);
-  for (int op : ops) {
-    if (op < 0 || op >= graph.num_ops() || in_stage[op]) {
-      return invalid_argument("stage: op index " + std::to_string(op) + " invalid or repeated");
-    }
-    in_stage[op] = 1;
-  }
-  std::sort(ops.begin(), ops.end(), [&](int a, int b) { return position[a] < position[b]; });
-
   auto runner = std::unique_ptr<StageRunner>(new StageRunner());
-  StageRunner& r = *runner;
-  r.graph_ = &graph;
-  r.device_ = &device;
-  r.host_ = device.host_memory();
-  r.max_batch_ = max_batch;
-  r.slots_ = slots;
-  r.seed_ = training.seed();
-  GP_ASSIGN_OR_RETURN(Optimizer opt, Optimizer::create(training));
-  r.optimizer_ = std::make_unique<Optimizer>(opt);
-  r.last_batch_.assign(slots, 0);
-
-  // Gradients of tensors that cross the stage's boundary (received or sent) are kept per slot, as
-  // they wait for the data plane; the others live only inside one backward, so one copy serves
-  // every slot.
-  std::set<std::pair<std::string, int>> crossing;
-  for (const auto& ref : exports) crossing.insert({ref.op(), ref.output()});
-  for (const auto& ref : relays) crossing.insert({ref.op(), ref.output()});
-  std::map<std::pair<std::string, int>, int> tensor_of;
-  auto add_tensor = [&](const graphpipe::v1::TensorRef& ref) -> Result<int> {
-    const auto key = std::make_pair(ref.op(), ref.output());
-    if (auto it = tensor_of.find(key); it != tensor_of.end()) return it->second;
-    const auto& producer = graph.op(graph.index_of(ref.op()));
-    const auto& spec = producer.proto->outputs(ref.output());
-    Tensor t;
-    t.info.ref = ref;
-    t.info.per_sample = graph::num_elements(spec);
-    t.info.is_int = graph::is_integer(spec);
-    t.info.needs_grad = !t.info.is_int && !producer.info->is_input;
-    t.grads_per_slot = !in_stage[graph.index_of(ref.op())] || crossing.count(key) > 0;
-    const size_t n = static_cast<size_t>(slots) * max_batch * t.info.per_sample;
-    auto values = zeroed(device, n * element_bytes(t.info));
-    if (!values.ok()) return values.status();
-    t.values = std::move(values).value();
-    r.memory_.activation_bytes += t.values.bytes();
-    if (t.info.needs_grad) {
-      const size_t grad_slots = t.grads_per_slot ? static_cast<size_t>(slots) : 1;
-      auto grads = zeroed(device, grad_slots * max_batch * t.info.per_sample * sizeof(float));
-      if (!grads.ok()) return grads.status();
-      t.grads = std::move(grads).value();
-      (t.grads_per_slot ? r.memory_.activation_bytes : r.memory_.workspace_bytes) +=
-          t.grads.bytes();
-    }
-    r.tensors_.push_back(std::move(t));
-    const int index = static_cast<int>(r.tensors_.size()) - 1;
-    tensor_of[key] = index;
-    if (!in_stage[graph.index_of(ref.op())]) {
-      r.external_index_.push_back(index);
-      r.external_.push_back(r.tensors_[index].info);
-    }
-    return index;
-  };
-
-  size_t param_total = 0;
-  int64_t workspace_floats = 0;  // per sample, the most any kernel of the stage asks for
-  for (int op : ops) {
-    const auto& node = graph.op(op);
-    OpState st;
-    st.op = op;
-    for (const auto& ref : node.proto->inputs()) {
-      GP_ASSIGN_OR_RETURN(const int t, add_tensor(ref));
-      st.inputs.push_back(t);
-    }
-    for (int k = 0; k < node.proto->outputs_size(); ++k) {
-      graphpipe::v1::TensorRef ref;
-      ref.set_op(node.id());
-      ref.set_output(k);
-      GP_ASSIGN_OR_RETURN(const int t, add_tensor(ref));
-      st.outputs.push_back(t);
-    }
-    for (const auto& p : node.proto->params()) {
-      size_t n = 1;
-      for (int64_t d : p.shape()) n *= static_cast<size_t>(d);
-      st.param_offsets.push_back(param_total);
-      st.param_sizes.push_back(n);
-      param_total += n;
-    }
-    auto kernel = device.make_kernel(node);
-    if (!kernel.ok()) return kernel.status();
-    st.kernel = std::move(kernel).value();
-    GP_ASSIGN_OR_RETURN(st.saved,
-                        zeroed(device, static_cast<size_t>(slots) * max_batch *
-                                           st.kernel->saved_floats_per_sample() * sizeof(float)));
-    r.memory_.activation_bytes += st.saved.bytes();
-    workspace_floats = std::max(workspace_floats, st.kernel->workspace_floats_per_sample());
-    st.in_views.resize(st.inputs.size());
-    st.gin_views.resize(st.inputs.size());
-    st.out_views.resize(st.outputs.size());
-    st.gout_views.resize(st.outputs.size());
-    st.param_ptrs.resize(st.param_offsets.size());
-    st.grad_ptrs.resize(st.param_offsets.size());
-    if (node.info->is_loss) r.loss_ops_.push_back(static_cast<int>(r.ops_.size()));
-    r.ops_.push_back(std::move(st));
-  }
-  for (const auto& ref : relays) {
-    const int producer = graph.index_of(ref.op());
-    if (producer < 0 || in_stage[producer] || ref.output() < 0 ||
-        ref.output() >= graph.op(producer).proto->outputs_size()) {
-      return invalid_argument("stage: relay '" + ref.op() + "':" + std::to_string(ref.output()) +
-                              " is not a tensor produced outside the stage");
-    }
-    GP_RETURN_IF_ERROR(add_tensor(ref).status());
-  }
-  GP_ASSIGN_OR_RETURN(r.workspace_, zeroed(device, static_cast<size_t>(max_batch) *
-                                                       workspace_floats * sizeof(float)));
-  r.memory_.workspace_bytes += r.workspace_.bytes();
-  r.param_count_ = static_cast<int64_t>(param_total);
-  GP_ASSIGN_OR_RETURN(r.weights_, zeroed(device, param_total * sizeof(float)));
-  GP_ASSIGN_OR_RETURN(r.grads_, zeroed(device, param_total * sizeof(float)));
-  GP_ASSIGN_OR_RETURN(
-      r.opt_state_, zeroed(device, param_total * static_cast<size_t>(r.optimizer_->state_floats()) *
-                                       sizeof(float)));
-  r.memory_.weight_bytes = r.weights_.bytes();
-  r.memory_.gradient_bytes = r.grads_.bytes();
-  r.memory_.optimizer_bytes = r.opt_state_.bytes();
-  // Initial parameters are generated on the host: in place on the CPU, else staged and copied.
-  std::vector<float> init_staging(r.host_ ? 0 : param_total);
-  float* init = r.host_ ? r.weights_.f() : init_staging.data();
-  for (auto& st : r.ops_) {
-    const auto& node = graph.op(st.op);
-    for (size_t p = 0; p < st.param_offsets.size(); ++p) {
-      init_param(node, static_cast<int>(p), r.seed_,
-                 std::span<float>(init + st.param_offsets[p], st.param_sizes[p]));
-      st.param_ptrs[p] = r.weights_.f() + st.param_offsets[p];
-      st.grad_ptrs[p] = r.grads_.f() + st.param_offsets[p];
-    }
-  }
-  if (!r.host_) {
-    GP_RETURN_IF_ERROR(
-        device.copy_from_host(r.weights_.data(), init_staging.data(), param_total * sizeof(float)));
-    size_t input_bytes = 0;
-    for (const auto& st : r.ops_) {
-      if (!graph.op(st.op).info->is_input) continue;
-      const Tensor& t = r.tensors_[st.outputs[0]];
-      input_bytes = std::max(
-          input_bytes, static_cast<size_t>(max_batch) * t.info.per_sample * element_bytes(t.info));
-    }
-    r.input_staging_.assign(input_bytes, std::byte{0});
-    r.float_staging_.assign(static_cast<size_t>(max_batch), 0.0f);
-  }
-  for (const auto& ref : exports) {
-    const int producer = graph.index_of(ref.op());
-    auto it = tensor_of.find({ref.op(), ref.output()});
-    if (producer < 0 || !in_stage[producer] || it == tensor_of.end()) {
-      return invalid_argument("stage: export '" + ref.op() + "':" + std::to_string(ref.output()) +
-                              " is not produced by the stage");
-    }
-    r.export_index_.push_back(it->second);
-    r.exports_.push_back(r.tensors_[it->second].info);
-  }
-  GP_RETURN_IF_ERROR(
-      device.synchronize().with_context("stage set-up on " + std::string(device.name())));
+  GP_RETURN_IF_ERROR(runner->init(graph, std::move(layout), options));
   return runner;
+}
+
+Status StageRunner::init(const graph::Graph& graph, StageLayout layout,
+                         const StageOptions& options) {
+  const Device& device = options.device != nullptr ? *options.device : cpu_device();
+  graph_ = &graph;
+  device_ = &device;
+  host_ = device.host_memory();
+  max_batch_ = options.max_batch;
+  slots_ = options.slots;
+  seed_ = options.training.seed();
+  data_ = options.data;
+  layout_ = std::move(layout);
+  GP_ASSIGN_OR_RETURN(Optimizer opt, Optimizer::create(options.training));
+  optimizer_ = std::make_unique<Optimizer>(opt);
+  last_batch_.assign(slots_, 0);
+  // An op the device's backend has no kernel for is refused before any buffer is allocated.
+  for (const StageLayout::Op& op : layout_.ops) {
+    GP_RETURN_IF_ERROR(check_kernel(device, graph.op(op.op)));
+  }
+  GP_RETURN_IF_ERROR(build_ops());
+  GP_RETURN_IF_ERROR(allocate_tensors(layout_.tensors.size()));  // the relays
+  GP_RETURN_IF_ERROR(allocate_params());
+  GP_RETURN_IF_ERROR(init_params());
+  allocate_staging();
+  bind_boundary();
+  return device.synchronize().with_context("stage set-up on " + std::string(device.name()));
+}
+
+Status StageRunner::build_ops() {
+  for (const StageLayout::Op& op : layout_.ops) {
+    // Tensors are numbered by first use: an op's outputs are the last it introduces.
+    size_t end = tensors_.size();
+    for (int t : op.inputs) end = std::max(end, static_cast<size_t>(t) + 1);
+    for (int t : op.outputs) end = std::max(end, static_cast<size_t>(t) + 1);
+    GP_RETURN_IF_ERROR(allocate_tensors(end));
+    GP_RETURN_IF_ERROR(build_kernel(op));
+  }
+  return ok_status();
+}
+
+Status StageRunner::allocate_tensors(size_t end) {
+  const Device& device = *device_;
+  for (size_t i = tensors_.size(); i < end; ++i) {
+    const StageLayout::Tensor& planned = layout_.tensors[i];
+    Tensor t;
+    t.info = planned.info;
+    t.grads_per_slot = planned.grads_per_slot;
+    const size_t n = static_cast<size_t>(slots_) * max_batch_ * t.info.per_sample;
+    GP_ASSIGN_OR_RETURN(t.values, zeroed(device, n * element_bytes(t.info)));
+    memory_.activation_bytes += t.values.bytes();
+    if (t.info.needs_grad) {
+      const size_t grad_slots = t.grads_per_slot ? static_cast<size_t>(slots_) : 1;
+      GP_ASSIGN_OR_RETURN(
+          t.grads, zeroed(device, grad_slots * max_batch_ * t.info.per_sample * sizeof(float)));
+      (t.grads_per_slot ? memory_.activation_bytes : memory_.workspace_bytes) += t.grads.bytes();
+    }
+    tensors_.push_back(std::move(t));
+  }
+  return ok_status();
+}
+
+Status StageRunner::build_kernel(const StageLayout::Op& op) {
+  const auto& node = graph_->op(op.op);
+  OpState st;
+  st.op = op.op;
+  st.inputs = op.inputs;
+  st.outputs = op.outputs;
+  st.param_offsets = op.param_offsets;
+  st.param_sizes = op.param_sizes;
+  GP_ASSIGN_OR_RETURN(st.kernel, device_->make_kernel(node));
+  GP_ASSIGN_OR_RETURN(st.saved,
+                      zeroed(*device_, static_cast<size_t>(slots_) * max_batch_ *
+                                           st.kernel->saved_floats_per_sample() * sizeof(float)));
+  memory_.activation_bytes += st.saved.bytes();
+  workspace_floats_ = std::max(workspace_floats_, st.kernel->workspace_floats_per_sample());
+  st.in_views.resize(st.inputs.size());
+  st.gin_views.resize(st.inputs.size());
+  st.out_views.resize(st.outputs.size());
+  st.gout_views.resize(st.outputs.size());
+  st.param_ptrs.resize(st.param_offsets.size());
+  st.grad_ptrs.resize(st.param_offsets.size());
+  if (node.info->is_loss) loss_ops_.push_back(static_cast<int>(ops_.size()));
+  ops_.push_back(std::move(st));
+  return ok_status();
+}
+
+Status StageRunner::allocate_params() {
+  const Device& device = *device_;
+  const size_t param_total = layout_.param_count;
+  GP_ASSIGN_OR_RETURN(workspace_, zeroed(device, static_cast<size_t>(max_batch_) *
+                                                     workspace_floats_ * sizeof(float)));
+  memory_.workspace_bytes += workspace_.bytes();
+  param_count_ = static_cast<int64_t>(param_total);
+  GP_ASSIGN_OR_RETURN(weights_, zeroed(device, param_total * sizeof(float)));
+  GP_ASSIGN_OR_RETURN(grads_, zeroed(device, param_total * sizeof(float)));
+  GP_ASSIGN_OR_RETURN(opt_state_,
+                      zeroed(device, param_total * static_cast<size_t>(optimizer_->state_floats()) *
+                                         sizeof(float)));
+  memory_.weight_bytes = weights_.bytes();
+  memory_.gradient_bytes = grads_.bytes();
+  memory_.optimizer_bytes = opt_state_.bytes();
+  return ok_status();
+}
+
+Status StageRunner::init_params() {
+  // Initial parameters are generated on the host: in place on the CPU, else staged and copied.
+  const size_t param_total = layout_.param_count;
+  std::vector<float> init_staging(host_ ? 0 : param_total);
+  float* init = host_ ? weights_.f() : init_staging.data();
+  for (auto& st : ops_) {
+    const auto& node = graph_->op(st.op);
+    for (size_t p = 0; p < st.param_offsets.size(); ++p) {
+      init_param(node, static_cast<int>(p), seed_,
+                 std::span<float>(init + st.param_offsets[p], st.param_sizes[p]));
+      st.param_ptrs[p] = weights_.f() + st.param_offsets[p];
+      st.grad_ptrs[p] = grads_.f() + st.param_offsets[p];
+    }
+  }
+  if (host_) return ok_status();
+  return device_->copy_from_host(weights_.data(), init_staging.data(), param_total * sizeof(float));
+}
+
+void StageRunner::allocate_staging() {
+  if (host_) return;
+  size_t input_bytes = 0;
+  for (const auto& st : ops_) {
+    if (!graph_->op(st.op).info->is_input) continue;
+    const Tensor& t = tensors_[st.outputs[0]];
+    input_bytes = std::max(
+        input_bytes, static_cast<size_t>(max_batch_) * t.info.per_sample * element_bytes(t.info));
+  }
+  input_staging_.assign(input_bytes, std::byte{0});
+  float_staging_.assign(static_cast<size_t>(max_batch_), 0.0f);
+}
+
+void StageRunner::bind_boundary() {
+  for (int t : layout_.external) external_.push_back(tensors_[t].info);
+  for (int t : layout_.exported) exports_.push_back(tensors_[t].info);
 }
 
 TensorView StageRunner::view(const Tensor& t, int slot, bool grad) const {
@@ -219,34 +194,24 @@ TensorView StageRunner::view(const Tensor& t, int slot, bool grad) const {
 }
 
 int StageRunner::external_index(const graphpipe::v1::TensorRef& ref) const {
-  for (size_t k = 0; k < external_.size(); ++k) {
-    if (external_[k].ref.op() == ref.op() && external_[k].ref.output() == ref.output()) {
-      return static_cast<int>(k);
-    }
-  }
-  return -1;
+  return layout_.external_index(ref);
 }
 
 int StageRunner::export_index(const graphpipe::v1::TensorRef& ref) const {
-  for (size_t k = 0; k < exports_.size(); ++k) {
-    if (exports_[k].ref.op() == ref.op() && exports_[k].ref.output() == ref.output()) {
-      return static_cast<int>(k);
-    }
-  }
-  return -1;
+  return layout_.export_index(ref);
 }
 
 TensorView StageRunner::external_input(int slot, int index) const {
-  return view(tensors_[external_index_[index]], slot, false);
+  return view(tensors_[layout_.external[index]], slot, false);
 }
 TensorView StageRunner::external_input_grad(int slot, int index) const {
-  return view(tensors_[external_index_[index]], slot, true);
+  return view(tensors_[layout_.external[index]], slot, true);
 }
 TensorView StageRunner::export_value(int slot, int index) const {
-  return view(tensors_[export_index_[index]], slot, false);
+  return view(tensors_[layout_.exported[index]], slot, false);
 }
 TensorView StageRunner::export_grad(int slot, int index) const {
-  return view(tensors_[export_index_[index]], slot, true);
+  return view(tensors_[layout_.exported[index]], slot, true);
 }
 
 // Fills the op's preallocated view arrays for `slot` and points the arguments at them.
@@ -491,12 +456,6 @@ Status StageRunner::upload_op_state(int op_index, std::span<const float> in) {
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
   const Range r = op_range(op_index);
   return upload(opt_state_, {r.offset * per, r.size * per}, in, "upload_op_state");
-}
-
-std::vector<int> StageRunner::op_indices() const {
-  std::vector<int> out;
-  for (const auto& st : ops_) out.push_back(st.op);
-  return out;
 }
 
 }  // namespace gp::exec

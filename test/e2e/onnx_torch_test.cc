@@ -418,13 +418,12 @@ void check_two_steps_on_reference_data(const graph::Graph& g, const std::string&
   training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
   training.set_learning_rate(0.1);
   training.set_seed(1);
-  auto trainer = exec::ReferenceTrainer::create(g, batch, 0, training);
-  REQUIRE(trainer.ok());
-  auto data = exec::open_stage_data(dir.string(), g, (*trainer)->runner().op_indices(), batch,
-                                    /*shuffle=*/false, 1);
+  auto data = exec::open_stage_data(dir.string(), g, g.topo_order(), batch, /*shuffle=*/false, 1);
   INFO(data.status().to_string());
   REQUIRE(data.ok());
-  (*trainer)->mutable_runner().set_data(data->get());
+  auto trainer =
+      exec::ReferenceTrainer::create(g, batch, 0, training, exec::cpu_device(), data->get());
+  REQUIRE(trainer.ok());
   auto first = (*trainer)->run_iteration(0);
   auto second = (*trainer)->run_iteration(1);
   REQUIRE(first.ok());

@@ -155,7 +155,9 @@ TEST_CASE("imported ONNX models plan, verify and train exactly like the single-p
     auto g = testing::build_graph(*model);
     const auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
     // Training starts from the imported weights, not from the seeded initialisation.
-    auto fresh = exec::StageRunner::create(g, g.topo_order(), {}, 1, 1, t);
+    auto layout = exec::layout_stage(g, g.topo_order());
+    REQUIRE(layout.ok());
+    auto fresh = exec::StageRunner::create(g, *layout, {.max_batch = 1, .slots = 1, .training = t});
     REQUIRE(fresh.ok());
     int with_values = 0;
     for (const auto& op : g.ops()) {

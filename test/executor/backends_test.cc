@@ -1,10 +1,16 @@
-// The backend table: device names resolve through it, and what a build lacks is said plainly.
+// The backend table: device names resolve through it, what a build lacks is said plainly, and a
+// stage is refused an op its device's backend has no kernel for.
 #include <catch2/catch.hpp>
+#include <set>
 
+#include "../support/models.h"
+#include "../support/op_cases.h"
+#include "backend.h"
 #include "gp/common/version.h"
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
 #include "gp/exec/nccl.h"
+#include "gp/exec/reference_trainer.h"
 
 namespace gp::exec {
 namespace {
@@ -54,6 +60,53 @@ TEST_CASE("the CPU device copies and accumulates floats in host memory") {
   CHECK(a[2] == 33);
   REQUIRE(d.copy_on_device(a, b, sizeof(b)).ok());
   CHECK(a[1] == 20);
+}
+
+TEST_CASE("every op type the CPU backend supports has a kernel factory, and opaque has none") {
+  // The op cases cover every catalogue type but opaque (their graphs hold inputs and losses too).
+  std::set<graph::OpType> made;
+  for (const auto& c : testing::grad_cases()) {
+    const graph::Graph g = testing::build_graph(c.model());
+    for (const auto& op : g.ops()) {
+      INFO(c.name << ": " << op.id() << " (" << op.type() << ")");
+      REQUIRE(cpu_backend().supports(op.op_type()));
+      auto kernel = make_cpu_kernel(op);
+      CHECK(kernel.ok());
+      CHECK(check_kernel(cpu_device(), op).ok());
+      made.insert(op.op_type());
+    }
+  }
+  for (const auto& info : graph::op_catalogue()) {
+    INFO(info.type);
+    CHECK(cpu_backend().supports(info.id) == (info.id != graph::OpType::kOpaque));
+    if (cpu_backend().supports(info.id)) CHECK(made.count(info.id) == 1);
+#if GP_CUDA_BUILT
+    // The CUDA kernels are checked against the CPU's, type by type: the tables must agree.
+    CHECK(cuda_backend().supports(info.id) == cpu_backend().supports(info.id));
+#endif
+  }
+}
+
+TEST_CASE("a stage with an op the backend lacks is refused, naming the op, its type and device") {
+  graph::GraphBuilder b("m", "");
+  auto x = b.input("x", {4});
+  auto y = b.opaque("odd", {x}, graph::make_spec({4}), "Mul", 4.0);
+  b.add_loss(b.mse_loss("loss", y, b.input("t", {4})));
+  const graph::Graph g = testing::build_graph(b.finish());
+  const graph::OpNode& odd = g.op(g.index_of("odd"));
+  REQUIRE(odd.op_type() == graph::OpType::kOpaque);
+  const Status st = check_kernel(cpu_device(), odd);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message() ==
+        "ops[1] 'odd' (opaque): device cpu has no kernel for op type 'opaque'; ONNX operator Mul "
+        "was imported as opaque (--allow-opaque) for planning only and cannot be trained or "
+        "profiled");
+  // Loading the stage refuses it with that error, before any kernel or buffer is made.
+  auto trainer =
+      ReferenceTrainer::create(g, 4, 0, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
+  REQUIRE_FALSE(trainer.ok());
+  CHECK(trainer.status().message() == st.message());
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ struct TempDir {
 
 std::unique_ptr<exec::StageRunner> runner_for(const graph::Graph& g, std::vector<int> ops,
                                               const graphpipe::v1::TrainingConfig& t) {
-  auto r = exec::StageRunner::create(g, std::move(ops), {}, 4, 1, t);
+  auto layout = exec::layout_stage(g, std::move(ops));
+  REQUIRE(layout.ok());
+  auto r = exec::StageRunner::create(g, *layout, {.max_batch = 4, .slots = 1, .training = t});
   INFO(r.status().to_string());
   REQUIRE(r.ok());
   return std::move(r).value();

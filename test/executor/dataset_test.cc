@@ -225,13 +225,14 @@ TEST_CASE("the reference trains on the files' samples: the loss is the data's") 
   t.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
   t.set_learning_rate(1e-12);  // updates too small to matter: every epoch sees one model
   t.set_seed(3);
-  auto trainer = exec::ReferenceTrainer::create(g, 2, 0, t);
-  REQUIRE(trainer.ok());
-  auto synthetic = (*trainer)->run_iteration(0);
+  auto synthetic_trainer = exec::ReferenceTrainer::create(g, 2, 0, t);
+  REQUIRE(synthetic_trainer.ok());
+  auto synthetic = (*synthetic_trainer)->run_iteration(0);
   REQUIRE(synthetic.ok());
-  auto d = exec::open_stage_data(dir.path, g, (*trainer)->runner().op_indices(), 2, false, 3);
+  auto d = exec::open_stage_data(dir.path, g, g.topo_order(), 2, false, 3);
   REQUIRE(d.ok());
-  (*trainer)->mutable_runner().set_data(d->get());
+  auto trainer = exec::ReferenceTrainer::create(g, 2, 0, t, exec::cpu_device(), d->get());
+  REQUIRE(trainer.ok());
   std::vector<double> losses;
   for (int it = 0; it < 4; ++it) {
     auto m = (*trainer)->run_iteration(it);

@@ -35,7 +35,10 @@ graphpipe::v1::TrainingConfig config(graphpipe::v1::OptimizerKind kind) {
 std::unique_ptr<exec::StageRunner> whole_model(const graph::Graph& g, int64_t max_batch, int slots,
                                                const graphpipe::v1::TrainingConfig& t,
                                                const exec::Device& device) {
-  auto r = exec::StageRunner::create(g, g.topo_order(), {}, max_batch, slots, t, {}, device);
+  auto layout = exec::layout_stage(g, g.topo_order());
+  REQUIRE(layout.ok());
+  auto r = exec::StageRunner::create(
+      g, *layout, {.max_batch = max_batch, .slots = slots, .training = t, .device = &device});
   INFO(r.status().to_string());
   REQUIRE(r.ok());
   return std::move(r).value();
@@ -323,7 +326,10 @@ TEST_CASE("host copies check their sizes, and device errors reach the caller") {
 
   // A device too small for the stage: ResourceExhausted naming the size.
   StagingDevice tiny(4096);
-  auto small = exec::StageRunner::create(g, g.topo_order(), {}, 64, 2, t, {}, tiny);
+  auto layout = exec::layout_stage(g, g.topo_order());
+  REQUIRE(layout.ok());
+  auto small = exec::StageRunner::create(
+      g, *layout, {.max_batch = 64, .slots = 2, .training = t, .device = &tiny});
   REQUIRE_FALSE(small.ok());
   CHECK(small.status().code() == StatusCode::kResourceExhausted);
 }

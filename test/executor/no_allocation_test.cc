@@ -66,7 +66,10 @@ class NullCommunicator final : public exec::Communicator {
 long step_allocations(const graph::Graph& g) {
   std::vector<int> ops(g.num_ops());
   for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
-  auto runner = exec::StageRunner::create(g, ops, {}, 8, 2, adam());
+  auto layout = exec::layout_stage(g, ops);
+  REQUIRE(layout.ok());
+  auto runner =
+      exec::StageRunner::create(g, *layout, {.max_batch = 8, .slots = 2, .training = adam()});
   REQUIRE(runner.ok());
   exec::StageRunner& r = **runner;
   const long before = g_allocations.load();

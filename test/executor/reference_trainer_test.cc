@@ -49,7 +49,10 @@ TEST_CASE("repeated steps on one mini-batch drive its loss down on every tiny zo
     for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
     auto adam = sgd(0.01);
     adam.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
-    auto runner = exec::StageRunner::create(g, ops, {}, 16, 1, adam);
+    auto layout = exec::layout_stage(g, ops);
+    REQUIRE(layout.ok());
+    auto runner =
+        exec::StageRunner::create(g, *layout, {.max_batch = 16, .slots = 1, .training = adam});
     REQUIRE(runner.ok());
     exec::StageRunner& r = **runner;
     double first = 0, last = 0;

@@ -64,8 +64,11 @@ TEST_CASE("a stage runner allocates exactly the memory the planner's model predi
       const std::vector<int> ops(topo.begin() + static_cast<std::ptrdiff_t>(cuts[s]),
                                  topo.begin() + static_cast<std::ptrdiff_t>(cuts[s + 1]));
       INFO(name << " stage " << s << " (" << ops.size() << " ops)");
-      auto runner =
-          gp::exec::StageRunner::create(g, ops, exports_of(g, ops), kMicroBatch, kSlots, training);
+      auto layout = gp::exec::layout_stage(g, ops, exports_of(g, ops));
+      INFO(layout.status().to_string());
+      REQUIRE(layout.ok());
+      auto runner = gp::exec::StageRunner::create(
+          g, *layout, {.max_batch = kMicroBatch, .slots = kSlots, .training = training});
       INFO(runner.status().to_string());
       REQUIRE(runner.ok());
       const gp::exec::StageMemory& held = (*runner)->memory();

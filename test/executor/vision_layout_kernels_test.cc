@@ -230,7 +230,10 @@ TEST_CASE("a small CNN of the new ops fits one mini-batch") {
   adam.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
   adam.set_learning_rate(0.01);
   adam.set_seed(3);
-  auto runner = gp::exec::StageRunner::create(g, ops, {}, 16, 1, adam);
+  auto layout = gp::exec::layout_stage(g, ops);
+  REQUIRE(layout.ok());
+  auto runner =
+      gp::exec::StageRunner::create(g, *layout, {.max_batch = 16, .slots = 1, .training = adam});
   REQUIRE(runner.ok());
   gp::exec::StageRunner& r = **runner;
   double first = 0, last = 0;

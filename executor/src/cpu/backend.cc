@@ -1,5 +1,8 @@
-// The CPU backend's entry in the backend table: one device, "cpu"; ranks exchange host memory.
+// The CPU backend's entry in the backend table: one device, "cpu"; ranks exchange host memory;
+// the reference kernels of every trainable op type.
 #include "backend.h"
+
+#include "cpu/kernel_util.h"
 
 namespace gp::exec {
 namespace {
@@ -11,7 +14,10 @@ Result<const Device*> open_cpu(int /*index*/, MatmulPrecision /*precision*/) {
 }  // namespace
 
 const Backend& cpu_backend() {
-  static const Backend backend{.name = "cpu", .indexed_devices = false, .open_device = open_cpu};
+  static const Backend backend{.name = "cpu",
+                               .indexed_devices = false,
+                               .open_device = open_cpu,
+                               .supports = cpu::has_kernel};
   return backend;
 }
 

@@ -1,102 +1,63 @@
-// make_cpu_kernel: maps an op type to its CPU reference kernel.
-#include <array>
+// make_cpu_kernel: the CPU backend's kernel table, indexed by the op's catalogue type id.
 #include <string>
-#include <string_view>
 
 #include "cpu/kernel_util.h"
+#include "kernel_table.h"
 
 namespace gp::exec {
 namespace {
 
-enum class Kind {
-  kUnknown,
-  kInput,
-  kLinear,
-  kEmbeddingBag,
-  kAttention,
-  kLayerNorm,
-  kRelu,
-  kGelu,
-  kSoftmax,
-  kAdd,
-  kConcat,
-  kSlice,
-  kMseLoss,
-  kSoftmaxCrossEntropy,
-  kMatmul,
-  kScale,
-  kTranspose,
-  kReshape,
-  kConv2d,
-  kMaxPool2d,
-  kAvgPool2d,
-  kBatchNorm,
-  kSigmoid,
-  kTanh,
-  kBroadcastParam,
-  kClip,
-  kMul,
-  kReduce,
-  kBiasAdd,
-  kEmbedding,
-  kOpaque,
-};
+using graph::OpType;
+using Factory = cpu::KernelResult (*)(const graph::OpNode&);
 
-struct KindName {
-  std::string_view type;
-  Kind kind;
-};
-
-constexpr std::array kKinds = {
-    KindName{"input", Kind::kInput},
-    KindName{"linear", Kind::kLinear},
-    KindName{"embedding_bag", Kind::kEmbeddingBag},
-    KindName{"multi_head_attention", Kind::kAttention},
-    KindName{"layer_norm", Kind::kLayerNorm},
-    KindName{"relu", Kind::kRelu},
-    KindName{"gelu", Kind::kGelu},
-    KindName{"softmax", Kind::kSoftmax},
-    KindName{"add", Kind::kAdd},
-    KindName{"concat", Kind::kConcat},
-    KindName{"slice", Kind::kSlice},
-    KindName{"mse_loss", Kind::kMseLoss},
-    KindName{"softmax_cross_entropy", Kind::kSoftmaxCrossEntropy},
-    KindName{"matmul", Kind::kMatmul},
-    KindName{"scale", Kind::kScale},
-    KindName{"transpose", Kind::kTranspose},
-    KindName{"reshape", Kind::kReshape},
-    KindName{"conv2d", Kind::kConv2d},
-    KindName{"max_pool2d", Kind::kMaxPool2d},
-    KindName{"avg_pool2d", Kind::kAvgPool2d},
-    KindName{"batch_norm", Kind::kBatchNorm},
-    KindName{"sigmoid", Kind::kSigmoid},
-    KindName{"tanh", Kind::kTanh},
-    KindName{"broadcast_param", Kind::kBroadcastParam},
-    KindName{"clip", Kind::kClip},
-    KindName{"mul", Kind::kMul},
-    KindName{"reduce", Kind::kReduce},
-    KindName{"bias_add", Kind::kBiasAdd},
-    KindName{"embedding", Kind::kEmbedding},
-    KindName{"opaque", Kind::kOpaque},
-};
-
-Kind kind_of(std::string_view type) {
-  for (const auto& k : kKinds) {
-    if (k.type == type) return k.kind;
-  }
-  return Kind::kUnknown;
-}
+// Every trainable catalogue type; opaque ops (imported for planning only) have no kernel.
+constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
+    {OpType::kInput, &cpu::make_input},
+    {OpType::kLinear, &cpu::make_linear},
+    {OpType::kEmbeddingBag, &cpu::make_embedding_bag},
+    {OpType::kEmbedding, &cpu::make_embedding_bag},  // a bag of one per id
+    {OpType::kAttention, &cpu::make_attention},
+    {OpType::kLayerNorm, &cpu::make_layer_norm},
+    {OpType::kRelu, &cpu::make_relu},
+    {OpType::kGelu, &cpu::make_gelu},
+    {OpType::kSoftmax, &cpu::make_softmax},
+    {OpType::kSigmoid, &cpu::make_sigmoid},
+    {OpType::kTanh, &cpu::make_tanh},
+    {OpType::kClip, &cpu::make_clip},
+    {OpType::kMul, &cpu::make_mul},
+    {OpType::kReduce, &cpu::make_reduce},
+    {OpType::kBiasAdd, &cpu::make_bias_add},
+    {OpType::kBroadcastParam, &cpu::make_broadcast_param},
+    {OpType::kAdd, &cpu::make_add},
+    {OpType::kConcat, &cpu::make_concat},
+    {OpType::kSlice, &cpu::make_slice},
+    {OpType::kMatmul, &cpu::make_matmul},
+    {OpType::kScale, &cpu::make_scale},
+    {OpType::kTranspose, &cpu::make_transpose},
+    {OpType::kReshape, &cpu::make_reshape},
+    {OpType::kConv2d, &cpu::make_conv2d},
+    {OpType::kMaxPool2d, &cpu::make_max_pool2d},
+    {OpType::kAvgPool2d, &cpu::make_avg_pool2d},
+    {OpType::kBatchNorm, &cpu::make_batch_norm},
+    {OpType::kMseLoss, &cpu::make_mse_loss},
+    {OpType::kSoftmaxCrossEntropy, &cpu::make_softmax_cross_entropy},
+});
 
 }  // namespace
 
+namespace cpu {
+
+bool has_kernel(graph::OpType type) { return kKernels[graph::op_type_index(type)] != nullptr; }
+
+}  // namespace cpu
+
 Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
   if (op.proto == nullptr) return invalid_argument("make_cpu_kernel: op has no proto");
-  // The proto's type, not op.type(): an op that never went through Graph::build has no info.
-  const Kind kind = kind_of(op.proto->type());
-  if (kind == Kind::kUnknown) {
+  const graph::OpTypeInfo* info = catalogue_entry(op);
+  if (info == nullptr) {
     return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
   }
-  if (kind == Kind::kOpaque) {
+  if (info->id == OpType::kOpaque) {
     const auto* opaque = std::get_if<graph::OpaqueAttrs>(&op.attrs);
     const std::string name = opaque != nullptr ? opaque->onnx_type : "(unnamed)";
     return cpu::op_error(op, "ONNX operator " + name +
@@ -108,70 +69,11 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
       op.proto->outputs_size() != 1) {
     return cpu::op_error(op, "not a validated graph op (build it with graph::Graph::build)");
   }
-  switch (kind) {
-    case Kind::kInput:
-      return cpu::make_input(op);
-    case Kind::kLinear:
-      return cpu::make_linear(op);
-    case Kind::kEmbeddingBag:
-      return cpu::make_embedding_bag(op);
-    case Kind::kAttention:
-      return cpu::make_attention(op);
-    case Kind::kLayerNorm:
-      return cpu::make_layer_norm(op);
-    case Kind::kRelu:
-      return cpu::make_relu(op);
-    case Kind::kGelu:
-      return cpu::make_gelu(op);
-    case Kind::kSoftmax:
-      return cpu::make_softmax(op);
-    case Kind::kAdd:
-      return cpu::make_add(op);
-    case Kind::kConcat:
-      return cpu::make_concat(op);
-    case Kind::kSlice:
-      return cpu::make_slice(op);
-    case Kind::kMseLoss:
-      return cpu::make_mse_loss(op);
-    case Kind::kSoftmaxCrossEntropy:
-      return cpu::make_softmax_cross_entropy(op);
-    case Kind::kMatmul:
-      return cpu::make_matmul(op);
-    case Kind::kScale:
-      return cpu::make_scale(op);
-    case Kind::kTranspose:
-      return cpu::make_transpose(op);
-    case Kind::kReshape:
-      return cpu::make_reshape(op);
-    case Kind::kConv2d:
-      return cpu::make_conv2d(op);
-    case Kind::kMaxPool2d:
-      return cpu::make_max_pool2d(op);
-    case Kind::kAvgPool2d:
-      return cpu::make_avg_pool2d(op);
-    case Kind::kBatchNorm:
-      return cpu::make_batch_norm(op);
-    case Kind::kSigmoid:
-      return cpu::make_sigmoid(op);
-    case Kind::kTanh:
-      return cpu::make_tanh(op);
-    case Kind::kBroadcastParam:
-      return cpu::make_broadcast_param(op);
-    case Kind::kClip:
-      return cpu::make_clip(op);
-    case Kind::kMul:
-      return cpu::make_mul(op);
-    case Kind::kReduce:
-      return cpu::make_reduce(op);
-    case Kind::kBiasAdd:
-      return cpu::make_bias_add(op);
-    case Kind::kEmbedding:
-      return cpu::make_embedding_bag(op);  // a bag of one per id
-    case Kind::kOpaque:
-    case Kind::kUnknown:
-      break;
+  const Factory make = kKernels[graph::op_type_index(op.op_type())];
+  if (make == nullptr) {
+    return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
   }
-  return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
+  return make(op);
 }
 
 }  // namespace gp::exec

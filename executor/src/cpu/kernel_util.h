@@ -66,4 +66,7 @@ KernelResult make_mul(const graph::OpNode& op);
 KernelResult make_reduce(const graph::OpNode& op);
 KernelResult make_bias_add(const graph::OpNode& op);
 
+// True when the CPU has a kernel for every op of the type (cpu_kernels.cc's table).
+bool has_kernel(graph::OpType type);
+
 }  // namespace gp::exec::cpu

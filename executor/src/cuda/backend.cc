@@ -1,10 +1,11 @@
 // The CUDA backend's entry in the backend table: devices "cuda:N", the NCCL data plane over their
-// memory, and what the CUDA runtime, driver and NCCL report.
+// memory, what the CUDA runtime, driver and NCCL report, and the op types it has kernels for.
 #include "backend.h"
 
 #include "cuda/cuda_device.h"
 #include "cuda/device_query.h"
 #include "cuda/kernel_libraries.h"
+#include "cuda/kernels.h"
 #include "cuda/nccl_entry.h"
 
 namespace gp::exec {
@@ -49,7 +50,8 @@ const Backend& cuda_backend() {
                                .indexed_devices = true,
                                .open_device = cuda::open_cuda_device,
                                .data_plane = &kNccl,
-                               .describe = describe_cuda};
+                               .describe = describe_cuda,
+                               .supports = cuda::has_kernel};
   return backend;
 }
 

@@ -17,6 +17,7 @@
 #include "cuda/kernels.h"
 #include "cuda/optimizer_launch.h"
 #include "gp/exec/optimizer.h"
+#include "kernel_table.h"
 
 namespace gp::exec::cuda {
 namespace {
@@ -26,43 +27,40 @@ std::string cuda_error_text(cudaError_t e) {
 }
 
 using Factory = KernelResult (*)(const graph::OpNode&, const CudaContext&);
+using graph::OpType;
 
-struct KernelFactory {
-  std::string_view type;
-  Factory make;
-};
-
-constexpr std::array kFactories = {
-    KernelFactory{"input", &make_input},
-    KernelFactory{"linear", &make_linear},
-    KernelFactory{"embedding_bag", &make_embedding_bag},
-    KernelFactory{"multi_head_attention", &make_attention},
-    KernelFactory{"layer_norm", &make_layer_norm},
-    KernelFactory{"relu", &make_relu},
-    KernelFactory{"gelu", &make_gelu},
-    KernelFactory{"softmax", &make_softmax},
-    KernelFactory{"add", &make_add},
-    KernelFactory{"concat", &make_concat},
-    KernelFactory{"slice", &make_slice},
-    KernelFactory{"mse_loss", &make_mse_loss},
-    KernelFactory{"softmax_cross_entropy", &make_softmax_cross_entropy},
-    KernelFactory{"matmul", &make_matmul},
-    KernelFactory{"scale", &make_scale},
-    KernelFactory{"transpose", &make_transpose},
-    KernelFactory{"reshape", &make_reshape},
-    KernelFactory{"conv2d", &make_conv2d},
-    KernelFactory{"max_pool2d", &make_max_pool2d},
-    KernelFactory{"avg_pool2d", &make_avg_pool2d},
-    KernelFactory{"batch_norm", &make_batch_norm},
-    KernelFactory{"sigmoid", &make_sigmoid},
-    KernelFactory{"tanh", &make_tanh},
-    KernelFactory{"broadcast_param", &make_broadcast_param},
-    KernelFactory{"clip", &make_clip},
-    KernelFactory{"mul", &make_mul},
-    KernelFactory{"reduce", &make_reduce},
-    KernelFactory{"bias_add", &make_bias_add},
-    KernelFactory{"embedding", &make_embedding_bag},  // a bag of one per id
-};
+// The CUDA kernel of every trainable catalogue type, as the CPU's table (cpu/cpu_kernels.cc).
+constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
+    {OpType::kInput, &make_input},
+    {OpType::kLinear, &make_linear},
+    {OpType::kEmbeddingBag, &make_embedding_bag},
+    {OpType::kEmbedding, &make_embedding_bag},  // a bag of one per id
+    {OpType::kAttention, &make_attention},
+    {OpType::kLayerNorm, &make_layer_norm},
+    {OpType::kRelu, &make_relu},
+    {OpType::kGelu, &make_gelu},
+    {OpType::kSoftmax, &make_softmax},
+    {OpType::kSigmoid, &make_sigmoid},
+    {OpType::kTanh, &make_tanh},
+    {OpType::kClip, &make_clip},
+    {OpType::kMul, &make_mul},
+    {OpType::kReduce, &make_reduce},
+    {OpType::kBiasAdd, &make_bias_add},
+    {OpType::kBroadcastParam, &make_broadcast_param},
+    {OpType::kAdd, &make_add},
+    {OpType::kConcat, &make_concat},
+    {OpType::kSlice, &make_slice},
+    {OpType::kMatmul, &make_matmul},
+    {OpType::kScale, &make_scale},
+    {OpType::kTranspose, &make_transpose},
+    {OpType::kReshape, &make_reshape},
+    {OpType::kConv2d, &make_conv2d},
+    {OpType::kMaxPool2d, &make_max_pool2d},
+    {OpType::kAvgPool2d, &make_avg_pool2d},
+    {OpType::kBatchNorm, &make_batch_norm},
+    {OpType::kMseLoss, &make_mse_loss},
+    {OpType::kSoftmaxCrossEntropy, &make_softmax_cross_entropy},
+});
 
 // Makes the device current on the calling thread before each call: the CUDA current device is
 // per thread, and ranks call kernels from threads the device did not create.
@@ -148,7 +146,8 @@ class CudaDevice final : public Device {
 
   Result<std::unique_ptr<OpKernel>> make_kernel(const graph::OpNode& op) const override {
     if (op.proto == nullptr) return invalid_argument("make_kernel: op has no proto");
-    if (op.proto->type() == "opaque") {
+    const graph::OpTypeInfo* info = catalogue_entry(op);
+    if (info != nullptr && info->id == OpType::kOpaque) {
       return op_error(op,
                       "imported as opaque (--allow-opaque) for planning only; it has no "
                       "kernel and cannot be trained or profiled");
@@ -157,15 +156,15 @@ class CudaDevice final : public Device {
         op.proto->outputs_size() != 1) {
       return op_error(op, "not a validated graph op (build it with graph::Graph::build)");
     }
-    for (const auto& f : kFactories) {
-      if (f.type != op.proto->type()) continue;
-      cudaSetDevice(ctx_.device_index);
-      auto kernel = f.make(op, ctx_);
-      if (!kernel.ok()) return kernel.status();
-      return std::unique_ptr<OpKernel>(
-          new CurrentDeviceKernel(std::move(*kernel), ctx_.device_index));
+    const Factory make = kKernels[graph::op_type_index(op.op_type())];
+    if (make == nullptr) {
+      return op_error(op, "no CUDA kernel for op type '" + op.proto->type() + "'");
     }
-    return op_error(op, "no CUDA kernel for op type '" + op.proto->type() + "'");
+    cudaSetDevice(ctx_.device_index);
+    auto kernel = make(op, ctx_);
+    if (!kernel.ok()) return kernel.status();
+    return std::unique_ptr<OpKernel>(
+        new CurrentDeviceKernel(std::move(*kernel), ctx_.device_index));
   }
 
   bool host_memory() const override { return false; }
@@ -273,6 +272,8 @@ class CudaDevice final : public Device {
 };
 
 }  // namespace
+
+bool has_kernel(graph::OpType type) { return kKernels[graph::op_type_index(type)] != nullptr; }
 
 const CudaContext* context_of(const Device& device) {
   const auto* d = dynamic_cast<const CudaDevice*>(&device);

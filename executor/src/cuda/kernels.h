@@ -49,4 +49,7 @@ KernelResult make_max_pool2d(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_avg_pool2d(const graph::OpNode& op, const CudaContext& ctx);
 KernelResult make_batch_norm(const graph::OpNode& op, const CudaContext& ctx);
 
+// True when CUDA has a kernel for every op of the type (cuda_device.cc's table).
+bool has_kernel(graph::OpType type);
+
 }  // namespace gp::exec::cuda

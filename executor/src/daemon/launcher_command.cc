@@ -6,6 +6,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "gp/common/cli.h"
 #include "gp/exec/checkpoint.h"
 #include "gp/exec/launch.h"
 #include "gp/graph/graph.h"
@@ -47,20 +48,31 @@ Result<std::vector<launch::Host>> read_hosts(const std::string& path) {
 
 }  // namespace
 
-LauncherCommands::LauncherCommands(CLI::App& app) {
-  launcher_ = app.add_subcommand(
-      "launcher",
-      "Decisions of scripts/graphpipe-launch, which only spawns and signals processes: where "
-      "ranks run, whom a failed job is blamed on, whether to re-plan. Each prints KEY VALUE "
-      "lines");
-  launcher_->require_subcommand(1);
+LauncherCommands::LauncherCommands(CLI::App& app)
+    : Command(app.add_subcommand(
+          "launcher",
+          "Decisions of scripts/graphpipe-launch, which only spawns and signals processes: where "
+          "ranks run, whom a failed job is blamed on, whether to re-plan. Each prints KEY VALUE "
+          "lines")) {
+  cmd_->require_subcommand(1);
+  add_hosts();
+  add_place();
+  add_verdict();
+  add_blame();
+  add_clean();
+  add_next();
+  add_tls();
+}
 
-  hosts_ = launcher_->add_subcommand(
+void LauncherCommands::add_hosts() {
+  hosts_ = cmd_->add_subcommand(
       "hosts",
       "Check a hostfile (HOST SLOTS [ADDRESS] per line); print `host HOST SLOTS [ADDRESS]`");
   hosts_->add_option("--hostfile", hostfile_, "the hostfile")->required();
+}
 
-  place_ = launcher_->add_subcommand(
+void LauncherCommands::add_place() {
+  place_ = cmd_->add_subcommand(
       "place",
       "Place a plan's ranks: print `nprocs N`, then `rank R HOST_INDEX LOCAL_RANK DEVICE` per "
       "rank (ranks fill the hosts in order); refuses an --nprocs or hostfile that does not fit");
@@ -76,15 +88,19 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
                      "the hostfile as messages name it (with --hostfile -)");
   place_->add_option("--cuda-visible-devices", cuda_visible_devices_,
                      "local ranks: $CUDA_VISIBLE_DEVICES, which must list a GPU per rank");
+}
 
-  verdict_ = launcher_->add_subcommand(
+void LauncherCommands::add_verdict() {
+  verdict_ = cmd_->add_subcommand(
       "verdict", "Read rank 0's verdict file: print `failed_rank R` (-1: none) and `reason TEXT`");
   verdict_->add_option("--verdict-file", verdict_file_, "the file")->required();
   verdict_->add_option("--nprocs", nprocs_, "ranks of the job")
       ->required()
       ->check(CLI::Range(1, 1 << 20));
+}
 
-  blame_ = launcher_->add_subcommand(
+void LauncherCommands::add_blame() {
+  blame_ = cmd_->add_subcommand(
       "blame",
       "Blame a finished attempt on one rank: print `failed_rank R` (-1: none failed), "
       "`exit_status S` for the launcher, and `message TEXT` when a rank failed");
@@ -101,8 +117,10 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
       ->check(CLI::IsMember({0, 2, 15}))
       ->capture_default_str();
   blame_->add_option("--verdict-file", verdict_file_, "rank 0's verdict, read when it exists");
+}
 
-  clean_ = launcher_->add_subcommand(
+void LauncherCommands::add_clean() {
+  clean_ = cmd_->add_subcommand(
       "clean",
       "After an attempt, once none of its ranks runs: remove the checkpoints it left half-written "
       "(iter-K without a manifest, *.tmp) and the shared-memory rings its killed ranks left in "
@@ -110,8 +128,10 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
   clean_->add_option("--checkpoint-dir", checkpoint_dir_, "the job's checkpoint directory");
   clean_->add_option("--store-dir", store_dir_,
                      "the attempt's store directory, where ranks note their rings");
+}
 
-  next_ = launcher_->add_subcommand(
+void LauncherCommands::add_next() {
+  next_ = cmd_->add_subcommand(
       "next",
       "After an attempt: print `restart 0|1` and `message TEXT`; when restarting also "
       "`exclude_rank R`, `plan FILE`, `attempt K`, `nprocs N`, `checkpoint iter-K` (what it "
@@ -140,8 +160,10 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
       ->check(CLI::IsMember({0, 2, 15}))
       ->capture_default_str();
   next_->add_option("--hostfile", hostfile_, "the attempt's hosts (- reads them from stdin)");
+}
 
-  tls_ = launcher_->add_subcommand(
+void LauncherCommands::add_tls() {
+  tls_ = cmd_->add_subcommand(
       "tls",
       "Check the job's TLS files as rank 0 uses them (it serves the coordinator and connects to "
       "it: all three are needed); print `cert PATH`, `key PATH`, `ca PATH`, made absolute");
@@ -150,7 +172,9 @@ LauncherCommands::LauncherCommands(CLI::App& app) {
   tls_->add_option("--tls-ca", tls_options_.ca, "PEM CA certificate(s)");
 }
 
-Status LauncherCommands::run() const {
+int LauncherCommands::run() { return gp::cli::report("graphpipe-launch", decide()); }
+
+Status LauncherCommands::decide() const {
   if (hosts_->parsed()) return hosts();
   if (place_->parsed()) return place();
   if (verdict_->parsed()) return verdict();
@@ -289,6 +313,10 @@ Status LauncherCommands::next() const {
   emit("checkpoint", checkpoint);
   emit_hosts(step.hosts);
   return ok_status();
+}
+
+std::unique_ptr<Command> add_launcher_command(CLI::App& app) {
+  return std::make_unique<LauncherCommands>(app);
 }
 
 }  // namespace gp::exec::daemon

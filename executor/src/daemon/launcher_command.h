@@ -7,20 +7,31 @@
 #include <string>
 #include <vector>
 
+#include "commands.h"
 #include "gp/common/status.h"
 #include "gp/exec/tls.h"
 
 namespace gp::exec::daemon {
 
-class LauncherCommands {
+class LauncherCommands final : public Command {
  public:
   // Adds `launcher` and its subcommands to `app`.
   explicit LauncherCommands(CLI::App& app);
-  bool parsed() const { return launcher_->parsed(); }
-  // Carries out the subcommand that was parsed.
-  Status run() const;
+  // Carries out the subcommand that was parsed; its errors are the launcher's.
+  int run() override;
 
  private:
+  // Each launcher subcommand and its flags.
+  void add_hosts();
+  void add_place();
+  void add_verdict();
+  void add_blame();
+  void add_clean();
+  void add_next();
+  void add_tls();
+
+  // The decision of the subcommand that was parsed.
+  Status decide() const;
   Status hosts() const;
   Status place() const;
   Status verdict() const;
@@ -29,7 +40,6 @@ class LauncherCommands {
   Status next() const;
   Status tls() const;
 
-  CLI::App* launcher_ = nullptr;
   CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
            *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr;
   TlsOptions tls_options_;

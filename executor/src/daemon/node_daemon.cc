@@ -102,6 +102,10 @@ void terminate(RankProc& r) {
   r.kill_at = std::chrono::steady_clock::now() + kKillGrace;
 }
 
+grpc::Status bad_request(const std::string& msg) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
+}
+
 struct Job {
   std::vector<RankProc> ranks;
   std::string verdict_path;  // rank 0, when here, names the rank the coordinator blamed
@@ -147,89 +151,22 @@ class Daemon final : public pb::NodeDaemon::Service {
   grpc::Status StartRanks(grpc::ServerContext* ctx, const pb::StartRanksRequest* req,
                           pb::StartRanksResponse* out) override {
     if (auto st = authenticate(*ctx); !st.ok()) return st;
-    auto bad = [](const std::string& msg) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
-    };
-    const std::string& id = req->job_id();
-    if (id.empty() || id.find('/') != std::string::npos || id.find("..") != std::string::npos) {
-      return bad("job_id = '" + id + "': must be a plain non-empty name");
-    }
-    pb::Plan plan;
-    if (!plan.ParseFromString(req->plan())) return bad("plan: not a serialized graphpipe.v1.Plan");
-    // The ranks' sessions load it the same way; refusing here tells `submit` why, before any
-    // rank starts.
-    if (auto loaded = LoadedPlan::from(plan); !loaded.ok()) {
-      return bad("plan: " + loaded.status().message());
-    }
-    if (req->world_size() != plan.programs_size()) {
-      return bad("world_size = " + std::to_string(req->world_size()) + ", the plan has " +
-                 std::to_string(plan.programs_size()) + " ranks");
-    }
-    if (req->ranks_size() == 0) return bad("ranks: none to start");
-    for (int r : req->ranks()) {
-      if (r < 0 || r >= req->world_size()) {
-        return bad("ranks: " + std::to_string(r) + " is not a rank of the plan");
-      }
-    }
-    if (req->coordinator().empty()) return bad("coordinator is required");
+    if (auto st = check_request(*req); !st.ok()) return st;
     // The ranks get the paths as checked (resolved), so a later symlink in front of them
     // cannot redirect what was checked.
     std::vector<std::string> extra;
-    const int n_extra = req->extra_args_size();
-    for (int i = 0; i < n_extra; ++i) {
-      const std::string& a = req->extra_args(i);
-      if (!a.starts_with("--")) {
-        extra.push_back(a);
-        continue;
-      }
-      const size_t eq = a.find('=');
-      const std::string flag = a.substr(0, eq);
-      if (!kAllowedFlags.count(flag)) {
-        return bad("extra_args: '" + flag + "' is not a flag a daemon passes on");
-      }
-      if (!kPathFlags.count(flag)) {
-        extra.push_back(a);
-        continue;
-      }
-      std::string value;
-      if (eq != std::string::npos) {
-        value = a.substr(eq + 1);
-      } else if (i + 1 < n_extra) {
-        value = req->extra_args(++i);
-      } else {
-        return bad("extra_args: " + flag + " has no value");
-      }
-      auto path = confine("extra_args " + flag, value, options_.output_root);
-      if (!path.ok()) return bad(path.status().message());
-      extra.push_back(flag);
-      extra.push_back(*path);
-    }
+    if (auto st = confine_extra_args(*req, &extra); !st.ok()) return st;
+    const std::string& id = req->job_id();
     std::string store_dir = (fs::path(options_.output_root) / ("store-" + id)).string();
     if (!req->store_dir().empty()) {
       auto path = confine("store_dir", req->store_dir(), options_.output_root);
-      if (!path.ok()) return bad(path.status().message());
+      if (!path.ok()) return bad_request(path.status().message());
       store_dir = *path;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (jobs_.count(id)) return bad("job_id = '" + id + "': already submitted here");
+    if (jobs_.count(id)) return bad_request("job_id = '" + id + "': already submitted here");
     std::vector<int> free;
-    std::map<std::string, int> holders;
-    for (size_t d = 0; d < owner_.size(); ++d) {
-      if (owner_[d].empty()) {
-        free.push_back(static_cast<int>(d));
-      } else {
-        ++holders[owner_[d]];
-      }
-    }
-    if (static_cast<int>(free.size()) < req->ranks_size()) {
-      std::string who;
-      for (const auto& [job, n] : holders)
-        who += (who.empty() ? "" : ", ") + job + " (" + std::to_string(n) + ")";
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "devices busy: " + std::to_string(req->ranks_size()) + " requested, " +
-                              std::to_string(free.size()) + " of " +
-                              std::to_string(options_.devices) + " free; held by job " + who);
-    }
+    if (auto st = free_devices(req->ranks_size(), &free); !st.ok()) return st;
     const fs::path dir = fs::path(options_.work_dir) / ("job-" + id);
     std::error_code ec;
     fs::create_directories(dir, ec);
@@ -243,28 +180,9 @@ class Daemon final : public pb::NodeDaemon::Service {
       p.rank = req->ranks(i);
       p.device = free[static_cast<size_t>(i)];
       p.log_path = (dir / ("rank-" + std::to_string(p.rank) + ".log")).string();
-      std::vector<std::string> args = {self_exe_,       "run",
-                                       "--plan",        plan_path,
-                                       "--rank",        std::to_string(p.rank),
-                                       "--world-size",  std::to_string(req->world_size()),
-                                       "--coordinator", req->coordinator(),
-                                       "--bind",        options_.bind_host,
-                                       "--store-dir",   store_dir,
-                                       "--iterations",  std::to_string(req->iterations()),
-                                       "--timeout",     std::to_string(req->timeout_s())};
-      // The daemon owns the devices: a rank trains on the one it was given.
-      if (options_.accelerator == "cuda") {
-        args.push_back("--device");
-        args.push_back("cuda:" + std::to_string(p.device));
-      }
-      if (p.rank == 0) {
-        job.verdict_path = (dir / "verdict").string();
-        args.push_back("--verdict-file");
-        args.push_back(job.verdict_path);
-      }
-      for (const auto& a : tls_flags(options_.tls)) args.push_back(a);
-      for (const auto& a : extra) args.push_back(a);
-      p.pid = spawn(args, p.log_path);
+      if (p.rank == 0) job.verdict_path = (dir / "verdict").string();
+      p.pid =
+          spawn(rank_command(*req, p, plan_path, store_dir, job.verdict_path, extra), p.log_path);
       if (p.pid < 0) {
         for (auto& started : job.ranks) terminate(started);
         return grpc::Status(grpc::StatusCode::INTERNAL,
@@ -345,6 +263,120 @@ class Daemon final : public pb::NodeDaemon::Service {
   }
 
  private:
+  // A job request a rank could run: a plain job id, a plan the ranks' sessions would load (so
+  // `submit` learns why not before any rank starts), ranks of it and a coordinator.
+  static grpc::Status check_request(const pb::StartRanksRequest& req) {
+    const std::string& id = req.job_id();
+    if (id.empty() || id.find('/') != std::string::npos || id.find("..") != std::string::npos) {
+      return bad_request("job_id = '" + id + "': must be a plain non-empty name");
+    }
+    pb::Plan plan;
+    if (!plan.ParseFromString(req.plan())) {
+      return bad_request("plan: not a serialized graphpipe.v1.Plan");
+    }
+    if (auto loaded = LoadedPlan::from(plan); !loaded.ok()) {
+      return bad_request("plan: " + loaded.status().message());
+    }
+    if (req.world_size() != plan.programs_size()) {
+      return bad_request("world_size = " + std::to_string(req.world_size()) + ", the plan has " +
+                         std::to_string(plan.programs_size()) + " ranks");
+    }
+    if (req.ranks_size() == 0) return bad_request("ranks: none to start");
+    for (int r : req.ranks()) {
+      if (r < 0 || r >= req.world_size()) {
+        return bad_request("ranks: " + std::to_string(r) + " is not a rank of the plan");
+      }
+    }
+    if (req.coordinator().empty()) return bad_request("coordinator is required");
+    return grpc::Status::OK;
+  }
+
+  // The request's extra_args as the ranks get them: only flags of kAllowedFlags, the paths
+  // among them confined to the output root.
+  grpc::Status confine_extra_args(const pb::StartRanksRequest& req,
+                                  std::vector<std::string>* extra) const {
+    const int n_extra = req.extra_args_size();
+    for (int i = 0; i < n_extra; ++i) {
+      const std::string& a = req.extra_args(i);
+      if (!a.starts_with("--")) {
+        extra->push_back(a);
+        continue;
+      }
+      const size_t eq = a.find('=');
+      const std::string flag = a.substr(0, eq);
+      if (!kAllowedFlags.count(flag)) {
+        return bad_request("extra_args: '" + flag + "' is not a flag a daemon passes on");
+      }
+      if (!kPathFlags.count(flag)) {
+        extra->push_back(a);
+        continue;
+      }
+      std::string value;
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+      } else if (i + 1 < n_extra) {
+        value = req.extra_args(++i);
+      } else {
+        return bad_request("extra_args: " + flag + " has no value");
+      }
+      auto path = confine("extra_args " + flag, value, options_.output_root);
+      if (!path.ok()) return bad_request(path.status().message());
+      extra->push_back(flag);
+      extra->push_back(*path);
+    }
+    return grpc::Status::OK;
+  }
+
+  // The free devices (under mu_), when there are at least `wanted`; else who holds them.
+  grpc::Status free_devices(int wanted, std::vector<int>* free) const {
+    std::map<std::string, int> holders;
+    for (size_t d = 0; d < owner_.size(); ++d) {
+      if (owner_[d].empty()) {
+        free->push_back(static_cast<int>(d));
+      } else {
+        ++holders[owner_[d]];
+      }
+    }
+    if (static_cast<int>(free->size()) < wanted) {
+      std::string who;
+      for (const auto& [job, n] : holders)
+        who += (who.empty() ? "" : ", ") + job + " (" + std::to_string(n) + ")";
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "devices busy: " + std::to_string(wanted) + " requested, " +
+                              std::to_string(free->size()) + " of " +
+                              std::to_string(options_.devices) + " free; held by job " + who);
+    }
+    return grpc::Status::OK;
+  }
+
+  // The command line of rank `p`: this executable's `run`, training on the device it was given
+  // (the daemon owns the devices); rank 0 writes the coordinator's verdict to `verdict_path`.
+  std::vector<std::string> rank_command(const pb::StartRanksRequest& req, const RankProc& p,
+                                        const std::string& plan_path, const std::string& store_dir,
+                                        const std::string& verdict_path,
+                                        const std::vector<std::string>& extra) const {
+    std::vector<std::string> args = {self_exe_,       "run",
+                                     "--plan",        plan_path,
+                                     "--rank",        std::to_string(p.rank),
+                                     "--world-size",  std::to_string(req.world_size()),
+                                     "--coordinator", req.coordinator(),
+                                     "--bind",        options_.bind_host,
+                                     "--store-dir",   store_dir,
+                                     "--iterations",  std::to_string(req.iterations()),
+                                     "--timeout",     std::to_string(req.timeout_s())};
+    if (options_.accelerator == "cuda") {
+      args.push_back("--device");
+      args.push_back("cuda:" + std::to_string(p.device));
+    }
+    if (p.rank == 0) {
+      args.push_back("--verdict-file");
+      args.push_back(verdict_path);
+    }
+    for (const auto& a : tls_flags(options_.tls)) args.push_back(a);
+    for (const auto& a : extra) args.push_back(a);
+    return args;
+  }
+
   grpc::Status authenticate(const grpc::ServerContext& ctx) const {
     if (options_.auth_token.empty()) return grpc::Status::OK;
     const auto& md = ctx.client_metadata();

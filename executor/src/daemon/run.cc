@@ -23,7 +23,7 @@
 #include "gp/exec/coordinator.h"
 #include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
-#include "gp/exec/nccl.h"
+#include "gp/exec/nccl_layout.h"
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/graph/model_io.h"
@@ -145,14 +145,9 @@ class RankJob {
       }
       if (kill_rank != o_.rank || !o_.resume.empty()) kill_at_ = -1;
     }
-    // A device whose memory the host cannot read exchanges it over the device data plane (NCCL);
-    // host memory goes over shared memory or Gloo.
-    use_nccl_ = o_.data_plane == "nccl" || (o_.data_plane == "auto" && !device_->host_memory());
-    if (use_nccl_ && device_->host_memory()) {
-      return invalid_argument("--data-plane nccl needs --device cuda:N (this rank runs on " +
-                              std::string(device_->name()) + ", whose memory is the host's)");
-    }
-    if (use_nccl_) nccl_plan_ = nccl_layout(plan());
+    // Chosen before anyone registers: rank 0 hands out what the transport's ranks meet through.
+    GP_ASSIGN_OR_RETURN(transport_, choose_transport(o_.data_plane, device_));
+    if (transport_->setup != nullptr) nccl_plan_ = nccl_layout(plan());
     return ok_status();
   }
 
@@ -236,16 +231,16 @@ class RankJob {
     reg.set_plan_hash(graph::message_hash(plan()));
     reg.set_host(o_.bind_host);
     reg.set_device(o_.device);
-    if (use_nccl_ && o_.rank == 0) {
-      GP_ASSIGN_OR_RETURN(auto ids, make_nccl_unique_ids(nccl_plan_.communicators()));
+    if (transport_->setup != nullptr && o_.rank == 0) {
+      GP_ASSIGN_OR_RETURN(auto ids, transport_->setup(nccl_plan_));
       for (auto& id : ids) reg.add_nccl_unique_ids(std::move(id));
     }
     GP_ASSIGN_OR_RETURN(registered_, client_->register_rank(reg, timeout_));
     return ok_status();
   }
 
-  // NCCL among the ranks rank 0 handed ids to, else shared memory and Gloo meeting in the store.
-  Status open_data_plane() {
+  // The store directory the ranks meet in: --store-dir, else one beside the plan.
+  Result<std::string> make_store_dir() const {
     std::string store_dir = o_.store_dir;
     if (store_dir.empty()) {
       store_dir = std::filesystem::path(o_.plan).parent_path() / ".graphpipe-store";
@@ -253,64 +248,48 @@ class RankJob {
     std::error_code ec;
     std::filesystem::create_directories(store_dir, ec);
     if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
-    // Every rank must use the same data plane; the one that finds out tells the coordinator.
-    if (nccl_plan_.communicators() > 0 && registered_.nccl_unique_ids_size() == 0) {
-      return failed_precondition(
-          "rank " + std::to_string(o_.rank) +
-          " uses the NCCL data plane, but rank 0 does not (it handed out no NCCL ids): give "
-          "every rank the same --device kind and --data-plane");
-    }
-    if (!use_nccl_ && registered_.nccl_unique_ids_size() > 0) {
-      return failed_precondition("rank 0 uses the NCCL data plane (it handed out " +
-                                 std::to_string(registered_.nccl_unique_ids_size()) +
-                                 " NCCL ids), but rank " + std::to_string(o_.rank) + " uses " +
-                                 (device_->host_memory()
-                                      ? "host memory (" + std::string(device_->name()) + ")"
-                                      : "--data-plane " + o_.data_plane) +
-                                 ": give every rank the same --device kind and --data-plane");
-    }
-    if (use_nccl_) {
-      NcclOptions no;
-      no.device = device_;
-      no.rank = o_.rank;
-      no.layout = nccl_plan_;
-      no.unique_ids.assign(registered_.nccl_unique_ids().begin(),
-                           registered_.nccl_unique_ids().end());
-      no.timeout = 2 * timeout_;  // as Gloo's below
-      no.abort_reason = [this] { return heartbeat_->abort_reason(); };
-      GP_ASSIGN_OR_RETURN(plane_.comm, make_nccl_communicator(no));
-      plane_.description =
-          "nccl (" + std::to_string(nccl_plan_.communicators()) + " communicators in the job)";
-    } else {
-      DataPlaneOptions dp;
-      dp.transport = o_.data_plane;
-      GlooOptions& go = dp.gloo;
-      go.rank = o_.rank;
-      go.world_size = o_.world_size;
-      go.store_dir = store_dir;
-      go.prefix = registered_.job_id();
-      go.hostname = o_.bind_host;
-      // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
-      // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
-      go.timeout = 2 * timeout_;
-      GP_ASSIGN_OR_RETURN(plane_, make_data_plane(dp));
-    }
+    return store_dir;
+  }
+
+  // The transport chosen in prepare(), met through the ids rank 0 handed out (NCCL) or the store.
+  Status open_data_plane() {
+    GP_ASSIGN_OR_RETURN(const std::string store_dir, make_store_dir());
+    DataPlaneOptions dp;
+    dp.transport = o_.data_plane;
+    dp.device = device_;
+    GlooOptions& go = dp.gloo;
+    go.rank = o_.rank;
+    go.world_size = o_.world_size;
+    go.store_dir = store_dir;
+    go.prefix = registered_.job_id();
+    go.hostname = o_.bind_host;
+    // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
+    // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
+    go.timeout = 2 * timeout_;
+    dp.nccl_layout = nccl_plan_;
+    dp.nccl_unique_ids.assign(registered_.nccl_unique_ids().begin(),
+                              registered_.nccl_unique_ids().end());
+    dp.abort_reason = [this] { return heartbeat_->abort_reason(); };
+    GP_ASSIGN_OR_RETURN(plane_, connect_data_plane(*transport_, dp));
     log_->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o_.rank,
                o_.world_size, session_->stage(), registered_.job_id(), address_,
                plane_.description);
-    if (o_.cpu_affinity == "auto" && plane_.local_ranks.size() > 1) {
-      auto cpu = pin_to_local_core(o_.rank, plane_.local_ranks);
-      if (!cpu.ok()) {
-        log_->warn("rank {}: not pinned to a core: {}", o_.rank, cpu.status().message());
-      } else if (*cpu < 0) {
-        log_->info("rank {}: {} ranks on this host and fewer cores: not pinned", o_.rank,
-                   plane_.local_ranks.size());
-      } else {
-        log_->info("rank {}: compute thread pinned to cpu {}", o_.rank, *cpu);
-      }
-    }
+    if (o_.cpu_affinity == "auto" && plane_.local_ranks.size() > 1) pin_compute_thread();
     heartbeat_->attach(*plane_.comm);
     return session_->bind(*plane_.comm);
+  }
+
+  // Co-located ranks' compute threads on distinct cores; a rank that cannot be pinned runs on.
+  void pin_compute_thread() {
+    auto cpu = pin_to_local_core(o_.rank, plane_.local_ranks);
+    if (!cpu.ok()) {
+      log_->warn("rank {}: not pinned to a core: {}", o_.rank, cpu.status().message());
+    } else if (*cpu < 0) {
+      log_->info("rank {}: {} ranks on this host and fewer cores: not pinned", o_.rank,
+                 plane_.local_ranks.size());
+    } else {
+      log_->info("rank {}: compute thread pinned to cpu {}", o_.rank, *cpu);
+    }
   }
 
   // Every part is on disk before rank 0 declares the checkpoint complete.
@@ -477,7 +456,7 @@ class RankJob {
   int first_iteration_ = 0;
   graphpipe::v1::CheckpointManifest manifest_;
   int kill_at_ = -1;
-  bool use_nccl_ = false;
+  const Transport* transport_ = nullptr;  // from the transport table (data_plane.h)
   NcclLayout nccl_plan_;
   // Declared before the coordinator, which calls it, so that it outlives it.
   std::unique_ptr<ProgressLog> progress_;

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "gp/exec/device.h"
+#include "gp/exec/nccl.h"
 #include "gp/exec/shm_communicator.h"
 
 namespace gp::exec {
@@ -71,12 +73,8 @@ Result<std::vector<std::string>> read_identities(const GlooOptions& g) {
   return ids;
 }
 
-}  // namespace
-
-Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
-  if (o.transport != "auto" && o.transport != "gloo") {
-    return invalid_argument("--data-plane = '" + o.transport + "', expected auto or gloo");
-  }
+// Gloo between all ranks, and which of them share this host.
+Result<DataPlane> connect_gloo(const DataPlaneOptions& o) {
   DataPlane plane;
   plane.local_ranks = {o.gloo.rank};
   if (o.gloo.world_size > 1) GP_RETURN_IF_ERROR(write_identity(o.gloo));
@@ -90,20 +88,20 @@ Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
       plane.local_ranks.push_back(r);
     }
   }
-  if (o.transport != "auto") return plane;
+  return plane;
+}
+
+// Gloo as above, with shared-memory rings between the ranks of this host layered over it.
+Result<DataPlane> connect_shm(const DataPlaneOptions& o) {
+  GP_ASSIGN_OR_RETURN(DataPlane plane, connect_gloo(o));
+  // Without a shared-memory filesystem every local rank stays on Gloo alike.
+  if (plane.local_ranks.size() < 2 || !std::filesystem::is_directory(o.shm_root)) return plane;
   ShmOptions so;
   so.rank = o.gloo.rank;
   so.world_size = o.gloo.world_size;
   so.ring_bytes = o.shm_ring_bytes;
   so.timeout = o.gloo.timeout;
-  std::string local;
-  for (int r = 0; r < o.gloo.world_size; ++r) {
-    if (ids[static_cast<size_t>(r)] != ids[static_cast<size_t>(o.gloo.rank)]) continue;
-    so.local_ranks.push_back(r);
-    local += (local.empty() ? "" : ",") + std::to_string(r);
-  }
-  // Without a shared-memory filesystem every local rank stays on Gloo alike.
-  if (so.local_ranks.size() < 2 || !std::filesystem::is_directory(o.shm_root)) return plane;
+  so.local_ranks = plane.local_ranks;
   // Unique to the job (store directory and prefix) and to the user.
   std::ostringstream dir;
   dir << o.shm_root << "/graphpipe-" << getuid() << "-" << std::hex
@@ -117,9 +115,105 @@ Result<DataPlane> make_data_plane(const DataPlaneOptions& o) {
   }
   std::string unavailable;
   GP_ASSIGN_OR_RETURN(plane.comm, make_shm_communicator(std::move(plane.comm), so, &unavailable));
-  plane.description = unavailable.empty() ? "shared memory with ranks " + local + ", gloo beyond"
+  plane.description = unavailable.empty() ? "shared memory with ranks " +
+                                                rank_list(so.local_ranks) + ", gloo beyond"
                                           : "gloo (shared memory unavailable: " + unavailable + ")";
   return plane;
+}
+
+// This rank's NCCL communicators of the plan's layout, met through the ids from rank 0.
+Result<DataPlane> connect_nccl(const DataPlaneOptions& o) {
+  NcclOptions no;
+  no.device = o.device;
+  no.rank = o.gloo.rank;
+  no.layout = o.nccl_layout;
+  no.unique_ids = o.nccl_unique_ids;
+  no.timeout = o.gloo.timeout;
+  no.abort_reason = o.abort_reason;
+  DataPlane plane;
+  GP_ASSIGN_OR_RETURN(plane.comm, make_nccl_communicator(no));
+  plane.description =
+      "nccl (" + std::to_string(o.nccl_layout.communicators()) + " communicators in the job)";
+  return plane;
+}
+
+Result<std::vector<std::string>> nccl_setup(const NcclLayout& layout) {
+  return make_nccl_unique_ids(layout.communicators());
+}
+
+bool host_memory(const Device* device) { return device == nullptr || device->host_memory(); }
+
+// A device whose memory the host cannot read exchanges it over the device data plane; whether
+// this build has one is the backend table's to say (the NCCL entry points fail naming the build
+// that has it), and such a device comes only from a backend that has one. Without a device the
+// caller's tensors are host memory and it never asks for NCCL (graphpipe-profile comm).
+Result<bool> nccl_can_connect(std::string_view requested, const Device* device) {
+  if (device == nullptr) return false;
+  if (requested == "nccl" && device->host_memory()) {
+    return invalid_argument("--data-plane nccl needs --device cuda:N (this rank runs on " +
+                            std::string(device->name()) + ", whose memory is the host's)");
+  }
+  return (requested == "nccl" || requested == "auto") && !device->host_memory();
+}
+
+// Host memory moves through shared memory between the ranks of a host unless Gloo is forced.
+Result<bool> shm_can_connect(std::string_view requested, const Device* device) {
+  return requested == "auto" && host_memory(device);
+}
+
+// Gloo carries any memory (device memory is staged through the host).
+Result<bool> gloo_can_connect(std::string_view requested, const Device* /*device*/) {
+  return requested == "auto" || requested == "gloo";
+}
+
+constexpr Transport kTransports[] = {
+    {.name = "nccl", .can_connect = nccl_can_connect, .setup = nccl_setup, .connect = connect_nccl},
+    {.name = "shm", .can_connect = shm_can_connect, .setup = nullptr, .connect = connect_shm},
+    {.name = "gloo", .can_connect = gloo_can_connect, .setup = nullptr, .connect = connect_gloo},
+};
+
+// Rank 0's ids say which kind of transport it chose: a transport with a setup hands them out.
+Status check_same_transport(const Transport& transport, const DataPlaneOptions& o) {
+  const size_t ids = o.nccl_unique_ids.size();
+  if (transport.setup != nullptr && o.nccl_layout.communicators() > 0 && ids == 0) {
+    return failed_precondition(
+        "rank " + std::to_string(o.gloo.rank) +
+        " uses the NCCL data plane, but rank 0 does not (it handed out no NCCL ids): give "
+        "every rank the same --device kind and --data-plane");
+  }
+  if (transport.setup == nullptr && ids > 0) {
+    return failed_precondition(
+        "rank 0 uses the NCCL data plane (it handed out " + std::to_string(ids) +
+        " NCCL ids), but rank " + std::to_string(o.gloo.rank) + " uses " +
+        (host_memory(o.device)
+             ? "host memory (" + std::string(o.device != nullptr ? o.device->name() : "cpu") + ")"
+             : "--data-plane " + o.transport) +
+        ": give every rank the same --device kind and --data-plane");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::span<const Transport> transports() { return kTransports; }
+
+Result<const Transport*> choose_transport(std::string_view requested, const Device* device) {
+  for (const Transport& t : transports()) {
+    GP_ASSIGN_OR_RETURN(const bool can, t.can_connect(requested, device));
+    if (can) return &t;
+  }
+  return invalid_argument("--data-plane = '" + std::string(requested) + "', expected auto or gloo");
+}
+
+Result<DataPlane> connect_data_plane(const Transport& transport, const DataPlaneOptions& options) {
+  GP_RETURN_IF_ERROR(check_same_transport(transport, options));
+  return transport.connect(options);
+}
+
+Result<DataPlane> make_data_plane(const DataPlaneOptions& options) {
+  GP_ASSIGN_OR_RETURN(const Transport* transport,
+                      choose_transport(options.transport, options.device));
+  return connect_data_plane(*transport, options);
 }
 
 Result<int> pin_to_local_core(int rank, const std::vector<int>& local_ranks) {

@@ -4,6 +4,7 @@
 // so each decision is unit-tested; `graphpipe-executor launcher` exposes them to the script.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +69,35 @@ Verdict parse_verdict(const std::string& text, int nprocs);
 struct RankExit {
   int status = 0;                    // exit status as the shell reports it (128 + N: signal N)
   bool stopped_by_launcher = false;  // the launcher sent it SIGTERM (and perhaps SIGKILL)
+};
+
+// The failed ranks of a job as they are seen, ranked by how likely each is the cause: a rank
+// killed by a signal nobody on our side sent (status > 128, not stopped by us: its neighbours
+// then fail on their own) before any other, else the earliest exit; on a tie the one seen first.
+// The launcher adds its failures in rank order without exit times; `graphpipe-executor submit`
+// adds them as its node daemons report them, with their exit times.
+class FailureRanking {
+ public:
+  // A rank that failed (each rank once); `exited_at` orders failures of the same kind.
+  void add(int rank, const RankExit& exit, int64_t exited_at);
+
+  // The likeliest cause so far; -1 while no rank failed.
+  int cause() const { return cause_; }
+  const RankExit& cause_exit() const { return cause_exit_; }
+  // Whether a rank was killed by a signal of its own: the cause then, whatever a verdict says.
+  bool own_signal() const;
+  // The other failed ranks, in the order they were outranked.
+  struct Failure {
+    int rank = 0;
+    RankExit exit;
+  };
+  const std::vector<Failure>& others() const { return others_; }
+
+ private:
+  int cause_ = -1;
+  RankExit cause_exit_;
+  int64_t cause_at_ = 0;
+  std::vector<Failure> others_;
 };
 
 struct Attribution {

@@ -1,7 +1,8 @@
 // Lowering: a plan and a rank to the rank's program, the straight list of steps its step loop
-// runs (slots, message layouts, tags, sample ranges, staging regions). A pure function of the plan:
-// no device, no communicator, no allocation beyond the result, so it is tested against golden
-// files and the step loop only binds it (RankRunner::create) and runs it.
+// runs (slots, message layouts, tags, sample ranges, staging regions) and the layout of its stage
+// (stage_layout.h), every message piece resolved against it. A pure function of the plan: no
+// device, no communicator, no allocation beyond the result, so it is tested against golden files
+// and the step loop only allocates what it describes (RankRunner::create) and runs it.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/stage_layout.h"
 #include "gp/graph/graph.h"
 #include "gp/graph/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -23,7 +25,8 @@ struct MessagePiece {
   graphpipe::v1::TensorRef tensor;
   bool exported = false;         // produced by this stage (else received or relayed)
   int64_t bytes_per_sample = 0;  // ids travel as int64, values and gradients as fp32
-  // Into the stage runner's exports() or external_inputs(); -1 until the program is bound.
+  // Into the stage layout's `exported` (the runner's exports()) when exported, else into its
+  // `external` (external_inputs()).
   int index = -1;
 };
 
@@ -56,8 +59,9 @@ struct RankProgram {
   // whether this rank adds its stage's part of the norm (the stage's first replica).
   std::vector<int> world;
   bool counts_norm = false;
-  std::vector<graphpipe::v1::TensorRef> exports;  // produced here, read by other stages
-  std::vector<graphpipe::v1::TensorRef> relays;   // produced elsewhere, passed on from here
+  // The stage's ops and tensors; its exports are produced here and read by other stages, its
+  // relays produced elsewhere and passed on from here.
+  StageLayout layout;
   std::vector<ProgramStep> steps;
   size_t max_message_bytes = 0;
   size_t max_piece_bytes = 0;

@@ -1,7 +1,7 @@
-// Runs one rank's instruction stream of a plan: the executor's step loop. The plan is lowered
-// when the runner is created (lower_rank_program in rank_program.h: slots, message layouts, tags)
-// and bound to the stage's buffers, so an iteration is a straight loop over the program's steps
-// that allocates nothing and logs nothing.
+// Runs one rank's instruction stream of a plan: the executor's step loop. The runner is created
+// from the lowered program (lower_rank_program in rank_program.h: the stage's layout, slots,
+// message layouts, tags), which names the stage's buffers every message piece uses, so an
+// iteration is a straight loop over the program's steps that allocates nothing and logs nothing.
 //
 // On a device without host memory, messages and the data-parallel all-reduce go through host
 // buffers allocated at creation: a send waits for the tensor to arrive on the host (copy_to_host
@@ -25,6 +25,7 @@
 
 #include "gp/common/status.h"
 #include "gp/exec/communicator.h"
+#include "gp/exec/dataset.h"
 #include "gp/exec/device.h"
 #include "gp/exec/rank_program.h"
 #include "gp/exec/stage_runner.h"
@@ -48,12 +49,19 @@ struct TraceEvent {
 
 class RankRunner {
  public:
+  // Lowers the rank's program (lower_rank_program) and runs it on `device` with synthetic data.
   // `graph` must be built from plan.model() and `index` from graph::validate_plan (tests that
   // build plans by hand may use validate_plan_structure alone).
   static Result<std::unique_ptr<RankRunner>> create(const graphpipe::v1::Plan& plan,
                                                     const graph::Graph& graph,
                                                     const graph::PlanIndex& index, int rank,
                                                     const Device& device = cpu_device());
+  // Runs a lowered program of a plan on `graph` (which must outlive the runner) on `device`; its
+  // stage's graph inputs read `data` (which must outlive the runner; nullptr: synthetic data).
+  static Result<std::unique_ptr<RankRunner>> create(RankProgram program, const graph::Graph& graph,
+                                                    const graphpipe::v1::TrainingConfig& training,
+                                                    const Device& device = cpu_device(),
+                                                    const DataSource* data = nullptr);
 
   // Binds the data plane every iteration uses, once, before the first: the step loop's message
   // buffers and pack/unpack paths are chosen here (a device-memory data plane gets its staging
@@ -100,8 +108,13 @@ class RankRunner {
   Status allreduce_on_device();
   // training.clip_grad_norm: the model's gradient norm summed over every rank, then scaled.
   Status clip_grads();
+  // One step of the loop (`message`: its message buffer; `parity`: the iteration's tag bit),
+  // adding a forward's losses to `loss`; and its interval, when traced.
+  Status run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t parity,
+                  double& loss);
+  void record(const Step& s, double start_us);
 
-  // The lowered program, bound to runner_ (every piece's index set).
+  // The lowered program (every piece's index into runner_'s exports or external inputs).
   RankProgram program_;
   std::vector<float> norm_sum_;
   std::unique_ptr<StageRunner> runner_;

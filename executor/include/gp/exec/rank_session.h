@@ -1,6 +1,6 @@
 // A rank's job as the steps every way of running one shares:
 //   load (the plan file, its weights, the model, graph::validate_plan)
-//   → open (lower the rank's program onto its device, open its stage's data)
+//   → open (lower the rank's program, open its stage's data, set the stage up on its device)
 //   → resume (optional: this stage's part of a checkpoint)
 //   → bind (a data plane) → run iterations
 //   → checkpoint hooks (write this stage's part; rank 0 commits once every part is on disk).
@@ -60,7 +60,8 @@ struct SessionOptions {
 
 class RankSession {
  public:
-  // Lowers the rank's program onto its device and opens its data. Errors name the rank.
+  // Lowers the rank's program, opens its stage's data and sets the stage up on its device (its
+  // input ops reading that data). Errors name the rank.
   static Result<std::unique_ptr<RankSession>> open(std::shared_ptr<const LoadedPlan> plan,
                                                    const SessionOptions& options);
   ~RankSession();

@@ -24,10 +24,12 @@ struct IterationMetrics {
 class ReferenceTrainer {
  public:
   // `micro_batch` splits each mini-batch into chunks (gradients accumulate); 0 = one chunk.
-  // The whole model trains on `device` (the CPU is the reference).
+  // The whole model trains on `device` (the CPU is the reference); its input ops read `data`
+  // (covering every input op, outliving the trainer; nullptr: synthetic data).
   static Result<std::unique_ptr<ReferenceTrainer>> create(
       const graph::Graph& graph, int64_t mini_batch, int64_t micro_batch,
-      const graphpipe::v1::TrainingConfig& training, const Device& device = cpu_device());
+      const graphpipe::v1::TrainingConfig& training, const Device& device = cpu_device(),
+      const DataSource* data = nullptr);
 
   // Runs iteration `iteration` (0-based): forward and backward of every chunk, one optimizer step.
   // The time includes waiting for the device; a device error of the iteration names it.

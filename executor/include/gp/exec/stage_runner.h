@@ -27,6 +27,7 @@
 #include "gp/exec/device.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/optimizer.h"
+#include "gp/exec/stage_layout.h"
 #include "gp/graph/graph.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -47,24 +48,22 @@ struct StageMemory {
   }
 };
 
-struct StageTensor {
-  graphpipe::v1::TensorRef ref;
-  int64_t per_sample = 0;   // elements
-  bool is_int = false;      // int64 ids or labels
-  bool needs_grad = false;  // a float output of a non-input op
+struct StageOptions {
+  int64_t max_batch = 0;  // most samples per call
+  int slots = 1;          // micro-batches kept between forward and backward
+  graphpipe::v1::TrainingConfig training;
+  const Device* device = nullptr;  // nullptr: the CPU
+  // Graph inputs read this (it must cover every input op of the stage and outlive the runner);
+  // nullptr: synthetic data.
+  const DataSource* data = nullptr;
 };
 
 class StageRunner {
  public:
-  // `ops`: graph op indices of the stage. `max_batch`: most samples per call. `slots`: micro-
-  // batches kept between forward and backward. `exports`: tensors produced here that other
-  // stages consume (outputs of these ops). `relays`: tensors produced elsewhere that only pass
-  // through (chain pipelines); they are held like external inputs without being consumed.
-  static Result<std::unique_ptr<StageRunner>> create(
-      const graph::Graph& graph, std::vector<int> ops,
-      std::vector<graphpipe::v1::TensorRef> exports, int64_t max_batch, int slots,
-      const graphpipe::v1::TrainingConfig& training,
-      std::vector<graphpipe::v1::TensorRef> relays = {}, const Device& device = cpu_device());
+  // Allocates what `layout` (from layout_stage on `graph`, which must outlive the runner)
+  // describes, for options.max_batch samples in each of options.slots slots.
+  static Result<std::unique_ptr<StageRunner>> create(const graph::Graph& graph, StageLayout layout,
+                                                     const StageOptions& options);
   // Index into external_inputs() of a tensor, or -1.
   int external_index(const graphpipe::v1::TensorRef& ref) const;
   // Index into exports() of a tensor, or -1.
@@ -83,9 +82,6 @@ class StageRunner {
   // Forward of `batch` samples; graph inputs of the stage are filled with the data (synthetic,
   // or the data source's) of samples [first_sample, first_sample + batch) of `iteration`.
   void forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample);
-  // Graph inputs read `data` (which must cover every input op of the stage and outlive the
-  // runner) instead of synthetic data; nullptr restores synthetic data.
-  void set_data(const DataSource* data) { data_ = data; }
   // Sum over samples and loss ops of the per-sample losses of the slot's last forward.
   double loss_sum(int slot) const;
   bool has_loss() const { return !loss_ops_.empty(); }
@@ -141,7 +137,7 @@ class StageRunner {
   Status download_op_state(int op_index, std::span<float> out) const;
   Status upload_op_state(int op_index, std::span<const float> in);
   // Graph indices of the stage's ops, in execution order.
-  std::vector<int> op_indices() const;
+  std::vector<int> op_indices() const { return layout_.op_indices(); }
 
  private:
   struct Tensor {
@@ -169,6 +165,16 @@ class StageRunner {
   };
 
   StageRunner() = default;
+  // The steps of create(), in order (the buffers are allocated in the order the layout first
+  // uses them).
+  Status init(const graph::Graph& graph, StageLayout layout, const StageOptions& options);
+  Status build_ops();                   // per op: its new tensors, its kernel, its saved scratch
+  Status allocate_tensors(size_t end);  // the layout's tensors up to `end` not yet allocated
+  Status build_kernel(const StageLayout::Op& op);
+  Status allocate_params();  // workspace, parameters, gradients, optimizer state
+  Status init_params();      // deterministic initial values (init.h)
+  void allocate_staging();   // host staging of devices without host memory
+  void bind_boundary();      // external_inputs() and exports() from the layout
   TensorView view(const Tensor& t, int slot, bool grad) const;
   OpArgs op_args(OpState& st, int slot, int64_t batch, bool backward) const;
   void zero_grads(int slot, bool per_slot);
@@ -189,13 +195,14 @@ class StageRunner {
   const DataSource* data_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Tensor> tensors_;
-  std::vector<OpState> ops_;                        // topological order
-  std::vector<int> external_index_, export_index_;  // into tensors_
-  std::vector<StageTensor> external_, exports_;
-  std::vector<int> loss_ops_;  // into ops_
+  std::vector<OpState> ops_;  // topological order
+  StageLayout layout_;
+  std::vector<StageTensor> external_, exports_;  // layout_.external and .exported's tensors
+  std::vector<int> loss_ops_;                    // into ops_
   int64_t param_count_ = 0;
   DeviceBuffer weights_, grads_, opt_state_;
-  DeviceBuffer workspace_;  // max_batch x the largest workspace_floats_per_sample of the stage
+  DeviceBuffer workspace_;        // max_batch x workspace_floats_
+  int64_t workspace_floats_ = 0;  // per sample, the most any kernel of the stage asks for
   StageMemory memory_;
   std::vector<int64_t> last_batch_;  // per slot
   // Devices without host memory: one graph input's samples are generated here and copied over;
