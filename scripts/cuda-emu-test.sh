@@ -22,10 +22,11 @@ out=$b/cuda-emu-$mode
 emu=$root/tools/cuda-emu
 mkdir -p "$out/gen" "$out/obj"
 rm -f "$out"/obj/*.o
-libs=(executor/libgp_kernels_cpu.a executor/libgp_device_api.a cost-model/libgp_graph.a
+libs=(executor/libgp_cpu.a executor/libgp_device_api.a plan/libgp_plan.a model/libgp_model.a
       common/libgp_common.a proto/libgp_proto.a)
 if [ $mode = nccl ]; then
-  libs=(executor/libgp_executor.a executor/libgp_checkpoint_files.a planner-cli/libgp_planner.a
+  libs=(executor/libgp_runtime.a executor/libgp_transport.a executor/libgp_checkpoint.a
+        planner-cli/libgp_planner.a
         cost-model/libgp_sim.a cost-model/libgp_cost_model.a "${libs[@]}")
 fi
 for lib in "${libs[@]}"; do
@@ -33,7 +34,8 @@ for lib in "${libs[@]}"; do
 done
 flags=(-O2 -std=gnu++20 -DGP_HAVE_CUDA=1 -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL
        -I"$emu/include" -I"$root/executor/include" -I"$root/executor/src"
-       -I"$root/cost-model/include" -I"$root/common/include" -I"$b/common/gen" -I"$b/proto/gen"
+       -I"$root/model/include" -I"$root/plan/include" -I"$root/cost-model/include"
+       -I"$root/common/include" -I"$b/common/gen" -I"$b/proto/gen"
        -I"$root/planner-cli/include" -I"$root/test/support")
 src=$root/executor/src
 for cu in "$src"/cuda/*_kernels.cu; do
@@ -41,7 +43,7 @@ for cu in "$src"/cuda/*_kernels.cu; do
 done
 printf '#define CATCH_CONFIG_MAIN\n#include <catch2/catch.hpp>\n' > "$out/gen/test_main.cc"
 # The backend table (backends.cc) with the CUDA backend in it, which brings its NCCL data plane.
-sources=("$src/backends.cc" "$src"/cuda/*.cc "$out"/gen/*.cc "$emu/emu_runtime.cc" "$emu/emu_cublaslt.cc" "$emu/emu_cudnn.cc"
+sources=("$src/backends/backends.cc" "$src"/cuda/*.cc "$out"/gen/*.cc "$emu/emu_runtime.cc" "$emu/emu_cublaslt.cc" "$emu/emu_cudnn.cc"
          "$emu/emu_streams.cc" "$emu/emu_nccl.cc")
 if [ $mode = kernels ]; then
   sources+=("$root/test/cuda/cuda_kernels_test.cc" "$root/test/cuda/device_query_test.cc")

@@ -8,8 +8,8 @@
 #include "gp/cost/cluster.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/rank_session.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/zoo.h"
 #include "gp/planner/search.h"
 
 using namespace gp;
@@ -27,7 +27,7 @@ T check(Result<T> r) {
   return std::move(r).value();
 }
 
-graphpipe::v1::Plan plan_for(const graph::Graph& g, const graphpipe::v1::Cluster& cluster,
+graphpipe::v1::Plan plan_for(const model::Graph& g, const graphpipe::v1::Cluster& cluster,
                              const cost::CostModel& model, int64_t batch,
                              std::vector<int64_t> micro_batches, graphpipe::v1::Strategy strategy) {
   planner::SearchRequest req;
@@ -59,11 +59,11 @@ int main() {
 
   // 1. Overhead: a chain of 1-wide linear layers, micro-batch 1: almost every nanosecond is the
   // step loop, the messages and the thread hand-offs.
-  graph::GraphBuilder b("overhead", "1-wide chain");
+  model::GraphBuilder b("overhead", "1-wide chain");
   auto x = b.input("x", {1});
   for (int i = 0; i < 8; ++i) x = b.linear("fc" + std::to_string(i), x, 1);
   b.add_loss(b.mse_loss("loss", x, b.input("t", {1})));
-  const auto tiny = check(graph::Graph::build(b.finish()));
+  const auto tiny = check(model::Graph::build(b.finish()));
   const auto overhead_plan =
       plan_for(tiny, cluster2, model, 256, {1}, graphpipe::v1::STRATEGY_SEQUENTIAL);
   int64_t instructions = 0, longest = 0;
@@ -84,8 +84,8 @@ int main() {
   std::printf("  %-44s %10s\n", "target", "< 20 us");
 
   // 2. Measured vs simulated on the cpu-local preset.
-  const auto mmt = check(graph::Graph::build(check(
-      graph::build_zoo_model("zoo:mmt?branches=2&layers=2&seq=32&hidden=128&heads=4&ffn=512"))));
+  const auto mmt = check(model::Graph::build(check(
+      model::build_zoo_model("zoo:mmt?branches=2&layers=2&seq=32&hidden=128&heads=4&ffn=512"))));
   const auto plan = plan_for(mmt, cluster2, model, 32, {}, graphpipe::v1::STRATEGY_GRAPHPIPE);
   const int iters = 5;
   const double measured = timed_run(plan, iters) / iters;

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace {
@@ -30,7 +30,7 @@ using google::protobuf::Struct;
 using google::protobuf::Value;
 
 gp::Result<Struct> read_json(const std::string& path) {
-  GP_ASSIGN_OR_RETURN(std::string text, gp::graph::read_file(path));
+  GP_ASSIGN_OR_RETURN(std::string text, gp::model::read_file(path));
   Struct out;
   const auto st = google::protobuf::util::JsonStringToMessage(text, &out);
   if (!st.ok()) return gp::invalid_argument(path + ": not JSON: " + std::string(st.message()));
@@ -104,7 +104,7 @@ std::string error_text(double predicted, double measured) {
 int run(const std::string& plan_path, const std::string& metrics_path,
         const std::string& trace_path, int iterations, int skip, double target) {
   graphpipe::v1::Plan plan;
-  if (auto st = gp::graph::read_message(plan_path, &plan); !st.ok()) {
+  if (auto st = gp::model::read_message(plan_path, &plan); !st.ok()) {
     std::fprintf(stderr, "fidelity: %s\n", st.message().c_str());
     return 2;
   }

@@ -11,8 +11,8 @@
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
 #include "gp/exec/reference_trainer.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/zoo.h"
 
 namespace {
 
@@ -58,10 +58,10 @@ gp::Status fill(const Device& dev, const DeviceBuffer& b, float value) {
 // y[m, n] = x[m, k] W[n, k]^T through the linear kernel: 2 m n k flops per call.
 gp::Status bench_gemm(const std::string& device, MatmulPrecision p, int64_t size, int reps) {
   GP_ASSIGN_OR_RETURN(const Device* dev, gp::exec::find_device(device, p));
-  gp::graph::GraphBuilder b("gemm", "");
+  gp::model::GraphBuilder b("gemm", "");
   auto y = b.linear("fc", b.input("x", {size}), size, /*bias=*/false);
   b.add_loss(b.mse_loss("loss", y, b.input("t", {size})));
-  GP_ASSIGN_OR_RETURN(auto graph, gp::graph::Graph::build(b.finish()));
+  GP_ASSIGN_OR_RETURN(auto graph, gp::model::Graph::build(b.finish()));
   const auto& op = graph.op(graph.index_of("fc"));
   GP_ASSIGN_OR_RETURN(auto kernel, dev->make_kernel(op));
   const auto bytes = static_cast<size_t>(size * size) * sizeof(float);
@@ -100,8 +100,8 @@ gp::Status bench_gemm(const std::string& device, MatmulPrecision p, int64_t size
 gp::Status bench_step(const std::string& device, MatmulPrecision p, const std::string& model,
                       int64_t batch, int steps) {
   GP_ASSIGN_OR_RETURN(const Device* dev, gp::exec::find_device(device, p));
-  GP_ASSIGN_OR_RETURN(auto model_graph, gp::graph::load_model(model));
-  GP_ASSIGN_OR_RETURN(auto graph, gp::graph::Graph::build(model_graph));
+  GP_ASSIGN_OR_RETURN(auto model_graph, gp::model::load_model(model));
+  GP_ASSIGN_OR_RETURN(auto graph, gp::model::Graph::build(model_graph));
   graphpipe::v1::TrainingConfig training;
   training.set_learning_rate(0.01);
   GP_ASSIGN_OR_RETURN(auto trainer,

@@ -170,7 +170,7 @@ def build_module(torch, model, attention):
 
         @staticmethod
         def derive_params(op, xs):
-            """Param specs of `op` from its (batched) inputs, as cost-model/src/ops_*.cc."""
+            """Param specs of `op` from its (batched) inputs, as model/src/ops_*.cc."""
             t, x = op["type"], xs[0]
             bias = attr(op, "bias", 1) != 0
             if t == "linear":
@@ -195,7 +195,7 @@ def build_module(torch, model, attention):
 
         @staticmethod
         def init_param(op, spec):
-            # Same scheme (not the same RNG stream) as executor/src/init.cc, or the model's own
+            # Same scheme (not the same RNG stream) as executor/src/runtime/init.cc, or the model's own
             # values when it carries them (ONNX imports).
             shape = [int(d) for d in spec["shape"]]
             raw = op.get("param_values", {}).get(spec["name"])
@@ -321,7 +321,7 @@ def build_module(torch, model, attention):
 
 def make_inputs(torch, model, batch, device, dry=False):
     """Random batched inputs: floats from randn, integer ids in the range their consumer
-    accepts (embedding rows, or classes for cross-entropy labels), as executor/src/init.cc."""
+    accepts (embedding rows, or classes for cross-entropy labels), as executor/src/runtime/init.cc."""
     by_id = {o["id"]: o for o in model["ops"]}
     int_range = {}
     for o in model["ops"]:

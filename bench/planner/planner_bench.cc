@@ -22,9 +22,9 @@
 #include "gp/common/logging.h"
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/graph.h"
+#include "gp/model/zoo.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/search.h"
 
 using namespace gp;
@@ -110,10 +110,10 @@ Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cl
   row.devices = devices;
   row.mini_batch = mini_batch;
 
-  auto model = check(graph::load_model(model_spec));
-  auto built = graph::Graph::build(model);
+  auto model = check(model::load_model(model_spec));
+  auto built = model::Graph::build(model);
   if (!built.ok()) die(built.status().with_context("model '" + model_spec + "'"));
-  const graph::Graph g = std::move(built).value();
+  const model::Graph g = std::move(built).value();
   const auto cluster = check(cost::select_devices(full_cluster, devices));
   const auto training = training_config(precision);
   const cost::AnalyticCostModel compute(cluster.device(), training.precision());
@@ -158,7 +158,7 @@ Row run_row(const std::string& model_spec, const graphpipe::v1::Cluster& full_cl
       row.cells[s].compressed = true;
     }
     if (!result.ok()) {
-      die(result.status().with_context(std::string(graph::strategy_name(kStrategies[s])) +
+      die(result.status().with_context(std::string(plan::strategy_name(kStrategies[s])) +
                                        " search for " + model_spec + " on " +
                                        std::to_string(devices) + " x " + full_cluster.name()));
     }
@@ -404,7 +404,7 @@ void print_scale_table(const std::vector<Row>& rows) {
     for (int s = 0; s < 2; ++s) {
       const Cell& c = r.cells[s];
       std::printf("%-11s | %17s %4d %8.3f\n",
-                  std::string(graph::strategy_name(kStrategies[s])).c_str(),
+                  std::string(plan::strategy_name(kStrategies[s])).c_str(),
                   throughput_text(c).c_str(), c.devices_used, c.search_s);
     }
   }
@@ -444,7 +444,7 @@ std::string json_rows(const std::vector<const Row*>& rows) {
            ", \"mini_batch\": " + std::to_string(r.mini_batch) + ", \"strategies\": {";
     for (int s = 0; s < kNumStrategies; ++s) {
       const Cell& c = r.cells[s];
-      out += std::string(s ? ", " : "") + "\"" + std::string(graph::strategy_name(kStrategies[s])) +
+      out += std::string(s ? ", " : "") + "\"" + std::string(plan::strategy_name(kStrategies[s])) +
              "\": {\"feasible\": " + (c.feasible ? "true" : "false") +
              ", \"samples_per_s\": " + fmt("%.3f", c.throughput) +
              ", \"devices_used\": " + std::to_string(c.devices_used) +

@@ -8,7 +8,7 @@
 #include "gp/cost/cluster.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/zoo.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
 #include "gp/sim/simulator.h"
@@ -37,8 +37,8 @@ bool starts_with(const std::string& s, const std::string& prefix) {
 int main() {
   const auto summit = check(cost::load_cluster("summit-v100"));
   const auto cluster4 = check(cost::select_devices(summit, 4));
-  const auto model = check(graph::build_zoo_model("zoo:nbranch?branches=2"));
-  const auto g = check(graph::Graph::build(model));
+  const auto model = check(model::build_zoo_model("zoo:nbranch?branches=2"));
+  const auto g = check(model::Graph::build(model));
   cost::AnalyticCostModel compute(cluster4.device(), graphpipe::v1::PRECISION_FP32);
   cost::CommModel comm(cluster4);
   sim::Simulator simulator(compute, comm, {});
@@ -85,7 +85,7 @@ int main() {
 
   // Simulator speed: mmt on 32 devices, one transformer layer per stage, 64 micro-batches.
   const auto cluster32 = check(cost::select_devices(summit, 32));
-  const auto mmt = check(graph::Graph::build(check(graph::build_zoo_model("zoo:mmt"))));
+  const auto mmt = check(model::Graph::build(check(model::build_zoo_model("zoo:mmt"))));
   std::vector<planner::StageAssignment> mmt_stages(32);
   for (const auto& node : mmt.ops()) {
     const std::string& id = node.id();

@@ -85,10 +85,10 @@ double AnalyticCostModel::kernel_time_us(double flops, double bytes, int kernels
   return launch + std::max(compute, memory);
 }
 
-OpTime AnalyticCostModel::op_time(const graph::OpNode& op, int64_t samples) const {
+OpTime AnalyticCostModel::op_time(const model::OpNode& op, int64_t samples) const {
   GP_CHECK(samples >= 1, "op_time needs at least one sample");
   if (op.info != nullptr && op.info->is_input) return {};
-  const graph::OpCost& c = op.cost;
+  const model::OpCost& c = op.cost;
   const double s = static_cast<double>(samples);
   OpTime t;
   t.forward_us = kernel_time_us(c.forward_flops * s,

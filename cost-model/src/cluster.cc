@@ -13,7 +13,7 @@
 #include <system_error>
 #include <vector>
 
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 
 #ifndef GP_SOURCE_CONFIG_DIR
 #define GP_SOURCE_CONFIG_DIR ""
@@ -107,7 +107,7 @@ Result<Cluster> load_cluster(std::string_view preset_or_path) {
                               "; or give a path to a .pbtxt, .json or .pb Cluster file)");
     }
   }
-  GP_RETURN_IF_ERROR(graph::read_message(path, &cluster));
+  GP_RETURN_IF_ERROR(model::read_message(path, &cluster));
   if (cluster.name().empty()) cluster.set_name(fs::path(path).stem().string());
   GP_RETURN_IF_ERROR(validate_cluster(cluster).with_context(path));
   return cluster;

@@ -37,7 +37,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The op's memory per sample: measured when the options carry a model that measured it, else the
 // catalogue's.
-OpMemory op_memory(const graph::OpNode& op, const MemoryOptions& options) {
+OpMemory op_memory(const model::OpNode& op, const MemoryOptions& options) {
   if (options.measured != nullptr) {
     if (auto m = options.measured->op_memory(op)) return *m;
   }
@@ -46,14 +46,14 @@ OpMemory op_memory(const graph::OpNode& op, const MemoryOptions& options) {
 
 }  // namespace
 
-int64_t stage_param_bytes(const graph::Graph& graph, std::span<const int> op_indices,
+int64_t stage_param_bytes(const model::Graph& graph, std::span<const int> op_indices,
                           Precision precision) {
   int64_t params = 0;
   for (int i : op_indices) params += graph.op(i).cost.param_count;
   return params * param_width(precision);
 }
 
-int64_t kernel_workspace_bytes_per_sample(const graph::Graph& graph,
+int64_t kernel_workspace_bytes_per_sample(const model::Graph& graph,
                                           std::span<const int> op_indices,
                                           const MemoryOptions& options) {
   double most = 0;
@@ -61,7 +61,7 @@ int64_t kernel_workspace_bytes_per_sample(const graph::Graph& graph,
   return std::llround(most * (is_bf16(options.precision) ? 0.5 : 1.0));
 }
 
-MemoryBreakdown stage_memory(const graph::Graph& graph, std::span<const int> op_indices,
+MemoryBreakdown stage_memory(const model::Graph& graph, std::span<const int> op_indices,
                              int64_t micro_batch, int64_t in_flight_samples, int data_parallel,
                              const MemoryOptions& options) {
   GP_CHECK(data_parallel >= 1, "data_parallel must be >= 1");
@@ -88,28 +88,28 @@ MemoryBreakdown stage_memory(const graph::Graph& graph, std::span<const int> op_
   // wait for the data plane), once per call for those inside it (one backward at a time).
   std::vector<char> in_stage(static_cast<size_t>(graph.num_ops()), 0);
   for (int i : op_indices) in_stage[static_cast<size_t>(i)] = 1;
-  auto needs_grad = [&](int producer, const graph::TensorSpec& spec) {
-    return !graph.op(producer).info->is_input && !graph::is_integer(spec);
+  auto needs_grad = [&](int producer, const model::TensorSpec& spec) {
+    return !graph.op(producer).info->is_input && !model::is_integer(spec);
   };
   double kept_per_sample = 0;
   double inner_grads_per_sample = 0;
   std::set<std::pair<int, int>> external_inputs;  // (producer, output) read from other stages
   for (int i : op_indices) {
-    const graph::OpNode& op = graph.op(i);
+    const model::OpNode& op = graph.op(i);
     kept_per_sample += op_memory(op, options).activation_bytes;
     for (int k = 0; k < op.proto->inputs_size(); ++k) {
       const int producer = graph.index_of(op.proto->inputs(k).op());
       if (producer < 0 || in_stage[static_cast<size_t>(producer)]) continue;
       if (!external_inputs.insert({producer, op.proto->inputs(k).output()}).second) continue;
-      const graph::TensorSpec& spec = op.input_specs[static_cast<size_t>(k)];
-      const double bytes = static_cast<double>(graph::stored_size_bytes(spec));
+      const model::TensorSpec& spec = op.input_specs[static_cast<size_t>(k)];
+      const double bytes = static_cast<double>(model::stored_size_bytes(spec));
       kept_per_sample += bytes;
       if (needs_grad(producer, spec)) kept_per_sample += bytes;
     }
     for (int k = 0; k < op.proto->outputs_size(); ++k) {
-      const graph::TensorSpec& spec = op.proto->outputs(k);
+      const model::TensorSpec& spec = op.proto->outputs(k);
       if (!needs_grad(i, spec)) continue;
-      const double bytes = static_cast<double>(graph::stored_size_bytes(spec));
+      const double bytes = static_cast<double>(model::stored_size_bytes(spec));
       bool crosses = false;
       for (int s : op.succs) {
         if (in_stage[static_cast<size_t>(s)]) continue;

@@ -16,17 +16,17 @@
 namespace gp::cost {
 namespace {
 
-std::string format_attr(const graph::AttrValue& v) {
+std::string format_attr(const model::AttrValue& v) {
   char buf[64];
   switch (v.value_case()) {
-    case graph::AttrValue::kI:
+    case model::AttrValue::kI:
       return std::to_string(v.i());
-    case graph::AttrValue::kF:
+    case model::AttrValue::kF:
       std::snprintf(buf, sizeof(buf), "%g", v.f());
       return buf;
-    case graph::AttrValue::kS:
+    case model::AttrValue::kS:
       return v.s();
-    case graph::AttrValue::kInts: {
+    case model::AttrValue::kInts: {
       std::string out;
       for (int i = 0; i < v.ints().values_size(); ++i) {
         if (i > 0) out += ':';
@@ -34,7 +34,7 @@ std::string format_attr(const graph::AttrValue& v) {
       }
       return out;
     }
-    case graph::AttrValue::VALUE_NOT_SET:
+    case model::AttrValue::VALUE_NOT_SET:
       break;
   }
   return "";
@@ -97,7 +97,7 @@ std::string num(double v) {
 
 }  // namespace
 
-std::string op_signature(const graph::OpNode& op) {
+std::string op_signature(const model::OpNode& op) {
   std::string sig(op.type());
   sig += '|';
   std::vector<std::pair<std::string, std::string>> attrs;
@@ -110,7 +110,7 @@ std::string op_signature(const graph::OpNode& op) {
   sig += '|';
   for (size_t i = 0; i < op.input_specs.size(); ++i) {
     if (i > 0) sig += ';';
-    sig += graph::shape_string(op.input_specs[i]);
+    sig += model::shape_string(op.input_specs[i]);
   }
   return sig;
 }
@@ -184,7 +184,7 @@ Result<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::create(
 ProfiledCostModel::ProfiledCostModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProfiledCostModel::~ProfiledCostModel() = default;
 
-OpTime ProfiledCostModel::op_time(const graph::OpNode& op, int64_t samples) const {
+OpTime ProfiledCostModel::op_time(const model::OpNode& op, int64_t samples) const {
   GP_CHECK(samples >= 1, "op_time needs at least one sample");
   // Graph inputs run no kernel; the profiler does not measure them.
   if (op.info != nullptr && op.info->is_input) return {};
@@ -207,7 +207,7 @@ OpTime ProfiledCostModel::op_time(const graph::OpNode& op, int64_t samples) cons
   return impl_->fallback->op_time(op, samples);
 }
 
-std::optional<OpMemory> ProfiledCostModel::op_memory(const graph::OpNode& op) const {
+std::optional<OpMemory> ProfiledCostModel::op_memory(const model::OpNode& op) const {
   if (op.info != nullptr && op.info->is_input) return std::nullopt;
   auto it = impl_->points.find(op_signature(op));
   if (it == impl_->points.end()) return std::nullopt;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <queue>
 
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 
 namespace gp::sim {
 namespace {
@@ -33,8 +33,8 @@ struct RankState {
 };
 
 // Per-stage costs, computed once before the replay.
-std::vector<StageCosts> stage_costs(const Plan& plan, const graph::Graph& graph,
-                                    const graph::PlanIndex& index, const cost::CostModel& compute,
+std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
+                                    const plan::PlanIndex& index, const cost::CostModel& compute,
                                     const cost::MemoryOptions& memory) {
   const auto& device = plan.cluster().device();
   const double mem_bw = std::max(device.memory_bandwidth_bytes_per_s(), 1.0);
@@ -70,7 +70,7 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const graph::Graph& graph,
 // kind has its own step; a step that blocks its rank leaves it to be resumed by another rank.
 class Replay {
  public:
-  Replay(const Plan& plan, const graph::Graph& graph, const graph::PlanIndex& index,
+  Replay(const Plan& plan, const model::Graph& graph, const plan::PlanIndex& index,
          const SimOptions& options, const cost::CommModel& comm, std::vector<StageCosts> costs)
       : plan_(plan),
         graph_(graph),
@@ -202,7 +202,7 @@ class Replay {
     const auto& msg = plan_.messages(in.message());
     const auto& edge = plan_.edges(msg.edge());
     const int64_t per_sample =
-        grad ? graph::gradient_bytes_per_sample(graph_, edge) : edge.bytes_per_sample();
+        grad ? plan::gradient_bytes_per_sample(graph_, edge) : edge.bytes_per_sample();
     const int64_t bytes = per_sample * (msg.sample_end() - msg.sample_begin());
     const int peer = msg.dst_rank();
     const double start = std::max({rank.clock, egress_free_[r], ingress_free_[peer]});
@@ -280,7 +280,7 @@ class Replay {
       result_.deadlocked = true;
       const auto& prog = plan_.programs(ranks_[r].program);
       result_.blocked.push_back(
-          {r, ranks_[r].pc, graph::describe_instruction(plan_, prog.instructions(ranks_[r].pc))});
+          {r, ranks_[r].pc, plan::describe_instruction(plan_, prog.instructions(ranks_[r].pc))});
     }
     return result_.deadlocked;
   }
@@ -316,8 +316,8 @@ class Replay {
   }
 
   const Plan& plan_;
-  const graph::Graph& graph_;
-  const graph::PlanIndex& index_;
+  const model::Graph& graph_;
+  const plan::PlanIndex& index_;
   const SimOptions& options_;
   const cost::CommModel& comm_;
   const std::vector<StageCosts> costs_;
@@ -351,9 +351,9 @@ Simulator::Simulator(const cost::CostModel& compute, const cost::CommModel& comm
                      cost::MemoryOptions memory)
     : compute_(compute), comm_(comm), memory_(memory) {}
 
-Result<SimResult> Simulator::run(const Plan& plan, const graph::Graph& graph,
+Result<SimResult> Simulator::run(const Plan& plan, const model::Graph& graph,
                                  const SimOptions& options) const {
-  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
+  GP_ASSIGN_OR_RETURN(plan::PlanIndex index, plan::validate_plan_structure(plan, graph));
   Replay replay(plan, graph, index, options, comm_,
                 stage_costs(plan, graph, index, compute_, memory_));
   return replay.run();

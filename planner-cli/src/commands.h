@@ -11,7 +11,7 @@
 #include "gp/common/status.h"
 #include "gp/common/version.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "gp/planner/search.h"
 #include "graphpipe/v1/cluster.pb.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -113,7 +113,7 @@ struct PlanFileOptions {
 
 // Resolved inputs shared by search and compare.
 struct PlanningSetup {
-  std::unique_ptr<graph::Graph> graph;
+  std::unique_ptr<model::Graph> graph;
   graphpipe::v1::Cluster cluster;
   graphpipe::v1::TrainingConfig training;
   std::shared_ptr<const cost::CostModel> compute;

@@ -6,7 +6,7 @@
 
 #include "gp/cost/cluster.h"
 #include "gp/cost/memory_model.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/units.h"
 #include "gp/sim/simulator.h"
@@ -18,7 +18,7 @@ std::string stage_name(size_t s) { return "stages[" + std::to_string(s) + "]"; }
 
 // The first path that leaves stage `s` and comes back into it, as "'a' -> 'b' (stages[1]) ->
 // 'c'"; empty when the stage is convex. Breadth-first over the ops outside the stage.
-std::string leaving_path(const graph::Graph& g, const std::vector<int>& stage_of, int s,
+std::string leaving_path(const model::Graph& g, const std::vector<int>& stage_of, int s,
                          const std::vector<int>& ops) {
   constexpr int kUnvisited = -2;
   std::vector<int> parent(g.num_ops(), kUnvisited);
@@ -76,7 +76,7 @@ Result<Lowering> parse_lowering(std::string_view name) {
 }
 
 Result<std::vector<ExternalStage>> resolve_assignment(
-    const graphpipe::v1::StageAssignmentFile& file, const graph::Graph& graph, int num_devices,
+    const graphpipe::v1::StageAssignmentFile& file, const model::Graph& graph, int num_devices,
     int64_t mini_batch) {
   if (file.stages_size() == 0) return invalid_argument("stages: empty, the file names no stage");
   std::vector<int> stage_of(graph.num_ops(), -1);
@@ -147,7 +147,7 @@ Result<std::vector<ExternalStage>> resolve_assignment(
 }
 
 Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
-  const graph::Graph& g = *req.graph;
+  const model::Graph& g = *req.graph;
   const int n = static_cast<int>(req.stages.size());
   if (n == 0) return invalid_argument("stages: empty");
   std::vector<std::vector<int>> groups;

@@ -5,8 +5,8 @@
 
 #include "commands.h"
 #include "gp/cost/cluster.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/model_io.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/lower.h"
 #include "gp/planner/report.h"
 #include "gp/planner/verify.h"
@@ -15,8 +15,8 @@ namespace gp::plan_cli {
 
 Status run_lower(const LowerOptions& opts) {
   const SearchOptions& so = opts.search;
-  GP_RETURN_IF_ERROR(graph::format_for_path(so.out).status().with_context("--out"));
-  GP_RETURN_IF_ERROR(graph::check_output_path("--out", so.out));
+  GP_RETURN_IF_ERROR(model::format_for_path(so.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(model::check_output_path("--out", so.out));
   GP_ASSIGN_OR_RETURN(const auto lowering, planner::parse_lowering(opts.lowering));
   std::vector<graphpipe::v1::Strategy> strategies;
   for (const auto& name : opts.compare) {
@@ -25,7 +25,7 @@ Status run_lower(const LowerOptions& opts) {
     strategies.push_back(*strategy);
   }
   graphpipe::v1::StageAssignmentFile file;
-  GP_RETURN_IF_ERROR(graph::read_message(opts.assignment, &file).with_context("--assignment"));
+  GP_RETURN_IF_ERROR(model::read_message(opts.assignment, &file).with_context("--assignment"));
   GP_ASSIGN_OR_RETURN(auto setup, prepare(so));
   auto stages =
       planner::resolve_assignment(file, *setup.graph, cost::num_devices(setup.cluster), so.batch);
@@ -64,7 +64,7 @@ Status run_lower(const LowerOptions& opts) {
   std::vector<TableRow> rows;
   for (const auto& l : *lowered) rows.push_back({"lowered/" + l.lowering, &l.result});
   for (size_t i = 0; i < strategies.size(); ++i) {
-    rows.push_back({std::string(graph::strategy_name(strategies[i])), &searched[i]});
+    rows.push_back({std::string(plan::strategy_name(strategies[i])), &searched[i]});
   }
   print_plan_table(setup, so.batch, rows);
 

@@ -5,16 +5,16 @@
 
 #include "commands.h"
 #include "gp/common/logging.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/onnx_import.h"
-#include "gp/graph/summary.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/graph.h"
+#include "gp/model/model_io.h"
+#include "gp/model/onnx_import.h"
+#include "gp/model/summary.h"
+#include "gp/model/zoo.h"
 
 namespace gp::plan_cli {
 
 Status run_zoo_list() {
-  for (const auto& entry : graph::zoo_entries()) {
+  for (const auto& entry : model::zoo_entries()) {
     std::printf("%s\n  %.*s\n", std::string(entry.name).c_str(),
                 static_cast<int>(entry.summary.size()), entry.summary.data());
     for (const auto& p : entry.params) {
@@ -28,17 +28,17 @@ Status run_zoo_list() {
 }
 
 Status run_import(const ImportOptions& opts) {
-  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
-  graph::OnnxImportOptions io;
+  GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
+  model::OnnxImportOptions io;
   io.loss = opts.loss;
   io.allow_opaque = opts.allow_opaque;
   io.untie_weights = opts.untie_weights;
   io.max_bag = opts.max_bag;
   std::vector<std::string> warnings;
   io.warnings = &warnings;
-  GP_ASSIGN_OR_RETURN(auto model, graph::import_onnx(opts.file, io));
+  GP_ASSIGN_OR_RETURN(auto model, model::import_onnx(opts.file, io));
   for (const auto& w : warnings) log::get("plan")->warn("{}", w);
-  auto built = graph::Graph::build(model);
+  auto built = model::Graph::build(model);
   if (!built.ok()) return built.status();
   std::string weights_note;
   if (!opts.inline_weights) {
@@ -46,10 +46,10 @@ Status run_import(const ImportOptions& opts) {
     const std::filesystem::path out(opts.out);
     const std::filesystem::path weights = std::filesystem::path(out).replace_extension(".weights");
     GP_RETURN_IF_ERROR(
-        graph::externalize_weights(model, weights.string(), weights.filename().string()));
+        model::externalize_weights(model, weights.string(), weights.filename().string()));
     if (!model.weights_file().empty()) weights_note = ", weights in " + weights.string();
   }
-  GP_RETURN_IF_ERROR(graph::write_message(opts.out, model));
+  GP_RETURN_IF_ERROR(model::write_message(opts.out, model));
   int opaque = 0;
   for (const auto& op : model.ops()) opaque += op.type() == "opaque" ? 1 : 0;
   std::printf("imported %s: %d ops, %lld parameters, %d branch(es) -> %s%s\n", opts.file.c_str(),
@@ -62,29 +62,29 @@ Status run_import(const ImportOptions& opts) {
 }
 
 Status run_zoo_export(const ZooExportOptions& opts) {
-  GP_ASSIGN_OR_RETURN(auto model, graph::build_zoo_model(opts.name));
-  GP_ASSIGN_OR_RETURN(auto validated, graph::Graph::build(model));
-  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
-  GP_RETURN_IF_ERROR(graph::write_message(opts.out, validated.model()));
+  GP_ASSIGN_OR_RETURN(auto model, model::build_zoo_model(opts.name));
+  GP_ASSIGN_OR_RETURN(auto validated, model::Graph::build(model));
+  GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(model::write_message(opts.out, validated.model()));
   log::get("plan")->info("wrote {} ({} ops) to {}", model.name(), model.ops_size(), opts.out);
   return ok_status();
 }
 
 Status run_model_info(const ModelInfoOptions& opts) {
-  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(opts.model));
-  auto built = graph::Graph::build(model);
+  GP_ASSIGN_OR_RETURN(auto model, model::load_model(opts.model));
+  auto built = model::Graph::build(model);
   if (!built.ok()) return built.status().with_context("model '" + opts.model + "'");
-  const auto summary = graph::summarize(*built);
+  const auto summary = model::summarize(*built);
   if (opts.json) {
-    std::printf("%s\n", graph::summary_json(summary).c_str());
+    std::printf("%s\n", model::summary_json(summary).c_str());
   } else {
-    std::printf("%s", graph::summary_text(summary).c_str());
+    std::printf("%s", model::summary_text(summary).c_str());
   }
   return ok_status();
 }
 
 Status run_ops_list() {
-  for (const auto& info : graph::op_catalogue()) {
+  for (const auto& info : model::op_catalogue()) {
     std::printf("%-22.*s %.*s\n%-22s attributes: %.*s\n", static_cast<int>(info.type.size()),
                 info.type.data(), static_cast<int>(info.summary.size()), info.summary.data(), "",
                 static_cast<int>(info.attrs_help.size()), info.attrs_help.data());

@@ -7,8 +7,8 @@
 #include <tuple>
 
 #include "gp/cost/cluster.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/model_io.h"
+#include "gp/plan/plan_util.h"
 
 namespace gp::planner {
 namespace {
@@ -46,7 +46,7 @@ std::vector<Slice> overlapping_slices(const graphpipe::v1::Stage& stage, int64_t
   const int64_t b = stage.micro_batch();
   for (int64_t m = lo / b; m * b < hi; ++m) {
     for (int j = 0; j < stage.device_ranks_size(); ++j) {
-      const graph::SampleRange r = graph::replica_samples(stage, j, m);
+      const plan::SampleRange r = plan::replica_samples(stage, j, m);
       const int64_t begin = std::max(lo, r.begin);
       const int64_t end = std::min(hi, r.end);
       if (begin < end) out.push_back({stage.device_ranks(j), begin, end});
@@ -70,10 +70,10 @@ class MessageTable {
  public:
   Instruction transfer(InstructionKind kind, int stage, int mb, int edge, int rank,
                        const Slice& peer) {
-    const bool send = graph::is_send(kind);
+    const bool send = plan::is_send(kind);
     graphpipe::v1::Message m;
     m.set_edge(edge);
-    m.set_gradient(graph::is_gradient_transfer(kind));
+    m.set_gradient(plan::is_gradient_transfer(kind));
     m.set_src_rank(send ? rank : peer.rank);
     m.set_dst_rank(send ? peer.rank : rank);
     m.set_sample_begin(peer.begin);
@@ -93,7 +93,7 @@ class MessageTable {
     std::vector<char> listed(messages_.size(), 0);
     for (const auto& prog : plan.programs()) {
       for (const auto& in : prog.instructions()) {
-        if (!graph::is_send(in.kind())) continue;
+        if (!plan::is_send(in.kind())) continue;
         const auto& m = messages_[in.message()];
         channels[{m.src_rank(), m.dst_rank()}].push_back(in.message());
         listed[in.message()] = 1;
@@ -115,7 +115,7 @@ class MessageTable {
     }
     for (auto& prog : *plan.mutable_programs()) {
       for (auto& in : *prog.mutable_instructions()) {
-        if (graph::is_send(in.kind()) || graph::is_recv(in.kind())) {
+        if (plan::is_send(in.kind()) || plan::is_recv(in.kind())) {
           in.set_message(final_id[in.message()]);
         }
       }
@@ -130,7 +130,7 @@ class MessageTable {
 
 }  // namespace
 
-Result<std::vector<StageEdge>> stage_edges(const graph::Graph& graph,
+Result<std::vector<StageEdge>> stage_edges(const model::Graph& graph,
                                            const std::vector<StageAssignment>& stages, bool chain) {
   std::vector<int> stage_of(graph.num_ops(), -1);
   for (size_t s = 0; s < stages.size(); ++s) {
@@ -184,7 +184,7 @@ Result<std::vector<StageEdge>> stage_edges(const graph::Graph& graph,
     int64_t bytes = 0;
     for (const auto& t : tensors) {
       *e.add_tensors() = t;
-      bytes += graph::size_bytes(graph.op(graph.index_of(t.op())).proto->outputs(t.output()));
+      bytes += model::size_bytes(graph.op(graph.index_of(t.op())).proto->outputs(t.output()));
     }
     e.set_bytes_per_sample(bytes);
     edges.push_back(std::move(e));
@@ -243,7 +243,7 @@ std::vector<int64_t> in_flight_samples(const std::vector<StageAssignment>& stage
 }
 
 Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignment>& stages) {
-  const graph::Graph& graph = *inputs.graph;
+  const model::Graph& graph = *inputs.graph;
   if (inputs.mini_batch <= 0) {
     return invalid_argument("--batch = " + std::to_string(inputs.mini_batch) + ", must be > 0");
   }
@@ -275,11 +275,11 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
   const std::vector<int64_t> k = in_flight_samples(stages, edges);
 
   Plan plan;
-  plan.set_format_version(graph::kPlanFormatVersion);
+  plan.set_format_version(plan::kPlanFormatVersion);
   *plan.mutable_model() = graph.model();
-  plan.set_model_hash(graph::model_hash(plan.model()));
+  plan.set_model_hash(model::model_hash(plan.model()));
   *plan.mutable_cluster() = inputs.cluster;
-  plan.set_cluster_hash(graph::message_hash(inputs.cluster));
+  plan.set_cluster_hash(model::message_hash(inputs.cluster));
   plan.set_mini_batch(inputs.mini_batch);
   *plan.mutable_training() = inputs.training;
   plan.mutable_provenance()->set_strategy(inputs.strategy);
@@ -317,12 +317,12 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
       // Transfers of micro-batch `mb` on the edges whose `end` (src or dst stage) is this stage,
       // with every replica of the other end whose samples overlap this replica's.
       const auto transfers = [&](InstructionKind kind, int mb, bool this_is_src, bool gradient) {
-        const graph::SampleRange mine =
-            graph::replica_samples(plan.stages(stage), static_cast<int>(j), mb);
+        const plan::SampleRange mine =
+            plan::replica_samples(plan.stages(stage), static_cast<int>(j), mb);
         for (int e = 0; e < plan.edges_size(); ++e) {
           const auto& edge = plan.edges(e);
           if ((this_is_src ? edge.src_stage() : edge.dst_stage()) != stage) continue;
-          if (gradient && graph::gradient_bytes_per_sample(graph, edge) == 0) continue;
+          if (gradient && plan::gradient_bytes_per_sample(graph, edge) == 0) continue;
           const auto& other = plan.stages(this_is_src ? edge.dst_stage() : edge.src_stage());
           for (const Slice& peer : overlapping_slices(other, mine.begin, mine.end)) {
             *prog->add_instructions() = table.transfer(kind, stage, mb, e, rank, peer);

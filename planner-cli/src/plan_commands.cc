@@ -9,13 +9,13 @@
 #include "gp/common/logging.h"
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/model_io.h"
+#include "gp/model/zoo.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/report.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
-#include "gp/profile/profile_db.h"
+#include "gp/profile_db/profile_db.h"
 
 namespace gp::plan_cli {
 namespace {
@@ -73,7 +73,7 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
     return invalid_argument("--lr-schedule = '" + opts.lr_schedule +
                             "', expected constant or warmup-cosine");
   }
-  GP_RETURN_IF_ERROR(graph::validate_training(t, /*allow_unset_learning_rate=*/false));
+  GP_RETURN_IF_ERROR(plan::validate_training(t, /*allow_unset_learning_rate=*/false));
   return t;
 }
 
@@ -90,7 +90,7 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
     return models;
   }
   graphpipe::v1::ProfileDB db;
-  GP_RETURN_IF_ERROR(graph::read_message(profile_path, &db).with_context("--profile"));
+  GP_RETURN_IF_ERROR(model::read_message(profile_path, &db).with_context("--profile"));
   // graphpipe-profile's own check: a record it would refuse must not steer a plan.
   GP_RETURN_IF_ERROR(profile::validate_profile(db).with_context("--profile " + profile_path));
   auto profiled = cost::ProfiledCostModel::create(db, cluster.device().name(), analytic);
@@ -106,16 +106,16 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
   }
   models.compute = std::shared_ptr<const cost::CostModel>(std::move(profiled).value());
   models.comm = std::make_shared<const cost::CommModel>(cluster, db);
-  models.profile_hash = graph::message_hash(db);
+  models.profile_hash = model::message_hash(db);
   return models;
 }
 
 Result<PlanningSetup> prepare(const SearchOptions& opts) {
   PlanningSetup setup;
-  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(opts.model));
-  auto built = graph::Graph::build(model);
+  GP_ASSIGN_OR_RETURN(auto model, model::load_model(opts.model));
+  auto built = model::Graph::build(model);
   if (!built.ok()) return built.status().with_context("model '" + opts.model + "'");
-  setup.graph = std::make_unique<graph::Graph>(std::move(built).value());
+  setup.graph = std::make_unique<model::Graph>(std::move(built).value());
   GP_ASSIGN_OR_RETURN(auto cluster, cost::load_cluster(opts.cluster));
   const int available = cost::num_devices(cluster);
   const int wanted = opts.devices > 0 ? opts.devices : available;
@@ -136,9 +136,9 @@ Result<PlanningSetup> prepare(const SearchOptions& opts) {
   }
   GP_ASSIGN_OR_RETURN(setup.cluster,
                       cost::select_devices(cluster, std::min(wanted, cost::num_devices(cluster))));
-  if (opts.batch <= 0 || opts.batch > graph::kMaxMiniBatch) {
+  if (opts.batch <= 0 || opts.batch > plan::kMaxMiniBatch) {
     return invalid_argument("--batch = " + std::to_string(opts.batch) + ", must be in [1, " +
-                            std::to_string(graph::kMaxMiniBatch) + "]");
+                            std::to_string(plan::kMaxMiniBatch) + "]");
   }
   GP_ASSIGN_OR_RETURN(setup.training, training_config(opts));
   GP_ASSIGN_OR_RETURN(auto models,
@@ -166,7 +166,7 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
       opts.per_stage_microbatch ||
       (strategy == graphpipe::v1::STRATEGY_GRAPHPIPE && !opts.uniform_microbatch);
   auto logger = log::get("plan");
-  const std::string name(graph::strategy_name(strategy));
+  const std::string name(plan::strategy_name(strategy));
   req.progress = [logger, name](int done, int total, const std::string& line) {
     logger->info("{} [{}/{}] {}", name, done, total, line);
   };
@@ -186,9 +186,9 @@ Status externalize_plan_weights(const std::string& out, graphpipe::v1::Plan& pla
   auto& model = *plan.mutable_model();
   if (out.empty() || !model.weights_file().empty()) return ok_status();
   const std::string weights = out + ".weights";
-  GP_RETURN_IF_ERROR(graph::externalize_weights(
+  GP_RETURN_IF_ERROR(model::externalize_weights(
       model, weights, std::filesystem::absolute(weights).lexically_normal().string()));
-  if (!model.weights_file().empty()) plan.set_model_hash(graph::model_hash(model));
+  if (!model.weights_file().empty()) plan.set_model_hash(model::model_hash(model));
   return ok_status();
 }
 
@@ -200,7 +200,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
     GP_RETURN_IF_ERROR(externalize_plan_weights(opts.out, written));
   }
   planner::ReportContext ctx;
-  ctx.strategy = std::string(graph::strategy_name(strategy));
+  ctx.strategy = std::string(plan::strategy_name(strategy));
   ctx.feasible = result.feasible;
   ctx.infeasible_reason = result.infeasible_reason;
   ctx.num_devices = cost::num_devices(setup.cluster);
@@ -210,13 +210,13 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   ctx.candidates = &result.candidates;
   ctx.idle_devices_reason = result.idle_devices_reason;
   if (!opts.report.empty()) {
-    GP_RETURN_IF_ERROR(graph::write_file_atomic(
+    GP_RETURN_IF_ERROR(model::write_file_atomic(
         opts.report, planner::plan_report_json(ctx, result.feasible ? &written : nullptr)));
   }
   if (!result.feasible) return ok_status();
-  if (!opts.out.empty()) GP_RETURN_IF_ERROR(graph::write_message(opts.out, written));
+  if (!opts.out.empty()) GP_RETURN_IF_ERROR(model::write_message(opts.out, written));
   if (!opts.dot.empty()) {
-    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.dot, planner::stage_graph_dot(result.plan)));
+    GP_RETURN_IF_ERROR(model::write_file_atomic(opts.dot, planner::stage_graph_dot(result.plan)));
   }
   if (!opts.trace.empty()) {
     // Re-simulate with events recorded (the search keeps only aggregates).
@@ -225,18 +225,18 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
         {setup.training.optimizer(), setup.training.precision(), setup.compute.get()});
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(result.plan, *setup.graph, {true}));
     GP_RETURN_IF_ERROR(
-        graph::write_file_atomic(opts.trace, sim::chrome_trace_json(result.plan, sim)));
+        model::write_file_atomic(opts.trace, sim::chrome_trace_json(result.plan, sim)));
   }
   return ok_status();
 }
 
 Status run_search(const SearchOptions& opts) {
-  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--out", opts.out},
                                    {"--report", opts.report},
                                    {"--trace", opts.trace},
                                    {"--dot", opts.dot}}) {
-    GP_RETURN_IF_ERROR(graph::check_output_path(flag, path));
+    GP_RETURN_IF_ERROR(model::check_output_path(flag, path));
   }
   GP_ASSIGN_OR_RETURN(auto strategy, planner::parse_strategy(opts.strategy));
   GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
@@ -274,14 +274,14 @@ Status run_search(const SearchOptions& opts) {
 }
 
 Status run_replan(const ReplanOptions& opts) {
-  GP_RETURN_IF_ERROR(graph::format_for_path(opts.out).status().with_context("--out"));
-  GP_RETURN_IF_ERROR(graph::check_output_path("--out", opts.out));
+  GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
+  GP_RETURN_IF_ERROR(model::check_output_path("--out", opts.out));
   graphpipe::v1::Plan old;
-  GP_RETURN_IF_ERROR(graph::read_message(opts.plan, &old).with_context("--plan"));
+  GP_RETURN_IF_ERROR(model::read_message(opts.plan, &old).with_context("--plan"));
   PlanningSetup setup;
-  auto built = graph::Graph::build(old.model());
+  auto built = model::Graph::build(old.model());
   if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
-  setup.graph = std::make_unique<graph::Graph>(std::move(built).value());
+  setup.graph = std::make_unique<model::Graph>(std::move(built).value());
   // The old plan's rank k is the k-th usable device of its cluster.
   graphpipe::v1::Cluster cluster = old.cluster();
   GP_RETURN_IF_ERROR(cost::validate_cluster(cluster).with_context("--plan " + opts.plan));
@@ -321,7 +321,7 @@ Status run_replan(const ReplanOptions& opts) {
   }
   SearchOptions so;
   so.batch = old.mini_batch();
-  so.strategy = std::string(graph::strategy_name(strategy));
+  so.strategy = std::string(plan::strategy_name(strategy));
   so.profile = opts.profile;
   so.out = opts.out;
   so.command_line = opts.command_line;
@@ -335,7 +335,7 @@ Status run_replan(const ReplanOptions& opts) {
     return internal_error("the re-planned plan failed verification: " + report.problems[0]);
   }
   GP_RETURN_IF_ERROR(externalize_plan_weights(opts.out, result.plan));
-  GP_RETURN_IF_ERROR(graph::write_message(opts.out, result.plan));
+  GP_RETURN_IF_ERROR(model::write_message(opts.out, result.plan));
   const auto& p = result.plan.predicted();
   std::printf(
       "re-planned for %d devices: %d stages, %.1f samples/s predicted (was %.1f on %d) -> %s\n",

@@ -8,9 +8,9 @@
 #include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
 #include "gp/cost/cluster.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/model_io.h"
+#include "gp/model/zoo.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/report.h"
 #include "gp/planner/verify.h"
 
@@ -22,13 +22,13 @@ namespace {
 // schedule, as the executor checks them (a tool refuses what no rank would run).
 Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure = true) {
   graphpipe::v1::Plan plan;
-  GP_RETURN_IF_ERROR(graph::read_message(path, &plan).with_context("--plan"));
+  GP_RETURN_IF_ERROR(model::read_message(path, &plan).with_context("--plan"));
   const std::string where = "--plan " + path;
   GP_RETURN_IF_ERROR(cost::validate_cluster(plan.cluster()).with_context(where + ": plan.cluster"));
-  auto built = graph::Graph::build(plan.model());
+  auto built = model::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context(where + ": plan.model");
   if (check_structure) {
-    GP_RETURN_IF_ERROR(graph::validate_plan(plan, *built).status().with_context(where));
+    GP_RETURN_IF_ERROR(plan::validate_plan(plan, *built).status().with_context(where));
   }
   return plan;
 }
@@ -104,7 +104,7 @@ Status run_compare(const SearchOptions& opts) {
 
 Status run_simulate(const PlanFileOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto plan, load_plan(opts.plan));
-  auto built = graph::Graph::build(plan.model());
+  auto built = model::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
   GP_ASSIGN_OR_RETURN(auto models,
                       make_cost_models(plan.cluster(), plan.training().precision(), opts.profile));
@@ -130,16 +130,16 @@ Status run_simulate(const PlanFileOptions& opts) {
   }
   if (!opts.report.empty()) {
     planner::ReportContext ctx;
-    ctx.strategy = std::string(graph::strategy_name(plan.provenance().strategy()));
+    ctx.strategy = std::string(plan::strategy_name(plan.provenance().strategy()));
     ctx.feasible = true;
     ctx.num_devices = cost::num_devices(plan.cluster());
     ctx.mini_batch = plan.mini_batch();
     ctx.search_time_s = plan.provenance().search_time_s();
     GP_RETURN_IF_ERROR(
-        graph::write_file_atomic(opts.report, planner::plan_report_json(ctx, &plan)));
+        model::write_file_atomic(opts.report, planner::plan_report_json(ctx, &plan)));
   }
   if (!opts.trace.empty()) {
-    GP_RETURN_IF_ERROR(graph::write_file_atomic(opts.trace, sim::chrome_trace_json(plan, *sim)));
+    GP_RETURN_IF_ERROR(model::write_file_atomic(opts.trace, sim::chrome_trace_json(plan, *sim)));
   }
   return ok_status();
 }
@@ -180,7 +180,7 @@ Status run_verify(const PlanFileOptions& opts) {
   graphpipe::v1::ModelGraph expected_model;
   graphpipe::v1::Cluster expected_cluster;
   if (!opts.model.empty()) {
-    GP_ASSIGN_OR_RETURN(expected_model, graph::load_model(opts.model));
+    GP_ASSIGN_OR_RETURN(expected_model, model::load_model(opts.model));
     vopts.expected_model = &expected_model;
   }
   if (!opts.cluster.empty()) {

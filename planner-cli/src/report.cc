@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "gp/common/json_writer.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 
 namespace gp::planner {
 namespace {
@@ -153,7 +153,7 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
          " ops, hash " + plan.model_hash() + ")\n";
   out += "cluster    " + c.name() + ": " + std::to_string(c.num_nodes()) + " x " +
          std::to_string(c.devices_per_node()) + " " + c.device().name() + "\n";
-  out += "strategy   " + std::string(graph::strategy_name(plan.provenance().strategy())) +
+  out += "strategy   " + std::string(plan::strategy_name(plan.provenance().strategy())) +
          ", mini-batch " + std::to_string(plan.mini_batch()) + ", " +
          std::to_string(plan.stages_size()) + " stages, depth " +
          std::to_string(pipeline_depth(plan)) + "\n";

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "gp/cost/memory_model.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/stage_cost.h"
 #include "gp/planner/units.h"
@@ -99,7 +99,7 @@ double partition_throughput_bound(const Partition& part, const UnitGraph& units,
   return iteration_s > 0 ? mini_batch / iteration_s * (1 + 1e-9) : INFINITY;
 }
 
-double kernel_batch_bound(const graph::Graph& graph, const cost::CostModel& compute,
+double kernel_batch_bound(const model::Graph& graph, const cost::CostModel& compute,
                           int64_t micro_batch, int devices) {
   double per_sample_s = 0;  // every op at its cheapest time per sample over kernels of 1..b
   for (const auto& op : graph.ops()) {
@@ -255,9 +255,9 @@ namespace {
 
 // The micro-batch sizes to search: the request's, checked, or every searchable one.
 Result<std::vector<int64_t>> micro_batches_to_search(const SearchRequest& req) {
-  if (req.mini_batch <= 0 || req.mini_batch > graph::kMaxMiniBatch) {
+  if (req.mini_batch <= 0 || req.mini_batch > plan::kMaxMiniBatch) {
     return invalid_argument("--batch = " + std::to_string(req.mini_batch) + ", must be in [1, " +
-                            std::to_string(graph::kMaxMiniBatch) + "]");
+                            std::to_string(plan::kMaxMiniBatch) + "]");
   }
   std::vector<int64_t> micro_batches = req.micro_batches;
   if (micro_batches.empty()) {
@@ -340,7 +340,7 @@ class Search {
   void finish(std::chrono::steady_clock::time_point start);
 
   const SearchRequest& req_;
-  const graph::Graph& graph_;
+  const model::Graph& graph_;
   const std::vector<int64_t> micro_batches_;
   const int devices_;
   const UnitGraph units_;

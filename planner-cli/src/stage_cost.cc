@@ -22,7 +22,7 @@ void StageAggregate::add(const StageAggregate& other) {
       std::max(kernel_workspace_bytes_per_sample, other.kernel_workspace_bytes_per_sample);
 }
 
-StageCostModel::StageCostModel(const graph::Graph& graph, const UnitGraph& units,
+StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units,
                                const cost::CostModel& compute, const cost::CommModel& comm,
                                const cost::MemoryOptions& memory, int64_t mini_batch,
                                int64_t max_samples)

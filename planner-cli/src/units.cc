@@ -7,7 +7,7 @@ namespace gp::planner {
 namespace {
 
 // Immediate predecessors/successors in the transitive reduction, among non-input ops.
-std::vector<int> reduced(const graph::Graph& g, const std::vector<int>& neighbours, bool forward) {
+std::vector<int> reduced(const model::Graph& g, const std::vector<int>& neighbours, bool forward) {
   std::vector<int> out;
   for (int a : neighbours) {
     if (g.op(a).info->is_input) continue;
@@ -29,7 +29,7 @@ std::vector<int> reduced(const graph::Graph& g, const std::vector<int>& neighbou
 
 // Steps 3 and 4 of build_units for any grouping of ops into units (unit_ops, unit_of_op):
 // unit edges with their bytes, and a topological order of the units.
-void link_units(const graph::Graph& g, UnitGraph& u) {
+void link_units(const model::Graph& g, UnitGraph& u) {
   const int n = g.num_ops();
   std::vector<int> position(n);
   for (int i = 0; i < n; ++i) position[g.topo_order()[i]] = i;
@@ -65,7 +65,7 @@ void link_units(const graph::Graph& g, UnitGraph& u) {
         }
         if (uses && std::find(dsts.begin(), dsts.end(), dst) == dsts.end()) dsts.push_back(dst);
       }
-      for (int dst : dsts) u.edge_bytes[{src, dst}] += graph::size_bytes(node.proto->outputs(k));
+      for (int dst : dsts) u.edge_bytes[{src, dst}] += model::size_bytes(node.proto->outputs(k));
     }
   }
   for (auto& v : u.preds) std::sort(v.begin(), v.end());
@@ -91,7 +91,7 @@ void link_units(const graph::Graph& g, UnitGraph& u) {
   }
 }
 
-UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
+UnitGraph build_units(const model::Graph& g, const UnitOptions& options) {
   const int n = g.num_ops();
   double max_flops = 0;
   int64_t max_params = 0;
@@ -99,7 +99,7 @@ UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
     max_flops = std::max(max_flops, op.cost.forward_flops);
     max_params = std::max(max_params, op.cost.param_count);
   }
-  auto cheap = [&](const graph::OpNode& op) {
+  auto cheap = [&](const model::OpNode& op) {
     return op.cost.forward_flops <= max_flops * options.cheap_fraction &&
            static_cast<double>(op.cost.param_count) <=
                static_cast<double>(max_params) * options.cheap_fraction;
@@ -154,7 +154,7 @@ UnitGraph build_units(const graph::Graph& g, const UnitOptions& options) {
   return u;
 }
 
-UnitGraph group_units(const graph::Graph& g, const std::vector<std::vector<int>>& groups) {
+UnitGraph group_units(const model::Graph& g, const std::vector<std::vector<int>>& groups) {
   UnitGraph u;
   u.unit_ops = groups;
   u.unit_of_op.assign(g.num_ops(), -1);
@@ -165,7 +165,7 @@ UnitGraph group_units(const graph::Graph& g, const std::vector<std::vector<int>>
   return u;
 }
 
-UnitGraph compress_branches(const graph::Graph& g, const UnitGraph& u) {
+UnitGraph compress_branches(const model::Graph& g, const UnitGraph& u) {
   const int n = u.num_units();
   const size_t words = (static_cast<size_t>(n) + 63) / 64;
   std::vector<std::vector<uint64_t>> reach(n, std::vector<uint64_t>(words, 0));

@@ -1,8 +1,8 @@
 #include "gp/planner/verify.h"
 
 #include "gp/cost/comm_model.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/model_io.h"
+#include "gp/plan/plan_util.h"
 
 namespace gp::planner {
 
@@ -12,41 +12,41 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& comput
                                  const VerifyOptions& options) {
   VerifyReport report;
   auto& problems = report.problems;
-  auto built = graph::Graph::build(plan.model());
+  auto built = model::Graph::build(plan.model());
   if (!built.ok()) {
     problems.push_back("plan.model: " + built.status().message());
     return report;
   }
-  const graph::Graph& g = *built;
+  const model::Graph& g = *built;
   if (options.expected_model != nullptr) {
-    auto expected = graph::Graph::build(*options.expected_model);
+    auto expected = model::Graph::build(*options.expected_model);
     if (!expected.ok()) return expected.status().with_context("--model");
-    const std::string hash = graph::model_hash(expected->model());
+    const std::string hash = model::model_hash(expected->model());
     if (hash != plan.model_hash()) {
       problems.push_back("the plan is for model '" + plan.model().name() + "' (hash " +
                          plan.model_hash() + "), not for '" + options.expected_model->name() +
                          "' (hash " + hash + ")");
     }
   }
-  const std::string cluster_hash = graph::message_hash(plan.cluster());
+  const std::string cluster_hash = model::message_hash(plan.cluster());
   if (plan.cluster_hash() != cluster_hash) {
     problems.push_back("plan.cluster_hash = '" + plan.cluster_hash() +
                        "' does not match the embedded cluster (" + cluster_hash + ")");
   }
   if (options.expected_cluster != nullptr) {
-    const std::string hash = graph::message_hash(*options.expected_cluster);
+    const std::string hash = model::message_hash(*options.expected_cluster);
     if (hash != plan.cluster_hash()) {
       problems.push_back("the plan is for cluster '" + plan.cluster().name() + "' (hash " +
                          plan.cluster_hash() + "), not for '" + options.expected_cluster->name() +
                          "' with these devices (hash " + hash + ")");
     }
   }
-  auto index = graph::validate_plan_structure(plan, g);
+  auto index = plan::validate_plan_structure(plan, g);
   if (!index.ok()) {
     problems.push_back(index.status().message());
     return report;
   }
-  for (auto& p : graph::plan_schedule_problems(plan, g, *index)) problems.push_back(std::move(p));
+  for (auto& p : plan::plan_schedule_problems(plan, g, *index)) problems.push_back(std::move(p));
   if (!problems.empty()) return report;  // do not simulate a broken plan
 
   const cost::CommModel datasheet_comm(plan.cluster());

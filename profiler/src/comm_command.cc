@@ -20,7 +20,7 @@
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
 #include "gp/profile/comm_profiler.h"
-#include "gp/profile/profile_db.h"
+#include "gp/profile_db/profile_db.h"
 
 namespace gp::profile::cli {
 namespace {

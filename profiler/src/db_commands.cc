@@ -3,7 +3,7 @@
 
 #include "commands.h"
 #include "gp/common/logging.h"
-#include "gp/profile/profile_db.h"
+#include "gp/profile_db/profile_db.h"
 
 namespace gp::profile::cli {
 

@@ -15,18 +15,18 @@
 
 #include "gp/cost/cost_model.h"
 #include "gp/exec/init.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 
 namespace gp::profile {
 namespace {
 
-bool is_int(const graph::TensorSpec& spec) {
+bool is_int(const model::TensorSpec& spec) {
   return spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
          spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
 }
 
 // Ids an op accepts on its integer inputs: embedding rows or class count.
-int64_t id_range(const graph::OpNode& op) {
+int64_t id_range(const model::OpNode& op) {
   if ((op.type() == "embedding_bag" || op.type() == "embedding") && op.proto->params_size() > 0 &&
       op.proto->params(0).shape_size() > 0) {
     return std::max<int64_t>(op.proto->params(0).shape(0), 1);
@@ -42,7 +42,7 @@ int64_t id_range(const graph::OpNode& op) {
 // (some kernels' cost depends on the values, e.g. tanh in GELU).
 constexpr float kUnitRange = 1.7320508f;  // sqrt(3)
 
-int64_t param_elements(const graph::ParamSpec& p) {
+int64_t param_elements(const model::ParamSpec& p) {
   int64_t n = 1;
   for (int64_t d : p.shape()) n *= d;
   return n;
@@ -58,7 +58,7 @@ int64_t param_elements(const graph::ParamSpec& p) {
 // and nothing is copied.
 class OpBench {
  public:
-  static Result<std::unique_ptr<OpBench>> create(const graph::OpNode& op,
+  static Result<std::unique_ptr<OpBench>> create(const model::OpNode& op,
                                                  const exec::OpKernel& kernel,
                                                  const exec::Device& device, int64_t max_batch,
                                                  uint64_t seed) {
@@ -142,14 +142,14 @@ class OpBench {
     return static_cast<size_t>(b.per_sample * batch);
   }
 
-  OpBench(const graph::OpNode& op, const exec::OpKernel& kernel, const exec::Device& device,
+  OpBench(const model::OpNode& op, const exec::OpKernel& kernel, const exec::Device& device,
           int64_t max_batch, uint64_t seed)
       : op_(op), kernel_(kernel), device_(device) {
     const uint64_t base = exec::hash_combine(seed, op.id());
     for (size_t k = 0; k < op.input_specs.size(); ++k) {
       const auto& spec = op.input_specs[k];
       Buffer in;
-      in.per_sample = graph::num_elements(spec);
+      in.per_sample = model::num_elements(spec);
       in.int32 = spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
       const bool ids = is_int(spec);
       const int64_t n = in.per_sample * max_batch;
@@ -183,7 +183,7 @@ class OpBench {
     const bool loss = op.info->is_loss;
     for (int j = 0; j < op.proto->outputs_size(); ++j) {
       Buffer out;
-      out.per_sample = graph::num_elements(op.proto->outputs(j));
+      out.per_sample = model::num_elements(op.proto->outputs(j));
       const auto n = static_cast<size_t>(out.per_sample * max_batch);
       out.values.resize(n);
       out.grads.resize(n);
@@ -281,7 +281,7 @@ class OpBench {
     return a;
   }
 
-  const graph::OpNode& op_;
+  const model::OpNode& op_;
   const exec::OpKernel& kernel_;
   const exec::Device& device_;
   std::vector<Buffer> inputs_, outputs_;
@@ -353,9 +353,9 @@ using Signatures = std::vector<std::pair<std::string, int>>;
 Status check_options(const OpProfileOptions& options) {
   if (options.micro_batches.empty()) return invalid_argument("--micro-batches: empty list");
   for (int64_t b : options.micro_batches) {
-    if (b <= 0 || b > graph::kMaxMiniBatch) {
+    if (b <= 0 || b > plan::kMaxMiniBatch) {
       return invalid_argument("--micro-batches: " + std::to_string(b) + ", must be in [1, " +
-                              std::to_string(graph::kMaxMiniBatch) + "]");
+                              std::to_string(plan::kMaxMiniBatch) + "]");
     }
   }
   if (options.device_kind.empty()) return invalid_argument("device kind: empty name");
@@ -376,14 +376,14 @@ Status check_options(const OpProfileOptions& options) {
 // Refused before anything is measured: an operator whose buffers at the largest micro-batch
 // cannot fit in memory (a lower bound: values and gradients of its inputs, outputs and
 // parameters) would otherwise end the run in an allocation failure. No limit: 0.
-Status check_memory_limit(const graph::Graph& graph, const Signatures& signatures,
+Status check_memory_limit(const model::Graph& graph, const Signatures& signatures,
                           int64_t max_batch, int64_t memory_limit_bytes) {
   if (memory_limit_bytes <= 0) return ok_status();
   for (const auto& [sig, index] : signatures) {
     const auto& op = graph.op(index);
     double per_sample = static_cast<double>(op.output_bytes);
     for (const auto& spec : op.input_specs) {
-      per_sample += static_cast<double>(graph::size_bytes(spec));
+      per_sample += static_cast<double>(model::size_bytes(spec));
     }
     const double need = 2 * (per_sample * static_cast<double>(max_batch) +
                              static_cast<double>(op.cost.param_count) * sizeof(float));
@@ -404,7 +404,7 @@ Status check_memory_limit(const graph::Graph& graph, const Signatures& signature
 // kernel, or a (signature, micro-batch) that fails once, is rejected for the whole run.
 class OpProfiler {
  public:
-  OpProfiler(const graph::Graph& graph, const exec::Device& device, const OpProfileOptions& options,
+  OpProfiler(const model::Graph& graph, const exec::Device& device, const OpProfileOptions& options,
              std::vector<int64_t> sizes, Timer& timer, std::function<void()> before,
              const std::function<void(const OpProfileProgress&)>& progress)
       : graph_(graph),
@@ -432,7 +432,7 @@ class OpProfiler {
   using Key = std::pair<std::string, int64_t>;  // (signature, micro-batch)
 
   // One pass over one signature's micro-batch sizes, on one bench.
-  void profile_signature(int pass, const std::string& sig, const graph::OpNode& op) {
+  void profile_signature(int pass, const std::string& sig, const model::OpNode& op) {
     if (rejected_.count(sig)) {
       for (int64_t b : sizes_) advance(sig, b);
       return;
@@ -473,7 +473,7 @@ class OpProfiler {
 
   // Sets *reference to the CPU reference kernel when the device is not the CPU itself; empty
   // when the op has the kernels it needs, else why not.
-  std::string find_kernels(const graph::OpNode& op,
+  std::string find_kernels(const model::OpNode& op,
                            const Result<std::unique_ptr<exec::OpKernel>>& kernel,
                            std::unique_ptr<exec::OpKernel>* reference) const {
     if (!kernel.ok()) {
@@ -487,7 +487,7 @@ class OpProfiler {
   }
 
   // Checks (first pass only), then times, one micro-batch size; records or rejects it.
-  void measure_size(int pass, const std::string& sig, int64_t b, const graph::OpNode& op,
+  void measure_size(int pass, const std::string& sig, int64_t b, const model::OpNode& op,
                     const exec::OpKernel& kernel, const exec::OpKernel* reference, OpBench& bench) {
     if (const std::string problem = run_and_check(pass, op, reference, bench, b);
         !problem.empty()) {
@@ -505,7 +505,7 @@ class OpProfiler {
 
   // Runs a forward and a backward; on the first pass also checks the results (finite, and as
   // the CPU reference's). Empty when all is well, else the problem.
-  std::string run_and_check(int pass, const graph::OpNode& op, const exec::OpKernel* reference,
+  std::string run_and_check(int pass, const model::OpNode& op, const exec::OpKernel* reference,
                             OpBench& bench, int64_t b) {
     // An asynchronous device reports the errors of queued kernels at synchronize().
     Status st = bench.zero_grads();
@@ -551,7 +551,7 @@ class OpProfiler {
     return timing;
   }
 
-  graphpipe::v1::OpMeasurement measurement(const std::string& sig, const graph::OpNode& op,
+  graphpipe::v1::OpMeasurement measurement(const std::string& sig, const model::OpNode& op,
                                            const exec::OpKernel& kernel, int64_t b,
                                            const Stats& fwd, const Stats& bwd) const {
     graphpipe::v1::OpMeasurement m;
@@ -586,7 +586,7 @@ class OpProfiler {
     }
   }
 
-  void reject(const std::string& sig, int64_t b, const graph::OpNode& op,
+  void reject(const std::string& sig, int64_t b, const model::OpNode& op,
               const std::string& problem) {
     failed_.insert({sig, b});
     result_.rejected.push_back({sig, op.id(), b, problem});
@@ -600,7 +600,7 @@ class OpProfiler {
     if (progress_) progress_(step_);
   }
 
-  const graph::Graph& graph_;
+  const model::Graph& graph_;
   const exec::Device& device_;
   const OpProfileOptions& options_;
   const std::vector<int64_t> sizes_;  // sorted, distinct
@@ -640,7 +640,7 @@ int64_t default_cache_flush_bytes() {
   return std::max<int64_t>(2 * static_cast<int64_t>(l3), int64_t{8} << 20);
 }
 
-std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph& graph) {
+std::vector<std::pair<std::string, int>> distinct_signatures(const model::Graph& graph) {
   std::vector<std::pair<std::string, int>> out;
   std::set<std::string> seen;
   for (int i : graph.topo_order()) {
@@ -652,13 +652,13 @@ std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph&
   return out;
 }
 
-int64_t kept_bytes(const graph::OpNode& op, const exec::OpKernel& kernel, int64_t samples) {
+int64_t kept_bytes(const model::OpNode& op, const exec::OpKernel& kernel, int64_t samples) {
   int64_t per_sample = kernel.saved_floats_per_sample() * static_cast<int64_t>(sizeof(float));
-  for (const auto& out : op.proto->outputs()) per_sample += graph::stored_size_bytes(out);
+  for (const auto& out : op.proto->outputs()) per_sample += model::stored_size_bytes(out);
   return per_sample * samples;
 }
 
-Result<OpProfileResult> profile_ops(const graph::Graph& graph, const exec::Device& device,
+Result<OpProfileResult> profile_ops(const model::Graph& graph, const exec::Device& device,
                                     const OpProfileOptions& options,
                                     const std::function<void(const OpProfileProgress&)>& progress) {
   GP_RETURN_IF_ERROR(check_options(options));

@@ -13,10 +13,10 @@
 #include "gp/cost/cost_model.h"
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/zoo.h"
 #include "gp/profile/device_kind.h"
 #include "gp/profile/op_profiler.h"
-#include "gp/profile/profile_db.h"
+#include "gp/profile_db/profile_db.h"
 #include "progress.h"
 
 namespace gp::profile::cli {
@@ -157,7 +157,7 @@ OpProfileOptions profile_options(const OpsOptions& o, const std::string& device_
   return opts;
 }
 
-void warn_opaque_ops(const graph::Graph& graph) {
+void warn_opaque_ops(const model::Graph& graph) {
   int opaque = 0;
   for (const auto& op : graph.ops()) opaque += op.type() == "opaque" ? 1 : 0;
   if (opaque > 0) {
@@ -169,7 +169,7 @@ void warn_opaque_ops(const graph::Graph& graph) {
 }
 
 // measured / analytic estimate, "1.25x"; "-" without an estimate.
-std::string analytic_ratio(const cost::AnalyticCostModel* analytic, const graph::OpNode& op,
+std::string analytic_ratio(const cost::AnalyticCostModel* analytic, const model::OpNode& op,
                            const graphpipe::v1::OpMeasurement& m) {
   if (!analytic) return "-";
   const auto est = analytic->op_time(op, m.micro_batch());
@@ -182,7 +182,7 @@ std::string analytic_ratio(const cost::AnalyticCostModel* analytic, const graph:
 
 // The measurements as a table, each against the analytic estimate for the same device kind:
 // where they disagree is where the planner's unprofiled answers would have been wrong.
-void print_measurements(const graph::Graph& graph,
+void print_measurements(const model::Graph& graph,
                         const std::vector<std::pair<std::string, int>>& signatures,
                         const OpProfileResult& result, const graphpipe::v1::Cluster& cluster,
                         exec::MatmulPrecision precision, const std::string& device_kind) {
@@ -237,10 +237,10 @@ Status write_ops_profile(const std::string& out, OpProfileResult result) {
 }  // namespace
 
 Status run_ops(const OpsOptions& o) {
-  GP_ASSIGN_OR_RETURN(auto model, graph::load_model(o.model));
-  auto built = graph::Graph::build(model);
+  GP_ASSIGN_OR_RETURN(auto model, model::load_model(o.model));
+  auto built = model::Graph::build(model);
   if (!built.ok()) return built.status().with_context("--model '" + o.model + "'");
-  const graph::Graph& graph = *built;
+  const model::Graph& graph = *built;
   GP_ASSIGN_OR_RETURN(const exec::MatmulPrecision precision, exec::parse_precision(o.precision));
   GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device, precision));
   const bool cpu = device == &exec::cpu_device();

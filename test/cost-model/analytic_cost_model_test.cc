@@ -6,14 +6,14 @@
 
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
+#include "gp/model/zoo.h"
 
 using namespace gp::cost;
-using gp::graph::Graph;
-using gp::graph::GraphBuilder;
-using gp::graph::OpNode;
+using gp::model::Graph;
+using gp::model::GraphBuilder;
+using gp::model::OpNode;
 
 namespace {
 
@@ -195,7 +195,7 @@ TEST_CASE("input ops cost nothing") {
 }
 
 TEST_CASE("every op of a zoo model has a positive, finite time on every preset") {
-  auto model = gp::graph::build_zoo_model("tiny-mmt");
+  auto model = gp::model::build_zoo_model("tiny-mmt");
   REQUIRE(model.ok());
   auto g = Graph::build(*model);
   REQUIRE(g.ok());

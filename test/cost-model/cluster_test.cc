@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 
 using namespace gp::cost;
 namespace fs = std::filesystem;
@@ -154,7 +154,7 @@ TEST_CASE("a cluster file given by path loads as text and as JSON") {
   for (const char* ext : {".pbtxt", ".json"}) {
     INFO(ext);
     const std::string path = (dir.path / (std::string("mine") + ext)).string();
-    REQUIRE(gp::graph::write_message(path, c).ok());
+    REQUIRE(gp::model::write_message(path, c).ok());
     auto loaded = load_cluster(path);
     INFO(loaded.status().to_string());
     REQUIRE(loaded.ok());
@@ -168,7 +168,7 @@ TEST_CASE("a cluster file with a bad field is rejected naming the file and the f
   Cluster c = preset("summit-v100");
   c.mutable_device()->set_memory_capacity_bytes(0);
   const std::string path = (dir.path / "bad.pbtxt").string();
-  REQUIRE(gp::graph::write_message(path, c).ok());
+  REQUIRE(gp::model::write_message(path, c).ok());
   auto loaded = load_cluster(path);
   REQUIRE_FALSE(loaded.ok());
   CHECK(gp::exit_code_for(loaded.status()) == 2);
@@ -190,7 +190,7 @@ TEST_CASE("GP_CONFIG_DIR redirects the preset directory") {
   Cluster c = preset("cpu-local");
   c.set_name("two-ranks");
   c.set_devices_per_node(2);
-  REQUIRE(gp::graph::write_message((dir.path / "clusters" / "two-ranks.pbtxt").string(), c).ok());
+  REQUIRE(gp::model::write_message((dir.path / "clusters" / "two-ranks.pbtxt").string(), c).ok());
   ScopedEnv env("GP_CONFIG_DIR", dir.path.string());
   CHECK(cluster_config_dir() == (dir.path / "clusters").string());
   CHECK(cluster_preset_names() == std::vector<std::string>{"two-ranks"});

@@ -8,13 +8,13 @@
 #include <string_view>
 #include <vector>
 
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
+#include "gp/model/zoo.h"
 
 using namespace gp::cost;
-using gp::graph::Graph;
-using gp::graph::GraphBuilder;
+using gp::model::Graph;
+using gp::model::GraphBuilder;
 
 namespace {
 
@@ -143,8 +143,8 @@ namespace {
 // A model that measured fc: 100 bytes kept and 50 of workspace per sample.
 class MeasuredFc final : public gp::cost::CostModel {
  public:
-  gp::cost::OpTime op_time(const gp::graph::OpNode&, int64_t) const override { return {}; }
-  std::optional<gp::cost::OpMemory> op_memory(const gp::graph::OpNode& op) const override {
+  gp::cost::OpTime op_time(const gp::model::OpNode&, int64_t) const override { return {}; }
+  std::optional<gp::cost::OpMemory> op_memory(const gp::model::OpNode& op) const override {
     if (op.id() != "fc") return std::nullopt;
     return gp::cost::OpMemory{100, 50};
   }
@@ -185,7 +185,7 @@ TEST_CASE("stage parameter bytes are the all-reduce volume at the training preci
 }
 
 TEST_CASE("a whole zoo model's state matches its parameter count") {
-  auto model = gp::graph::build_zoo_model("tiny-mmt");
+  auto model = gp::model::build_zoo_model("tiny-mmt");
   REQUIRE(model.ok());
   auto g = Graph::build(*model);
   REQUIRE(g.ok());

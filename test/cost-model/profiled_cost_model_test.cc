@@ -8,13 +8,13 @@
 
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
 
 using namespace gp::cost;
-using gp::graph::Graph;
-using gp::graph::GraphBuilder;
-using gp::graph::OpNode;
+using gp::model::Graph;
+using gp::model::GraphBuilder;
+using gp::model::OpNode;
 using graphpipe::v1::ProfileDB;
 
 namespace {
@@ -82,16 +82,16 @@ TEST_CASE("an op signature prints floats with %g and int lists with colons") {
   graphpipe::v1::Operator proto;
   proto.set_id("custom");
   proto.set_type("layer_norm");
-  gp::graph::set_attr(proto, "epsilon", 1e-5);
-  gp::graph::set_attr(proto, "axes", std::vector<int64_t>{0, 2, 5});
-  gp::graph::set_attr(proto, "mode", std::string_view("fast"));
-  gp::graph::set_attr(proto, "bias", int64_t{1});
+  gp::model::set_attr(proto, "epsilon", 1e-5);
+  gp::model::set_attr(proto, "axes", std::vector<int64_t>{0, 2, 5});
+  gp::model::set_attr(proto, "mode", std::string_view("fast"));
+  gp::model::set_attr(proto, "bias", int64_t{1});
   OpNode node;
   node.proto = &proto;
-  node.info = gp::graph::find_op_type("layer_norm");
+  node.info = gp::model::find_op_type("layer_norm");
   REQUIRE(node.info != nullptr);
-  node.input_specs = {gp::graph::make_spec({4, 16}),
-                      gp::graph::make_spec({3}, graphpipe::v1::DATA_TYPE_INT64)};
+  node.input_specs = {gp::model::make_spec({4, 16}),
+                      gp::model::make_spec({3}, graphpipe::v1::DATA_TYPE_INT64)};
   CHECK(op_signature(node) ==
         "layer_norm|axes=0:2:5,bias=1,epsilon=1e-05,mode=fast|[4, 16] float32;[3] int64");
 }

@@ -6,12 +6,12 @@
 
 #include "../support/fakes.h"
 #include "../support/models.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
 #include "gp/planner/plan_builder.h"
 
 using namespace gp;
-using graph::GraphBuilder;
+using model::GraphBuilder;
 using planner::StageAssignment;
 
 namespace {
@@ -19,12 +19,12 @@ namespace {
 constexpr double kFwd = 10, kBwd = 20;
 
 // x -> fc0 -> fc1 -> ... -> fc{n-1} -> loss(target)
-graph::Graph chain_model(int n) { return testing::chain_graph(n); }
+model::Graph chain_model(int n) { return testing::chain_graph(n); }
 
 // Two branches of `n` linear layers each, concatenated, head, loss.
-graph::Graph two_branch_model(int n) {
+model::Graph two_branch_model(int n) {
   GraphBuilder b("two", "");
-  std::vector<graph::TensorRef> outs;
+  std::vector<model::TensorRef> outs;
   for (int br = 0; br < 2; ++br) {
     auto x = b.input("x" + std::to_string(br), {8});
     for (int i = 0; i < n; ++i)
@@ -33,12 +33,12 @@ graph::Graph two_branch_model(int n) {
   }
   auto h = b.linear("head", b.concat("cat", outs), 8);
   b.add_loss(b.mse_loss("loss", h, b.input("t", {8})));
-  auto g = graph::Graph::build(b.finish());
+  auto g = model::Graph::build(b.finish());
   REQUIRE(g.ok());
   return std::move(g).value();
 }
 
-std::vector<int> ids(const graph::Graph& g, std::initializer_list<const char*> names) {
+std::vector<int> ids(const model::Graph& g, std::initializer_list<const char*> names) {
   std::vector<int> out;
   for (const char* n : names) {
     const int i = g.index_of(n);
@@ -49,7 +49,7 @@ std::vector<int> ids(const graph::Graph& g, std::initializer_list<const char*> n
 }
 
 // A chain of p stages, stage i holding fc_i (stage 0 also x, the last also loss and t).
-std::vector<StageAssignment> chain_stages(const graph::Graph& g, int p, int64_t b) {
+std::vector<StageAssignment> chain_stages(const model::Graph& g, int p, int64_t b) {
   std::vector<StageAssignment> st(p);
   for (int i = 0; i < p; ++i) {
     st[i].ops = {g.index_of("fc" + std::to_string(i))};
@@ -62,7 +62,7 @@ std::vector<StageAssignment> chain_stages(const graph::Graph& g, int p, int64_t 
   return st;
 }
 
-graphpipe::v1::Plan make_plan(const graph::Graph& g, const std::vector<StageAssignment>& st,
+graphpipe::v1::Plan make_plan(const model::Graph& g, const std::vector<StageAssignment>& st,
                               int64_t mini_batch, int devices) {
   planner::PlanInputs in;
   in.graph = &g;
@@ -75,7 +75,7 @@ graphpipe::v1::Plan make_plan(const graph::Graph& g, const std::vector<StageAssi
   return std::move(plan).value();
 }
 
-sim::SimResult simulate(const graphpipe::v1::Plan& plan, const graph::Graph& g,
+sim::SimResult simulate(const graphpipe::v1::Plan& plan, const model::Graph& g,
                         const cost::CostModel& cm, bool events = false) {
   cost::CommModel comm(plan.cluster());
   sim::Simulator simulator(cm, comm,
@@ -116,7 +116,7 @@ TEST_CASE("a p-stage chain under 1F1B with uniform times takes (m + p - 1)(tf + 
       // The last stage holds fc_{p-1} and the loss: two costed ops. Use a cost model that charges
       // only linear ops so every stage is uniform.
       struct LinearOnly final : cost::CostModel {
-        cost::OpTime op_time(const graph::OpNode& op, int64_t) const override {
+        cost::OpTime op_time(const model::OpNode& op, int64_t) const override {
           return op.type() == "linear" ? cost::OpTime{kFwd, kBwd} : cost::OpTime{};
         }
         std::string_view name() const override { return "linear-only"; }
@@ -154,7 +154,7 @@ TEST_CASE("two independent branches overlap: as fast as a 2-stage chain, faster 
   st[2].ops = ids(g, {"cat", "head", "loss", "t"});
   for (int i = 0; i < 3; ++i) st[i].ranks = {i}, st[i].micro_batch = 1;
   struct LinearOnly final : cost::CostModel {
-    cost::OpTime op_time(const graph::OpNode& op, int64_t) const override {
+    cost::OpTime op_time(const model::OpNode& op, int64_t) const override {
       return op.type() == "linear" ? cost::OpTime{kFwd, kBwd} : cost::OpTime{};
     }
     std::string_view name() const override { return "linear-only"; }

@@ -128,7 +128,7 @@ void compare_with_cpu(Harness& h, const Device& dev, double tol,
   std::vector<TensorView> in_views, gin_views;
   std::vector<float*> param_ptrs, grad_ptrs;
   for (size_t i = 0; i < h.fin.size(); ++i) {
-    const auto per_sample = gp::graph::num_elements(h.op().input_specs[i]);
+    const auto per_sample = gp::model::num_elements(h.op().input_specs[i]);
     in.push_back(h.fin[i].empty() ? upload(dev, h.iin[i]) : upload(dev, h.fin[i]));
     in_views.push_back({in.back().data(), per_sample});
     gin.push_back(gin0[i].empty() ? DeviceBuffer() : upload(dev, gin0[i]));
@@ -204,8 +204,8 @@ void compare_with_cpu(Harness& h, const Device& dev, double tol,
   }
 }
 
-using gp::graph::GraphBuilder;
-using gp::graph::TensorRef;
+using gp::model::GraphBuilder;
+using gp::model::TensorRef;
 using gp::testing::ids;
 using gp::testing::ids_below;
 using gp::testing::op_case;
@@ -393,7 +393,7 @@ TEST_CASE("every CUDA kernel keeps and uses no more bytes per sample than the ca
   std::vector<GradCase> cases = gp::testing::grad_cases();
   for (GradCase& c : large_cases()) cases.push_back(std::move(c));
   for (const GradCase& c : cases) {
-    auto g = gp::graph::Graph::build(c.model());
+    auto g = gp::model::Graph::build(c.model());
     REQUIRE(g.ok());
     const auto& node = g->op(g->index_of("op"));
     for (MatmulPrecision p : kPrecisions) {

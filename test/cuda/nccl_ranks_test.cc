@@ -9,12 +9,12 @@
 #include <thread>
 
 #include "../support/models.h"
+#include "device_api/nccl.h"
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
-#include "gp/exec/nccl.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/rank_session.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
 
@@ -25,7 +25,7 @@ namespace {
 
 constexpr int kRanks = 4;
 
-graphpipe::v1::Plan graph_pipeline(const graph::Graph& g) {
+graphpipe::v1::Plan graph_pipeline(const model::Graph& g) {
   const auto cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), kRanks);
   cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
   planner::SearchRequest req;
@@ -44,7 +44,7 @@ graphpipe::v1::Plan graph_pipeline(const graph::Graph& g) {
 
 // tiny-candle-uno: the feature branches on ranks {0, 1}, the rest on ranks {2, 3}: two all-reduce
 // groups, and each replica's activations go to the replica that holds their samples.
-graphpipe::v1::Plan replicated(const graph::Graph& g) {
+graphpipe::v1::Plan replicated(const model::Graph& g) {
   std::vector<planner::StageAssignment> st(2);
   for (const auto& node : g.ops()) {
     st[node.id().rfind("feature", 0) == 0 ? 0 : 1].ops.push_back(node.index);
@@ -79,12 +79,12 @@ struct NcclRun {
 NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
                       std::chrono::milliseconds timeout, int silent_rank = -1,
                       std::chrono::milliseconds abort_after = std::chrono::milliseconds(0)) {
-  auto g = graph::Graph::build(plan.model());
+  auto g = model::Graph::build(plan.model());
   REQUIRE(g.ok());
-  auto index = graph::validate_plan_structure(plan, *g);
+  auto index = plan::validate_plan_structure(plan, *g);
   REQUIRE(index.ok());
   REQUIRE(index->world_size == kRanks);
-  REQUIRE(graph::validate_plan(plan, *g).ok());
+  REQUIRE(plan::validate_plan(plan, *g).ok());
   const auto layout = exec::nccl_layout(plan);
   auto ids = exec::make_nccl_unique_ids(layout.communicators());
   REQUIRE(ids.ok());

@@ -2,7 +2,7 @@
 // not share a GPU, so transfers between ranks need two GPUs; here: a one-rank all-reduce through
 // the communicator's streams and events, set-up that times out when the peer never comes, and
 // abort.
-#include "gp/exec/nccl.h"
+#include "device_api/nccl.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>

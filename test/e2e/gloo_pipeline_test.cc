@@ -14,7 +14,7 @@
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
 
 using namespace gp;
@@ -41,7 +41,7 @@ struct StoreDir {
 
 using testing::training;
 
-std::vector<double> reference_losses(const graph::Graph& g, int64_t batch,
+std::vector<double> reference_losses(const model::Graph& g, int64_t batch,
                                      const graphpipe::v1::TrainingConfig& t) {
   auto trainer = exec::ReferenceTrainer::create(g, batch, 0, t);
   REQUIRE(trainer.ok());
@@ -55,7 +55,7 @@ std::vector<double> reference_losses(const graph::Graph& g, int64_t batch,
 }
 
 // tiny-mmt split by branch: b0 ops, b1 ops, the rest (head).
-std::vector<planner::StageAssignment> by_branch(const graph::Graph& g, int stages) {
+std::vector<planner::StageAssignment> by_branch(const model::Graph& g, int stages) {
   std::vector<planner::StageAssignment> st(stages);
   for (const auto& node : g.ops()) {
     const std::string& id = node.id();
@@ -65,7 +65,7 @@ std::vector<planner::StageAssignment> by_branch(const graph::Graph& g, int stage
   return st;
 }
 
-graphpipe::v1::Plan make_plan(const graph::Graph& g, std::vector<planner::StageAssignment> st,
+graphpipe::v1::Plan make_plan(const model::Graph& g, std::vector<planner::StageAssignment> st,
                               int world, int64_t batch, const graphpipe::v1::TrainingConfig& t) {
   planner::PlanInputs in;
   in.graph = &g;
@@ -83,10 +83,10 @@ graphpipe::v1::Plan make_plan(const graph::Graph& g, std::vector<planner::StageA
 Result<std::vector<double>> run_over_gloo(const graphpipe::v1::Plan& plan,
                                           std::chrono::milliseconds timeout = kTimeout,
                                           std::vector<Status>* rank_errors = nullptr) {
-  auto built = graph::Graph::build(plan.model());
+  auto built = model::Graph::build(plan.model());
   if (!built.ok()) return built.status();
-  const graph::Graph& graph = *built;
-  GP_ASSIGN_OR_RETURN(graph::PlanIndex index, graph::validate_plan_structure(plan, graph));
+  const model::Graph& graph = *built;
+  GP_ASSIGN_OR_RETURN(plan::PlanIndex index, plan::validate_plan_structure(plan, graph));
   std::vector<std::unique_ptr<exec::RankRunner>> runners;
   for (int r = 0; r < index.world_size; ++r) {
     if (index.program_of_rank[r] < 0) continue;

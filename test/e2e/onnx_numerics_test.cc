@@ -12,9 +12,9 @@
 #include "../support/onnx_tensors.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/onnx_import.h"
+#include "gp/model/graph.h"
+#include "gp/model/model_io.h"
+#include "gp/model/onnx_import.h"
 #include "onnx/onnx_pb.h"
 
 namespace gp {
@@ -29,7 +29,7 @@ std::string data(const std::string& name) {
 
 // Forward pass of every op except the losses over `batch` samples, inputs by op id; returns the
 // values of the tensor the first loss reads (the ONNX graph's output).
-std::vector<float> forward(const graph::Graph& g,
+std::vector<float> forward(const model::Graph& g,
                            const std::map<std::string, std::vector<float>>& inputs, int64_t batch) {
   std::vector<std::vector<float>> values(static_cast<size_t>(g.num_ops()));
   int output = -1;
@@ -59,9 +59,9 @@ std::vector<float> forward(const graph::Graph& g,
     std::vector<exec::TensorView> in;
     for (int k = 0; k < op.proto->inputs_size(); ++k) {
       auto& producer = values[static_cast<size_t>(g.index_of(op.proto->inputs(k).op()))];
-      in.push_back({producer.data(), graph::num_elements(op.input_specs[static_cast<size_t>(k)])});
+      in.push_back({producer.data(), model::num_elements(op.input_specs[static_cast<size_t>(k)])});
     }
-    const int64_t per_sample = graph::num_elements(op.proto->outputs(0));
+    const int64_t per_sample = model::num_elements(op.proto->outputs(0));
     auto& out_values = values[static_cast<size_t>(i)];
     out_values.assign(static_cast<size_t>(batch * per_sample),
                       std::numeric_limits<float>::quiet_NaN());
@@ -87,10 +87,10 @@ std::vector<float> forward(const graph::Graph& g,
 TEST_CASE("imported ONNX models compute the outputs their ONNX graphs define") {
   for (const char* name : {"transformer_block", "inception_block"}) {
     INFO(name);
-    auto model = graph::import_onnx(data(std::string(name) + ".onnx"));
+    auto model = model::import_onnx(data(std::string(name) + ".onnx"));
     INFO(model.status().to_string());
     REQUIRE(model.ok());
-    auto g = graph::Graph::build(*model);
+    auto g = model::Graph::build(*model);
     REQUIRE(g.ok());
     const std::string dir = data(std::string(name) + "/test_data_set_0/");
     const auto x = load_tensor(dir + "input_0.pb");

@@ -18,16 +18,16 @@
 
 #include "../support/npy.h"
 #include "../support/onnx_tensors.h"
-#include "gp/exec/checkpoint.h"
 #include "gp/exec/dataset.h"
-#include "gp/exec/export.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/reference_trainer.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/onnx_import.h"
+#include "gp/model/graph.h"
+#include "gp/model/model_io.h"
+#include "gp/model/onnx_import.h"
 #include "onnx/onnx_pb.h"
+#include "runtime/checkpoint.h"
+#include "runtime/export.h"
 
 namespace gp {
 namespace {
@@ -95,7 +95,7 @@ std::vector<float> floats(const onnx::TensorProto& t) {
 // Forward, backward and SGD of a whole imported graph on the CPU kernels, on given inputs.
 class Trainer {
  public:
-  Trainer(const graph::Graph& g, int64_t batch) : g_(g), batch_(batch) {
+  Trainer(const model::Graph& g, int64_t batch) : g_(g), batch_(batch) {
     const int n = g.num_ops();
     values_.resize(static_cast<size_t>(n));
     grads_.resize(static_cast<size_t>(n));
@@ -106,8 +106,8 @@ class Trainer {
     for (int i = 0; i < n; ++i) {
       const auto& op = g.op(i);
       const auto& y = op.proto->outputs(0);
-      const size_t elems = static_cast<size_t>(batch * graph::num_elements(y));
-      values_[i].assign(elems * static_cast<size_t>(graph::dtype_size_bytes(y.dtype())),
+      const size_t elems = static_cast<size_t>(batch * model::num_elements(y));
+      values_[i].assign(elems * static_cast<size_t>(model::dtype_size_bytes(y.dtype())),
                         std::byte{0});
       grads_[i].assign(elems, 0.0f);
       for (int p = 0; p < op.proto->params_size(); ++p) {
@@ -194,13 +194,13 @@ class Trainer {
     Call c;
     for (int k = 0; k < op.proto->inputs_size(); ++k) {
       const int p = g_.index_of(op.proto->inputs(k).op());
-      const int64_t per = graph::num_elements(op.input_specs[static_cast<size_t>(k)]);
+      const int64_t per = model::num_elements(op.input_specs[static_cast<size_t>(k)]);
       c.in.push_back({values_[p].data(), per});
-      const bool is_float = graph::dtype_size_bytes(g_.op(p).proto->outputs(0).dtype()) == 4;
+      const bool is_float = model::dtype_size_bytes(g_.op(p).proto->outputs(0).dtype()) == 4;
       // Graph inputs need no gradient, as in the executor.
       c.gin.push_back({is_float && !g_.op(p).info->is_input ? grads_[p].data() : nullptr, per});
     }
-    const int64_t per_out = graph::num_elements(op.proto->outputs(0));
+    const int64_t per_out = model::num_elements(op.proto->outputs(0));
     c.out.push_back({values_[i].data(), per_out});
     c.gout.push_back({grads_[i].data(), per_out});
     for (auto& p : params_[i]) c.params.push_back(p.data());
@@ -219,7 +219,7 @@ class Trainer {
     return c;
   }
 
-  const graph::Graph& g_;
+  const model::Graph& g_;
   int64_t batch_;
   std::vector<std::vector<std::byte>> values_;
   std::vector<std::vector<float>> grads_, saved_;
@@ -243,7 +243,7 @@ std::vector<std::string> stems(const std::string& dir = kDir) {
 }
 
 // The loss op (one per exported model here): its inputs are the graph's output and the target.
-int loss_op(const graph::Graph& g) {
+int loss_op(const model::Graph& g) {
   for (int i = 0; i < g.num_ops(); ++i) {
     if (g.op(i).info->is_loss) return i;
   }
@@ -260,7 +260,7 @@ TEST_CASE("torch exports import, except the listed patterns, which are refused f
     int imported = 0;
     for (const auto& stem : all) {
       INFO(stem);
-      auto m = graph::import_onnx(dir + stem + ".onnx");
+      auto m = model::import_onnx(dir + stem + ".onnx");
       if (const auto why = refusal_for(dir, stem); !why.empty()) {
         REQUIRE_FALSE(m.ok());
         CHECK_THAT(m.status().message(), Catch::Contains(why));
@@ -268,7 +268,7 @@ TEST_CASE("torch exports import, except the listed patterns, which are refused f
       }
       INFO(m.status().to_string());
       REQUIRE(m.ok());
-      CHECK(graph::Graph::build(*m).ok());
+      CHECK(model::Graph::build(*m).ok());
       ++imported;
     }
     CHECK(imported >= least);
@@ -281,9 +281,9 @@ TEST_CASE("an eval-mode export's folded batch norm is warned about, with or with
         "resnet_block_op17_train", "sigmoid_op17"}) {
     INFO(stem);
     std::vector<std::string> warnings;
-    graph::OnnxImportOptions options;
+    model::OnnxImportOptions options;
     options.warnings = &warnings;
-    REQUIRE(graph::import_onnx(kDir + stem + ".onnx", options).ok());
+    REQUIRE(model::import_onnx(kDir + stem + ".onnx", options).ok());
     bool warned = false;
     for (const auto& w : warnings) warned = warned || w.find("TrainingMode.TRAINING") != w.npos;
     CHECK(warned == folds_batch_norm(stem));
@@ -297,13 +297,13 @@ TEST_CASE("a graph-only torch export imports with the parameters of the export w
     if (refused_patterns().count(pattern_of(stem))) continue;
     ++compared;
     INFO(stem);
-    auto graph_only = graph::import_onnx(kDir + stem + ".onnx");
-    auto with_weights = graph::import_onnx(kDir + stem.substr(0, stem.size() - 9) + ".onnx");
+    auto graph_only = model::import_onnx(kDir + stem + ".onnx");
+    auto with_weights = model::import_onnx(kDir + stem.substr(0, stem.size() - 9) + ".onnx");
     INFO(graph_only.status().to_string());
     REQUIRE(graph_only.ok());
     REQUIRE(with_weights.ok());
-    auto a = graph::Graph::build(*graph_only);
-    auto b = graph::Graph::build(*with_weights);
+    auto a = model::Graph::build(*graph_only);
+    auto b = model::Graph::build(*with_weights);
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     int64_t pa = 0, pb = 0;
@@ -323,12 +323,12 @@ TEST_CASE("torch exports compute torch's output and loss, and match it after one
       if (!fs::exists(ref + "output_0.pb") || !refusal_for(dir, stem).empty()) continue;
       INFO(stem);
       std::vector<std::string> warnings;
-      graph::OnnxImportOptions options;
+      model::OnnxImportOptions options;
       options.warnings = &warnings;
-      auto m = graph::import_onnx(dir + stem + ".onnx", options);
+      auto m = model::import_onnx(dir + stem + ".onnx", options);
       INFO(m.status().to_string());
       REQUIRE(m.ok());
-      auto g = graph::Graph::build(*m);
+      auto g = model::Graph::build(*m);
       REQUIRE(g.ok());
       const bool folded = folds_batch_norm(stem);
       bool warned = false;
@@ -365,16 +365,16 @@ TEST_CASE("torch exports compute torch's output and loss, and match it after one
 
 TEST_CASE("a tied weight imports as copies with untie_weights: torch's forward, and a warning") {
   std::vector<std::string> warnings;
-  graph::OnnxImportOptions options;
+  model::OnnxImportOptions options;
   options.untie_weights = true;
   options.warnings = &warnings;
   const std::string stem = "shared_weight_op17";
-  auto m = graph::import_onnx(kDir + stem + ".onnx", options);
+  auto m = model::import_onnx(kDir + stem + ".onnx", options);
   INFO(m.status().to_string());
   REQUIRE(m.ok());
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Contains("fc1.weight") && Catch::Contains("--untie-weights"));
-  auto g = graph::Graph::build(*m);
+  auto g = model::Graph::build(*m);
   REQUIRE(g.ok());
   const std::string ref = kDir + stem + "/";
   const auto y0 = load_tensor(ref + "output_0.pb");
@@ -396,7 +396,7 @@ namespace gp {
 // the target by `g`'s loss target op), trains two SGD iterations (lr 0.1) on them through the
 // data directory, and checks iteration 0's loss against torch's and iteration 1's against the MSE
 // of torch's output after its step (the same samples: one epoch is one batch).
-void check_two_steps_on_reference_data(const graph::Graph& g, const std::string& ref,
+void check_two_steps_on_reference_data(const model::Graph& g, const std::string& ref,
                                        const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -440,9 +440,9 @@ TEST_CASE("torch exports train on torch's data through the data directory as PyT
   for (const std::string stem : {"dot_scores_op17", "embedding_op17", "encoder_layer_op17",
                                  "pad_avgpool_op17_train", "relu6_depthwise_op13"}) {
     INFO(stem);
-    auto m = graph::import_onnx(kDir + stem + ".onnx");
+    auto m = model::import_onnx(kDir + stem + ".onnx");
     REQUIRE(m.ok());
-    auto g = graph::Graph::build(*m);
+    auto g = model::Graph::build(*m);
     REQUIRE(g.ok());
     const fs::path dir = fs::temp_directory_path() / ("gp_onnx_torch_data_" + stem);
     check_two_steps_on_reference_data(*g, kDir + stem + "/", dir);
@@ -465,12 +465,12 @@ TEST_CASE("nn.EmbeddingBag with offsets imports with max_bag and trains on torch
                                   std::pair{kDir2, "embedding_bag_offsets_legacy"}}) {
     INFO(stem);
     const std::string ref = dir + stem + "/";
-    graph::OnnxImportOptions options;
+    model::OnnxImportOptions options;
     options.max_bag = 4;
-    auto m = graph::import_onnx(dir + stem + ".onnx", options);
+    auto m = model::import_onnx(dir + stem + ".onnx", options);
     INFO(m.status().to_string());
     REQUIRE(m.ok());
-    auto g = graph::Graph::build(*m);
+    auto g = model::Graph::build(*m);
     REQUIRE(g.ok());
     const auto& ids_op = g->op(g->index_of("ids"));
     REQUIRE(ids_op.proto->attrs().count("ragged_offsets"));
@@ -480,11 +480,11 @@ TEST_CASE("nn.EmbeddingBag with offsets imports with max_bag and trains on torch
     check_two_steps_on_reference_data(*g, ref, data);
     const int64_t batch = load_tensor(ref + "target_0.pb").dims(0);
     // A bag longer than max_bag is refused, naming the sample.
-    graph::OnnxImportOptions narrow;
+    model::OnnxImportOptions narrow;
     narrow.max_bag = 3;
-    auto m3 = graph::import_onnx(dir + stem + ".onnx", narrow);
+    auto m3 = model::import_onnx(dir + stem + ".onnx", narrow);
     REQUIRE(m3.ok());
-    auto g3 = graph::Graph::build(*m3);
+    auto g3 = model::Graph::build(*m3);
     REQUIRE(g3.ok());
     std::vector<int> all(static_cast<size_t>(g3->num_ops()));
     for (int k = 0; k < g3->num_ops(); ++k) all[static_cast<size_t>(k)] = k;
@@ -498,9 +498,9 @@ TEST_CASE("nn.EmbeddingBag with offsets imports with max_bag and trains on torch
   CHECK(checked == 5);
   // torch 1.13's exports (no references) import the same way.
   for (const std::string v : {"op13", "op17", "op17_static", "op17_train", "op17_noparams"}) {
-    graph::OnnxImportOptions options;
+    model::OnnxImportOptions options;
     options.max_bag = 4;
-    auto m = graph::import_onnx(kDir + "embedding_bag_offsets_" + v + ".onnx", options);
+    auto m = model::import_onnx(kDir + "embedding_bag_offsets_" + v + ".onnx", options);
     INFO(v << ": " << m.status().to_string());
     CHECK(m.ok());
   }
@@ -522,9 +522,9 @@ TEST_CASE(
         kDir2 + "mha_dynamo"}) {
     const std::string stem = fs::path(path).filename().string();
     INFO(stem);
-    auto m = graph::import_onnx(path + ".onnx");
+    auto m = model::import_onnx(path + ".onnx");
     REQUIRE(m.ok());
-    auto g = graph::Graph::build(*m);
+    auto g = model::Graph::build(*m);
     REQUIRE(g.ok());
     graphpipe::v1::TrainingConfig training;
     training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
@@ -552,12 +552,12 @@ TEST_CASE(
     std::set<std::string> sourced;
     for (const auto& src : m->param_sources()) sourced.insert(src.op() + "." + src.param());
     int64_t unsourced = 0;
-    auto again = graph::import_onnx(options.out);
+    auto again = model::import_onnx(options.out);
     INFO(again.status().to_string());
     REQUIRE(again.ok());
     const bool external = fs::exists(path + ".onnx.data") && fs::file_size(path + ".onnx.data") > 0;
     CHECK(fs::exists(options.out + ".data") == external);
-    auto g2 = graph::Graph::build(*again);
+    auto g2 = model::Graph::build(*again);
     REQUIRE(g2.ok());
     REQUIRE(g2->num_ops() == g->num_ops());
     int64_t compared = 0;
@@ -590,9 +590,9 @@ TEST_CASE(
     CHECK(unsourced == (stem == "mha_dynamo" ? 8 : 0));
     CHECK(notes.size() == (stem == "mha_dynamo" ? 1u : 0u));
     // The training changed them: the export is not the untrained file.
-    auto original = graph::import_onnx(path + ".onnx");
+    auto original = model::import_onnx(path + ".onnx");
     REQUIRE(original.ok());
-    CHECK(graph::message_hash(*original) != graph::message_hash(*again));
+    CHECK(model::message_hash(*original) != model::message_hash(*again));
     options.out = (dir / "trained.npz").string();
     CHECK(exec::export_trained(*m, options).ok());
     CHECK(fs::file_size(options.out) > static_cast<uintmax_t>(4 * g->total_params()));
@@ -601,11 +601,11 @@ TEST_CASE(
 }
 
 TEST_CASE("export refuses a checkpoint of another model and a source file that does not fit") {
-  auto a = graph::import_onnx(kDir + "sigmoid_op17.onnx");
-  auto b = graph::import_onnx(kDir + "train_linear_op17.onnx");
+  auto a = model::import_onnx(kDir + "sigmoid_op17.onnx");
+  auto b = model::import_onnx(kDir + "train_linear_op17.onnx");
   REQUIRE(a.ok());
   REQUIRE(b.ok());
-  auto g = graph::Graph::build(*a);
+  auto g = model::Graph::build(*a);
   REQUIRE(g.ok());
   graphpipe::v1::TrainingConfig training;
   training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);

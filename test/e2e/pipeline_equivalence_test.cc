@@ -18,8 +18,8 @@
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/exec/stage_runner.h"
-#include "gp/graph/onnx_import.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/onnx_import.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
@@ -42,7 +42,7 @@ struct Reference {
   std::unique_ptr<exec::ReferenceTrainer> trainer;
 };
 
-Reference reference(const graph::Graph& g, int64_t batch, const graphpipe::v1::TrainingConfig& t) {
+Reference reference(const model::Graph& g, int64_t batch, const graphpipe::v1::TrainingConfig& t) {
   Reference ref;
   auto trainer = exec::ReferenceTrainer::create(g, batch, 0, t);
   REQUIRE(trainer.ok());
@@ -55,7 +55,7 @@ Reference reference(const graph::Graph& g, int64_t batch, const graphpipe::v1::T
   return ref;
 }
 
-graphpipe::v1::Plan searched(const graph::Graph& g, graphpipe::v1::Strategy strategy, int devices,
+graphpipe::v1::Plan searched(const model::Graph& g, graphpipe::v1::Strategy strategy, int devices,
                              int64_t batch, const graphpipe::v1::TrainingConfig& t) {
   const auto cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), devices);
   cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
@@ -73,7 +73,7 @@ graphpipe::v1::Plan searched(const graph::Graph& g, graphpipe::v1::Strategy stra
   return r->plan;
 }
 
-void check_same_training(const graph::Graph& g, const graphpipe::v1::Plan& plan,
+void check_same_training(const model::Graph& g, const graphpipe::v1::Plan& plan,
                          const Reference& ref) {
   // Adam divides by sqrt(v): gradients that are float noise around zero (different summation
   // orders across replicas) move a weight by up to the learning rate either way, so its final
@@ -149,7 +149,7 @@ TEST_CASE("imported ONNX models plan, verify and train exactly like the single-p
   for (const char* file : {"two_tower.onnx", "dlrm_like.onnx", "mlp_gelu_ln.onnx",
                            "attention_block.onnx", "transformer_block.onnx"}) {
     INFO(file);
-    auto model = graph::import_onnx(std::string(GP_TEST_DATA_DIR) + "/onnx/" + file);
+    auto model = model::import_onnx(std::string(GP_TEST_DATA_DIR) + "/onnx/" + file);
     INFO(model.status().to_string());
     REQUIRE(model.ok());
     auto g = testing::build_graph(*model);
@@ -258,9 +258,9 @@ struct DeviceMemoryRun {
 DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterations,
                                      const exec::Device& device, int fail_wait_of_rank = -1) {
   DeviceMemoryRun run;
-  auto g = graph::Graph::build(plan.model());
+  auto g = model::Graph::build(plan.model());
   REQUIRE(g.ok());
-  auto index = graph::validate_plan_structure(plan, *g);
+  auto index = plan::validate_plan_structure(plan, *g);
   REQUIRE(index.ok());
   for (int r = 0; r < index->world_size; ++r) {
     auto runner = exec::RankRunner::create(plan, *g, *index, r, device);
@@ -363,12 +363,12 @@ TEST_CASE("NCCL channels of searched plans are read off their message tables") {
   const auto adam = training(graphpipe::v1::OPTIMIZER_KIND_ADAM);
   for (auto strategy : {graphpipe::v1::STRATEGY_GRAPHPIPE, graphpipe::v1::STRATEGY_SEQUENTIAL,
                         graphpipe::v1::STRATEGY_PIPER}) {
-    INFO(graph::strategy_name(strategy));
+    INFO(plan::strategy_name(strategy));
     const auto plan = searched(uno, strategy, 4, 16, adam);
-    auto g = graph::Graph::build(plan.model());
+    auto g = model::Graph::build(plan.model());
     REQUIRE(g.ok());
     // validate_plan checks both ends' order per channel: what NCCL needs of the layout.
-    auto index = graph::validate_plan(plan, *g);
+    auto index = plan::validate_plan(plan, *g);
     INFO(index.status().to_string());
     REQUIRE(index.ok());
     const auto layout = exec::nccl_layout(plan);
@@ -426,7 +426,7 @@ TEST_CASE("an error of a device's queued work fails the iteration, naming the ra
 }
 
 // Rank 0 of a two-stage plan without its first activation send: rank 1 would wait for it.
-graphpipe::v1::Plan plan_without_first_send(const graph::Graph& g) {
+graphpipe::v1::Plan plan_without_first_send(const model::Graph& g) {
   auto plan = searched(g, graphpipe::v1::STRATEGY_SEQUENTIAL, 2, 8,
                        training(graphpipe::v1::OPTIMIZER_KIND_SGD));
   for (auto& prog : *plan.mutable_programs()) {
@@ -458,7 +458,7 @@ TEST_CASE("a rank that cannot receive fails with a deadline naming the peer, nob
   // past validate_plan run the broken schedule, and the receiver gives up after the timeout.
   auto g = testing::zoo_graph("tiny-mmt");
   const auto plan = plan_without_first_send(g);
-  auto index = graph::validate_plan_structure(plan, g);
+  auto index = plan::validate_plan_structure(plan, g);
   REQUIRE(index.ok());
   exec::LoopbackHub hub(index->world_size, std::chrono::milliseconds(300));
   std::vector<Status> results(2);

@@ -13,14 +13,14 @@
 #include "../support/example_plans.h"
 #include "../support/models.h"
 #include "gp/exec/rank_runner.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 
 namespace {
 
 using namespace gp;
 
-std::string all_ranks(const graphpipe::v1::Plan& plan, const graph::Graph& g) {
-  auto index = graph::validate_plan(plan, g);
+std::string all_ranks(const graphpipe::v1::Plan& plan, const model::Graph& g) {
+  auto index = plan::validate_plan(plan, g);
   INFO(index.status().to_string());
   REQUIRE(index.ok());
   std::string text;
@@ -74,7 +74,7 @@ TEST_CASE("lowering a fan-out receives the trunk's gradient in one message per c
 TEST_CASE("lowering refuses a rank without a program, naming it and the world size") {
   const auto g = testing::fan_in_graph();
   const auto plan = testing::fan_in_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
-  auto index = graph::validate_plan(plan, g);
+  auto index = plan::validate_plan(plan, g);
   REQUIRE(index.ok());
   auto program = exec::lower_rank_program(plan, g, *index, 7);
   REQUIRE_FALSE(program.ok());
@@ -85,7 +85,7 @@ TEST_CASE("lowering refuses a rank without a program, naming it and the world si
 TEST_CASE("a rank runner refuses to iterate before a data plane is bound, naming its rank") {
   const auto g = testing::fan_in_graph();
   const auto plan = testing::fan_in_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
-  auto index = graph::validate_plan(plan, g);
+  auto index = plan::validate_plan(plan, g);
   REQUIRE(index.ok());
   auto runner = exec::RankRunner::create(plan, g, *index, 2);
   REQUIRE(runner.ok());

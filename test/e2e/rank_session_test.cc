@@ -13,8 +13,8 @@
 
 #include "../support/example_plans.h"
 #include "../support/models.h"
-#include "gp/exec/checkpoint_files.h"
-#include "gp/graph/model_io.h"
+#include "checkpoint/checkpoint_files.h"
+#include "gp/model/model_io.h"
 
 using namespace gp;
 
@@ -71,7 +71,7 @@ std::vector<double> run_sessions(std::vector<std::unique_ptr<exec::RankSession>>
 }
 
 std::vector<std::unique_ptr<exec::RankSession>> open_all(
-    const std::shared_ptr<const exec::LoadedPlan>& loaded) {
+    const std::shared_ptr<const plan::LoadedPlan>& loaded) {
   std::vector<std::unique_ptr<exec::RankSession>> sessions;
   for (int r = 0; r < loaded->world_size(); ++r) {
     exec::SessionOptions o;
@@ -88,7 +88,7 @@ std::vector<std::unique_ptr<exec::RankSession>> open_all(
 
 TEST_CASE("sessions resumed from a committed checkpoint train on exactly as if never stopped") {
   const auto g = testing::zoo_graph("tiny-mmt");
-  auto loaded = exec::LoadedPlan::from(
+  auto loaded = plan::LoadedPlan::from(
       testing::replicated_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_ADAM)));
   INFO(loaded.status().to_string());
   REQUIRE(loaded.ok());
@@ -136,18 +136,18 @@ TEST_CASE("a plan file another build wrote or that is not a plan is refused nami
   auto plan = testing::relay_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
   plan.set_format_version(1);
   const std::string old_path = (dir / "old.pb").string();
-  REQUIRE(graph::write_message(old_path, plan).ok());
-  auto old = exec::LoadedPlan::read(old_path);
+  REQUIRE(model::write_message(old_path, plan).ok());
+  auto old = plan::LoadedPlan::read(old_path);
   REQUIRE_FALSE(old.ok());
   CHECK_THAT(old.status().message(),
              Catch::Contains("--plan " + old_path) &&
                  Catch::Contains("plan.format_version = 1: a plan from an older graphpipe-plan"));
-  auto missing = exec::LoadedPlan::read((dir / "missing.pb").string());
+  auto missing = plan::LoadedPlan::read((dir / "missing.pb").string());
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.status().message(), Catch::Contains("missing.pb"));
   // A rank the plan does not have is refused when the session opens, naming it.
-  plan.set_format_version(graph::kPlanFormatVersion);
-  auto loaded = exec::LoadedPlan::from(plan);
+  plan.set_format_version(plan::kPlanFormatVersion);
+  auto loaded = plan::LoadedPlan::from(plan);
   REQUIRE(loaded.ok());
   exec::SessionOptions o;
   o.rank = 7;

@@ -5,11 +5,11 @@
 
 #include "../support/models.h"
 #include "../support/op_cases.h"
-#include "backend.h"
+#include "device_api/backend.h"
+#include "device_api/nccl.h"
 #include "gp/common/version.h"
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
-#include "gp/exec/nccl.h"
 #include "gp/exec/reference_trainer.h"
 
 namespace gp::exec {
@@ -64,9 +64,9 @@ TEST_CASE("the CPU device copies and accumulates floats in host memory") {
 
 TEST_CASE("every op type the CPU backend supports has a kernel factory, and opaque has none") {
   // The op cases cover every catalogue type but opaque (their graphs hold inputs and losses too).
-  std::set<graph::OpType> made;
+  std::set<model::OpType> made;
   for (const auto& c : testing::grad_cases()) {
-    const graph::Graph g = testing::build_graph(c.model());
+    const model::Graph g = testing::build_graph(c.model());
     for (const auto& op : g.ops()) {
       INFO(c.name << ": " << op.id() << " (" << op.type() << ")");
       REQUIRE(cpu_backend().supports(op.op_type()));
@@ -76,9 +76,9 @@ TEST_CASE("every op type the CPU backend supports has a kernel factory, and opaq
       made.insert(op.op_type());
     }
   }
-  for (const auto& info : graph::op_catalogue()) {
+  for (const auto& info : model::op_catalogue()) {
     INFO(info.type);
-    CHECK(cpu_backend().supports(info.id) == (info.id != graph::OpType::kOpaque));
+    CHECK(cpu_backend().supports(info.id) == (info.id != model::OpType::kOpaque));
     if (cpu_backend().supports(info.id)) CHECK(made.count(info.id) == 1);
 #if GP_CUDA_BUILT
     // The CUDA kernels are checked against the CPU's, type by type: the tables must agree.
@@ -88,13 +88,13 @@ TEST_CASE("every op type the CPU backend supports has a kernel factory, and opaq
 }
 
 TEST_CASE("a stage with an op the backend lacks is refused, naming the op, its type and device") {
-  graph::GraphBuilder b("m", "");
+  model::GraphBuilder b("m", "");
   auto x = b.input("x", {4});
-  auto y = b.opaque("odd", {x}, graph::make_spec({4}), "Mul", 4.0);
+  auto y = b.opaque("odd", {x}, model::make_spec({4}), "Mul", 4.0);
   b.add_loss(b.mse_loss("loss", y, b.input("t", {4})));
-  const graph::Graph g = testing::build_graph(b.finish());
-  const graph::OpNode& odd = g.op(g.index_of("odd"));
-  REQUIRE(odd.op_type() == graph::OpType::kOpaque);
+  const model::Graph g = testing::build_graph(b.finish());
+  const model::OpNode& odd = g.op(g.index_of("odd"));
+  REQUIRE(odd.op_type() == model::OpType::kOpaque);
   const Status st = check_kernel(cpu_device(), odd);
   REQUIRE_FALSE(st.ok());
   CHECK(st.code() == StatusCode::kInvalidArgument);

@@ -1,6 +1,6 @@
 // Checkpoints per operator: written by one partition of the model, loaded by another; torn,
 // corrupted and foreign checkpoints refused with errors naming the file.
-#include "gp/exec/checkpoint.h"
+#include "runtime/checkpoint.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <iterator>
 
 #include "../support/models.h"
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 
 namespace gp {
 namespace {
@@ -44,7 +44,7 @@ struct TempDir {
   }
 };
 
-std::unique_ptr<exec::StageRunner> runner_for(const graph::Graph& g, std::vector<int> ops,
+std::unique_ptr<exec::StageRunner> runner_for(const model::Graph& g, std::vector<int> ops,
                                               const graphpipe::v1::TrainingConfig& t) {
   auto layout = exec::layout_stage(g, std::move(ops));
   REQUIRE(layout.ok());
@@ -54,10 +54,10 @@ std::unique_ptr<exec::StageRunner> runner_for(const graph::Graph& g, std::vector
   return std::move(r).value();
 }
 
-std::vector<int> all_ops(const graph::Graph& g) { return g.topo_order(); }
+std::vector<int> all_ops(const model::Graph& g) { return g.topo_order(); }
 
 // Two optimizer steps on the whole model, so parameters and Adam moments are non-trivial.
-std::unique_ptr<exec::StageRunner> trained(const graph::Graph& g) {
+std::unique_ptr<exec::StageRunner> trained(const model::Graph& g) {
   auto r = runner_for(g, all_ops(g), adam());
   for (int step = 1; step <= 2; ++step) {
     r->zero_param_grads();
@@ -275,7 +275,7 @@ TEST_CASE("a format 1 checkpoint (no iteration or run in its headers) still load
   old.set_format_version(1);
   old.clear_run_id();
   REQUIRE(
-      graph::write_message((fs::path(latest_dir(dir, 3)) / "MANIFEST.pbtxt").string(), old).ok());
+      model::write_message((fs::path(latest_dir(dir, 3)) / "MANIFEST.pbtxt").string(), old).ok());
   std::vector<std::string> warnings;
   auto read = exec::latest_checkpoint(dir.path, &warnings);
   REQUIRE(read.ok());

@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "gp/exec/control_client.h"
-#include "gp/exec/coordinator.h"
-#include "gp/graph/model_io.h"
+#include "control/control_client.h"
+#include "control/coordinator.h"
+#include "gp/model/model_io.h"
 
 using namespace gp;
 using namespace std::chrono_literals;
@@ -128,7 +128,7 @@ TEST_CASE("every rank registers and receives every data address and the plan", "
   constexpr int kWorld = 3;
   auto coordinator = start_coordinator(kWorld);
   CHECK(coordinator->address() == "127.0.0.1:" + std::to_string(coordinator->port()));
-  CHECK(coordinator->plan_hash() == graph::message_hash(tiny_plan()));
+  CHECK(coordinator->plan_hash() == model::message_hash(tiny_plan()));
 
   std::vector<std::unique_ptr<exec::ControlClient>> clients;
   for (int r = 0; r < kWorld; ++r) clients.push_back(connect_to(*coordinator));
@@ -151,7 +151,7 @@ TEST_CASE("every rank registers and receives every data address and the plan", "
 
   auto plan = clients[1]->get_plan(1);
   REQUIRE(plan.ok());
-  CHECK(graph::message_hash(*plan) == coordinator->plan_hash());
+  CHECK(model::message_hash(*plan) == coordinator->plan_hash());
 
   // A live rank cannot register again.
   auto again = clients[2]->register_rank(registration(2, kWorld, coordinator->plan_hash()), 1s);

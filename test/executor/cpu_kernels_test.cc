@@ -14,15 +14,15 @@
 #include "../support/models.h"
 #include "../support/op_cases.h"
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
 
 namespace {
 
 using gp::exec::OpArgs;
-using gp::graph::GraphBuilder;
-using gp::graph::ModelGraph;
-using gp::graph::TensorRef;
+using gp::model::GraphBuilder;
+using gp::model::ModelGraph;
+using gp::model::TensorRef;
 using gp::testing::grad_cases;
 using gp::testing::GradCase;
 using gp::testing::Harness;
@@ -98,7 +98,7 @@ TEST_CASE("every catalogue op type except input and opaque has a gradient case")
       if (op.id() == "op") covered.insert(op.type());
     }
   }
-  for (const auto& info : gp::graph::op_catalogue()) {
+  for (const auto& info : gp::model::op_catalogue()) {
     if (info.is_input || info.type == "opaque") continue;  // opaque has no kernel
     INFO(info.type);
     CHECK(covered.count(std::string(info.type)) == 1);
@@ -109,7 +109,7 @@ TEST_CASE("every kernel keeps and uses no more bytes per sample than the catalog
   // The planner budgets OpCost::saved_bytes and workspace_bytes; a kernel asking for more would
   // let plans that "fit" run out of memory.
   for (const auto& c : grad_cases()) {
-    auto g = gp::graph::Graph::build(c.model());
+    auto g = gp::model::Graph::build(c.model());
     REQUIRE(g.ok());
     const auto& node = g->op(g->index_of("op"));
     auto kernel = gp::exec::make_cpu_kernel(node);
@@ -518,7 +518,7 @@ TEST_CASE("the input op's kernel is a no-op with no scratch") {
   GraphBuilder b("m", "");
   auto x = b.input("x", {3});
   b.add_loss(b.mse_loss("loss", x, b.input("t", {3})));
-  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  gp::model::Graph g = gp::testing::build_graph(b.finish());
   auto k = gp::exec::make_cpu_kernel(g.op(g.index_of("x")));
   REQUIRE(k.ok());
   CHECK((*k)->saved_floats_per_sample() == 0);
@@ -527,10 +527,10 @@ TEST_CASE("the input op's kernel is a no-op with no scratch") {
 }
 
 TEST_CASE("make_cpu_kernel rejects an unknown op type, naming the op") {
-  gp::graph::Operator proto;
+  gp::model::Operator proto;
   proto.set_id("enc.lstm3");
   proto.set_type("lstm");
-  gp::graph::OpNode node;
+  gp::model::OpNode node;
   node.index = 4;
   node.proto = &proto;
   auto k = gp::exec::make_cpu_kernel(node);

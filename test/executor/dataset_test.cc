@@ -12,7 +12,7 @@
 #include "../support/models.h"
 #include "../support/npy.h"
 #include "gp/exec/reference_trainer.h"
-#include "gp/graph/builder.h"
+#include "gp/model/builder.h"
 
 using namespace gp;
 using gp::testing::write_npy;
@@ -22,8 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // x [3] floats and ids [2] into an embedding of 5 rows, an MSE target of [4].
-graph::Graph model() {
-  graph::GraphBuilder b("m", "");
+model::Graph tiny_model() {
+  model::GraphBuilder b("m", "");
   auto x = b.input("x", {3});
   auto ids = b.input("ids", {2}, graphpipe::v1::DATA_TYPE_INT64);
   auto e = b.embedding_bag("bag", ids, 5, 3);
@@ -58,14 +58,14 @@ void write_valid(const DataDir& d, int64_t n) {
   REQUIRE(write_npy(d.file("t.npy"), "<f4", {n, 4}, t));
 }
 
-std::vector<int> all_ops(const graph::Graph& g) {
+std::vector<int> all_ops(const model::Graph& g) {
   std::vector<int> v;
   for (int i = 0; i < g.num_ops(); ++i) v.push_back(i);
   return v;
 }
 
 // The rows of x that samples [0, count) of the stream read, via fill().
-std::vector<int64_t> rows_read(const exec::NpyDataset& d, const graph::Graph& g, int64_t batch,
+std::vector<int64_t> rows_read(const exec::NpyDataset& d, const model::Graph& g, int64_t batch,
                                int iterations) {
   std::vector<int64_t> rows;
   std::vector<float> buf(static_cast<size_t>(batch * 3));
@@ -79,7 +79,7 @@ std::vector<int64_t> rows_read(const exec::NpyDataset& d, const graph::Graph& g,
 }  // namespace
 
 TEST_CASE("without shuffling every epoch reads the files' rows in order") {
-  const auto g = model();
+  const auto g = tiny_model();
   DataDir dir("order");
   write_valid(dir, 6);
   auto d = exec::open_stage_data(dir.path, g, all_ops(g), 4, /*shuffle=*/false, 1);
@@ -93,7 +93,7 @@ TEST_CASE("without shuffling every epoch reads the files' rows in order") {
 }
 
 TEST_CASE("shuffling reads every row once per epoch, in a seeded order that changes per epoch") {
-  const auto g = model();
+  const auto g = tiny_model();
   DataDir dir("shuffle");
   const int64_t n = 37;  // not a power of two: the permutation walks its cycles
   write_valid(dir, n);
@@ -121,7 +121,7 @@ TEST_CASE("shuffling reads every row once per epoch, in a seeded order that chan
 }
 
 TEST_CASE("a rank opens only the files of its own input ops") {
-  const auto g = model();
+  const auto g = tiny_model();
   DataDir dir("subset");
   write_valid(dir, 4);
   fs::remove(dir.file("ids.npy"));
@@ -131,7 +131,7 @@ TEST_CASE("a rank opens only the files of its own input ops") {
 }
 
 TEST_CASE("a bad data directory is refused naming the file and what is wrong") {
-  const auto g = model();
+  const auto g = tiny_model();
   auto error = [&](const DataDir& dir, int64_t batch = 4) {
     auto d = exec::open_stage_data(dir.path, g, all_ops(g), batch, false, 1);
     REQUIRE_FALSE(d.ok());
@@ -218,7 +218,7 @@ TEST_CASE("a bad data directory is refused naming the file and what is wrong") {
 TEST_CASE("the reference trains on the files' samples: the loss is the data's") {
   // y = fc(x + bag(ids)) against t; with the files' data the first loss differs from synthetic
   // data's and repeats exactly when the same rows come back.
-  const auto g = model();
+  const auto g = tiny_model();
   DataDir dir("train");
   write_valid(dir, 4);
   graphpipe::v1::TrainingConfig t;
@@ -249,13 +249,13 @@ namespace {
 
 // ids of up to 3 per sample, padded with -1, from flat ids and offsets (an imported
 // nn.EmbeddingBag with offsets), into a table of 5 rows; an MSE target of [2].
-graph::Graph ragged_model() {
-  graph::GraphBuilder b("m", "");
+model::Graph ragged_model() {
+  model::GraphBuilder b("m", "");
   auto ids = b.input("ids", {3}, graphpipe::v1::DATA_TYPE_INT64);
   auto e = b.embedding_bag("bag", ids, 5, 2);
   for (auto& op : *b.model().mutable_ops()) {
-    if (op.id() == "ids") graph::set_attr(op, "ragged_offsets", std::string_view("offsets"));
-    if (op.id() == "bag") graph::set_attr(op, "padding_idx", int64_t{-1});
+    if (op.id() == "ids") model::set_attr(op, "ragged_offsets", std::string_view("offsets"));
+    if (op.id() == "bag") model::set_attr(op, "padding_idx", int64_t{-1});
   }
   b.add_loss(b.mse_loss("loss", e, b.input("t", {2})));
   return gp::testing::build_graph(b.finish());
@@ -265,7 +265,7 @@ graph::Graph ragged_model() {
 
 TEST_CASE("ragged ids are read from flat ids and offsets and padded with -1 per sample") {
   DataDir d("ragged");
-  const graph::Graph g = ragged_model();
+  const model::Graph g = ragged_model();
   REQUIRE(write_npy(d.file("ids.npy"), "<i8", {6}, std::vector<int64_t>{4, 0, 1, 2, 3, 3}));
   REQUIRE(write_npy(d.file("offsets.npy"), "<i8", {4}, std::vector<int64_t>{0, 1, 1, 4}));
   REQUIRE(write_npy(d.file("t.npy"), "<f4", {4, 2}, std::vector<float>(8, 0.0f)));
@@ -280,7 +280,7 @@ TEST_CASE("ragged ids are read from flat ids and offsets and padded with -1 per 
 }
 
 TEST_CASE("ragged ids with bad offsets, a missing offsets file or an id out of range are refused") {
-  const graph::Graph g = ragged_model();
+  const model::Graph g = ragged_model();
   auto refusal = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& offsets,
                      bool write_offsets = true) {
     DataDir d("ragged_bad");

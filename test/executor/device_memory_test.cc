@@ -16,11 +16,11 @@
 
 #include "../support/models.h"
 #include "../support/staging_device.h"
-#include "gp/exec/checkpoint.h"
 #include "gp/exec/device.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/exec/stage_runner.h"
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
+#include "runtime/checkpoint.h"
 
 namespace gp {
 namespace {
@@ -32,7 +32,7 @@ graphpipe::v1::TrainingConfig config(graphpipe::v1::OptimizerKind kind) {
   return testing::training(kind);
 }
 
-std::unique_ptr<exec::StageRunner> whole_model(const graph::Graph& g, int64_t max_batch, int slots,
+std::unique_ptr<exec::StageRunner> whole_model(const model::Graph& g, int64_t max_batch, int slots,
                                                const graphpipe::v1::TrainingConfig& t,
                                                const exec::Device& device) {
   auto layout = exec::layout_stage(g, g.topo_order());
@@ -185,7 +185,7 @@ TEST_CASE("the staging device keeps its memory from the host and checks every po
 TEST_CASE("a stage trains on a device without host memory exactly as on the CPU") {
   // Ids and labels (embeddings, cross-entropy), attention, layer norm with Adam; the vision ops
   // with momentum; a plain chain with SGD.
-  auto check_model = [](const char* name, const graph::Graph& g,
+  auto check_model = [](const char* name, const model::Graph& g,
                         graphpipe::v1::OptimizerKind optimizer) {
     INFO(name);
     StagingDevice dev;
@@ -266,8 +266,8 @@ TEST_CASE("checkpoints round-trip through a device without host memory") {
   for (int op : cpu->op_indices()) {
     if (cpu->op_param_count(op) == 0) continue;
     const std::string file = "iter-1/op-" + std::to_string(op) + ".bin";
-    auto a = graph::read_file((fs::path(dir.path) / file).string());
-    auto b = graph::read_file((fs::path(cpu_dir.path) / file).string());
+    auto a = model::read_file((fs::path(dir.path) / file).string());
+    auto b = model::read_file((fs::path(cpu_dir.path) / file).string());
     REQUIRE(a.ok());
     REQUIRE(b.ok());
     INFO(file);

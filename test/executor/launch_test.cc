@@ -1,6 +1,6 @@
 // The launcher's decisions, table by table: where ranks run, whom a failed attempt is blamed on
 // and with which exit status, and whether the job is re-planned.
-#include "gp/exec/launch.h"
+#include "launch/launch.h"
 
 #include <unistd.h>
 

@@ -63,7 +63,7 @@ class NullCommunicator final : public exec::Communicator {
 
 // Heap allocations made by three training steps of the whole graph as one stage (two
 // micro-batches of 8), after set-up.
-long step_allocations(const graph::Graph& g) {
+long step_allocations(const model::Graph& g) {
   std::vector<int> ops(g.num_ops());
   for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
   auto layout = exec::layout_stage(g, ops);
@@ -113,7 +113,7 @@ TEST_CASE("a rank's step loop allocates nothing, sends, receives and all-reduce 
   in.training = adam();
   auto plan = planner::build_plan(in, st);
   REQUIRE(plan.ok());
-  auto index = graph::validate_plan_structure(*plan, g);
+  auto index = plan::validate_plan_structure(*plan, g);
   REQUIRE(index.ok());
   NullCommunicator comm;
   for (int rank : {0, 2}) {

@@ -22,7 +22,7 @@ graphpipe::v1::TrainingConfig sgd(double lr, uint64_t seed = 7) {
   return t;
 }
 
-std::vector<double> losses(const graph::Graph& g, int64_t batch, int64_t micro, int iterations,
+std::vector<double> losses(const model::Graph& g, int64_t batch, int64_t micro, int iterations,
                            const graphpipe::v1::TrainingConfig& t) {
   auto trainer = exec::ReferenceTrainer::create(g, batch, micro, t);
   INFO(trainer.status().to_string());

@@ -2,7 +2,7 @@
 // rings are real shared mappings (the same code maps them across processes), the fallback is an
 // in-process LoopbackHub, counted so that the tests see which path a message took. Rank threads
 // record what they saw; the test thread checks it.
-#include "gp/exec/shm_communicator.h"
+#include "transport/shm_communicator.h"
 
 #include <unistd.h>
 

@@ -8,15 +8,15 @@
 #include "gp/cost/memory_model.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/stage_runner.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/graph.h"
+#include "gp/model/zoo.h"
 
 namespace {
 
-using gp::graph::Graph;
+using gp::model::Graph;
 
 Graph zoo_graph(const std::string& name) {
-  auto model = gp::graph::build_zoo_model(name);
+  auto model = gp::model::build_zoo_model(name);
   REQUIRE(model.ok());
   auto g = Graph::build(*model);
   INFO(g.status().to_string());

@@ -15,7 +15,7 @@
 
 namespace {
 
-using gp::graph::GraphBuilder;
+using gp::model::GraphBuilder;
 using gp::testing::Harness;
 using gp::testing::make_harness;
 using gp::testing::with_loss;
@@ -211,9 +211,9 @@ TEST_CASE("batch_norm gives every channel mean 0 and variance 1 over the batch, 
 TEST_CASE("make_cpu_kernel refuses an opaque op, naming it and its ONNX type") {
   GraphBuilder b("m", "");
   auto x = b.input("x", {4});
-  auto y = b.opaque("odd", {x}, gp::graph::make_spec({4}), "Mul", 4.0);
+  auto y = b.opaque("odd", {x}, gp::model::make_spec({4}), "Mul", 4.0);
   b.add_loss(b.mse_loss("loss", y, b.input("t", {4})));
-  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  gp::model::Graph g = gp::testing::build_graph(b.finish());
   auto k = gp::exec::make_cpu_kernel(g.op(g.index_of("odd")));
   REQUIRE_FALSE(k.ok());
   CHECK(k.status().code() == gp::StatusCode::kInvalidArgument);
@@ -223,7 +223,7 @@ TEST_CASE("make_cpu_kernel refuses an opaque op, naming it and its ONNX type") {
 }
 
 TEST_CASE("a small CNN of the new ops fits one mini-batch") {
-  gp::graph::Graph g = gp::testing::small_cnn(6, 4, 0.1);
+  gp::model::Graph g = gp::testing::small_cnn(6, 4, 0.1);
   std::vector<int> ops(g.num_ops());
   for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
   graphpipe::v1::TrainingConfig adam;
@@ -255,7 +255,7 @@ TEST_CASE("conv2d weights start uniform in +-1/sqrt(C*kh*kw), batch_norm at gamm
   GraphBuilder b("m", "");
   auto y = b.batch_norm("bn", b.conv2d("conv", b.input("x", {3, 6, 6}), 8, {3, 3}));
   b.add_loss(b.mse_loss("loss", y, b.input("t", {8, 4, 4})));
-  gp::graph::Graph g = gp::testing::build_graph(b.finish());
+  gp::model::Graph g = gp::testing::build_graph(b.finish());
   const auto& conv = g.op(g.index_of("conv"));
   std::vector<float> w(8 * 27), bias(8, 1.0f);
   gp::exec::init_param(conv, 0, 5, w);

@@ -11,8 +11,8 @@
 #include <string>
 #include <string_view>
 
-#include "gp/exec/checkpoint_files.h"
-#include "gp/graph/model_io.h"
+#include "checkpoint/checkpoint_files.h"
+#include "gp/model/model_io.h"
 #include "graphpipe/v1/checkpoint.pb.h"
 
 namespace fs = std::filesystem;
@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   graphpipe::v1::CheckpointManifest m;
   int64_t k = 0;
-  if (gp::graph::parse_message(manifest_text, gp::graph::FileFormat::kText, &m).ok() &&
+  if (gp::model::parse_message(manifest_text, gp::model::FileFormat::kText, &m).ok() &&
       m.iteration() >= 0 && m.iteration() < (int64_t{1} << 40)) {
     k = m.iteration();
   }

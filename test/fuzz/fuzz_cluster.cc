@@ -6,7 +6,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   graphpipe::v1::Cluster cluster;
-  if (!gp::graph::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &cluster)
+  if (!gp::model::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &cluster)
            .ok()) {
     return 0;
   }

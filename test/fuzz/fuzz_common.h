@@ -6,18 +6,18 @@
 #include <cstdint>
 #include <string_view>
 
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 
 namespace gp::fuzz {
 
-inline graph::FileFormat format_of(uint8_t selector) {
+inline model::FileFormat format_of(uint8_t selector) {
   switch (selector % 3) {
     case 0:
-      return graph::FileFormat::kBinary;
+      return model::FileFormat::kBinary;
     case 1:
-      return graph::FileFormat::kText;
+      return model::FileFormat::kText;
     default:
-      return graph::FileFormat::kJson;
+      return model::FileFormat::kJson;
   }
 }
 

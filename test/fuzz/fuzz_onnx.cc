@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <string>
 
-#include "gp/graph/graph.h"
-#include "gp/graph/onnx_import.h"
+#include "gp/model/graph.h"
+#include "gp/model/onnx_import.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = "/dev/shm/gp-fuzz-onnx-" + std::to_string(::getpid()) + ".onnx";
@@ -15,11 +15,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::fwrite(data, 1, size, f);
   std::fclose(f);
   for (bool opaque : {false, true}) {
-    gp::graph::OnnxImportOptions options;
+    gp::model::OnnxImportOptions options;
     options.allow_opaque = opaque;
     options.untie_weights = true;
-    auto model = gp::graph::import_onnx(path, options);
-    if (model.ok()) (void)gp::graph::Graph::build(*model);
+    auto model = gp::model::import_onnx(path, options);
+    if (model.ok()) (void)gp::model::Graph::build(*model);
   }
   std::remove(path.c_str());
   return 0;

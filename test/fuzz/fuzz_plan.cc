@@ -2,20 +2,20 @@
 // plan's structure (stages, edges, ranks, programs) and schedule (stage graph, matched sends). Any
 // input must end in an OK or an error status, never a crash.
 #include "fuzz_common.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/graph.h"
+#include "gp/plan/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   graphpipe::v1::Plan plan;
-  if (!gp::graph::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &plan)
+  if (!gp::model::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &plan)
            .ok()) {
     return 0;
   }
   if (!plan.model().weights_file().empty()) return 0;  // would read another file
-  auto graph = gp::graph::Graph::build(plan.model());
+  auto graph = gp::model::Graph::build(plan.model());
   if (!graph.ok()) return 0;
-  (void)gp::graph::validate_plan(plan, *graph);
+  (void)gp::plan::validate_plan(plan, *graph);
   return 0;
 }

@@ -10,9 +10,9 @@
 #include "gp/common/logging.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
-#include "gp/profile/profile_db.h"
+#include "gp/model/graph.h"
+#include "gp/plan/plan_util.h"
+#include "gp/profile_db/profile_db.h"
 #include "gp/sim/simulator.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -20,7 +20,7 @@ namespace {
 
 struct Fixture {
   graphpipe::v1::Plan plan;
-  std::optional<gp::graph::Graph> graph;
+  std::optional<gp::model::Graph> graph;
 };
 
 // Read once: a plan whose ops the seeds' signatures match (fuzz.sh profiles the same model).
@@ -29,9 +29,9 @@ const Fixture& fixture() {
     auto* out = new Fixture;
     (void)gp::log::init("fuzz_profile", "off");  // a warning per unmatched signature otherwise
     if (const char* path = std::getenv("GP_FUZZ_PLAN")) {
-      if (gp::graph::read_message(path, &out->plan).ok()) {
-        auto g = gp::graph::Graph::build(out->plan.model());
-        if (g.ok() && gp::graph::validate_plan(out->plan, *g).ok()) out->graph = std::move(*g);
+      if (gp::model::read_message(path, &out->plan).ok()) {
+        auto g = gp::model::Graph::build(out->plan.model());
+        if (g.ok() && gp::plan::validate_plan(out->plan, *g).ok()) out->graph = std::move(*g);
       }
     }
     return out;
@@ -45,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const Fixture& fx = fixture();
   graphpipe::v1::ProfileDB db;
-  if (!gp::graph::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &db)
+  if (!gp::model::parse_message(gp::fuzz::body(data, size), gp::fuzz::format_of(data[0]), &db)
            .ok()) {
     return 0;
   }

@@ -13,15 +13,15 @@
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
 #include "gp/cost/memory_model.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/zoo.h"
 #include "gp/planner/partition.h"
 #include "gp/planner/search.h"
 #include "gp/planner/stage_cost.h"
 #include "gp/planner/units.h"
 
 using namespace gp;
-using graph::GraphBuilder;
+using model::GraphBuilder;
 using planner::Partition;
 using planner::PartitionOutcome;
 
@@ -33,7 +33,7 @@ class TableCostModel final : public cost::CostModel {
  public:
   TableCostModel(std::map<std::string, double> forward_us, bool per_sample)
       : forward_us_(std::move(forward_us)), per_sample_(per_sample) {}
-  cost::OpTime op_time(const graph::OpNode& op, int64_t samples) const override {
+  cost::OpTime op_time(const model::OpNode& op, int64_t samples) const override {
     auto it = forward_us_.find(op.id());
     if (it == forward_us_.end()) return {};
     const double f = it->second * (per_sample_ ? static_cast<double>(samples) : 1.0);
@@ -46,8 +46,8 @@ class TableCostModel final : public cost::CostModel {
   bool per_sample_;
 };
 
-graph::Graph build(graph::ModelGraph m) {
-  auto g = graph::Graph::build(m);
+model::Graph build(model::ModelGraph m) {
+  auto g = model::Graph::build(m);
   INFO(g.status().to_string());
   REQUIRE(g.ok());
   return std::move(g).value();
@@ -55,7 +55,7 @@ graph::Graph build(graph::ModelGraph m) {
 
 // x -> fc0 -> ... -> fc{n-1} -> mse_loss(t): one planning unit per linear layer (wide enough
 // that the loss is cheap and joins the last layer's unit).
-graph::Graph chain_model(int n) {
+model::Graph chain_model(int n) {
   GraphBuilder b("chain", "");
   auto x = b.input("x", {256});
   for (int i = 0; i < n; ++i) x = b.linear("fc" + std::to_string(i), x, 256);
@@ -64,9 +64,9 @@ graph::Graph chain_model(int n) {
 }
 
 // `branches` parallel chains of `layers` linear layers, concatenated, a head, a loss.
-graph::Graph branch_model(int branches, int layers) {
+model::Graph branch_model(int branches, int layers) {
   GraphBuilder b("branches", "");
-  std::vector<graph::TensorRef> outs;
+  std::vector<model::TensorRef> outs;
   for (int br = 0; br < branches; ++br) {
     auto x = b.input("x" + std::to_string(br), {8});
     for (int i = 0; i < layers; ++i) {
@@ -79,8 +79,8 @@ graph::Graph branch_model(int branches, int layers) {
   return build(b.finish());
 }
 
-graph::Graph zoo(const char* spec) {
-  auto m = graph::build_zoo_model(spec);
+model::Graph zoo(const char* spec) {
+  auto m = model::build_zoo_model(spec);
   INFO(m.status().to_string());
   REQUIRE(m.ok());
   return build(*m);
@@ -94,7 +94,7 @@ std::map<std::string, double> chain_weights(std::vector<double> w) {
 
 // Everything a partitioner needs, kept at stable addresses.
 struct Planning {
-  graph::Graph graph;
+  model::Graph graph;
   planner::UnitGraph units;
   std::shared_ptr<const cost::CostModel> compute;
   std::unique_ptr<cost::CommModel> comm;
@@ -114,7 +114,7 @@ struct Planning {
   int unit_of(const std::string& op) const { return units.unit_of_op[graph.index_of(op)]; }
 };
 
-std::unique_ptr<Planning> make_planning(graph::Graph g,
+std::unique_ptr<Planning> make_planning(model::Graph g,
                                         std::shared_ptr<const cost::CostModel> compute,
                                         const graphpipe::v1::Cluster& cluster,
                                         int64_t mini_batch = 16) {
@@ -656,7 +656,7 @@ TEST_CASE("PipeDream's own DP needs each level's bandwidth") {
 TEST_CASE("sequential's candidates include PipeDream's own DP, which wins on the zoo's dlrm") {
   // Summit, 32 V100s, mini-batch 256: the chain DP's best simulates at 6427 samples/s, PipeDream's
   // hierarchical DP at 7162 (docs/planner.md); GraphPipe is never slower than either.
-  const graph::Graph g = zoo("dlrm");
+  const model::Graph g = zoo("dlrm");
   const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 32);
   const cost::AnalyticCostModel compute(cluster.device(), graphpipe::v1::PRECISION_FP32);
   planner::SearchRequest req;

@@ -9,7 +9,7 @@
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/plan_util.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
 
@@ -55,7 +55,7 @@ struct Setup {
     return planner::lower_assignment(req);
   }
 
-  graph::Graph g;
+  model::Graph g;
   graphpipe::v1::Cluster cluster;
   cost::AnalyticCostModel compute;
   graphpipe::v1::TrainingConfig training;
@@ -73,7 +73,7 @@ graphpipe::v1::StageAssignmentFile assignment_of(const graphpipe::v1::Plan& plan
   return file;
 }
 
-graphpipe::v1::StageAssignmentFile one_stage(const graph::Graph& g) {
+graphpipe::v1::StageAssignmentFile one_stage(const model::Graph& g) {
   graphpipe::v1::StageAssignmentFile file;
   auto* st = file.add_stages();
   for (const auto& node : g.ops()) st->add_ops(node.id());
@@ -81,7 +81,7 @@ graphpipe::v1::StageAssignmentFile one_stage(const graph::Graph& g) {
 }
 
 // The topological order cut in two: both halves are convex (no path returns to the first half).
-graphpipe::v1::StageAssignmentFile two_halves(const graph::Graph& g) {
+graphpipe::v1::StageAssignmentFile two_halves(const model::Graph& g) {
   graphpipe::v1::StageAssignmentFile file;
   auto* first = file.add_stages();
   auto* second = file.add_stages();
@@ -184,13 +184,13 @@ TEST_CASE("three replicas split each micro-batch unevenly and the plan verifies"
   REQUIRE(result.plan.stages(0).micro_batch() == 8);
   // Slices of 2, 3 and 3 samples cover each micro-batch once.
   for (int j = 0; j < 3; ++j) {
-    const auto r = graph::replica_samples(result.plan.stages(0), j, 1);
+    const auto r = plan::replica_samples(result.plan.stages(0), j, 1);
     CHECK(r.begin == 8 + j * 8 / 3);
     CHECK(r.end == 8 + (j + 1) * 8 / 3);
   }
-  auto g = graph::Graph::build(result.plan.model());
+  auto g = model::Graph::build(result.plan.model());
   REQUIRE(g.ok());
-  CHECK(graph::validate_plan(result.plan, *g).ok());
+  CHECK(plan::validate_plan(result.plan, *g).ok());
 }
 
 TEST_CASE("bad assignments are refused naming the stage and the op") {

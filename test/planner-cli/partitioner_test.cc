@@ -7,9 +7,9 @@
 #include "../support/fakes.h"
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/model_io.h"
+#include "gp/model/zoo.h"
 #include "gp/planner/partition.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
@@ -19,18 +19,18 @@ using namespace gp;
 
 namespace {
 
-graph::Graph zoo(const std::string& spec) { return testing::zoo_graph(spec); }
+model::Graph zoo(const std::string& spec) { return testing::zoo_graph(spec); }
 
 // Linear layers cost 10 us forward + 20 us backward per micro-batch, whatever its size.
 struct LinearOnly final : cost::CostModel {
-  cost::OpTime op_time(const graph::OpNode& op, int64_t) const override {
+  cost::OpTime op_time(const model::OpNode& op, int64_t) const override {
     return op.type() == "linear" ? cost::OpTime{10, 20} : cost::OpTime{};
   }
   std::string_view name() const override { return "linear-only"; }
 };
 
 struct Fixture {
-  explicit Fixture(const graph::Graph& graph, int devices, int64_t mini_batch,
+  explicit Fixture(const model::Graph& graph, int devices, int64_t mini_batch,
                    const cost::CostModel& model, int64_t max_b = 1)
       : g(graph),
         units(planner::build_units(g)),
@@ -44,14 +44,14 @@ struct Fixture {
     ctx.num_devices = devices;
     ctx.mini_batch = mini_batch;
   }
-  const graph::Graph& g;
+  const model::Graph& g;
   planner::UnitGraph units;
   cost::CommModel comm;
   planner::StageCostModel costs;
   planner::PartitionContext ctx;
 };
 
-graph::Graph chain(int n) { return testing::chain_graph(n); }
+model::Graph chain(int n) { return testing::chain_graph(n); }
 
 // A GraphPipe search of zoo model `spec` on the first `devices` of summit-v100, mini-batch
 // `mini_batch`, Adam, analytic costs: what most of the search tests below start from.
@@ -71,13 +71,13 @@ struct SummitSearch {
 
   graphpipe::v1::Cluster cluster;
   cost::AnalyticCostModel model;
-  graph::Graph g;
+  model::Graph g;
   planner::SearchRequest req;
 };
 
-graph::Graph two_branches(int layers) {
-  graph::GraphBuilder b("two", "");
-  std::vector<graph::TensorRef> outs;
+model::Graph two_branches(int layers) {
+  model::GraphBuilder b("two", "");
+  std::vector<model::TensorRef> outs;
   for (int br = 0; br < 2; ++br) {
     auto x = b.input("x" + std::to_string(br), {8});
     for (int i = 0; i < layers; ++i) {
@@ -86,7 +86,7 @@ graph::Graph two_branches(int layers) {
     outs.push_back(x);
   }
   b.add_loss(b.mse_loss("loss", b.concat("cat", outs), b.input("t", {16})));
-  auto g = graph::Graph::build(b.finish());
+  auto g = model::Graph::build(b.finish());
   REQUIRE(g.ok());
   return std::move(g).value();
 }
@@ -294,9 +294,9 @@ TEST_CASE("search is deterministic: the same request gives the same plan") {
   a->plan.mutable_provenance()->clear_search_time_s();
   b->plan.mutable_provenance()->clear_search_time_s();
   // Protobuf maps iterate in no fixed order; compare deterministic serialisations.
-  CHECK(graph::message_hash(a->plan) == graph::message_hash(b->plan));
-  CHECK(*graph::serialize_message(a->plan, graph::FileFormat::kText) ==
-        *graph::serialize_message(b->plan, graph::FileFormat::kText));
+  CHECK(model::message_hash(a->plan) == model::message_hash(b->plan));
+  CHECK(*model::serialize_message(a->plan, model::FileFormat::kText) ==
+        *model::serialize_message(b->plan, model::FileFormat::kText));
 }
 
 TEST_CASE("a model that cannot fit is reported infeasible, with the reason") {
@@ -448,7 +448,7 @@ TEST_CASE(
 
 // Linear layers at 30 us per sample, except kernels of exactly 2 samples: 2 us in all.
 struct CheapAtTwo final : cost::CostModel {
-  cost::OpTime op_time(const graph::OpNode& op, int64_t samples) const override {
+  cost::OpTime op_time(const model::OpNode& op, int64_t samples) const override {
     if (op.type() != "linear") return {};
     return samples == 2 ? cost::OpTime{1, 1} : cost::OpTime{10.0 * samples, 20.0 * samples};
   }
@@ -486,7 +486,7 @@ TEST_CASE("the graphpipe search is never slower than the sequential or branch-co
                                       graphpipe::v1::PRECISION_FP32);
   for (const std::string spec :
        {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "nbranch?branches=3"}) {
-    const graph::Graph g = zoo(spec);
+    const model::Graph g = zoo(spec);
     for (int devices : {2, 5, 8}) {
       INFO(spec << " on " << devices << " summit devices");
       auto cluster = cost::select_devices(*cost::load_cluster("summit-v100"), devices);
@@ -520,7 +520,7 @@ TEST_CASE("the graphpipe search is never slower than the sequential or branch-co
 }
 
 TEST_CASE("piper over compressed branches plans a model whose downsets exceed the limit") {
-  const graph::Graph g = zoo("mmt?branches=4&layers=6&seq=8&hidden=16&heads=2&ffn=32");
+  const model::Graph g = zoo("mmt?branches=4&layers=6&seq=8&hidden=16&heads=2&ffn=32");
   const cost::AnalyticCostModel model(testing::ideal_cluster(1).device(),
                                       graphpipe::v1::PRECISION_FP32);
   planner::SearchRequest req;

@@ -6,23 +6,23 @@
 #include <tuple>
 
 #include "../support/fakes.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/plan_util.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/zoo.h"
+#include "gp/plan/plan_util.h"
 
 using namespace gp;
-using graph::GraphBuilder;
+using model::GraphBuilder;
 using planner::StageAssignment;
 
 namespace {
 
-graph::Graph build(graph::ModelGraph m) {
-  auto g = graph::Graph::build(m);
+model::Graph build(model::ModelGraph m) {
+  auto g = model::Graph::build(m);
   REQUIRE(g.ok());
   return std::move(g).value();
 }
 
-graph::Graph chain3() {
+model::Graph chain3() {
   GraphBuilder b("chain", "");
   auto x = b.input("x", {8});
   for (int i = 0; i < 3; ++i) x = b.linear("fc" + std::to_string(i), x, 8);
@@ -30,7 +30,7 @@ graph::Graph chain3() {
   return build(b.finish());
 }
 
-std::vector<StageAssignment> chain3_stages(const graph::Graph& g, std::vector<int64_t> b) {
+std::vector<StageAssignment> chain3_stages(const model::Graph& g, std::vector<int64_t> b) {
   std::vector<StageAssignment> st(3);
   st[0].ops = {g.index_of("x"), g.index_of("fc0")};
   st[1].ops = {g.index_of("fc1")};
@@ -39,7 +39,7 @@ std::vector<StageAssignment> chain3_stages(const graph::Graph& g, std::vector<in
   return st;
 }
 
-graphpipe::v1::Plan plan_for(const graph::Graph& g, const std::vector<StageAssignment>& st,
+graphpipe::v1::Plan plan_for(const model::Graph& g, const std::vector<StageAssignment>& st,
                              int64_t mini_batch, int devices) {
   planner::PlanInputs in;
   in.graph = &g;
@@ -119,13 +119,13 @@ TEST_CASE("build_plan rejects micro-batches that do not divide the batch or star
   st[0].ranks = {0, 3};
   r = planner::build_plan(in, st);
   REQUIRE(r.ok());
-  CHECK(graph::replica_samples(r->stages(0), 0, 1).begin == 3);
-  CHECK(graph::replica_samples(r->stages(0), 0, 1).end == 4);
-  CHECK(graph::replica_samples(r->stages(0), 1, 1).end == 6);
+  CHECK(plan::replica_samples(r->stages(0), 0, 1).begin == 3);
+  CHECK(plan::replica_samples(r->stages(0), 0, 1).end == 4);
+  CHECK(plan::replica_samples(r->stages(0), 1, 1).end == 6);
 }
 
 TEST_CASE("every send has exactly one matching receive, across replicas and micro-batch sizes") {
-  auto g = build(*graph::build_zoo_model("tiny-mmt"));
+  auto g = build(*model::build_zoo_model("tiny-mmt"));
   // Branch 0 on rank 0 (b = 2), branch 1 on ranks 1-2 (b = 4, 2 replicas), head on ranks 3-4.
   std::vector<StageAssignment> st(3);
   for (const auto& node : g.ops()) {
@@ -140,7 +140,7 @@ TEST_CASE("every send has exactly one matching receive, across replicas and micr
   st[2].ranks = {3, 4};
   st[2].micro_batch = 8;
   auto plan = plan_for(g, st, 16, 5);
-  REQUIRE(graph::validate_plan_structure(plan, g).ok());
+  REQUIRE(plan::validate_plan_structure(plan, g).ok());
   // Per message: how often it is sent and received, each end checked against the table.
   std::vector<int> sends(plan.messages_size(), 0), recvs(plan.messages_size(), 0);
   int64_t forward_samples[5] = {};
@@ -176,7 +176,7 @@ TEST_CASE("every send has exactly one matching receive, across replicas and micr
   CHECK_FALSE(sends.empty());
   CHECK(sends == std::vector<int>(plan.messages_size(), 1));
   CHECK(recvs == sends);
-  CHECK(graph::plan_schedule_problems(plan, g, *graph::validate_plan_structure(plan, g)).empty());
+  CHECK(plan::plan_schedule_problems(plan, g, *plan::validate_plan_structure(plan, g)).empty());
   // Each stage's replicas together see the whole mini-batch once.
   CHECK(forward_samples[0] == 16);
   CHECK(forward_samples[1] + forward_samples[2] == 16);
@@ -198,17 +198,17 @@ TEST_CASE("every send has exactly one matching receive, across replicas and micr
 TEST_CASE("the plan embeds the model with its hash and passes structural validation") {
   auto g = chain3();
   auto plan = plan_for(g, chain3_stages(g, {2, 2, 2}), 8, 3);
-  CHECK(plan.format_version() == graph::kPlanFormatVersion);
+  CHECK(plan.format_version() == plan::kPlanFormatVersion);
   CHECK(plan.model_hash().size() == 16);
   CHECK(plan.stages(0).warmup_forwards() == 3);
   CHECK(plan.stages(2).warmup_forwards() == 1);
-  auto index = graph::validate_plan_structure(plan, g);
+  auto index = plan::validate_plan_structure(plan, g);
   REQUIRE(index.ok());
   CHECK(index->world_size == 3);
 
   auto tampered = plan;
   tampered.mutable_stages(1)->set_device_ranks(0, 0);
-  auto bad = graph::validate_plan_structure(tampered, g);
+  auto bad = plan::validate_plan_structure(tampered, g);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(),
              Catch::Contains("stages[1].device_ranks[0] = 0 is also used by stages[0]"));

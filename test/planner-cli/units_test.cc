@@ -5,8 +5,8 @@
 #include <set>
 
 #include "../support/models.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/zoo.h"
 #include "gp/planner/sp_decomposition.h"
 
 using namespace gp;
@@ -14,7 +14,7 @@ using planner::SpNode;
 
 namespace {
 
-graph::Graph zoo(const std::string& spec) { return testing::zoo_graph(spec); }
+model::Graph zoo(const std::string& spec) { return testing::zoo_graph(spec); }
 
 void check_covers_every_unit_once(const planner::SpTree& tree, int num_units) {
   std::multiset<int> leaves;
@@ -91,7 +91,7 @@ TEST_CASE("a chain decomposes into one series of leaves") {
 
 TEST_CASE("a graph that is not series-parallel gets dependency edges, never duplicated work") {
   // The "N" graph: a -> c, a -> d, b -> d (c and d both sinks feeding a join).
-  graph::GraphBuilder b("n", "");
+  model::GraphBuilder b("n", "");
   auto a = b.linear("a", b.input("x", {8}), 8);
   auto bb = b.linear("b", b.input("y", {8}), 8);
   auto c = b.linear("c", a, 8);
@@ -99,7 +99,7 @@ TEST_CASE("a graph that is not series-parallel gets dependency edges, never dupl
   auto e = b.linear("e", d, 8);
   auto join = b.add("join", {c, e});
   b.add_loss(b.mse_loss("loss", join, b.input("t", {8})));
-  auto built = graph::Graph::build(b.finish());
+  auto built = model::Graph::build(b.finish());
   REQUIRE(built.ok());
   planner::UnitOptions opts;
   opts.merge_cheap_ops = false;
@@ -112,7 +112,7 @@ TEST_CASE("a graph that is not series-parallel gets dependency edges, never dupl
 namespace {
 
 // Every op in exactly one unit, and the unit graph a DAG in its topological order.
-void check_unit_graph(const graph::Graph& g, const planner::UnitGraph& u) {
+void check_unit_graph(const model::Graph& g, const planner::UnitGraph& u) {
   std::vector<int> seen(g.num_ops(), 0);
   for (int unit = 0; unit < u.num_units(); ++unit) {
     for (int op : u.unit_ops[unit]) {

@@ -6,9 +6,9 @@
 #include "../support/example_plans.h"
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/model_io.h"
+#include "gp/model/zoo.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/search.h"
 
 using namespace gp;
@@ -26,9 +26,9 @@ Searched searched_plan(const char* spec) {
   s.cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 4);
   s.model =
       std::make_unique<cost::AnalyticCostModel>(s.cluster.device(), graphpipe::v1::PRECISION_FP32);
-  auto m = graph::build_zoo_model(spec);
+  auto m = model::build_zoo_model(spec);
   REQUIRE(m.ok());
-  auto g = graph::Graph::build(*m);
+  auto g = model::Graph::build(*m);
   REQUIRE(g.ok());
   planner::SearchRequest req;
   req.graph = &*g;
@@ -53,7 +53,7 @@ std::string problems(const planner::VerifyReport& r) {
 
 TEST_CASE("a searched plan verifies, also against its own model and cluster") {
   auto s = searched_plan("tiny-mmt");
-  auto model = graph::build_zoo_model("tiny-mmt");
+  auto model = model::build_zoo_model("tiny-mmt");
   planner::VerifyOptions opts;
   opts.expected_model = &*model;
   opts.expected_cluster = &s.cluster;
@@ -65,7 +65,7 @@ TEST_CASE("a searched plan verifies, also against its own model and cluster") {
 
 TEST_CASE("a plan for another model or another cluster is rejected by hash") {
   auto s = searched_plan("tiny-mmt");
-  auto other_model = graph::build_zoo_model("tiny-mmt?layers=3");
+  auto other_model = model::build_zoo_model("tiny-mmt?layers=3");
   auto other_cluster = *cost::select_devices(*cost::load_cluster("cpu-local"), 8);
   planner::VerifyOptions opts;
   opts.expected_model = &*other_model;
@@ -95,7 +95,7 @@ TEST_CASE("a missing receive is reported naming the message nobody receives") {
 TEST_CASE("a plan that needs more memory than the device has is rejected") {
   auto s = searched_plan("tiny-mmt");
   s.plan.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(1024);
-  s.plan.set_cluster_hash(graph::message_hash(s.plan.cluster()));
+  s.plan.set_cluster_hash(model::message_hash(s.plan.cluster()));
   auto r = planner::verify_plan(s.plan, *s.model);
   REQUIRE(r.ok());
   CHECK_THAT(problems(*r), Catch::Contains("exceeds the device capacity 1024"));
@@ -125,9 +125,9 @@ TEST_CASE("a duplicated forward is reported per rank and micro-batch") {
 
 TEST_CASE("validate_plan (the executor's check) and verify refuse a missing gradient receive") {
   auto s = searched_plan("tiny-mmt");
-  auto g = graph::Graph::build(s.plan.model());
+  auto g = model::Graph::build(s.plan.model());
   REQUIRE(g.ok());
-  REQUIRE(graph::validate_plan(s.plan, *g).ok());
+  REQUIRE(plan::validate_plan(s.plan, *g).ok());
   bool dropped = false;
   for (auto& prog : *s.plan.mutable_programs()) {
     auto* instrs = prog.mutable_instructions();
@@ -140,8 +140,8 @@ TEST_CASE("validate_plan (the executor's check) and verify refuse a missing grad
   }
   REQUIRE(dropped);
   // The structure alone is still sound: only the schedule check sees the unmatched send.
-  REQUIRE(graph::validate_plan_structure(s.plan, *g).ok());
-  auto checked = graph::validate_plan(s.plan, *g);
+  REQUIRE(plan::validate_plan_structure(s.plan, *g).ok());
+  auto checked = plan::validate_plan(s.plan, *g);
   REQUIRE_FALSE(checked.ok());
   CHECK(checked.status().code() == StatusCode::kInvalidArgument);
   CHECK_THAT(checked.status().message(), Catch::Contains("gradient message") &&
@@ -153,11 +153,11 @@ TEST_CASE("validate_plan (the executor's check) and verify refuse a missing grad
 
 TEST_CASE("a program too short for its micro-batches is refused without counting them") {
   auto s = searched_plan("tiny-mmt");
-  auto g = graph::Graph::build(s.plan.model());
+  auto g = model::Graph::build(s.plan.model());
   REQUIRE(g.ok());
   s.plan.mutable_programs(0)->mutable_instructions()->DeleteSubrange(
       1, s.plan.programs(0).instructions_size() - 1);
-  auto checked = graph::validate_plan(s.plan, *g);
+  auto checked = plan::validate_plan(s.plan, *g);
   REQUIRE_FALSE(checked.ok());
   CHECK_THAT(checked.status().message(),
              Catch::Contains("1 instructions cannot forward and backward its"));
@@ -190,7 +190,7 @@ graphpipe::v1::RankProgram& program_of(graphpipe::v1::Plan& plan, int rank) {
 
 TEST_CASE("every send and receive of a searched plan names a message of its own channel") {
   auto s = searched_plan("tiny-candle-uno");
-  REQUIRE(s.plan.format_version() == graph::kPlanFormatVersion);
+  REQUIRE(s.plan.format_version() == plan::kPlanFormatVersion);
   REQUIRE(s.plan.messages_size() > 0);
   std::vector<int> sent(s.plan.messages_size(), 0), received(s.plan.messages_size(), 0);
   for (const auto& prog : s.plan.programs()) {
@@ -208,7 +208,7 @@ TEST_CASE("every send and receive of a searched plan names a message of its own 
     }
   }
   for (int m = 0; m < s.plan.messages_size(); ++m) {
-    INFO(graph::describe_message(s.plan, m));
+    INFO(plan::describe_message(s.plan, m));
     CHECK(sent[m] == 1);
     CHECK(received[m] == 1);
   }
@@ -218,7 +218,7 @@ TEST_CASE("two ends of a channel that disagree on the message order are refused 
   // A chain of three ranks, four micro-batches: channel 0->1 carries one message per micro-batch.
   const auto g = testing::zoo_graph("tiny-candle-uno");
   auto plan = testing::relay_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD));
-  REQUIRE(graph::validate_plan(plan, g).ok());
+  REQUIRE(plan::validate_plan(plan, g).ok());
   // Rank 0's first two activation sends, swapped: rank 1 receives them in the table's order, so
   // NCCL (which matches by order alone) would pair the wrong buffers.
   const auto sends = instructions_of(plan, 0, graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION);
@@ -226,8 +226,8 @@ TEST_CASE("two ends of a channel that disagree on the message order are refused 
   auto& prog = program_of(plan, 0);
   REQUIRE(plan.messages(prog.instructions(sends[1]).message()).dst_rank() == 1);
   prog.mutable_instructions()->SwapElements(sends[0], sends[1]);
-  REQUIRE(graph::validate_plan_structure(plan, g).ok());
-  auto checked = graph::validate_plan(plan, g);
+  REQUIRE(plan::validate_plan_structure(plan, g).ok());
+  auto checked = plan::validate_plan(plan, g);
   REQUIRE_FALSE(checked.ok());
   const std::string why = checked.status().message();
   INFO(why);
@@ -243,22 +243,22 @@ TEST_CASE("two ends of a channel that disagree on the message order are refused 
 
 TEST_CASE("a plan of format 1 is refused saying to make it again") {
   auto s = searched_plan("tiny-mmt");
-  auto g = graph::Graph::build(s.plan.model());
+  auto g = model::Graph::build(s.plan.model());
   REQUIRE(g.ok());
   s.plan.set_format_version(1);
-  auto checked = graph::validate_plan_structure(s.plan, *g);
+  auto checked = plan::validate_plan_structure(s.plan, *g);
   REQUIRE_FALSE(checked.ok());
   CHECK_THAT(checked.status().message(),
              Catch::Contains("plan.format_version = 1: a plan from an older graphpipe-plan") &&
                  Catch::Contains("make the plan again"));
   s.plan.set_format_version(3);
-  CHECK_THAT(graph::validate_plan_structure(s.plan, *g).status().message(),
+  CHECK_THAT(plan::validate_plan_structure(s.plan, *g).status().message(),
              Catch::Contains("plan.format_version = 3, this build reads format 2"));
 }
 
 TEST_CASE("an instruction naming another rank's message or a missing one is refused by field") {
   auto s = searched_plan("tiny-mmt");
-  auto g = graph::Graph::build(s.plan.model());
+  auto g = model::Graph::build(s.plan.model());
   REQUIRE(g.ok());
   const auto sends = instructions_of(s.plan, 0, graphpipe::v1::INSTRUCTION_KIND_SEND_ACTIVATION);
   const auto recvs = instructions_of(s.plan, 0, graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT);
@@ -268,7 +268,7 @@ TEST_CASE("an instruction naming another rank's message or a missing one is refu
   SECTION("a send naming a message rank 0 receives") {
     const int theirs = prog.instructions(recvs[0]).message();
     prog.mutable_instructions(sends[0])->set_message(theirs);
-    auto checked = graph::validate_plan_structure(s.plan, *g);
+    auto checked = plan::validate_plan_structure(s.plan, *g);
     REQUIRE_FALSE(checked.ok());
     CHECK_THAT(checked.status().message(),
                Catch::Contains(".message = " + std::to_string(theirs)) &&
@@ -282,13 +282,13 @@ TEST_CASE("an instruction naming another rank's message or a missing one is refu
     }
     REQUIRE(other >= 0);
     prog.mutable_instructions(sends[0])->set_message(other);
-    CHECK_THAT(graph::validate_plan_structure(s.plan, *g).status().message(),
+    CHECK_THAT(plan::validate_plan_structure(s.plan, *g).status().message(),
                Catch::Contains(".message = " + std::to_string(other)) &&
                    Catch::Contains("is not sent by this instruction's rank 0"));
   }
   SECTION("a message index past the table") {
     prog.mutable_instructions(sends[0])->set_message(s.plan.messages_size());
-    CHECK_THAT(graph::validate_plan_structure(s.plan, *g).status().message(),
+    CHECK_THAT(plan::validate_plan_structure(s.plan, *g).status().message(),
                Catch::Contains(".message = " + std::to_string(s.plan.messages_size()) +
                                " is not an index of plan.messages"));
   }
@@ -306,19 +306,19 @@ TEST_CASE("a message outside its ends' micro-batch slices or between wrong ranks
     REQUIRE(plan.mini_batch() >= 2 * mb);
     msg->set_sample_begin(msg->sample_begin() + mb);
     msg->set_sample_end(msg->sample_end() + mb);
-    CHECK_THAT(graph::validate_plan_structure(plan, g).status().message(),
+    CHECK_THAT(plan::validate_plan_structure(plan, g).status().message(),
                Catch::Contains("are outside rank 0's samples [0, 2) of micro-batch 0"));
   }
   SECTION("samples past the mini-batch") {
     msg->set_sample_end(plan.mini_batch() + 1);
-    CHECK_THAT(graph::validate_plan_structure(plan, g).status().message(),
+    CHECK_THAT(plan::validate_plan_structure(plan, g).status().message(),
                Catch::Contains("messages[" + std::to_string(m) + "]: samples") &&
                    Catch::Contains("outside the mini-batch"));
   }
   SECTION("a receiver that is not a replica of the edge's destination") {
     msg->set_dst_rank(0);
     CHECK_THAT(
-        graph::validate_plan_structure(plan, g).status().message(),
+        plan::validate_plan_structure(plan, g).status().message(),
         Catch::Contains("messages[" + std::to_string(m) + "].dst_rank = 0 is not a replica"));
   }
 }

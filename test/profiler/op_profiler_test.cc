@@ -83,7 +83,7 @@ class DefectiveDevice final : public HostMemoryDevice {
   enum class Defect { kOffByOnePercent, kNaN };
   explicit DefectiveDevice(Defect defect) : defect_(defect) {}
   std::string_view name() const override { return "defective"; }
-  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const graph::OpNode& op) const override {
+  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const model::OpNode& op) const override {
     GP_ASSIGN_OR_RETURN(auto inner, exec::make_cpu_kernel(op));
     return std::unique_ptr<exec::OpKernel>(new Kernel(std::move(inner), defect_));
   }
@@ -115,7 +115,7 @@ class DefectiveDevice final : public HostMemoryDevice {
 class ReferenceCopyDevice final : public HostMemoryDevice {
  public:
   std::string_view name() const override { return "copy"; }
-  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const graph::OpNode& op) const override {
+  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const model::OpNode& op) const override {
     return exec::make_cpu_kernel(op);
   }
 };
@@ -157,7 +157,7 @@ TEST_CASE("kept bytes are the op's outputs plus its saved scratch, per sample ti
     auto kernel = exec::make_cpu_kernel(op);
     REQUIRE(kernel.ok());
     int64_t per_sample = (*kernel)->saved_floats_per_sample() * 4;
-    for (const auto& out : op.proto->outputs()) per_sample += graph::size_bytes(out);
+    for (const auto& out : op.proto->outputs()) per_sample += model::size_bytes(out);
     for (const auto& m : r->measurements) {
       if (m.signature() == sig) CHECK(m.activation_bytes() == per_sample * m.micro_batch());
     }
@@ -166,7 +166,7 @@ TEST_CASE("kept bytes are the op's outputs plus its saved scratch, per sample ti
 }
 
 TEST_CASE("real timings are positive and grow with the micro-batch for a GEMM") {
-  graph::GraphBuilder b("wide", "");
+  model::GraphBuilder b("wide", "");
   auto x = b.input("x", {64});
   x = b.linear("fc", x, 256);
   b.add_loss(b.mse_loss("loss", x, b.input("t", {256})));
@@ -247,7 +247,7 @@ class EmulatedDevice final : public exec::Device {
   std::string_view name() const override { return "emulated:0"; }
   bool host_memory() const override { return false; }
 
-  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const graph::OpNode& op) const override {
+  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const model::OpNode& op) const override {
     GP_ASSIGN_OR_RETURN(auto inner, exec::make_cpu_kernel(op));
     return std::unique_ptr<exec::OpKernel>(new Kernel(*this, std::move(inner)));
   }

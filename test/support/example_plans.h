@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gp/cost/cluster.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
 #include "gp/planner/plan_builder.h"
 #include "graphpipe/v1/plan.pb.h"
 #include "models.h"
@@ -16,7 +16,7 @@
 namespace gp::testing {
 
 // The plan build_plan makes of hand-assigned stages on as many cpu-local devices as they use.
-inline graphpipe::v1::Plan built_plan(const graph::Graph& g, const graphpipe::v1::TrainingConfig& t,
+inline graphpipe::v1::Plan built_plan(const model::Graph& g, const graphpipe::v1::TrainingConfig& t,
                                       const std::vector<planner::StageAssignment>& stages,
                                       int64_t mini_batch, bool chain = false) {
   int devices = 0;
@@ -36,7 +36,7 @@ inline graphpipe::v1::Plan built_plan(const graph::Graph& g, const graphpipe::v1
 // tiny-mmt: branch 0 on rank 0 (b = 2), branch 1 on the next `branch_replicas` ranks (b = 4),
 // the head on the `head_replicas` after them (b = 8); mini-batch 16. By default ranks 1-2 and
 // 3-4.
-inline graphpipe::v1::Plan replicated_plan(const graph::Graph& g,
+inline graphpipe::v1::Plan replicated_plan(const model::Graph& g,
                                            const graphpipe::v1::TrainingConfig& t,
                                            int branch_replicas = 2, int head_replicas = 2) {
   std::vector<planner::StageAssignment> st(3);
@@ -55,7 +55,7 @@ inline graphpipe::v1::Plan replicated_plan(const graph::Graph& g,
 
 // tiny-candle-uno as a chain of three stages in topological order: feature branches 0, 1, then 2
 // with the head. Branch 0's output skips stage 1 and is relayed through it. Mini-batch 8.
-inline graphpipe::v1::Plan relay_plan(const graph::Graph& g,
+inline graphpipe::v1::Plan relay_plan(const model::Graph& g,
                                       const graphpipe::v1::TrainingConfig& t) {
   std::vector<planner::StageAssignment> st(3);
   for (const auto& node : g.ops()) {
@@ -71,7 +71,7 @@ inline graphpipe::v1::Plan relay_plan(const graph::Graph& g,
 
 // x -> trunk (stage 0) -> left (stage 1) and right (stage 2) -> add, loss (stage 3): the trunk's
 // output goes to two stages, so its gradient arrives in two messages that add up. Mini-batch 8.
-inline graphpipe::v1::Plan fan_in_plan(const graph::Graph& g,
+inline graphpipe::v1::Plan fan_in_plan(const model::Graph& g,
                                        const graphpipe::v1::TrainingConfig& t) {
   std::vector<planner::StageAssignment> st(4);
   for (const auto& node : g.ops()) {
@@ -86,8 +86,8 @@ inline graphpipe::v1::Plan fan_in_plan(const graph::Graph& g,
   return built_plan(g, t, st, 8);
 }
 
-inline graph::Graph fan_in_graph() {
-  graph::GraphBuilder b("fan-in", "");
+inline model::Graph fan_in_graph() {
+  model::GraphBuilder b("fan-in", "");
   auto trunk = b.linear("trunk", b.input("x", {8}), 8);
   auto sum = b.add("sum", {b.linear("left", trunk, 8), b.linear("right", trunk, 8)});
   b.add_loss(b.mse_loss("loss", sum, b.input("t", {8})));

@@ -13,7 +13,7 @@ namespace gp::testing {
 class FakeCostModel final : public cost::CostModel {
  public:
   FakeCostModel(double forward_us, double backward_us) : fwd_(forward_us), bwd_(backward_us) {}
-  cost::OpTime op_time(const graph::OpNode& op, int64_t) const override {
+  cost::OpTime op_time(const model::OpNode& op, int64_t) const override {
     if (op.info->is_input) return {};
     return {fwd_, bwd_};
   }

@@ -12,18 +12,18 @@
 #include <vector>
 
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
 #include "models.h"
 
 namespace gp::testing {
 
 using exec::OpArgs;
 using exec::TensorView;
-using graph::GraphBuilder;
-using graph::ModelGraph;
-using graph::TensorRef;
-using graph::TensorSpec;
+using model::GraphBuilder;
+using model::ModelGraph;
+using model::TensorRef;
+using model::TensorSpec;
 
 inline constexpr auto kInt64 = graphpipe::v1::DATA_TYPE_INT64;
 
@@ -34,9 +34,9 @@ inline bool is_int(const TensorSpec& s) {
 // One op of a built graph with host buffers for everything its kernel touches. The op under test
 // has id "op"; float inputs and parameters start uniform in [-1, 1], id inputs at 0.
 struct Harness {
-  explicit Harness(gp::graph::Graph g) : graph(std::move(g)) {}
+  explicit Harness(gp::model::Graph g) : graph(std::move(g)) {}
 
-  gp::graph::Graph graph;
+  gp::model::Graph graph;
   int index = -1;
   std::unique_ptr<gp::exec::OpKernel> kernel;
   int64_t batch = 0;
@@ -48,7 +48,7 @@ struct Harness {
   std::vector<std::vector<float>> gparams;
   std::vector<float> gout;
 
-  const gp::graph::OpNode& op() const { return graph.op(index); }
+  const gp::model::OpNode& op() const { return graph.op(index); }
   bool is_loss() const { return op().info->is_loss; }
 
   OpArgs args(std::vector<TensorView>& in, std::vector<TensorView>& outs, std::vector<float*>& ps) {
@@ -56,7 +56,7 @@ struct Harness {
     ps.clear();
     for (size_t i = 0; i < fin.size(); ++i) {
       void* data = fin[i].empty() ? static_cast<void*>(iin[i].data()) : fin[i].data();
-      in.push_back({data, gp::graph::num_elements(op().input_specs[i])});
+      in.push_back({data, gp::model::num_elements(op().input_specs[i])});
     }
     outs = {{out.data(), static_cast<int64_t>(out.size()) / batch}};
     for (auto& p : params) ps.push_back(p.data());
@@ -125,7 +125,7 @@ inline Harness make_harness(const ModelGraph& model, int64_t batch = 2, unsigned
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const TensorSpec& spec : h.op().input_specs) {
-    const auto n = static_cast<size_t>(batch * gp::graph::num_elements(spec));
+    const auto n = static_cast<size_t>(batch * gp::model::num_elements(spec));
     h.fin.emplace_back();
     h.iin.emplace_back();
     if (is_int(spec)) {
@@ -140,7 +140,7 @@ inline Harness make_harness(const ModelGraph& model, int64_t batch = 2, unsigned
     h.params.emplace_back();
     for (int64_t i = 0; i < n; ++i) h.params.back().push_back(u(rng));
   }
-  h.out.resize(static_cast<size_t>(batch * gp::graph::num_elements(h.op().proto->outputs(0))));
+  h.out.resize(static_cast<size_t>(batch * gp::model::num_elements(h.op().proto->outputs(0))));
   // Garbage scratch: a kernel reading saved values it never wrote produces NaNs.
   h.saved.assign(static_cast<size_t>(batch * h.kernel->saved_floats_per_sample()),
                  std::numeric_limits<float>::quiet_NaN());
@@ -155,7 +155,7 @@ inline Harness make_harness(const ModelGraph& model, int64_t batch = 2, unsigned
 template <typename T>
 void set_op_attr(GraphBuilder& b, const std::string& id, const std::string& name, T value) {
   for (auto& op : *b.model().mutable_ops()) {
-    if (op.id() == id) gp::graph::set_attr(op, name, value);
+    if (op.id() == id) gp::model::set_attr(op, name, value);
   }
 }
 

@@ -4,31 +4,31 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "gp/graph/builder.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/zoo.h"
+#include "gp/model/builder.h"
+#include "gp/model/graph.h"
+#include "gp/model/zoo.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::testing {
 
-inline graph::Graph build_graph(const graph::ModelGraph& model) {
-  auto g = graph::Graph::build(model);
+inline model::Graph build_graph(const model::ModelGraph& model) {
+  auto g = model::Graph::build(model);
   INFO(g.status().to_string());
   REQUIRE(g.ok());
   return std::move(g).value();
 }
 
 // A zoo model by spec, e.g. "tiny-mmt?layers=3".
-inline graph::Graph zoo_graph(const std::string& spec) {
-  auto m = graph::build_zoo_model(spec);
+inline model::Graph zoo_graph(const std::string& spec) {
+  auto m = model::build_zoo_model(spec);
   INFO(m.status().to_string());
   REQUIRE(m.ok());
   return build_graph(*m);
 }
 
 // x -> fc0 -> ... -> fc{n-1} -> mse_loss(t), 8 features wide.
-inline graph::Graph chain_graph(int n) {
-  graph::GraphBuilder b("chain", "");
+inline model::Graph chain_graph(int n) {
+  model::GraphBuilder b("chain", "");
   auto x = b.input("x", {8});
   for (int i = 0; i < n; ++i) x = b.linear("fc" + std::to_string(i), x, 8);
   b.add_loss(b.mse_loss("loss", x, b.input("t", {8})));
@@ -52,8 +52,8 @@ inline graphpipe::v1::TrainingConfig training(graphpipe::v1::OptimizerKind kind)
 // A small CNN of the vision and layout ops on [3, 8, 8] inputs: conv (stride 2, padding 1) to
 // `channels` maps of 4x4, batch norm, relu, max and average pooling, then the channels' Gram
 // matrix scaled by `gram_scale`, flattened into a linear of `outputs` and an mse loss.
-inline graph::Graph small_cnn(int64_t channels, int64_t outputs, double gram_scale) {
-  graph::GraphBuilder b("cnn", "");
+inline model::Graph small_cnn(int64_t channels, int64_t outputs, double gram_scale) {
+  model::GraphBuilder b("cnn", "");
   auto x = b.input("x", {3, 8, 8});
   auto conv = b.conv2d("conv", x, channels, {3, 3}, {2, 2}, {1, 1});  // [channels, 4, 4]
   auto act = b.relu("relu", b.batch_norm("bn", conv));

@@ -9,8 +9,8 @@
 #include <functional>
 #include <string>
 
-#include "gp/graph/onnx_file.h"
-#include "gp/graph/onnx_import.h"
+#include "gp/model/onnx_file.h"
+#include "gp/model/onnx_import.h"
 #include "onnx/onnx_pb.h"
 
 namespace gp::testing {
@@ -19,17 +19,17 @@ namespace gp::testing {
 // (named after `tag`), imported with `options`, and the directory removed.
 inline Result<graphpipe::v1::ModelGraph> import_edited_onnx(
     const std::string& path, const std::function<void(onnx::ModelProto*)>& edit,
-    const std::string& tag, const graph::OnnxImportOptions& options = {}) {
+    const std::string& tag, const model::OnnxImportOptions& options = {}) {
   namespace fs = std::filesystem;
   onnx::ModelProto m;
-  REQUIRE(graph::read_onnx_file(path, &m, nullptr).ok());
+  REQUIRE(model::read_onnx_file(path, &m, nullptr).ok());
   edit(&m);
   const fs::path dir = fs::temp_directory_path() / ("gp_" + tag + "_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string edited = (dir / "m.onnx").string();
-  REQUIRE(graph::write_onnx_file(edited, m, /*external_data=*/true).ok());
-  auto imported = graph::import_onnx(edited, options);
+  REQUIRE(model::write_onnx_file(edited, m, /*external_data=*/true).ok());
+  auto imported = model::import_onnx(edited, options);
   fs::remove_all(dir);
   return imported;
 }

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 #include "onnx/onnx_pb.h"
 
 namespace gp::testing {
 
 inline onnx::TensorProto load_tensor(const std::string& path) {
-  auto bytes = graph::read_file(path);
+  auto bytes = model::read_file(path);
   INFO(path);
   REQUIRE(bytes.ok());
   onnx::TensorProto t;

@@ -45,7 +45,7 @@ class StagingDevice final : public exec::Device {
   std::string_view name() const override { return "staging"; }
   bool host_memory() const override { return false; }
 
-  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const graph::OpNode& op) const override {
+  Result<std::unique_ptr<exec::OpKernel>> make_kernel(const model::OpNode& op) const override {
     GP_ASSIGN_OR_RETURN(auto inner, exec::make_cpu_kernel(op));
     return std::unique_ptr<exec::OpKernel>(new Kernel(std::move(inner), *this, op.id()));
   }

@@ -1,4 +1,4 @@
-#include "gp/exec/control_client.h"
+#include "control/control_client.h"
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/fmt/fmt.h>

@@ -1,7 +1,7 @@
 // The coordinator: CoordinatorCore holds the job's control state behind one mutex and does the
 // work (gp::Status in, gp::Status out); ExecutorService is the thin gRPC layer that checks the
 // token, calls the core and converts the status by cast (style guide §5.6, §5.12).
-#include "gp/exec/coordinator.h"
+#include "control/coordinator.h"
 
 #include <grpcpp/grpcpp.h>
 #include <spdlog/fmt/fmt.h>
@@ -23,8 +23,8 @@
 #include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
-#include "gp/graph/model_io.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/model_io.h"
+#include "gp/plan/plan_util.h"
 #include "graphpipe/v1/executor.grpc.pb.h"
 
 namespace gp::exec {
@@ -175,7 +175,7 @@ class CoordinatorCore {
       for (int j = 0; j < stage.device_ranks_size(); ++j) {
         const int r = stage.device_ranks(j);
         if (r >= 0 && r < options.world_size) {
-          const graph::SampleRange slice = graph::replica_samples(stage, j, 0);
+          const plan::SampleRange slice = plan::replica_samples(stage, j, 0);
           samples_of_rank_[r] = micro_batches * (slice.end - slice.begin);
         }
       }
@@ -824,7 +824,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions
   GP_RETURN_IF_ERROR(check_listen_address("coordinator listen address", options.listen_address));
   auto impl = std::make_unique<Impl>();
   impl->core =
-      std::make_unique<CoordinatorCore>(options, graph::message_hash(options.plan),
+      std::make_unique<CoordinatorCore>(options, model::message_hash(options.plan),
                                         options.job_id.empty() ? random_job_id() : options.job_id);
   impl->service = std::make_unique<ExecutorService>(impl->core.get());
 

@@ -1,4 +1,4 @@
-#include "gp/exec/tls.h"
+#include "control/tls.h"
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "gp/graph/model_io.h"
+#include "gp/model/model_io.h"
 
 namespace gp::exec {
 namespace {
@@ -49,7 +49,7 @@ Result<std::string> read_pem_file(const char* flag, const std::string& path) {
   if (::access(path.c_str(), R_OK) != 0) {
     return invalid_argument(std::string(flag) + " " + path + ": " + std::strerror(errno));
   }
-  auto text = graph::read_file(path);
+  auto text = model::read_file(path);
   if (!text.ok()) return invalid_argument(std::string(flag) + " " + path + ": cannot read it");
   return std::move(*text);
 }

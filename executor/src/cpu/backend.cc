@@ -1,6 +1,6 @@
 // The CPU backend's entry in the backend table: one device, "cpu"; ranks exchange host memory;
 // the reference kernels of every trainable op type.
-#include "backend.h"
+#include "device_api/backend.h"
 
 #include "cpu/kernel_util.h"
 

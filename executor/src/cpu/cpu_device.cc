@@ -12,7 +12,7 @@ namespace {
 class CpuDevice final : public Device {
  public:
   std::string_view name() const override { return "cpu"; }
-  Result<std::unique_ptr<OpKernel>> make_kernel(const graph::OpNode& op) const override {
+  Result<std::unique_ptr<OpKernel>> make_kernel(const model::OpNode& op) const override {
     return make_cpu_kernel(op);
   }
   bool host_memory() const override { return true; }

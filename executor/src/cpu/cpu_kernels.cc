@@ -2,13 +2,13 @@
 #include <string>
 
 #include "cpu/kernel_util.h"
-#include "kernel_table.h"
+#include "device_api/kernel_table.h"
 
 namespace gp::exec {
 namespace {
 
-using graph::OpType;
-using Factory = cpu::KernelResult (*)(const graph::OpNode&);
+using model::OpType;
+using Factory = cpu::KernelResult (*)(const model::OpNode&);
 
 // Every trainable catalogue type; opaque ops (imported for planning only) have no kernel.
 constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
@@ -47,18 +47,18 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
 
 namespace cpu {
 
-bool has_kernel(graph::OpType type) { return kKernels[graph::op_type_index(type)] != nullptr; }
+bool has_kernel(model::OpType type) { return kKernels[model::op_type_index(type)] != nullptr; }
 
 }  // namespace cpu
 
-Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
+Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const model::OpNode& op) {
   if (op.proto == nullptr) return invalid_argument("make_cpu_kernel: op has no proto");
-  const graph::OpTypeInfo* info = catalogue_entry(op);
+  const model::OpTypeInfo* info = catalogue_entry(op);
   if (info == nullptr) {
     return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
   }
   if (info->id == OpType::kOpaque) {
-    const auto* opaque = std::get_if<graph::OpaqueAttrs>(&op.attrs);
+    const auto* opaque = std::get_if<model::OpaqueAttrs>(&op.attrs);
     const std::string name = opaque != nullptr ? opaque->onnx_type : "(unnamed)";
     return cpu::op_error(op, "ONNX operator " + name +
                                  " was imported as opaque (--allow-opaque) for planning only; it "
@@ -67,9 +67,9 @@ Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op) {
   // The kernels read shapes from shape inference; refuse an op that has not been through it.
   if (op.info == nullptr || static_cast<int>(op.input_specs.size()) != op.proto->inputs_size() ||
       op.proto->outputs_size() != 1) {
-    return cpu::op_error(op, "not a validated graph op (build it with graph::Graph::build)");
+    return cpu::op_error(op, "not a validated graph op (build it with model::Graph::build)");
   }
-  const Factory make = kKernels[graph::op_type_index(op.op_type())];
+  const Factory make = kKernels[model::op_type_index(op.op_type())];
   if (make == nullptr) {
     return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");
   }

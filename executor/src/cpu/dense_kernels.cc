@@ -234,25 +234,25 @@ class AttentionKernel final : public OpKernel {
 
 }  // namespace
 
-KernelResult make_linear(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::LinearAttrs a, op_attrs<graph::LinearAttrs>(op));
-  const Act kind = a.activation == graph::Activation::kRelu   ? Act::kRelu
-                   : a.activation == graph::Activation::kGelu ? Act::kGelu
+KernelResult make_linear(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::LinearAttrs a, op_attrs<model::LinearAttrs>(op));
+  const Act kind = a.activation == model::Activation::kRelu   ? Act::kRelu
+                   : a.activation == model::Activation::kGelu ? Act::kGelu
                                                               : Act::kNone;
   const int64_t in = last_dim(x);
-  return std::unique_ptr<OpKernel>(std::make_unique<LinearKernel>(graph::num_elements(x) / in, in,
+  return std::unique_ptr<OpKernel>(std::make_unique<LinearKernel>(model::num_elements(x) / in, in,
                                                                   a.out_features, a.bias, kind));
 }
 
-KernelResult make_embedding_bag(const graph::OpNode& op) {
+KernelResult make_embedding_bag(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(EmbeddingBagShape e, read_embedding_bag(op));
   return std::unique_ptr<OpKernel>(std::make_unique<EmbeddingBagKernel>(e));
 }
 
-KernelResult make_attention(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::AttentionAttrs a, op_attrs<graph::AttentionAttrs>(op));
+KernelResult make_attention(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::AttentionAttrs a, op_attrs<model::AttentionAttrs>(op));
   return std::unique_ptr<OpKernel>(
       std::make_unique<AttentionKernel>(x.shape(0), x.shape(1), a.num_heads, a.bias));
 }

@@ -1,4 +1,4 @@
-// Shared helpers of the CPU reference kernels (private to gp_kernels_cpu).
+// Shared helpers of the CPU reference kernels (private to gp_cpu).
 #pragma once
 
 #include <cblas.h>
@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
+#include "device_api/kernel_common.h"
 #include "gp/common/status.h"
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/graph.h"
-#include "kernel_common.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec::cpu {
 
@@ -37,36 +37,36 @@ inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
 
 // Factories, one per op family (dense_kernels.cc, simple_kernels.cc, layout_kernels.cc,
 // vision_kernels.cc). Each reads the op's attributes and shapes once.
-KernelResult make_linear(const graph::OpNode& op);
-KernelResult make_embedding_bag(const graph::OpNode& op);
-KernelResult make_attention(const graph::OpNode& op);
-KernelResult make_input(const graph::OpNode& op);
-KernelResult make_relu(const graph::OpNode& op);
-KernelResult make_gelu(const graph::OpNode& op);
-KernelResult make_softmax(const graph::OpNode& op);
-KernelResult make_layer_norm(const graph::OpNode& op);
-KernelResult make_add(const graph::OpNode& op);
-KernelResult make_concat(const graph::OpNode& op);
-KernelResult make_slice(const graph::OpNode& op);
-KernelResult make_mse_loss(const graph::OpNode& op);
-KernelResult make_softmax_cross_entropy(const graph::OpNode& op);
-KernelResult make_matmul(const graph::OpNode& op);
-KernelResult make_scale(const graph::OpNode& op);
-KernelResult make_transpose(const graph::OpNode& op);
-KernelResult make_reshape(const graph::OpNode& op);
-KernelResult make_conv2d(const graph::OpNode& op);
-KernelResult make_max_pool2d(const graph::OpNode& op);
-KernelResult make_avg_pool2d(const graph::OpNode& op);
-KernelResult make_batch_norm(const graph::OpNode& op);
-KernelResult make_sigmoid(const graph::OpNode& op);          // pointwise_kernels.cc
-KernelResult make_tanh(const graph::OpNode& op);             // pointwise_kernels.cc
-KernelResult make_broadcast_param(const graph::OpNode& op);  // pointwise_kernels.cc
-KernelResult make_clip(const graph::OpNode& op);
-KernelResult make_mul(const graph::OpNode& op);
-KernelResult make_reduce(const graph::OpNode& op);
-KernelResult make_bias_add(const graph::OpNode& op);
+KernelResult make_linear(const model::OpNode& op);
+KernelResult make_embedding_bag(const model::OpNode& op);
+KernelResult make_attention(const model::OpNode& op);
+KernelResult make_input(const model::OpNode& op);
+KernelResult make_relu(const model::OpNode& op);
+KernelResult make_gelu(const model::OpNode& op);
+KernelResult make_softmax(const model::OpNode& op);
+KernelResult make_layer_norm(const model::OpNode& op);
+KernelResult make_add(const model::OpNode& op);
+KernelResult make_concat(const model::OpNode& op);
+KernelResult make_slice(const model::OpNode& op);
+KernelResult make_mse_loss(const model::OpNode& op);
+KernelResult make_softmax_cross_entropy(const model::OpNode& op);
+KernelResult make_matmul(const model::OpNode& op);
+KernelResult make_scale(const model::OpNode& op);
+KernelResult make_transpose(const model::OpNode& op);
+KernelResult make_reshape(const model::OpNode& op);
+KernelResult make_conv2d(const model::OpNode& op);
+KernelResult make_max_pool2d(const model::OpNode& op);
+KernelResult make_avg_pool2d(const model::OpNode& op);
+KernelResult make_batch_norm(const model::OpNode& op);
+KernelResult make_sigmoid(const model::OpNode& op);          // pointwise_kernels.cc
+KernelResult make_tanh(const model::OpNode& op);             // pointwise_kernels.cc
+KernelResult make_broadcast_param(const model::OpNode& op);  // pointwise_kernels.cc
+KernelResult make_clip(const model::OpNode& op);
+KernelResult make_mul(const model::OpNode& op);
+KernelResult make_reduce(const model::OpNode& op);
+KernelResult make_bias_add(const model::OpNode& op);
 
 // True when the CPU has a kernel for every op of the type (cpu_kernels.cc's table).
-bool has_kernel(graph::OpType type);
+bool has_kernel(model::OpType type);
 
 }  // namespace gp::exec::cpu

@@ -141,19 +141,19 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 
 }  // namespace
 
-KernelResult make_matmul(const graph::OpNode& op) {
+KernelResult make_matmul(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(MatmulShape s, read_matmul(op));
   return wrap(std::make_unique<MatmulKernel>(s.count, s.m, s.k, s.n));
 }
 
-KernelResult make_scale(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(const graph::ScaleAttrs a, op_attrs<graph::ScaleAttrs>(op));
-  return wrap(std::make_unique<ScaleKernel>(graph::num_elements(op.input_specs[0]),
+KernelResult make_scale(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::ScaleAttrs a, op_attrs<model::ScaleAttrs>(op));
+  return wrap(std::make_unique<ScaleKernel>(model::num_elements(op.input_specs[0]),
                                             static_cast<float>(a.factor)));
 }
 
-KernelResult make_transpose(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
+KernelResult make_transpose(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
   GP_ASSIGN_OR_RETURN(TransposeShape t, read_transpose(op));
   const int rank = x.shape_size();
   std::vector<int64_t> out_strides(rank), src_strides(rank);
@@ -165,12 +165,12 @@ KernelResult make_transpose(const graph::OpNode& op) {
     src_strides[d] = t.in_strides[p];
   }
   const int64_t row = x.shape(static_cast<int>(t.perm.back()));
-  return wrap(std::make_unique<TransposeKernel>(graph::num_elements(x), std::move(out_strides),
+  return wrap(std::make_unique<TransposeKernel>(model::num_elements(x), std::move(out_strides),
                                                 std::move(src_strides), row));
 }
 
-KernelResult make_reshape(const graph::OpNode& op) {
-  return wrap(std::make_unique<ReshapeKernel>(graph::num_elements(op.input_specs[0])));
+KernelResult make_reshape(const model::OpNode& op) {
+  return wrap(std::make_unique<ReshapeKernel>(model::num_elements(op.input_specs[0])));
 }
 
 }  // namespace gp::exec::cpu

@@ -188,38 +188,38 @@ class BroadcastParamKernel final : public OpKernel {
   int64_t n_;
 };
 
-int64_t elements(const graph::OpNode& op) { return graph::num_elements(op.input_specs[0]); }
+int64_t elements(const model::OpNode& op) { return model::num_elements(op.input_specs[0]); }
 
 }  // namespace
 
-KernelResult make_sigmoid(const graph::OpNode& op) {
+KernelResult make_sigmoid(const model::OpNode& op) {
   return std::unique_ptr<OpKernel>(std::make_unique<SigmoidKernel>(elements(op)));
 }
 
-KernelResult make_broadcast_param(const graph::OpNode& op) {
+KernelResult make_broadcast_param(const model::OpNode& op) {
   return std::unique_ptr<OpKernel>(
-      std::make_unique<BroadcastParamKernel>(graph::num_elements(op.proto->outputs(0))));
+      std::make_unique<BroadcastParamKernel>(model::num_elements(op.proto->outputs(0))));
 }
 
-KernelResult make_tanh(const graph::OpNode& op) {
+KernelResult make_tanh(const model::OpNode& op) {
   return std::unique_ptr<OpKernel>(std::make_unique<TanhKernel>(elements(op)));
 }
 
-KernelResult make_clip(const graph::OpNode& op) {
+KernelResult make_clip(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(ClipBounds b, read_clip(op));
   return std::unique_ptr<OpKernel>(std::make_unique<ClipKernel>(elements(op), b));
 }
 
-KernelResult make_mul(const graph::OpNode& op) {
+KernelResult make_mul(const model::OpNode& op) {
   return std::unique_ptr<OpKernel>(std::make_unique<MulKernel>(elements(op)));
 }
 
-KernelResult make_reduce(const graph::OpNode& op) {
+KernelResult make_reduce(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(ReduceShape s, read_reduce(op));
   return std::unique_ptr<OpKernel>(std::make_unique<ReduceKernel>(s));
 }
 
-KernelResult make_bias_add(const graph::OpNode& op) {
+KernelResult make_bias_add(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(BiasAddShape s, read_bias_add(op));
   return std::unique_ptr<OpKernel>(std::make_unique<BiasAddKernel>(s));
 }

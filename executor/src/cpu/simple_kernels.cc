@@ -267,40 +267,40 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 
 }  // namespace
 
-KernelResult make_input(const graph::OpNode&) { return wrap(std::make_unique<InputKernel>()); }
+KernelResult make_input(const model::OpNode&) { return wrap(std::make_unique<InputKernel>()); }
 
-KernelResult make_relu(const graph::OpNode& op) {
-  return wrap(std::make_unique<ReluKernel>(graph::num_elements(op.input_specs[0])));
+KernelResult make_relu(const model::OpNode& op) {
+  return wrap(std::make_unique<ReluKernel>(model::num_elements(op.input_specs[0])));
 }
 
-KernelResult make_gelu(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(const graph::GeluAttrs a, op_attrs<graph::GeluAttrs>(op));
+KernelResult make_gelu(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::GeluAttrs a, op_attrs<model::GeluAttrs>(op));
   const bool exact = a.exact;
-  return wrap(std::make_unique<GeluKernel>(graph::num_elements(op.input_specs[0]), exact));
+  return wrap(std::make_unique<GeluKernel>(model::num_elements(op.input_specs[0]), exact));
 }
 
-KernelResult make_softmax(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
+KernelResult make_softmax(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
   const int64_t cols = last_dim(x);
-  return wrap(std::make_unique<SoftmaxKernel>(graph::num_elements(x) / cols, cols));
+  return wrap(std::make_unique<SoftmaxKernel>(model::num_elements(x) / cols, cols));
 }
 
-KernelResult make_layer_norm(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::NormAttrs a, op_attrs<graph::NormAttrs>(op));
+KernelResult make_layer_norm(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::NormAttrs a, op_attrs<model::NormAttrs>(op));
   const double eps = a.epsilon;
   const int64_t cols = last_dim(x);
-  return wrap(std::make_unique<LayerNormKernel>(graph::num_elements(x) / cols, cols,
+  return wrap(std::make_unique<LayerNormKernel>(model::num_elements(x) / cols, cols,
                                                 static_cast<float>(eps)));
 }
 
-KernelResult make_add(const graph::OpNode& op) {
-  return wrap(std::make_unique<AddKernel>(graph::num_elements(op.input_specs[0])));
+KernelResult make_add(const model::OpNode& op) {
+  return wrap(std::make_unique<AddKernel>(model::num_elements(op.input_specs[0])));
 }
 
-KernelResult make_concat(const graph::OpNode& op) {
+KernelResult make_concat(const model::OpNode& op) {
   const int rank = op.input_specs[0].shape_size();
-  GP_ASSIGN_OR_RETURN(const graph::AxisAttrs a, op_attrs<graph::AxisAttrs>(op));
+  GP_ASSIGN_OR_RETURN(const model::AxisAttrs a, op_attrs<model::AxisAttrs>(op));
   const int axis = a.axis;
   std::vector<int64_t> chunks;
   for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
@@ -308,10 +308,10 @@ KernelResult make_concat(const graph::OpNode& op) {
       std::make_unique<ConcatKernel>(dims_product(op.input_specs[0], 0, axis), std::move(chunks)));
 }
 
-KernelResult make_slice(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
+KernelResult make_slice(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
   const int rank = x.shape_size();
-  GP_ASSIGN_OR_RETURN(const graph::SliceAttrs a, op_attrs<graph::SliceAttrs>(op));
+  GP_ASSIGN_OR_RETURN(const model::SliceAttrs a, op_attrs<model::SliceAttrs>(op));
   const int axis = a.axis;
   const int64_t start = a.start, end = a.end;
   const int64_t inner = dims_product(x, axis + 1, rank);
@@ -319,14 +319,14 @@ KernelResult make_slice(const graph::OpNode& op) {
                                             start * inner, (end - start) * inner));
 }
 
-KernelResult make_mse_loss(const graph::OpNode& op) {
-  return wrap(std::make_unique<MseLossKernel>(graph::num_elements(op.input_specs[0])));
+KernelResult make_mse_loss(const model::OpNode& op) {
+  return wrap(std::make_unique<MseLossKernel>(model::num_elements(op.input_specs[0])));
 }
 
-KernelResult make_softmax_cross_entropy(const graph::OpNode& op) {
-  const graph::TensorSpec& logits = op.input_specs[0];
+KernelResult make_softmax_cross_entropy(const model::OpNode& op) {
+  const model::TensorSpec& logits = op.input_specs[0];
   const int64_t classes = last_dim(logits);
-  return wrap(std::make_unique<SoftmaxCrossEntropyKernel>(graph::num_elements(logits) / classes,
+  return wrap(std::make_unique<SoftmaxCrossEntropyKernel>(model::num_elements(logits) / classes,
                                                           classes, is_int32(op.input_specs[1])));
 }
 

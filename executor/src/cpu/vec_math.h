@@ -1,4 +1,4 @@
-// Vectorised row and element-wise loops of the CPU kernels (private to gp_kernels_cpu).
+// Vectorised row and element-wise loops of the CPU kernels (private to gp_cpu).
 //
 // Each function is compiled twice on x86-64, for AVX2 + FMA (x86-64-v3) and for the baseline,
 // and picked once at load time (target_clones), so one binary runs anywhere and uses the wide

@@ -355,16 +355,16 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 
 }  // namespace
 
-KernelResult make_conv2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(const graph::ConvAttrs a, op_attrs<graph::ConvAttrs>(op));
+KernelResult make_conv2d(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::ConvAttrs a, op_attrs<model::ConvAttrs>(op));
   const Window w = vision_window(a.window);
   const int64_t out = a.out_channels, groups = a.groups;
   const bool bias = a.bias;
   return wrap(std::make_unique<Conv2dKernel>(w, out, bias, groups));
 }
 
-KernelResult make_max_pool2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(const graph::PoolAttrs a, op_attrs<graph::PoolAttrs>(op));
+KernelResult make_max_pool2d(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::PoolAttrs a, op_attrs<model::PoolAttrs>(op));
   const Window w = vision_window(a.window);
   if (w.h * w.w > std::numeric_limits<int32_t>::max()) {
     return op_error(op, "a channel plane of more than 2^31 - 1 elements");
@@ -372,19 +372,19 @@ KernelResult make_max_pool2d(const graph::OpNode& op) {
   return wrap(std::make_unique<MaxPool2dKernel>(w));
 }
 
-KernelResult make_avg_pool2d(const graph::OpNode& op) {
-  GP_ASSIGN_OR_RETURN(const graph::PoolAttrs a, op_attrs<graph::PoolAttrs>(op));
+KernelResult make_avg_pool2d(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::PoolAttrs a, op_attrs<model::PoolAttrs>(op));
   const Window w = vision_window(a.window);
   const bool include_pad = a.count_include_pad;
   return wrap(std::make_unique<AvgPool2dKernel>(w, include_pad));
 }
 
-KernelResult make_batch_norm(const graph::OpNode& op) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::NormAttrs a, op_attrs<graph::NormAttrs>(op));
+KernelResult make_batch_norm(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::NormAttrs a, op_attrs<model::NormAttrs>(op));
   const double eps = a.epsilon;
   const int64_t channels = x.shape(0);
-  return wrap(std::make_unique<BatchNormKernel>(channels, graph::num_elements(x) / channels, eps));
+  return wrap(std::make_unique<BatchNormKernel>(channels, model::num_elements(x) / channels, eps));
 }
 
 }  // namespace gp::exec::cpu

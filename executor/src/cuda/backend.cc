@@ -1,6 +1,6 @@
 // The CUDA backend's entry in the backend table: devices "cuda:N", the NCCL data plane over their
 // memory, what the CUDA runtime, driver and NCCL report, and the op types it has kernels for.
-#include "backend.h"
+#include "device_api/backend.h"
 
 #include "cuda/cuda_device.h"
 #include "cuda/device_query.h"

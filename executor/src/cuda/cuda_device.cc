@@ -16,8 +16,8 @@
 #include "cuda/kernel_libraries.h"
 #include "cuda/kernels.h"
 #include "cuda/optimizer_launch.h"
+#include "device_api/kernel_table.h"
 #include "gp/exec/optimizer.h"
-#include "kernel_table.h"
 
 namespace gp::exec::cuda {
 namespace {
@@ -26,8 +26,8 @@ std::string cuda_error_text(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")";
 }
 
-using Factory = KernelResult (*)(const graph::OpNode&, const CudaContext&);
-using graph::OpType;
+using Factory = KernelResult (*)(const model::OpNode&, const CudaContext&);
+using model::OpType;
 
 // The CUDA kernel of every trainable catalogue type, as the CPU's table (cpu/cpu_kernels.cc).
 constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
@@ -144,9 +144,9 @@ class CudaDevice final : public Device {
 
   std::string_view name() const override { return name_; }
 
-  Result<std::unique_ptr<OpKernel>> make_kernel(const graph::OpNode& op) const override {
+  Result<std::unique_ptr<OpKernel>> make_kernel(const model::OpNode& op) const override {
     if (op.proto == nullptr) return invalid_argument("make_kernel: op has no proto");
-    const graph::OpTypeInfo* info = catalogue_entry(op);
+    const model::OpTypeInfo* info = catalogue_entry(op);
     if (info != nullptr && info->id == OpType::kOpaque) {
       return op_error(op,
                       "imported as opaque (--allow-opaque) for planning only; it has no "
@@ -154,9 +154,9 @@ class CudaDevice final : public Device {
     }
     if (op.info == nullptr || static_cast<int>(op.input_specs.size()) != op.proto->inputs_size() ||
         op.proto->outputs_size() != 1) {
-      return op_error(op, "not a validated graph op (build it with graph::Graph::build)");
+      return op_error(op, "not a validated graph op (build it with model::Graph::build)");
     }
-    const Factory make = kKernels[graph::op_type_index(op.op_type())];
+    const Factory make = kKernels[model::op_type_index(op.op_type())];
     if (make == nullptr) {
       return op_error(op, "no CUDA kernel for op type '" + op.proto->type() + "'");
     }
@@ -273,7 +273,7 @@ class CudaDevice final : public Device {
 
 }  // namespace
 
-bool has_kernel(graph::OpType type) { return kKernels[graph::op_type_index(type)] != nullptr; }
+bool has_kernel(model::OpType type) { return kKernels[model::op_type_index(type)] != nullptr; }
 
 const CudaContext* context_of(const Device& device) {
   const auto* d = dynamic_cast<const CudaDevice*>(&device);

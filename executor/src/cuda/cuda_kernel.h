@@ -10,13 +10,13 @@
 
 #include "cuda/cuda_context.h"
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec::cuda {
 
 class CudaKernel : public OpKernel {
  public:
-  CudaKernel(const graph::OpNode& op, const CudaContext& ctx)
+  CudaKernel(const model::OpNode& op, const CudaContext& ctx)
       : ctx_(ctx), forward_what_(name(op) + " forward"), backward_what_(name(op) + " backward") {}
 
  protected:
@@ -30,7 +30,7 @@ class CudaKernel : public OpKernel {
   }
 
  private:
-  static std::string name(const graph::OpNode& op) {
+  static std::string name(const model::OpNode& op) {
     return "ops[" + std::to_string(op.index) + "] '" + op.proto->id() + "' (" + op.proto->type() +
            ")";
   }

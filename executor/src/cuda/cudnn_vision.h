@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cuda/cuda_context.h"
-#include "vision_window.h"
+#include "device_api/vision_window.h"
 
 namespace gp::exec::cuda {
 

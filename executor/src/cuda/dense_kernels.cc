@@ -328,38 +328,38 @@ class MatmulKernel final : public OpKernel {
 
 }  // namespace
 
-KernelResult make_linear(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::LinearAttrs a, op_attrs<graph::LinearAttrs>(op));
-  const int kind = a.activation == graph::Activation::kRelu   ? kDenseActRelu
-                   : a.activation == graph::Activation::kGelu ? kDenseActGelu
+KernelResult make_linear(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::LinearAttrs a, op_attrs<model::LinearAttrs>(op));
+  const int kind = a.activation == model::Activation::kRelu   ? kDenseActRelu
+                   : a.activation == model::Activation::kGelu ? kDenseActGelu
                                                               : kDenseActNone;
   const int64_t in = last_dim(x);
-  return wrap(std::make_unique<LinearKernel>(ctx, graph::num_elements(x) / in, in, a.out_features,
+  return wrap(std::make_unique<LinearKernel>(ctx, model::num_elements(x) / in, in, a.out_features,
                                              a.bias, kind));
 }
 
-KernelResult make_embedding_bag(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_embedding_bag(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(EmbeddingBagShape e, read_embedding_bag(op));
   return wrap(std::make_unique<EmbeddingBagKernel>(ctx, e));
 }
 
-KernelResult make_attention(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::AttentionAttrs a, op_attrs<graph::AttentionAttrs>(op));
+KernelResult make_attention(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::AttentionAttrs a, op_attrs<model::AttentionAttrs>(op));
   return wrap(std::make_unique<AttentionKernel>(ctx, x.shape(0), x.shape(1), a.num_heads, a.bias));
 }
 
-KernelResult make_layer_norm(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& x = op.input_specs[0];
-  GP_ASSIGN_OR_RETURN(const graph::NormAttrs a, op_attrs<graph::NormAttrs>(op));
+KernelResult make_layer_norm(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::NormAttrs a, op_attrs<model::NormAttrs>(op));
   const double eps = a.epsilon;
   const int64_t cols = last_dim(x);
-  return wrap(std::make_unique<LayerNormKernel>(ctx, graph::num_elements(x) / cols, cols,
+  return wrap(std::make_unique<LayerNormKernel>(ctx, model::num_elements(x) / cols, cols,
                                                 static_cast<float>(eps)));
 }
 
-KernelResult make_matmul(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_matmul(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(MatmulShape s, read_matmul(op));
   return wrap(std::make_unique<MatmulKernel>(ctx, s.count, s.m, s.k, s.n));
 }

@@ -8,48 +8,48 @@
 #include <memory>
 
 #include "cuda/cuda_context.h"
+#include "device_api/kernel_common.h"
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/graph.h"
-#include "kernel_common.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec::cuda {
 
 using KernelResult = Result<std::unique_ptr<OpKernel>>;
 
 // `ctx` outlives every kernel made with it (devices live until the process exits).
-KernelResult make_linear(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_embedding_bag(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_attention(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_layer_norm(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_matmul(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_linear(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_embedding_bag(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_attention(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_layer_norm(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_matmul(const model::OpNode& op, const CudaContext& ctx);
 
-KernelResult make_input(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_relu(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_gelu(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_softmax(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_add(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_concat(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_slice(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_mse_loss(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_softmax_cross_entropy(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_scale(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_reshape(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_input(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_relu(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_gelu(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_softmax(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_add(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_concat(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_slice(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_mse_loss(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_softmax_cross_entropy(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_scale(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_transpose(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_reshape(const model::OpNode& op, const CudaContext& ctx);
 
-KernelResult make_sigmoid(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_tanh(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_broadcast_param(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_clip(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_mul(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_reduce(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_bias_add(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_sigmoid(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_tanh(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_broadcast_param(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_clip(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_mul(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_reduce(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_bias_add(const model::OpNode& op, const CudaContext& ctx);
 
-KernelResult make_conv2d(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_max_pool2d(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_avg_pool2d(const graph::OpNode& op, const CudaContext& ctx);
-KernelResult make_batch_norm(const graph::OpNode& op, const CudaContext& ctx);
+KernelResult make_conv2d(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_max_pool2d(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_avg_pool2d(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_batch_norm(const model::OpNode& op, const CudaContext& ctx);
 
 // True when CUDA has a kernel for every op of the type (cuda_device.cc's table).
-bool has_kernel(graph::OpType type);
+bool has_kernel(model::OpType type);
 
 }  // namespace gp::exec::cuda

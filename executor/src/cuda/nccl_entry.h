@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "gp/exec/nccl.h"
+#include "device_api/nccl.h"
 
 namespace gp::exec::cuda {
 

@@ -17,8 +17,8 @@ namespace {
 // The element count per sample, with CudaKernel's context and error messages.
 class PointwiseKernel : public CudaKernel {
  public:
-  PointwiseKernel(const graph::OpNode& op, const CudaContext& ctx)
-      : CudaKernel(op, ctx), n_(graph::num_elements(op.input_specs[0])) {}
+  PointwiseKernel(const model::OpNode& op, const CudaContext& ctx)
+      : CudaKernel(op, ctx), n_(model::num_elements(op.input_specs[0])) {}
 
  protected:
   int64_t n_;  // elements per sample
@@ -55,7 +55,7 @@ class TanhKernel final : public PointwiseKernel {
 
 class ClipKernel final : public PointwiseKernel {
  public:
-  ClipKernel(const graph::OpNode& op, const CudaContext& ctx, ClipBounds b)
+  ClipKernel(const model::OpNode& op, const CudaContext& ctx, ClipBounds b)
       : PointwiseKernel(op, ctx), b_(b) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_clip_forward(a.inputs[0].f(), a.outputs[0].f(), b_.lo, b_.hi, a.batch * n_,
@@ -91,7 +91,7 @@ class MulKernel final : public PointwiseKernel {
 
 class ReduceKernel final : public PointwiseKernel {
  public:
-  ReduceKernel(const graph::OpNode& op, const CudaContext& ctx, ReduceShape s)
+  ReduceKernel(const model::OpNode& op, const CudaContext& ctx, ReduceShape s)
       : PointwiseKernel(op, ctx), s_(s), scale_(s.mean ? 1.0f / static_cast<float>(s.len) : 1.0f) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_reduce_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * s_.outer,
@@ -111,7 +111,7 @@ class ReduceKernel final : public PointwiseKernel {
 
 class BiasAddKernel final : public PointwiseKernel {
  public:
-  BiasAddKernel(const graph::OpNode& op, const CudaContext& ctx, BiasAddShape s)
+  BiasAddKernel(const model::OpNode& op, const CudaContext& ctx, BiasAddShape s)
       : PointwiseKernel(op, ctx), s_(s) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_bias_add_forward(a.inputs[0].f(), a.params[0], a.outputs[0].f(),
@@ -135,8 +135,8 @@ class BiasAddKernel final : public PointwiseKernel {
 // over the batch, one thread per element, samples in order (as the CPU sums them).
 class BroadcastParamKernel final : public CudaKernel {
  public:
-  BroadcastParamKernel(const graph::OpNode& op, const CudaContext& ctx)
-      : CudaKernel(op, ctx), n_(graph::num_elements(op.proto->outputs(0))) {}
+  BroadcastParamKernel(const model::OpNode& op, const CudaContext& ctx)
+      : CudaKernel(op, ctx), n_(model::num_elements(op.proto->outputs(0))) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_broadcast_rows(a.params[0], a.outputs[0].f(), a.batch, n_, stream()));
   }
@@ -153,33 +153,33 @@ class BroadcastParamKernel final : public CudaKernel {
 
 }  // namespace
 
-KernelResult make_broadcast_param(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_broadcast_param(const model::OpNode& op, const CudaContext& ctx) {
   return KernelResult(std::make_unique<BroadcastParamKernel>(op, ctx));
 }
 
-KernelResult make_sigmoid(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_sigmoid(const model::OpNode& op, const CudaContext& ctx) {
   return KernelResult(std::make_unique<SigmoidKernel>(op, ctx));
 }
 
-KernelResult make_tanh(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_tanh(const model::OpNode& op, const CudaContext& ctx) {
   return KernelResult(std::make_unique<TanhKernel>(op, ctx));
 }
 
-KernelResult make_clip(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_clip(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(ClipBounds b, read_clip(op));
   return KernelResult(std::make_unique<ClipKernel>(op, ctx, b));
 }
 
-KernelResult make_mul(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_mul(const model::OpNode& op, const CudaContext& ctx) {
   return KernelResult(std::make_unique<MulKernel>(op, ctx));
 }
 
-KernelResult make_reduce(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_reduce(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(ReduceShape s, read_reduce(op));
   return KernelResult(std::make_unique<ReduceKernel>(op, ctx, s));
 }
 
-KernelResult make_bias_add(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_bias_add(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(BiasAddShape s, read_bias_add(op));
   return KernelResult(std::make_unique<BiasAddKernel>(op, ctx, s));
 }

@@ -20,7 +20,7 @@ namespace {
 // y = max(x, 0); dx += dy where x > 0. Saves nothing.
 class ReluKernel final : public CudaKernel {
  public:
-  ReluKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+  ReluKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n)
       : CudaKernel(op, ctx), n_(n) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_relu_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * n_, stream()));
@@ -39,7 +39,7 @@ class ReluKernel final : public CudaKernel {
 // GELU (tanh approximation, or exact); backward differentiates it at the input. Saves nothing.
 class GeluKernel final : public CudaKernel {
  public:
-  GeluKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n, bool exact)
+  GeluKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n, bool exact)
       : CudaKernel(op, ctx), n_(n), exact_(exact) {}
   void forward(const OpArgs& a) const override {
     check_forward(
@@ -60,7 +60,7 @@ class GeluKernel final : public CudaKernel {
 // Softmax over the last dim (max-subtracted); backward uses the output. Saves nothing.
 class SoftmaxKernel final : public CudaKernel {
  public:
-  SoftmaxKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t rows, int64_t cols)
+  SoftmaxKernel(const model::OpNode& op, const CudaContext& ctx, int64_t rows, int64_t cols)
       : CudaKernel(op, ctx), rows_(rows), cols_(cols) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_softmax_forward(a.inputs[0].f(), a.outputs[0].f(), a.batch * rows_, cols_,
@@ -80,7 +80,7 @@ class SoftmaxKernel final : public CudaKernel {
 // y = sum of the inputs, added in input order as the CPU does; every input receives dy.
 class AddKernel final : public CudaKernel {
  public:
-  AddKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+  AddKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n)
       : CudaKernel(op, ctx), n_(n) {}
   void forward(const OpArgs& a) const override {
     const int64_t n = a.batch * n_;
@@ -107,7 +107,7 @@ class AddKernel final : public CudaKernel {
 // input 1's block o, ... One strided copy (or accumulate, backward) per input.
 class ConcatKernel final : public CudaKernel {
  public:
-  ConcatKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t outer,
+  ConcatKernel(const model::OpNode& op, const CudaContext& ctx, int64_t outer,
                std::vector<int64_t> chunks)
       : CudaKernel(op, ctx), outer_(outer), chunks_(std::move(chunks)) {
     for (int64_t c : chunks_) out_chunk_ += c;
@@ -143,7 +143,7 @@ class ConcatKernel final : public CudaKernel {
 // elements [offset, offset + out_chunk) as output block o.
 class SliceKernel final : public CudaKernel {
  public:
-  SliceKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t outer, int64_t in_chunk,
+  SliceKernel(const model::OpNode& op, const CudaContext& ctx, int64_t outer, int64_t in_chunk,
               int64_t offset, int64_t out_chunk)
       : CudaKernel(op, ctx),
         outer_(outer),
@@ -168,7 +168,7 @@ class SliceKernel final : public CudaKernel {
 // loss_s = mean over the sample's n elements of (pred - target)^2. Saves nothing.
 class MseLossKernel final : public CudaKernel {
  public:
-  MseLossKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+  MseLossKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n)
       : CudaKernel(op, ctx), n_(n) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_mse_loss_forward(a.inputs[0].f(), a.inputs[1].f(), a.outputs[0].f(),
@@ -192,7 +192,7 @@ class MseLossKernel final : public CudaKernel {
 // No gradient to the labels.
 class SoftmaxCrossEntropyKernel final : public CudaKernel {
  public:
-  SoftmaxCrossEntropyKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t positions,
+  SoftmaxCrossEntropyKernel(const model::OpNode& op, const CudaContext& ctx, int64_t positions,
                             int64_t classes, bool labels32)
       : CudaKernel(op, ctx), positions_(positions), classes_(classes), labels32_(labels32) {}
   int64_t saved_floats_per_sample() const override { return positions_; }
@@ -221,7 +221,7 @@ class SoftmaxCrossEntropyKernel final : public CudaKernel {
 // y = factor * x; dx += factor * dy.
 class ScaleKernel final : public CudaKernel {
  public:
-  ScaleKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n, float factor)
+  ScaleKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n, float factor)
       : CudaKernel(op, ctx), n_(n), factor_(factor) {}
   void forward(const OpArgs& a) const override {
     check_forward(launch_scale(a.inputs[0].f(), a.outputs[0].f(), factor_, a.batch * n_, stream()));
@@ -241,7 +241,7 @@ class ScaleKernel final : public CudaKernel {
 // make_transpose (dims merged where the permutation keeps them adjacent).
 class TransposeKernel final : public CudaKernel {
  public:
-  TransposeKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n,
+  TransposeKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n,
                   const TransposeStrides& strides)
       : CudaKernel(op, ctx), n_(n), strides_(strides) {}
   void forward(const OpArgs& a) const override {
@@ -263,7 +263,7 @@ class TransposeKernel final : public CudaKernel {
 // The same elements in the same order: a copy.
 class ReshapeKernel final : public CudaKernel {
  public:
-  ReshapeKernel(const graph::OpNode& op, const CudaContext& ctx, int64_t n)
+  ReshapeKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n)
       : CudaKernel(op, ctx), n_(n) {}
   void forward(const OpArgs& a) const override {
     check_forward(copy(a.outputs[0].f(), a.inputs[0].f(), a.batch * n_));
@@ -282,33 +282,33 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 
 }  // namespace
 
-KernelResult make_input(const graph::OpNode&, const CudaContext&) {
+KernelResult make_input(const model::OpNode&, const CudaContext&) {
   return wrap(std::make_unique<InputKernel>());
 }
 
-KernelResult make_relu(const graph::OpNode& op, const CudaContext& ctx) {
-  return wrap(std::make_unique<ReluKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+KernelResult make_relu(const model::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<ReluKernel>(op, ctx, model::num_elements(op.input_specs[0])));
 }
 
-KernelResult make_gelu(const graph::OpNode& op, const CudaContext& ctx) {
-  GP_ASSIGN_OR_RETURN(const graph::GeluAttrs a, op_attrs<graph::GeluAttrs>(op));
+KernelResult make_gelu(const model::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(const model::GeluAttrs a, op_attrs<model::GeluAttrs>(op));
   const bool exact = a.exact;
-  return wrap(std::make_unique<GeluKernel>(op, ctx, graph::num_elements(op.input_specs[0]), exact));
+  return wrap(std::make_unique<GeluKernel>(op, ctx, model::num_elements(op.input_specs[0]), exact));
 }
 
-KernelResult make_softmax(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& x = op.input_specs[0];
+KernelResult make_softmax(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
   const int64_t cols = last_dim(x);
-  return wrap(std::make_unique<SoftmaxKernel>(op, ctx, graph::num_elements(x) / cols, cols));
+  return wrap(std::make_unique<SoftmaxKernel>(op, ctx, model::num_elements(x) / cols, cols));
 }
 
-KernelResult make_add(const graph::OpNode& op, const CudaContext& ctx) {
-  return wrap(std::make_unique<AddKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+KernelResult make_add(const model::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<AddKernel>(op, ctx, model::num_elements(op.input_specs[0])));
 }
 
-KernelResult make_concat(const graph::OpNode& op, const CudaContext& ctx) {
+KernelResult make_concat(const model::OpNode& op, const CudaContext& ctx) {
   const int rank = op.input_specs[0].shape_size();
-  GP_ASSIGN_OR_RETURN(const graph::AxisAttrs a, op_attrs<graph::AxisAttrs>(op));
+  GP_ASSIGN_OR_RETURN(const model::AxisAttrs a, op_attrs<model::AxisAttrs>(op));
   const int axis = a.axis;
   std::vector<int64_t> chunks;
   for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
@@ -316,10 +316,10 @@ KernelResult make_concat(const graph::OpNode& op, const CudaContext& ctx) {
                                              std::move(chunks)));
 }
 
-KernelResult make_slice(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& x = op.input_specs[0];
+KernelResult make_slice(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
   const int rank = x.shape_size();
-  GP_ASSIGN_OR_RETURN(const graph::SliceAttrs a, op_attrs<graph::SliceAttrs>(op));
+  GP_ASSIGN_OR_RETURN(const model::SliceAttrs a, op_attrs<model::SliceAttrs>(op));
   const int axis = a.axis;
   const int64_t start = a.start, end = a.end;
   const int64_t inner = dims_product(x, axis + 1, rank);
@@ -328,28 +328,28 @@ KernelResult make_slice(const graph::OpNode& op, const CudaContext& ctx) {
                                             (end - start) * inner));
 }
 
-KernelResult make_mse_loss(const graph::OpNode& op, const CudaContext& ctx) {
-  return wrap(std::make_unique<MseLossKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+KernelResult make_mse_loss(const model::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<MseLossKernel>(op, ctx, model::num_elements(op.input_specs[0])));
 }
 
-KernelResult make_softmax_cross_entropy(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& logits = op.input_specs[0];
+KernelResult make_softmax_cross_entropy(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& logits = op.input_specs[0];
   const int64_t classes = last_dim(logits);
   return wrap(std::make_unique<SoftmaxCrossEntropyKernel>(
-      op, ctx, graph::num_elements(logits) / classes, classes, is_int32(op.input_specs[1])));
+      op, ctx, model::num_elements(logits) / classes, classes, is_int32(op.input_specs[1])));
 }
 
-KernelResult make_scale(const graph::OpNode& op, const CudaContext& ctx) {
-  GP_ASSIGN_OR_RETURN(const graph::ScaleAttrs a, op_attrs<graph::ScaleAttrs>(op));
-  return wrap(std::make_unique<ScaleKernel>(op, ctx, graph::num_elements(op.input_specs[0]),
+KernelResult make_scale(const model::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(const model::ScaleAttrs a, op_attrs<model::ScaleAttrs>(op));
+  return wrap(std::make_unique<ScaleKernel>(op, ctx, model::num_elements(op.input_specs[0]),
                                             static_cast<float>(a.factor)));
 }
 
 // Validates perm as the CPU does, then describes the permutation by (size, input stride) per
 // output dim, dropping size-1 dims and merging output dims that stay adjacent in the input, so
 // that the kernel walks few dims (at most kMaxTransposeRank).
-KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx) {
-  const graph::TensorSpec& x = op.input_specs[0];
+KernelResult make_transpose(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
   GP_ASSIGN_OR_RETURN(TransposeShape t, read_transpose(op));
   const int rank = x.shape_size();
   std::vector<int64_t> sizes, src;  // per merged output dim, outermost first
@@ -378,11 +378,11 @@ KernelResult make_transpose(const graph::OpNode& op, const CudaContext& ctx) {
     strides.src[d] = src[d];
     out_stride *= sizes[d];
   }
-  return wrap(std::make_unique<TransposeKernel>(op, ctx, graph::num_elements(x), strides));
+  return wrap(std::make_unique<TransposeKernel>(op, ctx, model::num_elements(x), strides));
 }
 
-KernelResult make_reshape(const graph::OpNode& op, const CudaContext& ctx) {
-  return wrap(std::make_unique<ReshapeKernel>(op, ctx, graph::num_elements(op.input_specs[0])));
+KernelResult make_reshape(const model::OpNode& op, const CudaContext& ctx) {
+  return wrap(std::make_unique<ReshapeKernel>(op, ctx, model::num_elements(op.input_specs[0])));
 }
 
 }  // namespace gp::exec::cuda

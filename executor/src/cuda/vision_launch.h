@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "vision_window.h"
+#include "device_api/vision_window.h"
 
 namespace gp::exec::cuda {
 

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "gp/common/status.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "graphpipe/v1/cluster.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 #include "graphpipe/v1/profile.pb.h"
@@ -34,10 +34,10 @@ class CostModel {
  public:
   virtual ~CostModel() = default;
   // Time of graph op `op_index` for a micro-batch of `samples` samples (>= 1) on one device.
-  virtual OpTime op_time(const graph::OpNode& op, int64_t samples) const = 0;
+  virtual OpTime op_time(const model::OpNode& op, int64_t samples) const = 0;
   // Measured memory of the op, when this model has a measurement of it (else the catalogue's
   // OpCost is the estimate).
-  virtual std::optional<OpMemory> op_memory(const graph::OpNode& /*op*/) const {
+  virtual std::optional<OpMemory> op_memory(const model::OpNode& /*op*/) const {
     return std::nullopt;
   }
   virtual std::string_view name() const = 0;
@@ -61,7 +61,7 @@ class AnalyticCostModel final : public CostModel {
   AnalyticCostModel(const graphpipe::v1::DeviceKind& device, graphpipe::v1::Precision precision,
                     Params params);
 
-  OpTime op_time(const graph::OpNode& op, int64_t samples) const override;
+  OpTime op_time(const model::OpNode& op, int64_t samples) const override;
   std::string_view name() const override { return "analytic"; }
   // Achieved fraction of peak for a kernel of `flops` work (for tests and reports).
   double efficiency(double flops) const;
@@ -78,7 +78,7 @@ class AnalyticCostModel final : public CostModel {
 
 // Canonical signature of an op for the profile DB: type, sorted attributes and input specs,
 // e.g. "linear|activation=relu,out_features=4096|[4096] float32".
-std::string op_signature(const graph::OpNode& op);
+std::string op_signature(const model::OpNode& op);
 
 // Measured times from a ProfileDB for one device kind. Between measured micro-batch sizes the
 // time is interpolated log-log; outside them it extrapolates from the nearest two (or scales
@@ -90,10 +90,10 @@ class ProfiledCostModel final : public CostModel {
       const graphpipe::v1::ProfileDB& db, std::string_view device_kind,
       std::shared_ptr<const CostModel> fallback);
 
-  OpTime op_time(const graph::OpNode& op, int64_t samples) const override;
+  OpTime op_time(const model::OpNode& op, int64_t samples) const override;
   // The most bytes per sample over the measured micro-batch sizes; none for ops the profile does
   // not hold or holds without memory (profiles written before the profiler measured it).
-  std::optional<OpMemory> op_memory(const graph::OpNode& op) const override;
+  std::optional<OpMemory> op_memory(const model::OpNode& op) const override;
   std::string_view name() const override { return "profiled"; }
   // Number of distinct signatures answered by the fallback so far.
   int fallback_count() const;

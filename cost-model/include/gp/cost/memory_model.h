@@ -8,7 +8,7 @@
 #include <span>
 
 #include "gp/cost/cost_model.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::cost {
@@ -39,18 +39,18 @@ struct MemoryOptions {
 // Weights and optimizer state are replicated on each of the stage's devices; activations and
 // workspace scale with the samples one device holds (in_flight_samples / data_parallel and
 // micro_batch / data_parallel, rounded up).
-MemoryBreakdown stage_memory(const graph::Graph& graph, std::span<const int> op_indices,
+MemoryBreakdown stage_memory(const model::Graph& graph, std::span<const int> op_indices,
                              int64_t micro_batch, int64_t in_flight_samples, int data_parallel,
                              const MemoryOptions& options);
 
 // Per sample of one call, the largest workspace one of the ops' kernels asks for (a part of
 // MemoryBreakdown::workspace_bytes; the rest, the inner gradients, adds up over ops).
-int64_t kernel_workspace_bytes_per_sample(const graph::Graph& graph,
+int64_t kernel_workspace_bytes_per_sample(const model::Graph& graph,
                                           std::span<const int> op_indices,
                                           const MemoryOptions& options);
 
 // Bytes of parameters of the ops (at the training precision) — the gradient all-reduce volume.
-int64_t stage_param_bytes(const graph::Graph& graph, std::span<const int> op_indices,
+int64_t stage_param_bytes(const model::Graph& graph, std::span<const int> op_indices,
                           graphpipe::v1::Precision precision);
 
 }  // namespace gp::cost

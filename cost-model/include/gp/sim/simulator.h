@@ -21,7 +21,7 @@
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
 #include "gp/cost/memory_model.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::sim {
@@ -89,7 +89,7 @@ class Simulator {
 
   // `graph` must be built from plan.model(). Errors for structurally invalid plans; a deadlock
   // is a result (deadlocked = true), not an error.
-  Result<SimResult> run(const graphpipe::v1::Plan& plan, const graph::Graph& graph,
+  Result<SimResult> run(const graphpipe::v1::Plan& plan, const model::Graph& graph,
                         const SimOptions& options = {}) const;
 
  private:

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec {
 
@@ -28,7 +28,7 @@ class DataSource {
   // Writes `count` samples of graph input `input`, starting at mini-batch position
   // `first_sample` of `iteration`, into `out` (float* or int64_t* by the input's dtype).
   // Allocates nothing.
-  virtual void fill(const graph::OpNode& input, int64_t iteration, int64_t first_sample,
+  virtual void fill(const model::OpNode& input, int64_t iteration, int64_t first_sample,
                     int64_t count, void* out) const = 0;
 };
 
@@ -38,7 +38,7 @@ class NpyDataset final : public DataSource {
   // InvalidArgument naming the file for a missing file, a malformed header, a wrong dtype or
   // shape, differing sample counts, fewer samples than `mini_batch`, or an id outside the range
   // its consumer accepts. Without `shuffle` every epoch reads the files' order.
-  static Result<std::unique_ptr<NpyDataset>> open(const std::string& dir, const graph::Graph& graph,
+  static Result<std::unique_ptr<NpyDataset>> open(const std::string& dir, const model::Graph& graph,
                                                   const std::vector<int>& input_ops,
                                                   int64_t mini_batch, bool shuffle, uint64_t seed);
   ~NpyDataset() override;
@@ -46,7 +46,7 @@ class NpyDataset final : public DataSource {
   NpyDataset& operator=(const NpyDataset&) = delete;
 
   int64_t samples() const { return samples_; }
-  void fill(const graph::OpNode& input, int64_t iteration, int64_t first_sample, int64_t count,
+  void fill(const model::OpNode& input, int64_t iteration, int64_t first_sample, int64_t count,
             void* out) const override;
   // The file row that sample `g` of the training stream reads.
   int64_t row_of(int64_t g) const;
@@ -64,7 +64,7 @@ class NpyDataset final : public DataSource {
 
 // The data of a stage: `dir` opened for the input ops among `ops` (graph indices).
 Result<std::unique_ptr<NpyDataset>> open_stage_data(const std::string& dir,
-                                                    const graph::Graph& graph,
+                                                    const model::Graph& graph,
                                                     const std::vector<int>& ops, int64_t mini_batch,
                                                     bool shuffle, uint64_t seed);
 

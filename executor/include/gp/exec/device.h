@@ -15,7 +15,7 @@
 
 #include "gp/common/status.h"
 #include "gp/exec/op_kernel.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec {
 
@@ -34,7 +34,7 @@ class Device {
   virtual std::string_view name() const = 0;  // "cpu", "cuda:0"
   // The kernel of a validated graph op on this device; InvalidArgument naming the op when the
   // device cannot run it.
-  virtual Result<std::unique_ptr<OpKernel>> make_kernel(const graph::OpNode& op) const = 0;
+  virtual Result<std::unique_ptr<OpKernel>> make_kernel(const model::OpNode& op) const = 0;
 
   // True when this device's memory is host memory (pointers may be dereferenced on the host).
   virtual bool host_memory() const = 0;
@@ -96,7 +96,7 @@ std::string cpu_blas_version();
 // "cpu" -> the CPU device; "cuda:N" -> CUDA device N with GEMMs at `precision` (Unimplemented in
 // a build without CUDA, Unavailable when the device cannot be opened, naming the reason);
 // anything else -> InvalidArgument naming the flag. Devices live until the process exits.
-// Defined by the backend table (executor/src/backends.cc).
+// Defined by the backend table (executor/src/backends/backends.cc).
 Result<const Device*> find_device(std::string_view name,
                                   MatmulPrecision precision = MatmulPrecision::kFp32);
 

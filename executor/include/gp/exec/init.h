@@ -7,7 +7,7 @@
 #include <span>
 #include <string_view>
 
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec {
 
@@ -32,16 +32,16 @@ uint64_t hash_combine(uint64_t h, uint64_t v);
 // ±1/sqrt(fan_in) (fan_in: the product of all dims but the first, e.g. C*kh*kw for a conv2d
 // weight [out, C, kh, kw]), biases and layer/batch-norm beta 0, layer/batch-norm gamma 1,
 // embeddings and other rank-1 weights uniform ±0.05.
-void init_param(const graph::OpNode& op, int param_index, uint64_t seed, std::span<float> out);
+void init_param(const model::OpNode& op, int param_index, uint64_t seed, std::span<float> out);
 
 // The ids an int input op's consumer accepts, [0, range): embedding rows or class count (1 when
 // no consumer bounds them).
-int64_t id_range(const graph::Graph& graph, const graph::OpNode& input);
+int64_t id_range(const model::Graph& graph, const model::OpNode& input);
 
 // Fills `count` samples of input op `input`, starting at mini-batch sample `first_sample` of
 // iteration `iteration`: floats uniform in [-1, 1); int64 ids uniform over the range their
 // consumer accepts (embedding rows, class count). `out` is float* or int64_t* by the dtype.
-void fill_input(const graph::Graph& graph, const graph::OpNode& input, uint64_t seed,
+void fill_input(const model::Graph& graph, const model::OpNode& input, uint64_t seed,
                 int64_t iteration, int64_t first_sample, int64_t count, void* out);
 
 }  // namespace gp::exec

@@ -56,7 +56,7 @@ struct NcclLayout {
   }
 };
 
-// The layout of a plan that passed graph::validate_plan, read off Plan.messages. NCCL has no tags:
+// The layout of a plan that passed plan::validate_plan, read off Plan.messages. NCCL has no tags:
 // it needs both ends of a channel to issue its messages in one order, which validate_plan
 // (plan_schedule_problems) has already checked, so a plan that verifies always has a layout.
 NcclLayout nccl_layout(const graphpipe::v1::Plan& plan);

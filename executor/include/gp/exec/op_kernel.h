@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 
 namespace gp::exec {
 
@@ -62,6 +62,6 @@ class OpKernel {
 
 // The CPU reference kernel for a validated graph op; InvalidArgument for op types the executor
 // cannot train (the message names the op).
-Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const graph::OpNode& op);
+Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const model::OpNode& op);
 
 }  // namespace gp::exec

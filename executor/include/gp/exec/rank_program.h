@@ -12,8 +12,8 @@
 
 #include "gp/common/status.h"
 #include "gp/exec/stage_layout.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/graph.h"
+#include "gp/plan/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -68,10 +68,10 @@ struct RankProgram {
   size_t device_staging_bytes = 0;  // every send and receive's region, 256-byte aligned
 };
 
-// `graph` must be built from plan.model() and `index` from graph::validate_plan (or
+// `graph` must be built from plan.model() and `index` from plan::validate_plan (or
 // validate_plan_structure). Errors name the rank and the instruction.
-Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const graph::Graph& graph,
-                                       const graph::PlanIndex& index, int rank);
+Result<RankProgram> lower_rank_program(const graphpipe::v1::Plan& plan, const model::Graph& graph,
+                                       const plan::PlanIndex& index, int rank);
 
 // One line per step, for golden tests and for reading: "12 send mb=1 slot=0 peer=3 ...".
 std::string describe(const RankProgram& program);

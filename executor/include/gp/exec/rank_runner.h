@@ -29,8 +29,8 @@
 #include "gp/exec/device.h"
 #include "gp/exec/rank_program.h"
 #include "gp/exec/stage_runner.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/graph.h"
+#include "gp/plan/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -50,15 +50,15 @@ struct TraceEvent {
 class RankRunner {
  public:
   // Lowers the rank's program (lower_rank_program) and runs it on `device` with synthetic data.
-  // `graph` must be built from plan.model() and `index` from graph::validate_plan (tests that
+  // `graph` must be built from plan.model() and `index` from plan::validate_plan (tests that
   // build plans by hand may use validate_plan_structure alone).
   static Result<std::unique_ptr<RankRunner>> create(const graphpipe::v1::Plan& plan,
-                                                    const graph::Graph& graph,
-                                                    const graph::PlanIndex& index, int rank,
+                                                    const model::Graph& graph,
+                                                    const plan::PlanIndex& index, int rank,
                                                     const Device& device = cpu_device());
   // Runs a lowered program of a plan on `graph` (which must outlive the runner) on `device`; its
   // stage's graph inputs read `data` (which must outlive the runner; nullptr: synthetic data).
-  static Result<std::unique_ptr<RankRunner>> create(RankProgram program, const graph::Graph& graph,
+  static Result<std::unique_ptr<RankRunner>> create(RankProgram program, const model::Graph& graph,
                                                     const graphpipe::v1::TrainingConfig& training,
                                                     const Device& device = cpu_device(),
                                                     const DataSource* data = nullptr);

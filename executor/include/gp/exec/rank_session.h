@@ -1,5 +1,5 @@
 // A rank's job as the steps every way of running one shares:
-//   load (the plan file, its weights, the model, graph::validate_plan)
+//   load (the plan file, its weights, the model, plan::validate_plan)
 //   → open (lower the rank's program, open its stage's data, set the stage up on its device)
 //   → resume (optional: this stage's part of a checkpoint)
 //   → bind (a data plane) → run iterations
@@ -21,34 +21,13 @@
 #include "gp/exec/dataset.h"
 #include "gp/exec/device.h"
 #include "gp/exec/rank_runner.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/graph.h"
+#include "gp/plan/loaded_plan.h"
+#include "gp/plan/plan_util.h"
 #include "graphpipe/v1/checkpoint.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
-
-// A plan read and checked once, shared by every session of a process (`local` runs one per
-// rank). Immutable once loaded: sessions keep references into it.
-class LoadedPlan {
- public:
-  // Reads a plan file (binary, text or JSON), resolves its weights file and checks it as every
-  // rank does (graph::validate_plan). Errors start with "--plan PATH".
-  static Result<std::shared_ptr<const LoadedPlan>> read(const std::string& path);
-  // The same for a plan in memory (weights already resolved).
-  static Result<std::shared_ptr<const LoadedPlan>> from(graphpipe::v1::Plan plan);
-
-  const graphpipe::v1::Plan& plan() const { return plan_; }
-  const graph::Graph& graph() const { return *graph_; }
-  const graph::PlanIndex& index() const { return index_; }
-  int world_size() const { return index_.world_size; }
-
- private:
-  LoadedPlan() = default;
-  graphpipe::v1::Plan plan_;
-  std::unique_ptr<graph::Graph> graph_;
-  graph::PlanIndex index_;
-};
 
 struct SessionOptions {
   int rank = 0;
@@ -62,7 +41,7 @@ class RankSession {
  public:
   // Lowers the rank's program, opens its stage's data and sets the stage up on its device (its
   // input ops reading that data). Errors name the rank.
-  static Result<std::unique_ptr<RankSession>> open(std::shared_ptr<const LoadedPlan> plan,
+  static Result<std::unique_ptr<RankSession>> open(std::shared_ptr<const plan::LoadedPlan> plan,
                                                    const SessionOptions& options);
   ~RankSession();
   RankSession(const RankSession&) = delete;
@@ -70,9 +49,9 @@ class RankSession {
 
   int rank() const { return runner_->rank(); }
   int stage() const { return runner_->stage(); }
-  const LoadedPlan& loaded() const { return *plan_; }
+  const plan::LoadedPlan& loaded() const { return *plan_; }
   const graphpipe::v1::Plan& plan() const { return plan_->plan(); }
-  const graph::Graph& graph() const { return plan_->graph(); }
+  const model::Graph& graph() const { return plan_->graph(); }
   RankRunner& runner() { return *runner_; }
   const RankRunner& runner() const { return *runner_; }
   // Whether this rank writes its stage's part of a checkpoint (the stage's first replica: the
@@ -96,7 +75,7 @@ class RankSession {
 
  private:
   RankSession() = default;
-  std::shared_ptr<const LoadedPlan> plan_;
+  std::shared_ptr<const plan::LoadedPlan> plan_;
   std::unique_ptr<NpyDataset> data_;    // read by runner_'s input ops; outlives it
   std::unique_ptr<RankRunner> runner_;  // destroyed first
 };
@@ -110,14 +89,14 @@ struct LocalRunResult {
 // failing rank aborts the others; its error is returned. With `trace_events` > 0 each rank
 // records that many intervals. Every rank runs on `device` (the ranks' threads share it). With
 // `data_dir` each rank reads its input ops' samples from there (dataset.h; shuffled with the
-// plan's seed unless !shuffle). The plan is checked first (graph::validate_plan): a broken
+// plan's seed unless !shuffle). The plan is checked first (plan::validate_plan): a broken
 // schedule is refused, not run. `sessions`, when given, receives the sessions after the run, for
 // tests that inspect the trained parameters and `local` that writes their traces.
 Result<LocalRunResult> run_plan_locally(
-    std::shared_ptr<const LoadedPlan> plan, int iterations, std::chrono::milliseconds timeout,
+    std::shared_ptr<const plan::LoadedPlan> plan, int iterations, std::chrono::milliseconds timeout,
     std::vector<std::unique_ptr<RankSession>>* sessions = nullptr, size_t trace_events = 0,
     const Device& device = cpu_device(), const std::string& data_dir = "", bool shuffle = true);
-// The same for a plan in memory (LoadedPlan::from checks it first).
+// The same for a plan in memory (plan::LoadedPlan::from checks it first).
 Result<LocalRunResult> run_plan_locally(
     const graphpipe::v1::Plan& plan, int iterations, std::chrono::milliseconds timeout,
     std::vector<std::unique_ptr<RankSession>>* sessions = nullptr, size_t trace_events = 0,

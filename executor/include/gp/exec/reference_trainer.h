@@ -9,7 +9,7 @@
 
 #include "gp/common/status.h"
 #include "gp/exec/stage_runner.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -27,7 +27,7 @@ class ReferenceTrainer {
   // The whole model trains on `device` (the CPU is the reference); its input ops read `data`
   // (covering every input op, outliving the trainer; nullptr: synthetic data).
   static Result<std::unique_ptr<ReferenceTrainer>> create(
-      const graph::Graph& graph, int64_t mini_batch, int64_t micro_batch,
+      const model::Graph& graph, int64_t mini_batch, int64_t micro_batch,
       const graphpipe::v1::TrainingConfig& training, const Device& device = cpu_device(),
       const DataSource* data = nullptr);
 

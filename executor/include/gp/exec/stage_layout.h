@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "gp/graph/graph.h"
-#include "gp/graph/plan_util.h"
+#include "gp/model/graph.h"
+#include "gp/plan/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -62,14 +62,14 @@ struct StageLayout {
 // produced here that other stages consume (outputs of these ops). `relays`: tensors produced
 // elsewhere that only pass through (chain pipelines); they are held like external inputs without
 // being consumed. InvalidArgument naming the op or tensor otherwise.
-Result<StageLayout> layout_stage(const graph::Graph& graph, std::vector<int> ops,
+Result<StageLayout> layout_stage(const model::Graph& graph, std::vector<int> ops,
                                  std::vector<graphpipe::v1::TensorRef> exports = {},
                                  std::vector<graphpipe::v1::TensorRef> relays = {});
 
 // The layout of a plan's stage: its ops from `index`, its exports and relays from the plan's
-// edges leaving it (in the edges' order, each once). `index` from graph::validate_plan (or
+// edges leaving it (in the edges' order, each once). `index` from plan::validate_plan (or
 // validate_plan_structure).
-Result<StageLayout> layout_plan_stage(const graphpipe::v1::Plan& plan, const graph::Graph& graph,
-                                      const graph::PlanIndex& index, int stage);
+Result<StageLayout> layout_plan_stage(const graphpipe::v1::Plan& plan, const model::Graph& graph,
+                                      const plan::PlanIndex& index, int stage);
 
 }  // namespace gp::exec

@@ -28,7 +28,7 @@
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/optimizer.h"
 #include "gp/exec/stage_layout.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -62,7 +62,7 @@ class StageRunner {
  public:
   // Allocates what `layout` (from layout_stage on `graph`, which must outlive the runner)
   // describes, for options.max_batch samples in each of options.slots slots.
-  static Result<std::unique_ptr<StageRunner>> create(const graph::Graph& graph, StageLayout layout,
+  static Result<std::unique_ptr<StageRunner>> create(const model::Graph& graph, StageLayout layout,
                                                      const StageOptions& options);
   // Index into external_inputs() of a tensor, or -1.
   int external_index(const graphpipe::v1::TensorRef& ref) const;
@@ -167,7 +167,7 @@ class StageRunner {
   StageRunner() = default;
   // The steps of create(), in order (the buffers are allocated in the order the layout first
   // uses them).
-  Status init(const graph::Graph& graph, StageLayout layout, const StageOptions& options);
+  Status init(const model::Graph& graph, StageLayout layout, const StageOptions& options);
   Status build_ops();                   // per op: its new tensors, its kernel, its saved scratch
   Status allocate_tensors(size_t end);  // the layout's tensors up to `end` not yet allocated
   Status build_kernel(const StageLayout::Op& op);
@@ -186,7 +186,7 @@ class StageRunner {
   Status download(const DeviceBuffer& from, Range r, std::span<float> out, const char* what) const;
   Status upload(DeviceBuffer& to, Range r, std::span<const float> in, const char* what);
 
-  const graph::Graph* graph_ = nullptr;
+  const model::Graph* graph_ = nullptr;
   const Device* device_ = nullptr;
   bool host_ = true;  // device_->host_memory()
   int64_t max_batch_ = 0;

@@ -12,7 +12,7 @@
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "gp/planner/search.h"
 #include "graphpipe/v1/assignment.pb.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -36,11 +36,11 @@ struct ExternalStage {
 // >= 1 and at most `num_devices` in all, micro-batches dividing the mini-batch and divisible by
 // the stage's replicas. Errors name the field: stages[2].ops[5] = 'x': no op of the model ...
 Result<std::vector<ExternalStage>> resolve_assignment(
-    const graphpipe::v1::StageAssignmentFile& file, const graph::Graph& graph, int num_devices,
+    const graphpipe::v1::StageAssignmentFile& file, const model::Graph& graph, int num_devices,
     int64_t mini_batch);
 
 struct LowerRequest {
-  const graph::Graph* graph = nullptr;
+  const model::Graph* graph = nullptr;
   graphpipe::v1::Cluster cluster;  // already reduced to the devices to use
   int64_t mini_batch = 0;
   graphpipe::v1::TrainingConfig training;

@@ -10,7 +10,7 @@
 
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "gp/planner/stage_cost.h"
 #include "gp/planner/units.h"
 
@@ -39,7 +39,7 @@ struct PartitionOutcome {
 };
 
 struct PartitionContext {
-  const graph::Graph* graph = nullptr;
+  const model::Graph* graph = nullptr;
   const UnitGraph* units = nullptr;
   const StageCostModel* costs = nullptr;
   int num_devices = 0;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "graphpipe/v1/cluster.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -26,7 +26,7 @@ struct StageAssignment {
 };
 
 struct PlanInputs {
-  const graph::Graph* graph = nullptr;
+  const model::Graph* graph = nullptr;
   graphpipe::v1::Cluster cluster;
   int64_t mini_batch = 0;
   graphpipe::v1::TrainingConfig training;
@@ -41,7 +41,7 @@ struct PlanInputs {
 // edges join consecutive stages only and carry every tensor live across the boundary; an op
 // consuming a tensor from a later stage is an error.
 Result<std::vector<graphpipe::v1::StageEdge>> stage_edges(
-    const graph::Graph& graph, const std::vector<StageAssignment>& stages, bool chain = false);
+    const model::Graph& graph, const std::vector<StageAssignment>& stages, bool chain = false);
 
 // In-flight samples per stage from the rule above; `edges` must form a DAG.
 std::vector<int64_t> in_flight_samples(const std::vector<StageAssignment>& stages,

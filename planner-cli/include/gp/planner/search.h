@@ -14,7 +14,7 @@
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "gp/planner/partition.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/sim/simulator.h"
@@ -23,7 +23,7 @@
 namespace gp::planner {
 
 struct SearchRequest {
-  const graph::Graph* graph = nullptr;
+  const model::Graph* graph = nullptr;
   graphpipe::v1::Cluster cluster;  // already reduced to the devices to use
   int64_t mini_batch = 0;
   graphpipe::v1::Strategy strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
@@ -89,7 +89,7 @@ Result<std::vector<int64_t>> searchable_micro_batches(int64_t mini_batch);
 // samples, so each op costs at least its cheapest time per sample over kernels of 1 to
 // `micro_batch` samples (the minimum, not the last, as measured profiles need not get cheaper
 // per sample), spread perfectly over every device with no transfer, all-reduce or bubble.
-double kernel_batch_bound(const graph::Graph& graph, const cost::CostModel& compute,
+double kernel_batch_bound(const model::Graph& graph, const cost::CostModel& compute,
                           int64_t micro_batch, int devices);
 
 // Samples/s that no lowering of `part` can pass in the simulator, from compute alone. Two

@@ -44,7 +44,7 @@ struct StageAggregate {
 class StageCostModel {
  public:
   // `max_samples` bounds the micro-batch sizes that will be asked for (a power of two).
-  StageCostModel(const graph::Graph& graph, const UnitGraph& units, const cost::CostModel& compute,
+  StageCostModel(const model::Graph& graph, const UnitGraph& units, const cost::CostModel& compute,
                  const cost::CommModel& comm, const cost::MemoryOptions& memory, int64_t mini_batch,
                  int64_t max_samples);
 

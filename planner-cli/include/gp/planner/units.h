@@ -15,7 +15,7 @@
 #include <map>
 #include <vector>
 
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 
 namespace gp::planner {
 
@@ -39,13 +39,13 @@ struct UnitOptions {
   double cheap_fraction = 1.0 / 64;
 };
 
-UnitGraph build_units(const graph::Graph& graph, const UnitOptions& options = {});
+UnitGraph build_units(const model::Graph& graph, const UnitOptions& options = {});
 
 // Any grouping of ops into units (a plan's stages, say) as a UnitGraph: edges with their bytes
 // per sample (each tensor once per consuming unit) and a topological order, the lowest index
 // first among the ready units. `groups` must hold every op once; when the groups form a cycle,
 // `topo` leaves out the units on or after it.
-UnitGraph group_units(const graph::Graph& graph, const std::vector<std::vector<int>>& groups);
+UnitGraph group_units(const model::Graph& graph, const std::vector<std::vector<int>>& groups);
 
 // PipeDream's compress_branches, for graphs whose branches start at sources as well as at forks.
 // Branch units are units incomparable with some other unit; each connected set of them becomes
@@ -54,6 +54,6 @@ UnitGraph group_units(const graph::Graph& graph, const std::vector<std::vector<i
 // units, comparable with every other, are kept, so a chain is unchanged. k branches of n units
 // then have about 2^k downsets instead of n^k, which lets Piper plan multi-branch models, at
 // the price of never cutting inside a branch.
-UnitGraph compress_branches(const graph::Graph& graph, const UnitGraph& units);
+UnitGraph compress_branches(const model::Graph& graph, const UnitGraph& units);
 
 }  // namespace gp::planner

@@ -21,7 +21,7 @@
 
 #include "gp/common/status.h"
 #include "gp/exec/device.h"
-#include "gp/graph/graph.h"
+#include "gp/model/graph.h"
 #include "gp/profile/measure.h"
 #include "graphpipe/v1/profile.pb.h"
 
@@ -86,15 +86,15 @@ struct OpProfileResult {
 // Distinct signatures of the non-input ops with the first op (in topological order) that has it.
 // Opaque ops (ONNX nodes imported for planning only) have no kernel to measure and are left out:
 // the planner costs them with the analytic model's FLOP estimate.
-std::vector<std::pair<std::string, int>> distinct_signatures(const graph::Graph& graph);
+std::vector<std::pair<std::string, int>> distinct_signatures(const model::Graph& graph);
 
 // Bytes the executor keeps from an op's forward to its backward for `samples` samples: the op's
 // outputs and the kernel's saved scratch.
-int64_t kept_bytes(const graph::OpNode& op, const exec::OpKernel& kernel, int64_t samples);
+int64_t kept_bytes(const model::OpNode& op, const exec::OpKernel& kernel, int64_t samples);
 
 // InvalidArgument (naming the option) for bad options; the measurements otherwise.
 Result<OpProfileResult> profile_ops(
-    const graph::Graph& graph, const exec::Device& device, const OpProfileOptions& options,
+    const model::Graph& graph, const exec::Device& device, const OpProfileOptions& options,
     const std::function<void(const OpProfileProgress&)>& progress = nullptr);
 
 }  // namespace gp::profile

@@ -1,0 +1,193 @@
+// Helpers shared by every backend's kernel factories (CPU reference, CUDA): errors that name the
+// op, the op's typed attributes, per-sample shape arithmetic. Private to the executor's kernel
+// libraries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/exec/op_kernel.h"
+#include "gp/model/graph.h"
+#include "vision_window.h"
+
+namespace gp::exec {
+
+// A graph input: its tensor is filled by the executor; nothing to compute either way, on any
+// device.
+class InputKernel final : public OpKernel {
+ public:
+  void forward(const OpArgs&) const override {}
+  void backward(const OpArgs&) const override {}
+};
+
+// The saved buffer of multi_head_attention for `batch` samples of `seq` positions, `hidden` wide,
+// as both backends carve it: q, k, v, the context (batch * seq * hidden each), the probabilities
+// (batch * heads * seq * seq), the backward's dc, dq, dk, dv (batch * seq * hidden each), then dp,
+// whose size is the backend's own.
+struct AttentionSaved {
+  float *q, *k, *v, *c, *p, *dc, *dq, *dk, *dv, *dp;
+};
+// Kept until backward (`saved`, per sample 4*S*H + heads*S*S): Q, K, V, C [S*H each], then
+// P [heads*S*S], each region covering the whole batch. Backward's scratch (`workspace`): dC, dQ,
+// dK, dV [S*H each], then dP.
+inline int64_t attention_saved_floats(int64_t seq, int64_t hidden, int64_t heads) {
+  return 4 * seq * hidden + heads * seq * seq;
+}
+inline AttentionSaved attention_saved(float* saved, float* workspace, int64_t batch, int64_t seq,
+                                      int64_t hidden) {
+  const int64_t sh = batch * seq * hidden;
+  AttentionSaved l{};
+  l.q = saved;
+  l.k = l.q + sh;
+  l.v = l.k + sh;
+  l.c = l.v + sh;
+  l.p = l.c + sh;
+  l.dc = workspace;
+  l.dq = l.dc + sh;
+  l.dk = l.dq + sh;
+  l.dv = l.dk + sh;
+  l.dp = l.dv + sh;
+  return l;
+}
+
+// "ops[3] 'enc.ffn1' (linear): " + what, as an InvalidArgument.
+inline Status op_error(const model::OpNode& op, const std::string& what) {
+  return invalid_argument("ops[" + std::to_string(op.index) + "] '" + op.proto->id() + "' (" +
+                          op.proto->type() + "): " + what);
+}
+
+// The op's typed attributes (gp/model/op_attrs.h) as its shape inference decoded and checked
+// them: kernel factories read these, never Operator.attrs.
+template <class T>
+Result<T> op_attrs(const model::OpNode& op) {
+  if (const T* a = std::get_if<T>(&op.attrs)) return *a;
+  return op_error(op,
+                  "no decoded attributes of the kind its kernels read (not an op of a built "
+                  "model::Graph?)");
+}
+
+// Per-sample shape helpers.
+inline int64_t last_dim(const model::TensorSpec& spec) { return spec.shape(spec.shape_size() - 1); }
+// Product of dims [begin, end).
+inline int64_t dims_product(const model::TensorSpec& spec, int begin, int end) {
+  int64_t n = 1;
+  for (int d = begin; d < end; ++d) n *= spec.shape(d);
+  return n;
+}
+inline bool is_int32(const model::TensorSpec& spec) {
+  return spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
+}
+
+// Element k of an id/label tensor, which the catalogue allows as int64 (the executor's
+// convention) or int32.
+inline int64_t load_index(const void* data, int64_t k, bool int32) {
+  return int32 ? static_cast<const int32_t*>(data)[k] : static_cast<const int64_t*>(data)[k];
+}
+
+// ---- what a kernel factory reads off a validated op, the same for every backend ----------------
+
+// The window of conv2d or a pool as its kernels take it.
+inline VisionWindow vision_window(const model::Window2d& w) {
+  return VisionWindow{w.c, w.h, w.w, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, w.ho, w.wo};
+}
+
+// embedding_bag: `bags` bags of `bag` ids per sample into a table [rows, dim].
+// Ids equal to `padding` (kNoPadding: none) are skipped, and a mean is over the other ids.
+constexpr int64_t kNoPadding = INT64_MIN;
+struct EmbeddingBagShape {
+  int64_t bags, bag, rows, dim;
+  bool mean, ids32;
+  int64_t padding = kNoPadding;
+};
+inline Result<EmbeddingBagShape> read_embedding_bag(const model::OpNode& op) {
+  const model::TensorSpec& ids = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::EmbeddingAttrs a, op_attrs<model::EmbeddingAttrs>(op));
+  // An embedding is a bag of one per id: the bag kernels run it unchanged.
+  if (op.proto->type() == "embedding") {
+    return EmbeddingBagShape{model::num_elements(ids), 1,     a.num_embeddings,
+                             a.embedding_dim,          false, is_int32(ids)};
+  }
+  const int64_t bag = last_dim(ids);
+  EmbeddingBagShape e{model::num_elements(ids) / bag,
+                      bag,
+                      a.num_embeddings,
+                      a.embedding_dim,
+                      a.mean,
+                      is_int32(ids)};
+  if (a.has_padding) e.padding = a.padding_idx;
+  return e;
+}
+
+// clip: the bounds, as validated by shape inference.
+struct ClipBounds {
+  float lo, hi;
+};
+inline Result<ClipBounds> read_clip(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::ClipAttrs a, op_attrs<model::ClipAttrs>(op));
+  return ClipBounds{static_cast<float>(a.min), static_cast<float>(a.max)};
+}
+
+// reduce: per sample x [outer, len, inner] -> y [outer, 1, inner].
+struct ReduceShape {
+  int64_t outer, len, inner;
+  bool mean;
+};
+inline Result<ReduceShape> read_reduce(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  const int rank = x.shape_size();
+  GP_ASSIGN_OR_RETURN(const model::ReduceAttrs r, op_attrs<model::ReduceAttrs>(op));
+  const int a = r.axis;
+  return ReduceShape{dims_product(x, 0, a), x.shape(a), dims_product(x, a + 1, rank), r.mean};
+}
+
+// bias_add: per sample `reps` copies of a bias of `width` elements.
+struct BiasAddShape {
+  int64_t reps, width;
+};
+inline Result<BiasAddShape> read_bias_add(const model::OpNode& op) {
+  const int64_t n = model::num_elements(op.input_specs[0]);
+  if (op.proto->params_size() != 1) return op_error(op, "expected one parameter, the bias");
+  int64_t width = 1;
+  for (int64_t d : op.proto->params(0).shape()) width *= d;
+  if (width <= 0 || n % width != 0) return op_error(op, "bias does not tile the input");
+  return BiasAddShape{n / width, width};
+}
+
+// matmul: per sample `count` products a [m, k] x b [k, n].
+struct MatmulShape {
+  int64_t count, m, k, n;
+};
+inline Result<MatmulShape> read_matmul(const model::OpNode& op) {
+  const model::TensorSpec& a = op.input_specs[0];
+  const model::TensorSpec& b = op.input_specs[1];
+  const int rank = a.shape_size();
+  if (rank < 2 || b.shape_size() != rank) {
+    return op_error(op, "expected inputs of one rank >= 2");
+  }
+  return MatmulShape{dims_product(a, 0, rank - 2), a.shape(rank - 2), a.shape(rank - 1),
+                     b.shape(rank - 1)};
+}
+
+// transpose: the permutation (shape inference checked it) and the input's row-major stride of
+// each dim.
+struct TransposeShape {
+  std::vector<int64_t> perm, in_strides;
+};
+inline Result<TransposeShape> read_transpose(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(model::TransposeAttrs a, op_attrs<model::TransposeAttrs>(op));
+  const int rank = x.shape_size();
+  TransposeShape t{std::move(a.perm), std::vector<int64_t>(static_cast<size_t>(rank))};
+  int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    t.in_strides[d] = stride;
+    stride *= x.shape(d);
+  }
+  return t;
+}
+
+}  // namespace gp::exec

@@ -1,0 +1,514 @@
+#include "run.h"
+
+#include <spdlog/fmt/fmt.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "control/control_client.h"
+#include "control/coordinator.h"
+#include "gp/common/logging.h"
+#include "gp/exec/data_plane.h"
+#include "gp/exec/device.h"
+#include "gp/exec/nccl_layout.h"
+#include "gp/exec/rank_session.h"
+#include "gp/exec/reference_trainer.h"
+#include "gp/model/model_io.h"
+#include "gp/plan/plan_util.h"
+#include "heartbeat.h"
+#include "job_outputs.h"
+#include "runtime/checkpoint.h"
+#include "stop_signals.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string token_or_env(const std::string& token) {
+  if (!token.empty()) return token;
+  const char* env = std::getenv("GP_AUTH_TOKEN");
+  return env != nullptr ? env : "";
+}
+
+// Waits for rank 0 to publish the coordinator's address.
+Result<std::string> read_coordinator_file(const std::string& path, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    auto text = model::read_file(path);
+    if (text.ok() && !text->empty()) {
+      std::string addr = *text;
+      while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+      return addr;
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return Status(StatusCode::kDeadlineExceeded,
+                "--coordinator-file " + path +
+                    ": rank 0 did not publish the coordinator's address within " +
+                    std::to_string(timeout.count() / 1000) + " s");
+}
+
+// One rank's job under the control plane, in the order it runs: prepare (options, device, the
+// session, outputs, the checkpoint to resume) → connect (rank 0 hosts the coordinator; everyone
+// registers) → open the data plane → train (iterations, checkpoints, an agreed stop) → finish;
+// a failure after registration is reported so the others learn of it within a heartbeat.
+class RankJob {
+ public:
+  explicit RankJob(const RunOptions& options) : o_(options), log_(log::get("exec")) {}
+
+  Result<int> run() {
+    GP_RETURN_IF_ERROR(prepare());
+    GP_RETURN_IF_ERROR(connect());
+    // From here on every rank is known to the coordinator: a failure is reported to it, so the
+    // others learn of it within a heartbeat instead of waiting out their timeouts.
+    heartbeat_ = std::make_unique<Heartbeat>(*client_, session_->runner(), plan(), o_.rank,
+                                             milliseconds(o_.heartbeat_ms), timeout_);
+    Result<int> outcome = train();
+    if (outcome.ok()) return outcome;
+    return fail(outcome.status());
+  }
+
+ private:
+  const graphpipe::v1::Plan& plan() const { return session_->plan(); }
+
+  // torchrun's conventions where a scheduler sets them: MASTER_ADDR:MASTER_PORT is where rank 0
+  // hosts the coordinator; --device cuda picks the GPU of LOCAL_RANK.
+  void apply_environment() {
+    const char* local_rank = std::getenv("LOCAL_RANK");
+    if (o_.device == "cuda") o_.device = std::string("cuda:") + (local_rank ? local_rank : "0");
+    if (o_.coordinator.empty() && o_.coordinator_file.empty()) {
+      const char* addr = std::getenv("MASTER_ADDR");
+      const char* port = std::getenv("MASTER_PORT");
+      if (addr != nullptr && port != nullptr && *addr != '\0') {
+        o_.coordinator = std::string(addr) + ":" + port;
+      }
+    }
+  }
+
+  // Everything checked before this rank talks to anyone.
+  Status prepare() {
+    apply_environment();
+    GP_RETURN_IF_ERROR(install_stop_signals(o_.launcher_beacon, o_.orphan_timeout_s));
+    timeout_ = milliseconds(static_cast<int64_t>(o_.timeout_s) * 1000);
+    // Barriers wait longer than the heartbeat timeout, so that when a rank freezes the
+    // coordinator's verdict (naming it) ends the wait rather than a waiting rank's own timeout,
+    // which would blame the waiter.
+    barrier_timeout_ = 2 * timeout_;
+    token_ = token_or_env(o_.auth_token);
+    // Rank 0 also serves the coordinator: its files must do for both ends.
+    hosts_coordinator_ = o_.rank == 0 && !o_.external_coordinator;
+    GP_RETURN_IF_ERROR(
+        check_tls(o_.tls, hosts_coordinator_ ? TlsRole::kServerAndClient : TlsRole::kClient));
+    if (o_.log_every < 1) {
+      return invalid_argument("--log-every = " + std::to_string(o_.log_every) + ", must be >= 1");
+    }
+    GP_ASSIGN_OR_RETURN(const MatmulPrecision precision, parse_precision(o_.precision));
+    GP_ASSIGN_OR_RETURN(device_, find_device(o_.device, precision));
+    GP_ASSIGN_OR_RETURN(const std::shared_ptr<const plan::LoadedPlan> loaded,
+                        plan::LoadedPlan::read(o_.plan));
+    if (o_.world_size != loaded->world_size()) {
+      return invalid_argument("--world-size = " + std::to_string(o_.world_size) +
+                              ", but the plan has " + std::to_string(loaded->world_size()) +
+                              " ranks");
+    }
+    SessionOptions so;
+    so.rank = o_.rank;
+    so.device = device_;
+    so.data_dir = o_.data;  // only this rank's input ops' files
+    so.shuffle = !o_.no_shuffle;
+    GP_ASSIGN_OR_RETURN(session_, RankSession::open(loaded, so));  // checks --rank
+    if (!o_.trace.empty()) {
+      const auto& program = plan().programs(loaded->index().program_of_rank[o_.rank]);
+      session_->runner().enable_trace(static_cast<size_t>(program.instructions_size()) *
+                                      static_cast<size_t>(o_.iterations));
+    }
+    GP_RETURN_IF_ERROR(prepare_outputs());
+    GP_RETURN_IF_ERROR(prepare_resume());
+    if (!o_.kill_rank_at.empty()) {
+      int kill_rank = -1;
+      if (std::sscanf(o_.kill_rank_at.c_str(), "%d:%d", &kill_rank, &kill_at_) != 2) {
+        return invalid_argument("--kill-rank-at = '" + o_.kill_rank_at +
+                                "', expected RANK:ITERATION");
+      }
+      if (kill_rank != o_.rank || !o_.resume.empty()) kill_at_ = -1;
+    }
+    // Chosen before anyone registers: rank 0 hands out what the transport's ranks meet through.
+    GP_ASSIGN_OR_RETURN(transport_, choose_transport(o_.data_plane, device_));
+    if (transport_->setup != nullptr) nccl_plan_ = nccl_layout(plan());
+    return ok_status();
+  }
+
+  // Outputs are checked before anyone trains, not discovered unwritable afterwards.
+  Status prepare_outputs() {
+    if (o_.checkpoint_every < 0) {
+      return invalid_argument("--checkpoint-every = " + std::to_string(o_.checkpoint_every) +
+                              ", must be >= 0");
+    }
+    if (o_.checkpoint_every > 0 && o_.checkpoint_dir.empty()) {
+      return invalid_argument("--checkpoint-every needs --checkpoint-dir");
+    }
+    if (o_.rank == 0) {
+      GP_RETURN_IF_ERROR(check_writable("--metrics-out", o_.metrics_out));
+      GP_RETURN_IF_ERROR(check_writable("--trace", o_.trace));
+      GP_RETURN_IF_ERROR(check_writable("--verdict-file", o_.verdict_file));
+    }
+    if (!o_.checkpoint_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o_.checkpoint_dir, ec);
+      if (ec) {
+        return invalid_argument("--checkpoint-dir " + o_.checkpoint_dir + ": " + ec.message());
+      }
+      GP_RETURN_IF_ERROR(check_writable(
+          "--checkpoint-dir", (std::filesystem::path(o_.checkpoint_dir) / "LATEST").string()));
+    }
+    return ok_status();
+  }
+
+  Status prepare_resume() {
+    // The checkpoint the job resumes from: every rank checks every file of it, so all of them
+    // pick the same one (a damaged newest checkpoint falls back to the previous one).
+    if (!o_.resume.empty()) {
+      std::vector<std::string> warnings;
+      GP_ASSIGN_OR_RETURN(manifest_, latest_checkpoint(o_.resume, &warnings));
+      for (const auto& w : warnings) {
+        if (o_.rank == 0) log_->warn("{}", w);
+      }
+      first_iteration_ = static_cast<int>(manifest_.iteration()) + 1;
+    }
+    // What an interrupted checkpoint left behind goes before anyone writes a new one (rank 0
+    // commits checkpoints; no rank writes before the pipeline runs, which needs rank 0).
+    if (o_.rank == 0 && !o_.checkpoint_dir.empty()) {
+      GP_ASSIGN_OR_RETURN(auto removed, clean_torn_checkpoints(o_.checkpoint_dir));
+      for (const auto& path : removed) log_->warn("removed a torn checkpoint file: {}", path);
+    }
+    return ok_status();
+  }
+
+  // Control plane: rank 0 hosts the coordinator unless told otherwise; every rank registers.
+  Status connect() {
+    progress_ = std::make_unique<ProgressLog>(plan().mini_batch(),
+                                              count_loss_ranks(plan(), session_->graph()),
+                                              o_.iterations, o_.log_every);
+    address_ = o_.coordinator;
+    if (hosts_coordinator_) {
+      CoordinatorOptions co;
+      co.listen_address = o_.coordinator.empty() ? "127.0.0.1:0" : o_.coordinator;
+      co.plan = plan();
+      co.world_size = o_.world_size;
+      co.auth_token = token_;
+      co.tls = o_.tls;
+      co.heartbeat_timeout = timeout_;
+      co.on_metrics = [this](const graphpipe::v1::ReportMetricsRequest& r) { progress_->add(r); };
+      GP_ASSIGN_OR_RETURN(coordinator_, Coordinator::start(co));
+      address_ = coordinator_->address();
+      if (!o_.coordinator_file.empty()) {
+        GP_RETURN_IF_ERROR(model::write_file_atomic(o_.coordinator_file, address_ + "\n"));
+      }
+      log_->info("rank 0: coordinator listening on {}", address_);
+    } else if (address_.empty()) {
+      if (o_.coordinator_file.empty()) {
+        return invalid_argument("give --coordinator HOST:PORT or --coordinator-file FILE");
+      }
+      GP_ASSIGN_OR_RETURN(address_, read_coordinator_file(o_.coordinator_file, timeout_));
+    }
+    GP_ASSIGN_OR_RETURN(client_, ControlClient::connect(address_, token_, timeout_, o_.tls));
+    graphpipe::v1::RegisterRequest reg;
+    reg.set_rank(o_.rank);
+    reg.set_world_size(o_.world_size);
+    reg.set_plan_hash(model::message_hash(plan()));
+    reg.set_host(o_.bind_host);
+    reg.set_device(o_.device);
+    if (transport_->setup != nullptr && o_.rank == 0) {
+      GP_ASSIGN_OR_RETURN(auto ids, transport_->setup(nccl_plan_));
+      for (auto& id : ids) reg.add_nccl_unique_ids(std::move(id));
+    }
+    GP_ASSIGN_OR_RETURN(registered_, client_->register_rank(reg, timeout_));
+    return ok_status();
+  }
+
+  // The store directory the ranks meet in: --store-dir, else one beside the plan.
+  Result<std::string> make_store_dir() const {
+    std::string store_dir = o_.store_dir;
+    if (store_dir.empty()) {
+      store_dir = std::filesystem::path(o_.plan).parent_path() / ".graphpipe-store";
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(store_dir, ec);
+    if (ec) return invalid_argument("--store-dir " + store_dir + ": " + ec.message());
+    return store_dir;
+  }
+
+  // The transport chosen in prepare(), met through the ids rank 0 handed out (NCCL) or the store.
+  Status open_data_plane() {
+    GP_ASSIGN_OR_RETURN(const std::string store_dir, make_store_dir());
+    DataPlaneOptions dp;
+    dp.transport = o_.data_plane;
+    dp.device = device_;
+    GlooOptions& go = dp.gloo;
+    go.rank = o_.rank;
+    go.world_size = o_.world_size;
+    go.store_dir = store_dir;
+    go.prefix = registered_.job_id();
+    go.hostname = o_.bind_host;
+    // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
+    // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
+    go.timeout = 2 * timeout_;
+    dp.nccl_layout = nccl_plan_;
+    dp.nccl_unique_ids.assign(registered_.nccl_unique_ids().begin(),
+                              registered_.nccl_unique_ids().end());
+    dp.abort_reason = [this] { return heartbeat_->abort_reason(); };
+    GP_ASSIGN_OR_RETURN(plane_, connect_data_plane(*transport_, dp));
+    log_->info("rank {} of {}: stage {}, job {}, coordinator {}, data plane: {}", o_.rank,
+               o_.world_size, session_->stage(), registered_.job_id(), address_,
+               plane_.description);
+    if (o_.cpu_affinity == "auto" && plane_.local_ranks.size() > 1) pin_compute_thread();
+    heartbeat_->attach(*plane_.comm);
+    return session_->bind(*plane_.comm);
+  }
+
+  // Co-located ranks' compute threads on distinct cores; a rank that cannot be pinned runs on.
+  void pin_compute_thread() {
+    auto cpu = pin_to_local_core(o_.rank, plane_.local_ranks);
+    if (!cpu.ok()) {
+      log_->warn("rank {}: not pinned to a core: {}", o_.rank, cpu.status().message());
+    } else if (*cpu < 0) {
+      log_->info("rank {}: {} ranks on this host and fewer cores: not pinned", o_.rank,
+                 plane_.local_ranks.size());
+    } else {
+      log_->info("rank {}: compute thread pinned to cpu {}", o_.rank, *cpu);
+    }
+  }
+
+  // Every part is on disk before rank 0 declares the checkpoint complete.
+  Status checkpoint(int it) {
+    const std::string& run_id = registered_.job_id();
+    GP_RETURN_IF_ERROR(session_->write_checkpoint_part(o_.checkpoint_dir, it, run_id));
+    GP_RETURN_IF_ERROR(
+        client_->barrier(o_.rank, "checkpoint-" + std::to_string(it), barrier_timeout_));
+    if (o_.rank == 0) {
+      GP_RETURN_IF_ERROR(session_->commit_checkpoint(o_.checkpoint_dir, it, run_id));
+      log_->info("checkpoint after iteration {} in {}", it, o_.checkpoint_dir);
+    }
+    return ok_status();
+  }
+
+  // One iteration's loss to the coordinator, refusing a non-finite one unless allowed.
+  Status report_loss(int it, double loss) {
+    if (!session_->runner().stage_runner().has_loss()) return ok_status();
+    if (!std::isfinite(loss) && !o_.allow_nonfinite) {
+      nonfinite_ = true;
+      return Status(StatusCode::kOutOfRange,
+                    fmt::format("the loss is {} at iteration {} (rank {}, stage {}); "
+                                "--allow-nonfinite trains on",
+                                std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"), it, o_.rank,
+                                session_->stage()));
+    }
+    graphpipe::v1::IterationMetrics m;
+    m.set_iteration(it);
+    m.set_loss(loss);
+    m.set_time_s(times_.back());
+    return client_->report_metrics(o_.rank, {m});
+  }
+
+  Result<int> train() {
+    if (!o_.resume.empty()) {
+      // Any plan of the same model may resume: tensors are per operator, not per rank.
+      GP_RETURN_IF_ERROR(session_->resume(o_.resume, manifest_).with_context("--resume"));
+      log_->info("rank {}: resuming after iteration {} from {}", o_.rank, manifest_.iteration(),
+                 o_.resume);
+    }
+    GP_RETURN_IF_ERROR(open_data_plane());
+    int64_t stop_after = -1;  // agreed with every rank once a stop is requested
+    int stop_signal = 0;
+    int last = o_.iterations - 1;
+    for (int it = first_iteration_; it < o_.iterations; ++it) {
+      if (it == kill_at_) std::raise(SIGKILL);  // fault injection for tests
+      heartbeat_->set_iteration(it);
+      failed_iteration_ = it;
+      const auto start = Clock::now();
+      GP_ASSIGN_OR_RETURN(const double loss, session_->run_iteration(it));
+      times_.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      heartbeat_->set_samples_per_s(static_cast<double>(plan().mini_batch()) / times_.back());
+      GP_RETURN_IF_ERROR(report_loss(it, loss));
+      // A requested stop: propose this boundary, then ask at each one until every rank has.
+      if (stop_after < 0 && heartbeat_->stop_requested()) {
+        GP_ASSIGN_OR_RETURN(auto decision, client_->propose_stop(o_.rank, it));
+        stop_after = decision.stop_after_iteration();
+        stop_signal = decision.signal();
+        if (stop_after >= 0 && stop_after < it) {
+          return internal_error(
+              fmt::format("rank {} finished iteration {}, past the agreed stop after iteration {}",
+                          o_.rank, it, stop_after));
+        }
+        if (stop_after >= 0) {
+          log_->info("rank {}: {}; stopping after iteration {}", o_.rank, decision.reason(),
+                     stop_after);
+        }
+      }
+      const bool stop_here = stop_after == it && it < o_.iterations - 1;
+      log_->debug("rank {}: iteration {} done", o_.rank, it);
+      if (!o_.checkpoint_dir.empty() &&
+          ((o_.checkpoint_every > 0 && (it + 1) % o_.checkpoint_every == 0) || stop_here)) {
+        GP_RETURN_IF_ERROR(checkpoint(it));
+      }
+      if (stop_here) {
+        last = it;
+        break;
+      }
+    }
+    failed_iteration_ = -1;
+    return finish(last, stop_signal);
+  }
+
+  // Parts of the trace first (rank 0 merges them after the barrier), then the barrier with
+  // heartbeats still running (a rank waiting for slower ones must not look dead), then FINISHED.
+  Result<int> finish(int last, int stop_signal) {
+    if (!o_.trace.empty()) {
+      GP_RETURN_IF_ERROR(write_trace_part(o_.trace + ".rank" + std::to_string(o_.rank),
+                                          session_->runner().trace()));
+    }
+    GP_RETURN_IF_ERROR(client_->barrier(o_.rank, "done", barrier_timeout_));
+    heartbeat_->stop();
+    graphpipe::v1::RankStatus done;
+    done.set_rank(o_.rank);
+    done.set_state(graphpipe::v1::RANK_STATE_FINISHED);
+    done.set_iteration(last);
+    if (coordinator_) {
+      GP_RETURN_IF_ERROR(client_->report_status(done));
+      GP_RETURN_IF_ERROR(write_job_metrics(progress_->complete_losses(), plan().mini_batch(),
+                                           first_iteration_, times_, o_.metrics_out));
+      if (!o_.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan(), o_.world_size, o_.trace));
+      // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
+      (void)coordinator_->wait_for_completion(timeout_);
+    } else if (Status st = client_->report_status(done); !st.ok()) {
+      // Training is complete; a coordinator that already shut down is not a failure.
+      log_->debug("rank {}: final status not delivered: {}", o_.rank, st.message());
+    }
+    if (last < o_.iterations - 1) {
+      log_->warn("rank {}: stopped after iteration {} of {}{}", o_.rank, last, o_.iterations,
+                 o_.checkpoint_dir.empty() ? "" : " (checkpoint written)");
+      return stop_signal > 0 ? 128 + stop_signal : 0;
+    }
+    return 0;
+  }
+
+  Result<int> fail(Status failure) {
+    heartbeat_->stop();
+    // A job aborted meanwhile explains the failure better than what this rank saw: a peer's
+    // failure reaches its neighbours first; ranks further away see connections close.
+    if (std::string why = heartbeat_->abort_reason(); !why.empty()) {
+      failure = Status(StatusCode::kAborted, why);
+    } else if (auto status = client_->get_status(); status.ok() && status->aborted()) {
+      failure = Status(StatusCode::kAborted, "job aborted: " + status->abort_reason());
+    }
+    // Best effort: the coordinator aborts the others (or, when it already has, learns that this
+    // rank knows and leaves, so rank 0 need not wait for it).
+    graphpipe::v1::RankStatus failed;
+    failed.set_rank(o_.rank);
+    failed.set_state(graphpipe::v1::RANK_STATE_FAILED);
+    failed.set_iteration(std::max<int64_t>(failed_iteration_, 0));
+    failed.set_error(failure.message());
+    (void)client_->report_status(failed);
+    if (coordinator_) {
+      coordinator_->abort("rank 0 failed: " + failure.message(), 0);  // no-op when aborted already
+      if (Status st = write_verdict(o_.verdict_file, coordinator_->status()); !st.ok()) {
+        log_->error("rank 0: {}", st.message());
+      }
+      // The iterations every rank completed count: a restart appends to them.
+      if (Status st = write_job_metrics(progress_->complete_losses(), plan().mini_batch(),
+                                        first_iteration_, times_, o_.metrics_out);
+          !st.ok()) {
+        log_->error("rank 0: {}", st.message());
+      }
+      // The others learn of the abort from their next heartbeat; serve it to them first. Live
+      // ranks heartbeat every period from a thread of their own, so a few periods reach them
+      // all; waiting out --timeout instead would only wait for the rank that died.
+      coordinator_->wait_until_told(
+          std::min(timeout_, milliseconds(3 * int64_t{o_.heartbeat_ms} + 1000)));
+    }
+    if (nonfinite_) {  // its own exit code, so that schedulers can tell it from a crash
+      std::fprintf(stderr, "graphpipe-executor: error: %s\n", failure.message().c_str());
+      return kExitNonFiniteLoss;
+    }
+    return failure;
+  }
+
+  RunOptions o_;
+  std::shared_ptr<spdlog::logger> log_;
+  milliseconds timeout_{0}, barrier_timeout_{0};
+  std::string token_;
+  bool hosts_coordinator_ = false;
+  const Device* device_ = nullptr;
+  std::unique_ptr<RankSession> session_;
+  int first_iteration_ = 0;
+  graphpipe::v1::CheckpointManifest manifest_;
+  int kill_at_ = -1;
+  const Transport* transport_ = nullptr;  // from the transport table (data_plane.h)
+  NcclLayout nccl_plan_;
+  // Declared before the coordinator, which calls it, so that it outlives it.
+  std::unique_ptr<ProgressLog> progress_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::string address_;
+  std::unique_ptr<ControlClient> client_;
+  graphpipe::v1::RegisterResponse registered_;
+  // The data plane outlives the heartbeat, which may abort it; both outlive the session's
+  // iterations.
+  DataPlane plane_;
+  std::unique_ptr<Heartbeat> heartbeat_;
+  int64_t failed_iteration_ = -1;
+  bool nonfinite_ = false;
+  std::vector<double> times_;  // of the iterations this run completed
+};
+
+}  // namespace
+
+Result<int> run_rank(const RunOptions& options) {
+  RankJob job(options);
+  return job.run();
+}
+
+Status run_coordinator(const CoordinatorRunOptions& o) {
+  GP_RETURN_IF_ERROR(check_tls(o.tls, TlsRole::kServer));
+  // A plan no rank would run is refused here too, before the ranks are waited for.
+  GP_ASSIGN_OR_RETURN(const auto loaded, plan::LoadedPlan::read(o.plan));
+  CoordinatorOptions co;
+  co.listen_address = o.listen;
+  co.plan = loaded->plan();
+  co.world_size = o.world_size;
+  co.auth_token = token_or_env(o.auth_token);
+  co.tls = o.tls;
+  co.heartbeat_timeout = milliseconds(static_cast<int64_t>(o.timeout_s) * 1000);
+  GP_ASSIGN_OR_RETURN(auto coordinator, Coordinator::start(co));
+  if (!o.coordinator_file.empty()) {
+    GP_RETURN_IF_ERROR(model::write_file_atomic(o.coordinator_file, coordinator->address() + "\n"));
+  }
+  log::get("exec")->info("coordinator for {} ranks listening on {}", o.world_size,
+                         coordinator->address());
+  return coordinator->wait_for_completion();
+}
+
+Status print_status(const std::string& coordinator, const std::string& auth_token,
+                    const TlsOptions& tls, bool json) {
+  GP_RETURN_IF_ERROR(check_tls(tls, TlsRole::kClient));
+  GP_ASSIGN_OR_RETURN(auto client, ControlClient::connect(coordinator, token_or_env(auth_token),
+                                                          std::chrono::seconds(5), tls));
+  GP_ASSIGN_OR_RETURN(auto status, client->get_status());
+  std::printf("%s", (json ? status_json(status) : status_text(status)).c_str());
+  return ok_status();
+}
+
+}  // namespace gp::exec::daemon

@@ -1,0 +1,322 @@
+#include "launcher_command.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "gp/common/cli.h"
+#include "gp/model/graph.h"
+#include "gp/model/model_io.h"
+#include "gp/plan/plan_util.h"
+#include "graphpipe/v1/plan.pb.h"
+#include "launch/launch.h"
+#include "runtime/checkpoint.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+// One "KEY VALUE" line; a newline inside VALUE would start a bogus line, so it becomes a space.
+void emit(const std::string& key, std::string value) {
+  for (char& c : value) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::printf("%s %s\n", key.c_str(), value.c_str());
+}
+
+void emit_hosts(const std::vector<launch::Host>& hosts) {
+  for (const auto& h : hosts) {
+    emit("host",
+         h.name + " " + std::to_string(h.slots) + (h.address.empty() ? "" : " ") + h.address);
+  }
+}
+
+// --hostfile F, or - for the hosts on stdin (the launcher's current list, addresses resolved).
+Result<std::vector<launch::Host>> read_hosts(const std::string& path) {
+  std::string text;
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    if (!std::filesystem::is_regular_file(path)) {
+      return invalid_argument("--hostfile '" + path + "': no such file");
+    }
+    GP_ASSIGN_OR_RETURN(text, model::read_file(path));
+  }
+  return launch::parse_hostfile(text, path == "-" ? "(stdin)" : path);
+}
+
+}  // namespace
+
+LauncherCommands::LauncherCommands(CLI::App& app)
+    : Command(app.add_subcommand(
+          "launcher",
+          "Decisions of scripts/graphpipe-launch, which only spawns and signals processes: where "
+          "ranks run, whom a failed job is blamed on, whether to re-plan. Each prints KEY VALUE "
+          "lines")) {
+  cmd_->require_subcommand(1);
+  add_hosts();
+  add_place();
+  add_verdict();
+  add_blame();
+  add_clean();
+  add_next();
+  add_tls();
+}
+
+void LauncherCommands::add_hosts() {
+  hosts_ = cmd_->add_subcommand(
+      "hosts",
+      "Check a hostfile (HOST SLOTS [ADDRESS] per line); print `host HOST SLOTS [ADDRESS]`");
+  hosts_->add_option("--hostfile", hostfile_, "the hostfile")->required();
+}
+
+void LauncherCommands::add_place() {
+  place_ = cmd_->add_subcommand(
+      "place",
+      "Place a plan's ranks: print `nprocs N`, then `rank R HOST_INDEX LOCAL_RANK DEVICE` per "
+      "rank (ranks fill the hosts in order); refuses an --nprocs or hostfile that does not fit");
+  place_->add_option("--plan", plan_, "plan file")->required();
+  place_->add_option("--nprocs", nprocs_, "ranks to start (default: the plan's)")
+      ->check(CLI::Range(1, 1 << 20));
+  place_->add_option("--device", device_, "cpu, or cuda: each rank takes its local GPU")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  place_->add_option("--hostfile", hostfile_,
+                     "hosts in node order (- reads them from stdin); default: local ranks");
+  place_->add_option("--hostfile-name", hostfile_name_,
+                     "the hostfile as messages name it (with --hostfile -)");
+  place_->add_option("--cuda-visible-devices", cuda_visible_devices_,
+                     "local ranks: $CUDA_VISIBLE_DEVICES, which must list a GPU per rank");
+}
+
+void LauncherCommands::add_verdict() {
+  verdict_ = cmd_->add_subcommand(
+      "verdict", "Read rank 0's verdict file: print `failed_rank R` (-1: none) and `reason TEXT`");
+  verdict_->add_option("--verdict-file", verdict_file_, "the file")->required();
+  verdict_->add_option("--nprocs", nprocs_, "ranks of the job")
+      ->required()
+      ->check(CLI::Range(1, 1 << 20));
+}
+
+void LauncherCommands::add_blame() {
+  blame_ = cmd_->add_subcommand(
+      "blame",
+      "Blame a finished attempt on one rank: print `failed_rank R` (-1: none failed), "
+      "`exit_status S` for the launcher, and `message TEXT` when a rank failed");
+  blame_->add_option("--exit-statuses", exit_statuses_, "every rank's exit status, by rank")
+      ->delimiter(',')
+      ->required()
+      ->check(CLI::Range(0, 255));
+  blame_->add_option("--stopped-by-launcher", stopped_, "ranks the launcher sent SIGTERM")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1 << 20));
+  blame_
+      ->add_option("--stop-signal", stop_signal_,
+                   "SIGINT (2) or SIGTERM (15) the launcher passed on; 0: none")
+      ->check(CLI::IsMember({0, 2, 15}))
+      ->capture_default_str();
+  blame_->add_option("--verdict-file", verdict_file_, "rank 0's verdict, read when it exists");
+}
+
+void LauncherCommands::add_clean() {
+  clean_ = cmd_->add_subcommand(
+      "clean",
+      "After an attempt, once none of its ranks runs: remove the checkpoints it left half-written "
+      "(iter-K without a manifest, *.tmp) and the shared-memory rings its killed ranks left in "
+      "/dev/shm; print `removed PATH` for each");
+  clean_->add_option("--checkpoint-dir", checkpoint_dir_, "the job's checkpoint directory");
+  clean_->add_option("--store-dir", store_dir_,
+                     "the attempt's store directory, where ranks note their rings");
+}
+
+void LauncherCommands::add_next() {
+  next_ = cmd_->add_subcommand(
+      "next",
+      "After an attempt: print `restart 0|1` and `message TEXT`; when restarting also "
+      "`exclude_rank R`, `plan FILE`, `attempt K`, `nprocs N`, `checkpoint iter-K` (what it "
+      "resumes from) and the hosts "
+      "left (`host ...`, with --hostfile)");
+  next_->add_option("--on-failure", on_failure_, "stop or replan")
+      ->check(CLI::IsMember({"stop", "replan"}))
+      ->capture_default_str();
+  next_->add_option("--max-restarts", max_restarts_, "restarts allowed in all")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  next_->add_flag("--slurm", slurm_, "ranks are srun tasks (the allocation cannot shrink yet)");
+  next_->add_option("--checkpoint-dir", checkpoint_dir_,
+                    "checkpoints to resume from; re-planned plans are kept there");
+  next_->add_option("--attempt", attempt_, "the attempt that ended (0: the first)")
+      ->required()
+      ->check(CLI::Range(0, 1 << 20));
+  next_->add_option("--nprocs", nprocs_, "its ranks")->required()->check(CLI::Range(1, 1 << 20));
+  next_->add_option("--exit-status", exit_status_, "its exit status (launcher blame's)")
+      ->required()
+      ->check(CLI::Range(0, 255));
+  next_->add_option("--failed-rank", failed_rank_, "the rank it was blamed on (-1: none)")
+      ->check(CLI::Range(-1, 1 << 20))
+      ->capture_default_str();
+  next_->add_option("--stop-signal", stop_signal_, "SIGINT/SIGTERM passed on; 0: none")
+      ->check(CLI::IsMember({0, 2, 15}))
+      ->capture_default_str();
+  next_->add_option("--hostfile", hostfile_, "the attempt's hosts (- reads them from stdin)");
+}
+
+void LauncherCommands::add_tls() {
+  tls_ = cmd_->add_subcommand(
+      "tls",
+      "Check the job's TLS files as rank 0 uses them (it serves the coordinator and connects to "
+      "it: all three are needed); print `cert PATH`, `key PATH`, `ca PATH`, made absolute");
+  tls_->add_option("--tls-cert", tls_options_.cert, "PEM certificate");
+  tls_->add_option("--tls-key", tls_options_.key, "its PEM private key");
+  tls_->add_option("--tls-ca", tls_options_.ca, "PEM CA certificate(s)");
+}
+
+int LauncherCommands::run() { return gp::cli::report("graphpipe-launch", decide()); }
+
+Status LauncherCommands::decide() const {
+  if (hosts_->parsed()) return hosts();
+  if (place_->parsed()) return place();
+  if (verdict_->parsed()) return verdict();
+  if (blame_->parsed()) return blame();
+  if (clean_->parsed()) return clean();
+  if (tls_->parsed()) return tls();
+  return next();
+}
+
+Status LauncherCommands::tls() const {
+  GP_RETURN_IF_ERROR(check_tls(tls_options_, TlsRole::kServerAndClient));
+  const TlsOptions abs = absolute_tls(tls_options_);
+  emit("cert", abs.cert);
+  emit("key", abs.key);
+  emit("ca", abs.ca);
+  return ok_status();
+}
+
+Status LauncherCommands::clean() const {
+  if (checkpoint_dir_.empty() && store_dir_.empty()) {
+    return invalid_argument("launcher clean: give --checkpoint-dir and/or --store-dir");
+  }
+  if (!store_dir_.empty()) {
+    GP_ASSIGN_OR_RETURN(const auto rings, launch::remove_noted_rings(store_dir_));
+    for (const auto& path : rings) emit("removed", path);
+  }
+  if (!checkpoint_dir_.empty()) {
+    GP_ASSIGN_OR_RETURN(const auto removed, clean_torn_checkpoints(checkpoint_dir_));
+    for (const auto& path : removed) emit("removed", path);
+  }
+  return ok_status();
+}
+
+Status LauncherCommands::hosts() const {
+  GP_ASSIGN_OR_RETURN(const auto listed, read_hosts(hostfile_));
+  emit_hosts(listed);
+  return ok_status();
+}
+
+Status LauncherCommands::place() const {
+  graphpipe::v1::Plan plan;
+  GP_RETURN_IF_ERROR(model::read_message(plan_, &plan).with_context("--plan"));
+  // A plan no rank would run (another format, a broken schedule) is refused before any starts.
+  auto built = model::Graph::build(plan.model());
+  if (!built.ok()) return built.status().with_context("--plan " + plan_ + ": plan.model");
+  GP_RETURN_IF_ERROR(plan::validate_plan(plan, *built).status().with_context("--plan " + plan_));
+  launch::PlacementRequest request;
+  request.plan_path = plan_;
+  request.nprocs = nprocs_;
+  request.device = device_;
+  request.hostfile = hostfile_name_.empty() ? hostfile_ : hostfile_name_;
+  if (!hostfile_.empty()) {
+    GP_ASSIGN_OR_RETURN(request.hosts, read_hosts(hostfile_));
+  }
+  if (!cuda_visible_devices_.empty()) {
+    request.visible_gpus = 0;
+    std::istringstream list(cuda_visible_devices_);
+    std::string id;
+    while (std::getline(list, id, ',')) ++request.visible_gpus;
+  }
+  const launch::PlanShape shape{plan.programs_size(), plan.cluster().num_nodes(),
+                                plan.cluster().devices_per_node()};
+  GP_ASSIGN_OR_RETURN(const auto ranks, launch::place_ranks(shape, request));
+  emit("nprocs", std::to_string(ranks.size()));
+  for (const auto& r : ranks) {
+    emit("rank", std::to_string(r.rank) + " " + std::to_string(r.host) + " " +
+                     std::to_string(r.local_rank) + " " + r.device);
+  }
+  return ok_status();
+}
+
+Status LauncherCommands::verdict() const {
+  auto text = model::read_file(verdict_file_);
+  if (!text.ok()) return text.status().with_context("--verdict-file");
+  const launch::Verdict v = launch::parse_verdict(*text, nprocs_);
+  emit("failed_rank", std::to_string(v.failed_rank));
+  emit("reason", v.reason);
+  return ok_status();
+}
+
+Status LauncherCommands::blame() const {
+  std::vector<launch::RankExit> ranks;
+  for (int status : exit_statuses_) ranks.push_back({status, false});
+  for (int r : stopped_) {
+    if (r >= static_cast<int>(ranks.size())) {
+      return invalid_argument("--stopped-by-launcher " + std::to_string(r) + ": the job has " +
+                              std::to_string(ranks.size()) + " ranks (--exit-statuses)");
+    }
+    ranks[r].stopped_by_launcher = true;
+  }
+  std::optional<launch::Verdict> rank0_verdict;
+  if (!verdict_file_.empty() && std::filesystem::exists(verdict_file_)) {
+    auto text = model::read_file(verdict_file_);
+    if (!text.ok()) return text.status().with_context("--verdict-file");
+    rank0_verdict = launch::parse_verdict(*text, static_cast<int>(ranks.size()));
+  }
+  const launch::Attribution a = launch::attribute_failure(ranks, rank0_verdict, stop_signal_);
+  emit("failed_rank", std::to_string(a.failed_rank));
+  emit("exit_status", std::to_string(a.exit_status));
+  if (!a.message.empty()) emit("message", a.message);
+  return ok_status();
+}
+
+Status LauncherCommands::next() const {
+  launch::RestartPolicy policy;
+  policy.replan = on_failure_ == "replan";
+  policy.max_restarts = max_restarts_;
+  policy.slurm = slurm_;
+  policy.checkpoint_dir = checkpoint_dir_;
+  if (policy.replan && checkpoint_dir_.empty()) {
+    return invalid_argument("--on-failure replan needs --checkpoint-dir to resume from");
+  }
+  launch::AttemptResult result;
+  result.attempt = attempt_;
+  result.nprocs = nprocs_;
+  result.exit_status = exit_status_;
+  result.failed_rank = failed_rank_;
+  result.stop_signal = stop_signal_;
+  const std::filesystem::path latest = std::filesystem::path(checkpoint_dir_) / "LATEST";
+  result.has_checkpoint = !checkpoint_dir_.empty() && std::filesystem::is_regular_file(latest);
+  if (!hostfile_.empty()) {
+    GP_ASSIGN_OR_RETURN(result.hosts, read_hosts(hostfile_));
+  }
+  const launch::NextAttempt step = launch::next_attempt(policy, result);
+  emit("restart", step.restart ? "1" : "0");
+  if (!step.message.empty()) emit("message", step.message);
+  if (!step.restart) return ok_status();
+  GP_ASSIGN_OR_RETURN(std::string checkpoint, model::read_file(latest.string()));
+  while (!checkpoint.empty() && (checkpoint.back() == '\n' || checkpoint.back() == ' ')) {
+    checkpoint.pop_back();
+  }
+  emit("exclude_rank", std::to_string(step.exclude_rank));
+  emit("plan", step.plan);
+  emit("attempt", std::to_string(step.attempt));
+  emit("nprocs", std::to_string(step.nprocs));
+  emit("checkpoint", checkpoint);
+  emit_hosts(step.hosts);
+  return ok_status();
+}
+
+std::unique_ptr<Command> add_launcher_command(CLI::App& app) {
+  return std::make_unique<LauncherCommands>(app);
+}
+
+}  // namespace gp::exec::daemon

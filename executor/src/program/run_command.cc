@@ -1,0 +1,150 @@
+// graphpipe-executor run: one rank of a plan (RankJob in run.cc); its flags.
+#include <string>
+
+#include "commands.h"
+#include "gp/common/cli.h"
+#include "job/run.h"
+#include "shared_flags.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+class RunCommand final : public Command {
+ public:
+  explicit RunCommand(CLI::App& app)
+      : Command(app.add_subcommand(
+            "run",
+            "Run one rank of a plan: register with the coordinator (rank 0 hosts it), connect "
+            "the data plane, train, report status and metrics")) {
+    add_rendezvous_flags();
+    add_security_flags();
+    add_device_options(cmd_, o_.device, o_.precision,
+                       "; cuda: the GPU of $LOCAL_RANK (0 when unset), as torchrun sets it");
+    add_training_flags();
+    add_supervision_flags();
+  }
+
+  int run() override {
+    if (auto st = read_token_file(token_file_, &o_.auth_token); !st.ok()) {
+      return gp::cli::report("graphpipe-executor", st);
+    }
+    auto exit_code = run_rank(o_);
+    if (!exit_code.ok()) return gp::cli::report("graphpipe-executor", exit_code.status());
+    return *exit_code;
+  }
+
+ private:
+  // The plan, this rank's place in it, and how the ranks find each other.
+  void add_rendezvous_flags() {
+    cmd_->add_option("--plan", o_.plan, "plan file (every rank needs the same)")->required();
+    cmd_->add_option("--rank", o_.rank, "this process's rank (default: $RANK)")
+        ->envname("RANK")
+        ->required()
+        ->check(CLI::Range(0, 1 << 20));
+    cmd_->add_option("--world-size", o_.world_size,
+                     "number of ranks in the plan (default: $WORLD_SIZE)")
+        ->envname("WORLD_SIZE")
+        ->required()
+        ->check(CLI::Range(1, 1 << 20));
+    cmd_->add_option("--coordinator", o_.coordinator,
+                     "HOST:PORT of the coordinator; rank 0 listens there (port 0: any free "
+                     "port; default: $MASTER_ADDR:$MASTER_PORT when both are set)");
+    cmd_->add_option("--coordinator-file", o_.coordinator_file,
+                     "rank 0 writes the coordinator's address here; other ranks wait for it");
+    cmd_->add_flag("--external-coordinator", o_.external_coordinator,
+                   "rank 0 does not host the coordinator (one runs via `coordinator`)");
+    cmd_->add_option("--store-dir", o_.store_dir,
+                     "directory shared by the ranks for the data-plane rendezvous");
+    cmd_->add_option("--bind", o_.bind_host, "interface for the data plane")->capture_default_str();
+    cmd_->add_option("--data-plane", o_.data_plane,
+                     "auto: NCCL between GPUs (--device cuda:N); on the CPU, ranks on the same "
+                     "host exchange activations through shared memory and Gloo (TCP) carries the "
+                     "rest; gloo: Gloo for everything (GPU memory is staged through the host); "
+                     "nccl: NCCL (CUDA ranks only)")
+        ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
+        ->capture_default_str();
+    cmd_->add_option("--cpu-affinity", o_.cpu_affinity,
+                     "auto: when ranks share a host, pin each rank's compute thread to a core of "
+                     "its own (if there are enough); none: leave placement to the OS")
+        ->check(CLI::IsMember({"auto", "none"}))
+        ->capture_default_str();
+  }
+
+  // The shared secret and TLS of the control plane.
+  void add_security_flags() {
+    cmd_->add_option("--auth-token", o_.auth_token,
+                     "shared secret every control RPC carries (or $GP_AUTH_TOKEN, or "
+                     "--auth-token-file; an argument is visible to every local user in ps)");
+    cmd_->add_option("--auth-token-file", token_file_,
+                     "read the shared secret from this file (mode 0600, as the launcher "
+                     "writes it)");
+    add_tls_options(cmd_, o_.tls,
+                    "Rank 0 serves the coordinator with --tls-cert/--tls-key and requires every "
+                    "rank's certificate to chain to --tls-ca; every rank connects with all three "
+                    "(rank 0 needs all three, other ranks at least --tls-ca)");
+  }
+
+  // Training, its outputs, checkpoints and data.
+  void add_training_flags() {
+    cmd_->add_option("--iterations", o_.iterations, "training iterations")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 30));
+    cmd_->add_option("--timeout", o_.timeout_s,
+                     "seconds a silent rank has before the job is aborted (registration waits "
+                     "as long; a receive waits twice as long)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 86400));
+    cmd_->add_option("--heartbeat-ms", o_.heartbeat_ms, "heartbeat period")
+        ->capture_default_str()
+        ->check(CLI::Range(10, 600000));
+    cmd_->add_option("--metrics-out", o_.metrics_out, "rank 0: write the job's metrics (JSON)");
+    cmd_->add_option("--trace", o_.trace,
+                     "rank 0: write the job's measured Chrome trace (ranks share its directory)");
+    cmd_->add_option("--checkpoint-dir", o_.checkpoint_dir,
+                     "write checkpoints (parameters and optimizer state per operator) here");
+    cmd_->add_option("--checkpoint-every", o_.checkpoint_every,
+                     "checkpoint after every K iterations (0: never)")
+        ->capture_default_str();
+    add_data_options(cmd_, o_.data, o_.no_shuffle);
+    cmd_->add_option("--resume", o_.resume,
+                     "continue from the newest checkpoint in this directory; any plan of the same "
+                     "model may resume (e.g. one re-planned for fewer devices)");
+    cmd_->add_option("--log-every", o_.log_every,
+                     "rank 0: log iteration, loss, samples/s and ETA every N iterations as they "
+                     "complete")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 30));
+    cmd_->add_flag("--allow-nonfinite", o_.allow_nonfinite,
+                   "keep training when the loss is NaN or infinite (by default the job stops "
+                   "and the rank that saw it exits 3)");
+  }
+
+  // What the launcher needs of a rank: the verdict, and stopping when the launcher is gone.
+  void add_supervision_flags() {
+    cmd_->add_option("--verdict-file", o_.verdict_file,
+                     "rank 0: when the job aborts, write the rank it blames and why here "
+                     "(failed_rank=R, reason=...), for the launcher");
+    cmd_->add_option("--launcher-beacon", o_.launcher_beacon,
+                     "a file the launcher rewrites every second; when it stays unchanged for "
+                     "--orphan-timeout seconds the launcher is gone and the rank stops as on "
+                     "SIGTERM (for ranks whose parent process outlives the launcher: srun, ssh)");
+    cmd_->add_option("--orphan-timeout", o_.orphan_timeout_s,
+                     "seconds without a change of --launcher-beacon before the rank stops")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 86400));
+    cmd_->add_option("--kill-rank-at", o_.kill_rank_at,
+                     "testing: RANK:ITERATION, that rank SIGKILLs itself there (not when resuming)")
+        ->group("");
+  }
+
+  RunOptions o_;
+  std::string token_file_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_run_command(CLI::App& app) {
+  return std::make_unique<RunCommand>(app);
+}
+
+}  // namespace gp::exec::daemon

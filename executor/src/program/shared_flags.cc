@@ -1,0 +1,109 @@
+#include "shared_flags.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "gp/common/cli.h"
+#include "gp/common/logging.h"
+#include "gp/model/model_io.h"
+#include "gp/model/zoo.h"
+#include "job/run.h"
+
+namespace gp::exec::daemon {
+
+void add_data_options(CLI::App* cmd, std::string& data, bool& no_shuffle) {
+  cmd->add_option("--data", data,
+                  "train on real data: a directory with one <input op id>.npy per graph input "
+                  "(C order, samples first; e.g. x.npy and y.target.npy for an imported model); "
+                  "default: seeded synthetic data");
+  cmd->add_flag("--no-shuffle", no_shuffle,
+                "with --data: read the samples in file order every epoch (default: a seeded "
+                "permutation per epoch)");
+}
+
+void add_device_options(CLI::App* cmd, std::string& device, std::string& precision,
+                        const std::string& note) {
+  cmd->add_option("--device", device,
+                  "cpu, or cuda:N (GPU N of this machine; exits 1 naming the reason when it "
+                  "cannot be opened)" +
+                      note)
+      ->capture_default_str();
+  cmd->add_option("--precision", precision,
+                  "input precision of the GEMMs on CUDA (linear, attention, matmul, conv; fp32 "
+                  "accumulation always): fp32, tf32 or bf16. The CPU ignores it and computes fp32")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
+      ->capture_default_str();
+}
+
+void add_tls_options(CLI::App* cmd, gp::exec::TlsOptions& tls, const std::string& how) {
+  cmd->add_option(
+         "--tls-cert", tls.cert,
+         "PEM certificate (chain) this process presents; TLS for the control plane. " + how)
+      ->group("TLS");
+  cmd->add_option("--tls-key", tls.key, "PEM private key of --tls-cert (unencrypted, mode 0600)")
+      ->group("TLS");
+  cmd->add_option("--tls-ca", tls.ca,
+                  "PEM CA certificate(s): a server requires clients to present a certificate "
+                  "of it (mutual TLS); a client accepts only a server certificate of it, naming "
+                  "the address dialled (IP or DNS subjectAltName)")
+      ->group("TLS");
+}
+
+gp::Status read_token_file(const std::string& path, std::string* token) {
+  if (path.empty()) return gp::ok_status();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return gp::invalid_argument("--auth-token-file " + path + ": " + std::strerror(errno));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return gp::invalid_argument("--auth-token-file " + path +
+                                ": readable by others (chmod 600 it)");
+  }
+  GP_ASSIGN_OR_RETURN(std::string text, gp::model::read_file(path));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  if (text.empty()) return gp::invalid_argument("--auth-token-file " + path + ": empty");
+  *token = text;
+  return gp::ok_status();
+}
+
+gp::Result<const gp::exec::Device*> device_from_flags(const std::string& device,
+                                                      const std::string& precision) {
+  GP_ASSIGN_OR_RETURN(const auto p, gp::exec::parse_precision(precision));
+  return gp::exec::find_device(device, p);
+}
+
+gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
+                                                    const std::string& model_flag,
+                                                    const std::string& plan_flag,
+                                                    graphpipe::v1::Plan* plan) {
+  if (model_flag.empty() == plan_flag.empty()) {
+    return gp::invalid_argument(command + " needs exactly one of --model and --plan");
+  }
+  graphpipe::v1::ModelGraph model;
+  if (!plan_flag.empty()) {
+    GP_RETURN_IF_ERROR(gp::model::read_message(plan_flag, plan).with_context("--plan"));
+    model = plan->model();
+  } else {
+    GP_ASSIGN_OR_RETURN(model, gp::model::load_model(model_flag));
+  }
+  GP_RETURN_IF_ERROR(gp::model::resolve_weights(model));
+  return model;
+}
+
+gp::Status nonfinite_loss(double loss, int64_t iteration) {
+  return gp::Status(gp::StatusCode::kOutOfRange,
+                    fmt::format("the loss is {} at iteration {}; --allow-nonfinite trains on",
+                                std::isnan(loss) ? "NaN" : (loss > 0 ? "inf" : "-inf"), iteration));
+}
+
+int training_exit_code(const gp::Status& status, bool nonfinite) {
+  const int code = gp::cli::report("graphpipe-executor", status);
+  return nonfinite ? kExitNonFiniteLoss : code;
+}
+
+}  // namespace gp::exec::daemon

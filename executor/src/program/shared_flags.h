@@ -1,0 +1,47 @@
+// What several subcommands of graphpipe-executor share: flags, and the steps that read them.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "control/tls.h"
+#include "gp/common/status.h"
+#include "gp/exec/device.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::exec::daemon {
+
+// --data and --no-shuffle, the same for every training subcommand.
+void add_data_options(CLI::App* cmd, std::string& data, bool& no_shuffle);
+
+// --device and --precision of the subcommands that train.
+void add_device_options(CLI::App* cmd, std::string& device, std::string& precision,
+                        const std::string& note = "");
+
+// --tls-cert, --tls-key and --tls-ca; `how` says what this command does with them.
+void add_tls_options(CLI::App* cmd, gp::exec::TlsOptions& tls, const std::string& how);
+
+// --auth-token-file: the token in a file only its owner can read (the token must not travel in
+// argv, which every local user sees). Leaves `token` alone when `path` is empty.
+gp::Status read_token_file(const std::string& path, std::string* token);
+
+// The device named by --device with GEMMs at --precision (which the CPU ignores).
+gp::Result<const gp::exec::Device*> device_from_flags(const std::string& device,
+                                                      const std::string& precision);
+
+// The model named by exactly one of --model and --plan (then also the plan in `plan`), with its
+// weights file resolved.
+gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
+                                                    const std::string& model_flag,
+                                                    const std::string& plan_flag,
+                                                    graphpipe::v1::Plan* plan);
+
+// A NaN or infinite loss stops training with exit 3, as `run` does, unless --allow-nonfinite.
+gp::Status nonfinite_loss(double loss, int64_t iteration);
+
+// The exit code of a training subcommand: its error's, or 3 when it stopped on a NaN or inf
+// loss.
+int training_exit_code(const gp::Status& status, bool nonfinite);
+
+}  // namespace gp::exec::daemon

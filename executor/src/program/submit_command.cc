@@ -1,0 +1,50 @@
+// graphpipe-executor submit: a plan run on node daemons (run_submit in node_submit.cc); its
+// flags.
+#include "commands.h"
+#include "gp/common/cli.h"
+#include "node/node_daemon.h"
+#include "shared_flags.h"
+
+namespace gp::exec::daemon {
+namespace {
+
+class SubmitCommand final : public Command {
+ public:
+  explicit SubmitCommand(CLI::App& app)
+      : Command(app.add_subcommand(
+            "submit",
+            "Run a plan on node daemons: ranks spread over them in order, output streamed here")) {
+    cmd_->add_option("--plan", o_.plan, "plan file")->required();
+    cmd_->add_option("--nodes", o_.nodes, "daemons, HOST:PORT,... in node order")
+        ->delimiter(',')
+        ->required();
+    cmd_->add_option("--iterations", o_.iterations, "training iterations")->capture_default_str();
+    cmd_->add_option("--timeout", o_.timeout_s, "peer and heartbeat timeout, seconds")
+        ->capture_default_str();
+    cmd_->add_option("--port", o_.port, "the coordinator's port on the first node")
+        ->check(CLI::Range(1, 65535))
+        ->capture_default_str();
+    cmd_->add_option("--store-dir", o_.store_dir,
+                     "Gloo rendezvous directory every node shares, inside every daemon's "
+                     "--output-root (default: each daemon's OUTPUT_ROOT/store-<job>, "
+                     "so one node only)");
+    cmd_->add_option("--auth-token", o_.auth_token, "the daemons' token (or $GP_AUTH_TOKEN)");
+    add_tls_options(cmd_, o_.tls,
+                    "Connects to the daemons over TLS: --tls-ca verifies them, "
+                    "--tls-cert/--tls-key identify this client (daemons serving TLS require them)");
+    cmd_->add_option("extra", o_.extra, "-- then executor run flags for every rank");
+  }
+
+  int run() override { return gp::cli::report("graphpipe-executor", run_submit(o_)); }
+
+ private:
+  SubmitOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> add_submit_command(CLI::App& app) {
+  return std::make_unique<SubmitCommand>(app);
+}
+
+}  // namespace gp::exec::daemon

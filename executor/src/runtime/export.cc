@@ -1,0 +1,364 @@
+// export_trained: checkpoint -> the source ONNX model with trained initializers, or an .npz.
+#include "runtime/export.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <span>
+#include <tuple>
+
+#include "gp/exec/reference_trainer.h"
+#include "gp/model/model_io.h"
+#include "gp/model/onnx_file.h"
+#include "gp/model/param_layout.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/checkpoint.h"
+
+namespace gp::exec {
+namespace {
+
+using model::scatter_param;
+
+constexpr int kOnnxFloat = 1;
+
+// Parameter `name` of `op` within the op's trained values (ParamSpec order); empty if absent.
+std::span<const float> param_values(const model::OpNode& op, std::span<const float> values,
+                                    const std::string& name) {
+  size_t offset = 0;
+  for (const auto& spec : op.proto->params()) {
+    size_t n = 1;
+    for (int64_t d : spec.shape()) n *= static_cast<size_t>(d);
+    if (spec.name() == name) return values.subspan(offset, n);
+    offset += n;
+  }
+  return {};
+}
+
+std::vector<float> float_data(const onnx::TensorProto& t) {
+  std::vector<float> v(t.float_data().begin(), t.float_data().end());
+  const size_t typed = v.size();
+  v.resize(typed + t.raw_data().size() / sizeof(float));
+  std::memcpy(v.data() + typed, t.raw_data().data(), t.raw_data().size() / sizeof(float) * 4);
+  return v;
+}
+
+// The trained parameters written into the source ONNX model, in named steps: read the source,
+// collect its float tensors, place every sourced parameter into its tensor, note what could not
+// be placed, then write the touched tensors back and the model out.
+class OnnxExport {
+ public:
+  OnnxExport(const model::Graph& graph, const StageRunner& runner, const ExportOptions& options,
+             std::vector<std::string>* notes)
+      : graph_(graph),
+        runner_(runner),
+        options_(options),
+        notes_(notes),
+        in_(options.onnx.empty() ? graph.model().source() : options.onnx) {}
+
+  Status run() {
+    GP_RETURN_IF_ERROR(read_source());
+    collect_tensors();
+    collect_identities();
+    for (const auto& src : graph_.model().param_sources()) GP_RETURN_IF_ERROR(place(src));
+    note_unsourced();
+    write_tensors();
+    // A model whose weights were kept beside it comes back the same way (`<out>.data`).
+    return model::write_onnx_file(options_.out, onnx_model_, file_info_.external_data);
+  }
+
+ private:
+  // A tensor to write: its dims and float values.
+  using Values = std::pair<std::vector<int64_t>, std::vector<float>>;
+
+  Status read_source() {
+    if (graph_.model().param_sources_size() == 0) {
+      return invalid_argument("--out " + options_.out +
+                              ": the model records no ONNX sources for its parameters (only a "
+                              "model imported from ONNX exports as ONNX; use an .npz)");
+    }
+    GP_RETURN_IF_ERROR(model::read_onnx_file(in_, &onnx_model_, &file_info_)
+                           .with_context("--onnx names the file the model was imported from"));
+    g_ = onnx_model_.mutable_graph();
+    return ok_status();
+  }
+
+  // The tensors to write: existing initializers, or weight graph inputs (export_params=False).
+  void collect_tensors() {
+    for (const auto& t : g_->initializer()) {
+      if (t.data_type() == kOnnxFloat) {
+        tensors_[t.name()] = {{t.dims().begin(), t.dims().end()}, float_data(t)};
+      }
+    }
+    for (const auto& vi : g_->input()) {
+      if (tensors_.count(vi.name()) || !vi.type().has_tensor_type()) continue;
+      std::vector<int64_t> dims;
+      int64_t n = 1;
+      bool known = true;
+      for (const auto& d : vi.type().tensor_type().shape().dim()) {
+        known = known && d.has_dim_value();
+        dims.push_back(d.dim_value());
+        n *= d.dim_value();
+      }
+      if (known) tensors_[vi.name()] = {dims, std::vector<float>(static_cast<size_t>(n), 0.0f)};
+    }
+  }
+
+  // Identity outputs of weights are parameters of their own (torch's de-duplication): they get
+  // their own initializer, and their Identity node goes.
+  void collect_identities() {
+    for (int k = 0; k < g_->node_size(); ++k) {
+      const auto& n = g_->node(k);
+      if (n.op_type() == "Identity" && n.input_size() == 1 && n.output_size() == 1) {
+        identity_of_[n.output(0)] = k;
+      }
+    }
+    for (bool grew = true; grew;) {  // chains of Identity
+      grew = false;
+      for (const auto& [name, k] : identity_of_) {
+        auto src = tensors_.find(g_->node(k).input(0));
+        if (src != tensors_.end() && !tensors_.count(name)) {
+          tensors_[name] = src->second;
+          grew = true;
+        }
+      }
+    }
+  }
+
+  // Why a source's tensor is not among the float tensors.
+  Status missing_tensor(const graphpipe::v1::ParamSource& src) const {
+    for (const auto& t : g_->initializer()) {
+      if (t.name() != src.initializer()) continue;
+      // Imported by widening (float16, bfloat16, float64): writing float32 values back into
+      // it would change the graph's types.
+      return invalid_argument(in_ + ": '" + t.name() + "' (" + src.op() + "." + src.param() +
+                              ") is stored as ONNX data type " + std::to_string(t.data_type()) +
+                              ", not float32; export it with --out FILE.npz");
+    }
+    return invalid_argument(in_ + ": has no float tensor '" + src.initializer() + "' for " +
+                            src.op() + "." + src.param() + " (another source model?)");
+  }
+
+  // One parameter's trained values into its place in its tensor. Each place in a tensor is
+  // written once; untied copies of one weight (--untie-weights) all map to it, and the first
+  // one's values win.
+  Status place(const graphpipe::v1::ParamSource& src) {
+    const int op = graph_.index_of(src.op());
+    if (op < 0) return invalid_argument("param_sources: op '" + src.op() + "' is not in the model");
+    auto it = tensors_.find(src.initializer());
+    if (it == tensors_.end()) return missing_tensor(src);
+    const auto p = param_values(graph_.op(op), runner_.op_params(op), src.param());
+    if (p.empty()) {
+      return invalid_argument("param_sources: " + src.op() + " has no parameter '" + src.param() +
+                              "'");
+    }
+    const std::string who = src.op() + "." + src.param();
+    const auto key =
+        std::make_tuple(src.initializer(), static_cast<int>(src.layout()), src.offset());
+    if (auto w = placed_.find(key); w != placed_.end()) {
+      if (!std::equal(p.begin(), p.end(), w->second.values.begin(), w->second.values.end()) &&
+          notes_ != nullptr) {
+        notes_->push_back("'" + src.initializer() + "' was trained as independent copies (" +
+                          w->second.who + ", " + who + "); the export holds " + w->second.who +
+                          "'s values");
+      }
+      return ok_status();
+    }
+    placed_[key] = {who, p};
+    touched_.insert(src.initializer());
+    return scatter_param(p, it->second.first, model::PlacedLayout{src.layout(), src.offset()},
+                         it->second.second)
+        .with_context(in_ + ": param_sources: " + who + " -> '" + src.initializer() +
+                      "' (another source model?)");
+  }
+
+  // A parameter the ONNX model has no tensor for (torch's optimiser drops all-zero biases) was
+  // trained all the same: say where its values are.
+  void note_unsourced() {
+    std::set<std::string> sourced;
+    for (const auto& src : graph_.model().param_sources()) {
+      sourced.insert(src.op() + "." + src.param());
+    }
+    for (int i = 0; i < graph_.num_ops() && notes_ != nullptr; ++i) {
+      for (const auto& spec : graph_.op(i).proto->params()) {
+        const std::string who = graph_.op(i).id() + "." + spec.name();
+        if (sourced.count(who)) continue;
+        notes_->push_back(who + " has no tensor in " + in_ +
+                          " (the exporter left it out); its trained values are not in " +
+                          options_.out + ", only in an .npz export (--out FILE.npz)");
+      }
+    }
+  }
+
+  void set_values(onnx::TensorProto& t) {
+    const auto& v = tensors_[t.name()].second;
+    t.clear_float_data();
+    t.set_raw_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)));
+  }
+
+  // The touched tensors into the model: initializers rewritten, the others added (a weight input
+  // of a graph-only export, an Identity's output, whose node goes).
+  void write_tensors() {
+    std::set<std::string> written;
+    for (auto& t : *g_->mutable_initializer()) {
+      if (!touched_.count(t.name())) continue;  // untrained tensors stay byte for byte
+      set_values(t);
+      written.insert(t.name());
+    }
+    for (const auto& tensor : touched_) {
+      if (written.count(tensor)) continue;
+      if (auto id = identity_of_.find(tensor); id != identity_of_.end()) {
+        g_->mutable_node(id->second)->set_op_type("");  // removed below
+      }
+      auto* t = g_->add_initializer();
+      t->set_name(tensor);
+      t->set_data_type(kOnnxFloat);
+      for (int64_t d : tensors_[tensor].first) t->add_dims(d);
+      set_values(*t);
+    }
+    auto* nodes = g_->mutable_node();
+    nodes->erase(std::remove_if(nodes->begin(), nodes->end(),
+                                [](const onnx::NodeProto& n) { return n.op_type().empty(); }),
+                 nodes->end());
+  }
+
+  struct Placed {
+    std::string who;
+    std::span<const float> values;
+  };
+
+  const model::Graph& graph_;
+  const StageRunner& runner_;
+  const ExportOptions& options_;
+  std::vector<std::string>* notes_;
+  const std::string in_;  // the source ONNX file
+  onnx::ModelProto onnx_model_;
+  model::OnnxFileInfo file_info_;
+  onnx::GraphProto* g_ = nullptr;
+  std::map<std::string, Values> tensors_;
+  std::map<std::string, int> identity_of_;  // node index of each Identity, by its output
+  std::map<std::tuple<std::string, int, int64_t>, Placed> placed_;
+  std::set<std::string> touched_;
+};
+
+// ---- .npz: a zip archive of .npy files, stored uncompressed ------------------------------------
+
+uint32_t crc32(const std::string& data) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : data) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
+void put16(std::string& s, uint32_t v) {
+  s += static_cast<char>(v & 0xff);
+  s += static_cast<char>((v >> 8) & 0xff);
+}
+void put32(std::string& s, uint32_t v) {
+  put16(s, v & 0xffff);
+  put16(s, v >> 16);
+}
+
+std::string npy_bytes(const std::vector<int64_t>& shape, const float* data, size_t n) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  if (shape.size() > 1) dims.resize(dims.size() - 2);
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  put16(out, static_cast<uint32_t>(header.size()));
+  out += header;
+  out.append(reinterpret_cast<const char*>(data), n * sizeof(float));
+  return out;
+}
+
+Status write_npz(const model::Graph& graph, const StageRunner& runner, const std::string& path) {
+  std::string zip, central;
+  uint32_t entries = 0;
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    const auto& op = graph.op(i);
+    const auto values = runner.op_params(i);
+    size_t offset = 0;
+    for (const auto& spec : op.proto->params()) {
+      std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
+      size_t n = 1;
+      for (int64_t d : shape) n *= static_cast<size_t>(d);
+      const std::string name = op.id() + "." + spec.name() + ".npy";
+      const std::string body = npy_bytes(shape, values.data() + offset, n);
+      offset += n;
+      if (body.size() >= 0xFFFFFFFFu || zip.size() >= 0xFFFFFFFFu - body.size()) {
+        return invalid_argument(path +
+                                ": more than 4 GiB of parameters (.npz without zip64); "
+                                "export as .onnx instead");
+      }
+      const uint32_t crc = crc32(body), local = static_cast<uint32_t>(zip.size());
+      auto header = [&](std::string& s, bool central_entry) {
+        put32(s, central_entry ? 0x02014b50u : 0x04034b50u);
+        if (central_entry) put16(s, 20);  // made by
+        put16(s, 20);                     // version needed
+        put16(s, 0);                      // flags
+        put16(s, 0);                      // stored
+        put16(s, 0);                      // time
+        put16(s, 0x21);                   // date: 1980-01-01
+        put32(s, crc);
+        put32(s, static_cast<uint32_t>(body.size()));
+        put32(s, static_cast<uint32_t>(body.size()));
+        put16(s, static_cast<uint32_t>(name.size()));
+        put16(s, 0);  // extra
+        if (central_entry) {
+          put16(s, 0);  // comment
+          put16(s, 0);  // disk
+          put16(s, 0);  // internal attributes
+          put32(s, 0);  // external attributes
+          put32(s, local);
+        }
+        s += name;
+      };
+      header(zip, false);
+      zip += body;
+      header(central, true);
+      ++entries;
+    }
+  }
+  const uint32_t central_offset = static_cast<uint32_t>(zip.size());
+  zip += central;
+  put32(zip, 0x06054b50u);
+  put16(zip, 0);
+  put16(zip, 0);
+  put16(zip, entries);
+  put16(zip, entries);
+  put32(zip, static_cast<uint32_t>(central.size()));
+  put32(zip, central_offset);
+  put16(zip, 0);
+  return model::write_file_atomic(path, zip);
+}
+
+}  // namespace
+
+Status export_trained(const graphpipe::v1::ModelGraph& model, const ExportOptions& options,
+                      std::vector<std::string>* notes) {
+  const std::string ext = std::filesystem::path(options.out).extension().string();
+  if (ext != ".onnx" && ext != ".npz") {
+    return invalid_argument("--out " + options.out + ": expected a .onnx or .npz file");
+  }
+  GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(options.checkpoint, notes));
+  auto graph = model::Graph::build(model);
+  if (!graph.ok()) return graph.status().with_context("model");
+  graphpipe::v1::TrainingConfig training;  // only the state layout matters for loading
+  training.set_optimizer(manifest.optimizer());
+  training.set_learning_rate(1);
+  if (manifest.optimizer() == graphpipe::v1::OPTIMIZER_KIND_MOMENTUM) training.set_momentum(0.9);
+  GP_ASSIGN_OR_RETURN(auto trainer, ReferenceTrainer::create(*graph, 1, 0, training));
+  GP_RETURN_IF_ERROR(load_stage_checkpoint(options.checkpoint, manifest, *graph, training,
+                                           trainer->mutable_runner()));
+  if (ext == ".npz") return write_npz(*graph, trainer->runner(), options.out);
+  return OnnxExport(*graph, trainer->runner(), options, notes).run();
+}
+
+}  // namespace gp::exec

@@ -1,0 +1,125 @@
+#include "gp/exec/rank_session.h"
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "gp/model/model_io.h"
+#include "runtime/checkpoint.h"
+
+namespace gp::exec {
+
+Result<std::unique_ptr<RankSession>> RankSession::open(std::shared_ptr<const plan::LoadedPlan> plan,
+                                                       const SessionOptions& o) {
+  std::unique_ptr<RankSession> s(new RankSession());
+  s->plan_ = std::move(plan);
+  const plan::LoadedPlan& p = *s->plan_;
+  GP_ASSIGN_OR_RETURN(RankProgram program,
+                      lower_rank_program(p.plan(), p.graph(), p.index(), o.rank));
+  if (!o.data_dir.empty()) {
+    GP_ASSIGN_OR_RETURN(
+        s->data_, open_stage_data(o.data_dir, p.graph(), program.layout.op_indices(),
+                                  p.plan().mini_batch(), o.shuffle, p.plan().training().seed()));
+  }
+  GP_ASSIGN_OR_RETURN(
+      s->runner_,
+      RankRunner::create(std::move(program), p.graph(), p.plan().training(),
+                         o.device != nullptr ? *o.device : cpu_device(), s->data_.get()));
+  if (o.trace_events > 0) s->runner_->enable_trace(o.trace_events);
+  return s;
+}
+
+RankSession::~RankSession() = default;
+
+bool RankSession::checkpoint_writer() const {
+  const auto& mine = plan().stages(stage());
+  return mine.device_ranks_size() > 0 && mine.device_ranks(0) == rank();
+}
+
+Status RankSession::resume(const std::string& dir,
+                           const graphpipe::v1::CheckpointManifest& manifest) {
+  return load_stage_checkpoint(dir, manifest, graph(), plan().training(),
+                               runner_->mutable_stage_runner());
+}
+
+Status RankSession::bind(Communicator& comm) { return runner_->bind(comm); }
+
+Status RankSession::write_checkpoint_part(const std::string& dir, int64_t iteration,
+                                          const std::string& run_id) {
+  if (!checkpoint_writer()) return ok_status();
+  return write_stage_checkpoint(dir, iteration, graph(), runner_->mutable_stage_runner(), run_id);
+}
+
+Status RankSession::commit_checkpoint(const std::string& dir, int64_t iteration,
+                                      const std::string& run_id) const {
+  return exec::commit_checkpoint(dir, iteration, graph(), model::message_hash(plan()),
+                                 plan().training(), run_id);
+}
+
+Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,
+                                        std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankSession>>* sessions,
+                                        size_t trace_events, const Device& device,
+                                        const std::string& data_dir, bool shuffle) {
+  GP_ASSIGN_OR_RETURN(std::shared_ptr<const plan::LoadedPlan> loaded, plan::LoadedPlan::from(plan));
+  return run_plan_locally(std::move(loaded), iterations, timeout, sessions, trace_events, device,
+                          data_dir, shuffle);
+}
+
+Result<LocalRunResult> run_plan_locally(std::shared_ptr<const plan::LoadedPlan> loaded,
+                                        int iterations, std::chrono::milliseconds timeout,
+                                        std::vector<std::unique_ptr<RankSession>>* out_sessions,
+                                        size_t trace_events, const Device& device,
+                                        const std::string& data_dir, bool shuffle) {
+  std::vector<std::unique_ptr<RankSession>> sessions;
+  for (int r = 0; r < loaded->world_size(); ++r) {
+    if (loaded->index().program_of_rank[r] < 0) continue;
+    SessionOptions o;
+    o.rank = r;
+    o.device = &device;
+    o.data_dir = data_dir;
+    o.shuffle = shuffle;
+    o.trace_events = trace_events;
+    GP_ASSIGN_OR_RETURN(auto session, RankSession::open(loaded, o));
+    sessions.push_back(std::move(session));
+  }
+  LoopbackHub hub(loaded->world_size(), timeout);
+  // Each rank's loss per iteration, grown as they run: sized up front, --iterations 2^30 would
+  // claim gigabytes per rank before the first step.
+  std::vector<std::vector<double>> loss_sums(sessions.size());
+  for (auto& per_rank : loss_sums) per_rank.reserve(std::min(iterations, 1 << 16));
+  std::mutex mu;
+  Status first_error;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    threads.emplace_back([&, i] {
+      RankSession& session = *sessions[i];
+      auto comm = hub.communicator(session.rank());
+      Status bound = session.bind(*comm);
+      for (int it = 0; it < iterations; ++it) {
+        auto loss = bound.ok() ? session.run_iteration(it) : Result<double>(bound);
+        if (!loss.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = loss.status();
+          comm->abort("rank " + std::to_string(session.rank()) +
+                      " failed: " + loss.status().message());
+          return;
+        }
+        loss_sums[i].push_back(*loss);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!first_error.ok()) return first_error;
+  LocalRunResult result;
+  for (int it = 0; it < iterations; ++it) {
+    double sum = 0;
+    for (const auto& per_rank : loss_sums) sum += per_rank[it];
+    result.losses.push_back(sum / static_cast<double>(loaded->plan().mini_batch()));
+  }
+  if (out_sessions != nullptr) *out_sessions = std::move(sessions);
+  return result;
+}
+
+}  // namespace gp::exec

@@ -1,0 +1,92 @@
+// Graph IR over a validated ModelGraph: operators indexed 0..n-1, edges, topological order,
+// reachability and per-op costs from the catalogue.
+//
+// A Graph is built once (Graph::build validates and runs shape inference) and is immutable
+// afterwards; const methods are safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/model/ops.h"
+
+namespace gp::model {
+
+struct OpNode {
+  int index = 0;
+  const Operator* proto = nullptr;  // owned by the Graph; outputs and params filled in
+  const OpTypeInfo* info = nullptr;
+  std::vector<TensorSpec> input_specs;
+  std::vector<int> preds;  // distinct producer op indices, ascending
+  std::vector<int> succs;  // distinct consumer op indices, ascending
+  OpCost cost;
+  OpAttrs attrs;             // typed attributes from shape inference: kernels read these
+  int64_t output_bytes = 0;  // per sample, all outputs
+
+  const std::string& id() const { return proto->id(); }
+  std::string_view type() const { return info->type; }
+  OpType op_type() const { return info->id; }  // resolved once, by Graph::build
+};
+
+class Graph {
+ public:
+  // The most operators a model may have (its reachability table takes n^2 / 8 bytes).
+  static constexpr int kMaxOps = 100000;
+
+  // Validates `model` (ids, op types, references, acyclicity, attributes, shapes, losses) and
+  // infers output shapes, parameters and costs. Errors name the op and the field:
+  //   ops[3] 'b0.ffn1' (linear): attrs.out_features = 0, must be > 0
+  static Result<Graph> build(const ModelGraph& model);
+
+  Graph(Graph&&) noexcept = default;
+  Graph& operator=(Graph&&) noexcept = default;
+
+  // The model with inferred outputs and params filled in.
+  const ModelGraph& model() const { return *model_; }
+  int num_ops() const { return static_cast<int>(nodes_.size()); }
+  const OpNode& op(int index) const { return nodes_[index]; }
+  const std::vector<OpNode>& ops() const { return nodes_; }
+  // -1 when no op has this id.
+  int index_of(std::string_view id) const;
+
+  // Ops in a topological order (producers first; ties broken by declaration order).
+  const std::vector<int>& topo_order() const { return topo_; }
+  std::vector<int> sources() const;  // ops without predecessors
+  std::vector<int> sinks() const;    // ops without successors
+  // Indices of the loss ops named by model().losses().
+  const std::vector<int>& loss_ops() const { return loss_ops_; }
+  // True when a path of one or more edges leads from `from` to `to`.
+  bool reaches(int from, int to) const;
+
+  int64_t total_params() const;
+  // Number of independent branches: the widest set of non-input ops no two of which lie on a
+  // common path (the maximum antichain, by Dilworth's theorem through bipartite matching).
+  int max_parallel_branches() const;
+
+ private:
+  Graph() = default;
+  // The steps of build, in order; each names the op and the field it refuses.
+  Status index_ops();      // ids and op types, input counts
+  Status link_ops();       // references and edges
+  Status order_ops();      // topological order; names a cycle
+  Status infer_op(int i);  // shape inference of one op whose producers are done
+  Status find_losses();
+  Status finish_reachability();
+
+  std::unique_ptr<ModelGraph> model_;
+  std::vector<OpNode> nodes_;
+  std::unordered_map<std::string, int> index_;
+  std::vector<int> topo_;
+  std::vector<int> loss_ops_;
+  std::vector<std::vector<uint64_t>> reach_;  // reach_[a] bit b: a reaches b
+};
+
+// Output `ref` of the graph, or an error naming `field` when it does not exist.
+Result<TensorSpec> resolve_ref(const Graph& graph, const TensorRef& ref, std::string_view field);
+
+}  // namespace gp::model

@@ -1,0 +1,889 @@
+// One ONNX node -> catalogue operators. ONNX axes count the batch (axis 0); GraphPipe's are per
+// sample, so an ONNX axis k > 0 is k - 1 and an operation on the batch axis has no mapping.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "gp/model/onnx_file.h"
+#include "onnx/importer.h"
+
+namespace gp::model::onnx_detail {
+namespace {
+
+std::string dims_string(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+int64_t product(const std::vector<int64_t>& v) {
+  int64_t p = 1;
+  for (int64_t d : v) p *= d;
+  return p;
+}
+
+// The mapped ONNX types with the number of inputs each needs at least.
+const std::map<std::string, int>& mapped_inputs() {
+  static const std::map<std::string, int> kMapped = {
+      {"Identity", 1},      {"Dropout", 1},
+      {"Relu", 1},          {"Gelu", 1},
+      {"Softmax", 1},       {"LayerNormalization", 2},
+      {"Gemm", 2},          {"MatMul", 2},
+      {"Add", 2},           {"Mul", 2},
+      {"Div", 2},           {"Concat", 1},
+      {"Slice", 3},         {"Split", 1},
+      {"Gather", 2},        {"Transpose", 1},
+      {"Reshape", 1},       {"Flatten", 1},
+      {"Squeeze", 1},       {"Unsqueeze", 1},
+      {"Conv", 2},          {"MaxPool", 1},
+      {"AveragePool", 1},   {"GlobalAveragePool", 1},
+      {"GlobalMaxPool", 1}, {"BatchNormalization", 3},
+      {"Sigmoid", 1},       {"Tanh", 1},
+      {"Clip", 1},          {"Pad", 1},
+      {"ReduceSum", 1},     {"ReduceMean", 1},
+      {"Expand", 2}};
+  return kMapped;
+}
+
+}  // namespace
+
+bool mapped_type(const std::string& t) { return mapped_inputs().count(t) > 0; }
+
+int min_inputs(const std::string& t) {
+  const auto it = mapped_inputs().find(t);
+  return it == mapped_inputs().end() ? 0 : it->second;
+}
+
+void Importer::convert(int i) {
+  const auto& n = g_.node(i);
+  const std::string& t = n.op_type();
+  if (t == "ReduceMean" && match_layer_norm(i)) return;  // emitted at the pattern's last node
+  const auto fused = fused_.find(i);
+  current_ = i;
+  current_id_ = unique_id(fused != fused_.end() ? fused->second.name : n.name(),
+                          sanitize(t) + "_" + std::to_string(i));
+  const std::string& id = current_id_;
+  fed_by_refused_ = false;
+  for (const auto& input : n.input()) fed_by_refused_ = fed_by_refused_ || poisoned_.count(input);
+  if (fused != fused_.end()) return emit_fused(i, fused->second);
+  // (Nodes without an output or with too few inputs were refused before any conversion.)
+  auto in = [&](int k) { return k < n.input_size() ? activation(n.input(k)) : std::nullopt; };
+  auto out = [&](const TensorRef& r) { act_[n.output(0)] = r; };
+  if (t == "Identity" || t == "Dropout") {
+    if (auto x = in(0)) return out(*x);
+    return refuse(i, "its input is not an activation");
+  }
+  if (t == "Relu" || t == "Gelu" || t == "Sigmoid" || t == "Tanh" || t == "Softmax" ||
+      t == "LayerNormalization") {
+    auto x = in(0);
+    if (!x) return refuse(i, "its input is not an activation");
+    if (t == "Relu") return out(b_.relu(id, *x));
+    if (t == "Sigmoid") return out(b_.sigmoid(id, *x));
+    if (t == "Tanh") return out(b_.tanh(id, *x));
+    if (t == "Gelu") return out(b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh"));
+    // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
+    // when that is axis 1 of a 2-D tensor.
+    const int64_t axis = attr_i(n, "axis", t == "Softmax" && opset_ > 0 && opset_ < 13 ? 1 : -1);
+    const auto rank = rank_of(n.input(0));
+    const auto a = sample_axis(n.input(0), axis);
+    if (!rank || !a || *a != *rank - 2) {
+      return refuse(i, "axis = " + std::to_string(axis) +
+                           " (only the last axis maps, of a tensor with per-sample dimensions)");
+    }
+    if (t == "Softmax") return out(b_.softmax(id, *x));
+    if (!is_weight(n.input(1))) return refuse(i, "scale is not a weight");
+    if (n.input_size() > 2 && !n.input(2).empty() && !is_weight(n.input(2))) {
+      return refuse(i, "bias is not a weight");
+    }
+    out(b_.layer_norm(id, *x));
+    if (const double eps = attr_f(n, "epsilon", 1e-5); std::fabs(eps - 1e-5) > 1e-9) {
+      set_attr(op_by_id(id), "epsilon", eps);
+    }
+    take(id, "gamma", n.input(1));
+    if (n.input_size() > 2 && !n.input(2).empty()) take(id, "beta", n.input(2));
+    return;
+  }
+  if (t == "Gemm") return gemm(i, id);
+  if (t == "MatMul") return matmul(i, id);
+  if (t == "Add") {
+    auto x = in(0), y = in(1);
+    if (x && y) return out(b_.add(id, {*x, *y}));
+    if (x && is_weight(n.input(1))) return bias_add(i, id, *x, n.input(1));
+    if (y && is_weight(n.input(0))) return bias_add(i, id, *y, n.input(0));
+    return refuse(i, "adds a value that is neither an activation nor a weight");
+  }
+  if (t == "Clip") return clip(i, id);
+  if (t == "Pad") return pad(i);
+  if (t == "ReduceSum" || t == "ReduceMean") return reduce(i, id);
+  if (t == "Mul" || t == "Div") return scale(i, id);
+  if (t == "Concat") {
+    std::vector<TensorRef> xs;
+    for (int k = 0; k < n.input_size(); ++k) {
+      auto x = in(k);
+      if (!x && static_batch_ > 0 && is_weight(n.input(k)) && !weight_dims(n.input(k)).empty() &&
+          weight_dims(n.input(k))[0] == static_batch_) {
+        return refuse(i, "input " + std::to_string(k) + " '" + n.input(k) +
+                             "' is a weight with the traced batch baked in (torch's optimiser "
+                             "folded an expand of a parameter over the static batch); export "
+                             "with a dynamic batch, or with optimize=False");
+      }
+      if (!x) return refuse(i, "input " + std::to_string(k) + " is not an activation");
+      xs.push_back(*x);
+    }
+    const auto axis = sample_axis(n.input(0), attr_i(n, "axis", 0));
+    if (!axis) return refuse(i, "concatenates along the batch axis (or an axis out of range)");
+    return out(b_.concat(id, xs, *axis));
+  }
+  if (t == "Slice") return slice(i, id);
+  if (t == "Expand") return expand(i, id);
+  if (t == "Split") return split(i, id);
+  if (t == "Gather") return gather(i, id);
+  if (t == "Transpose") return transpose(i, id);
+  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") return reshape(i, id);
+  if (t == "Conv") return conv(i, id);
+  if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool" || t == "GlobalMaxPool") {
+    return pool(i, id);
+  }
+  if (t == "BatchNormalization") return batch_norm(i, id);
+  if (t == "Loop") {
+    const auto helpers = loop_helpers_.find(i);
+    const std::string with =
+        helpers == loop_helpers_.end() || helpers->second == 0
+            ? ""
+            : "; refused with it: the " + std::to_string(helpers->second) +
+                  " node(s) that only compute its inputs or pass on its result";
+    if (const auto why = ragged_refusals_.find(i); why != ragged_refusals_.end()) {
+      return refuse(i, why->second + with);
+    }
+    return refuse(i,
+                  "no GraphPipe operator for this loop (torch exports nn.EmbeddingBag as a Loop "
+                  "over the bags; it maps when the ids are one [batch, bag] input, i.e. "
+                  "fixed-size bags in sum or mean mode; bags of varying length given by an "
+                  "offsets input do not, because every GraphPipe input is per sample: pad the "
+                  "bags to one length, or use nn.Embedding followed by .sum(dim=1))" +
+                      with);
+  }
+  refuse(i, "no GraphPipe operator for this type");
+}
+
+void Importer::emit_fused(int i, const Fused& f) {
+  auto x = activation(f.x);
+  if (!x) return refuse(i, "the input of its pattern is not an activation");
+  const std::string& id = current_id_;
+  if (f.kind == Fused::Kind::kGelu) {
+    act_[g_.node(i).output(0)] = b_.gelu(id, *x, f.exact);
+    return;
+  }
+  if (f.kind == Fused::Kind::kAttention) return emit_attention(i, f, *x);
+  if (f.kind == Fused::Kind::kEmbeddingBag) {
+    const auto dims = weight_dims(f.table);  // match_embedding_bag_loop checked [rows, dim]
+    act_[g_.node(i).output(0)] = b_.embedding_bag(id, *x, dims[0], dims[1]);
+    take(id, "weight", f.table);
+    if (f.mean) set_attr(op_by_id(id), "mode", std::string_view("mean"));
+    if (f.padded) set_attr(op_by_id(id), "padding_idx", int64_t{-1});
+    return;
+  }
+  act_[g_.node(i).output(0)] = b_.layer_norm(id, *x);
+  if (std::fabs(f.epsilon - 1e-5) > 1e-9) set_attr(op_by_id(id), "epsilon", f.epsilon);
+  if (!f.gamma.empty()) {
+    take(id, "gamma", f.gamma);
+  }
+  if (!f.beta.empty()) {
+    take(id, "beta", f.beta);
+  }
+}
+
+// The packed input projection x W_in + b_in (W_in [E, 3E], columns q, k, v) and the output
+// projection become multi_head_attention's q/k/v/out weights ([out, in]) and biases.
+void Importer::emit_attention(int i, const Fused& f, const TensorRef& x) {
+  const std::string& id = current_id_;
+  const auto shape = sample_shape(f.x);
+  if (!shape || shape->size() != 2) {
+    return refuse(i, "multi-head attention of an input that is not [batch, sequence, embedding]");
+  }
+  const int64_t e = (*shape)[1];
+  act_[g_.node(i).output(0)] = b_.attention(id, x, f.heads);
+  using PS = graphpipe::v1::ParamSource;
+  const char* weights[] = {"q_weight", "k_weight", "v_weight"};
+  const char* biases[] = {"q_bias", "k_bias", "v_bias"};
+  // No input-projection bias: nn.MultiheadAttention(bias=False), which has no output bias either
+  // (the matcher refuses an output bias without an input one).
+  const bool bias = !f.in_bias.empty();
+  if (!bias) set_attr(op_by_id(id), "bias", int64_t{0});
+  for (int64_t p = 0; p < 3; ++p) {
+    take(id, weights[p], f.in_weight, PS::LAYOUT_COLUMNS_TRANSPOSED, p * e, e * e);
+    if (bias) take(id, biases[p], f.in_bias, PS::LAYOUT_RANGE, p * e, e);
+  }
+  take(id, "out_weight", f.out_weight, f.out_trans_b ? PS::LAYOUT_COPY : PS::LAYOUT_TRANSPOSE);
+  if (!f.out_bias.empty()) {
+    take(id, "out_bias", f.out_bias);
+  } else if (bias) {
+    // torch 2.x's optimiser drops a Gemm's all-zero bias (torch initialises out_proj.bias to
+    // zero): it trains from zero here, as in torch, but has no tensor to export into.
+    set_values(id, "out_bias", std::vector<float>(static_cast<size_t>(e), 0.0f));
+    if (options_.warnings != nullptr) {
+      options_.warnings->push_back(
+          "multi-head attention '" + id +
+          "': the ONNX model has no output-projection bias (torch's exporter drops an all-zero "
+          "one); it trains from zero, but `export` cannot write it into the ONNX model (only "
+          "into an .npz). Export from torch with optimize=False to keep it.");
+    }
+  }
+}
+
+void Importer::gemm(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto a = activation(n.input(0));
+  if (!a || n.input_size() < 2 || !is_weight(n.input(1))) {
+    return refuse(i, "expected an activation times a weight");
+  }
+  if (attr_i(n, "transA", 0) != 0 || attr_f(n, "alpha", 1) != 1 || attr_f(n, "beta", 1) != 1) {
+    return refuse(i, "transA, alpha or beta other than the defaults");
+  }
+  const auto w = weight_dims(n.input(1));
+  if (w.size() != 2) return refuse(i, "weight of rank " + std::to_string(w.size()));
+  const bool trans_b = attr_i(n, "transB", 0) != 0;
+  const int64_t out_features = trans_b ? w[0] : w[1];
+  // torch 2.x's unoptimised exports give a bias-free conv a computed all-zero bias.
+  const bool zero_bias = [&] {
+    const auto v = n.input_size() > 2 && !is_weight(n.input(2)) ? folded(n.input(2)) : std::nullopt;
+    return v && !v->empty() && std::all_of(v->begin(), v->end(), [](double e) { return e == 0; });
+  }();
+  const bool bias = n.input_size() > 2 && !n.input(2).empty() && !zero_bias;
+  if (bias) {  // C must be a bias of the output width, not an activation (torch.addmm) or matrix
+    const auto c = is_weight(n.input(2)) ? weight_dims(n.input(2)) : std::vector<int64_t>{};
+    const bool row = (c.size() == 1 && c[0] == out_features) ||
+                     (c.size() == 2 && c[0] == 1 && c[1] == out_features);
+    if (!row) return refuse(i, "C is not a bias weight of the output width");
+  }
+  act_[n.output(0)] = b_.linear(id, *a, out_features, bias);
+  // GraphPipe's weight is [out, in]: ONNX's B as is with transB, transposed without.
+  take(id, "weight", n.input(1),
+       trans_b ? graphpipe::v1::ParamSource::LAYOUT_COPY
+               : graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE);
+  if (bias) {
+    take(id, "bias", n.input(2));
+  }
+}
+
+// With a weight: a linear (plus a following Add of a bias of the output width). Of two
+// activations (attention scores and context): a batched matmul over equal leading dimensions.
+void Importer::matmul(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto a = activation(n.input(0));
+  if (!a) return refuse(i, "its first input is not an activation");
+  if (auto b = activation(n.input(1))) {
+    const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
+    if (sa && sb && (sa->size() != sb->size() || sa->size() < 2)) {
+      return refuse(i, "a product of activations " + dims_string(*sa) + " x " + dims_string(*sb) +
+                           " per sample (only equal ranks >= 2 map; no broadcasting)");
+    }
+    act_[n.output(0)] = b_.matmul(id, *a, *b);
+    return;
+  }
+  if (!is_weight(n.input(1))) return refuse(i, "its second input is neither activation nor weight");
+  const auto w = weight_dims(n.input(1));
+  if (w.size() != 2) return refuse(i, "weight of rank " + std::to_string(w.size()));
+  int add = sole_consumer(n.output(0));
+  if (add >= 0 && !only_consumers_in(n.output(0), {add})) add = -1;  // also a graph output
+  bool bias = false;
+  std::string bias_name;
+  std::string result = n.output(0);
+  if (add >= 0 && g_.node(add).op_type() == "Add" && g_.node(add).input_size() == 2) {
+    const auto& an = g_.node(add);
+    const std::string& other = an.input(0) == n.output(0) ? an.input(1) : an.input(0);
+    const auto bd = is_weight(other) ? weight_dims(other) : std::vector<int64_t>{};
+    if (bd.size() == 1 && bd[0] == w[1]) {
+      bias = true;
+      bias_name = other;
+      result = an.output(0);
+      done_[static_cast<size_t>(add)] = true;
+    }
+  }
+  act_[result] = b_.linear(id, *a, w[1], bias);
+  take(id, "weight", n.input(1), graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE);
+  if (bias) take(id, "bias", bias_name);
+}
+
+// Mul or Div of an activation by a scalar constant (attention's 1/sqrt(d), for one).
+void Importer::scale(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  if (n.input_size() != 2) return refuse(i, "expected two inputs");
+  const bool div = n.op_type() == "Div";
+  auto x = activation(n.input(0));
+  auto c = scalar(n.input(1));
+  if (!div && !(x && c)) {
+    x = activation(n.input(1));
+    c = scalar(n.input(0));
+  }
+  if (!x) return refuse(i, "its input is not an activation");
+  if (!c && !div) {
+    auto a = activation(n.input(0)), b = activation(n.input(1));
+    if (a && b) {
+      const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
+      if (sa && sb && *sa != *sb) {
+        return refuse(i, "a product of activations " + dims_string(*sa) + " and " +
+                             dims_string(*sb) + " per sample (no broadcasting)");
+      }
+      act_[n.output(0)] = b_.mul(id, *a, *b);
+      return;
+    }
+  }
+  if (!c) {
+    return refuse(i, std::string(div ? "divides" : "multiplies") +
+                         " by a weight or tensor constant, not a scalar (only a scalar or another "
+                         "activation maps)");
+  }
+  if (div && *c == 0) return refuse(i, "divides by zero");
+  act_[n.output(0)] = b_.scale(id, *x, div ? 1.0 / *c : *c);
+}
+
+void Importer::slice(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x || n.input_size() < 3) return refuse(i, "expected data, starts and ends");
+  auto one = [&](int k, double fallback) -> std::optional<double> {
+    if (k >= n.input_size() || n.input(k).empty()) return fallback;
+    return scalar(n.input(k));
+  };
+  const auto start = one(1, 0), end = one(2, 0), axis = one(3, 0), step = one(4, 1);
+  if (!start || !end || !axis || !step || *step != 1) {
+    return refuse(i, "only one constant axis with step 1 maps");
+  }
+  const auto a = sample_axis(n.input(0), to_index(*axis));
+  // All of the batch (torch.export writes x[:, 0] as x[0:INT64_MAX] along the batch first): a
+  // view of the whole tensor.
+  const auto rank = rank_of(n.input(0));
+  const bool batch_axis = rank && (*axis == 0 || *axis == -static_cast<double>(*rank));
+  if (!a && batch_axis && *start == 0 && *end >= 9.2e18) {
+    act_[n.output(0)] = *x;
+    return;
+  }
+  if (!a) return refuse(i, "slices the batch axis (or an axis out of range)");
+  const auto shape = sample_shape(n.input(0));
+  const int64_t size =
+      shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : -1;
+  if (size <= 0) return refuse(i, "a slice of a tensor of unknown shape");
+  const auto [s, e] = slice_bounds(*start, *end, size);
+  act_[n.output(0)] = b_.slice(id, *x, *a, s, e);
+}
+
+// Expand of a weight over the batch (ViT's class token, learned queries: cls.expand(B, -1, -1))
+// -> broadcast_param, whose input is an activation beside it (it only sets the batch).
+void Importer::expand(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  if (n.input_size() < 2 || !is_weight(n.input(0))) {
+    return refuse(i, "expands an activation (only a weight broadcast over the batch maps)");
+  }
+  const auto target = folded(n.input(1));
+  if (!target || target->empty()) return refuse(i, "the target shape is not constant");
+  const auto dims = weight_dims(n.input(0));
+  if (dims.size() > target->size()) return refuse(i, "the target has fewer dims than the weight");
+  // Numpy broadcasting, aligned right; the first dim must become the batch, the others the
+  // weight's own (a weight broadcast inside a sample would be a different parameter).
+  std::vector<int64_t> sample;
+  const size_t lead = target->size() - dims.size();
+  for (size_t k = 0; k < target->size(); ++k) {
+    const double t = (*target)[k];
+    const int64_t d = k < lead ? 1 : dims[k - lead];
+    if (k == 0) {
+      const bool batch =
+          t == kBatchDim || (static_batch_ > 0 && t == static_cast<double>(static_batch_));
+      if (!batch || d != 1) return refuse(i, "the first target dim is not the batch");
+      continue;
+    }
+    if (!(t == 1 || t == static_cast<double>(d) || t == -1)) {
+      return refuse(i, "target " + dims_string(dims) + " broadcasts the weight inside a sample");
+    }
+    sample.push_back(d);
+  }
+  if (sample.empty()) sample.push_back(1);
+  // An activation the consumer also reads (the patch embeddings a class token is concatenated
+  // to), else the model's first input: the op runs where that is, and takes no gradient from it.
+  std::optional<TensorRef> anchor;
+  for (int c : consumers_[n.output(0)]) {
+    for (const auto& in : g_.node(c).input()) {
+      if (!anchor && in != n.output(0)) anchor = activation(in);
+    }
+  }
+  for (int k = 0; !anchor && k < g_.input_size(); ++k) anchor = activation(g_.input(k).name());
+  if (!anchor) return refuse(i, "no activation to take the batch from");
+  act_[n.output(0)] = b_.broadcast_param(id, *anchor, sample);
+  take(id, "value", n.input(0));
+}
+
+// Split -> one slice per used output.
+void Importer::split(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const int64_t onnx_axis = attr_i(n, "axis", 0);
+  const auto a = sample_axis(n.input(0), onnx_axis);
+  if (!a) return refuse(i, "splits the batch axis (or an axis out of range)");
+  const auto shape = sample_shape(n.input(0));
+  std::vector<int64_t> sizes = attr_ints(n, "split");
+  if (sizes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v) return refuse(i, "split sizes are not constant");
+    for (double s : *v) sizes.push_back(to_index(s));
+  }
+  if (sizes.empty()) {
+    const int64_t dim =
+        shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : 0;
+    if (dim <= 0 || dim % n.output_size() != 0) {
+      return refuse(i, "an equal split of an axis of unknown or indivisible size");
+    }
+    sizes.assign(static_cast<size_t>(n.output_size()), dim / n.output_size());
+  }
+  if (static_cast<int>(sizes.size()) != n.output_size()) {
+    return refuse(i, std::to_string(sizes.size()) + " split sizes for " +
+                         std::to_string(n.output_size()) + " outputs");
+  }
+  int64_t begin = 0;
+  for (int k = 0; k < n.output_size(); ++k) {
+    const int64_t end = begin + sizes[static_cast<size_t>(k)];
+    if (!n.output(k).empty() && !only_consumers_in(n.output(k), {})) {
+      act_[n.output(k)] =
+          b_.slice(k == 0 ? id : unique_id(id + "." + std::to_string(k), id), *x, *a, begin, end);
+    }
+    begin = end;
+  }
+}
+
+// Gather: a lookup in a weight table (an embedding, or an embedding bag when a ReduceSum or
+// ReduceMean over the bag follows), or one constant position of an activation (x[:, k]).
+void Importer::gather(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  if (auto x = activation(n.input(0))) {
+    const auto k = scalar(n.input(1));
+    const auto a = sample_axis(n.input(0), attr_i(n, "axis", 0));
+    const auto shape = sample_shape(n.input(0));
+    if (!k || !a || !shape || shape->size() < 2) {
+      return refuse(i,
+                    "only a lookup in a weight table, or one constant index of a per-sample "
+                    "axis of a tensor with two or more per-sample axes, maps");
+    }
+    const int64_t size = (*shape)[static_cast<size_t>(*a)];
+    int64_t pos = to_index(*k);
+    if (pos < 0) pos += size;
+    if (pos < 0 || pos >= size) return refuse(i, "index out of range");
+    const TensorRef picked = b_.slice(id, *x, *a, pos, pos + 1);
+    // A 0-D index (x[:, k]) drops the axis; a one-element 1-D index keeps it with size 1.
+    const auto c = consts_.find(n.input(1));
+    if (c != consts_.end() && c->second->dims_size() > 0) {
+      act_[n.output(0)] = picked;
+      return;
+    }
+    std::vector<int64_t> dropped = *shape;
+    dropped.erase(dropped.begin() + *a);
+    act_[n.output(0)] = b_.reshape(unique_id(id + ".reshape", id), picked, dropped);
+    return;
+  }
+  if (!is_weight(n.input(0)) || !activation(n.input(1)) || attr_i(n, "axis", 0) != 0) {
+    return refuse(i, "only a lookup in a weight table maps");
+  }
+  const auto table = weight_dims(n.input(0));
+  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
+  const int r = sole_consumer(n.output(0));
+  if (r >= 0 && only_consumers_in(n.output(0), {r}) && rank_of(n.input(1)) == 2 &&
+      (g_.node(r).op_type() == "ReduceSum" || g_.node(r).op_type() == "ReduceMean") &&
+      g_.node(r).output_size() == 1) {  // embedding_bag() writes the reducer's output
+    const auto axes = axes_of(g_.node(r));
+    if (axes && axes->size() == 1 && ((*axes)[0] == 1 || (*axes)[0] == -2) &&
+        attr_i(g_.node(r), "keepdims", 1) == 0) {
+      return embedding_bag(i, id);
+    }
+  }
+  const auto ids_rank = rank_of(n.input(1));
+  if (!ids_rank) return refuse(i, "ids of unknown rank");
+  TensorRef out = b_.embedding(id, *activation(n.input(1)), table[0], table[1]);
+  take(id, "weight", n.input(0));
+  // ONNX ids [batch] are per-sample [1] here: the lookup's [1, dim] is the sample's [dim].
+  if (*ids_rank == 1) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
+  act_[n.output(0)] = out;
+}
+
+// Gather(table, ids [batch, bag]) then ReduceSum/ReduceMean over the bag: an embedding bag.
+void Importer::embedding_bag(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto ids = activation(n.input(1));
+  const auto table = weight_dims(n.input(0));  // gather() checked it is [rows, dim]
+  const int r = sole_consumer(n.output(0));    // and that this reduces the bag axis
+  const auto& red = g_.node(r);
+  done_[static_cast<size_t>(r)] = true;
+  TensorRef out = b_.embedding_bag(id, *ids, table[0], table[1]);
+  take(id, "weight", n.input(0));
+  if (red.op_type() == "ReduceMean") set_attr(op_by_id(id), "mode", std::string_view("mean"));
+  act_[red.output(0)] = out;
+}
+
+std::optional<std::vector<int64_t>> Importer::axes_of(const onnx::NodeProto& n) const {
+  std::vector<int64_t> axes = attr_ints(n, "axes");
+  if (axes.empty() && n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v) return std::nullopt;
+    for (double a : *v) axes.push_back(static_cast<int64_t>(a));
+  }
+  return axes;
+}
+
+// ReduceSum/ReduceMean over per-sample axes: one reduce per axis (each keeps its axis with size
+// 1), then a reshape that drops them unless keepdims.
+void Importer::reduce(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto axes = axes_of(n);
+  const auto shape = sample_shape(n.input(0));
+  if (!axes || axes->empty() || !shape) {
+    return refuse(i,
+                  "reduces over axes that are not constant, over all axes, or a tensor of "
+                  "unknown shape");
+  }
+  std::set<int64_t> sample_axes;
+  for (int64_t a : *axes) {
+    const auto s = sample_axis(n.input(0), a);
+    if (!s) return refuse(i, "reduces over the batch axis (or an axis out of range)");
+    sample_axes.insert(*s);
+  }
+  const bool mean = n.op_type() == "ReduceMean";
+  TensorRef y = *x;
+  std::vector<int64_t> kept = *shape, dropped;
+  for (int64_t a : sample_axes) {
+    y = b_.reduce(a == *sample_axes.begin() ? id : unique_id(id + "." + std::to_string(a), id), y,
+                  a, mean);
+    kept[static_cast<size_t>(a)] = 1;
+  }
+  for (size_t k = 0; k < shape->size(); ++k) {
+    if (!sample_axes.count(static_cast<int64_t>(k))) dropped.push_back((*shape)[k]);
+  }
+  if (dropped.empty()) dropped.push_back(1);
+  if (attr_i(n, "keepdims", 1) == 0 && dropped != kept) {
+    y = b_.reshape(unique_id(id + ".reshape", id), y, dropped);
+  }
+  act_[n.output(0)] = y;
+}
+
+// x + a weight broadcast over the batch (and leading per-sample axes): a learned bias_add, the
+// weight's leading size-1 axes dropped.
+void Importer::bias_add(int i, const std::string& id, const TensorRef& x,
+                        const std::string& weight) {
+  const auto& n = g_.node(i);
+  std::vector<int64_t> w = weight_dims(weight);
+  while (!w.empty() && w.front() == 1) w.erase(w.begin());
+  if (w.empty()) w.push_back(1);
+  const auto shape = sample_shape(n.input(0) == weight ? n.input(1) : n.input(0));
+  if (!shape) return refuse(i, "adds a weight to a tensor of unknown shape");
+  const bool suffix = w.size() <= shape->size() &&
+                      std::equal(w.begin(), w.end(), shape->end() - static_cast<long>(w.size()));
+  if (!suffix) {
+    return refuse(i, "adds a weight " + dims_string(weight_dims(weight)) + " that is not the " +
+                         "trailing dimensions of the activation " + dims_string(*shape) +
+                         " (only a broadcast over the leading axes maps)");
+  }
+  act_[n.output(0)] = b_.bias_add(id, x, w);
+  take(id, "bias", weight);
+}
+
+// Clip(x, min, max) with constant bounds (ReLU6 is Clip(0, 6)).
+void Importer::clip(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  constexpr double kMax = 3.0e38;  // an absent bound: no clipping on that side
+  double lo = -kMax, hi = kMax;
+  if (opset_ > 0 && opset_ < 11) {
+    lo = attr_f(n, "min", -kMax);
+    hi = attr_f(n, "max", kMax);
+  } else {
+    for (int k = 1; k < 3 && k < n.input_size(); ++k) {
+      if (n.input(k).empty()) continue;
+      const auto v = scalar(n.input(k));
+      if (!v) return refuse(i, "a bound that is not a scalar constant");
+      (k == 1 ? lo : hi) = std::clamp(*v, -kMax, kMax);
+    }
+  }
+  if (lo > hi) return refuse(i, "min > max");
+  act_[n.output(0)] = b_.clip(id, *x, lo, hi);
+}
+
+// Zero padding of H and W whose only consumer is a Conv or an AveragePool: that op pads instead.
+void Importer::pad(int i) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  if (attr_s(n, "mode", "constant") != "constant") {
+    return refuse(i, "mode = " + attr_s(n, "mode", "") + " (only zero padding maps)");
+  }
+  std::vector<int64_t> pads = attr_ints(n, "pads");
+  double value = attr_f(n, "value", 0);
+  if (n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v) return refuse(i, "pads are not constant");
+    pads.clear();
+    for (double p : *v) pads.push_back(static_cast<int64_t>(p));
+  }
+  if (n.input_size() > 2 && !n.input(2).empty()) {
+    auto v = scalar(n.input(2));
+    if (!v) return refuse(i, "the pad value is not a scalar constant");
+    value = *v;
+  }
+  if (n.input_size() > 3 && !n.input(3).empty())
+    return refuse(i, "pads only some axes (axes input)");
+  if (value != 0) return refuse(i, "pads with " + std::to_string(value) + " (only zeros map)");
+  if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] ||
+      pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0) {
+    return refuse(i, "pads " + dims_string(pads) +
+                         " (only equal zero padding of H and W of an [N, C, H, W] tensor maps)");
+  }
+  const int c = sole_consumer(n.output(0));
+  const bool absorbed = c >= 0 && only_consumers_in(n.output(0), {c}) &&
+                        (g_.node(c).op_type() == "Conv" || g_.node(c).op_type() == "AveragePool") &&
+                        g_.node(c).input(0) == n.output(0);
+  if (!absorbed) return refuse(i, "zero padding maps only into a following Conv or AveragePool");
+  pad_of_[n.output(0)] = {pads[2], pads[3]};
+  act_[n.output(0)] = *x;
+}
+
+void Importer::transpose(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto perm = attr_ints(n, "perm");
+  if (perm.empty() || perm[0] != 0) {
+    return refuse(i, "perm " + dims_string(perm) + " moves the batch axis");
+  }
+  std::vector<int64_t> sample_perm;
+  for (size_t k = 1; k < perm.size(); ++k) sample_perm.push_back(perm[k] - 1);
+  act_[n.output(0)] = b_.transpose(id, *x, sample_perm);
+}
+
+// Reshape, Flatten, Squeeze and Unsqueeze: a copy into a new per-sample shape, taken from the
+// constant (or folded) target shape, else from the output's shape information.
+void Importer::reshape(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const std::string& t = n.op_type();
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto in_shape = sample_shape(n.input(0));
+  std::optional<std::vector<int64_t>> shape;
+  if (t == "Flatten") {
+    if (attr_i(n, "axis", 1) != 1) return refuse(i, "flattens the batch into other dimensions");
+    if (in_shape) shape = std::vector<int64_t>{product(*in_shape)};
+  } else if (t == "Reshape" && n.input_size() > 1) {
+    if (auto target = folded(n.input(1))) {
+      if (target->empty()) return refuse(i, "reshapes to a scalar");
+      if (attr_i(n, "allowzero", 0) != 0 &&
+          std::find(target->begin(), target->end(), 0.0) != target->end()) {
+        return refuse(i, "allowzero = 1 with a zero-size dimension");
+      }
+      const double first = (*target)[0];
+      if (!(first == kBatchDim || first == 0 || first == -1 ||
+            (static_batch_ > 0 && first == static_cast<double>(static_batch_)))) {
+        return refuse(i, "target shape does not keep the batch as its first dimension");
+      }
+      std::vector<int64_t> s;
+      int infer = -1;
+      for (size_t k = 1; k < target->size(); ++k) {
+        const double v = (*target)[k];
+        if (v == 0 && in_shape && k - 1 < in_shape->size()) {
+          s.push_back((*in_shape)[k - 1]);
+        } else if (v == -1 && infer < 0 && first != -1) {
+          infer = static_cast<int>(s.size());
+          s.push_back(1);
+        } else if (v >= 1 && v == std::floor(v) && v < 1e15) {
+          s.push_back(static_cast<int64_t>(v));
+        } else {
+          return refuse(i,
+                        "target shape element " + std::to_string(k) +
+                            " is not a per-sample size (it depends on the batch or is -1 twice)");
+        }
+      }
+      if (infer >= 0) {
+        if (!in_shape) return refuse(i, "infers a dimension of an input of unknown shape");
+        s[static_cast<size_t>(infer)] = product(*in_shape) / product(s);
+      }
+      if (s.empty()) s.push_back(1);
+      shape = s;
+    }
+  }
+  if (!shape && (t == "Squeeze" || t == "Unsqueeze")) {
+    auto result = squeezed(i);
+    if (result.ok()) {
+      shape = *result;
+    } else if (!(shape = sample_shape(n.output(0)))) {
+      return refuse(i, result.status().message());
+    }
+  }
+  if (!shape) shape = sample_shape(n.output(0));
+  if (!shape) return refuse(i, "its output shape is unknown");
+  if (in_shape && *in_shape == *shape) return void(act_[n.output(0)] = *x);
+  act_[n.output(0)] = b_.reshape(id, *x, *shape);
+}
+
+// The per-sample shape after a Squeeze or Unsqueeze, from the input's shape and the axes
+// (attribute before opset 13, constant input since).
+Result<std::vector<int64_t>> Importer::squeezed(int i) const {
+  const auto& n = g_.node(i);
+  const bool un = n.op_type() == "Unsqueeze";
+  const auto constant_axes = axes_of(n);
+  if (!constant_axes) return invalid_argument("axes are not constant");
+  const std::vector<int64_t>& axes = *constant_axes;
+  auto dims = onnx_shape(n.input(0));
+  if (!dims) return invalid_argument("its input's shape is unknown");
+  const int64_t rank =
+      static_cast<int64_t>(dims->size()) + (un ? static_cast<int64_t>(axes.size()) : 0);
+  std::set<int64_t> at;
+  for (int64_t a : axes) {
+    const int64_t k = a < 0 ? a + rank : a;
+    if (k <= 0 || k >= rank) {
+      return invalid_argument("axes " + dims_string(axes) +
+                              " touch the batch axis or are out of range");
+    }
+    at.insert(k);
+  }
+  std::vector<int64_t> out;
+  if (un) {
+    for (int64_t k = 0, src = 0; k < rank; ++k) {
+      out.push_back(at.count(k) ? 1 : (*dims)[static_cast<size_t>(src++)]);
+    }
+  } else {
+    for (int64_t k = 0; k < rank; ++k) {
+      const int64_t d = (*dims)[static_cast<size_t>(k)];
+      const bool drop = axes.empty() ? (k > 0 && d == 1) : at.count(k) > 0;
+      if (drop && d != 1) return invalid_argument("squeezes an axis of size " + std::to_string(d));
+      if (!drop) out.push_back(d);
+    }
+  }
+  out.erase(out.begin());  // the batch
+  for (int64_t d : out) {
+    if (d <= 0) return invalid_argument("its input's shape is not fully known");
+  }
+  if (out.empty()) out.push_back(1);
+  return out;
+}
+
+void Importer::conv(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x || n.input_size() < 2 || !is_weight(n.input(1))) {
+    return refuse(i, "expected an activation convolved with a weight");
+  }
+  const auto w = weight_dims(n.input(1));
+  if (w.size() != 4)
+    return refuse(i, "a weight of rank " + std::to_string(w.size()) + " (only 2-D)");
+  for (int64_t d : attr_ints(n, "dilations")) {
+    if (d != 1) return refuse(i, "dilations other than 1");
+  }
+  const std::string auto_pad = attr_s(n, "auto_pad", "NOTSET");
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") return refuse(i, "auto_pad = " + auto_pad);
+  std::vector<int64_t> pads = attr_ints(n, "pads");
+  if (pads.empty()) pads = {0, 0, 0, 0};
+  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
+    return refuse(i, "pads " + dims_string(pads) + " (only symmetric 2-D padding)");
+  }
+  if (auto p = pad_of_.find(n.input(0)); p != pad_of_.end()) {  // a Pad node before it
+    pads[0] += p->second[0];
+    pads[1] += p->second[1];
+  }
+  std::vector<int64_t> strides = attr_ints(n, "strides");
+  if (strides.empty()) strides = {1, 1};
+  // torch 2.x's unoptimised exports give a bias-free conv a computed all-zero bias.
+  const bool zero_bias = [&] {
+    const auto v = n.input_size() > 2 && !is_weight(n.input(2)) ? folded(n.input(2)) : std::nullopt;
+    return v && !v->empty() && std::all_of(v->begin(), v->end(), [](double e) { return e == 0; });
+  }();
+  const bool bias = n.input_size() > 2 && !n.input(2).empty() && !zero_bias;
+  if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[0]}) {
+    return refuse(i, "bias B is not a weight of the output channels");
+  }
+  act_[n.output(0)] = b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias);
+  if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
+    set_attr(op_by_id(id), "groups", groups);  // weight [out, C/groups, kh, kw] in both
+  }
+  take(id, "weight", n.input(1));  // [out, C, kh, kw] both
+  if (bias) take(id, "bias", n.input(2));
+}
+
+void Importer::pool(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const std::string& t = n.op_type();
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  for (int k = 1; k < n.output_size(); ++k) {
+    if (!n.output(k).empty() && !only_consumers_in(n.output(k), {})) {
+      return refuse(i, "its indices output is used");
+    }
+  }
+  const bool max = t == "MaxPool" || t == "GlobalMaxPool";
+  std::vector<int64_t> kernel, strides, pads;
+  if (t == "GlobalAveragePool" || t == "GlobalMaxPool") {
+    const auto s = sample_shape(n.input(0));
+    if (!s || s->size() != 3) return refuse(i, "a global pool of an input that is not [C, H, W]");
+    kernel = {(*s)[1], (*s)[2]};
+    strides = kernel;
+    pads = {0, 0, 0, 0};
+  } else {
+    kernel = attr_ints(n, "kernel_shape");
+    strides = attr_ints(n, "strides");
+    pads = attr_ints(n, "pads");
+    if (strides.empty()) strides = {1, 1};  // ONNX's default, unlike PyTorch's
+    if (pads.empty()) pads = {0, 0, 0, 0};
+    if (kernel.size() != 2) return refuse(i, "kernel_shape " + dims_string(kernel) + " (only 2-D)");
+    for (int64_t d : attr_ints(n, "dilations")) {
+      if (d != 1) return refuse(i, "dilations other than 1");
+    }
+    const std::string auto_pad = attr_s(n, "auto_pad", "NOTSET");
+    if (auto_pad != "NOTSET" && auto_pad != "VALID") return refuse(i, "auto_pad = " + auto_pad);
+    if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
+      return refuse(i, "pads " + dims_string(pads) + " (only symmetric 2-D padding)");
+    }
+  }
+  std::vector<int64_t> padding = {pads[0], pads[1]};
+  bool include_pad = attr_i(n, "count_include_pad", 0) != 0;
+  if (auto p = pad_of_.find(n.input(0)); p != pad_of_.end() && (p->second[0] || p->second[1])) {
+    // Explicit zeros count in the mean, as count_include_pad = 1 does for the pool's own padding.
+    if (!include_pad && (padding[0] || padding[1])) {
+      return refuse(i, "pads of its own with count_include_pad = 0 after a Pad node");
+    }
+    padding[0] += p->second[0];
+    padding[1] += p->second[1];
+    include_pad = true;
+  }
+  if (padding[0] >= kernel[0] || padding[1] >= kernel[1]) {
+    return refuse(i, "padding " + dims_string(padding) + " not smaller than the kernel " +
+                         dims_string(kernel));
+  }
+  act_[n.output(0)] = max ? b_.max_pool2d(id, *x, kernel, strides, padding)
+                          : b_.avg_pool2d(id, *x, kernel, strides, padding, include_pad);
+  if (attr_i(n, "ceil_mode", 0) != 0) set_attr(op_by_id(id), "ceil_mode", int64_t{1});
+}
+
+// Trains with batch statistics (the running mean and variance of an eval-mode export are not
+// used); scale and bias become gamma and beta.
+void Importer::batch_norm(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x || n.input_size() < 3 || !is_weight(n.input(1)) || !is_weight(n.input(2))) {
+    return refuse(i, "expected an activation with scale and bias weights");
+  }
+  for (int k = 1; k < n.output_size(); ++k) {
+    if (!n.output(k).empty() && !only_consumers_in(n.output(k), {})) {
+      return refuse(i, "its running statistics outputs are used");
+    }
+  }
+  act_[n.output(0)] = b_.batch_norm(id, *x, attr_f(n, "epsilon", 1e-5));
+  // One output and no training_mode: the eval form, normalising with the running statistics,
+  // unless the traced program ran it in training (torch 2.x's dynamo export writes the eval form
+  // for a train-mode module, its metadata naming _native_batch_norm_legit_functional).
+  const std::string traced = onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
+  const bool traced_training = traced.find("_native_batch_norm_legit_functional") != traced.npos ||
+                               traced.find("_native_batch_norm_legit.default") != traced.npos;
+  if (attr_i(n, "training_mode", 0) == 0 && n.output_size() == 1 && !traced_training) {
+    if (eval_batch_norms_++ == 0) first_eval_batch_norm_ = where(i);
+  }
+  take(id, "gamma", n.input(1));
+  take(id, "beta", n.input(2));
+}
+
+}  // namespace gp::model::onnx_detail

@@ -1,0 +1,292 @@
+// The ONNX importer's internals (private to gp_model). One pass over the topologically sorted
+// ONNX nodes, after three pre-passes: constant and shape folding (the Shape/Gather/Concat
+// arithmetic exporters emit for reshapes), weight inputs (export_params=False), and fused
+// patterns that exporters split into many nodes (erf and tanh GELU, decomposed layer norm).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gp/model/builder.h"
+#include "gp/model/onnx_import.h"
+#include "onnx/onnx_pb.h"
+
+namespace gp::model::onnx_detail {
+
+constexpr int kOnnxFloat = 1, kOnnxInt32 = 6, kOnnxInt64 = 7, kOnnxFloat16 = 10, kOnnxDouble = 11,
+              kOnnxBfloat16 = 16;
+// A folded shape element that equals the (symbolic) batch size.
+constexpr double kBatchDim = -1e15;
+
+std::string sanitize(const std::string& s);
+// Values of a constant tensor (typed fields or raw little-endian bytes), as doubles.
+std::vector<double> values_of(const onnx::TensorProto& t);
+const onnx::AttributeProto* attr(const onnx::NodeProto& n, const std::string& name);
+int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t fallback);
+double attr_f(const onnx::NodeProto& n, const std::string& name, double fallback);
+std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& fallback);
+std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name);
+
+// A folded value as an index or size: truncated, NaN as 0 and clamped to +-2^62, so that no
+// value of a malformed model makes the conversion undefined (callers range-check the result).
+inline int64_t to_index(double v) {
+  constexpr double kLimit = 4611686018427387904.0;  // 2^62
+  if (!(v == v)) return 0;
+  return static_cast<int64_t>(v < -kLimit ? -kLimit : v > kLimit ? kLimit : v);
+}
+
+// ONNX Slice's [start, end) on an axis of `size`: negative positions count from the end, then
+// both are clamped to [0, size] (end may come out below start: an empty slice).
+inline std::pair<int64_t, int64_t> slice_bounds(double start, double end, int64_t size) {
+  auto position = [size](double v) {
+    int64_t p = std::clamp<int64_t>(to_index(v), -size - 1, size + 1);
+    if (p < 0) p += size;
+    return std::clamp<int64_t>(p, 0, size);
+  };
+  return {position(start), position(end)};
+}
+
+// A folded shape-math value, and whether it is an integer (integer Div truncates).
+struct FoldedValue {
+  std::vector<double> values;
+  bool ints = false;
+};
+// The value of shape-math node `n` (any folded type but Constant, Shape and CastLike, which read
+// the graph) from its inputs' values (an absent optional input: empty); nullopt when the folder
+// does not compute this node.
+std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
+                                       const std::vector<FoldedValue>& in);
+
+// The value of a Constant node given by a value_float/_int/_floats/_ints attribute; nullopt for
+// a tensor attribute (the caller reads that from its initializer table) or none.
+std::optional<FoldedValue> constant_attr_value(const onnx::NodeProto& n);
+// Shape node `n`'s output for an input of dims `dims`: the dims from its `start` to its `end`.
+std::vector<double> shape_range(const onnx::NodeProto& n, const std::vector<double>& dims);
+// fold_values of `n` with each named input's value from `lookup` (an absent input: empty);
+// nullopt when an input has no value.
+std::optional<FoldedValue> fold_node(
+    const onnx::NodeProto& n,
+    const std::function<std::optional<FoldedValue>(const std::string&)>& lookup);
+
+// ONNX's own shape inference (libonnx) in a child process: adds the value_info it infers for
+// tensors the model gives none; a failure adds a warning and leaves the model as it was.
+void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
+                       std::vector<std::string>* warnings);
+
+// The names `n`'s subgraphs (Loop and If bodies) read from the graph around them.
+std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
+// Calls `visit` on `n` and on every node of its subgraphs (Loop and If bodies), nested to a
+// bounded depth.
+void visit_nested(const onnx::NodeProto& n,
+                  const std::function<void(const onnx::NodeProto&)>& visit);
+
+// Whether convert() has a mapping for ONNX op type `t` (given activations for its inputs).
+bool mapped_type(const std::string& t);
+// How many inputs a mapped ONNX type needs at least (0 for other types).
+int min_inputs(const std::string& t);
+
+// A pattern of several ONNX nodes that becomes one operator, emitted at its last node.
+struct Fused {
+  enum class Kind { kGelu, kLayerNorm, kAttention, kEmbeddingBag };
+  Kind kind = Kind::kGelu;
+  std::string x;            // the pattern's input tensor
+  std::string gamma, beta;  // layer norm: scale and shift weights ("" when absent)
+  double epsilon = 1e-5;
+  bool exact = false;  // gelu: the erf form (else the tanh approximation)
+  // attention: the packed input projection (MatMul weight [E, 3E], bias [3E], columns q, k, v)
+  // and the output projection (Gemm weight [E, E], transposed unless out_trans_b; bias [E]).
+  std::string in_weight, in_bias, out_weight, out_bias;
+  bool out_trans_b = true;
+  int64_t heads = 0;
+  // embedding bag: the [rows, dim] table, whether bags are averaged (else summed), and whether
+  // its ids are padded with -1 (bags of varying length).
+  std::string table;
+  bool mean = false;
+  bool padded = false;
+  std::string name;  // of the pattern's first node, which names the operator
+};
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, std::string path, OnnxImportOptions options);
+  Result<ModelGraph> run();
+
+ private:
+  // importer.cc: inputs, weights, folding, lookups, losses, opaque nodes.
+  static std::vector<int64_t> dims_of(const onnx::ValueInfoProto& vi);
+  static bool batch_first(const onnx::ValueInfoProto& in);
+  void find_weight_inputs();
+  // Identity or Transpose of a weight (torch's de-duplicated parameters, the weight transposes
+  // of train-mode exports): a weight itself, with its values transposed where it has them.
+  bool fold_weight_view(const onnx::NodeProto& n);
+  // Where a weight view leads: the tensor whose values it shows (through every view) and the
+  // parameter source it is (through Transposes only), each with whether it is transposed.
+  struct ViewOf {
+    std::string values;
+    bool values_transposed;
+    std::string source;
+    bool source_transposed;
+  };
+  ViewOf resolve_view(const std::string& name) const;
+  Status add_input(const onnx::ValueInfoProto& in);
+  Status check_initializers() const;
+  // Every tensor a node reads is a graph input, an initializer or a node's output.
+  Status check_defined() const;
+  // Tied weights (one weight read by several operators) and constant-folded conv weights.
+  Status check_weight_sharing();
+  void fold_constants();
+  // Shape inference of the operators added since op `first`, so that later nodes know the
+  // shapes of activations without the model's shape information.
+  void infer_new_ops(int first);
+  bool fold(const onnx::NodeProto& n);
+  Status add_losses();
+  bool try_opaque(int i);  // --allow-opaque: node i as an opaque operator
+
+  bool is_weight(const std::string& name) const;
+  std::vector<int64_t> weight_dims(const std::string& name) const;
+  std::optional<std::vector<float>> float_values(const std::string& name) const;
+  std::optional<std::vector<double>> folded(const std::string& name) const;
+  std::optional<double> scalar(const std::string& name) const;
+  std::optional<TensorRef> activation(const std::string& name) const;
+  // The ONNX shape of a tensor (value_info, graph inputs and outputs); -1 for symbolic dims.
+  std::optional<std::vector<int64_t>> onnx_shape(const std::string& name) const;
+  // The per-sample shape of a batch-first tensor: its dims after the batch, all known.
+  std::optional<std::vector<int64_t>> sample_shape(const std::string& name) const;
+  std::optional<int64_t> rank_of(const std::string& name) const;
+  // ONNX `axis` of tensor `name` as a per-sample axis; nullopt for the batch axis or an axis out
+  // of range (negative axes count from the tensor's rank, which must then be known).
+  std::optional<int64_t> sample_axis(const std::string& name, int64_t axis) const;
+  int sole_consumer(const std::string& name) const;
+  int producer(const std::string& name) const;  // -1 for inputs and initializers
+  bool only_consumers_in(const std::string& name, const std::set<int>& nodes) const;
+  std::string unique_id(const std::string& wanted, const std::string& fallback);
+  std::string where(int i) const;
+  void refuse(int i, const std::string& why);
+  Operator& op_by_id(const std::string& id);
+  void set_values(const std::string& id, const std::string& param, const std::vector<float>& v);
+  // Parameter `param` of op `id` from ONNX tensor `name` in `layout` (model.proto ParamSource;
+  // `count` elements for the block layouts): its values where the model has them, and always
+  // its source, resolved through Identity/Transpose views to the initializer or weight input.
+  using Layout = graphpipe::v1::ParamSource::Layout;
+  void take(const std::string& id, const std::string& param, const std::string& name,
+            Layout layout = graphpipe::v1::ParamSource::LAYOUT_COPY, int64_t offset = 0,
+            int64_t count = 0);
+
+  // convert.cc: one ONNX node (or the last node of a fused pattern) to catalogue operators.
+  void convert(int i);
+  void emit_fused(int i, const Fused& f);
+  void emit_attention(int i, const Fused& f, const TensorRef& x);
+  void gemm(int i, const std::string& id);
+  void matmul(int i, const std::string& id);
+  void scale(int i, const std::string& id);
+  void slice(int i, const std::string& id);
+  void expand(int i, const std::string& id);
+  void split(int i, const std::string& id);
+  void embedding_bag(int i, const std::string& id);
+  void transpose(int i, const std::string& id);
+  void pad(int i);
+  void clip(int i, const std::string& id);
+  void reduce(int i, const std::string& id);
+  void bias_add(int i, const std::string& id, const TensorRef& x, const std::string& weight);
+  void gather(int i, const std::string& id);
+  // The axes of a ReduceSum/ReduceMean/Squeeze/Unsqueeze: the attribute, or the constant input
+  // (from opset 13, 18 for ReduceMean); nullopt when they are not constant.
+  std::optional<std::vector<int64_t>> axes_of(const onnx::NodeProto& n) const;
+  void reshape(int i, const std::string& id);
+  Result<std::vector<int64_t>> squeezed(int i) const;
+  void conv(int i, const std::string& id);
+  void pool(int i, const std::string& id);
+  void batch_norm(int i, const std::string& id);
+
+  // patterns.cc: fused patterns found before conversion.
+  void find_patterns();
+  bool match_gelu(int start);
+  bool match_layer_norm(int start);
+  // nn.MultiheadAttention as torch exports it: the batch moved to axis 1, a packed QKV MatMul,
+  // heads folded into the batch, and back (see patterns.cc).
+  bool match_attention(int start);
+  struct AttentionMatch;
+  void claim(const std::set<int>& nodes, int last, Fused f);
+  // Adds to `nodes` the shape arithmetic between nodes `first` and `last` (exclusive) that is not
+  // folded yet and feeds only `nodes`: it belongs to the pattern.
+  void absorb_shape_math(std::set<int>* nodes, int first, int last) const;
+  // Whether every output of `nodes` but `last`'s is read only by nodes in `inside` (and is no
+  // graph output): a pattern's inner tensors may not be needed elsewhere.
+  bool stays_inside(const std::set<int>& nodes, int last, const std::set<int>& inside) const;
+  // attention_views.cc: nn.MultiheadAttention as torch 2.x exports it (dynamo and TorchScript),
+  // matched when its first node, a Transpose of the [batch, sequence, embedding] input, is
+  // reached (the input's shape is known then) by following the views symbolically.
+  struct ViewTrace;
+  struct AttentionViewMatch;
+  bool match_attention_views(int start);
+  // embedding_bag_loop.cc: nn.EmbeddingBag over [batch, bag] ids, which torch writes as a Loop
+  // over the bags (differently per exporter and option); matched by running the loop on probe
+  // values and comparing with what embedding_bag computes.
+  bool match_embedding_bag_loop(int loop);
+  struct LoopRegion;
+  std::optional<LoopRegion> loop_region(int loop) const;
+  bool bag_loop(const LoopRegion& r, Fused* f) const;
+  // The one [rows, dim] table the region gathers from.
+  std::optional<std::string> bag_table(const LoopRegion& r) const;
+  // Whether the nodes carrying the values of `values` (inputs) or of `table` feed only the
+  // region (index arithmetic on the batch size may be shared with other loops).
+  bool values_stay_inside(const LoopRegion& r, const std::set<std::string>& values,
+                          const std::string& table) const;
+  // Runs the region on probe values: whether it averages (else sums) each bag of [batch, bag]
+  // ids (offsets empty) or of ids split by an offsets input; nullopt when it computes other.
+  std::optional<bool> probe_bag_loop(const LoopRegion& r, const std::string& ids, int64_t bag,
+                                     const std::string& offsets, const std::string& table) const;
+  // Before the inputs are added: loops that are nn.EmbeddingBag over ids with offsets.
+  void find_ragged_bags();
+  struct RaggedBag {
+    std::string ids, offsets, table;
+    bool mean = false;
+  };
+  std::map<int, RaggedBag> ragged_;             // by loop
+  std::map<int, std::string> ragged_refusals_;  // such loops without --max-bag: why refused
+  const RaggedBag* ragged_by_input(const std::string& name, bool offsets) const;
+  bool is_data_input(const std::string& name) const;
+
+  const onnx::GraphProto& g_;
+  std::string path_;
+  OnnxImportOptions options_;
+  GraphBuilder b_;
+  std::map<std::string, const onnx::TensorProto*> consts_;
+  std::map<std::string, std::vector<double>> folded_;
+  std::set<std::string> folded_int_;  // folded values of integer type (Div truncates)
+  int64_t opset_ = 0;                 // of the default domain
+  std::map<std::string, std::vector<int64_t>> shapes_;
+  std::map<std::string, int> elem_types_;
+  std::set<std::string> weight_inputs_;
+  // Every weight view (Identity or Transpose of a weight) by name: its dims, and the tensor it
+  // views with whether it transposes it.
+  std::map<std::string, std::vector<int64_t>> view_dims_;
+  std::map<std::string, std::pair<std::string, bool>> view_of_;
+  // Zero padding of a Pad node, by its output, that its Conv or AveragePool consumer absorbs.
+  std::map<std::string, std::array<int64_t, 2>> pad_of_;
+  int64_t static_batch_ = 0;  // a static export's traced batch size (0: symbolic)
+  std::map<std::string, std::vector<int>> consumers_;
+  std::map<std::string, int> producer_;  // node index by output name
+  std::map<std::string, TensorRef> act_;
+  std::map<std::string, std::vector<TensorSpec>> specs_;  // outputs by operator id
+  std::map<int, Fused> fused_;                            // by the pattern's last node
+  std::set<std::string> used_ids_;
+  std::vector<bool> done_;
+  std::vector<std::string> unsupported_;
+  std::set<std::string> poisoned_;   // outputs of refused nodes and of nodes fed by them
+  std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too
+  bool fed_by_refused_ = false;
+  int eval_batch_norms_ = 0;  // BatchNormalization nodes in eval form, and the first of them
+  std::string first_eval_batch_norm_;
+  int current_ = -1;        // the node being converted
+  std::string current_id_;  // and the operator id it was given
+};
+
+}  // namespace gp::model::onnx_detail

@@ -1,0 +1,373 @@
+#include "gp/model/ops.h"
+
+#include <array>
+#include <string>
+
+#include "ops_internal.h"
+
+namespace gp::model {
+namespace {
+
+using namespace detail;  // NOLINT: the infer functions
+
+// The one table that knows which op types exist, and the one place their names meet their ids.
+constexpr std::array kCatalogue = {
+    OpTypeInfo{
+        OpType::kInput, "input", "graph input (data or labels); declares its per-sample output",
+        "none; outputs[0] gives the per-sample shape and dtype", 0, 0, true, false, &infer_input},
+    OpTypeInfo{OpType::kLinear, "linear", "y = act(x W^T + b) over the last dimension",
+               "out_features (int, required), bias (0|1, default 1), "
+               "activation (none|relu|gelu, default none)",
+               1, 1, false, false, &infer_linear},
+    OpTypeInfo{OpType::kEmbeddingBag, "embedding_bag",
+               "sum (or mean) of the embedding rows named by a bag of ids",
+               "num_embeddings (int, required), embedding_dim (int, required), "
+               "mode (sum|mean, default sum), padding_idx (int, optional: ids equal to it are "
+               "skipped and not counted by mean; -1 pads bags of varying length)",
+               1, 1, false, false, &infer_embedding_bag},
+    OpTypeInfo{OpType::kEmbedding, "embedding",
+               "the embedding row of every id: ids [...] -> [..., embedding_dim]",
+               "num_embeddings (int, required), embedding_dim (int, required)", 1, 1, false, false,
+               &infer_embedding},
+    OpTypeInfo{OpType::kAttention, "multi_head_attention",
+               "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
+               "output projection",
+               "num_heads (int, required, divides hidden), bias (0|1, default 1)", 1, 1, false,
+               false, &infer_attention},
+    OpTypeInfo{OpType::kLayerNorm, "layer_norm",
+               "normalise the last dimension, then scale and shift",
+               "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_layer_norm},
+    OpTypeInfo{OpType::kRelu, "relu", "max(x, 0)", "none", 1, 1, false, false, &infer_relu},
+    OpTypeInfo{OpType::kGelu, "gelu", "x * Phi(x): the tanh approximation, or exact (erf)",
+               "approximate (tanh|none, default tanh; none is exact, as torch's nn.GELU())", 1, 1,
+               false, false, &infer_gelu},
+    OpTypeInfo{OpType::kSoftmax, "softmax", "softmax over the last dimension", "none", 1, 1, false,
+               false, &infer_softmax},
+    OpTypeInfo{OpType::kSigmoid, "sigmoid", "1 / (1 + exp(-x))", "none", 1, 1, false, false,
+               &infer_sigmoid},
+    OpTypeInfo{OpType::kTanh, "tanh", "tanh(x) (BERT's pooler, gates)", "none", 1, 1, false, false,
+               &infer_tanh},
+    OpTypeInfo{OpType::kClip, "clip", "min(max(x, min), max) (ReLU6 is clip 0..6)",
+               "min (float, required, finite), max (float, required, finite, >= min)", 1, 1, false,
+               false, &infer_clip},
+    OpTypeInfo{OpType::kMul, "mul", "element-wise product of two tensors of one shape", "none", 2,
+               2, false, false, &infer_mul},
+    OpTypeInfo{
+        OpType::kReduce, "reduce", "sum (or mean) over one per-sample axis, kept with size 1",
+        "axis (int, default -1), mode (sum|mean, default sum)", 1, 1, false, false, &infer_reduce},
+    OpTypeInfo{OpType::kBiasAdd, "bias_add",
+               "y = x + b with a learned b broadcast over x's leading per-sample axes "
+               "(learned position embeddings, unfused biases)",
+               "shape (ints, required: b's shape, the trailing dimensions of x)", 1, 1, false,
+               false, &infer_bias_add},
+    OpTypeInfo{OpType::kBroadcastParam, "broadcast_param",
+               "a learned tensor, the same for every sample (class tokens, learned queries); the "
+               "input only sets the batch and gets no gradient",
+               "shape (ints, required: the per-sample shape)", 1, 1, false, false,
+               &infer_broadcast_param},
+    OpTypeInfo{OpType::kAdd, "add", "element-wise sum of two or more tensors of one shape", "none",
+               2, -1, false, false, &infer_add},
+    OpTypeInfo{OpType::kConcat, "concat", "concatenate along a per-sample axis",
+               "axis (int, default -1: the last)", 1, -1, false, false, &infer_concat},
+    OpTypeInfo{OpType::kSlice, "slice", "x[start:end] along a per-sample axis",
+               "axis (int, default -1), start (int, required), end (int, required, exclusive)", 1,
+               1, false, false, &infer_slice},
+    OpTypeInfo{OpType::kMatmul, "matmul",
+               "batched matrix product a [..., m, k] x b [..., k, n] -> [..., m, n]",
+               "none; inputs: a, b of one rank >= 2 with identical leading dimensions", 2, 2, false,
+               false, &infer_matmul},
+    OpTypeInfo{OpType::kScale, "scale", "y = factor * x", "factor (float, required, finite)", 1, 1,
+               false, false, &infer_scale},
+    OpTypeInfo{OpType::kTranspose, "transpose",
+               "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]",
+               "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes)", 1, 1,
+               false, false, &infer_transpose},
+    OpTypeInfo{OpType::kReshape, "reshape",
+               "same elements in the same order under a new per-sample shape",
+               "shape (ints, required: per-sample, all > 0, same element count)", 1, 1, false,
+               false, &infer_reshape},
+    OpTypeInfo{OpType::kConv2d, "conv2d",
+               "2-D convolution (cross-correlation) of x [C, H, W] -> [out, Ho, Wo]",
+               "out_channels (int, required), kernel (ints [kh, kw], required), "
+               "stride (ints [sh, sw], default [1, 1]), padding (ints [ph, pw], zeros on both "
+               "sides, default [0, 0]), bias (0|1, default 1), groups (int, default 1: "
+               "divides C and out_channels; C = groups is depthwise)",
+               1, 1, false, false, &infer_conv2d},
+    OpTypeInfo{OpType::kMaxPool2d, "max_pool2d",
+               "maximum over each window of x [C, H, W] (padding never wins)",
+               "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
+               "padding (ints [ph, pw], each < kernel, default [0, 0]), "
+               "ceil_mode (0|1, default 0: round the window count up, as PyTorch)",
+               1, 1, false, false, &infer_max_pool2d},
+    OpTypeInfo{OpType::kAvgPool2d, "avg_pool2d", "mean over each window of x [C, H, W]",
+               "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
+               "padding (ints [ph, pw], each < kernel, default [0, 0]), "
+               "count_include_pad (0|1, default 1: divide by the window's cells in the padded "
+               "image; 0: by its image cells), ceil_mode (0|1, default 0)",
+               1, 1, false, false, &infer_avg_pool2d},
+    OpTypeInfo{OpType::kBatchNorm, "batch_norm",
+               "normalise each channel (per-sample axis 0) with the micro-batch's statistics "
+               "(training mode), then scale and shift",
+               "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_batch_norm},
+    OpTypeInfo{OpType::kMseLoss, "mse_loss",
+               "mean squared error between prediction and target (per sample)",
+               "none; inputs: prediction, target", 2, 2, false, true, &infer_mse_loss},
+    OpTypeInfo{OpType::kSoftmaxCrossEntropy, "softmax_cross_entropy",
+               "softmax over the last dimension, then cross-entropy "
+               "with int64 class labels (per sample mean)",
+               "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
+               &infer_softmax_cross_entropy},
+    OpTypeInfo{OpType::kOpaque, "opaque",
+               "an ONNX operator GraphPipe cannot compute, imported for planning only "
+               "(no kernel: cannot be trained or profiled)",
+               "onnx_type (string, required), forward_flops (float per sample, default: output "
+               "elements), param_elements (int, default 0); outputs[0] declares the output",
+               0, -1, false, false, &infer_opaque},
+};
+
+// Each entry sits at its id's index: op_type_info is one load, and a new type cannot be added
+// out of order.
+constexpr bool ids_in_order() {
+  for (size_t i = 0; i < kCatalogue.size(); ++i) {
+    if (op_type_index(kCatalogue[i].id) != static_cast<int>(i)) return false;
+  }
+  return kCatalogue.size() == static_cast<size_t>(kNumOpTypes);
+}
+static_assert(ids_in_order(), "kCatalogue must list every OpType once, in enum order");
+
+const AttrValue* find_attr(const Operator& op, std::string_view name) {
+  auto it = op.attrs().find(std::string(name));
+  return it == op.attrs().end() ? nullptr : &it->second;
+}
+
+std::string attr_label(std::string_view name) { return "attrs." + std::string(name); }
+
+}  // namespace
+
+std::span<const OpTypeInfo> op_catalogue() { return kCatalogue; }
+
+const OpTypeInfo* find_op_type(std::string_view type) {
+  for (const auto& info : kCatalogue) {
+    if (info.type == type) return &info;
+  }
+  return nullptr;
+}
+
+const OpTypeInfo& op_type_info(OpType type) { return kCatalogue[op_type_index(type)]; }
+
+int64_t dtype_size_bytes(DataType dtype) {
+  switch (dtype) {
+    case graphpipe::v1::DATA_TYPE_BFLOAT16:
+    case graphpipe::v1::DATA_TYPE_FLOAT16:
+      return 2;
+    case graphpipe::v1::DATA_TYPE_INT64:
+      return 8;
+    default:
+      return 4;  // float32, int32, unspecified (= float32)
+  }
+}
+
+std::string_view dtype_name(DataType dtype) {
+  switch (dtype) {
+    case graphpipe::v1::DATA_TYPE_BFLOAT16:
+      return "bfloat16";
+    case graphpipe::v1::DATA_TYPE_FLOAT16:
+      return "float16";
+    case graphpipe::v1::DATA_TYPE_INT64:
+      return "int64";
+    case graphpipe::v1::DATA_TYPE_INT32:
+      return "int32";
+    default:
+      return "float32";
+  }
+}
+
+Result<DataType> parse_dtype(std::string_view name) {
+  if (name == "float32" || name == "float") return graphpipe::v1::DATA_TYPE_FLOAT32;
+  if (name == "bfloat16") return graphpipe::v1::DATA_TYPE_BFLOAT16;
+  if (name == "float16") return graphpipe::v1::DATA_TYPE_FLOAT16;
+  if (name == "int64") return graphpipe::v1::DATA_TYPE_INT64;
+  if (name == "int32") return graphpipe::v1::DATA_TYPE_INT32;
+  return invalid_argument("unknown dtype '" + std::string(name) +
+                          "' (expected float32, bfloat16, float16, int64 or int32)");
+}
+
+int64_t num_elements(const TensorSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape()) n *= d;
+  return n;
+}
+
+int64_t size_bytes(const TensorSpec& spec) {
+  return num_elements(spec) * dtype_size_bytes(spec.dtype());
+}
+
+bool is_integer(const TensorSpec& spec) {
+  return spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
+         spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
+}
+
+int64_t stored_size_bytes(const TensorSpec& spec) {
+  return num_elements(spec) * (is_integer(spec) ? 8 : 4);
+}
+
+std::string shape_string(const TensorSpec& spec) {
+  std::string s = "[";
+  for (int i = 0; i < spec.shape_size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(spec.shape(i));
+  }
+  s += "] ";
+  s += dtype_name(spec.dtype());
+  return s;
+}
+
+TensorSpec make_spec(std::vector<int64_t> shape, DataType dtype) {
+  TensorSpec spec;
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.set_dtype(dtype);
+  return spec;
+}
+
+bool same_spec(const TensorSpec& a, const TensorSpec& b) {
+  if (a.shape_size() != b.shape_size()) return false;
+  for (int i = 0; i < a.shape_size(); ++i) {
+    if (a.shape(i) != b.shape(i)) return false;
+  }
+  return dtype_size_bytes(a.dtype()) == dtype_size_bytes(b.dtype()) &&
+         dtype_name(a.dtype()) == dtype_name(b.dtype());
+}
+
+Result<int64_t> attr_int(const Operator& op, std::string_view name) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return invalid_argument(attr_label(name) + ": required attribute is missing");
+  if (v->value_case() != AttrValue::kI) {
+    return invalid_argument(attr_label(name) + ": expected an integer (field 'i')");
+  }
+  return v->i();
+}
+
+Result<int64_t> attr_int_or(const Operator& op, std::string_view name, int64_t fallback) {
+  if (find_attr(op, name) == nullptr) return fallback;
+  return attr_int(op, name);
+}
+
+Result<double> attr_float(const Operator& op, std::string_view name) {
+  if (find_attr(op, name) == nullptr) {
+    return invalid_argument(attr_label(name) + ": required attribute is missing");
+  }
+  return attr_float_or(op, name, 0);
+}
+
+Result<double> attr_float_or(const Operator& op, std::string_view name, double fallback) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return fallback;
+  if (v->value_case() == AttrValue::kF) return v->f();
+  if (v->value_case() == AttrValue::kI) return static_cast<double>(v->i());
+  return invalid_argument(attr_label(name) + ": expected a number (field 'f')");
+}
+
+Result<std::string> attr_string_or(const Operator& op, std::string_view name,
+                                   std::string_view fallback) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return std::string(fallback);
+  if (v->value_case() != AttrValue::kS) {
+    return invalid_argument(attr_label(name) + ": expected a string (field 's')");
+  }
+  return v->s();
+}
+
+Result<std::vector<int64_t>> attr_ints(const Operator& op, std::string_view name) {
+  const AttrValue* v = find_attr(op, name);
+  if (v == nullptr) return invalid_argument(attr_label(name) + ": required attribute is missing");
+  if (v->value_case() != AttrValue::kInts) {
+    return invalid_argument(attr_label(name) + ": expected a list of integers (field 'ints')");
+  }
+  return std::vector<int64_t>(v->ints().values().begin(), v->ints().values().end());
+}
+
+void set_attr(Operator& op, std::string_view name, int64_t value) {
+  (*op.mutable_attrs())[std::string(name)].set_i(value);
+}
+void set_attr(Operator& op, std::string_view name, double value) {
+  (*op.mutable_attrs())[std::string(name)].set_f(value);
+}
+void set_attr(Operator& op, std::string_view name, std::string_view value) {
+  (*op.mutable_attrs())[std::string(name)].set_s(std::string(value));
+}
+void set_attr(Operator& op, std::string_view name, const std::vector<int64_t>& values) {
+  auto* list = (*op.mutable_attrs())[std::string(name)].mutable_ints();
+  list->clear_values();
+  for (int64_t v : values) list->add_values(v);
+}
+
+namespace detail {
+
+Status require_float(const TensorSpec& spec, int input_index) {
+  auto t = spec.dtype();
+  if (t == graphpipe::v1::DATA_TYPE_INT64 || t == graphpipe::v1::DATA_TYPE_INT32) {
+    return invalid_argument("inputs[" + std::to_string(input_index) +
+                            "]: expected a floating-point tensor, got " + shape_string(spec));
+  }
+  return ok_status();
+}
+
+Status require_rank_at_least(const TensorSpec& spec, int rank, int input_index) {
+  if (spec.shape_size() < rank) {
+    return invalid_argument("inputs[" + std::to_string(input_index) + "]: expected at least " +
+                            std::to_string(rank) + " per-sample dimension(s), got " +
+                            shape_string(spec));
+  }
+  return ok_status();
+}
+
+Result<int> normalize_axis(int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank) {
+    return invalid_argument("attrs.axis = " + std::to_string(axis) + " is out of range for " +
+                            std::to_string(rank) + " per-sample dimension(s)");
+  }
+  return static_cast<int>(axis < 0 ? axis + rank : axis);
+}
+
+std::string ints_string(const std::vector<int64_t>& values) {
+  std::string s = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(values[i]);
+  }
+  return s + "]";
+}
+
+Status positive(std::string_view attr, int64_t value) {
+  if (value > 0) return ok_status();
+  return invalid_argument("attrs." + std::string(attr) + " = " + std::to_string(value) +
+                          ", must be > 0");
+}
+
+Status boolean(std::string_view attr, int64_t value) {
+  if (value == 0 || value == 1) return ok_status();
+  return invalid_argument("attrs." + std::string(attr) + " = " + std::to_string(value) +
+                          ", must be 0 or 1");
+}
+
+void sum_params(InferredOp* out) {
+  out->cost.param_count = 0;
+  for (const auto& p : out->params) out->cost.param_count += param_elements(p);
+}
+
+ParamSpec make_param(std::string name, std::vector<int64_t> shape, DataType dtype) {
+  ParamSpec p;
+  p.set_name(std::move(name));
+  for (int64_t d : shape) p.add_shape(d);
+  p.set_dtype(dtype);
+  return p;
+}
+
+int64_t param_elements(const ParamSpec& p) {
+  int64_t n = 1;
+  for (int64_t d : p.shape()) n *= d;
+  return n;
+}
+
+}  // namespace detail
+}  // namespace gp::model

@@ -1,0 +1,180 @@
+#include "gp/profile_db/profile_db.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "gp/common/util.h"
+#include "gp/common/version.h"
+#include "gp/model/model_io.h"
+
+namespace gp::profile {
+namespace {
+
+using graphpipe::v1::CommFit;
+using graphpipe::v1::OpMeasurement;
+using graphpipe::v1::ProfileDB;
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+Status bad(const std::string& where, const std::string& field, const std::string& value,
+           const std::string& rule) {
+  return invalid_argument(where + ": " + field + " = " + value + ", " + rule);
+}
+
+Status check_nonneg(const std::string& where, const char* field, double v) {
+  if (std::isfinite(v) && v >= 0) return ok_status();
+  return bad(where, field, num(v), "must be a finite number >= 0");
+}
+
+using OpKey = std::tuple<std::string, std::string, int64_t>;
+using CommKey = std::tuple<int, int, int>;
+
+OpKey key_of(const OpMeasurement& m) { return {m.signature(), m.device_kind(), m.micro_batch()}; }
+CommKey key_of(const CommFit& f) { return {f.link_class(), f.kind(), f.ranks()}; }
+
+}  // namespace
+
+graphpipe::v1::Provenance make_provenance(std::string backend, std::string device_name,
+                                          std::string driver_version,
+                                          std::string library_versions) {
+  graphpipe::v1::Provenance p;
+  p.set_backend(std::move(backend));
+  p.set_device_name(std::move(device_name));
+  p.set_driver_version(std::move(driver_version));
+  p.set_library_versions(std::move(library_versions));
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0) p.set_host(host);
+  p.set_date(utc_now_iso8601());
+  p.set_tool_version(GP_VERSION_STRING);
+  return p;
+}
+
+Status validate_profile(const ProfileDB& db) {
+  if (db.format_version() != kProfileFormatVersion) {
+    return bad("profile", "format_version", std::to_string(db.format_version()),
+               "expected " + std::to_string(kProfileFormatVersion));
+  }
+  for (int i = 0; i < db.ops_size(); ++i) {
+    const auto& m = db.ops(i);
+    const std::string where = "ops[" + std::to_string(i) + "] ('" + m.signature() + "')";
+    if (m.signature().empty()) return bad(where, "signature", "''", "must name the op");
+    if (m.device_kind().empty()) return bad(where, "device_kind", "''", "must name the device");
+    if (m.micro_batch() <= 0) {
+      return bad(where, "micro_batch", std::to_string(m.micro_batch()), "must be > 0");
+    }
+    GP_RETURN_IF_ERROR(check_nonneg(where, "forward_time_us", m.forward_time_us()));
+    GP_RETURN_IF_ERROR(check_nonneg(where, "backward_time_us", m.backward_time_us()));
+    GP_RETURN_IF_ERROR(check_nonneg(where, "forward_spread_us", m.forward_spread_us()));
+    GP_RETURN_IF_ERROR(check_nonneg(where, "backward_spread_us", m.backward_spread_us()));
+    if (m.activation_bytes() < 0) {
+      return bad(where, "activation_bytes", std::to_string(m.activation_bytes()), "must be >= 0");
+    }
+    if (m.workspace_bytes() < 0) {
+      return bad(where, "workspace_bytes", std::to_string(m.workspace_bytes()), "must be >= 0");
+    }
+    if (!m.has_provenance() || m.provenance().date().empty()) {
+      return bad(where, "provenance.date", "''", "every record must say when it was measured");
+    }
+  }
+  for (int i = 0; i < db.comm_size(); ++i) {
+    const auto& f = db.comm(i);
+    const std::string where = "comm[" + std::to_string(i) + "]";
+    if (f.link_class() == graphpipe::v1::LINK_CLASS_UNSPECIFIED) {
+      return bad(where, "link_class", "LINK_CLASS_UNSPECIFIED", "must be INTRA_NODE or INTER_NODE");
+    }
+    if (f.kind() == graphpipe::v1::COLLECTIVE_KIND_UNSPECIFIED) {
+      return bad(where, "kind", "COLLECTIVE_KIND_UNSPECIFIED", "must be P2P or ALL_REDUCE");
+    }
+    if (f.ranks() < 2) return bad(where, "ranks", std::to_string(f.ranks()), "must be >= 2");
+    GP_RETURN_IF_ERROR(check_nonneg(where, "alpha_us", f.alpha_us()));
+    if (!(std::isfinite(f.beta_bytes_per_s()) && f.beta_bytes_per_s() > 0)) {
+      return bad(where, "beta_bytes_per_s", num(f.beta_bytes_per_s()), "must be > 0");
+    }
+    if (!f.has_provenance() || f.provenance().date().empty()) {
+      return bad(where, "provenance.date", "''", "every record must say when it was measured");
+    }
+  }
+  return ok_status();
+}
+
+ProfileDB merge_profiles(std::span<const ProfileDB> dbs, MergeStats* stats) {
+  MergeStats local;
+  ProfileDB out;
+  out.set_format_version(kProfileFormatVersion);
+  std::map<OpKey, int> op_at;
+  std::map<CommKey, int> comm_at;
+  for (const auto& db : dbs) {
+    for (const auto& m : db.ops()) {
+      auto [it, fresh] = op_at.emplace(key_of(m), out.ops_size());
+      if (fresh) {
+        *out.add_ops() = m;
+      } else {
+        *out.mutable_ops(it->second) = m;
+        ++local.ops_replaced;
+      }
+    }
+    for (const auto& f : db.comm()) {
+      auto [it, fresh] = comm_at.emplace(key_of(f), out.comm_size());
+      if (fresh) {
+        *out.add_comm() = f;
+      } else {
+        *out.mutable_comm(it->second) = f;
+        ++local.comm_replaced;
+      }
+    }
+  }
+  if (stats != nullptr) *stats = local;
+  return out;
+}
+
+Result<ProfileDB> read_profile(const std::string& path) {
+  ProfileDB db;
+  GP_RETURN_IF_ERROR(model::read_message(path, &db));
+  GP_RETURN_IF_ERROR(validate_profile(db).with_context(path));
+  return db;
+}
+
+Status write_profile(const std::string& path, const ProfileDB& db) {
+  GP_RETURN_IF_ERROR(validate_profile(db).with_context("profile to write"));
+  return model::write_message(path, db);
+}
+
+std::string describe_profile(const ProfileDB& db) {
+  std::map<std::string, std::pair<std::map<std::string, int>, int>> kinds;  // sigs, records
+  for (const auto& m : db.ops()) {
+    auto& k = kinds[m.device_kind()];
+    ++k.first[m.signature()];
+    ++k.second;
+  }
+  std::string out;
+  char line[512];
+  for (const auto& [kind, k] : kinds) {
+    std::snprintf(line, sizeof(line), "ops   device kind %-16s %4zu signatures, %5d records\n",
+                  kind.c_str(), k.first.size(), k.second);
+    out += line;
+  }
+  for (const auto& f : db.comm()) {
+    std::snprintf(
+        line, sizeof(line),
+        "comm  %-10s %-10s %3d ranks  alpha %9.2f us  beta %9.3f GB/s  (%d points, %s)\n",
+        f.link_class() == graphpipe::v1::LINK_CLASS_INTER_NODE ? "inter-node" : "intra-node",
+        f.kind() == graphpipe::v1::COLLECTIVE_KIND_P2P ? "p2p" : "all-reduce", f.ranks(),
+        f.alpha_us(), f.beta_bytes_per_s() / 1e9, f.points_size(),
+        f.provenance().device_name().c_str());
+    out += line;
+  }
+  if (out.empty()) out = "empty profile\n";
+  return out;
+}
+
+}  // namespace gp::profile
