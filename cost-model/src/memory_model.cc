@@ -46,6 +46,14 @@ OpMemory op_memory(const model::OpNode& op, const MemoryOptions& options) {
 
 }  // namespace
 
+double optimizer_step_us(const graphpipe::v1::DeviceKind& device, const MemoryBreakdown& state) {
+  if (state.weight_bytes <= 0) return 0;  // no parameters: the plan has no step to take
+  const double bandwidth = std::max(device.memory_bandwidth_bytes_per_s(), 1.0);
+  const double touched = 2.0 * static_cast<double>(state.weight_bytes + state.optimizer_bytes) +
+                         static_cast<double>(state.gradient_bytes);
+  return touched / bandwidth * 1e6 + device.kernel_launch_overhead_us();
+}
+
 int64_t stage_param_bytes(const model::Graph& graph, std::span<const int> op_indices,
                           Precision precision) {
   int64_t params = 0;

@@ -37,7 +37,6 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
                                     const plan::PlanIndex& index, const cost::CostModel& compute,
                                     const cost::MemoryOptions& memory) {
   const auto& device = plan.cluster().device();
-  const double mem_bw = std::max(device.memory_bandwidth_bytes_per_s(), 1.0);
   std::vector<StageCosts> costs(plan.stages_size());
   for (int s = 0; s < plan.stages_size(); ++s) {
     const auto& st = plan.stages(s);
@@ -57,11 +56,7 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
     c.activation_bytes_per_sample =
         cost::stage_memory(graph, ops, 1, /*in_flight_samples=*/1, 1, memory).activation_bytes;
     c.gradient_bytes = cost::stage_param_bytes(graph, ops, plan.training().precision());
-    // The optimizer streams weights, gradients and state once: read all, write weights and state.
-    const auto& m = c.static_memory;
-    const double touched = 2.0 * static_cast<double>(m.weight_bytes + m.optimizer_bytes) +
-                           static_cast<double>(m.gradient_bytes);
-    c.optimizer_us = touched / mem_bw * 1e6 + device.kernel_launch_overhead_us();
+    c.optimizer_us = cost::optimizer_step_us(device, c.static_memory);
   }
   return costs;
 }

@@ -5,6 +5,8 @@
 #include <queue>
 #include <set>
 
+#include "gp/model/model_io.h"
+
 namespace gp::model {
 namespace {
 
@@ -144,7 +146,7 @@ Result<Graph> Graph::build(const ModelGraph& model) {
   const int n = g.model_->ops_size();
   if (n == 0) return invalid_argument("ops: the model has no operators");
   if (n > kMaxOps) {
-    // Reachability takes n^2 / 8 bytes: 1.25 GB at this limit.
+    // Reachability, where asked for, takes n^2 / 8 bytes: 1.25 GB at this limit.
     return invalid_argument("ops: " + std::to_string(n) + " operators, more than the " +
                             std::to_string(kMaxOps) + " a model may have");
   }
@@ -154,7 +156,6 @@ Result<Graph> Graph::build(const ModelGraph& model) {
   // Shape inference in topological order: every op's inputs are inferred before it.
   for (int i : g.topo_) GP_RETURN_IF_ERROR(g.infer_op(i));
   GP_RETURN_IF_ERROR(g.find_losses());
-  GP_RETURN_IF_ERROR(g.finish_reachability());
   return g;
 }
 
@@ -307,18 +308,18 @@ Status Graph::find_losses() {
   return ok_status();
 }
 
-Status Graph::finish_reachability() {
+void Graph::build_reachability() const {
   const int n = num_ops();
   const size_t words = (static_cast<size_t>(n) + 63) / 64;
-  reach_.assign(n, std::vector<uint64_t>(words, 0));
+  auto& reach = lazy_->reach;
+  reach.assign(n, std::vector<uint64_t>(words, 0));
   for (auto it = topo_.rbegin(); it != topo_.rend(); ++it) {
     const int a = *it;
     for (int s : nodes_[a].succs) {
-      reach_[a][s / 64] |= uint64_t{1} << (s % 64);
-      for (size_t w = 0; w < words; ++w) reach_[a][w] |= reach_[s][w];
+      reach[a][s / 64] |= uint64_t{1} << (s % 64);
+      for (size_t w = 0; w < words; ++w) reach[a][w] |= reach[s][w];
     }
   }
-  return ok_status();
 }
 
 int Graph::index_of(std::string_view id) const {
@@ -342,7 +343,15 @@ std::vector<int> Graph::sinks() const {
   return out;
 }
 
-bool Graph::reaches(int from, int to) const { return (reach_[from][to / 64] >> (to % 64)) & 1U; }
+bool Graph::reaches(int from, int to) const {
+  std::call_once(lazy_->reach_once, [this] { build_reachability(); });
+  return (lazy_->reach[from][to / 64] >> (to % 64)) & 1U;
+}
+
+const std::string& Graph::model_hash() const {
+  std::call_once(lazy_->hash_once, [this] { lazy_->model_hash = model::model_hash(*model_); });
+  return lazy_->model_hash;
+}
 
 int64_t Graph::total_params() const {
   int64_t total = 0;

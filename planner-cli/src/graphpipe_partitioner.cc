@@ -3,11 +3,14 @@
 // over (SP sub-tree range, devices, successor in-flight) that returns the smallest in-flight
 // count at the sub-graph's source stages such that every stage meets T and fits in memory.
 #include <algorithm>
+#include <chrono>
 #include <array>
 #include <cstdio>
 #include <deque>
+#include <initializer_list>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -99,7 +102,7 @@ constexpr int kMaxDegrees = 13;  // 2^12 = 4096 devices
 struct RangeRow {
   std::vector<StageAggregate> agg;  // index end - i - 1
   std::vector<int64_t> boundary;
-  std::vector<double> tps;  // (end - i - 1) * degrees + x: TPS on 2^x replicas
+  std::vector<StageTps> tps;  // (end - i - 1) * degrees + x: TPS on 2^x replicas
   int64_t parallel_boundary = 0;
   // Per feasibility test (valid while `test` is the DP's current one): the last end meeting T
   // on the top degree x, and the largest end below it meeting T on some degree up to 2^y.
@@ -121,10 +124,27 @@ constexpr int kMaxJoinChildren = 8;
 constexpr int kExactSplits = 64;
 // Estimated bubble fraction above which shallower partitions are also offered.
 constexpr double kShallowerBubble = 0.1;
+// Step caps (GraphPipeDp::Steps::kCapped) tried: a ladder of ratio kStepCapRatio, at most
+// kMaxStepCaps of them, when the longest step is at least kStepShare of the iteration.
+constexpr double kStepCapRatio = 1.189207115;  // 2^(1/4)
+constexpr int kMaxStepCaps = 12;
+constexpr double kStepShare = 0.02;
 
+// How the DP orders the branches of a parallel node; its stages take contiguous runs of them.
+enum class BranchOrder {
+  // Heaviest first: runs join similar branches, and a join segment rides on the lightest
+  // branch, which is last.
+  kHeaviestFirst,
+  // Heavy and light alternating (heaviest, lightest, second heaviest, second lightest, ...):
+  // runs of two pair a heavy branch with a light one, e.g. DLRM's dense MLPs with its embedding
+  // tables, whose optimizer steps are heavy while their compute is light.
+  kHeavyLightPairs,
+};
+
+int g_tests[3] = {0, 0, 0};
 class GraphPipeDp {
  public:
-  GraphPipeDp(const PartitionContext& ctx, const SpTree& tree, int64_t b)
+  GraphPipeDp(const PartitionContext& ctx, const SpTree& tree, int64_t b, BranchOrder order)
       : ctx_(ctx), tree_(tree), b_(b), max_devices_(ctx.num_devices) {
     const auto& units = *ctx.units;
     const int num_nodes = static_cast<int>(tree.nodes.size());
@@ -142,16 +162,7 @@ class GraphPipeDp {
       }
       for (int u : node.units) inside[u] = 0;
     }
-    // Branches heaviest first: contiguous groups join similar branches, and a join segment
-    // rides on the lightest branch, which is last.
-    children_.resize(num_nodes);
-    for (int n = 0; n < num_nodes; ++n) {
-      children_[n] = tree.nodes[n].children;
-      if (tree.nodes[n].kind == SpNode::Kind::kParallel) {
-        std::stable_sort(children_[n].begin(), children_[n].end(),
-                         [&](int a, int c) { return work(a) > work(c); });
-      }
-    }
+    order_children(order);
     offset_.resize(num_nodes);
     size_t total = 0;
     for (int n = 0; n < num_nodes; ++n) {
@@ -178,10 +189,12 @@ class GraphPipeDp {
 
   // Feasibility of bottleneck `tps`; on success the stages can be reconstructed.
   bool feasible(double tps) {
+    ++g_tests[static_cast<int>(steps_)];
     tps_ = tps;
     memo_.clear();
     ++test_;
-    depth_ = range(tree_.root, 0, max_devices_, 0, 0);
+    const bool capped_out = steps_ == Steps::kCapped && step_cap_ > tps_;
+    depth_ = capped_out ? kInfeasible : range(tree_.root, 0, max_devices_, 0, 0);
     return depth_ < kInfeasible;
   }
 
@@ -210,7 +223,61 @@ class GraphPipeDp {
     return work(tree_.root) / static_cast<double>(b_) * 1e-6 / max_devices_;
   }
 
+  // How a stage's end-of-iteration step (its all-reduce and optimizer step, StageTps) counts
+  // against T.
+  enum class Steps {
+    kSum,          // body + step <= T: the stage's TPS (StageCostModel::tps_s)
+    kCapped,       // step <= cap and body + cap <= T: the micro-batches plus the longest step
+    kNoOptimizer,  // body + all-reduce <= T: the TPS without the optimizer step
+  };
+  // kCapped models the iteration rather than a stage: every stage's all-reduce and optimizer
+  // step follow its last backward pass, when the pipeline drains, so they add the longest step
+  // to the pipeline's time instead of filling each stage's bubbles. `cap_s` is per sample.
+  void set_steps(Steps steps, double cap_s = 0) {
+    steps_ = steps;
+    step_cap_ = cap_s;
+  }
+
+  // Whether the heavy-light order differs from the heaviest-first one in a way that matters: a
+  // parallel node with three or more branches of different weights.
+  bool pairs_differ() const { return pairs_differ_; }
+
  private:
+  bool meets(const StageTps& t) const {
+    switch (steps_) {
+      case Steps::kCapped:
+        return t.step_s() <= step_cap_ && t.body_s + step_cap_ <= tps_;
+      case Steps::kNoOptimizer:
+        return t.body_s + t.allreduce_s <= tps_;
+      default:
+        return t.body_s + t.step_s() <= tps_;
+    }
+  }
+
+  // A branch's weight: its stage time per sample on one device, optimizer step included.
+  double weight(int node) const { return ctx_.costs->tps_s(agg_[node], b_, 1, 0); }
+
+  void order_children(BranchOrder order) {
+    const int num_nodes = static_cast<int>(tree_.nodes.size());
+    children_.resize(num_nodes);
+    for (int n = 0; n < num_nodes; ++n) {
+      std::vector<int>& c = children_[n];
+      c = tree_.nodes[n].children;
+      if (tree_.nodes[n].kind != SpNode::Kind::kParallel) continue;
+      std::stable_sort(c.begin(), c.end(), [&](int x, int y) { return weight(x) > weight(y); });
+      if (c.size() >= 3 && weight(c.front()) > weight(c.back()) * (1 + 1e-6)) {
+        pairs_differ_ = true;
+      }
+      if (order != BranchOrder::kHeavyLightPairs) continue;
+      std::vector<int> paired;
+      for (size_t lo = 0, hi = c.size(); lo < hi;) {
+        paired.push_back(c[lo++]);
+        if (lo < hi) paired.push_back(c[--hi]);
+      }
+      c = std::move(paired);
+    }
+  }
+
   double work(int node) const {
     const auto& a = agg_[node];
     const int level = log2_exact(b_);
@@ -248,7 +315,7 @@ class GraphPipeDp {
       r.parallel_boundary += in_bytes_[c] + out_bytes_[c];
       const int64_t boundary = series ? in_bytes_[child(i)] + out_bytes_[c] : r.parallel_boundary;
       for (int x = 0; x < num_degrees_; ++x) {
-        r.tps.push_back(ctx_.costs->tps_s(agg, b_, 1 << x, boundary));
+        r.tps.push_back(ctx_.costs->tps_parts(agg, b_, 1 << x, boundary));
       }
       r.agg.push_back(agg);
       r.boundary.push_back(boundary);
@@ -264,9 +331,9 @@ class GraphPipeDp {
   }
 
   // Smallest degree 2^x <= d meeting T from a row's cached TPS; 0 when none does.
-  int cached_tps_degree(const double* tps, int d) const {
+  int cached_tps_degree(const StageTps* tps, int d) const {
     for (int x = 0; x < num_degrees_ && (1 << x) <= d; ++x) {
-      if (tps[x] <= tps_) return 1 << x;
+      if (meets(tps[x])) return 1 << x;
     }
     return 0;
   }
@@ -290,36 +357,40 @@ class GraphPipeDp {
     return id;
   }
 
-  // Smallest power-of-two replica count <= d (dividing b) meeting T; 0 when none does.
-  int tps_degree(const StageAggregate& agg, int64_t boundary, int d) const {
-    for (int dp = 1; dp <= d && b_ % dp == 0; dp *= 2) {
-      if (ctx_.costs->tps_s(agg, b_, dp, boundary) <= tps_) return dp;
-    }
-    return 0;
-  }
-
-  // From `dp` (meeting T) upwards, the first replica count whose memory fits with `k`
-  // in-flight micro-batches downstream (more replicas split the activations). 0 when none.
-  int memory_degree(const StageAggregate& agg, int dp, int d, int k) const {
+  // The smallest replica count 2^x <= d meeting T (tps[x], one per degree) whose memory fits
+  // with `k` in-flight micro-batches downstream; 0 when none. Every degree is tried: more
+  // replicas split the compute and the activations, but each replica still steps the whole
+  // stage's optimizer state and they all-reduce its gradients, so TPS need not fall with them.
+  int fit_degree(const StageAggregate& agg, const StageTps* tps, int d, int k) const {
     const int64_t in_flight = static_cast<int64_t>(k + 1) * b_;
-    for (; dp > 0 && dp <= d && b_ % dp == 0; dp *= 2) {
-      if (ctx_.costs->memory_bytes(agg, b_, dp, in_flight) <= ctx_.costs->capacity_bytes()) {
-        return dp;
+    for (int x = 0; x < num_degrees_ && (1 << x) <= d; ++x) {
+      if (meets(tps[x]) &&
+          ctx_.costs->memory_bytes(agg, b_, 1 << x, in_flight) <= ctx_.costs->capacity_bytes()) {
+        return 1 << x;
       }
     }
     return 0;
   }
 
-  int stage_degree(const StageAggregate& agg, int64_t boundary, int d, int k) const {
-    const int dp = tps_degree(agg, boundary, d);
-    return dp == 0 ? 0 : memory_degree(agg, dp, d, k);
+  // TPS of `agg` on each degree 2^x up to d (the rest of `out` untouched).
+  void degree_tps(const StageAggregate& agg, int64_t boundary, int d,
+                  std::array<StageTps, kMaxDegrees>* out) const {
+    for (int x = 0; x < num_degrees_ && (1 << x) <= d; ++x) {
+      (*out)[x] = ctx_.costs->tps_parts(agg, b_, 1 << x, boundary);
+    }
   }
 
-  // Lowest TPS reachable by one stage of `agg` on up to `d` devices (to stop growing ranges).
-  double best_tps(const StageAggregate& agg, int64_t boundary, int d) const {
-    int dp = 1;
-    while (dp * 2 <= d && b_ % (dp * 2) == 0) dp *= 2;
-    return ctx_.costs->tps_s(agg, b_, dp, boundary);
+  int stage_degree(const StageAggregate& agg, int64_t boundary, int d, int k) const {
+    std::array<StageTps, kMaxDegrees> tps;
+    degree_tps(agg, boundary, d, &tps);
+    return fit_degree(agg, tps.data(), d, k);
+  }
+
+  // Whether one stage of `agg` meets T on some degree up to `d` (to stop growing ranges).
+  bool meets_somewhere(const StageAggregate& agg, int64_t boundary, int d) const {
+    std::array<StageTps, kMaxDegrees> tps;
+    degree_tps(agg, boundary, d, &tps);
+    return cached_tps_degree(tps.data(), d) > 0;
   }
 
   // Children [i, count) of `node` (a leaf is its own single child) on d devices, whose sinks
@@ -386,7 +457,7 @@ class GraphPipeDp {
   }
 
   // A row's cached TPS of children [i, i + x + 1) on every degree.
-  const double* row_tps(const RangeRow& r, int x) const {
+  const StageTps* row_tps(const RangeRow& r, int x) const {
     return &r.tps[static_cast<size_t>(x) * num_degrees_];
   }
 
@@ -401,7 +472,8 @@ class GraphPipeDp {
     return cached;
   }
 
-  // The last end whose stage [i, end) still meets T on the top degree `top` (cached per test).
+  // The last end whose stage [i, end) still meets T on some degree up to 2^top (cached per
+  // test): every degree's TPS grows with the children, so none meets it past that end.
   int last_stage_end(const State& s, RangeRow& cached, int top) {
     if (cached.last_end[top] < 0) {
       int end = s.i;
@@ -410,7 +482,7 @@ class GraphPipeDp {
         if (static_cast<int>(r->agg.size()) <= end - s.i) {
           r = &row(s.node, s.i, s.i + 2 * (end - s.i) + 1);  // grow geometrically
         }
-        if (r->tps[static_cast<size_t>(end - s.i) * num_degrees_ + top] > tps_) break;
+        if (cached_tps_degree(row_tps(*r, end - s.i), 1 << top) == 0) break;
         ++end;
       }
       cached.last_end[top] = end;
@@ -440,9 +512,7 @@ class GraphPipeDp {
       if (const int dp = stage_degree(agg, boundary, s.d, s.k); dp > 0) {
         s.offer(s.k + 1, stage_choice(s.count, s.d, dp));
       }
-    } else if (const int dp =
-                   memory_degree(r.agg[x], cached_tps_degree(row_tps(r, x), s.d), s.d, s.k);
-               dp > 0) {
+    } else if (const int dp = fit_degree(r.agg[x], row_tps(r, x), s.d, s.k); dp > 0) {
       s.offer(s.k + 1, stage_choice(s.count, s.d, dp));
     }
   }
@@ -459,13 +529,12 @@ class GraphPipeDp {
       }
       for (int end = reach; end > s.i; --end) {
         const int x = end - s.i - 1;
-        const int tps_dp = cached_tps_degree(row_tps(r, x), d1);
         // A stage that does not fit even with nothing downstream needs no look at the rest.
-        if (memory_degree(r.agg[x], tps_dp, d1, 0) == 0) continue;
+        if (fit_degree(r.agg[x], row_tps(r, x), d1, 0) == 0) continue;
         const int rest = range(s.node, end, s.d - d1, s.k, s.tail);
         if (rest >= kInfeasible) break;  // fewer children left could not be solved either
         const int stage_k = s.series ? rest : s.side_k;
-        const int dp = memory_degree(r.agg[x], tps_dp, d1, stage_k);
+        const int dp = fit_degree(r.agg[x], row_tps(r, x), d1, stage_k);
         if (dp == 0) continue;
         const int value = s.series ? stage_k + 1 : std::max(stage_k + 1, rest);
         s.offer(value, stage_choice(end, d1, dp));
@@ -522,7 +591,7 @@ class GraphPipeDp {
       if (end == s.count && s.tail != 0) break;  // one tail per stage
       const int t = tail_id(s.node, s.i + 1, end);
       if (t == 0) break;
-      if (best_tps(tails_[t].agg, tails_[t].out_bytes, s.d) > tps_) break;
+      if (!meets_somewhere(tails_[t].agg, tails_[t].out_bytes, s.d)) break;
       if (end == s.count) {
         s.offer(range(child(s, s.i), 0, s.d, s.k, t), join_choice(end, s.d, t));
         continue;
@@ -589,10 +658,13 @@ class GraphPipeDp {
   int64_t b_;
   int max_devices_;
   double tps_ = 0;
+  Steps steps_ = Steps::kSum;  // see set_steps
+  double step_cap_ = 0;
   std::vector<StageAggregate> agg_;
   std::vector<int64_t> in_bytes_, out_bytes_;
   std::vector<std::vector<int>> children_;  // per node, in DP order
-  std::vector<size_t> offset_;              // per node: first slot of its children in row_of_
+  bool pairs_differ_ = false;
+  std::vector<size_t> offset_;            // per node: first slot of its children in row_of_
   std::vector<int> row_of_;               // (node, first child) -> index into rows_, -1 until built
   std::deque<RangeRow> rows_;             // deque: rows stay put while others are added
   int num_degrees_ = 0;                   // powers of two dividing b, at most the devices
@@ -604,6 +676,268 @@ class GraphPipeDp {
   std::map<std::tuple<int, int, int>, int> tail_ids_;
 };
 
+// The smallest bottleneck a DP meets, to the context's tolerance, with its partition and depth.
+struct Bottleneck {
+  double tps = 0;
+  std::vector<PartitionStage> stages;
+  int depth = kInfeasible;  // from the same feasibility test as the stages
+};
+
+// Binary search on T. A bottleneck likely feasible (`hint_s`, e.g. another planner's) brackets
+// the search by doubling or halving, which skips the widest (most expensive) tests of a search
+// from the trivial bounds; `floor_s`, when known, is a T no partition meets. nullopt when
+// nothing fits even at the upper bound.
+std::optional<Bottleneck> min_bottleneck(GraphPipeDp& dp, double hint_s, double tolerance,
+                                         double floor_s = 0) {
+  double hi = dp.upper_bound();
+  double lo = std::max(dp.lower_bound(), floor_s);
+  std::optional<Bottleneck> best;
+  // After a feasible test of `t`: its partition is the best so far.
+  auto keep = [&](double t) {
+    hi = t;
+    best = Bottleneck{t, dp.stages(), dp.depth()};
+  };
+  if (hint_s > lo && hint_s < hi) {
+    double t = hint_s;
+    if (dp.feasible(t)) {
+      keep(t);
+      for (t = std::max(t * 0.5, lo); t > lo && dp.feasible(t); t = std::max(t * 0.5, lo)) keep(t);
+      lo = std::max(lo, t);
+    } else {
+      lo = t;
+      for (t *= 2; t < hi && !dp.feasible(t); t *= 2) lo = t;
+      if (t < hi) keep(t);
+    }
+  }
+  if (!best) {
+    if (!dp.feasible(hi)) return std::nullopt;
+    keep(hi);
+  }
+  while (hi - lo > tolerance * hi) {
+    const double mid = 0.5 * (lo + hi);
+    if (dp.feasible(mid)) {
+      keep(mid);
+    } else {
+      lo = mid;
+    }
+  }
+  return best;
+}
+
+// Each stage's TPS parts at its degree, its boundary being the activation bytes per sample on
+// unit edges with one end in it.
+std::vector<StageTps> stage_tps(const PartitionContext& ctx,
+                                const std::vector<PartitionStage>& stages, int64_t b) {
+  std::vector<int> stage_of(ctx.units->num_units(), -1);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    for (int u : stages[s].units) stage_of[u] = static_cast<int>(s);
+  }
+  std::vector<int64_t> boundary(stages.size(), 0);
+  for (const auto& [edge, bytes] : ctx.units->edge_bytes) {
+    const int from = stage_of[edge.first], to = stage_of[edge.second];
+    if (from == to || from < 0 || to < 0) continue;
+    boundary[from] += bytes;
+    boundary[to] += bytes;
+  }
+  std::vector<StageTps> out;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    out.push_back(ctx.costs->tps_parts(ctx.costs->aggregate(stages[s].units), b, stages[s].devices,
+                                       boundary[s]));
+  }
+  return out;
+}
+
+// The largest body and the largest step of a partition's stages, and its bottleneck (the
+// largest body + step).
+struct PartitionTps {
+  double slowest_body_s = 0, longest_step_s = 0, busiest_s = 0;
+};
+
+PartitionTps partition_tps(const PartitionContext& ctx, const std::vector<PartitionStage>& stages,
+                           int64_t b) {
+  PartitionTps p;
+  for (const StageTps& t : stage_tps(ctx, stages, b)) {
+    p.slowest_body_s = std::max(p.slowest_body_s, t.body_s);
+    p.longest_step_s = std::max(p.longest_step_s, t.step_s());
+    p.busiest_s = std::max(p.busiest_s, t.body_s + t.step_s());
+  }
+  return p;
+}
+
+// One micro-batch size's GraphPipe partitions: the bottleneck partition of each branch order
+// and, where the all-reduces and optimizer steps are a noticeable share of the iteration,
+// partitions that count them as the pipeline does (GraphPipeDp::Steps), then shallower ones.
+// The simulator chooses among them all.
+class GraphPipePartitioner {
+ public:
+  GraphPipePartitioner(const PartitionContext& ctx, int64_t b)
+      : ctx_(ctx), b_(b), tree_(decompose_series_parallel(*ctx.units)) {}
+
+  PartitionOutcome run() {
+    GraphPipeDp heaviest_first(ctx_, tree_, b_, BranchOrder::kHeaviestFirst);
+    std::optional<Bottleneck> best =
+        min_bottleneck(heaviest_first, ctx_.tps_upper_hint_s, ctx_.tps_relative_tolerance);
+    if (!best) {
+      outcome_.infeasible_reason =
+          "infeasible: no partition fits in device memory at micro-batch " + std::to_string(b_);
+      return std::move(outcome_);
+    }
+    // Branches of unequal weight are also cut from the heavy-light order, bracketed by the first
+    // order's bottleneck; the lower bottleneck leads and the other competes as an alternative.
+    GraphPipeDp* dp = &heaviest_first;
+    std::optional<GraphPipeDp> paired;
+    std::optional<Bottleneck> other;
+    if (heaviest_first.pairs_differ()) {
+      paired.emplace(ctx_, tree_, b_, BranchOrder::kHeavyLightPairs);
+      other = min_bottleneck(*paired, best->tps, ctx_.tps_relative_tolerance);
+      if (other && other->tps < best->tps) {
+        std::swap(best, other);
+        dp = &*paired;
+      }
+    }
+    outcome_.partition = partition(best->stages, best->tps, "");
+    if (other && (ctx_.tps_useful_limit_s <= 0 || other->tps <= ctx_.tps_useful_limit_s)) {
+      add(other->stages, dp == &heaviest_first ? "graph partition, heavy and light branches paired"
+                                               : "graph partition, heaviest branches first");
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    int c0[3] = {g_tests[0], g_tests[1], g_tests[2]};
+    add_shallower(*dp, *best, "graph partition", {1.02, 1.05, 1.1, 1.25, 1.5});
+    auto t1 = std::chrono::steady_clock::now();
+    add_capped(*dp, *best);
+    auto t2 = std::chrono::steady_clock::now();
+    add_without_optimizer(*dp, *best);
+    auto t3 = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "DBG b=%lld sum=%d cap=%d noopt=%d shallow %.3f cap %.3f noopt %.3f\n", (long long)b_, g_tests[0]-c0[0], g_tests[1]-c0[1], g_tests[2]-c0[2], std::chrono::duration<double>(t1-t0).count(), std::chrono::duration<double>(t2-t1).count(), std::chrono::duration<double>(t3-t2).count());
+    return std::move(outcome_);
+  }
+
+ private:
+  Partition partition(std::vector<PartitionStage> stages, double tps, std::string origin) const {
+    Partition p;
+    p.stages = std::move(stages);
+    p.chain = false;
+    p.micro_batch = b_;
+    p.bottleneck_tps_s = tps;
+    p.sp_edges_added = tree_.added_edges;
+    p.origin = std::move(origin);
+    return p;
+  }
+
+  // An alternative found under another objective, with its bottleneck as every partition's is
+  // (the busiest stage's TPS); none when a partition of the outcome has the same stages.
+  void add(std::vector<PartitionStage> stages, std::string origin) {
+    auto same = [&](const Partition& p) {
+      return std::equal(p.stages.begin(), p.stages.end(), stages.begin(), stages.end(),
+                        [](const PartitionStage& x, const PartitionStage& y) {
+                          return x.devices == y.devices && x.units == y.units;
+                        });
+    };
+    if (same(*outcome_.partition) ||
+        std::any_of(outcome_.alternatives.begin(), outcome_.alternatives.end(), same)) {
+      return;
+    }
+    const double busiest = partition_tps(ctx_, stages, b_).busiest_s;
+    outcome_.alternatives.push_back(partition(std::move(stages), busiest, std::move(origin)));
+  }
+
+  // The bottleneck counts each stage's all-reduce and optimizer step in its own busy time, yet
+  // they follow its last backward pass, after the pipeline has drained, so they cannot fill the
+  // stage's bubbles: a stage that meets T with light compute and a heavy step still ends the
+  // iteration late (DLRM's embedding tables piled on one device). Where the longest step is at
+  // least kStepShare of the iteration, the DP also runs under a ladder of caps on the step (the
+  // slowest micro-batches plus the longest step), from the heaviest unit's own step up to the
+  // bottleneck partition's longest; the best capped partition competes.
+  void add_capped(GraphPipeDp& dp, const Bottleneck& sum_best) {
+    const PartitionTps p = partition_tps(ctx_, sum_best.stages, b_);
+    if (p.longest_step_s < kStepShare * (p.slowest_body_s + p.longest_step_s)) return;
+    if (auto capped = capped_ladder(dp, p)) {
+      add(std::move(capped->stages), "graph partition, all-reduce and optimizer steps capped");
+    }
+    dp.set_steps(GraphPipeDp::Steps::kSum);
+  }
+
+  // Conversely the optimizer steps of all stages run side by side at the end, so where every
+  // stage steps a similar share of the state the iteration pays about one step whatever the
+  // partition, and charging each stage's T with its own (a fully replicated stage steps all of
+  // its state on every replica) can push the bottleneck partition, and the shallower ones
+  // above T, away from the fastest (a transformer on 32 H100s: 8,366 samples/s from a 2-stage
+  // partition of 16 replicas each, 7,267 without it). The partitions found without the
+  // optimizer step, the shallower ones included, compete too.
+  void add_without_optimizer(GraphPipeDp& dp, const Bottleneck& sum_best) {
+    // No stage's optimizer step exceeds the whole model's, so T* without the steps lies within
+    // that of T* with them.
+    double all_steps = 0;
+    for (int u = 0; u < ctx_.units->num_units(); ++u) {
+      all_steps += ctx_.costs->tps_parts(ctx_.costs->unit(u), b_, 1, 0).optimizer_s;
+    }
+    dp.set_steps(GraphPipeDp::Steps::kNoOptimizer);
+    if (auto best = min_bottleneck(dp, sum_best.tps, ctx_.tps_relative_tolerance,
+                                   (sum_best.tps - all_steps) * (1 - 1e-9))) {
+      add(std::move(best->stages), "graph partition without the optimizer step");
+      add_shallower(dp, *best, "graph partition without the optimizer step", {1.25, 1.5});
+    }
+    dp.set_steps(GraphPipeDp::Steps::kSum);
+  }
+
+  std::optional<Bottleneck> capped_ladder(GraphPipeDp& dp, const PartitionTps& p) const {
+    double shortest_step = 0;  // no partition has a shorter longest step
+    for (int u = 0; u < ctx_.units->num_units(); ++u) {
+      shortest_step =
+          std::max(shortest_step, ctx_.costs->tps_parts(ctx_.costs->unit(u), b_, 1, 0).step_s());
+    }
+    const double tolerance = ctx_.tps_relative_tolerance;
+    double target = (p.slowest_body_s + p.longest_step_s) * (1 - tolerance);
+    std::optional<Bottleneck> best;
+    double cap = shortest_step;
+    for (int i = 0; i < kMaxStepCaps && cap < p.longest_step_s && cap < target;
+         ++i, cap *= kStepCapRatio) {
+      dp.set_steps(GraphPipeDp::Steps::kCapped, cap);
+      if (!dp.feasible(target)) continue;
+      double hi = target, lo = std::max(cap, dp.lower_bound());
+      best = Bottleneck{hi, dp.stages(), dp.depth()};
+      while (hi - lo > tolerance * hi) {
+        const double mid = 0.5 * (lo + hi);
+        if (dp.feasible(mid)) {
+          hi = mid;
+          best = Bottleneck{hi, dp.stages(), dp.depth()};
+        } else {
+          lo = mid;
+        }
+      }
+      target = hi * (1 - tolerance);
+    }
+    return best;
+  }
+
+  // The bottleneck ignores the pipeline's fill and drain, (depth - 1) / (M + depth - 1) of the
+  // iteration with M micro-batches. Where that is large, a slightly slower bottleneck may allow
+  // a shallower pipeline (the DP returns the shallowest partition meeting its T): those
+  // partitions compete too, and the simulator, which sees bubbles, judges. Steps finer than
+  // 1.25 catch a join that fits on its successor's stage just above T* (DLRM's interaction with
+  // the top MLP instead of on a branch: one stage shallower for 0.7 % more bottleneck).
+  void add_shallower(GraphPipeDp& dp, const Bottleneck& best, const char* what,
+                     std::initializer_list<double> slacks) {
+    const double micro_batches = static_cast<double>(ctx_.mini_batch / b_);
+    int depth = best.depth;
+    if ((depth - 1) / (micro_batches + depth - 1) <= kShallowerBubble) return;
+    for (const double slack : slacks) {
+      if (ctx_.tps_useful_limit_s > 0 && best.tps * slack > ctx_.tps_useful_limit_s) break;
+      if (depth <= 1 || !dp.feasible(best.tps * slack) || dp.depth() >= depth) continue;
+      depth = dp.depth();
+      char origin[128];
+      std::snprintf(origin, sizeof(origin), "%s, bottleneck +%.0f%% for depth %d", what,
+                    (slack - 1) * 100, depth);
+      add(dp.stages(), origin);
+    }
+  }
+
+  const PartitionContext& ctx_;
+  const int64_t b_;
+  const SpTree tree_;
+  PartitionOutcome outcome_;
+};
+
 }  // namespace
 
 Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_t micro_batch) {
@@ -612,78 +946,7 @@ Result<PartitionOutcome> partition_graphpipe(const PartitionContext& ctx, int64_
     return invalid_argument("--devices = " + std::to_string(ctx.num_devices) +
                             ", the GraphPipe planner supports at most 4096");
   }
-  const SpTree tree = decompose_series_parallel(*ctx.units);
-  GraphPipeDp dp(ctx, tree, micro_batch);
-  PartitionOutcome outcome;
-  // A bottleneck another planner reached is close to this one's: bracket the search around it
-  // by doubling or halving, which skips the widest (most expensive) tests of a search from the
-  // trivial bounds.
-  double hi = dp.upper_bound();
-  double lo = dp.lower_bound();
-  std::vector<PartitionStage> best;
-  int depth = kInfeasible;  // the best partition's, from the same feasibility test
-  // After a feasible test of `t`: its partition is the best so far.
-  auto keep = [&](double t) {
-    hi = t;
-    best = dp.stages();
-    depth = dp.depth();
-  };
-  if (ctx.tps_upper_hint_s > lo && ctx.tps_upper_hint_s < hi) {
-    double t = ctx.tps_upper_hint_s;
-    if (dp.feasible(t)) {
-      keep(t);
-      for (t *= 0.5; t > lo && dp.feasible(t); t *= 0.5) keep(t);
-      lo = std::max(lo, t);
-    } else {
-      lo = t;
-      for (t *= 2; t < hi && !dp.feasible(t); t *= 2) lo = t;
-      if (t < hi) keep(t);
-    }
-  }
-  if (best.empty()) {
-    if (!dp.feasible(hi)) {
-      outcome.infeasible_reason = "infeasible: no partition fits in device memory at micro-batch " +
-                                  std::to_string(micro_batch);
-      return outcome;
-    }
-    keep(hi);
-  }
-  while (hi - lo > ctx.tps_relative_tolerance * hi) {
-    const double mid = 0.5 * (lo + hi);
-    if (dp.feasible(mid)) {
-      keep(mid);
-    } else {
-      lo = mid;
-    }
-  }
-  auto partition = [&](std::vector<PartitionStage> stages, double tps, std::string origin) {
-    Partition p;
-    p.stages = std::move(stages);
-    p.chain = false;
-    p.micro_batch = micro_batch;
-    p.bottleneck_tps_s = tps;
-    p.sp_edges_added = tree.added_edges;
-    p.origin = std::move(origin);
-    return p;
-  };
-  outcome.partition = partition(std::move(best), hi, "");
-  // The bottleneck ignores the pipeline's fill and drain, (depth - 1) / (M + depth - 1) of the
-  // iteration with M micro-batches. Where that is large, a slightly slower bottleneck may allow
-  // a shallower pipeline (the DP returns the shallowest partition meeting its T): those
-  // partitions compete too, and the simulator, which sees bubbles, judges.
-  const double micro_batches = static_cast<double>(ctx.mini_batch / micro_batch);
-  if ((depth - 1) / (micro_batches + depth - 1) > kShallowerBubble) {
-    for (const double slack : {1.25, 1.5}) {
-      if (ctx.tps_useful_limit_s > 0 && hi * slack > ctx.tps_useful_limit_s) break;
-      if (depth <= 1 || !dp.feasible(hi * slack) || dp.depth() >= depth) continue;
-      depth = dp.depth();
-      char origin[96];
-      std::snprintf(origin, sizeof(origin), "graph partition, bottleneck +%.0f%% for depth %d",
-                    (slack - 1) * 100, depth);
-      outcome.alternatives.push_back(partition(dp.stages(), hi * slack, origin));
-    }
-  }
-  return outcome;
+  return GraphPipePartitioner(ctx, micro_batch).run();
 }
 
 }  // namespace gp::planner

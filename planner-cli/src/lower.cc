@@ -146,32 +146,131 @@ Result<std::vector<ExternalStage>> resolve_assignment(
   return out;
 }
 
-Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
-  const model::Graph& g = *req.graph;
-  const int n = static_cast<int>(req.stages.size());
-  if (n == 0) return invalid_argument("stages: empty");
-  std::vector<std::vector<int>> groups;
-  for (const auto& st : req.stages) groups.push_back(st.ops);
-  // The stage graph: edge bytes for placement, and as `topo` the chain order (the file's own
-  // order whenever that order is topological).
-  const UnitGraph stage_graph = group_units(g, groups);
-  const auto& edges = stage_graph.edge_bytes;
-  const std::vector<int>& chain = stage_graph.topo;
-  if (static_cast<int>(chain.size()) < n) {
-    std::vector<char> ordered(n, 0);
-    for (int s : chain) ordered[s] = 1;
-    std::string cyclic;
-    for (int s = 0; s < n; ++s) {
-      if (!ordered[s]) cyclic += (cyclic.empty() ? "" : ", ") + stage_name(s);
-    }
-    return invalid_argument(
-        "stages: the stage graph has a cycle (tensors go from one stage to "
-        "another and back); on it or after it: " +
-        cyclic);
-  }
+namespace {
 
-  bool every_stage_fixed = true;
-  for (const auto& st : req.stages) every_stage_fixed = every_stage_fixed && st.micro_batch > 0;
+// One lower_assignment: the stage graph, the micro-batch sizes to try and the simulator, shared
+// by its lowerings.
+class AssignmentLowering {
+ public:
+  AssignmentLowering(const LowerRequest& req, const UnitGraph& stage_graph,
+                     std::vector<int64_t> sizes)
+      : req_(req),
+        g_(*req.graph),
+        stage_graph_(stage_graph),
+        sizes_(std::move(sizes)),
+        datasheet_comm_(req.cluster),
+        simulator_(*req.compute, req.comm != nullptr ? *req.comm : datasheet_comm_,
+                   {req.training.optimizer(), req.training.precision(), req.compute}),
+        capacity_(req.cluster.device().memory_capacity_bytes()) {}
+
+  // The fastest plan of one lowering over every size and every order of `orders` (the stages
+  // placed on consecutive ranks in that order).
+  Result<LoweredPlan> lower(const std::string& name, bool chain,
+                            const std::vector<std::vector<int>>& orders) const;
+
+ private:
+  // Lowers and simulates the stages in `order` with micro-batch `b` where they have none: the
+  // candidate of size `b` keeps the fastest order, `lowered` the fastest plan.
+  Status try_order(const std::string& name, bool chain, const std::vector<int>& order, int64_t b,
+                   CandidateSummary* cand, LoweredPlan* lowered) const;
+
+  const LowerRequest& req_;
+  const model::Graph& g_;
+  const UnitGraph& stage_graph_;
+  const std::vector<int64_t> sizes_;
+  const cost::CommModel datasheet_comm_;
+  const sim::Simulator simulator_;
+  const int64_t capacity_;
+};
+
+Result<LoweredPlan> AssignmentLowering::lower(const std::string& name, bool chain,
+                                              const std::vector<std::vector<int>>& orders) const {
+  const auto start = std::chrono::steady_clock::now();
+  LoweredPlan lowered;
+  lowered.lowering = name;
+  lowered.stage_order = orders[0];
+  SearchResult& result = lowered.result;
+  result.num_units = g_.num_ops();
+  for (int64_t b : sizes_) {
+    CandidateSummary cand;
+    cand.micro_batch = b > 0 ? b : req_.stages[orders[0][0]].micro_batch;
+    for (const auto& order : orders) {
+      GP_RETURN_IF_ERROR(try_order(name, chain, order, b, &cand, &lowered));
+    }
+    result.candidates.push_back(cand);
+  }
+  result.search_time_s = seconds_since(start);
+  if (!result.feasible) {
+    result.infeasible_reason = infeasible_summary(result.candidates);
+  } else {
+    result.plan.mutable_provenance()->set_strategy(graphpipe::v1::STRATEGY_MANUAL);
+    result.plan.mutable_provenance()->set_search_time_s(result.search_time_s);
+  }
+  return lowered;
+}
+
+Status AssignmentLowering::try_order(const std::string& name, bool chain,
+                                     const std::vector<int>& order, int64_t b,
+                                     CandidateSummary* cand, LoweredPlan* lowered) const {
+  std::vector<StageAssignment> stages;
+  int rank = 0;
+  for (int s : order) {
+    const ExternalStage& ext = req_.stages[s];
+    StageAssignment st;
+    st.ops = stage_graph_.unit_ops[s];
+    for (int r = 0; r < ext.replicas; ++r) st.ranks.push_back(rank++);
+    st.micro_batch = ext.micro_batch > 0 ? ext.micro_batch : b;
+    if (st.micro_batch < ext.replicas) {
+      if (!cand->feasible && cand->reason.empty()) {
+        cand->reason = "micro-batch " + std::to_string(st.micro_batch) + " is smaller than the " +
+                       std::to_string(ext.replicas) + " replicas of " + stage_name(s);
+      }
+      return ok_status();
+    }
+    stages.push_back(std::move(st));
+  }
+  PlanInputs in;
+  in.graph = &g_;
+  in.cluster = req_.cluster;
+  in.mini_batch = req_.mini_batch;
+  in.training = req_.training;
+  in.strategy = graphpipe::v1::STRATEGY_MANUAL;
+  in.chain = chain;
+  GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, stages));
+  GP_ASSIGN_OR_RETURN(auto sim, simulator_.run(plan, g_));
+  if (sim.deadlocked) {
+    return internal_error("the " + name + " lowering deadlocks: " + sim.deadlock_report());
+  }
+  if (sim.peak_memory_bytes > capacity_) {
+    if (!cand->feasible) {
+      cand->reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
+                     " bytes exceeds the device's " + std::to_string(capacity_);
+    }
+    return ok_status();
+  }
+  if (!cand->feasible || sim.throughput_samples_per_s > cand->throughput_samples_per_s) {
+    cand->feasible = true;
+    cand->reason.clear();
+    cand->throughput_samples_per_s = sim.throughput_samples_per_s;
+    cand->num_stages = plan.stages_size();
+  }
+  SearchResult& result = lowered->result;
+  if (!result.feasible ||
+      sim.throughput_samples_per_s > result.simulation.throughput_samples_per_s) {
+    sim::fill_predicted_metrics(sim, &plan);
+    result.plan = std::move(plan);
+    result.simulation = std::move(sim);
+    result.feasible = true;
+    lowered->stage_order = order;
+  }
+  return ok_status();
+}
+
+// The sizes tried for stages without a micro-batch: {0} when every stage has one.
+Result<std::vector<int64_t>> sizes_to_try(const LowerRequest& req) {
+  const bool every_stage_fixed =
+      std::all_of(req.stages.begin(), req.stages.end(),
+                  [](const ExternalStage& st) { return st.micro_batch > 0; });
   std::vector<int64_t> sizes = req.micro_batches;
   if (every_stage_fixed) {
     sizes = {0};  // nothing left to choose
@@ -188,80 +287,46 @@ Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
                               " does not divide the mini-batch " + std::to_string(req.mini_batch));
     }
   }
-  const cost::CommModel datasheet_comm(req.cluster);
-  const cost::CommModel& comm = req.comm != nullptr ? *req.comm : datasheet_comm;
-  const cost::MemoryOptions memory{req.training.optimizer(), req.training.precision(), req.compute};
-  const sim::Simulator simulator(*req.compute, comm, memory);
-  const int64_t capacity = req.cluster.device().memory_capacity_bytes();
+  return sizes;
+}
 
-  std::vector<std::pair<std::string, bool>> lowerings;  // (name, chain)
-  if (req.lowering != Lowering::kDag) lowerings.emplace_back("chain", true);
-  if (req.lowering != Lowering::kChain) lowerings.emplace_back("dag", false);
+}  // namespace
 
+Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& req) {
+  const model::Graph& g = *req.graph;
+  const int n = static_cast<int>(req.stages.size());
+  if (n == 0) return invalid_argument("stages: empty");
+  std::vector<std::vector<int>> groups;
+  for (const auto& st : req.stages) groups.push_back(st.ops);
+  // The stage graph: edge bytes for placement, and as `topo` the chain order (the file's own
+  // order whenever that order is topological).
+  const UnitGraph stage_graph = group_units(g, groups);
+  const std::vector<int>& chain = stage_graph.topo;
+  if (static_cast<int>(chain.size()) < n) {
+    std::vector<char> ordered(n, 0);
+    for (int s : chain) ordered[s] = 1;
+    std::string cyclic;
+    for (int s = 0; s < n; ++s) {
+      if (!ordered[s]) cyclic += (cyclic.empty() ? "" : ", ") + stage_name(s);
+    }
+    return invalid_argument(
+        "stages: the stage graph has a cycle (tensors go from one stage to "
+        "another and back); on it or after it: " +
+        cyclic);
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, sizes_to_try(req));
+  const AssignmentLowering lowering(req, stage_graph, std::move(sizes));
   std::vector<LoweredPlan> out;
-  for (const auto& [name, is_chain] : lowerings) {
-    const auto start = std::chrono::steady_clock::now();
-    const std::vector<int> order = is_chain ? chain : placement_order(n, edges);
-    LoweredPlan lowered;
-    lowered.lowering = name;
-    SearchResult& result = lowered.result;
-    result.num_units = g.num_ops();
-    double best = -1;
-    for (int64_t b : sizes) {
-      CandidateSummary cand;
-      cand.micro_batch = b > 0 ? b : req.stages[order[0]].micro_batch;
-      std::vector<StageAssignment> stages;
-      int rank = 0;
-      for (int s : order) {
-        const ExternalStage& ext = req.stages[s];
-        StageAssignment st;
-        st.ops = stage_graph.unit_ops[s];  // in topological order
-        for (int r = 0; r < ext.replicas; ++r) st.ranks.push_back(rank++);
-        st.micro_batch = ext.micro_batch > 0 ? ext.micro_batch : b;
-        if (st.micro_batch < ext.replicas && cand.reason.empty()) {
-          cand.reason = "micro-batch " + std::to_string(st.micro_batch) + " is smaller than the " +
-                        std::to_string(ext.replicas) + " replicas of " + stage_name(s);
-        }
-        stages.push_back(std::move(st));
-      }
-      if (cand.reason.empty()) {
-        PlanInputs in;
-        in.graph = &g;
-        in.cluster = req.cluster;
-        in.mini_batch = req.mini_batch;
-        in.training = req.training;
-        in.strategy = graphpipe::v1::STRATEGY_MANUAL;
-        in.chain = is_chain;
-        GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, stages));
-        GP_ASSIGN_OR_RETURN(auto sim, simulator.run(plan, g));
-        if (sim.deadlocked) {
-          return internal_error("the " + name + " lowering deadlocks: " + sim.deadlock_report());
-        }
-        if (sim.peak_memory_bytes > capacity) {
-          cand.reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
-                        " bytes exceeds the device's " + std::to_string(capacity);
-        } else {
-          cand.feasible = true;
-          cand.throughput_samples_per_s = sim.throughput_samples_per_s;
-          cand.num_stages = plan.stages_size();
-          if (sim.throughput_samples_per_s > best) {
-            best = sim.throughput_samples_per_s;
-            sim::fill_predicted_metrics(sim, &plan);
-            result.plan = std::move(plan);
-            result.simulation = std::move(sim);
-            result.feasible = true;
-          }
-        }
-      }
-      result.candidates.push_back(cand);
-    }
-    result.search_time_s = seconds_since(start);
-    if (!result.feasible) {
-      result.infeasible_reason = infeasible_summary(result.candidates);
-    } else {
-      result.plan.mutable_provenance()->set_strategy(graphpipe::v1::STRATEGY_MANUAL);
-      result.plan.mutable_provenance()->set_search_time_s(result.search_time_s);
-    }
+  if (req.lowering != Lowering::kDag) {
+    GP_ASSIGN_OR_RETURN(auto lowered, lowering.lower("chain", true, {chain}));
+    out.push_back(std::move(lowered));
+  }
+  if (req.lowering != Lowering::kChain) {
+    // A graph pipeline's stages have no order of their own: every order placement_orders makes
+    // from the stage graph and the stages' ops (never from the file's numbering) is tried.
+    GP_ASSIGN_OR_RETURN(auto lowered, lowering.lower("dag", false,
+                                                     placement_orders(n, stage_graph.edge_bytes,
+                                                                      stage_keys(groups))));
     out.push_back(std::move(lowered));
   }
   return out;

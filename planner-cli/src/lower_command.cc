@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "commands.h"
 #include "gp/cost/cluster.h"
@@ -12,6 +13,23 @@
 #include "gp/planner/verify.h"
 
 namespace gp::plan_cli {
+
+namespace {
+
+// The order a file lists its stages in is not part of a graph pipeline: says which placement
+// order a DAG lowering used (plan stage i is the file's stages[order[i]], on the ranks after
+// those of plan stages 0..i-1).
+void print_stage_order(const planner::LoweredPlan& lowered) {
+  if (lowered.lowering != "dag") return;
+  std::string order;
+  for (int s : lowered.stage_order) order += (order.empty() ? "" : ", ") + std::to_string(s);
+  std::printf(
+      "\nlowered/dag placed the file's stages in the order %s (the fastest order made from the "
+      "stage graph; the file's order does not matter)\n",
+      order.c_str());
+}
+
+}  // namespace
 
 Status run_lower(const LowerOptions& opts) {
   const SearchOptions& so = opts.search;
@@ -80,6 +98,7 @@ Status run_lower(const LowerOptions& opts) {
     return internal_error("the lowered plan failed verification: " + report.problems[0]);
   }
   GP_RETURN_IF_ERROR(write_outputs(so, setup, best->result, graphpipe::v1::STRATEGY_MANUAL));
+  print_stage_order(*best);
   const auto& p = best->result.plan.predicted();
   std::printf(
       "\nlowered/%s: %d stages (depth %d) on %d devices, %.1f samples/s predicted, "

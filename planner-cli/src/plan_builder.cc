@@ -277,7 +277,7 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
   Plan plan;
   plan.set_format_version(plan::kPlanFormatVersion);
   *plan.mutable_model() = graph.model();
-  plan.set_model_hash(model::model_hash(plan.model()));
+  plan.set_model_hash(graph.model_hash());  // hashed once per graph, not per plan
   *plan.mutable_cluster() = inputs.cluster;
   plan.set_cluster_hash(model::message_hash(inputs.cluster));
   plan.set_mini_batch(inputs.mini_batch);

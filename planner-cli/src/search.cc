@@ -5,12 +5,17 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
+#include "gp/cost/cluster.h"
 #include "gp/cost/memory_model.h"
+#include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
+#include "gp/planner/progress.h"
 #include "gp/planner/stage_cost.h"
 #include "gp/planner/units.h"
 
@@ -24,6 +29,11 @@ constexpr int kPiperCandidateDownsets = 2000;
 constexpr int kMaxIdleTrials = 64;
 // The runner-up plan is refined too when it simulates within this share of the best.
 constexpr double kRunnerUpShare = 0.95;
+// The search plans for fewer devices (search_fewer_devices) while units x devices is at most
+// this: a search per power of two below the devices costs up to as much again, which every zoo
+// model up to 256 devices (mmt: 98 units, the transformer 97) can afford and a 1,016-operator
+// mmt on 256 devices (434 units; 7.9 s without, about 14 s with) cannot.
+constexpr int64_t kFewerDevicesMaxWork = 32768;
 // Largest micro-batch whose kernel bound (kernel_batch_bound) is computed before its search: the
 // bound costs one op time per op and kernel size, and prunes small micro-batches, not large ones.
 constexpr int64_t kKernelBoundMaxMicroBatch = 64;
@@ -37,7 +47,8 @@ struct PlanFound {
   graphpipe::v1::Plan plan;
   sim::SimResult simulation;
   int idle_device_gains = 0;
-  std::string idle_devices_reason;
+  std::string idle_devices_reason;  // for the devices it was searched for
+  int searched_devices = 0;         // the device count of the search that found it
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -183,33 +194,95 @@ int pipeline_depth(const graphpipe::v1::Plan& plan) {
   return depth.empty() ? 0 : *std::max_element(depth.begin(), depth.end());
 }
 
-std::vector<int> placement_order(int num_stages,
-                                 const std::map<std::pair<int, int>, int64_t>& edge_bytes) {
-  std::vector<int> indegree(num_stages, 0);
-  for (const auto& [edge, bytes] : edge_bytes) ++indegree[edge.second];
-  // Depth-first from the sources, heaviest successor first; a stage is placed once all its
-  // predecessors are, so the order is topological and heavy neighbours end up adjacent.
-  std::vector<int> remaining = indegree;
-  std::vector<char> placed(num_stages, 0);
-  std::vector<int> order;
-  std::vector<int> stack;
-  for (int s = num_stages - 1; s >= 0; --s) {
-    if (indegree[s] == 0) stack.push_back(s);
+namespace {
+
+// A depth-first walk of the stage DAG that follows the heaviest edge first. Forward: from the
+// sources along out-edges, a stage taken once all its predecessors are. Backward: from the sinks
+// along in-edges, a stage taken once all its successors are, the walk reversed at the end. Both
+// give a topological order. Ties go to the smaller key (the larger with !small_keys_first), never
+// to the smaller stage number.
+std::vector<int> walk_order(int num_stages,
+                            const std::map<std::pair<int, int>, int64_t>& edge_bytes,
+                            const std::vector<int>& keys, bool forward, bool small_keys_first) {
+  // Stages first by this rank, the smallest first.
+  auto rank = [&](int s) { return small_keys_first ? keys[s] : -keys[s]; };
+  std::vector<std::vector<std::pair<int64_t, int>>> next_of(num_stages);  // (bytes, stage)
+  std::vector<int> remaining(num_stages, 0);  // edges into a stage, in the walk's direction
+  for (const auto& [edge, bytes] : edge_bytes) {
+    const auto [from, to] = forward ? edge : std::pair{edge.second, edge.first};
+    next_of[from].emplace_back(bytes, to);
+    ++remaining[to];
   }
+  std::vector<int> stack;
+  for (int s = 0; s < num_stages; ++s) {
+    if (remaining[s] == 0) stack.push_back(s);
+  }
+  // The first to take last on the stack.
+  std::sort(stack.begin(), stack.end(), [&](int a, int b) { return rank(a) > rank(b); });
+  std::vector<char> taken(num_stages, 0);
+  std::vector<int> order;
   while (!stack.empty()) {
     const int s = stack.back();
     stack.pop_back();
-    if (placed[s]) continue;
-    placed[s] = 1;
+    if (taken[s]) continue;
+    taken[s] = 1;
     order.push_back(s);
-    std::vector<std::pair<int64_t, int>> next;
-    for (const auto& [edge, bytes] : edge_bytes) {
-      if (edge.first == s && --remaining[edge.second] == 0) next.emplace_back(bytes, edge.second);
+    std::vector<std::tuple<int64_t, int, int>> next;  // (bytes, -rank, stage)
+    for (const auto& [bytes, t] : next_of[s]) {
+      if (--remaining[t] == 0) next.emplace_back(bytes, -rank(t), t);
     }
-    std::sort(next.begin(), next.end());  // lightest first: the heaviest is popped next
-    for (const auto& [bytes, t] : next) stack.push_back(t);
+    // Lightest first: the heaviest (and among equals the first by rank) is taken next.
+    std::sort(next.begin(), next.end());
+    for (const auto& [bytes, neg_rank, t] : next) stack.push_back(t);
   }
+  if (!forward) std::reverse(order.begin(), order.end());
   return order;
+}
+
+}  // namespace
+
+std::vector<int> placement_order(int num_stages,
+                                 const std::map<std::pair<int, int>, int64_t>& edge_bytes,
+                                 const std::vector<int>& keys) {
+  return walk_order(num_stages, edge_bytes, keys, /*forward=*/true, /*small_keys_first=*/true);
+}
+
+std::vector<std::vector<int>> placement_orders(
+    int num_stages, const std::map<std::pair<int, int>, int64_t>& edge_bytes,
+    const std::vector<int>& keys) {
+  std::vector<std::vector<int>> orders;
+  for (const bool forward : {true, false}) {
+    for (const bool small_keys_first : {true, false}) {
+      auto order = walk_order(num_stages, edge_bytes, keys, forward, small_keys_first);
+      if (std::find(orders.begin(), orders.end(), order) == orders.end()) {
+        orders.push_back(std::move(order));
+      }
+    }
+  }
+  return orders;
+}
+
+std::vector<StageAssignment> placed_in_order(const std::vector<StageAssignment>& stages,
+                                             const std::vector<int>& order) {
+  std::vector<StageAssignment> out;
+  out.reserve(order.size());
+  int rank = 0;
+  for (int s : order) {
+    StageAssignment st = stages[s];
+    for (int& r : st.ranks) r = rank++;
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+std::vector<int> stage_keys(const std::vector<std::vector<int>>& stage_ops) {
+  std::vector<int> keys;
+  keys.reserve(stage_ops.size());
+  for (const auto& ops : stage_ops) {
+    keys.push_back(ops.empty() ? std::numeric_limits<int>::max()
+                               : *std::min_element(ops.begin(), ops.end()));
+  }
+  return keys;
 }
 
 std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units) {
@@ -221,6 +294,13 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
   for (int u = 0; u < units.num_units(); ++u) {
     GP_CHECK(stage_of_unit[u] >= 0, "a partition must assign every planning unit to a stage");
   }
+  std::vector<StageAssignment> out(n);
+  for (int s = 0; s < n; ++s) {
+    for (int u : partition.stages[s].units) {
+      out[s].ops.insert(out[s].ops.end(), units.unit_ops[u].begin(), units.unit_ops[u].end());
+    }
+    out[s].micro_batch = partition.micro_batch;
+  }
   std::vector<int> order;
   if (partition.chain) {
     for (int s = 0; s < n; ++s) order.push_back(s);
@@ -230,19 +310,16 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
       const int a = stage_of_unit[edge.first], b = stage_of_unit[edge.second];
       if (a != b) weight[{a, b}] += bytes;
     }
-    order = placement_order(n, weight);
+    std::vector<std::vector<int>> stage_ops(n);
+    for (int s = 0; s < n; ++s) stage_ops[s] = out[s].ops;
+    order = placement_order(n, weight, stage_keys(stage_ops));
   }
-  std::vector<StageAssignment> out(n);
   int rank = 0;
   for (int s : order) {
-    for (int u : partition.stages[s].units) {
-      out[s].ops.insert(out[s].ops.end(), units.unit_ops[u].begin(), units.unit_ops[u].end());
-    }
     for (int r = 0; r < partition.stages[s].devices; ++r) out[s].ranks.push_back(rank++);
-    out[s].micro_batch = partition.micro_batch;
   }
   // Chain partitions keep their order; DAG partitions are renumbered in placement order so that
-  // stage ids follow the pipeline.
+  // stage ids follow the pipeline (and not the partitioner's numbering).
   if (!partition.chain) {
     std::vector<StageAssignment> ordered;
     for (int s : order) ordered.push_back(std::move(out[s]));
@@ -292,6 +369,8 @@ class Search {
   Result<SearchResult> run(std::chrono::steady_clock::time_point start);
 
  private:
+  // The whole search, without the result's summary: leaves the plan found in best_.
+  Status find();
   // A partition to evaluate besides the strategy's own, with the units and costs it was made for.
   struct OtherPartition {
     const Partition* partition;
@@ -328,15 +407,38 @@ class Search {
   void report_candidate(const CandidateSummary& cand);
 
   // Refinements of a plan's stages: a trial replaces the plan when it runs, fits and simulates
-  // more than 0.2 % faster. Sets the plan's idle-device gains and reason.
+  // more than 0.2 % faster. Sets the plan's idle-device gains and reason. Never ends below the
+  // plan without per-stage sizes (the idle devices given), nor below its own stages with any
+  // one micro-batch for all.
   Status refine(PlanFound& f) const;
   Status refine_micro_batches(PlanFound& f) const;
   Status give_idle_devices(PlanFound& f) const;
+  // The plan's stages in each of placement_orders (DAG plans): the fastest replaces the plan when
+  // it is faster at all.
+  Status choose_placement(PlanFound& f) const;
+  // The plan's stages and ranks with one micro-batch size for all, every size allowed in turn:
+  // the fastest replaces the plan when it is faster at all.
+  Status try_uniform_micro_batches(PlanFound& f) const;
   // A trial's plan and simulation; its throughput is -1 when it deadlocks or does not fit.
   Result<PlanFound> simulate_trial(bool chain, std::vector<StageAssignment> trial) const;
-  static bool keep_if_faster(PlanFound t, PlanFound& f);
-  // The better of the refined best plan and runner-up, into the result.
+  // `t` replaces `f` when it simulates more than `factor` times faster.
+  static bool keep_if_faster(PlanFound t, PlanFound& f, double factor = 1.002);
+  // The better of the refined best plan and runner-up, into best_.
   Status choose_best();
+  // GraphPipe: search_plan's plan for fewer_devices(devices_) of these devices, into fewer_ (on
+  // this cluster, re-simulated); throughput -1 when there is none, or when no plan on those
+  // devices can beat the best found for all (fewer_devices_bound).
+  Status search_fewer_devices();
+  // Samples/s no plan on `devices` devices passes, at any micro-batch the search or its
+  // refinement may use: kernel_batch_bound of the largest, computed once for the whole ladder.
+  double fewer_devices_bound(int devices);
+  // search_plan's plan for the first `fewer` devices, on this cluster (the other devices idle)
+  // and simulated on it; throughput -1 when none fits.
+  Result<PlanFound> plan_on_fewer_devices(int fewer) const;
+  // Takes fewer_ when it is faster than every plan found for all the devices.
+  void adopt_fewer_devices();
+  // Why the chosen plan leaves devices idle; empty when it uses them all.
+  std::string idle_devices_reason() const;
   void finish(std::chrono::steady_clock::time_point start);
 
   const SearchRequest& req_;
@@ -362,7 +464,11 @@ class Search {
   // The best plan so far, and the best with other stages: both are refined at the end, since a
   // greedy refinement of the second may end above the first's.
   PlanFound best_, runner_up_;
-  int done_ = 0;  // micro-batch sizes searched or skipped
+  // The plan for fewer devices, and the best for all of them before it was compared.
+  PlanFound fewer_;
+  double all_devices_throughput_ = -1;
+  double time_per_sample_s_ = -1;  // of fewer_devices_bound; -1 until computed
+  int done_ = 0;                   // micro-batch sizes searched or skipped
 };
 
 Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
@@ -372,8 +478,8 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
       devices_(req.cluster.num_nodes() * req.cluster.devices_per_node() -
                req.cluster.excluded_ranks_size()),
       units_(req.strategy == graphpipe::v1::STRATEGY_PIPER && req.piper_compress_branches
-                 ? compress_branches(graph_, build_units(graph_))
-                 : build_units(graph_)),
+                 ? compress_branches(graph_, build_units(graph_, req.units))
+                 : build_units(graph_, req.units)),
       datasheet_comm_(req.cluster),
       comm_(req.comm != nullptr ? *req.comm : datasheet_comm_),
       memory_{req.training.optimizer(), req.training.precision(), req.compute},
@@ -403,6 +509,12 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
 }
 
 Result<SearchResult> Search::run(std::chrono::steady_clock::time_point start) {
+  GP_RETURN_IF_ERROR(find());
+  finish(start);
+  return std::move(result_);
+}
+
+Status Search::find() {
   // Largest micro-batches first: on large clusters they give the best plans, and the bound in
   // `evaluate` then spares the simulation of most small ones. Reported in ascending order.
   std::vector<int64_t> order = micro_batches_;
@@ -413,8 +525,9 @@ Result<SearchResult> Search::run(std::chrono::steady_clock::time_point start) {
                      return x.micro_batch < y.micro_batch;
                    });
   if (result_.feasible) GP_RETURN_IF_ERROR(choose_best());
-  finish(start);
-  return std::move(result_);
+  GP_RETURN_IF_ERROR(search_fewer_devices());
+  adopt_fewer_devices();
+  return ok_status();
 }
 
 PlanInputs Search::make_inputs(bool chain) const {
@@ -432,6 +545,9 @@ Status Search::search_micro_batch(int64_t b) {
   CandidateSummary cand;
   cand.micro_batch = b;
   if (skip_by_kernel_bound(b, &cand)) return ok_status();
+  log_progress(std::string(plan::strategy_name(req_.strategy)) + " on " + std::to_string(devices_) +
+               " devices: partitioning " + std::to_string(units_.num_units()) +
+               " units at micro-batch " + std::to_string(b));
   // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
   std::optional<PartitionOutcome> chain_outcome;
   if (req_.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
@@ -571,6 +687,7 @@ Result<bool> Search::evaluate(const Partition& part, const UnitGraph& part_units
     found.stages = std::move(stages);
     found.chain = chain;
     found.tps = part.bottleneck_tps_s;
+    found.searched_devices = devices_;
     keep(std::move(found));
   }
   return true;
@@ -617,11 +734,29 @@ void Search::report_candidate(const CandidateSummary& cand) {
 }
 
 Status Search::refine(PlanFound& f) const {
-  if (req_.per_stage_microbatch) GP_RETURN_IF_ERROR(refine_micro_batches(f));
-  return give_idle_devices(f);
+  if (!req_.per_stage_microbatch) return give_idle_devices(f);
+  // Greedy steps can end lower from one start than from another: the per-stage sizes, once the
+  // idle devices are given, may end below the start with the idle devices given (what
+  // --uniform-microbatch returns), or below their own stages with one size for all (dlrm on 16
+  // and 32 V100s, by 3.6 and 1.5 %). So both ends are finished, each also tried at every one
+  // size for all, and the faster is kept: the refinement never ends below its start.
+  PlanFound start = f;
+  GP_RETURN_IF_ERROR(refine_micro_batches(f));
+  const bool sizes_changed = f.stages != start.stages;
+  GP_RETURN_IF_ERROR(give_idle_devices(f));
+  GP_RETURN_IF_ERROR(try_uniform_micro_batches(f));
+  if (sizes_changed) {
+    GP_RETURN_IF_ERROR(give_idle_devices(start));
+    GP_RETURN_IF_ERROR(try_uniform_micro_batches(start));
+    if (start.throughput > f.throughput) f = std::move(start);
+  }
+  return ok_status();
 }
 
 Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment> trial) const {
+  log_progress(std::string(plan::strategy_name(req_.strategy)) + " on " + std::to_string(devices_) +
+               " devices: simulating a refinement of the best plan (" +
+               std::to_string(trial.size()) + " stages)");
   PlanFound t;
   GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(chain), trial));
   GP_ASSIGN_OR_RETURN(t.simulation, simulator_.run(t.plan, graph_));
@@ -631,8 +766,8 @@ Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment
   return t;
 }
 
-bool Search::keep_if_faster(PlanFound t, PlanFound& f) {
-  if (t.throughput <= f.throughput * 1.002) return false;
+bool Search::keep_if_faster(PlanFound t, PlanFound& f, double factor) {
+  if (t.throughput <= f.throughput * factor) return false;
   t.plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
   sim::fill_predicted_metrics(t.simulation, &t.plan);
   t.plan.mutable_predicted()->set_bottleneck_tps_s(f.tps);
@@ -729,37 +864,186 @@ Status Search::give_idle_devices(PlanFound& f) const {
                       "the simulated throughput (" +
                           std::to_string(trials) + " tried)";
   }
-  f.idle_device_gains = gains;
+  f.idle_device_gains += gains;
+  return ok_status();
+}
+
+Status Search::try_uniform_micro_batches(PlanFound& f) const {
+  size_t most_replicas = 0;
+  for (const auto& st : f.stages) most_replicas = std::max(most_replicas, st.ranks.size());
+  const int used = f.plan.programs_size();
+  PlanFound fastest;
+  for (int64_t b : micro_batches_) {
+    if (b < static_cast<int64_t>(most_replicas)) continue;  // a replica would get no sample
+    if (std::all_of(f.stages.begin(), f.stages.end(),
+                    [&](const StageAssignment& st) { return st.micro_batch == b; })) {
+      continue;  // the plan itself
+    }
+    // No plan whose kernels run at most b samples on these devices passes this (cheap for
+    // small b, where it prunes).
+    if (b <= kKernelBoundMaxMicroBatch &&
+        kernel_batch_bound(graph_, *req_.compute, b, used) <= f.throughput) {
+      continue;
+    }
+    auto trial = f.stages;
+    for (auto& st : trial) st.micro_batch = b;
+    GP_ASSIGN_OR_RETURN(PlanFound t, simulate_trial(f.chain, std::move(trial)));
+    if (t.throughput > fastest.throughput) fastest = std::move(t);
+  }
+  keep_if_faster(std::move(fastest), f, 1.0);
+  return ok_status();
+}
+
+Status Search::choose_placement(PlanFound& f) const {
+  if (f.chain || f.stages.size() < 2) return ok_status();
+  std::vector<std::vector<int>> groups;
+  for (const auto& st : f.stages) groups.push_back(st.ops);
+  const UnitGraph stage_graph = group_units(graph_, groups);
+  PlanFound fastest;
+  for (const auto& order : placement_orders(static_cast<int>(groups.size()), stage_graph.edge_bytes,
+                                            stage_keys(groups))) {
+    auto trial = placed_in_order(f.stages, order);
+    if (trial == f.stages) continue;  // the plan itself
+    GP_ASSIGN_OR_RETURN(PlanFound t, simulate_trial(false, std::move(trial)));
+    if (t.throughput > fastest.throughput) fastest = std::move(t);
+  }
+  keep_if_faster(std::move(fastest), f, 1.0);
   return ok_status();
 }
 
 Status Search::choose_best() {
   const double first = best_.throughput;
+  // Every candidate was placed in placement_order; the two refined also try the other orders.
+  GP_RETURN_IF_ERROR(choose_placement(best_));
   GP_RETURN_IF_ERROR(refine(best_));
   // The runner-up only when close: its refinement costs as much again.
   if (runner_up_.throughput >= kRunnerUpShare * first) {
+    GP_RETURN_IF_ERROR(choose_placement(runner_up_));
     GP_RETURN_IF_ERROR(refine(runner_up_));
     if (runner_up_.throughput > best_.throughput) best_ = std::move(runner_up_);
   }
-  result_.plan = std::move(best_.plan);
-  result_.simulation = std::move(best_.simulation);
-  result_.idle_device_gains = best_.idle_device_gains;
-  result_.idle_devices_reason = std::move(best_.idle_devices_reason);
   return ok_status();
+}
+
+double Search::fewer_devices_bound(int devices) {
+  if (time_per_sample_s_ < 0) {
+    const int64_t largest = *std::max_element(micro_batches_.begin(), micro_batches_.end());
+    time_per_sample_s_ = 1.0 / kernel_batch_bound(graph_, *req_.compute, largest, 1);
+  }
+  return devices / time_per_sample_s_;
+}
+
+Status Search::search_fewer_devices() {
+  const int fewer = fewer_devices(devices_);
+  if (req_.strategy != graphpipe::v1::STRATEGY_GRAPHPIPE || fewer < 1) return ok_status();
+  const int total = static_cast<int>(micro_batches_.size());
+  // Monotone in the devices: where this search cannot afford the ladder, no larger one can.
+  if (static_cast<int64_t>(units_.num_units()) * devices_ > kFewerDevicesMaxWork) {
+    if (req_.progress) {
+      req_.progress(0, total,
+                    "fewer devices: not searched (" + std::to_string(units_.num_units()) +
+                        " units x " + std::to_string(devices_) + " devices is more than " +
+                        std::to_string(kFewerDevicesMaxWork) + ")");
+    }
+    return ok_status();
+  }
+  // The plan for fewer devices cannot win when even its compute bound does not (the plans of
+  // that search, and of the searches below it, all stay under it): skipping it changes nothing.
+  // A hair above the bound, as the simulator may sum the same times in another order.
+  const double bound = fewer_devices_bound(fewer);
+  if (result_.feasible && bound * (1 + 1e-9) <= best_.throughput) {
+    if (req_.progress) {
+      req_.progress(0, total,
+                    "fewer devices: not searched (no plan on " + std::to_string(fewer) +
+                        " devices passes " + std::to_string(static_cast<int64_t>(bound)) +
+                        " samples/s)");
+    }
+    return ok_status();
+  }
+  GP_ASSIGN_OR_RETURN(fewer_, plan_on_fewer_devices(fewer));
+  if (req_.progress && fewer_.throughput > 0) {
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "fewer devices: %.1f samples/s simulated on %d devices (searched for %d)",
+                  fewer_.throughput, fewer_.plan.programs_size(), fewer_.searched_devices);
+    req_.progress(0, total, line);
+  }
+  return ok_status();
+}
+
+Result<PlanFound> Search::plan_on_fewer_devices(int fewer) const {
+  // Exactly search_plan's search for the first `fewer` devices (select_devices takes whole
+  // nodes first, as the CLI does). req_.comm times the links between those ranks too.
+  SearchRequest sub = req_;
+  GP_ASSIGN_OR_RETURN(sub.cluster, cost::select_devices(req_.cluster, fewer));
+  sub.progress = nullptr;
+  Search search(sub, micro_batches_);
+  search.time_per_sample_s_ = time_per_sample_s_;  // the same graph and costs: reused
+  GP_RETURN_IF_ERROR(search.find());
+  if (!search.result_.feasible) return PlanFound{};
+  PlanFound f = std::move(search.best_);
+  // The same ranks of this cluster, the others idle: simulated on this cluster's links.
+  *f.plan.mutable_cluster() = req_.cluster;
+  f.plan.set_cluster_hash(model::message_hash(req_.cluster));
+  GP_ASSIGN_OR_RETURN(f.simulation, simulator_.run(f.plan, graph_));
+  if (f.simulation.deadlocked || f.simulation.peak_memory_bytes > capacity_) return PlanFound{};
+  f.throughput = f.simulation.throughput_samples_per_s;
+  const double bottleneck_tps_s = f.plan.predicted().bottleneck_tps_s();
+  sim::fill_predicted_metrics(f.simulation, &f.plan);
+  f.plan.mutable_predicted()->set_bottleneck_tps_s(bottleneck_tps_s);
+  return f;
+}
+
+void Search::adopt_fewer_devices() {
+  all_devices_throughput_ = result_.feasible ? best_.throughput : -1;
+  if (fewer_.throughput <= all_devices_throughput_) return;
+  best_ = std::move(fewer_);
+  result_.feasible = true;
+}
+
+std::string Search::idle_devices_reason() const {
+  if (best_.searched_devices >= devices_) return best_.idle_devices_reason;
+  const int fewer = best_.searched_devices;
+  const char* noun = fewer == 1 ? "device" : "devices";
+  char why[256];
+  if (all_devices_throughput_ > 0) {
+    std::snprintf(why, sizeof(why),
+                  "a plan searched for %d %s simulates faster (%.1f samples/s) than the best "
+                  "found for all %d (%.1f)",
+                  fewer, noun, best_.throughput, devices_, all_devices_throughput_);
+  } else {
+    std::snprintf(why, sizeof(why), "a plan searched for %d %s fits, none found for all %d", fewer,
+                  noun, devices_);
+  }
+  if (best_.idle_devices_reason.empty()) return why;
+  return std::string(why) + "; on those " + std::to_string(best_.searched_devices) + ": " +
+         best_.idle_devices_reason;
 }
 
 void Search::finish(std::chrono::steady_clock::time_point start) {
   result_.search_time_s = seconds_since(start);
   if (!result_.feasible) {
     result_.infeasible_reason = infeasible_summary(result_.candidates);
-  } else {
-    auto* prov = result_.plan.mutable_provenance();
-    prov->set_search_time_s(result_.search_time_s);
-    prov->set_strategy(req_.strategy);
+    return;
   }
+  result_.idle_devices_reason = idle_devices_reason();
+  result_.searched_devices = best_.searched_devices;
+  result_.chain = best_.chain;
+  result_.idle_device_gains = best_.idle_device_gains;
+  result_.plan = std::move(best_.plan);
+  result_.simulation = std::move(best_.simulation);
+  auto* prov = result_.plan.mutable_provenance();
+  prov->set_search_time_s(result_.search_time_s);
+  prov->set_strategy(req_.strategy);
 }
 
 }  // namespace
+
+int fewer_devices(int devices) {
+  int p = 1;
+  while (p * 2 < devices) p *= 2;
+  return devices > 1 ? p : 0;
+}
 
 Result<SearchResult> search_plan(const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();

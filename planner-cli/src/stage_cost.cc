@@ -15,6 +15,8 @@ void StageAggregate::add(const StageAggregate& other) {
   levels = std::max(levels, other.levels);
   for (int i = 0; i < other.levels; ++i) compute_us[i] += other.compute_us[i];
   static_bytes += other.static_bytes;
+  weight_bytes += other.weight_bytes;
+  optimizer_bytes += other.optimizer_bytes;
   gradient_bytes += other.gradient_bytes;
   activation_bytes_per_sample += other.activation_bytes_per_sample;
   workspace_bytes_per_sample += other.workspace_bytes_per_sample;
@@ -26,7 +28,9 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
                                const cost::CostModel& compute, const cost::CommModel& comm,
                                const cost::MemoryOptions& memory, int64_t mini_batch,
                                int64_t max_samples)
-    : mini_batch_(mini_batch), capacity_(comm.cluster().device().memory_capacity_bytes()) {
+    : mini_batch_(mini_batch),
+      capacity_(comm.cluster().device().memory_capacity_bytes()),
+      device_(comm.cluster().device()) {
   // Tabulate the affine communication costs from two probes each.
   constexpr double kProbe1 = 1 << 20, kProbe2 = 1 << 21;
   const auto& cl = comm.cluster();
@@ -60,6 +64,8 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
     const auto& ops = units.unit_ops[u];
     const cost::MemoryBreakdown m = cost::stage_memory(graph, ops, 1, 1, 1, memory);
     a.static_bytes = m.weight_bytes + m.gradient_bytes + m.optimizer_bytes;
+    a.weight_bytes = m.weight_bytes;
+    a.optimizer_bytes = m.optimizer_bytes;
     a.activation_bytes_per_sample = m.activation_bytes;
     a.kernel_workspace_bytes_per_sample =
         cost::kernel_workspace_bytes_per_sample(graph, ops, memory);
@@ -74,25 +80,63 @@ StageAggregate StageCostModel::aggregate(std::span<const int> units) const {
   return a;
 }
 
+double StageCostModel::compute_us(const StageAggregate& stage, int64_t per_device) const {
+  const int level = log2_exact(per_device);
+  return level < stage.levels ? stage.compute_us[level] : 0;
+}
+
+double StageCostModel::p2p_us(int64_t boundary_bytes_per_sample, int64_t per_device) const {
+  // A typical neighbour sits in the same node (placement keeps heavy edges inside nodes).
+  if (boundary_bytes_per_sample <= 0) return 0;
+  return p2p_alpha_us_ + p2p_beta_us_ * static_cast<double>(boundary_bytes_per_sample * per_device);
+}
+
+double StageCostModel::allreduce_us(const StageAggregate& stage, int d) const {
+  if (d <= 1 || stage.gradient_bytes <= 0 || d >= static_cast<int>(allreduce_alpha_us_.size())) {
+    return 0;
+  }
+  return allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
+}
+
+double StageCostModel::optimizer_us(const StageAggregate& stage) const {
+  cost::MemoryBreakdown state;
+  state.weight_bytes = stage.weight_bytes;
+  state.gradient_bytes = stage.gradient_bytes;
+  state.optimizer_bytes = stage.optimizer_bytes;
+  return cost::optimizer_step_us(device_, state);
+}
+
 double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
                              int64_t boundary_bytes_per_sample) const {
   const int64_t per_device = b / d;
-  const int level = log2_exact(per_device);
-  const double compute = level < stage.levels ? stage.compute_us[level] : 0;
-  // A typical neighbour sits in the same node (placement keeps heavy edges inside nodes).
-  const double p2p =
-      boundary_bytes_per_sample > 0
-          ? p2p_alpha_us_ +
-                p2p_beta_us_ * static_cast<double>(boundary_bytes_per_sample * per_device)
-          : 0.0;
-  double allreduce = 0;
-  if (d > 1 && stage.gradient_bytes > 0 && d < static_cast<int>(allreduce_alpha_us_.size())) {
-    allreduce =
-        allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
-  }
-  return (std::max(compute, p2p) / static_cast<double>(b) +
-          allreduce / static_cast<double>(mini_batch_)) *
+  const double per_micro_batch =
+      std::max(compute_us(stage, per_device), p2p_us(boundary_bytes_per_sample, per_device));
+  const double per_iteration = allreduce_us(stage, d) + optimizer_us(stage);
+  return (per_micro_batch / static_cast<double>(b) +
+          per_iteration / static_cast<double>(mini_batch_)) *
          1e-6;
+}
+
+StageTps StageCostModel::tps_parts(const StageAggregate& stage, int64_t b, int d,
+                                   int64_t boundary_bytes_per_sample) const {
+  const int64_t per_device = b / d;
+  const double per_micro_batch =
+      std::max(compute_us(stage, per_device), p2p_us(boundary_bytes_per_sample, per_device));
+  const double per_sample = 1e-6 / static_cast<double>(mini_batch_);
+  return {per_micro_batch / static_cast<double>(b) * 1e-6, allreduce_us(stage, d) * per_sample,
+          optimizer_us(stage) * per_sample};
+}
+
+StageTime StageCostModel::iteration_time(const StageAggregate& stage, int64_t b, int d,
+                                         int64_t boundary_bytes_per_sample) const {
+  const int64_t per_device = b / d;
+  const double micro_batches = static_cast<double>(mini_batch_) / static_cast<double>(b);
+  StageTime t;
+  t.compute_us = micro_batches * compute_us(stage, per_device);
+  t.transfer_us = micro_batches * p2p_us(boundary_bytes_per_sample, per_device);
+  t.allreduce_us = allreduce_us(stage, d);
+  t.optimizer_us = optimizer_us(stage);
+  return t;
 }
 
 int64_t StageCostModel::in_flight_limit(const StageAggregate& stage, int64_t b, int d) const {

@@ -2,12 +2,53 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+
+#include "gp/planner/progress.h"
+#include "gp/planner/sp_decomposition.h"
 
 namespace gp::planner {
 namespace {
 
+// Reachability between ops by a depth-first search that never passes the target's position in
+// the topological order: the questions build_units asks are about ops a few edges apart, so
+// this costs little where a table of every pair would take ops^2 / 8 bytes.
+class OpReach {
+ public:
+  explicit OpReach(const model::Graph& g) : g_(g), position_(g.num_ops()), seen_(g.num_ops(), 0) {
+    for (int i = 0; i < g.num_ops(); ++i) position_[g.topo_order()[i]] = i;
+  }
+
+  // True when a path of one or more edges leads from `from` to `to`.
+  bool reaches(int from, int to) {
+    if (position_[from] >= position_[to]) return false;
+    ++stamp_;
+    stack_.assign(1, from);
+    while (!stack_.empty()) {
+      const int x = stack_.back();
+      stack_.pop_back();
+      for (int s : g_.op(x).succs) {
+        if (s == to) return true;
+        if (position_[s] < position_[to] && seen_[s] != stamp_) {
+          seen_[s] = stamp_;
+          stack_.push_back(s);
+        }
+      }
+    }
+    return false;
+  }
+
+ private:
+  const model::Graph& g_;
+  std::vector<int> position_;  // in the topological order
+  std::vector<uint32_t> seen_;
+  uint32_t stamp_ = 0;
+  std::vector<int> stack_;
+};
+
 // Immediate predecessors/successors in the transitive reduction, among non-input ops.
-std::vector<int> reduced(const model::Graph& g, const std::vector<int>& neighbours, bool forward) {
+std::vector<int> reduced(const model::Graph& g, OpReach& reach, const std::vector<int>& neighbours,
+                         bool forward) {
   std::vector<int> out;
   for (int a : neighbours) {
     if (g.op(a).info->is_input) continue;
@@ -15,7 +56,7 @@ std::vector<int> reduced(const model::Graph& g, const std::vector<int>& neighbou
     for (int b : neighbours) {
       if (b == a || g.op(b).info->is_input) continue;
       // a is implied when another neighbour lies between it and the op.
-      if (forward ? g.reaches(b, a) : g.reaches(a, b)) {
+      if (forward ? reach.reaches(b, a) : reach.reaches(a, b)) {
         implied = true;
         break;
       }
@@ -107,6 +148,7 @@ UnitGraph build_units(const model::Graph& g, const UnitOptions& options) {
 
   UnitGraph u;
   u.unit_of_op.assign(n, -1);
+  OpReach reach(g);
   std::vector<int> tail;  // last op merged into each unit
   // 1. Non-input ops in topological order: merge cheap chain successors, else open a unit.
   for (int op : g.topo_order()) {
@@ -114,10 +156,10 @@ UnitGraph build_units(const model::Graph& g, const UnitOptions& options) {
     if (node.info->is_input) continue;
     int target = -1;
     if (options.merge_cheap_ops && cheap(node)) {
-      const auto preds = reduced(g, node.preds, /*forward=*/false);
+      const auto preds = reduced(g, reach, node.preds, /*forward=*/false);
       if (preds.size() == 1) {
         const int p = preds[0];
-        const auto succs_of_p = reduced(g, g.op(p).succs, /*forward=*/true);
+        const auto succs_of_p = reduced(g, reach, g.op(p).succs, /*forward=*/true);
         const int pu = u.unit_of_op[p];
         if (succs_of_p.size() == 1 && succs_of_p[0] == op && pu >= 0 && tail[pu] == p) target = pu;
       }
@@ -151,7 +193,12 @@ UnitGraph build_units(const model::Graph& g, const UnitOptions& options) {
     u.unit_of_op[node.index] = unit;
   }
   link_units(g, u);
-  return u;
+  if (options.max_units <= 0 || u.num_units() <= options.max_units) return u;
+  UnitGraph coarse = coarsen_units(g, u, options.max_units);
+  log_note(std::to_string(n) + " operators in " + std::to_string(u.num_units()) +
+           " planning units: planning over " + std::to_string(coarse.num_units()) +
+           " coarser units (runs of the series-parallel decomposition)");
+  return coarse;
 }
 
 UnitGraph group_units(const model::Graph& g, const std::vector<std::vector<int>>& groups) {
@@ -163,6 +210,138 @@ UnitGraph group_units(const model::Graph& g, const std::vector<std::vector<int>>
   }
   link_units(g, u);
   return u;
+}
+
+namespace {
+
+// What coarsening balances: a unit's work and its parameters.
+struct Weight {
+  double work = 0;
+  double params = 0;
+  Weight& operator+=(const Weight& o) {
+    work += o.work;
+    params += o.params;
+    return *this;
+  }
+};
+
+// FLOPs per byte at which an op's memory traffic counts as much as its arithmetic, roughly an
+// accelerator's ratio of peak FLOP/s to memory bandwidth (coarsening needs only a proxy; the
+// planners cost the coarse units with the real cost model).
+constexpr double kFlopsPerByte = 64;
+
+Weight op_weight(const model::OpNode& op) {
+  const model::OpCost& c = op.cost;
+  return {std::max(c.forward_flops + c.backward_flops,
+                   kFlopsPerByte * (c.forward_bytes + c.backward_bytes)),
+          static_cast<double>(c.param_count)};
+}
+
+// Groups of units along an SP tree such that every group is an SP node, or a run of
+// consecutive children of one, whose weight is within a share of the whole graph's (a unit or
+// node heavier than the share is split into its children, down to single units).
+class Coarsener {
+ public:
+  Coarsener(const model::Graph& g, const UnitGraph& units, const SpTree& tree)
+      : tree_(tree), weight_(tree.nodes.size()) {
+    std::vector<Weight> unit_weight(units.num_units());
+    for (int u = 0; u < units.num_units(); ++u) {
+      for (int op : units.unit_ops[u]) unit_weight[u] += op_weight(g.op(op));
+    }
+    // Children come before their parents in the tree's node list.
+    for (size_t n = 0; n < tree.nodes.size(); ++n) {
+      const SpNode& node = tree.nodes[n];
+      if (node.kind == SpNode::Kind::kLeaf) weight_[n] = unit_weight[node.unit];
+      for (int c : node.children) weight_[n] += weight_[c];
+    }
+  }
+
+  // The groups for `share` (counting only, when `out` is null); their number.
+  int group(double share, std::vector<std::vector<int>>* out) {
+    const Weight& all = weight_[tree_.root];
+    grain_ = {all.work * share, all.params * share};
+    out_ = out;
+    count_ = 0;
+    emit(tree_.root);
+    return count_;
+  }
+
+ private:
+  bool light(const Weight& w) const { return w.work <= grain_.work && w.params <= grain_.params; }
+
+  // Children [begin, end) of `node` as one group.
+  void flush(int node, int begin, int end) {
+    if (begin == end) return;
+    ++count_;
+    if (out_ == nullptr) return;
+    std::vector<int>& g = out_->emplace_back();
+    for (int c = begin; c < end; ++c) {
+      const auto& u = tree_.nodes[tree_.nodes[node].children[c]].units;
+      g.insert(g.end(), u.begin(), u.end());
+    }
+  }
+
+  void emit(int node) {
+    const SpNode& n = tree_.nodes[node];
+    if (n.kind == SpNode::Kind::kLeaf || light(weight_[node])) {
+      ++count_;
+      if (out_ != nullptr) out_->push_back(n.units);
+      return;
+    }
+    // Consecutive light children (of a series, or branches of a parallel node) share a group
+    // while the group stays light; a heavy child is split on its own.
+    const int count = static_cast<int>(n.children.size());
+    int begin = 0;
+    Weight run;
+    for (int c = 0; c < count; ++c) {
+      const Weight& w = weight_[n.children[c]];
+      Weight grown = run;
+      grown += w;
+      if (light(grown)) {
+        run = grown;
+        continue;
+      }
+      flush(node, begin, c);
+      begin = c;
+      run = w;
+      if (!light(w)) {
+        emit(n.children[c]);
+        begin = c + 1;
+        run = Weight{};
+      }
+    }
+    flush(node, begin, count);
+  }
+
+  const SpTree& tree_;
+  std::vector<Weight> weight_;  // per SP node
+  Weight grain_;
+  std::vector<std::vector<int>>* out_ = nullptr;
+  int count_ = 0;
+};
+
+}  // namespace
+
+UnitGraph coarsen_units(const model::Graph& g, const UnitGraph& units, int max_units) {
+  if (max_units <= 0 || units.num_units() <= max_units) return units;
+  const SpTree tree = decompose_series_parallel(units);
+  Coarsener coarsener(g, units, tree);
+  // The finest share leaving at most max_units groups: share 1 leaves one. The count falls as
+  // the share grows (a larger share only lets runs take more children), so bisect.
+  double lo = 0, hi = 1;
+  for (int step = 0; step < 40 && hi - lo > 1e-3 * hi; ++step) {
+    const double mid = 0.5 * (lo + hi);
+    (coarsener.group(mid, nullptr) <= max_units ? hi : lo) = mid;
+  }
+  std::vector<std::vector<int>> groups;
+  coarsener.group(hi, &groups);
+  std::vector<std::vector<int>> ops(groups.size());
+  for (size_t k = 0; k < groups.size(); ++k) {
+    for (int u : groups[k]) {
+      ops[k].insert(ops[k].end(), units.unit_ops[u].begin(), units.unit_ops[u].end());
+    }
+  }
+  return group_units(g, ops);
 }
 
 UnitGraph compress_branches(const model::Graph& g, const UnitGraph& u) {

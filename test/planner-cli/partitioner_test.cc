@@ -374,10 +374,8 @@ TEST_CASE("per-stage micro-batch refinement never loses throughput and stays ver
   auto report = planner::verify_plan(refined->plan, model);
   REQUIRE(report.ok());
   CHECK(report->ok());
-  // The refinement found mixed sizes on this model (a regression guard on the search itself).
-  std::set<int64_t> sizes;
-  for (const auto& st : refined->plan.stages()) sizes.insert(st.micro_batch());
-  CHECK(sizes.size() > 1);
+  // Whether mixed sizes win here depends on the costs (the refinement keeps one size for all when
+  // nothing beats it); search_test.cc checks the refinement against every one size for all.
 }
 
 // Places, lowers and simulates a partition on the fixture's ideal cluster: samples/s.

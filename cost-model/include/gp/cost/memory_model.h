@@ -49,6 +49,14 @@ int64_t kernel_workspace_bytes_per_sample(const model::Graph& graph,
                                           std::span<const int> op_indices,
                                           const MemoryOptions& options);
 
+// Time of one optimizer step over a stage's state on one device (weight, gradient and optimizer
+// bytes of `state`; the rest is ignored): the step streams the weights, gradients and optimizer
+// state once, reading all and writing the weights and state, at the device's memory bandwidth,
+// plus one kernel launch; 0 without weights (a plan steps only stages with parameters). The
+// simulator charges it once per stage replica and iteration, and the planners' stage cost
+// prices it with this same function.
+double optimizer_step_us(const graphpipe::v1::DeviceKind& device, const MemoryBreakdown& state);
+
 // Bytes of parameters of the ops (at the training precision) — the gradient all-reduce volume.
 int64_t stage_param_bytes(const model::Graph& graph, std::span<const int> op_indices,
                           graphpipe::v1::Precision precision);

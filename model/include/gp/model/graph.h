@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -35,7 +36,8 @@ struct OpNode {
 
 class Graph {
  public:
-  // The most operators a model may have (its reachability table takes n^2 / 8 bytes).
+  // The most operators a model may have (its reachability table, built on first use, takes
+  // n^2 / 8 bytes).
   static constexpr int kMaxOps = 100000;
 
   // Validates `model` (ids, op types, references, acyclicity, attributes, shapes, losses) and
@@ -60,8 +62,13 @@ class Graph {
   std::vector<int> sinks() const;    // ops without successors
   // Indices of the loss ops named by model().losses().
   const std::vector<int>& loss_ops() const { return loss_ops_; }
-  // True when a path of one or more edges leads from `from` to `to`.
+  // True when a path of one or more edges leads from `from` to `to`. The first call builds a
+  // table of every pair (n^2 / 8 bytes: 312 MB at 50,000 ops), which max_parallel_branches
+  // needs; the planner does not ask, so planning a large graph never pays for it.
   bool reaches(int from, int to) const;
+  // model::model_hash(model()), computed on first use: every plan built from this graph carries
+  // it, and hashing serialises the whole model.
+  const std::string& model_hash() const;
 
   int64_t total_params() const;
   // Number of independent branches: the widest set of non-input ops no two of which lie on a
@@ -76,14 +83,21 @@ class Graph {
   Status order_ops();      // topological order; names a cycle
   Status infer_op(int i);  // shape inference of one op whose producers are done
   Status find_losses();
-  Status finish_reachability();
+  void build_reachability() const;
 
   std::unique_ptr<ModelGraph> model_;
   std::vector<OpNode> nodes_;
   std::unordered_map<std::string, int> index_;
   std::vector<int> topo_;
   std::vector<int> loss_ops_;
-  std::vector<std::vector<uint64_t>> reach_;  // reach_[a] bit b: a reaches b
+  // What is computed on first use (const methods may be called from any thread).
+  struct Lazy {
+    std::once_flag reach_once;
+    std::vector<std::vector<uint64_t>> reach;  // reach[a] bit b: a reaches b
+    std::once_flag hash_once;
+    std::string model_hash;
+  };
+  std::unique_ptr<Lazy> lazy_ = std::make_unique<Lazy>();
 };
 
 // Output `ref` of the graph, or an error naming `field` when it does not exist.

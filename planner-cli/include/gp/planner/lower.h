@@ -56,10 +56,16 @@ struct LowerRequest {
 struct LoweredPlan {
   std::string lowering;  // "chain" or "dag"
   SearchResult result;   // the best feasible micro-batch of this lowering, or why none fits
+  // The request's stage of each plan stage: plan stage i is request.stages[stage_order[i]], on
+  // the ranks after those of plan stages 0..i-1.
+  std::vector<int> stage_order;
 };
 
 // One entry per lowering tried (chain first). A chain lowering of a stage graph that is not a
-// chain relays tensors through the stages in between.
+// chain relays tensors through the stages in between. A DAG lowering does not depend on the
+// order of request.stages: it tries every order of placement_orders (search.h), made from the
+// stage graph and the stages' ops, and keeps the fastest, so any permutation of the same stages
+// gives the same plan (stage_order says which order it used).
 Result<std::vector<LoweredPlan>> lower_assignment(const LowerRequest& request);
 
 }  // namespace gp::planner

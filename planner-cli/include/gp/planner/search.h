@@ -36,12 +36,23 @@ struct SearchRequest {
   int piper_downset_limit = 40000;
   // Piper plans over compress_branches(units): each branch one unit (units.h).
   bool piper_compress_branches = false;
+  // How ops group into planning units; by default graphs beyond 512 units are coarsened.
+  UnitOptions units;
   // Refine the best plan with per-stage micro-batch sizes: greedily double or halve one stage's
   // micro-batch while the simulated throughput improves (the lowering handles mixed sizes).
   bool per_stage_microbatch = false;
   // Called after each micro-batch candidate: (done, total, one-line summary).
   std::function<void(int, int, const std::string&)> progress;
 };
+
+// GraphPipe's search also plans for fewer devices, so that more devices never give a slower plan:
+// after its own search, search_plan on N devices runs search_plan on the first fewer_devices(N)
+// of them (which does the same in turn, down to one device), and keeps that plan, its extra
+// devices idle, when it simulates faster than every plan found for all N. So the plan for N
+// devices is never slower than the plan for any power of two below N. Skipped where that search
+// cannot win (its compute bound is below the plan found) and where units x N > 32768 (too slow).
+// 0 for one device.
+int fewer_devices(int devices);
 
 struct CandidateSummary {
   int64_t micro_batch = 0;
@@ -69,6 +80,12 @@ struct SearchResult {
   int idle_device_gains = 0;  // stages given more replicas from idle devices, each a gain
   // Why the plan leaves devices idle; empty when it uses them all.
   std::string idle_devices_reason;
+  // The device count the plan was searched for: below the cluster's when a plan for fewer devices
+  // simulated faster than any found for all of them (fewer_devices).
+  int searched_devices = 0;
+  // The plan is lowered as a chain (tensors relayed through the stages in between; stage order
+  // is the chain's), not as a graph pipeline.
+  bool chain = false;
 };
 
 Result<SearchResult> search_plan(const SearchRequest& request);
@@ -116,12 +133,33 @@ std::string infeasible_summary(const std::vector<CandidateSummary>& candidates);
 
 // Physical placement: stages in the order of a depth-first walk of the stage graph that follows
 // the heaviest edge first (chain order for chain partitions), each on consecutive ranks, so
-// that heavily connected stages share a node. Replicas of one stage are consecutive too.
+// that heavily connected stages share a node. Replicas of one stage are consecutive too. DAG
+// partitions come out renumbered in that order, which does not depend on how the partition
+// numbers its stages (placement_order, keyed by stage_keys).
 std::vector<StageAssignment> place_stages(const Partition& partition, const UnitGraph& units);
 // That order for any stage DAG given its edges' bytes per sample (src stage, dst stage): a
-// topological order in which each stage's heaviest successor follows it where it can.
+// topological order in which each stage's heaviest successor follows it where it can. Ties
+// (sources, successors over edges of equal bytes) go to the smaller key, so with keys that
+// belong to the stages' contents (stage_keys) the order is the same however the stages are
+// numbered: renumbering the stages only renumbers the order.
 std::vector<int> placement_order(int num_stages,
-                                 const std::map<std::pair<int, int>, int64_t>& edge_bytes);
+                                 const std::map<std::pair<int, int>, int64_t>& edge_bytes,
+                                 const std::vector<int>& keys);
+// The candidate orders for placing a stage DAG, all keyed as placement_order and distinct:
+// placement_order first, then its ties to the larger key, then the same two walks backward from
+// the sinks along the heaviest in-edges (which keep a join next to its heaviest inputs).
+// Placement changes transfer times by a few percent (dlrm), so the search's final plans and
+// `lower` simulate each and keep the fastest.
+std::vector<std::vector<int>> placement_orders(
+    int num_stages, const std::map<std::pair<int, int>, int64_t>& edge_bytes,
+    const std::vector<int>& keys);
+// `stages` renumbered in `order` (new stage i is stages[order[i]]), each on consecutive ranks
+// from 0 in that order, with as many replicas as it had ranks.
+std::vector<StageAssignment> placed_in_order(const std::vector<StageAssignment>& stages,
+                                             const std::vector<int>& order);
+// A key for each stage given its op indices: its smallest op index, distinct for disjoint
+// stages and independent of the stages' numbering.
+std::vector<int> stage_keys(const std::vector<std::vector<int>>& stage_ops);
 
 Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name);
 

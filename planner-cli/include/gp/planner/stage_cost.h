@@ -2,12 +2,15 @@
 // device, from the cost model, the communication model and the memory model. Every strategy
 // uses this same estimate; the simulator then judges the finished plans.
 //
-//   TPS(stage, b, d) = max(compute(b/d samples), p2p(boundary bytes of b samples)) / b
-//                      + allreduce(gradient bytes over d devices) / mini_batch
-// Transfers are asynchronous in the executor, so they overlap compute (max, not sum); the
-// all-reduce happens once per mini-batch. Memory per device follows gp::cost::stage_memory:
-// weights + gradients + optimizer state + activations of ceil(k/d) in-flight samples + workspace
-// of ceil(b/d) samples.
+//   TPS(stage, b, d) = max(compute(b/d samples), p2p(boundary bytes of b/d samples)) / b
+//                      + (allreduce(gradient bytes over d devices) + optimizer step) / mini_batch
+// which is everything the simulator charges one replica of the stage per iteration, divided by
+// the mini-batch: each micro-batch's forward and backward, the transfers in and out of the stage
+// (asynchronous in the executor, so they overlap compute: max, not sum), and once per mini-batch
+// the gradient all-reduce (blocking every replica) and the optimizer step
+// (gp::cost::optimizer_step_us, the simulator's own function). Memory per device follows
+// gp::cost::stage_memory: weights + gradients + optimizer state + activations of ceil(k/d)
+// in-flight samples + workspace of ceil(b/d) samples.
 #pragma once
 
 #include <array>
@@ -33,12 +36,37 @@ struct StageAggregate {
   std::array<double, kMaxLevels> compute_us{};  // forward + backward, indexed by log2(samples)
   int levels = 0;                               // entries of compute_us in use
   int64_t static_bytes = 0;                     // weights + gradients + optimizer state
-  int64_t gradient_bytes = 0;                   // all-reduce volume
+  int64_t weight_bytes = 0;                     // the parts the optimizer step streams
+  int64_t optimizer_bytes = 0;
+  int64_t gradient_bytes = 0;  // all-reduce volume (= the gradients' bytes)
   int64_t activation_bytes_per_sample = 0;
   int64_t workspace_bytes_per_sample = 0;         // gradients inside the units, one call
   int64_t kernel_workspace_bytes_per_sample = 0;  // the largest kernel workspace, one call
 
   void add(const StageAggregate& other);
+};
+
+// What one replica of a stage spends in an iteration of `mini_batch / b` micro-batches, by part
+// (the terms of TPS times the mini-batch), in microseconds.
+struct StageTime {
+  double compute_us = 0;    // forward and backward of every micro-batch
+  double transfer_us = 0;   // the boundary transfers, overlapping compute
+  double allreduce_us = 0;  // the gradient all-reduce across the replicas
+  double optimizer_us = 0;  // the optimizer step over the stage's state
+  double total_us() const {
+    return (compute_us > transfer_us ? compute_us : transfer_us) + allreduce_us + optimizer_us;
+  }
+};
+
+// TPS by part, per sample of the mini-batch: `body_s`, paid for every micro-batch (compute, or
+// transfers where they take longer), and the stage's end-of-iteration step, paid once after its
+// last backward pass: the gradient all-reduce and the optimizer step. tps_s = body_s +
+// allreduce_s + optimizer_s (up to rounding).
+struct StageTps {
+  double body_s = 0;
+  double allreduce_s = 0;
+  double optimizer_s = 0;
+  double step_s() const { return allreduce_s + optimizer_s; }
 };
 
 class StageCostModel {
@@ -55,6 +83,14 @@ class StageCostModel {
   // b must be a power of two and a multiple of d.
   double tps_s(const StageAggregate& stage, int64_t b, int d,
                int64_t boundary_bytes_per_sample) const;
+  StageTps tps_parts(const StageAggregate& stage, int64_t b, int d,
+                     int64_t boundary_bytes_per_sample) const;
+  // The same estimate by part, per iteration: tps_s * mini_batch = time.total_us() * 1e-6.
+  StageTime iteration_time(const StageAggregate& stage, int64_t b, int d,
+                           int64_t boundary_bytes_per_sample) const;
+  // The once-per-iteration parts of TPS, in microseconds.
+  double allreduce_us(const StageAggregate& stage, int d) const;
+  double optimizer_us(const StageAggregate& stage) const;
   int64_t memory_bytes(const StageAggregate& stage, int64_t b, int d, int64_t in_flight) const {
     const int64_t live = (in_flight + d - 1) / d;
     const int64_t per_call = (b + d - 1) / d;
@@ -68,9 +104,14 @@ class StageCostModel {
   int64_t mini_batch() const { return mini_batch_; }
 
  private:
+  // Forward + backward of b/d samples, and the transfers of its boundary bytes.
+  double compute_us(const StageAggregate& stage, int64_t per_device) const;
+  double p2p_us(int64_t boundary_bytes_per_sample, int64_t per_device) const;
+
   std::vector<StageAggregate> units_;
   int64_t mini_batch_;
   int64_t capacity_;
+  graphpipe::v1::DeviceKind device_;  // prices the optimizer step
   // Communication times are affine in the bytes (alpha-beta), so they are tabulated once:
   // t = alpha + beta * bytes, p2p to a typical neighbour and all-reduce over d devices.
   double p2p_alpha_us_ = 0, p2p_beta_us_ = 0;

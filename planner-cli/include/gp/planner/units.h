@@ -37,9 +37,24 @@ struct UnitGraph {
 struct UnitOptions {
   bool merge_cheap_ops = true;
   double cheap_fraction = 1.0 / 64;
+  // Beyond this many units the graph is coarsened (coarsen_units); 0: never. Every model of the
+  // benchmarks has fewer, so their units are exactly the two rules' above.
+  int max_units = 512;
 };
 
 UnitGraph build_units(const model::Graph& graph, const UnitOptions& options = {});
+
+// Coarsening, for graphs of thousands of units: the partitioners' DPs are quadratic in the units
+// (ranges of a series, pairs of positions of a chain), so a graph beyond `max_units` units is
+// planned over at most that many. Units merge along the series-parallel decomposition: a run of
+// consecutive children of a series node, or of branches of a parallel node, becomes one unit
+// while its work (FLOPs, or bytes moved at 64 FLOPs per byte, whichever is more) and its
+// parameters both stay within the same share of the whole graph's; an SP node within the share
+// is one unit. Such a run is convex, so the coarse graph is a DAG, and a chain stays a chain.
+// The share is the smallest (found by bisection) that leaves at most `max_units` units: a
+// 10,000-operator chain of 4,285 units becomes 512 units of about eight layers' thirds each.
+// A graph of at most `max_units` units is returned unchanged.
+UnitGraph coarsen_units(const model::Graph& graph, const UnitGraph& units, int max_units);
 
 // Any grouping of ops into units (a plan's stages, say) as a UnitGraph: edges with their bytes
 // per sample (each tensor once per consuming unit) and a topological order, the lowest index

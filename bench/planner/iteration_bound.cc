@@ -1,0 +1,124 @@
+#include "iteration_bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gp/cost/cluster.h"
+#include "gp/cost/memory_model.h"
+
+namespace gp::bench {
+namespace {
+
+// What one op costs wherever it is placed, in seconds (bytes for the all-reduce).
+struct OpTerms {
+  double compute_s = 0;    // the whole mini-batch at the cheapest time per sample
+  double optimizer_s = 0;  // one replica's step over the op's state, no launch
+  double gradient_bytes = 0;
+};
+
+std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& compute,
+                              const graphpipe::v1::Cluster& cluster,
+                              const graphpipe::v1::TrainingConfig& training, int64_t mini_batch) {
+  const cost::MemoryOptions memory{training.optimizer(), training.precision(), &compute};
+  const auto& device = cluster.device();
+  std::vector<OpTerms> out;
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    const auto& op = graph.op(i);
+    OpTerms t;
+    double cheapest_s = INFINITY;
+    for (int64_t k = 1; k <= mini_batch; ++k) {
+      const cost::OpTime time = compute.op_time(op, k);
+      cheapest_s = std::min(cheapest_s, (time.forward_us + time.backward_us) * 1e-6 / k);
+    }
+    t.compute_s = cheapest_s * static_cast<double>(mini_batch);
+    const int ops[] = {i};
+    t.gradient_bytes =
+        static_cast<double>(cost::stage_param_bytes(graph, ops, training.precision()));
+    if (t.gradient_bytes > 0) {
+      const auto state = cost::stage_memory(graph, ops, 1, 0, 1, memory);
+      t.optimizer_s = std::max(
+          0.0,
+          (cost::optimizer_step_us(device, state) - device.kernel_launch_overhead_us()) * 1e-6);
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+class Bisection {
+ public:
+  Bisection(std::vector<OpTerms> ops, int devices, double s_per_byte)
+      : ops_(std::move(ops)), devices_(devices), s_per_byte_(s_per_byte) {}
+
+  // Seconds of one all-reduce of `bytes` over r replicas, latency left out.
+  double allreduce_s(double bytes, int r) const {
+    return r <= 1 ? 0 : 2.0 * (r - 1) / r * bytes * s_per_byte_;
+  }
+
+  // Whether an iteration of `t` seconds can fit every op; fills `out` with the devices' time.
+  bool fits(double t, IterationBound* out) const {
+    IterationBound sum;
+    for (const OpTerms& op : ops_) {
+      int r = 1;
+      while (r <= devices_ &&
+             op.compute_s / r + op.optimizer_s + allreduce_s(op.gradient_bytes, r) > t) {
+        ++r;
+      }
+      if (r > devices_) return false;
+      sum.compute_s += op.compute_s;
+      sum.optimizer_s += r * op.optimizer_s;
+      sum.allreduce_s += r * allreduce_s(op.gradient_bytes, r);
+    }
+    if (sum.compute_s + sum.optimizer_s + sum.allreduce_s > devices_ * t) return false;
+    *out = sum;
+    return true;
+  }
+
+  IterationBound solve() const {
+    double lo = 0;
+    double hi = 0;
+    for (const OpTerms& op : ops_) {
+      lo += op.compute_s / devices_;
+      hi += op.compute_s + op.optimizer_s;  // every op alone on one device in series
+    }
+    IterationBound best;
+    if (hi <= 0 || !fits(hi, &best)) return best;
+    best.iteration_s = hi;
+    for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      IterationBound at;
+      if (fits(mid, &at)) {
+        hi = mid;
+        best = at;
+        best.iteration_s = mid;
+      } else {
+        lo = mid;
+      }
+    }
+    // `lo` never fits: the bound is the infeasible side, rounded to below the true least T.
+    best.iteration_s = lo > 0 ? lo : best.iteration_s;
+    return best;
+  }
+
+ private:
+  std::vector<OpTerms> ops_;
+  int devices_;
+  double s_per_byte_;
+};
+
+}  // namespace
+
+IterationBound iteration_bound(const model::Graph& graph, const cost::CostModel& compute,
+                               const graphpipe::v1::Cluster& cluster,
+                               const graphpipe::v1::TrainingConfig& training, int64_t mini_batch) {
+  const double bandwidth = std::max(cluster.intra_node().bandwidth_bytes_per_s(),
+                                    cluster.inter_node().bandwidth_bytes_per_s());
+  const Bisection bisection(op_terms(graph, compute, cluster, training, mini_batch),
+                            cost::num_devices(cluster), bandwidth > 0 ? 1.0 / bandwidth : 0.0);
+  IterationBound bound = bisection.solve();
+  if (bound.iteration_s > 0) bound.samples_per_s = mini_batch / bound.iteration_s;
+  return bound;
+}
+
+}  // namespace gp::bench
