@@ -3,7 +3,6 @@
 // over (SP sub-tree range, devices, successor in-flight) that returns the smallest in-flight
 // count at the sub-graph's source stages such that every stage meets T and fits in memory.
 #include <algorithm>
-#include <chrono>
 #include <array>
 #include <cstdio>
 #include <deque>
@@ -141,7 +140,6 @@ enum class BranchOrder {
   kHeavyLightPairs,
 };
 
-int g_tests[3] = {0, 0, 0};
 class GraphPipeDp {
  public:
   GraphPipeDp(const PartitionContext& ctx, const SpTree& tree, int64_t b, BranchOrder order)
@@ -189,7 +187,6 @@ class GraphPipeDp {
 
   // Feasibility of bottleneck `tps`; on success the stages can be reconstructed.
   bool feasible(double tps) {
-    ++g_tests[static_cast<int>(steps_)];
     tps_ = tps;
     memo_.clear();
     ++test_;
@@ -800,15 +797,9 @@ class GraphPipePartitioner {
       add(other->stages, dp == &heaviest_first ? "graph partition, heavy and light branches paired"
                                                : "graph partition, heaviest branches first");
     }
-    auto t0 = std::chrono::steady_clock::now();
-    int c0[3] = {g_tests[0], g_tests[1], g_tests[2]};
     add_shallower(*dp, *best, "graph partition", {1.02, 1.05, 1.1, 1.25, 1.5});
-    auto t1 = std::chrono::steady_clock::now();
     add_capped(*dp, *best);
-    auto t2 = std::chrono::steady_clock::now();
     add_without_optimizer(*dp, *best);
-    auto t3 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "DBG b=%lld sum=%d cap=%d noopt=%d shallow %.3f cap %.3f noopt %.3f\n", (long long)b_, g_tests[0]-c0[0], g_tests[1]-c0[1], g_tests[2]-c0[2], std::chrono::duration<double>(t1-t0).count(), std::chrono::duration<double>(t2-t1).count(), std::chrono::duration<double>(t3-t2).count());
     return std::move(outcome_);
   }
 
