@@ -11,8 +11,8 @@
 // threaded) and which other work on a shared machine does not inflate; both are printed.
 //
 // Coarsening check: the 1,000-operator graphs planned again with their units coarsened about as
-// much as the 10,000-operator graphs' are (to 64 units), to show what the coarser granularity
-// costs the plan (informative; no target).
+// much as the 10,000-operator graphs' are (to at most 64 units), to show what the coarser
+// granularity costs the plan (informative; no target).
 //
 //   gp_scale_bench           every row (minutes)
 //   gp_scale_bench --quick   the 1,000 and 10,000-operator rows only
@@ -135,11 +135,11 @@ bool print_row(const Row& r, bool judged) {
   return met || !judged;
 }
 
-// The 1,000-operator graphs with their units coarsened to 64 against as they are.
+// The 1,000-operator graphs with their units coarsened to at most 64 against as they are.
 void print_coarsening_check(const std::vector<Shape>& all) {
   std::printf(
       "\nCoarsening check: 1,000-operator graphs on 32 devices, units as they are and "
-      "coarsened to 64\n\n");
+      "coarsened to at most 64\n\n");
   std::printf("%-8s %7s %14s %14s %8s\n", "graph", "units", "samples/s", "coarse s/s", "ratio");
   planner::UnitOptions coarse;
   coarse.max_units = 64;

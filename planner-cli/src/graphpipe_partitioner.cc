@@ -6,7 +6,6 @@
 #include <array>
 #include <cstdio>
 #include <deque>
-#include <initializer_list>
 #include <limits>
 #include <map>
 #include <optional>
@@ -125,8 +124,8 @@ constexpr int kExactSplits = 64;
 constexpr double kShallowerBubble = 0.1;
 // Step caps (GraphPipeDp::Steps::kCapped) tried: a ladder of ratio kStepCapRatio, at most
 // kMaxStepCaps of them, when the longest step is at least kStepShare of the iteration.
-constexpr double kStepCapRatio = 1.189207115;  // 2^(1/4)
-constexpr int kMaxStepCaps = 12;
+constexpr double kStepCapRatio = 1.414213562;  // 2^(1/2)
+constexpr int kMaxStepCaps = 8;
 constexpr double kStepShare = 0.02;
 
 // How the DP orders the branches of a parallel node; its stages take contiguous runs of them.
@@ -682,12 +681,10 @@ struct Bottleneck {
 
 // Binary search on T. A bottleneck likely feasible (`hint_s`, e.g. another planner's) brackets
 // the search by doubling or halving, which skips the widest (most expensive) tests of a search
-// from the trivial bounds; `floor_s`, when known, is a T no partition meets. nullopt when
-// nothing fits even at the upper bound.
-std::optional<Bottleneck> min_bottleneck(GraphPipeDp& dp, double hint_s, double tolerance,
-                                         double floor_s = 0) {
+// from the trivial bounds. nullopt when nothing fits even at the upper bound.
+std::optional<Bottleneck> min_bottleneck(GraphPipeDp& dp, double hint_s, double tolerance) {
   double hi = dp.upper_bound();
-  double lo = std::max(dp.lower_bound(), floor_s);
+  double lo = dp.lower_bound();
   std::optional<Bottleneck> best;
   // After a feasible test of `t`: its partition is the best so far.
   auto keep = [&](double t) {
@@ -698,7 +695,7 @@ std::optional<Bottleneck> min_bottleneck(GraphPipeDp& dp, double hint_s, double 
     double t = hint_s;
     if (dp.feasible(t)) {
       keep(t);
-      for (t = std::max(t * 0.5, lo); t > lo && dp.feasible(t); t = std::max(t * 0.5, lo)) keep(t);
+      for (t *= 0.5; t > lo && dp.feasible(t); t *= 0.5) keep(t);
       lo = std::max(lo, t);
     } else {
       lo = t;
@@ -797,7 +794,7 @@ class GraphPipePartitioner {
       add(other->stages, dp == &heaviest_first ? "graph partition, heavy and light branches paired"
                                                : "graph partition, heaviest branches first");
     }
-    add_shallower(*dp, *best, "graph partition", {1.02, 1.05, 1.1, 1.25, 1.5});
+    add_shallower(*dp, *best, "graph partition");
     add_capped(*dp, *best);
     add_without_optimizer(*dp, *best);
     return std::move(outcome_);
@@ -856,32 +853,33 @@ class GraphPipePartitioner {
   // partition of 16 replicas each, 7,267 without it). The partitions found without the
   // optimizer step, the shallower ones included, compete too.
   void add_without_optimizer(GraphPipeDp& dp, const Bottleneck& sum_best) {
-    // No stage's optimizer step exceeds the whole model's, so T* without the steps lies within
-    // that of T* with them.
-    double all_steps = 0;
-    for (int u = 0; u < ctx_.units->num_units(); ++u) {
-      all_steps += ctx_.costs->tps_parts(ctx_.costs->unit(u), b_, 1, 0).optimizer_s;
-    }
     dp.set_steps(GraphPipeDp::Steps::kNoOptimizer);
-    if (auto best = min_bottleneck(dp, sum_best.tps, ctx_.tps_relative_tolerance,
-                                   (sum_best.tps - all_steps) * (1 - 1e-9))) {
+    if (auto best = min_bottleneck(dp, sum_best.tps, ctx_.tps_relative_tolerance)) {
       add(std::move(best->stages), "graph partition without the optimizer step");
-      add_shallower(dp, *best, "graph partition without the optimizer step", {1.25, 1.5});
+      add_shallower(dp, *best, "graph partition without the optimizer step");
     }
     dp.set_steps(GraphPipeDp::Steps::kSum);
   }
 
   std::optional<Bottleneck> capped_ladder(GraphPipeDp& dp, const PartitionTps& p) const {
-    double shortest_step = 0;  // no partition has a shorter longest step
+    // No partition has a shorter longest step than its heaviest unit's step unreplicated, nor
+    // a faster slowest body than the unit slowest on its most replicas (a cap leaving less than
+    // that for the body meets nothing).
+    double shortest_step = 0, fastest_body = 0;
     for (int u = 0; u < ctx_.units->num_units(); ++u) {
-      shortest_step =
-          std::max(shortest_step, ctx_.costs->tps_parts(ctx_.costs->unit(u), b_, 1, 0).step_s());
+      const StageAggregate& unit = ctx_.costs->unit(u);
+      shortest_step = std::max(shortest_step, ctx_.costs->tps_parts(unit, b_, 1, 0).step_s());
+      double body = std::numeric_limits<double>::infinity();
+      for (int d = 1; d <= ctx_.num_devices && b_ % d == 0; d *= 2) {
+        body = std::min(body, ctx_.costs->tps_parts(unit, b_, d, 0).body_s);
+      }
+      fastest_body = std::max(fastest_body, body);
     }
     const double tolerance = ctx_.tps_relative_tolerance;
     double target = (p.slowest_body_s + p.longest_step_s) * (1 - tolerance);
     std::optional<Bottleneck> best;
     double cap = shortest_step;
-    for (int i = 0; i < kMaxStepCaps && cap < p.longest_step_s && cap < target;
+    for (int i = 0; i < kMaxStepCaps && cap < p.longest_step_s && cap + fastest_body < target;
          ++i, cap *= kStepCapRatio) {
       dp.set_steps(GraphPipeDp::Steps::kCapped, cap);
       if (!dp.feasible(target)) continue;
@@ -904,15 +902,14 @@ class GraphPipePartitioner {
   // The bottleneck ignores the pipeline's fill and drain, (depth - 1) / (M + depth - 1) of the
   // iteration with M micro-batches. Where that is large, a slightly slower bottleneck may allow
   // a shallower pipeline (the DP returns the shallowest partition meeting its T): those
-  // partitions compete too, and the simulator, which sees bubbles, judges. Steps finer than
-  // 1.25 catch a join that fits on its successor's stage just above T* (DLRM's interaction with
-  // the top MLP instead of on a branch: one stage shallower for 0.7 % more bottleneck).
-  void add_shallower(GraphPipeDp& dp, const Bottleneck& best, const char* what,
-                     std::initializer_list<double> slacks) {
+  // partitions compete too, and the simulator, which sees bubbles, judges. The finer steps
+  // catch a join that fits on its successor's stage just above T* (DLRM's interaction with the
+  // top MLP instead of on a branch: one stage shallower for 0.7 % more bottleneck).
+  void add_shallower(GraphPipeDp& dp, const Bottleneck& best, const char* what) {
     const double micro_batches = static_cast<double>(ctx_.mini_batch / b_);
     int depth = best.depth;
     if ((depth - 1) / (micro_batches + depth - 1) <= kShallowerBubble) return;
-    for (const double slack : slacks) {
+    for (const double slack : {1.02, 1.05, 1.1, 1.25, 1.5}) {
       if (ctx_.tps_useful_limit_s > 0 && best.tps * slack > ctx_.tps_useful_limit_s) break;
       if (depth <= 1 || !dp.feasible(best.tps * slack) || dp.depth() >= depth) continue;
       depth = dp.depth();

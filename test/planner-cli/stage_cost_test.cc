@@ -1,6 +1,7 @@
 // The planners' stage cost against the simulator: the optimizer step priced by the simulator's
-// own function, and for every stage of GraphPipe's partitions of the zoo models the estimate
-// the DP works with agreeing with what the simulator charges that stage per iteration.
+// own function; for every stage of GraphPipe's partitions of the zoo models, the estimate the
+// DP works with agreeing with what the simulator charges that stage per iteration; and the
+// issue's DLRM plans, which the optimizer step in the stage cost makes GraphPipe find.
 #include "gp/planner/stage_cost.h"
 
 #include <algorithm>
@@ -178,18 +179,19 @@ TEST_CASE("the DP's stage estimate matches the simulated stage on the zoo's Grap
     std::string model, cluster;
     int devices;
     int64_t mini_batch;
+    graphpipe::v1::Precision precision = graphpipe::v1::PRECISION_FP32;
   };
-  const std::vector<Case> cases = {{"mmt", "summit-v100", 8, 64},
-                                   {"dlrm", "summit-v100", 8, 256},
-                                   {"candle-uno", "summit-v100", 16, 128},
-                                   {"transformer", "summit-v100", 16, 128},
-                                   {"mmt", "dgx-h100", 8, 64},
-                                   {"dlrm", "dgx-h100", 8, 256},
-                                   {"candle-uno", "dgx-h100", 8, 64},
-                                   {"transformer", "dgx-h100", 8, 64}};
+  constexpr auto kBf16 = graphpipe::v1::PRECISION_BF16_FP32_MASTER;  // steps the fp32 master too
+  const std::vector<Case> cases = {
+      {"mmt", "summit-v100", 8, 64},          {"dlrm", "summit-v100", 8, 256},
+      {"candle-uno", "summit-v100", 16, 128}, {"transformer", "summit-v100", 16, 128},
+      {"mmt", "dgx-h100", 8, 64, kBf16},      {"dlrm", "dgx-h100", 8, 256},
+      {"dlrm", "dgx-h100", 8, 64, kBf16},     {"candle-uno", "dgx-h100", 8, 64},
+      {"transformer", "dgx-h100", 8, 64}};
   int stages_checked = 0, in_node_transfers = 0;
   for (const Case& c : cases) {
-    Setup s(c.model, c.cluster, c.devices, c.mini_batch);
+    Setup s(c.model, c.cluster, c.devices, c.mini_batch, graphpipe::v1::OPTIMIZER_KIND_ADAM,
+            c.precision);
     for (const int64_t b : {c.mini_batch, c.mini_batch / 8, c.mini_batch / 32}) {
       auto outcome = planner::partition_graphpipe(s.ctx, b);
       REQUIRE(outcome.ok());
@@ -241,7 +243,7 @@ TEST_CASE("the DP's stage estimate matches the simulated stage on the zoo's Grap
 // embedding table on a device and puts the interaction and the top MLP on the 8th (102,117
 // samples/s on H100s, 10,096 on V100s); GraphPipe's plan before the optimizer step was part of
 // its stage cost piled the tables on one device (44,952 and 7,570).
-TEST_CASE("GraphPipe's DLRM plans pair dense branches with embedding tables, as by hand") {
+TEST_CASE("GraphPipe's DLRM plans pair dense branches with embedding tables as by hand") {
   for (const auto& [cluster, target] :
        std::vector<std::pair<std::string, double>>{{"dgx-h100", 97000}, {"summit-v100", 9600}}) {
     const Setup s("dlrm", cluster, 8, 256);

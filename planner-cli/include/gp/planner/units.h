@@ -52,7 +52,7 @@ UnitGraph build_units(const model::Graph& graph, const UnitOptions& options = {}
 // parameters both stay within the same share of the whole graph's; an SP node within the share
 // is one unit. Such a run is convex, so the coarse graph is a DAG, and a chain stays a chain.
 // The share is the smallest (found by bisection) that leaves at most `max_units` units: a
-// 10,000-operator chain of 4,285 units becomes 512 units of about eight layers' thirds each.
+// 10,000-operator chain of 4,285 units (three per layer) becomes 477 of about three layers each.
 // A graph of at most `max_units` units is returned unchanged.
 UnitGraph coarsen_units(const model::Graph& graph, const UnitGraph& units, int max_units);
 
