@@ -110,6 +110,75 @@ TensorRef GraphBuilder::reduce(std::string id, const TensorRef& x, int64_t axis,
   return ref(std::move(id));
 }
 
+TensorRef GraphBuilder::reduce_axes(std::string id, const TensorRef& x, std::vector<int64_t> axes,
+                                    std::string_view mode, bool keepdims) {
+  Operator& op = add_op(id, "reduce", {x});
+  set_attr(op, "axes", axes);
+  set_attr(op, "mode", mode);
+  if (!keepdims) set_attr(op, "keepdims", int64_t{0});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::unary(std::string id, const TensorRef& x, std::string_view fn) {
+  Operator& op = add_op(id, "unary", {x});
+  set_attr(op, "fn", fn);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::binary(std::string id, const TensorRef& a, const TensorRef& b,
+                               std::string_view fn) {
+  Operator& op = add_op(id, "binary", {a, b});
+  set_attr(op, "fn", fn);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::compare(std::string id, const TensorRef& a, const TensorRef& b,
+                                std::string_view fn) {
+  Operator& op = add_op(id, "compare", {a, b});
+  set_attr(op, "fn", fn);
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::where(std::string id, const TensorRef& condition, const TensorRef& a,
+                              const TensorRef& b) {
+  add_op(id, "where", {condition, a, b});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::constant(std::string id, const TensorRef& batch_of,
+                                 std::vector<int64_t> shape, const std::vector<float>& values,
+                                 bool integer) {
+  Operator& op = add_op(id, "constant", {batch_of});
+  set_attr(op, "shape", shape);
+  if (integer) set_attr(op, "dtype", std::string_view("int64"));
+  (*op.mutable_param_values())["value"] =
+      std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::conv_transpose2d(std::string id, const TensorRef& x, int64_t out_channels,
+                                         std::vector<int64_t> kernel, std::vector<int64_t> stride,
+                                         std::vector<int64_t> padding,
+                                         std::vector<int64_t> output_padding, bool bias) {
+  Operator& op = add_op(id, "conv_transpose2d", {x});
+  set_attr(op, "out_channels", out_channels);
+  set_attr(op, "kernel", kernel);
+  set_attr(op, "stride", stride);
+  set_attr(op, "padding", padding);
+  set_attr(op, "output_padding", output_padding);
+  if (!bias) set_attr(op, "bias", int64_t{0});
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::resize(std::string id, const TensorRef& x, std::vector<int64_t> size,
+                               std::string_view mode, bool align_corners) {
+  Operator& op = add_op(id, "resize", {x});
+  set_attr(op, "size", size);
+  set_attr(op, "mode", mode);
+  if (align_corners) set_attr(op, "align_corners", int64_t{1});
+  return ref(std::move(id));
+}
+
 TensorRef GraphBuilder::bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape) {
   Operator& op = add_op(id, "bias_add", {x});
   set_attr(op, "shape", shape);

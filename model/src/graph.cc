@@ -33,6 +33,13 @@ std::string op_label(int i, const Operator& op) {
   return s;
 }
 
+template <class Dims>
+std::string ints_string_of(const Dims& dims) {
+  std::string s = "[";
+  for (int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
+  return s + "]";
+}
+
 std::string ref_string(const TensorRef& ref) {
   return "'" + ref.op() + "':" + std::to_string(ref.output());
 }
@@ -116,11 +123,14 @@ Status check_declared_outputs(int i, const Operator& op, const InferredOp& infer
   return ok_status();
 }
 
-// Initial parameter values name a parameter of the op (as inferred) and hold all of it.
-Status check_param_values(int i, const Operator& op) {
+// Initial parameter values name a parameter (or buffer) of the op, as inferred, and hold all of it.
+Status check_param_values(int i, const Operator& op, const std::vector<ParamSpec>& buffers) {
   for (const auto& [name, bytes] : op.param_values()) {
     const ParamSpec* spec = nullptr;
     for (const auto& p : op.params()) {
+      if (p.name() == name) spec = &p;
+    }
+    for (const auto& p : buffers) {
       if (p.name() == name) spec = &p;
     }
     if (spec == nullptr) {
@@ -156,6 +166,7 @@ Result<Graph> Graph::build(const ModelGraph& model) {
   // Shape inference in topological order: every op's inputs are inferred before it.
   for (int i : g.topo_) GP_RETURN_IF_ERROR(g.infer_op(i));
   GP_RETURN_IF_ERROR(g.find_losses());
+  GP_RETURN_IF_ERROR(g.resolve_ties());
   return g;
 }
 
@@ -276,12 +287,67 @@ Status Graph::infer_op(int i) {
   for (auto& spec : inferred.outputs) *op.add_outputs() = spec;
   op.clear_params();
   for (auto& p : inferred.params) *op.add_params() = p;
-  GP_RETURN_IF_ERROR(check_param_values(i, op));
+  GP_RETURN_IF_ERROR(check_param_values(i, op, inferred.buffers));
   node.cost = inferred.cost;
   node.attrs = std::move(inferred.attrs);
   node.output_bytes = 0;
   for (const auto& spec : inferred.outputs) node.output_bytes += size_bytes(spec);
   return ok_status();
+}
+
+Status Graph::resolve_ties() {
+  const ModelGraph& m = *model_;
+  std::set<std::pair<int, int>> seen;
+  for (int t = 0; t < m.param_ties_size(); ++t) {
+    const auto& tie = m.param_ties(t);
+    const std::string field = "param_ties[" + std::to_string(t) + "]";
+    if (tie.members_size() < 2) {
+      return invalid_argument(field + ": " + std::to_string(tie.members_size()) +
+                              " member(s); a tie joins two or more parameters");
+    }
+    std::vector<ParamAt> members;
+    for (int k = 0; k < tie.members_size(); ++k) {
+      const auto& ref = tie.members(k);
+      const std::string member = field + ".members[" + std::to_string(k) + "]";
+      const int i = index_of(ref.op());
+      if (i < 0) return invalid_argument(member + ": op '" + ref.op() + "' is not in the model");
+      const Operator& op = *nodes_[i].proto;
+      int p = -1;
+      for (int q = 0; q < op.params_size(); ++q) {
+        if (op.params(q).name() == ref.param()) p = q;
+      }
+      if (p < 0) {
+        return invalid_argument(member + ": op '" + ref.op() + "' (" +
+                                std::string(nodes_[i].type()) + ") has no parameter '" +
+                                ref.param() + "'");
+      }
+      if (!seen.insert({i, p}).second) {
+        return invalid_argument(member + ": " + ref.op() + "." + ref.param() +
+                                " is tied more than once");
+      }
+      const auto& first =
+          members.empty() ? op.params(p) : nodes_[members[0].op].proto->params(members[0].param);
+      if (!std::equal(first.shape().begin(), first.shape().end(), op.params(p).shape().begin(),
+                      op.params(p).shape().end())) {
+        return invalid_argument(member + ": " + ref.op() + "." + ref.param() + " has shape " +
+                                ints_string_of(op.params(p).shape()) + ", the tie's first member " +
+                                ints_string_of(first.shape()) +
+                                " (tied parameters share one shape)");
+      }
+      members.push_back({i, p});
+    }
+    ties_.push_back(std::move(members));
+  }
+  return ok_status();
+}
+
+const Graph::ParamAt* Graph::tie_source(int op, int param) const {
+  for (const auto& tie : ties_) {
+    for (size_t k = 1; k < tie.size(); ++k) {
+      if (tie[k].op == op && tie[k].param == param) return &tie[0];
+    }
+  }
+  return nullptr;
 }
 
 Status Graph::find_losses() {

@@ -52,9 +52,11 @@ constexpr std::array kCatalogue = {
                false, &infer_clip},
     OpTypeInfo{OpType::kMul, "mul", "element-wise product of two tensors of one shape", "none", 2,
                2, false, false, &infer_mul},
-    OpTypeInfo{
-        OpType::kReduce, "reduce", "sum (or mean) over one per-sample axis, kept with size 1",
-        "axis (int, default -1), mode (sum|mean, default sum)", 1, 1, false, false, &infer_reduce},
+    OpTypeInfo{OpType::kReduce, "reduce", "sum, mean, max or L2 norm over a set of per-sample axes",
+               "axis (int, default -1) or axes (ints: several), mode (sum|mean|max|l2, default "
+               "sum), keepdims (0|1, default 1: reduced axes kept with size 1); max splits the "
+               "gradient of a tie equally, as PyTorch's amax",
+               1, 1, false, false, &infer_reduce},
     OpTypeInfo{OpType::kBiasAdd, "bias_add",
                "y = x + b with a learned b broadcast over x's leading per-sample axes "
                "(learned position embeddings, unfused biases)",
@@ -117,6 +119,43 @@ constexpr std::array kCatalogue = {
                "with int64 class labels (per sample mean)",
                "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
                &infer_softmax_cross_entropy},
+    OpTypeInfo{OpType::kUnary, "unary", "an element-wise function of one tensor",
+               "fn (neg|exp|log|sqrt|rsqrt|reciprocal|abs|erf|sin|cos|softplus, required)", 1, 1,
+               false, false, &infer_unary},
+    OpTypeInfo{OpType::kBinary, "binary",
+               "an element-wise function of two tensors, broadcast as NumPy over the per-sample "
+               "axes (aligned on the trailing axes)",
+               "fn (add|sub|mul|div|pow|max|min, required); max and min split the gradient of a "
+               "tie equally, as PyTorch",
+               2, 2, false, false, &infer_binary},
+    OpTypeInfo{OpType::kCompare, "compare",
+               "an element-wise comparison of two tensors (broadcast as binary): a float mask of "
+               "0 and 1, which carries no gradient",
+               "fn (eq|ne|lt|le|gt|ge, required)", 2, 2, false, false, &infer_compare},
+    OpTypeInfo{OpType::kWhere, "where",
+               "where(condition, a, b): a where the condition is non-zero, else b (all three "
+               "broadcast as binary; the condition gets no gradient)",
+               "none; inputs: condition (float mask or integers), a, b", 3, 3, false, false,
+               &infer_where},
+    OpTypeInfo{OpType::kConstant, "constant",
+               "the same values for every sample, never trained (causal masks, position ids, "
+               "registered buffers); the input only sets the batch and gets no gradient",
+               "shape (ints, required: the per-sample shape), dtype (float32|int64, default "
+               "float32); the values are param_values['value'] (float32, row-major)",
+               1, 1, false, false, &infer_constant},
+    OpTypeInfo{OpType::kConvTranspose2d, "conv_transpose2d",
+               "transposed 2-D convolution (the gradient of conv2d towards its input) of x "
+               "[C, H, W] -> [out, Ho, Wo], Ho = (H - 1) sh - 2 ph + kh + output_padding",
+               "out_channels (int, required), kernel (ints [kh, kw], required), stride (ints, "
+               "default [1, 1]), padding (ints, default [0, 0]), output_padding (ints, each < "
+               "the stride, default [0, 0]), bias (0|1, default 1); weight [C, out, kh, kw] as "
+               "PyTorch's ConvTranspose2d (groups 1)",
+               1, 1, false, false, &infer_conv_transpose2d},
+    OpTypeInfo{OpType::kResize, "resize",
+               "resize x [C, H, W] to [C, Ho, Wo] (nn.Upsample, F.interpolate)",
+               "size (ints [Ho, Wo], required), mode (nearest|bilinear, default nearest), "
+               "align_corners (0|1, bilinear only, default 0)",
+               1, 1, false, false, &infer_resize},
     OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "
                "(no kernel: cannot be trained or profiled)",

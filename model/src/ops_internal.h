@@ -41,6 +41,13 @@ Status infer_conv2d(const Operator& op, std::span<const TensorSpec> in, Inferred
 Status infer_max_pool2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_avg_pool2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_batch_norm(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_unary(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_binary(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_compare(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_where(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_constant(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_conv_transpose2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_resize(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_opaque(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 
 // "inputs[1]: expected float tensor, got [4] int64"

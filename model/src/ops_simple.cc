@@ -156,30 +156,6 @@ Status infer_mul(const Operator&, std::span<const TensorSpec> in, InferredOp* ou
   return ok_status();
 }
 
-Status infer_reduce(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
-  const TensorSpec& x = in[0];
-  GP_RETURN_IF_ERROR(require_float(x, 0));
-  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int_or(op, "axis", -1));
-  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, x.shape_size()));
-  GP_ASSIGN_OR_RETURN(std::string mode, attr_string_or(op, "mode", "sum"));
-  if (mode != "sum" && mode != "mean") {
-    return invalid_argument("attrs.mode = '" + mode + "', expected sum or mean");
-  }
-  out->attrs = ReduceAttrs{axis, mode == "mean"};
-  TensorSpec y = x;
-  y.set_shape(axis, 1);
-  out->outputs = {y};
-  const double n = elems_of(x);
-  OpCost& c = out->cost;
-  c.forward_flops = n;
-  c.backward_flops = n;
-  c.forward_bytes = bytes_of(x) + bytes_of(y);
-  c.backward_bytes = bytes_of(x) + bytes_of(y);  // broadcast dy back over the axis
-  c.forward_kernels = 1;
-  c.backward_kernels = 1;
-  return ok_status();  // the gradient needs no input values: nothing kept
-}
-
 Status infer_bias_add(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));

@@ -117,6 +117,96 @@ Status infer_conv2d(const Operator& op, std::span<const TensorSpec> in, Inferred
   return ok_status();
 }
 
+Status infer_conv_transpose2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  if (x.shape_size() != 3) {
+    return invalid_argument("inputs[0]: expected per-sample [channels, height, width], got " +
+                            shape_string(x));
+  }
+  GP_ASSIGN_OR_RETURN(int64_t out_channels, attr_int(op, "out_channels"));
+  GP_RETURN_IF_ERROR(positive("out_channels", out_channels));
+  GP_ASSIGN_OR_RETURN(int64_t bias, attr_int_or(op, "bias", 1));
+  GP_RETURN_IF_ERROR(boolean("bias", bias));
+  GP_ASSIGN_OR_RETURN(int64_t groups, attr_int_or(op, "groups", 1));
+  if (groups != 1) {
+    return invalid_argument("attrs.groups = " + std::to_string(groups) +
+                            ": conv_transpose2d supports groups 1 only");
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> k, pair_attr(op, "kernel", {}, 1));
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> s, pair_attr(op, "stride", {1, 1}, 1));
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> p, pair_attr(op, "padding", {0, 0}, 0));
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> op_pad, pair_attr(op, "output_padding", {0, 0}, 0));
+  if (op_pad[0] >= s[0] || op_pad[1] >= s[1]) {
+    return invalid_argument("attrs.output_padding = " + ints_string(op_pad) +
+                            ": each must be smaller than attrs.stride = " + ints_string(s));
+  }
+  Window2d win{x.shape(0), x.shape(1), x.shape(2), k[0], k[1], s[0], s[1], p[0], p[1]};
+  win.ho = (win.h - 1) * win.sh - 2 * win.ph + win.kh + op_pad[0];
+  win.wo = (win.w - 1) * win.sw - 2 * win.pw + win.kw + op_pad[1];
+  if (win.ho <= 0 || win.wo <= 0) {
+    return invalid_argument("attrs.padding = " + ints_string(p) +
+                            " leaves no output for the input " + shape_string(x) +
+                            " and attrs.kernel = " + ints_string(k));
+  }
+  out->attrs = ConvTransposeAttrs{win, out_channels, bias != 0};
+  const TensorSpec y = make_spec({out_channels, win.ho, win.wo}, x.dtype());
+  out->outputs = {y};
+  out->params.push_back(make_param("weight", {win.c, out_channels, win.kh, win.kw}, x.dtype()));
+  if (bias) out->params.push_back(make_param("bias", {out_channels}, x.dtype()));
+  sum_params(out);
+  // Every input element meets every kernel tap of every output channel once.
+  const double gemm = 2.0 * elems_of(x) * static_cast<double>(out_channels * win.kh * win.kw);
+  const double param_bytes = static_cast<double>(out->cost.param_count) * 4;
+  OpCost& c = out->cost;
+  c.forward_flops = gemm + (bias ? elems_of(y) : 0);
+  c.backward_flops = 2 * gemm + (bias ? elems_of(y) : 0);  // dx and dW
+  c.forward_bytes = bytes_of(x) + bytes_of(y);
+  c.backward_bytes = 2 * bytes_of(x) + bytes_of(y);
+  c.forward_fixed_bytes = param_bytes;
+  c.backward_fixed_bytes = 2 * param_bytes;
+  // As GEMM + col2im: cols [out*kh*kw, H*W] per sample, rebuilt by backward (im2col of dy).
+  c.workspace_bytes = static_cast<double>(out_channels * win.kh * win.kw * win.h * win.w) * 4;
+  c.forward_bytes += 2 * c.workspace_bytes;
+  c.backward_bytes += 2 * c.workspace_bytes;
+  c.forward_kernels = 2 + (bias ? 1 : 0);
+  c.backward_kernels = 3 + (bias ? 1 : 0);
+  return ok_status();
+}
+
+Status infer_resize(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  if (x.shape_size() != 3) {
+    return invalid_argument("inputs[0]: expected per-sample [channels, height, width], got " +
+                            shape_string(x));
+  }
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> size, pair_attr(op, "size", {}, 1));
+  const auto mode = attr_string_or(op, "mode", "nearest");
+  if (!mode.ok()) return mode.status();
+  if (*mode != "nearest" && *mode != "bilinear") {
+    return invalid_argument("attrs.mode = '" + *mode + "', expected nearest or bilinear");
+  }
+  GP_ASSIGN_OR_RETURN(int64_t align, attr_int_or(op, "align_corners", 0));
+  GP_RETURN_IF_ERROR(boolean("align_corners", align));
+  if (align != 0 && *mode != "bilinear") {
+    return invalid_argument("attrs.align_corners = 1: only bilinear resizing has corners to align");
+  }
+  out->attrs = ResizeAttrs{x.shape(0), x.shape(1),          x.shape(2), size[0],
+                           size[1],    *mode == "bilinear", align != 0};
+  const TensorSpec y = make_spec({x.shape(0), size[0], size[1]}, x.dtype());
+  out->outputs = {y};
+  const double taps = *mode == "bilinear" ? 4 : 1;
+  OpCost& c = out->cost;
+  c.forward_flops = 2 * taps * elems_of(y);
+  c.backward_flops = 2 * taps * elems_of(y);
+  c.forward_bytes = bytes_of(x) + bytes_of(y);
+  c.backward_bytes = 2 * bytes_of(x) + bytes_of(y);
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
 Status infer_max_pool2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& x = in[0];
   GP_ASSIGN_OR_RETURN(Window win, read_window(op, x, true));

@@ -11,6 +11,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "gp/cost/cost_model.h"
@@ -36,6 +37,19 @@ int64_t id_range(const model::OpNode& op) {
     if (logits.shape_size() > 0) return std::max<int64_t>(logits.shape(logits.shape_size() - 1), 1);
   }
   return 1;
+}
+
+// Whether float input `k` of `op` must be positive for a finite result (a logarithm, a root, a
+// divisor, a power's base); such inputs are drawn from [0.5, 2] instead.
+bool needs_positive(const model::OpNode& op, size_t k) {
+  if (const auto* u = std::get_if<model::UnaryAttrs>(&op.attrs)) {
+    return u->fn == model::UnaryFn::kLog || u->fn == model::UnaryFn::kSqrt ||
+           u->fn == model::UnaryFn::kRsqrt || u->fn == model::UnaryFn::kReciprocal;
+  }
+  if (const auto* b = std::get_if<model::BinaryAttrs>(&op.attrs)) {
+    return (b->fn == model::BinaryFn::kPow && k == 0) || (b->fn == model::BinaryFn::kDiv && k == 1);
+  }
+  return false;
 }
 
 // Float inputs are uniform with unit variance, like activations after a normalisation layer
@@ -172,8 +186,10 @@ class OpBench {
         in.values.resize(static_cast<size_t>(n));
         for (int64_t s = 0; s < max_batch; ++s) {
           exec::Rng rng(exec::hash_combine(exec::hash_combine(base, k), static_cast<uint64_t>(s)));
+          const bool positive = needs_positive(op, k);
           for (int64_t e = 0; e < in.per_sample; ++e) {
-            in.values[s * in.per_sample + e] = rng.uniform(-kUnitRange, kUnitRange);
+            in.values[s * in.per_sample + e] =
+                positive ? rng.uniform(0.5f, 2.0f) : rng.uniform(-kUnitRange, kUnitRange);
           }
         }
         in.grads.resize(static_cast<size_t>(n));

@@ -209,6 +209,21 @@ TEST_CASE("gradient-norm clipping over every stage and replica trains like the r
   check_same_training(g, replicated_plan(g, t), ref);
 }
 
+TEST_CASE("tied parameters on different stages and replicas train like the reference") {
+  const auto g = testing::build_graph(testing::tied_lm_model());
+  for (const auto kind : {graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::OPTIMIZER_KIND_ADAM}) {
+    DYNAMIC_SECTION("optimizer " << kind) {
+      const auto t = training(kind);
+      check_same_training(g, testing::tied_plan(g, t), reference(g, 8, t));
+    }
+  }
+  SECTION("with gradient-norm clipping, which counts the tied tensor once") {
+    auto t = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);
+    t.set_clip_grad_norm(0.01);
+    check_same_training(g, testing::tied_plan(g, t), reference(g, 8, t));
+  }
+}
+
 TEST_CASE("a chain plan relays tensors through intermediate stages with the same numerics") {
   auto g = testing::zoo_graph("tiny-candle-uno");
   const auto t = training(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM);

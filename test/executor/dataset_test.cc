@@ -240,9 +240,11 @@ TEST_CASE("the reference trains on the files' samples: the loss is the data's") 
     losses.push_back(m->loss);
   }
   CHECK(losses[0] != Approx(synthetic->loss));
-  CHECK(losses[0] != Approx(losses[1]));                // rows 0-1, then 2-3
-  CHECK(losses[2] == Approx(losses[0]).epsilon(1e-9));  // epoch 2 reads rows 0-1 again
-  CHECK(losses[3] == Approx(losses[1]).epsilon(1e-9));
+  CHECK(losses[0] != Approx(losses[1]));  // rows 0-1, then 2-3
+  // Epoch 2 reads rows 0-1 again: equal up to the float loss's last bit (the tiny updates may
+  // cross a rounding boundary of the exactly accumulated loss).
+  CHECK(losses[2] == Approx(losses[0]).epsilon(3e-7));
+  CHECK(losses[3] == Approx(losses[1]).epsilon(3e-7));
 }
 
 namespace {

@@ -242,3 +242,43 @@ TEST_CASE("bad training settings are errors that name the field") {
   CHECK_THAT(bad_chunk.status().message(),
              Catch::Contains("--micro-batch = 3 must divide --batch = 8"));
 }
+
+TEST_CASE("a tied parameter's copies step with the sum of their gradients and stay equal") {
+  const auto tied = testing::build_graph(testing::tied_lm_model(true));
+  const auto untied = testing::build_graph(testing::tied_lm_model(false));
+  const int emb = tied.index_of("emb"), head = tied.index_of("head");
+  auto run = [](const model::Graph& g, const graphpipe::v1::TrainingConfig& t, int iterations) {
+    auto trainer = exec::ReferenceTrainer::create(g, 4, 0, t);
+    INFO(trainer.status().to_string());
+    REQUIRE(trainer.ok());
+    for (int i = 0; i < iterations; ++i) REQUIRE((*trainer)->run_iteration(i).ok());
+    return std::move(trainer).value();
+  };
+  // One SGD step: each untied copy moved by its own gradient, the tied ones by the sum.
+  const auto t = run(tied, sgd(0.5), 1);
+  const auto u = run(untied, sgd(0.5), 1);
+  std::string w0;
+  const model::ModelGraph untied_model = testing::tied_lm_model(false);
+  for (const auto& op : untied_model.ops()) {
+    if (op.id() == "emb") w0 = op.param_values().at("weight");
+  }
+  REQUIRE(w0.size() == 60 * sizeof(float));
+  const auto* initial = reinterpret_cast<const float*>(w0.data());
+  const auto te = t->runner().op_params(emb), th = t->runner().op_params(head);
+  const auto ue = u->runner().op_params(emb), uh = u->runner().op_params(head);
+  REQUIRE(te.size() == 60);
+  REQUIRE(th.size() == 60);
+  double moved = 0;
+  for (size_t k = 0; k < te.size(); ++k) {
+    CHECK(te[k] == th[k]);
+    CHECK(te[k] == Approx(ue[k] + uh[k] - initial[k]).margin(1e-6));
+    moved = std::max(moved, static_cast<double>(std::abs(ue[k] - te[k])));
+  }
+  CHECK(moved > 1e-4);  // the head's gradient reached the embedding
+  // Adam keeps the copies bit-identical step after step.
+  graphpipe::v1::TrainingConfig adam = sgd(0.01);
+  adam.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  const auto a = run(tied, adam, 3);
+  const auto ae = a->runner().op_params(emb), ah = a->runner().op_params(head);
+  for (size_t k = 0; k < ae.size(); ++k) CHECK(ae[k] == ah[k]);
+}

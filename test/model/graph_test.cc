@@ -206,3 +206,52 @@ TEST_CASE("branch count is the widest set of independent compute ops") {
   REQUIRE(g.ok());
   CHECK(g->max_parallel_branches() == 5);
 }
+
+namespace {
+
+// x -> a (linear 4->4) -> b (linear 4->4) -> loss, with `members` (op, param) tied.
+ModelGraph with_tie(const std::vector<std::pair<std::string, std::string>>& members) {
+  GraphBuilder b("m", "");
+  auto y = b.linear("b", b.linear("a", b.input("x", {4}), 4), 4);
+  b.add_loss(b.mse_loss("loss", b.linear("c", y, 2), b.input("t", {2})));
+  ModelGraph m = b.finish();
+  auto* tie = m.add_param_ties();
+  for (const auto& [op, param] : members) {
+    auto* r = tie->add_members();
+    r->set_op(op);
+    r->set_param(param);
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("a tie of parameters of one shape resolves to their indices, the first one the source") {
+  auto g = Graph::build(with_tie({{"a", "weight"}, {"b", "weight"}}));
+  INFO(g.status().to_string());
+  REQUIRE(g.ok());
+  REQUIRE(g->ties().size() == 1);
+  const auto& tie = g->ties()[0];
+  REQUIRE(tie.size() == 2);
+  CHECK(g->op(tie[0].op).id() == "a");
+  CHECK(g->op(tie[1].op).id() == "b");
+  CHECK(tie[1].param == 0);
+  const auto* source = g->tie_source(tie[1].op, 0);
+  REQUIRE(source != nullptr);
+  CHECK(source->op == tie[0].op);
+  CHECK(g->tie_source(tie[0].op, 0) == nullptr);
+  CHECK(g->tie_source(tie[1].op, 1) == nullptr);  // b's bias is not tied
+}
+
+TEST_CASE("bad ties are rejected naming the tie, the member and what is wrong") {
+  CHECK_THAT(build_error(with_tie({{"a", "weight"}})),
+             Catch::Contains("param_ties[0]: 1 member(s)"));
+  CHECK_THAT(build_error(with_tie({{"a", "weight"}, {"nope", "weight"}})),
+             Catch::Contains("param_ties[0].members[1]: op 'nope' is not in the model"));
+  CHECK_THAT(build_error(with_tie({{"a", "weight"}, {"b", "gamma"}})),
+             Catch::Contains("param_ties[0].members[1]: op 'b' (linear) has no parameter 'gamma'"));
+  CHECK_THAT(build_error(with_tie({{"a", "weight"}, {"c", "weight"}})),
+             Catch::Contains("c.weight has shape [2, 4], the tie's first member [4, 4]"));
+  CHECK_THAT(build_error(with_tie({{"a", "weight"}, {"a", "weight"}})),
+             Catch::Contains("a.weight is tied more than once"));
+}

@@ -200,8 +200,8 @@ TEST_CASE("unmappable nodes are refused by position, name and type, with the opa
   CHECK(m.status().code() == StatusCode::kInvalidArgument);
   const std::string msg = m.status().message();
   CHECK_THAT(msg, Catch::Contains("gated_unsupported.onnx"));
-  CHECK_THAT(msg, Catch::Contains("node 2 'gate.max' (Max): no GraphPipe operator"));
-  CHECK_THAT(msg, Catch::Contains("node 3 'periodic' (Sin): no GraphPipe operator"));
+  CHECK_THAT(msg, Catch::Contains("node 2 'gate.mod' (Mod): no GraphPipe operator"));
+  CHECK_THAT(msg, Catch::Contains("node 3 'periodic' (Tan): no GraphPipe operator"));
   CHECK_THAT(msg, Catch::Contains("2 ONNX node(s)"));
   CHECK_THAT(msg, Catch::Contains("--allow-opaque"));
 }
@@ -211,16 +211,16 @@ TEST_CASE("allow_opaque keeps unmappable nodes as opaque ops that plan but have 
   o.allow_opaque = true;
   const auto m = imported("gated_unsupported.onnx", o);
   CHECK(type_counts(m)["opaque"] == 2);
-  const auto& mul = op_named(m, "gate.max");
-  CHECK(mul.type() == "opaque");
-  CHECK(mul.attrs().at("onnx_type").s() == "Max");
-  CHECK(mul.inputs_size() == 2);  // both gates
-  REQUIRE(mul.outputs_size() == 1);
-  CHECK(mul.outputs(0).shape(0) == 8);
-  CHECK(op_named(m, "periodic").attrs().at("onnx_type").s() == "Sin");
+  const auto& mod = op_named(m, "gate.mod");
+  CHECK(mod.type() == "opaque");
+  CHECK(mod.attrs().at("onnx_type").s() == "Mod");
+  CHECK(mod.inputs_size() == 2);  // both gates
+  REQUIRE(mod.outputs_size() == 1);
+  CHECK(mod.outputs(0).shape(0) == 8);
+  CHECK(op_named(m, "periodic").attrs().at("onnx_type").s() == "Tan");
   const auto g = testing::build_graph(m);
   CHECK(g.op(g.index_of("out")).type() == "linear");  // what follows maps as usual
-  CHECK(g.op(g.index_of("gate.max")).cost.forward_flops > 0);
+  CHECK(g.op(g.index_of("gate.mod")).cost.forward_flops > 0);
 }
 
 TEST_CASE(
@@ -489,13 +489,13 @@ TEST_CASE("a graph-only export's class token, a [1, 1, dim] input expanded, is a
 }
 
 TEST_CASE("allow_opaque gives an opaque node of a TorchScript export ONNX's inferred shape") {
-  // torch's TorchScript exporter writes no intermediate shapes; GraphPipe has no Sin.
-  auto refused = import_onnx(data("opaque/sin_legacy.onnx"));
+  // torch's TorchScript exporter writes no intermediate shapes; GraphPipe has no Tan.
+  auto refused = import_onnx(data("opaque/tan_legacy.onnx"));
   REQUIRE_FALSE(refused.ok());
-  CHECK_THAT(refused.status().message(), Catch::Contains("(Sin): no GraphPipe operator"));
+  CHECK_THAT(refused.status().message(), Catch::Contains("(Tan): no GraphPipe operator"));
   OnnxImportOptions options;
   options.allow_opaque = true;
-  const ModelGraph m = imported("opaque/sin_legacy.onnx", options);
+  const ModelGraph m = imported("opaque/tan_legacy.onnx", options);
   int opaque = 0;
   for (const auto& op : m.ops()) {
     if (op.type() != "opaque") continue;

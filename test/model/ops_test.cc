@@ -548,3 +548,114 @@ TEST_CASE("shape inference decodes every attribute once into the op's typed attr
   CHECK(std::holds_alternative<NoAttrs>(only(g, "x").attrs));
   CHECK(std::holds_alternative<NoAttrs>(only(g, "l0").attrs));
 }
+
+TEST_CASE("binary broadcasts per-sample shapes as NumPy, aligned on the trailing axes") {
+  GraphBuilder b("m", "");
+  auto both = b.binary("both", b.input("a", {2, 1, 3}), b.input("b", {4, 1}), "add");
+  auto lead = b.binary("lead", b.input("c", {3}), b.input("d", {2, 3}), "mul");
+  b.add_loss(b.mse_loss("l0", both, b.input("t0", {2, 4, 3})));
+  b.add_loss(b.mse_loss("l1", lead, b.input("t1", {2, 3})));
+  Graph g = build_ok(b.finish());
+  CHECK(shape_of(only(g, "both")) == std::vector<int64_t>{2, 4, 3});
+  const Broadcast& bc = std::get<BinaryAttrs>(only(g, "both").attrs).broadcast;
+  CHECK(bc.dims == std::vector<int64_t>{2, 4, 3});
+  // a [2, 1, 3] moves along axes 0 and 2 only; b [4, 1] (aligned as [1, 4, 1]) along axis 1.
+  CHECK(bc.strides == std::vector<std::vector<int64_t>>{{3, 0, 1}, {0, 1, 0}});
+  CHECK(bc.operand_elements == std::vector<int64_t>{6, 4});
+  CHECK(shape_of(only(g, "lead")) == std::vector<int64_t>{2, 3});
+  CHECK(std::get<BinaryAttrs>(only(g, "lead").attrs).fn == BinaryFn::kMul);
+}
+
+TEST_CASE("binary refuses shapes that do not broadcast, naming inputs[1] and both shapes") {
+  const std::string message = build_error([](GraphBuilder& b) {
+    b.binary("op", b.input("a", {2, 3}), b.input("b", {4, 3}), "add");
+  });
+  CHECK_THAT(message, Catch::Contains("'op' (binary): inputs[1]: shape [4, 3] float32") &&
+                          Catch::Contains("[2, 3] float32"));
+}
+
+TEST_CASE("reduce over a set of axes keeps them with size 1 or drops them (keepdims)") {
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {2, 3, 4});
+  auto kept = b.reduce_axes("kept", x, {2, 0}, "max");
+  auto dropped = b.reduce_axes("dropped", x, {-1, -2}, "mean", false);
+  auto all = b.reduce_axes("all", x, {0, 1, 2}, "l2", false);
+  b.add_loss(b.mse_loss("l0", kept, b.input("t0", {1, 3, 1})));
+  b.add_loss(b.mse_loss("l1", dropped, b.input("t1", {2})));
+  b.add_loss(b.mse_loss("l2", all, b.input("t2", {1})));
+  Graph g = build_ok(b.finish());
+  CHECK(shape_of(only(g, "kept")) == std::vector<int64_t>{1, 3, 1});
+  const auto& r = std::get<ReduceAttrs>(only(g, "kept").attrs);
+  CHECK(r.axes == std::vector<int>{0, 2});  // normalised and sorted
+  CHECK(r.mode == ReduceMode::kMax);
+  CHECK(r.keepdims);
+  CHECK(shape_of(only(g, "dropped")) == std::vector<int64_t>{2});
+  CHECK(std::get<ReduceAttrs>(only(g, "dropped").attrs).axes == std::vector<int>{1, 2});
+  CHECK_FALSE(std::get<ReduceAttrs>(only(g, "dropped").attrs).keepdims);
+  CHECK(shape_of(only(g, "all")) == std::vector<int64_t>{1});  // a per-sample scalar
+}
+
+TEST_CASE("reduce refuses an axis out of range, a repeated axis, and both axis and axes") {
+  using B = GraphBuilder&;
+  const std::vector<ErrorCase> cases = {
+      {[](B b) {
+         b.reduce_axes("op", b.input("x", {2, 3}), {0, 2});
+       },
+       "(reduce): attrs.axes = [0, 2]: axis 2 is out of range for 2 per-sample dimension(s)"},
+      {[](B b) {
+         b.reduce_axes("op", b.input("x", {2, 3}), {1, -1});
+       },
+       "(reduce): attrs.axes = [1, -1]: an axis appears twice"},
+      {[](B b) {
+         b.reduce_axes("op", b.input("x", {2, 3}), {1});
+         set_attr(op_of(b), "axis", int64_t{1});
+       },
+       "(reduce): attrs.axis and attrs.axes: give one of them"},
+      {[](B b) {
+         b.reduce_axes("op", b.input("x", {2, 3}), {1}, "min");
+       },
+       "(reduce): attrs.mode = 'min', expected sum, mean, max or l2"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    DYNAMIC_SECTION("case " << i << ": " << cases[i].expected) {
+      CHECK_THAT(build_error(cases[i].build), Catch::Contains("'op' " + cases[i].expected));
+    }
+  }
+}
+
+TEST_CASE("unary refuses a missing or unknown fn, naming attrs.fn") {
+  const std::string missing =
+      build_error([](GraphBuilder& b) { b.add_op("op", "unary", {b.input("x", {3})}); });
+  CHECK_THAT(missing, Catch::Contains("'op' (unary): attrs.fn: required attribute is missing") &&
+                          Catch::Contains("softplus"));
+  const std::string unknown =
+      build_error([](GraphBuilder& b) { b.unary("op", b.input("x", {3}), "tanhh"); });
+  CHECK_THAT(unknown, Catch::Contains("'op' (unary): attrs.fn = 'tanhh', expected neg|exp|"));
+}
+
+TEST_CASE("constant outputs its per-sample shape as float32 or int64, from values of that size") {
+  GraphBuilder b("m", "");
+  auto batch = b.input("batch", {1});
+  auto ids = b.constant("ids", batch, {2, 2}, {0, 1, 2, 3}, /*integer=*/true);
+  auto mask = b.constant("mask", batch, {3}, {0, 1, 1});
+  b.add_loss(b.mse_loss("l0", b.embedding_bag("bag", ids, 4, 3), b.input("t0", {2, 3})));
+  b.add_loss(b.mse_loss("l1", mask, b.input("t1", {3})));
+  Graph g = build_ok(b.finish());
+  const OpNode& i = only(g, "ids");
+  CHECK(i.proto->outputs(0).dtype() == kInt64);
+  CHECK(shape_of(i) == std::vector<int64_t>{2, 2});
+  CHECK(std::get<ConstantAttrs>(i.attrs).integer);
+  CHECK(i.cost.param_count == 0);  // never trained
+  CHECK(only(g, "mask").proto->outputs(0).dtype() == graphpipe::v1::DATA_TYPE_FLOAT32);
+  CHECK_FALSE(std::get<ConstantAttrs>(only(g, "mask").attrs).integer);
+
+  // Three values for a [2, 2] constant: Graph::build names the buffer and both sizes.
+  GraphBuilder bad("m", "");
+  auto c = bad.constant("op", bad.input("batch", {1}), {2, 2}, {0, 1, 2});
+  bad.add_loss(bad.mse_loss("loss", c, bad.input("t", {2, 2})));
+  auto failed = Graph::build(bad.finish());
+  REQUIRE_FALSE(failed.ok());
+  CHECK_THAT(failed.status().message(), Catch::Contains("'op'") &&
+                                            Catch::Contains("param_values['value']: 12 bytes") &&
+                                            Catch::Contains("16"));
+}

@@ -224,6 +224,53 @@ TEST_CASE("a device running the reference kernels passes the check and is record
   CHECK(device.memory_calls == 0);  // host memory: no mirrors, no copies
 }
 
+// Every general element-wise op and reduction, with the functions whose domain is not all floats
+// (log, roots, reciprocals, divisors, powers).
+model::Graph general_ops_graph() {
+  model::GraphBuilder b("general", "");
+  const auto x = b.input("x", {2, 3});
+  const auto w = b.input("w", {3});
+  std::vector<model::TensorRef> terms;
+  for (const char* fn : {"neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "erf", "sin",
+                         "cos", "softplus"}) {
+    terms.push_back(b.unary(std::string("u_") + fn, x, fn));
+  }
+  for (const char* fn : {"add", "sub", "mul", "div", "pow", "max", "min"}) {
+    terms.push_back(b.binary(std::string("b_") + fn, x, w, fn));
+  }
+  const auto zero = b.constant("zero", x, {1}, {0.0f});
+  const auto mask = b.compare("mask", x, zero, "gt");
+  terms.push_back(b.where("where", mask, x, w));
+  auto sum = terms[0];
+  for (size_t k = 1; k < terms.size(); ++k) {
+    sum = b.binary("sum" + std::to_string(k), sum, terms[k], "add");
+  }
+  const auto peak = b.reduce_axes("peak", sum, {0, 1}, "max", false);
+  const auto norm = b.reduce_axes("norm", sum, {1}, "l2", false);
+  const auto both = b.binary("both", norm, peak, "mul");
+  b.add_loss(b.mse_loss("loss", both, b.input("target", {2})));
+  auto g = model::Graph::build(b.finish());
+  REQUIRE(g.ok());
+  return std::move(*g);
+}
+
+TEST_CASE("the general element-wise ops profile with finite results and pass the reference check") {
+  const auto g = general_ops_graph();
+  ConstantTimer timer;
+  const ReferenceCopyDevice device;
+  auto r = profile_ops(g, device, fast_options(&timer));
+  REQUIRE(r.ok());
+  for (const auto& rej : r->rejected)
+    FAIL_CHECK(rej.signature << " b=" << rej.micro_batch << ": " << rej.reason);
+  CHECK(r->measurements.size() == static_cast<size_t>(r->signatures) * 3);
+  std::set<std::string> types;
+  for (const auto& m : r->measurements)
+    types.insert(m.signature().substr(0, m.signature().find('|')));
+  for (const char* t : {"unary", "binary", "compare", "where", "constant", "reduce"}) {
+    CHECK(types.count(t) == 1);
+  }
+}
+
 // A device without host memory, emulated on the host like a CUDA device:
 // - allocate() maps pages with no access at all except while the device itself works on them (a
 //   kernel or a copy runs), so a profiler that read or wrote device memory directly would crash;

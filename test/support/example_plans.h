@@ -94,4 +94,23 @@ inline model::Graph fan_in_graph() {
   return build_graph(b.finish());
 }
 
+// tied_lm_model (models.h) with the embedding on stage 0 (ranks 0 and 1: replicas), "mid" and "act"
+// on stage 1 and the head and loss on stage 2: the tied copies live on three ranks. Mini-batch 8.
+inline graphpipe::v1::Plan tied_plan(const model::Graph& g,
+                                     const graphpipe::v1::TrainingConfig& t) {
+  std::vector<planner::StageAssignment> st(3);
+  for (const auto& node : g.ops()) {
+    const std::string& id = node.id();
+    st[id == "ids" || id == "emb"   ? 0
+       : id == "mid" || id == "act" ? 1
+                                    : 2]
+        .ops.push_back(node.index);
+  }
+  st[0].ranks = {0, 1};
+  st[1].ranks = {2};
+  st[2].ranks = {3};
+  for (auto& s : st) s.micro_batch = 4;
+  return built_plan(g, t, st, 8);
+}
+
 }  // namespace gp::testing

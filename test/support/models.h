@@ -66,4 +66,34 @@ inline model::Graph small_cnn(int64_t channels, int64_t outputs, double gram_sca
   return build_graph(b.finish());
 }
 
+// A language model whose output head reads the embedding table (weight tying): ids [4] ->
+// embedding "emb" [10, 6] -> linear "mid" -> relu -> linear "head" (no bias, weight [10, 6] tied to
+// emb.weight) -> mse_loss against t [4, 10]. Without `tied` the same graph with two parameters
+// (the head's initial weight then still equals the embedding's: both come from param_values).
+inline model::ModelGraph tied_lm_model(bool tied = true) {
+  model::GraphBuilder b("tied-lm", "");
+  auto e = b.embedding("emb", b.input("ids", {4}, graphpipe::v1::DATA_TYPE_INT64), 10, 6);
+  auto h = b.relu("act", b.linear("mid", e, 6));
+  b.add_loss(b.mse_loss("loss", b.linear("head", h, 10, /*bias=*/false), b.input("t", {4, 10})));
+  std::vector<float> table(60);
+  for (size_t k = 0; k < table.size(); ++k)
+    table[k] = 0.03f * static_cast<float>((k * 7) % 11) - 0.15f;
+  const std::string bytes(reinterpret_cast<const char*>(table.data()), table.size() * 4);
+  model::ModelGraph m = b.finish();
+  for (auto& op : *m.mutable_ops()) {
+    if (op.id() == "emb") (*op.mutable_param_values())["weight"] = bytes;
+    if (op.id() == "head" && !tied) (*op.mutable_param_values())["weight"] = bytes;
+  }
+  if (tied) {
+    auto* tie = m.add_param_ties();
+    auto* a = tie->add_members();
+    a->set_op("emb");
+    a->set_param("weight");
+    auto* c = tie->add_members();
+    c->set_op("head");
+    c->set_param("weight");
+  }
+  return m;
+}
+
 }  // namespace gp::testing

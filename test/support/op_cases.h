@@ -110,8 +110,133 @@ inline TensorRef ids(GraphBuilder& b, std::vector<int64_t> shape, const std::str
   return b.input(id, std::move(shape), kInt64);
 }
 
-inline std::vector<GradCase> grad_cases() {
+// Every float input mapped into [0.5, 2] (log, sqrt, division, pow's base).
+inline void positive(Harness& h) {
+  for (auto& in : h.fin) {
+    for (float& v : in) v = 1.25f + 0.75f * std::tanh(v);
+  }
+}
+
+// Every float input as distinct values 0.01 apart across all inputs (no ties for max, min and
+// comparisons; finite differences never cross one), shuffled.
+inline void all_distinct(Harness& h) {
+  std::vector<float*> cells;
+  for (auto& in : h.fin) {
+    for (float& v : in) cells.push_back(&v);
+  }
+  std::vector<float> values(cells.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = 0.01f * (static_cast<float>(i) - values.size() / 2.0f) + 0.005f;
+  }
+  std::shuffle(values.begin(), values.end(), std::mt19937(9));
+  for (size_t i = 0; i < cells.size(); ++i) *cells[i] = values[i];
+}
+
+// The general element-wise ops and reductions: every function, broadcasting both ways.
+inline std::vector<GradCase> general_cases() {
+  std::vector<GradCase> cases;
+  const std::pair<const char*, Prepare> unary[] = {
+      {"neg", [](Harness&) {}}, {"exp", [](Harness&) {}}, {"log", positive},
+      {"sqrt", positive},       {"rsqrt", positive},      {"reciprocal", positive},
+      {"abs", away_from_zero},  {"erf", widen},           {"sin", widen},
+      {"cos", widen},           {"softplus", widen}};
+  for (const auto& [fn, prepare] : unary) {
+    std::string f = fn;
+    cases.push_back(op_case("unary " + f, {2, 3}, prepare, [f](GraphBuilder& b) {
+      return b.unary("op", x(b, {2, 3}), f);
+    }));
+  }
+  cases.push_back(op_case("binary add of [2, 1, 3] and [4, 1] (both broadcast)", {2, 4, 3},
+                          [](GraphBuilder& b) {
+                            return b.binary("op", x(b, {2, 1, 3}, "a"), x(b, {4, 1}, "b"), "add");
+                          }));
+  cases.push_back(op_case("binary sub of [3] from [2, 3]", {2, 3}, [](GraphBuilder& b) {
+    return b.binary("op", x(b, {2, 3}, "a"), x(b, {3}, "b"), "sub");
+  }));
+  cases.push_back(op_case("binary mul of [2, 3, 1] and [2, 1, 4]", {2, 3, 4}, [](GraphBuilder& b) {
+    return b.binary("op", x(b, {2, 3, 1}, "a"), x(b, {2, 1, 4}, "b"), "mul");
+  }));
+  cases.push_back(op_case("binary div of [2, 3] by [2, 1]", {2, 3}, positive, [](GraphBuilder& b) {
+    return b.binary("op", x(b, {2, 3}, "a"), x(b, {2, 1}, "b"), "div");
+  }));
+  cases.push_back(op_case("binary pow of [2, 3] to [3]", {2, 3}, positive, [](GraphBuilder& b) {
+    return b.binary("op", x(b, {2, 3}, "a"), x(b, {3}, "b"), "pow");
+  }));
+  for (const char* fn : {"max", "min"}) {
+    std::string f = fn;
+    cases.push_back(
+        op_case("binary " + f + " of [2, 3] and [1]", {2, 3}, all_distinct, [f](GraphBuilder& b) {
+          return b.binary("op", x(b, {2, 3}, "a"), x(b, {1}, "b"), f);
+        }));
+  }
+  cases.push_back(op_case("compare lt of [2, 3] and [3] (a mask, no gradient)", {2, 3},
+                          all_distinct, [](GraphBuilder& b) {
+                            return b.compare("op", x(b, {2, 3}, "a"), x(b, {3}, "b"), "lt");
+                          }));
+  // The condition as the op sees it: a 0/1 mask (from compare), both branches taken.
+  cases.push_back(op_case(
+      "where of a mask [2, 3], a [3] and b [2, 1]", {2, 3},
+      [](Harness& h) {
+        for (size_t i = 0; i < h.fin[0].size(); ++i) {
+          h.fin[0][i] = i % 3 == 1 ? 0.0f : 1.0f;
+        }
+      },
+      [](GraphBuilder& b) {
+        return b.where("op", x(b, {2, 3}, "m"), x(b, {3}, "a"), x(b, {2, 1}, "b"));
+      }));
+  cases.push_back(op_case("constant [2, 3] added to x", {2, 3}, [](GraphBuilder& b) {
+    auto c = b.constant("op", x(b, {1}, "batch"), {2, 3}, {1, -2, 3, 0.5f, 0.25f, -1});
+    return b.binary("sum", x(b, {2, 3}), c, "add");
+  }));
+  cases.push_back(op_case("reduce sum over axes 0 and 2", {1, 3, 1}, [](GraphBuilder& b) {
+    return b.reduce_axes("op", x(b, {2, 3, 4}), {0, 2});
+  }));
+  cases.push_back(op_case("reduce mean over the last two axes, dropped", {2}, [](GraphBuilder& b) {
+    return b.reduce_axes("op", x(b, {2, 3, 4}), {-1, -2}, "mean", false);
+  }));
+  cases.push_back(op_case("reduce max over axis 1", {2, 4}, all_distinct, [](GraphBuilder& b) {
+    return b.reduce_axes("op", x(b, {2, 3, 4}), {1}, "max", false);
+  }));
+  cases.push_back(
+      op_case("reduce l2 over the last axis", {3, 1}, away_from_zero, [](GraphBuilder& b) {
+        return b.reduce_axes("op", x(b, {3, 4}), {-1}, "l2");
+      }));
+  return cases;
+}
+
+// The upsampling ops (U-Net's decoder).
+inline std::vector<GradCase> upsample_cases() {
   return {
+      op_case("conv_transpose2d 2x2 stride 2", {3, 4, 6},
+              [](GraphBuilder& b) {
+                return b.conv_transpose2d("op", x(b, {2, 2, 3}), 3, {2, 2}, {2, 2});
+              }),
+      op_case("conv_transpose2d 3x3, stride 2, padding 1, output_padding 1, no bias", {2, 4, 6},
+              [](GraphBuilder& b) {
+                return b.conv_transpose2d("op", x(b, {3, 2, 3}), 2, {3, 3}, {2, 2}, {1, 1}, {1, 1},
+                                          false);
+              }),
+      op_case("conv_transpose2d 3x2, stride [1, 2], padding [1, 0]", {2, 3, 6},
+              [](GraphBuilder& b) {
+                return b.conv_transpose2d("op", x(b, {2, 3, 3}), 2, {3, 2}, {1, 2}, {1, 0});
+              }),
+      op_case("resize nearest 2x3 to 4x7", {2, 4, 7},
+              [](GraphBuilder& b) {
+                return b.resize("op", x(b, {2, 2, 3}), {4, 7});
+              }),
+      op_case("resize bilinear 3x3 to 6x5", {2, 6, 5},
+              [](GraphBuilder& b) {
+                return b.resize("op", x(b, {2, 3, 3}), {6, 5}, "bilinear");
+              }),
+      op_case("resize bilinear, align_corners, 3x2 to 5x4", {1, 5, 4},
+              [](GraphBuilder& b) {
+                return b.resize("op", x(b, {1, 3, 2}), {5, 4}, "bilinear", true);
+              }),
+  };
+}
+
+inline std::vector<GradCase> grad_cases() {
+  std::vector<GradCase> cases = {
       op_case("linear with bias", {2, 3},
               [](GraphBuilder& b) {
                 return b.linear("op", x(b, {2, 5}), 3);
@@ -328,6 +453,9 @@ inline std::vector<GradCase> grad_cases() {
                   return b.softmax_cross_entropy("op", x(b, {4}, "z"), ids(b, {1}, "labels"));
                 }),
   };
+  for (GradCase& c : general_cases()) cases.push_back(std::move(c));
+  for (GradCase& c : upsample_cases()) cases.push_back(std::move(c));
+  return cases;
 }
 
 }  // namespace gp::testing

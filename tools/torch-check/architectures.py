@@ -52,6 +52,9 @@ import onnx
 import torch
 import torch.nn as nn
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import modern_models  # noqa: E402  (issue 37's architectures)
+
 BATCH = 4
 LR = 0.01
 TOLERANCE = 1e-4  # relative, per loss: fp32 sums in another order over a whole network
@@ -270,7 +273,7 @@ ARCHITECTURES = [
     ("transformer_encoder", Encoder, lambda g: [("x", torch.randn(BATCH, 6, 32, generator=g))]),
     ("multimodal", MultiModal, multimodal_inputs),
     ("vit", ViT, image(32)),
-]
+] + modern_models.MODERN
 
 VARIANTS = {
     "dynamo": dict(train=False, kwargs=dict(dynamo=True)),

@@ -41,6 +41,13 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kBatchNorm, &cpu::make_batch_norm},
     {OpType::kMseLoss, &cpu::make_mse_loss},
     {OpType::kSoftmaxCrossEntropy, &cpu::make_softmax_cross_entropy},
+    {OpType::kConvTranspose2d, &cpu::make_conv_transpose2d},
+    {OpType::kResize, &cpu::make_resize},
+    {OpType::kUnary, &cpu::make_unary},
+    {OpType::kBinary, &cpu::make_binary},
+    {OpType::kCompare, &cpu::make_compare},
+    {OpType::kWhere, &cpu::make_where},
+    {OpType::kConstant, &cpu::make_constant},
 });
 
 }  // namespace

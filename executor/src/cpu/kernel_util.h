@@ -65,6 +65,18 @@ KernelResult make_clip(const model::OpNode& op);
 KernelResult make_mul(const model::OpNode& op);
 KernelResult make_reduce(const model::OpNode& op);
 KernelResult make_bias_add(const model::OpNode& op);
+// general_kernels.cc: the general element-wise ops, constants, and reduce beyond one-axis sum and
+// mean (make_reduce hands those to make_general_reduce).
+KernelResult make_unary(const model::OpNode& op);
+KernelResult make_binary(const model::OpNode& op);
+KernelResult make_compare(const model::OpNode& op);
+KernelResult make_where(const model::OpNode& op);
+KernelResult make_constant(const model::OpNode& op);
+KernelResult make_general_reduce(const model::OpNode& op);
+
+// upsample_kernels.cc: conv_transpose2d and resize.
+KernelResult make_conv_transpose2d(const model::OpNode& op);
+KernelResult make_resize(const model::OpNode& op);
 
 // True when the CPU has a kernel for every op of the type (cpu_kernels.cc's table).
 bool has_kernel(model::OpType type);

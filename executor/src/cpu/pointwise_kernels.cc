@@ -215,6 +215,12 @@ KernelResult make_mul(const model::OpNode& op) {
 }
 
 KernelResult make_reduce(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const model::ReduceAttrs r, op_attrs<model::ReduceAttrs>(op));
+  // Only a one-axis sum or mean takes this kernel; other reductions walk an IndexMap.
+  if (r.axes.size() != 1 ||
+      (r.mode != model::ReduceMode::kSum && r.mode != model::ReduceMode::kMean)) {
+    return make_general_reduce(op);
+  }
   GP_ASSIGN_OR_RETURN(ReduceShape s, read_reduce(op));
   return std::unique_ptr<OpKernel>(std::make_unique<ReduceKernel>(s));
 }

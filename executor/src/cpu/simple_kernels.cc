@@ -188,9 +188,13 @@ class MseLossKernel final : public OpKernel {
     for (int64_t s = 0; s < a.batch; ++s) {
       const float* p = a.inputs[0].f() + s * n_;
       const float* t = a.inputs[1].f() + s * n_;
-      float sum = 0;
-      for (int64_t i = 0; i < n_; ++i) sum += (p[i] - t[i]) * (p[i] - t[i]);
-      a.outputs[0].f()[s] = sum / static_cast<float>(n_);
+      // In double: a float sum of ~1e5 squares drifts ~1e-5 off (PyTorch's pairwise sum does not).
+      double sum = 0;
+      for (int64_t i = 0; i < n_; ++i) {
+        const double d = static_cast<double>(p[i]) - static_cast<double>(t[i]);
+        sum += d * d;
+      }
+      a.outputs[0].f()[s] = static_cast<float>(sum / static_cast<double>(n_));
     }
   }
   // d loss_s / d pred = 2 (pred - target) / n = -d loss_s / d target.
@@ -224,15 +228,15 @@ class SoftmaxCrossEntropyKernel final : public OpKernel {
 
   void forward(const OpArgs& a) const override {
     for (int64_t s = 0; s < a.batch; ++s) {
-      float sum = 0;
+      double sum = 0;  // over positions, in double as mse_loss
       for (int64_t p = 0; p < positions_; ++p) {
         const int64_t r = s * positions_ + p;
         const float* z = a.inputs[0].f() + r * classes_;
         const float lse = vec::log_sum_exp(z, classes_);
         a.saved[r] = lse;
-        sum += lse - z[label(a, r)];
+        sum += static_cast<double>(lse - z[label(a, r)]);
       }
-      a.outputs[0].f()[s] = sum / static_cast<float>(positions_);
+      a.outputs[0].f()[s] = static_cast<float>(sum / static_cast<double>(positions_));
     }
   }
 
@@ -303,7 +307,10 @@ KernelResult make_concat(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(const model::AxisAttrs a, op_attrs<model::AxisAttrs>(op));
   const int axis = a.axis;
   std::vector<int64_t> chunks;
-  for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
+  // Integer tensors (ids) move as twice as many floats; they carry no gradient.
+  for (const auto& spec : op.input_specs) {
+    chunks.push_back(dims_product(spec, axis, rank) * float_units(spec));
+  }
   return wrap(
       std::make_unique<ConcatKernel>(dims_product(op.input_specs[0], 0, axis), std::move(chunks)));
 }
@@ -314,7 +321,7 @@ KernelResult make_slice(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(const model::SliceAttrs a, op_attrs<model::SliceAttrs>(op));
   const int axis = a.axis;
   const int64_t start = a.start, end = a.end;
-  const int64_t inner = dims_product(x, axis + 1, rank);
+  const int64_t inner = dims_product(x, axis + 1, rank) * float_units(x);  // ids: 2 floats each
   return wrap(std::make_unique<SliceKernel>(dims_product(x, 0, axis), x.shape(axis) * inner,
                                             start * inner, (end - start) * inner));
 }

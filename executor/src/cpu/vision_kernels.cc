@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/im2col.h"
 #include "cpu/kernel_util.h"
 
 namespace gp::exec::cpu {
@@ -39,7 +40,7 @@ class Conv2dKernel final : public OpKernel {
     const int64_t in_n = w_.c * w_.h * w_.w, out_n = out_ * positions_;
     for (int64_t s = 0; s < a.batch; ++s) {
       float* y = a.outputs[0].f() + s * out_n;
-      im2col(a.inputs[0].f() + s * in_n);
+      im2col(w_, a.inputs[0].f() + s * in_n, cols_.data());
       // Group g: its out/G filters read its C/G channels, rows [g, g+1) * C/G*kh*kw of cols.
       for (int64_t g = 0; g < groups_; ++g) {
         gemm(false, false, group_out_, positions_, group_patch_, 1.0f, weight(a.params[0], g),
@@ -61,7 +62,7 @@ class Conv2dKernel final : public OpKernel {
     for (int64_t s = 0; s < a.batch; ++s) {
       const float* dy = a.grad_outputs[0].f() + s * out_n;
       if (dw != nullptr) {
-        im2col(a.inputs[0].f() + s * in_n);
+        im2col(w_, a.inputs[0].f() + s * in_n, cols_.data());
         for (int64_t g = 0; g < groups_; ++g) {
           gemm(false, true, group_out_, group_patch_, positions_, 1.0f,
                dy + g * group_out_ * positions_, positions_, group_cols(g), positions_, 1.0f,
@@ -81,56 +82,12 @@ class Conv2dKernel final : public OpKernel {
                group_patch_, dy + g * group_out_ * positions_, positions_, 0.0f, group_cols(g),
                positions_);
         }
-        col2im_add(dx + s * in_n);
+        col2im_add(w_, cols_.data(), dx + s * in_n);
       }
     }
   }
 
  private:
-  void im2col(const float* x) const {
-    float* row = cols_.data();
-    for (int64_t c = 0; c < w_.c; ++c) {
-      for (int64_t i = 0; i < w_.kh; ++i) {
-        for (int64_t j = 0; j < w_.kw; ++j, row += positions_) {
-          for (int64_t oh = 0; oh < w_.ho; ++oh) {
-            const int64_t ih = oh * w_.sh - w_.ph + i;
-            float* dst = row + oh * w_.wo;
-            if (ih < 0 || ih >= w_.h) {
-              for (int64_t ow = 0; ow < w_.wo; ++ow) dst[ow] = 0.0f;
-              continue;
-            }
-            const float* src = x + (c * w_.h + ih) * w_.w;
-            for (int64_t ow = 0; ow < w_.wo; ++ow) {
-              const int64_t iw = ow * w_.sw - w_.pw + j;
-              dst[ow] = iw >= 0 && iw < w_.w ? src[iw] : 0.0f;
-            }
-          }
-        }
-      }
-    }
-  }
-
-  // dx += the transpose of im2col applied to cols_ (padding cells dropped).
-  void col2im_add(float* dx) const {
-    const float* row = cols_.data();
-    for (int64_t c = 0; c < w_.c; ++c) {
-      for (int64_t i = 0; i < w_.kh; ++i) {
-        for (int64_t j = 0; j < w_.kw; ++j, row += positions_) {
-          for (int64_t oh = 0; oh < w_.ho; ++oh) {
-            const int64_t ih = oh * w_.sh - w_.ph + i;
-            if (ih < 0 || ih >= w_.h) continue;
-            const float* src = row + oh * w_.wo;
-            float* dst = dx + (c * w_.h + ih) * w_.w;
-            for (int64_t ow = 0; ow < w_.wo; ++ow) {
-              const int64_t iw = ow * w_.sw - w_.pw + j;
-              if (iw >= 0 && iw < w_.w) dst[iw] += src[ow];
-            }
-          }
-        }
-      }
-    }
-  }
-
   // Group g's filters [out/G, C/G*kh*kw] in a weight [out, C/G, kh, kw], and its rows of cols.
   template <typename T>
   T* weight(T* w, int64_t g) const {

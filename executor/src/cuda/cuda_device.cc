@@ -44,7 +44,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kTanh, &make_tanh},
     {OpType::kClip, &make_clip},
     {OpType::kMul, &make_mul},
-    {OpType::kReduce, &make_reduce},
+    {OpType::kReduce, &make_reduce_axes},
     {OpType::kBiasAdd, &make_bias_add},
     {OpType::kBroadcastParam, &make_broadcast_param},
     {OpType::kAdd, &make_add},
@@ -58,8 +58,15 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kMaxPool2d, &make_max_pool2d},
     {OpType::kAvgPool2d, &make_avg_pool2d},
     {OpType::kBatchNorm, &make_batch_norm},
+    {OpType::kConvTranspose2d, &make_conv_transpose2d},
+    {OpType::kResize, &make_resize},
     {OpType::kMseLoss, &make_mse_loss},
     {OpType::kSoftmaxCrossEntropy, &make_softmax_cross_entropy},
+    {OpType::kUnary, &make_unary},
+    {OpType::kBinary, &make_binary},
+    {OpType::kCompare, &make_compare},
+    {OpType::kWhere, &make_where},
+    {OpType::kConstant, &make_constant},
 });
 
 // Makes the device current on the calling thread before each call: the CUDA current device is

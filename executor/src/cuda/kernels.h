@@ -1,6 +1,7 @@
 // CUDA kernel factories, one per op family (dense_kernels.cc, simple_kernels.cc,
-// pointwise_kernels.cc, vision_kernels.cc). Each mirrors the CPU reference kernel of the same op
-// (executor/src/cpu/): same attributes, same memory contract (op_kernel.h), with device pointers.
+// pointwise_kernels.cc, general_kernels.cc, vision_kernels.cc, upsample_kernels.cc). Each mirrors
+// the CPU reference kernel of the same op (executor/src/cpu/): same attributes, same memory
+// contract (op_kernel.h), with device pointers.
 // Launch functions of the __global__ kernels are declared in the family's *_launch.h with plain
 // types.
 #pragma once
@@ -44,10 +45,21 @@ KernelResult make_mul(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_reduce(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_bias_add(const model::OpNode& op, const CudaContext& ctx);
 
+KernelResult make_unary(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_binary(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_compare(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_where(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_constant(const model::OpNode& op, const CudaContext& ctx);
+// reduce: make_reduce's kernel for one axis summed or averaged, else the general one.
+KernelResult make_reduce_axes(const model::OpNode& op, const CudaContext& ctx);
+
 KernelResult make_conv2d(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_max_pool2d(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_avg_pool2d(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_batch_norm(const model::OpNode& op, const CudaContext& ctx);
+
+KernelResult make_conv_transpose2d(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_resize(const model::OpNode& op, const CudaContext& ctx);
 
 // True when CUDA has a kernel for every op of the type (cuda_device.cc's table).
 bool has_kernel(model::OpType type);

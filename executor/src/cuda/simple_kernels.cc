@@ -311,7 +311,10 @@ KernelResult make_concat(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(const model::AxisAttrs a, op_attrs<model::AxisAttrs>(op));
   const int axis = a.axis;
   std::vector<int64_t> chunks;
-  for (const auto& spec : op.input_specs) chunks.push_back(dims_product(spec, axis, rank));
+  // Integer tensors (ids) move as twice as many floats; they carry no gradient.
+  for (const auto& spec : op.input_specs) {
+    chunks.push_back(dims_product(spec, axis, rank) * float_units(spec));
+  }
   return wrap(std::make_unique<ConcatKernel>(op, ctx, dims_product(op.input_specs[0], 0, axis),
                                              std::move(chunks)));
 }
@@ -322,7 +325,7 @@ KernelResult make_slice(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(const model::SliceAttrs a, op_attrs<model::SliceAttrs>(op));
   const int axis = a.axis;
   const int64_t start = a.start, end = a.end;
-  const int64_t inner = dims_product(x, axis + 1, rank);
+  const int64_t inner = dims_product(x, axis + 1, rank) * float_units(x);  // ids: 2 floats each
   return wrap(std::make_unique<SliceKernel>(op, ctx, dims_product(x, 0, axis),
                                             x.shape(axis) * inner, start * inner,
                                             (end - start) * inner));

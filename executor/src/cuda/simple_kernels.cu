@@ -193,12 +193,13 @@ __global__ void mse_loss_forward_kernel(const float* pred, const float* target, 
   GP_ROW_LOOP(kTpr, s, t, batch) {
     const float* p = pred + s * n;
     const float* q = target + s * n;
-    float sum = 0;
+    // Each thread's share in double (as the CPU), the few partial sums then in float.
+    double part = 0;
     for (int64_t i = t; i < n; i += kTpr) {
-      const float d = p[i] - q[i];
-      sum += __fmul_rn(d, d);
+      const double d = static_cast<double>(p[i]) - static_cast<double>(q[i]);
+      part += d * d;
     }
-    sum = row_reduce<kTpr>(sum, SumOp{}, smem);
+    const float sum = row_reduce<kTpr>(static_cast<float>(part), SumOp{}, smem);
     if (t == 0) loss[s] = sum / static_cast<float>(n);
   }
 }
@@ -239,9 +240,9 @@ __global__ void cross_entropy_rows_kernel(const float* z, const void* labels, bo
 __global__ void cross_entropy_loss_kernel(const float* terms, float* loss, int64_t batch,
                                           int64_t positions) {
   GP_GRID_STRIDE(s, batch) {
-    float sum = 0;
-    for (int64_t p = 0; p < positions; ++p) sum += terms[s * positions + p];
-    loss[s] = sum / static_cast<float>(positions);
+    double sum = 0;
+    for (int64_t p = 0; p < positions; ++p) sum += static_cast<double>(terms[s * positions + p]);
+    loss[s] = static_cast<float>(sum / static_cast<double>(positions));
   }
 }
 

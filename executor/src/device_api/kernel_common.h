@@ -78,6 +78,11 @@ inline int64_t dims_product(const model::TensorSpec& spec, int begin, int end) {
   for (int d = begin; d < end; ++d) n *= spec.shape(d);
   return n;
 }
+// 4-byte units per element as the executor stores the tensor: integer tensors are int64 (2), so
+// layout kernels that move floats move an integer tensor as twice as many floats.
+inline int64_t float_units(const model::TensorSpec& spec) {
+  return model::is_integer(spec) ? 2 : 1;
+}
 inline bool is_int32(const model::TensorSpec& spec) {
   return spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
 }

@@ -33,6 +33,8 @@ const char* op_name(StepOp op) {
       return "send";
     case StepOp::kRecv:
       return "recv";
+    case StepOp::kTieReduce:
+      return "tie-reduce";
     case StepOp::kAllReduce:
       return "allreduce";
     case StepOp::kOptimizer:
@@ -59,6 +61,7 @@ class Lowering {
     if (plan_.training().clip_grad_norm() > 0) find_norm_world();
     GP_ASSIGN_OR_RETURN(p_.layout, layout_plan_stage(plan_, graph_, index_, p_.stage));
     count_slots();
+    find_ties();
     GP_RETURN_IF_ERROR(lower_steps());
     return std::move(p_);
   }
@@ -98,6 +101,33 @@ class Lowering {
       }
     }
     p_.counts_norm = rank_ == p_.group.front();
+  }
+
+  // The ties with a copy in this stage: their group is every rank of every stage with a copy.
+  void find_ties() {
+    for (const auto& members : graph_.ties()) {
+      TieProgram t;
+      std::vector<int> stages;
+      for (const auto& m : members) {
+        const int s = index_.stage_of_op[static_cast<size_t>(m.op)];
+        if (s == p_.stage) {
+          t.members.push_back(m);
+          if (&m != &members[0]) ++t.duplicates;
+        }
+        if (std::find(stages.begin(), stages.end(), s) == stages.end()) stages.push_back(s);
+      }
+      if (t.members.empty()) continue;
+      for (int s : stages) {
+        const auto& ranks = plan_.stages(s).device_ranks();
+        t.group.insert(t.group.end(), ranks.begin(), ranks.end());
+      }
+      std::sort(t.group.begin(), t.group.end());
+      t.leader = rank_ == p_.group.front();
+      const auto& spec = graph_.op(members[0].op).proto->params(members[0].param);
+      t.elements = 1;
+      for (int64_t d : spec.shape()) t.elements *= d;
+      p_.ties.push_back(std::move(t));
+    }
   }
 
   // Slots: a micro-batch holds one from its first instruction to its last.
@@ -145,6 +175,13 @@ class Lowering {
     step.instruction = k;
     step.micro_batch = m;
     const bool per_mb = per_micro_batch(in);
+    // The tied copies' sum precedes the replicas' all-reduce and the optimizer step.
+    if (!per_mb && !p_.ties.empty() && !ties_reduced_) {
+      ties_reduced_ = true;
+      ProgramStep tie = step;
+      tie.op = StepOp::kTieReduce;
+      p_.steps.push_back(tie);
+    }
     if (per_mb) {
       if (first_[m] == k) {
         slot_of_[m] = free_slots_.back();
@@ -243,6 +280,7 @@ class Lowering {
   std::vector<int> slot_of_;       // per micro-batch
   std::vector<char> backward_begun_;
   std::vector<int> free_slots_;
+  bool ties_reduced_ = false;
 };
 
 }  // namespace
@@ -260,9 +298,16 @@ std::string describe(const RankProgram& p) {
   out << " staging " << p.max_message_bytes << '/' << p.device_staging_bytes << '\n';
   for (const auto& t : p.layout.exports) out << "export " << t.op() << ':' << t.output() << '\n';
   for (const auto& t : p.layout.relays) out << "relay " << t.op() << ':' << t.output() << '\n';
+  for (const TieProgram& t : p.ties) {
+    out << "tie " << t.elements << (t.leader ? " leader" : "") << " group";
+    for (int r : t.group) out << ' ' << r;
+    out << " members";
+    for (const auto& m : t.members) out << ' ' << m.op << '.' << m.param;
+    out << '\n';
+  }
   for (const ProgramStep& s : p.steps) {
     out << s.instruction << ' ' << op_name(s.op);
-    if (s.op == StepOp::kAllReduce || s.op == StepOp::kOptimizer) {
+    if (s.op == StepOp::kAllReduce || s.op == StepOp::kOptimizer || s.op == StepOp::kTieReduce) {
       out << '\n';
       continue;
     }

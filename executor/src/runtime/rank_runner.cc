@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "gp/common/chrome_trace.h"
+#include "tie_reducer.h"
 
 namespace gp::exec {
 namespace {
@@ -21,6 +22,8 @@ using graphpipe::v1::Instruction;
 using K = graphpipe::v1::InstructionKind;
 
 }  // namespace
+
+RankRunner::~RankRunner() = default;
 
 Result<std::unique_ptr<RankRunner>> RankRunner::create(const graphpipe::v1::Plan& plan,
                                                        const model::Graph& graph,
@@ -179,7 +182,11 @@ Status RankRunner::allreduce_on_device() {
 
 Status RankRunner::clip_grads() {
   StageRunner& runner = *runner_;
-  GP_ASSIGN_OR_RETURN(const double own, runner.grad_sum_of_squares(allreduce_staging_));
+  GP_ASSIGN_OR_RETURN(double own, runner.grad_sum_of_squares(allreduce_staging_));
+  if (ties_ != nullptr) {
+    GP_ASSIGN_OR_RETURN(const double duplicates, ties_->duplicate_sum_of_squares());
+    own -= duplicates;
+  }
   norm_sum_[0] = program_.counts_norm ? static_cast<float>(own) : 0.0f;
   if (program_.world.size() > 1) {
     GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, norm_sum_));
@@ -223,6 +230,14 @@ Status RankRunner::bind(Communicator& comm) {
   allreduce_ = on_device ? &RankRunner::allreduce_on_device
                : host    ? &RankRunner::allreduce_host
                          : &RankRunner::allreduce_via_host;
+  if (!program_.ties.empty()) {
+    auto ties = TieReducer::create(*runner_, program_.ties, &comm);
+    if (!ties.ok()) {
+      return ties.status().with_context("rank " + std::to_string(program_.rank) +
+                                        ": tied parameters");
+    }
+    ties_ = std::move(*ties);
+  }
   comm_ = &comm;
   return ok_status();
 }
@@ -294,6 +309,9 @@ Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration
       if (st.ok()) st = (this->*unpack_)(s, message);
       break;
     }
+    case StepOp::kTieReduce:
+      st = ties_->reduce();
+      break;
     case StepOp::kAllReduce:
       st = (this->*allreduce_)();
       break;
@@ -310,11 +328,11 @@ void RankRunner::record(const Step& s, double start_us) {
     return;
   }
   TraceEvent e{};
-  e.kind = s.op == StepOp::kForward     ? TraceEvent::kForward
-           : s.op == StepOp::kBackward  ? TraceEvent::kBackward
-           : s.op == StepOp::kRecv      ? TraceEvent::kRecv
-           : s.op == StepOp::kAllReduce ? TraceEvent::kAllReduce
-                                        : TraceEvent::kOptimizer;
+  e.kind = s.op == StepOp::kForward                                   ? TraceEvent::kForward
+           : s.op == StepOp::kBackward                                ? TraceEvent::kBackward
+           : s.op == StepOp::kRecv                                    ? TraceEvent::kRecv
+           : s.op == StepOp::kAllReduce || s.op == StepOp::kTieReduce ? TraceEvent::kAllReduce
+                                                                      : TraceEvent::kOptimizer;
   e.stage = program_.stage;
   e.micro_batch = s.micro_batch;
   e.peer = s.peer;

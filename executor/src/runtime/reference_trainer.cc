@@ -4,8 +4,11 @@
 #include <numeric>
 
 #include "gp/common/json_writer.h"
+#include "tie_reducer.h"
 
 namespace gp::exec {
+
+ReferenceTrainer::~ReferenceTrainer() = default;
 
 Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
     const model::Graph& graph, int64_t mini_batch, int64_t micro_batch,
@@ -32,6 +35,8 @@ Result<std::unique_ptr<ReferenceTrainer>> ReferenceTrainer::create(
   if (training.clip_grad_norm() > 0 && !trainer->runner_->host_memory()) {
     trainer->clip_scratch_.assign(static_cast<size_t>(trainer->runner_->param_count()), 0.0f);
   }
+  GP_ASSIGN_OR_RETURN(trainer->ties_, TieReducer::create(*trainer->runner_,
+                                                         TieReducer::local_ties(graph), nullptr));
   trainer->mini_batch_ = mini_batch;
   trainer->micro_batch_ = micro_batch;
   return trainer;
@@ -49,8 +54,11 @@ Result<IterationMetrics> ReferenceTrainer::run_iteration(int64_t iteration) {
     r.begin_backward(0);
     r.backward(0, scale);
   }
+  GP_RETURN_IF_ERROR(ties_->reduce());
   if (r.clip_grad_norm() > 0) {
-    GP_ASSIGN_OR_RETURN(const double sum_of_squares, r.grad_sum_of_squares(clip_scratch_));
+    GP_ASSIGN_OR_RETURN(double sum_of_squares, r.grad_sum_of_squares(clip_scratch_));
+    GP_ASSIGN_OR_RETURN(const double duplicates, ties_->duplicate_sum_of_squares());
+    sum_of_squares -= duplicates;
     GP_RETURN_IF_ERROR(r.clip_grads(sum_of_squares, clip_scratch_));
   }
   r.optimizer_step(iteration + 1);

@@ -151,7 +151,10 @@ Status StageRunner::init_params() {
   for (auto& st : ops_) {
     const auto& node = graph_->op(st.op);
     for (size_t p = 0; p < st.param_offsets.size(); ++p) {
-      init_param(node, static_cast<int>(p), seed_,
+      // A later member of a tie starts as the tie's first member (its values or its seed).
+      const auto* source = graph_->tie_source(st.op, static_cast<int>(p));
+      init_param(source != nullptr ? graph_->op(source->op) : node,
+                 source != nullptr ? source->param : static_cast<int>(p), seed_,
                  std::span<float>(init + st.param_offsets[p], st.param_sizes[p]));
       st.param_ptrs[p] = weights_.f() + st.param_offsets[p];
       st.grad_ptrs[p] = grads_.f() + st.param_offsets[p];
@@ -355,6 +358,17 @@ Status StageRunner::synchronize() {
   error_ = Status();
   if (!first.ok()) return first;
   return device_status;
+}
+
+std::span<float> StageRunner::param_grad_memory(int op_index, int param_index) {
+  for (const auto& st : ops_) {
+    if (st.op != op_index || param_index < 0 ||
+        static_cast<size_t>(param_index) >= st.param_offsets.size()) {
+      continue;
+    }
+    return {grads_.f() + st.param_offsets[param_index], st.param_sizes[param_index]};
+  }
+  return {};
 }
 
 std::span<float> StageRunner::param_grads() {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "gp/model/onnx_file.h"
 #include "onnx/importer.h"
@@ -45,13 +46,27 @@ const std::map<std::string, int>& mapped_inputs() {
   return kMapped;
 }
 
+// The types general_ops.cc maps (onto unary, binary, compare, where and reduce) with the number
+// of inputs each needs at least; 0 for other types.
+int general_min_inputs(const std::string& t) {
+  static const std::set<std::string> kOne = {
+      "Max", "Min", "Neg", "Exp",      "Log", "Sqrt",      "Reciprocal", "Abs",
+      "Erf", "Sin", "Cos", "Softplus", "Not", "ReduceMax", "ReduceL2",   "Cast"};
+  static const std::set<std::string> kTwo = {"Sub",         "Pow",     "Equal",          "Less",
+                                             "LessOrEqual", "Greater", "GreaterOrEqual", "And",
+                                             "Or",          "Xor"};
+  return t == "Where" ? 3 : kTwo.count(t) ? 2 : kOne.count(t) ? 1 : 0;
+}
+
 }  // namespace
 
-bool mapped_type(const std::string& t) { return mapped_inputs().count(t) > 0; }
+bool mapped_type(const std::string& t) {
+  return mapped_inputs().count(t) > 0 || general_min_inputs(t) > 0;
+}
 
 int min_inputs(const std::string& t) {
   const auto it = mapped_inputs().find(t);
-  return it == mapped_inputs().end() ? 0 : it->second;
+  return it == mapped_inputs().end() ? general_min_inputs(t) : it->second;
 }
 
 void Importer::convert(int i) {
@@ -69,26 +84,72 @@ void Importer::convert(int i) {
   // (Nodes without an output or with too few inputs were refused before any conversion.)
   auto in = [&](int k) { return k < n.input_size() ? activation(n.input(k)) : std::nullopt; };
   auto out = [&](const TensorRef& r) { act_[n.output(0)] = r; };
+  // A tensor without the batch axis (an embedding of constant position ids) is the same for
+  // every sample: element-wise ops take it, as they take a constant; other ops would read its
+  // first axis as the batch.
+  bool batched_input = false;
+  std::string unbatched;
+  for (const auto& input : n.input()) {
+    if (unbatched_.count(input)) {
+      if (unbatched.empty()) unbatched = input;
+    } else if (act_.count(input)) {
+      batched_input = true;
+    }
+  }
+  static const std::set<std::string> kElementwise = {
+      "Identity", "Dropout",  "Relu",  "Sigmoid",    "Tanh",        "Gelu",    "Add",
+      "Sub",      "Mul",      "Div",   "Pow",        "Max",         "Min",     "Neg",
+      "Exp",      "Log",      "Sqrt",  "Reciprocal", "Abs",         "Erf",     "Sin",
+      "Cos",      "Softplus", "Equal", "Less",       "LessOrEqual", "Greater", "GreaterOrEqual",
+      "Not",      "And",      "Or",    "Xor",        "Where",       "Cast"};
+  if (!unbatched.empty() && !kElementwise.count(t)) {
+    return refuse(i, "reads '" + unbatched +
+                         "', which has no batch axis (computed from weights and constants); "
+                         "only element-wise ops map on such a tensor");
+  }
+  // Element-wise ops of tensors without the batch axis make another one.
+  const bool unbatched_out = !unbatched.empty() && !batched_input;
+  auto out_unbatched = [&] {
+    if (unbatched_out && act_.count(n.output(0))) unbatched_.insert(n.output(0));
+  };
+  if (t == "Shape" || t == "Size") {
+    return refuse(i, "the shape of '" + n.input(0) + "' is not known");
+  }
   if (t == "Identity" || t == "Dropout") {
-    if (auto x = in(0)) return out(*x);
+    if (auto x = in(0)) {
+      out(*x);
+      if (masks_.count(n.input(0))) masks_.insert(n.output(0));
+      return out_unbatched();
+    }
     return refuse(i, "its input is not an activation");
   }
   if (t == "Relu" || t == "Gelu" || t == "Sigmoid" || t == "Tanh" || t == "Softmax" ||
       t == "LayerNormalization") {
     auto x = in(0);
     if (!x) return refuse(i, "its input is not an activation");
-    if (t == "Relu") return out(b_.relu(id, *x));
-    if (t == "Sigmoid") return out(b_.sigmoid(id, *x));
-    if (t == "Tanh") return out(b_.tanh(id, *x));
-    if (t == "Gelu") return out(b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh"));
+    if (t == "Relu") return out(b_.relu(id, *x)), out_unbatched();
+    if (t == "Sigmoid") return out(b_.sigmoid(id, *x)), out_unbatched();
+    if (t == "Tanh") return out(b_.tanh(id, *x)), out_unbatched();
+    if (t == "Gelu") {
+      return out(b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh")), out_unbatched();
+    }
     // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
     // when that is axis 1 of a 2-D tensor.
     const int64_t axis = attr_i(n, "axis", t == "Softmax" && opset_ > 0 && opset_ < 13 ? 1 : -1);
     const auto rank = rank_of(n.input(0));
     const auto a = sample_axis(n.input(0), axis);
-    if (!rank || !a || *a != *rank - 2) {
-      return refuse(i, "axis = " + std::to_string(axis) +
-                           " (only the last axis maps, of a tensor with per-sample dimensions)");
+    if (!rank) {
+      return refuse(i, "the rank of its input '" + n.input(0) +
+                           "' is unknown (no shape information), so axis " + std::to_string(axis) +
+                           " cannot be placed");
+    }
+    if (*rank == 1) {
+      return refuse(i, "its input '" + n.input(0) + "' is [batch]: axis " + std::to_string(axis) +
+                           " is the batch axis");
+    }
+    if (!a || *a != *rank - 2) {
+      return refuse(i, "axis = " + std::to_string(axis) + " of a tensor of rank " +
+                           std::to_string(*rank) + " (only the last axis maps)");
     }
     if (t == "Softmax") return out(b_.softmax(id, *x));
     if (!is_weight(n.input(1))) return refuse(i, "scale is not a weight");
@@ -106,16 +167,37 @@ void Importer::convert(int i) {
   if (t == "Gemm") return gemm(i, id);
   if (t == "MatMul") return matmul(i, id);
   if (t == "Add") {
+    // Two activations of one shape (residuals) and a learned bias over the trailing axes keep
+    // their own ops; anything else broadcasts in a general binary add.
     auto x = in(0), y = in(1);
-    if (x && y) return out(b_.add(id, {*x, *y}));
-    if (x && is_weight(n.input(1))) return bias_add(i, id, *x, n.input(1));
-    if (y && is_weight(n.input(0))) return bias_add(i, id, *y, n.input(0));
-    return refuse(i, "adds a value that is neither an activation nor a weight");
+    const bool aligned = rank_of(n.input(0)) == rank_of(n.input(1)) ||
+                         unbatched_.count(n.input(0)) || unbatched_.count(n.input(1));
+    const bool floats = dtype_of(n.input(0)) == graphpipe::v1::DATA_TYPE_FLOAT32 &&
+                        dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32;
+    if (x && y && aligned && floats && sample_shape(n.input(0)) &&
+        sample_shape(n.input(0)) == sample_shape(n.input(1))) {
+      out(b_.add(id, {*x, *y}));
+      return out_unbatched();
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (in(k) && !unbatched_.count(n.input(k)) && bias_fits(n.input(k), n.input(1 - k))) {
+        return bias_add(i, id, *in(k), n.input(1 - k));
+      }
+    }
+    general(i, id);
+    return out_unbatched();
   }
   if (t == "Clip") return clip(i, id);
   if (t == "Pad") return pad(i);
   if (t == "ReduceSum" || t == "ReduceMean") return reduce(i, id);
-  if (t == "Mul" || t == "Div") return scale(i, id);
+  if (t == "Mul" || t == "Div") {
+    scale(i, id);
+    return out_unbatched();
+  }
+  if (kElementwise.count(t) || t == "ReduceMax" || t == "ReduceL2") {
+    general(i, id);
+    return out_unbatched();
+  }
   if (t == "Concat") {
     std::vector<TensorRef> xs;
     for (int k = 0; k < n.input_size(); ++k) {
@@ -305,7 +387,8 @@ void Importer::matmul(int i, const std::string& id) {
   if (bias) take(id, "bias", bias_name);
 }
 
-// Mul or Div of an activation by a scalar constant (attention's 1/sqrt(d), for one).
+// Mul or Div of an activation by a scalar constant (attention's 1/sqrt(d), for one), a product
+// of two activations of one shape, and 1 / x; anything else is a general binary op.
 void Importer::scale(int i, const std::string& id) {
   const auto& n = g_.node(i);
   if (n.input_size() != 2) return refuse(i, "expected two inputs");
@@ -316,26 +399,25 @@ void Importer::scale(int i, const std::string& id) {
     x = activation(n.input(1));
     c = scalar(n.input(0));
   }
-  if (!x) return refuse(i, "its input is not an activation");
-  if (!c && !div) {
-    auto a = activation(n.input(0)), b = activation(n.input(1));
-    if (a && b) {
-      const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
-      if (sa && sb && *sa != *sb) {
-        return refuse(i, "a product of activations " + dims_string(*sa) + " and " +
-                             dims_string(*sb) + " per sample (no broadcasting)");
-      }
+  if (x && c) {
+    if (div && *c == 0) return refuse(i, "divides by zero");
+    act_[n.output(0)] = b_.scale(id, *x, div ? 1.0 / *c : *c);
+    return;
+  }
+  auto a = activation(n.input(0)), b = activation(n.input(1));
+  if (!div && a && b && rank_of(n.input(0)) == rank_of(n.input(1)) &&
+      unbatched_.count(n.input(0)) == unbatched_.count(n.input(1))) {
+    const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
+    if (!sa || !sb || *sa == *sb) {
       act_[n.output(0)] = b_.mul(id, *a, *b);
       return;
     }
   }
-  if (!c) {
-    return refuse(i, std::string(div ? "divides" : "multiplies") +
-                         " by a weight or tensor constant, not a scalar (only a scalar or another "
-                         "activation maps)");
+  if (div && b && !a && scalar(n.input(0)) == 1.0) {
+    act_[n.output(0)] = b_.unary(id, *b, "reciprocal");
+    return;
   }
-  if (div && *c == 0) return refuse(i, "divides by zero");
-  act_[n.output(0)] = b_.scale(id, *x, div ? 1.0 / *c : *c);
+  general(i, id);
 }
 
 void Importer::slice(int i, const std::string& id) {
@@ -372,6 +454,7 @@ void Importer::slice(int i, const std::string& id) {
 // -> broadcast_param, whose input is an activation beside it (it only sets the batch).
 void Importer::expand(int i, const std::string& id) {
   const auto& n = g_.node(i);
+  if (!param_like(n.input(0)) && const_tensor(n.input(0))) return expand_constant(i, id);
   if (n.input_size() < 2 || !is_weight(n.input(0))) {
     return refuse(i, "expands an activation (only a weight broadcast over the batch maps)");
   }
@@ -479,6 +562,10 @@ void Importer::gather(int i, const std::string& id) {
     act_[n.output(0)] = b_.reshape(unique_id(id + ".reshape", id), picked, dropped);
     return;
   }
+  if (is_weight(n.input(0)) && !activation(n.input(1)) && attr_i(n, "axis", 0) == 0 &&
+      const_tensor(n.input(1))) {
+    return constant_lookup(i, id);
+  }
   if (!is_weight(n.input(0)) || !activation(n.input(1)) || attr_i(n, "axis", 0) != 0) {
     return refuse(i, "only a lookup in a weight table maps");
   }
@@ -535,11 +622,9 @@ void Importer::reduce(int i, const std::string& id) {
   if (!x) return refuse(i, "its input is not an activation");
   const auto axes = axes_of(n);
   const auto shape = sample_shape(n.input(0));
-  if (!axes || axes->empty() || !shape) {
-    return refuse(i,
-                  "reduces over axes that are not constant, over all axes, or a tensor of "
-                  "unknown shape");
-  }
+  // One axis of a tensor of known shape: the one-axis reduce (its fast kernel); else the
+  // general reduce over a set of axes.
+  if (!axes || axes->size() != 1 || !shape) return general_reduce(i, id);
   std::set<int64_t> sample_axes;
   for (int64_t a : *axes) {
     const auto s = sample_axis(n.input(0), a);
@@ -583,6 +668,17 @@ void Importer::bias_add(int i, const std::string& id, const TensorRef& x,
   }
   act_[n.output(0)] = b_.bias_add(id, x, w);
   take(id, "bias", weight);
+}
+
+bool Importer::bias_fits(const std::string& x, const std::string& weight) const {
+  if (!is_weight(weight)) return false;
+  std::vector<int64_t> w = weight_dims(weight);
+  // A scalar is a constant, not a parameter (as in check_weight_sharing).
+  if (product(w) <= 1) return false;
+  while (!w.empty() && w.front() == 1) w.erase(w.begin());
+  const auto shape = sample_shape(x);
+  return shape && w.size() <= shape->size() &&
+         std::equal(w.begin(), w.end(), shape->end() - static_cast<long>(w.size()));
 }
 
 // Clip(x, min, max) with constant bounds (ReLU6 is Clip(0, 6)).

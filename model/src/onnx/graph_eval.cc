@@ -13,13 +13,12 @@ using Dims = std::vector<int64_t>;
 
 constexpr int kBool = 9;
 
-Result<int64_t> checked_count(const Dims& dims) {
+Result<int64_t> checked_count(const Dims& dims, int64_t limit = kMaxEvalElements) {
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d < 0) return invalid_argument("a negative dimension (" + std::to_string(d) + ")");
-    if (d != 0 && n > kMaxEvalElements / d) {
-      return resource_exhausted("a tensor of more than " + std::to_string(kMaxEvalElements) +
-                                " elements");
+    if (d != 0 && n > limit / d) {
+      return resource_exhausted("a tensor of more than " + std::to_string(limit) + " elements");
     }
     n *= d;
   }
@@ -83,7 +82,11 @@ std::vector<EvalValue> one(EvalTensor t) { return {of(std::move(t))}; }
 
 class Evaluator {
  public:
-  Evaluator(int64_t opset, const EvalLookup& outer) : opset_(opset), outer_(outer) {}
+  Evaluator(int64_t opset, const EvalLookup& outer, int64_t max_elements)
+      : opset_(opset),
+        outer_(outer),
+        max_elements_(max_elements),
+        max_work_(std::max(kMaxEvalWork, 8 * max_elements)) {}
 
   struct Scope {
     std::map<std::string, EvalValue> values;
@@ -97,9 +100,8 @@ class Evaluator {
                                   " node executions");
       }
       auto outputs = node(*n, *scope, depth);
-      if (work_ > kMaxEvalWork) {
-        return resource_exhausted("reading more than " + std::to_string(kMaxEvalWork) +
-                                  " elements");
+      if (work_ > max_work_) {
+        return resource_exhausted("reading more than " + std::to_string(max_work_) + " elements");
       }
       if (!outputs.ok()) {
         return outputs.status().with_context(n->op_type() + " node '" + n->name() + "'");
@@ -205,6 +207,12 @@ class Evaluator {
   Result<EvalTensor> cast(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> negate(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> elementwise(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> where(const onnx::NodeProto& n, const Scope& s, EvalTensor c);
+  Result<EvalTensor> unary_math(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> trilu(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> constant_of_shape(const onnx::NodeProto& n, const Scope& s, EvalTensor shape);
+  Result<EvalTensor> transpose(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> flatten(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> range(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> reshape(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> squeeze(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
@@ -215,53 +223,197 @@ class Evaluator {
   Result<EvalTensor> slice(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> reduce(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
 
+  Result<int64_t> count_of(const Dims& dims) const { return checked_count(dims, max_elements_); }
+
   int64_t opset_;
   const EvalLookup& outer_;
+  const int64_t max_elements_;  // per tensor
+  const int64_t max_work_;      // elements read, in all
   int64_t executed_ = 0;
   mutable int64_t work_ = 0;
 };
 
+namespace {
+
+// One binary element-wise op of ONNX type `t` on two elements; `ints` for integer operands.
+Result<double> binary_op(const std::string& t, double x, double y, bool ints) {
+  // NaN stands for a value not known (the importer's batch size): so is anything made from it.
+  if (std::isnan(x) || std::isnan(y)) return static_cast<double>(NAN);
+  if (t == "Add") return x + y;
+  if (t == "Sub") return x - y;
+  if (t == "Mul") return x * y;
+  if (t == "Div") {
+    if (ints && y == 0) return invalid_argument("integer division by zero");
+    return ints ? std::trunc(x / y) : x / y;
+  }
+  if (t == "Pow") return ints ? std::trunc(std::pow(x, y)) : std::pow(x, y);
+  if (t == "Max") return std::max(x, y);
+  if (t == "Min") return std::min(x, y);
+  if (t == "Mod") {
+    if (ints && y == 0) return invalid_argument("integer modulo by zero");
+    return std::fmod(x, y);  // fmod = 1; the caller moves the sign for fmod = 0
+  }
+  if (t == "Equal") return x == y;
+  if (t == "Less") return x < y;
+  if (t == "Greater") return x > y;
+  if (t == "LessOrEqual") return x <= y;
+  if (t == "GreaterOrEqual") return x >= y;
+  if (t == "And") return x != 0 && y != 0;
+  if (t == "Xor") return (x != 0) != (y != 0);
+  return x != 0 || y != 0;  // Or
+}
+
+}  // namespace
+
+// Binary ops, and Max/Min/Sum/Mean of any number of inputs (folded left to right).
 Result<EvalTensor> Evaluator::elementwise(const onnx::NodeProto& n, const Scope& s, EvalTensor) {
   const std::string& t = n.op_type();
-  GP_ASSIGN_OR_RETURN(EvalTensor a, tensor(n, s, 0));
-  GP_ASSIGN_OR_RETURN(EvalTensor b, tensor(n, s, 1));
-  GP_ASSIGN_OR_RETURN(Dims dims, broadcast(a.dims, b.dims));
-  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(dims));
   const bool compare = t == "Equal" || t == "Less" || t == "Greater" || t == "LessOrEqual" ||
-                       t == "GreaterOrEqual" || t == "And" || t == "Or";
-  EvalTensor out{dims, {}, compare || (a.ints && b.ints)};
+                       t == "GreaterOrEqual" || t == "And" || t == "Or" || t == "Xor";
+  const bool variadic = t == "Max" || t == "Min";
+  GP_ASSIGN_OR_RETURN(EvalTensor acc, tensor(n, s, 0));
+  const int last = variadic ? n.input_size() : 2;
+  if (!variadic && n.input_size() < 2) return invalid_argument("input 1 is missing");
+  const bool python_mod = t == "Mod" && attr_i(n, "fmod", 0) == 0;
+  for (int k = 1; k < last; ++k) {
+    const EvalTensor a = std::move(acc);
+    GP_ASSIGN_OR_RETURN(EvalTensor b, tensor(n, s, k));
+    GP_ASSIGN_OR_RETURN(Dims dims, broadcast(a.dims, b.dims));
+    GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
+    const bool ints = a.ints && b.ints;
+    acc = EvalTensor{dims, {}, compare || ints};
+    acc.values.reserve(static_cast<size_t>(count));
+    const Dims sa = strides_of(a.dims), sb = strides_of(b.dims);
+    Dims idx(dims.size(), 0);
+    for (int64_t e = 0; e < count; ++e, next_index(&idx, dims)) {
+      const double x = at_broadcast(a, sa, idx), y = at_broadcast(b, sb, idx);
+      GP_ASSIGN_OR_RETURN(double r, binary_op(t, x, y, ints));
+      if (python_mod && r != 0 && (r < 0) != (y < 0)) r += y;  // the divisor's sign
+      acc.values.push_back(r);
+    }
+    work_ += count;
+  }
+  return acc;
+}
+
+// Where(condition, a, b), broadcast over all three.
+Result<EvalTensor> Evaluator::where(const onnx::NodeProto& n, const Scope& s, EvalTensor c) {
+  GP_ASSIGN_OR_RETURN(EvalTensor a, tensor(n, s, 1));
+  GP_ASSIGN_OR_RETURN(EvalTensor b, tensor(n, s, 2));
+  GP_ASSIGN_OR_RETURN(Dims ab, broadcast(a.dims, b.dims));
+  GP_ASSIGN_OR_RETURN(Dims dims, broadcast(c.dims, ab));
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
+  EvalTensor out{dims, {}, a.ints && b.ints};
   out.values.reserve(static_cast<size_t>(count));
-  const Dims sa = strides_of(a.dims), sb = strides_of(b.dims);
+  const Dims sc = strides_of(c.dims), sa = strides_of(a.dims), sb = strides_of(b.dims);
   Dims idx(dims.size(), 0);
   for (int64_t e = 0; e < count; ++e, next_index(&idx, dims)) {
-    const double x = at_broadcast(a, sa, idx), y = at_broadcast(b, sb, idx);
-    double r = 0;
-    if (t == "Add")
-      r = x + y;
-    else if (t == "Sub")
-      r = x - y;
-    else if (t == "Mul")
-      r = x * y;
-    else if (t == "Div") {
-      if (out.ints && y == 0) return invalid_argument("integer division by zero");
-      r = out.ints ? std::trunc(x / y) : x / y;
-    } else if (t == "Equal")
-      r = x == y;
-    else if (t == "Less")
-      r = x < y;
-    else if (t == "Greater")
-      r = x > y;
-    else if (t == "LessOrEqual")
-      r = x <= y;
-    else if (t == "GreaterOrEqual")
-      r = x >= y;
-    else if (t == "And")
-      r = x != 0 && y != 0;
-    else
-      r = x != 0 || y != 0;  // Or
-    out.values.push_back(r);
+    const double cond = at_broadcast(c, sc, idx);
+    out.values.push_back(std::isnan(cond) ? cond
+                         : cond != 0      ? at_broadcast(a, sa, idx)
+                                          : at_broadcast(b, sb, idx));
   }
   return out;
+}
+
+// Element-wise functions of one input (Neg and Not are negate's).
+Result<EvalTensor> Evaluator::unary_math(const onnx::NodeProto& n, const Scope&, EvalTensor x) {
+  const std::string& t = n.op_type();
+  static const std::map<std::string, double (*)(double)> kFns = {
+      {"Sqrt", [](double v) { return std::sqrt(v); }},
+      {"Exp", [](double v) { return std::exp(v); }},
+      {"Log", [](double v) { return std::log(v); }},
+      {"Abs", [](double v) { return std::fabs(v); }},
+      {"Reciprocal", [](double v) { return 1 / v; }},
+      {"Floor", [](double v) { return std::floor(v); }},
+      {"Ceil", [](double v) { return std::ceil(v); }},
+      {"Sin", [](double v) { return std::sin(v); }},
+      {"Cos", [](double v) { return std::cos(v); }},
+      {"Erf", [](double v) { return std::erf(v); }},
+      {"Relu", [](double v) { return v > 0 ? v : 0.0; }},
+      {"Sigmoid", [](double v) { return 1 / (1 + std::exp(-v)); }},
+      {"Tanh", [](double v) { return std::tanh(v); }},
+      {"Softplus", [](double v) { return v > 20 ? v : std::log1p(std::exp(v)); }},
+  };
+  const auto fn = kFns.find(t);
+  if (fn == kFns.end()) return unimplemented("op type " + t + " is not evaluated");
+  for (double& v : x.values) v = std::isnan(v) ? v : fn->second(v);
+  x.ints = x.ints && (t == "Abs" || t == "Floor" || t == "Ceil" || t == "Relu");
+  return x;
+}
+
+// The upper (upper = 1) or lower triangle of the last two axes from diagonal k; zeros elsewhere.
+Result<EvalTensor> Evaluator::trilu(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  if (x.dims.size() < 2) return invalid_argument("a Trilu input of rank < 2");
+  int64_t k = 0;
+  if (has(n, 1)) {
+    GP_ASSIGN_OR_RETURN(EvalTensor kt, tensor(n, s, 1));
+    if (kt.values.size() != 1) return invalid_argument("k is not a scalar");
+    k = to_index(kt.values[0]);
+  }
+  const bool upper = attr_i(n, "upper", 1) != 0;
+  const int64_t rows = x.dims[x.dims.size() - 2], cols = x.dims.back();
+  for (size_t e = 0; e < x.values.size(); ++e) {
+    const int64_t j = static_cast<int64_t>(e) % cols;
+    const int64_t i = (static_cast<int64_t>(e) / cols) % rows;
+    if (upper ? j - i < k : j - i > k) x.values[e] = 0;
+  }
+  return x;
+}
+
+// A tensor of the given shape filled with `value` (float 0 when absent).
+Result<EvalTensor> Evaluator::constant_of_shape(const onnx::NodeProto& n, const Scope&,
+                                                EvalTensor shape) {
+  Dims dims;
+  for (double v : shape.values) dims.push_back(to_index(v));
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
+  EvalTensor fill{{}, {0.0}, false};
+  if (const auto* a = attr(n, "value"); a != nullptr && a->has_t()) {
+    GP_ASSIGN_OR_RETURN(fill, eval_tensor_of(a->t()));
+    if (fill.values.size() != 1) return invalid_argument("value holds more than one element");
+  }
+  work_ += count;
+  return EvalTensor{dims, std::vector<double>(static_cast<size_t>(count), fill.values[0]),
+                    fill.ints};
+}
+
+Result<EvalTensor> Evaluator::transpose(const onnx::NodeProto& n, const Scope&, EvalTensor x) {
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  Dims perm = attr_ints(n, "perm");
+  if (perm.empty()) {
+    for (int64_t k = rank - 1; k >= 0; --k) perm.push_back(k);
+  }
+  Dims sorted = perm;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t k = 0; k < rank; ++k) {
+    if (static_cast<int64_t>(sorted.size()) != rank || sorted[static_cast<size_t>(k)] != k) {
+      return invalid_argument("perm is not a permutation of the axes");
+    }
+  }
+  Dims dims;
+  for (int64_t p : perm) dims.push_back(x.dims[static_cast<size_t>(p)]);
+  const Dims sx = strides_of(x.dims);
+  EvalTensor out{dims, {}, x.ints};
+  out.values.reserve(x.values.size());
+  Dims idx(dims.size(), 0);
+  for (size_t e = 0; e < x.values.size(); ++e, next_index(&idx, dims)) {
+    int64_t off = 0;
+    for (size_t k = 0; k < idx.size(); ++k) off += idx[k] * sx[static_cast<size_t>(perm[k])];
+    out.values.push_back(x.values[static_cast<size_t>(off)]);
+  }
+  return out;
+}
+
+Result<EvalTensor> Evaluator::flatten(const onnx::NodeProto& n, const Scope&, EvalTensor x) {
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  bool ok = true;
+  const int64_t axis =
+      attr_i(n, "axis", 1) == rank ? rank : normalize_axis(attr_i(n, "axis", 1), rank, &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  int64_t outer = 1;
+  for (int64_t k = 0; k < axis; ++k) outer *= x.dims[static_cast<size_t>(k)];
+  x.dims = {outer, outer == 0 ? 0 : static_cast<int64_t>(x.values.size()) / outer};
+  return x;
 }
 
 Result<EvalTensor> Evaluator::slice(const onnx::NodeProto& n, const Scope& s, EvalTensor) {
@@ -311,7 +463,7 @@ Result<EvalTensor> Evaluator::slice(const onnx::NodeProto& n, const Scope& s, Ev
     first[static_cast<size_t>(a)] = b;
     step[static_cast<size_t>(a)] = steps[k];
   }
-  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(dims));
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
   EvalTensor out{dims, {}, x.ints};
   const Dims sx = strides_of(x.dims);
   Dims idx(dims.size(), 0);
@@ -343,7 +495,7 @@ Result<EvalTensor> Evaluator::reduce(const onnx::NodeProto& n, const Scope& s, E
     if (reduced[k]) kept[k] = 1;
     if (!reduced[k] || keep) out_dims.push_back(kept[k]);
   }
-  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(kept));
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(kept));
   const double init = t == "ReduceMax"    ? -INFINITY
                       : t == "ReduceMin"  ? INFINITY
                       : t == "ReduceProd" ? 1.0
@@ -356,7 +508,9 @@ Result<EvalTensor> Evaluator::reduce(const onnx::NodeProto& n, const Scope& s, E
     int64_t off = 0;
     for (size_t k = 0; k < idx.size(); ++k) off += (reduced[k] ? 0 : idx[k]) * sk[k];
     double& a = acc[static_cast<size_t>(off)];
-    if (t == "ReduceMax")
+    if (std::isnan(v))
+      a = v;  // unknown stays unknown
+    else if (t == "ReduceMax")
       a = std::max(a, v);
     else if (t == "ReduceMin")
       a = std::min(a, v);
@@ -437,7 +591,7 @@ Result<std::vector<EvalValue>> Evaluator::loop(const onnx::NodeProto& n, const S
       stacked.dims.insert(stacked.dims.end(), items[0].dims.begin(), items[0].dims.end());
       stacked.ints = items[0].ints;
     }
-    GP_RETURN_IF_ERROR(checked_count(stacked.dims).status());
+    GP_RETURN_IF_ERROR(count_of(stacked.dims).status());
     for (const auto& t : items) {
       stacked.values.insert(stacked.values.end(), t.values.begin(), t.values.end());
     }
@@ -481,6 +635,30 @@ const std::map<std::string, Evaluator::TensorOp>& Evaluator::tensor_ops() {
       {"GreaterOrEqual", &Evaluator::elementwise},
       {"And", &Evaluator::elementwise},
       {"Or", &Evaluator::elementwise},
+      {"Xor", &Evaluator::elementwise},
+      {"Pow", &Evaluator::elementwise},
+      {"Max", &Evaluator::elementwise},
+      {"Min", &Evaluator::elementwise},
+      {"Mod", &Evaluator::elementwise},
+      {"Where", &Evaluator::where},
+      {"Sqrt", &Evaluator::unary_math},
+      {"Exp", &Evaluator::unary_math},
+      {"Log", &Evaluator::unary_math},
+      {"Abs", &Evaluator::unary_math},
+      {"Reciprocal", &Evaluator::unary_math},
+      {"Floor", &Evaluator::unary_math},
+      {"Ceil", &Evaluator::unary_math},
+      {"Sin", &Evaluator::unary_math},
+      {"Cos", &Evaluator::unary_math},
+      {"Erf", &Evaluator::unary_math},
+      {"Relu", &Evaluator::unary_math},
+      {"Sigmoid", &Evaluator::unary_math},
+      {"Tanh", &Evaluator::unary_math},
+      {"Softplus", &Evaluator::unary_math},
+      {"Trilu", &Evaluator::trilu},
+      {"ConstantOfShape", &Evaluator::constant_of_shape},
+      {"Transpose", &Evaluator::transpose},
+      {"Flatten", &Evaluator::flatten},
       {"Range", &Evaluator::range},
       {"Reshape", &Evaluator::reshape},
       {"Squeeze", &Evaluator::squeeze},
@@ -585,7 +763,7 @@ Result<std::vector<EvalValue>> Evaluator::concat_from_sequence(const onnx::NodeP
   if (new_axis) item.insert(item.begin() + axis, 1);
   Dims dims = item;
   dims[static_cast<size_t>(axis)] *= static_cast<int64_t>(seq->items.size());
-  GP_RETURN_IF_ERROR(checked_count(dims).status());
+  GP_RETURN_IF_ERROR(count_of(dims).status());
   // Row-major: blocks of the axis and everything after it, interleaved item by item.
   int64_t outer = 1, block = 1;
   for (int64_t k = 0; k < rank; ++k) (k < axis ? outer : block) *= item[static_cast<size_t>(k)];
@@ -630,7 +808,7 @@ Result<EvalTensor> Evaluator::cast(const onnx::NodeProto& n, const Scope& s, Eva
     GP_ASSIGN_OR_RETURN(EvalTensor like, tensor(n, s, 1));
     ints = like.ints;
   }
-  for (double& v : x.values) v = boolean ? (v != 0) : ints ? std::trunc(v) : v;
+  for (double& v : x.values) v = std::isnan(v) ? v : boolean ? (v != 0) : ints ? std::trunc(v) : v;
   x.ints = ints;
   return x;
 }
@@ -638,7 +816,7 @@ Result<EvalTensor> Evaluator::cast(const onnx::NodeProto& n, const Scope& s, Eva
 // Neg, or the logical Not.
 Result<EvalTensor> Evaluator::negate(const onnx::NodeProto& n, const Scope&, EvalTensor x) {
   const bool neg = n.op_type() == "Neg";
-  for (double& v : x.values) v = neg ? -v : (v == 0);
+  for (double& v : x.values) v = neg || std::isnan(v) ? -v : (v == 0);
   if (!neg) x.ints = true;
   return x;
 }
@@ -651,8 +829,8 @@ Result<EvalTensor> Evaluator::range(const onnx::NodeProto& n, const Scope& s, Ev
     return invalid_argument("start, limit and delta are not scalars with a non-zero delta");
   }
   const double count = std::max(0.0, std::ceil((limit.values[0] - x.values[0]) / delta.values[0]));
-  if (!(count <= static_cast<double>(kMaxEvalElements))) {
-    return resource_exhausted("a range of more than " + std::to_string(kMaxEvalElements));
+  if (!(count <= static_cast<double>(max_elements_))) {
+    return resource_exhausted("a range of more than " + std::to_string(max_elements_));
   }
   EvalTensor out{{static_cast<int64_t>(count)}, {}, x.ints && limit.ints && delta.ints};
   for (int64_t k = 0; k < out.dims[0]; ++k) {
@@ -681,7 +859,7 @@ Result<EvalTensor> Evaluator::reshape(const onnx::NodeProto& n, const Scope& s, 
       return invalid_argument("a negative dimension");
     }
     dims.push_back(d);
-    GP_ASSIGN_OR_RETURN(known, checked_count(dims));
+    GP_ASSIGN_OR_RETURN(known, count_of(dims));
   }
   const auto total = static_cast<int64_t>(x.values.size());
   if (infer >= 0) {
@@ -751,7 +929,7 @@ Result<EvalTensor> Evaluator::concat(const onnx::NodeProto& n, const Scope& s, E
     }
     dims[static_cast<size_t>(axis)] += p.dims[static_cast<size_t>(axis)];
   }
-  GP_RETURN_IF_ERROR(checked_count(dims).status());
+  GP_RETURN_IF_ERROR(count_of(dims).status());
   int64_t outer = 1;
   for (int64_t k = 0; k < axis; ++k) outer *= x.dims[static_cast<size_t>(k)];
   EvalTensor out{dims, {}, x.ints};
@@ -771,7 +949,7 @@ Result<EvalTensor> Evaluator::expand(const onnx::NodeProto& n, const Scope& s, E
   Dims target;
   for (double v : shape.values) target.push_back(to_index(v));
   GP_ASSIGN_OR_RETURN(Dims dims, broadcast(x.dims, target));
-  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(dims));
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
   EvalTensor out{dims, {}, x.ints};
   const Dims sx = strides_of(x.dims);
   Dims idx(dims.size(), 0);
@@ -791,7 +969,7 @@ Result<EvalTensor> Evaluator::gather(const onnx::NodeProto& n, const Scope& s, E
   Dims dims(x.dims.begin(), x.dims.begin() + axis);
   dims.insert(dims.end(), indices.dims.begin(), indices.dims.end());
   dims.insert(dims.end(), x.dims.begin() + axis + 1, x.dims.end());
-  GP_RETURN_IF_ERROR(checked_count(dims).status());
+  GP_RETURN_IF_ERROR(count_of(dims).status());
   int64_t outer = 1, inner = 1;
   for (int64_t k = 0; k < rank; ++k) {
     if (k < axis) outer *= x.dims[static_cast<size_t>(k)];
@@ -813,10 +991,10 @@ Result<EvalTensor> Evaluator::gather(const onnx::NodeProto& n, const Scope& s, E
 
 }  // namespace
 
-Result<EvalTensor> eval_tensor_of(const onnx::TensorProto& t) {
+Result<EvalTensor> eval_tensor_of(const onnx::TensorProto& t, int64_t max_elements) {
   EvalTensor out;
   out.dims.assign(t.dims().begin(), t.dims().end());
-  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(out.dims));
+  GP_ASSIGN_OR_RETURN(int64_t count, checked_count(out.dims, max_elements));
   if (t.data_type() == kBool) {
     for (int32_t v : t.int32_data()) out.values.push_back(v != 0);
     for (char c : t.raw_data()) out.values.push_back(c != 0);
@@ -833,8 +1011,9 @@ Result<EvalTensor> eval_tensor_of(const onnx::TensorProto& t) {
 }
 
 Result<std::map<std::string, EvalValue>> evaluate_nodes(
-    std::span<const onnx::NodeProto* const> nodes, int64_t opset, const EvalLookup& outer) {
-  Evaluator e(opset, outer);
+    std::span<const onnx::NodeProto* const> nodes, int64_t opset, const EvalLookup& outer,
+    int64_t max_elements) {
+  Evaluator e(opset, outer, max_elements);
   Evaluator::Scope scope;
   GP_RETURN_IF_ERROR(e.run(nodes, &scope, 0));
   return std::move(scope.values);

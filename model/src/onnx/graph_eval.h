@@ -42,11 +42,14 @@ constexpr int kMaxEvalDepth = 8;                        // nested subgraphs
 using EvalLookup = std::function<std::optional<EvalValue>(const std::string&)>;
 
 // Evaluates `nodes` in order (opset `opset` of the default domain) and returns the value of
-// every output they define, or an error naming the node it could not evaluate.
+// every output they define, or an error naming the node it could not evaluate. No tensor may
+// hold more than `max_elements` (the importer's constant folding allows more than the probes).
 Result<std::map<std::string, EvalValue>> evaluate_nodes(
-    std::span<const onnx::NodeProto* const> nodes, int64_t opset, const EvalLookup& outer);
+    std::span<const onnx::NodeProto* const> nodes, int64_t opset, const EvalLookup& outer,
+    int64_t max_elements = kMaxEvalElements);
 
 // A TensorProto's dims and values (float, double, integer and boolean types).
-Result<EvalTensor> eval_tensor_of(const onnx::TensorProto& t);
+Result<EvalTensor> eval_tensor_of(const onnx::TensorProto& t,
+                                  int64_t max_elements = kMaxEvalElements);
 
 }  // namespace gp::model::onnx_detail

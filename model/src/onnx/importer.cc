@@ -275,7 +275,10 @@ Result<ModelGraph> Importer::run() {
   find_patterns();
   for (int i = 0; i < g_.node_size(); ++i) {
     if (done_[static_cast<size_t>(i)]) continue;
-    if (fold(g_.node(i))) continue;          // e.g. the Shape of an activation known only now
+    if (fold(g_.node(i))) {  // e.g. the Shape of an activation known only now
+      done_[static_cast<size_t>(i)] = true;
+      continue;
+    }
     if (match_attention_views(i)) continue;  // claims its nodes, emitted at its last one
     const int first = b_.model().ops_size();
     convert(i);
@@ -470,7 +473,11 @@ std::vector<int> weight_positions(const onnx::NodeProto& n) {
   if (t == "BatchNormalization") return {1, 2};
   if (t == "MatMul") return {1};
   if (t == "Gather") return {0};
-  if (t == "Add") return {0, 1};
+  if (t == "Add" || t == "Sub" || t == "Mul" || t == "Div" || t == "Pow" || t == "Max" ||
+      t == "Min") {
+    return {0, 1};
+  }
+  if (t == "Where") return {1, 2};
   return {};
 }
 }  // namespace
@@ -571,8 +578,27 @@ void Importer::fold_constants() {
 }
 
 bool Importer::fold(const onnx::NodeProto& n) {
+  if (n.output_size() < 1 || n.output(0).empty()) return false;
+  const bool flat = fold_flat(n);
+  // A weight view stays a weight; a Shape's tensor is written by fold_flat.
+  if (flat && (view_of_.count(n.output(0)) || n.op_type() == "Shape")) return true;
+  if (!fold_tensor(n, flat)) return flat;
+  // A folded tensor no other node reads is let go (masks of long sequences are large).
+  const int self = producer(n.output(0));
+  for (const auto& in : n.input()) {
+    const auto readers = consumers_.find(in);
+    if (!tensors_.count(in) || readers == consumers_.end()) continue;
+    if (std::all_of(readers->second.begin(), readers->second.end(),
+                    [&](int c) { return c == self || done_[static_cast<size_t>(c)]; }) &&
+        only_consumers_in(in, {readers->second.begin(), readers->second.end()})) {
+      tensors_.erase(in);
+    }
+  }
+  return true;
+}
+
+bool Importer::fold_flat(const onnx::NodeProto& n) {
   const std::string& t = n.op_type();
-  if (n.output_size() < 1) return false;
   std::vector<double> out;
   if (t == "Constant") {
     const auto* a = n.attribute_size() > 0 ? &n.attribute(0) : nullptr;
@@ -610,6 +636,11 @@ bool Importer::fold(const onnx::NodeProto& n) {
     }
     folded_[n.output(0)] = shape_range(n, out);
     folded_int_.insert(n.output(0));
+    // As a tensor: the batch size is NaN there (arithmetic on it stays unknown).
+    EvalTensor dims_tensor{{0}, folded_[n.output(0)], true};
+    for (double& v : dims_tensor.values) v = v == kBatchDim ? NAN : v;
+    dims_tensor.dims[0] = static_cast<int64_t>(dims_tensor.values.size());
+    tensors_[n.output(0)] = std::move(dims_tensor);
     return true;
   }
   if (fold_weight_view(n)) return true;
@@ -628,6 +659,189 @@ bool Importer::fold(const onnx::NodeProto& n) {
   if (!value) return false;
   folded_[n.output(0)] = std::move(value->values);
   if (value->ints) folded_int_.insert(n.output(0));
+  return true;
+}
+
+namespace {
+
+bool float_type(int t) {
+  return t == kOnnxFloat || t == kOnnxDouble || t == kOnnxFloat16 || t == kOnnxBfloat16;
+}
+
+bool compare_type(const std::string& t) {
+  return t == "Equal" || t == "Less" || t == "LessOrEqual" || t == "Greater" ||
+         t == "GreaterOrEqual";
+}
+
+// Casts to an integer or boolean type (ONNX's element types 2 to 7, 9, 12 and 13).
+bool integer_cast(const onnx::NodeProto& n) {
+  const int64_t to = attr_i(n, "to", kOnnxFloat);
+  return n.op_type() == "Cast" && ((to >= 2 && to <= 7) || to == 9 || to == 12 || to == 13);
+}
+
+// The element-wise types fold_tensor evaluates: values pass through them position by position.
+const std::set<std::string>& elementwise_folds() {
+  static const std::set<std::string> kTypes = {
+      "Identity", "Cast",  "CastLike",   "Neg",     "Not",         "Add",
+      "Sub",      "Mul",   "Div",        "Pow",     "Max",         "Min",
+      "Mod",      "Equal", "Less",       "Greater", "LessOrEqual", "GreaterOrEqual",
+      "And",      "Or",    "Xor",        "Where",   "Sqrt",        "Exp",
+      "Log",      "Abs",   "Reciprocal", "Floor",   "Ceil",        "Sin",
+      "Cos",      "Erf",   "Relu",       "Sigmoid", "Tanh",        "Softplus",
+      "Concat",   "Size"};
+  return kTypes;
+}
+
+// Every type fold_tensor evaluates (graph_eval.cc's tensor ops).
+bool foldable(const std::string& t) {
+  static const std::set<std::string> kOthers = {
+      "Constant",  "Range",      "Reshape",   "Squeeze",         "Unsqueeze", "Expand",
+      "Gather",    "Slice",      "Trilu",     "ConstantOfShape", "Transpose", "Flatten",
+      "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",       "ReduceProd"};
+  return elementwise_folds().count(t) > 0 || kOthers.count(t) > 0;
+}
+
+// Whether input k of an op of type t is a size, an index or axes (a NaN there, the unknown batch
+// size, folds nothing) rather than values that pass through element by element.
+bool size_input(const std::string& t, int k) {
+  if (t == "Range" || t == "ConstantOfShape") return true;
+  return !elementwise_folds().count(t) && k >= 1;
+}
+
+}  // namespace
+
+std::optional<EvalTensor> Importer::const_tensor(const std::string& name) const {
+  if (auto it = tensors_.find(name); it != tensors_.end()) return it->second;
+  if (act_.count(name)) return std::nullopt;
+  if (auto it = consts_.find(name); it != consts_.end()) {
+    // Read when needed, not kept: weights can be large.
+    auto v = eval_tensor_of(*it->second, kMaxFoldElements);
+    if (!v.ok()) return std::nullopt;
+    return std::move(*v);
+  }
+  if (auto it = folded_.find(name); it != folded_.end()) {
+    // Shape math folded flat (its tensor was not computed): a scalar when it holds one value.
+    EvalTensor t{{}, it->second, folded_int_.count(name) > 0};
+    if (t.values.size() != 1) t.dims = {static_cast<int64_t>(t.values.size())};
+    for (double& v : t.values) v = v == kBatchDim ? NAN : v;
+    return t;
+  }
+  return std::nullopt;
+}
+
+bool Importer::param_like(const std::string& name) const {
+  if (const int p = producer(name); p >= 0 && g_.node(p).op_type() == "Constant") return false;
+  if (auto v = view_of_.find(name); v != view_of_.end()) return param_like(v->second.first);
+  if (weight_inputs_.count(name)) {
+    int64_t elements = 1;
+    for (int64_t d : weight_dims(name)) elements *= d;
+    return elements != 1;
+  }
+  const auto it = consts_.find(name);
+  return it != consts_.end() && float_type(it->second->data_type()) &&
+         element_count(*it->second) > 1;
+}
+
+bool Importer::feeds_only_masks(const std::string& name, int depth) const {
+  static const std::set<std::string> kViews = {"Identity",  "Slice",   "Reshape",
+                                               "Unsqueeze", "Squeeze", "Transpose",
+                                               "Expand",    "Flatten", "Gather"};
+  const auto it = consumers_.find(name);
+  if (depth > 16 || it == consumers_.end() ||
+      !only_consumers_in(name, std::set<int>(it->second.begin(), it->second.end()))) {
+    return false;  // (also a graph output)
+  }
+  for (int c : it->second) {
+    const auto& n = g_.node(c);
+    const std::string& t = n.op_type();
+    if (compare_type(t) || integer_cast(n) || t == "Shape" || t == "Size") continue;
+    if (!kViews.count(t) || n.input(0) != name || n.output_size() < 1 ||
+        !feeds_only_masks(n.output(0), depth + 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
+  const std::string& t = n.op_type();
+  const std::string& out = n.output(0);
+  if (n.output_size() != 1 || (t == "Constant" && consts_.count(out))) {
+    return false;  // (a Constant's tensor attribute is read from consts_)
+  }
+  // First whether every input is a constant, and whether a trained weight flows in, before any
+  // value is read (a weight table can be large).
+  bool from_weights = false;
+  for (int k = 0; k < n.input_size(); ++k) {
+    const std::string& name = n.input(k);
+    if (name.empty() || (t == "CastLike" && k == 1)) continue;  // only the type is read there
+    if (act_.count(name) ||
+        (!tensors_.count(name) && !consts_.count(name) && !folded_.count(name))) {
+      return false;
+    }
+    from_weights = from_weights || param_dep_.count(name) || param_like(name);
+  }
+  if (!foldable(t) || (!n.domain().empty() && n.domain() != "ai.onnx")) {
+    fold_errors_[out] = "no constant folding for " + t;
+    return false;
+  }
+  // A float computed from weights is a weight, trained: only a mask made from one folds.
+  if (from_weights && !compare_type(t) && !integer_cast(n) && t != "Size" &&
+      !feeds_only_masks(out)) {
+    fold_errors_[out] = "computes from a trained weight";
+    return false;
+  }
+  std::map<std::string, EvalValue> inputs;
+  if (t == "CastLike") {  // the type of input 1, perhaps an activation: fold_flat knows it
+    auto v = const_tensor(n.input(0));
+    if (!v || !flat) return false;
+    v->ints = folded_int_.count(out) > 0;
+    tensors_[out] = std::move(*v);
+    return true;
+  }
+  for (int k = 0; k < n.input_size(); ++k) {
+    const std::string& name = n.input(k);
+    if (name.empty() || inputs.count(name)) continue;
+    auto v = const_tensor(name);
+    if (!v) {
+      fold_errors_[out] = "input '" + name + "' holds more than " +
+                          std::to_string(kMaxFoldElements) + " elements or values of an " +
+                          "unsupported type";
+      return false;
+    }
+    if (size_input(t, k) &&
+        std::any_of(v->values.begin(), v->values.end(), [](double x) { return std::isnan(x); })) {
+      fold_errors_[out] = "input '" + name + "' depends on the batch size";
+      return false;
+    }
+    EvalValue ev;
+    ev.tensor = std::move(*v);
+    inputs[name] = std::move(ev);
+  }
+  const onnx::NodeProto* node = &n;
+  auto r = evaluate_nodes(
+      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
+      [&inputs](const std::string& name) -> std::optional<EvalValue> {
+        auto it = inputs.find(name);
+        if (it == inputs.end()) return std::nullopt;
+        return it->second;
+      },
+      kMaxFoldElements);
+  if (!r.ok()) {
+    fold_errors_[out] = "not folded: " + r.status().message();
+    return false;
+  }
+  auto v = r->find(out);
+  if (v == r->end() || v->second.sequence) return false;
+  EvalTensor& value = v->second.tensor;
+  if (from_weights) param_dep_.insert(out);
+  if (!flat && value.dims.size() <= 1 && value.values.size() <= 64 &&
+      std::none_of(value.values.begin(), value.values.end(),
+                   [](double x) { return std::isnan(x); })) {
+    folded_[out] = value.values;  // for the shape math and scalars the mappings read
+    if (value.ints) folded_int_.insert(out);
+  }
+  tensors_[out] = std::move(value);
   return true;
 }
 
@@ -927,6 +1141,8 @@ std::optional<std::vector<int64_t>> Importer::onnx_shape(const std::string& name
     if (auto s = specs_.find(a->second.op());
         s != specs_.end() && a->second.output() < static_cast<int>(s->second.size())) {
       const TensorSpec& spec = s->second[static_cast<size_t>(a->second.output())];
+      if (unbatched_.count(name))
+        return std::vector<int64_t>(spec.shape().begin(), spec.shape().end());
       std::vector<int64_t> dims = {-1};
       dims.insert(dims.end(), spec.shape().begin(), spec.shape().end());
       // A [batch] tensor is per-sample [1] here, as add_input and add_losses read it.
@@ -942,7 +1158,8 @@ std::optional<std::vector<int64_t>> Importer::onnx_shape(const std::string& name
 std::optional<std::vector<int64_t>> Importer::sample_shape(const std::string& name) const {
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;
-  std::vector<int64_t> per_sample(dims->begin() + 1, dims->end());
+  // (A tensor without the batch axis is all per sample.)
+  std::vector<int64_t> per_sample(dims->begin() + (unbatched_.count(name) ? 0 : 1), dims->end());
   for (int64_t d : per_sample) {
     if (d <= 0) return std::nullopt;
   }
@@ -1004,10 +1221,52 @@ std::string Importer::where(int i) const {
 
 void Importer::refuse(int i, const std::string& why) {
   if (try_opaque(i)) return;
-  for (const auto& o : g_.node(i).output()) poisoned_.insert(o);
+  const auto& n = g_.node(i);
+  const bool shape = shape_only(i);
+  if (shape && !fed_by_refused_) {
+    // Listed by the node that needs its value, after its own reason (the root cause, where
+    // this node only passes on a value that is missing already).
+    std::string root;
+    for (const auto& in : n.input()) {
+      if (root.empty() && !in.empty()) root = missing_value(in);
+    }
+    if (root.empty()) {
+      root = where(i) + ": " + why;
+      if (n.output_size() > 0) {
+        if (auto e = fold_errors_.find(n.output(0)); e != fold_errors_.end()) {
+          root += " (" + e->second + ")";
+        }
+      }
+    }
+    for (const auto& o : n.output()) unvalued_[o] = root;
+    return;
+  }
+  for (const auto& o : n.output()) {
+    poisoned_.insert(o);
+    if (shape) poisoned_shapes_.insert(o);
+  }
   // A node of a mapped type fed by a refused node lacks its inputs: not a cause of its own.
-  if (fed_by_refused_ && mapped_type(g_.node(i).op_type())) return;
-  unsupported_.push_back(where(i) + ": " + why);
+  if (fed_by_refused_ && (mapped_type(n.op_type()) || shape)) return;
+  std::string missing;
+  for (const auto& in : n.input()) {
+    if (missing.empty() && !in.empty()) missing = missing_value(in);
+  }
+  unsupported_.push_back(where(i) + ": " + why + (missing.empty() ? "" : "; needs " + missing));
+}
+
+bool Importer::shape_only(int i) const {
+  const auto& n = g_.node(i);
+  if (n.op_type() == "Shape" || n.op_type() == "Size") return true;
+  // Control flow (a Loop over bags reads the ids inside its body) is a cause of its own.
+  if (!subgraph_reads(n).empty()) return false;
+  return std::none_of(n.input().begin(), n.input().end(), [this](const std::string& in) {
+    return act_.count(in) > 0 || (poisoned_.count(in) > 0 && !poisoned_shapes_.count(in));
+  });
+}
+
+std::string Importer::missing_value(const std::string& name) const {
+  const auto it = unvalued_.find(name);
+  return it == unvalued_.end() ? "" : it->second;
 }
 
 // An ONNX node GraphPipe cannot compute, kept for planning: its output shape comes from the
@@ -1107,9 +1366,16 @@ Status Importer::add_losses() {
   if (g_.output_size() == 0) return invalid_argument(path_ + ": the graph has no outputs");
   for (const auto& o : g_.output()) {
     auto y = activation(o.name());
-    if (!y)
+    if (!y) {
+      const std::string missing = missing_value(o.name());
       return invalid_argument(path_ + ": graph output '" + o.name() +
-                              "' is not computed by a mapped operator");
+                              "' is not computed by a mapped operator" +
+                              (missing.empty() ? "" : " (" + missing + ")"));
+    }
+    if (unbatched_.count(o.name())) {
+      return invalid_argument(path_ + ": graph output '" + o.name() +
+                              "' has no batch axis (it is computed from weights and constants)");
+    }
     const auto dims = dims_of(o);
     if (dims.empty()) {
       return invalid_argument(path_ + ": graph output '" + o.name() +

@@ -16,6 +16,7 @@
 
 #include "gp/model/builder.h"
 #include "gp/model/onnx_import.h"
+#include "onnx/graph_eval.h"
 #include "onnx/onnx_pb.h"
 
 namespace gp::model::onnx_detail {
@@ -24,6 +25,9 @@ constexpr int kOnnxFloat = 1, kOnnxInt32 = 6, kOnnxInt64 = 7, kOnnxFloat16 = 10,
               kOnnxBfloat16 = 16;
 // A folded shape element that equals the (symbolic) batch size.
 constexpr double kBatchDim = -1e15;
+// The most elements one folded constant tensor may hold (a causal mask of 4096 x 4096): larger
+// ones are refused rather than allocated.
+constexpr int64_t kMaxFoldElements = int64_t{1} << 24;
 
 std::string sanitize(const std::string& s);
 // Values of a constant tensor (typed fields or raw little-endian bytes), as doubles.
@@ -146,6 +150,20 @@ class Importer {
   // shapes of activations without the model's shape information.
   void infer_new_ops(int first);
   bool fold(const onnx::NodeProto& n);
+  // The shape-math folding of fold(): flat 0-D and 1-D values, the batch size symbolic.
+  bool fold_flat(const onnx::NodeProto& n);
+  // Constant folding with shapes (masks, position ids): `n`'s output as a tensor when every input
+  // is a constant tensor; the batch size is NaN in them, and sizes read from it fold nothing.
+  bool fold_tensor(const onnx::NodeProto& n, bool flat);
+  // A constant tensor (initializer, Constant node or folded value) with its shape; nullopt for
+  // activations, weights without values and tensors beyond kMaxFoldElements.
+  std::optional<EvalTensor> const_tensor(const std::string& name) const;
+  // A trained weight (not a scalar): an initializer or weight input of a float type with more
+  // than one element, or a view of one; Constant nodes are never trained.
+  bool param_like(const std::string& name) const;
+  // Whether `name` (a float computed from weights) is only compared, through views: then it
+  // folds into a constant mask (nanoGPT's registered tril buffer) instead of being trained.
+  bool feeds_only_masks(const std::string& name, int depth = 0) const;
   Status add_losses();
   bool try_opaque(int i);  // --allow-opaque: node i as an opaque operator
 
@@ -169,6 +187,11 @@ class Importer {
   std::string unique_id(const std::string& wanted, const std::string& fallback);
   std::string where(int i) const;
   void refuse(int i, const std::string& why);
+  // Whether node i only computes shapes or constants (Shape, or no activation among its inputs):
+  // its refusal is reported by the node that needs its value, which names it.
+  bool shape_only(int i) const;
+  // Why input `name` has no value, when a shape-only node was refused for it ("" otherwise).
+  std::string missing_value(const std::string& name) const;
   Operator& op_by_id(const std::string& id);
   void set_values(const std::string& id, const std::string& param, const std::vector<float>& v);
   // Parameter `param` of op `id` from ONNX tensor `name` in `layout` (model.proto ParamSource;
@@ -195,6 +218,9 @@ class Importer {
   void clip(int i, const std::string& id);
   void reduce(int i, const std::string& id);
   void bias_add(int i, const std::string& id, const TensorRef& x, const std::string& weight);
+  // Whether `weight` (not a scalar) is a bias over trailing axes of activation `x`, as bias_add
+  // takes it (its leading size-1 axes dropped).
+  bool bias_fits(const std::string& x, const std::string& weight) const;
   void gather(int i, const std::string& id);
   // The axes of a ReduceSum/ReduceMean/Squeeze/Unsqueeze: the attribute, or the constant input
   // (from opset 13, 18 for ReduceMean); nullopt when they are not constant.
@@ -204,6 +230,34 @@ class Importer {
   void conv(int i, const std::string& id);
   void pool(int i, const std::string& id);
   void batch_norm(int i, const std::string& id);
+
+  // general_ops.cc: element-wise ops, comparisons, masks and reductions that no fused or specific
+  // mapping takes, onto the catalogue's general ops (unary, binary, compare, where, constant,
+  // reduce), constants and weights broadcast against activations as NumPy does.
+  struct Operand;
+  // Input k of node i as an operand of a general op, or the reason it cannot be one.
+  Result<Operand> operand(int i, int k) const;
+  // The operands' per-sample shapes, aligned as ONNX aligns them with the batch first; the batch
+  // axis must not broadcast against a per-sample axis. Refuses node i (and returns nullopt) else.
+  std::optional<std::vector<TensorRef>> general_inputs(int i, const std::string& id,
+                                                       std::vector<int> inputs);
+  void general(int i, const std::string& id);
+  void general_binary(int i, const std::string& id, std::string_view fn);
+  void general_unary(int i, const std::string& id, std::string_view fn);
+  void general_compare(int i, const std::string& id, std::string_view fn);
+  void general_where(int i, const std::string& id);
+  void general_reduce(int i, const std::string& id);
+  void cast(int i, const std::string& id);
+  void logical_not(int i, const std::string& id);
+  // Expand of a constant over the batch (a causal mask to [B, 1, T, T]): a constant op.
+  void expand_constant(int i, const std::string& id);
+  // Gather of a weight table by constant ids (position ids): an embedding of a constant.
+  void constant_lookup(int i, const std::string& id);
+  // An activation that a constant or a broadcast weight feeding `name`'s consumers can take its
+  // batch from: one the consumers read, else the model's first input.
+  std::optional<TensorRef> anchor_for(const std::string& name) const;
+  // The ONNX element type of activation `name` as the catalogue sees it (float32 unless known).
+  graphpipe::v1::DataType dtype_of(const std::string& name) const;
 
   // patterns.cc: fused patterns found before conversion.
   void find_patterns();
@@ -261,7 +315,17 @@ class Importer {
   std::map<std::string, const onnx::TensorProto*> consts_;
   std::map<std::string, std::vector<double>> folded_;
   std::set<std::string> folded_int_;  // folded values of integer type (Div truncates)
-  int64_t opset_ = 0;                 // of the default domain
+  // Folded constant tensors with their shapes (initializers are read from consts_ when needed).
+  std::map<std::string, EvalTensor> tensors_;
+  std::set<std::string> param_dep_;                 // folded tensors computed from trained weights
+  std::map<std::string, std::string> fold_errors_;  // by output: why its node did not fold
+  // Outputs of refused shape-only nodes: the refusal, for the node that needs the value.
+  std::map<std::string, std::string> unvalued_;
+  // Activations without the batch axis in ONNX (an embedding of constant position ids): the same
+  // for every sample, their ONNX shape is the per-sample one.
+  std::set<std::string> unbatched_;
+  std::set<std::string> masks_;  // float 0/1 activations that ONNX holds as booleans
+  int64_t opset_ = 0;            // of the default domain
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> elem_types_;
   std::set<std::string> weight_inputs_;
@@ -280,7 +344,8 @@ class Importer {
   std::set<std::string> used_ids_;
   std::vector<bool> done_;
   std::vector<std::string> unsupported_;
-  std::set<std::string> poisoned_;   // outputs of refused nodes and of nodes fed by them
+  std::set<std::string> poisoned_;         // outputs of refused nodes and of nodes fed by them
+  std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too
   bool fed_by_refused_ = false;
   int eval_batch_norms_ = 0;  // BatchNormalization nodes in eval form, and the first of them

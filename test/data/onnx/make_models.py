@@ -343,14 +343,14 @@ def inception_block():
 
 
 def gated_unsupported():
-    # A gated unit (element-wise maximum of two activations) and a Sin: no GraphPipe operators.
+    # A gated unit (element-wise remainder of two activations) and a Tan: no GraphPipe operators.
     inits = [weight("a.weight", 8, 8), weight("a.bias", 8), weight("b.weight", 8, 8), weight("b.bias", 8),
              weight("out.weight", 4, 8), weight("out.bias", 4)]
     nodes = [
         helper.make_node("Gemm", ["x", "a.weight", "a.bias"], ["a"], name="gate.a", transB=1),
         helper.make_node("Gemm", ["x", "b.weight", "b.bias"], ["b"], name="gate.b", transB=1),
-        helper.make_node("Max", ["a", "b"], ["ab"], name="gate.max"),
-        helper.make_node("Sin", ["ab"], ["s"], name="periodic"),
+        helper.make_node("Mod", ["a", "b"], ["ab"], name="gate.mod", fmod=1),
+        helper.make_node("Tan", ["ab"], ["s"], name="periodic"),
         helper.make_node("Gemm", ["s", "out.weight", "out.bias"], ["y"], name="out", transB=1),
     ]
     graph = helper.make_graph(nodes, "gated_unsupported", [batch_input("x", 8)], [batch_input("y", 4)], inits)

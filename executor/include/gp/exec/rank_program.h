@@ -18,7 +18,30 @@
 
 namespace gp::exec {
 
-enum class StepOp { kBeginBackward, kForward, kBackward, kSend, kRecv, kAllReduce, kOptimizer };
+enum class StepOp {
+  kBeginBackward,
+  kForward,
+  kBackward,
+  kSend,
+  kRecv,
+  kTieReduce,  // sum the copies of tied parameters (before the all-reduce and the optimizer)
+  kAllReduce,
+  kOptimizer
+};
+
+// A tie (model.param_ties) with a copy in this rank's stage: the copies' gradients are summed
+// over `group`, every rank holding one (each replica of each stage with a member). Only the
+// stage's first replica keeps the sum (`leader`); the others zero theirs, so that the stage's
+// data-parallel all-reduce that follows counts it once.
+struct TieProgram {
+  std::vector<int> group;                      // ascending
+  std::vector<model::Graph::ParamAt> members;  // this stage's copies
+  bool leader = true;
+  int64_t elements = 0;  // per copy
+  // Members here other than the tie's first: a gradient norm counts the tensor once, so these
+  // copies' squares are taken out of it.
+  int duplicates = 0;
+};
 
 // One tensor's samples inside a message.
 struct MessagePiece {
@@ -62,6 +85,7 @@ struct RankProgram {
   // The stage's ops and tensors; its exports are produced here and read by other stages, its
   // relays produced elsewhere and passed on from here.
   StageLayout layout;
+  std::vector<TieProgram> ties;
   std::vector<ProgramStep> steps;
   size_t max_message_bytes = 0;
   size_t max_piece_bytes = 0;

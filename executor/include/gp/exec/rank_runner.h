@@ -47,8 +47,11 @@ struct TraceEvent {
   double end_us = 0;
 };
 
+class TieReducer;
+
 class RankRunner {
  public:
+  ~RankRunner();
   // Lowers the rank's program (lower_rank_program) and runs it on `device` with synthetic data.
   // `graph` must be built from plan.model() and `index` from plan::validate_plan (tests that
   // build plans by hand may use validate_plan_structure alone).
@@ -123,6 +126,8 @@ class RankRunner {
   // and the flat parameter gradients for the all-reduce.
   std::vector<float> grad_scratch_;
   std::vector<float> allreduce_staging_;
+  // Tied parameters' copies (model.param_ties) summed before the all-reduce; made by bind().
+  std::unique_ptr<TieReducer> ties_;
   // A device-memory data plane's messages, one region per send and receive of an iteration.
   DeviceBuffer device_staging_;
   // Bound by bind(): the data plane, each step's message buffer (host staging_ or its region of

@@ -21,8 +21,11 @@ struct IterationMetrics {
   double samples_per_s = 0;
 };
 
+class TieReducer;
+
 class ReferenceTrainer {
  public:
+  ~ReferenceTrainer();
   // `micro_batch` splits each mini-batch into chunks (gradients accumulate); 0 = one chunk.
   // The whole model trains on `device` (the CPU is the reference); its input ops read `data`
   // (covering every input op, outliving the trainer; nullptr: synthetic data).
@@ -42,7 +45,8 @@ class ReferenceTrainer {
   std::unique_ptr<StageRunner> runner_;
   int64_t mini_batch_ = 0;
   int64_t micro_batch_ = 0;
-  std::vector<float> clip_scratch_;  // gradient clipping on devices without host memory
+  std::vector<float> clip_scratch_;   // gradient clipping on devices without host memory
+  std::unique_ptr<TieReducer> ties_;  // tied parameters' copies, summed before the step
 };
 
 // {"iterations": [{"iteration": i, "loss": x, "time_s": t, "samples_per_s": s}, ...]}

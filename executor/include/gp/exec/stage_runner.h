@@ -117,6 +117,8 @@ class StageRunner {
   // The flat parameter gradients in the device's memory, on any device (for a data plane that
   // reduces device memory; the host must not dereference it unless host_memory()).
   std::span<float> param_grad_memory() { return {grads_.f(), static_cast<size_t>(param_count_)}; }
+  // One parameter's gradient in the device's memory (empty when the op is not in this stage).
+  std::span<float> param_grad_memory(int op_index, int param_index);
   std::span<const float> params() const;
   std::span<const float> op_params(int op_index) const;
   std::span<float> mutable_op_params(int op_index);

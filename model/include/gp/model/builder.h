@@ -34,6 +34,21 @@ class GraphBuilder {
   TensorRef mul(std::string id, const TensorRef& a, const TensorRef& b);
   // Sum (or mean, mean = true) over per-sample `axis`, which stays with size 1.
   TensorRef reduce(std::string id, const TensorRef& x, int64_t axis, bool mean = false);
+  // Over a set of per-sample axes; mode sum|mean|max|l2.
+  TensorRef reduce_axes(std::string id, const TensorRef& x, std::vector<int64_t> axes,
+                        std::string_view mode = "sum", bool keepdims = true);
+  // fn: neg|exp|log|sqrt|rsqrt|reciprocal|abs|erf|sin|cos|softplus.
+  TensorRef unary(std::string id, const TensorRef& x, std::string_view fn);
+  // fn: add|sub|mul|div|pow|max|min, broadcast as NumPy over the per-sample axes.
+  TensorRef binary(std::string id, const TensorRef& a, const TensorRef& b, std::string_view fn);
+  // fn: eq|ne|lt|le|gt|ge; a float mask of 0 and 1.
+  TensorRef compare(std::string id, const TensorRef& a, const TensorRef& b, std::string_view fn);
+  TensorRef where(std::string id, const TensorRef& condition, const TensorRef& a,
+                  const TensorRef& b);
+  // The same `values` (row-major, per-sample shape `shape`) for every sample of `batch_of`'s
+  // batch; int64 when `integer`.
+  TensorRef constant(std::string id, const TensorRef& batch_of, std::vector<int64_t> shape,
+                     const std::vector<float>& values, bool integer = false);
   // x + a learned bias of shape `shape`, the trailing dimensions of x.
   TensorRef bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape);
   // A learned tensor of per-sample shape `shape`, the same for every sample of `batch_of`'s batch.
@@ -48,6 +63,14 @@ class GraphBuilder {
   TensorRef conv2d(std::string id, const TensorRef& x, int64_t out_channels,
                    std::vector<int64_t> kernel, std::vector<int64_t> stride = {1, 1},
                    std::vector<int64_t> padding = {0, 0}, bool bias = true);
+  // PyTorch's ConvTranspose2d (groups 1): weight [C, out, kh, kw].
+  TensorRef conv_transpose2d(std::string id, const TensorRef& x, int64_t out_channels,
+                             std::vector<int64_t> kernel, std::vector<int64_t> stride = {1, 1},
+                             std::vector<int64_t> padding = {0, 0},
+                             std::vector<int64_t> output_padding = {0, 0}, bool bias = true);
+  // To per-sample [C, size[0], size[1]]; mode nearest|bilinear.
+  TensorRef resize(std::string id, const TensorRef& x, std::vector<int64_t> size,
+                   std::string_view mode = "nearest", bool align_corners = false);
   // An empty stride means stride = kernel.
   TensorRef max_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0});

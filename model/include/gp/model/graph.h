@@ -70,6 +70,18 @@ class Graph {
   // it, and hashing serialises the whole model.
   const std::string& model_hash() const;
 
+  // One parameter of one op, by indices.
+  struct ParamAt {
+    int op = -1;
+    int param = -1;
+  };
+  // model().param_ties() resolved and checked (members exist, share one shape, each parameter in
+  // at most one tie), in model order.
+  const std::vector<std::vector<ParamAt>>& ties() const { return ties_; }
+  // The tie's first member when (op, param) is a later member of a tie (it starts as a copy of
+  // that one), else nullptr.
+  const ParamAt* tie_source(int op, int param) const;
+
   int64_t total_params() const;
   // Number of independent branches: the widest set of non-input ops no two of which lie on a
   // common path (the maximum antichain, by Dilworth's theorem through bipartite matching).
@@ -83,6 +95,7 @@ class Graph {
   Status order_ops();      // topological order; names a cycle
   Status infer_op(int i);  // shape inference of one op whose producers are done
   Status find_losses();
+  Status resolve_ties();
   void build_reachability() const;
 
   std::unique_ptr<ModelGraph> model_;
@@ -90,6 +103,7 @@ class Graph {
   std::unordered_map<std::string, int> index_;
   std::vector<int> topo_;
   std::vector<int> loss_ops_;
+  std::vector<std::vector<ParamAt>> ties_;
   // What is computed on first use (const methods may be called from any thread).
   struct Lazy {
     std::once_flag reach_once;

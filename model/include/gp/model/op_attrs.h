@@ -57,9 +57,66 @@ struct AxisAttrs {
   int axis = 0;
 };
 
+enum class ReduceMode : uint8_t { kSum, kMean, kMax, kL2 };
+
+// reduce over a set of per-sample axes. `axis` and `mean` describe the one-axis sum or mean that
+// the fast kernels take (axes.size() == 1 and mode sum or mean); the general kernels read axes.
 struct ReduceAttrs {
-  int axis = 0;  // normalised
+  int axis = 0;  // normalised: axes[0]
   bool mean = false;
+  std::vector<int> axes;  // normalised, ascending, distinct
+  ReduceMode mode = ReduceMode::kSum;
+  bool keepdims = true;  // reduced axes kept with size 1 (else dropped; same memory layout)
+};
+
+// How the operands of a broadcasting element-wise op (binary, compare, where) map onto its
+// output, worked out by shape inference: the output's per-sample dims and, for every operand,
+// the element stride of each output axis in that operand (0 where the operand is broadcast).
+// Operands are aligned on their trailing axes (NumPy); every operand has the batch axis.
+struct Broadcast {
+  std::vector<int64_t> dims;                  // output, per sample
+  std::vector<std::vector<int64_t>> strides;  // [operand][axis]
+  std::vector<int64_t> operand_elements;      // per sample, per operand
+};
+
+enum class UnaryFn : uint8_t {
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRsqrt,
+  kReciprocal,
+  kAbs,
+  kErf,
+  kSin,
+  kCos,
+  kSoftplus
+};
+struct UnaryAttrs {
+  UnaryFn fn = UnaryFn::kNeg;
+};
+
+enum class BinaryFn : uint8_t { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin };
+struct BinaryAttrs {
+  BinaryFn fn = BinaryFn::kAdd;
+  Broadcast broadcast;
+};
+
+enum class CompareFn : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
+struct CompareAttrs {
+  CompareFn fn = CompareFn::kEq;
+  Broadcast broadcast;
+};
+
+// where(condition, a, b): a where the condition is non-zero, else b.
+struct WhereAttrs {
+  Broadcast broadcast;
+};
+
+// constant: the same values for every sample, not trained.
+struct ConstantAttrs {
+  std::vector<int64_t> shape;
+  bool integer = false;  // stored as int64 (ids, positions), else float32
 };
 
 struct SliceAttrs {
@@ -93,6 +150,23 @@ struct ConvAttrs {
   int64_t groups = 1;
 };
 
+// conv_transpose2d: the window of the convolution it is the transpose of, read from the output
+// side: `window` holds the input [c, h, w] (the transposed conv's input), kernel, stride and
+// padding, and ho, wo, the transposed conv's output size.
+struct ConvTransposeAttrs {
+  Window2d window;
+  int64_t out_channels = 0;
+  bool bias = true;
+};
+
+// resize of [c, h, w] to [c, ho, wo]: nearest (PyTorch's "nearest": source floor(o * h / ho)) or
+// bilinear, with or without align_corners.
+struct ResizeAttrs {
+  int64_t c = 0, h = 0, w = 0, ho = 0, wo = 0;
+  bool bilinear = false;
+  bool align_corners = false;
+};
+
 struct PoolAttrs {
   Window2d window;
   bool count_include_pad = true;  // avg_pool2d
@@ -103,8 +177,10 @@ struct OpaqueAttrs {
   std::string onnx_type;
 };
 
-using OpAttrs = std::variant<NoAttrs, LinearAttrs, AttentionAttrs, EmbeddingAttrs, NormAttrs,
-                             GeluAttrs, ClipAttrs, AxisAttrs, ReduceAttrs, SliceAttrs, ScaleAttrs,
-                             TransposeAttrs, ConvAttrs, PoolAttrs, OpaqueAttrs>;
+using OpAttrs =
+    std::variant<NoAttrs, LinearAttrs, AttentionAttrs, EmbeddingAttrs, NormAttrs, GeluAttrs,
+                 ClipAttrs, AxisAttrs, ReduceAttrs, SliceAttrs, ScaleAttrs, TransposeAttrs,
+                 ConvAttrs, PoolAttrs, OpaqueAttrs, UnaryAttrs, BinaryAttrs, CompareAttrs,
+                 WhereAttrs, ConstantAttrs, ConvTransposeAttrs, ResizeAttrs>;
 
 }  // namespace gp::model

@@ -51,6 +51,9 @@ struct InferredOp {
   std::vector<ParamSpec> params;
   OpCost cost;
   OpAttrs attrs;  // the op's attributes, decoded and checked (NoAttrs for ops without any)
+  // Values the op reads that are not trained (a constant's "value"): like params, they may be
+  // given in Operator.param_values, and the optimizer never sees them.
+  std::vector<ParamSpec> buffers;
 };
 
 using InferFn = Status (*)(const Operator& op, std::span<const TensorSpec> inputs, InferredOp* out);
@@ -88,6 +91,13 @@ enum class OpType : uint8_t {
   kBatchNorm,
   kMseLoss,
   kSoftmaxCrossEntropy,
+  kUnary,
+  kBinary,
+  kCompare,
+  kWhere,
+  kConstant,
+  kConvTranspose2d,
+  kResize,
   kOpaque,
 };
 inline constexpr int kNumOpTypes = static_cast<int>(OpType::kOpaque) + 1;

@@ -24,11 +24,14 @@ read the committed files):
   /tmp/t2/bin/python test/data/onnx/torch2/make_torch2_models.py test/data/onnx/torch2
 (--only=PATTERN rewrites one pattern's files; encoder_stack, class_token, mha_nobias,
 embedding_bag_sum, embedding_bag_mean and two_bags were added, and embedding_bag_offsets rewritten with
-references that way, by torch 2.15.0.)
+references that way, by torch 2.15.0; so were rms_norm, swiglu, causal_mask and broadcast_math, the
+element-wise code of Llama and nanoGPT that maps onto the general ops, with torch 2.15.0 and
+onnxscript 0.7.2.)
 """
 import copy
 import glob
 import json
+import math
 import os
 import shutil
 import sys
@@ -144,6 +147,75 @@ class TwoBags(torch.nn.Module):
         return self.fc(torch.cat([self.bag0(ids0), self.bag1(ids1)], dim=1))
 
 
+class RMSNorm(torch.nn.Module):
+    # Llama's RMSNorm written out (x * rsqrt(mean(x^2) + eps) * weight: Pow, ReduceMean, Add,
+    # Sqrt and Reciprocal, and Muls that broadcast a per-position scalar and a [features] weight),
+    # then a Linear.
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(8))
+        self.eps = 1e-6
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return self.fc(h)
+
+
+class SwiGLU(torch.nn.Module):
+    # Llama's feed-forward: w2(silu(w1(x)) * w3(x)), bias-free.
+    def __init__(self):
+        super().__init__()
+        self.w1 = torch.nn.Linear(8, 16, bias=False)
+        self.w2 = torch.nn.Linear(16, 8, bias=False)
+        self.w3 = torch.nn.Linear(8, 16, bias=False)
+
+    def forward(self, x):
+        return self.w2(torch.nn.functional.silu(self.w1(x)) * self.w3(x))
+
+
+class CausalMask(torch.nn.Module):
+    # nanoGPT's CausalSelfAttention with its position embedding: wpe(arange(T)) added to the
+    # input, scores masked_fill'ed with -inf where a registered tril buffer is 0, softmax, @ v,
+    # and the output projection (a Linear).
+    def __init__(self):
+        super().__init__()
+        self.n_head = 2
+        self.wpe = torch.nn.Embedding(5, 8)
+        self.c_attn = torch.nn.Linear(8, 24)
+        self.c_proj = torch.nn.Linear(8, 8)
+        self.register_buffer("bias", torch.tril(torch.ones(5, 5)).view(1, 1, 5, 5))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        x = x + self.wpe(torch.arange(0, T, dtype=torch.long, device=x.device))
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = torch.nn.functional.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class BroadcastMath(torch.nn.Module):
+    # Element-wise math that broadcasts against a [features] parameter and a per-sample scalar
+    # (a max over two axes): sub, div, max, min, abs, sqrt, exp and log.
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 6)
+        self.center = torch.nn.Parameter(0.1 * torch.randn(6))
+        self.floor = torch.nn.Parameter(-0.5 + 0.1 * torch.randn(6))
+
+    def forward(self, x):
+        h = self.fc(x)
+        m = h.abs().amax(dim=(1, 2), keepdim=True) + 1.0
+        z = torch.minimum(torch.maximum((h - self.center) / m, self.floor), torch.sqrt(m))
+        return torch.exp(z) - torch.log(h * h + 1.0)
+
+
 def two_bag_inputs(g):
     return [("ids0", torch.randint(0, 20, (patterns.BATCH, 3), generator=g)),
             ("ids1", torch.randint(0, 30, (patterns.BATCH, 3), generator=g))]
@@ -158,7 +230,11 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                  patterns.ids_input(3), None),
                                 ("embedding_bag_mean", 126, lambda: EmbeddingBagFixed("mean"),
                                  patterns.ids_input(3), None),
-                                ("two_bags", 127, TwoBags, two_bag_inputs, None)]
+                                ("two_bags", 127, TwoBags, two_bag_inputs, None),
+                                ("rms_norm", 128, RMSNorm, patterns.feat(5, 8), None),
+                                ("swiglu", 129, SwiGLU, patterns.feat(5, 8), None),
+                                ("causal_mask", 130, CausalMask, patterns.feat(5, 8), None),
+                                ("broadcast_math", 131, BroadcastMath, patterns.feat(3, 6), None)]
 
 
 def main():

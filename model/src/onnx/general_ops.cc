@@ -1,0 +1,440 @@
+// Element-wise ONNX ops that no fused pattern or specific mapping takes (Sub, Div by a tensor,
+// Pow, Max, Exp, comparisons, Where, ...), onto the catalogue's general ops. Each operand is an
+// activation, a trained weight (a broadcast_param) or a constant (a constant op); ONNX aligns
+// them on their trailing axes with the batch first, and the batch axis must stay the batch axis
+// of every activation: only a size-1 leading axis of a constant broadcasts over it.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "onnx/importer.h"
+
+namespace gp::model::onnx_detail {
+namespace {
+
+std::string dims_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+bool float_type(int64_t t) {
+  return t == kOnnxFloat || t == kOnnxDouble || t == kOnnxFloat16 || t == kOnnxBfloat16;
+}
+
+bool has_nan(const std::vector<double>& v) {
+  return std::any_of(v.begin(), v.end(), [](double x) { return std::isnan(x); });
+}
+
+const std::map<std::string, std::string_view>& binary_fns() {
+  static const std::map<std::string, std::string_view> kFns = {
+      {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"},
+      {"Pow", "pow"}, {"Max", "max"}, {"Min", "min"}};
+  return kFns;
+}
+
+const std::map<std::string, std::string_view>& unary_fns() {
+  static const std::map<std::string, std::string_view> kFns = {{"Neg", "neg"},
+                                                               {"Exp", "exp"},
+                                                               {"Log", "log"},
+                                                               {"Sqrt", "sqrt"},
+                                                               {"Reciprocal", "reciprocal"},
+                                                               {"Abs", "abs"},
+                                                               {"Erf", "erf"},
+                                                               {"Sin", "sin"},
+                                                               {"Cos", "cos"},
+                                                               {"Softplus", "softplus"}};
+  return kFns;
+}
+
+const std::map<std::string, std::string_view>& compare_fns() {
+  static const std::map<std::string, std::string_view> kFns = {
+      {"Equal", "eq"},   {"Less", "lt"},           {"LessOrEqual", "le"},
+      {"Greater", "gt"}, {"GreaterOrEqual", "ge"}, {"Xor", "ne"}};
+  return kFns;
+}
+
+}  // namespace
+
+struct Importer::Operand {
+  std::string name;
+  std::optional<TensorRef> act;  // an activation
+  bool batched = false;          // an activation with the batch axis first
+  bool weight = false;           // a trained weight
+  std::vector<int64_t> dims;     // as ONNX has it (the batch as -1)
+  EvalTensor value;              // a constant's values
+};
+
+graphpipe::v1::DataType Importer::dtype_of(const std::string& name) const {
+  const auto a = act_.find(name);
+  if (a == act_.end()) return graphpipe::v1::DATA_TYPE_FLOAT32;
+  const auto s = specs_.find(a->second.op());
+  if (s == specs_.end() || a->second.output() >= static_cast<int>(s->second.size())) {
+    return graphpipe::v1::DATA_TYPE_FLOAT32;
+  }
+  return s->second[static_cast<size_t>(a->second.output())].dtype();
+}
+
+std::optional<TensorRef> Importer::anchor_for(const std::string& name) const {
+  if (auto c = consumers_.find(name); c != consumers_.end()) {
+    for (int k : c->second) {
+      for (const auto& in : g_.node(k).input()) {
+        if (in == name || unbatched_.count(in)) continue;
+        if (auto a = activation(in)) return a;
+      }
+    }
+  }
+  for (const auto& in : g_.input()) {
+    if (auto a = activation(in.name())) return a;
+  }
+  return std::nullopt;
+}
+
+Result<Importer::Operand> Importer::operand(int i, int k) const {
+  const std::string& name = g_.node(i).input(k);
+  const std::string what = "input " + std::to_string(k) + " '" + name + "'";
+  Operand o;
+  o.name = name;
+  if (auto a = activation(name)) {
+    o.act = a;
+    o.batched = !unbatched_.count(name);
+    const auto dims = onnx_shape(name);
+    if (!dims) return invalid_argument(what + " has an unknown shape");
+    for (size_t d = o.batched ? 1 : 0; d < dims->size(); ++d) {
+      if ((*dims)[d] <= 0) return invalid_argument(what + " has an unknown shape");
+    }
+    if (dtype_of(name) != graphpipe::v1::DATA_TYPE_FLOAT32) {
+      return invalid_argument(what + " is an integer tensor (element-wise ops compute in float32)");
+    }
+    o.dims = *dims;
+    return o;
+  }
+  if (param_like(name)) {
+    o.weight = true;
+    o.dims = weight_dims(name);
+    return o;
+  }
+  if (auto v = const_tensor(name)) {
+    if (has_nan(v->values)) return invalid_argument(what + " depends on the batch size");
+    o.dims = v->dims;
+    o.value = std::move(*v);
+    return o;
+  }
+  return invalid_argument(what + " is neither an activation nor a constant");
+}
+
+std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std::string& id,
+                                                               std::vector<int> inputs) {
+  std::vector<Operand> ops;
+  for (int k : inputs) {
+    auto o = operand(i, k);
+    if (!o.ok()) {
+      refuse(i, o.status().message());
+      return std::nullopt;
+    }
+    ops.push_back(std::move(*o));
+  }
+  // The activations' ONNX rank: the batch is their axis 0, so they must all have it.
+  int64_t rank = -1;
+  std::optional<TensorRef> anchor;
+  for (const auto& o : ops) {
+    if (!o.act) continue;
+    if (!anchor || (o.batched && rank < 0)) anchor = o.act;
+    if (!o.batched) continue;
+    const auto r = static_cast<int64_t>(o.dims.size());
+    if (rank >= 0 && r != rank) {
+      refuse(i, "broadcasts the batch axis against a per-sample axis: its activations have " +
+                    std::to_string(std::min(rank, r)) + " and " +
+                    std::to_string(std::max(rank, r)) + " axes");
+      return std::nullopt;
+    }
+    rank = r;
+  }
+  if (!anchor) {
+    refuse(i, "none of its inputs is an activation (constants that were not folded)");
+    return std::nullopt;
+  }
+  // Each operand's per-sample shape: aligned on the trailing axes, an operand of the
+  // activations' rank meets the batch axis with its first.
+  std::vector<std::vector<int64_t>> pers;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Operand& o = ops[k];
+    const std::string what =
+        "input " + std::to_string(inputs[k]) + " '" + o.name + "' " + dims_text(o.dims);
+    std::vector<int64_t> per(o.dims.begin() + (o.batched ? 1 : 0), o.dims.end());
+    if (!o.batched && rank >= 0) {
+      if (static_cast<int64_t>(o.dims.size()) > rank) {
+        refuse(i, what + " has more axes than the activations (" + std::to_string(rank) +
+                      "): it would broadcast against the batch axis");
+        return std::nullopt;
+      }
+      if (static_cast<int64_t>(o.dims.size()) == rank) {
+        if (o.dims[0] != 1) {
+          refuse(i, what + " has " + std::to_string(o.dims[0]) +
+                        " on the batch axis (only 1 broadcasts over the batch)");
+          return std::nullopt;
+        }
+        per.erase(per.begin());
+      }
+    }
+    if (per.empty()) per.push_back(1);
+    pers.push_back(std::move(per));
+  }
+  std::vector<int64_t> out;
+  for (const auto& per : pers) {
+    if (per.size() > out.size()) out.insert(out.begin(), per.size() - out.size(), 1);
+    for (size_t d = 0; d < per.size(); ++d) {
+      int64_t& o = out[out.size() - per.size() + d];
+      if (per[d] == o || per[d] == 1) continue;
+      if (o != 1) {
+        std::string shapes;
+        for (const auto& p : pers) shapes += (shapes.empty() ? "" : " and ") + dims_text(p);
+        refuse(i, "per-sample shapes " + shapes + " do not broadcast");
+        return std::nullopt;
+      }
+      o = per[d];
+    }
+  }
+  std::vector<TensorRef> refs;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Operand& o = ops[k];
+    const std::vector<int64_t>& per = pers[k];
+    const std::string part = unique_id(id + "." + std::to_string(inputs[k]), id);
+    if (o.act) {
+      const bool reshaped = !o.batched && per.size() != o.dims.size();
+      refs.push_back(reshaped ? b_.reshape(part, *o.act, per) : *o.act);
+    } else if (o.weight) {
+      refs.push_back(b_.broadcast_param(part, *anchor, per));
+      take(part, "value", o.name);
+    } else {
+      std::vector<float> values(o.value.values.begin(), o.value.values.end());
+      refs.push_back(b_.constant(part, *anchor, per, values));
+    }
+  }
+  return refs;
+}
+
+void Importer::general(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const std::string& t = n.op_type();
+  if ((t == "Max" || t == "Min") && n.input_size() != 2) {
+    if (n.input_size() == 1 && activation(n.input(0))) {
+      act_[n.output(0)] = *activation(n.input(0));
+      return;
+    }
+    return refuse(i, std::to_string(n.input_size()) + " inputs (only two map)");
+  }
+  if (auto f = binary_fns().find(t); f != binary_fns().end())
+    return general_binary(i, id, f->second);
+  if (auto f = unary_fns().find(t); f != unary_fns().end()) return general_unary(i, id, f->second);
+  if (auto f = compare_fns().find(t); f != compare_fns().end()) {
+    return general_compare(i, id, f->second);
+  }
+  if (t == "And" || t == "Or") {  // of 0/1 masks: the product and the maximum
+    general_binary(i, id, t == "And" ? "mul" : "max");
+    if (act_.count(n.output(0))) masks_.insert(n.output(0));
+    return;
+  }
+  if (t == "Not") return logical_not(i, id);
+  if (t == "Where") return general_where(i, id);
+  if (t == "Cast") return cast(i, id);
+  if (t == "ReduceSum" || t == "ReduceMean" || t == "ReduceMax" || t == "ReduceL2") {
+    return general_reduce(i, id);
+  }
+  refuse(i, "no GraphPipe operator for this type");
+}
+
+void Importer::general_binary(int i, const std::string& id, std::string_view fn) {
+  const auto refs = general_inputs(i, id, {0, 1});
+  if (!refs) return;
+  act_[g_.node(i).output(0)] = b_.binary(id, (*refs)[0], (*refs)[1], fn);
+}
+
+void Importer::general_compare(int i, const std::string& id, std::string_view fn) {
+  const auto refs = general_inputs(i, id, {0, 1});
+  if (!refs) return;
+  const std::string& out = g_.node(i).output(0);
+  act_[out] = b_.compare(id, (*refs)[0], (*refs)[1], fn);
+  masks_.insert(out);
+}
+
+void Importer::general_where(int i, const std::string& id) {
+  const auto refs = general_inputs(i, id, {0, 1, 2});
+  if (!refs) return;
+  act_[g_.node(i).output(0)] = b_.where(id, (*refs)[0], (*refs)[1], (*refs)[2]);
+}
+
+void Importer::general_unary(int i, const std::string& id, std::string_view fn) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  if (dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32) {
+    return refuse(i, "its input '" + n.input(0) +
+                         "' is an integer tensor (element-wise ops compute in float32)");
+  }
+  act_[n.output(0)] = b_.unary(id, *x, fn);
+}
+
+// Not of a 0/1 mask: 1 - m.
+void Importer::logical_not(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  if (dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32) {
+    return refuse(i, "its input '" + n.input(0) + "' is an integer tensor, not a mask");
+  }
+  const TensorRef one = b_.constant(unique_id(id + ".one", id), *x, {1}, {1.0f});
+  act_[n.output(0)] = b_.binary(id, one, *x, "sub");
+  masks_.insert(n.output(0));
+}
+
+// Between float types, or of a mask: the same values (GraphPipe computes in float32 and keeps
+// booleans as 0/1 floats). A float to bool is a comparison with 0.
+void Importer::cast(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const std::string& in = n.input(0);
+  auto x = activation(in);
+  if (!x) return refuse(i, "its input is not an activation");
+  const int64_t to = attr_i(n, "to", kOnnxFloat);
+  const bool is_float = dtype_of(in) == graphpipe::v1::DATA_TYPE_FLOAT32;
+  const bool mask = masks_.count(in) > 0;
+  auto pass = [&] {
+    act_[n.output(0)] = *x;
+    if (mask) masks_.insert(n.output(0));
+  };
+  if (float_type(to)) {
+    if (is_float) return pass();
+    return refuse(i, "casts the integer tensor '" + in +
+                         "' to float (no GraphPipe operator converts integers)");
+  }
+  if (mask || (!is_float && to != 9)) return pass();  // a mask, or integers to integers
+  if (to == 9 && is_float) {
+    const TensorRef zero = b_.constant(unique_id(id + ".zero", id), *x, {1}, {0.0f});
+    act_[n.output(0)] = b_.compare(id, *x, zero, "ne");
+    masks_.insert(n.output(0));
+    return;
+  }
+  refuse(i, std::string(is_float ? "casts the float tensor '" : "casts the integer tensor '") + in +
+                "' to type " + std::to_string(to) +
+                (is_float ? " (rounding has no GraphPipe operator)"
+                          : " (only masks become booleans)"));
+}
+
+// ReduceSum/Mean/Max/L2 over a set of per-sample axes.
+void Importer::general_reduce(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  if (dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32) {
+    return refuse(i, "its input '" + n.input(0) + "' is an integer tensor");
+  }
+  const auto axes = axes_of(n);
+  if (!axes) return refuse(i, "its axes are not constant");
+  if (axes->empty()) {
+    if (attr_i(n, "noop_with_empty_axes", 0) != 0) {
+      act_[n.output(0)] = *x;
+      return;
+    }
+    return refuse(i, "reduces over every axis, the batch axis included");
+  }
+  const auto rank = rank_of(n.input(0));
+  std::vector<int64_t> sample;
+  for (int64_t a : *axes) {
+    const auto s = sample_axis(n.input(0), a);
+    if (!s) {
+      if (!rank) return refuse(i, "axis " + std::to_string(a) + " of a tensor of unknown rank");
+      const bool batch = a == 0 || a == -*rank;
+      return refuse(i, "axes " + dims_text(*axes) +
+                           (batch ? " include the batch axis"
+                                  : " are out of range for rank " + std::to_string(*rank)));
+    }
+    if (std::find(sample.begin(), sample.end(), *s) == sample.end()) sample.push_back(*s);
+  }
+  std::sort(sample.begin(), sample.end());
+  const std::string& t = n.op_type();
+  const std::string_view mode = t == "ReduceSum"    ? "sum"
+                                : t == "ReduceMean" ? "mean"
+                                : t == "ReduceMax"  ? "max"
+                                                    : "l2";
+  act_[n.output(0)] = b_.reduce_axes(id, *x, sample, mode, attr_i(n, "keepdims", 1) != 0);
+}
+
+// Gather(table, constant ids): position embeddings read at arange(T). The ids become an int64
+// constant and the lookup an embedding; its output has no batch axis in ONNX ([T, dim]), so it
+// is marked unbatched for the element-wise op that adds it to the activations.
+void Importer::constant_lookup(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const auto table = weight_dims(n.input(0));
+  if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
+  const auto ids = const_tensor(n.input(1));
+  if (!ids) return refuse(i, "its ids are not constant");
+  if (has_nan(ids->values)) return refuse(i, "its ids depend on the batch size");
+  std::vector<float> values;
+  for (double v : ids->values) {
+    int64_t k = to_index(v);
+    if (k < 0) k += table[0];
+    if (k < 0 || k >= table[0]) {
+      return refuse(i, "id " + std::to_string(to_index(v)) + " is out of range for a table of " +
+                           std::to_string(table[0]) + " rows");
+    }
+    values.push_back(static_cast<float>(k));
+  }
+  const auto anchor = anchor_for(n.output(0));
+  if (!anchor) return refuse(i, "no activation to take the batch from");
+  std::vector<int64_t> shape = ids->dims;
+  if (shape.empty()) shape.push_back(1);
+  const TensorRef c = b_.constant(unique_id(id + ".ids", id), *anchor, shape, values, true);
+  TensorRef out = b_.embedding(id, c, table[0], table[1]);
+  take(id, "weight", n.input(0));
+  // A 0-D id: [dim], not [1, dim].
+  if (ids->dims.empty()) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
+  act_[n.output(0)] = out;
+  unbatched_.insert(n.output(0));
+}
+
+// Expand of a constant over the batch (a causal mask expanded to [batch, 1, T, T]): a constant
+// op of the expanded per-sample values (a constant to a static shape was folded before).
+void Importer::expand_constant(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const auto target = folded(n.input(1));
+  if (!target || target->empty()) return refuse(i, "the target shape is not constant");
+  const double first = (*target)[0];
+  if (!(first == kBatchDim || (static_batch_ > 0 && first == static_cast<double>(static_batch_)))) {
+    return refuse(i, "the first target dim is not the batch");
+  }
+  // The values expanded to the target with 1 for the batch, by the folder's Expand.
+  EvalValue value, shape;
+  value.tensor = *const_tensor(n.input(0));
+  if (has_nan(value.tensor.values)) return refuse(i, "its input depends on the batch size");
+  if (value.tensor.dims.size() > target->size()) {
+    return refuse(i, "the target has fewer dims than its input");
+  }
+  shape.tensor = EvalTensor{{static_cast<int64_t>(target->size())}, *target, true};
+  shape.tensor.values[0] = 1;
+  if (has_nan(shape.tensor.values)) return refuse(i, "the target depends on the batch size");
+  onnx::NodeProto e;
+  e.set_op_type("Expand");
+  e.add_input("value");
+  e.add_input("shape");
+  e.add_output("out");
+  const onnx::NodeProto* node = &e;
+  auto r = evaluate_nodes(
+      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
+      [&](const std::string& name) -> std::optional<EvalValue> {
+        return name == "value" ? value : shape;
+      },
+      kMaxFoldElements);
+  if (!r.ok()) return refuse(i, "not folded: " + r.status().message());
+  const EvalTensor& out = r->at("out").tensor;
+  if (out.dims.empty() || out.dims[0] != 1) {
+    return refuse(i, "its input has a size other than 1 on the batch axis");
+  }
+  const auto anchor = anchor_for(n.output(0));
+  if (!anchor) return refuse(i, "no activation to take the batch from");
+  std::vector<int64_t> sample(out.dims.begin() + 1, out.dims.end());
+  if (sample.empty()) sample.push_back(1);
+  act_[n.output(0)] =
+      b_.constant(id, *anchor, sample, std::vector<float>(out.values.begin(), out.values.end()));
+}
+
+}  // namespace gp::model::onnx_detail
