@@ -49,6 +49,10 @@ ONNX_MODELS = [
     "transformer_block.onnx", "mlp_gelu_ln.onnx", "dlrm_like.onnx", "inception_block.onnx",
     "torch/encoder_layer_op17.onnx", "torch/resnet_block_op17.onnx",
 ]
+# Whole PyTorch architectures as their users write them (issue 37), graph-only exports of
+# bench/cpu/models/make_models.py: GPT-2 small's layer shape (2 layers, 64 positions), a timm-style
+# ViT and a U-Net. Both sides initialise the weights themselves.
+ARCH_MODELS = ["models/gpt2_small_shaped.onnx", "models/vit.onnx", "models/unet.onnx"]
 
 
 def torch_python():
@@ -105,8 +109,9 @@ def thread_env(threads):
 def export_model(a, name, out):
     plan = os.path.join(a.bin, "graphpipe-plan")
     if name.endswith(".onnx"):
-        run([plan, "import", os.path.join(ONNX_DIR, name), "--out", out, "--inline-weights",
-             "--log-level", "warn"])
+        path = (os.path.join(HERE, name) if name.startswith("models/")
+                else os.path.join(ONNX_DIR, name))
+        run([plan, "import", path, "--out", out, "--inline-weights", "--log-level", "warn"])
     else:
         run([plan, "zoo", "export", name, "--out", out, "--log-level", "warn"])
 
@@ -134,7 +139,7 @@ def torch_ms(a, model):
 
 def main():
     a = parse_args()
-    models = [m for m in ZOO_MODELS + ONNX_MODELS if a.only in m]
+    models = [m for m in ZOO_MODELS + ONNX_MODELS + ARCH_MODELS if a.only in m]
     if not models:
         print("run.py: no model matches --only %r" % a.only, file=sys.stderr)
         return 2

@@ -66,9 +66,11 @@ def parse_args():
 SUPPORTED = {"input", "linear", "embedding_bag", "multi_head_attention", "layer_norm", "relu",
              "gelu", "softmax", "add", "concat", "slice", "matmul", "scale", "transpose",
              "reshape", "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "mse_loss",
-             "softmax_cross_entropy"}
+             "softmax_cross_entropy", "embedding", "sigmoid", "tanh", "clip", "mul", "reduce",
+             "bias_add", "broadcast_param", "unary", "binary", "compare", "where", "constant",
+             "conv_transpose2d", "resize"}
 PARAM_OPS = ("linear", "embedding_bag", "multi_head_attention", "layer_norm", "conv2d",
-             "batch_norm")
+             "batch_norm", "embedding", "bias_add", "broadcast_param", "conv_transpose2d")
 INT_DTYPES = ("DATA_TYPE_INT64", "DATA_TYPE_INT32", 4, 5)
 
 
@@ -143,6 +145,14 @@ def build_module(torch, model, attention):
     # GraphPipe's gelu is the tanh approximation (torch >= 1.12 has it built in).
     UNARY = {"relu": F.relu, "gelu": lambda x: F.gelu(x, approximate="tanh"),
              "softmax": lambda x: torch.softmax(x, dim=-1)}
+    # The general element-wise ops' functions, by attrs.fn (model/src/ops_general.cc).
+    UNARY_FNS = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
+                 "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal, "abs": torch.abs,
+                 "erf": torch.erf, "sin": torch.sin, "cos": torch.cos, "softplus": F.softplus}
+    BINARY_FNS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                  "pow": torch.pow, "max": torch.maximum, "min": torch.minimum}
+    COMPARE_FNS = {"eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
+                   "gt": torch.gt, "ge": torch.ge}
 
     class GraphModule(nn.Module):
         def __init__(self):
@@ -150,6 +160,12 @@ def build_module(torch, model, attention):
             self.ops = check_model(model)
             self.plist = nn.ParameterList()
             self.params = {}  # op id -> {param name: Parameter}
+            # Tied parameters (model.param_ties) are one Parameter, as in the user's module.
+            self.tied = {}  # (op id, param) -> (first member's op id, param)
+            for tie in model.get("paramTies", model.get("param_ties", [])):
+                members = [(m["op"], m["param"]) for m in tie.get("members", [])]
+                for m in members[1:]:
+                    self.tied[m] = members[0]
             for op in self.ops:
                 self.params[op["id"]] = {}
                 self.add_params(op, op.get("params", []))
@@ -164,6 +180,10 @@ def build_module(torch, model, attention):
 
         def add_params(self, op, specs):
             for spec in specs:
+                source = self.tied.get((op["id"], spec["name"]))
+                if source is not None and spec["name"] in self.params.get(source[0], {}):
+                    self.params[op["id"]][spec["name"]] = self.params[source[0]][source[1]]
+                    continue
                 p = nn.Parameter(self.init_param(op, spec))
                 self.params[op["id"]][spec["name"]] = p
                 self.plist.append(p)
@@ -176,9 +196,16 @@ def build_module(torch, model, attention):
             if t == "linear":
                 n = attr(op, "out_features", required=True)
                 specs = [("weight", [n, x.shape[-1]])] + ([("bias", [n])] if bias else [])
-            elif t == "embedding_bag":
+            elif t in ("embedding_bag", "embedding"):
                 specs = [("weight", [attr(op, "num_embeddings", required=True),
                                      attr(op, "embedding_dim", required=True)])]
+            elif t == "bias_add":
+                specs = [("bias", attr(op, "shape", required=True))]
+            elif t == "broadcast_param":
+                specs = [("value", attr(op, "shape", required=True))]
+            elif t == "conv_transpose2d":
+                n, k = attr(op, "out_channels", required=True), attr(op, "kernel", required=True)
+                specs = [("weight", [x.shape[1], n] + k)] + ([("bias", [n])] if bias else [])
             elif t == "multi_head_attention":
                 h = x.shape[-1]
                 specs = [(n + "_weight", [h, h]) for n in ("q", "k", "v", "out")]
@@ -209,7 +236,7 @@ def build_module(torch, model, attention):
             if "bias" in name:
                 return torch.zeros(shape)
             bound = 0.05
-            if op["type"] != "embedding_bag" and len(shape) >= 2:
+            if op["type"] not in ("embedding_bag", "embedding") and len(shape) >= 2:
                 bound = 1.0 / math.sqrt(math.prod(shape[1:]))
             return torch.empty(shape).uniform_(-bound, bound)
 
@@ -231,6 +258,8 @@ def build_module(torch, model, attention):
             if t in ("concat", "slice"):
                 axis = attr(op, "axis", -1)
                 axis = axis + xs[0].dim() - 1 if axis < 0 else axis  # against the per-sample rank
+            if t == "gelu" and attr(op, "approximate", "tanh") == "none":
+                return F.gelu(xs[0])  # exact (erf), as nn.GELU()
             if t in UNARY:
                 return UNARY[t](xs[0])
             if t == "linear":
@@ -277,6 +306,9 @@ def build_module(torch, model, attention):
             if t == "batch_norm":  # training mode: micro-batch statistics, no running stats
                 return F.batch_norm(xs[0], None, None, p["gamma"], p["beta"], training=True,
                                     eps=attr(op, "epsilon", 1e-5))
+            general = self.general_op(op, t, xs, p, batch)
+            if general is not None:
+                return general
             # Losses give a per-sample [B, 1] value, as GraphPipe's loss ops do.
             if t == "mse_loss":
                 d = xs[0].float() - xs[1].float()  # fp32 under bf16 autocast too
@@ -287,6 +319,72 @@ def build_module(torch, model, attention):
                                      reduction="none")
                 return ce.reshape(batch, -1).mean(1, keepdim=True)
             fail(2, "op '%s' has unsupported type '%s'" % (op["id"], t))
+
+        @staticmethod
+        def broadcast(xs):
+            """Operands aligned as GraphPipe broadcasts them: per-sample shapes on their trailing
+            axes, the batch first (1s inserted after it)."""
+            rank = max(x.dim() for x in xs)
+            return [x.reshape(x.shape[0], *([1] * (rank - x.dim())), *x.shape[1:]) for x in xs]
+
+        def general_op(self, op, t, xs, p, batch):
+            """The ops beyond the original catalogue (imported PyTorch models): None if not one."""
+            if t == "embedding":
+                return F.embedding(xs[0], p["weight"])
+            if t == "sigmoid":
+                return torch.sigmoid(xs[0])
+            if t == "tanh":
+                return torch.tanh(xs[0])
+            if t == "clip":
+                return torch.clamp(xs[0], attr(op, "min", required=True),
+                                   attr(op, "max", required=True))
+            if t == "mul":
+                return xs[0] * xs[1]
+            if t == "bias_add":
+                return xs[0] + p["bias"]
+            if t == "broadcast_param":
+                return p["value"].unsqueeze(0).expand(batch, *p["value"].shape)
+            if t == "unary":
+                return UNARY_FNS[attr(op, "fn", required=True)](xs[0])
+            if t == "binary":
+                a, b = self.broadcast(xs)
+                return BINARY_FNS[attr(op, "fn", required=True)](a, b)
+            if t == "compare":
+                a, b = self.broadcast(xs)
+                return COMPARE_FNS[attr(op, "fn", required=True)](a, b).to(a.dtype)
+            if t == "where":
+                c, a, b = self.broadcast(xs)
+                return torch.where(c != 0, a, b)
+            if t == "constant":
+                shape = [int(d) for d in attr(op, "shape", required=True)]
+                raw = bytearray(base64.b64decode(op["param_values"]["value"]))
+                v = torch.frombuffer(raw, dtype=torch.float32).reshape(shape).to(xs[0].device)
+                if attr(op, "dtype", "float32") == "int64":
+                    v = v.long()
+                return v.unsqueeze(0).expand(batch, *shape)
+            if t == "reduce":
+                axes = attr(op, "axes", None) or [attr(op, "axis", -1)]
+                dims = [a + 1 if a >= 0 else a for a in axes]  # past the batch axis
+                keep = attr(op, "keepdims", 1) != 0
+                mode = attr(op, "mode", "sum")
+                if mode == "sum":
+                    return xs[0].sum(dim=dims, keepdim=keep)
+                if mode == "mean":
+                    return xs[0].mean(dim=dims, keepdim=keep)
+                if mode == "max":
+                    return xs[0].amax(dim=dims, keepdim=keep)
+                return torch.linalg.vector_norm(xs[0], dim=dims, keepdim=keep)
+            if t == "conv_transpose2d":
+                return F.conv_transpose2d(xs[0], p["weight"], p.get("bias"),
+                                          attr(op, "stride", [1, 1]), attr(op, "padding", [0, 0]),
+                                          attr(op, "output_padding", [0, 0]))
+            if t == "resize":
+                size = attr(op, "size", required=True)
+                if attr(op, "mode", "nearest") == "nearest":
+                    return F.interpolate(xs[0], size=size, mode="nearest")
+                return F.interpolate(xs[0], size=size, mode="bilinear",
+                                     align_corners=bool(attr(op, "align_corners", 0)))
+            return None
 
         def forward(self, inputs):
             """inputs: op id -> batched tensor. Returns the training loss: the sum over the

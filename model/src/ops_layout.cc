@@ -107,8 +107,7 @@ Status infer_transpose(const Operator& op, std::span<const TensorSpec> in, Infer
 }
 
 Status infer_reshape(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
-  const TensorSpec& x = in[0];
-  GP_RETURN_IF_ERROR(require_float(x, 0));
+  const TensorSpec& x = in[0];  // float, or ids (int64: moved as they are, no gradient)
   GP_ASSIGN_OR_RETURN(std::vector<int64_t> shape, attr_ints(op, "shape"));
   if (shape.empty()) {
     return invalid_argument("attrs.shape = []: give the per-sample shape, e.g. [" +

@@ -38,8 +38,9 @@ struct ImportOptions {
   std::string loss = "mse";
   bool allow_opaque = false;
   bool untie_weights = false;
-  bool inline_weights = false;  // keep parameter values inside the model file
-  int64_t max_bag = 0;          // ids per sample for bags of varying length (0: refuse them)
+  bool inline_weights = false;      // keep parameter values inside the model file
+  int64_t max_bag = 0;              // ids per sample for bags of varying length (0: refuse them)
+  std::vector<std::string> freeze;  // initializers kept constant (registered buffers)
 };
 
 struct SearchOptions {

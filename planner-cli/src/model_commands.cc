@@ -33,6 +33,7 @@ Status run_import(const ImportOptions& opts) {
   io.loss = opts.loss;
   io.allow_opaque = opts.allow_opaque;
   io.untie_weights = opts.untie_weights;
+  io.freeze = opts.freeze;
   io.max_bag = opts.max_bag;
   std::vector<std::string> warnings;
   io.warnings = &warnings;
@@ -145,8 +146,14 @@ Command add_import_command(CLI::App& app) {
                    "<offsets>.npy as torch takes them")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   import->add_flag("--untie-weights", opts->untie_weights,
-                   "give every operator that reads a tied (shared) weight its own copy; without "
-                   "it such models are refused, since training would no longer tie them");
+                   "import a tied (shared) weight as independent copies, one per operator that "
+                   "reads it, trained separately; without it the copies are tied (their "
+                   "gradients summed), and copies in different layouts are refused");
+  import->add_option("--freeze", opts->freeze,
+                     "an initializer that is a registered buffer, not a parameter (an additive "
+                     "attention mask, a fixed table): kept constant, never trained; repeatable. "
+                     "torch's dynamo exports mark their buffers, so this is for legacy exports, "
+                     "where the import warns about an initializer added as a learned bias");
   return {import, [opts](const std::string&) { return run_import(*opts); }};
 }
 

@@ -47,7 +47,6 @@ const std::map<std::string, std::string>& refused_patterns() {
       {"embedding_bag_offsets",
        "(Loop): nn.EmbeddingBag over ids 'ids' split into bags by offsets 'offsets' (bags of "
        "varying length): every GraphPipe input is per sample, so import with --max-bag N"},
-      {"shared_weight", "tied weights are not supported"},
   };
   return kRefused;
 }
@@ -58,6 +57,13 @@ const std::map<std::string, std::string>& refused_patterns() {
 bool folds_batch_norm(const std::string& stem) {
   return stem.rfind("resnet_block", 0) == 0 && !stem.ends_with("_op17_train") &&
          !stem.ends_with("_noopt");
+}
+
+// The registered buffers a legacy export does not mark, named on import (--freeze) so that they
+// stay constants as in torch; torch 2.x's dynamo exports mark them themselves.
+std::vector<std::string> freeze_for(const std::string& stem) {
+  if (stem == "buffers_legacy") return {"mask", "scale"};
+  return {};
 }
 
 std::string pattern_of(const std::string& stem) { return stem.substr(0, stem.find("_op")); }
@@ -171,6 +177,16 @@ class Trainer {
       auto a = args(i, true);
       kernels_[i]->backward(a.args);
     }
+    // Tied copies are one tensor: each steps by the sum of their gradients, as the executor's
+    // tie reducer sums them.
+    for (const auto& tie : g_.ties()) {
+      std::vector<float> sum(param_grads_[tie[0].op][tie[0].param].size(), 0.0f);
+      for (const auto& m : tie) {
+        const auto& grad = param_grads_[m.op][m.param];
+        for (size_t k = 0; k < sum.size(); ++k) sum[k] += grad[k];
+      }
+      for (const auto& m : tie) param_grads_[m.op][m.param] = sum;
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       for (size_t p = 0; p < params_[i].size(); ++p) {
         for (size_t k = 0; k < params_[i][p].size(); ++k) {
@@ -178,6 +194,10 @@ class Trainer {
         }
       }
     }
+  }
+
+  const std::vector<float>& param(int op, int p) const {
+    return params_[static_cast<size_t>(op)][static_cast<size_t>(p)];
   }
 
   std::vector<float> value_of(int op) const {
@@ -295,6 +315,48 @@ TEST_CASE("an eval-mode export's folded batch norm is warned about, with or with
   }
 }
 
+TEST_CASE("registered buffers stay constants: dynamo marks them, legacy warns and --freeze keeps") {
+  auto params = [](const model::ModelGraph& m) {
+    auto g = model::Graph::build(m);
+    REQUIRE(g.ok());
+    return g->total_params();
+  };
+  auto count = [](const model::ModelGraph& m, const std::string& type) {
+    return std::count_if(m.ops().begin(), m.ops().end(),
+                         [&](const auto& op) { return op.type() == type; });
+  };
+  for (const std::string variant :
+       {"dynamo", "dynamo_static", "dynamo_train", "dynamo_train_noopt"}) {
+    INFO(variant);
+    auto m = model::import_onnx(kDir2 + "buffers_" + variant + ".onnx");
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    CHECK(count(*m, "constant") == 2);  // the mask and the scale table, never trained
+    CHECK(count(*m, "bias_add") == 0);
+    CHECK(count(*m, "broadcast_param") == 0);
+    CHECK(params(*m) == 8 * 8 + 8 + 8 * 4 + 4);
+  }
+  std::vector<std::string> warnings;
+  model::OnnxImportOptions options;
+  options.warnings = &warnings;
+  auto trained = model::import_onnx(kDir2 + "buffers_legacy.onnx", options);
+  REQUIRE(trained.ok());
+  CHECK(count(*trained, "bias_add") == 1);  // unmarked: taken for a learned bias, and said so
+  bool warned = false;
+  for (const auto& w : warnings) warned = warned || w.find("--freeze mask") != w.npos;
+  CHECK(warned);
+  options.freeze = {"mask", "scale"};
+  auto frozen = model::import_onnx(kDir2 + "buffers_legacy.onnx", options);
+  REQUIRE(frozen.ok());
+  CHECK(count(*frozen, "constant") == 2);
+  CHECK(params(*frozen) == 8 * 8 + 8 + 8 * 4 + 4);
+  options.freeze = {"no_such_buffer"};
+  auto unknown = model::import_onnx(kDir2 + "buffers_legacy.onnx", options);
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(unknown.status().message(),
+             Catch::Contains("--freeze 'no_such_buffer'") && Catch::Contains("no initializer"));
+}
+
 TEST_CASE("a graph-only torch export imports with the parameters of the export with weights") {
   int compared = 0;
   for (const auto& stem : stems()) {
@@ -330,6 +392,7 @@ TEST_CASE("torch exports compute torch's output and loss, and match it after one
       std::vector<std::string> warnings;
       model::OnnxImportOptions options;
       options.warnings = &warnings;
+      options.freeze = freeze_for(stem);
       auto m = model::import_onnx(dir + stem + ".onnx", options);
       INFO(m.status().to_string());
       REQUIRE(m.ok());
@@ -379,6 +442,7 @@ TEST_CASE("a tied weight imports as copies with untie_weights: torch's forward, 
   REQUIRE(m.ok());
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Contains("fc1.weight") && Catch::Contains("--untie-weights"));
+  CHECK(m->param_ties_size() == 0);
   auto g = model::Graph::build(*m);
   REQUIRE(g.ok());
   const std::string ref = kDir + stem + "/";
@@ -391,6 +455,79 @@ TEST_CASE("a tied weight imports as copies with untie_weights: torch's forward, 
   t.set_input(g->op(loss).proto->inputs(1).op(), raw_of(load_tensor(ref + "target_0.pb")));
   t.forward();
   check_close(t.value_of(g->index_of(g->op(loss).proto->inputs(0).op())), floats(y0), 1e-5);
+}
+
+TEST_CASE("a tied weight imports as tied copies that train as torch's one tensor") {
+  // shared_weight: fc2.weight = fc1.weight (two Gemms or MatMuls); tied_head: nanoGPT's
+  // embedding table = LM head weight (a Gather and a MatMul, whose transposed weight torch 2.x's
+  // optimiser folds into an initializer of its own).
+  int checked = 0;
+  for (const auto& dir : {kDir, kDir2}) {
+    for (const auto& stem : stems(dir)) {
+      const bool head = stem.starts_with("tied_head_");
+      const std::string ref = dir + stem + "/";
+      if ((!head && !stem.starts_with("shared_weight_")) || !fs::exists(ref + "output_0.pb")) {
+        continue;
+      }
+      INFO(stem);
+      auto m = model::import_onnx(dir + stem + ".onnx");
+      INFO(m.status().to_string());
+      REQUIRE(m.ok());
+      REQUIRE(m->param_ties_size() == 1);
+      REQUIRE(m->param_ties(0).members_size() == 2);
+      // A transpose the exporter folded is written back on export too: the head's weight has
+      // two sources.
+      const auto& second = m->param_ties(0).members(1);
+      int second_sources = 0;
+      for (const auto& src : m->param_sources()) {
+        second_sources += src.op() == second.op() && src.param() == second.param();
+      }
+      const bool folds = head && !stem.ends_with("_noopt");  // both exporters' optimisers
+      CHECK(second_sources == (folds ? 2 : 1));
+      auto g = model::Graph::build(*m);
+      REQUIRE(g.ok());
+      REQUIRE(g->ties().size() == 1);
+      const auto tie = g->ties()[0];
+      // Untied, the copies step apart and the output after the step is not torch's.
+      model::OnnxImportOptions untie;
+      untie.untie_weights = true;
+      auto mu = model::import_onnx(dir + stem + ".onnx", untie);
+      REQUIRE(mu.ok());
+      auto gu = model::Graph::build(*mu);
+      REQUIRE(gu.ok());
+      const auto y0 = load_tensor(ref + "output_0.pb");
+      const auto after = floats(load_tensor(ref + "output_after_step_0.pb"));
+      std::vector<std::vector<float>> outputs;
+      for (const model::Graph* graph : {&*g, &*gu}) {
+        Trainer t(*graph, y0.dims(0));
+        for (int k = 0; fs::exists(ref + "input_" + std::to_string(k) + ".pb"); ++k) {
+          const auto x = load_tensor(ref + "input_" + std::to_string(k) + ".pb");
+          t.set_input(x.name(), raw_of(x));
+        }
+        const int loss = loss_op(*graph);
+        REQUIRE(loss >= 0);
+        const int out = graph->index_of(graph->op(loss).proto->inputs(0).op());
+        t.set_input(graph->op(loss).proto->inputs(1).op(),
+                    raw_of(load_tensor(ref + "target_0.pb")));
+        t.forward();
+        check_close(t.value_of(out), floats(y0), 1e-5);
+        t.backward_and_sgd(0.1f);
+        if (graph == &*g) {
+          CHECK(t.param(tie[0].op, tie[0].param) == t.param(tie[1].op, tie[1].param));
+        }
+        t.forward();
+        outputs.push_back(t.value_of(out));
+      }
+      check_close(outputs[0], after, 1e-5);
+      double apart = 0;
+      for (size_t k = 0; k < after.size(); ++k) {
+        apart = std::max(apart, static_cast<double>(std::fabs(outputs[1][k] - after[k])));
+      }
+      CHECK(apart > 1e-4);  // 10 times and more the tolerance of check_close
+      ++checked;
+    }
+  }
+  CHECK(checked == 14);  // 4 torch 1.13 shared_weight exports, 5 + 5 torch 2.x ones
 }
 
 }  // namespace gp
@@ -524,7 +661,8 @@ TEST_CASE(
         kDir + "relu6_depthwise_op17_noparams", kDir + "mha_op17_noparams",
         kDir2 + "two_norms_dynamo", kDir2 + "resnet_block_dynamo_train_noopt",
         kDir2 + "encoder_layer_dynamo_train_noopt", kDir2 + "encoder_layer_legacy",
-        kDir2 + "mha_dynamo"}) {
+        kDir2 + "mha_dynamo", kDir2 + "tied_head_dynamo", kDir2 + "tied_head_legacy",
+        kDir2 + "tied_head_dynamo_train_noopt"}) {
     const std::string stem = fs::path(path).filename().string();
     INFO(stem);
     auto m = model::import_onnx(path + ".onnx");

@@ -282,3 +282,13 @@ TEST_CASE("a tied parameter's copies step with the sum of their gradients and st
   const auto ae = a->runner().op_params(emb), ah = a->runner().op_params(head);
   for (size_t k = 0; k < ae.size(); ++k) CHECK(ae[k] == ah[k]);
 }
+
+TEST_CASE("ids passed on through slices bound their range by the smallest table they reach") {
+  model::GraphBuilder b("fields", "");
+  auto ids = b.input("ids", {2}, graphpipe::v1::DATA_TYPE_INT64);
+  auto a = b.embedding("a", b.slice("f0", ids, 0, 0, 1), 7, 2);
+  auto c = b.embedding("c", b.reshape("f1", b.slice("s1", ids, 0, 1, 2), {1}), 5, 2);
+  b.add_loss(b.mse_loss("loss", b.add("sum", {a, c}), b.input("t", {1, 2})));
+  const auto g = testing::build_graph(b.finish());
+  CHECK(exec::id_range(g, g.op(g.index_of("ids"))) == 5);
+}

@@ -12,136 +12,31 @@
 #include <map>
 
 #include "../support/models.h"
+#include "../support/onnx_builder.h"
 #include "gp/model/onnx_import.h"
 #include "onnx/onnx_pb.h"
 
 namespace gp::model {
 namespace {
 
-constexpr int kFloat = onnx::TensorProto::FLOAT;
-constexpr int kInt64 = onnx::TensorProto::INT64;
-constexpr int kBool = onnx::TensorProto::BOOL;
-
-// An ONNX graph written node by node; inputs and outputs have a symbolic batch first.
-struct Onnx {
-  onnx::ModelProto model;
-  explicit Onnx(int opset = 18) {
-    model.set_ir_version(8);
-    model.add_opset_import()->set_version(opset);
-    model.mutable_graph()->set_name("g");
-  }
-  static void value(onnx::ValueInfoProto* vi, const std::string& name,
-                    const std::vector<int64_t>& dims, int type) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(type);
-    auto* shape = tt->mutable_shape();
-    shape->add_dim()->set_dim_param("batch");
-    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
-  }
-  void input(const std::string& name, const std::vector<int64_t>& dims, int type = kFloat) {
-    value(model.mutable_graph()->add_input(), name, dims, type);
-  }
-  void output(const std::string& name, const std::vector<int64_t>& dims) {
-    value(model.mutable_graph()->add_output(), name, dims, kFloat);
-  }
-  static void fill(onnx::TensorProto* t, const std::string& name, const std::vector<int64_t>& dims,
-                   const std::vector<double>& values, int type) {
-    t->set_name(name);
-    t->set_data_type(type);
-    for (int64_t d : dims) t->add_dims(d);
-    for (double v : values) {
-      if (type == kFloat) t->add_float_data(static_cast<float>(v));
-      if (type == kInt64) t->add_int64_data(static_cast<int64_t>(v));
-      if (type == kBool) t->add_int32_data(v != 0);
-    }
-  }
-  // An initializer (a weight when float with more than one element).
-  void init(const std::string& name, const std::vector<int64_t>& dims,
-            const std::vector<double>& values, int type = kFloat) {
-    fill(model.mutable_graph()->add_initializer(), name, dims, values, type);
-  }
-  // A Constant node (never a weight).
-  void constant(const std::string& name, const std::vector<int64_t>& dims,
-                const std::vector<double>& values, int type = kFloat) {
-    auto* n = node("Constant", {}, {name}, name);
-    auto* a = n->add_attribute();
-    a->set_name("value");
-    a->set_type(onnx::AttributeProto::TENSOR);
-    fill(a->mutable_t(), name, dims, values, type);
-  }
-  onnx::NodeProto* node(const std::string& type, const std::vector<std::string>& in,
-                        const std::vector<std::string>& out, const std::string& name) {
-    auto* n = model.mutable_graph()->add_node();
-    n->set_op_type(type);
-    n->set_name(name);
-    for (const auto& i : in) n->add_input(i);
-    for (const auto& o : out) n->add_output(o);
-    return n;
-  }
-  static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(v);
-  }
-  static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (int64_t x : v) a->add_ints(x);
-  }
-  Result<ModelGraph> import() const {
-    static int counter = 0;
-    const std::string path =
-        std::filesystem::temp_directory_path() /
-        ("gp-general-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".onnx");
-    std::ofstream(path, std::ios::binary) << model.SerializeAsString();
-    auto m = import_onnx(path);
-    std::filesystem::remove(path);
-    return m;
-  }
-  ModelGraph imported() const {
-    auto m = import();
-    INFO(m.status().to_string());
-    REQUIRE(m.ok());
-    return *m;
-  }
-  std::string refusal() const {
-    auto m = import();
-    REQUIRE_FALSE(m.ok());
-    return m.status().message();
-  }
-};
+constexpr int kFloat = testing::kOnnxFloat;
+constexpr int kInt64 = testing::kOnnxInt64;
+constexpr int kBool = testing::kOnnxBool;
+using Onnx = testing::OnnxBuilder;
+using testing::type_counts;
 
 const graphpipe::v1::Operator& op(const Graph& g, const std::string& id) {
-  INFO("op " << id);
-  REQUIRE(g.index_of(id) >= 0);
-  return *g.op(g.index_of(id)).proto;
+  return testing::imported_op(g, id);
 }
-
 std::string shape(const Graph& g, const std::string& id) {
   return shape_string(op(g, id).outputs(0));
 }
-
 std::string fn(const Graph& g, const std::string& id) { return op(g, id).attrs().at("fn").s(); }
-
 std::vector<int64_t> ints(const graphpipe::v1::Operator& o, const std::string& attr) {
-  const auto& v = o.attrs().at(attr).ints().values();
-  return {v.begin(), v.end()};
+  return testing::attr_ints_of(o, attr);
 }
-
 std::vector<float> values(const graphpipe::v1::Operator& o, const std::string& param) {
-  const std::string& raw = o.param_values().at(param);
-  std::vector<float> v(raw.size() / sizeof(float));
-  std::memcpy(v.data(), raw.data(), raw.size());
-  return v;
-}
-
-std::map<std::string, int> type_counts(const ModelGraph& m) {
-  std::map<std::string, int> counts;
-  for (const auto& o : m.ops()) ++counts[o.type()];
-  return counts;
+  return testing::param_floats(o, param);
 }
 
 TEST_CASE("broadcasting Add, Mul, Div and Pow of activations map to binary ops, NumPy shapes") {
@@ -406,13 +301,7 @@ TEST_CASE("a broadcast against the batch axis is refused, saying so") {
   CHECK_THAT(c.refusal(), Catch::Contains("'per_batch' (Mul): input 1 'k' [2, 3, 4] has 2 on the "
                                           "batch axis (only 1 broadcasts over the batch)"));
 
-  Onnx d;  // more axes than the activations: the batch would move
-  d.input("x", {4});
-  d.constant("k", {1, 1, 4}, {1, 2, 3, 4});
-  d.node("Sub", {"x", "k"}, {"y"}, "moves_batch");
-  d.output("y", {4});
-  CHECK_THAT(d.refusal(), Catch::Contains("input 1 'k' [1, 1, 4] has more axes than the "
-                                          "activations (2): it would broadcast against the batch"));
+  // (More axes than the activations move the batch: onnx_batch_axis_test.cc.)
 
   Onnx e;  // reducing over the batch
   e.input("x", {4});
@@ -460,15 +349,15 @@ TEST_CASE("each refusal names its blocker, and shape arithmetic feeding it is no
     CHECK_THAT(b.refusal(),
                Catch::Contains("'sub' (Sub): per-sample shapes [3] and [4] do not broadcast"));
   }
-  SECTION("LayerNormalization over an axis that is not the last") {
+  SECTION("LayerNormalization over trailing axes with a scale of the last axis only") {
     Onnx b;
     b.input("x", {3, 8});
     b.init("gamma", {8}, std::vector<double>(8, 1.0));
     Onnx::attr(b.node("LayerNormalization", {"x", "gamma"}, {"y"}, "ln"), "axis", 1);
     b.output("y", {3, 8});
     CHECK_THAT(b.refusal(),
-               Catch::Contains("'ln' (LayerNormalization): axis = 1 of a tensor of rank 3 (only "
-                               "the last axis maps)"));
+               Catch::Contains("'ln' (LayerNormalization): scale 'gamma' has 8 elements, the "
+                               "normalised axes 24"));
   }
   SECTION("a reshape whose target comes from the shape of a refused node lists that node only") {
     Onnx b;
@@ -526,4 +415,155 @@ TEST_CASE("a tensor computed from a weight stays a trained weight, not a folded 
 }
 
 }  // namespace
+}  // namespace gp::model
+
+namespace gp::model {
+namespace {
+
+// x [batch, 3, 4] * cos(outer(t, f)): RoPE's angles as the legacy exporter writes torch.outer.
+Onnx rope_like(const std::string& equation) {
+  Onnx b;
+  b.input("x", {3, 4});
+  b.constant("t", {3}, {0, 1, 2});
+  b.constant("f", {4}, {1.0, 0.5, 0.25, 0.125});
+  auto* e = b.node("Einsum", {"t", "f"}, {"angles"}, "outer");
+  auto* a = e->add_attribute();
+  a->set_name("equation");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(equation);
+  b.node("Cos", {"angles"}, {"cos"}, "cos");
+  b.node("Mul", {"x", "cos"}, {"y"}, "rotate");
+  b.output("y", {3, 4});
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("Einsum of constants folds (torch.outer of RoPE's positions and frequencies)") {
+  for (const char* eq : {"i,j->ij", "i, j -> ij", "i,j"}) {
+    INFO(eq);
+    const auto g = testing::build_graph(rope_like(eq).imported());
+    const auto& c = op(g, "rotate.1");  // the constant operand of Mul's input 1
+    REQUIRE(c.type() == "constant");
+    CHECK(ints(c, "shape") == std::vector<int64_t>{3, 4});
+    const auto v = values(c, "value");
+    REQUIRE(v.size() == 12);
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        CHECK(v[static_cast<size_t>(i * 4 + j)] ==
+              Approx(std::cos(i * std::pow(0.5, j))).margin(1e-6));
+      }
+    }
+    CHECK(fn(g, "rotate") == "mul");
+  }
+  // A contraction: "ij,j->i" sums over j.
+  Onnx b;
+  b.input("x", {2});
+  b.constant("m", {2, 3}, {1, 2, 3, 4, 5, 6});
+  b.constant("v", {3}, {1, 10, 100});
+  auto* e = b.node("Einsum", {"m", "v"}, {"mv"}, "mv");
+  auto* a = e->add_attribute();
+  a->set_name("equation");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("ij,j->i");
+  b.node("Add", {"x", "mv"}, {"y"}, "add");
+  b.output("y", {2});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(values(op(g, "add.1"), "value") == std::vector<float>{321, 654});
+  // An ellipsis is not folded: the refusal names the Einsum.
+  CHECK_THAT(rope_like("...i,j->...ij").refusal(), Catch::Contains("Einsum"));
+}
+
+}  // namespace gp::model
+
+namespace gp::model {
+
+TEST_CASE("with --allow-opaque, a node that cannot be opaque either says why") {
+  // A custom op with two outputs that are both read: an opaque operator has one output.
+  Onnx b;
+  b.input("x", {4});
+  auto* n = b.node("TwoHeads", {"x"}, {"a", "c"}, "two_heads");
+  n->set_domain("com.example");
+  b.node("Add", {"a", "c"}, {"y"}, "sum");
+  b.output("y", {4});
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("gp-opaque-why-" + std::to_string(::getpid()) + ".onnx");
+  std::ofstream(path, std::ios::binary) << b.model.SerializeAsString();
+  OnnxImportOptions options;
+  options.allow_opaque = true;
+  const auto m = import_onnx(path, options);
+  std::filesystem::remove(path);
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(),
+             Catch::Contains("node 0 'two_heads' (TwoHeads)") &&
+                 Catch::Contains("cannot be opaque: its output 1 'c' is read (an opaque operator "
+                                 "has one output)"));
+}
+
+}  // namespace gp::model
+
+namespace gp::model {
+
+TEST_CASE("one field of per-field ids (Wide&Deep reading a column) feeds its own embedding") {
+  Onnx b;
+  b.input("ids", {3}, kInt64);
+  b.init("table", {5, 4}, std::vector<double>(20, 0.5));
+  b.constant("f", {}, {1}, kInt64);
+  b.node("Gather", {"ids", "f"}, {"field"}, "select");  // axis 0 of the per-sample ids: ids[:, 1]
+  Onnx::attr(b.model.mutable_graph()->mutable_node(1), "axis", 1);
+  b.node("Gather", {"table", "field"}, {"y"}, "emb");
+  b.output("y", {4});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "select").type() == "slice");
+  CHECK(shape(g, "select") == "[1] int64");
+  CHECK(op(g, "emb").type() == "embedding");
+  CHECK(shape(g, "y.loss") == "[1] float32");
+  // The sample's [1, 4] lookup is its [4] row: the loss target has the ONNX output's shape.
+  CHECK(shape(g, "y.target") == "[4] float32");
+}
+
+TEST_CASE("Expand of an activation (F.normalize's expand_as) broadcasts as an add of zeros") {
+  Onnx b;
+  b.input("x", {3});
+  b.node("ReduceL2", {"x"}, {"norm"}, "norm");  // keepdims 1: [batch, 1]
+  Onnx::attr(b.model.mutable_graph()->mutable_node(0), "axes", std::vector<int64_t>{1});
+  b.node("Shape", {"x"}, {"shape"}, "shape");
+  b.node("Expand", {"norm", "shape"}, {"wide"}, "expand_as");
+  b.node("Div", {"x", "wide"}, {"y"}, "normalize");
+  b.output("y", {3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "expand_as").type() == "binary");
+  CHECK(fn(g, "expand_as") == "add");
+  CHECK(shape(g, "expand_as") == "[3] float32");
+  CHECK(values(op(g, "expand_as.zeros"), "value") == std::vector<float>{0, 0, 0});
+  CHECK(fn(g, "normalize") == "div");
+}
+
+TEST_CASE("a scalar parameter (CLIP's logit_scale) is trained, and exp of it maps") {
+  Onnx b;
+  b.model.set_producer_name("pytorch");  // torch's legacy export: initializers are module state
+  b.input("x", {3});
+  b.init("logit_scale", {}, {2.5});
+  b.node("Exp", {"logit_scale"}, {"scale"}, "exp");
+  b.node("Mul", {"x", "scale"}, {"y"}, "scaled");
+  b.output("y", {3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "exp.0").type() == "broadcast_param");
+  CHECK(values(op(g, "exp.0"), "value") == std::vector<float>{2.5f});
+  CHECK(op(g, "exp").type() == "unary");
+  CHECK(g.total_params() == 1);
+  // An exporter's own scalar (named onnx::*), or any scalar of a file torch did not write, stays
+  // a constant.
+  Onnx c;
+  c.model.set_producer_name("pytorch");
+  c.input("x", {3});
+  c.init("onnx::Mul_7", {}, {2.5});
+  c.node("Exp", {"onnx::Mul_7"}, {"scale"}, "exp");
+  c.node("Mul", {"x", "scale"}, {"y"}, "scaled");
+  c.output("y", {3});
+  CHECK(testing::build_graph(c.imported()).total_params() == 0);
+  b.model.set_producer_name("onnxscript");
+  CHECK(testing::build_graph(b.imported()).total_params() == 0);
+}
+
 }  // namespace gp::model

@@ -385,7 +385,9 @@ KernelResult make_transpose(const model::OpNode& op, const CudaContext& ctx) {
 }
 
 KernelResult make_reshape(const model::OpNode& op, const CudaContext& ctx) {
-  return wrap(std::make_unique<ReshapeKernel>(op, ctx, model::num_elements(op.input_specs[0])));
+  // Ids (int64) move as twice as many floats.
+  return wrap(std::make_unique<ReshapeKernel>(
+      op, ctx, model::num_elements(op.input_specs[0]) * float_units(op.input_specs[0])));
 }
 
 }  // namespace gp::exec::cuda

@@ -1,5 +1,6 @@
 #include "gp/exec/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -58,18 +59,34 @@ void init_param(const model::OpNode& op, int param_index, uint64_t seed, std::sp
   for (float& x : out) x = rng.uniform(-bound, bound);
 }
 
-int64_t id_range(const model::Graph& graph, const model::OpNode& input) {
-  int64_t range = 1;
-  for (int s : input.succs) {
+namespace {
+
+// The smallest range of the id consumers `op`'s ids reach, through the layout ops that pass ids on
+// (ids[:, f] of per-field ids is a slice); 0 when they reach none.
+int64_t reached_range(const model::Graph& graph, const model::OpNode& op, int depth) {
+  int64_t range = 0;
+  auto take = [&range](int64_t r) { range = range == 0 ? r : std::min(range, r); };
+  for (int s : op.succs) {
     const auto& consumer = graph.op(s);
-    if (consumer.type() == "embedding_bag" || consumer.type() == "embedding") {
-      range = consumer.proto->params(0).shape(0);
-    } else if (consumer.type() == "softmax_cross_entropy") {
+    const std::string_view t = consumer.type();
+    if (t == "embedding_bag" || t == "embedding") {
+      take(consumer.proto->params(0).shape(0));
+    } else if (t == "softmax_cross_entropy") {
       const auto& logits = consumer.input_specs[0];
-      range = logits.shape(logits.shape_size() - 1);
+      take(logits.shape(logits.shape_size() - 1));
+    } else if ((t == "slice" || t == "reshape" || t == "concat" || t == "transpose") &&
+               depth < 64) {
+      if (const int64_t r = reached_range(graph, consumer, depth + 1); r > 0) take(r);
     }
   }
   return range;
+}
+
+}  // namespace
+
+int64_t id_range(const model::Graph& graph, const model::OpNode& input) {
+  // Ids reaching several tables (per-field ids) must fit the smallest of them.
+  return std::max<int64_t>(reached_range(graph, input, 0), 1);
 }
 
 void fill_input(const model::Graph& graph, const model::OpNode& input, uint64_t seed,

@@ -166,10 +166,9 @@ struct Importer::ViewTrace {
             if (extent(d) < 0) return std::nullopt;
             dims.push_back(static_cast<double>(extent(d)));
           }
-        } else if (auto sample =
-                       im.activation(n.input(0)) ? im.sample_shape(n.input(0)) : std::nullopt) {
-          dims.push_back(static_cast<double>(batch_size));
-          for (int64_t d : *sample) dims.push_back(static_cast<double>(d));
+        } else if (auto at = im.activation(n.input(0)) ? im.dims_at_batch(n.input(0), batch_size)
+                                                       : std::nullopt) {
+          dims.assign(at->begin(), at->end());
         } else {
           return std::nullopt;
         }
@@ -366,8 +365,9 @@ struct Importer::AttentionViewMatch {
   // The Transpose of x [B, S, E] to [S, B, E].
   bool input() {
     if (t0.op_type() != "Transpose" || t0.input_size() != 1 ||
-        attr_ints(t0, "perm") != std::vector<int64_t>{1, 0, 2} || !im.activation(t0.input(0))) {
-      return false;
+        attr_ints(t0, "perm") != std::vector<int64_t>{1, 0, 2} || !im.activation(t0.input(0)) ||
+        !im.layout_of(t0.input(0)).batch_first()) {
+      return false;  // (windows folded into the batch: the nodes convert one by one)
     }
     const auto x_shape = im.sample_shape(t0.input(0));
     if (!x_shape || x_shape->size() != 2) return false;

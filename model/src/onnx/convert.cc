@@ -25,24 +25,42 @@ int64_t product(const std::vector<int64_t>& v) {
 
 // The mapped ONNX types with the number of inputs each needs at least.
 const std::map<std::string, int>& mapped_inputs() {
-  static const std::map<std::string, int> kMapped = {
-      {"Identity", 1},      {"Dropout", 1},
-      {"Relu", 1},          {"Gelu", 1},
-      {"Softmax", 1},       {"LayerNormalization", 2},
-      {"Gemm", 2},          {"MatMul", 2},
-      {"Add", 2},           {"Mul", 2},
-      {"Div", 2},           {"Concat", 1},
-      {"Slice", 3},         {"Split", 1},
-      {"Gather", 2},        {"Transpose", 1},
-      {"Reshape", 1},       {"Flatten", 1},
-      {"Squeeze", 1},       {"Unsqueeze", 1},
-      {"Conv", 2},          {"MaxPool", 1},
-      {"AveragePool", 1},   {"GlobalAveragePool", 1},
-      {"GlobalMaxPool", 1}, {"BatchNormalization", 3},
-      {"Sigmoid", 1},       {"Tanh", 1},
-      {"Clip", 1},          {"Pad", 1},
-      {"ReduceSum", 1},     {"ReduceMean", 1},
-      {"Expand", 2}};
+  static const std::map<std::string, int> kMapped = {{"Identity", 1},
+                                                     {"Dropout", 1},
+                                                     {"Relu", 1},
+                                                     {"Gelu", 1},
+                                                     {"Softmax", 1},
+                                                     {"LayerNormalization", 2},
+                                                     {"LogSoftmax", 1},
+                                                     {"ConvTranspose", 2},
+                                                     {"Resize", 1},
+                                                     {"Gemm", 2},
+                                                     {"MatMul", 2},
+                                                     {"Add", 2},
+                                                     {"Mul", 2},
+                                                     {"Div", 2},
+                                                     {"Concat", 1},
+                                                     {"Slice", 3},
+                                                     {"Split", 1},
+                                                     {"Gather", 2},
+                                                     {"Transpose", 1},
+                                                     {"Reshape", 1},
+                                                     {"Flatten", 1},
+                                                     {"Squeeze", 1},
+                                                     {"Unsqueeze", 1},
+                                                     {"Conv", 2},
+                                                     {"MaxPool", 1},
+                                                     {"AveragePool", 1},
+                                                     {"GlobalAveragePool", 1},
+                                                     {"GlobalMaxPool", 1},
+                                                     {"BatchNormalization", 3},
+                                                     {"Sigmoid", 1},
+                                                     {"Tanh", 1},
+                                                     {"Clip", 1},
+                                                     {"Pad", 1},
+                                                     {"ReduceSum", 1},
+                                                     {"ReduceMean", 1},
+                                                     {"Expand", 2}};
   return kMapped;
 }
 
@@ -69,6 +87,21 @@ int min_inputs(const std::string& t) {
   return it == mapped_inputs().end() ? general_min_inputs(t) : it->second;
 }
 
+namespace {
+
+// Types that map element by element: they also take a tensor without the batch axis.
+bool elementwise_type(const std::string& t) {
+  static const std::set<std::string> kElementwise = {
+      "Identity", "Dropout",  "Relu",  "Sigmoid",    "Tanh",        "Gelu",    "Add",
+      "Sub",      "Mul",      "Div",   "Pow",        "Max",         "Min",     "Neg",
+      "Exp",      "Log",      "Sqrt",  "Reciprocal", "Abs",         "Erf",     "Sin",
+      "Cos",      "Softplus", "Equal", "Less",       "LessOrEqual", "Greater", "GreaterOrEqual",
+      "Not",      "And",      "Or",    "Xor",        "Where",       "Cast"};
+  return kElementwise.count(t) > 0;
+}
+
+}  // namespace
+
 void Importer::convert(int i) {
   const auto& n = g_.node(i);
   const std::string& t = n.op_type();
@@ -80,10 +113,10 @@ void Importer::convert(int i) {
   const std::string& id = current_id_;
   fed_by_refused_ = false;
   for (const auto& input : n.input()) fed_by_refused_ = fed_by_refused_ || poisoned_.count(input);
+  // Inputs whose batch is not first (batch_layout.cc) that this op cannot take.
+  if (const std::string why = layout_refusal(i); !why.empty()) return refuse(i, why);
   if (fused != fused_.end()) return emit_fused(i, fused->second);
   // (Nodes without an output or with too few inputs were refused before any conversion.)
-  auto in = [&](int k) { return k < n.input_size() ? activation(n.input(k)) : std::nullopt; };
-  auto out = [&](const TensorRef& r) { act_[n.output(0)] = r; };
   // A tensor without the batch axis (an embedding of constant position ids) is the same for
   // every sample: element-wise ops take it, as they take a constant; other ops would read its
   // first axis as the batch.
@@ -96,156 +129,276 @@ void Importer::convert(int i) {
       batched_input = true;
     }
   }
-  static const std::set<std::string> kElementwise = {
-      "Identity", "Dropout",  "Relu",  "Sigmoid",    "Tanh",        "Gelu",    "Add",
-      "Sub",      "Mul",      "Div",   "Pow",        "Max",         "Min",     "Neg",
-      "Exp",      "Log",      "Sqrt",  "Reciprocal", "Abs",         "Erf",     "Sin",
-      "Cos",      "Softplus", "Equal", "Less",       "LessOrEqual", "Greater", "GreaterOrEqual",
-      "Not",      "And",      "Or",    "Xor",        "Where",       "Cast"};
-  if (!unbatched.empty() && !kElementwise.count(t)) {
+  if (!unbatched.empty() && !elementwise_type(t)) {
     return refuse(i, "reads '" + unbatched +
                          "', which has no batch axis (computed from weights and constants); "
                          "only element-wise ops map on such a tensor");
   }
+  using Conversion = void (Importer::*)(int, const std::string&);
+  static const std::map<std::string, Conversion> kConversions = {
+      {"Shape", &Importer::shape_of},
+      {"Size", &Importer::shape_of},
+      {"Identity", &Importer::pass_through},
+      {"Dropout", &Importer::pass_through},
+      {"Relu", &Importer::pointwise},
+      {"Gelu", &Importer::pointwise},
+      {"Sigmoid", &Importer::pointwise},
+      {"Tanh", &Importer::pointwise},
+      {"Softmax", &Importer::softmax},
+      {"LogSoftmax", &Importer::log_softmax},
+      {"ConvTranspose", &Importer::conv_transpose},
+      {"Resize", &Importer::resize},
+      {"LayerNormalization", &Importer::layer_norm},
+      {"Gemm", &Importer::gemm},
+      {"MatMul", &Importer::matmul},
+      {"Add", &Importer::add},
+      {"Clip", &Importer::clip},
+      {"Pad", &Importer::pad},
+      {"ReduceSum", &Importer::reduce},
+      {"ReduceMean", &Importer::reduce},
+      {"Mul", &Importer::scale},
+      {"Div", &Importer::scale},
+      {"ReduceMax", &Importer::general},
+      {"ReduceL2", &Importer::general},
+      {"Concat", &Importer::concat},
+      {"Slice", &Importer::slice},
+      {"Expand", &Importer::expand},
+      {"Split", &Importer::split},
+      {"Gather", &Importer::gather},
+      {"Transpose", &Importer::transpose},
+      {"Reshape", &Importer::reshape},
+      {"Flatten", &Importer::reshape},
+      {"Squeeze", &Importer::reshape},
+      {"Unsqueeze", &Importer::reshape},
+      {"Conv", &Importer::conv},
+      {"MaxPool", &Importer::pool},
+      {"AveragePool", &Importer::pool},
+      {"GlobalAveragePool", &Importer::pool},
+      {"GlobalMaxPool", &Importer::pool},
+      {"BatchNormalization", &Importer::batch_norm},
+      {"Loop", &Importer::loop}};
+  const auto conversion = kConversions.find(t);
+  if (conversion != kConversions.end()) {
+    (this->*conversion->second)(i, id);
+  } else if (elementwise_type(t)) {
+    general(i, id);
+  } else {
+    return refuse(i, "no GraphPipe operator for this type");
+  }
   // Element-wise ops of tensors without the batch axis make another one.
-  const bool unbatched_out = !unbatched.empty() && !batched_input;
-  auto out_unbatched = [&] {
-    if (unbatched_out && act_.count(n.output(0))) unbatched_.insert(n.output(0));
-  };
-  if (t == "Shape" || t == "Size") {
-    return refuse(i, "the shape of '" + n.input(0) + "' is not known");
+  if (!unbatched.empty() && !batched_input && act_.count(n.output(0))) {
+    unbatched_.insert(n.output(0));
   }
-  if (t == "Identity" || t == "Dropout") {
-    if (auto x = in(0)) {
-      out(*x);
-      if (masks_.count(n.input(0))) masks_.insert(n.output(0));
-      return out_unbatched();
-    }
-    return refuse(i, "its input is not an activation");
+}
+
+void Importer::shape_of(int i, const std::string& /*id*/) {
+  refuse(i, "the shape of '" + g_.node(i).input(0) + "' is not known");
+}
+
+void Importer::pass_through(int i, const std::string& /*id*/) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  act_[n.output(0)] = *x;
+  if (masks_.count(n.input(0))) masks_.insert(n.output(0));
+}
+
+void Importer::pointwise(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const std::string& t = n.op_type();
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  auto& out = act_[n.output(0)];
+  if (t == "Relu") out = b_.relu(id, *x);
+  if (t == "Sigmoid") out = b_.sigmoid(id, *x);
+  if (t == "Tanh") out = b_.tanh(id, *x);
+  if (t == "Gelu") out = b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh");
+}
+
+std::optional<int64_t> Importer::feature_axis(int i, int64_t axis) {
+  const auto& n = g_.node(i);
+  const auto rank = rank_of(n.input(0));
+  const auto a = sample_axis(n.input(0), axis);
+  if (!rank) {
+    refuse(i, "the rank of its input '" + n.input(0) +
+                  "' is unknown (no shape information), so axis " + std::to_string(axis) +
+                  " cannot be placed");
+    return std::nullopt;
   }
-  if (t == "Relu" || t == "Gelu" || t == "Sigmoid" || t == "Tanh" || t == "Softmax" ||
-      t == "LayerNormalization") {
-    auto x = in(0);
-    if (!x) return refuse(i, "its input is not an activation");
-    if (t == "Relu") return out(b_.relu(id, *x)), out_unbatched();
-    if (t == "Sigmoid") return out(b_.sigmoid(id, *x)), out_unbatched();
-    if (t == "Tanh") return out(b_.tanh(id, *x)), out_unbatched();
-    if (t == "Gelu") {
-      return out(b_.gelu(id, *x, attr_s(n, "approximate", "none") != "tanh")), out_unbatched();
-    }
-    // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
-    // when that is axis 1 of a 2-D tensor.
-    const int64_t axis = attr_i(n, "axis", t == "Softmax" && opset_ > 0 && opset_ < 13 ? 1 : -1);
-    const auto rank = rank_of(n.input(0));
-    const auto a = sample_axis(n.input(0), axis);
-    if (!rank) {
-      return refuse(i, "the rank of its input '" + n.input(0) +
-                           "' is unknown (no shape information), so axis " + std::to_string(axis) +
-                           " cannot be placed");
-    }
-    if (*rank == 1) {
-      return refuse(i, "its input '" + n.input(0) + "' is [batch]: axis " + std::to_string(axis) +
-                           " is the batch axis");
-    }
-    if (!a || *a != *rank - 2) {
-      return refuse(i, "axis = " + std::to_string(axis) + " of a tensor of rank " +
-                           std::to_string(*rank) + " (only the last axis maps)");
-    }
-    if (t == "Softmax") return out(b_.softmax(id, *x));
-    if (!is_weight(n.input(1))) return refuse(i, "scale is not a weight");
-    if (n.input_size() > 2 && !n.input(2).empty() && !is_weight(n.input(2))) {
-      return refuse(i, "bias is not a weight");
-    }
-    out(b_.layer_norm(id, *x));
-    if (const double eps = attr_f(n, "epsilon", 1e-5); std::fabs(eps - 1e-5) > 1e-9) {
-      set_attr(op_by_id(id), "epsilon", eps);
-    }
-    take(id, "gamma", n.input(1));
-    if (n.input_size() > 2 && !n.input(2).empty()) take(id, "beta", n.input(2));
+  if (*rank == 1) {
+    refuse(i, "its input '" + n.input(0) + "' is [batch]: axis " + std::to_string(axis) +
+                  " is the batch axis");
+    return std::nullopt;
+  }
+  if (!a) {
+    refuse(i, "axis = " + std::to_string(axis) + " of a tensor of rank " + std::to_string(*rank) +
+                  " is the batch axis or out of range");
+    return std::nullopt;
+  }
+  return a;
+}
+
+void Importer::softmax(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
+  // when that is axis 1 of a 2-D tensor.
+  const bool coerced = opset_ > 0 && opset_ < 13;
+  const int64_t axis = attr_i(n, "axis", coerced ? 1 : -1);
+  const auto a = feature_axis(i, axis);
+  if (!a) return;
+  // Per sample, the batch's folded dims included.
+  const int64_t rank = sample_rank(n.input(0)).value_or(*rank_of(n.input(0)) - 1);
+  if (coerced && *a != rank - 1) {
+    return refuse(i, "axis = " + std::to_string(axis) + " of a tensor of rank " +
+                         std::to_string(rank + 1) +
+                         " (before opset 13 Softmax flattens the axes from there: only the last "
+                         "axis maps)");
+  }
+  if (*a == rank - 1) {
+    act_[n.output(0)] = b_.softmax(id, *x);
     return;
   }
-  if (t == "Gemm") return gemm(i, id);
-  if (t == "MatMul") return matmul(i, id);
-  if (t == "Add") {
-    // Two activations of one shape (residuals) and a learned bias over the trailing axes keep
-    // their own ops; anything else broadcasts in a general binary add.
-    auto x = in(0), y = in(1);
-    const bool aligned = rank_of(n.input(0)) == rank_of(n.input(1)) ||
-                         unbatched_.count(n.input(0)) || unbatched_.count(n.input(1));
-    const bool floats = dtype_of(n.input(0)) == graphpipe::v1::DATA_TYPE_FLOAT32 &&
-                        dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32;
-    if (x && y && aligned && floats && sample_shape(n.input(0)) &&
-        sample_shape(n.input(0)) == sample_shape(n.input(1))) {
-      out(b_.add(id, {*x, *y}));
-      return out_unbatched();
+  // The catalogue's softmax takes the last axis: move the axis there and back.
+  std::vector<int64_t> perm, back(static_cast<size_t>(rank));
+  for (int64_t k = 0; k < rank; ++k) {
+    if (k != *a) perm.push_back(k);
+  }
+  perm.push_back(*a);
+  for (int64_t k = 0; k < rank; ++k) back[static_cast<size_t>(perm[static_cast<size_t>(k)])] = k;
+  const TensorRef last = b_.transpose(unique_id(id + ".to_last", id), *x, perm);
+  act_[n.output(0)] = b_.transpose(unique_id(id + ".back", id), b_.softmax(id, last), back);
+}
+
+void Importer::log_softmax(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const bool coerced = opset_ > 0 && opset_ < 13;
+  const int64_t axis = attr_i(n, "axis", coerced ? 1 : -1);
+  const auto a = feature_axis(i, axis);
+  if (!a) return;
+  if (coerced && *a != sample_rank(n.input(0)).value_or(*rank_of(n.input(0)) - 1) - 1) {
+    return refuse(i, "axis = " + std::to_string(axis) +
+                         " (before opset 13 LogSoftmax flattens the axes from there: only the "
+                         "last axis maps)");
+  }
+  // x - max - log(sum(exp(x - max))), as torch computes it: a softmax followed by a log would
+  // lose the small probabilities (log of an underflowed 0 is -inf).
+  auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
+  const TensorRef max = b_.reduce_axes(part("max"), *x, {*a}, "max", true);
+  const TensorRef shifted = b_.binary(part("shift"), *x, max, "sub");
+  const TensorRef sum =
+      b_.reduce_axes(part("sum"), b_.unary(part("exp"), shifted, "exp"), {*a}, "sum", true);
+  act_[n.output(0)] = b_.binary(id, shifted, b_.unary(part("log"), sum, "log"), "sub");
+}
+
+void Importer::layer_norm(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const int64_t axis = attr_i(n, "axis", -1);
+  const auto a = feature_axis(i, axis);
+  if (!a) return;
+  if (!is_weight(n.input(1))) return refuse(i, "scale is not a weight");
+  const bool beta = n.input_size() > 2 && !n.input(2).empty();
+  if (beta && !is_weight(n.input(2))) return refuse(i, "bias is not a weight");
+  // Per sample, the batch's folded dims included.
+  const int64_t rank = sample_rank(n.input(0)).value_or(*rank_of(n.input(0)) - 1);
+  TensorRef in = *x;
+  std::vector<int64_t> shape;
+  if (*a != rank - 1) {
+    // Over the trailing axes from `axis`: merged into one, normalised, and split again (the
+    // scale and bias flatten row-major, as the merged axis does).
+    const auto s = sample_shape(n.input(0));
+    if (!s) {
+      return refuse(i, "normalises axes " + std::to_string(axis) + ".. of '" + n.input(0) +
+                           "', whose shape is not known");
     }
-    for (int k = 0; k < 2; ++k) {
-      if (in(k) && !unbatched_.count(n.input(k)) && bias_fits(n.input(k), n.input(1 - k))) {
-        return bias_add(i, id, *in(k), n.input(1 - k));
+    shape = *s;
+    const int64_t merged = product(std::vector<int64_t>(s->begin() + *a, s->end()));
+    for (int k = 1; k < (beta ? 3 : 2); ++k) {
+      if (product(weight_dims(n.input(k))) != merged) {
+        return refuse(i, std::string(k == 1 ? "scale" : "bias") + " '" + n.input(k) + "' has " +
+                             std::to_string(product(weight_dims(n.input(k)))) +
+                             " elements, the normalised axes " + std::to_string(merged) +
+                             " (only a scale and bias of the normalised shape map)");
       }
     }
-    general(i, id);
-    return out_unbatched();
+    std::vector<int64_t> flat(s->begin(), s->begin() + *a);
+    flat.push_back(merged);
+    in = b_.reshape(unique_id(id + ".merge", id), *x, flat);
   }
-  if (t == "Clip") return clip(i, id);
-  if (t == "Pad") return pad(i);
-  if (t == "ReduceSum" || t == "ReduceMean") return reduce(i, id);
-  if (t == "Mul" || t == "Div") {
-    scale(i, id);
-    return out_unbatched();
+  TensorRef y = b_.layer_norm(id, in);
+  if (const double eps = attr_f(n, "epsilon", 1e-5); std::fabs(eps - 1e-5) > 1e-9) {
+    set_attr(op_by_id(id), "epsilon", eps);
   }
-  if (kElementwise.count(t) || t == "ReduceMax" || t == "ReduceL2") {
-    general(i, id);
-    return out_unbatched();
+  take(id, "gamma", n.input(1));
+  if (beta) take(id, "beta", n.input(2));
+  if (!shape.empty()) y = b_.reshape(unique_id(id + ".split", id), y, shape);
+  act_[n.output(0)] = y;
+}
+
+void Importer::add(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  // Two activations of one shape (residuals) and a learned bias over the trailing axes keep
+  // their own ops; anything else broadcasts in a general binary add.
+  auto x = activation(n.input(0)), y = activation(n.input(1));
+  const bool aligned = rank_of(n.input(0)) == rank_of(n.input(1)) || unbatched_.count(n.input(0)) ||
+                       unbatched_.count(n.input(1));
+  const bool floats = dtype_of(n.input(0)) == graphpipe::v1::DATA_TYPE_FLOAT32 &&
+                      dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32;
+  if (x && y && aligned && floats && sample_shape(n.input(0)) &&
+      sample_shape(n.input(0)) == sample_shape(n.input(1))) {
+    act_[n.output(0)] = b_.add(id, {*x, *y});
+    return;
   }
-  if (t == "Concat") {
-    std::vector<TensorRef> xs;
-    for (int k = 0; k < n.input_size(); ++k) {
-      auto x = in(k);
-      if (!x && static_batch_ > 0 && is_weight(n.input(k)) && !weight_dims(n.input(k)).empty() &&
-          weight_dims(n.input(k))[0] == static_batch_) {
-        return refuse(i, "input " + std::to_string(k) + " '" + n.input(k) +
-                             "' is a weight with the traced batch baked in (torch's optimiser "
-                             "folded an expand of a parameter over the static batch); export "
-                             "with a dynamic batch, or with optimize=False");
-      }
-      if (!x) return refuse(i, "input " + std::to_string(k) + " is not an activation");
-      xs.push_back(*x);
+  for (int k = 0; k < 2; ++k) {
+    auto xk = activation(n.input(k));
+    if (xk && !unbatched_.count(n.input(k)) && bias_fits(n.input(k), n.input(1 - k))) {
+      return bias_add(i, id, *xk, n.input(1 - k));
     }
-    const auto axis = sample_axis(n.input(0), attr_i(n, "axis", 0));
-    if (!axis) return refuse(i, "concatenates along the batch axis (or an axis out of range)");
-    return out(b_.concat(id, xs, *axis));
   }
-  if (t == "Slice") return slice(i, id);
-  if (t == "Expand") return expand(i, id);
-  if (t == "Split") return split(i, id);
-  if (t == "Gather") return gather(i, id);
-  if (t == "Transpose") return transpose(i, id);
-  if (t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze") return reshape(i, id);
-  if (t == "Conv") return conv(i, id);
-  if (t == "MaxPool" || t == "AveragePool" || t == "GlobalAveragePool" || t == "GlobalMaxPool") {
-    return pool(i, id);
-  }
-  if (t == "BatchNormalization") return batch_norm(i, id);
-  if (t == "Loop") {
-    const auto helpers = loop_helpers_.find(i);
-    const std::string with =
-        helpers == loop_helpers_.end() || helpers->second == 0
-            ? ""
-            : "; refused with it: the " + std::to_string(helpers->second) +
-                  " node(s) that only compute its inputs or pass on its result";
-    if (const auto why = ragged_refusals_.find(i); why != ragged_refusals_.end()) {
-      return refuse(i, why->second + with);
+  general(i, id);
+}
+
+void Importer::concat(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  std::vector<TensorRef> xs;
+  for (int k = 0; k < n.input_size(); ++k) {
+    auto x = activation(n.input(k));
+    if (!x && static_batch_ > 0 && is_weight(n.input(k)) && !weight_dims(n.input(k)).empty() &&
+        weight_dims(n.input(k))[0] == static_batch_) {
+      return refuse(i, "input " + std::to_string(k) + " '" + n.input(k) +
+                           "' is a weight with the traced batch baked in (torch's optimiser "
+                           "folded an expand of a parameter over the static batch); export "
+                           "with a dynamic batch, or with optimize=False");
     }
-    return refuse(i,
-                  "no GraphPipe operator for this loop (torch exports nn.EmbeddingBag as a Loop "
-                  "over the bags; it maps when the ids are one [batch, bag] input, i.e. "
-                  "fixed-size bags in sum or mean mode; bags of varying length given by an "
-                  "offsets input do not, because every GraphPipe input is per sample: pad the "
-                  "bags to one length, or use nn.Embedding followed by .sum(dim=1))" +
-                      with);
+    if (!x) return refuse(i, "input " + std::to_string(k) + " is not an activation");
+    xs.push_back(*x);
   }
-  refuse(i, "no GraphPipe operator for this type");
+  const auto axis = sample_axis(n.input(0), attr_i(n, "axis", 0));
+  if (!axis) return refuse(i, "concatenates along the batch axis (or an axis out of range)");
+  act_[n.output(0)] = b_.concat(id, xs, *axis);
+}
+
+void Importer::loop(int i, const std::string& /*id*/) {
+  const auto helpers = loop_helpers_.find(i);
+  const std::string with = helpers == loop_helpers_.end() || helpers->second == 0
+                               ? ""
+                               : "; refused with it: the " + std::to_string(helpers->second) +
+                                     " node(s) that only compute its inputs or pass on its result";
+  if (const auto why = ragged_refusals_.find(i); why != ragged_refusals_.end()) {
+    return refuse(i, why->second + with);
+  }
+  refuse(i,
+         "no GraphPipe operator for this loop (torch exports nn.EmbeddingBag as a Loop over the "
+         "bags; it maps when the ids are one [batch, bag] input, i.e. fixed-size bags in sum or "
+         "mean mode; bags of varying length given by an offsets input do not, because every "
+         "GraphPipe input is per sample: pad the bags to one length, or use nn.Embedding "
+         "followed by .sum(dim=1))" +
+             with);
 }
 
 void Importer::emit_fused(int i, const Fused& f) {
@@ -436,8 +589,9 @@ void Importer::slice(int i, const std::string& id) {
   // All of the batch (torch.export writes x[:, 0] as x[0:INT64_MAX] along the batch first): a
   // view of the whole tensor.
   const auto rank = rank_of(n.input(0));
-  const bool batch_axis = rank && (*axis == 0 || *axis == -static_cast<double>(*rank));
-  if (!a && batch_axis && *start == 0 && *end >= 9.2e18) {
+  const auto at = batch_axis(n.input(0));
+  const bool on_batch = rank && at && (*axis == *at || *axis == static_cast<double>(*at - *rank));
+  if (!a && on_batch && *start == 0 && *end >= 9.2e18) {
     act_[n.output(0)] = *x;
     return;
   }
@@ -455,8 +609,11 @@ void Importer::slice(int i, const std::string& id) {
 void Importer::expand(int i, const std::string& id) {
   const auto& n = g_.node(i);
   if (!param_like(n.input(0)) && const_tensor(n.input(0))) return expand_constant(i, id);
+  if (auto x = activation(n.input(0)); x && n.input_size() >= 2) {
+    return expand_activation(i, id, *x);
+  }
   if (n.input_size() < 2 || !is_weight(n.input(0))) {
-    return refuse(i, "expands an activation (only a weight broadcast over the batch maps)");
+    return refuse(i, "expands a value that is neither an activation nor a weight");
   }
   const auto target = folded(n.input(1));
   if (!target || target->empty()) return refuse(i, "the target shape is not constant");
@@ -493,6 +650,51 @@ void Importer::expand(int i, const std::string& id) {
   if (!anchor) return refuse(i, "no activation to take the batch from");
   act_[n.output(0)] = b_.broadcast_param(id, *anchor, sample);
   take(id, "value", n.input(0));
+}
+
+void Importer::expand_activation(int i, const std::string& id, const TensorRef& x) {
+  const auto& n = g_.node(i);
+  const auto target = folded(n.input(1));
+  const auto in = sample_shape(n.input(0));
+  if (!target || target->empty()) return refuse(i, "the target shape is not constant");
+  if (!in || batch_axis(n.input(0)) != 0) {
+    return refuse(i, "expands an activation whose batch axis or shape is not known");
+  }
+  // ONNX broadcasting of the input's dims against the target's, aligned right: the target may
+  // not add axes before the batch, and its dim at the batch is 1 or the batch itself.
+  if (target->size() > in->size() + 1) {
+    return refuse(i, "the target " +
+                         dims_string(std::vector<int64_t>(target->begin(), target->end())) +
+                         " adds axes before the batch");
+  }
+  const size_t rank = in->size() + 1, from_t = rank - target->size();
+  if (from_t == 0) {
+    const double t0 = (*target)[0];
+    const bool batch = t0 == kBatchDim || !(t0 == t0) || t0 == 1 || t0 == -1 ||
+                       (static_batch_ > 0 && t0 == static_cast<double>(static_batch_));
+    if (!batch) return refuse(i, "the target's first dim is not the batch");
+  }
+  std::vector<int64_t> out(*in);
+  for (size_t k = std::max<size_t>(from_t, 1); k < rank; ++k) {
+    const int64_t a = (*in)[k - 1];
+    const double t = (*target)[k - from_t];
+    if (t == 1 || t == -1 || t == static_cast<double>(a)) continue;
+    if (a != 1 || !(t > 1) || t > 1e12) {
+      return refuse(i, "the target's dim " + std::to_string(to_index(t)) +
+                           " does not broadcast the activation's " + std::to_string(a));
+    }
+    out[k - 1] = static_cast<int64_t>(t);
+  }
+  if (out == *in) {
+    act_[n.output(0)] = x;  // nothing to broadcast
+    return;
+  }
+  int64_t count = 1;
+  for (int64_t d : out) count *= d;
+  constexpr int64_t kMaxZeros = int64_t{1} << 24;  // as constant folding's bound
+  if (count > kMaxZeros) return refuse(i, "broadcasts to more than 2^24 elements per sample");
+  const auto zeros = b_.constant(id + ".zeros", x, out, std::vector<float>(count, 0.0f));
+  act_[n.output(0)] = b_.binary(id, x, zeros, "add");
 }
 
 // Split -> one slice per used output.
@@ -541,10 +743,10 @@ void Importer::gather(int i, const std::string& id) {
     const auto k = scalar(n.input(1));
     const auto a = sample_axis(n.input(0), attr_i(n, "axis", 0));
     const auto shape = sample_shape(n.input(0));
-    if (!k || !a || !shape || shape->size() < 2) {
+    if (!k || !a || !shape) {
       return refuse(i,
                     "only a lookup in a weight table, or one constant index of a per-sample "
-                    "axis of a tensor with two or more per-sample axes, maps");
+                    "axis, maps");
     }
     const int64_t size = (*shape)[static_cast<size_t>(*a)];
     int64_t pos = to_index(*k);
@@ -553,8 +755,14 @@ void Importer::gather(int i, const std::string& id) {
     const TensorRef picked = b_.slice(id, *x, *a, pos, pos + 1);
     // A 0-D index (x[:, k]) drops the axis; a one-element 1-D index keeps it with size 1.
     const auto c = consts_.find(n.input(1));
-    if (c != consts_.end() && c->second->dims_size() > 0) {
+    // (ids[:, f] of [batch, fields] ids: the sample's one id, per-sample [1] as a [batch] input.)
+    if ((c != consts_.end() && c->second->dims_size() > 0) || shape->size() == 1) {
       act_[n.output(0)] = picked;
+      // A 0-D index of a [batch, n] tensor leaves [batch] (per-sample [1]), whatever the file's
+      // shape information says (a legacy export may have none).
+      if (shape->size() == 1 && !(c != consts_.end() && c->second->dims_size() > 0)) {
+        shapes_[n.output(0)] = {-1};
+      }
       return;
     }
     std::vector<int64_t> dropped = *shape;
@@ -668,15 +876,28 @@ void Importer::bias_add(int i, const std::string& id, const TensorRef& x,
   }
   act_[n.output(0)] = b_.bias_add(id, x, w);
   take(id, "bias", weight);
+  // A legacy export does not say which initializers are buffers: one added to activations may be
+  // a registered mask that training must not change.
+  if (!dynamo_metadata_ && options_.warnings != nullptr) {
+    options_.warnings->push_back(where(i) + ": initializer '" + weight +
+                                 "' is added to activations as a learned bias; if it is a "
+                                 "registered buffer (an additive attention mask, a fixed table), "
+                                 "import with --freeze " +
+                                 weight + " to keep it constant");
+  }
 }
 
 bool Importer::bias_fits(const std::string& x, const std::string& weight) const {
-  if (!is_weight(weight)) return false;
+  if (!is_weight(weight) || is_buffer(weight)) return false;
   std::vector<int64_t> w = weight_dims(weight);
   // A scalar is a constant, not a parameter (as in check_weight_sharing).
   if (product(w) <= 1) return false;
   while (!w.empty() && w.front() == 1) w.erase(w.begin());
   const auto shape = sample_shape(x);
+  // Over axes after the batch only (a batch moved to the end is not a leading axis).
+  const auto batch = batch_axis(x);
+  const auto rank = rank_of(x);
+  if (!batch || !rank || static_cast<int64_t>(w.size()) > *rank - 1 - *batch) return false;
   return shape && w.size() <= shape->size() &&
          std::equal(w.begin(), w.end(), shape->end() - static_cast<long>(w.size()));
 }
@@ -704,7 +925,7 @@ void Importer::clip(int i, const std::string& id) {
 }
 
 // Zero padding of H and W whose only consumer is a Conv or an AveragePool: that op pads instead.
-void Importer::pad(int i) {
+void Importer::pad(int i, const std::string& /*id*/) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
@@ -739,124 +960,6 @@ void Importer::pad(int i) {
   if (!absorbed) return refuse(i, "zero padding maps only into a following Conv or AveragePool");
   pad_of_[n.output(0)] = {pads[2], pads[3]};
   act_[n.output(0)] = *x;
-}
-
-void Importer::transpose(int i, const std::string& id) {
-  const auto& n = g_.node(i);
-  auto x = activation(n.input(0));
-  if (!x) return refuse(i, "its input is not an activation");
-  const auto perm = attr_ints(n, "perm");
-  if (perm.empty() || perm[0] != 0) {
-    return refuse(i, "perm " + dims_string(perm) + " moves the batch axis");
-  }
-  std::vector<int64_t> sample_perm;
-  for (size_t k = 1; k < perm.size(); ++k) sample_perm.push_back(perm[k] - 1);
-  act_[n.output(0)] = b_.transpose(id, *x, sample_perm);
-}
-
-// Reshape, Flatten, Squeeze and Unsqueeze: a copy into a new per-sample shape, taken from the
-// constant (or folded) target shape, else from the output's shape information.
-void Importer::reshape(int i, const std::string& id) {
-  const auto& n = g_.node(i);
-  const std::string& t = n.op_type();
-  auto x = activation(n.input(0));
-  if (!x) return refuse(i, "its input is not an activation");
-  const auto in_shape = sample_shape(n.input(0));
-  std::optional<std::vector<int64_t>> shape;
-  if (t == "Flatten") {
-    if (attr_i(n, "axis", 1) != 1) return refuse(i, "flattens the batch into other dimensions");
-    if (in_shape) shape = std::vector<int64_t>{product(*in_shape)};
-  } else if (t == "Reshape" && n.input_size() > 1) {
-    if (auto target = folded(n.input(1))) {
-      if (target->empty()) return refuse(i, "reshapes to a scalar");
-      if (attr_i(n, "allowzero", 0) != 0 &&
-          std::find(target->begin(), target->end(), 0.0) != target->end()) {
-        return refuse(i, "allowzero = 1 with a zero-size dimension");
-      }
-      const double first = (*target)[0];
-      if (!(first == kBatchDim || first == 0 || first == -1 ||
-            (static_batch_ > 0 && first == static_cast<double>(static_batch_)))) {
-        return refuse(i, "target shape does not keep the batch as its first dimension");
-      }
-      std::vector<int64_t> s;
-      int infer = -1;
-      for (size_t k = 1; k < target->size(); ++k) {
-        const double v = (*target)[k];
-        if (v == 0 && in_shape && k - 1 < in_shape->size()) {
-          s.push_back((*in_shape)[k - 1]);
-        } else if (v == -1 && infer < 0 && first != -1) {
-          infer = static_cast<int>(s.size());
-          s.push_back(1);
-        } else if (v >= 1 && v == std::floor(v) && v < 1e15) {
-          s.push_back(static_cast<int64_t>(v));
-        } else {
-          return refuse(i,
-                        "target shape element " + std::to_string(k) +
-                            " is not a per-sample size (it depends on the batch or is -1 twice)");
-        }
-      }
-      if (infer >= 0) {
-        if (!in_shape) return refuse(i, "infers a dimension of an input of unknown shape");
-        s[static_cast<size_t>(infer)] = product(*in_shape) / product(s);
-      }
-      if (s.empty()) s.push_back(1);
-      shape = s;
-    }
-  }
-  if (!shape && (t == "Squeeze" || t == "Unsqueeze")) {
-    auto result = squeezed(i);
-    if (result.ok()) {
-      shape = *result;
-    } else if (!(shape = sample_shape(n.output(0)))) {
-      return refuse(i, result.status().message());
-    }
-  }
-  if (!shape) shape = sample_shape(n.output(0));
-  if (!shape) return refuse(i, "its output shape is unknown");
-  if (in_shape && *in_shape == *shape) return void(act_[n.output(0)] = *x);
-  act_[n.output(0)] = b_.reshape(id, *x, *shape);
-}
-
-// The per-sample shape after a Squeeze or Unsqueeze, from the input's shape and the axes
-// (attribute before opset 13, constant input since).
-Result<std::vector<int64_t>> Importer::squeezed(int i) const {
-  const auto& n = g_.node(i);
-  const bool un = n.op_type() == "Unsqueeze";
-  const auto constant_axes = axes_of(n);
-  if (!constant_axes) return invalid_argument("axes are not constant");
-  const std::vector<int64_t>& axes = *constant_axes;
-  auto dims = onnx_shape(n.input(0));
-  if (!dims) return invalid_argument("its input's shape is unknown");
-  const int64_t rank =
-      static_cast<int64_t>(dims->size()) + (un ? static_cast<int64_t>(axes.size()) : 0);
-  std::set<int64_t> at;
-  for (int64_t a : axes) {
-    const int64_t k = a < 0 ? a + rank : a;
-    if (k <= 0 || k >= rank) {
-      return invalid_argument("axes " + dims_string(axes) +
-                              " touch the batch axis or are out of range");
-    }
-    at.insert(k);
-  }
-  std::vector<int64_t> out;
-  if (un) {
-    for (int64_t k = 0, src = 0; k < rank; ++k) {
-      out.push_back(at.count(k) ? 1 : (*dims)[static_cast<size_t>(src++)]);
-    }
-  } else {
-    for (int64_t k = 0; k < rank; ++k) {
-      const int64_t d = (*dims)[static_cast<size_t>(k)];
-      const bool drop = axes.empty() ? (k > 0 && d == 1) : at.count(k) > 0;
-      if (drop && d != 1) return invalid_argument("squeezes an axis of size " + std::to_string(d));
-      if (!drop) out.push_back(d);
-    }
-  }
-  out.erase(out.begin());  // the batch
-  for (int64_t d : out) {
-    if (d <= 0) return invalid_argument("its input's shape is not fully known");
-  }
-  if (out.empty()) out.push_back(1);
-  return out;
 }
 
 void Importer::conv(int i, const std::string& id) {

@@ -100,8 +100,11 @@ Result<Importer::Operand> Importer::operand(int i, int k) const {
     o.batched = !unbatched_.count(name);
     const auto dims = onnx_shape(name);
     if (!dims) return invalid_argument(what + " has an unknown shape");
-    for (size_t d = o.batched ? 1 : 0; d < dims->size(); ++d) {
-      if ((*dims)[d] <= 0) return invalid_argument(what + " has an unknown shape");
+    const auto batch = batch_axis(name);
+    for (size_t d = 0; d < dims->size(); ++d) {
+      if ((*dims)[d] <= 0 && !(batch && static_cast<int64_t>(d) == *batch)) {
+        return invalid_argument(what + " has an unknown shape");
+      }
     }
     if (dtype_of(name) != graphpipe::v1::DATA_TYPE_FLOAT32) {
       return invalid_argument(what + " is an integer tensor (element-wise ops compute in float32)");
@@ -134,48 +137,51 @@ std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std:
     }
     ops.push_back(std::move(*o));
   }
-  // The activations' ONNX rank: the batch is their axis 0, so they must all have it.
-  int64_t rank = -1;
+  // ONNX aligns the operands on their last axes: the batched activations' batch must be the same
+  // axis counted from the end (`from_end`), folded alike (layout_refusal checked it).
+  int64_t from_end = -1, out_rank = 0;
+  BatchLayout layout;
   std::optional<TensorRef> anchor;
   for (const auto& o : ops) {
+    out_rank = std::max(out_rank, static_cast<int64_t>(o.dims.size()));
     if (!o.act) continue;
-    if (!anchor || (o.batched && rank < 0)) anchor = o.act;
+    if (!anchor || (o.batched && from_end < 0)) anchor = o.act;
     if (!o.batched) continue;
+    const BatchLayout l = layout_of(o.name);
     const auto r = static_cast<int64_t>(o.dims.size());
-    if (rank >= 0 && r != rank) {
+    if (from_end >= 0 && r - l.pos != from_end) {
       refuse(i, "broadcasts the batch axis against a per-sample axis: its activations have " +
-                    std::to_string(std::min(rank, r)) + " and " +
-                    std::to_string(std::max(rank, r)) + " axes");
+                    std::to_string(std::min(from_end, r - l.pos)) + " and " +
+                    std::to_string(std::max(from_end, r - l.pos)) + " axes from the batch axis on");
       return std::nullopt;
     }
-    rank = r;
+    from_end = r - l.pos;
+    layout = l;
   }
   if (!anchor) {
     refuse(i, "none of its inputs is an activation (constants that were not folded)");
     return std::nullopt;
   }
-  // Each operand's per-sample shape: aligned on the trailing axes, an operand of the
-  // activations' rank meets the batch axis with its first.
+  // Each operand's per-sample shape, aligned on the last axes: an operand that reaches the
+  // batch axis has 1 there, which becomes the fold's dims (none when the batch is not folded).
   std::vector<std::vector<int64_t>> pers;
   for (size_t k = 0; k < ops.size(); ++k) {
     const Operand& o = ops[k];
     const std::string what =
         "input " + std::to_string(inputs[k]) + " '" + o.name + "' " + dims_text(o.dims);
-    std::vector<int64_t> per(o.dims.begin() + (o.batched ? 1 : 0), o.dims.end());
-    if (!o.batched && rank >= 0) {
-      if (static_cast<int64_t>(o.dims.size()) > rank) {
-        refuse(i, what + " has more axes than the activations (" + std::to_string(rank) +
-                      "): it would broadcast against the batch axis");
+    std::vector<int64_t> per = o.dims;
+    const auto c = static_cast<int64_t>(o.dims.size());
+    if (o.batched) {
+      per = *sample_shape(o.name);
+    } else if (from_end >= 0 && c >= from_end) {
+      const int64_t at = c - from_end;
+      if (o.dims[static_cast<size_t>(at)] != 1) {
+        refuse(i, what + " has " + std::to_string(o.dims[static_cast<size_t>(at)]) +
+                      " on the batch axis (only 1 broadcasts over the batch)");
         return std::nullopt;
       }
-      if (static_cast<int64_t>(o.dims.size()) == rank) {
-        if (o.dims[0] != 1) {
-          refuse(i, what + " has " + std::to_string(o.dims[0]) +
-                        " on the batch axis (only 1 broadcasts over the batch)");
-          return std::nullopt;
-        }
-        per.erase(per.begin());
-      }
+      per.erase(per.begin() + at);
+      per.insert(per.begin() + at, static_cast<size_t>(layout.folded()), 1);
     }
     if (per.empty()) per.push_back(1);
     pers.push_back(std::move(per));
@@ -195,13 +201,17 @@ std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std:
       o = per[d];
     }
   }
+  // An operand of more axes than the activations puts axes before the batch.
+  if (from_end >= 0) {
+    layouts_[g_.node(i).output(0)] = BatchLayout{out_rank - from_end, layout.outer, layout.inner};
+  }
   std::vector<TensorRef> refs;
   for (size_t k = 0; k < ops.size(); ++k) {
     const Operand& o = ops[k];
     const std::vector<int64_t>& per = pers[k];
     const std::string part = unique_id(id + "." + std::to_string(inputs[k]), id);
     if (o.act) {
-      const bool reshaped = !o.batched && per.size() != o.dims.size();
+      const bool reshaped = !o.batched && per != o.dims;
       refs.push_back(reshaped ? b_.reshape(part, *o.act, per) : *o.act);
     } else if (o.weight) {
       refs.push_back(b_.broadcast_param(part, *anchor, per));
@@ -267,6 +277,18 @@ void Importer::general_where(int i, const std::string& id) {
 void Importer::general_unary(int i, const std::string& id, std::string_view fn) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
+  // A function of a trained scalar or vector (CLIP's logit_scale.exp()): the parameter, the
+  // same for every sample, then the function of it.
+  if (!x && param_like(n.input(0)) && weight_dims(n.input(0)).size() <= 1) {
+    std::optional<TensorRef> anchor;
+    for (int k = 0; !anchor && k < g_.input_size(); ++k) anchor = activation(g_.input(k).name());
+    if (!anchor) return refuse(i, "no activation to take the batch from");
+    std::vector<int64_t> per = weight_dims(n.input(0));
+    if (per.empty()) per.push_back(1);
+    const std::string param = unique_id(id + ".0", id);
+    x = b_.broadcast_param(param, *anchor, per);
+    take(param, "value", n.input(0));
+  }
   if (!x) return refuse(i, "its input is not an activation");
   if (dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32) {
     return refuse(i, "its input '" + n.input(0) +
@@ -343,7 +365,8 @@ void Importer::general_reduce(int i, const std::string& id) {
     const auto s = sample_axis(n.input(0), a);
     if (!s) {
       if (!rank) return refuse(i, "axis " + std::to_string(a) + " of a tensor of unknown rank");
-      const bool batch = a == 0 || a == -*rank;
+      const auto at = batch_axis(n.input(0));
+      const bool batch = at && (a == *at || a == *at - *rank);
       return refuse(i, "axes " + dims_text(*axes) +
                            (batch ? " include the batch axis"
                                   : " are out of range for rank " + std::to_string(*rank)));

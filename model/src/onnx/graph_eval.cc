@@ -1,6 +1,7 @@
 #include "onnx/graph_eval.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 
@@ -222,6 +223,7 @@ class Evaluator {
   Result<EvalTensor> gather(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> slice(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> reduce(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> einsum(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
 
   Result<int64_t> count_of(const Dims& dims) const { return checked_count(dims, max_elements_); }
 
@@ -672,8 +674,104 @@ const std::map<std::string, Evaluator::TensorOp>& Evaluator::tensor_ops() {
       {"ReduceMax", &Evaluator::reduce},
       {"ReduceMin", &Evaluator::reduce},
       {"ReduceProd", &Evaluator::reduce},
+      {"Einsum", &Evaluator::einsum},
   };
   return kOps;
+}
+
+// Einsum of one or two operands without ellipsis ("i,j->ij" of torch.outer, "bij,bjk->bik"),
+// summing the labels the output does not keep; an implicit output keeps the labels that appear
+// once, in alphabetical order (ONNX's rule).
+Result<EvalTensor> Evaluator::einsum(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  std::string eq;
+  for (char c : attr_s(n, "equation", "")) {
+    if (c != ' ') eq += c;
+  }
+  if (eq.empty()) return invalid_argument("the equation attribute is missing");
+  if (eq.find("...") != std::string::npos) return unimplemented("an ellipsis is not evaluated");
+  const size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms(1);
+  for (char c : lhs) {
+    if (c == ',') {
+      terms.emplace_back();
+    } else {
+      terms.back() += c;
+    }
+  }
+  if (terms.size() != static_cast<size_t>(n.input_size()) || terms.size() > 2) {
+    return unimplemented("equation '" + eq +
+                         "': one or two operands are evaluated, matching the "
+                         "inputs");
+  }
+  std::vector<EvalTensor> in = {std::move(x)};
+  if (terms.size() == 2) {
+    GP_ASSIGN_OR_RETURN(EvalTensor y, tensor(n, s, 1));
+    in.push_back(std::move(y));
+  }
+  std::map<char, int64_t> size;
+  std::map<char, int> uses;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    if (terms[k].size() != in[k].dims.size()) {
+      return invalid_argument("equation '" + eq + "': operand " + std::to_string(k) + " has " +
+                              std::to_string(in[k].dims.size()) + " axes");
+    }
+    for (size_t a = 0; a < terms[k].size(); ++a) {
+      const char c = terms[k][a];
+      if (!std::isalpha(static_cast<unsigned char>(c))) {
+        return invalid_argument("equation '" + eq + "': label '" + std::string(1, c) + "'");
+      }
+      const auto [it, fresh] = size.emplace(c, in[k].dims[a]);
+      if (!fresh && it->second != in[k].dims[a]) {
+        return invalid_argument("equation '" + eq + "': label " + std::string(1, c) +
+                                " has two sizes");
+      }
+      ++uses[c];
+    }
+  }
+  std::string out_labels;
+  if (arrow != std::string::npos) {
+    out_labels = eq.substr(arrow + 2);
+  } else {
+    for (const auto& [c, u] : uses) {
+      if (u == 1) out_labels += c;
+    }
+  }
+  std::string labels = out_labels;  // output labels first, then the summed ones
+  for (const auto& [c, u] : size) {
+    if (labels.find(c) == std::string::npos) labels += c;
+  }
+  Dims dims, all;
+  for (char c : out_labels) {
+    if (size.count(c) == 0) return invalid_argument("equation '" + eq + "': output label unknown");
+    dims.push_back(size[c]);
+  }
+  for (char c : labels) all.push_back(size[c]);
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
+  GP_ASSIGN_OR_RETURN(int64_t steps, checked_count(all, max_work_));
+  work_ += steps;
+  // Each operand's stride for every label (0 where it does not have the label).
+  std::vector<Dims> strides(in.size(), Dims(labels.size(), 0));
+  for (size_t k = 0; k < in.size(); ++k) {
+    const Dims sk = strides_of(in[k].dims);
+    for (size_t a = 0; a < terms[k].size(); ++a) {
+      strides[k][labels.find(terms[k][a])] += sk[a];
+    }
+  }
+  EvalTensor out{dims, std::vector<double>(static_cast<size_t>(count), 0.0),
+                 std::all_of(in.begin(), in.end(), [](const EvalTensor& t) { return t.ints; })};
+  const int64_t inner = count == 0 ? 0 : steps / count;
+  Dims idx(all.size(), 0);
+  for (int64_t e = 0; e < steps; ++e, next_index(&idx, all)) {
+    double v = 1;
+    for (size_t k = 0; k < in.size(); ++k) {
+      int64_t off = 0;
+      for (size_t a = 0; a < idx.size(); ++a) off += idx[a] * strides[k][a];
+      v *= in[k].values[static_cast<size_t>(off)];
+    }
+    out.values[static_cast<size_t>(e / inner)] += v;  // output labels vary slowest
+  }
+  return out;
 }
 
 Result<std::vector<EvalValue>> Evaluator::node(const onnx::NodeProto& n, const Scope& s,

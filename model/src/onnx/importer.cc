@@ -2,6 +2,8 @@
 // constant and shape folding, losses, and opaque nodes for --allow-opaque.
 #include "onnx/importer.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -90,6 +92,7 @@ Importer::Importer(const onnx::ModelProto& model, std::string path, OnnxImportOp
       options_(std::move(options)),
       b_(sanitize(g_.name().empty() ? std::filesystem::path(path_).stem().string() : g_.name()),
          "imported from ONNX (" + model.producer_name() + " " + model.producer_version() + ")") {
+  from_pytorch_ = model.producer_name() == "pytorch";
   for (const auto& o : model.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = o.version();
   }
@@ -215,6 +218,7 @@ Status Importer::check_initializers() const {
 Result<ModelGraph> Importer::run() {
   for (const auto& t : g_.initializer()) consts_[t.name()] = &t;
   GP_RETURN_IF_ERROR(check_initializers());
+  GP_RETURN_IF_ERROR(find_buffers());
   for (const auto* list : {&g_.input(), &g_.value_info(), &g_.output()}) {
     for (const auto& vi : *list) {
       shapes_[vi.name()] = dims_of(vi);
@@ -249,6 +253,7 @@ Result<ModelGraph> Importer::run() {
   if (unsupported_.empty()) GP_RETURN_IF_ERROR(check_defined());
   fold_constants();
   find_weight_inputs();
+  find_folded_transposes();
   GP_RETURN_IF_ERROR(check_weight_sharing());
   find_ragged_bags();
   for (const auto& in : g_.input()) {
@@ -283,6 +288,7 @@ Result<ModelGraph> Importer::run() {
     const int first = b_.model().ops_size();
     convert(i);
     infer_new_ops(first);
+    for (const auto& o : g_.node(i).output()) layout_of(o);  // in order: no deep derivations
   }
   if (!unsupported_.empty()) {
     std::string list;
@@ -303,6 +309,7 @@ Result<ModelGraph> Importer::run() {
         "pass is the train-mode one (export with training=torch.onnx.TrainingMode.TRAINING, or "
         "dynamo=True with the module in train mode, to say so)");
   }
+  GP_RETURN_IF_ERROR(tie_copies());
   GP_RETURN_IF_ERROR(add_losses());
   b_.set_source(path_);
   ModelGraph model = b_.finish();
@@ -383,7 +390,9 @@ void Importer::find_weight_inputs() {
         name = pn.input(0);
       }
     };
-    if (t == "Gemm" || t == "Conv" || t == "LayerNormalization") take(1), take(2);
+    if (t == "Gemm" || t == "Conv" || t == "ConvTranspose" || t == "LayerNormalization") {
+      take(1), take(2);
+    }
     if (t == "BatchNormalization") take(1), take(2), take(3), take(4);
     if (t == "MatMul") take(1);
     if (t == "Gather") take(0);
@@ -469,7 +478,9 @@ namespace {
 // Inputs of an ONNX node that GraphPipe imports as parameters.
 std::vector<int> weight_positions(const onnx::NodeProto& n) {
   const std::string& t = n.op_type();
-  if (t == "Gemm" || t == "Conv" || t == "LayerNormalization") return {1, 2};
+  if (t == "Gemm" || t == "Conv" || t == "ConvTranspose" || t == "LayerNormalization") {
+    return {1, 2};
+  }
   if (t == "BatchNormalization") return {1, 2};
   if (t == "MatMul") return {1};
   if (t == "Gather") return {0};
@@ -481,6 +492,72 @@ std::vector<int> weight_positions(const onnx::NodeProto& n) {
   return {};
 }
 }  // namespace
+
+void Importer::find_folded_transposes() {
+  // torch names a parameter FQN "lm_head.weight" in fx_node as "%p_lm_head_weight".
+  std::map<std::string, std::string> by_fx_name;
+  for (const auto& t : g_.initializer()) {
+    std::string fx = "p_" + t.name();
+    std::replace(fx.begin(), fx.end(), '.', '_');
+    by_fx_name[fx] = t.name();
+  }
+  auto transposes = [this](const std::string& folded, const std::string& param) {
+    const auto fd = weight_dims(folded), pd = weight_dims(param);
+    if (fd.size() != 2 || pd.size() != 2 || fd[0] != pd[1] || fd[1] != pd[0]) return false;
+    const auto f = float_values(folded), p = float_values(param);
+    if (!f || !p || f->size() != p->size()) return false;
+    for (int64_t r = 0; r < fd[0]; ++r) {
+      for (int64_t c = 0; c < fd[1]; ++c) {
+        if ((*f)[static_cast<size_t>(r * fd[1] + c)] != (*p)[static_cast<size_t>(c * fd[0] + r)]) {
+          return false;
+        }
+      }
+    }
+    // A constant matrix (zeros, ones) is the transpose of any other of its size: not evidence.
+    return std::adjacent_find(f->begin(), f->end(), std::not_equal_to<>()) != f->end();
+  };
+  auto view = [this](const std::string& folded, const std::string& param) {
+    view_of_[folded] = {param, true};
+    folded_transposes_.insert(folded);
+  };
+  for (const auto& n : g_.node()) {
+    const std::string fx = model::onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
+    std::set<std::string> named;  // the parameters the node's torch call reads
+    for (size_t at = fx.find("%p_"); at != std::string::npos; at = fx.find("%p_", at + 1)) {
+      size_t end = at + 1;
+      while (end < fx.size() &&
+             (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
+        ++end;
+      }
+      named.insert(fx.substr(at + 1, end - at - 1));
+    }
+    for (int k : weight_positions(n)) {
+      if (k >= n.input_size() || !consts_.count(n.input(k)) || view_of_.count(n.input(k))) continue;
+      const std::string& folded = n.input(k);
+      std::string own = "p_" + folded;
+      std::replace(own.begin(), own.end(), '.', '_');
+      if (named.count(own)) continue;  // a named parameter itself
+      for (const auto& fx_name : named) {
+        const auto param = by_fx_name.find(fx_name);
+        if (param != by_fx_name.end() && param->second != folded &&
+            transposes(folded, param->second)) {
+          view(folded, param->second);
+          break;
+        }
+      }
+      // The TorchScript exporter's constant folding names what it makes "onnx::<Op>_<n>" and
+      // records no parameter: the one parameter whose exact transpose it is.
+      if (!named.empty() || folded.rfind("onnx::", 0) != 0) continue;
+      std::vector<std::string> matches;
+      for (const auto& t : g_.initializer()) {
+        if (t.name().rfind("onnx::", 0) != 0 && transposes(folded, t.name())) {
+          matches.push_back(t.name());
+        }
+      }
+      if (matches.size() == 1) view(folded, matches[0]);
+    }
+  }
+}
 
 Status Importer::check_weight_sharing() {
   std::map<std::string, std::vector<int>> readers;
@@ -499,17 +576,11 @@ Status Importer::check_weight_sharing() {
   }
   for (const auto& [name, nodes] : readers) {
     if (nodes.size() < 2) continue;
+    // Each reader gets its own copy; tie_copies() ties them after conversion.
+    shared_weights_[name] = nodes;
     std::string who;
     for (int i : nodes) who += (who.empty() ? "" : ", ") + where(i);
-    if (!options_.untie_weights) {
-      return invalid_argument(
-          path_ + ": weight '" + name + "' is read by " + std::to_string(nodes.size()) +
-          " operators (" + who +
-          "): tied weights are not supported (every GraphPipe operator has its own "
-          "parameters); import with --untie-weights to give each its own copy (the same "
-          "forward pass, but training updates the copies separately)");
-    }
-    if (options_.warnings != nullptr) {
+    if (options_.untie_weights && options_.warnings != nullptr) {
       options_.warnings->push_back("weight '" + name + "' is tied across " + who +
                                    "; imported as independent copies (--untie-weights)");
     }
@@ -630,9 +701,24 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
                 : is_weight(n.input(0)) ? std::optional(weight_dims(n.input(0)))
                                         : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
+    // An activation's batch is where its layout has it (unknown where per-sample dims are
+    // folded into it); a tensor not converted yet waits for its conversion (its batch may have
+    // moved), unless it is a graph input.
+    std::optional<int64_t> batch;
+    double batch_value = kBatchDim;
+    if (!weight && act_.count(n.input(0))) {
+      batch = batch_axis(n.input(0));
+      if (layout_of(n.input(0)).folded() > 0) batch_value = NAN;
+    } else if (!weight && is_data_input(n.input(0))) {
+      batch = 0;
+    } else if (!weight) {
+      return false;
+    }
     for (size_t d = 0; d < dims->size(); ++d) {
       const int64_t v = (*dims)[d];
-      out.push_back(d == 0 && !weight ? kBatchDim : v > 0 ? static_cast<double>(v) : NAN);
+      out.push_back(batch && static_cast<int64_t>(d) == *batch ? batch_value
+                    : v > 0                                    ? static_cast<double>(v)
+                                                               : NAN);
     }
     folded_[n.output(0)] = shape_range(n, out);
     folded_int_.insert(n.output(0));
@@ -695,9 +781,9 @@ const std::set<std::string>& elementwise_folds() {
 // Every type fold_tensor evaluates (graph_eval.cc's tensor ops).
 bool foldable(const std::string& t) {
   static const std::set<std::string> kOthers = {
-      "Constant",  "Range",      "Reshape",   "Squeeze",         "Unsqueeze", "Expand",
-      "Gather",    "Slice",      "Trilu",     "ConstantOfShape", "Transpose", "Flatten",
-      "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",       "ReduceProd"};
+      "Constant",  "Range",      "Reshape",   "Squeeze",         "Unsqueeze",  "Expand",
+      "Gather",    "Slice",      "Trilu",     "ConstantOfShape", "Transpose",  "Flatten",
+      "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",       "ReduceProd", "Einsum"};
   return elementwise_folds().count(t) > 0 || kOthers.count(t) > 0;
 }
 
@@ -729,7 +815,55 @@ std::optional<EvalTensor> Importer::const_tensor(const std::string& name) const 
   return std::nullopt;
 }
 
+Status Importer::find_buffers() {
+  for (const auto& name : options_.freeze) {
+    if (!consts_.count(name)) {
+      return invalid_argument("--freeze '" + name + "': " + path_ +
+                              " has no initializer of that name");
+    }
+    buffers_.insert(name);
+  }
+  // torch.export names a buffer's placeholder b_<fully qualified name, dots as underscores>, a
+  // parameter's p_<name>.
+  std::set<std::string> placeholders;
+  for (const auto& n : g_.node()) {
+    const std::string fx = model::onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
+    if (!fx.empty()) dynamo_metadata_ = true;
+    for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
+      size_t end = at + 1;
+      while (end < fx.size() &&
+             (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
+        ++end;
+      }
+      placeholders.insert(fx.substr(at + 1, end - at - 1));
+    }
+  }
+  for (const auto& [name, t] : consts_) {
+    std::string key = name;
+    std::replace(key.begin(), key.end(), '.', '_');
+    if (placeholders.count("b_" + key)) buffers_.insert(name);
+    // A scalar parameter (CLIP's logit_scale) is trained like any other: torch 2.x marks it; in
+    // torch's legacy export every initializer is the module's state (a parameter or a buffer)
+    // but the exporter's own constants, named onnx::*. Other files' scalars are constants.
+    const bool marked = dynamo_metadata_ ? placeholders.count("p_" + key) > 0
+                                         : from_pytorch_ && name.find("::") == std::string::npos;
+    if (element_count(*t) == 1 && float_type(t->data_type()) && marked && !is_buffer(name)) {
+      scalar_params_.insert(name);
+      if (!dynamo_metadata_ && options_.warnings != nullptr) {
+        options_.warnings->push_back("scalar initializer '" + name +
+                                     "' is trained as a parameter (a torch export's initializers "
+                                     "are the module's state); if it is a registered buffer, "
+                                     "import with --freeze " +
+                                     name);
+      }
+    }
+  }
+  return ok_status();
+}
+
 bool Importer::param_like(const std::string& name) const {
+  if (is_buffer(name)) return false;
+  if (scalar_params_.count(name)) return true;
   if (const int p = producer(name); p >= 0 && g_.node(p).op_type() == "Constant") return false;
   if (auto v = view_of_.find(name); v != view_of_.end()) return param_like(v->second.first);
   if (weight_inputs_.count(name)) {
@@ -1143,6 +1277,13 @@ std::optional<std::vector<int64_t>> Importer::onnx_shape(const std::string& name
       const TensorSpec& spec = s->second[static_cast<size_t>(a->second.output())];
       if (unbatched_.count(name))
         return std::vector<int64_t>(spec.shape().begin(), spec.shape().end());
+      // The batch where its layout has it, in place of the fold's per-sample dims.
+      if (const BatchLayout l = layout_of(name); !l.batch_first()) {
+        std::vector<int64_t> dims(spec.shape().begin(), spec.shape().end());
+        dims.erase(dims.begin() + l.pos, dims.begin() + l.pos + l.folded());
+        dims.insert(dims.begin() + l.pos, -1);
+        return dims;
+      }
       std::vector<int64_t> dims = {-1};
       dims.insert(dims.end(), spec.shape().begin(), spec.shape().end());
       // A [batch] tensor is per-sample [1] here, as add_input and add_losses read it.
@@ -1156,6 +1297,16 @@ std::optional<std::vector<int64_t>> Importer::onnx_shape(const std::string& name
 }
 
 std::optional<std::vector<int64_t>> Importer::sample_shape(const std::string& name) const {
+  // An activation's is its GraphPipe tensor's, whatever its batch layout.
+  if (auto a = act_.find(name); a != act_.end()) {
+    if (auto s = specs_.find(a->second.op());
+        s != specs_.end() && a->second.output() < static_cast<int>(s->second.size())) {
+      const auto& shape = s->second[static_cast<size_t>(a->second.output())].shape();
+      std::vector<int64_t> per_sample(shape.begin(), shape.end());
+      if (per_sample.empty()) per_sample.push_back(1);
+      return per_sample;
+    }
+  }
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;
   // (A tensor without the batch axis is all per sample.)
@@ -1179,8 +1330,14 @@ std::optional<int64_t> Importer::sample_axis(const std::string& name, int64_t ax
     if (!rank) return std::nullopt;
     axis += *rank;
   }
-  if (axis <= 0 || (rank && axis >= *rank)) return std::nullopt;
-  return axis - 1;
+  if (unbatched_.count(name)) {
+    if (axis <= 0 || (rank && axis >= *rank)) return std::nullopt;
+    return axis - 1;
+  }
+  // Axes before the batch keep their place; those after it follow the fold's dims.
+  const BatchLayout l = layout_of(name);
+  if (axis < 0 || axis == l.pos || (rank && axis >= *rank)) return std::nullopt;
+  return axis < l.pos ? axis : axis - 1 + l.folded();
 }
 
 int Importer::sole_consumer(const std::string& name) const {
@@ -1251,7 +1408,8 @@ void Importer::refuse(int i, const std::string& why) {
   for (const auto& in : n.input()) {
     if (missing.empty() && !in.empty()) missing = missing_value(in);
   }
-  unsupported_.push_back(where(i) + ": " + why + (missing.empty() ? "" : "; needs " + missing));
+  unsupported_.push_back(where(i) + ": " + why + (missing.empty() ? "" : "; needs " + missing) +
+                         (opaque_why_.empty() ? "" : "; cannot be opaque: " + opaque_why_));
 }
 
 bool Importer::shape_only(int i) const {
@@ -1272,14 +1430,26 @@ std::string Importer::missing_value(const std::string& name) const {
 // An ONNX node GraphPipe cannot compute, kept for planning: its output shape comes from the
 // model's shape information, its weights count as parameters, its cost is a FLOP estimate.
 bool Importer::try_opaque(int i) {
+  opaque_why_.clear();
   if (!options_.allow_opaque) return false;
   const auto& n = g_.node(i);
-  if (n.output_size() == 0) return false;
+  auto cannot = [this](std::string why) {
+    opaque_why_ = std::move(why);
+    return false;
+  };
+  if (n.output_size() == 0) return cannot("it has no output");
   for (int k = 1; k < n.output_size(); ++k) {
-    if (!n.output(k).empty() && !only_consumers_in(n.output(k), {})) return false;
+    if (!n.output(k).empty() && !only_consumers_in(n.output(k), {})) {
+      return cannot("its output " + std::to_string(k) + " '" + n.output(k) +
+                    "' is read (an opaque operator has one output)");
+    }
   }
   const auto shape = sample_shape(n.output(0));
-  if (!shape) return false;
+  if (!shape) {
+    return cannot(
+        "its output's per-sample shape is unknown (the file gives none and ONNX shape "
+        "inference found none)");
+  }
   std::vector<TensorRef> inputs;
   int64_t params = 0;
   for (const auto& name : n.input()) {
@@ -1289,21 +1459,24 @@ bool Importer::try_opaque(int i) {
     } else if (is_weight(name)) {
       int64_t e = 1;
       for (int64_t d : weight_dims(name)) {
-        if (d < 0 || __builtin_mul_overflow(e, d, &e)) return false;
+        if (d < 0 || __builtin_mul_overflow(e, d, &e)) {
+          return cannot("weight '" + name + "' has an unknown or overflowing size");
+        }
       }
-      if (__builtin_add_overflow(params, e, &params)) return false;
+      if (__builtin_add_overflow(params, e, &params)) return cannot("its weights overflow a count");
     } else {
-      return false;
+      return cannot("input '" + name + "' is neither an activation nor a weight");
     }
   }
-  if (inputs.empty()) return false;
+  if (inputs.empty()) return cannot("it reads no activation (nothing gives it a batch)");
   // Shapes come from the file or ONNX's shape inference: a size no tensor can have is refused.
   constexpr int64_t kMaxOpaqueElements = int64_t{1} << 40;
   TensorSpec out;
   int64_t elements = 1;
   for (int64_t d : *shape) {
     if (d <= 0 || __builtin_mul_overflow(elements, d, &elements) || elements > kMaxOpaqueElements) {
-      return false;
+      return cannot("its output's per-sample dim " + std::to_string(d) +
+                    " is not positive, or the shape holds 2^40 elements or more");
     }
     out.add_shape(d);
   }
@@ -1344,13 +1517,104 @@ void Importer::take(const std::string& id, const std::string& param, const std::
     if (p.ok()) set_values(id, param, *p);
   }
   const auto at = under(view.source_transposed);
+  int64_t elements = 1;
+  for (int64_t d : weight_dims(view.source)) elements *= d;
+  taken_.push_back({id, param, view.source, at, count > 0 ? count : elements});
   if (!at) return;  // no layout expresses it: the parameter has no source to export into
+  add_param_source(id, param, view.source, *at);
+  // A transposed copy that torch's optimiser folded (find_folded_transposes) is written too.
+  bool transposed = false;
+  for (std::string tensor = name;;) {
+    if (folded_transposes_.count(tensor)) {
+      if (const auto folded_at = under(transposed)) {
+        add_param_source(id, param, tensor, *folded_at);
+      }
+      break;
+    }
+    const auto v = view_of_.find(tensor);
+    if (v == view_of_.end() || !v->second.second) break;
+    transposed = !transposed;
+    tensor = v->second.first;
+  }
+}
+
+void Importer::add_param_source(const std::string& id, const std::string& param,
+                                const std::string& tensor, const PlacedLayout& at) {
   auto* src = b_.model().add_param_sources();
   src->set_op(id);
   src->set_param(param);
-  src->set_initializer(view.source);
-  src->set_layout(at->layout);
-  src->set_offset(at->offset);
+  src->set_initializer(tensor);
+  src->set_layout(at.layout);
+  src->set_offset(at.offset);
+}
+
+namespace {
+// Where a tied copy sits in its weight, for a refusal.
+std::string placement(const std::optional<PlacedLayout>& at, int64_t count) {
+  if (!at) return "a view no layout expresses";
+  const std::string range =
+      "[" + std::to_string(at->offset) + ", " + std::to_string(at->offset + count) + ")";
+  switch (at->layout) {
+    case graphpipe::v1::ParamSource::LAYOUT_COPY:
+      return "as is";
+    case graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE:
+      return "transposed";
+    case graphpipe::v1::ParamSource::LAYOUT_COLUMNS_TRANSPOSED:
+      return "columns from " + std::to_string(at->offset) + ", transposed";
+    default:
+      return "elements " + range;
+  }
+}
+}  // namespace
+
+Status Importer::tie_copies() {
+  if (options_.untie_weights) return ok_status();
+  for (const auto& [name, readers] : shared_weights_) {
+    std::vector<const Taken*> copies;
+    std::set<std::string> ops;
+    for (const auto& t : taken_) {
+      if (t.source != name) continue;
+      copies.push_back(&t);
+      ops.insert(t.op);
+    }
+    if (ops.size() < 2) continue;  // one operator holds it (the others fold it)
+    // Copies in one place of the weight are one tensor; an operator may hold several blocks of
+    // it (the packed q, k, v of attention), each tied with the same block of the others.
+    std::map<std::tuple<int, int64_t, int64_t>, std::vector<const Taken*>> same;
+    bool unplaced = false;
+    for (const Taken* c : copies) {
+      if (!c->at) {
+        unplaced = true;
+        continue;
+      }
+      same[{static_cast<int>(c->at->layout), c->at->offset, c->count}].push_back(c);
+    }
+    bool alone = unplaced;
+    for (const auto& [key, members] : same) alone = alone || members.size() < 2;
+    if (alone) {
+      std::string who, how;
+      for (int i : readers) who += (who.empty() ? "" : ", ") + where(i);
+      for (const Taken* c : copies) {
+        how +=
+            (how.empty() ? "" : ", ") + c->op + "." + c->param + " " + placement(c->at, c->count);
+      }
+      return invalid_argument(
+          path_ + ": weight '" + name + "' is read by " + std::to_string(readers.size()) +
+          " operators (" + who + ") in different layouts (" + how +
+          "): tied copies must each be the weight element for element; import with "
+          "--untie-weights to give each its own copy (the same forward pass, but training "
+          "updates the copies separately)");
+    }
+    for (const auto& [key, members] : same) {
+      auto* tie = b_.model().add_param_ties();
+      for (const Taken* c : members) {
+        auto* m = tie->add_members();
+        m->set_op(c->op);
+        m->set_param(c->param);
+      }
+    }
+  }
+  return ok_status();
 }
 
 void Importer::set_values(const std::string& id, const std::string& param,
@@ -1384,6 +1648,29 @@ Status Importer::add_losses() {
     // Per sample, as for inputs: the dimensions after the batch, [1] for a [batch] output.
     std::vector<int64_t> per_sample(dims.begin() + 1, dims.end());
     if (per_sample.empty()) per_sample.push_back(1);
+    // A symbolic per-sample dim (the legacy exporter names the sequence of a traced size) is
+    // the one shape inference gave the output's operator.
+    auto unknown = [&per_sample] {
+      return std::any_of(per_sample.begin(), per_sample.end(), [](int64_t d) { return d <= 0; });
+    };
+    // (Ops made out of order, e.g. a pattern emitted at its last node, may not be inferred yet.)
+    if (unknown() && !specs_.count(y->op())) infer_new_ops(0);
+    const auto spec = specs_.find(y->op());
+    if (unknown() && spec != specs_.end() && y->output() < static_cast<int>(spec->second.size())) {
+      const auto& shape = spec->second[static_cast<size_t>(y->output())].shape();
+      per_sample.assign(shape.begin(), shape.end());
+    }
+    // A batch elsewhere: the per-sample tensor is the output with its batch moved first.
+    if (!layout_of(o.name()).batch_first()) {
+      GP_RETURN_IF_ERROR(check_output_layout(o.name()));
+      per_sample = sample_shape(o.name()).value_or(per_sample);
+    }
+    if (unknown()) {
+      std::string shown;
+      for (int64_t d : per_sample) shown += (shown.empty() ? "" : ", ") + std::to_string(d);
+      return invalid_argument(path_ + ": graph output '" + o.name() + "': per-sample shape [" +
+                              shown + "] has unknown dims that shape inference could not fill");
+    }
     const std::string base = sanitize(o.name());
     if (options_.loss == "mse") {
       auto target = b_.input(unique_id(base + ".target", "target"), per_sample);

@@ -16,6 +16,7 @@
 
 #include "gp/model/builder.h"
 #include "gp/model/onnx_import.h"
+#include "gp/model/param_layout.h"
 #include "onnx/graph_eval.h"
 #include "onnx/onnx_pb.h"
 
@@ -145,6 +146,14 @@ class Importer {
   Status check_defined() const;
   // Tied weights (one weight read by several operators) and constant-folded conv weights.
   Status check_weight_sharing();
+  // torch's dynamo optimiser folds the transpose of a linear's weight into an initializer of its
+  // own ("val_93" = lm_head.weight^T). Where the node's fx_node metadata names a parameter that is
+  // an initializer too (a head tied with an embedding) and the values are its exact transpose,
+  // the folded one becomes a transposed view of it (view_of_), kept in step on export.
+  void find_folded_transposes();
+  // After conversion: the copies of each weight several operators read tie (model.param_ties)
+  // when each is the weight element for element; copies in different layouts are refused.
+  Status tie_copies();
   void fold_constants();
   // Shape inference of the operators added since op `first`, so that later nodes know the
   // shapes of activations without the model's shape information.
@@ -165,7 +174,16 @@ class Importer {
   // folds into a constant mask (nanoGPT's registered tril buffer) instead of being trained.
   bool feeds_only_masks(const std::string& name, int depth = 0) const;
   Status add_losses();
-  bool try_opaque(int i);  // --allow-opaque: node i as an opaque operator
+  // Registered buffers (options.freeze, and those torch's dynamo marks in node metadata): they
+  // fold as constants and are never parameters.
+  Status find_buffers();
+  bool is_buffer(const std::string& name) const { return buffers_.count(name) > 0; }
+  std::set<std::string> buffers_;
+  std::set<std::string> scalar_params_;  // one-element initializers that are parameters
+  bool dynamo_metadata_ = false;         // any node carries torch 2.x's pkg.torch.onnx metadata
+  bool from_pytorch_ = false;            // the file says torch wrote it (ModelProto.producer_name)
+  bool try_opaque(int i);                // --allow-opaque: node i as an opaque operator
+  std::string opaque_why_;  // why the last try_opaque could not (empty: it could, or not asked)
 
   bool is_weight(const std::string& name) const;
   std::vector<int64_t> weight_dims(const std::string& name) const;
@@ -201,9 +219,34 @@ class Importer {
   void take(const std::string& id, const std::string& param, const std::string& name,
             Layout layout = graphpipe::v1::ParamSource::LAYOUT_COPY, int64_t offset = 0,
             int64_t count = 0);
+  // One take(): the parameter, the tensor it resolved to, its place there (nullopt where no
+  // layout expresses it) and its element count (the weight's for COPY and TRANSPOSE).
+  struct Taken {
+    std::string op, param, source;
+    std::optional<PlacedLayout> at;
+    int64_t count = 0;
+  };
+  std::vector<Taken> taken_;
+  void add_param_source(const std::string& id, const std::string& param, const std::string& tensor,
+                        const PlacedLayout& at);
 
   // convert.cc: one ONNX node (or the last node of a fused pattern) to catalogue operators.
+  // Prepares node i and calls its type's conversion (a table by ONNX type; element-wise types
+  // without one go to general()).
   void convert(int i);
+  void shape_of(int i, const std::string& id);      // Shape, Size: refused (shape unknown)
+  void pass_through(int i, const std::string& id);  // Identity, Dropout
+  void pointwise(int i, const std::string& id);     // Relu, Gelu, Sigmoid, Tanh
+  // Softmax and LogSoftmax over any per-sample axis; LayerNormalization over the trailing axes.
+  void softmax(int i, const std::string& id);
+  void log_softmax(int i, const std::string& id);
+  void layer_norm(int i, const std::string& id);
+  // The per-sample axis of node i's `axis` (of its input 0); refuses node i for the batch axis,
+  // an axis out of range or an input of unknown rank.
+  std::optional<int64_t> feature_axis(int i, int64_t axis);
+  void add(int i, const std::string& id);
+  void concat(int i, const std::string& id);
+  void loop(int i, const std::string& id);  // refused, with why
   void emit_fused(int i, const Fused& f);
   void emit_attention(int i, const Fused& f, const TensorRef& x);
   void gemm(int i, const std::string& id);
@@ -211,10 +254,13 @@ class Importer {
   void scale(int i, const std::string& id);
   void slice(int i, const std::string& id);
   void expand(int i, const std::string& id);
+  // Expand of an activation (F.normalize's norm.expand_as(x)): a broadcast, as a binary add of
+  // zeros of the target's per-sample shape.
+  void expand_activation(int i, const std::string& id, const TensorRef& x);
   void split(int i, const std::string& id);
   void embedding_bag(int i, const std::string& id);
   void transpose(int i, const std::string& id);
-  void pad(int i);
+  void pad(int i, const std::string& id);
   void clip(int i, const std::string& id);
   void reduce(int i, const std::string& id);
   void bias_add(int i, const std::string& id, const TensorRef& x, const std::string& weight);
@@ -226,10 +272,12 @@ class Importer {
   // (from opset 13, 18 for ReduceMean); nullopt when they are not constant.
   std::optional<std::vector<int64_t>> axes_of(const onnx::NodeProto& n) const;
   void reshape(int i, const std::string& id);
-  Result<std::vector<int64_t>> squeezed(int i) const;
   void conv(int i, const std::string& id);
   void pool(int i, const std::string& id);
   void batch_norm(int i, const std::string& id);
+  // vision_ops.cc: ConvTranspose (2-D, group 1) and Resize (torch's nn.Upsample, 4-D NCHW).
+  void conv_transpose(int i, const std::string& id);
+  void resize(int i, const std::string& id);
 
   // general_ops.cc: element-wise ops, comparisons, masks and reductions that no fused or specific
   // mapping takes, onto the catalogue's general ops (unary, binary, compare, where, constant,
@@ -308,6 +356,62 @@ class Importer {
   const RaggedBag* ragged_by_input(const std::string& name, bool offsets) const;
   bool is_data_input(const std::string& name) const;
 
+  // batch_layout.cc: where each activation's batch axis is. Every GraphPipe tensor is per sample;
+  // the ONNX tensor it stands for may have its batch at another axis than 0 (a sequence-first
+  // transpose, timm's qkv permute), and that axis may hold per-sample dims too (Swin's windows,
+  // attention heads folded into the batch): ONNX dim `pos` is outer * batch * inner, row-major.
+  // The per-sample tensor has the dims [outer] and [inner] (each only where > 1) in place of
+  // that axis: P_b[i.., o, f, ..] = T[i.., (o * batch + b) * inner + f, ..].
+  struct BatchLayout {
+    int64_t pos = 0;
+    int64_t outer = 1, inner = 1;
+    bool operator==(const BatchLayout&) const = default;
+    bool batch_first() const { return pos == 0 && outer == 1 && inner == 1; }
+    // The per-sample dims standing for the batch axis: [outer][inner], each where > 1.
+    std::vector<int64_t> fold_dims() const;
+    int64_t folded() const { return (outer > 1 ? 1 : 0) + (inner > 1 ? 1 : 0); }
+    std::string text() const;  // for messages: "axis 1", "axis 0 (8 x batch x 4)"
+  };
+  // The layout of activation `name`: set by the views that move the batch (transpose(),
+  // reshape()), else derived from its producer's inputs (element-wise ops keep it, counted from
+  // the last axis; a Gather or reduce that drops an axis before the batch moves it).
+  BatchLayout layout_of(const std::string& name) const;
+  BatchLayout derive_layout(int k, const std::string& name) const;
+  // The ONNX axis of `name`'s batch; nullopt for a tensor without one.
+  std::optional<int64_t> batch_axis(const std::string& name) const;
+  // The number of per-sample axes of activation `name`.
+  std::optional<int64_t> sample_rank(const std::string& name) const;
+  // Why node i (or its fused pattern) cannot take the layouts of its inputs ("" when it can):
+  // an op on the batch axis, inputs whose batches do not line up, or an op that maps only
+  // batch-first tensors.
+  std::string layout_refusal(int i) const;
+  // The ONNX dims of `name` for a batch of `batch` (an activation's batch axis as
+  // outer * batch * inner); nullopt when a dim is unknown.
+  std::optional<std::vector<int64_t>> dims_at_batch(const std::string& name, int64_t batch) const;
+  // Shape arithmetic `name` evaluated for a batch of `batch` (Shape of an activation gives
+  // dims_at_batch); nullopt where it reads anything else than constants and shapes.
+  std::optional<FoldedValue> eval_at_batch(const std::string& name, int64_t batch,
+                                           std::map<std::string, FoldedValue>* cache,
+                                           int depth = 0) const;
+  // The batch size views are evaluated for: a static export's, else a prime no model dim is a
+  // multiple of.
+  int64_t probe_batch() const;
+  // The ONNX output dims of Reshape, Flatten, Squeeze or Unsqueeze node i for the probe batch.
+  Result<std::vector<int64_t>> view_target(int i, const std::vector<int64_t>& in,
+                                           const BatchLayout& layout) const;
+  // A row-major view of `in` (ONNX dims for the probe batch, the batch axis laid out as
+  // `layout`) as `target`: the per-sample shape and the layout of the result, or why the view
+  // splits the batch or does not fit.
+  struct ViewResult {
+    std::vector<int64_t> sample;
+    BatchLayout layout;
+  };
+  Result<ViewResult> regroup(const std::vector<int64_t>& in, const BatchLayout& layout,
+                             const std::vector<int64_t>& target) const;
+  // A graph output whose batch is not first: a warning (the per-sample tensor is the
+  // batch-first one), or why it is refused (a batch folded with per-sample dims).
+  Status check_output_layout(const std::string& name);
+
   const onnx::GraphProto& g_;
   std::string path_;
   OnnxImportOptions options_;
@@ -333,12 +437,16 @@ class Importer {
   // views with whether it transposes it.
   std::map<std::string, std::vector<int64_t>> view_dims_;
   std::map<std::string, std::pair<std::string, bool>> view_of_;
+  std::set<std::string> folded_transposes_;  // initializers find_folded_transposes made views
+  // Weights that several operators read (by resolved source), with the reading nodes.
+  std::map<std::string, std::vector<int>> shared_weights_;
   // Zero padding of a Pad node, by its output, that its Conv or AveragePool consumer absorbs.
   std::map<std::string, std::array<int64_t, 2>> pad_of_;
   int64_t static_batch_ = 0;  // a static export's traced batch size (0: symbolic)
   std::map<std::string, std::vector<int>> consumers_;
   std::map<std::string, int> producer_;  // node index by output name
   std::map<std::string, TensorRef> act_;
+  mutable std::map<std::string, BatchLayout> layouts_;    // by activation (see layout_of)
   std::map<std::string, std::vector<TensorSpec>> specs_;  // outputs by operator id
   std::map<int, Fused> fused_;                            // by the pattern's last node
   std::set<std::string> used_ids_;

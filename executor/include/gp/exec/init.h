@@ -34,8 +34,10 @@ uint64_t hash_combine(uint64_t h, uint64_t v);
 // embeddings and other rank-1 weights uniform ±0.05.
 void init_param(const model::OpNode& op, int param_index, uint64_t seed, std::span<float> out);
 
-// The ids an int input op's consumer accepts, [0, range): embedding rows or class count (1 when
-// no consumer bounds them).
+// The ids an int input op's consumers accept, [0, range): embedding rows or class count, through
+// the layout ops that pass ids on (slice, reshape, concat, transpose); the smallest when they
+// reach several (per-field ids into tables of different sizes must fit the smallest); 1 when no
+// consumer bounds them.
 int64_t id_range(const model::Graph& graph, const model::OpNode& input);
 
 // Fills `count` samples of input op `input`, starting at mini-batch sample `first_sample` of

@@ -42,10 +42,16 @@ struct OnnxImportOptions {
   // Keep nodes without a GraphPipe operator as opaque operators (planning only) instead of
   // refusing the model; they need output shapes in the model's shape information.
   bool allow_opaque = false;
-  // A weight that several operators read (tied weights, e.g. fc2.weight = fc1.weight) is refused:
-  // GraphPipe gives every operator its own parameters. With untie_weights each reader gets its
-  // own copy instead (same forward; training then differs from the tied original).
+  // A weight that several operators read (tied weights, e.g. fc2.weight = fc1.weight) gives each
+  // reader its own copy, as GraphPipe gives every operator its own parameters, and ties the
+  // copies (ModelGraph.param_ties: gradients summed) when each is the weight element for element;
+  // copies in different layouts are refused. With untie_weights the copies are not tied (same
+  // forward; training then differs from the tied original).
   bool untie_weights = false;
+  // Initializers that are registered buffers, not parameters (an additive attention mask, RoPE's
+  // caches): constants, never trained. Buffers of torch's dynamo exports are found from the
+  // nodes' metadata (placeholders named b_<buffer>); legacy exports need them named here.
+  std::vector<std::string> freeze;
   // nn.EmbeddingBag with an offsets input (bags of varying length) becomes an embedding_bag over
   // per-sample ids of this many, padded with -1 (the ids input then declares its offsets input in
   // attrs.ragged_offsets, for --data); 0 refuses such models, saying to give it.

@@ -26,7 +26,10 @@ read the committed files):
 embedding_bag_sum, embedding_bag_mean and two_bags were added, and embedding_bag_offsets rewritten with
 references that way, by torch 2.15.0; so were rms_norm, swiglu, causal_mask and broadcast_math, the
 element-wise code of Llama and nanoGPT that maps onto the general ops, with torch 2.15.0 and
-onnxscript 0.7.2.)
+onnxscript 0.7.2; and tied_head (nanoGPT's tied LM head), upsample (ConvTranspose2d and
+nn.Upsample) and softmax_axes (softmax and log_softmax over an inner axis, LayerNorm over two
+axes) with torch 2.15.0; and timm_qkv, seq_first, seq_first_attention and window_fold (the batch
+axis moved by a permute or transpose, or folded with attention heads or Swin's windows) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -216,6 +219,138 @@ class BroadcastMath(torch.nn.Module):
         return torch.exp(z) - torch.log(h * h + 1.0)
 
 
+class TiedHead(torch.nn.Module):
+    # nanoGPT's weight tying: an Embedding whose table is the LM head's weight (one tensor read by
+    # a Gather and a MatMul). torch 2.x's optimiser folds the head's transpose into an initializer
+    # of its own; GraphPipe gives each reader a copy and ties them (model.param_ties).
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(20, 8)
+        self.fc = torch.nn.Linear(8, 8)
+        self.lm_head = torch.nn.Linear(8, 20, bias=False)
+        self.wte.weight = self.lm_head.weight
+
+    def forward(self, ids):
+        return self.lm_head(torch.relu(self.fc(self.wte(ids))))
+
+
+class Buffers(torch.nn.Module):
+    # Registered buffers in arithmetic (an additive mask, a fixed scale table, as attention masks
+    # and RoPE caches are kept): constants, never trained. torch 2.x marks them in the nodes'
+    # metadata; the legacy exporter does not (graphpipe-plan import --freeze names them).
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.out = torch.nn.Linear(8, 4)
+        self.register_buffer("mask", torch.linspace(-1.0, 1.0, 8))
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 8))
+
+    def forward(self, x):
+        return self.out(torch.relu((self.fc(x) + self.mask) * self.scale))
+
+
+class Upsample(torch.nn.Module):
+    # A decoder's upsampling: ConvTranspose2d with stride 2 (output_padding 1), nn.Upsample
+    # bilinear with align_corners to a given size, nn.Upsample nearest by 2, and a conv.
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1)
+        self.bilinear = torch.nn.Upsample(size=(9, 11), mode="bilinear", align_corners=True)
+        self.nearest = torch.nn.Upsample(scale_factor=2, mode="nearest")
+        self.conv = torch.nn.Conv2d(4, 2, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(self.nearest(self.bilinear(torch.relu(self.up(x)))))
+
+
+class SoftmaxAxes(torch.nn.Module):
+    # Softmax and log_softmax over an inner axis (dim=1 of [batch, 4, 6]) and the last, and a
+    # LayerNorm over the two trailing axes.
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 6)
+        self.norm = torch.nn.LayerNorm([4, 6])
+
+    def forward(self, x):
+        h = self.fc(x)
+        mixed = torch.softmax(h, dim=1) + torch.log_softmax(h, dim=1) + torch.log_softmax(h, dim=-1)
+        return self.norm(mixed)
+
+
+class TimmQKV(torch.nn.Module):
+    # timm's Attention: one qkv Linear viewed as [B, N, 3, heads, d] and permuted to
+    # [3, B, heads, N, d] (the batch at axis 1), unbind(0) into q, k and v (the batch first
+    # again), scores, softmax, context, heads merged back and the output projection.
+    def __init__(self, dim=8, heads=2):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.scale = self.head_dim ** -0.5
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qkv = self.qkv(x).reshape(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        attn = ((q * self.scale) @ k.transpose(-2, -1)).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(B, N, C))
+
+
+class SeqFirst(torch.nn.Module):
+    # Sequence-first code (nn.Transformer's default layout): x.transpose(0, 1) to [S, B, E], a
+    # Linear, a mean over the sequence (axis 0, before the batch) subtracted, a LayerNorm, and
+    # the batch moved first again.
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+        self.out = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc(x.transpose(0, 1)))
+        h = self.norm(h - h.mean(dim=0, keepdim=True))
+        return self.out(h.transpose(0, 1))
+
+
+class SeqFirstAttention(torch.nn.Module):
+    # nn.MultiheadAttention in its default sequence-first layout on a sequence-first activation
+    # (a Linear after the transpose, so that neither attention pattern fuses it): q, k and v
+    # viewed as [S, B * heads, d] (the heads folded into the batch), moved to [B * heads, S, d],
+    # the context viewed as [S * B, E] for the output projection. Biases drawn at random (torch's
+    # are zero, and the dynamo optimiser drops a zero bias).
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.attn = torch.nn.MultiheadAttention(8, 2)
+        with torch.no_grad():
+            self.attn.in_proj_bias.normal_(0, 0.1)
+            self.attn.out_proj.bias.normal_(0, 0.1)
+
+    def forward(self, x):
+        s = self.fc(x.transpose(0, 1))
+        return self.attn(s, s, s, need_weights=False)[0].transpose(0, 1)
+
+
+class WindowFold(torch.nn.Module):
+    # Swin's window partition: [B, H, W, C] viewed as windows and permuted, then .view(-1, ws*ws,
+    # C) folds the windows into the batch; a Linear and dot-product attention within each window;
+    # window_reverse unfolds them (with the batch size read from the input, as a tensor).
+    def __init__(self, res=4, ws=2, dim=6):
+        super().__init__()
+        self.res, self.ws = res, ws
+        self.fc = torch.nn.Linear(dim, dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, L, C = x.shape
+        r, ws = self.res, self.ws
+        w = x.view(B, r // ws, ws, r // ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, C)
+        h = self.fc(w)
+        a = torch.softmax(h @ h.transpose(1, 2) * C ** -0.5, dim=-1) @ h
+        y = a.view(B, r // ws, r // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, L, C)
+        return self.out(y + x)
+
+
 def two_bag_inputs(g):
     return [("ids0", torch.randint(0, 20, (patterns.BATCH, 3), generator=g)),
             ("ids1", torch.randint(0, 30, (patterns.BATCH, 3), generator=g))]
@@ -234,7 +369,16 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("rms_norm", 128, RMSNorm, patterns.feat(5, 8), None),
                                 ("swiglu", 129, SwiGLU, patterns.feat(5, 8), None),
                                 ("causal_mask", 130, CausalMask, patterns.feat(5, 8), None),
-                                ("broadcast_math", 131, BroadcastMath, patterns.feat(3, 6), None)]
+                                ("broadcast_math", 131, BroadcastMath, patterns.feat(3, 6), None),
+                                ("tied_head", 132, TiedHead, patterns.ids_input(5), None),
+                                ("upsample", 133, Upsample, patterns.feat(3, 3, 3), None),
+                                ("softmax_axes", 134, SoftmaxAxes, patterns.feat(4, 6), None),
+                                ("timm_qkv", 135, TimmQKV, patterns.feat(5, 8), None),
+                                ("seq_first", 136, SeqFirst, patterns.feat(5, 8), None),
+                                ("window_fold", 137, WindowFold, patterns.feat(16, 6), None),
+                                ("seq_first_attention", 139, SeqFirstAttention, patterns.feat(5, 8),
+                                 None),
+                                ("buffers", 138, Buffers, patterns.feat(8), None)]
 
 
 def main():
