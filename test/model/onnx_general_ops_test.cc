@@ -567,3 +567,35 @@ TEST_CASE("a scalar parameter (CLIP's logit_scale) is trained, and exp of it map
 }
 
 }  // namespace gp::model
+
+namespace gp::model {
+
+TEST_CASE("SplitToSequence and SequenceAt (an unoptimised x.split) become slices of the pieces") {
+  Onnx b;
+  b.input("x", {2, 6});
+  b.constant("two", {}, {2}, kInt64);
+  Onnx::attr(b.node("SplitToSequence", {"x", "two"}, {"seq"}, "split"), "axis", 2);
+  b.constant("one", {}, {1}, kInt64);
+  b.node("SequenceAt", {"seq", "one"}, {"y"}, "at");
+  b.output("y", {2, 2});
+  const auto g = testing::build_graph(b.imported());
+  const auto& at = op(g, "at");
+  CHECK(at.type() == "slice");
+  CHECK(at.attrs().at("axis").i() == 1);
+  CHECK(at.attrs().at("start").i() == 2);
+  CHECK(at.attrs().at("end").i() == 4);
+  // No split: pieces of one, the axis dropped without keepdims; a negative position counts back.
+  Onnx c;
+  c.input("x", {3, 4});
+  auto* s = c.node("SplitToSequence", {"x"}, {"seq"}, "split");
+  Onnx::attr(s, "axis", 1);
+  Onnx::attr(s, "keepdims", 0);
+  c.constant("last", {}, {-1}, kInt64);
+  c.node("SequenceAt", {"seq", "last"}, {"y"}, "at");
+  c.output("y", {4});
+  const auto h = testing::build_graph(c.imported());
+  CHECK(op(h, "at").attrs().at("start").i() == 2);
+  CHECK(shape(h, "at.squeeze") == "[4] float32");
+}
+
+}  // namespace gp::model

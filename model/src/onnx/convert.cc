@@ -42,6 +42,8 @@ const std::map<std::string, int>& mapped_inputs() {
                                                      {"Concat", 1},
                                                      {"Slice", 3},
                                                      {"Split", 1},
+                                                     {"SplitToSequence", 1},
+                                                     {"SequenceAt", 2},
                                                      {"Gather", 2},
                                                      {"Transpose", 1},
                                                      {"Reshape", 1},
@@ -164,6 +166,8 @@ void Importer::convert(int i) {
       {"Slice", &Importer::slice},
       {"Expand", &Importer::expand},
       {"Split", &Importer::split},
+      {"SplitToSequence", &Importer::split_to_sequence},
+      {"SequenceAt", &Importer::sequence_at},
       {"Gather", &Importer::gather},
       {"Transpose", &Importer::transpose},
       {"Reshape", &Importer::reshape},
@@ -733,6 +737,69 @@ void Importer::split(int i, const std::string& id) {
     }
     begin = end;
   }
+}
+
+// SplitToSequence (torch 2.x's unoptimised x.split(C, dim)): the pieces are remembered, and each
+// SequenceAt of a constant position becomes the slice of its piece.
+void Importer::split_to_sequence(int i, const std::string& /*id*/) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto a = sample_axis(n.input(0), attr_i(n, "axis", 0));
+  if (!a) return refuse(i, "splits the batch axis (or an axis out of range)");
+  const auto shape = sample_shape(n.input(0));
+  if (!shape || *a >= static_cast<int64_t>(shape->size())) {
+    return refuse(i, "splits an axis of unknown size");
+  }
+  const int64_t dim = (*shape)[static_cast<size_t>(*a)];
+  Sequence seq{*x, *a, {}, false, *shape};
+  std::vector<int64_t> sizes;
+  if (n.input_size() > 1 && !n.input(1).empty()) {
+    auto v = folded(n.input(1));
+    if (!v || v->empty()) return refuse(i, "split sizes are not constant");
+    const auto c = consts_.find(n.input(1));
+    const bool scalar = v->size() == 1 && (c == consts_.end() || c->second->dims_size() == 0);
+    if (scalar) {  // pieces of this size, the last one shorter
+      const int64_t piece = to_index((*v)[0]);
+      if (piece <= 0) return refuse(i, "a split size of " + std::to_string(piece));
+      for (int64_t at = 0; at < dim; at += piece) sizes.push_back(std::min(piece, dim - at));
+    } else {
+      for (double s : *v) sizes.push_back(to_index(s));
+    }
+  } else {  // pieces of one, the axis dropped unless keepdims
+    sizes.assign(static_cast<size_t>(dim), 1);
+    seq.squeeze = attr_i(n, "keepdims", 1) == 0;
+  }
+  int64_t begin = 0;
+  for (int64_t s : sizes) {
+    if (s <= 0 || begin + s > dim) return refuse(i, "split sizes do not fit the axis");
+    seq.pieces.emplace_back(begin, begin + s);
+    begin += s;
+  }
+  if (begin != dim) return refuse(i, "split sizes do not add up to the axis");
+  sequences_[n.output(0)] = std::move(seq);
+}
+
+void Importer::sequence_at(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const auto it = sequences_.find(n.input(0));
+  if (it == sequences_.end()) return refuse(i, "reads a sequence that is not a SplitToSequence");
+  const Sequence& seq = it->second;
+  const auto k = scalar(n.input(1));
+  if (!k) return refuse(i, "the position is not a constant");
+  int64_t pos = to_index(*k);
+  const auto count = static_cast<int64_t>(seq.pieces.size());
+  if (pos < 0) pos += count;
+  if (pos < 0 || pos >= count) return refuse(i, "position out of range");
+  const auto [begin, end] = seq.pieces[static_cast<size_t>(pos)];
+  TensorRef piece = b_.slice(id, seq.x, seq.axis, begin, end);
+  if (seq.squeeze) {
+    std::vector<int64_t> shape = seq.shape;
+    shape.erase(shape.begin() + seq.axis);
+    if (shape.empty()) shape.push_back(1);
+    piece = b_.reshape(unique_id(id + ".squeeze", id), piece, shape);
+  }
+  act_[n.output(0)] = piece;
 }
 
 // Gather: a lookup in a weight table (an embedding, or an embedding bag when a ReduceSum or

@@ -258,6 +258,17 @@ class Importer {
   // zeros of the target's per-sample shape.
   void expand_activation(int i, const std::string& id, const TensorRef& x);
   void split(int i, const std::string& id);
+  void split_to_sequence(int i, const std::string& id);
+  void sequence_at(int i, const std::string& id);
+  // A SplitToSequence's pieces, by its output: [begin, end) along per-sample `axis` of `x`.
+  struct Sequence {
+    TensorRef x;
+    int64_t axis = 0;
+    std::vector<std::pair<int64_t, int64_t>> pieces;
+    bool squeeze = false;        // pieces of one without keepdims: the axis is dropped
+    std::vector<int64_t> shape;  // x's per-sample shape
+  };
+  std::map<std::string, Sequence> sequences_;
   void embedding_bag(int i, const std::string& id);
   void transpose(int i, const std::string& id);
   void pad(int i, const std::string& id);
