@@ -422,6 +422,12 @@ const std::string& Graph::model_hash() const {
 int64_t Graph::total_params() const {
   int64_t total = 0;
   for (const auto& node : nodes_) total += node.cost.param_count;
+  // A tied tensor is one parameter of the model, however many ops hold a copy.
+  for (const auto& tie : ties_) {
+    int64_t elements = 1;
+    for (int64_t d : nodes_[tie[0].op].proto->params(tie[0].param).shape()) elements *= d;
+    total -= static_cast<int64_t>(tie.size() - 1) * elements;
+  }
   return total;
 }
 

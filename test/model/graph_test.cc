@@ -241,6 +241,8 @@ TEST_CASE("a tie of parameters of one shape resolves to their indices, the first
   CHECK(source->op == tie[0].op);
   CHECK(g->tie_source(tie[0].op, 0) == nullptr);
   CHECK(g->tie_source(tie[1].op, 1) == nullptr);  // b's bias is not tied
+  // The tied weight counts once: a (4x4 + 4), b's bias (its weight is a's), c (2x4 + 2).
+  CHECK(g->total_params() == (16 + 4) + 4 + (8 + 2));
 }
 
 TEST_CASE("bad ties are rejected naming the tie, the member and what is wrong") {

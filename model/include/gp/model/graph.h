@@ -82,6 +82,7 @@ class Graph {
   // that one), else nullptr.
   const ParamAt* tie_source(int op, int param) const;
 
+  // Trainable elements of the model, a tied tensor counted once (ops' copies: OpCost::param_count).
   int64_t total_params() const;
   // Number of independent branches: the widest set of non-input ops no two of which lie on a
   // common path (the maximum antichain, by Dilworth's theorem through bipartite matching).
