@@ -6,6 +6,7 @@
 #include <set>
 
 #include "gp/model/model_io.h"
+#include "ops_internal.h"
 
 namespace gp::model {
 namespace {
@@ -33,11 +34,9 @@ std::string op_label(int i, const Operator& op) {
   return s;
 }
 
-template <class Dims>
-std::string ints_string_of(const Dims& dims) {
-  std::string s = "[";
-  for (int64_t d : dims) s += (s.size() > 1 ? ", " : "") + std::to_string(d);
-  return s + "]";
+// "[4, 4]": the catalogue's formatting of a parameter's shape.
+std::string ints_string_of(const google::protobuf::RepeatedField<int64_t>& dims) {
+  return detail::ints_string({dims.begin(), dims.end()});
 }
 
 std::string ref_string(const TensorRef& ref) {

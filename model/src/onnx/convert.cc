@@ -644,13 +644,7 @@ void Importer::expand(int i, const std::string& id) {
   if (sample.empty()) sample.push_back(1);
   // An activation the consumer also reads (the patch embeddings a class token is concatenated
   // to), else the model's first input: the op runs where that is, and takes no gradient from it.
-  std::optional<TensorRef> anchor;
-  for (int c : consumers_[n.output(0)]) {
-    for (const auto& in : g_.node(c).input()) {
-      if (!anchor && in != n.output(0)) anchor = activation(in);
-    }
-  }
-  for (int k = 0; !anchor && k < g_.input_size(); ++k) anchor = activation(g_.input(k).name());
+  const auto anchor = anchor_for(n.output(0));
   if (!anchor) return refuse(i, "no activation to take the batch from");
   act_[n.output(0)] = b_.broadcast_param(id, *anchor, sample);
   take(id, "value", n.input(0));

@@ -280,8 +280,7 @@ void Importer::general_unary(int i, const std::string& id, std::string_view fn) 
   // A function of a trained scalar or vector (CLIP's logit_scale.exp()): the parameter, the
   // same for every sample, then the function of it.
   if (!x && param_like(n.input(0)) && weight_dims(n.input(0)).size() <= 1) {
-    std::optional<TensorRef> anchor;
-    for (int k = 0; !anchor && k < g_.input_size(); ++k) anchor = activation(g_.input(k).name());
+    const auto anchor = anchor_for(n.output(0));
     if (!anchor) return refuse(i, "no activation to take the batch from");
     std::vector<int64_t> per = weight_dims(n.input(0));
     if (per.empty()) per.push_back(1);
