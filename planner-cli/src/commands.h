@@ -80,6 +80,11 @@ struct SearchOptions {
   // off for the baselines unless --per-stage-microbatch.
   bool per_stage_microbatch = false;
   bool uniform_microbatch = false;
+  // The improvement search after the fast one (improve.h): a time budget, a trial budget (which
+  // replays a run exactly), and its generator's seed.
+  double effort_s = 0;
+  int64_t effort_trials = 0;
+  uint64_t effort_seed = 1;
   std::string command_line;
 };
 

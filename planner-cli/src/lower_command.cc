@@ -131,6 +131,9 @@ Command add_lower_command(CLI::App& app) {
   lower
       ->add_option("--lowering", opts->lowering,
                    "chain (tensors relayed along a sequential pipeline), dag (graph pipeline) or "
+  for (const char* effort : {"--effort", "--effort-trials", "--effort-seed"}) {
+    lower->remove_option(lower->get_option(effort));
+  }
                    "best (both; the faster simulated plan is written)")
       ->capture_default_str();
   lower

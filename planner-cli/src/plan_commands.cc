@@ -77,6 +77,22 @@ Result<graphpipe::v1::TrainingConfig> training_config(const SearchOptions& opts)
   return t;
 }
 
+// The improvement search's outcome, and the moves that took the plan there.
+void print_improvement(const planner::ImproveSummary& s) {
+  std::printf(
+      "improvement: %.1f -> %.1f samples/s (%+.2f%%), %lld plans simulated (%lld events) in %.1f s "
+      "(stopped: %s; --effort-trials %lld replays it)\n",
+      s.start_samples_per_s, s.end_samples_per_s,
+      100 * (s.end_samples_per_s / s.start_samples_per_s - 1), static_cast<long long>(s.trials),
+      static_cast<long long>(s.events), s.time_s, s.stopped_by.c_str(),
+      static_cast<long long>(s.trials));
+  for (const auto& m : s.moves) {
+    std::printf("  %s %s: %.1f -> %.1f samples/s\n",
+                m.kick ? "kick:" : "move:", m.description.c_str(), m.before_samples_per_s,
+                m.after_samples_per_s);
+  }
+}
+
 }  // namespace
 
 Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
@@ -165,10 +181,17 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.per_stage_microbatch =
       opts.per_stage_microbatch ||
       (strategy == graphpipe::v1::STRATEGY_GRAPHPIPE && !opts.uniform_microbatch);
+  req.improve.effort_s = opts.effort_s;
+  req.improve.max_trials = opts.effort_trials;
+  req.improve.seed = opts.effort_seed;
   auto logger = log::get("plan");
   const std::string name(plan::strategy_name(strategy));
   req.progress = [logger, name](int done, int total, const std::string& line) {
-    logger->info("{} [{}/{}] {}", name, done, total, line);
+    if (total == 0) {
+      logger->info("{} {}", name, line);  // not a step of the micro-batch sweep
+    } else {
+      logger->info("{} [{}/{}] {}", name, done, total, line);
+    }
   };
   GP_ASSIGN_OR_RETURN(auto result, planner::search_plan(req));
   if (result.feasible) {
@@ -212,6 +235,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   if (!opts.report.empty()) {
     GP_RETURN_IF_ERROR(model::write_file_atomic(
         opts.report, planner::plan_report_json(ctx, result.feasible ? &written : nullptr)));
+  if (result.improvement.ran) ctx.improvement = &result.improvement;
   }
   if (!result.feasible) return ok_status();
   if (!opts.out.empty()) GP_RETURN_IF_ERROR(model::write_message(opts.out, written));
@@ -273,6 +297,7 @@ Status run_search(const SearchOptions& opts) {
   return ok_status();
 }
 
+  if (result.improvement.ran) print_improvement(result.improvement);
 Status run_replan(const ReplanOptions& opts) {
   GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
   GP_RETURN_IF_ERROR(model::check_output_path("--out", opts.out));
@@ -407,6 +432,19 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
                   "Piper gives up beyond this many downsets, as Piper itself does")
       ->capture_default_str();
   cmd->add_flag("--piper-compress-branches", o->piper_compress_branches,
+  cmd->add_option("--effort", o->effort_s,
+                  "then spend up to this many seconds improving the plan by local moves (move a "
+                  "unit between stages, split, merge or pair stages, move replicas, change a "
+                  "stage's micro-batch), each judged by the simulator; never slower than "
+                  "without (default 0: off)")
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_option("--effort-trials", o->effort_trials,
+                  "stop the improvement after this many simulated plans: with --effort-seed it "
+                  "replays a run exactly on any machine (default 0: only --effort limits it)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--effort-seed", o->effort_seed,
+                  "seed of the improvement's move order (default 1)")
+      ->capture_default_str();
                 "Piper plans each parallel branch as one unit (PipeDream's compress_branches), "
                 "so it runs on multi-branch models but never cuts inside a branch");
 }

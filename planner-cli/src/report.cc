@@ -21,6 +21,28 @@ std::string op_range(const graphpipe::v1::Stage& s) {
   return s.op_ids(0) + " .. " + s.op_ids(s.op_ids_size() - 1);
 }
 
+void write_improvement(JsonWriter& w, const ImproveSummary& s) {
+  w.key("improvement")
+      .begin_object()
+      .field("start_throughput_samples_per_s", s.start_samples_per_s)
+      .field("throughput_samples_per_s", s.end_samples_per_s)
+      .field("trials", s.trials)
+      .field("simulated_events", s.events)
+      .field("local_optima", s.local_optima)
+      .field("time_s", s.time_s)
+      .field("stopped_by", s.stopped_by);
+  w.key("moves").begin_array();
+  for (const auto& m : s.moves) {
+    w.begin_object()
+        .field("move", m.description)
+        .field("kick", m.kick)
+        .field("before_samples_per_s", m.before_samples_per_s)
+        .field("after_samples_per_s", m.after_samples_per_s)
+        .end_object();
+  }
+  w.end_array().end_object();
+}
+
 }  // namespace
 
 std::string human_bytes(double bytes) {
@@ -79,6 +101,7 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
     }
     w.end_array();
   }
+  if (ctx.improvement != nullptr) write_improvement(w, *ctx.improvement);
   if (ctx.candidates != nullptr) {
     w.key("candidates").begin_array();
     for (const auto& c : *ctx.candidates) {

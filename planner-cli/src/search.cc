@@ -421,6 +421,8 @@ class Search {
   Status try_uniform_micro_batches(PlanFound& f) const;
   // A trial's plan and simulation; its throughput is -1 when it deadlocks or does not fit.
   Result<PlanFound> simulate_trial(bool chain, std::vector<StageAssignment> trial) const;
+  // The same without a progress line (the improvement search reports its own).
+  Result<PlanFound> simulate_stages(bool chain, std::vector<StageAssignment> trial) const;
   // `t` replaces `f` when it simulates more than `factor` times faster.
   static bool keep_if_faster(PlanFound t, PlanFound& f, double factor = 1.002);
   // The better of the refined best plan and runner-up, into best_.
@@ -437,6 +439,9 @@ class Search {
   Result<PlanFound> plan_on_fewer_devices(int fewer) const;
   // Takes fewer_ when it is faster than every plan found for all the devices.
   void adopt_fewer_devices();
+  // The improvement search (improve.h) from `f`, which takes its best plan.
+  Status improve(PlanFound& f);
+  MoveSpace move_space() const;
   // Why the chosen plan leaves devices idle; empty when it uses them all.
   std::string idle_devices_reason() const;
   void finish(std::chrono::steady_clock::time_point start);
@@ -527,6 +532,7 @@ Status Search::find() {
   if (result_.feasible) GP_RETURN_IF_ERROR(choose_best());
   GP_RETURN_IF_ERROR(search_fewer_devices());
   adopt_fewer_devices();
+  if (result_.feasible && req_.improve.enabled()) GP_RETURN_IF_ERROR(improve(best_));
   return ok_status();
 }
 
@@ -757,6 +763,10 @@ Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment
   log_progress(std::string(plan::strategy_name(req_.strategy)) + " on " + std::to_string(devices_) +
                " devices: simulating a refinement of the best plan (" +
                std::to_string(trial.size()) + " stages)");
+  return simulate_stages(chain, std::move(trial));
+}
+
+Result<PlanFound> Search::simulate_stages(bool chain, std::vector<StageAssignment> trial) const {
   PlanFound t;
   GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(chain), trial));
   GP_ASSIGN_OR_RETURN(t.simulation, simulator_.run(t.plan, graph_));
@@ -977,6 +987,7 @@ Result<PlanFound> Search::plan_on_fewer_devices(int fewer) const {
   SearchRequest sub = req_;
   GP_ASSIGN_OR_RETURN(sub.cluster, cost::select_devices(req_.cluster, fewer));
   sub.progress = nullptr;
+  sub.improve = {};  // once, for the plan finally chosen
   Search search(sub, micro_batches_);
   search.time_per_sample_s_ = time_per_sample_s_;  // the same graph and costs: reused
   GP_RETURN_IF_ERROR(search.find());
@@ -999,6 +1010,48 @@ void Search::adopt_fewer_devices() {
   if (fewer_.throughput <= all_devices_throughput_) return;
   best_ = std::move(fewer_);
   result_.feasible = true;
+}
+
+MoveSpace Search::move_space() const {
+  MoveSpace space;
+  space.graph = &graph_;
+  space.units = &units_;
+  space.devices = devices_;
+  space.mini_batch = req_.mini_batch;
+  space.micro_batches = micro_batches_;
+  const int64_t largest = *std::max_element(micro_batches_.begin(), micro_batches_.end());
+  space.op_weight.reserve(static_cast<size_t>(graph_.num_ops()));
+  for (int op = 0; op < graph_.num_ops(); ++op) {
+    const cost::OpTime t = req_.compute->op_time(graph_.op(op), largest);
+    space.op_weight.push_back(t.forward_us + t.backward_us);
+  }
+  return space;
+}
+
+Status Search::improve(PlanFound& f) {
+  const TrialFn trial = [this](const StagePlan& p) -> Result<TrialOutcome> {
+    auto t = simulate_stages(p.chain, p.stages);
+    // A move may make a plan no lowering accepts (a chain a tensor would flow back along).
+    if (!t.ok() && t.status().code() == StatusCode::kInvalidArgument) return TrialOutcome{};
+    GP_RETURN_IF_ERROR(t.status());
+    return TrialOutcome{t->throughput, t->simulation.events_processed};
+  };
+  const ImproveProgress progress = [this](const std::string& line) {
+    if (req_.progress) req_.progress(0, 0, line);
+  };
+  StagePlan plan{f.stages, f.chain};
+  GP_ASSIGN_OR_RETURN(result_.improvement, improve_stages(move_space(), req_.improve, trial,
+                                                          progress, f.throughput, plan));
+  if (result_.improvement.end_samples_per_s <= f.throughput) return ok_status();
+  GP_ASSIGN_OR_RETURN(PlanFound t, simulate_stages(plan.chain, std::move(plan.stages)));
+  if (!keep_if_faster(std::move(t), f, 1.0)) return ok_status();
+  f.chain = plan.chain;
+  f.searched_devices = devices_;
+  f.idle_devices_reason.clear();
+  if (f.plan.programs_size() < devices_) {
+    f.idle_devices_reason = "the improvement search's best plan simulates faster with them idle";
+  }
+  return ok_status();
 }
 
 std::string Search::idle_devices_reason() const {

@@ -65,6 +65,20 @@ for key in strategy feasible num_devices mini_batch micro_batch num_stages pipel
 done
 check "trace is a Chrome trace" 'grep -q "traceEvents" "$tmp/trace.json"'
 check "dot has stage nodes" 'grep -q "digraph stages" "$tmp/stages.dot" && grep -q "s0 ->" "$tmp/stages.dot"'
+# --effort: the improvement search after the fast one; never slower, its moves in the report.
+fast=$(sed -n 's/.*"predicted_throughput_samples_per_s": \([0-9.e+]*\).*/\1/p' "$tmp/report.json" | head -1)
+out=$("$bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 4 --batch 16 \
+      --effort 5 --effort-trials 200 --out "$tmp/improved.pb" --report "$tmp/improved.json"); rc=$?
+check "search --effort exits 0 and prints the improvement" '[ $rc -eq 0 ] && echo "$out" | grep -q "^improvement: .* samples/s"'
+check "--effort-trials stops it" 'echo "$out" | grep -q "stopped: trial budget" || echo "$out" | grep -q "stopped: no move left"'
+improved=$(sed -n 's/.*"throughput_samples_per_s": \([0-9.e+]*\).*/\1/p' "$tmp/improved.json" | head -1)
+check "the report has the improvement ($fast -> $improved)" 'grep -q "\"improvement\":" "$tmp/improved.json" && grep -q "\"moves\":" "$tmp/improved.json"'
+check "the improved plan is not slower ($fast -> $improved)" 'awk -v a="$fast" -v b="$improved" "BEGIN { exit !(b >= a) }"'
+out=$("$bin" verify --plan "$tmp/improved.pb"); rc=$?
+check "verify accepts the improved plan" '[ $rc -eq 0 ]'
+"$bin" search --model zoo:tiny-mmt --cluster cpu-local --batch 16 --effort -1 --out "$tmp/x.pb" >/dev/null 2>&1; rc=$?
+check "a negative --effort exits 2" '[ $rc -eq 2 ]'
+
 out=$("$bin" verify --plan "$tmp/plan.pb"); rc=$?
 check "verify accepts the searched plan" '[ $rc -eq 0 ] && echo "$out" | grep -q "deadlock-free"'
 out=$("$bin" verify --plan "$tmp/plan.pb" --model zoo:tiny-mmt --cluster cpu-local --devices 4); rc=$?

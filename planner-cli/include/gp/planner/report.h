@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "gp/planner/improve.h"
 #include "gp/planner/search.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -19,6 +20,7 @@ struct ReportContext {
   int num_units = 0;  // planning units the search cut stages from
   const std::vector<CandidateSummary>* candidates = nullptr;
   std::string idle_devices_reason;  // why the plan leaves devices idle (empty: uses all)
+  const ImproveSummary* improvement = nullptr;  // when --effort ran
 };
 
 // The report of `graphpipe-plan search --report` (docs/plan-format.md lists the keys).

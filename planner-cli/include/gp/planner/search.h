@@ -15,6 +15,7 @@
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
 #include "gp/model/graph.h"
+#include "gp/planner/improve.h"
 #include "gp/planner/partition.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/sim/simulator.h"
@@ -41,6 +42,9 @@ struct SearchRequest {
   // Refine the best plan with per-stage micro-batch sizes: greedily double or halve one stage's
   // micro-batch while the simulated throughput improves (the lowering handles mixed sizes).
   bool per_stage_microbatch = false;
+  // Then the improvement search (improve.h) from the plan found, within its budget; off by
+  // default.
+  ImproveOptions improve;
   // Called after each micro-batch candidate: (done, total, one-line summary).
   std::function<void(int, int, const std::string&)> progress;
 };
@@ -86,6 +90,8 @@ struct SearchResult {
   // The plan is lowered as a chain (tensors relayed through the stages in between; stage order
   // is the chain's), not as a graph pipeline.
   bool chain = false;
+  // The improvement search, when the request asked for one (ran).
+  ImproveSummary improvement;
 };
 
 Result<SearchResult> search_plan(const SearchRequest& request);
