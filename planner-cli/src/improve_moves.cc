@@ -102,6 +102,7 @@ class Neighbourhood::Impl {
 
   size_t size() const { return moves_.size(); }
   std::optional<Neighbour> get(size_t i) const { return moves_[i](); }
+  bool splits_onto_idle_devices(size_t i) const { return onto_idle_[i] != 0; }
 
  private:
   int num_stages() const { return static_cast<int>(plan_.stages.size()); }
@@ -156,7 +157,10 @@ class Neighbourhood::Impl {
     std::iota(order.begin(), order.end(), 0);
     return order;
   }
-  void add(Make make) { moves_.push_back(std::move(make)); }
+  void add(Make make, bool onto_idle = false) {
+    moves_.push_back(std::move(make));
+    onto_idle_.push_back(onto_idle ? 1 : 0);
+  }
   static std::optional<Neighbour> made(StagePlan p, std::string description) {
     return Neighbour{std::move(p), std::move(description)};
   }
@@ -238,7 +242,8 @@ class Neighbourhood::Impl {
     const double share = total_w > 0 ? 1 - moved_w / total_w : 0.5;
     for (const auto& [first, second] : split_counts(replicas(s), share)) {
       if (second > micro_batch(s)) continue;
-      add([this, s, moved, what, first, second] { return split(s, moved, what, first, second); });
+      add([this, s, moved, what, first, second] { return split(s, moved, what, first, second); },
+          /*onto_idle=*/first == replicas(s));
     }
   }
   std::optional<Neighbour> split(int s, const std::vector<int>& moved, const std::string& what,
@@ -414,6 +419,7 @@ class Neighbourhood::Impl {
   const Atoms atoms_;
   int idle_ = 0;
   std::vector<Make> moves_;
+  std::vector<char> onto_idle_;  // per move: a split whose new stage takes idle devices
 };
 
 Neighbourhood::Neighbourhood(const MoveSpace& space, const StagePlan& plan)
@@ -421,6 +427,9 @@ Neighbourhood::Neighbourhood(const MoveSpace& space, const StagePlan& plan)
 Neighbourhood::~Neighbourhood() = default;
 size_t Neighbourhood::size() const { return impl_->size(); }
 std::optional<Neighbour> Neighbourhood::get(size_t i) const { return impl_->get(i); }
+bool Neighbourhood::splits_onto_idle_devices(size_t i) const {
+  return impl_->splits_onto_idle_devices(i);
+}
 
 std::vector<Neighbour> neighbours(const MoveSpace& space, const StagePlan& plan) {
   const Neighbourhood moves(space, plan);

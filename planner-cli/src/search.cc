@@ -413,6 +413,10 @@ class Search {
   Status refine(PlanFound& f) const;
   Status refine_micro_batches(PlanFound& f) const;
   Status give_idle_devices(PlanFound& f) const;
+  // Splits a stage in series or into its branches, the new stage on idle devices, while that
+  // simulates faster: where more replicas do not pay, a shallower stage per device shortens the
+  // pipeline's fill and drain. Returns the trials simulated.
+  Result<int> split_onto_idle_devices(PlanFound& f) const;
   // The plan's stages in each of placement_orders (DAG plans): the fastest replaces the plan when
   // it is faster at all.
   Status choose_placement(PlanFound& f) const;
@@ -865,17 +869,44 @@ Status Search::give_idle_devices(PlanFound& f) const {
       ++gains;
     }
   }
+  GP_ASSIGN_OR_RETURN(const int split_trials, split_onto_idle_devices(f));
+  trials += split_trials;
   const int used_devices = f.plan.programs_size();
   if (used_devices < devices_) {
     f.idle_devices_reason =
         trials == 0 ? "no stage can take more replicas (each already has one per sample of "
                       "its micro-batch)"
-                    : "giving any stage more replicas from the idle devices did not raise "
-                      "the simulated throughput (" +
+                    : "giving any stage more replicas from the idle devices, or splitting one "
+                      "onto them, did not raise the simulated throughput (" +
                           std::to_string(trials) + " tried)";
   }
   f.idle_device_gains += gains;
   return ok_status();
+}
+
+Result<int> Search::split_onto_idle_devices(PlanFound& f) const {
+  int trials = 0;
+  if (!req_.split_onto_idle_devices) return trials;
+  const MoveSpace space = move_space();
+  while (trials < kMaxIdleTrials && f.plan.programs_size() < devices_) {
+    const Neighbourhood moves(space, StagePlan{f.stages, f.chain});
+    PlanFound fastest;
+    for (size_t i = 0; i < moves.size() && trials < kMaxIdleTrials; ++i) {
+      if (!moves.splits_onto_idle_devices(i)) continue;
+      std::optional<Neighbour> n = moves.get(i);
+      if (!n) continue;
+      ++trials;
+      auto t = simulate_trial(n->plan.chain, std::move(n->plan.stages));
+      if (!t.ok() && t.status().code() == StatusCode::kInvalidArgument) continue;  // a chain
+      GP_RETURN_IF_ERROR(t.status());
+      if (t->throughput > fastest.throughput) fastest = std::move(t).value();
+    }
+    const bool chain = f.chain;
+    if (!keep_if_faster(std::move(fastest), f)) break;
+    f.chain = chain;
+    ++f.idle_device_gains;
+  }
+  return trials;
 }
 
 Status Search::try_uniform_micro_batches(PlanFound& f) const {

@@ -109,6 +109,9 @@ class Neighbourhood {
   size_t size() const;
   // The i-th move's plan; nullopt when the move would make the stage graph cyclic.
   std::optional<Neighbour> get(size_t i) const;
+  // Whether the i-th move splits a stage (in series or into branches) and gives the new stage
+  // idle devices, the others keeping theirs: what the fast search's idle-device pass tries.
+  bool splits_onto_idle_devices(size_t i) const;
 
  private:
   class Impl;

@@ -42,6 +42,9 @@ struct SearchRequest {
   // Refine the best plan with per-stage micro-batch sizes: greedily double or halve one stage's
   // micro-batch while the simulated throughput improves (the lowering handles mixed sizes).
   bool per_stage_microbatch = false;
+  // The idle-device pass also splits stages (in series or into branches) onto idle devices;
+  // false only to measure what that pass gains.
+  bool split_onto_idle_devices = true;
   // Then the improvement search (improve.h) from the plan found, within its budget; off by
   // default.
   ImproveOptions improve;
