@@ -74,6 +74,9 @@ std::string refusal_for(const std::string& dir, const std::string& stem) {
   if (dir == kDir2) pattern = stem.substr(0, std::min(stem.find("_dynamo"), stem.find("_legacy")));
   // torch 2.x's optimiser folds the class token's expand over a static batch into a constant.
   if (dir == kDir2 && stem == "class_token_dynamo_static") return "traced batch baked in";
+  // A static export's bags over ids[:, k] are not matched yet (the dynamic ones are).
+  if (dir == kDir2 && stem == "sliced_bags_dynamo_static")
+    return "no GraphPipe operator for this loop";
   if (auto r = refused_patterns().find(pattern); r != refused_patterns().end()) return r->second;
   return "";
 }
@@ -273,7 +276,7 @@ int loss_op(const model::Graph& g) {
 }  // namespace
 
 TEST_CASE("torch exports import, except the listed patterns, which are refused for their cause") {
-  for (const auto& [dir, files, least] : {std::tuple{kDir, 90, 70}, std::tuple{kDir2, 195, 189}}) {
+  for (const auto& [dir, files, least] : {std::tuple{kDir, 90, 70}, std::tuple{kDir2, 200, 193}}) {
     const auto all = stems(dir);
     INFO(dir);
     REQUIRE(all.size() >= static_cast<size_t>(files));  // the folder is there and complete
@@ -378,7 +381,7 @@ TEST_CASE("a graph-only torch export imports with the parameters of the export w
 }
 
 TEST_CASE("torch exports compute torch's output and loss, and match it after one SGD step") {
-  for (const auto& [dir, least] : {std::pair{kDir, 50}, std::pair{kDir2, 181}}) {
+  for (const auto& [dir, least] : {std::pair{kDir, 50}, std::pair{kDir2, 185}}) {
     int checked = 0;
     for (const auto& stem : stems(dir)) {
       const std::string ref = dir + stem + "/";

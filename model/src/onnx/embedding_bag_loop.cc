@@ -94,8 +94,8 @@ std::optional<Importer::LoopRegion> Importer::loop_region(int loop) const {
     node_reads(g_.node(k), &reads, 0);
     for (const auto& name : reads) {
       const int p = producer(name);
-      if (p < 0) {
-        if (is_data_input(name)) {
+      if (p < 0 || is_sliced_ids(name)) {
+        if (p >= 0 || is_data_input(name)) {
           (g_.node(k).op_type() == "Shape" ? r.shape_reads : r.value_reads).insert(name);
         } else if (!is_weight(name)) {
           return std::nullopt;
@@ -145,6 +145,101 @@ bool Importer::is_data_input(const std::string& name) const {
     if (in.name() == name) return true;
   }
   return false;
+}
+
+std::optional<std::vector<int64_t>> Importer::constant_ints(const onnx::NodeProto& n,
+                                                            int input) const {
+  if (n.input_size() <= input || n.input(input).empty()) return std::nullopt;
+  const auto t = const_tensor(n.input(input));
+  if (!t) return std::nullopt;
+  std::vector<int64_t> out;
+  for (double v : t->values) out.push_back(to_index(v));
+  return out;
+}
+
+std::optional<std::vector<int64_t>> Importer::sliced_ids_shape(const std::string& name) const {
+  // Up the chain to the data input, then its per-sample shape forward through each node.
+  std::vector<int> chain;
+  std::string at = name;
+  while (producer(at) >= 0) {
+    if (chain.size() == 8) return std::nullopt;
+    chain.push_back(producer(at));
+    if (g_.node(chain.back()).input_size() == 0) return std::nullopt;  // a Constant
+    at = g_.node(chain.back()).input(0);
+  }
+  // An integer graph input (never a weight, even when a static export fixes all its dims).
+  const auto type = elem_types_.find(at);
+  const bool graph_input = !consts_.count(at) && std::any_of(g_.input().begin(), g_.input().end(),
+                                                             [&](const onnx::ValueInfoProto& in) {
+                                                               return in.name() == at;
+                                                             });
+  if (chain.empty() || !graph_input || type == elem_types_.end() ||
+      (type->second != kOnnxInt64 && type->second != kOnnxInt32)) {
+    return std::nullopt;
+  }
+  auto shape = sample_shape(at);
+  if (!shape) return std::nullopt;
+  const auto axis_of = [&](int64_t a) -> std::optional<size_t> {
+    const auto rank = static_cast<int64_t>(shape->size()) + 1;  // with the batch axis
+    if (a < 0) a += rank;
+    if (a < 1 || a >= rank) return std::nullopt;  // the batch axis, or out of range
+    return static_cast<size_t>(a - 1);
+  };
+  for (auto k = chain.rbegin(); k != chain.rend(); ++k) {
+    const auto& n = g_.node(*k);
+    const std::string& t = n.op_type();
+    if (t == "Gather") {
+      const auto axis = axis_of(attr_i(n, "axis", 0));
+      const auto index = constant_ints(n, 1);
+      if (!axis || !index) return std::nullopt;
+      if (const_tensor(n.input(1))->dims.empty()) {
+        shape->erase(shape->begin() + static_cast<std::ptrdiff_t>(*axis));
+      } else {
+        (*shape)[*axis] = static_cast<int64_t>(index->size());
+      }
+    } else if (t == "Slice") {
+      const auto starts = constant_ints(n, 1), ends = constant_ints(n, 2);
+      const auto axes = n.input_size() > 3 ? constant_ints(n, 3) : std::nullopt;
+      const auto steps = n.input_size() > 4 ? constant_ints(n, 4) : std::nullopt;
+      if (!starts || !ends || (n.input_size() > 3 && !axes) || (n.input_size() > 4 && !steps)) {
+        return std::nullopt;
+      }
+      for (size_t j = 0; j < starts->size(); ++j) {
+        const int64_t a = axes ? (*axes)[j] : static_cast<int64_t>(j);
+        if (steps && (*steps)[j] != 1) return std::nullopt;
+        if (a == 0) {  // the batch axis: kept whole only (`ids[:, k]`)
+          if ((*starts)[j] != 0 || (*ends)[j] < (int64_t{1} << 62)) return std::nullopt;
+          continue;
+        }
+        const auto axis = axis_of(a);
+        if (!axis) return std::nullopt;
+        const int64_t dim = (*shape)[*axis];
+        auto clamp = [dim](int64_t v) { return std::clamp(v < 0 ? v + dim : v, int64_t{0}, dim); };
+        (*shape)[*axis] = std::max<int64_t>(0, clamp((*ends)[j]) - clamp((*starts)[j]));
+      }
+    } else if (t == "Squeeze") {
+      const auto axes = constant_ints(n, 1);
+      if (!axes) return std::nullopt;
+      std::vector<size_t> drop;
+      for (int64_t a : *axes) {
+        const auto axis = axis_of(a);
+        if (!axis || (*shape)[*axis] != 1) return std::nullopt;
+        drop.push_back(*axis);
+      }
+      std::sort(drop.rbegin(), drop.rend());
+      for (size_t d : drop) shape->erase(shape->begin() + static_cast<std::ptrdiff_t>(d));
+    } else if (t == "Cast") {
+      const int64_t to = attr_i(n, "to", 0);
+      if (to != kOnnxInt64 && to != kOnnxInt32) return std::nullopt;
+    } else if (t != "Identity") {
+      return std::nullopt;
+    }
+  }
+  return shape;
+}
+
+bool Importer::is_sliced_ids(const std::string& name) const {
+  return sliced_ids_shape(name).has_value();
 }
 
 const Importer::RaggedBag* Importer::ragged_by_input(const std::string& name, bool offsets) const {
@@ -278,12 +373,10 @@ bool Importer::bag_loop(const LoopRegion& r, Fused* f) const {
   if (r.value_reads.size() != 1) return false;
   const std::string ids = *r.value_reads.begin();
   const auto ids_type = elem_types_.find(ids);
-  const auto bag_shape = sample_shape(ids);
-  if (ids_type == elem_types_.end() ||
-      (ids_type->second != kOnnxInt64 && ids_type->second != kOnnxInt32) || !bag_shape ||
-      bag_shape->size() != 1 || (*bag_shape)[0] < 1) {
-    return false;
-  }
+  const bool int_input = ids_type != elem_types_.end() &&
+                         (ids_type->second == kOnnxInt64 || ids_type->second == kOnnxInt32);
+  const auto bag_shape = int_input ? sample_shape(ids) : sliced_ids_shape(ids);
+  if (!bag_shape || bag_shape->size() != 1 || (*bag_shape)[0] < 1) return false;
   const auto table = bag_table(r);
   if (!table || !values_stay_inside(r, {ids}, *table)) return false;
   const auto mean = probe_bag_loop(r, ids, (*bag_shape)[0], "", *table);

@@ -366,6 +366,15 @@ class Importer {
   std::map<int, std::string> ragged_refusals_;  // such loops without --max-bag: why refused
   const RaggedBag* ragged_by_input(const std::string& name, bool offsets) const;
   bool is_data_input(const std::string& name) const;
+  // Whether `name` is integer ids sliced per sample out of a data input by constant indices off
+  // the batch axis (DLRM's ids[:, k] of a [batch, tables, bag] input): Gather, Slice, Squeeze,
+  // Identity and Cast nodes down to the input. An embedding bag's loop reads such ids like an
+  // input of its own; the slice itself is imported as the ops it is.
+  bool is_sliced_ids(const std::string& name) const;
+  // Their per-sample shape, from the input's through each node; nullopt when not such ids.
+  std::optional<std::vector<int64_t>> sliced_ids_shape(const std::string& name) const;
+  // Input `input` of `n` as integers when it is a constant.
+  std::optional<std::vector<int64_t>> constant_ints(const onnx::NodeProto& n, int input) const;
 
   // batch_layout.cc: where each activation's batch axis is. Every GraphPipe tensor is per sample;
   // the ONNX tensor it stands for may have its batch at another axis than 0 (a sequence-first

@@ -29,7 +29,8 @@ element-wise code of Llama and nanoGPT that maps onto the general ops, with torc
 onnxscript 0.7.2; and tied_head (nanoGPT's tied LM head), upsample (ConvTranspose2d and
 nn.Upsample) and softmax_axes (softmax and log_softmax over an inner axis, LayerNorm over two
 axes) with torch 2.15.0; and timm_qkv, seq_first, seq_first_attention and window_fold (the batch
-axis moved by a permute or transpose, or folded with attention heads or Swin's windows) with torch 2.15.0 and onnxscript 0.7.2.)
+axis moved by a permute or transpose, or folded with attention heads or Swin's windows) with torch 2.15.0 and onnxscript 0.7.2;
+and sliced_bags (EmbeddingBags over ids[:, k] of one ids tensor) with torch 2.15.0.)
 """
 import copy
 import glob
@@ -351,6 +352,22 @@ class WindowFold(torch.nn.Module):
         return self.out(y + x)
 
 
+class SlicedBags(torch.nn.Module):
+    # EmbeddingBags over slices of one [batch, tables, bag] ids tensor (facebookresearch DLRM's
+    # `emb(ids[:, k])`, TorchRec-style inputs): each bag's Loop reads ids[:, k], not an input.
+    def __init__(self):
+        super().__init__()
+        self.bags = torch.nn.ModuleList(torch.nn.EmbeddingBag(20, 6, mode="sum") for _ in range(2))
+        self.fc = torch.nn.Linear(12, 2)
+
+    def forward(self, ids):
+        return self.fc(torch.cat([bag(ids[:, k]) for k, bag in enumerate(self.bags)], dim=1))
+
+
+def sliced_bag_inputs(g):
+    return [("ids", torch.randint(0, 20, (patterns.BATCH, 2, 3), generator=g))]
+
+
 def two_bag_inputs(g):
     return [("ids0", torch.randint(0, 20, (patterns.BATCH, 3), generator=g)),
             ("ids1", torch.randint(0, 30, (patterns.BATCH, 3), generator=g))]
@@ -378,7 +395,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("window_fold", 137, WindowFold, patterns.feat(16, 6), None),
                                 ("seq_first_attention", 139, SeqFirstAttention, patterns.feat(5, 8),
                                  None),
-                                ("buffers", 138, Buffers, patterns.feat(8), None)]
+                                ("buffers", 138, Buffers, patterns.feat(8), None),
+                                ("sliced_bags", 139, SlicedBags, sliced_bag_inputs, None)]
 
 
 def main():
