@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "gp/cost/cluster.h"
@@ -68,8 +67,9 @@ std::string config_label(const BenchConfig& c) {
 
 Result<std::vector<HandPlan>> read_hand_plan_index(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kIndexName).string();
-  std::ifstream in(path);
-  if (!in) return not_found("cannot read '" + path + "'");
+  auto text = model::read_file(path);  // a FIFO or a device is refused, not waited on
+  if (!text.ok()) return not_found("cannot read '" + path + "': " + text.status().message());
+  std::istringstream in(*text);
   std::vector<HandPlan> out;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {

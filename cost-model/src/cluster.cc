@@ -48,6 +48,38 @@ Status require_non_negative(const Cluster& c, std::string_view field, double val
                           ", must be >= 0 and finite");
 }
 
+// Bounds no real device or link reaches: a larger number is a typo or a unit slip (and a tiny
+// rate or huge time makes every predicted time infinite). A rate of 0 means "unsupported" only
+// where require_rate says so.
+struct Range {
+  double lo, hi;
+  const char* why;
+};
+constexpr Range kFlops{1e6, 1e18, "FLOP/s: no device computes beyond 1e18 or below 1e6"};
+constexpr Range kBandwidth{1e3, 1e15, "bytes/s: no memory or link moves beyond 1e15 or below 1e3"};
+constexpr Range kTimeUs{0, 1e6, "microseconds: at most 1 s"};
+constexpr Range kCapacity{1, 1125899906842624.0, "bytes: at most 1 PiB"};
+
+Status require_range(const Cluster& c, std::string_view field, double value, const Range& r) {
+  if (value >= r.lo && value <= r.hi) return ok_status();
+  return invalid_argument(prefix_of(c) + ": " + std::string(field) + " = " + num(value) +
+                          ", must be in [" + num(r.lo) + ", " + num(r.hi) + "] " + r.why);
+}
+
+// > 0 and finite (the long-standing message), then within `r`; 0 passes when `zero_ok`.
+Status require_rate(const Cluster& c, std::string_view field, double value, const Range& r,
+                    bool zero_ok = false) {
+  if (zero_ok && value == 0) return ok_status();
+  GP_RETURN_IF_ERROR(zero_ok ? require_non_negative(c, field, value)
+                             : require_positive(c, field, value));
+  return require_range(c, field, value, r);
+}
+
+Status require_time_us(const Cluster& c, std::string_view field, double value) {
+  GP_RETURN_IF_ERROR(require_non_negative(c, field, value));
+  return require_range(c, field, value, kTimeUs);
+}
+
 std::string join(const std::vector<std::string>& items, std::string_view sep) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -127,21 +159,21 @@ Status validate_cluster(const Cluster& c) {
                             ": device.type = " + graphpipe::v1::DeviceType_Name(d.type()) +
                             ", expected DEVICE_TYPE_CPU or DEVICE_TYPE_CUDA");
   }
-  GP_RETURN_IF_ERROR(require_positive(c, "device.peak_fp32_flops", d.peak_fp32_flops()));
-  GP_RETURN_IF_ERROR(require_non_negative(c, "device.peak_tf32_flops", d.peak_tf32_flops()));
-  GP_RETURN_IF_ERROR(require_non_negative(c, "device.peak_bf16_flops", d.peak_bf16_flops()));
+  GP_RETURN_IF_ERROR(require_rate(c, "device.peak_fp32_flops", d.peak_fp32_flops(), kFlops));
+  GP_RETURN_IF_ERROR(require_rate(c, "device.peak_tf32_flops", d.peak_tf32_flops(), kFlops, true));
+  GP_RETURN_IF_ERROR(require_rate(c, "device.peak_bf16_flops", d.peak_bf16_flops(), kFlops, true));
+  GP_RETURN_IF_ERROR(require_rate(c, "device.memory_bandwidth_bytes_per_s",
+                                  d.memory_bandwidth_bytes_per_s(), kBandwidth));
+  GP_RETURN_IF_ERROR(require_rate(c, "device.memory_capacity_bytes",
+                                  static_cast<double>(d.memory_capacity_bytes()), kCapacity));
   GP_RETURN_IF_ERROR(
-      require_positive(c, "device.memory_bandwidth_bytes_per_s", d.memory_bandwidth_bytes_per_s()));
-  GP_RETURN_IF_ERROR(require_positive(c, "device.memory_capacity_bytes",
-                                      static_cast<double>(d.memory_capacity_bytes())));
-  GP_RETURN_IF_ERROR(
-      require_non_negative(c, "device.kernel_launch_overhead_us", d.kernel_launch_overhead_us()));
-  GP_RETURN_IF_ERROR(require_positive(c, "intra_node.bandwidth_bytes_per_s",
-                                      c.intra_node().bandwidth_bytes_per_s()));
-  GP_RETURN_IF_ERROR(require_non_negative(c, "intra_node.latency_us", c.intra_node().latency_us()));
-  GP_RETURN_IF_ERROR(require_positive(c, "inter_node.bandwidth_bytes_per_s",
-                                      c.inter_node().bandwidth_bytes_per_s()));
-  GP_RETURN_IF_ERROR(require_non_negative(c, "inter_node.latency_us", c.inter_node().latency_us()));
+      require_time_us(c, "device.kernel_launch_overhead_us", d.kernel_launch_overhead_us()));
+  GP_RETURN_IF_ERROR(require_rate(c, "intra_node.bandwidth_bytes_per_s",
+                                  c.intra_node().bandwidth_bytes_per_s(), kBandwidth));
+  GP_RETURN_IF_ERROR(require_time_us(c, "intra_node.latency_us", c.intra_node().latency_us()));
+  GP_RETURN_IF_ERROR(require_rate(c, "inter_node.bandwidth_bytes_per_s",
+                                  c.inter_node().bandwidth_bytes_per_s(), kBandwidth));
+  GP_RETURN_IF_ERROR(require_time_us(c, "inter_node.latency_us", c.inter_node().latency_us()));
 
   const int64_t total = static_cast<int64_t>(c.num_nodes()) * c.devices_per_node();
   // Bounds what validation itself allocates (one entry per device) and every rank count after it.

@@ -269,6 +269,7 @@ Status Graph::infer_op(int i) {
   if (node.info->is_input || op.outputs_size() > 0) {
     GP_RETURN_IF_ERROR(check_declared_dims(i, op));
   }
+  GP_RETURN_IF_ERROR(check_attr_names(op, *node.info).with_context(op_label(i, op)));
   InferredOp inferred;
   Status st = node.info->infer(op, node.input_specs, &inferred);
   if (!st.ok()) return st.with_context(op_label(i, op));

@@ -12,10 +12,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <vector>
+
+#include "gp/common/file_read.h"
 
 namespace gp::model {
 namespace {
@@ -110,33 +111,7 @@ Result<std::string> serialize_message(const google::protobuf::Message& msg, File
   return internal_error("unknown file format");
 }
 
-Result<std::string> read_file(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    return invalid_argument("'" + path + "' is a directory, not a file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return not_found("cannot open '" + path + "': " + std::strerror(errno));
-  }
-  // A regular file's size is known; a device or FIFO may never end (/dev/zero), so at most
-  // kMaxStreamBytes are read from one.
-  constexpr size_t kMaxStreamBytes = size_t{256} << 20;
-  const bool regular = S_ISREG(st.st_mode);
-  std::string out;
-  if (regular) out.reserve(static_cast<size_t>(st.st_size));
-  std::vector<char> chunk(size_t{1} << 20);
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    out.append(chunk.data(), static_cast<size_t>(in.gcount()));
-    if (!regular && out.size() > kMaxStreamBytes) {
-      return invalid_argument("'" + path + "' is not a regular file and holds more than " +
-                              std::to_string(kMaxStreamBytes >> 20) + " MiB");
-    }
-  }
-  if (in.bad()) return Status(StatusCode::kDataLoss, "error reading '" + path + "'");
-  return out;
-}
+Result<std::string> read_file(const std::string& path) { return read_regular_file(path); }
 
 namespace {
 

@@ -1,7 +1,9 @@
 #include "gp/model/ops.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "ops_internal.h"
 
@@ -14,135 +16,139 @@ using namespace detail;  // NOLINT: the infer functions
 constexpr std::array kCatalogue = {
     OpTypeInfo{
         OpType::kInput, "input", "graph input (data or labels); declares its per-sample output",
-        "none; outputs[0] gives the per-sample shape and dtype", 0, 0, true, false, &infer_input},
+        "none; outputs[0] gives the per-sample shape and dtype; ragged_offsets (string, set by "
+        "the importer: the input holding a ragged bag's offsets)",
+        "ragged_offsets", 0, 0, true, false, &infer_input},
     OpTypeInfo{OpType::kLinear, "linear", "y = act(x W^T + b) over the last dimension",
                "out_features (int, required), bias (0|1, default 1), "
                "activation (none|relu|gelu, default none)",
-               1, 1, false, false, &infer_linear},
+               "out_features,bias,activation", 1, 1, false, false, &infer_linear},
     OpTypeInfo{OpType::kEmbeddingBag, "embedding_bag",
                "sum (or mean) of the embedding rows named by a bag of ids",
                "num_embeddings (int, required), embedding_dim (int, required), "
                "mode (sum|mean, default sum), padding_idx (int, optional: ids equal to it are "
                "skipped and not counted by mean; -1 pads bags of varying length)",
-               1, 1, false, false, &infer_embedding_bag},
+               "num_embeddings,embedding_dim,mode,padding_idx", 1, 1, false, false,
+               &infer_embedding_bag},
     OpTypeInfo{OpType::kEmbedding, "embedding",
                "the embedding row of every id: ids [...] -> [..., embedding_dim]",
-               "num_embeddings (int, required), embedding_dim (int, required)", 1, 1, false, false,
-               &infer_embedding},
+               "num_embeddings (int, required), embedding_dim (int, required)",
+               "num_embeddings,embedding_dim", 1, 1, false, false, &infer_embedding},
     OpTypeInfo{OpType::kAttention, "multi_head_attention",
                "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
                "output projection",
-               "num_heads (int, required, divides hidden), bias (0|1, default 1)", 1, 1, false,
-               false, &infer_attention},
+               "num_heads (int, required, divides hidden), bias (0|1, default 1)", "num_heads,bias",
+               1, 1, false, false, &infer_attention},
     OpTypeInfo{OpType::kLayerNorm, "layer_norm",
                "normalise the last dimension, then scale and shift",
-               "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_layer_norm},
-    OpTypeInfo{OpType::kRelu, "relu", "max(x, 0)", "none", 1, 1, false, false, &infer_relu},
+               "epsilon (float, default 1e-5)", "epsilon", 1, 1, false, false, &infer_layer_norm},
+    OpTypeInfo{OpType::kRelu, "relu", "max(x, 0)", "none", "", 1, 1, false, false, &infer_relu},
     OpTypeInfo{OpType::kGelu, "gelu", "x * Phi(x): the tanh approximation, or exact (erf)",
-               "approximate (tanh|none, default tanh; none is exact, as torch's nn.GELU())", 1, 1,
-               false, false, &infer_gelu},
-    OpTypeInfo{OpType::kSoftmax, "softmax", "softmax over the last dimension", "none", 1, 1, false,
-               false, &infer_softmax},
-    OpTypeInfo{OpType::kSigmoid, "sigmoid", "1 / (1 + exp(-x))", "none", 1, 1, false, false,
+               "approximate (tanh|none, default tanh; none is exact, as torch's nn.GELU())",
+               "approximate", 1, 1, false, false, &infer_gelu},
+    OpTypeInfo{OpType::kSoftmax, "softmax", "softmax over the last dimension", "none", "", 1, 1,
+               false, false, &infer_softmax},
+    OpTypeInfo{OpType::kSigmoid, "sigmoid", "1 / (1 + exp(-x))", "none", "", 1, 1, false, false,
                &infer_sigmoid},
-    OpTypeInfo{OpType::kTanh, "tanh", "tanh(x) (BERT's pooler, gates)", "none", 1, 1, false, false,
-               &infer_tanh},
+    OpTypeInfo{OpType::kTanh, "tanh", "tanh(x) (BERT's pooler, gates)", "none", "", 1, 1, false,
+               false, &infer_tanh},
     OpTypeInfo{OpType::kClip, "clip", "min(max(x, min), max) (ReLU6 is clip 0..6)",
-               "min (float, required, finite), max (float, required, finite, >= min)", 1, 1, false,
-               false, &infer_clip},
-    OpTypeInfo{OpType::kMul, "mul", "element-wise product of two tensors of one shape", "none", 2,
-               2, false, false, &infer_mul},
+               "min (float, required, finite), max (float, required, finite, >= min)", "min,max", 1,
+               1, false, false, &infer_clip},
+    OpTypeInfo{OpType::kMul, "mul", "element-wise product of two tensors of one shape", "none", "",
+               2, 2, false, false, &infer_mul},
     OpTypeInfo{OpType::kReduce, "reduce", "sum, mean, max or L2 norm over a set of per-sample axes",
                "axis (int, default -1) or axes (ints: several), mode (sum|mean|max|l2, default "
                "sum), keepdims (0|1, default 1: reduced axes kept with size 1); max splits the "
                "gradient of a tie equally, as PyTorch's amax",
-               1, 1, false, false, &infer_reduce},
+               "axis,axes,mode,keepdims", 1, 1, false, false, &infer_reduce},
     OpTypeInfo{OpType::kBiasAdd, "bias_add",
                "y = x + b with a learned b broadcast over x's leading per-sample axes "
                "(learned position embeddings, unfused biases)",
-               "shape (ints, required: b's shape, the trailing dimensions of x)", 1, 1, false,
-               false, &infer_bias_add},
+               "shape (ints, required: b's shape, the trailing dimensions of x)", "shape", 1, 1,
+               false, false, &infer_bias_add},
     OpTypeInfo{OpType::kBroadcastParam, "broadcast_param",
                "a learned tensor, the same for every sample (class tokens, learned queries); the "
                "input only sets the batch and gets no gradient",
-               "shape (ints, required: the per-sample shape)", 1, 1, false, false,
+               "shape (ints, required: the per-sample shape)", "shape", 1, 1, false, false,
                &infer_broadcast_param},
     OpTypeInfo{OpType::kAdd, "add", "element-wise sum of two or more tensors of one shape", "none",
-               2, -1, false, false, &infer_add},
+               "", 2, -1, false, false, &infer_add},
     OpTypeInfo{OpType::kConcat, "concat", "concatenate along a per-sample axis",
-               "axis (int, default -1: the last)", 1, -1, false, false, &infer_concat},
+               "axis (int, default -1: the last)", "axis", 1, -1, false, false, &infer_concat},
     OpTypeInfo{OpType::kSlice, "slice", "x[start:end] along a per-sample axis",
-               "axis (int, default -1), start (int, required), end (int, required, exclusive)", 1,
-               1, false, false, &infer_slice},
+               "axis (int, default -1), start (int, required), end (int, required, exclusive)",
+               "axis,start,end", 1, 1, false, false, &infer_slice},
     OpTypeInfo{OpType::kMatmul, "matmul",
                "batched matrix product a [..., m, k] x b [..., k, n] -> [..., m, n]",
-               "none; inputs: a, b of one rank >= 2 with identical leading dimensions", 2, 2, false,
-               false, &infer_matmul},
-    OpTypeInfo{OpType::kScale, "scale", "y = factor * x", "factor (float, required, finite)", 1, 1,
-               false, false, &infer_scale},
+               "none; inputs: a, b of one rank >= 2 with identical leading dimensions", "", 2, 2,
+               false, false, &infer_matmul},
+    OpTypeInfo{OpType::kScale, "scale", "y = factor * x", "factor (float, required, finite)",
+               "factor", 1, 1, false, false, &infer_scale},
     OpTypeInfo{OpType::kTranspose, "transpose",
                "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]",
-               "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes)", 1, 1,
-               false, false, &infer_transpose},
+               "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes)", "perm",
+               1, 1, false, false, &infer_transpose},
     OpTypeInfo{OpType::kReshape, "reshape",
                "same elements in the same order under a new per-sample shape",
-               "shape (ints, required: per-sample, all > 0, same element count)", 1, 1, false,
-               false, &infer_reshape},
+               "shape (ints, required: per-sample, all > 0, same element count)", "shape", 1, 1,
+               false, false, &infer_reshape},
     OpTypeInfo{OpType::kConv2d, "conv2d",
                "2-D convolution (cross-correlation) of x [C, H, W] -> [out, Ho, Wo]",
                "out_channels (int, required), kernel (ints [kh, kw], required), "
                "stride (ints [sh, sw], default [1, 1]), padding (ints [ph, pw], zeros on both "
                "sides, default [0, 0]), bias (0|1, default 1), groups (int, default 1: "
                "divides C and out_channels; C = groups is depthwise)",
-               1, 1, false, false, &infer_conv2d},
+               "out_channels,kernel,stride,padding,bias,groups", 1, 1, false, false, &infer_conv2d},
     OpTypeInfo{OpType::kMaxPool2d, "max_pool2d",
                "maximum over each window of x [C, H, W] (padding never wins)",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
                "padding (ints [ph, pw], each < kernel, default [0, 0]), "
                "ceil_mode (0|1, default 0: round the window count up, as PyTorch)",
-               1, 1, false, false, &infer_max_pool2d},
+               "kernel,stride,padding,ceil_mode", 1, 1, false, false, &infer_max_pool2d},
     OpTypeInfo{OpType::kAvgPool2d, "avg_pool2d", "mean over each window of x [C, H, W]",
                "kernel (ints [kh, kw], required), stride (ints, default = kernel), "
                "padding (ints [ph, pw], each < kernel, default [0, 0]), "
                "count_include_pad (0|1, default 1: divide by the window's cells in the padded "
                "image; 0: by its image cells), ceil_mode (0|1, default 0)",
-               1, 1, false, false, &infer_avg_pool2d},
+               "kernel,stride,padding,count_include_pad,ceil_mode", 1, 1, false, false,
+               &infer_avg_pool2d},
     OpTypeInfo{OpType::kBatchNorm, "batch_norm",
                "normalise each channel (per-sample axis 0) with the micro-batch's statistics "
                "(training mode), then scale and shift",
-               "epsilon (float, default 1e-5)", 1, 1, false, false, &infer_batch_norm},
+               "epsilon (float, default 1e-5)", "epsilon", 1, 1, false, false, &infer_batch_norm},
     OpTypeInfo{OpType::kMseLoss, "mse_loss",
                "mean squared error between prediction and target (per sample)",
-               "none; inputs: prediction, target", 2, 2, false, true, &infer_mse_loss},
+               "none; inputs: prediction, target", "", 2, 2, false, true, &infer_mse_loss},
     OpTypeInfo{OpType::kSoftmaxCrossEntropy, "softmax_cross_entropy",
                "softmax over the last dimension, then cross-entropy "
                "with int64 class labels (per sample mean)",
-               "none; inputs: logits [..., classes], labels [...] int64", 2, 2, false, true,
+               "none; inputs: logits [..., classes], labels [...] int64", "", 2, 2, false, true,
                &infer_softmax_cross_entropy},
     OpTypeInfo{OpType::kUnary, "unary", "an element-wise function of one tensor",
-               "fn (neg|exp|log|sqrt|rsqrt|reciprocal|abs|erf|sin|cos|softplus, required)", 1, 1,
-               false, false, &infer_unary},
+               "fn (neg|exp|log|sqrt|rsqrt|reciprocal|abs|erf|sin|cos|softplus, required)", "fn", 1,
+               1, false, false, &infer_unary},
     OpTypeInfo{OpType::kBinary, "binary",
                "an element-wise function of two tensors, broadcast as NumPy over the per-sample "
                "axes (aligned on the trailing axes)",
                "fn (add|sub|mul|div|pow|max|min, required); max and min split the gradient of a "
                "tie equally, as PyTorch",
-               2, 2, false, false, &infer_binary},
+               "fn", 2, 2, false, false, &infer_binary},
     OpTypeInfo{OpType::kCompare, "compare",
                "an element-wise comparison of two tensors (broadcast as binary): a float mask of "
                "0 and 1, which carries no gradient",
-               "fn (eq|ne|lt|le|gt|ge, required)", 2, 2, false, false, &infer_compare},
+               "fn (eq|ne|lt|le|gt|ge, required)", "fn", 2, 2, false, false, &infer_compare},
     OpTypeInfo{OpType::kWhere, "where",
                "where(condition, a, b): a where the condition is non-zero, else b (all three "
                "broadcast as binary; the condition gets no gradient)",
-               "none; inputs: condition (float mask or integers), a, b", 3, 3, false, false,
+               "none; inputs: condition (float mask or integers), a, b", "", 3, 3, false, false,
                &infer_where},
     OpTypeInfo{OpType::kConstant, "constant",
                "the same values for every sample, never trained (causal masks, position ids, "
                "registered buffers); the input only sets the batch and gets no gradient",
                "shape (ints, required: the per-sample shape), dtype (float32|int64, default "
                "float32); the values are param_values['value'] (float32, row-major)",
-               1, 1, false, false, &infer_constant},
+               "shape,dtype", 1, 1, false, false, &infer_constant},
     OpTypeInfo{OpType::kConvTranspose2d, "conv_transpose2d",
                "transposed 2-D convolution (the gradient of conv2d towards its input) of x "
                "[C, H, W] -> [out, Ho, Wo], Ho = (H - 1) sh - 2 ph + kh + output_padding",
@@ -150,18 +156,19 @@ constexpr std::array kCatalogue = {
                "default [1, 1]), padding (ints, default [0, 0]), output_padding (ints, each < "
                "the stride, default [0, 0]), bias (0|1, default 1); weight [C, out, kh, kw] as "
                "PyTorch's ConvTranspose2d (groups 1)",
-               1, 1, false, false, &infer_conv_transpose2d},
+               "out_channels,kernel,stride,padding,output_padding,bias,groups", 1, 1, false, false,
+               &infer_conv_transpose2d},
     OpTypeInfo{OpType::kResize, "resize",
                "resize x [C, H, W] to [C, Ho, Wo] (nn.Upsample, F.interpolate)",
                "size (ints [Ho, Wo], required), mode (nearest|bilinear, default nearest), "
                "align_corners (0|1, bilinear only, default 0)",
-               1, 1, false, false, &infer_resize},
+               "size,mode,align_corners", 1, 1, false, false, &infer_resize},
     OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "
                "(no kernel: cannot be trained or profiled)",
                "onnx_type (string, required), forward_flops (float per sample, default: output "
                "elements), param_elements (int, default 0); outputs[0] declares the output",
-               0, -1, false, false, &infer_opaque},
+               "onnx_type,forward_flops,param_elements", 0, -1, false, false, &infer_opaque},
 };
 
 // Each entry sits at its id's index: op_type_info is one load, and a new type cannot be added
@@ -193,6 +200,28 @@ const OpTypeInfo* find_op_type(std::string_view type) {
 }
 
 const OpTypeInfo& op_type_info(OpType type) { return kCatalogue[op_type_index(type)]; }
+
+Status check_attr_names(const Operator& op, const OpTypeInfo& info) {
+  std::vector<std::string_view> known;
+  for (size_t at = 0; at < info.attr_names.size();) {
+    const size_t comma = std::min(info.attr_names.find(',', at), info.attr_names.size());
+    known.push_back(info.attr_names.substr(at, comma - at));
+    at = comma + 1;
+  }
+  std::vector<std::string> unknown;
+  for (const auto& [name, value] : op.attrs()) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) unknown.push_back(name);
+  }
+  if (unknown.empty()) return ok_status();
+  std::sort(unknown.begin(), unknown.end());  // the map's order is unspecified
+  std::string names;
+  for (const auto& name : unknown) names += (names.empty() ? "attrs." : ", attrs.") + name;
+  std::string takes;
+  for (const auto& name : known) takes += (takes.empty() ? "" : ", ") + std::string(name);
+  return invalid_argument(names + ": unknown attribute" + (unknown.size() > 1 ? "s" : "") + "; " +
+                          std::string(info.type) + " takes " +
+                          (takes.empty() ? std::string("none") : takes));
+}
 
 int64_t dtype_size_bytes(DataType dtype) {
   switch (dtype) {

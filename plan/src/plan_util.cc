@@ -108,6 +108,23 @@ Status check_instruction(const Plan& plan, const PlanIndex& index, int p, int k)
   return ok_status();
 }
 
+// The two halves of check_plan_hashes: validate_plan_structure checks the model's alone (the
+// simulator prices plans whose links a caller varies in memory), validate_plan both.
+Status model_hash_matches(const Plan& plan) {
+  const std::string hash = model::model_hash(plan.model());
+  if (plan.model_hash() == hash) return ok_status();
+  return invalid_argument("plan.model_hash = '" + plan.model_hash() +
+                          "' does not match the embedded model (" + hash + ")");
+}
+
+Status cluster_hash_matches(const Plan& plan) {
+  const std::string hash = model::message_hash(plan.cluster());
+  if (plan.cluster_hash() == hash) return ok_status();
+  return invalid_argument("plan.cluster_hash = '" + plan.cluster_hash() +
+                          "' does not match the embedded cluster (" + hash +
+                          "): the cluster was changed after planning; plan again for it");
+}
+
 // Structural validation, one check per aspect of the plan, in the order the checks run: the first
 // failing check's error is the one reported. A check may fill the part of the index that later
 // checks read (the stages check fills the op and rank tables, the programs check
@@ -142,12 +159,7 @@ class PlanValidator {
                             why);
   }
 
-  Status check_model_hash() {
-    const std::string hash = model::model_hash(plan_.model());
-    if (plan_.model_hash() == hash) return ok_status();
-    return invalid_argument("plan.model_hash = '" + plan_.model_hash() +
-                            "' does not match the embedded model (" + hash + ")");
-  }
+  Status check_model_hash() { return model_hash_matches(plan_); }
 
   Status check_mini_batch() {
     if (plan_.mini_batch() > 0 && plan_.mini_batch() <= kMaxMiniBatch) return ok_status();
@@ -443,6 +455,108 @@ Result<PlanIndex> validate_plan_structure(const Plan& plan, const Graph& graph) 
   return PlanValidator(plan, graph).run();
 }
 
+Status check_plan_hashes(const Plan& plan) {
+  GP_RETURN_IF_ERROR(model_hash_matches(plan));
+  return cluster_hash_matches(plan);
+}
+
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
+
+// What a run needs beyond validate_training's checks of a plan: the optimizer named (the
+// executor would read "unspecified" as SGD, the simulator priced it as whatever it assumed) and
+// the learning rate set (the executor's optimizer refuses 0 at the first step).
+void check_run_training(const graphpipe::v1::TrainingConfig& t, std::vector<std::string>* out) {
+  if (t.optimizer() == graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED) {
+    out->push_back(
+        "plan.training.optimizer = OPTIMIZER_KIND_UNSPECIFIED: name the optimizer (SGD, "
+        "MOMENTUM or ADAM)");
+  }
+  if (Status st = validate_training(t, /*allow_unset_learning_rate=*/false); !st.ok()) {
+    out->push_back("plan." + st.message());
+  }
+}
+
+// The planner writes in_flight_samples >= micro_batch (a sink holds one micro-batch, each stage
+// before it one more) and at most one mini-batch per stage of the longest path; warmup_forwards
+// is ceil(in_flight / micro_batch), capped at the micro-batches.
+void check_stage_fields(const Plan& plan, std::vector<std::string>* out) {
+  const int64_t most_in_flight = plan.stages_size() * plan.mini_batch();
+  for (int s = 0; s < plan.stages_size(); ++s) {
+    const auto& st = plan.stages(s);
+    const std::string where = "stages[" + std::to_string(s) + "].";
+    if (st.in_flight_samples() < st.micro_batch() || st.in_flight_samples() > most_in_flight) {
+      out->push_back(where + "in_flight_samples = " + std::to_string(st.in_flight_samples()) +
+                     ", must be in [" + std::to_string(st.micro_batch()) + ", " +
+                     std::to_string(most_in_flight) + "] (its micro-batch to stages x mini-batch)");
+    }
+    const int64_t num_mb = plan.mini_batch() / st.micro_batch();
+    if (st.warmup_forwards() < 1 || st.warmup_forwards() > num_mb) {
+      out->push_back(where + "warmup_forwards = " + std::to_string(st.warmup_forwards()) +
+                     ", must be in [1, " + std::to_string(num_mb) + "] (its micro-batches)");
+    }
+  }
+}
+
+// A predicted figure is finite and >= 0 (0: not predicted, as in a hand-written plan), a
+// fraction in [0, 1] up to the rounding of the simulator's 1 - busy / iteration.
+void check_figure(const std::string& field, double v, bool fraction,
+                  std::vector<std::string>* out) {
+  constexpr double kRounding = 1e-9;
+  if (!fraction && std::isfinite(v) && v >= 0) return;
+  if (fraction && v >= -kRounding && v <= 1 + kRounding) return;
+  out->push_back(field + " = " + number(v) +
+                 (fraction ? ", must be in [0, 1]" : ", must be finite and >= 0"));
+}
+
+void check_predicted(const Plan& plan, std::vector<std::string>* out) {
+  const auto& p = plan.predicted();
+  check_figure("predicted.iteration_time_s", p.iteration_time_s(), false, out);
+  check_figure("predicted.throughput_samples_per_s", p.throughput_samples_per_s(), false, out);
+  check_figure("predicted.bottleneck_tps_s", p.bottleneck_tps_s(), false, out);
+  check_figure("predicted.bubble_fraction", p.bubble_fraction(), true, out);
+  if (p.peak_memory_bytes() < 0) {
+    out->push_back("predicted.peak_memory_bytes = " + std::to_string(p.peak_memory_bytes()) +
+                   ", must be >= 0");
+  }
+  std::vector<char> seen(static_cast<size_t>(plan.stages_size()), 0);
+  for (int i = 0; i < p.stages_size(); ++i) {
+    const auto& m = p.stages(i);
+    const std::string where = "predicted.stages[" + std::to_string(i) + "]";
+    if (m.stage() < 0 || m.stage() >= plan.stages_size() || seen[m.stage()]++) {
+      out->push_back(where + ".stage = " + std::to_string(m.stage()) +
+                     " is not a stage of the plan, or repeats one");
+    }
+    check_figure(where + ".busy_time_s", m.busy_time_s(), false, out);
+    check_figure(where + ".bubble_fraction", m.bubble_fraction(), true, out);
+    check_figure(where + ".time_per_sample_s", m.time_per_sample_s(), false, out);
+    if (m.peak_memory_bytes() < 0) {
+      out->push_back(where + ".peak_memory_bytes = " + std::to_string(m.peak_memory_bytes()) +
+                     ", must be >= 0");
+    }
+  }
+  check_figure("provenance.search_time_s", plan.provenance().search_time_s(), false, out);
+  if (plan.provenance().sp_edges_added() < 0) {
+    out->push_back("provenance.sp_edges_added = " +
+                   std::to_string(plan.provenance().sp_edges_added()) + ", must be >= 0");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> plan_field_problems(const Plan& plan) {
+  std::vector<std::string> problems;
+  check_run_training(plan.training(), &problems);
+  check_stage_fields(plan, &problems);
+  check_predicted(plan, &problems);
+  return problems;
+}
+
 namespace {
 
 using K = graphpipe::v1::InstructionKind;
@@ -641,9 +755,12 @@ std::vector<std::string> plan_schedule_problems(const Plan& plan, const Graph& g
 
 Result<PlanIndex> validate_plan(const Plan& plan, const Graph& graph) {
   GP_ASSIGN_OR_RETURN(PlanIndex index, validate_plan_structure(plan, graph));
-  const std::vector<std::string> problems = plan_schedule_problems(plan, graph, index);
+  GP_RETURN_IF_ERROR(cluster_hash_matches(plan));  // the model's: validate_plan_structure
+  std::vector<std::string> problems = plan_field_problems(plan);
+  const bool fields = !problems.empty();
+  if (!fields) problems = plan_schedule_problems(plan, graph, index);
   if (!problems.empty()) {
-    std::string message = "plan schedule: " + problems.front();
+    std::string message = (fields ? "" : "plan schedule: ") + problems.front();
     if (problems.size() > 1) {
       message += " (and " + std::to_string(problems.size() - 1) +
                  " other problem(s); graphpipe-plan verify lists them)";

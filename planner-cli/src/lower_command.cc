@@ -65,6 +65,9 @@ Status run_lower(const LowerOptions& opts) {
   const planner::LoweredPlan* best = nullptr;
   for (auto& l : *lowered) {
     if (!l.result.feasible) continue;
+    const auto& p = l.result.plan.predicted();
+    GP_RETURN_IF_ERROR(planner::check_prediction(p.iteration_time_s(), p.throughput_samples_per_s())
+                           .with_context("lowered/" + l.lowering + " plan"));
     l.result.plan.mutable_provenance()->set_planner_version(GP_PLANNER_VERSION);
     l.result.plan.mutable_provenance()->set_command_line(so.command_line);
     l.result.plan.mutable_provenance()->set_profile_hash(setup.profile_hash);
@@ -128,12 +131,12 @@ Command add_lower_command(CLI::App& app) {
   lower->remove_option(lower->get_option("--uniform-microbatch"));
   lower->remove_option(lower->get_option("--piper-downset-limit"));
   lower->remove_option(lower->get_option("--piper-compress-branches"));
-  lower
-      ->add_option("--lowering", opts->lowering,
-                   "chain (tensors relayed along a sequential pipeline), dag (graph pipeline) or "
   for (const char* effort : {"--effort", "--effort-trials", "--effort-seed"}) {
     lower->remove_option(lower->get_option(effort));
   }
+  lower
+      ->add_option("--lowering", opts->lowering,
+                   "chain (tensors relayed along a sequential pipeline), dag (graph pipeline) or "
                    "best (both; the faster simulated plan is written)")
       ->capture_default_str();
   lower

@@ -195,6 +195,9 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   };
   GP_ASSIGN_OR_RETURN(auto result, planner::search_plan(req));
   if (result.feasible) {
+    const auto& p = result.plan.predicted();
+    GP_RETURN_IF_ERROR(planner::check_prediction(p.iteration_time_s(), p.throughput_samples_per_s())
+                           .with_context(name + " plan"));
     result.plan.mutable_provenance()->set_planner_version(GP_PLANNER_VERSION);
     result.plan.mutable_provenance()->set_command_line(opts.command_line);
     result.plan.mutable_provenance()->set_profile_hash(setup.profile_hash);
@@ -232,10 +235,10 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   ctx.num_units = result.num_units;
   ctx.candidates = &result.candidates;
   ctx.idle_devices_reason = result.idle_devices_reason;
+  if (result.improvement.ran) ctx.improvement = &result.improvement;
   if (!opts.report.empty()) {
     GP_RETURN_IF_ERROR(model::write_file_atomic(
         opts.report, planner::plan_report_json(ctx, result.feasible ? &written : nullptr)));
-  if (result.improvement.ran) ctx.improvement = &result.improvement;
   }
   if (!result.feasible) return ok_status();
   if (!opts.out.empty()) GP_RETURN_IF_ERROR(model::write_message(opts.out, written));
@@ -294,15 +297,16 @@ Status run_search(const SearchOptions& opts) {
       p.throughput_samples_per_s(), p.iteration_time_s(),
       planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
       result.search_time_s, opts.out.c_str());
+  if (result.improvement.ran) print_improvement(result.improvement);
   return ok_status();
 }
 
-  if (result.improvement.ran) print_improvement(result.improvement);
 Status run_replan(const ReplanOptions& opts) {
   GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
   GP_RETURN_IF_ERROR(model::check_output_path("--out", opts.out));
   graphpipe::v1::Plan old;
   GP_RETURN_IF_ERROR(model::read_message(opts.plan, &old).with_context("--plan"));
+  GP_RETURN_IF_ERROR(plan::check_plan_hashes(old).with_context("--plan " + opts.plan));
   PlanningSetup setup;
   auto built = model::Graph::build(old.model());
   if (!built.ok()) return built.status().with_context("--plan " + opts.plan + ": plan.model");
@@ -428,10 +432,6 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
                 "graphpipe without that refinement: one micro-batch size for every stage, as the "
                 "paper evaluates")
       ->excludes(per_stage);
-  cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
-                  "Piper gives up beyond this many downsets, as Piper itself does")
-      ->capture_default_str();
-  cmd->add_flag("--piper-compress-branches", o->piper_compress_branches,
   cmd->add_option("--effort", o->effort_s,
                   "then spend up to this many seconds improving the plan by local moves (move a "
                   "unit between stages, split, merge or pair stages, move replicas, change a "
@@ -445,6 +445,10 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
   cmd->add_option("--effort-seed", o->effort_seed,
                   "seed of the improvement's move order (default 1)")
       ->capture_default_str();
+  cmd->add_option("--piper-downset-limit", o->piper_downset_limit,
+                  "Piper gives up beyond this many downsets, as Piper itself does")
+      ->capture_default_str();
+  cmd->add_flag("--piper-compress-branches", o->piper_compress_branches,
                 "Piper plans each parallel branch as one unit (PipeDream's compress_branches), "
                 "so it runs on multi-branch models but never cuts inside a branch");
 }
@@ -476,8 +480,11 @@ Command add_replan_command(CLI::App& app) {
       ->add_option("--exclude-ranks", opts->exclude_ranks,
                    "ranks of the old plan whose devices are gone, e.g. 2 or 1,5")
       ->delimiter(',');
-  replan->add_option("--devices", opts->devices,
-                     "use only the first N remaining devices (default: all of them)");
+  // 0 is the default's "all of them", never a value to give.
+  replan
+      ->add_option("--devices", opts->devices,
+                   "use only the first N remaining devices (default: all of them)")
+      ->check(CLI::Range(1, 1 << 16));
   replan->add_option("--profile", opts->profile, "profile DB for measured costs");
   return {replan, [opts](const std::string& command_line) {
             opts->command_line = command_line;

@@ -18,8 +18,8 @@ namespace gp::plan_cli {
 namespace {
 
 // A plan file checked before any tool touches it: its cluster (costs divide by its numbers), its
-// model and, unless the caller reports structural problems itself (verify), its structure and
-// schedule, as the executor checks them (a tool refuses what no rank would run).
+// model and, unless the caller reports problems itself (verify), its hashes, structure, fields
+// and schedule, as the executor checks them (a tool refuses what no rank would run).
 Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure = true) {
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(model::read_message(path, &plan).with_context("--plan"));
@@ -117,6 +117,9 @@ Status run_simulate(const PlanFileOptions& opts) {
     return failed_precondition("--plan " + opts.plan +
                                ": the plan deadlocks: " + sim->deadlock_report());
   }
+  GP_RETURN_IF_ERROR(
+      planner::check_prediction(sim->iteration_time_us * 1e-6, sim->throughput_samples_per_s)
+          .with_context("--plan " + opts.plan));
   sim::fill_predicted_metrics(*sim, &plan);
   std::printf(
       "iteration %.6f s, %.1f samples/s, bubbles %.1f%%, peak memory %s, %lld instructions\n",

@@ -36,6 +36,75 @@ Status check_nonneg(const std::string& where, const char* field, double v) {
   return bad(where, field, num(v), "must be a finite number >= 0");
 }
 
+// Bounds no real measurement reaches: beyond them a record is corrupt or in the wrong unit, and
+// would make every plan priced with it predict an infinite (or zero) iteration.
+constexpr double kMaxOpTimeUs = 3.6e9;           // one hour for one op on one micro-batch
+constexpr double kMaxLatencyUs = 1e6;            // one second before a transfer's first byte
+constexpr double kMinBandwidth = 1e3;            // bytes/s
+constexpr double kMaxBandwidth = 1e15;           // bytes/s
+constexpr int64_t kMaxBytes = int64_t{1} << 50;  // 1 PiB
+
+// Finite, >= 0 and at most `max`, whose meaning `what` names.
+Status check_at_most(const std::string& where, const char* field, double v, double max,
+                     const char* what) {
+  GP_RETURN_IF_ERROR(check_nonneg(where, field, v));
+  if (v <= max) return ok_status();
+  return bad(where, field, num(v), "must be at most " + num(max) + " (" + what + ")");
+}
+
+Status check_bytes(const std::string& where, const char* field, int64_t v) {
+  if (v >= 0 && v <= kMaxBytes) return ok_status();
+  return bad(where, field, std::to_string(v), "must be in [0, 2^50] (1 PiB)");
+}
+
+Status check_op(const std::string& where, const OpMeasurement& m) {
+  if (m.signature().empty()) return bad(where, "signature", "''", "must name the op");
+  if (m.device_kind().empty()) return bad(where, "device_kind", "''", "must name the device");
+  if (m.micro_batch() <= 0) {
+    return bad(where, "micro_batch", std::to_string(m.micro_batch()), "must be > 0");
+  }
+  for (const auto& [field, v] : {std::pair{"forward_time_us", m.forward_time_us()},
+                                 std::pair{"backward_time_us", m.backward_time_us()},
+                                 std::pair{"forward_spread_us", m.forward_spread_us()},
+                                 std::pair{"backward_spread_us", m.backward_spread_us()}}) {
+    GP_RETURN_IF_ERROR(check_at_most(where, field, v, kMaxOpTimeUs, "one hour"));
+  }
+  GP_RETURN_IF_ERROR(check_bytes(where, "activation_bytes", m.activation_bytes()));
+  GP_RETURN_IF_ERROR(check_bytes(where, "workspace_bytes", m.workspace_bytes()));
+  if (!m.has_provenance() || m.provenance().date().empty()) {
+    return bad(where, "provenance.date", "''", "every record must say when it was measured");
+  }
+  return ok_status();
+}
+
+Status check_comm(const std::string& where, const CommFit& f) {
+  if (f.link_class() == graphpipe::v1::LINK_CLASS_UNSPECIFIED) {
+    return bad(where, "link_class", "LINK_CLASS_UNSPECIFIED", "must be INTRA_NODE or INTER_NODE");
+  }
+  if (f.kind() == graphpipe::v1::COLLECTIVE_KIND_UNSPECIFIED) {
+    return bad(where, "kind", "COLLECTIVE_KIND_UNSPECIFIED", "must be P2P or ALL_REDUCE");
+  }
+  if (f.ranks() < 2) return bad(where, "ranks", std::to_string(f.ranks()), "must be >= 2");
+  GP_RETURN_IF_ERROR(check_at_most(where, "alpha_us", f.alpha_us(), kMaxLatencyUs, "one second"));
+  if (!(std::isfinite(f.beta_bytes_per_s()) && f.beta_bytes_per_s() > 0)) {
+    return bad(where, "beta_bytes_per_s", num(f.beta_bytes_per_s()), "must be > 0");
+  }
+  if (f.beta_bytes_per_s() < kMinBandwidth || f.beta_bytes_per_s() > kMaxBandwidth) {
+    return bad(where, "beta_bytes_per_s", num(f.beta_bytes_per_s()),
+               "must be in [1e3, 1e15] bytes/s");
+  }
+  for (int k = 0; k < f.points_size(); ++k) {
+    const std::string point = where + ".points[" + std::to_string(k) + "]";
+    GP_RETURN_IF_ERROR(check_bytes(point, "bytes", f.points(k).bytes()));
+    GP_RETURN_IF_ERROR(
+        check_at_most(point, "time_us", f.points(k).time_us(), kMaxOpTimeUs, "one hour"));
+  }
+  if (!f.has_provenance() || f.provenance().date().empty()) {
+    return bad(where, "provenance.date", "''", "every record must say when it was measured");
+  }
+  return ok_status();
+}
+
 using OpKey = std::tuple<std::string, std::string, int64_t>;
 using CommKey = std::tuple<int, int, int>;
 
@@ -65,44 +134,11 @@ Status validate_profile(const ProfileDB& db) {
                "expected " + std::to_string(kProfileFormatVersion));
   }
   for (int i = 0; i < db.ops_size(); ++i) {
-    const auto& m = db.ops(i);
-    const std::string where = "ops[" + std::to_string(i) + "] ('" + m.signature() + "')";
-    if (m.signature().empty()) return bad(where, "signature", "''", "must name the op");
-    if (m.device_kind().empty()) return bad(where, "device_kind", "''", "must name the device");
-    if (m.micro_batch() <= 0) {
-      return bad(where, "micro_batch", std::to_string(m.micro_batch()), "must be > 0");
-    }
-    GP_RETURN_IF_ERROR(check_nonneg(where, "forward_time_us", m.forward_time_us()));
-    GP_RETURN_IF_ERROR(check_nonneg(where, "backward_time_us", m.backward_time_us()));
-    GP_RETURN_IF_ERROR(check_nonneg(where, "forward_spread_us", m.forward_spread_us()));
-    GP_RETURN_IF_ERROR(check_nonneg(where, "backward_spread_us", m.backward_spread_us()));
-    if (m.activation_bytes() < 0) {
-      return bad(where, "activation_bytes", std::to_string(m.activation_bytes()), "must be >= 0");
-    }
-    if (m.workspace_bytes() < 0) {
-      return bad(where, "workspace_bytes", std::to_string(m.workspace_bytes()), "must be >= 0");
-    }
-    if (!m.has_provenance() || m.provenance().date().empty()) {
-      return bad(where, "provenance.date", "''", "every record must say when it was measured");
-    }
+    GP_RETURN_IF_ERROR(
+        check_op("ops[" + std::to_string(i) + "] ('" + db.ops(i).signature() + "')", db.ops(i)));
   }
   for (int i = 0; i < db.comm_size(); ++i) {
-    const auto& f = db.comm(i);
-    const std::string where = "comm[" + std::to_string(i) + "]";
-    if (f.link_class() == graphpipe::v1::LINK_CLASS_UNSPECIFIED) {
-      return bad(where, "link_class", "LINK_CLASS_UNSPECIFIED", "must be INTRA_NODE or INTER_NODE");
-    }
-    if (f.kind() == graphpipe::v1::COLLECTIVE_KIND_UNSPECIFIED) {
-      return bad(where, "kind", "COLLECTIVE_KIND_UNSPECIFIED", "must be P2P or ALL_REDUCE");
-    }
-    if (f.ranks() < 2) return bad(where, "ranks", std::to_string(f.ranks()), "must be >= 2");
-    GP_RETURN_IF_ERROR(check_nonneg(where, "alpha_us", f.alpha_us()));
-    if (!(std::isfinite(f.beta_bytes_per_s()) && f.beta_bytes_per_s() > 0)) {
-      return bad(where, "beta_bytes_per_s", num(f.beta_bytes_per_s()), "must be > 0");
-    }
-    if (!f.has_provenance() || f.provenance().date().empty()) {
-      return bad(where, "provenance.date", "''", "every record must say when it was measured");
-    }
+    GP_RETURN_IF_ERROR(check_comm("comm[" + std::to_string(i) + "]", db.comm(i)));
   }
   return ok_status();
 }

@@ -104,9 +104,7 @@ Result<RecordedKind> resolve_device_kind(const OpsOptions& o, const exec::Device
 
 // The measurement flags profile_ops does not check itself.
 Status check_measure_flags(const OpsOptions& o, int64_t host_memory) {
-  if (o.cpu_threads < 1) {
-    return invalid_argument("--cpu-threads = " + std::to_string(o.cpu_threads) + ", must be >= 1");
-  }
+  GP_RETURN_IF_ERROR(exec::check_cpu_threads("--cpu-threads", o.cpu_threads));
   if (!(o.min_time_ms >= 0)) {
     return invalid_argument("--min-time-ms = " + std::to_string(o.min_time_ms) + ", must be >= 0");
   }

@@ -264,6 +264,43 @@ TEST_CASE("validation names each bad field and its value") {
   }
 }
 
+TEST_CASE("numbers no device or link has are refused naming the field and its range") {
+  const Cluster good = preset("summit-v100");
+  struct Case {
+    std::function<void(Cluster&)> mutate;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](Cluster& c) { c.mutable_device()->set_kernel_launch_overhead_us(1e300); },
+       "device.kernel_launch_overhead_us = 1e+300, must be in [0, 1e+06] microseconds: at most "
+       "1 s"},
+      {[](Cluster& c) { c.mutable_device()->set_peak_fp32_flops(1e-300); },
+       "device.peak_fp32_flops = 1e-300, must be in [1e+06, 1e+18] FLOP/s"},
+      {[](Cluster& c) { c.mutable_device()->set_peak_bf16_flops(1e19); },
+       "device.peak_bf16_flops = 1e+19, must be in [1e+06, 1e+18]"},
+      {[](Cluster& c) { c.mutable_device()->set_memory_bandwidth_bytes_per_s(1e16); },
+       "device.memory_bandwidth_bytes_per_s = 1e+16, must be in [1000, 1e+15] bytes/s"},
+      {[](Cluster& c) { c.mutable_device()->set_memory_capacity_bytes(int64_t{1} << 60); },
+       "device.memory_capacity_bytes = 1.15292e+18, must be in [1, "},
+      {[](Cluster& c) { c.mutable_intra_node()->set_bandwidth_bytes_per_s(1e300); },
+       "intra_node.bandwidth_bytes_per_s = 1e+300, must be in [1000, 1e+15]"},
+      {[](Cluster& c) { c.mutable_inter_node()->set_bandwidth_bytes_per_s(0.5); },
+       "inter_node.bandwidth_bytes_per_s = 0.5, must be in [1000, 1e+15]"},
+      {[](Cluster& c) { c.mutable_inter_node()->set_latency_us(2e6); },
+       "inter_node.latency_us = 2e+06, must be in [0, 1e+06]"},
+  };
+  for (const auto& tc : cases) {
+    INFO(tc.expected);
+    Cluster c = good;
+    tc.mutate(c);
+    CHECK_THAT(validation_error(c), Catch::Contains(tc.expected));
+  }
+  Cluster unsupported = good;  // 0: no TF32 or BF16 units, as the CPU preset says
+  unsupported.mutable_device()->set_peak_tf32_flops(0);
+  unsupported.mutable_device()->set_peak_bf16_flops(0);
+  CHECK(validate_cluster(unsupported).ok());
+}
+
 TEST_CASE("ranks are node-major") {
   Cluster c = preset("summit-v100");
   CHECK(node_of(c, 0) == 0);

@@ -55,6 +55,16 @@ launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
 check "with every checkpoint damaged, resuming is refused naming both" \
   '[ $rc -ne 0 ] && grep -q "no valid checkpoint" "$tmp/torn.log" && grep -q "torn" "$tmp/torn.log" && grep -q "checksum mismatch" "$tmp/torn.log"'
 
+# A FIFO as LATEST and no checkpoint beside it: the ranks refuse to resume at once, naming it,
+# instead of blocking in open() past --timeout (timeout 180 would end such a hang with 124).
+mkdir -p "$tmp/fifo-ck" && mkfifo "$tmp/fifo-ck/LATEST"
+named="'$tmp/fifo-ck/LATEST' is a FIFO, not a regular file"
+start=$SECONDS
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 12 --timeout 10 \
+  --checkpoint-dir "$tmp/fifo-ck" --resume > "$tmp/fifo.log" 2>&1; rc=$?
+check "a FIFO as LATEST: resuming is refused within --timeout, naming it" \
+  '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - start)) -lt 60 ] && grep -qF "$named" "$tmp/fifo.log"'
+
 # 4. A plan of another model cannot resume from it.
 "$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 2 \
   --batch 16 --micro-batches 4 --optimizer adam --out "$tmp/other.pb" >/dev/null || exit 1

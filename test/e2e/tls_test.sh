@@ -85,6 +85,16 @@ launch_bad "an encrypted key (no terminal to ask for its passphrase)" "--tls-key
   --tls-cert "$pki/node.crt" --tls-key "$pki/locked.key" --tls-ca "$pki/ca.crt"
 launch_bad "a certificate file without a certificate" "--tls-cert $pki/junk.crt: no PEM certificate" \
   --tls-cert "$pki/junk.crt" --tls-key "$pki/node.key" --tls-ca "$pki/ca.crt"
+# FIFOs are refused at once (their open would wait for a writer), before their mode is judged.
+mkfifo "$pki/fifo.crt" && mkfifo -m 600 "$pki/fifo.key" && mkfifo -m 644 "$pki/open-fifo.key"
+launch_bad "a FIFO as --tls-ca" "--tls-ca $pki/fifo.crt: '$pki/fifo.crt' is a FIFO, not a regular file" \
+  --tls-cert "$pki/node.crt" --tls-key "$pki/node.key" --tls-ca "$pki/fifo.crt"
+launch_bad "a FIFO as --tls-key" "--tls-key $pki/fifo.key: is a FIFO, not a regular file" \
+  --tls-cert "$pki/node.crt" --tls-key "$pki/fifo.key" --tls-ca "$pki/ca.crt"
+launch_bad "a FIFO others may open as --tls-key" "--tls-key $pki/open-fifo.key: is a FIFO, not a regular file" \
+  --tls-cert "$pki/node.crt" --tls-key "$pki/open-fifo.key" --tls-ca "$pki/ca.crt"
+launch_bad "a directory as --tls-ca" "--tls-ca $pki: '$pki' is a directory, not a regular file" \
+  --tls-cert "$pki/node.crt" --tls-key "$pki/node.key" --tls-ca "$pki"
 "$exe" status --coordinator 127.0.0.1:1 --tls-cert "$pki/node.crt" > "$tmp/status-flags.log" 2>&1; rc=$?
 check "status: --tls-cert alone: exit 2 naming the flag" \
   '[ $rc -eq 2 ] && grep -qF -- "--tls-cert $pki/node.crt needs --tls-key" "$tmp/status-flags.log"'
@@ -169,6 +179,10 @@ submit --iterations 1 --port 29853 --tls-cert "$pki/stranger.crt" --tls-key "$pk
   --tls-ca "$pki/ca.crt" > "$tmp/submit-stranger.log" 2>&1; rc=$?
 check "a submit whose certificate another CA signed is refused" \
   '[ $rc -ne 0 ] && grep -q "no TLS session came up: .*refusing this client.s certificate (--tls-cert $pki/stranger.crt" "$tmp/submit-stranger.log"'
+GP_AUTH_TOKEN=wrong timeout 60 "$exe" submit --nodes "$addr" --plan "$tmp/plan.pb" --iterations 1 \
+  --port 29854 "${good[@]}" > "$tmp/submit-token.log" 2>&1; rc=$?
+check "a submit over mutual TLS with a wrong token is refused from its headers" \
+  '[ $rc -ne 0 ] && grep -q "requires .authorization: Bearer <token>." "$tmp/submit-token.log" && grep -q "daemon: /graphpipe.v1.NodeDaemon/GetInfo refused before its request was read" "$tmp/daemon.log"'
 check "no refused submit started a rank" '[ "$(grep -c "started" "$tmp/daemon.log")" -eq "$started" ]'
 "$exe" serve --listen 127.0.0.1:0 --auth-token s3cret --work-dir "$tmp/work2" \
   --tls-cert "$pki/node.crt" --tls-key "$pki/node.key" > "$tmp/serve-noca.log" 2>&1; rc=$?

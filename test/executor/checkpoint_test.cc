@@ -2,6 +2,7 @@
 // corrupted and foreign checkpoints refused with errors naming the file.
 #include "runtime/checkpoint.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -375,6 +376,88 @@ TEST_CASE("a checkpoint never reads outside its directory") {
     REQUIRE_FALSE(st.ok());
     CHECK(st.code() == StatusCode::kDataLoss);
     CHECK_THAT(st.message(), Catch::Contains("is not a file name inside the checkpoint"));
+  }
+}
+
+TEST_CASE("a FIFO as LATEST, a manifest or an operator's file is refused at once, naming it") {
+  alarm(30);  // a reader blocked opening a FIFO fails the test instead of hanging it
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  auto whole = trained(g);
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam(), "test-run").ok());
+  auto manifest = exec::latest_checkpoint(dir.path);
+  REQUIRE(manifest.ok());
+  const auto make_fifo = [](const fs::path& p) {
+    fs::remove(p);
+    REQUIRE(mkfifo(p.c_str(), 0600) == 0);
+  };
+
+  SECTION("LATEST: the checkpoint is found without it, and without one resuming is refused") {
+    const fs::path latest = fs::path(dir.path) / "LATEST";
+    make_fifo(latest);
+    const std::string named = "'" + latest.string() + "' is a FIFO, not a regular file";
+    std::vector<std::string> warnings;
+    const auto r = exec::latest_checkpoint(dir.path, &warnings);
+    REQUIRE(r.ok());
+    CHECK(r->iteration() == 3);
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Catch::Contains(named));
+    fs::remove_all(latest_dir(dir, 3));
+    const auto none = exec::latest_checkpoint(dir.path);
+    CHECK(none.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(none.status().message(), Catch::Contains(named));
+  }
+  SECTION("the manifest") {
+    const fs::path file = fs::path(latest_dir(dir, 3)) / "MANIFEST.pbtxt";
+    make_fifo(file);
+    const auto none = exec::latest_checkpoint(dir.path);
+    CHECK(none.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(none.status().message(),
+               Catch::Contains("'" + file.string() + "' is a FIFO, not a regular file"));
+  }
+  SECTION("an operator's file, on the check and on the load") {
+    const fs::path file = fs::path(latest_dir(dir, 3)) / manifest->tensors(0).file();
+    make_fifo(file);
+    const std::string named = "'" + file.string() + "' is a FIFO, not a regular file";
+    CHECK_THAT(exec::latest_checkpoint(dir.path).status().message(), Catch::Contains(named));
+    auto fresh = runner_for(g, all_ops(g), adam());
+    const Status st = exec::load_stage_checkpoint(dir.path, *manifest, g, adam(), *fresh);
+    CHECK_THAT(st.message(), Catch::Contains(named));
+  }
+  alarm(0);
+}
+
+TEST_CASE("a linked iteration directory or operator's file is refused on resume, naming it") {
+  const auto g = testing::zoo_graph("tiny-mmt");
+  TempDir dir;
+  TempDir elsewhere;
+  auto whole = trained(g);
+  REQUIRE(exec::write_stage_checkpoint(dir.path, 3, g, *whole, "test-run").ok());
+  REQUIRE(exec::commit_checkpoint(dir.path, 3, g, "p", adam(), "test-run").ok());
+  auto manifest = exec::latest_checkpoint(dir.path);
+  REQUIRE(manifest.ok());
+
+  SECTION("iter-3 a link to a checkpoint outside the directory") {
+    const fs::path outside = fs::path(elsewhere.path) / "iter-3";
+    fs::rename(latest_dir(dir, 3), outside);
+    fs::create_directory_symlink(outside, latest_dir(dir, 3));
+    const auto r = exec::latest_checkpoint(dir.path);
+    CHECK(r.status().code() == StatusCode::kDataLoss);
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("checkpoint " + latest_dir(dir, 3) + " is a symbolic link"));
+  }
+  SECTION("an operator's file a link to a copy outside") {
+    const fs::path file = fs::path(latest_dir(dir, 3)) / manifest->tensors(0).file();
+    const fs::path outside = fs::path(elsewhere.path) / "op.bin";
+    fs::copy_file(file, outside);
+    fs::remove(file);
+    fs::create_symlink(outside, file);
+    const std::string named = "'" + file.string() + "' is a symbolic link, not a regular file";
+    CHECK_THAT(exec::latest_checkpoint(dir.path).status().message(), Catch::Contains(named));
+    auto fresh = runner_for(g, all_ops(g), adam());
+    const Status st = exec::load_stage_checkpoint(dir.path, *manifest, g, adam(), *fresh);
+    CHECK_THAT(st.message(), Catch::Contains(named));
   }
 }
 

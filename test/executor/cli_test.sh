@@ -41,6 +41,9 @@ while read -r file expected; do
     '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
 done < <(python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/plan.json" "$tmp/bad" |
          grep -v "empty_file")
+err=$("$exe" reference --plan "$tmp/bad/cluster_edited.json" --iterations 1 2>&1 >/dev/null); rc=$?
+check "reference --plan refuses a plan edited after planning, naming the hash" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "plan.cluster_hash = .* does not match the embedded cluster"'
 err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr inf 2>&1 >/dev/null); rc=$?
 check "--lr inf exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "learning_rate = inf"'
 err=$(env -u GP_AUTH_TOKEN timeout 10 "$exe" serve --listen 127.0.0.1:0 --work-dir "$tmp/serve-open" 2>&1 >/dev/null); rc=$?
@@ -315,4 +318,57 @@ out=$("$exe" launcher next --on-failure replan --checkpoint-dir "$tmp/ck" --atte
   --nprocs 4 --exit-status 137 --failed-rank 1 2>&1); rc=$?
 check "launcher next: --max-restarts reached" \
   '[ $rc -eq 0 ] && echo "$out" | grep -qx "restart 0" && echo "$out" | grep -qx "message giving up after 3 restarts"'
+# Inputs that are not regular files are refused at once, naming them: open() of a FIFO would wait
+# for a writer forever (timeout turns such a hang into a failure).
+mkfifo "$tmp/fifo.pb" "$tmp/token-fifo" && mkfifo -m 600 "$tmp/token-fifo600"
+mkdir -p "$tmp/token-dir"
+err=$(timeout 20 "$exe" local --plan "$tmp/fifo.pb" --iterations 1 2>&1 >/dev/null); rc=$?
+named="'$tmp/fifo.pb' is a FIFO, not a regular file"
+check "local --plan FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "$named"'
+for f in token-fifo token-fifo600 token-dir; do
+  err=$(timeout 20 "$exe" status --coordinator 127.0.0.1:9 --auth-token-file "$tmp/$f" 2>&1 >/dev/null); rc=$?
+  check "status --auth-token-file $f: exit 2, not a regular file (whoever may read it)" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--auth-token-file $tmp/$f: is a" && echo "$err" | grep -q "not a regular file" && ! echo "$err" | grep -q "readable by others"'
+done
+err=$(timeout 20 "$exe" launcher place --plan "$tmp/plan.pb" --hostfile "$tmp/fifo.pb" 2>&1 >/dev/null); rc=$?
+check "launcher place --hostfile FIFO exits 2 at once naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--hostfile: $named"'
+# A checkpoint whose LATEST is a FIFO: its newest checkpoint is used instead, with a warning naming
+# it; without one, resuming is refused naming it.
+cp -r "$tmp/dot-ck" "$tmp/fifo-ck" && rm "$tmp/fifo-ck/LATEST" && mkfifo "$tmp/fifo-ck/LATEST"
+named="'$tmp/fifo-ck/LATEST' is a FIFO, not a regular file"
+err=$(timeout 20 "$exe" export --checkpoint "$tmp/fifo-ck" --model "$tmp/dot.pbtxt" \
+  --out "$tmp/fifo-trained.npz" 2>&1 >/dev/null); rc=$?
+check "export --checkpoint with a FIFO as LATEST uses the newest checkpoint, naming the FIFO" \
+  '[ $rc -eq 0 ] && [ -s "$tmp/fifo-trained.npz" ] && echo "$err" | grep -qF "$named"'
+rm -rf "$tmp/fifo-ck"/iter-*
+err=$(timeout 20 "$exe" export --checkpoint "$tmp/fifo-ck" --model "$tmp/dot.pbtxt" \
+  --out "$tmp/fifo-trained.npz" 2>&1 >/dev/null); rc=$?
+check "export --checkpoint with only a FIFO as LATEST fails at once naming it" \
+  '[ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$err" | grep -qF "$named"'
+# Count flags are bounded before anything is allocated: an absurd value exits 2 naming the flag,
+# the value and the bound, never an uncaught std::bad_alloc (SIGABRT).
+bounded() {  # NAME TEXT COMMAND...: the command exits 2 and its stderr has TEXT
+  local name=$1 want=$2
+  shift 2
+  err=$(timeout 20 "$@" 2>&1 >/dev/null); rc=$?
+  check "$name exits 2 naming the bound" '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "$want"'
+}
+for w in 2147483647 100000000; do
+  bounded "coordinator --world-size $w" "--world-size: Value $w not in range 1 to 65536" \
+    "$exe" coordinator --plan "$tmp/plan.pb" --world-size $w --listen 127.0.0.1:0
+  bounded "run --world-size $w" "--world-size: Value $w not in range 1 to 65536" \
+    "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size $w
+done
+bounded "coordinator --world-size other than the plan's" \
+  "world_size (--world-size) = $((n + 1)), but the plan has $n ranks" \
+  "$exe" coordinator --plan "$tmp/plan.pb" --world-size $((n + 1)) --listen 127.0.0.1:0
+bounded "serve --devices 2147483647" "--devices = 2147483647, must be at most 1024" \
+  "$exe" serve --devices 2147483647 --insecure --listen 127.0.0.1:0 --work-dir "$tmp/serve-work"
+bounded "--cpu-threads 4096" "--cpu-threads = 4096, must be 1.." \
+  "$exe" --cpu-threads 4096 status --coordinator 127.0.0.1:9
+bounded "launcher place --nprocs 100000" "--nprocs: Value 100000 not in range 1 to 65536" \
+  "$exe" launcher place --plan "$tmp/plan.pb" --nprocs 100000
+bounded "submit --iterations 0" "--iterations: Value 0 not in range 1 to 1073741824" \
+  "$exe" submit --nodes 127.0.0.1:9 --plan "$tmp/plan.pb" --iterations 0
 exit $fail

@@ -3,6 +3,8 @@
 // thread-safe); rank threads hand their results back through futures, and every wait has a
 // deadline.
 #include <arpa/inet.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
@@ -626,4 +629,144 @@ TEST_CASE("the job completes when every rank finishes, and finished ranks may go
   CHECK(done.ok());
   // Checking that something does not happen needs a wait: two heartbeat timeouts.
   CHECK_FALSE(poll_until([&] { return coordinator->aborted(); }, 2 * kTimeout));
+}
+
+namespace {
+
+// This process's peak resident set (VmHWM) in MiB; -1 when /proc cannot tell.
+int64_t peak_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) / 1024;
+  }
+  return -1;
+}
+
+// Lowers VmHWM to the current RSS (Linux >= 4.0), so that the next reading is this test's peak.
+void reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+}
+
+// A raw Register call whose request is `mib` MiB in one string field. Its bytes share one static
+// 1 MiB block, so the sending side (in this same process) allocates almost nothing.
+grpc::Status send_huge_register(const std::string& address, int mib, const std::string& token) {
+  static const std::string block(1 << 20, 'x');
+  std::string head = "\x2a";  // field 5 (host), length-delimited, then the length as a varint
+  for (uint64_t v = static_cast<uint64_t>(mib) << 20;; v >>= 7) {
+    head += static_cast<char>(v < 0x80 ? v : (v & 0x7f) | 0x80);
+    if (v < 0x80) break;
+  }
+  std::vector<grpc::Slice> slices{grpc::Slice(head)};
+  for (int i = 0; i < mib; ++i) {
+    slices.emplace_back(block.data(), block.size(), grpc::Slice::STATIC_SLICE);
+  }
+  grpc::ByteBuffer request(slices.data(), slices.size());
+  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + kWait);
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/graphpipe.v1.Executor/Register", grpc::StubOptions(), &request, &response,
+                 [&done](grpc::Status s) { done.set_value(std::move(s)); });
+  auto status = done.get_future();
+  REQUIRE(status.wait_for(kWait + 5s) == std::future_status::ready);
+  return status.get();
+}
+
+}  // namespace
+
+TEST_CASE("200 MB unauthenticated Registers are refused from their headers, RSS stays flat",
+          "[control]") {
+  auto coordinator = start_coordinator(1, "s3cret");
+  reset_peak_rss();
+  const int64_t before = peak_rss_mib();
+  for (int i = 0; i < 5; ++i) {
+    const grpc::Status s = send_huge_register(coordinator->address(), 200, "");
+    INFO("call " << i << ": " << s.error_code() << " " << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK(contains(s.error_message(), "missing 'authorization' metadata"));
+  }
+  const int64_t after = peak_rss_mib();
+  INFO("peak RSS " << before << " MiB before, " << after << " MiB after");
+  REQUIRE(before > 0);
+  CHECK(after - before < 64);
+  // The job goes on: a rank with the token registers.
+  auto reg = connect_to(*coordinator, "s3cret")
+                 ->register_rank(registration(0, 1, coordinator->plan_hash()), 5s);
+  INFO(reg.status().to_string());
+  CHECK(reg.ok());
+}
+
+TEST_CASE("an oversized request is cut off by the memory quota, with or without a token",
+          "[control]") {
+  const std::string token = GENERATE(std::string(), std::string("s3cret"));
+  auto coordinator = start_coordinator(1, token);
+  reset_peak_rss();
+  const int64_t before = peak_rss_mib();
+  for (int i = 0; i < 3; ++i) {
+    const grpc::Status s = send_huge_register(coordinator->address(), 200, token);
+    INFO("token '" << token << "', call " << i << ": " << s.error_code() << " "
+                   << s.error_message());
+    CHECK(s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  const int64_t after = peak_rss_mib();
+  INFO("peak RSS " << before << " MiB before, " << after << " MiB after");
+  REQUIRE(before > 0);
+  // The quota of a one-rank job with a small plan is 40 MiB (32 MiB and twice the 4 MiB request
+  // limit); the transport reads ahead of it by some buffers.
+  CHECK(after - before < 128);
+  auto status = connect_to(*coordinator, token)->get_status();
+  INFO(status.status().to_string());
+  CHECK(status.ok());
+}
+
+TEST_CASE("a request below the limit passes the quota: rank 0's 3 MiB of NCCL ids", "[control]") {
+  auto coordinator = start_coordinator(1, "s3cret");
+  pb::RegisterRequest r = registration(0, 1, coordinator->plan_hash());
+  for (int i = 0; i < 25000; ++i) r.add_nccl_unique_ids(std::string(128, static_cast<char>(i)));
+  REQUIRE(r.ByteSizeLong() > (3u << 20));
+  auto reg = connect_to(*coordinator, "s3cret")->register_rank(r, 5s);
+  INFO(reg.status().to_string());
+  REQUIRE(reg.ok());
+  CHECK(reg->nccl_unique_ids_size() == 25000);
+}
+
+TEST_CASE("the coordinator refuses a world size above 65536 or other than the plan's",
+          "[control]") {
+  exec::CoordinatorOptions options;
+  options.plan = tiny_plan();
+  options.world_size = 2147483647;
+  auto huge = exec::Coordinator::start(options);
+  CHECK(huge.status().code() == StatusCode::kInvalidArgument);
+  CHECK(contains(huge.status().message(), "--world-size) = 2147483647, must be at most 65536"));
+
+  // A plan whose stages use ranks 0..1 fixes the world at 2.
+  auto* stage = options.plan.add_stages();
+  stage->add_device_ranks(0);
+  stage->add_device_ranks(1);
+  options.world_size = 3;
+  auto other = exec::Coordinator::start(options);
+  CHECK(other.status().code() == StatusCode::kInvalidArgument);
+  CHECK(contains(other.status().message(), "--world-size) = 3, but the plan has 2 ranks"));
+  options.world_size = 2;
+  auto same = exec::Coordinator::start(options);
+  INFO(same.status().to_string());
+  CHECK(same.ok());
+}
+
+TEST_CASE("a plan larger than the transport's quota still reaches the ranks", "[control]") {
+  exec::CoordinatorOptions options;
+  options.plan = tiny_plan();
+  options.plan.set_model_hash(std::string(100 << 20, 'h'));
+  options.world_size = 1;
+  auto coordinator = exec::Coordinator::start(options);
+  REQUIRE(coordinator.ok());
+  auto clients = register_all(**coordinator, 1);
+  auto plan = clients[0]->get_plan(0);
+  INFO(plan.status().to_string());
+  REQUIRE(plan.ok());
+  CHECK(plan->model_hash().size() == (100u << 20));
 }

@@ -2,6 +2,9 @@
 // a clear error naming the file for every way a data directory can be wrong.
 #include "gp/exec/dataset.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -149,6 +152,18 @@ TEST_CASE("a bad data directory is refused naming the file and what is wrong") {
     fs::remove(dir.file("t.npy"));
     const auto msg = error(dir);
     CHECK_THAT(msg, Catch::Contains("t.npy") && Catch::Contains("'t'"));
+  }
+  SECTION("an input that is a FIFO, refused at once, also when another stage's file") {
+    alarm(20);  // a reader blocked opening the FIFO fails the test instead of hanging it
+    DataDir dir("fifo");
+    write_valid(dir, 4);
+    fs::remove(dir.file("t.npy"));
+    REQUIRE(mkfifo(dir.file("t.npy").c_str(), 0600) == 0);
+    CHECK_THAT(error(dir), Catch::Contains("t.npy' is a FIFO, not a regular file"));
+    // A stage without 't' only peeks at its header, and leaves the FIFO to the stage that loads it.
+    CHECK(
+        exec::open_stage_data(dir.path, g, {g.index_of("x"), g.index_of("fc")}, 4, false, 1).ok());
+    alarm(0);
   }
   SECTION("a wrong dtype") {
     DataDir dir("dtype");

@@ -4,6 +4,7 @@
 // weight the program itself shares stays shared.
 #include "gp/model/onnx_file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -147,7 +148,8 @@ TEST_CASE("external data outside the model's directory or beyond its file is ref
       {"location", "ABSOLUTE", "no absolute path"},
       {"location", "link.data", "leads outside the model's directory"},
       {"location", "missing.data", "cannot be opened"},
-      {"location", "sub", "not a regular file"},
+      {"location", "sub", "is a directory, not a regular file"},
+      {"location", "pipe", "is a FIFO, not a regular file"},  // refused, not waited on
       {"location", "", "names no location"},
       {"offset", "999999", "which holds"},
       {"offset", "-4", "is not a count"},
@@ -159,6 +161,8 @@ TEST_CASE("external data outside the model's directory or beyond its file is ref
     fs::create_directories(s.dir / "model" / "sub");
     fs::copy_file(s.dir / "model" / good, s.dir / "outside.data");
     fs::create_symlink(s.dir / "outside.data", s.dir / "model" / "link.data");
+    REQUIRE(mkfifo((s.dir / "model" / "pipe").c_str(), 0600) == 0);
+    alarm(20);  // a reader blocked opening the FIFO fails the test instead of hanging it
     const std::string value = c.value == "ABSOLUTE" ? (s.dir / "outside.data").string() : c.value;
     s.set_external("fc1.weight", c.key, value);
     auto model = import_onnx(s.model());
@@ -167,6 +171,7 @@ TEST_CASE("external data outside the model's directory or beyond its file is ref
     CHECK(model.status().code() == StatusCode::kInvalidArgument);
     CHECK_THAT(model.status().message(),
                Catch::Contains("'fc1.weight'") && Catch::Contains(c.words));
+    alarm(0);
   }
 }
 

@@ -162,6 +162,15 @@ TEST_CASE("every catalogue op type has a summary and attribute help") {
     CHECK_FALSE(info.summary.empty());
     CHECK_FALSE(info.attrs_help.empty());
     CHECK(find_op_type(info.type) == &info);
+    // Every attribute the type takes is documented by its help.
+    for (size_t at = 0; at < info.attr_names.size();) {
+      const size_t comma = std::min(info.attr_names.find(',', at), info.attr_names.size());
+      const std::string_view name = info.attr_names.substr(at, comma - at);
+      INFO(info.type << ": " << name);
+      CHECK_FALSE(name.empty());
+      CHECK(info.attrs_help.find(name) != std::string_view::npos);
+      at = comma + 1;
+    }
   }
   CHECK(find_op_type("lstm") == nullptr);
 }
@@ -492,6 +501,35 @@ TEST_CASE("the new op types reject bad inputs and attributes, naming the field a
     DYNAMIC_SECTION("case " << i << ": " << cases[i].expected) {
       const std::string message = build_error(cases[i].build);
       CHECK_THAT(message, Catch::Contains("'op' " + cases[i].expected));
+    }
+  }
+}
+
+TEST_CASE("an unknown or misspelled attribute is refused naming the op, it and the known ones") {
+  using B = GraphBuilder&;
+  const std::vector<ErrorCase> cases = {
+      {[](B b) {
+         b.conv2d("op", b.input("x", {3, 8, 8}), 4, {3, 3});
+         set_attr(op_of(b), "strides", std::vector<int64_t>{2, 2});
+       },
+       "(conv2d): attrs.strides: unknown attribute; conv2d takes out_channels, kernel, stride, "
+       "padding, bias, groups"},
+      {[](B b) {
+         b.linear("op", b.input("x", {4}), 2);
+         set_attr(op_of(b), "out_feature", int64_t{3});
+         set_attr(op_of(b), "bais", int64_t{0});
+       },
+       "(linear): attrs.bais, attrs.out_feature: unknown attributes; linear takes out_features, "
+       "bias, activation"},
+      {[](B b) {
+         b.relu("op", b.input("x", {4}));
+         set_attr(op_of(b), "inplace", int64_t{1});
+       },
+       "(relu): attrs.inplace: unknown attribute; relu takes none"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    DYNAMIC_SECTION("case " << i << ": " << cases[i].expected) {
+      CHECK_THAT(build_error(cases[i].build), Catch::Contains("'op' " + cases[i].expected));
     }
   }
 }

@@ -91,6 +91,29 @@ out=$("$bin" inspect --plan "$tmp/plan.pb"); rc=$?
 check "inspect prints stages and the stage graph" '[ $rc -eq 0 ] && echo "$out" | grep -q "stage graph" && echo "$out" | grep -q "depth 1:"'
 out=$("$bin" simulate --plan "$tmp/plan.pb" --trace "$tmp/sim.json"); rc=$?
 check "simulate prints the iteration" '[ $rc -eq 0 ] && echo "$out" | grep -q "samples/s" && [ -s "$tmp/sim.json" ]'
+# Absurd inputs exit 2 naming the field, never a plan of "0.0 samples/s, iteration inf s".
+sed 's/kernel_launch_overhead_us: 1 /kernel_launch_overhead_us: 1e300 /' \
+  "$(dirname "$0")/../../configs/clusters/cpu-local.pbtxt" > "$tmp/slow-launch.pbtxt"
+err=$("$bin" search --model zoo:tiny-mmt --cluster "$tmp/slow-launch.pbtxt" --devices 2 --batch 8 \
+  --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a kernel launch of 1e300 us exits 2 naming the field and its range" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF "device.kernel_launch_overhead_us = 1e+300, must be in [0, 1e+06]"'
+"$bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 --batch 8 \
+  --out "$tmp/edited.json" >/dev/null
+python3 -c 'import json, sys; p = json.load(open(sys.argv[1])); p["model"]["description"] = "edited"; json.dump(p, open(sys.argv[1], "w"))' "$tmp/edited.json"
+err=$("$bin" replan --plan "$tmp/edited.json" --exclude-ranks 1 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "replan refuses a plan whose model does not match its hash (exit 2)" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "plan.model_hash = .* does not match the embedded model"'
+"$bin" zoo export tiny-mmt --out "$tmp/strides.json" 2>/dev/null
+python3 - "$tmp/strides.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+next(op for op in m["ops"] if op["type"] == "linear")["attrs"]["strides"] = {"i": "2"}
+json.dump(m, open(sys.argv[1], "w"))
+PY
+err=$("$bin" model-info --model "$tmp/strides.json" 2>&1 >/dev/null); rc=$?
+check "an unknown op attribute exits 2 naming it and the known ones" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "(linear): attrs.strides: unknown attribute; linear takes out_features, bias, activation"'
 "$bin" --log-level warn search --model zoo:tiny-transformer --cluster cpu-local --devices 2 --batch 8 \
       --strategy sequential --out "$tmp/seq.pbtxt" >/dev/null; rc=$?
 check "sequential strategy writes a text plan" '[ $rc -eq 0 ] && grep -q "STRATEGY_SEQUENTIAL" "$tmp/seq.pbtxt"'
@@ -293,10 +316,33 @@ a negative spread|s/"forwardSpreadUs": 0/"forwardSpreadUs": -3/|forward_spread_u
 a negative activation size|s/"activationBytes": "0"/"activationBytes": "-1"/|activation_bytes = -1
 a link fit over one rank|s/"ranks": 2/"ranks": 1/|comm[0]: ranks = 1
 a link with no bandwidth|s/"betaBytesPerS": 1e9/"betaBytesPerS": 0/|comm[0]: beta_bytes_per_s = 0
+an op time of 1e308 us|s/"forwardTimeUs": 1,/"forwardTimeUs": 1e308,/|forward_time_us = 1e+308, must be at most 3.6e+09 (one hour)
 CASES
 sed 's/"provenance": {"date": "2024-01-01T00:00:00Z"}}\], "comm"/"provenance": {}}], "comm"/' \
   "$tmp/profile-ok.json" > "$tmp/profile-bad.json"
 err=$("$bin" --log-level warn simulate --plan "$tmp/profiled.pb" --profile "$tmp/profile-bad.json" 2>&1 >/dev/null); rc=$?
 check "simulate --profile: an op record without provenance.date: exit 2 naming it" \
   '[ $rc -eq 2 ] && echo "$err" | grep -qF "ops[0] ('"'"'x'"'"'): provenance.date"'
+# Inputs that are not regular files are refused at once, naming them: open() of a FIFO would wait
+# for a writer forever (timeout turns such a hang into a failure).
+mkfifo "$tmp/fifo.pb" "$tmp/fifo.onnx" "$tmp/fifo-cluster.json"
+err=$(timeout 20 "$bin" inspect --plan "$tmp/fifo.pb" 2>&1 >/dev/null); rc=$?
+fifo_named="'$tmp/fifo.pb' is a FIFO, not a regular file"
+check "inspect --plan FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "$fifo_named"'
+err=$(timeout 20 "$bin" import "$tmp/fifo.onnx" --out "$tmp/fifo-import.pbtxt" 2>&1 >/dev/null); rc=$?
+fifo_named="'$tmp/fifo.onnx' is a FIFO, not a regular file"
+check "import of a FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "$fifo_named"'
+err=$(timeout 20 "$bin" search --model zoo:tiny-mmt --cluster "$tmp/fifo-cluster.json" --devices 2 \
+  --batch 8 --out "$tmp/fifo-plan.pb" 2>&1 >/dev/null); rc=$?
+fifo_named="'$tmp/fifo-cluster.json' is a FIFO, not a regular file"
+check "search --cluster FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "$fifo_named"'
+ln -sf /dev/zero "$tmp/zero.pbtxt"  # a device never ends: refused, not read
+err=$(timeout 20 "$bin" model-info --model "$tmp/zero.pbtxt" 2>&1 >/dev/null); rc=$?
+fifo_named="'$tmp/zero.pbtxt' is a character device, not a regular file"
+check "model-info --model of a device exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "$fifo_named"'
+for d in 0 -3; do
+  err=$("$bin" replan --plan "$tmp/lowered.pb" --exclude-ranks 0 --devices "$d" --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+  check "replan --devices $d exits 2 naming the flag and the range" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--devices: Value $d not in range 1 to 65536"'
+done
 exit $fail

@@ -65,6 +65,7 @@ struct SummitSearch {
     req.mini_batch = mini_batch;
     req.compute = &model;
     req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+    req.training.set_learning_rate(1e-3);  // verify_plan: a run needs one
   }
   SummitSearch(const SummitSearch&) = delete;  // req points at the members
   SummitSearch& operator=(const SummitSearch&) = delete;
@@ -188,6 +189,7 @@ TEST_CASE("every searched plan passes the verifier, for every strategy and tiny 
       req.mini_batch = 16;
       req.strategy = strategy;
       req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+      req.training.set_learning_rate(1e-3);  // verify_plan: a run needs one
       req.compute = &model;
       auto result = planner::search_plan(req);
       REQUIRE(result.ok());
@@ -302,6 +304,11 @@ TEST_CASE("search is deterministic: the same request gives the same plan") {
 TEST_CASE("a model that cannot fit is reported infeasible, with the reason") {
   auto cluster = testing::ideal_cluster(2);
   cluster.mutable_device()->set_memory_capacity_bytes(1000);  // 1 KB devices
+  // Bandwidths a device can have: the search selects devices of it, which validates them.
+  cluster.mutable_device()->set_memory_bandwidth_bytes_per_s(1e12);
+  for (auto* link : {cluster.mutable_intra_node(), cluster.mutable_inter_node()}) {
+    link->set_bandwidth_bytes_per_s(1e12);
+  }
   cost::AnalyticCostModel model(cluster.device(), graphpipe::v1::PRECISION_FP32);
   auto g = zoo("tiny-mmt");
   for (auto strategy : {graphpipe::v1::STRATEGY_GRAPHPIPE, graphpipe::v1::STRATEGY_SEQUENTIAL}) {
@@ -495,6 +502,7 @@ TEST_CASE("the graphpipe search is never slower than the sequential or branch-co
       req.mini_batch = 64;
       req.compute = &model;
       req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+      req.training.set_learning_rate(1e-3);  // verify_plan: a run needs one
       req.strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
       auto gp_result = planner::search_plan(req);
       REQUIRE(gp_result.ok());
@@ -527,6 +535,7 @@ TEST_CASE("piper over compressed branches plans a model whose downsets exceed th
   req.mini_batch = 32;
   req.compute = &model;
   req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  req.training.set_learning_rate(1e-3);  // verify_plan: a run needs one
   req.strategy = graphpipe::v1::STRATEGY_PIPER;
   auto plain = planner::search_plan(req);
   REQUIRE(plain.ok());

@@ -279,6 +279,7 @@ planner::SearchResult search(const model::Graph& g, int devices, int64_t mini_ba
   req.micro_batches = std::move(micro_batches);
   req.units = units;
   req.training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  req.training.set_learning_rate(1e-3);  // verify_plan: a run needs one
   auto result = planner::search_plan(req);
   INFO(result.status().to_string());
   REQUIRE(result.ok());

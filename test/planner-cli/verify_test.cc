@@ -2,12 +2,17 @@
 #include "gp/planner/verify.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
 
 #include "../support/example_plans.h"
+#include "../support/fakes.h"
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/model/model_io.h"
 #include "gp/model/zoo.h"
+#include "gp/plan/loaded_plan.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/search.h"
 
@@ -34,6 +39,7 @@ Searched searched_plan(const char* spec) {
   req.graph = &*g;
   req.cluster = s.cluster;
   req.mini_batch = 8;
+  req.training = testing::training(graphpipe::v1::OPTIMIZER_KIND_SGD);  // a run needs one
   req.compute = s.model.get();
   auto r = planner::search_plan(req);
   REQUIRE(r.ok());
@@ -107,6 +113,105 @@ TEST_CASE("a tampered model is caught by the plan's own hash") {
   auto r = planner::verify_plan(s.plan, *s.model);
   REQUIRE(r.ok());
   CHECK_THAT(problems(*r), Catch::Contains("model_hash"));
+}
+
+TEST_CASE("a plan whose cluster was edited after planning is refused by every reader") {
+  auto s = searched_plan("tiny-mmt");
+  REQUIRE(plan::check_plan_hashes(s.plan).ok());
+  s.plan.mutable_cluster()->mutable_device()->set_memory_capacity_bytes(int64_t{1} << 40);
+  const std::string hash = "plan.cluster_hash = '" + s.plan.cluster_hash() + "'";
+  CHECK_THAT(plan::check_plan_hashes(s.plan).message(),
+             Catch::Contains(hash) && Catch::Contains("does not match the embedded cluster"));
+  auto g = model::Graph::build(s.plan.model());
+  REQUIRE(g.ok());
+  // The structure alone does not look at the cluster's hash (the simulator varies links).
+  REQUIRE(plan::validate_plan_structure(s.plan, *g).ok());
+  CHECK_THAT(plan::validate_plan(s.plan, *g).status().message(), Catch::Contains(hash));
+  auto loaded = plan::LoadedPlan::from(s.plan);  // local, run, serve
+  REQUIRE_FALSE(loaded.ok());
+  CHECK_THAT(loaded.status().message(), Catch::Contains(hash));
+  auto r = planner::verify_plan(s.plan, *s.model);
+  REQUIRE(r.ok());
+  CHECK_THAT(problems(*r), Catch::Contains(hash));
+  s.plan.mutable_model()->set_description("edited");
+  CHECK_THAT(plan::check_plan_hashes(s.plan).message(),
+             Catch::Contains("does not match the embedded model"));
+}
+
+TEST_CASE("verify and validate_plan refuse each field a run reads or a tool prints when absurd") {
+  struct Case {
+    const char* name;
+    std::function<void(graphpipe::v1::Plan&)> mutate;
+    std::string expected;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const std::vector<Case> cases = {
+      {"in_flight_samples -1", [](auto& p) { p.mutable_stages(0)->set_in_flight_samples(-1); },
+       "stages[0].in_flight_samples = -1, must be in ["},
+      {"warmup_forwards 2^31-1",
+       [](auto& p) { p.mutable_stages(0)->set_warmup_forwards(2147483647); },
+       "stages[0].warmup_forwards = 2147483647, must be in [1, "},
+      {"warmup_forwards 0", [](auto& p) { p.mutable_stages(0)->set_warmup_forwards(0); },
+       "stages[0].warmup_forwards = 0"},
+      {"a NaN prediction", [nan](auto& p) { p.mutable_predicted()->set_iteration_time_s(nan); },
+       "predicted.iteration_time_s = nan, must be finite and >= 0"},
+      {"an infinite stage busy time",
+       [](auto& p) {
+         p.mutable_predicted()->mutable_stages(0)->set_busy_time_s(
+             std::numeric_limits<double>::infinity());
+       },
+       "predicted.stages[0].busy_time_s = inf"},
+      {"a bubble fraction of 2", [](auto& p) { p.mutable_predicted()->set_bubble_fraction(2); },
+       "predicted.bubble_fraction = 2, must be in [0, 1]"},
+      {"a negative peak memory", [](auto& p) { p.mutable_predicted()->set_peak_memory_bytes(-5); },
+       "predicted.peak_memory_bytes = -5"},
+      {"stage metrics of a stage the plan lacks",
+       [](auto& p) { p.mutable_predicted()->mutable_stages(0)->set_stage(99); },
+       "predicted.stages[0].stage = 99 is not a stage of the plan"},
+      {"learning_rate 0", [](auto& p) { p.mutable_training()->set_learning_rate(0); },
+       "plan.training.learning_rate = 0, must be finite and > 0"},
+      {"OPTIMIZER_KIND_UNSPECIFIED",
+       [](auto& p) {
+         p.mutable_training()->set_optimizer(graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED);
+       },
+       "plan.training.optimizer = OPTIMIZER_KIND_UNSPECIFIED"},
+  };
+  const auto base = searched_plan("tiny-mmt");
+  auto g = model::Graph::build(base.plan.model());
+  REQUIRE(g.ok());
+  REQUIRE(plan::plan_field_problems(base.plan).empty());
+  REQUIRE(plan::validate_plan(base.plan, *g).ok());
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      graphpipe::v1::Plan p = base.plan;
+      c.mutate(p);
+      auto checked = plan::validate_plan(p, *g);  // what every executor mode runs
+      REQUIRE_FALSE(checked.ok());
+      CHECK(checked.status().code() == StatusCode::kInvalidArgument);
+      CHECK_THAT(checked.status().message(), Catch::Contains(c.expected));
+      auto r = planner::verify_plan(p, *base.model);
+      REQUIRE(r.ok());
+      CHECK_FALSE(r->simulated);
+      CHECK_THAT(problems(*r), Catch::Contains(c.expected));
+    }
+  }
+}
+
+TEST_CASE("a simulation that predicts an infinite iteration fails verification naming the cause") {
+  auto s = searched_plan("tiny-mmt");
+  const testing::FakeCostModel absurd(1e308, 1e308);  // sums overflow to inf
+  auto r = planner::verify_plan(s.plan, absurd);
+  REQUIRE(r.ok());
+  CHECK(r->simulated);
+  CHECK_THAT(problems(*r), Catch::Contains("predicted iteration inf s, 0 samples/s: not finite "
+                                           "and > 0; a cost the plan was priced with is absurd"));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [time, throughput] :
+       {std::pair{nan, 1.0}, std::pair{1.0, 0.0}, std::pair{-1.0, 1.0}, std::pair{1.0, HUGE_VAL}}) {
+    INFO(time << " s, " << throughput << " samples/s");
+    CHECK(planner::check_prediction(time, throughput).code() == StatusCode::kFailedPrecondition);
+  }
+  CHECK(planner::check_prediction(0.5, 16).ok());
 }
 
 TEST_CASE("a duplicated forward is reported per rank and micro-batch") {

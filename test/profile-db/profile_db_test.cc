@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <limits>
 
 #include "../support/models.h"
 #include "gp/cost/cost_model.h"
@@ -125,6 +126,35 @@ TEST_CASE("validation names the record and the field") {
   db = db_of({});
   db.set_format_version(7);
   CHECK_THAT(validate_profile(db).message(), Catch::Contains("format_version = 7"));
+}
+
+TEST_CASE("measurements no device makes are refused naming the record, the field and the bound") {
+  auto db = db_of({op("relu||[8] float32", 1, 1e308)});
+  CHECK_THAT(validate_profile(db).message(),
+             Catch::Contains("ops[0] ('relu||[8] float32'): forward_time_us = 1e+308, must be at "
+                             "most 3.6e+09 (one hour)"));
+  db = db_of({op("relu||[8] float32", 1, 1.0)});
+  db.mutable_ops(0)->set_backward_spread_us(std::numeric_limits<double>::infinity());
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("backward_spread_us = inf"));
+  db.mutable_ops(0)->set_backward_spread_us(0);
+  db.mutable_ops(0)->set_workspace_bytes(int64_t{1} << 60);
+  CHECK_THAT(validate_profile(db).message(),
+             Catch::Contains("workspace_bytes = 1152921504606846976, must be in [0, 2^50]"));
+
+  db = db_of({}, {fit(graphpipe::v1::COLLECTIVE_KIND_P2P, 2, 1e7)});
+  CHECK_THAT(validate_profile(db).message(),
+             Catch::Contains("comm[0]: alpha_us = 1e+07, must be at most 1e+06 (one second)"));
+  db = db_of({}, {fit(graphpipe::v1::COLLECTIVE_KIND_P2P, 2, 20)});
+  db.mutable_comm(0)->set_beta_bytes_per_s(1e300);
+  CHECK_THAT(validate_profile(db).message(),
+             Catch::Contains("comm[0]: beta_bytes_per_s = 1e+300, must be in [1e3, 1e15]"));
+  db.mutable_comm(0)->set_beta_bytes_per_s(1e9);
+  auto* point = db.mutable_comm(0)->add_points();
+  point->set_bytes(1024);
+  point->set_time_us(std::numeric_limits<double>::quiet_NaN());
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("comm[0].points[0]: time_us = nan"));
+  point->set_time_us(3.0);
+  CHECK(validate_profile(db).ok());
 }
 
 TEST_CASE("reading a missing or invalid database fails naming the path") {

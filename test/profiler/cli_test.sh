@@ -151,4 +151,7 @@ check "ops rejects zero passes with exit 2 naming the flag" '[ $rc -eq 2 ] && ec
 err=$("$bin" comm --ranks 2 --data-plane tcp --out "$tmp/x.pb" 2>&1); rc=$?
 check "comm rejects an unknown data plane with exit 2 naming the flag" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--data-plane"'
+err=$("$bin" ops --model zoo:tiny-mmt --cpu-threads 4096 --out "$tmp/x.pb" 2>&1); rc=$?
+check "ops --cpu-threads 4096 exits 2 naming the flag and the host's CPUs" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--cpu-threads = 4096, must be 1\.\.[0-9]* (the CPUs this process may run on)"'
 exit $fail

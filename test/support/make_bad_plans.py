@@ -73,6 +73,22 @@ cases = {
                          "plan.format_version = 1: a plan from an older graphpipe-plan"),
     "message_out_of_range": (lambda p: first_send(p).update(message=10**6),
                              ".message = 1000000 is not an index of plan.messages"),
+    # Edited after planning: the embedded cluster or model no longer hashes to the plan's digest.
+    "cluster_edited": (lambda p: p["cluster"]["device"].update(memory_capacity_bytes=str(2**33)),
+                       "does not match the embedded cluster"),
+    "model_edited": (lambda p: p["model"].update(description="edited"),
+                     "does not match the embedded model"),
+    # Fields a run reads or a tool prints, each out of its range.
+    "in_flight_negative": (lambda p: p["stages"][0].update(in_flight_samples="-1"),
+                           "stages[0].in_flight_samples = -1"),
+    "warmup_huge": (lambda p: p["stages"][0].update(warmup_forwards=2**31 - 1),
+                    "stages[0].warmup_forwards = 2147483647"),
+    "nan_prediction": (lambda p: p["predicted"].update(iteration_time_s="NaN"),
+                       "predicted.iteration_time_s = nan"),
+    "learning_rate_0": (lambda p: p["training"].update(learning_rate=0),
+                        "training.learning_rate = 0"),
+    "optimizer_unspecified": (lambda p: p["training"].update(optimizer="OPTIMIZER_KIND_UNSPECIFIED"),
+                              "training.optimizer = OPTIMIZER_KIND_UNSPECIFIED"),
 }
 for name, (mutate, expected) in cases.items():
     bad = copy.deepcopy(plan)

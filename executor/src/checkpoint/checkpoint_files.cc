@@ -2,6 +2,8 @@
 // resuming rank trusts it (see gp/exec/checkpoint.h).
 #include "checkpoint/checkpoint_files.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "checkpoint_format.h"
+#include "gp/common/file_read.h"
 #include "gp/model/model_io.h"
 
 namespace gp::exec {
@@ -79,11 +82,22 @@ bool is_iteration_dir_name(const std::string& name) {
 }
 
 // A checkpoint directory's manifest, checked against its directory name and for file names that
-// stay inside it.
+// stay inside it. The directory itself must be one, not a link that could lead anywhere.
 Result<CheckpointManifest> read_manifest(const std::string& dir, const std::string& name) {
-  const std::string manifest_path = (fs::path(dir) / name / "MANIFEST.pbtxt").string();
+  const std::string in = (fs::path(dir) / name).string();
+  struct stat st {};
+  if (::lstat(in.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    return Status(StatusCode::kDataLoss, "checkpoint " + in + " is " +
+                                             std::string(file_kind(st.st_mode)) +
+                                             ", not a directory of the checkpoint");
+  }
+  const std::string manifest_path = (fs::path(in) / "MANIFEST.pbtxt").string();
   CheckpointManifest m;
-  GP_RETURN_IF_ERROR(model::read_message(manifest_path, &m).with_context("checkpoint"));
+  auto text = read_checkpoint_file(manifest_path);
+  if (!text.ok()) return text.status().with_context("checkpoint");
+  GP_RETURN_IF_ERROR(model::parse_message(*text, model::FileFormat::kText, &m)
+                         .with_context(manifest_path)
+                         .with_context("checkpoint"));
   if (m.format_version() != 1 && m.format_version() != kFormatVersion) {
     return invalid_argument(manifest_path + ": format_version = " +
                             std::to_string(m.format_version()) + ", expected 1 or 2");
@@ -116,7 +130,7 @@ Status verify_checkpoint(const std::string& dir, const CheckpointManifest& m) {
   const std::string in = iter_dir(dir, m.iteration());
   for (const auto& t : m.tensors()) {
     const std::string path = (fs::path(in) / t.file()).string();
-    GP_ASSIGN_OR_RETURN(std::string bytes, model::read_file(path));
+    GP_ASSIGN_OR_RETURN(std::string bytes, read_checkpoint_file(path));
     GP_RETURN_IF_ERROR(check_tensor_file(path, bytes, m, t).status());
   }
   return ok_status();
@@ -139,6 +153,12 @@ std::vector<int64_t> iteration_dirs(const std::string& dir) {
 
 }  // namespace
 
+Result<std::string> read_checkpoint_file(const std::string& path) {
+  FileReadOptions options;
+  options.no_follow = true;
+  return read_regular_file(path, options);
+}
+
 Result<CheckpointManifest> latest_checkpoint(const std::string& dir,
                                              std::vector<std::string>* warnings) {
   const std::string latest = (fs::path(dir) / "LATEST").string();
@@ -149,11 +169,15 @@ Result<CheckpointManifest> latest_checkpoint(const std::string& dir,
   int64_t below = std::numeric_limits<int64_t>::max();
   std::vector<std::string> candidates;
   if (fs::exists(latest, ec)) {
-    auto text = model::read_file(latest);
+    // A name, so a few KiB at most; a FIFO or a device is refused, not waited on.
+    FileReadOptions small;
+    small.max_bytes = 4096;
+    auto text = read_regular_file(latest, small);
     std::string name = text.ok() ? *text : std::string();
     while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    // LATEST names a directory of this checkpoint directory, never a path out of it.
-    if (is_iteration_dir_name(name)) {
+    if (!text.ok()) {
+      skipped.push_back(text.status().message());
+    } else if (is_iteration_dir_name(name)) {  // a directory of this one, never a path out of it
       candidates.push_back(name);
       below = std::strtoll(name.c_str() + 5, nullptr, 10);
     } else {

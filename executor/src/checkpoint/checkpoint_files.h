@@ -17,6 +17,11 @@ namespace gp::exec {
 Result<graphpipe::v1::CheckpointManifest> latest_checkpoint(
     const std::string& dir, std::vector<std::string>* warnings = nullptr);
 
+// A manifest or an operator's file of a checkpoint, read whole: a regular file and not a
+// symbolic link (which could lead out of the checkpoint), else refused naming it. Never blocks on
+// a FIFO or a device.
+Result<std::string> read_checkpoint_file(const std::string& path);
+
 // Removes what an interrupted checkpoint leaves behind: iter-<k> directories without a manifest
 // and *.tmp files. Returns the paths removed. Only while no rank of the job writes checkpoints.
 Result<std::vector<std::string>> clean_torn_checkpoints(const std::string& dir);

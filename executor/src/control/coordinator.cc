@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "control/server_guard.h"
 #include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
@@ -39,8 +40,16 @@ constexpr milliseconds kPollInterval{50};
 // A blocked Register/Barrier answers this much before the call's own deadline, so that its
 // DEADLINE_EXCEEDED naming the missing ranks reaches the client before the client gives up.
 constexpr milliseconds kDeadlineMargin{100};
-// Plans embed the model graph; gRPC's 4 MiB default is too small for large models.
-constexpr int kMaxMessageBytes = 512 * 1024 * 1024;
+// Responses: plans embed the model graph; gRPC's 4 MiB default is too small for large models.
+constexpr int kMaxResponseBytes = 512 * 1024 * 1024;
+// Requests are small but for rank 0's Register, which carries one NCCL unique id (128 bytes)
+// per communicator of the plan: at most one per pair of ranks exchanging messages and one per
+// data-parallel stage, so this much per plan message and stage on top of a base.
+constexpr int64_t kBaseRequestBytes = 4 << 20;
+constexpr int64_t kRequestBytesPerPlanEntry = 256;
+// The transport's quota: twice the largest request, and this much per rank for its calls.
+constexpr int64_t kBaseBufferBytes = 32 << 20;
+constexpr int64_t kBufferBytesPerRank = 32 << 10;
 
 int64_t to_ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
 
@@ -675,6 +684,41 @@ grpc::Status to_grpc(const Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }
 
+// A call's 'authorization' header against the job's token (none: every call is accepted).
+Status check_authorization(const std::string& token,
+                           std::optional<std::string_view> authorization) {
+  if (token.empty()) return ok_status();
+  if (!authorization) {
+    return Status(StatusCode::kUnauthenticated,
+                  "missing 'authorization' metadata: this coordinator requires "
+                  "'authorization: Bearer <token>' with the job's auth token");
+  }
+  if (!constant_time_equal(*authorization, "Bearer " + token)) {
+    return Status(StatusCode::kUnauthenticated,
+                  "the 'authorization' metadata does not carry this job's auth token "
+                  "(expected 'Bearer <token>')");
+  }
+  return ok_status();
+}
+
+// The coordinator's limits (see the constants) and its token check ahead of every call.
+ServerGuard server_guard(const CoordinatorOptions& options) {
+  ServerGuard guard;
+  guard.name = "coordinator";
+  const int64_t entries = options.plan.messages_size() + options.plan.stages_size();
+  const int64_t request =
+      std::min<int64_t>(kBaseRequestBytes + kRequestBytesPerPlanEntry * entries, 1 << 30);
+  guard.max_request_bytes = static_cast<int>(request);
+  guard.max_response_bytes = kMaxResponseBytes;
+  guard.buffer_bytes = kBaseBufferBytes + 2 * request + kBufferBytesPerRank * options.world_size;
+  if (!options.auth_token.empty()) {
+    guard.check = [token = options.auth_token](std::optional<std::string_view> authorization) {
+      return check_authorization(token, authorization);
+    };
+  }
+  return guard;
+}
+
 // The gRPC face of the core: authenticate, call, convert. Handlers never throw out.
 class ExecutorService final : public pb::Executor::Service {
  public:
@@ -775,23 +819,10 @@ class ExecutorService final : public pb::Executor::Service {
     }
   }
 
+  // The server's header check (server_guard) refuses such calls before their request is read;
+  // this one stays for any path that reaches a handler without it.
   grpc::Status authenticate(const grpc::ServerContext& ctx) const {
-    const std::string& token = core_->options().auth_token;
-    if (token.empty()) return grpc::Status::OK;
-    const auto& metadata = ctx.client_metadata();
-    const auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "missing 'authorization' metadata: this coordinator requires "
-                          "'authorization: Bearer <token>' with the job's auth token");
-    }
-    const std::string_view value(it->second.data(), it->second.size());
-    if (!constant_time_equal(value, "Bearer " + token)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "the 'authorization' metadata does not carry this job's auth token "
-                          "(expected 'Bearer <token>')");
-    }
-    return grpc::Status::OK;
+    return to_grpc(check_authorization(core_->options().auth_token, authorization_of(ctx)));
   }
 
   CoordinatorCore* core_;
@@ -814,6 +845,24 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions
     return invalid_argument(
         fmt::format("coordinator: world_size = {}, must be >= 1", options.world_size));
   }
+  // Checked before the per-rank state is allocated.
+  if (options.world_size > kMaxWorldSize) {
+    return invalid_argument(
+        fmt::format("coordinator: world_size (--world-size) = {}, must be at "
+                    "most {}",
+                    options.world_size, kMaxWorldSize));
+  }
+  // A plan with stages fixes the world: every device rank it uses (plan_util's world_size).
+  int plan_world = 0;
+  for (const auto& stage : options.plan.stages()) {
+    for (const int r : stage.device_ranks()) plan_world = std::max(plan_world, r + 1);
+  }
+  if (plan_world > 0 && options.world_size != plan_world) {
+    return invalid_argument(
+        fmt::format("coordinator: world_size (--world-size) = {}, but the "
+                    "plan has {} ranks",
+                    options.world_size, plan_world));
+  }
   if (options.heartbeat_timeout <= milliseconds::zero()) {
     return invalid_argument(fmt::format("coordinator: heartbeat_timeout = {} ms, must be > 0",
                                         options.heartbeat_timeout.count()));
@@ -828,13 +877,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::start(const CoordinatorOptions
                                         options.job_id.empty() ? random_job_id() : options.job_id);
   impl->service = std::make_unique<ExecutorService>(impl->core.get());
 
-  GP_ASSIGN_OR_RETURN(auto credentials, server_credentials(options.tls));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, credentials, &impl->port);
+  GP_RETURN_IF_ERROR(add_guarded_port(builder, options.listen_address, options.tls,
+                                      server_guard(options), &impl->port));
   // gRPC sets SO_REUSEPORT by default; a second coordinator must not share a live one's port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
-  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {

@@ -38,13 +38,17 @@
 
 namespace gp::exec {
 
+// The most ranks a job may have (--world-size and every other rank count of the executor).
+inline constexpr int kMaxWorldSize = 65536;
+
 struct CoordinatorOptions {
   // host:port to listen on; port 0 picks a free one (see Coordinator::port()). Loopback by
   // default: a multi-host job passes its own interface address explicitly.
   std::string listen_address = "127.0.0.1:0";
   graphpipe::v1::Plan plan;
-  int world_size = 1;
-  // When non-empty, every RPC must carry the metadata "authorization: Bearer <auth_token>".
+  int world_size = 1;  // 1..kMaxWorldSize; the plan's when its stages name device ranks
+  // When non-empty, every RPC must carry the metadata "authorization: Bearer <auth_token>"; a
+  // call without it is refused from its headers, before its request is read (server_guard.h).
   std::string auth_token;
   // Enabled: serve TLS only (with --tls-ca: only to clients with a certificate of that CA).
   TlsOptions tls;

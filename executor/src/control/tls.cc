@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "gp/model/model_io.h"
+#include "gp/common/file_read.h"
 
 namespace gp::exec {
 namespace {
@@ -49,8 +49,12 @@ Result<std::string> read_pem_file(const char* flag, const std::string& path) {
   if (::access(path.c_str(), R_OK) != 0) {
     return invalid_argument(std::string(flag) + " " + path + ": " + std::strerror(errno));
   }
-  auto text = model::read_file(path);
-  if (!text.ok()) return invalid_argument(std::string(flag) + " " + path + ": cannot read it");
+  FileReadOptions options;  // certificates and keys: KiB, a CA bundle a few hundred
+  options.max_bytes = 16 << 20;
+  auto text = read_regular_file(path, options);
+  if (!text.ok()) {
+    return invalid_argument(std::string(flag) + " " + path + ": " + text.status().message());
+  }
   return std::move(*text);
 }
 
@@ -86,6 +90,11 @@ Status check_key_pair(const TlsOptions& tls) {
   struct stat st {};
   if (::stat(tls.key.c_str(), &st) != 0) {
     return invalid_argument("--tls-key " + tls.key + ": " + std::strerror(errno));
+  }
+  // Before its mode: a directory or a FIFO is no key file, whoever may read it.
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("--tls-key " + tls.key + ": is " + std::string(file_kind(st.st_mode)) +
+                            ", not a regular file");
   }
   if ((st.st_mode & 077) != 0) {
     return invalid_argument("--tls-key " + tls.key +

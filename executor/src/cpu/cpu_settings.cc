@@ -1,8 +1,10 @@
 // Process-wide settings of the CPU kernels' BLAS.
 #include <cblas.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 #include "gp/exec/device.h"
 
@@ -11,6 +13,20 @@ namespace gp::exec {
 void set_cpu_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
 
 int cpu_threads() { return openblas_get_num_threads(); }
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return std::max(static_cast<int>(std::thread::hardware_concurrency()), 1);
+}
+
+Status check_cpu_threads(std::string_view flag, int threads) {
+  const int cpus = usable_cpus();
+  if (threads >= 1 && threads <= cpus) return ok_status();
+  return invalid_argument(std::string(flag) + " = " + std::to_string(threads) + ", must be 1.." +
+                          std::to_string(cpus) + " (the CPUs this process may run on)");
+}
 
 std::string cpu_blas_version() {
   const char* config = openblas_get_config();

@@ -9,12 +9,10 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 
+#include "gp/common/file_read.h"
 #include "gp/common/logging.h"
 
 namespace gp::exec::daemon {
@@ -42,14 +40,13 @@ void on_stop_signal(int sig) {
   if (monotonic_ms() - g_stop_signal_ms.load() > kForceAfterMs) _exit(128 + sig);
 }
 
-// The whole content of FILE, or nullopt when it cannot be read. Opening it each time (rather
-// than stat) sees a shared filesystem's latest copy: NFS revalidates on open, not on stat.
-std::optional<std::string> read_beacon(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream text;
-  text << f.rdbuf();
-  return text.str();
+// The whole content of FILE, or why it cannot be read. Opening it each time (rather than stat)
+// sees a shared filesystem's latest copy: NFS revalidates on open, not on stat. A FIFO or a
+// device is refused, never opened to block the watchdog.
+Result<std::string> read_beacon(const std::string& path) {
+  FileReadOptions small;
+  small.max_bytes = 64 << 10;
+  return read_regular_file(path, small);
 }
 
 }  // namespace
@@ -68,17 +65,17 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
       return invalid_argument("--orphan-timeout = " + std::to_string(orphan_timeout_s) +
                               ", must be >= 1 second");
     }
-    std::optional<std::string> first = read_beacon(launcher_beacon);
-    if (!first) {
+    auto first = read_beacon(launcher_beacon);
+    if (!first.ok()) {
       return not_found("--launcher-beacon '" + launcher_beacon +
-                       "' cannot be read: " + std::strerror(errno));
+                       "' cannot be read: " + first.status().message());
     }
     std::thread([launcher_beacon, orphan_timeout_s, last = *first]() mutable {
       auto changed_at = std::chrono::steady_clock::now();
       for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        std::optional<std::string> now = read_beacon(launcher_beacon);
-        if (now && *now != last) {
+        auto now = read_beacon(launcher_beacon);
+        if (now.ok() && *now != last) {
           last = *now;
           changed_at = std::chrono::steady_clock::now();
         } else if (std::chrono::steady_clock::now() - changed_at >

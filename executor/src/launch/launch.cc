@@ -4,8 +4,9 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
+
+#include "gp/common/file_read.h"
 
 namespace gp::exec::launch {
 namespace {
@@ -253,9 +254,12 @@ Result<std::vector<std::string>> remove_noted_rings(const std::string& store_dir
                               .string();
   for (const auto& entry : fs::directory_iterator(store_dir, ec)) {
     if (entry.path().extension() != ".shm-dir") continue;
-    std::ifstream note(entry.path());
-    std::string dir;
-    std::getline(note, dir);
+    // Ranks write these notes in a shared directory: a FIFO among them is skipped, not waited on.
+    FileReadOptions small;
+    small.max_bytes = 4096;
+    auto note = read_regular_file(entry.path().string(), small);
+    if (!note.ok()) continue;
+    const std::string dir = note->substr(0, note->find('\n'));
     const std::string normal = fs::path(dir).lexically_normal().string();
     // Directly under shm_root and ours: a note cannot point anywhere else ("../", subdirs).
     if (normal.compare(0, own.size(), own) != 0 || normal.size() == own.size() ||

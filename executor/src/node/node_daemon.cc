@@ -14,13 +14,15 @@
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "control/server_guard.h"
+#include "gp/common/file_read.h"
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
 #include "gp/common/version.h"
@@ -34,6 +36,16 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace pb = graphpipe::v1;
+
+// A call's 'authorization' header against the daemon's token (none: every call is accepted).
+Status check_authorization(const std::string& token,
+                           std::optional<std::string_view> authorization) {
+  if (token.empty() || (authorization && constant_time_equal(*authorization, "Bearer " + token))) {
+    return ok_status();
+  }
+  return Status(StatusCode::kUnauthenticated,
+                "this daemon requires 'authorization: Bearer <token>' with its token");
+}
 
 // Flags a client may pass on to the ranks (no path to a binary, nothing that changes where
 // the rank listens).
@@ -219,22 +231,25 @@ class Daemon final : public pb::NodeDaemon::Service {
       const int64_t from = i < static_cast<size_t>(req->log_offsets_size())
                                ? req->log_offsets(static_cast<int>(i))
                                : 0;
-      std::ifstream f(p.log_path, std::ios::binary);
-      f.seekg(0, std::ios::end);
-      const int64_t end = static_cast<int64_t>(f.tellg());
-      const int64_t start = std::clamp<int64_t>(from, 0, std::max<int64_t>(end, 0));
+      // The log is the daemon's own file, yet a FIFO put in its place must not block the RPC.
+      auto log = RegularFile::open(p.log_path);
+      const int64_t end = log.ok() ? static_cast<int64_t>(log->size()) : 0;
+      const int64_t start = std::clamp<int64_t>(from, 0, end);
       const int64_t n = std::min<int64_t>(end - start, 64 << 10);
-      std::string chunk(static_cast<size_t>(std::max<int64_t>(n, 0)), '\0');
+      std::string chunk;
       if (n > 0) {
-        f.seekg(start);
-        f.read(chunk.data(), n);
+        auto got = log->read_at(static_cast<uint64_t>(start), static_cast<size_t>(n));
+        if (got.ok()) chunk = std::move(*got);
       }
       r->set_log(chunk);
-      r->set_log_end(start + std::max<int64_t>(n, 0));
+      r->set_log_end(start + static_cast<int64_t>(chunk.size()));
     }
     // "failed_rank=R\nreason=...\n", written by rank 0 when the job aborts.
     if (!it->second.verdict_path.empty()) {
-      std::ifstream v(it->second.verdict_path);
+      FileReadOptions small;
+      small.max_bytes = 1 << 20;
+      auto text = read_regular_file(it->second.verdict_path, small);
+      std::istringstream v(text.ok() ? *text : std::string());
       std::string line;
       while (std::getline(v, line)) {
         if (line.rfind("failed_rank=", 0) == 0) {
@@ -377,17 +392,12 @@ class Daemon final : public pb::NodeDaemon::Service {
     return args;
   }
 
+  // The server's header check (daemon_guard) refuses such calls before their request is read;
+  // this one stays for any path that reaches a handler without it.
   grpc::Status authenticate(const grpc::ServerContext& ctx) const {
-    if (options_.auth_token.empty()) return grpc::Status::OK;
-    const auto& md = ctx.client_metadata();
-    const auto it = md.find("authorization");
-    if (it == md.end() ||
-        !constant_time_equal(std::string_view(it->second.data(), it->second.size()),
-                             "Bearer " + options_.auth_token)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "this daemon requires 'authorization: Bearer <token>' with its token");
-    }
-    return grpc::Status::OK;
+    const Status s = check_authorization(options_.auth_token, authorization_of(ctx));
+    return s.ok() ? grpc::Status::OK
+                  : grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
   }
 
   // fork + exec with stdout and stderr into `log`; -1 on failure. The token goes to the rank in
@@ -472,12 +482,37 @@ class Daemon final : public pb::NodeDaemon::Service {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
+// Requests carry a plan (StartRanks): gRPC's default limit, as before. Responses carry up to
+// 64 KiB of output per rank (JobStatus).
+constexpr int kMaxRequestBytes = 4 << 20;
+constexpr int kMaxResponseBytes = 128 << 20;
+constexpr int64_t kBufferBytes = 64 << 20;
+
+ServerGuard daemon_guard(const ServeOptions& o) {
+  ServerGuard guard;
+  guard.name = "daemon";
+  guard.max_request_bytes = kMaxRequestBytes;
+  guard.max_response_bytes = kMaxResponseBytes;
+  guard.buffer_bytes = kBufferBytes + 2 * kMaxRequestBytes;
+  if (!o.auth_token.empty()) {
+    guard.check = [token = o.auth_token](std::optional<std::string_view> authorization) {
+      return check_authorization(token, authorization);
+    };
+  }
+  return guard;
+}
+
 }  // namespace
 
 Status run_serve(const ServeOptions& in) {
   ServeOptions o = in;
   if (o.devices < 1)
     return invalid_argument("--devices = " + std::to_string(o.devices) + ", must be >= 1");
+  // Checked before a slot per device is allocated.
+  if (o.devices > kMaxDevicesPerNode) {
+    return invalid_argument("--devices = " + std::to_string(o.devices) + ", must be at most " +
+                            std::to_string(kMaxDevicesPerNode) + " (the devices of one node)");
+  }
   if (o.accelerator != "cpu" && o.accelerator != "cuda") {
     return invalid_argument("--accelerator = '" + o.accelerator + "', expected cpu or cuda");
   }
@@ -534,8 +569,7 @@ Status run_serve(const ServeOptions& in) {
   Daemon service(o, std::string(self, static_cast<size_t>(n)));
   grpc::ServerBuilder builder;
   int port = 0;
-  GP_ASSIGN_OR_RETURN(auto credentials, server_credentials(o.tls));
-  builder.AddListeningPort(o.listen, credentials, &port);
+  GP_RETURN_IF_ERROR(add_guarded_port(builder, o.listen, o.tls, daemon_guard(o), &port));
   // gRPC sets SO_REUSEPORT by default; a second daemon must not share a live one's port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);

@@ -12,12 +12,15 @@
 
 namespace gp::exec::daemon {
 
+// The most devices (ranks) one daemon serves.
+inline constexpr int kMaxDevicesPerNode = 1024;
+
 struct ServeOptions {
   std::string listen = "127.0.0.1:29600";  // never all interfaces unless asked for
-  int devices = 1;
-  std::string accelerator = "cpu";  // "cuda": the rank on device slot d trains on cuda:d
-  std::string bind_host;            // ranks' data plane; default: the host part of `listen`
-  std::string work_dir;             // job directories (plans, logs); default: a temporary directory
+  int devices = 1;                         // 1..kMaxDevicesPerNode
+  std::string accelerator = "cpu";         // "cuda": the rank on device slot d trains on cuda:d
+  std::string bind_host;                   // ranks' data plane; default: the host part of `listen`
+  std::string work_dir;  // job directories (plans, logs); default: a temporary directory
   // Every path a job request names for its ranks to write or read (--metrics-out, --trace,
   // --checkpoint-dir, --resume, the store directory) must resolve inside it; default: work_dir.
   std::string output_root;

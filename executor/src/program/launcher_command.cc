@@ -6,6 +6,7 @@
 #include <iterator>
 #include <sstream>
 
+#include "control/coordinator.h"
 #include "gp/common/cli.h"
 #include "gp/model/graph.h"
 #include "gp/model/model_io.h"
@@ -38,10 +39,14 @@ Result<std::vector<launch::Host>> read_hosts(const std::string& path) {
   if (path == "-") {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    if (!std::filesystem::is_regular_file(path)) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
       return invalid_argument("--hostfile '" + path + "': no such file");
     }
-    GP_ASSIGN_OR_RETURN(text, model::read_file(path));
+    // A FIFO or a device is refused naming it: "-" is the way to give a stream.
+    auto read = model::read_file(path);
+    if (!read.ok()) return read.status().with_context("--hostfile");
+    text = std::move(*read);
   }
   return launch::parse_hostfile(text, path == "-" ? "(stdin)" : path);
 }
@@ -78,7 +83,7 @@ void LauncherCommands::add_place() {
       "rank (ranks fill the hosts in order); refuses an --nprocs or hostfile that does not fit");
   place_->add_option("--plan", plan_, "plan file")->required();
   place_->add_option("--nprocs", nprocs_, "ranks to start (default: the plan's)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, kMaxWorldSize));
   place_->add_option("--device", device_, "cpu, or cuda: each rank takes its local GPU")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -96,7 +101,7 @@ void LauncherCommands::add_verdict() {
   verdict_->add_option("--verdict-file", verdict_file_, "the file")->required();
   verdict_->add_option("--nprocs", nprocs_, "ranks of the job")
       ->required()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, kMaxWorldSize));
 }
 
 void LauncherCommands::add_blame() {
@@ -110,7 +115,7 @@ void LauncherCommands::add_blame() {
       ->check(CLI::Range(0, 255));
   blame_->add_option("--stopped-by-launcher", stopped_, "ranks the launcher sent SIGTERM")
       ->delimiter(',')
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(CLI::Range(0, kMaxWorldSize - 1));
   blame_
       ->add_option("--stop-signal", stop_signal_,
                    "SIGINT (2) or SIGTERM (15) the launcher passed on; 0: none")
@@ -149,12 +154,14 @@ void LauncherCommands::add_next() {
   next_->add_option("--attempt", attempt_, "the attempt that ended (0: the first)")
       ->required()
       ->check(CLI::Range(0, 1 << 20));
-  next_->add_option("--nprocs", nprocs_, "its ranks")->required()->check(CLI::Range(1, 1 << 20));
+  next_->add_option("--nprocs", nprocs_, "its ranks")
+      ->required()
+      ->check(CLI::Range(1, kMaxWorldSize));
   next_->add_option("--exit-status", exit_status_, "its exit status (launcher blame's)")
       ->required()
       ->check(CLI::Range(0, 255));
   next_->add_option("--failed-rank", failed_rank_, "the rank it was blamed on (-1: none)")
-      ->check(CLI::Range(-1, 1 << 20))
+      ->check(CLI::Range(-1, kMaxWorldSize - 1))
       ->capture_default_str();
   next_->add_option("--stop-signal", stop_signal_, "SIGINT/SIGTERM passed on; 0: none")
       ->check(CLI::IsMember({0, 2, 15}))

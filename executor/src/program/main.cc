@@ -67,8 +67,7 @@ int main(int raw_argc, char** raw_argv) {
   app.add_option("--cpu-threads", cpu_threads,
                  "BLAS threads of the CPU kernels per process (1: ranks sharing a host get a "
                  "core each, as graphpipe-profile measures by default)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->capture_default_str();  // bounded by this host's CPUs after parsing
   app.require_subcommand(1);
   app.fallthrough();  // global options (--log-level) may follow the subcommand
   using namespace gp::exec::daemon;
@@ -84,6 +83,9 @@ int main(int raw_argc, char** raw_argv) {
     return rc == 0 ? gp::cli::kExitOk : gp::cli::kExitBadInput;
   }
   if (auto st = gp::log::init("graphpipe-executor", log_level); !st.ok()) {
+    return gp::cli::report("graphpipe-executor", st);
+  }
+  if (auto st = gp::exec::check_cpu_threads("--cpu-threads", cpu_threads); !st.ok()) {
     return gp::cli::report("graphpipe-executor", st);
   }
   gp::exec::set_cpu_threads(cpu_threads);

@@ -2,6 +2,7 @@
 #include <string>
 
 #include "commands.h"
+#include "control/coordinator.h"
 #include "gp/common/cli.h"
 #include "job/run.h"
 #include "shared_flags.h"
@@ -40,12 +41,12 @@ class RunCommand final : public Command {
     cmd_->add_option("--rank", o_.rank, "this process's rank (default: $RANK)")
         ->envname("RANK")
         ->required()
-        ->check(CLI::Range(0, 1 << 20));
+        ->check(CLI::Range(0, kMaxWorldSize - 1));
     cmd_->add_option("--world-size", o_.world_size,
                      "number of ranks in the plan (default: $WORLD_SIZE)")
         ->envname("WORLD_SIZE")
         ->required()
-        ->check(CLI::Range(1, 1 << 20));
+        ->check(CLI::Range(1, kMaxWorldSize));
     cmd_->add_option("--coordinator", o_.coordinator,
                      "HOST:PORT of the coordinator; rank 0 listens there (port 0: any free "
                      "port; default: $MASTER_ADDR:$MASTER_PORT when both are set)");

@@ -7,9 +7,11 @@
 #include <cstring>
 
 #include "gp/common/cli.h"
+#include "gp/common/file_read.h"
 #include "gp/common/logging.h"
 #include "gp/model/model_io.h"
 #include "gp/model/zoo.h"
+#include "gp/plan/plan_util.h"
 #include "job/run.h"
 
 namespace gp::exec::daemon {
@@ -54,15 +56,23 @@ void add_tls_options(CLI::App* cmd, gp::exec::TlsOptions& tls, const std::string
 
 gp::Status read_token_file(const std::string& path, std::string* token) {
   if (path.empty()) return gp::ok_status();
+  const std::string where = "--auth-token-file " + path;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return gp::invalid_argument("--auth-token-file " + path + ": " + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    return gp::invalid_argument(where + ": " + std::strerror(errno));
+  // Before its mode: a directory or a FIFO is no token file, whoever may read it.
+  if (!S_ISREG(st.st_mode)) {
+    return gp::invalid_argument(where + ": is " + std::string(gp::file_kind(st.st_mode)) +
+                                ", not a regular file");
   }
   if ((st.st_mode & 077) != 0) {
-    return gp::invalid_argument("--auth-token-file " + path +
-                                ": readable by others (chmod 600 it)");
+    return gp::invalid_argument(where + ": readable by others (chmod 600 it)");
   }
-  GP_ASSIGN_OR_RETURN(std::string text, gp::model::read_file(path));
+  gp::FileReadOptions small;  // a token, not a file to fill memory with
+  small.max_bytes = 64 << 10;
+  auto read = gp::read_regular_file(path, small);
+  if (!read.ok()) return gp::invalid_argument(where + ": " + read.status().message());
+  std::string text = std::move(*read);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) {
     text.pop_back();
   }
@@ -87,6 +97,7 @@ gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
   graphpipe::v1::ModelGraph model;
   if (!plan_flag.empty()) {
     GP_RETURN_IF_ERROR(gp::model::read_message(plan_flag, plan).with_context("--plan"));
+    GP_RETURN_IF_ERROR(gp::plan::check_plan_hashes(*plan).with_context("--plan " + plan_flag));
     model = plan->model();
   } else {
     GP_ASSIGN_OR_RETURN(model, gp::model::load_model(model_flag));

@@ -18,9 +18,13 @@ class SubmitCommand final : public Command {
     cmd_->add_option("--nodes", o_.nodes, "daemons, HOST:PORT,... in node order")
         ->delimiter(',')
         ->required();
-    cmd_->add_option("--iterations", o_.iterations, "training iterations")->capture_default_str();
+    // The bounds of `run`, which the ranks get these as.
+    cmd_->add_option("--iterations", o_.iterations, "training iterations")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 30));
     cmd_->add_option("--timeout", o_.timeout_s, "peer and heartbeat timeout, seconds")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(CLI::Range(1, 86400));
     cmd_->add_option("--port", o_.port, "the coordinator's port on the first node")
         ->check(CLI::Range(1, 65535))
         ->capture_default_str();

@@ -150,7 +150,7 @@ Status load_stage_checkpoint(const std::string& dir, const CheckpointManifest& m
                                                "' is not a file name inside the checkpoint");
     }
     const std::string path = (fs::path(in) / t.file()).string();
-    GP_ASSIGN_OR_RETURN(std::string bytes, model::read_file(path));
+    GP_ASSIGN_OR_RETURN(std::string bytes, read_checkpoint_file(path));
     GP_ASSIGN_OR_RETURN(const size_t header, check_tensor_file(path, bytes, manifest, t));
     const char* data = bytes.data() + header;
     // Straight from the file's bytes (the header keeps them 8-byte aligned).

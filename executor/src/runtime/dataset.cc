@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "gp/common/file_read.h"
 #include "gp/exec/init.h"
 
 namespace gp::exec {
@@ -119,20 +120,17 @@ Result<std::unique_ptr<NpyDataset::Array>> map_array(const std::string& path,
                                                      const model::OpNode& input) {
   auto a = std::make_unique<NpyDataset::Array>();
   a->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
     return invalid_argument(path + ": cannot open (" + std::strerror(errno) +
                             "); --data needs one <input op id>.npy per graph input, here for '" +
                             input.id() + "'");
   }
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
-    ::close(fd);
-    return invalid_argument(path + ": not a regular, non-empty file");
-  }
-  a->map_bytes = static_cast<size_t>(st.st_size);
-  a->map = mmap(nullptr, a->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  // A FIFO or a device is refused naming it, never opened to wait for a writer.
+  GP_ASSIGN_OR_RETURN(const RegularFile file, RegularFile::open(path));
+  if (file.size() == 0) return invalid_argument(path + ": not a regular, non-empty file");
+  a->map_bytes = static_cast<size_t>(file.size());
+  a->map = mmap(nullptr, a->map_bytes, PROT_READ, MAP_PRIVATE, file.fd(), 0);
   if (a->map == MAP_FAILED) {
     a->map = nullptr;
     return invalid_argument(path + ": cannot map (" + std::strerror(errno) + ")");
@@ -185,18 +183,19 @@ Result<std::unique_ptr<NpyDataset::Array>> map_array(const std::string& path,
 // A 1-D int64 (or int32) array file read whole: the flat ids and the offsets of bags of varying
 // length, as torch's nn.EmbeddingBag takes them.
 Result<std::vector<int64_t>> read_int_vector(const std::string& path, const std::string& role) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec || !std::filesystem::is_regular_file(path)) {
-    return invalid_argument(path + ": cannot read (" + (ec ? ec.message() : "not a file") +
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return invalid_argument(path + ": cannot read (" + std::strerror(errno) +
                             "); --data needs it for " + role);
   }
-  std::vector<unsigned char> bytes(static_cast<size_t>(size));
-  FILE* f = std::fopen(path.c_str(), "rb");
-  const bool read = f != nullptr && std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  if (f != nullptr) std::fclose(f);
-  if (!read) return invalid_argument(path + ": cannot read (" + std::strerror(errno) + ")");
-  auto header = parse_header(bytes.data(), bytes.size());
+  // A FIFO or a device is refused naming it, never opened to wait for a writer.
+  auto read = read_regular_file(path);
+  if (!read.ok()) {
+    return invalid_argument(read.status().message() + "; --data needs it for " + role);
+  }
+  const auto* data = reinterpret_cast<const unsigned char*>(read->data());
+  const size_t size = read->size();
+  auto header = parse_header(data, size);
   if (!header.ok()) return header.status().with_context(path);
   if ((header->descr != "<i8" && header->descr != "<i4") || header->shape.size() != 1 ||
       header->fortran) {
@@ -206,14 +205,14 @@ Result<std::vector<int64_t>> read_int_vector(const std::string& path, const std:
   }
   const size_t item = header->descr == "<i8" ? 8 : 4;
   const auto n = static_cast<size_t>(header->shape[0]);
-  if (bytes.size() < header->data_offset + n * item) {
-    return invalid_argument(path + ": " + std::to_string(bytes.size()) + " bytes, the header's " +
+  if (size < header->data_offset + n * item) {
+    return invalid_argument(path + ": " + std::to_string(size) + " bytes, the header's " +
                             shape_text(header->shape) + " needs " +
                             std::to_string(header->data_offset + n * item));
   }
   std::vector<int64_t> v(n);
   for (size_t k = 0; k < n; ++k) {
-    const unsigned char* p = bytes.data() + header->data_offset + k * item;
+    const unsigned char* p = data + header->data_offset + k * item;
     if (item == 8) {
       std::memcpy(&v[k], p, 8);
     } else {
@@ -288,12 +287,12 @@ std::optional<int64_t> header_samples(const std::string& dir, const model::OpNod
     name = r->second.s();
   }
   const std::string path = (std::filesystem::path(dir) / (name + ".npy")).string();
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return std::nullopt;
-  std::vector<unsigned char> head((1u << 20) + 12);
-  head.resize(std::fread(head.data(), 1, head.size(), f));
-  std::fclose(f);
-  const auto header = parse_header(head.data(), head.size());
+  auto file = RegularFile::open(path);  // a FIFO is left to the rank that loads it
+  if (!file.ok()) return std::nullopt;
+  auto text = file->read_at(0, (1u << 20) + 12);
+  if (!text.ok()) return std::nullopt;
+  const auto* head = reinterpret_cast<const unsigned char*>(text->data());
+  const auto header = parse_header(head, text->size());
   if (!header.ok() || header->shape.empty()) return std::nullopt;
   return header->shape[0];
 }

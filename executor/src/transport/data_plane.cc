@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "device_api/nccl.h"
+#include "gp/common/file_read.h"
 #include "gp/exec/device.h"
 #include "transport/shm_communicator.h"
 
@@ -60,8 +61,12 @@ Result<std::vector<std::string>> read_identities(const GlooOptions& g) {
   for (int r = 0; r < g.world_size; ++r) {
     std::string line;
     while (true) {
-      std::ifstream in(identity_path(g, r));
-      if (std::getline(in, line) && !line.empty()) break;
+      // The store directory is shared: a FIFO there is refused (and waited out), never opened.
+      FileReadOptions small;
+      small.max_bytes = 64 << 10;
+      const auto text = read_regular_file(identity_path(g, r), small);
+      line = text.ok() ? text->substr(0, text->find('\n')) : std::string();
+      if (!line.empty()) break;
       if (std::chrono::steady_clock::now() > deadline) {
         return Status(StatusCode::kDeadlineExceeded,
                       "rank " + std::to_string(r) + " never wrote " + identity_path(g, r));

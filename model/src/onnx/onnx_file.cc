@@ -8,12 +8,12 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "gp/common/file_read.h"
 #include "gp/model/model_io.h"
 #include "onnx/onnx_pb.h"
 
@@ -121,11 +121,10 @@ class ExternalReader {
     if (!inside(dir_, file)) {
       return bad(what, "external data file '" + location + "' leads outside the model's directory");
     }
-    if (!fs::is_regular_file(file, ec)) {
-      return bad(what, "external data '" + file.string() + "' is not a regular file");
-    }
-    const uint64_t size = fs::file_size(file, ec);
-    if (ec) return bad(what, "cannot size '" + file.string() + "': " + ec.message());
+    // Opened without blocking (a FIFO waits for a writer) and only when it is a regular file.
+    auto opened = RegularFile::open(file.string());
+    if (!opened.ok()) return bad(what, "external data " + opened.status().message());
+    const uint64_t size = opened->size();
     if (budget_files_.insert(file.string()).second) budget_bytes_ += size;
 
     const int64_t per = element_bytes(t.data_type());
@@ -157,14 +156,13 @@ class ExternalReader {
                  "reads more external bytes in total than its data files hold "
                  "(overlapping ranges)");
     }
-    std::ifstream in(file, std::ios::binary);
-    std::string bytes(*length, '\0');
-    in.seekg(static_cast<std::streamoff>(*offset));
-    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!in) return bad(what, "reading '" + file.string() + "' failed");
+    auto bytes = opened->read_at(*offset, static_cast<size_t>(*length));
+    if (!bytes.ok() || bytes->size() != *length) {
+      return bad(what, "reading '" + file.string() + "' failed");
+    }
     t.clear_external_data();
     t.set_data_location(onnx::TensorProto::DEFAULT);
-    t.set_raw_data(std::move(bytes));
+    t.set_raw_data(std::move(*bytes));
     return ok_status();
   }
 

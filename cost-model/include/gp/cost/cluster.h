@@ -26,7 +26,10 @@ Result<Cluster> load_cluster(std::string_view preset_or_path);
 // configs/clusters (compiled in), else <executable dir>/../share/graphpipe/clusters.
 std::string cluster_config_dir();
 
-// Errors name the field: "cluster.devices_per_node = 0, must be > 0".
+// Errors name the field: "cluster.devices_per_node = 0, must be > 0". Numbers no real device or
+// link has are refused with their range: FLOP/s in [1e6, 1e18] (tf32 and bf16 may be 0:
+// unsupported), memory and link bandwidths in [1e3, 1e15] bytes/s, capacity at most 1 PiB,
+// kernel_launch_overhead_us and latencies in [0, 1e6] (1 s).
 Status validate_cluster(const Cluster& cluster);
 
 // The first `num_devices` usable devices (whole nodes first, excluded ranks skipped), renumbered

@@ -90,6 +90,12 @@ const Device& cpu_device();
 // one thread predicts such a rank); values < 1 are treated as 1.
 void set_cpu_threads(int threads);
 int cpu_threads();
+// The CPUs this process may run on (its affinity mask), at least 1.
+int usable_cpus();
+// OK for 1..usable_cpus() threads, else INVALID_ARGUMENT naming `flag`, the value and the bound:
+// more threads only contend for the cores, and OpenBLAS reserves a buffer per thread, which
+// fails under a memory limit long before a count like 4096.
+Status check_cpu_threads(std::string_view flag, int threads);
 // The CPU kernels' BLAS, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64".
 std::string cpu_blas_version();
 

@@ -25,8 +25,8 @@ Status read_message(const std::string& path, google::protobuf::Message* msg);
 // Writes atomically: a temporary file next to `path`, then rename.
 Status write_message(const std::string& path, const google::protobuf::Message& msg);
 
-// A whole file. A directory is refused; a device or FIFO is read up to 256 MiB (/dev/zero never
-// ends), a regular file whole.
+// A whole regular file (gp::read_regular_file): a directory, FIFO, device or socket is refused at
+// once naming it, never opened to block (a FIFO without a writer) or to read forever (/dev/zero).
 Result<std::string> read_file(const std::string& path);
 // A regular file (or none yet) is replaced atomically: a temporary file beside it, flushed, then
 // renamed over it; a symbolic link's target is replaced and the link kept. A device, FIFO or

@@ -109,6 +109,7 @@ struct OpTypeInfo {
   std::string_view type;        // "linear"
   std::string_view summary;     // one line for `zoo list` and docs
   std::string_view attrs_help;  // "out_features (int, required), bias (0|1, default 1), ..."
+  std::string_view attr_names;  // every attribute it reads: "out_features,bias,activation"
   int min_inputs;
   int max_inputs;  // -1: unbounded
   bool is_input;   // a graph input: outputs declared, no inputs
@@ -122,6 +123,11 @@ std::span<const OpTypeInfo> op_catalogue();
 const OpTypeInfo* find_op_type(std::string_view type);
 // The catalogue entry of an id.
 const OpTypeInfo& op_type_info(OpType type);
+// An op whose attrs include a name its type does not read is refused (a misspelling such as
+// "strides" would otherwise silently mean the default), naming every such attribute and the
+// ones the type takes: "attrs.strides: unknown attribute; conv2d takes out_channels, kernel,
+// stride, padding, bias, groups".
+Status check_attr_names(const Operator& op, const OpTypeInfo& info);
 
 // ---- tensor helpers ------------------------------------------------------------------------
 int64_t dtype_size_bytes(DataType dtype);  // UNSPECIFIED counts as float32

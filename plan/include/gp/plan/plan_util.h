@@ -63,6 +63,14 @@ inline constexpr int64_t kMaxMiniBatch = int64_t{1} << 24;
 Status validate_training(const graphpipe::v1::TrainingConfig& training,
                          bool allow_unset_learning_rate = false);
 
+// The plan's integrity: its model and its cluster are the ones it was made for, i.e. they hash
+// to plan.model_hash and plan.cluster_hash. A plan edited after planning (a device's memory or a
+// link changed by hand, an op's attributes) is refused: its stages, schedule and predictions no
+// longer follow from what it embeds. Every reader of a plan file checks this (validate_plan,
+// `graphpipe-plan verify` and `replan`). Errors name the field and both digests:
+// "plan.cluster_hash = '1f..' does not match the embedded cluster (9a..): ...".
+Status check_plan_hashes(const graphpipe::v1::Plan& plan);
+
 // Checks what every consumer relies on before touching a plan: format version, model hash,
 // every op in exactly one stage, ranks unique across stages, micro-batches dividing the
 // mini-batch (at most kMaxMiniBatch) and at least the replica count, the training config, edges
@@ -84,7 +92,17 @@ Result<PlanIndex> validate_plan_structure(const graphpipe::v1::Plan& plan,
 std::vector<std::string> plan_schedule_problems(const graphpipe::v1::Plan& plan,
                                                 const model::Graph& graph, const PlanIndex& index);
 
-// What a runtime checks before the first iteration: validate_plan_structure, then
+// The fields a run reads, or a tool prints, beyond the structure, on a plan that passed
+// validate_plan_structure: a training configuration a run accepts (an optimizer kind named, a
+// learning rate set: finite and > 0), every stage's in_flight_samples in [micro_batch,
+// stages x mini_batch] and warmup_forwards in [1, its micro-batches] (what the planner writes),
+// and the predicted metrics finite and >= 0 (fractions at most 1, per-stage metrics of stages
+// of the plan, each once). One line per problem, naming the field and the value; empty when
+// sound. `graphpipe-plan verify` lists them; validate_plan refuses the first.
+std::vector<std::string> plan_field_problems(const graphpipe::v1::Plan& plan);
+
+// What a runtime (and every tool reading a plan file) checks before using it:
+// validate_plan_structure, the cluster's hash (check_plan_hashes), plan_field_problems, then
 // plan_schedule_problems. The error names the first problem (and how many others there are).
 // Deadlock freedom and memory are left to `graphpipe-plan verify`, which simulates.
 Result<PlanIndex> validate_plan(const graphpipe::v1::Plan& plan, const model::Graph& graph);

@@ -19,7 +19,9 @@ graphpipe::v1::Provenance make_provenance(std::string backend, std::string devic
 // InvalidArgument naming the record and the field: a format_version other than 1, an op record
 // without signature or device kind, a non-positive micro-batch, a negative or non-finite time or
 // byte count, a comm fit without link class or kind, fewer than 2 ranks, a negative alpha or a
-// non-positive beta, or any record without provenance.
+// non-positive beta, or any record without provenance. Values no real measurement reaches are
+// refused with the bound: op times and spreads (and comm points' times) above one hour
+// (3.6e9 us), byte counts above 1 PiB, alpha above one second, beta outside [1e3, 1e15] B/s.
 Status validate_profile(const graphpipe::v1::ProfileDB& db);
 
 struct MergeStats {
