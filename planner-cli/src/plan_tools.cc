@@ -251,7 +251,9 @@ Command add_verify_command(CLI::App& app) {
   verify->add_option("--plan", opts->plan, "plan file")->required();
   verify->add_option("--model", opts->model, "reject the plan unless it is for this model");
   verify->add_option("--cluster", opts->cluster, "reject the plan unless it is for this cluster");
-  verify->add_option("--devices", opts->devices, "with --cluster: its first N devices");
+  verify
+      ->add_option("--devices", opts->devices, "with --cluster: its first N devices (default: all)")
+      ->check(CLI::Range(1, 1 << 16));
   verify->add_option("--profile", opts->profile, "profile DB for measured costs");
   return {verify, [opts](const std::string&) { return run_verify(*opts); }};
 }

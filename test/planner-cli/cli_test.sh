@@ -344,5 +344,8 @@ for d in 0 -3; do
   err=$("$bin" replan --plan "$tmp/lowered.pb" --exclude-ranks 0 --devices "$d" --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
   check "replan --devices $d exits 2 naming the flag and the range" \
     '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--devices: Value $d not in range 1 to 65536"'
+  err=$("$bin" verify --plan "$tmp/lowered.pb" --cluster dgx-h100 --devices "$d" 2>&1 >/dev/null); rc=$?
+  check "verify --devices $d exits 2 naming the flag and the range" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--devices: Value $d not in range 1 to 65536"'
 done
 exit $fail
