@@ -9,6 +9,7 @@ packages=(
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc
   libcli11-dev libspdlog-dev catch2
   libopenblas-dev libgloo-dev libonnx-dev
+  libzip-dev  # the .npz export (zip64)
   python3 python3-numpy
   libssl-dev openssl  # TLS of the control plane: checking certificate files; the TLS e2e test
   clang libclang-rt-14-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan

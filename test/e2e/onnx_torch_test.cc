@@ -18,13 +18,16 @@
 
 #include "../support/npy.h"
 #include "../support/onnx_tensors.h"
+#include "../support/weights_files.h"
 #include "gp/exec/dataset.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/model/graph.h"
 #include "gp/model/model_io.h"
+#include "gp/model/onnx_file.h"
 #include "gp/model/onnx_import.h"
+#include "gp/model/param_layout.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/checkpoint.h"
 #include "runtime/export.h"
@@ -646,6 +649,87 @@ TEST_CASE("nn.EmbeddingBag with offsets imports with max_bag and trains on torch
   }
 }
 
+// The dims of every float tensor of an ONNX file: initializers, weight graph inputs (graph-only
+// exports), and Identity outputs of them (torch's de-duplicated parameters).
+std::map<std::string, std::vector<int64_t>> onnx_tensor_dims(const std::string& path) {
+  onnx::ModelProto m;
+  model::OnnxFileInfo info;
+  REQUIRE(model::read_onnx_file(path, &m, &info).ok());
+  std::map<std::string, std::vector<int64_t>> dims;
+  for (const auto& vi : m.graph().input()) {
+    std::vector<int64_t> d;
+    for (const auto& dim : vi.type().tensor_type().shape().dim()) d.push_back(dim.dim_value());
+    dims[vi.name()] = d;
+  }
+  for (const auto& t : m.graph().initializer()) dims[t.name()] = {t.dims().begin(), t.dims().end()};
+  for (int pass = 0; pass < 4; ++pass) {
+    for (const auto& n : m.graph().node()) {
+      if (n.op_type() == "Identity" && dims.count(n.input(0))) dims[n.output(0)] = dims[n.input(0)];
+    }
+  }
+  return dims;
+}
+
+// The .safetensors and .npz exports by the user's names: each tensor a parameter was taken from
+// is there once, under its ONNX name (torch's state_dict key) with the source's dims, and holds
+// every parameter's trained values in their place (read back through the import's layouts).
+void check_named_exports(const model::ModelGraph& m, const model::Graph& g,
+                         const exec::StageRunner& runner, const std::string& source,
+                         exec::ExportOptions options) {
+  const auto dims = onnx_tensor_dims(source);
+  std::set<std::string> want;
+  std::set<std::pair<std::string, std::string>> seen;
+  for (const auto& src : m.param_sources()) {
+    if (seen.insert({src.op(), src.param()}).second) want.insert(src.initializer());
+  }
+  for (const std::string ext : {".safetensors", ".npz"}) {
+    INFO(ext);
+    options.out = (fs::path(options.checkpoint) / ("trained" + ext)).string();
+    std::vector<std::string> notes;
+    const Status exported = exec::export_trained(m, options, &notes);
+    INFO(exported.to_string());
+    REQUIRE(exported.ok());
+    const auto read =
+        ext == ".npz" ? testing::read_npz(options.out) : testing::read_safetensors(options.out);
+    INFO(read.error);
+    REQUIRE(read.error.empty());
+    std::set<std::string> keys;
+    for (const auto& [name, t] : read.tensors) {
+      keys.insert(name);
+      INFO(name);
+      REQUIRE(dims.count(name));
+      CHECK(t.shape == dims.at(name));
+      // A name torch's exporter made (a folded transpose) is warned about.
+      bool noted = false;
+      for (const auto& note : notes)
+        noted = noted || note.starts_with("'" + name + "' is a tensor");
+      CHECK(noted == name.starts_with("onnx::"));
+    }
+    CHECK(keys == want);
+    int placed = 0;
+    for (const auto& src : m.param_sources()) {
+      if (!read.tensors.count(src.initializer())) continue;  // a folded copy: not the user's
+      const int op = g.index_of(src.op());
+      const auto values = runner.op_params(op);
+      size_t offset = 0, n = 0;
+      for (const auto& spec : g.op(op).proto->params()) {
+        n = 1;
+        for (int64_t d : spec.shape()) n *= static_cast<size_t>(d);
+        if (spec.name() == src.param()) break;
+        offset += n;
+      }
+      const auto& t = read.tensors.at(src.initializer());
+      auto p = model::gather_param(t.values, t.shape, {src.layout(), src.offset()},
+                                   static_cast<int64_t>(n));
+      INFO(src.op() << "." << src.param() << " in " << src.initializer());
+      REQUIRE(p.ok());
+      CHECK(std::equal(p->begin(), p->end(), values.begin() + offset, values.begin() + offset + n));
+      ++placed;
+    }
+    CHECK(placed >= static_cast<int>(want.size()));
+  }
+}
+
 TEST_CASE(
     "import, train 3 steps, export: the exported ONNX imports with the checkpoint's weights") {
   // Covers every parameter layout: Gemm (transB), MatMul (transposed), train-mode Transpose
@@ -737,9 +821,18 @@ TEST_CASE(
     auto original = model::import_onnx(path + ".onnx");
     REQUIRE(original.ok());
     CHECK(model::message_hash(*original) != model::message_hash(*again));
+    check_named_exports(*m, *g, (*trainer)->runner(), path + ".onnx", options);
     options.out = (dir / "trained.npz").string();
+    options.names = "ops";  // every parameter copy as <op>.<param>
     CHECK(exec::export_trained(*m, options).ok());
     CHECK(fs::file_size(options.out) > static_cast<uintmax_t>(4 * g->total_params()));
+    const auto by_op = testing::read_npz(options.out);
+    REQUIRE(by_op.error.empty());
+    std::set<std::string> op_params;
+    for (const auto& node : g->ops()) {
+      for (const auto& spec : node.proto->params()) op_params.insert(node.id() + "." + spec.name());
+    }
+    for (const auto& [name, t] : by_op.tensors) CHECK(op_params.count(name));
     fs::remove_all(dir);
   }
 }
@@ -775,7 +868,15 @@ TEST_CASE("export refuses a checkpoint of another model and a source file that d
   options.onnx.clear();
   options.out = (dir / "x.txt").string();
   auto bad_out = exec::export_trained(*a, options);
-  CHECK_THAT(bad_out.message(), Catch::Contains("expected a .onnx or .npz"));
+  CHECK_THAT(bad_out.message(), Catch::Contains("expected a .onnx, .safetensors or .npz"));
+  // By the model's names: the source file gives them, and without it the export says so.
+  options.out = (dir / "x.safetensors").string();
+  options.onnx = (dir / "moved.onnx").string();
+  CHECK_THAT(exec::export_trained(*a, options).message(),
+             Catch::Contains("moved.onnx") && Catch::Contains("--names ops"));
+  options.names = "ops";
+  CHECK(exec::export_trained(*a, options).ok());
+  CHECK(fs::exists(dir / "x.safetensors"));
   CHECK_FALSE(fs::exists(dir / "x.onnx"));
   fs::remove_all(dir);
 }

@@ -37,7 +37,10 @@ check "the loss went down" \
 check "the trained ONNX model imports again" '[ $rc -eq 0 ]'
 check "it holds other weights than the untrained export" \
   '[ -s "$tmp/trained.onnx" ] && ! cmp -s "$tmp/model.onnx" "$tmp/trained.onnx"'
-check "the .npz holds every parameter array" \
-  'python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None and len(z.namelist()) >= 16, z.namelist()" "$tmp/trained.npz"'
+# torch's encoder layer: 12 state_dict tensors (the attention's q, k, v packed in one again).
+check "the .npz holds every parameter array under torch's names" \
+  'python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = z.namelist(); assert z.testzip() is None and len(n) == 12 and \"layer.self_attn.in_proj_weight.npy\" in n, n" "$tmp/trained.npz"'
+check "the .safetensors holds the same names" \
+  'python3 -c "import json, struct, sys; b = open(sys.argv[1], \"rb\").read(); h = json.loads(b[8:8 + struct.unpack(\"<Q\", b[:8])[0]]); assert len(h) == 13 and h[\"layer.self_attn.in_proj_weight\"][\"shape\"] == [24, 8], h" "$tmp/trained.safetensors"'
 rm -rf "$tmp"
 exit $fail

@@ -215,6 +215,11 @@ check "export writes an ONNX model that imports again" '[ $rc -eq 0 ] && [ $rc2 
 "$exe" --log-level warn export --checkpoint "$tmp/dot-ck" --model "$tmp/dot.pbtxt" --out "$tmp/dot-trained.npz"; rc=$?
 check "export writes an .npz that zipfile reads, with every parameter" \
   '[ $rc -eq 0 ] && python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); assert z.testzip() is None; n = z.namelist(); assert len(n) == 4 and all(x.endswith(\".npy\") for x in n), n" "$tmp/dot-trained.npz"'
+# .safetensors and .npz hold the model's own (torch's) tensor names; numpy and the safetensors
+# package read them where installed (GP_TEST_PYTHON: an interpreter that has them).
+"$exe" --log-level warn export --checkpoint "$tmp/dot-ck" --model "$tmp/dot.pbtxt" --out "$tmp/dot-trained.safetensors"; rc=$?
+check "export writes .safetensors and .npz under the ONNX model's tensor names" \
+  '[ $rc -eq 0 ] && "${GP_TEST_PYTHON:-python3}" "$(dirname "$0")/../support/check_weights_export.py" "$tmp/dot-trained.safetensors" "$tmp/dot-trained.npz" tower_a.weight tower_a.bias tower_b.weight tower_b.bias'
 err=$("$exe" export --checkpoint "$tmp/dot-ck" --model zoo:tiny-mmt --out "$tmp/x.onnx" 2>&1 >/dev/null); rc=$?
 check "export of another model's checkpoint exits non-zero naming the model" '[ $rc -ne 0 ] && echo "$err" | grep -q "model"'
 

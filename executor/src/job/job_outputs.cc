@@ -1,5 +1,6 @@
 #include "job_outputs.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
@@ -8,7 +9,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
+#include <utility>
 
+#include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
 #include "gp/model/model_io.h"
 
@@ -16,41 +21,182 @@ namespace gp::exec::daemon {
 
 using Clock = std::chrono::steady_clock;
 
+ProgressLog::ProgressLog(ProgressOptions options) : o_(std::move(options)) {
+  if (auto opt = Optimizer::create(o_.training); opt.ok()) optimizer_ = *opt;
+  start_ = window_start_ = Clock::now();
+}
+
+ProgressLog::~ProgressLog() {
+  if (jsonl_ != nullptr) std::fclose(jsonl_);
+}
+
+Status ProgressLog::open(int64_t first_iteration) {
+  if (o_.metrics_out.empty()) return ok_status();
+  std::lock_guard<std::mutex> lock(mu_);
+  kept_.clear();
+  if (first_iteration > 0) {
+    GP_ASSIGN_OR_RETURN(std::vector<JobMetrics> old, read_metrics_file(o_.metrics_out));
+    for (const auto& m : old) {
+      if (m.iteration < first_iteration) kept_.push_back(m);
+    }
+  }
+  if (!is_jsonl(o_.metrics_out)) return ok_status();
+  // The lines after the resumed iteration go: they are replaced by this run's.
+  std::string text;
+  for (const auto& m : kept_) text += metrics_line(m) + "\n";
+  GP_RETURN_IF_ERROR(model::write_file_atomic(o_.metrics_out, text));
+  jsonl_ = std::fopen(o_.metrics_out.c_str(), "ab");
+  if (jsonl_ == nullptr) {
+    return invalid_argument("--metrics-out " + o_.metrics_out +
+                            ": cannot append: " + std::strerror(errno));
+  }
+  return ok_status();
+}
+
+void ProgressLog::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  start_ = window_start_ = Clock::now();
+}
+
+double ProgressLog::seconds_since_start(Clock::time_point t) const {
+  return std::chrono::duration<double>(t - start_).count();
+}
+
 void ProgressLog::add(const graphpipe::v1::ReportMetricsRequest& report) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& m : report.iterations()) {
     const int64_t k = m.iteration();
-    if (complete_.count(k) != 0) continue;  // a repeated report changes nothing
+    if (k <= last_complete_) continue;  // a repeated report changes nothing
     Pending& p = pending_[k];
     p.loss_by_rank[report.rank()] = m.loss();  // the latest report of a rank counts, as stored
     p.time_s = std::max(p.time_s, m.time_s());
-    if (static_cast<int>(p.loss_by_rank.size()) < loss_ranks_) continue;
-    double sum = 0;
-    for (const auto& [rank, loss] : p.loss_by_rank) sum += loss;
-    const double loss = sum / static_cast<double>(mini_batch_);
-    const double rate = p.time_s > 0 ? static_cast<double>(mini_batch_) / p.time_s : 0;
-    const double time_s = p.time_s;
+    if (m.has_grad_norm()) p.grad_norm = m.grad_norm();
+    if (static_cast<int>(p.loss_by_rank.size()) < o_.loss_ranks) continue;
+    const Pending done = std::move(p);
     pending_.erase(k);
-    complete_[k] = loss;
-    const Clock::time_point now = Clock::now();
-    if (done_++ == 0) first_done_ = now;
-    if ((k + 1) % log_every_ != 0 && k + 1 != iterations_) continue;
-    // Seconds per iteration: measured between completions once there are two, so that set-up
-    // time does not count.
-    const double per_iteration = done_ > 1
-                                     ? std::chrono::duration<double>(now - first_done_).count() /
-                                           static_cast<double>(done_ - 1)
-                                     : time_s;
-    const double eta =
-        per_iteration * static_cast<double>(std::max<int64_t>(0, iterations_ - 1 - k));
-    log::get("exec")->info("iteration {}: loss {:.6f}, {:.1f} samples/s, {} of {} done, ETA {}", k,
-                           loss, rate, k + 1, iterations_, format_duration(eta));
+    complete(k, done, Clock::now());
   }
 }
 
-std::map<int64_t, double> ProgressLog::complete_losses() const {
+void ProgressLog::complete(int64_t k, const Pending& p, Clock::time_point now) {
+  double sum = 0;
+  for (const auto& [rank, loss] : p.loss_by_rank) sum += loss;
+  JobMetrics& r = complete_[k];
+  r.iteration = k;
+  r.loss = sum / static_cast<double>(o_.mini_batch);
+  if (optimizer_) r.lr = optimizer_->learning_rate(k + 1);  // the update of iteration k
+  r.grad_norm = p.grad_norm;
+  r.time_s = p.time_s;
+  r.elapsed_s = seconds_since_start(now);
+  last_complete_ = std::max(last_complete_, k);
+  window_.push_back(k);
+  if (done_++ == 0) first_done_ = now;
+  if ((k + 1) % o_.log_every == 0 || k + 1 == o_.iterations) close_window(now);
+}
+
+// The window's rate goes to each of its iterations, to the progress line and to the .jsonl
+// line of its last iteration: one number for all three.
+void ProgressLog::close_window(Clock::time_point now) {
+  if (window_.empty()) return;
+  const double wall = std::chrono::duration<double>(now - window_start_).count();
+  const auto n = static_cast<double>(window_.size());
+  const double rate = wall > 0 ? static_cast<double>(o_.mini_batch) * n / wall : 0;
+  const double ms = wall * 1000 / n;
+  for (int64_t k : window_) {
+    complete_[k].samples_per_s = rate;
+    complete_[k].ms_per_iteration = ms;
+  }
+  const JobMetrics last = complete_[window_.back()];
+  if (o_.metrics_out.empty() || is_jsonl(o_.metrics_out)) {
+    for (int64_t k : window_) complete_.erase(k);
+  }
+  window_.clear();
+  window_start_ = now;
+  window_rates_.push_back(rate);
+  if (jsonl_ != nullptr && !jsonl_failed_) {
+    const std::string line = metrics_line(last) + "\n";
+    if (std::fputs(line.c_str(), jsonl_) < 0 || std::fflush(jsonl_) != 0) {
+      jsonl_failed_ = true;  // said once; the run goes on
+      log::get("exec")->error("--metrics-out {}: cannot append: {}", o_.metrics_out,
+                              std::strerror(errno));
+    }
+  }
+  // Seconds per iteration for the ETA: measured between completions once there are two, so
+  // that set-up time does not count.
+  const double per_iteration = done_ > 1
+                                   ? std::chrono::duration<double>(now - first_done_).count() /
+                                         static_cast<double>(done_ - 1)
+                                   : last.time_s;
+  const int64_t k = last.iteration;
+  const double eta =
+      per_iteration * static_cast<double>(std::max<int64_t>(0, o_.iterations - 1 - k));
+  std::string extra = fmt::format("{:.1f} ms/iteration", last.ms_per_iteration);
+  if (last.lr) extra += fmt::format(", lr {:.4g}", *last.lr);
+  if (last.grad_norm) extra += fmt::format(", grad norm {:.4g}", *last.grad_norm);
+  if (o_.predicted_samples_per_s > 0) {
+    extra += fmt::format(", predicted {:.1f} samples/s", o_.predicted_samples_per_s);
+  }
+  log::get("exec")->info("iteration {}: loss {:.6f}, {:.1f} samples/s, {} of {} done, ETA {} ({})",
+                         k, last.loss, rate, k + 1, o_.iterations, format_duration(eta), extra);
+}
+
+Status ProgressLog::write_metrics() const {
+  if (o_.metrics_out.empty() || is_jsonl(o_.metrics_out)) return ok_status();
+  std::vector<JobMetrics> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out = kept_;
+    // An open window's iterations get its rate so far (they are rewritten once it closes).
+    const double open_start = seconds_since_start(window_start_);
+    for (const auto& [k, m] : complete_) out.push_back(m);
+    if (!window_.empty()) {
+      const double wall = complete_.at(window_.back()).elapsed_s - open_start;
+      const auto n = static_cast<double>(window_.size());
+      for (size_t i = out.size() - window_.size(); i < out.size(); ++i) {
+        out[i].samples_per_s = wall > 0 ? static_cast<double>(o_.mini_batch) * n / wall : 0;
+        out[i].ms_per_iteration = wall * 1000 / n;
+      }
+    }
+  }
+  return model::write_file_atomic(o_.metrics_out, metrics_file_json(out));
+}
+
+void ProgressLog::finish() {
   std::lock_guard<std::mutex> lock(mu_);
-  return complete_;
+  if (!window_.empty()) {
+    // The window closes at its last iteration's completion, not now.
+    const double at = complete_.at(window_.back()).elapsed_s;
+    close_window(start_ +
+                 std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(at)));
+  }
+  log::get("exec")->info("{}", summary_locked());
+}
+
+std::string ProgressLog::summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return summary_locked();
+}
+
+std::string ProgressLog::summary_locked() const {
+  std::vector<double> rates = window_rates_;
+  std::sort(rates.begin(), rates.end());
+  double mean = 0, p50 = 0;
+  if (!rates.empty()) {
+    for (double r : rates) mean += r;
+    mean /= static_cast<double>(rates.size());
+    const size_t h = rates.size() / 2;
+    p50 = rates.size() % 2 == 1 ? rates[h] : (rates[h - 1] + rates[h]) / 2;
+  }
+  std::string text = fmt::format(
+      "summary: {} iterations, {:.1f} samples/s mean, {:.1f} p50 over {} logged windows", done_,
+      mean, p50, rates.size());
+  if (o_.predicted_samples_per_s > 0) {
+    text += fmt::format("; predicted {:.1f} samples/s, measured (mean) / predicted = {:.2f}",
+                        o_.predicted_samples_per_s, mean / o_.predicted_samples_per_s);
+  } else {
+    text += "; the plan has no predicted rate";
+  }
+  return text;
 }
 
 std::string ProgressLog::format_duration(double s) {
@@ -73,58 +219,108 @@ int count_loss_ranks(const graphpipe::v1::Plan& plan, const model::Graph& graph)
   return n;
 }
 
-// Entries of a metrics file this executor wrote (metrics_json's layout); malformed ones stop
-// the scan.
-std::vector<IterationMetrics> read_metrics(const std::string& text) {
-  std::vector<IterationMetrics> out;
-  auto number_after = [&](const char* key, size_t from, double* v) -> size_t {
-    const size_t k = text.find(key, from);
-    if (k == std::string::npos) return k;
-    const char* p = text.c_str() + k + std::strlen(key);
-    char* end = nullptr;
-    *v = std::strtod(p, &end);
-    if (end == p) *v = std::nan("");  // null: a non-finite value
-    return k;
-  };
-  size_t pos = 0;
-  while (true) {
-    double it = 0, loss = 0, time_s = 0, rate = 0;
-    pos = number_after("\"iteration\": ", pos, &it);
-    if (pos == std::string::npos || !std::isfinite(it)) break;
-    if (number_after("\"loss\": ", pos, &loss) == std::string::npos ||
-        number_after("\"time_s\": ", pos, &time_s) == std::string::npos ||
-        number_after("\"samples_per_s\": ", pos, &rate) == std::string::npos) {
-      break;
+bool is_jsonl(const std::string& path) {
+  return path.size() >= 6 && path.compare(path.size() - 6, 6, ".jsonl") == 0;
+}
+
+namespace {
+
+void write_entry(JsonWriter& w, const JobMetrics& m) {
+  w.begin_object().field("iteration", m.iteration).field("loss", m.loss);
+  if (m.lr) w.field("lr", *m.lr);
+  if (m.grad_norm) w.field("grad_norm", *m.grad_norm);
+  w.field("time_s", m.time_s)
+      .field("samples_per_s", m.samples_per_s)
+      .field("ms_per_iteration", m.ms_per_iteration)
+      .field("elapsed_s", m.elapsed_s)
+      .end_object();
+}
+
+// A parsed entry; nullopt when it has no iteration.
+std::optional<JobMetrics> from_record(const graphpipe::v1::MetricsRecord& r) {
+  if (!r.has_iteration()) return std::nullopt;
+  JobMetrics m;
+  m.iteration = r.iteration();
+  m.loss = r.has_loss() ? r.loss() : std::nan("");  // null: it was not finite
+  if (r.has_lr()) m.lr = r.lr();
+  if (r.has_grad_norm()) m.grad_norm = r.grad_norm();
+  m.time_s = r.time_s();
+  m.samples_per_s = r.samples_per_s();
+  m.ms_per_iteration = r.ms_per_iteration();
+  m.elapsed_s = r.elapsed_s();
+  return m;
+}
+
+// Protobuf's JSON parser (a real one: any spacing, key order, `jq -c` output); fields this
+// executor does not know are ignored, so that files may carry more.
+Status parse_json(std::string_view text, google::protobuf::Message* msg) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  auto st = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(text.data(), text.size()), msg, options);
+  if (st.ok()) return ok_status();
+  // The parser's first line says what is wrong; the rest quotes the text with a caret.
+  const std::string why(st.message());
+  return invalid_argument(why.substr(0, why.find('\n')));
+}
+
+Status refuse(const std::string& where, const std::string& why) {
+  return invalid_argument("--metrics-out " + where + ": " + why +
+                          "; refusing to resume over it (move it away to start a new one)");
+}
+
+}  // namespace
+
+std::string metrics_line(const JobMetrics& m) {
+  JsonWriter w;
+  write_entry(w, m);
+  return w.str();
+}
+
+std::string metrics_file_json(const std::vector<JobMetrics>& entries) {
+  JsonWriter w(/*pretty=*/true);
+  w.begin_object().key("iterations").begin_array();
+  for (const auto& m : entries) write_entry(w, m);
+  w.end_array().end_object();
+  return w.str() + "\n";
+}
+
+Result<std::vector<JobMetrics>> parse_metrics(const std::string& path, const std::string& text) {
+  std::vector<JobMetrics> out;
+  if (!is_jsonl(path)) {
+    graphpipe::v1::MetricsFile file;
+    if (Status st = parse_json(text, &file); !st.ok()) {
+      return refuse(path, "not a metrics file: " + st.message());
     }
-    out.push_back({static_cast<int64_t>(it), loss, time_s, rate});
-    ++pos;
+    for (int i = 0; i < file.iterations_size(); ++i) {
+      auto m = from_record(file.iterations(i));
+      if (!m) return refuse(path, "iterations[" + std::to_string(i) + "] has no \"iteration\"");
+      out.push_back(*m);
+    }
+    return out;
+  }
+  size_t pos = 0;
+  for (int line = 1; pos < text.size(); ++line) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    const std::string_view l(text.data() + pos, end - pos);
+    pos = end + 1;
+    if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    graphpipe::v1::MetricsRecord record;
+    if (Status st = parse_json(l, &record); !st.ok()) {
+      return refuse(path + " line " + std::to_string(line), "not a metrics entry: " + st.message());
+    }
+    auto m = from_record(record);
+    if (!m) return refuse(path + " line " + std::to_string(line), "no \"iteration\"");
+    out.push_back(*m);
   }
   return out;
 }
 
-// The iterations this run trained whose loss every loss rank reported: first_iteration ..
-// first_iteration + time_s.size() - 1 at most. When the job resumed, the earlier iterations of
-// an existing metrics file are kept in front, so restarts append.
-Status write_job_metrics(const std::map<int64_t, double>& losses, int64_t mini_batch,
-                         int first_iteration, const std::vector<double>& time_s,
-                         const std::string& path) {
-  if (path.empty()) return ok_status();
-  std::vector<IterationMetrics> out;
-  if (first_iteration > 0) {
-    if (auto old = model::read_file(path); old.ok()) {
-      for (const auto& m : read_metrics(*old)) {
-        if (m.iteration < first_iteration) out.push_back(m);
-      }
-    }
-  }
-  for (size_t i = 0; i < time_s.size(); ++i) {
-    const int64_t it = first_iteration + static_cast<int64_t>(i);
-    const auto loss = losses.find(it);
-    if (loss == losses.end()) break;  // a failed run's last iterations may be partial
-    const double rate = time_s[i] > 0 ? static_cast<double>(mini_batch) / time_s[i] : 0;
-    out.push_back({it, loss->second, time_s[i], rate});
-  }
-  return model::write_file_atomic(path, metrics_json(out));
+Result<std::vector<JobMetrics>> read_metrics_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::vector<JobMetrics>{};
+  GP_ASSIGN_OR_RETURN(const std::string text, model::read_file(path));
+  return parse_metrics(path, text);
 }
 
 // Fails now, not after training, when `path` cannot be written (its directory is missing or

@@ -1,15 +1,19 @@
-// What rank 0 writes about a job: progress lines, the metrics file, the merged trace, the
-// failure verdict; and the checks that those paths can be written before training starts.
+// What rank 0 writes about a job: progress lines, the metrics file (live .jsonl or .json), the
+// merged trace, the failure verdict; and the checks that those paths can be written before
+// training starts.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/exec/optimizer.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/model/graph.h"
@@ -21,49 +25,98 @@ namespace gp::exec::daemon {
 // Ranks that compute a loss: every replica of a stage holding a loss operator.
 int count_loss_ranks(const graphpipe::v1::Plan& plan, const model::Graph& graph);
 
-// Rank 0: the loss of each iteration once every rank with a loss has reported it (the
-// coordinator calls `add` from its RPC threads), and a progress line per --log-every of them.
-// The metrics file is written from the same sums, so the two cannot disagree.
+// One iteration of a job's metrics, as --metrics-out holds it (MetricsRecord in executor.proto).
+// samples_per_s and ms_per_iteration are of the logging window the iteration belongs to: the
+// iterations completed since the previous progress line, over the wall time between the two.
+struct JobMetrics {
+  int64_t iteration = 0;
+  double loss = 0;  // mean per sample; non-finite ones are written as null
+  std::optional<double> lr;
+  std::optional<double> grad_norm;  // only with gradient clipping (the clip reduces it)
+  double time_s = 0;                // the iteration's own time on the rank that reported it
+  double samples_per_s = 0;
+  double ms_per_iteration = 0;
+  double elapsed_s = 0;  // from the start of this run's training to the iteration's completion
+};
+
+// A .jsonl metrics file holds one line per logged iteration, appended as the job runs; any
+// other name holds {"iterations": [...]}, one entry per iteration, replaced atomically.
+bool is_jsonl(const std::string& path);
+// One compact line (no newline); the entries of a .json file.
+std::string metrics_line(const JobMetrics& m);
+std::string metrics_file_json(const std::vector<JobMetrics>& entries);
+// The entries of `text` (the format `path`'s name says), parsed as JSON: anything that does not
+// parse, or an entry without an iteration, is refused naming `path` (and the line of a .jsonl).
+Result<std::vector<JobMetrics>> parse_metrics(const std::string& path, const std::string& text);
+// The entries of the file at `path`; none when it does not exist.
+Result<std::vector<JobMetrics>> read_metrics_file(const std::string& path);
+
+struct ProgressOptions {
+  int64_t mini_batch = 0;
+  int loss_ranks = 0;  // ranks whose reports make an iteration complete
+  int iterations = 0;
+  int log_every = 1;
+  graphpipe::v1::TrainingConfig training;  // the learning rate of each iteration
+  double predicted_samples_per_s = 0;      // the plan's prediction (0: none)
+  std::string metrics_out;                 // "" for none
+};
+
+// Rank 0 (and `local`): the loss of each iteration once every rank with a loss has reported it
+// (the coordinator calls `add` from its RPC threads), a progress line per --log-every of them and
+// the metrics file. Both are written from the same window, so they cannot disagree.
 class ProgressLog {
  public:
-  ProgressLog(int64_t mini_batch, int loss_ranks, int iterations, int log_every)
-      : mini_batch_(mini_batch),
-        iterations_(iterations),
-        log_every_(log_every),
-        loss_ranks_(loss_ranks) {}
+  explicit ProgressLog(ProgressOptions options);
+  ~ProgressLog();
+  ProgressLog(const ProgressLog&) = delete;
+  ProgressLog& operator=(const ProgressLog&) = delete;
 
+  // Before training: keeps the entries of an existing --metrics-out before `first_iteration`
+  // (a resumed run appends to them; a file that does not parse is refused, not dropped), and
+  // opens a .jsonl file for appending with those lines only.
+  Status open(int64_t first_iteration);
+  // Training starts now: the first window's and elapsed_s's origin.
+  void start();
   void add(const graphpipe::v1::ReportMetricsRequest& report);
-  // Mean loss per sample of every iteration that each loss rank reported, by iteration.
-  std::map<int64_t, double> complete_losses() const;
+  // A .json file: the kept entries and this run's, replaced atomically (checkpoints, exit); a
+  // .jsonl file is already up to date.
+  Status write_metrics() const;
+  // The end of the run: closes a window left open (a stop between progress lines) and logs the
+  // summary: iterations, mean and median samples/s over the windows, predicted vs measured.
+  void finish();
+  // The summary line finish() logs (tests).
+  std::string summary() const;
 
  private:
   struct Pending {
     std::map<int, double> loss_by_rank;  // summed in rank order, whatever order reports come in
     double time_s = 0;
+    std::optional<double> grad_norm;
   };
   static std::string format_duration(double s);
+  double seconds_since_start(std::chrono::steady_clock::time_point t) const;
+  void complete(int64_t k, const Pending& p, std::chrono::steady_clock::time_point now);
+  void close_window(std::chrono::steady_clock::time_point now);
+  std::string summary_locked() const;
 
-  const int64_t mini_batch_;
-  const int iterations_;
-  const int log_every_;
-  const int loss_ranks_;
-  std::chrono::steady_clock::time_point first_done_;
+  const ProgressOptions o_;
+  std::optional<Optimizer> optimizer_;  // the learning rate of each step (none: not reported)
   mutable std::mutex mu_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point window_start_;
+  std::chrono::steady_clock::time_point first_done_;
   std::map<int64_t, Pending> pending_;
-  std::map<int64_t, double> complete_;
+  std::vector<JobMetrics> kept_;  // an earlier run's entries, before first_iteration
+  // This run's: every iteration for a .json file, else those of the open window (a long run's
+  // history is in the .jsonl file, not in memory).
+  std::map<int64_t, JobMetrics> complete_;
+  int64_t last_complete_ = -1;        // completions come in iteration order
+  std::vector<int64_t> window_;       // the open window's iterations
+  std::vector<double> window_rates_;  // samples/s of every closed window
   int64_t done_ = 0;
+  std::FILE* jsonl_ = nullptr;
+  bool jsonl_failed_ = false;
 };
-
-// Entries of a metrics file this executor wrote (metrics_json's layout).
-std::vector<IterationMetrics> read_metrics(const std::string& text);
-
-// The iterations this run trained whose loss every loss rank reported (`losses`, from
-// ProgressLog): first_iteration .. first_iteration + time_s.size() - 1 at most. When the job
-// resumed, the earlier iterations of an existing metrics file are kept in front, so restarts
-// append.
-Status write_job_metrics(const std::map<int64_t, double>& losses, int64_t mini_batch,
-                         int first_iteration, const std::vector<double>& time_s,
-                         const std::string& path);
 
 // Fails now, not after training, when `path` cannot be written.
 Status check_writable(const std::string& flag, const std::string& path);

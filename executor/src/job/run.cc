@@ -138,6 +138,7 @@ class RankJob {
     }
     GP_RETURN_IF_ERROR(prepare_outputs());
     GP_RETURN_IF_ERROR(prepare_resume());
+    GP_RETURN_IF_ERROR(prepare_progress());
     if (!o_.kill_rank_at.empty()) {
       int kill_rank = -1;
       if (std::sscanf(o_.kill_rank_at.c_str(), "%d:%d", &kill_rank, &kill_at_) != 2) {
@@ -198,11 +199,23 @@ class RankJob {
     return ok_status();
   }
 
+  // Rank 0's progress lines and metrics file; a resumed run keeps the file's earlier entries
+  // (and refuses one it cannot parse rather than dropping them).
+  Status prepare_progress() {
+    ProgressOptions po;
+    po.mini_batch = plan().mini_batch();
+    po.loss_ranks = count_loss_ranks(plan(), session_->graph());
+    po.iterations = o_.iterations;
+    po.log_every = o_.log_every;
+    po.training = plan().training();
+    po.predicted_samples_per_s = plan().predicted().throughput_samples_per_s();
+    if (hosts_coordinator_) po.metrics_out = o_.metrics_out;
+    progress_ = std::make_unique<ProgressLog>(std::move(po));
+    return progress_->open(first_iteration_);
+  }
+
   // Control plane: rank 0 hosts the coordinator unless told otherwise; every rank registers.
   Status connect() {
-    progress_ = std::make_unique<ProgressLog>(plan().mini_batch(),
-                                              count_loss_ranks(plan(), session_->graph()),
-                                              o_.iterations, o_.log_every);
     address_ = o_.coordinator;
     if (hosts_coordinator_) {
       CoordinatorOptions co;
@@ -302,6 +315,8 @@ class RankJob {
     if (o_.rank == 0) {
       GP_RETURN_IF_ERROR(session_->commit_checkpoint(o_.checkpoint_dir, it, run_id));
       log_->info("checkpoint after iteration {} in {}", it, o_.checkpoint_dir);
+      // Every rank reported its iterations before the barrier: the file matches the checkpoint.
+      if (coordinator_) GP_RETURN_IF_ERROR(progress_->write_metrics());
     }
     return ok_status();
   }
@@ -321,6 +336,8 @@ class RankJob {
     m.set_iteration(it);
     m.set_loss(loss);
     m.set_time_s(times_.back());
+    const double grad_norm = session_->runner().grad_norm();
+    if (!std::isnan(grad_norm)) m.set_grad_norm(grad_norm);  // computed with clipping only
     return client_->report_metrics(o_.rank, {m});
   }
 
@@ -332,6 +349,7 @@ class RankJob {
                  o_.resume);
     }
     GP_RETURN_IF_ERROR(open_data_plane());
+    progress_->start();
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;
     int last = o_.iterations - 1;
@@ -389,8 +407,8 @@ class RankJob {
     done.set_iteration(last);
     if (coordinator_) {
       GP_RETURN_IF_ERROR(client_->report_status(done));
-      GP_RETURN_IF_ERROR(write_job_metrics(progress_->complete_losses(), plan().mini_batch(),
-                                           first_iteration_, times_, o_.metrics_out));
+      progress_->finish();
+      GP_RETURN_IF_ERROR(progress_->write_metrics());
       if (!o_.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan(), o_.world_size, o_.trace));
       // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
       (void)coordinator_->wait_for_completion(timeout_);
@@ -429,9 +447,7 @@ class RankJob {
         log_->error("rank 0: {}", st.message());
       }
       // The iterations every rank completed count: a restart appends to them.
-      if (Status st = write_job_metrics(progress_->complete_losses(), plan().mini_batch(),
-                                        first_iteration_, times_, o_.metrics_out);
-          !st.ok()) {
+      if (Status st = progress_->write_metrics(); !st.ok()) {
         log_->error("rank 0: {}", st.message());
       }
       // The others learn of the abort from their next heartbeat; serve it to them first. Live

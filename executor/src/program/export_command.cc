@@ -1,5 +1,5 @@
 // graphpipe-executor export: writes a checkpoint's trained parameters out, as the ONNX model
-// they were imported from or as an .npz.
+// they were imported from, or as .safetensors or .npz under the model's own tensor names.
 #include <string>
 #include <vector>
 
@@ -35,14 +35,20 @@ class ExportCommand final : public Command {
       : Command(app.add_subcommand(
             "export",
             "Write a checkpoint's trained parameters out: as the ONNX model they were imported "
-            "from (initializers replaced) or as an .npz of <op>.<param> arrays")) {
+            "from (initializers replaced), or as .safetensors or .npz under the names the "
+            "model came with (ONNX initializers: torch's state_dict keys)")) {
     cmd_->add_option("--checkpoint", o_.exp.checkpoint, "checkpoint directory")->required();
-    cmd_->add_option("--out", o_.exp.out, "file to write: .onnx or .npz")->required();
+    cmd_->add_option("--out", o_.exp.out, "file to write: .onnx, .safetensors or .npz")->required();
     cmd_->add_option("--model", o_.model, "the model that was trained (or --plan)");
     cmd_->add_option("--plan", o_.plan, "a plan of the model that was trained");
     cmd_->add_option("--onnx", o_.exp.onnx,
-                     "for .onnx: the file the model was imported from (default: the model's "
-                     "recorded source)");
+                     "the file the model was imported from (default: the model's recorded "
+                     "source); .safetensors and .npz take their names and shapes from it");
+    cmd_->add_option("--names", o_.exp.names,
+                     ".safetensors and .npz: source (the model's tensor names; <op>.<param> for "
+                     "zoo and .pbtxt models) or ops (<op>.<param> in GraphPipe's layout)")
+        ->check(CLI::IsMember({"source", "ops"}))
+        ->default_val("source");
   }
 
   int run() override { return gp::cli::report("graphpipe-executor", run_export(o_)); }

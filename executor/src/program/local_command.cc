@@ -13,6 +13,7 @@
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/model/model_io.h"
+#include "job/job_outputs.h"
 #include "shared_flags.h"
 
 namespace gp::exec::daemon {
@@ -29,23 +30,22 @@ struct LocalOptions {
   std::string data;
   bool no_shuffle = false;
   bool allow_nonfinite = false;
+  int log_every = 1;
 };
 
-// Per-iteration metrics of the ranks' losses, the run's time spread evenly over them.
-std::vector<gp::exec::IterationMetrics> iteration_metrics(const std::vector<double>& losses,
-                                                          double elapsed, int64_t mini_batch) {
-  auto log = gp::log::get("exec");
-  std::vector<gp::exec::IterationMetrics> metrics;
-  for (size_t i = 0; i < losses.size(); ++i) {
-    gp::exec::IterationMetrics m;
-    m.iteration = static_cast<int64_t>(i);
-    m.loss = losses[i];
-    m.time_s = elapsed / static_cast<double>(losses.size());
-    m.samples_per_s = static_cast<double>(mini_batch) / m.time_s;
-    metrics.push_back(m);
-    log->info("iteration {}: loss {:.6f}", m.iteration, m.loss);
-  }
-  return metrics;
+// Each loss rank's iteration as the coordinator would have it reported, with the gradient norm
+// where clipping computed it.
+graphpipe::v1::ReportMetricsRequest loss_report(const gp::exec::RankSession& session,
+                                                int64_t iteration, double loss, double time_s) {
+  graphpipe::v1::ReportMetricsRequest report;
+  report.set_rank(session.rank());
+  auto* m = report.add_iterations();
+  m->set_iteration(iteration);
+  m->set_loss(loss);
+  m->set_time_s(time_s);
+  const double grad_norm = session.runner().grad_norm();
+  if (!std::isnan(grad_norm)) m->set_grad_norm(grad_norm);
+  return report;
 }
 
 gp::Status run_local(const LocalOptions& o, bool* nonfinite) {
@@ -55,7 +55,18 @@ gp::Status run_local(const LocalOptions& o, bool* nonfinite) {
   auto log = gp::log::get("exec");
   log->info("running {} ranks of {} as threads of this process on {}, {} iterations",
             plan.programs_size(), o.plan, device->name(), o.iterations);
-  const auto start = std::chrono::steady_clock::now();
+  GP_RETURN_IF_ERROR(check_writable("--metrics-out", o.metrics_out));
+  // The same progress lines and metrics file as `run` writes, as the iterations complete.
+  ProgressOptions po;
+  po.mini_batch = plan.mini_batch();
+  po.loss_ranks = count_loss_ranks(plan, loaded->graph());
+  po.iterations = o.iterations;
+  po.log_every = o.log_every;
+  po.training = plan.training();
+  po.predicted_samples_per_s = plan.predicted().throughput_samples_per_s();
+  po.metrics_out = o.metrics_out;
+  ProgressLog progress(std::move(po));
+  GP_RETURN_IF_ERROR(progress.open(0));
   std::vector<std::unique_ptr<gp::exec::RankSession>> sessions;
   size_t trace_events = 0;
   if (!o.trace.empty()) {
@@ -64,28 +75,24 @@ gp::Status run_local(const LocalOptions& o, bool* nonfinite) {
                                                         static_cast<size_t>(o.iterations));
     }
   }
-  auto run = gp::exec::run_plan_locally(loaded, o.iterations, std::chrono::seconds(o.timeout_s),
-                                        &sessions, trace_events, *device, o.data, !o.no_shuffle);
+  progress.start();
+  auto run = gp::exec::run_plan_locally(
+      loaded, o.iterations, std::chrono::seconds(o.timeout_s), &sessions, trace_events, *device,
+      o.data, !o.no_shuffle,
+      [&progress](const gp::exec::RankSession& s, int64_t it, double loss, double time_s) {
+        if (s.runner().stage_runner().has_loss()) progress.add(loss_report(s, it, loss, time_s));
+      });
   if (!run.ok()) return run.status().with_context("--plan " + o.plan);
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::vector<gp::exec::IterationMetrics> metrics =
-      iteration_metrics(run->losses, elapsed, plan.mini_batch());
+  progress.finish();
   // The ranks ran every iteration; the metrics keep them all, and the exit says where it broke.
   gp::Status stopped;
-  for (const auto& m : metrics) {
-    if (!std::isfinite(m.loss) && !o.allow_nonfinite) {
-      stopped = nonfinite_loss(m.loss, m.iteration);
+  for (size_t i = 0; i < run->losses.size(); ++i) {
+    if (!std::isfinite(run->losses[i]) && !o.allow_nonfinite) {
+      stopped = nonfinite_loss(run->losses[i], static_cast<int64_t>(i));
       break;
     }
   }
-  log->info("{:.1f} samples/s over {} iterations",
-            static_cast<double>(plan.mini_batch()) * static_cast<double>(metrics.size()) / elapsed,
-            metrics.size());
-  if (!o.metrics_out.empty()) {
-    GP_RETURN_IF_ERROR(
-        gp::model::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
-  }
+  GP_RETURN_IF_ERROR(progress.write_metrics());
   if (!o.trace.empty()) {
     std::vector<std::pair<int, std::vector<gp::exec::TraceEvent>>> events;
     for (const auto& s : sessions) events.emplace_back(s->rank(), s->runner().trace());
@@ -110,7 +117,14 @@ class LocalCommand final : public Command {
                      "seconds a rank waits for a peer before the run fails")
         ->capture_default_str()
         ->check(CLI::Range(1, 86400));
-    cmd_->add_option("--metrics-out", o_.metrics_out, "write per-iteration metrics (JSON)");
+    cmd_->add_option("--metrics-out", o_.metrics_out,
+                     "write metrics: FILE.jsonl gets one JSON line per logged iteration as the "
+                     "run goes; any other name a JSON file of every iteration at the end");
+    cmd_->add_option("--log-every", o_.log_every,
+                     "log iteration, loss, windowed samples/s and ETA every N iterations (and "
+                     "write a .jsonl line)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1 << 30));
     cmd_->add_flag("--allow-nonfinite", o_.allow_nonfinite,
                    "do not fail when the loss is NaN or infinite (by default the exit status "
                    "is 3, naming the first such iteration)");

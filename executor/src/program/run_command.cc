@@ -98,7 +98,10 @@ class RunCommand final : public Command {
     cmd_->add_option("--heartbeat-ms", o_.heartbeat_ms, "heartbeat period")
         ->capture_default_str()
         ->check(CLI::Range(10, 600000));
-    cmd_->add_option("--metrics-out", o_.metrics_out, "rank 0: write the job's metrics (JSON)");
+    cmd_->add_option("--metrics-out", o_.metrics_out,
+                     "rank 0: write the job's metrics: FILE.jsonl gets one JSON line per logged "
+                     "iteration as the job runs; any other name a JSON file of every iteration, "
+                     "replaced at checkpoints and at exit (--resume keeps the earlier entries)");
     cmd_->add_option("--trace", o_.trace,
                      "rank 0: write the job's measured Chrome trace (ranks share its directory)");
     cmd_->add_option("--checkpoint-dir", o_.checkpoint_dir,
@@ -111,8 +114,8 @@ class RunCommand final : public Command {
                      "continue from the newest checkpoint in this directory; any plan of the same "
                      "model may resume (e.g. one re-planned for fewer devices)");
     cmd_->add_option("--log-every", o_.log_every,
-                     "rank 0: log iteration, loss, samples/s and ETA every N iterations as they "
-                     "complete")
+                     "rank 0: log iteration, loss, samples/s and ms/iteration over those N, lr, "
+                     "gradient norm (with clipping) and ETA every N iterations as they complete")
         ->capture_default_str()
         ->check(CLI::Range(1, 1 << 30));
     cmd_->add_flag("--allow-nonfinite", o_.allow_nonfinite,

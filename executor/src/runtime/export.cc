@@ -1,4 +1,5 @@
-// export_trained: checkpoint -> the source ONNX model with trained initializers, or an .npz.
+// export_trained: checkpoint -> the source ONNX model with trained initializers, or the trained
+// tensors by the user's names as .safetensors or .npz.
 #include "runtime/export.h"
 
 #include <algorithm>
@@ -10,11 +11,11 @@
 #include <tuple>
 
 #include "gp/exec/reference_trainer.h"
-#include "gp/model/model_io.h"
 #include "gp/model/onnx_file.h"
 #include "gp/model/param_layout.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/checkpoint.h"
+#include "runtime/weights_out.h"
 
 namespace gp::exec {
 namespace {
@@ -46,26 +47,60 @@ std::vector<float> float_data(const onnx::TensorProto& t) {
 
 // The trained parameters written into the source ONNX model, in named steps: read the source,
 // collect its float tensors, place every sourced parameter into its tensor, note what could not
-// be placed, then write the touched tensors back and the model out.
+// be placed, then write the touched tensors back and the model out. For .safetensors and .npz
+// (`by_name`) the placed tensors are the result instead, and tensors of other float types are
+// taken too (as float32, which the parameters trained in).
 class OnnxExport {
  public:
   OnnxExport(const model::Graph& graph, const StageRunner& runner, const ExportOptions& options,
-             std::vector<std::string>* notes)
+             std::vector<std::string>* notes, bool by_name = false)
       : graph_(graph),
         runner_(runner),
         options_(options),
         notes_(notes),
-        in_(options.onnx.empty() ? graph.model().source() : options.onnx) {}
+        in_(options.onnx.empty() ? graph.model().source() : options.onnx),
+        by_name_(by_name) {}
 
   Status run() {
+    GP_RETURN_IF_ERROR(place_all());
+    write_tensors();
+    // A model whose weights were kept beside it comes back the same way (`<out>.data`).
+    return model::write_onnx_file(options_.out, onnx_model_, file_info_.external_data);
+  }
+
+  Status place_all() {
     GP_RETURN_IF_ERROR(read_source());
     collect_tensors();
     collect_identities();
     for (const auto& src : graph_.model().param_sources()) GP_RETURN_IF_ERROR(place(src));
     note_unsourced();
-    write_tensors();
-    // A model whose weights were kept beside it comes back the same way (`<out>.data`).
-    return model::write_onnx_file(options_.out, onnx_model_, file_info_.external_data);
+    return ok_status();
+  }
+
+  // After place_all: each tensor some parameter was taken from, by name. A parameter's first
+  // source is the tensor it was taken from; later ones are transposed copies the exporter folded
+  // (not the user's), which are left out.
+  std::vector<NamedTensor> user_tensors() {
+    std::set<std::pair<std::string, std::string>> seen;
+    std::set<std::string> names;
+    for (const auto& src : graph_.model().param_sources()) {
+      if (seen.insert({src.op(), src.param()}).second) names.insert(src.initializer());
+    }
+    std::vector<NamedTensor> out;
+    for (const auto& name : names) {
+      const auto& [dims, values] = tensors_.at(name);
+      out.push_back({name, dims, values});
+      // torch names the constants its exporter makes "onnx::<op>_<n>": a weight whose transpose
+      // it folded (eval-mode export) keeps only that name and the transposed layout.
+      if (name.starts_with("onnx::") && notes_ != nullptr) {
+        notes_->push_back(
+            "'" + name + "' is a tensor torch's exporter made (a parameter's transpose, folded); " +
+            in_ + " does not keep the parameter's own name, so " + options_.out +
+            " holds it under this one, as the file does (export from torch with "
+            "do_constant_folding=False to keep it)");
+      }
+    }
+    return out;
   }
 
  private:
@@ -73,6 +108,12 @@ class OnnxExport {
   using Values = std::pair<std::vector<int64_t>, std::vector<float>>;
 
   Status read_source() {
+    if (by_name_) {
+      return model::read_onnx_file(in_, &onnx_model_, &file_info_)
+          .with_context(
+              "--onnx names the file the model was imported from (the names and shapes "
+              "of its tensors are written; --names ops writes GraphPipe's)");
+    }
     if (graph_.model().param_sources_size() == 0) {
       return invalid_argument("--out " + options_.out +
                               ": the model records no ONNX sources for its parameters (only a "
@@ -80,15 +121,28 @@ class OnnxExport {
     }
     GP_RETURN_IF_ERROR(model::read_onnx_file(in_, &onnx_model_, &file_info_)
                            .with_context("--onnx names the file the model was imported from"));
-    g_ = onnx_model_.mutable_graph();
     return ok_status();
   }
 
   // The tensors to write: existing initializers, or weight graph inputs (export_params=False).
   void collect_tensors() {
+    g_ = onnx_model_.mutable_graph();
+    std::set<std::string> sourced;
+    for (const auto& src : graph_.model().param_sources()) sourced.insert(src.initializer());
     for (const auto& t : g_->initializer()) {
       if (t.data_type() == kOnnxFloat) {
         tensors_[t.name()] = {{t.dims().begin(), t.dims().end()}, float_data(t)};
+      } else if (by_name_ && sourced.count(t.name())) {
+        // Imported by widening (float16, bfloat16, float64): every element is a parameter's.
+        int64_t n = 1;
+        for (int64_t d : t.dims()) n *= d;
+        tensors_[t.name()] = {{t.dims().begin(), t.dims().end()},
+                              std::vector<float>(static_cast<size_t>(n), 0.0f)};
+        if (notes_ != nullptr) {
+          notes_->push_back("'" + t.name() + "' is ONNX data type " +
+                            std::to_string(t.data_type()) + " in " + in_ + "; " + options_.out +
+                            " holds it as float32");
+        }
       }
     }
     for (const auto& vi : g_->input()) {
@@ -186,7 +240,8 @@ class OnnxExport {
         if (sourced.count(who)) continue;
         notes_->push_back(who + " has no tensor in " + in_ +
                           " (the exporter left it out); its trained values are not in " +
-                          options_.out + ", only in an .npz export (--out FILE.npz)");
+                          options_.out +
+                          ", only in a .safetensors or .npz export with --names ops");
       }
     }
   }
@@ -233,6 +288,7 @@ class OnnxExport {
   const ExportOptions& options_;
   std::vector<std::string>* notes_;
   const std::string in_;  // the source ONNX file
+  const bool by_name_;
   onnx::ModelProto onnx_model_;
   model::OnnxFileInfo file_info_;
   onnx::GraphProto* g_ = nullptr;
@@ -242,45 +298,16 @@ class OnnxExport {
   std::set<std::string> touched_;
 };
 
-// ---- .npz: a zip archive of .npy files, stored uncompressed ------------------------------------
-
-uint32_t crc32(const std::string& data) {
-  uint32_t c = 0xFFFFFFFFu;
-  for (unsigned char b : data) {
-    c ^= b;
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+// Every parameter as "<op id>.<param>" in GraphPipe's layout; of tied copies (one tensor the
+// model reads in several places) the first member's only.
+std::vector<NamedTensor> op_tensors(const model::Graph& graph, const StageRunner& runner) {
+  std::set<std::pair<std::string, std::string>> followers;
+  for (const auto& tie : graph.model().param_ties()) {
+    for (int k = 1; k < tie.members_size(); ++k) {
+      followers.insert({tie.members(k).op(), tie.members(k).param()});
+    }
   }
-  return ~c;
-}
-
-void put16(std::string& s, uint32_t v) {
-  s += static_cast<char>(v & 0xff);
-  s += static_cast<char>((v >> 8) & 0xff);
-}
-void put32(std::string& s, uint32_t v) {
-  put16(s, v & 0xffff);
-  put16(s, v >> 16);
-}
-
-std::string npy_bytes(const std::vector<int64_t>& shape, const float* data, size_t n) {
-  std::string dims;
-  for (int64_t d : shape) dims += std::to_string(d) + ", ";
-  if (shape.size() > 1) dims.resize(dims.size() - 2);
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  put16(out, static_cast<uint32_t>(header.size()));
-  out += header;
-  out.append(reinterpret_cast<const char*>(data), n * sizeof(float));
-  return out;
-}
-
-Status write_npz(const model::Graph& graph, const StageRunner& runner, const std::string& path) {
-  std::string zip, central;
-  uint32_t entries = 0;
+  std::vector<NamedTensor> out;
   for (int i = 0; i < graph.num_ops(); ++i) {
     const auto& op = graph.op(i);
     const auto values = runner.op_params(i);
@@ -289,54 +316,13 @@ Status write_npz(const model::Graph& graph, const StageRunner& runner, const std
       std::vector<int64_t> shape(spec.shape().begin(), spec.shape().end());
       size_t n = 1;
       for (int64_t d : shape) n *= static_cast<size_t>(d);
-      const std::string name = op.id() + "." + spec.name() + ".npy";
-      const std::string body = npy_bytes(shape, values.data() + offset, n);
-      offset += n;
-      if (body.size() >= 0xFFFFFFFFu || zip.size() >= 0xFFFFFFFFu - body.size()) {
-        return invalid_argument(path +
-                                ": more than 4 GiB of parameters (.npz without zip64); "
-                                "export as .onnx instead");
+      if (!followers.count({op.id(), spec.name()})) {
+        out.push_back({op.id() + "." + spec.name(), shape, values.subspan(offset, n)});
       }
-      const uint32_t crc = crc32(body), local = static_cast<uint32_t>(zip.size());
-      auto header = [&](std::string& s, bool central_entry) {
-        put32(s, central_entry ? 0x02014b50u : 0x04034b50u);
-        if (central_entry) put16(s, 20);  // made by
-        put16(s, 20);                     // version needed
-        put16(s, 0);                      // flags
-        put16(s, 0);                      // stored
-        put16(s, 0);                      // time
-        put16(s, 0x21);                   // date: 1980-01-01
-        put32(s, crc);
-        put32(s, static_cast<uint32_t>(body.size()));
-        put32(s, static_cast<uint32_t>(body.size()));
-        put16(s, static_cast<uint32_t>(name.size()));
-        put16(s, 0);  // extra
-        if (central_entry) {
-          put16(s, 0);  // comment
-          put16(s, 0);  // disk
-          put16(s, 0);  // internal attributes
-          put32(s, 0);  // external attributes
-          put32(s, local);
-        }
-        s += name;
-      };
-      header(zip, false);
-      zip += body;
-      header(central, true);
-      ++entries;
+      offset += n;
     }
   }
-  const uint32_t central_offset = static_cast<uint32_t>(zip.size());
-  zip += central;
-  put32(zip, 0x06054b50u);
-  put16(zip, 0);
-  put16(zip, 0);
-  put16(zip, entries);
-  put16(zip, entries);
-  put32(zip, static_cast<uint32_t>(central.size()));
-  put32(zip, central_offset);
-  put16(zip, 0);
-  return model::write_file_atomic(path, zip);
+  return out;
 }
 
 }  // namespace
@@ -344,8 +330,12 @@ Status write_npz(const model::Graph& graph, const StageRunner& runner, const std
 Status export_trained(const graphpipe::v1::ModelGraph& model, const ExportOptions& options,
                       std::vector<std::string>* notes) {
   const std::string ext = std::filesystem::path(options.out).extension().string();
-  if (ext != ".onnx" && ext != ".npz") {
-    return invalid_argument("--out " + options.out + ": expected a .onnx or .npz file");
+  if (ext != ".onnx" && ext != ".npz" && ext != ".safetensors") {
+    return invalid_argument("--out " + options.out +
+                            ": expected a .onnx, .safetensors or .npz file");
+  }
+  if (options.names != "source" && options.names != "ops") {
+    return invalid_argument("--names " + options.names + ": expected source or ops");
   }
   GP_ASSIGN_OR_RETURN(auto manifest, latest_checkpoint(options.checkpoint, notes));
   auto graph = model::Graph::build(model);
@@ -357,8 +347,20 @@ Status export_trained(const graphpipe::v1::ModelGraph& model, const ExportOption
   GP_ASSIGN_OR_RETURN(auto trainer, ReferenceTrainer::create(*graph, 1, 0, training));
   GP_RETURN_IF_ERROR(load_stage_checkpoint(options.checkpoint, manifest, *graph, training,
                                            trainer->mutable_runner()));
-  if (ext == ".npz") return write_npz(*graph, trainer->runner(), options.out);
-  return OnnxExport(*graph, trainer->runner(), options, notes).run();
+  if (ext == ".onnx") return OnnxExport(*graph, trainer->runner(), options, notes).run();
+  // The tensors point into the runner's parameters or the source's tensors: both live until
+  // the file is written.
+  OnnxExport source(*graph, trainer->runner(), options, notes, /*by_name=*/true);
+  std::vector<NamedTensor> tensors;
+  if (options.names == "source" && model.param_sources_size() > 0) {
+    GP_RETURN_IF_ERROR(source.place_all());
+    tensors = source.user_tensors();
+  } else {
+    tensors = op_tensors(*graph, trainer->runner());
+  }
+  if (ext == ".npz") return write_npz(options.out, tensors);
+  // "format": "pt" is what transformers' loaders check; torch's load_file reads any.
+  return write_safetensors(options.out, tensors, {{"format", "pt"}});
 }
 
 }  // namespace gp::exec

@@ -1,6 +1,7 @@
 #include "gp/exec/rank_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -191,6 +192,7 @@ Status RankRunner::clip_grads() {
   if (program_.world.size() > 1) {
     GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, norm_sum_));
   }
+  grad_norm_ = std::sqrt(std::abs(static_cast<double>(norm_sum_[0])));  // NaN stays NaN
   return runner.clip_grads(norm_sum_[0], allreduce_staging_);
 }
 

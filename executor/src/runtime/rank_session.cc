@@ -71,7 +71,8 @@ Result<LocalRunResult> run_plan_locally(std::shared_ptr<const plan::LoadedPlan> 
                                         int iterations, std::chrono::milliseconds timeout,
                                         std::vector<std::unique_ptr<RankSession>>* out_sessions,
                                         size_t trace_events, const Device& device,
-                                        const std::string& data_dir, bool shuffle) {
+                                        const std::string& data_dir, bool shuffle,
+                                        const IterationCallback& on_iteration) {
   std::vector<std::unique_ptr<RankSession>> sessions;
   for (int r = 0; r < loaded->world_size(); ++r) {
     if (loaded->index().program_of_rank[r] < 0) continue;
@@ -98,6 +99,7 @@ Result<LocalRunResult> run_plan_locally(std::shared_ptr<const plan::LoadedPlan> 
       auto comm = hub.communicator(session.rank());
       Status bound = session.bind(*comm);
       for (int it = 0; it < iterations; ++it) {
+        const auto start = std::chrono::steady_clock::now();
         auto loss = bound.ok() ? session.run_iteration(it) : Result<double>(bound);
         if (!loss.ok()) {
           std::lock_guard<std::mutex> lock(mu);
@@ -107,6 +109,11 @@ Result<LocalRunResult> run_plan_locally(std::shared_ptr<const plan::LoadedPlan> 
           return;
         }
         loss_sums[i].push_back(*loss);
+        if (on_iteration) {
+          on_iteration(
+              session, it, *loss,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
       }
     });
   }

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,9 @@ class RankRunner {
   StageRunner& mutable_stage_runner() { return *runner_; }  // checkpoints
   // The instruction being executed (for live status), -1 between iterations.
   int current_instruction() const { return current_.load(std::memory_order_relaxed); }
+  // The model's gradient L2 norm (before clipping) of the last iteration: only computed, at no
+  // extra cost, where training.clip_grad_norm > 0 reduces it; NaN otherwise.
+  double grad_norm() const { return grad_norm_; }
 
  private:
   using Step = ProgramStep;
@@ -120,6 +124,7 @@ class RankRunner {
   // The lowered program (every piece's index into runner_'s exports or external inputs).
   RankProgram program_;
   std::vector<float> norm_sum_;
+  double grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   std::unique_ptr<StageRunner> runner_;
   std::vector<std::byte> staging_;
   // Devices without host memory: a received gradient's current value (fan-in adds on the host)

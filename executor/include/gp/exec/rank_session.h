@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,11 @@ struct LocalRunResult {
   std::vector<double> losses;  // per iteration: mean over the mini-batch
 };
 
+// Called from each rank's thread after each of its iterations (several threads at once): the
+// rank's session, the iteration, its loss sum (run_iteration's value) and the iteration's time.
+using IterationCallback =
+    std::function<void(const RankSession& session, int64_t iteration, double loss, double time_s)>;
+
 // Runs every rank of `plan` as a thread of this process over a LoopbackHub, one RankSession
 // each: the in-process executor used by tests and by `graphpipe-executor local`. The first
 // failing rank aborts the others; its error is returned. With `trace_events` > 0 each rank
@@ -92,10 +98,12 @@ struct LocalRunResult {
 // plan's seed unless !shuffle). The plan is checked first (plan::validate_plan): a broken
 // schedule is refused, not run. `sessions`, when given, receives the sessions after the run, for
 // tests that inspect the trained parameters and `local` that writes their traces.
+// `on_iteration`, when set, sees every iteration as it completes (`local`'s live metrics).
 Result<LocalRunResult> run_plan_locally(
     std::shared_ptr<const plan::LoadedPlan> plan, int iterations, std::chrono::milliseconds timeout,
     std::vector<std::unique_ptr<RankSession>>* sessions = nullptr, size_t trace_events = 0,
-    const Device& device = cpu_device(), const std::string& data_dir = "", bool shuffle = true);
+    const Device& device = cpu_device(), const std::string& data_dir = "", bool shuffle = true,
+    const IterationCallback& on_iteration = {});
 // The same for a plan in memory (plan::LoadedPlan::from checks it first).
 Result<LocalRunResult> run_plan_locally(
     const graphpipe::v1::Plan& plan, int iterations, std::chrono::milliseconds timeout,
