@@ -68,7 +68,7 @@ SUPPORTED = {"input", "linear", "embedding_bag", "multi_head_attention", "layer_
              "reshape", "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "mse_loss",
              "softmax_cross_entropy", "embedding", "sigmoid", "tanh", "clip", "mul", "reduce",
              "bias_add", "broadcast_param", "unary", "binary", "compare", "where", "constant",
-             "conv_transpose2d", "resize"}
+             "conv_transpose2d", "resize", "gather"}
 PARAM_OPS = ("linear", "embedding_bag", "multi_head_attention", "layer_norm", "conv2d",
              "batch_norm", "embedding", "bias_add", "broadcast_param", "conv_transpose2d")
 INT_DTYPES = ("DATA_TYPE_INT64", "DATA_TYPE_INT32", 4, 5)
@@ -384,6 +384,11 @@ def build_module(torch, model, attention):
                     return F.interpolate(xs[0], size=size, mode="nearest")
                 return F.interpolate(xs[0], size=size, mode="bilinear",
                                      align_corners=bool(attr(op, "align_corners", 0)))
+            if t == "gather":
+                axis = attr(op, "axis", 0)
+                index = torch.tensor([int(i) for i in attr(op, "indices", required=True)],
+                                     device=xs[0].device)
+                return torch.index_select(xs[0], axis + 1 if axis >= 0 else axis, index)
             return None
 
         def forward(self, inputs):

@@ -179,6 +179,14 @@ TensorRef GraphBuilder::resize(std::string id, const TensorRef& x, std::vector<i
   return ref(std::move(id));
 }
 
+TensorRef GraphBuilder::gather(std::string id, const TensorRef& x, int64_t axis,
+                               std::vector<int64_t> indices) {
+  Operator& op = add_op(id, "gather", {x});
+  set_attr(op, "axis", axis);
+  set_attr(op, "indices", indices);
+  return ref(std::move(id));
+}
+
 TensorRef GraphBuilder::bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape) {
   Operator& op = add_op(id, "bias_add", {x});
   set_attr(op, "shape", shape);

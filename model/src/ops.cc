@@ -163,6 +163,13 @@ constexpr std::array kCatalogue = {
                "size (ints [Ho, Wo], required), mode (nearest|bilinear, default nearest), "
                "align_corners (0|1, bilinear only, default 0)",
                "size,mode,align_corners", 1, 1, false, false, &infer_resize},
+    OpTypeInfo{OpType::kGather, "gather",
+               "x with per-sample axis `axis` replaced by the constant `indices`: out[..., j, ...] "
+               "= x[..., indices[j], ...] (torch.index_select; DLRM's Z[:, li, lj] after a "
+               "reshape); the gradient of an index read several times is the sum of its reads",
+               "axis (int, default 0), indices (ints, required, non-empty: each in [0, size of "
+               "axis), repeats allowed)",
+               "axis,indices", 1, 1, false, false, &infer_gather},
     OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "
                "(no kernel: cannot be trained or profiled)",

@@ -260,4 +260,47 @@ Status infer_constant(const Operator& op, std::span<const TensorSpec>, InferredO
   return ok_status();
 }
 
+Status infer_gather(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int_or(op, "axis", 0));
+  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, x.shape_size()));
+  GP_ASSIGN_OR_RETURN(std::vector<int64_t> indices, attr_ints(op, "indices"));
+  if (indices.empty()) return invalid_argument("attrs.indices = []: name at least one index");
+  const int64_t dim = x.shape(axis);
+  for (int64_t i : indices) {
+    if (i < 0 || i >= dim) {
+      return invalid_argument("attrs.indices: index " + std::to_string(i) +
+                              " is out of range [0, " + std::to_string(dim) + ") of axis " +
+                              std::to_string(axis) + " of " + shape_string(x));
+    }
+  }
+  GatherAttrs g;
+  g.axis = axis;
+  // The inverse lists (CSR): for input index i, the outputs j with indices[j] == i, ascending.
+  g.inverse_offsets.assign(static_cast<size_t>(dim) + 1, 0);
+  for (int64_t i : indices) ++g.inverse_offsets[static_cast<size_t>(i) + 1];
+  for (size_t i = 0; i < static_cast<size_t>(dim); ++i) {
+    g.inverse_offsets[i + 1] += g.inverse_offsets[i];
+  }
+  g.inverse.resize(indices.size());
+  std::vector<int64_t> next(g.inverse_offsets.begin(), g.inverse_offsets.end() - 1);
+  for (size_t j = 0; j < indices.size(); ++j) {
+    g.inverse[static_cast<size_t>(next[static_cast<size_t>(indices[j])]++)] =
+        static_cast<int64_t>(j);
+  }
+  g.indices = std::move(indices);
+  TensorSpec y = x;
+  y.set_shape(axis, static_cast<int64_t>(g.indices.size()));
+  out->attrs = std::move(g);
+  out->outputs = {y};
+  OpCost& c = out->cost;
+  c.forward_bytes = 2 * bytes_of(y);
+  c.backward_flops = elems_of(y);                    // the sums of repeated reads
+  c.backward_bytes = bytes_of(y) + 2 * bytes_of(x);  // read dy, accumulate into dx
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
+  return ok_status();
+}
+
 }  // namespace gp::model::detail

@@ -48,6 +48,7 @@ Status infer_where(const Operator& op, std::span<const TensorSpec> in, InferredO
 Status infer_constant(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_conv_transpose2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_resize(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_gather(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_opaque(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 
 // "inputs[1]: expected float tensor, got [4] int64"

@@ -598,4 +598,82 @@ TEST_CASE("SplitToSequence and SequenceAt (an unoptimised x.split) become slices
   CHECK(shape(h, "at.squeeze") == "[4] float32");
 }
 
+TEST_CASE("a Gather of an activation at a constant index vector maps to gather") {
+  Onnx b;
+  b.input("x", {5, 3});
+  b.constant("idx", {4}, {4, 0, -1, 2}, kInt64);
+  b.attr(b.node("Gather", {"x", "idx"}, {"y"}, "pick"), "axis", int64_t{1});
+  b.output("y", {4, 3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "pick").type() == "gather");
+  CHECK(op(g, "pick").attrs().at("axis").i() == 0);
+  CHECK(ints(op(g, "pick"), "indices") == std::vector<int64_t>{4, 0, 4, 2});
+  CHECK(shape(g, "pick") == "[4, 3] float32");
+
+  Onnx c;  // indices [2, 2] replace the axis with their dims
+  c.input("x", {3, 4});
+  c.constant("idx", {2, 2}, {0, 1, 3, 3}, kInt64);
+  c.attr(c.node("Gather", {"x", "idx"}, {"y"}, "pick"), "axis", int64_t{2});
+  c.output("y", {3, 2, 2});
+  const auto h = testing::build_graph(c.imported());
+  CHECK(ints(op(h, "pick"), "indices") == std::vector<int64_t>{0, 1, 3, 3});
+  CHECK(shape(h, "pick.reshape") == "[3, 2, 2] float32");
+
+  Onnx d;
+  d.input("x", {5});
+  d.constant("idx", {2}, {1, 7}, kInt64);
+  d.attr(d.node("Gather", {"x", "idx"}, {"y"}, "pick"), "axis", int64_t{1});
+  d.output("y", {2});
+  CHECK_THAT(d.refusal(), Catch::Contains("'pick' (Gather): index 7 is out of range for axis 1"));
+}
+
+// DLRM's interaction Z[:, li, lj] of Z [B, n, n]: torch's dynamo export moves the batch last and
+// takes a GatherND; its legacy export flattens the pair of axes and takes a Gather.
+TEST_CASE(
+    "DLRM's interaction pairs map to gather with the batch moved, as dynamo and legacy export "
+    "them") {
+  const std::vector<int64_t> flat = {3, 6, 7};  // (1, 0), (2, 0), (2, 1) of 3 x 3
+  Onnx b;
+  b.input("z", {3, 3});
+  b.attr(b.node("Transpose", {"z"}, {"t"}, "t"), "perm", std::vector<int64_t>{1, 2, 0});
+  b.constant("ij", {3, 2}, {1, 0, 2, 0, 2, 1}, kInt64);
+  b.node("GatherND", {"t", "ij"}, {"p"}, "pairs");
+  b.attr(b.node("Transpose", {"p"}, {"y"}, "back"), "perm", std::vector<int64_t>{1, 0});
+  b.output("y", {3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(shape(g, "pairs.rows") == "[9] float32");
+  CHECK(op(g, "pairs").type() == "gather");
+  CHECK(ints(op(g, "pairs"), "indices") == flat);
+  CHECK(shape(g, "pairs") == "[3] float32");
+
+  Onnx c;
+  c.input("z", {3, 3});
+  c.attr(c.node("Transpose", {"z"}, {"t"}, "t"), "perm", std::vector<int64_t>{1, 2, 0});
+  c.attr(c.node("Flatten", {"t"}, {"f"}, "flat"), "axis", int64_t{2});
+  c.constant("k", {3}, {3, 6, 7}, kInt64);
+  c.attr(c.node("Gather", {"f", "k"}, {"p"}, "pairs"), "axis", int64_t{0});
+  c.attr(c.node("Transpose", {"p"}, {"y"}, "back"), "perm", std::vector<int64_t>{1, 0});
+  c.output("y", {3});
+  const auto h = testing::build_graph(c.imported());
+  CHECK(op(h, "pairs").type() == "gather");
+  CHECK(ints(op(h, "pairs"), "indices") == flat);
+  CHECK(shape(h, "pairs") == "[3] float32");
+}
+
+TEST_CASE("a GatherND into the batch axis or with batch_dims is refused, saying so") {
+  Onnx b;
+  b.input("z", {3, 3});
+  b.constant("ij", {2, 2}, {1, 0, 2, 1}, kInt64);
+  b.node("GatherND", {"z", "ij"}, {"p"}, "pairs");
+  b.output("p", {3});
+  CHECK_THAT(b.refusal(), Catch::Contains("'pairs' (GatherND): the indices reach the batch axis"));
+
+  Onnx c;
+  c.input("z", {3, 3});
+  c.constant("ij", {2, 1}, {1, 0}, kInt64);
+  c.attr(c.node("GatherND", {"z", "ij"}, {"p"}, "pairs"), "batch_dims", int64_t{1});
+  c.output("p", {2, 3});
+  CHECK_THAT(c.refusal(), Catch::Contains("'pairs' (GatherND): batch_dims = 1: only 0 maps"));
+}
+
 }  // namespace gp::model

@@ -661,6 +661,59 @@ TEST_CASE("reduce refuses an axis out of range, a repeated axis, and both axis a
   }
 }
 
+TEST_CASE("gather replaces its axis with the indices and lists the reads of each index") {
+  GraphBuilder b("m", "");
+  auto y = b.gather("g", b.input("x", {2, 5, 3}), -2, {4, 0, 4, 2});
+  b.add_loss(b.mse_loss("l", y, b.input("t", {2, 4, 3})));
+  Graph g = build_ok(b.finish());
+  const OpNode& op = only(g, "g");
+  CHECK(shape_of(op) == std::vector<int64_t>{2, 4, 3});
+  const auto& a = std::get<GatherAttrs>(op.attrs);
+  CHECK(a.axis == 1);
+  CHECK(a.indices == std::vector<int64_t>{4, 0, 4, 2});
+  // Input index i is read by outputs inverse[inverse_offsets[i] .. inverse_offsets[i + 1]).
+  CHECK(a.inverse_offsets == std::vector<int64_t>{0, 1, 1, 2, 2, 4});
+  CHECK(a.inverse == std::vector<int64_t>{1, 3, 0, 2});
+  CHECK(op.cost.forward_bytes == Approx(2 * 24 * 4));
+  CHECK(op.cost.backward_bytes == Approx(24 * 4 + 2 * 30 * 4));
+  CHECK(op.cost.param_count == 0);
+}
+
+TEST_CASE("gather refuses an index out of range, no indices, and an axis out of range") {
+  using B = GraphBuilder&;
+  const std::vector<ErrorCase> cases = {
+      {[](B b) {
+         b.gather("op", b.input("x", {2, 3}), 1, {0, 3});
+       },
+       "(gather): attrs.indices: index 3 is out of range [0, 3) of axis 1 of [2, 3] float32"},
+      {[](B b) {
+         b.gather("op", b.input("x", {2, 3}), 0, {-1});
+       },
+       "(gather): attrs.indices: index -1 is out of range [0, 2) of axis 0"},
+      {[](B b) {
+         b.gather("op", b.input("x", {2, 3}), 0, {});
+       },
+       "(gather): attrs.indices = []: name at least one index"},
+      {[](B b) {
+         b.gather("op", b.input("x", {2, 3}), 2, {0});
+       },
+       "(gather): attrs.axis = 2 is out of range for 2 per-sample dimension(s)"},
+      {[](B b) {
+         b.add_op("op", "gather", {b.input("x", {2, 3})});
+       },
+       "(gather): attrs.indices: required attribute is missing"},
+      {[](B b) {
+         b.gather("op", b.input("x", {2, 3}, kInt64), 0, {0});
+       },
+       "(gather): inputs[0]: expected a floating-point tensor, got [2, 3] int64"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    DYNAMIC_SECTION("case " << i << ": " << cases[i].expected) {
+      CHECK_THAT(build_error(cases[i].build), Catch::Contains("'op' " + cases[i].expected));
+    }
+  }
+}
+
 TEST_CASE("unary refuses a missing or unknown fn, naming attrs.fn") {
   const std::string missing =
       build_error([](GraphBuilder& b) { b.add_op("op", "unary", {b.input("x", {3})}); });

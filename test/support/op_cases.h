@@ -201,6 +201,15 @@ inline std::vector<GradCase> general_cases() {
       op_case("reduce l2 over the last axis", {3, 1}, away_from_zero, [](GraphBuilder& b) {
         return b.reduce_axes("op", x(b, {3, 4}), {-1}, "l2");
       }));
+  // Repeats and an index never read: backward sums the repeats and leaves a zero.
+  cases.push_back(op_case("gather of a middle axis with repeats", {2, 4, 3}, [](GraphBuilder& b) {
+    return b.gather("op", x(b, {2, 5, 3}), 1, {4, 0, 4, 2});
+  }));
+  // DLRM's interaction: the strict lower triangle of [n * n], flattened, from the last axis.
+  cases.push_back(
+      op_case("gather of the last axis (a lower triangle)", {3, 3}, [](GraphBuilder& b) {
+        return b.gather("op", x(b, {3, 9}), -1, {3, 6, 7});
+      }));
   return cases;
 }
 

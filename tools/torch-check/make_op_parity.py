@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes test/data/op_parity/cases.txt: PyTorch's forward output and gradients for the op cases
 of test/support/op_cases.h that map onto one PyTorch function (the general element-wise ops,
-reductions, conv_transpose2d, resize), on inputs drawn here. The C++ test
+reductions, conv_transpose2d, resize, gather), on inputs drawn here. The C++ test
 (test/executor/torch_parity_test.cc) runs each case's CPU kernel on the same values and compares.
 
 Every case has batch 2; inputs are in the op's input order, parameters in its ParamSpec order;
@@ -86,6 +86,12 @@ def resize(c, h, w, size, mode, align):
     return [x], [], lambda xs, ps: F.interpolate(xs[0], size=size, mode=mode, **kw)
 
 
+def gather(shape, axis, indices):
+    x = rand(*shape)
+    dim = axis + 1 if axis >= 0 else axis  # past the batch axis
+    return [x], [], lambda xs, ps: torch.index_select(xs[0], dim, torch.tensor(indices))
+
+
 def cases():
     for fn in ("neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "erf", "sin", "cos",
                "softplus"):
@@ -115,6 +121,8 @@ def cases():
     yield "resize nearest 2x3 to 4x7", resize(2, 2, 3, (4, 7), "nearest", False)
     yield "resize bilinear 3x3 to 6x5", resize(2, 3, 3, (6, 5), "bilinear", False)
     yield "resize bilinear, align_corners, 3x2 to 5x4", resize(1, 3, 2, (5, 4), "bilinear", True)
+    yield "gather of a middle axis with repeats", gather([2, 5, 3], 1, [4, 0, 4, 2])
+    yield "gather of the last axis (a lower triangle)", gather([3, 9], -1, [3, 6, 7])
 
 
 def line(key, t):

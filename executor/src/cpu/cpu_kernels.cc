@@ -48,6 +48,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kCompare, &cpu::make_compare},
     {OpType::kWhere, &cpu::make_where},
     {OpType::kConstant, &cpu::make_constant},
+    {OpType::kGather, &cpu::make_gather},
 });
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "cpu/kernel_util.h"
 #include "device_api/elementwise_maps.h"
 #include "device_api/elementwise_math.h"
+#include "device_api/gather_index.h"
 #include "device_api/index_map.h"
 
 namespace gp::exec::cpu {
@@ -263,7 +264,43 @@ class GeneralReduceKernel final : public OpKernel {
   ReduceMap r_;
 };
 
+// y = x with a per-sample axis replaced by its constant indices; dx gets, for each input element,
+// the sum of dy over the outputs that read it (device_api/gather_index.h).
+class GatherKernel final : public OpKernel {
+ public:
+  GatherKernel(GatherShape g, model::GatherAttrs a) : g_(g), a_(std::move(a)) {}
+  void forward(const OpArgs& a) const override {
+    const float* x = a.inputs[0].f();
+    float* y = a.outputs[0].f();
+    const int64_t n = a.batch * g_.outer * g_.count * g_.inner;
+    for (int64_t e = 0; e < n; ++e) y[e] = x[gather_source(g_, a_.indices.data(), e)];
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const float* dy = a.grad_outputs[0].f();
+    const int64_t n = a.batch * g_.outer * g_.dim * g_.inner;
+    for (int64_t e = 0; e < n; ++e) {
+      dx[e] +=
+          static_cast<float>(gather_grad(g_, a_.inverse_offsets.data(), a_.inverse.data(), dy, e));
+    }
+  }
+
+ private:
+  GatherShape g_;
+  model::GatherAttrs a_;
+};
+
 }  // namespace
+
+KernelResult make_gather(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(model::GatherAttrs a, op_attrs<model::GatherAttrs>(op));
+  const model::TensorSpec& x = op.input_specs[0];
+  const GatherShape g{dims_product(x, 0, a.axis), x.shape(a.axis),
+                      static_cast<int64_t>(a.indices.size()),
+                      dims_product(x, a.axis + 1, x.shape_size())};
+  return std::unique_ptr<OpKernel>(std::make_unique<GatherKernel>(g, std::move(a)));
+}
 
 KernelResult make_unary(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(const int fn, read_unary(op));

@@ -67,6 +67,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kCompare, &make_compare},
     {OpType::kWhere, &make_where},
     {OpType::kConstant, &make_constant},
+    {OpType::kGather, &make_gather},
 });
 
 // Makes the device current on the calling thread before each call: the CUDA current device is

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/cuda_kernel.h"
 #include "cuda/general_launch.h"
@@ -140,7 +141,63 @@ class ReduceAxesKernel final : public CudaKernel {
   ReduceMap r_;
 };
 
+// gather: the indices and their inverse lists (device_api/gather_index.h) live in one block of
+// device memory owned by the kernel, uploaded once: [indices | inverse_offsets | inverse].
+class GatherKernel final : public CudaKernel {
+ public:
+  GatherKernel(const model::OpNode& op, const CudaContext& ctx, GatherShape g, int64_t* table)
+      : CudaKernel(op, ctx), context_(ctx), g_(g), table_(table) {}
+  ~GatherKernel() override {
+    cudaSetDevice(context_.device_index);
+    context_.check(cudaFreeAsync(table_, context_.stream), "gather indices release");
+  }
+  void forward(const OpArgs& a) const override {
+    check_forward(
+        launch_gather_forward(g_, a.batch, table_, a.inputs[0].f(), a.outputs[0].f(), stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const int64_t* offsets = table_ + g_.count;
+    check_backward(launch_gather_backward(g_, a.batch, offsets, offsets + g_.dim + 1,
+                                          a.grad_outputs[0].f(), dx, stream()));
+  }
+
+ private:
+  const CudaContext& context_;
+  GatherShape g_;
+  int64_t* table_;  // count + dim + 1 + count int64 of device memory
+};
+
 }  // namespace
+
+KernelResult make_gather(const model::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(const model::GatherAttrs a, op_attrs<model::GatherAttrs>(op));
+  const model::TensorSpec& x = op.input_specs[0];
+  const GatherShape g{dims_product(x, 0, a.axis), x.shape(a.axis),
+                      static_cast<int64_t>(a.indices.size()),
+                      dims_product(x, a.axis + 1, x.shape_size())};
+  std::vector<int64_t> table = a.indices;
+  table.insert(table.end(), a.inverse_offsets.begin(), a.inverse_offsets.end());
+  table.insert(table.end(), a.inverse.begin(), a.inverse.end());
+  const size_t bytes = table.size() * sizeof(int64_t);
+  void* p = nullptr;
+  if (cudaError_t e = cudaMallocAsync(&p, bytes, ctx.stream); e != cudaSuccess) {
+    cudaGetLastError();  // an allocation failure is not sticky; clear it
+    return op_error(op, "cannot allocate " + std::to_string(bytes) +
+                            " bytes of device memory for the indices: " + cudaGetErrorString(e));
+  }
+  // The kernel owns the memory from here, so that a failed copy frees it. From pageable memory
+  // the copy returns once `table` is staged.
+  auto kernel = std::make_unique<GatherKernel>(op, ctx, g, static_cast<int64_t*>(p));
+  if (cudaError_t e = cudaMemcpyAsync(p, table.data(), bytes, cudaMemcpyHostToDevice, ctx.stream);
+      e != cudaSuccess) {
+    cudaGetLastError();
+    return op_error(op,
+                    "cannot copy the indices to the device: " + std::string(cudaGetErrorString(e)));
+  }
+  return KernelResult(std::move(kernel));
+}
 
 KernelResult make_unary(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(const int fn, read_unary(op));

@@ -160,6 +160,18 @@ __global__ void reduce_axes_backward_kernel(int mode, IndexMap m, int64_t count,
   }
 }
 
+// One thread per output element (forward) or per input element (backward: its inverse list).
+__global__ void gather_forward_kernel(GatherShape g, int64_t n, const int64_t* indices,
+                                      const float* x, float* y) {
+  GP_GRID_STRIDE(e, n) { y[e] = x[gather_source(g, indices, e)]; }
+}
+__global__ void gather_backward_kernel(GatherShape g, int64_t n, const int64_t* inverse_offsets,
+                                       const int64_t* inverse, const float* dy, float* dx) {
+  GP_GRID_STRIDE(e, n) {
+    dx[e] += static_cast<float>(gather_grad(g, inverse_offsets, inverse, dy, e));
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_unary_forward(int fn, const float* x, float* y, int64_t n, cudaStream_t stream) {
@@ -235,6 +247,23 @@ cudaError_t launch_reduce_axes_backward(int mode, const IndexMap& map, int64_t c
   const int64_t n = kept_count(map);
   if (n <= 0) return cudaSuccess;
   reduce_axes_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(mode, map, count, x, y, dy, dx);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_gather_forward(const GatherShape& g, int64_t batch, const int64_t* indices,
+                                  const float* x, float* y, cudaStream_t stream) {
+  const int64_t n = batch * g.outer * g.count * g.inner;
+  if (n <= 0) return cudaSuccess;
+  gather_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(g, n, indices, x, y);
+  return cudaGetLastError();
+}
+cudaError_t launch_gather_backward(const GatherShape& g, int64_t batch,
+                                   const int64_t* inverse_offsets, const int64_t* inverse,
+                                   const float* dy, float* dx, cudaStream_t stream) {
+  const int64_t n = batch * g.outer * g.dim * g.inner;
+  if (n <= 0) return cudaSuccess;
+  gather_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(g, n, inverse_offsets, inverse, dy,
+                                                             dx);
   return cudaGetLastError();
 }
 

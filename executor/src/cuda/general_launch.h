@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "device_api/gather_index.h"
 #include "device_api/index_map.h"
 
 namespace gp::exec::cuda {
@@ -50,5 +51,13 @@ cudaError_t launch_reduce_axes_forward(int mode, const IndexMap& map, int64_t co
 cudaError_t launch_reduce_axes_backward(int mode, const IndexMap& map, int64_t count,
                                         const float* x, const float* y, const float* dy, float* dx,
                                         cudaStream_t stream);
+
+// gather over `batch` samples (device_api/gather_index.h); index arrays are device int64.
+cudaError_t launch_gather_forward(const GatherShape& g, int64_t batch, const int64_t* indices,
+                                  const float* x, float* y, cudaStream_t stream);
+// One thread per input element: dx += the sum of dy over the outputs that read it.
+cudaError_t launch_gather_backward(const GatherShape& g, int64_t batch,
+                                   const int64_t* inverse_offsets, const int64_t* inverse,
+                                   const float* dy, float* dx, cudaStream_t stream);
 
 }  // namespace gp::exec::cuda

@@ -60,7 +60,7 @@ bool any_layout(const std::string& t) {
   static const std::set<std::string> kOnAxes = {
       "Softmax",    "LogSoftmax", "LayerNormalization", "Gemm",   "MatMul", "ReduceSum",
       "ReduceMean", "ReduceMax",  "ReduceL2",           "Concat", "Slice",  "Split",
-      "Gather"};
+      "Gather",     "GatherND"};
   return kElementwise.count(t) > 0 || kOnAxes.count(t) > 0;
 }
 

@@ -25,44 +25,27 @@ int64_t product(const std::vector<int64_t>& v) {
 
 // The mapped ONNX types with the number of inputs each needs at least.
 const std::map<std::string, int>& mapped_inputs() {
-  static const std::map<std::string, int> kMapped = {{"Identity", 1},
-                                                     {"Dropout", 1},
-                                                     {"Relu", 1},
-                                                     {"Gelu", 1},
-                                                     {"Softmax", 1},
-                                                     {"LayerNormalization", 2},
-                                                     {"LogSoftmax", 1},
-                                                     {"ConvTranspose", 2},
-                                                     {"Resize", 1},
-                                                     {"Gemm", 2},
-                                                     {"MatMul", 2},
-                                                     {"Add", 2},
-                                                     {"Mul", 2},
-                                                     {"Div", 2},
-                                                     {"Concat", 1},
-                                                     {"Slice", 3},
-                                                     {"Split", 1},
-                                                     {"SplitToSequence", 1},
-                                                     {"SequenceAt", 2},
-                                                     {"Gather", 2},
-                                                     {"Transpose", 1},
-                                                     {"Reshape", 1},
-                                                     {"Flatten", 1},
-                                                     {"Squeeze", 1},
-                                                     {"Unsqueeze", 1},
-                                                     {"Conv", 2},
-                                                     {"MaxPool", 1},
-                                                     {"AveragePool", 1},
-                                                     {"GlobalAveragePool", 1},
-                                                     {"GlobalMaxPool", 1},
-                                                     {"BatchNormalization", 3},
-                                                     {"Sigmoid", 1},
-                                                     {"Tanh", 1},
-                                                     {"Clip", 1},
-                                                     {"Pad", 1},
-                                                     {"ReduceSum", 1},
-                                                     {"ReduceMean", 1},
-                                                     {"Expand", 2}};
+  static const std::map<std::string, int> kMapped = {
+      {"Identity", 1},      {"Dropout", 1},
+      {"Relu", 1},          {"Gelu", 1},
+      {"Softmax", 1},       {"LayerNormalization", 2},
+      {"LogSoftmax", 1},    {"ConvTranspose", 2},
+      {"Resize", 1},        {"Gemm", 2},
+      {"MatMul", 2},        {"Add", 2},
+      {"Mul", 2},           {"Div", 2},
+      {"Concat", 1},        {"Slice", 3},
+      {"Split", 1},         {"SplitToSequence", 1},
+      {"SequenceAt", 2},    {"Gather", 2},
+      {"GatherND", 2},      {"Transpose", 1},
+      {"Reshape", 1},       {"Flatten", 1},
+      {"Squeeze", 1},       {"Unsqueeze", 1},
+      {"Conv", 2},          {"MaxPool", 1},
+      {"AveragePool", 1},   {"GlobalAveragePool", 1},
+      {"GlobalMaxPool", 1}, {"BatchNormalization", 3},
+      {"Sigmoid", 1},       {"Tanh", 1},
+      {"Clip", 1},          {"Pad", 1},
+      {"ReduceSum", 1},     {"ReduceMean", 1},
+      {"Expand", 2}};
   return kMapped;
 }
 
@@ -169,6 +152,7 @@ void Importer::convert(int i) {
       {"SplitToSequence", &Importer::split_to_sequence},
       {"SequenceAt", &Importer::sequence_at},
       {"Gather", &Importer::gather},
+      {"GatherND", &Importer::gather_nd},
       {"Transpose", &Importer::transpose},
       {"Reshape", &Importer::reshape},
       {"Flatten", &Importer::reshape},
@@ -802,6 +786,11 @@ void Importer::gather(int i, const std::string& id) {
   const auto& n = g_.node(i);
   if (auto x = activation(n.input(0))) {
     const auto k = scalar(n.input(1));
+    if (!k) {
+      if (auto t = const_tensor(n.input(1)); t && !t->values.empty()) {
+        return gather_indices(i, id, *x, *t);
+      }
+    }
     const auto a = sample_axis(n.input(0), attr_i(n, "axis", 0));
     const auto shape = sample_shape(n.input(0));
     if (!k || !a || !shape) {
@@ -856,6 +845,99 @@ void Importer::gather(int i, const std::string& id) {
   take(id, "weight", n.input(0));
   // ONNX ids [batch] are per-sample [1] here: the lookup's [1, dim] is the sample's [dim].
   if (*ids_rank == 1) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
+  act_[n.output(0)] = out;
+}
+
+// x[:, idx] with constant indices idx (torch.index_select, DLRM's flattened Z[:, li, lj] in the
+// legacy export), whatever the batch layout when idx is a vector.
+void Importer::gather_indices(int i, const std::string& id, const TensorRef& x,
+                              const EvalTensor& t) {
+  const auto& n = g_.node(i);
+  const int64_t axis = attr_i(n, "axis", 0);
+  const auto a = sample_axis(n.input(0), axis);
+  const auto shape = sample_shape(n.input(0));
+  if (!a || !shape) {
+    return refuse(i, "axis = " + std::to_string(axis) +
+                         " is the batch axis or out of range (or the shape is unknown)");
+  }
+  const int64_t size = (*shape)[static_cast<size_t>(*a)];
+  std::vector<int64_t> flat;
+  for (double v : t.values) {
+    if (!std::isfinite(v)) return refuse(i, "the indices are not constant");
+    const int64_t p = to_index(v) < 0 ? to_index(v) + size : to_index(v);
+    if (p < 0 || p >= size) {
+      return refuse(i, "index " + std::to_string(to_index(v)) + " is out of range for axis " +
+                           std::to_string(axis) + " of size " + std::to_string(size));
+    }
+    flat.push_back(p);
+  }
+  const TensorRef out = b_.gather(id, x, *a, flat);
+  if (t.dims.size() == 1) {
+    act_[n.output(0)] = out;
+    return;
+  }
+  // Indices of another rank replace the axis with their dims: the batch moves unless first.
+  if (!layout_of(n.input(0)).batch_first()) {
+    return refuse(i, "indices of rank " + std::to_string(t.dims.size()) +
+                         " into a tensor whose batch is not first");
+  }
+  std::vector<int64_t> dims = *shape;
+  dims.erase(dims.begin() + *a);
+  dims.insert(dims.begin() + *a, t.dims.begin(), t.dims.end());
+  if (dims.empty()) dims.push_back(1);
+  act_[n.output(0)] = b_.reshape(unique_id(id + ".reshape", id), out, dims);
+}
+
+// GatherND(x, indices [..., k], batch_dims 0) where x's k leading axes are per sample (its batch
+// after them, as DLRM's Z[:, li, lj] in torch's dynamo export, [n, n, batch]): those axes as one
+// (a reshape), then the gather op at the row-major flat indices. The trailing axes, the batch
+// among them, stay where they are.
+void Importer::gather_nd(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const auto x = activation(n.input(0));
+  const auto t = const_tensor(n.input(1));
+  if (!x || !t || t->dims.empty()) {
+    return refuse(i, "only constant indices into an activation map");
+  }
+  if (const int64_t b = attr_i(n, "batch_dims", 0); b != 0) {
+    return refuse(i, "batch_dims = " + std::to_string(b) + ": only 0 maps");
+  }
+  const int64_t k = t->dims.back();
+  const auto shape = sample_shape(n.input(0));
+  if (!shape || k < 1 || k > static_cast<int64_t>(shape->size())) {
+    return refuse(i, "indices [..., " + std::to_string(k) + "] do not fit its input's shape");
+  }
+  for (int64_t d = 0; d < k; ++d) {
+    if (sample_axis(n.input(0), d) != d) {
+      return refuse(i, "the indices reach the batch axis (only per-sample leading axes map)");
+    }
+  }
+  std::vector<int64_t> flat;
+  for (size_t at = 0; at < t->values.size(); at += static_cast<size_t>(k)) {
+    int64_t row = 0;
+    for (int64_t d = 0; d < k; ++d) {
+      const int64_t size = (*shape)[static_cast<size_t>(d)];
+      const double v = t->values[at + static_cast<size_t>(d)];
+      const int64_t p = std::isfinite(v) && to_index(v) < 0 ? to_index(v) + size : to_index(v);
+      if (!std::isfinite(v) || p < 0 || p >= size) {
+        return refuse(i, "an index of axis " + std::to_string(d) + " is out of range [0, " +
+                             std::to_string(size) + ") or not constant");
+      }
+      row = row * size + p;
+    }
+    flat.push_back(row);
+  }
+  std::vector<int64_t> rows{1};
+  for (int64_t d = 0; d < k; ++d) rows[0] *= (*shape)[static_cast<size_t>(d)];
+  rows.insert(rows.end(), shape->begin() + k, shape->end());
+  TensorRef v = *x;
+  if (k > 1) v = b_.reshape(unique_id(id + ".rows", id), v, rows);
+  TensorRef out = b_.gather(id, v, 0, flat);
+  std::vector<int64_t> dims(t->dims.begin(), t->dims.end() - 1);
+  dims.insert(dims.end(), shape->begin() + k, shape->end());
+  if (dims.empty()) dims.push_back(1);
+  // (Indices [P, k] leave [P, trailing...], the gather's own output.)
+  if (t->dims.size() != 2) out = b_.reshape(unique_id(id + ".reshape", id), out, dims);
   act_[n.output(0)] = out;
 }
 

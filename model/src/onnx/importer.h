@@ -279,6 +279,11 @@ class Importer {
   // takes it (its leading size-1 axes dropped).
   bool bias_fits(const std::string& x, const std::string& weight) const;
   void gather(int i, const std::string& id);
+  // Gather of activation `x` at the constant indices `t` (not a scalar) along a per-sample axis:
+  // the gather op, then a reshape when the indices are not a vector.
+  void gather_indices(int i, const std::string& id, const TensorRef& x, const EvalTensor& t);
+  // GatherND (batch_dims 0) at constant indices [..., k] into k leading per-sample axes.
+  void gather_nd(int i, const std::string& id);
   // The axes of a ReduceSum/ReduceMean/Squeeze/Unsqueeze: the attribute, or the constant input
   // (from opset 13, 18 for ReduceMean); nullopt when they are not constant.
   std::optional<std::vector<int64_t>> axes_of(const onnx::NodeProto& n) const;

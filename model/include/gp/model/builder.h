@@ -71,6 +71,8 @@ class GraphBuilder {
   // To per-sample [C, size[0], size[1]]; mode nearest|bilinear.
   TensorRef resize(std::string id, const TensorRef& x, std::vector<int64_t> size,
                    std::string_view mode = "nearest", bool align_corners = false);
+  // x with per-sample axis `axis` replaced by x[..., indices[j], ...] (torch.index_select).
+  TensorRef gather(std::string id, const TensorRef& x, int64_t axis, std::vector<int64_t> indices);
   // An empty stride means stride = kernel.
   TensorRef max_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0});

@@ -167,6 +167,16 @@ struct ResizeAttrs {
   bool align_corners = false;
 };
 
+// gather along a per-sample axis: output index j of `axis` reads input index indices[j] (each in
+// [0, dim), repeats allowed); `inverse_offsets` / `inverse` list, for every input index i, the
+// output indices that read it (CSR, ascending), so that backward sums them in a fixed order.
+struct GatherAttrs {
+  int axis = 0;  // normalised
+  std::vector<int64_t> indices;
+  std::vector<int64_t> inverse_offsets;  // dim + 1 entries
+  std::vector<int64_t> inverse;          // indices.size() entries
+};
+
 struct PoolAttrs {
   Window2d window;
   bool count_include_pad = true;  // avg_pool2d
@@ -181,6 +191,6 @@ using OpAttrs =
     std::variant<NoAttrs, LinearAttrs, AttentionAttrs, EmbeddingAttrs, NormAttrs, GeluAttrs,
                  ClipAttrs, AxisAttrs, ReduceAttrs, SliceAttrs, ScaleAttrs, TransposeAttrs,
                  ConvAttrs, PoolAttrs, OpaqueAttrs, UnaryAttrs, BinaryAttrs, CompareAttrs,
-                 WhereAttrs, ConstantAttrs, ConvTransposeAttrs, ResizeAttrs>;
+                 WhereAttrs, ConstantAttrs, ConvTransposeAttrs, ResizeAttrs, GatherAttrs>;
 
 }  // namespace gp::model

@@ -98,6 +98,7 @@ enum class OpType : uint8_t {
   kConstant,
   kConvTranspose2d,
   kResize,
+  kGather,
   kOpaque,
 };
 inline constexpr int kNumOpTypes = static_cast<int>(OpType::kOpaque) + 1;

@@ -30,7 +30,8 @@ onnxscript 0.7.2; and tied_head (nanoGPT's tied LM head), upsample (ConvTranspos
 nn.Upsample) and softmax_axes (softmax and log_softmax over an inner axis, LayerNorm over two
 axes) with torch 2.15.0; and timm_qkv, seq_first, seq_first_attention and window_fold (the batch
 axis moved by a permute or transpose, or folded with attention heads or Swin's windows) with torch 2.15.0 and onnxscript 0.7.2;
-and sliced_bags (EmbeddingBags over ids[:, k] of one ids tensor) with torch 2.15.0.)
+and sliced_bags (EmbeddingBags over ids[:, k] of one ids tensor) with torch 2.15.0; and
+dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0.)
 """
 import copy
 import glob
@@ -364,6 +365,25 @@ class SlicedBags(torch.nn.Module):
         return self.fc(torch.cat([bag(ids[:, k]) for k, bag in enumerate(self.bags)], dim=1))
 
 
+class DotInteraction(torch.nn.Module):
+    # facebookresearch DLRM's "dot" interaction: features viewed as [B, n, d], their pairwise
+    # dot products Z = bmm(T, T^T), the strict lower triangle Z[:, li, lj] by advanced indexing
+    # with constant index vectors, concatenated with the first feature for the top MLP.
+    def __init__(self, n=4, d=4):
+        super().__init__()
+        self.d = d
+        self.bottom = torch.nn.Linear(8, n * d)
+        self.top = torch.nn.Linear(d + n * (n - 1) // 2, 2)
+
+    def forward(self, x):
+        t = torch.relu(self.bottom(x)).view((x.shape[0], -1, self.d))
+        z = torch.bmm(t, torch.transpose(t, 1, 2))
+        _, ni, nj = z.shape
+        li = torch.tensor([i for i in range(ni) for j in range(i)])
+        lj = torch.tensor([j for i in range(nj) for j in range(i)])
+        return self.top(torch.cat([t[:, 0], z[:, li, lj]], dim=1))
+
+
 def sliced_bag_inputs(g):
     return [("ids", torch.randint(0, 20, (patterns.BATCH, 2, 3), generator=g))]
 
@@ -396,7 +416,9 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("seq_first_attention", 139, SeqFirstAttention, patterns.feat(5, 8),
                                  None),
                                 ("buffers", 138, Buffers, patterns.feat(8), None),
-                                ("sliced_bags", 139, SlicedBags, sliced_bag_inputs, None)]
+                                ("sliced_bags", 139, SlicedBags, sliced_bag_inputs, None),
+                                ("dot_interaction_index", 140, DotInteraction, patterns.feat(8),
+                                 None)]
 
 
 def main():
