@@ -242,7 +242,8 @@ class Neighbourhood::Impl {
     const double share = total_w > 0 ? 1 - moved_w / total_w : 0.5;
     for (const auto& [first, second] : split_counts(replicas(s), share)) {
       if (second > micro_batch(s)) continue;
-      add([this, s, moved, what, first, second] { return split(s, moved, what, first, second); },
+      // Init-captures: clang before 16 cannot capture structured bindings (the fuzz build).
+      add([this, s, moved, what, a = first, b = second] { return split(s, moved, what, a, b); },
           /*onto_idle=*/first == replicas(s));
     }
   }

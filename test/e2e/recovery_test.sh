@@ -72,7 +72,27 @@ launch --plan "$tmp/other.pb" --nprocs 2 --iterations 12 --timeout 10 \
   --checkpoint-dir "$tmp/ckpt" --resume > "$tmp/other.log" 2>&1; rc=$?
 check "a checkpoint of another model is refused" '[ $rc -ne 0 ] && grep -q "is of model" "$tmp/other.log"'
 
-# 5. Re-planning needs a device left and a rank that exists.
+# 5. Checkpoint flags: --checkpoint-every without a directory, and --resume of an empty one, are
+#    refused once by the launcher before any rank starts; --resume-if-present starts fresh there
+#    with one warning and, run again (a requeued job), resumes on every rank.
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 4 --checkpoint-every 2 > "$tmp/every.log" 2>&1; rc=$?
+check "the launcher refuses --checkpoint-every without --checkpoint-dir (exit 2, naming both)" \
+  '[ $rc -eq 2 ] && grep -q -- "--checkpoint-every 2 needs --checkpoint-dir" "$tmp/every.log" && ! grep -q "^\[rank" "$tmp/every.log"'
+mkdir -p "$tmp/empty-ck"
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 4 --checkpoint-dir "$tmp/empty-ck" --resume \
+  > "$tmp/empty.log" 2>&1; rc=$?
+check "--resume of an empty directory: exit 2, one error naming it, no rank started" \
+  '[ $rc -eq 2 ] && [ "$(grep -c "error" "$tmp/empty.log")" -eq 1 ] && grep -q "no checkpoint in .$tmp/empty-ck." "$tmp/empty.log" && ! grep -q "^\[rank" "$tmp/empty.log"'
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 4 --timeout 10 --checkpoint-dir "$tmp/requeue" \
+  --checkpoint-every 2 --resume-if-present > "$tmp/requeue1.log" 2>&1; rc=$?
+check "--resume-if-present without a checkpoint: trains from iteration 0 after one warning" \
+  '[ $rc -eq 0 ] && [ "$(grep -c "no checkpoint in" "$tmp/requeue1.log")" -eq 1 ] && ! grep -q "resuming after" "$tmp/requeue1.log" && [ -f "$tmp/requeue/LATEST" ]'
+launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 6 --timeout 10 --checkpoint-dir "$tmp/requeue" \
+  --checkpoint-every 2 --resume-if-present > "$tmp/requeue2.log" 2>&1; rc=$?
+check "--resume-if-present with a checkpoint: every rank resumes after iteration 3" \
+  '[ $rc -eq 0 ] && [ "$(grep -c "resuming after iteration 3 from" "$tmp/requeue2.log")" -eq 4 ] && ! grep -q "no checkpoint" "$tmp/requeue2.log"'
+
+# 6. Re-planning needs a device left and a rank that exists.
 "$plan_bin" replan --plan "$tmp/plan4.pb" --exclude-ranks 0,1,2,3 --out "$tmp/none.pb" \
   > "$tmp/none.log" 2>&1; rc=$?
 check "re-planning with no device left exits 2" '[ $rc -eq 2 ] && grep -q "no device would be left" "$tmp/none.log"'

@@ -376,4 +376,39 @@ bounded "launcher place --nprocs 100000" "--nprocs: Value 100000 not in range 1 
   "$exe" launcher place --plan "$tmp/plan.pb" --nprocs 100000
 bounded "submit --iterations 0" "--iterations: Value 0 not in range 1 to 1073741824" \
   "$exe" submit --nodes 127.0.0.1:9 --plan "$tmp/plan.pb" --iterations 0
+
+# Checkpoint flags that would do nothing are refused before anything runs, naming both flags;
+# --resume on a directory without a checkpoint names it; --resume-if-present starts fresh there.
+refused() {  # NAME TEXT COMMAND...: the command exits 2 and its stderr has TEXT
+  local name=$1 want=$2
+  shift 2
+  err=$(timeout 20 "$@" 2>&1 >/dev/null); rc=$?
+  check "$name exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "$want"'
+}
+refused "run --checkpoint-every without --checkpoint-dir" \
+  "--checkpoint-every 2 needs --checkpoint-dir" \
+  "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" --coordinator 127.0.0.1:9 \
+  --checkpoint-every 2
+refused "submit -- --checkpoint-every without --checkpoint-dir" \
+  "--checkpoint-every 3 needs --checkpoint-dir" \
+  "$exe" submit --nodes 127.0.0.1:9 --plan "$tmp/plan.pb" -- --checkpoint-every 3
+refused "run --resume with --resume-if-present" "--resume excludes --resume-if-present" \
+  "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" --coordinator 127.0.0.1:9 \
+  --resume "$tmp/none" --resume-if-present "$tmp/none"
+refused "run --resume of a directory without a checkpoint" \
+  "--resume $tmp/no-ck: no checkpoint in '$tmp/no-ck'" \
+  "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" --coordinator 127.0.0.1:9 \
+  --resume "$tmp/no-ck"
+"$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 1 \
+  --batch 16 --micro-batches 2 --optimizer adam --out "$tmp/one.pb" >/dev/null
+one() {
+  timeout 60 "$exe" run --plan "$tmp/one.pb" --rank 0 --world-size 1 --coordinator 127.0.0.1:0 \
+    --checkpoint-dir "$tmp/rip" --checkpoint-every 1 --resume-if-present "$tmp/rip" "$@"
+}
+err=$(one --iterations 2 2>&1 >/dev/null); rc=$?
+check "run --resume-if-present without a checkpoint starts at iteration 0 with one warning" \
+  '[ $rc -eq 0 ] && [ "$(echo "$err" | grep -c "no checkpoint there yet")" -eq 1 ] && [ -f "$tmp/rip/LATEST" ] && ! echo "$err" | grep -q resuming'
+err=$(one --iterations 4 2>&1 >/dev/null); rc=$?
+check "run --resume-if-present with a checkpoint resumes from it" \
+  '[ $rc -eq 0 ] && echo "$err" | grep -q "resuming after iteration 1 from" && ! echo "$err" | grep -q "no checkpoint"'
 exit $fail

@@ -612,6 +612,31 @@ TEST_CASE("GetStatus shows each rank's iteration and instruction, and metrics ar
   CHECK(metrics[0].iterations(1).loss() == 2.25);
 }
 
+TEST_CASE("the coordinator keeps only each rank's newest metrics however long the job runs",
+          "[control]") {
+  auto coordinator = start_coordinator(2);
+  auto clients = register_all(*coordinator, 2);
+  constexpr int kIterations = 5000;
+  for (int i = 0; i < kIterations; i += 100) {
+    std::vector<pb::IterationMetrics> batch;
+    for (int k = i; k < i + 100; ++k) {
+      pb::IterationMetrics& m = batch.emplace_back();
+      m.set_iteration(k);
+      m.set_loss(1.0 + k);
+    }
+    REQUIRE(clients[1]->report_metrics(1, batch).ok());
+  }
+  const auto metrics = coordinator->metrics();
+  REQUIRE(metrics.size() == 1);
+  const auto kept = static_cast<int>(exec::Coordinator::kMetricsKept);
+  REQUIRE(metrics[0].iterations_size() == kept);
+  CHECK(metrics[0].iterations(0).iteration() == kIterations - kept);
+  CHECK(metrics[0].iterations(kept - 1).iteration() == kIterations - 1);
+  auto status = clients[0]->get_status();
+  REQUIRE(status.ok());
+  CHECK(status->ranks(1).loss_iteration() == kIterations - 1);
+}
+
 TEST_CASE("the job completes when every rank finishes, and finished ranks may go silent",
           "[control]") {
   constexpr auto kTimeout = 300ms;

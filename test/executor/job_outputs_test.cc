@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -161,6 +162,58 @@ TEST_CASE("the summary gives iterations, mean and median samples/s and predicted
   CHECK(summary.find(" p50 over 3 logged windows; predicted 1000.0 samples/s, measured (mean) / "
                      "predicted = ") != std::string::npos);
   CHECK(captured.text().find(summary) != std::string::npos);
+}
+
+TEST_CASE("the windows' median is exact for a few windows and within 0.1% for many") {
+  RateSummary few;
+  for (double r : {1.0, 5.0, 3.0, 2.0}) few.add(r);
+  CHECK(few.median() == 2.5);
+  CHECK(few.mean() == 2.75);
+  few.add(4.0);
+  CHECK(few.median() == 3.0);
+
+  // A long job: its windows' rates in bounded memory, not one number per window.
+  RateSummary many;
+  std::vector<double> rates;
+  uint64_t x = 12345;
+  double sum = 0;
+  for (int i = 0; i < 200000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const double r = 1000.0 + static_cast<double>(x >> 40) / static_cast<double>(1 << 24) * 2000.0;
+    rates.push_back(r);
+    sum += r;
+    many.add(r);
+  }
+  std::sort(rates.begin(), rates.end());
+  const double exact = (rates[99999] + rates[100000]) / 2;
+  CHECK(many.count() == 200000);
+  CHECK(std::abs(many.mean() - sum / 200000) < 1e-6 * many.mean());
+  CHECK(std::abs(many.median() - exact) < 1e-3 * exact);
+  // Rates between 1000 and 3000: ln(3) / ln(1.001) buckets, about 1100.
+  CHECK(many.stored() < 1200);
+}
+
+TEST_CASE("without a .json metrics file, rank 0 holds a bounded number of records however long") {
+  auto logger = log::get("exec");
+  const auto level = logger->level();
+  logger->set_level(spdlog::level::warn);  // 20,000 progress lines would only be noise
+  ProgressLog log(options("", 200000, 10));
+  REQUIRE(log.open(0).ok());
+  log.start();
+  for (int k = 0; k < 200000; ++k) report(log, k, 16);
+  log.finish();
+  logger->set_level(level);
+  // Before: one rate per window (20,000) stayed for the life of the job.
+  CHECK(log.retained() < 10000);
+  CHECK(log.summary().find("summary: 200000 iterations") == 0);
+  CHECK(log.summary().find(" over 20000 logged windows") != std::string::npos);
+
+  // A .json file is rewritten whole, so by design its entries stay.
+  ProgressLog json(options(temp_path("long.json"), 1000, 10));
+  REQUIRE(json.open(0).ok());
+  json.start();
+  for (int k = 0; k < 1000; ++k) report(json, k, 16);
+  CHECK(json.retained() >= 1000);
 }
 
 TEST_CASE("a stop between progress lines closes the open window at finish") {

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "checkpoint/checkpoint_files.h"
+#include "checkpoint/checkpoint_guard.h"
 #include "gp/model/model_io.h"
 #include "graphpipe/v1/checkpoint.pb.h"
 
@@ -64,6 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (files++ == 8) break;
     if (safe_name(t.file()) && t.file() != "MANIFEST.pbtxt") write(iter / t.file(), tensor);
   }
+  // A manifest's recorded stream, as a resume compares it (checkpoint_guard.h).
+  graphpipe::v1::CheckpointDataStream now;
+  now.set_mini_batch(static_cast<int64_t>(size));
+  (void)gp::exec::check_resume_stream(m, now, (size & 1) != 0, nullptr);
   (void)gp::exec::latest_checkpoint(dir.string());
   (void)gp::exec::clean_torn_checkpoints(dir.string());
   fs::remove_all(dir, ec);

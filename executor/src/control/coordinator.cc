@@ -118,7 +118,9 @@ struct RankRecord {
   std::optional<Clock::time_point> last_heartbeat;
   Clock::time_point liveness_since;  // monitor clock: completion time, then each heartbeat
   bool finished = false;
-  std::map<int64_t, pb::IterationMetrics> metrics;  // by iteration
+  // By iteration, the newest kMetricsKept only: status needs the last, and a job's history
+  // belongs in --metrics-out, not in rank 0's memory for the life of the job.
+  std::map<int64_t, pb::IterationMetrics> metrics;
   int64_t stop_proposal = -1;  // the iteration it finished when it first proposed a stop
   bool told_abort = false;     // it knows the job is aborted (it was told, or it failed)
 };
@@ -411,6 +413,7 @@ class CoordinatorCore {
       std::lock_guard lock(mu_);
       auto& metrics = ranks_[req.rank()].metrics;
       for (const pb::IterationMetrics& m : req.iterations()) metrics[m.iteration()] = m;
+      while (metrics.size() > Coordinator::kMetricsKept) metrics.erase(metrics.begin());
     }
     if (options_.on_metrics) options_.on_metrics(req);  // outside the lock: it may log
     return ok_status();

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
@@ -97,7 +98,9 @@ class Coordinator {
   // Every rank's last status, as GetStatus returns it.
   graphpipe::v1::GetStatusResponse status() const;
   // Reported iteration metrics: one entry per rank that reported (ascending rank), holding its
-  // iterations in ascending order; a re-reported iteration replaces the earlier report.
+  // newest kMetricsKept iterations in ascending order (memory stays flat however long the job
+  // runs); a re-reported iteration replaces the earlier report.
+  static constexpr size_t kMetricsKept = 16;
   std::vector<graphpipe::v1::ReportMetricsRequest> metrics() const;
 
   // Stops the heartbeat monitor and the server; blocked calls return UNAVAILABLE. Idempotent.

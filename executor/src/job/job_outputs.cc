@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string_view>
 #include <utility>
 
@@ -20,6 +21,50 @@
 namespace gp::exec::daemon {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+// RateSummary's buckets: 0.1% wide; rates of 0 (a window without wall time) get their own.
+constexpr int64_t kZeroBucket = std::numeric_limits<int64_t>::min();
+const double kLogBucketWidth = std::log1p(0.001);
+}  // namespace
+
+void RateSummary::add(double rate) {
+  ++count_;
+  sum_ += rate;
+  if (buckets_.empty() && exact_.size() < kExact) {
+    exact_.push_back(rate);
+    return;
+  }
+  for (double r : exact_) add_to_buckets(r);
+  exact_.clear();
+  exact_.shrink_to_fit();
+  add_to_buckets(rate);
+}
+
+void RateSummary::add_to_buckets(double rate) {
+  const int64_t b =
+      rate > 0 ? static_cast<int64_t>(std::floor(std::log(rate) / kLogBucketWidth)) : kZeroBucket;
+  ++buckets_[b];
+}
+
+double RateSummary::median() const {
+  if (count_ == 0) return 0;
+  if (buckets_.empty()) {
+    std::vector<double> rates = exact_;
+    std::sort(rates.begin(), rates.end());
+    const size_t h = rates.size() / 2;
+    return rates.size() % 2 == 1 ? rates[h] : (rates[h - 1] + rates[h]) / 2;
+  }
+  // The bucket holding the middle window; its centre (geometric) stands for it.
+  int64_t seen = 0;
+  for (const auto& [b, n] : buckets_) {
+    seen += n;
+    if (2 * seen >= count_) {
+      return b == kZeroBucket ? 0 : std::exp((static_cast<double>(b) + 0.5) * kLogBucketWidth);
+    }
+  }
+  return 0;
+}
 
 ProgressLog::ProgressLog(ProgressOptions options) : o_(std::move(options)) {
   if (auto opt = Optimizer::create(o_.training); opt.ok()) optimizer_ = *opt;
@@ -112,7 +157,7 @@ void ProgressLog::close_window(Clock::time_point now) {
   }
   window_.clear();
   window_start_ = now;
-  window_rates_.push_back(rate);
+  window_rates_.add(rate);
   if (jsonl_ != nullptr && !jsonl_failed_) {
     const std::string line = metrics_line(last) + "\n";
     if (std::fputs(line.c_str(), jsonl_) < 0 || std::fflush(jsonl_) != 0) {
@@ -177,19 +222,16 @@ std::string ProgressLog::summary() const {
   return summary_locked();
 }
 
+size_t ProgressLog::retained() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.size() + complete_.size() + window_.size() + window_rates_.stored();
+}
+
 std::string ProgressLog::summary_locked() const {
-  std::vector<double> rates = window_rates_;
-  std::sort(rates.begin(), rates.end());
-  double mean = 0, p50 = 0;
-  if (!rates.empty()) {
-    for (double r : rates) mean += r;
-    mean /= static_cast<double>(rates.size());
-    const size_t h = rates.size() / 2;
-    p50 = rates.size() % 2 == 1 ? rates[h] : (rates[h - 1] + rates[h]) / 2;
-  }
+  const double mean = window_rates_.mean();
   std::string text = fmt::format(
       "summary: {} iterations, {:.1f} samples/s mean, {:.1f} p50 over {} logged windows", done_,
-      mean, p50, rates.size());
+      mean, window_rates_.median(), window_rates_.count());
   if (o_.predicted_samples_per_s > 0) {
     text += fmt::format("; predicted {:.1f} samples/s, measured (mean) / predicted = {:.2f}",
                         o_.predicted_samples_per_s, mean / o_.predicted_samples_per_s);

@@ -51,6 +51,27 @@ Result<std::vector<JobMetrics>> parse_metrics(const std::string& path, const std
 // The entries of the file at `path`; none when it does not exist.
 Result<std::vector<JobMetrics>> read_metrics_file(const std::string& path);
 
+// The samples/s of a job's logged windows: count, mean and median in bounded memory (one number
+// per window, kept for a job's whole life, would grow without end). The median is exact up to
+// kExact windows; past that it comes from buckets 0.1% wide, so it is within 0.1%.
+class RateSummary {
+ public:
+  static constexpr size_t kExact = 4096;
+  void add(double rate);
+  int64_t count() const { return count_; }
+  double mean() const { return count_ > 0 ? sum_ / static_cast<double>(count_) : 0; }
+  double median() const;
+  // Numbers held (tests: stays bounded).
+  size_t stored() const { return exact_.size() + buckets_.size(); }
+
+ private:
+  void add_to_buckets(double rate);
+  int64_t count_ = 0;
+  double sum_ = 0;
+  std::vector<double> exact_;           // every rate while there are at most kExact
+  std::map<int64_t, int64_t> buckets_;  // then: floor(log(rate) / log(1.001)) -> windows
+};
+
 struct ProgressOptions {
   int64_t mini_batch = 0;
   int loss_ranks = 0;  // ranks whose reports make an iteration complete
@@ -86,6 +107,9 @@ class ProgressLog {
   void finish();
   // The summary line finish() logs (tests).
   std::string summary() const;
+  // Per-iteration and per-window records held (tests: without a .json file it stays bounded
+  // however many iterations run).
+  size_t retained() const;
 
  private:
   struct Pending {
@@ -110,9 +134,9 @@ class ProgressLog {
   // This run's: every iteration for a .json file, else those of the open window (a long run's
   // history is in the .jsonl file, not in memory).
   std::map<int64_t, JobMetrics> complete_;
-  int64_t last_complete_ = -1;        // completions come in iteration order
-  std::vector<int64_t> window_;       // the open window's iterations
-  std::vector<double> window_rates_;  // samples/s of every closed window
+  int64_t last_complete_ = -1;   // completions come in iteration order
+  std::vector<int64_t> window_;  // the open window's iterations
+  RateSummary window_rates_;     // samples/s of every closed window
   int64_t done_ = 0;
   std::FILE* jsonl_ = nullptr;
   bool jsonl_failed_ = false;

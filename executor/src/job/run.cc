@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/checkpoint_guard.h"
 #include "control/control_client.h"
 #include "control/coordinator.h"
 #include "gp/common/logging.h"
@@ -73,6 +74,8 @@ class RankJob {
   Result<int> run() {
     GP_RETURN_IF_ERROR(prepare());
     GP_RETURN_IF_ERROR(connect());
+    // The job's other ranks check that the checkpoint directory's lock names this job.
+    if (dir_lock_ != nullptr) GP_RETURN_IF_ERROR(dir_lock_->record_job(registered_.job_id()));
     // From here on every rank is known to the coordinator: a failure is reported to it, so the
     // others learn of it within a heartbeat instead of waiting out their timeouts.
     heartbeat_ = std::make_unique<Heartbeat>(*client_, session_->runner(), plan(), o_.rank,
@@ -180,11 +183,41 @@ class RankJob {
   }
 
   Status prepare_resume() {
+    // Rank 0 commits checkpoints: it holds the directory for the job, before anything is read
+    // or removed there, and checks that a resume continues the checkpoint's seed and data.
+    if (o_.rank == 0 && !o_.checkpoint_dir.empty()) {
+      GP_ASSIGN_OR_RETURN(dir_lock_,
+                          CheckpointDirLock::acquire(o_.checkpoint_dir, "--checkpoint-dir"));
+    }
+    if (o_.rank == 0 &&
+        (!o_.checkpoint_dir.empty() || !o_.resume.empty() || !o_.resume_optional.empty())) {
+      GP_ASSIGN_OR_RETURN(stream_, data_stream(plan().training().seed(), o_.data, !o_.no_shuffle,
+                                               plan().mini_batch()));
+    }
+    // --resume-if-present (a requeued job's first attempt has nothing to resume): every rank
+    // sees the same files, and none is written before every rank has registered, so all agree.
+    if (!o_.resume_optional.empty()) {
+      if (holds_checkpoint(o_.resume_optional)) {
+        o_.resume = o_.resume_optional;
+      } else if (o_.rank == 0) {
+        log_->warn("--resume-if-present {}: no checkpoint there yet; starting from iteration 0",
+                   o_.resume_optional);
+      }
+    }
     // The checkpoint the job resumes from: every rank checks every file of it, so all of them
     // pick the same one (a damaged newest checkpoint falls back to the previous one).
     if (!o_.resume.empty()) {
       std::vector<std::string> warnings;
-      GP_ASSIGN_OR_RETURN(manifest_, latest_checkpoint(o_.resume, &warnings));
+      auto found = latest_checkpoint(o_.resume, &warnings);
+      if (found.status().code() == StatusCode::kNotFound) {
+        return Status(StatusCode::kNotFound,
+                      "--resume " + o_.resume + ": " + found.status().message() +
+                          "; --resume-if-present starts from iteration 0 when there is none");
+      }
+      GP_ASSIGN_OR_RETURN(manifest_, std::move(found));
+      if (o_.rank == 0) {
+        GP_RETURN_IF_ERROR(check_resume_stream(manifest_, stream_, o_.allow_new_seed, &warnings));
+      }
       for (const auto& w : warnings) {
         if (o_.rank == 0) log_->warn("{}", w);
       }
@@ -309,11 +342,14 @@ class RankJob {
   // Every part is on disk before rank 0 declares the checkpoint complete.
   Status checkpoint(int it) {
     const std::string& run_id = registered_.job_id();
+    if (o_.rank != 0 && session_->checkpoint_writer()) {
+      GP_RETURN_IF_ERROR(check_lock_holder(o_.checkpoint_dir, run_id, "--checkpoint-dir"));
+    }
     GP_RETURN_IF_ERROR(session_->write_checkpoint_part(o_.checkpoint_dir, it, run_id));
     GP_RETURN_IF_ERROR(
         client_->barrier(o_.rank, "checkpoint-" + std::to_string(it), barrier_timeout_));
     if (o_.rank == 0) {
-      GP_RETURN_IF_ERROR(session_->commit_checkpoint(o_.checkpoint_dir, it, run_id));
+      GP_RETURN_IF_ERROR(session_->commit_checkpoint(o_.checkpoint_dir, it, run_id, &stream_));
       log_->info("checkpoint after iteration {} in {}", it, o_.checkpoint_dir);
       // Every rank reported its iterations before the barrier: the file matches the checkpoint.
       if (coordinator_) GP_RETURN_IF_ERROR(progress_->write_metrics());
@@ -335,7 +371,7 @@ class RankJob {
     graphpipe::v1::IterationMetrics m;
     m.set_iteration(it);
     m.set_loss(loss);
-    m.set_time_s(times_.back());
+    m.set_time_s(last_time_s_);
     const double grad_norm = session_->runner().grad_norm();
     if (!std::isnan(grad_norm)) m.set_grad_norm(grad_norm);  // computed with clipping only
     return client_->report_metrics(o_.rank, {m});
@@ -359,8 +395,8 @@ class RankJob {
       failed_iteration_ = it;
       const auto start = Clock::now();
       GP_ASSIGN_OR_RETURN(const double loss, session_->run_iteration(it));
-      times_.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-      heartbeat_->set_samples_per_s(static_cast<double>(plan().mini_batch()) / times_.back());
+      last_time_s_ = std::chrono::duration<double>(Clock::now() - start).count();
+      heartbeat_->set_samples_per_s(static_cast<double>(plan().mini_batch()) / last_time_s_);
       GP_RETURN_IF_ERROR(report_loss(it, loss));
       // A requested stop: propose this boundary, then ask at each one until every rank has.
       if (stop_after < 0 && heartbeat_->stop_requested()) {
@@ -472,6 +508,8 @@ class RankJob {
   std::unique_ptr<RankSession> session_;
   int first_iteration_ = 0;
   graphpipe::v1::CheckpointManifest manifest_;
+  std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0 with --checkpoint-dir
+  graphpipe::v1::CheckpointDataStream stream_;   // rank 0: what its checkpoints record
   int kill_at_ = -1;
   const Transport* transport_ = nullptr;  // from the transport table (data_plane.h)
   NcclLayout nccl_plan_;
@@ -487,10 +525,26 @@ class RankJob {
   std::unique_ptr<Heartbeat> heartbeat_;
   int64_t failed_iteration_ = -1;
   bool nonfinite_ = false;
-  std::vector<double> times_;  // of the iterations this run completed
+  double last_time_s_ = 0;  // of the last iteration (nothing per iteration is kept)
 };
 
 }  // namespace
+
+bool holds_checkpoint(const std::string& dir) {
+  // latest_checkpoint's NOT_FOUND, without reading anything: a damaged checkpoint counts, so
+  // that resuming refuses it rather than starting over beside it.
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "LATEST", ec)) return true;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > 5 && name.starts_with("iter-") &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos &&
+        std::filesystem::exists(it->path() / "MANIFEST.pbtxt", ec)) {
+      return true;
+    }
+  }
+  return false;
+}
 
 Result<int> run_rank(const RunOptions& options) {
   RankJob job(options);

@@ -31,6 +31,8 @@ struct RunOptions {
   std::string checkpoint_dir;    // write checkpoints here ...
   int checkpoint_every = 0;      // ... after every this many iterations (0: never)
   std::string resume;            // start from the newest checkpoint in this directory
+  std::string resume_optional;   // --resume-if-present: as resume, or start fresh (a warning)
+  bool allow_new_seed = false;   // resume even when the seed or data stream differs (a warning)
   std::string data;              // training data: one <input op id>.npy per graph input
   bool no_shuffle = false;       // with data: file order every epoch
   int log_every = 1;             // rank 0: a progress line per this many iterations
@@ -52,6 +54,10 @@ struct CoordinatorRunOptions {
   TlsOptions tls;
   int timeout_s = 30;
 };
+
+// Whether `dir` holds a checkpoint to resume from (a LATEST file or a complete iter-N, checked
+// or not): what --resume-if-present and the launcher go by. A missing directory holds none.
+bool holds_checkpoint(const std::string& dir);
 
 // Exit codes of `run` beside gp::cli's: a non-finite loss, and a stop asked for by a signal.
 constexpr int kExitNonFiniteLoss = 3;

@@ -12,6 +12,7 @@
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
+#include "job/run.h"
 #include "launch/launch.h"
 #include "runtime/checkpoint.h"
 
@@ -67,6 +68,7 @@ LauncherCommands::LauncherCommands(CLI::App& app)
   add_clean();
   add_next();
   add_tls();
+  add_resume();
 }
 
 void LauncherCommands::add_hosts() {
@@ -179,6 +181,17 @@ void LauncherCommands::add_tls() {
   tls_->add_option("--tls-ca", tls_options_.ca, "PEM CA certificate(s)");
 }
 
+void LauncherCommands::add_resume() {
+  resume_ = cmd_->add_subcommand(
+      "resume",
+      "Before the first attempt of --resume or --resume-if-present: print `resume 1` when the "
+      "checkpoint directory holds a checkpoint; else refuse (--resume), or print `resume 0` and "
+      "`message TEXT` (--if-present: the job starts from iteration 0)");
+  resume_->add_option("--checkpoint-dir", checkpoint_dir_, "the job's checkpoint directory")
+      ->required();
+  resume_->add_flag("--if-present", if_present_, "no checkpoint: start fresh rather than refuse");
+}
+
 int LauncherCommands::run() { return gp::cli::report("graphpipe-launch", decide()); }
 
 Status LauncherCommands::decide() const {
@@ -188,6 +201,7 @@ Status LauncherCommands::decide() const {
   if (blame_->parsed()) return blame();
   if (clean_->parsed()) return clean();
   if (tls_->parsed()) return tls();
+  if (resume_->parsed()) return resume();
   return next();
 }
 
@@ -197,6 +211,24 @@ Status LauncherCommands::tls() const {
   emit("cert", abs.cert);
   emit("key", abs.key);
   emit("ca", abs.ca);
+  return ok_status();
+}
+
+Status LauncherCommands::resume() const {
+  if (holds_checkpoint(checkpoint_dir_)) {
+    emit("resume", "1");
+    return ok_status();
+  }
+  // Refused once here, rather than by every rank after it started.
+  const std::string none = "no checkpoint in '" + checkpoint_dir_ +
+                           "' (--checkpoint-dir: no LATEST file and no complete iter-N)";
+  if (!if_present_) {
+    return Status(StatusCode::kNotFound, "--resume: " + none +
+                                             "; --resume-if-present starts from iteration 0 when "
+                                             "there is none");
+  }
+  emit("resume", "0");
+  emit("message", "--resume-if-present: " + none + "; starting from iteration 0");
   return ok_status();
 }
 

@@ -29,6 +29,7 @@ class LauncherCommands final : public Command {
   void add_clean();
   void add_next();
   void add_tls();
+  void add_resume();
 
   // The decision of the subcommand that was parsed.
   Status decide() const;
@@ -39,16 +40,17 @@ class LauncherCommands final : public Command {
   Status clean() const;
   Status next() const;
   Status tls() const;
+  Status resume() const;
 
   CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
-           *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr;
+           *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr, *resume_ = nullptr;
   TlsOptions tls_options_;
   std::string plan_, hostfile_, hostfile_name_, device_ = "cpu", cuda_visible_devices_,
                                                 verdict_file_;
   std::string on_failure_ = "stop", checkpoint_dir_, store_dir_;
   int nprocs_ = 0, stop_signal_ = 0, attempt_ = 0, max_restarts_ = 3, exit_status_ = 0;
   int failed_rank_ = -1;
-  bool slurm_ = false;
+  bool slurm_ = false, if_present_ = false;
   std::vector<int> exit_statuses_, stopped_;
 };
 

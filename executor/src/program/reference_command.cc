@@ -1,9 +1,11 @@
 // graphpipe-executor reference: trains in one process without pipelining, the numerical
 // reference that every plan must reproduce.
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
+#include "checkpoint/checkpoint_guard.h"
 #include "commands.h"
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
@@ -113,10 +115,16 @@ gp::Status write_checkpoint(const ReferenceOptions& o, const gp::model::Graph& g
                             gp::exec::ReferenceTrainer& trainer) {
   const int64_t last = o.iterations - 1;
   const std::string run_id = "reference-" + gp::utc_now_iso8601();
+  std::error_code ec;
+  std::filesystem::create_directories(o.checkpoint_dir, ec);  // for its lock file
+  GP_ASSIGN_OR_RETURN(const auto lock,
+                      gp::exec::CheckpointDirLock::acquire(o.checkpoint_dir, "--checkpoint-dir"));
+  GP_ASSIGN_OR_RETURN(const auto stream,
+                      gp::exec::data_stream(training.seed(), o.data, !o.no_shuffle, o.batch));
   GP_RETURN_IF_ERROR(gp::exec::write_stage_checkpoint(o.checkpoint_dir, last, graph,
                                                       trainer.mutable_runner(), run_id));
-  GP_RETURN_IF_ERROR(
-      gp::exec::commit_checkpoint(o.checkpoint_dir, last, graph, "reference", training, run_id));
+  GP_RETURN_IF_ERROR(gp::exec::commit_checkpoint(o.checkpoint_dir, last, graph, "reference",
+                                                 training, run_id, &stream));
   gp::log::get("exec")->info("checkpoint of iteration {} written to {}", last, o.checkpoint_dir);
   return gp::ok_status();
 }

@@ -29,6 +29,9 @@ class RunCommand final : public Command {
     if (auto st = read_token_file(token_file_, &o_.auth_token); !st.ok()) {
       return gp::cli::report("graphpipe-executor", st);
     }
+    if (auto st = check_checkpoint_flags(o_.checkpoint_every, o_.checkpoint_dir); !st.ok()) {
+      return gp::cli::report("graphpipe-executor", st);
+    }
     auto exit_code = run_rank(o_);
     if (!exit_code.ok()) return gp::cli::report("graphpipe-executor", exit_code.status());
     return *exit_code;
@@ -110,9 +113,17 @@ class RunCommand final : public Command {
                      "checkpoint after every K iterations (0: never)")
         ->capture_default_str();
     add_data_options(cmd_, o_.data, o_.no_shuffle);
-    cmd_->add_option("--resume", o_.resume,
-                     "continue from the newest checkpoint in this directory; any plan of the same "
-                     "model may resume (e.g. one re-planned for fewer devices)");
+    auto* resume = cmd_->add_option(
+        "--resume", o_.resume,
+        "continue from the newest checkpoint in this directory; any plan of the same model may "
+        "resume (e.g. one re-planned for fewer devices); exits 2 when it holds none");
+    cmd_->add_option("--resume-if-present", o_.resume_optional,
+                     "as --resume when this directory holds a checkpoint, else start from "
+                     "iteration 0 with a warning (a requeued job: Megatron's --load)")
+        ->excludes(resume);
+    cmd_->add_flag("--allow-new-seed", o_.allow_new_seed,
+                   "resume even when the plan's seed, the data, its shuffling or the sample "
+                   "position differ from the checkpoint's (by default refused, naming both)");
     cmd_->add_option("--log-every", o_.log_every,
                      "rank 0: log iteration, loss, samples/s and ms/iteration over those N, lr, "
                      "gradient norm (with clipping) and ETA every N iterations as they complete")

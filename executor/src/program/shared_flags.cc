@@ -106,6 +106,19 @@ gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
   return model;
 }
 
+gp::Status check_checkpoint_flags(int64_t checkpoint_every, const std::string& checkpoint_dir) {
+  if (checkpoint_every < 0) {
+    return gp::invalid_argument("--checkpoint-every = " + std::to_string(checkpoint_every) +
+                                ", must be >= 0");
+  }
+  if (checkpoint_every > 0 && checkpoint_dir.empty()) {
+    return gp::invalid_argument("--checkpoint-every " + std::to_string(checkpoint_every) +
+                                " needs --checkpoint-dir (where the checkpoints go); without it "
+                                "none would be written");
+  }
+  return gp::ok_status();
+}
+
 gp::Status nonfinite_loss(double loss, int64_t iteration) {
   return gp::Status(gp::StatusCode::kOutOfRange,
                     fmt::format("the loss is {} at iteration {}; --allow-nonfinite trains on",

@@ -37,6 +37,9 @@ gp::Result<graphpipe::v1::ModelGraph> model_or_plan(const std::string& command,
                                                     const std::string& plan_flag,
                                                     graphpipe::v1::Plan* plan);
 
+// --checkpoint-every K > 0 writes into --checkpoint-dir: without it, nothing would be written.
+gp::Status check_checkpoint_flags(int64_t checkpoint_every, const std::string& checkpoint_dir);
+
 // A NaN or infinite loss stops training with exit 3, as `run` does, unless --allow-nonfinite.
 gp::Status nonfinite_loss(double loss, int64_t iteration);
 

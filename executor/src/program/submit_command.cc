@@ -1,5 +1,8 @@
 // graphpipe-executor submit: a plan run on node daemons (run_submit in node_submit.cc); its
 // flags.
+#include <charconv>
+#include <string>
+
 #include "commands.h"
 #include "gp/common/cli.h"
 #include "node/node_daemon.h"
@@ -39,9 +42,39 @@ class SubmitCommand final : public Command {
     cmd_->add_option("extra", o_.extra, "-- then executor run flags for every rank");
   }
 
-  int run() override { return gp::cli::report("graphpipe-executor", run_submit(o_)); }
+  int run() override {
+    if (auto st = check_extra_checkpoint_flags(); !st.ok()) {
+      return gp::cli::report("graphpipe-executor", st);
+    }
+    return gp::cli::report("graphpipe-executor", run_submit(o_));
+  }
 
  private:
+  // The ranks' checkpoint flags, checked here once rather than by every rank on every node.
+  gp::Status check_extra_checkpoint_flags() const {
+    int64_t every = 0;
+    std::string dir;
+    for (size_t i = 0; i < o_.extra.size(); ++i) {
+      const std::string& a = o_.extra[i];
+      const size_t eq = a.find('=');
+      const std::string flag = a.substr(0, eq);
+      if (flag != "--checkpoint-every" && flag != "--checkpoint-dir") continue;
+      std::string value;
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+      } else if (i + 1 < o_.extra.size()) {
+        value = o_.extra[++i];
+      }
+      if (flag == "--checkpoint-dir") {
+        dir = value;
+      } else if (auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), every);
+                 ec != std::errc() || end != value.data() + value.size()) {
+        return gp::invalid_argument("--checkpoint-every = '" + value + "', expected a number");
+      }
+    }
+    return check_checkpoint_flags(every, dir);
+  }
+
   SubmitOptions o_;
 };
 

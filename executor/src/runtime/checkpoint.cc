@@ -62,7 +62,8 @@ Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const m
 
 Status commit_checkpoint(const std::string& dir, int64_t iteration, const model::Graph& graph,
                          const std::string& plan_hash,
-                         const graphpipe::v1::TrainingConfig& training, const std::string& run_id) {
+                         const graphpipe::v1::TrainingConfig& training, const std::string& run_id,
+                         const graphpipe::v1::CheckpointDataStream* stream) {
   GP_ASSIGN_OR_RETURN(Optimizer optimizer, Optimizer::create(training));
   const std::string out = iter_dir(dir, iteration);
   CheckpointManifest m;
@@ -73,6 +74,10 @@ Status commit_checkpoint(const std::string& dir, int64_t iteration, const model:
   m.set_iteration(iteration);
   m.set_optimizer(training.optimizer());
   m.set_created(utc_now_iso8601());
+  if (stream != nullptr) {
+    *m.mutable_stream() = *stream;
+    m.mutable_stream()->set_samples_consumed((iteration + 1) * stream->mini_batch());
+  }
   for (const auto& op : graph.ops()) {
     const int64_t n = op.cost.param_count;  // elements of all its parameters
     if (n == 0) continue;

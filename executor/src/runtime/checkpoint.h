@@ -30,10 +30,12 @@ Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const m
 
 // Once every rank has written its part: checks that every operator of the model with parameters
 // has its file, writes the manifest, then points LATEST at it and removes checkpoints older
-// than the previous one.
+// than the previous one. `stream` (checkpoint_guard.h: data_stream), when given, is recorded with
+// samples_consumed = (iteration + 1) * its mini-batch, for a resume to check.
 Status commit_checkpoint(const std::string& dir, int64_t iteration, const model::Graph& graph,
                          const std::string& plan_hash,
-                         const graphpipe::v1::TrainingConfig& training, const std::string& run_id);
+                         const graphpipe::v1::TrainingConfig& training, const std::string& run_id,
+                         const graphpipe::v1::CheckpointDataStream* stream = nullptr);
 
 // Loads the runner's operators from the checkpoint. The model must be the one checkpointed and
 // the optimizer the same kind (the state layout); every file is checked.

@@ -52,9 +52,10 @@ Status RankSession::write_checkpoint_part(const std::string& dir, int64_t iterat
 }
 
 Status RankSession::commit_checkpoint(const std::string& dir, int64_t iteration,
-                                      const std::string& run_id) const {
+                                      const std::string& run_id,
+                                      const graphpipe::v1::CheckpointDataStream* stream) const {
   return exec::commit_checkpoint(dir, iteration, graph(), model::message_hash(plan()),
-                                 plan().training(), run_id);
+                                 plan().training(), run_id, stream);
 }
 
 Result<LocalRunResult> run_plan_locally(const graphpipe::v1::Plan& plan, int iterations,

@@ -70,9 +70,10 @@ class RankSession {
   // (else nothing). Every rank's part must be on disk before rank 0 calls commit_checkpoint.
   Status write_checkpoint_part(const std::string& dir, int64_t iteration,
                                const std::string& run_id);
-  // Declares checkpoint `iteration` complete (rank 0, after every part is written).
-  Status commit_checkpoint(const std::string& dir, int64_t iteration,
-                           const std::string& run_id) const;
+  // Declares checkpoint `iteration` complete (rank 0, after every part is written), recording the
+  // seed and data `stream` when given.
+  Status commit_checkpoint(const std::string& dir, int64_t iteration, const std::string& run_id,
+                           const graphpipe::v1::CheckpointDataStream* stream = nullptr) const;
 
  private:
   RankSession() = default;
