@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "gp/common/cli.h"
+#include "gp/common/cli_hints.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    if (rc != 0) gp::cli::print_hints("graphpipe-plan", app, app.remaining(true));
     return rc == 0 ? gp::cli::kExitOk : gp::cli::kExitBadInput;
   }
   if (auto st = gp::log::init("graphpipe-plan", log_level); !st.ok()) {

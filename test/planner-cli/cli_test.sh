@@ -340,6 +340,11 @@ ln -sf /dev/zero "$tmp/zero.pbtxt"  # a device never ends: refused, not read
 err=$(timeout 20 "$bin" model-info --model "$tmp/zero.pbtxt" 2>&1 >/dev/null); rc=$?
 fifo_named="'$tmp/zero.pbtxt' is a character device, not a regular file"
 check "model-info --model of a device exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "$fifo_named"'
+# A misspelt flag or subcommand: CLI11's refusal, then what was meant.
+err=$("$bin" search --model zoo:tiny-mmt --batch 16 --out "$tmp/x.pb" --optimzer sgd 2>&1 >/dev/null); rc=$?
+check "a misspelt flag exits 2 suggesting the flag" '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "did you mean '"'"'--optimizer'"'"'?"'
+err=$("$bin" serach --model zoo:tiny-mmt 2>&1 >/dev/null); rc=$?
+check "a misspelt subcommand exits 2 suggesting the subcommand" '[ $rc -eq 2 ] && echo "$err" | grep -qF "did you mean '"'"'search'"'"'?"'
 for d in 0 -3; do
   err=$("$bin" replan --plan "$tmp/lowered.pb" --exclude-ranks 0 --devices "$d" --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
   check "replan --devices $d exits 2 naming the flag and the range" \

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "gp/common/cli.h"
+#include "gp/common/cli_hints.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
 #include "gp/exec/device.h"
@@ -80,6 +81,7 @@ int main(int raw_argc, char** raw_argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
+    if (rc != 0) gp::cli::print_hints("graphpipe-executor", app, app.remaining(true));
     return rc == 0 ? gp::cli::kExitOk : gp::cli::kExitBadInput;
   }
   if (auto st = gp::log::init("graphpipe-executor", log_level); !st.ok()) {
