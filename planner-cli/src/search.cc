@@ -427,6 +427,9 @@ class Search {
   Result<PlanFound> simulate_trial(bool chain, std::vector<StageAssignment> trial) const;
   // The same without a progress line (the improvement search reports its own).
   Result<PlanFound> simulate_stages(bool chain, std::vector<StageAssignment> trial) const;
+  // A move's plan (improve.h), simulated: throughput -1 also when no lowering accepts its stages
+  // (a chain a tensor would flow back along), which a move may make; other errors stay errors.
+  Result<PlanFound> simulate_move(const StagePlan& move) const;
   // `t` replaces `f` when it simulates more than `factor` times faster.
   static bool keep_if_faster(PlanFound t, PlanFound& f, double factor = 1.002);
   // The better of the refined best plan and runner-up, into best_.
@@ -780,6 +783,12 @@ Result<PlanFound> Search::simulate_stages(bool chain, std::vector<StageAssignmen
   return t;
 }
 
+Result<PlanFound> Search::simulate_move(const StagePlan& move) const {
+  auto t = simulate_stages(move.chain, move.stages);
+  if (!t.ok() && t.status().code() == StatusCode::kInvalidArgument) return PlanFound{};
+  return t;
+}
+
 bool Search::keep_if_faster(PlanFound t, PlanFound& f, double factor) {
   if (t.throughput <= f.throughput * factor) return false;
   t.plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
@@ -896,10 +905,8 @@ Result<int> Search::split_onto_idle_devices(PlanFound& f) const {
       std::optional<Neighbour> n = moves.get(i);
       if (!n) continue;
       ++trials;
-      auto t = simulate_trial(n->plan.chain, std::move(n->plan.stages));
-      if (!t.ok() && t.status().code() == StatusCode::kInvalidArgument) continue;  // a chain
-      GP_RETURN_IF_ERROR(t.status());
-      if (t->throughput > fastest.throughput) fastest = std::move(t).value();
+      GP_ASSIGN_OR_RETURN(PlanFound t, simulate_move(n->plan));
+      if (t.throughput > fastest.throughput) fastest = std::move(t);
     }
     const bool chain = f.chain;
     if (!keep_if_faster(std::move(fastest), f)) break;
@@ -1061,11 +1068,8 @@ MoveSpace Search::move_space() const {
 
 Status Search::improve(PlanFound& f) {
   const TrialFn trial = [this](const StagePlan& p) -> Result<TrialOutcome> {
-    auto t = simulate_stages(p.chain, p.stages);
-    // A move may make a plan no lowering accepts (a chain a tensor would flow back along).
-    if (!t.ok() && t.status().code() == StatusCode::kInvalidArgument) return TrialOutcome{};
-    GP_RETURN_IF_ERROR(t.status());
-    return TrialOutcome{t->throughput, t->simulation.events_processed};
+    GP_ASSIGN_OR_RETURN(const PlanFound t, simulate_move(p));
+    return TrialOutcome{t.throughput, t.simulation.events_processed};
   };
   const ImproveProgress progress = [this](const std::string& line) {
     if (req_.progress) req_.progress(0, 0, line);
