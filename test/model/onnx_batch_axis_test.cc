@@ -4,62 +4,25 @@
 // each checked for the per-sample ops and shapes it maps to (numerics against torch: the
 // timm_qkv, seq_first and window_fold exports of test/e2e/onnx_torch_test.cc); and refusals of
 // ops on the batch axis, naming the node and saying so.
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
-#include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "../support/models.h"
+#include "../support/onnx_builder.h"
 #include "gp/model/onnx_import.h"
 #include "onnx/onnx_pb.h"
 
 namespace gp::model {
 namespace {
 
-constexpr int kFloat = onnx::TensorProto::FLOAT;
-constexpr int kInt64 = onnx::TensorProto::INT64;
-
-// An ONNX graph written node by node; inputs have a symbolic batch first.
-struct Onnx {
-  onnx::ModelProto model;
-  Onnx() {
-    model.set_ir_version(8);
-    model.add_opset_import()->set_version(18);
-    model.mutable_graph()->set_name("g");
-  }
-  // dims with -1 where the symbolic batch is.
-  static void value(onnx::ValueInfoProto* vi, const std::string& name,
-                    const std::vector<int64_t>& dims) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(kFloat);
-    for (int64_t d : dims) {
-      auto* dim = tt->mutable_shape()->add_dim();
-      if (d < 0) {
-        dim->set_dim_param("batch");
-      } else {
-        dim->set_dim_value(d);
-      }
-    }
-  }
+// testing::OnnxBuilder with each tensor's dims given in full, -1 where the symbolic batch is
+// (these graphs move it), and the weights and views they write.
+struct Onnx : testing::OnnxBuilder {
   void input(const std::string& name, const std::vector<int64_t>& dims) {
-    value(model.mutable_graph()->add_input(), name, dims);
+    value_with_batch(model.mutable_graph()->add_input(), name, dims, testing::kOnnxFloat);
   }
   void output(const std::string& name, const std::vector<int64_t>& dims) {
-    value(model.mutable_graph()->add_output(), name, dims);
-  }
-  void init(const std::string& name, const std::vector<int64_t>& dims,
-            const std::vector<double>& values, int type = kFloat) {
-    auto* t = model.mutable_graph()->add_initializer();
-    t->set_name(name);
-    t->set_data_type(type);
-    for (int64_t d : dims) t->add_dims(d);
-    for (double v : values) {
-      if (type == kFloat) t->add_float_data(static_cast<float>(v));
-      if (type == kInt64) t->add_int64_data(static_cast<int64_t>(v));
-    }
+    value_with_batch(model.mutable_graph()->add_output(), name, dims, testing::kOnnxFloat);
   }
   // A weight of `count` elements (values that make no op trivial).
   void weight(const std::string& name, const std::vector<int64_t>& dims) {
@@ -70,28 +33,8 @@ struct Onnx {
     init(name, dims, v);
   }
   void ints(const std::string& name, const std::vector<int64_t>& v) {
-    init(name, {static_cast<int64_t>(v.size())}, std::vector<double>(v.begin(), v.end()), kInt64);
-  }
-  onnx::NodeProto* node(const std::string& type, const std::vector<std::string>& in,
-                        const std::vector<std::string>& out, const std::string& name) {
-    auto* n = model.mutable_graph()->add_node();
-    n->set_op_type(type);
-    n->set_name(name);
-    for (const auto& i : in) n->add_input(i);
-    for (const auto& o : out) n->add_output(o);
-    return n;
-  }
-  static void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INT);
-    a->set_i(v);
-  }
-  static void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
-    auto* a = n->add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::INTS);
-    for (int64_t x : v) a->add_ints(x);
+    init(name, {static_cast<int64_t>(v.size())}, std::vector<double>(v.begin(), v.end()),
+         testing::kOnnxInt64);
   }
   void transpose(const std::string& in, const std::string& out, const std::vector<int64_t>& perm) {
     attr(node("Transpose", {in}, {out}, out), "perm", perm);
@@ -100,28 +43,13 @@ struct Onnx {
     ints(out + ".shape", to);
     node("Reshape", {in, out + ".shape"}, {out}, out);
   }
-  Result<ModelGraph> import(std::vector<std::string>* warnings = nullptr) const {
-    static int counter = 0;
-    const std::string path =
-        std::filesystem::temp_directory_path() /
-        ("gp-batch-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".onnx");
-    std::ofstream(path, std::ios::binary) << model.SerializeAsString();
+  ModelGraph imported(std::vector<std::string>* warnings = nullptr) const {
     OnnxImportOptions options;
     options.warnings = warnings;
-    auto m = import_onnx(path, options);
-    std::filesystem::remove(path);
-    return m;
-  }
-  ModelGraph imported(std::vector<std::string>* warnings = nullptr) const {
-    auto m = import(warnings);
+    auto m = import(options);
     INFO(m.status().to_string());
     REQUIRE(m.ok());
     return *m;
-  }
-  std::string refusal() const {
-    auto m = import();
-    REQUIRE_FALSE(m.ok());
-    return m.status().message();
   }
 };
 
@@ -204,7 +132,7 @@ void timm_attention(Onnx* b, bool split) {
     }
   } else {
     for (int k = 0; k < 3; ++k) {
-      b->init(std::string("index") + names[k], {}, {static_cast<double>(k)}, kInt64);
+      b->init(std::string("index") + names[k], {}, {static_cast<double>(k)}, testing::kOnnxInt64);
       Onnx::attr(b->node("Gather", {"permuted", std::string("index") + names[k]}, {names[k]},
                          std::string(names[k]) + "_select"),
                  "axis", 0);

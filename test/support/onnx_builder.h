@@ -29,14 +29,27 @@ struct OnnxBuilder {
     model.add_opset_import()->set_version(opset);
     model.mutable_graph()->set_name("g");
   }
-  static void value(onnx::ValueInfoProto* vi, const std::string& name,
-                    const std::vector<int64_t>& dims, int type) {
+  // All of a tensor's dims, -1 where the symbolic batch is (at any axis, or none).
+  static void value_with_batch(onnx::ValueInfoProto* vi, const std::string& name,
+                               const std::vector<int64_t>& dims, int type) {
     vi->set_name(name);
     auto* tt = vi->mutable_type()->mutable_tensor_type();
     tt->set_elem_type(type);
     auto* shape = tt->mutable_shape();
-    shape->add_dim()->set_dim_param("batch");
-    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+    for (int64_t d : dims) {
+      if (d < 0) {
+        shape->add_dim()->set_dim_param("batch");
+      } else {
+        shape->add_dim()->set_dim_value(d);
+      }
+    }
+  }
+  // The symbolic batch first, then `dims`.
+  static void value(onnx::ValueInfoProto* vi, const std::string& name,
+                    const std::vector<int64_t>& dims, int type) {
+    std::vector<int64_t> all = {-1};
+    all.insert(all.end(), dims.begin(), dims.end());
+    value_with_batch(vi, name, all, type);
   }
   void input(const std::string& name, const std::vector<int64_t>& dims, int type = kOnnxFloat) {
     value(model.mutable_graph()->add_input(), name, dims, type);
