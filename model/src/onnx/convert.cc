@@ -226,24 +226,35 @@ std::optional<int64_t> Importer::feature_axis(int i, int64_t axis) {
   return a;
 }
 
-void Importer::softmax(int i, const std::string& id) {
+int64_t Importer::per_sample_rank(const std::string& name) const {
+  return sample_rank(name).value_or(*rank_of(name) - 1);
+}
+
+std::optional<int64_t> Importer::softmax_axis(int i) {
   const auto& n = g_.node(i);
-  auto x = activation(n.input(0));
-  if (!x) return refuse(i, "its input is not an activation");
-  // Before opset 13 Softmax defaults to axis 1 and flattens from there: the last axis only
+  // Before opset 13 (Log)Softmax defaults to axis 1 and flattens from there: the last axis only
   // when that is axis 1 of a 2-D tensor.
   const bool coerced = opset_ > 0 && opset_ < 13;
   const int64_t axis = attr_i(n, "axis", coerced ? 1 : -1);
   const auto a = feature_axis(i, axis);
-  if (!a) return;
-  // Per sample, the batch's folded dims included.
-  const int64_t rank = sample_rank(n.input(0)).value_or(*rank_of(n.input(0)) - 1);
+  if (!a) return std::nullopt;
+  const int64_t rank = per_sample_rank(n.input(0));
   if (coerced && *a != rank - 1) {
-    return refuse(i, "axis = " + std::to_string(axis) + " of a tensor of rank " +
-                         std::to_string(rank + 1) +
-                         " (before opset 13 Softmax flattens the axes from there: only the last "
-                         "axis maps)");
+    refuse(i, "axis = " + std::to_string(axis) + " of a tensor of rank " +
+                  std::to_string(rank + 1) + " (before opset 13 " + n.op_type() +
+                  " flattens the axes from there: only the last axis maps)");
+    return std::nullopt;
   }
+  return a;
+}
+
+void Importer::softmax(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto a = softmax_axis(i);
+  if (!a) return;
+  const int64_t rank = per_sample_rank(n.input(0));
   if (*a == rank - 1) {
     act_[n.output(0)] = b_.softmax(id, *x);
     return;
@@ -263,15 +274,8 @@ void Importer::log_softmax(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
-  const bool coerced = opset_ > 0 && opset_ < 13;
-  const int64_t axis = attr_i(n, "axis", coerced ? 1 : -1);
-  const auto a = feature_axis(i, axis);
+  const auto a = softmax_axis(i);
   if (!a) return;
-  if (coerced && *a != sample_rank(n.input(0)).value_or(*rank_of(n.input(0)) - 1) - 1) {
-    return refuse(i, "axis = " + std::to_string(axis) +
-                         " (before opset 13 LogSoftmax flattens the axes from there: only the "
-                         "last axis maps)");
-  }
   // x - max - log(sum(exp(x - max))), as torch computes it: a softmax followed by a log would
   // lose the small probabilities (log of an underflowed 0 is -inf).
   auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
@@ -293,7 +297,7 @@ void Importer::layer_norm(int i, const std::string& id) {
   const bool beta = n.input_size() > 2 && !n.input(2).empty();
   if (beta && !is_weight(n.input(2))) return refuse(i, "bias is not a weight");
   // Per sample, the batch's folded dims included.
-  const int64_t rank = sample_rank(n.input(0)).value_or(*rank_of(n.input(0)) - 1);
+  const int64_t rank = per_sample_rank(n.input(0));
   TensorRef in = *x;
   std::vector<int64_t> shape;
   if (*a != rank - 1) {

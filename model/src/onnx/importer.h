@@ -244,6 +244,11 @@ class Importer {
   // The per-sample axis of node i's `axis` (of its input 0); refuses node i for the batch axis,
   // an axis out of range or an input of unknown rank.
   std::optional<int64_t> feature_axis(int i, int64_t axis);
+  // Softmax's and LogSoftmax's axis per sample (feature_axis); refused (nullopt) when before
+  // opset 13 the axis they flatten from is not the last.
+  std::optional<int64_t> softmax_axis(int i);
+  // A tensor's per-sample rank, the batch's folded dims included.
+  int64_t per_sample_rank(const std::string& name) const;
   void add(int i, const std::string& id);
   void concat(int i, const std::string& id);
   void loop(int i, const std::string& id);  // refused, with why
