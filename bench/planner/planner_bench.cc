@@ -34,8 +34,8 @@
 #include "gp/model/graph.h"
 #include "gp/model/zoo.h"
 #include "gp/plan/plan_util.h"
+#include "gp/planner/iteration_bound.h"
 #include "gp/planner/search.h"
-#include "iteration_bound.h"
 #include "reference_plans.h"
 
 using namespace gp;
@@ -100,7 +100,7 @@ struct Row {
   // samples cannot pass the bound at k.
   std::vector<std::pair<int64_t, double>> kernel_batch_bounds;
   // Compute plus every op's optimizer step and all-reduce (iteration_bound.h).
-  bench::IterationBound iteration_bound;
+  planner::IterationBound iteration_bound;
   std::vector<Reference> references;
   double gp_speedup = NAN;      // graphpipe / best feasible baseline; NaN when undefined
   double search_speedup = NAN;  // sequential search time / graphpipe search time
@@ -141,7 +141,7 @@ void fill_bounds(Row& row, const bench::PlanningInputs& in) {
     if (row.mini_batch % k == 0) row.kernel_batch_bounds.emplace_back(k, bound_at(k));
   }
   row.iteration_bound =
-      bench::iteration_bound(g, *in.compute, in.cluster, in.training, row.mini_batch);
+      planner::iteration_bound(g, *in.compute, in.cluster, in.training, row.mini_batch);
 }
 
 // Runs search_plan for the first `num_strategies` strategies (the others stay "not run") and
@@ -344,7 +344,7 @@ void print_main_table(const std::vector<Row>& rows) {
         std::isnan(r.gp_uniform_mb)
             ? "-"
             : fmt("%.1f", r.gp_uniform_mb) + " " + ratio_text(r.gp_uniform_mb_speedup);
-    const bench::IterationBound& ib = r.iteration_bound;
+    const planner::IterationBound& ib = r.iteration_bound;
     const double busy = ib.compute_s + ib.optimizer_s + ib.allreduce_s;
     std::printf(
         " | %10s %14s | %9.1f %8s | %10.1f %6s %7s | %18s\n", ratio_text(r.gp_speedup).c_str(),

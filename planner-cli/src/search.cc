@@ -7,13 +7,16 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <tuple>
 
 #include "gp/cost/cluster.h"
 #include "gp/cost/memory_model.h"
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
+#include "gp/planner/iteration_bound.h"
 #include "gp/planner/plan_builder.h"
 #include "gp/planner/progress.h"
 #include "gp/planner/stage_cost.h"
@@ -30,10 +33,18 @@ constexpr int kMaxIdleTrials = 64;
 // The runner-up plan is refined too when it simulates within this share of the best.
 constexpr double kRunnerUpShare = 0.95;
 // The search plans for fewer devices (search_fewer_devices) while units x devices is at most
-// this: a search per power of two below the devices costs up to as much again, which every zoo
-// model up to 256 devices (mmt: 98 units, the transformer 97) can afford and a 1,016-operator
-// mmt on 256 devices (434 units; 7.9 s without, about 14 s with) cannot.
+// this: beyond the chain limit below, one search per power of two down to it, then every count
+// below it, which every zoo model up to 256 devices (mmt: 98 units, the transformer 97) can
+// afford and a 1,016-operator mmt on 256 devices (434 units; 7.9 s without) cannot.
 constexpr int64_t kFewerDevicesMaxWork = 32768;
+// Below this many units x devices^2 the search plans for every device count below its own (each
+// of those searches costs about units x devices): the zoo's ~100-unit models up to 51 devices.
+constexpr int64_t kFewerDevicesChainWork = 1 << 18;
+// The iteration bound (iteration_bound.h) prunes those counts while ops x the largest micro-batch
+// is at most this (its op times are read once per op and kernel size).
+constexpr int64_t kIterationBoundMaxWork = 4 << 20;
+// Worker threads of those searches (at most one per hardware thread).
+constexpr int kFewerDevicesMaxThreads = 8;
 // Largest micro-batch whose kernel bound (kernel_batch_bound) is computed before its search: the
 // bound costs one op time per op and kernel size, and prunes small micro-batches, not large ones.
 constexpr int64_t kKernelBoundMaxMicroBatch = 64;
@@ -434,18 +445,26 @@ class Search {
   static bool keep_if_faster(PlanFound t, PlanFound& f, double factor = 1.002);
   // The better of the refined best plan and runner-up, into best_.
   Status choose_best();
-  // GraphPipe: search_plan's plan for fewer_devices(devices_) of these devices, into fewer_ (on
-  // this cluster, re-simulated); throughput -1 when there is none, or when no plan on those
-  // devices can beat the best found for all (fewer_devices_bound).
+  // GraphPipe: the fastest of the plain searches' plans on the first M of these devices, for every
+  // M below devices_ (search.h), into fewer_ (on this cluster, re-simulated); throughput -1 when
+  // none is found or none can beat the best found for all (fewer_devices_bound).
   Status search_fewer_devices();
   // Samples/s no plan on `devices` devices passes, at any micro-batch the search or its
   // refinement may use: kernel_batch_bound of the largest, computed once for the whole ladder.
   double fewer_devices_bound(int devices);
   // search_plan's plan for the first `fewer` devices, on this cluster (the other devices idle)
   // and simulated on it; throughput -1 when none fits.
-  Result<PlanFound> plan_on_fewer_devices(int fewer) const;
+  // With `ladder` false that search does not plan for fewer devices itself.
+  Result<PlanFound> plan_on_fewer_devices(int fewer, bool ladder) const;
+  // The most devices for which every count below is searched (kFewerDevicesChainWork).
+  int fewer_devices_chain_limit() const;
+  // Beyond that limit: search_plan's plan (which plans for fewer devices in turn) for the larger
+  // of the limit and the largest power of two below devices_, into fewer_.
+  Status search_fewer_devices_ladder();
   // Takes fewer_ when it is faster than every plan found for all the devices.
   void adopt_fewer_devices();
+  // "graphpipe on 32 devices", or "graphpipe on 29 of 32 devices" in a search for fewer devices.
+  std::string log_prefix() const;
   // The improvement search (improve.h) from `f`, which takes its best plan.
   Status improve(PlanFound& f);
   MoveSpace move_space() const;
@@ -479,8 +498,12 @@ class Search {
   // The plan for fewer devices, and the best for all of them before it was compared.
   PlanFound fewer_;
   double all_devices_throughput_ = -1;
-  double time_per_sample_s_ = -1;  // of fewer_devices_bound; -1 until computed
-  int done_ = 0;                   // micro-batch sizes searched or skipped
+  double time_per_sample_s_ = -1;                       // of fewer_devices_bound; -1 until computed
+  std::optional<IterationBoundModel> iteration_bound_;  // of fewer_devices_bound, when affordable
+  bool plan_fewer_devices_ = true;
+  int parent_devices_ = 0;  // in a search for fewer devices: the devices of the one that runs it //
+                            // false in the searches search_fewer_devices runs
+  int done_ = 0;            // micro-batch sizes searched or skipped
 };
 
 Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
@@ -558,8 +581,7 @@ Status Search::search_micro_batch(int64_t b) {
   CandidateSummary cand;
   cand.micro_batch = b;
   if (skip_by_kernel_bound(b, &cand)) return ok_status();
-  log_progress(std::string(plan::strategy_name(req_.strategy)) + " on " + std::to_string(devices_) +
-               " devices: partitioning " + std::to_string(units_.num_units()) +
+  log_progress(log_prefix() + ": partitioning " + std::to_string(units_.num_units()) +
                " units at micro-batch " + std::to_string(b));
   // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
   std::optional<PartitionOutcome> chain_outcome;
@@ -767,8 +789,7 @@ Status Search::refine(PlanFound& f) const {
 }
 
 Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment> trial) const {
-  log_progress(std::string(plan::strategy_name(req_.strategy)) + " on " + std::to_string(devices_) +
-               " devices: simulating a refinement of the best plan (" +
+  log_progress(log_prefix() + ": simulating a refinement of the best plan (" +
                std::to_string(trial.size()) + " stages)");
   return simulate_stages(chain, std::move(trial));
 }
@@ -974,16 +995,29 @@ Status Search::choose_best() {
 }
 
 double Search::fewer_devices_bound(int devices) {
+  const int64_t largest = *std::max_element(micro_batches_.begin(), micro_batches_.end());
   if (time_per_sample_s_ < 0) {
-    const int64_t largest = *std::max_element(micro_batches_.begin(), micro_batches_.end());
     time_per_sample_s_ = 1.0 / kernel_batch_bound(graph_, *req_.compute, largest, 1);
   }
-  return devices / time_per_sample_s_;
+  double bound = devices / time_per_sample_s_;
+  // Tighter where the optimizer steps and all-reduces weigh: iteration_bound.h, over the kernel
+  // sizes this search may run (up to its largest micro-batch), affordable on most graphs.
+  if (!iteration_bound_ && graph_.num_ops() * largest <= kIterationBoundMaxWork) {
+    iteration_bound_.emplace(graph_, *req_.compute, req_.cluster, req_.training, req_.mini_batch,
+                             largest, /*count_allreduce=*/req_.comm == nullptr);
+  }
+  if (iteration_bound_) {
+    const double it = iteration_bound_->at(devices).samples_per_s;
+    if (it > 0) bound = std::min(bound, it);
+  }
+  return bound;
 }
 
 Status Search::search_fewer_devices() {
-  const int fewer = fewer_devices(devices_);
-  if (req_.strategy != graphpipe::v1::STRATEGY_GRAPHPIPE || fewer < 1) return ok_status();
+  if (!plan_fewer_devices_ || !req_.plan_for_fewer_devices ||
+      req_.strategy != graphpipe::v1::STRATEGY_GRAPHPIPE || devices_ < 2) {
+    return ok_status();
+  }
   const int total = static_cast<int>(micro_batches_.size());
   // Monotone in the devices: where this search cannot afford the ladder, no larger one can.
   if (static_cast<int64_t>(units_.num_units()) * devices_ > kFewerDevicesMaxWork) {
@@ -995,9 +1029,91 @@ Status Search::search_fewer_devices() {
     }
     return ok_status();
   }
+  if (devices_ > fewer_devices_chain_limit()) return search_fewer_devices_ladder();
+  // Every count below, largest first, until even the compute bound of the count (which no plan
+  // on it or on fewer devices passes) does not beat the best plan found: skipping those changes
+  // nothing. A hair above the bound, as the simulator may sum the same times in another order.
+  // The searches are independent, so they run on worker threads; the plan kept is the fastest,
+  // ties to the larger count, which is the same whichever thread finds what first.
+  fewer_devices_bound(1);  // computes time_per_sample_s_ before the workers read it
+  std::mutex mutex;
+  int next = devices_ - 1;
+  int searched = 0;
+  int lowest = devices_;
+  Status failed = ok_status();
+  const double all_devices = result_.feasible ? best_.throughput : -1.0;
+  auto work = [&] {
+    std::unique_lock lock(mutex);
+    while (next >= 1 && failed.ok()) {
+      const int fewer = next--;
+      const double best = std::max(all_devices, fewer_.throughput);
+      if (best > 0 && fewer_devices_bound(fewer) * (1 + 1e-9) <= best) {
+        next = 0;
+        break;
+      }
+      lock.unlock();
+      Result<PlanFound> found = plan_on_fewer_devices(fewer, /*ladder=*/false);
+      lock.lock();
+      if (!found.ok()) {
+        failed = found.status();
+        break;
+      }
+      ++searched;
+      lowest = std::min(lowest, fewer);
+      if (found->throughput > fewer_.throughput ||
+          (found->throughput == fewer_.throughput && found->throughput > 0 &&
+           found->searched_devices > fewer_.searched_devices)) {
+        fewer_ = *std::move(found);
+      }
+      log_progress(log_prefix() + ": fewer devices, " + std::to_string(searched) +
+                   " counts searched, down to " + std::to_string(lowest));
+    }
+  };
+  const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1,
+                                 std::min(kFewerDevicesMaxThreads, devices_ - 1));
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& w : workers) w.join();
+  GP_RETURN_IF_ERROR(failed);
+  if (req_.progress) {
+    char line[200];
+    if (fewer_.throughput > 0) {
+      std::snprintf(line, sizeof(line),
+                    "fewer devices: %.1f samples/s simulated on %d devices (searched for %d; "
+                    "%d counts searched, %d to %d)",
+                    fewer_.throughput, fewer_.plan.programs_size(), fewer_.searched_devices,
+                    searched, devices_ - 1, lowest);
+    } else {
+      std::snprintf(line, sizeof(line),
+                    "fewer devices: no plan on %d or fewer devices can pass the best plan found "
+                    "(%d counts searched)",
+                    devices_ - 1, searched);
+    }
+    req_.progress(0, total, line);
+  }
+  return ok_status();
+}
+
+std::string Search::log_prefix() const {
+  std::string prefix =
+      std::string(plan::strategy_name(req_.strategy)) + " on " + std::to_string(devices_);
+  if (parent_devices_ > 0) prefix += " of " + std::to_string(parent_devices_);
+  return prefix + " devices";
+}
+
+int Search::fewer_devices_chain_limit() const {
+  return static_cast<int>(
+      std::sqrt(static_cast<double>(kFewerDevicesChainWork) / std::max(1, units_.num_units())));
+}
+
+Status Search::search_fewer_devices_ladder() {
+  int power = 1;
+  while (power * 2 < devices_) power *= 2;
+  const int fewer = std::max(fewer_devices_chain_limit(), power);
+  const int total = static_cast<int>(micro_batches_.size());
   // The plan for fewer devices cannot win when even its compute bound does not (the plans of
   // that search, and of the searches below it, all stay under it): skipping it changes nothing.
-  // A hair above the bound, as the simulator may sum the same times in another order.
   const double bound = fewer_devices_bound(fewer);
   if (result_.feasible && bound * (1 + 1e-9) <= best_.throughput) {
     if (req_.progress) {
@@ -1008,7 +1124,7 @@ Status Search::search_fewer_devices() {
     }
     return ok_status();
   }
-  GP_ASSIGN_OR_RETURN(fewer_, plan_on_fewer_devices(fewer));
+  GP_ASSIGN_OR_RETURN(fewer_, plan_on_fewer_devices(fewer, /*ladder=*/true));
   if (req_.progress && fewer_.throughput > 0) {
     char line[160];
     std::snprintf(line, sizeof(line),
@@ -1019,7 +1135,7 @@ Status Search::search_fewer_devices() {
   return ok_status();
 }
 
-Result<PlanFound> Search::plan_on_fewer_devices(int fewer) const {
+Result<PlanFound> Search::plan_on_fewer_devices(int fewer, bool ladder) const {
   // Exactly search_plan's search for the first `fewer` devices (select_devices takes whole
   // nodes first, as the CLI does). req_.comm times the links between those ranks too.
   SearchRequest sub = req_;
@@ -1027,6 +1143,8 @@ Result<PlanFound> Search::plan_on_fewer_devices(int fewer) const {
   sub.progress = nullptr;
   sub.improve = {};  // once, for the plan finally chosen
   Search search(sub, micro_batches_);
+  search.plan_fewer_devices_ = ladder;
+  search.parent_devices_ = parent_devices_ > 0 ? parent_devices_ : devices_;
   search.time_per_sample_s_ = time_per_sample_s_;  // the same graph and costs: reused
   GP_RETURN_IF_ERROR(search.find());
   if (!search.result_.feasible) return PlanFound{};
@@ -1126,12 +1244,6 @@ void Search::finish(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
-
-int fewer_devices(int devices) {
-  int p = 1;
-  while (p * 2 < devices) p *= 2;
-  return devices > 1 ? p : 0;
-}
 
 Result<SearchResult> search_plan(const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "gp/model/model_io.h"
+#include "gp/planner/iteration_bound.h"
 #include "gp/planner/verify.h"
-#include "iteration_bound.h"
 #include "reference_plans.h"
 
 using namespace gp;
@@ -66,8 +66,8 @@ TEST_CASE("every hand plan lowers to a verified plan for each configuration it i
     CHECK(report->ok());
 
     // No plan passes the bound (iteration_bound.h); a hand plan that did would disprove it.
-    const auto bound = bench::iteration_bound(*in->graph, *in->compute, in->cluster, in->training,
-                                              hp.config.mini_batch);
+    const auto bound = planner::iteration_bound(*in->graph, *in->compute, in->cluster, in->training,
+                                                hp.config.mini_batch);
     CHECK(lowered->throughput > 0);
     CHECK(lowered->throughput <= bound.samples_per_s * (1 + 1e-9));
   }

@@ -52,17 +52,7 @@ double throughput(const planner::SearchResult& r) {
 
 }  // namespace
 
-TEST_CASE("fewer_devices walks down the powers of two") {
-  CHECK(planner::fewer_devices(1) == 0);
-  CHECK(planner::fewer_devices(2) == 1);
-  CHECK(planner::fewer_devices(3) == 2);
-  CHECK(planner::fewer_devices(8) == 4);
-  CHECK(planner::fewer_devices(9) == 8);
-  CHECK(planner::fewer_devices(24) == 16);
-  CHECK(planner::fewer_devices(256) == 128);
-}
-
-TEST_CASE("more devices never give a slower plan: N + k devices against every power of two N") {
+TEST_CASE("more devices never give a slower plan: N + k devices against every N") {
   struct Sweep {
     std::string model;
     std::string cluster;
@@ -78,7 +68,7 @@ TEST_CASE("more devices never give a slower plan: N + k devices against every po
     const model::Graph g = testing::zoo_graph(sw.model);
     std::map<int, planner::SearchResult> by_devices;
     for (int d = 1; d <= sw.most_devices; ++d) by_devices[d] = search(g, sw.cluster, d, sw.batch);
-    for (int n = 1; n <= sw.most_devices; n *= 2) {
+    for (int n = 1; n <= sw.most_devices; ++n) {
       for (int m = n + 1; m <= sw.most_devices; ++m) {
         INFO(sw.model << " on " << sw.cluster << ": " << m << " devices against " << n);
         CHECK(throughput(by_devices[m]) >= throughput(by_devices[n]));

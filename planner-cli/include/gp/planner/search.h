@@ -45,6 +45,9 @@ struct SearchRequest {
   // The idle-device pass also splits stages (in series or into branches) onto idle devices;
   // false only to measure what that pass gains.
   bool split_onto_idle_devices = true;
+  // GraphPipe also plans for fewer devices (below); false only to measure a step of the search
+  // on its own.
+  bool plan_for_fewer_devices = true;
   // Then the improvement search (improve.h) from the plan found, within its budget; off by
   // default.
   ImproveOptions improve;
@@ -53,13 +56,12 @@ struct SearchRequest {
 };
 
 // GraphPipe's search also plans for fewer devices, so that more devices never give a slower plan:
-// after its own search, search_plan on N devices runs search_plan on the first fewer_devices(N)
-// of them (which does the same in turn, down to one device), and keeps that plan, its extra
-// devices idle, when it simulates faster than every plan found for all N. So the plan for N
-// devices is never slower than the plan for any power of two below N. Skipped where that search
-// cannot win (its compute bound is below the plan found) and where units x N > 32768 (too slow).
-// 0 for one device.
-int fewer_devices(int devices);
+// after its own search on N devices it runs the same search (without this step) on the first M
+// devices for every M below N, largest first, and keeps the fastest of those plans, its extra
+// devices idle, when it simulates faster than every plan found for all N. So the plan for N is
+// the fastest of the plain searches on 1..N devices, and the plan for N + k is never slower. The
+// counts are searched down to the first whose compute bound does not beat the best plan found (no
+// plan on it or fewer devices can), and not at all where units x N > kFewerDevicesMaxWork.
 
 struct CandidateSummary {
   int64_t micro_batch = 0;

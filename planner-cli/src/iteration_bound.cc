@@ -1,4 +1,4 @@
-#include "iteration_bound.h"
+#include "gp/planner/iteration_bound.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,19 +7,15 @@
 #include "gp/cost/cluster.h"
 #include "gp/cost/memory_model.h"
 
-namespace gp::bench {
+namespace gp::planner {
 namespace {
 
-// What one op costs wherever it is placed, in seconds (bytes for the all-reduce).
-struct OpTerms {
-  double compute_s = 0;    // the whole mini-batch at the cheapest time per sample
-  double optimizer_s = 0;  // one replica's step over the op's state, no launch
-  double gradient_bytes = 0;
-};
+using OpTerms = IterationBoundModel::OpTerms;
 
 std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& compute,
                               const graphpipe::v1::Cluster& cluster,
-                              const graphpipe::v1::TrainingConfig& training, int64_t mini_batch) {
+                              const graphpipe::v1::TrainingConfig& training, int64_t mini_batch,
+                              int64_t largest_kernel) {
   const cost::MemoryOptions memory{training.optimizer(), training.precision(), &compute};
   const auto& device = cluster.device();
   std::vector<OpTerms> out;
@@ -27,7 +23,7 @@ std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& 
     const auto& op = graph.op(i);
     OpTerms t;
     double cheapest_s = INFINITY;
-    for (int64_t k = 1; k <= mini_batch; ++k) {
+    for (int64_t k = 1; k <= largest_kernel; ++k) {
       const cost::OpTime time = compute.op_time(op, k);
       cheapest_s = std::min(cheapest_s, (time.forward_us + time.backward_us) * 1e-6 / k);
     }
@@ -48,8 +44,8 @@ std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& 
 
 class Bisection {
  public:
-  Bisection(std::vector<OpTerms> ops, int devices, double s_per_byte)
-      : ops_(std::move(ops)), devices_(devices), s_per_byte_(s_per_byte) {}
+  Bisection(const std::vector<OpTerms>& ops, int devices, double s_per_byte)
+      : ops_(ops), devices_(devices), s_per_byte_(s_per_byte) {}
 
   // Seconds of one all-reduce of `bytes` over r replicas, latency left out.
   double allreduce_s(double bytes, int r) const {
@@ -102,23 +98,37 @@ class Bisection {
   }
 
  private:
-  std::vector<OpTerms> ops_;
+  const std::vector<OpTerms>& ops_;
   int devices_;
   double s_per_byte_;
 };
 
 }  // namespace
 
-IterationBound iteration_bound(const model::Graph& graph, const cost::CostModel& compute,
-                               const graphpipe::v1::Cluster& cluster,
-                               const graphpipe::v1::TrainingConfig& training, int64_t mini_batch) {
+IterationBoundModel::IterationBoundModel(const model::Graph& graph, const cost::CostModel& compute,
+                                         const graphpipe::v1::Cluster& cluster,
+                                         const graphpipe::v1::TrainingConfig& training,
+                                         int64_t mini_batch, int64_t largest_kernel,
+                                         bool count_allreduce)
+    : ops_(op_terms(graph, compute, cluster, training, mini_batch,
+                    largest_kernel > 0 ? largest_kernel : mini_batch)),
+      mini_batch_(mini_batch) {
   const double bandwidth = std::max(cluster.intra_node().bandwidth_bytes_per_s(),
                                     cluster.inter_node().bandwidth_bytes_per_s());
-  const Bisection bisection(op_terms(graph, compute, cluster, training, mini_batch),
-                            cost::num_devices(cluster), bandwidth > 0 ? 1.0 / bandwidth : 0.0);
-  IterationBound bound = bisection.solve();
-  if (bound.iteration_s > 0) bound.samples_per_s = mini_batch / bound.iteration_s;
+  s_per_byte_ = count_allreduce && bandwidth > 0 ? 1.0 / bandwidth : 0.0;
+}
+
+IterationBound IterationBoundModel::at(int devices) const {
+  IterationBound bound = Bisection(ops_, devices, s_per_byte_).solve();
+  if (bound.iteration_s > 0) bound.samples_per_s = mini_batch_ / bound.iteration_s;
   return bound;
 }
 
-}  // namespace gp::bench
+IterationBound iteration_bound(const model::Graph& graph, const cost::CostModel& compute,
+                               const graphpipe::v1::Cluster& cluster,
+                               const graphpipe::v1::TrainingConfig& training, int64_t mini_batch) {
+  return IterationBoundModel(graph, compute, cluster, training, mini_batch)
+      .at(cost::num_devices(cluster));
+}
+
+}  // namespace gp::planner

@@ -13,17 +13,19 @@
 // and, over all ops (the smallest such r minimises the work, which grows with r),
 //     sum_i [c_i + r_i (o_i + a_i(r_i))] <= devices x T    (the devices' time, no bubble).
 // The bound is the least T meeting both (bisection; the work only falls as T grows), as
-// mini-batch / T samples/s. No transfer, bubble, fill or drain is counted.
+// mini-batch / T samples/s. No transfer, bubble, fill or drain is counted. The search prunes
+// device counts with it (search.h); gp_planner_bench prints it beside each row.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "gp/cost/cost_model.h"
 #include "gp/model/graph.h"
 #include "graphpipe/v1/cluster.pb.h"
 #include "graphpipe/v1/plan.pb.h"
 
-namespace gp::bench {
+namespace gp::planner {
 
 struct IterationBound {
   double samples_per_s = 0;  // mini-batch / iteration_s
@@ -35,9 +37,34 @@ struct IterationBound {
   double allreduce_s = 0;
 };
 
+// The bound at any device count, its per-op terms computed once.
+class IterationBoundModel {
+ public:
+  // Kernels of 1..largest_kernel samples are considered (the mini-batch when 0). With
+  // `count_allreduce` false the all-reduce term is left out (the bound stays valid, and looser),
+  // for searches whose links are measured rather than the cluster's datasheet.
+  IterationBoundModel(const model::Graph& graph, const cost::CostModel& compute,
+                      const graphpipe::v1::Cluster& cluster,
+                      const graphpipe::v1::TrainingConfig& training, int64_t mini_batch,
+                      int64_t largest_kernel = 0, bool count_allreduce = true);
+  // No plan on `devices` devices passes it; it never falls as devices grow.
+  IterationBound at(int devices) const;
+
+  struct OpTerms {
+    double compute_s = 0;    // the whole mini-batch at the cheapest time per sample
+    double optimizer_s = 0;  // one replica's step over the op's state, no launch
+    double gradient_bytes = 0;
+  };
+
+ private:
+  std::vector<OpTerms> ops_;
+  int64_t mini_batch_;
+  double s_per_byte_;
+};
+
 // `cluster` is already reduced to the devices a plan may use.
 IterationBound iteration_bound(const model::Graph& graph, const cost::CostModel& compute,
                                const graphpipe::v1::Cluster& cluster,
                                const graphpipe::v1::TrainingConfig& training, int64_t mini_batch);
 
-}  // namespace gp::bench
+}  // namespace gp::planner
