@@ -102,3 +102,27 @@ TEST_CASE("imported ONNX models compute the outputs their ONNX graphs define") {
 }
 
 }  // namespace gp
+
+namespace gp {
+
+// The recurrent forms torch does not export (make_recurrent_models.py; torch's own LSTM and GRU
+// exports are checked with their training step in onnx_torch_test.cc): GRU without
+// linear_before_reset, reading Y and Y_h; a reverse LSTM over batch-first tensors (layout 1)
+// whose initial h and c are activations, reading Y and Y_c.
+TEST_CASE("unrolled GRU and LSTM compute what ONNX defines for their other attribute values") {
+  for (const char* name : {"recurrent/gru_lbr0", "recurrent/lstm_reverse_h0"}) {
+    INFO(name);
+    auto model = model::import_onnx(data(std::string(name) + ".onnx"));
+    INFO(model.status().to_string());
+    REQUIRE(model.ok());
+    auto g = model::Graph::build(*model);
+    REQUIRE(g.ok());
+    const std::string dir = data(std::string(name) + "/test_data_set_0/");
+    const auto x = load_tensor(dir + "input_0.pb");
+    const auto y = load_tensor(dir + "output_0.pb");
+    const auto got = forward(*g, {{x.name(), floats(x)}}, x.dims(0));
+    testing::check_close(got, floats(y), 1e-5, /*min_abs=*/0.1);
+  }
+}
+
+}  // namespace gp

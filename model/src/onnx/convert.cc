@@ -45,7 +45,8 @@ const std::map<std::string, int>& mapped_inputs() {
       {"Sigmoid", 1},       {"Tanh", 1},
       {"Clip", 1},          {"Pad", 1},
       {"ReduceSum", 1},     {"ReduceMean", 1},
-      {"Expand", 2}};
+      {"Expand", 2},        {"GRU", 3},
+      {"LSTM", 3}};
   return kMapped;
 }
 
@@ -98,6 +99,8 @@ void Importer::convert(int i) {
   const std::string& id = current_id_;
   fed_by_refused_ = false;
   for (const auto& input : n.input()) fed_by_refused_ = fed_by_refused_ || poisoned_.count(input);
+  // (They read X and write Y with the batch where their layout attribute has it.)
+  if (t == "LSTM" || t == "GRU") return recurrent(i, id);
   // Inputs whose batch is not first (batch_layout.cc) that this op cannot take.
   if (const std::string why = layout_refusal(i); !why.empty()) return refuse(i, why);
   if (fused != fused_.end()) return emit_fused(i, fused->second);

@@ -300,6 +300,36 @@ class Importer {
   void conv_transpose(int i, const std::string& id);
   void resize(int i, const std::string& id);
 
+  // recurrent.cc: LSTM and GRU unrolled over the static sequence into catalogue ops, each
+  // weight one parameter read by every step (see there).
+  void recurrent(int i, const std::string& id);
+  // Before conversion: claims the nodes that compute only recurrent node i's weights (torch's
+  // gate reordering slices of its parameters) and its zero initial states.
+  void claim_recurrent_inputs(int i);
+  struct FlatWeight;
+  struct RnnBlock;
+  struct RnnDirection;
+  struct RnnSpec;
+  struct RnnRun;
+  // `name` as flat ranges of trained weights through Slice, Concat and views; why not else.
+  Result<FlatWeight> flat_weight(const std::string& name, int depth) const;
+  Result<FlatWeight> slice_weight(int p, const FlatWeight& f) const;
+  std::optional<std::vector<int64_t>> weight_view_dims(int p, const std::vector<int64_t>& in) const;
+  // Shape arithmetic as integers, where the dims it reads are known (the batch need not be).
+  std::optional<std::vector<int64_t>> static_ints(const std::string& name, int depth = 0) const;
+  // Whether `name` is all zeros (absent, a constant, ConstantOfShape or views of them).
+  bool zero_state(const std::string& name, int depth = 0) const;
+  Result<RnnBlock> gate_block(const FlatWeight& f, int64_t first, int gates, int64_t rows,
+                              int64_t cols, std::vector<int64_t>* gate_at) const;
+  Result<std::vector<RnnDirection>> rnn_directions(int i, int gates, int64_t hidden, int64_t input,
+                                                   int dirs) const;
+  void take_block(const std::string& id, const std::string& param, const RnnBlock& b);
+  std::optional<std::vector<std::optional<TensorRef>>> rnn_state(int i, int k, int dirs,
+                                                                 int64_t hidden, int64_t layout);
+  RnnRun rnn_run(const RnnSpec& s, const RnnDirection& p, int d, int dirs, bool reverse,
+                 const TensorRef& x, std::optional<TensorRef> h, std::optional<TensorRef> c);
+  void rnn_outputs(int i, const RnnSpec& s, const std::vector<RnnRun>& runs, int64_t layout);
+
   // general_ops.cc: element-wise ops, comparisons, masks and reductions that no fused or specific
   // mapping takes, onto the catalogue's general ops (unary, binary, compare, where, constant,
   // reduce), constants and weights broadcast against activations as NumPy does.

@@ -31,7 +31,8 @@ nn.Upsample) and softmax_axes (softmax and log_softmax over an inner axis, Layer
 axes) with torch 2.15.0; and timm_qkv, seq_first, seq_first_attention and window_fold (the batch
 axis moved by a permute or transpose, or folded with attention heads or Swin's windows) with torch 2.15.0 and onnxscript 0.7.2;
 and sliced_bags (EmbeddingBags over ids[:, k] of one ids tensor) with torch 2.15.0; and
-dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0.)
+dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0; and lstm_stack and gru_layer
+(nn.LSTM, two bidirectional layers, and nn.GRU) with torch 2.15.0.)
 """
 import copy
 import glob
@@ -384,6 +385,29 @@ class DotInteraction(torch.nn.Module):
         return self.top(torch.cat([t[:, 0], z[:, li, lj]], dim=1))
 
 
+class LstmStack(torch.nn.Module):
+    # nn.LSTM with two bidirectional layers over [batch, 5, 8]: the last step's output, the last
+    # layer's final h and the first layer's final c (Y, Y_h and Y_c of the ONNX LSTMs).
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(8, 6, num_layers=2, bidirectional=True, batch_first=True)
+
+    def forward(self, x):
+        y, (h, c) = self.rnn(x)
+        return torch.cat([y[:, -1], h[-1], c[0]], dim=1)
+
+
+class GruLayer(torch.nn.Module):
+    # nn.GRU (linear_before_reset in ONNX): the first step's output and the final h.
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.GRU(8, 6, batch_first=True)
+
+    def forward(self, x):
+        y, h = self.rnn(x)
+        return torch.cat([y[:, 0], h[-1]], dim=1)
+
+
 def sliced_bag_inputs(g):
     return [("ids", torch.randint(0, 20, (patterns.BATCH, 2, 3), generator=g))]
 
@@ -418,7 +442,9 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("buffers", 138, Buffers, patterns.feat(8), None),
                                 ("sliced_bags", 139, SlicedBags, sliced_bag_inputs, None),
                                 ("dot_interaction_index", 140, DotInteraction, patterns.feat(8),
-                                 None)]
+                                 None),
+                                ("lstm_stack", 141, LstmStack, patterns.feat(5, 8), None),
+                                ("gru_layer", 142, GruLayer, patterns.feat(5, 8), None)]
 
 
 def main():
