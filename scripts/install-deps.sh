@@ -14,6 +14,7 @@ packages=(
   libssl-dev openssl  # TLS of the control plane: checking certificate files; the TLS e2e test
   clang libclang-rt-14-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
   openssh-server openssh-client  # e2e: ranks started over real ssh (test/e2e/multihost_test.sh)
+  chromium-headless-shell  # the plan report's rendering test (report_render_test.sh)
 )
 
 missing=()

@@ -127,6 +127,12 @@ struct PlanningSetup {
   std::string profile_hash;  // empty without --profile
 };
 
+// A plan file checked before any tool touches it: its cluster (costs divide by its numbers), its
+// model and, unless the caller reports problems itself (verify), its hashes, structure, fields
+// and schedule, as the executor checks them (a tool refuses what no rank would run).
+// plan_tools.cc.
+Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure = true);
+
 Status run_zoo_list();
 Status run_zoo_export(const ZooExportOptions& opts);
 Status run_import(const ImportOptions& opts);
@@ -178,6 +184,7 @@ Command add_replan_command(CLI::App& app);      // plan_commands.cc
 Command add_simulate_command(CLI::App& app);    // plan_tools.cc
 Command add_inspect_command(CLI::App& app);     // plan_tools.cc
 Command add_verify_command(CLI::App& app);      // plan_tools.cc
+Command add_report_command(CLI::App& app);      // html_report/report_command.cc
 
 // The options search, lower and compare share (compare: --strategies instead of --strategy).
 void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare);

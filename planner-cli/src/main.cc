@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
       add_zoo_command(app),     add_model_info_command(app), add_ops_command(app),
       add_import_command(app),  add_search_command(app),     add_lower_command(app),
       add_compare_command(app), add_replan_command(app),     add_simulate_command(app),
-      add_inspect_command(app), add_verify_command(app)};
+      add_inspect_command(app), add_verify_command(app),     add_report_command(app)};
 
   try {
     app.parse(argc, argv);

@@ -15,12 +15,8 @@
 #include "gp/planner/verify.h"
 
 namespace gp::plan_cli {
-namespace {
 
-// A plan file checked before any tool touches it: its cluster (costs divide by its numbers), its
-// model and, unless the caller reports problems itself (verify), its hashes, structure, fields
-// and schedule, as the executor checks them (a tool refuses what no rank would run).
-Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure = true) {
+Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_structure) {
   graphpipe::v1::Plan plan;
   GP_RETURN_IF_ERROR(model::read_message(path, &plan).with_context("--plan"));
   const std::string where = "--plan " + path;
@@ -32,8 +28,6 @@ Result<graphpipe::v1::Plan> load_plan(const std::string& path, bool check_struct
   }
   return plan;
 }
-
-}  // namespace
 
 void print_plan_table(const PlanningSetup& setup, int64_t mini_batch,
                       const std::vector<TableRow>& rows) {
