@@ -128,9 +128,11 @@ if [ "$ngpus" -ge 2 ]; then
     --devices 2 --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/two.pb" >> "$out/nccl.log" 2>&1
   timeout 120 "$bin/graphpipe-executor" --log-level warn local --plan "$tmp/two.pb" \
     --iterations 10 --metrics-out "$tmp/two-cpu.json" >> "$out/nccl.log" 2>&1
+  (umask 077 && od -An -tx1 -N16 /dev/urandom | tr -d ' \n' > "$tmp/token")  # never in argv
   for r in 0 1; do
     timeout 180 "$bin/graphpipe-executor" run --plan "$tmp/two.pb" --world-size 2 --rank $r \
       --iterations 10 --device cuda:$r --data-plane nccl --coordinator-file "$tmp/coord" \
+      --auth-token-file "$tmp/token" \
       --timeout 60 --metrics-out "$tmp/two-nccl.json" >> "$out/nccl.log" 2>&1 &
   done
   wait

@@ -10,13 +10,15 @@ plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"  # the launcher's logs stay in here
 . "$(dirname "$0")/lib.sh"
 plan() {  # OUT SEED DEVICES
   "$plan_bin" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices "$3" \
     --batch 16 --micro-batches 4 --seed "$2" --out "$1" > /dev/null || exit 1
 }
-run1() {  # one-rank job
-  timeout 120 "$exe" run --rank 0 --world-size 1 --coordinator 127.0.0.1:0 --timeout 20 "$@"
+run1() {  # one-rank job (on loopback, no token: --insecure)
+  timeout 120 "$exe" run --rank 0 --world-size 1 --coordinator 127.0.0.1:0 --insecure --timeout 20 \
+    "$@"
 }
 plan "$tmp/seed1.pb" 1 1
 plan "$tmp/seed7.pb" 7 1
@@ -50,7 +52,7 @@ check "a manifest without a stream resumes with a warning" \
 
 # 2. One job per checkpoint directory.
 # (The executor itself in the background, so that $! is its pid.)
-"$exe" run --rank 0 --world-size 1 --coordinator 127.0.0.1:0 --plan "$tmp/seed1.pb" \
+"$exe" run --rank 0 --world-size 1 --coordinator 127.0.0.1:0 --insecure --plan "$tmp/seed1.pb" \
   --iterations 100000000 --checkpoint-dir "$tmp/busy" --checkpoint-every 1000000 \
   > "$tmp/holder.log" 2>&1 &
 holder=$!

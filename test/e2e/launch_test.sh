@@ -9,6 +9,7 @@ plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"  # the launcher's logs stay in here
 . "$(dirname "$0")/lib.sh"
 
 "$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 3 \
@@ -26,15 +27,24 @@ check "the measured trace has forwards and backwards of every rank and transfers
   --metrics-out "$tmp/ref.json"
 check "its losses equal the reference's" '[ -s "$tmp/launch.json" ] && [ "$(losses "$tmp/launch.json")" = "$(losses "$tmp/ref.json")" ]'
 
+# A token on the launcher's command line is refused before anything starts.
+GP_EXECUTOR="$exe" timeout 20 "$launch" --plan "$tmp/plan.pb" --auth-token s3cret \
+  > "$tmp/argv-token.log" 2>&1; rc=$?
+check "graphpipe-launch --auth-token VALUE is refused (exit 2), naming RUN_DIR/auth-token" \
+  '[ $rc -eq 2 ] && grep -q -- "--auth-token: a token in argv is visible .*RUN_DIR/auth-token" "$tmp/argv-token.log"'
+
+# Processes started by hand read the job's token from a file (mode 0600), never from argv.
+(umask 077 && echo s3cret > "$tmp/token" && echo wrong > "$tmp/wrong-token")
 # 1b. The daemon's flag form, with a standalone coordinator (--coordinator-only).
 mkdir -p "$tmp/standalone"
 "$exe" --coordinator-only --plan "$tmp/plan.pb" --world-size 3 --coordinator 127.0.0.1:0 \
-  --coordinator-file "$tmp/standalone/coordinator" --timeout 10 > "$tmp/standalone/coord.log" 2>&1 &
+  --coordinator-file "$tmp/standalone/coordinator" --timeout 10 --auth-token-file "$tmp/token" \
+  > "$tmp/standalone/coord.log" 2>&1 &
 coord=$!
 rank_pids=()
 for r in 0 1 2; do
   "$exe" --plan "$tmp/plan.pb" --rank "$r" --world-size 3 --external-coordinator --iterations 2 \
-    --coordinator-file "$tmp/standalone/coordinator" --store-dir "$tmp/standalone/store" \
+    --auth-token-file "$tmp/token" --coordinator-file "$tmp/standalone/coordinator" --store-dir "$tmp/standalone/store" \
     > "$tmp/standalone/rank$r.log" 2>&1 &
   rank_pids+=($!)
 done
@@ -52,7 +62,8 @@ start_job() {
     [ "$r" -eq 0 ] && extra=(--coordinator 127.0.0.1:0)
     "$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank "$r" --iterations 100000000 \
       --timeout 2 --heartbeat-ms 100 --coordinator-file "$dir/coordinator" \
-      --store-dir "$dir/store" "${extra[@]}" "$@" > "$dir/rank$r.log" 2>&1 &
+      --auth-token-file "$tmp/token" --store-dir "$dir/store" "${extra[@]}" "$@" \
+      > "$dir/rank$r.log" 2>&1 &
     pids+=($!)
   done
 }
@@ -60,7 +71,8 @@ start_job() {
 # slow start on a loaded machine is not taken for a failure; sets $status and $rc.
 wait_training() {
   for _ in $(seq 100); do
-    status=$("$exe" status --coordinator "$(cat "$1/coordinator" 2>/dev/null)" 2>&1); rc=$?
+    status=$("$exe" status --coordinator "$(cat "$1/coordinator" 2>/dev/null)" \
+      --auth-token-file "$tmp/token" 2>&1); rc=$?
     if [ $rc -eq 0 ] && (for r in 0 1 2; do echo "$status" | grep -q "^rank $r: iter" || exit 1; done); then
       return 0
     fi
@@ -104,23 +116,26 @@ check "the reason says rank 1 stopped responding" 'grep -q "rank 1 stopped respo
 # 4. A rank with a different plan is refused by hash.
 mkdir -p "$tmp/hash"
 "$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 0 --coordinator 127.0.0.1:0 --timeout 3 \
-  --coordinator-file "$tmp/hash/coordinator" --store-dir "$tmp/hash/store" > "$tmp/hash/rank0.log" 2>&1 &
+  --auth-token-file "$tmp/token" --coordinator-file "$tmp/hash/coordinator" \
+  --store-dir "$tmp/hash/store" > "$tmp/hash/rank0.log" 2>&1 &
 p0=$!
-"$exe" run --plan "$tmp/other.pb" --world-size 3 --rank 1 --timeout 3 \
+"$exe" run --plan "$tmp/other.pb" --world-size 3 --rank 1 --timeout 3 --auth-token-file "$tmp/token" \
   --coordinator-file "$tmp/hash/coordinator" --store-dir "$tmp/hash/store" > "$tmp/hash/rank1.log" 2>&1; rc=$?
 kill -KILL $p0 2>/dev/null; wait $p0 2>/dev/null
 check "a different plan is refused (exit $rc) naming the plan hash" '[ $rc -ne 0 ] && grep -q "plan hash" "$tmp/hash/rank1.log"'
 
 # 5. A wrong token is refused.
-mkdir -p "$tmp/token"
+mkdir -p "$tmp/wrong"
 "$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 0 --coordinator 127.0.0.1:0 --timeout 3 \
-  --auth-token right --coordinator-file "$tmp/token/coordinator" --store-dir "$tmp/token/store" \
-  > "$tmp/token/rank0.log" 2>&1 &
+  --auth-token-file "$tmp/token" --coordinator-file "$tmp/wrong/coordinator" \
+  --store-dir "$tmp/wrong/store" > "$tmp/wrong/rank0.log" 2>&1 &
 p0=$!
-"$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 1 --timeout 3 --auth-token wrong \
-  --coordinator-file "$tmp/token/coordinator" --store-dir "$tmp/token/store" > "$tmp/token/rank1.log" 2>&1; rc=$?
+"$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 1 --timeout 3 \
+  --auth-token-file "$tmp/wrong-token" --coordinator-file "$tmp/wrong/coordinator" \
+  --store-dir "$tmp/wrong/store" > "$tmp/wrong/rank1.log" 2>&1; rc=$?
 kill -KILL $p0 2>/dev/null; wait $p0 2>/dev/null
-check "a wrong token is refused (exit $rc)" '[ $rc -ne 0 ] && grep -qi "unauthenticated\|token" "$tmp/token/rank1.log"'
+check "a wrong token is refused (exit $rc)" \
+  '[ $rc -ne 0 ] && grep -q "does not carry this job.s auth token" "$tmp/wrong/rank1.log"'
 
 # 6. Nobody listens at the coordinator's address.
 "$exe" run --plan "$tmp/plan.pb" --world-size 3 --rank 1 --timeout 2 --coordinator 127.0.0.1:1 \

@@ -12,6 +12,7 @@ plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"  # the launcher's logs stay in here
 . "$(dirname "$0")/lib.sh"
 run_launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 120 "$launch" "$@"; }
 
@@ -185,6 +186,12 @@ ip netns exec "$ns_a" env GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" "$launch" \
   --port 29618 --run-dir "$tmp/ssh-orphan" --orphan-timeout 2 > "$tmp/ssh-orphan.log" 2>&1 &
 ssh_launcher=$!
 for _ in $(seq 150); do grep -q "iteration 2: loss" "$tmp/ssh-orphan.log" 2>/dev/null && break; sleep 0.1; done
+# The ranks read the job's token from the run directory every host shares: no command line (the
+# ssh clients', the remote shells', the ranks') carries it.
+ssh_token=$(cat "$tmp/ssh-orphan/auth-token" 2>/dev/null)
+ssh_ranks=$(pgrep -f -- "run .*10.77.0.1:29618" | wc -l)
+check "ssh-started ranks ($ssh_ranks processes) run with no token in any process's argv" \
+  '[ ${#ssh_token} -ge 32 ] && [ "$ssh_ranks" -ge 2 ] && ! grep -qF -- "$ssh_token" /proc/[0-9]*/cmdline 2>/dev/null'
 kill -KILL "$ssh_launcher"
 killed_at=$(date +%s%3N)
 for _ in $(seq 150); do pgrep -f -- "run .*10.77.0.1:29618" > /dev/null || break; sleep 0.1; done
@@ -195,11 +202,13 @@ check "the remote rank stopped because the launcher's beacon went stale" \
   'grep -q "the launcher is gone" "$tmp/ssh-orphan/attempt-0/rank-1.log"'
 pkill -KILL -f -- "run .*10.77.0.1:29618" 2>/dev/null || true
 
-# Node daemons, one per namespace; `submit` from the first host.
-ip netns exec "$ns_a" "$exe" serve --listen 10.77.0.1:29700 --devices 1 --auth-token s3cret \
+# Node daemons, one per namespace, reading the token from a file; `submit` from the first host
+# (its token in the environment).
+(umask 077 && echo s3cret > "$tmp/token")
+ip netns exec "$ns_a" "$exe" serve --listen 10.77.0.1:29700 --devices 1 --auth-token-file "$tmp/token" \
   --output-root "$tmp" --work-dir "$tmp/daemon-a" > "$tmp/daemon-a.log" 2>&1 &
 daemons+=($!)
-ip netns exec "$ns_b" "$exe" serve --listen 10.77.0.2:29700 --devices 1 --auth-token s3cret \
+ip netns exec "$ns_b" "$exe" serve --listen 10.77.0.2:29700 --devices 1 --auth-token-file "$tmp/token" \
   --output-root "$tmp" --work-dir "$tmp/daemon-b" > "$tmp/daemon-b.log" 2>&1 &
 daemons+=($!)
 submit() { ip netns exec "$ns_a" timeout 120 "$exe" submit --nodes 10.77.0.1:29700,10.77.0.2:29700 \
@@ -225,8 +234,8 @@ exits_before=$(cat "$tmp/daemon-a.log" "$tmp/daemon-b.log" | grep -c "exited wit
 # (A background job ignores SIGINT; SIGTERM to the submit process is what a service manager sends.)
 pkill -TERM -f -x ".*graphpipe-executor submit .*--port 29623" || pkill -TERM -f "port 29623"
 wait "$long"; rc=$?
-check "an interrupted submission stops the job on every node" \
-  '[ $rc -ne 0 ] && grep -q "stopped on every node" "$tmp/long.log"'
+check "an interrupted submission stops the job on every node (exit 143, saying where)" \
+  '[ $rc -eq 143 ] && grep -q "^graphpipe-executor: stopped after iteration [0-9]* of 100000; no checkpoint" "$tmp/long.log"'
 # Both ranks of the stopped job reaped before the next submission.
 for _ in $(seq 100); do
   [ "$(cat "$tmp/daemon-a.log" "$tmp/daemon-b.log" | grep -c "exited with")" -ge $((exits_before + 2)) ] && break
@@ -259,7 +268,7 @@ check "after a failed job the daemons' devices are free again" '[ $rc -eq 0 ]'
 for ns in "$ns_a" "$ns_b"; do
   addr=10.77.0.1; [ "$ns" = "$ns_b" ] && addr=10.77.0.2
   ip netns exec "$ns" "$exe" serve --listen $addr:29701 --devices 1 --accelerator cuda \
-    --auth-token s3cret --output-root "$tmp" --work-dir "$tmp/daemon-cuda-$addr" \
+    --auth-token-file "$tmp/token" --output-root "$tmp" --work-dir "$tmp/daemon-cuda-$addr" \
     > "$tmp/daemon-cuda-$addr.log" 2>&1 &
   daemons+=($!)
 done

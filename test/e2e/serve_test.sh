@@ -2,7 +2,8 @@
 # A node daemon on loopback as its clients meet it: a submitted plan trains, and one whose
 # schedule is broken (a gradient never received) is refused by the daemon itself, before any
 # rank starts, with the problem named to `submit` (exit 2). Output paths of a job must resolve
-# inside the daemon's --output-root (default its --work-dir), after ".." and symlinks.
+# inside the daemon's --output-root (default its --work-dir), after ".." and symlinks. The token
+# travels in files and environments, never in argv; --insecure runs without one, warning.
 set -u
 exe=$1
 plan_bin=$2
@@ -24,7 +25,11 @@ start_daemon() {
   for _ in $(seq 100); do grep -q "serving" "$tmp/$name.log" && break; sleep 0.1; done
   addr=$(sed -n 's/.* on \(127.0.0.1:[0-9]*\),.*/\1/p' "$tmp/$name.log" | head -1)
 }
-submit() { GP_AUTH_TOKEN=s3cret timeout 120 "$exe" submit --nodes "$addr" "$@"; }
+# The daemons' token, in a file of mode 0600 (never in argv); a random one, so that no other
+# process's command line holds it by chance.
+token=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+(umask 077 && echo "$token" > "$tmp/token")
+submit() { GRAPHPIPE_AUTH_TOKEN_FILE="$tmp/token" timeout 120 "$exe" submit --nodes "$addr" "$@"; }
 
 "$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 3 \
   --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/plan.json" >/dev/null || exit 1
@@ -32,7 +37,7 @@ mkdir -p "$tmp/bad"
 python3 "$(dirname "$0")/../support/make_bad_plans.py" "$tmp/plan.json" "$tmp/bad" > "$tmp/bad.list"
 read -r bad_plan expected < <(grep missing_gradient_receive "$tmp/bad.list")
 
-start_daemon daemon --devices 3 --auth-token s3cret --work-dir "$tmp/work"
+start_daemon daemon --devices 3 --auth-token-file "$tmp/token" --work-dir "$tmp/work"
 submit --plan "$tmp/plan.json" --iterations 2 --port 29811 --store-dir "$tmp/work/store-a" \
   > "$tmp/good.log" 2>&1; rc=$?
 check "a plan submitted to the daemon trains (exit 0)" '[ -n "$addr" ] && [ $rc -eq 0 ]'
@@ -45,7 +50,7 @@ check "no rank of the refused plan started" '[ "$(grep -c "started" "$tmp/daemon
 
 mkdir -p "$tmp/out" "$tmp/elsewhere"
 ln -s "$tmp/elsewhere" "$tmp/out/link"
-start_daemon confined --devices 3 --auth-token s3cret --work-dir "$tmp/work-c" --output-root "$tmp/out"
+start_daemon confined --devices 3 --auth-token-file "$tmp/token" --work-dir "$tmp/work-c" --output-root "$tmp/out"
 submit --plan "$tmp/plan.json" --iterations 2 --port 29813 --store-dir "$tmp/out/store" \
   -- --metrics-out "$tmp/out/m.json" > "$tmp/inside.log" 2>&1; rc=$?
 check "outputs inside --output-root are written (exit 0)" '[ $rc -eq 0 ] && [ -s "$tmp/out/m.json" ]'
@@ -65,11 +70,36 @@ store --store-dir $tmp/elsewhere/store
 CASES
 check "nothing was written outside, and no refused rank started" \
   '[ -z "$(ls "$tmp/elsewhere")" ] && [ "$(grep -c "started" "$tmp/confined.log")" -eq "$started" ]'
-start_daemon default --devices 3 --auth-token s3cret --work-dir "$tmp/work-d"
+start_daemon default --devices 3 --auth-token-file "$tmp/token" --work-dir "$tmp/work-d"
 submit --plan "$tmp/plan.json" --iterations 2 --port 29820 -- --metrics-out "$tmp/out/m2.json" \
   > "$tmp/default.log" 2>&1; rc=$?
 check "by default the root is --work-dir" '[ $rc -eq 2 ] && grep -q "output root .*work-d" "$tmp/default.log"'
 submit --plan "$tmp/plan.json" --iterations 2 --port 29821 -- --metrics-out "$tmp/work-d/m.json" \
   > "$tmp/default-ok.log" 2>&1; rc=$?
 check "a job with no --store-dir rendezvouses in the root (exit 0)" '[ $rc -eq 0 ] && [ -s "$tmp/work-d/m.json" ]'
+
+# The daemon hands its token to the ranks it starts in their environment: no process's command
+# line holds it while they train.
+submit --plan "$tmp/plan.json" --iterations 100000000 --port 29822 > "$tmp/long.log" 2>&1 &
+long=$!
+for _ in $(seq 200); do grep -q "iteration 2: loss" "$tmp/long.log" 2>/dev/null && break; sleep 0.1; done
+ranks=$(pgrep -f -- " run --plan $tmp/work-d/" | wc -l)
+world=$("$plan_bin" inspect --plan "$tmp/plan.json" --json |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["ranks"])')
+check "the daemon's ranks ($ranks of $world) train with no token in any process's argv" \
+  '[ "$ranks" -eq "$world" ] && ! grep -qF -- "$token" /proc/[0-9]*/cmdline 2>/dev/null'
+kill -TERM "$long"; wait "$long" 2>/dev/null
+
+# --insecure: no token anywhere, a loud warning, and a submit without one trains (its rank 0's
+# coordinator runs without a token too).
+env -u GP_AUTH_TOKEN -u GRAPHPIPE_AUTH_TOKEN_FILE \
+  "$exe" serve --listen 127.0.0.1:0 --devices 3 --insecure --work-dir "$tmp/work-i" \
+  > "$tmp/insecure.log" 2>&1 &
+daemons+=($!)
+for _ in $(seq 100); do grep -q "serving" "$tmp/insecure.log" && break; sleep 0.1; done
+addr=$(sed -n 's/.* on \(127.0.0.1:[0-9]*\),.*/\1/p' "$tmp/insecure.log" | head -1)
+env -u GP_AUTH_TOKEN -u GRAPHPIPE_AUTH_TOKEN_FILE timeout 120 "$exe" submit --nodes "$addr" \
+  --plan "$tmp/plan.json" --iterations 2 --port 29823 > "$tmp/insecure-submit.log" 2>&1; rc=$?
+check "serve --insecure warns at start and trains a submit that has no token (exit 0)" \
+  '[ $rc -eq 0 ] && grep -q "INSECURE: serve runs without a token (--insecure): anyone who can reach 127.0.0.1:0" "$tmp/insecure.log" && grep -q "INSECURE: run --rank 0" "$tmp/insecure-submit.log"'
 exit $fail

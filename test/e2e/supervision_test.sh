@@ -2,14 +2,16 @@
 # Jobs one can trust, with real faults injected into 3-rank CPU runs under graphpipe-launch: a
 # frozen rank (SIGSTOP) is killed and blamed and the job re-planned without it; a killed launcher
 # takes its ranks with it; SIGTERM/SIGINT stop at an agreed iteration with a final checkpoint,
-# exit 143/130 and leave nothing behind, and --resume appends; a NaN loss stops the job (exit 3);
-# the launcher's own conventions (--help, --version, --nprocs from the plan, output checks, logs).
+# exit 143/130 and leave no process or ring behind (the logs stay), and --resume appends; a NaN
+# loss stops the job (exit 3); the launcher's own conventions (--help, --version, --nprocs from
+# the plan, output checks, logs).
 set -u
 exe=$1
 plan_bin=$2
 launch=$3
 tmp=$4
 rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"  # the launcher's logs stay in here
 . "$(dirname "$0")/lib.sh"
 export GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin"
 set -m  # background launchers get their own process group and may be sent SIGINT
@@ -60,7 +62,7 @@ env_rc=0
 for r in 0 1 2; do wait -n || env_rc=1; done
 check "ranks started with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT only train (exit 0)" '[ $env_rc -eq 0 ]'
 LOCAL_RANK=3 timeout 30 "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size 3 --device cuda \
-  --coordinator 127.0.0.1:0 > "$tmp/cuda.log" 2>&1; rc=$?
+  --coordinator 127.0.0.1:0 --insecure > "$tmp/cuda.log" 2>&1; rc=$?
 check "--device cuda opens the GPU of LOCAL_RANK (cuda:3; none here, so it fails naming it)" \
   '[ $rc -ne 0 ] && grep -q "cuda:3" "$tmp/cuda.log" || nvidia-smi -L >/dev/null 2>&1'
 
@@ -104,15 +106,15 @@ check "its ranks stopped at an iteration boundary rather than dying" \
   'grep -q "stopped after iteration" "$tmp/r3/attempt-0/rank-0.log"'
 
 # 4. SIGTERM while checkpointing every 50 iterations: a final checkpoint at the agreed
-#    iteration, exit 143, nothing left in /dev/shm or the run directory; --resume carries on and
-#    the metrics of both runs append.
-mkdir -p "$tmp/tmpdir"  # where the launcher makes its own run directory
-TMPDIR="$tmp/tmpdir" "$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T \
-  --log-every 500 --checkpoint-dir "$tmp/ck" --checkpoint-every 50 --metrics-out "$tmp/m4.json" \
+#    iteration, exit 143, nothing left in /dev/shm, the logs kept in ./graphpipe-runs/JOB-ID;
+#    --resume carries on and the metrics of both runs append.
+mkdir -p "$tmp/cwd4"  # where the launcher makes its log directory
+(cd "$tmp/cwd4" && unset GRAPHPIPE_RUNS_DIR && exec "$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T \
+  --log-every 500 --checkpoint-dir "$tmp/ck" --checkpoint-every 50 --metrics-out "$tmp/m4.json") \
   > "$tmp/term.log" 2>&1 &
 launcher=$!
 wait_for "$tmp/term.log" "iteration 999: loss"
-run_dir=$(ls -d "$tmp"/tmpdir/graphpipe-run.* | head -1)
+run_dir=$(ls -d "$tmp"/cwd4/graphpipe-runs/job-* | head -1)
 token=$(cat "$run_dir/auth-token")
 check "the launcher made a token (mode 0600) that is in no process's command line" \
   '[ ${#token} -ge 32 ] && [ "$(stat -c %a "$run_dir/auth-token")" = 600 ] && ! grep -qF -- "$token" /proc/[0-9]*/cmdline 2>/dev/null'
@@ -125,12 +127,12 @@ check "status needs the token; with --auth-token-file it shows loss and samples/
 kill -TERM "$launcher"
 wait "$launcher"; rc=$?
 stop=$(sed -n 's/.*stopping after iteration \([0-9]*\).*/\1/p' "$tmp/term.log" | head -1)
-check "SIGTERM: exit 143, every rank stopped after the same iteration" \
-  '[ $rc -eq 143 ] && [ -n "$stop" ] && [ "$(grep -c "stopped after iteration $stop of" "$tmp/term.log")" -eq 3 ]'
+check "SIGTERM: exit 143, every rank stopped after the same iteration, the launcher says so last" \
+  '[ $rc -eq 143 ] && [ -n "$stop" ] && [ "$(grep -c "rank [0-9]: stopped after iteration $stop of" "$tmp/term.log")" -eq 3 ] && tail -1 "$tmp/term.log" | grep -q "^graphpipe-launch: stopped after iteration $stop of 400000; checkpoint $tmp/ck/iter-$stop; resume with: .* --resume$"'
 check "a final checkpoint of that iteration, and no torn files" \
   '[ "$(cat "$tmp/ck/LATEST")" = "iter-$stop" ] && [ -f "$tmp/ck/iter-$stop/MANIFEST.pbtxt" ] && [ -z "$(find "$tmp/ck" -name "*.tmp")" ]'
-check "the run directory is removed and /dev/shm is clean" \
-  '[ -n "$run_dir" ] && [ ! -e "$run_dir" ] && [ -z "$(ls -A "$tmp/tmpdir")" ] && nothing_left'
+check "the logs are kept in the run directory, its beacon is gone and /dev/shm is clean" \
+  '[ -n "$run_dir" ] && grep -q "stopped after iteration $stop" "$run_dir/attempt-0/rank-0.log" && [ ! -e "$run_dir/launcher-beacon" ] && nothing_left'
 timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations $((stop + 5)) --timeout $T \
   --checkpoint-dir "$tmp/ck" --resume --metrics-out "$tmp/m4.json" > "$tmp/resume.log" 2>&1; rc=$?
 check "--resume continues after iteration $stop and the metrics append (0..$((stop + 4)))" \

@@ -12,6 +12,7 @@ plan_bin=$2
 launch=$(realpath "$3")
 tmp=$(realpath -m "$4")
 rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"  # the launcher's logs stay in here
 . "$(dirname "$0")/lib.sh"
 command -v openssl >/dev/null || { echo "FAIL: openssl is not installed"; exit 1; }
 pids=()
@@ -40,6 +41,8 @@ new_cert() {  # NAME CA
 new_ca ca && new_cert node ca && new_ca other-ca && new_cert stranger other-ca ||
   { echo "FAIL: openssl could not make the test certificates"; exit 1; }
 good=(--tls-cert "$pki/node.crt" --tls-key "$pki/node.key" --tls-ca "$pki/ca.crt")
+# Processes started by hand read the token from a file; TLS does not replace it.
+(umask 077 && echo s3cret > "$tmp/token")
 
 "$plan_bin" --log-level warn search --model zoo:tiny-candle-uno --cluster cpu-local --devices 2 \
   --batch 16 --micro-batches 4 --optimizer sgd --out "$tmp/plan.pb" >/dev/null || exit 1
@@ -106,7 +109,8 @@ start_rank0() {
   shift
   rm -f "$tmp/$name.addr"
   "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size 2 --coordinator 127.0.0.1:0 \
-    --coordinator-file "$tmp/$name.addr" --store-dir "$tmp/$name-store" --timeout 60 "$@" \
+    --coordinator-file "$tmp/$name.addr" --store-dir "$tmp/$name-store" --timeout 60 \
+    --auth-token-file "$tmp/token" "$@" \
     > "$tmp/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do [ -s "$tmp/$name.addr" ] && break; sleep 0.1; done
@@ -117,7 +121,8 @@ status_try() {
   local log=$1 start
   shift
   start=$(date +%s)
-  timeout 30 "$exe" status --coordinator "$addr" "$@" > "$tmp/$log" 2>&1; rc=$?
+  timeout 30 "$exe" status --coordinator "$addr" --auth-token-file "$tmp/token" "$@" \
+    > "$tmp/$log" 2>&1; rc=$?
   took=$(( $(date +%s) - start ))
 }
 start_rank0 tls-coord "${good[@]}"
@@ -143,7 +148,8 @@ check "a client that does not trust the server's CA does not connect, told why" 
 # A rank that cannot present the CA's certificate gives up within its --timeout, saying why.
 start=$(date +%s)
 timeout 60 "$exe" run --plan "$tmp/plan.pb" --rank 1 --world-size 2 --coordinator "$addr" \
-  --store-dir "$tmp/tls-coord-store" --timeout 5 > "$tmp/rank1-plain.log" 2>&1; rc=$?
+  --store-dir "$tmp/tls-coord-store" --timeout 5 --auth-token-file "$tmp/token" \
+  > "$tmp/rank1-plain.log" 2>&1; rc=$?
 took=$(( $(date +%s) - start ))
 check "a plaintext rank 1 fails within its --timeout naming the mismatch" \
   '[ $rc -ne 0 ] && [ $took -lt 20 ] && grep -q "cannot reach the coordinator at $addr within 5 s: .*may require TLS" "$tmp/rank1-plain.log"'
@@ -158,13 +164,13 @@ check "... which answers a plaintext client" '[ $rc -eq 0 ] && grep -q "^rank 0"
 kill "${pids[-1]}" 2>/dev/null
 
 # 4. A node daemon serving mutual TLS: its ranks get the files, submit needs them.
-"$exe" serve --listen 127.0.0.1:0 --devices 2 --auth-token s3cret --work-dir "$tmp/work" \
+"$exe" serve --listen 127.0.0.1:0 --devices 2 --auth-token-file "$tmp/token" --work-dir "$tmp/work" \
   "${good[@]}" > "$tmp/daemon.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "serving" "$tmp/daemon.log" && break; sleep 0.1; done
 addr=$(sed -n 's/.* on \(127.0.0.1:[0-9]*\) over mutual TLS,.*/\1/p' "$tmp/daemon.log" | head -1)
 check "serve listens over mutual TLS" '[ -n "$addr" ]'
-submit() { GP_AUTH_TOKEN=s3cret timeout 120 "$exe" submit --nodes "$addr" --plan "$tmp/plan.pb" "$@"; }
+submit() { GRAPHPIPE_AUTH_TOKEN_FILE="$tmp/token" timeout 120 "$exe" submit --nodes "$addr" --plan "$tmp/plan.pb" "$@"; }
 submit --iterations 3 --port 29851 "${good[@]}" -- --metrics-out "$tmp/work/m.json" \
   > "$tmp/submit.log" 2>&1; rc=$?
 check "submit over mutual TLS trains (exit 0), rank 0's coordinator over TLS too" \
@@ -184,7 +190,7 @@ GP_AUTH_TOKEN=wrong timeout 60 "$exe" submit --nodes "$addr" --plan "$tmp/plan.p
 check "a submit over mutual TLS with a wrong token is refused from its headers" \
   '[ $rc -ne 0 ] && grep -q "requires .authorization: Bearer <token>." "$tmp/submit-token.log" && grep -q "daemon: /graphpipe.v1.NodeDaemon/GetInfo refused before its request was read" "$tmp/daemon.log"'
 check "no refused submit started a rank" '[ "$(grep -c "started" "$tmp/daemon.log")" -eq "$started" ]'
-"$exe" serve --listen 127.0.0.1:0 --auth-token s3cret --work-dir "$tmp/work2" \
+"$exe" serve --listen 127.0.0.1:0 --auth-token-file "$tmp/token" --work-dir "$tmp/work2" \
   --tls-cert "$pki/node.crt" --tls-key "$pki/node.key" > "$tmp/serve-noca.log" 2>&1; rc=$?
 check "serve without --tls-ca (its ranks could not verify each other): exit 2 naming it" \
   '[ $rc -eq 2 ] && grep -q "needs --tls-ca" "$tmp/serve-noca.log"'

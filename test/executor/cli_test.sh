@@ -5,6 +5,7 @@ exe=$1
 plan_bin=$2
 tmp=$3
 rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"  # the launcher's logs stay in here
 fail=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
 losses() { grep -o '"loss": [-0-9.e]*' "$1" | awk '{printf "%.6f\n", $2}'; }
@@ -35,7 +36,7 @@ while read -r file expected; do
   err=$("$exe" local --plan "$file" --iterations 1 2>&1 >/dev/null); rc=$?
   check "local $(basename "$file") exits 2 naming '$expected'" \
     '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
-  err=$(timeout 30 "$exe" run --plan "$file" --rank 0 --world-size 3 --iterations 1 \
+  err=$(timeout 30 "$exe" run --plan "$file" --rank 0 --world-size 3 --iterations 1 --insecure \
     --coordinator 127.0.0.1:9 --store-dir "$tmp/bad-store" 2>&1 >/dev/null); rc=$?
   check "run $(basename "$file") exits 2 naming '$expected'" \
     '[ $rc -eq 2 ] && echo "$err" | grep -qF "$expected"'
@@ -47,7 +48,50 @@ check "reference --plan refuses a plan edited after planning, naming the hash" \
 err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr inf 2>&1 >/dev/null); rc=$?
 check "--lr inf exits 2 naming the field" '[ $rc -eq 2 ] && echo "$err" | grep -q "learning_rate = inf"'
 err=$(env -u GP_AUTH_TOKEN timeout 10 "$exe" serve --listen 127.0.0.1:0 --work-dir "$tmp/serve-open" 2>&1 >/dev/null); rc=$?
-check "serve without a token exits 2 unless --insecure" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--insecure"'
+check "serve without a token exits 2 unless --insecure" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--insecure" && echo "$err" | grep -q -- "--auth-token-file FILE"'
+# Secure by default: every server (rank 0's coordinator, coordinator, serve) needs a token from
+# --auth-token-file (or $GRAPHPIPE_AUTH_TOKEN_FILE) unless --insecure; no token comes from argv.
+noenv=(env -u GP_AUTH_TOKEN -u GRAPHPIPE_AUTH_TOKEN_FILE)
+(umask 077 && echo s3cret > "$tmp/token")
+for server in "coordinator --plan $tmp/plan.pb --world-size $n --listen 127.0.0.1:0" \
+  "run --plan $tmp/plan.pb --rank 0 --world-size $n --coordinator 127.0.0.1:0"; do
+  # shellcheck disable=SC2086  # the command line is split on purpose
+  err=$("${noenv[@]}" timeout 10 "$exe" $server 2>&1 >/dev/null); rc=$?
+  check "${server%% *} without a token exits 2 naming --auth-token-file and --insecure" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -q "no token: .*give --auth-token-file FILE .*or --insecure"'
+done
+for cmd in "run --plan $tmp/plan.pb --rank 1 --world-size $n --coordinator 127.0.0.1:9" \
+  "coordinator --plan $tmp/plan.pb --world-size $n" "serve --listen 127.0.0.1:0" \
+  "submit --nodes 127.0.0.1:9 --plan $tmp/plan.pb" "status --coordinator 127.0.0.1:9"; do
+  # shellcheck disable=SC2086
+  err=$(timeout 10 "$exe" $cmd --auth-token s3cret 2>&1 >/dev/null); rc=$?
+  check "${cmd%% *} --auth-token VALUE is refused (exit 2), pointing to --auth-token-file" \
+    '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--auth-token: a token on the command line is visible" && echo "$err" | grep -q -- "--auth-token-file FILE"'
+done
+# coordinator_up NAME FLAGS...: a standalone coordinator of the plan; its address in $coord_addr.
+coordinator_up() {
+  local name=$1; shift
+  "${noenv[@]}" "$exe" coordinator --plan "$tmp/plan.pb" --world-size "$n" --listen 127.0.0.1:0 \
+    --coordinator-file "$tmp/$name.addr" "$@" > "$tmp/$name.log" 2>&1 &
+  coord_pid=$!
+  for _ in $(seq 100); do [ -s "$tmp/$name.addr" ] && break; sleep 0.1; done
+  coord_addr=$(cat "$tmp/$name.addr" 2>/dev/null)
+}
+coordinator_up open --insecure
+out=$("${noenv[@]}" timeout 20 "$exe" status --coordinator "$coord_addr" 2>&1); rc=$?
+kill "$coord_pid"; wait "$coord_pid" 2>/dev/null
+check "coordinator --insecure warns at start and answers a call without a token" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "rank 0: not registered" && grep -q "INSECURE: coordinator runs without a token (--insecure): anyone who can reach 127.0.0.1:0" "$tmp/open.log"'
+coordinator_up closed --auth-token-file "$tmp/token"
+err=$("${noenv[@]}" timeout 20 "$exe" status --coordinator "$coord_addr" 2>&1 >/dev/null); rc=$?
+out=$("${noenv[@]}" GRAPHPIPE_AUTH_TOKEN_FILE="$tmp/token" timeout 20 "$exe" status \
+  --coordinator "$coord_addr" 2>&1); rc_env=$?
+kill "$coord_pid"; wait "$coord_pid" 2>/dev/null
+check "a coordinator with --auth-token-file refuses a call without its token" \
+  '[ $rc -ne 0 ] && echo "$err" | grep -q "requires .authorization: Bearer <token>."'
+check "status takes the token file from \$GRAPHPIPE_AUTH_TOKEN_FILE" \
+  '[ $rc_env -eq 0 ] && echo "$out" | grep -q "rank 0: not registered" && ! grep -q INSECURE "$tmp/closed.log"'
 err=$(timeout 10 "$exe" serve --insecure --listen 127.0.0.1:70000 --work-dir "$tmp/serve-bad" 2>&1 >/dev/null); rc=$?
 check "serve --listen with port 70000 exits 2 instead of wrapping" '[ $rc -eq 2 ] && echo "$err" | grep -q "port 70000 is outside 0..65535"'
 err=$("$exe" reference --model zoo:tiny-mmt --batch 8 --lr 1e30 --iterations 4 \
@@ -271,7 +315,7 @@ check "an unknown device exits 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" 
 err=$("$exe" local --plan "$tmp/plan.pb" --precision fp64 2>&1 >/dev/null); rc=$?
 check "an unknown precision exits 2 naming the flag" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--precision"'
-err=$("$exe" --log-level warn run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" \
+err=$("$exe" --log-level warn run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" --insecure \
   --data-plane nccl --device cpu 2>&1 >/dev/null); rc=$?
 check "--data-plane nccl on the CPU exits 2 naming both flags" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--data-plane nccl needs --device cuda:N"'
@@ -367,7 +411,7 @@ for w in 2147483647 100000000; do
 done
 bounded "coordinator --world-size other than the plan's" \
   "world_size (--world-size) = $((n + 1)), but the plan has $n ranks" \
-  "$exe" coordinator --plan "$tmp/plan.pb" --world-size $((n + 1)) --listen 127.0.0.1:0
+  "$exe" coordinator --plan "$tmp/plan.pb" --world-size $((n + 1)) --listen 127.0.0.1:0 --insecure
 bounded "serve --devices 2147483647" "--devices = 2147483647, must be at most 1024" \
   "$exe" serve --devices 2147483647 --insecure --listen 127.0.0.1:0 --work-dir "$tmp/serve-work"
 bounded "--cpu-threads 4096" "--cpu-threads = 4096, must be 1.." \
@@ -388,7 +432,7 @@ refused() {  # NAME TEXT COMMAND...: the command exits 2 and its stderr has TEXT
 refused "run --checkpoint-every without --checkpoint-dir" \
   "--checkpoint-every 2 needs --checkpoint-dir" \
   "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" --coordinator 127.0.0.1:9 \
-  --checkpoint-every 2
+  --insecure --checkpoint-every 2
 refused "submit -- --checkpoint-every without --checkpoint-dir" \
   "--checkpoint-every 3 needs --checkpoint-dir" \
   "$exe" submit --nodes 127.0.0.1:9 --plan "$tmp/plan.pb" -- --checkpoint-every 3
@@ -398,12 +442,12 @@ refused "run --resume with --resume-if-present" "--resume excludes --resume-if-p
 refused "run --resume of a directory without a checkpoint" \
   "--resume $tmp/no-ck: no checkpoint in '$tmp/no-ck'" \
   "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size "$n" --coordinator 127.0.0.1:9 \
-  --resume "$tmp/no-ck"
+  --insecure --resume "$tmp/no-ck"
 "$plan_bin" --log-level warn search --model zoo:tiny-dlrm --cluster cpu-local --devices 1 \
   --batch 16 --micro-batches 2 --optimizer adam --out "$tmp/one.pb" >/dev/null
 one() {
   timeout 60 "$exe" run --plan "$tmp/one.pb" --rank 0 --world-size 1 --coordinator 127.0.0.1:0 \
-    --checkpoint-dir "$tmp/rip" --checkpoint-every 1 --resume-if-present "$tmp/rip" "$@"
+    --insecure --checkpoint-dir "$tmp/rip" --checkpoint-every 1 --resume-if-present "$tmp/rip" "$@"
 }
 err=$(one --iterations 2 2>&1 >/dev/null); rc=$?
 check "run --resume-if-present without a checkpoint starts at iteration 0 with one warning" \

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/checkpoint_format.h"
 #include "checkpoint/checkpoint_guard.h"
 #include "control/control_client.h"
 #include "control/coordinator.h"
@@ -63,6 +64,17 @@ Result<std::string> read_coordinator_file(const std::string& path, milliseconds 
                     std::to_string(timeout.count() / 1000) + " s");
 }
 
+// A job id names files (the data plane's store keys, shared-memory rings): a plain name.
+Status check_job_id(const std::string& id) {
+  const bool plain = id.size() <= 64 && id.find_first_not_of(
+                                            "abcdefghijklmnopqrstuvwxyz"
+                                            "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789._-") == std::string::npos;
+  if (plain && id != "." && id != "..") return ok_status();
+  return invalid_argument("--job-id = '" + id +
+                          "': must be at most 64 letters, digits, '.', '_' or '-'");
+}
+
 // One rank's job under the control plane, in the order it runs: prepare (options, device, the
 // session, outputs, the checkpoint to resume) → connect (rank 0 hosts the coordinator; everyone
 // registers) → open the data plane → train (iterations, checkpoints, an agreed stop) → finish;
@@ -105,6 +117,7 @@ class RankJob {
   // Everything checked before this rank talks to anyone.
   Status prepare() {
     apply_environment();
+    GP_RETURN_IF_ERROR(check_job_id(o_.job_id));
     GP_RETURN_IF_ERROR(install_stop_signals(o_.launcher_beacon, o_.orphan_timeout_s));
     timeout_ = milliseconds(static_cast<int64_t>(o_.timeout_s) * 1000);
     // Barriers wait longer than the heartbeat timeout, so that when a rank freezes the
@@ -169,6 +182,7 @@ class RankJob {
       GP_RETURN_IF_ERROR(check_writable("--metrics-out", o_.metrics_out));
       GP_RETURN_IF_ERROR(check_writable("--trace", o_.trace));
       GP_RETURN_IF_ERROR(check_writable("--verdict-file", o_.verdict_file));
+      GP_RETURN_IF_ERROR(check_writable("--stop-file", o_.stop_file));
     }
     if (!o_.checkpoint_dir.empty()) {
       std::error_code ec;
@@ -258,6 +272,7 @@ class RankJob {
       co.auth_token = token_;
       co.tls = o_.tls;
       co.heartbeat_timeout = timeout_;
+      co.job_id = o_.job_id;
       co.on_metrics = [this](const graphpipe::v1::ReportMetricsRequest& r) { progress_->add(r); };
       GP_ASSIGN_OR_RETURN(coordinator_, Coordinator::start(co));
       address_ = coordinator_->address();
@@ -455,9 +470,19 @@ class RankJob {
     if (last < o_.iterations - 1) {
       log_->warn("rank {}: stopped after iteration {} of {}{}", o_.rank, last, o_.iterations,
                  o_.checkpoint_dir.empty() ? "" : " (checkpoint written)");
+      if (o_.rank == 0 && !o_.stop_file.empty()) GP_RETURN_IF_ERROR(write_stop_file(last));
       return stop_signal > 0 ? 128 + stop_signal : 0;
     }
     return 0;
+  }
+
+  // Where the stop left the job, for the launcher's last line (written once every rank is done).
+  Status write_stop_file(int last) const {
+    std::string text = fmt::format("stopped_after {}\niterations {}\n", last, o_.iterations);
+    if (!o_.checkpoint_dir.empty()) {
+      text += "checkpoint " + checkpoint_format::iter_dir(o_.checkpoint_dir, last) + "\n";
+    }
+    return model::write_file_atomic(o_.stop_file, text).with_context("--stop-file");
   }
 
   Result<int> fail(Status failure) {

@@ -38,8 +38,12 @@ struct RunOptions {
   int log_every = 1;             // rank 0: a progress line per this many iterations
   bool allow_nonfinite = false;  // a NaN/inf loss trains on instead of stopping the job (exit 3)
   std::string verdict_file;      // rank 0: when the job aborts, "failed_rank=R\nreason=...\n"
-  std::string launcher_beacon;   // a file the launcher rewrites every second ...
-  int orphan_timeout_s = 30;     // ... and the rank stops when it stays unchanged this long
+  // rank 0: when a requested stop ends training early, "stopped_after N\niterations M\n" and,
+  // with a checkpoint directory, "checkpoint DIR/iter-N\n" (what the launcher's summary says).
+  std::string stop_file;
+  std::string job_id;           // rank 0's coordinator names the job so (default: a random id)
+  std::string launcher_beacon;  // a file the launcher rewrites every second ...
+  int orphan_timeout_s = 30;    // ... and the rank stops when it stays unchanged this long
   // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
   // resume (so a re-planned run carries on).
   std::string kill_rank_at;

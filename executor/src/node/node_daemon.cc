@@ -102,7 +102,7 @@ struct RankProc {
 // How long a rank has between SIGTERM and SIGKILL.
 constexpr std::chrono::seconds kKillGrace{1};
 
-void terminate(RankProc& r) {
+void terminate(RankProc& r, std::chrono::seconds grace = kKillGrace) {
   if (!r.running || r.kill_at) return;
   // A rank that has exited but is not reaped yet keeps its own exit status: signalling it would
   // make its death look like the daemon's doing.
@@ -112,7 +112,7 @@ void terminate(RankProc& r) {
     return;
   }
   kill(r.pid, SIGTERM);
-  r.kill_at = std::chrono::steady_clock::now() + kKillGrace;
+  r.kill_at = std::chrono::steady_clock::now() + grace;
 }
 
 grpc::Status bad_request(const std::string& msg) {
@@ -272,8 +272,13 @@ class Daemon final : public pb::NodeDaemon::Service {
     if (it == jobs_.end()) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_id() + "' here");
     }
+    const int grace_s = std::clamp(req->grace_s(), 0, 3600);
     for (auto& r : it->second.ranks) {
-      terminate(r);
+      terminate(r, grace_s > 0 ? std::chrono::seconds(grace_s) : kKillGrace);
+      // The reaper sends SIGKILL at its next pass (once: it then sets kill_at to max()).
+      if (req->kill_now() && r.kill_at && !r.sigkill_sent) {
+        r.kill_at = std::chrono::steady_clock::now();
+      }
     }
     return grpc::Status::OK;
   }
@@ -380,6 +385,9 @@ class Daemon final : public pb::NodeDaemon::Service {
                                      "--store-dir",   store_dir,
                                      "--iterations",  std::to_string(req.iterations()),
                                      "--timeout",     std::to_string(req.timeout_s())};
+    // One job id everywhere: rank 0's coordinator names the job as submit and this daemon do.
+    args.push_back("--job-id");
+    args.push_back(req.job_id());
     if (options_.accelerator == "cuda") {
       args.push_back("--device");
       args.push_back("cuda:" + std::to_string(p.device));
@@ -389,6 +397,8 @@ class Daemon final : public pb::NodeDaemon::Service {
       args.push_back(verdict_path);
     }
     for (const auto& a : tls_flags(options_.tls)) args.push_back(a);
+    // An --insecure daemon has no token to give: rank 0's coordinator runs without one too.
+    if (options_.auth_token.empty()) args.push_back("--insecure");
     for (const auto& a : extra) args.push_back(a);
     return args;
   }
@@ -402,14 +412,18 @@ class Daemon final : public pb::NodeDaemon::Service {
   }
 
   // fork + exec with stdout and stderr into `log`; -1 on failure. The token goes to the rank in
-  // its environment ($GP_AUTH_TOKEN), never in argv, which every local user can read.
+  // its environment ($GP_AUTH_TOKEN), never in argv, which every local user can read; the
+  // daemon's own $GRAPHPIPE_AUTH_TOKEN_FILE is not passed on (the ranks use the daemon's token).
   pid_t spawn(const std::vector<std::string>& args, const std::string& log) const {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e) {
-      if (std::string_view(*e).starts_with("GP_AUTH_TOKEN=")) continue;
+      const std::string_view var(*e);
+      if (var.starts_with("GP_AUTH_TOKEN=") || var.starts_with("GRAPHPIPE_AUTH_TOKEN_FILE=")) {
+        continue;
+      }
       env_strings.emplace_back(*e);
     }
     if (!options_.auth_token.empty()) env_strings.push_back("GP_AUTH_TOKEN=" + options_.auth_token);
@@ -533,12 +547,15 @@ Status run_serve(const ServeOptions& in) {
   // unless the operator says the network is trusted.
   if (o.auth_token.empty() && !o.insecure) {
     return invalid_argument(
-        "serve: no --auth-token (or $GP_AUTH_TOKEN): without one anyone who can reach " + o.listen +
-        " can start ranks as this user; give a token, or --insecure on a network "
-        "only you can reach");
+        "serve: no token: without one anyone who can reach " + o.listen +
+        " can start ranks as this user; give --auth-token-file FILE (mode 0600; or "
+        "$GRAPHPIPE_AUTH_TOKEN_FILE), or --insecure on a network only you can reach");
   }
   if (o.auth_token.empty()) {
-    log::get("daemon")->warn("serving without a token (--insecure): every client is trusted");
+    log::get("daemon")->warn(
+        "INSECURE: serve runs without a token (--insecure): anyone who can reach {} can start "
+        "ranks as this user",
+        o.listen);
   }
   // The ranks it starts get the same files: rank 0 serves its coordinator with them and every
   // rank connects with them, so a daemon needs all three. Absolute, as the ranks may not share

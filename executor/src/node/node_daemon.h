@@ -44,6 +44,8 @@ struct SubmitOptions {
 };
 
 Status run_serve(const ServeOptions& options);
-Status run_submit(const SubmitOptions& options);
+// The exit code of a job that ran: 0, or 128 + the signal when SIGINT/SIGTERM stopped it (then
+// its last line says where, and how to resume).
+Result<int> run_submit(const SubmitOptions& options);
 
 }  // namespace gp::exec::daemon

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "gp/common/file_read.h"
 #include "gp/common/logging.h"
 #include "gp/model/model_io.h"
 #include "graphpipe/v1/daemon.grpc.pb.h"
@@ -44,8 +47,72 @@ Status from_grpc(const grpc::Status& s, const std::string& what) {
   return Status(static_cast<StatusCode>(s.error_code()), what + ": " + s.error_message());
 }
 
-std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted = true; }
+// The first SIGINT/SIGTERM, and whether another came: the first stops the job at an iteration
+// every rank agrees on, another kills it. One within a second of the first is the same request
+// passed on twice (`timeout` forwards the SIGTERM it gets to this process, which got it too).
+std::atomic<int> g_signal{0};
+std::atomic<int> g_signals{0};
+std::atomic<int64_t> g_signal_ms{0};
+constexpr int64_t kRepeatAfterMs = 1000;
+
+int64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+void on_signal(int sig) {
+  int none = 0;
+  if (g_signal.compare_exchange_strong(none, sig)) {
+    g_signal_ms.store(monotonic_ms());
+    g_signals.store(1);
+  } else if (monotonic_ms() - g_signal_ms.load() >= kRepeatAfterMs) {
+    g_signals.store(2);
+  }
+}
+
+const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+// `word` as a POSIX shell reads it back.
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_@%+=:,./-") == std::string::npos) {
+    return word;
+  }
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// This process's command line as typed (from /proc), with `--resume DIR` added among the ranks'
+// flags unless it resumes already: the command that continues an interrupted job.
+std::string resume_command(const std::string& checkpoint_dir) {
+  FileReadOptions small;
+  small.max_bytes = 1 << 20;
+  auto cmdline = read_regular_file("/proc/self/cmdline", small);
+  std::vector<std::string> words;
+  if (cmdline.ok()) {
+    for (size_t at = 0; at < cmdline->size();) {
+      const size_t end = std::min(cmdline->find('\0', at), cmdline->size());
+      words.push_back(cmdline->substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  if (words.empty()) words = {"graphpipe-executor", "submit", "..."};
+  bool resumes = false, ranks_flags = false;
+  for (const auto& w : words) {
+    resumes = resumes || w.starts_with("--resume");
+    ranks_flags = ranks_flags || w == "--";
+  }
+  if (!resumes) {
+    if (!ranks_flags) words.push_back("--");
+    words.push_back("--resume");
+    words.push_back(checkpoint_dir);
+  }
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_quote(w);
+  return out;
+}
 
 std::string random_id() {
   std::random_device rd;
@@ -61,13 +128,18 @@ class Submission {
  public:
   explicit Submission(const SubmitOptions& options) : o_(options), log_(log::get("submit")) {}
 
-  Status run() {
+  Result<int> run() {
     GP_RETURN_IF_ERROR(prepare());
     GP_RETURN_IF_ERROR(ask_daemons());
     assign_ranks();
     GP_RETURN_IF_ERROR(start_ranks());
     GP_RETURN_IF_ERROR(follow());
-    return outcome();
+    if (stop_signal_ != 0) {  // the ranks' exits were the stop asked for, not failures
+      print_stop_summary();
+      return 128 + stop_signal_;
+    }
+    GP_RETURN_IF_ERROR(outcome());
+    return 0;
   }
 
  private:
@@ -163,28 +235,28 @@ class Submission {
     return ok_status();
   }
 
-  void stop_all() {
+  // SIGTERM to every rank, SIGKILL `grace_s` later (0: the daemons' default), or now.
+  void stop_all(int grace_s = 0, bool kill_now = false) {
     for (auto& n : nodes_) {
       if (n.ranks.empty()) continue;
       grpc::ClientContext ctx;
       authorize(&ctx, o_.auth_token, 5);
       pb::StopJobRequest req;
       req.set_job_id(job_);
+      req.set_grace_s(grace_s);
+      req.set_kill_now(kill_now);
       pb::StopJobResponse resp;
       (void)n.stub->StopJob(&ctx, req, &resp);
     }
   }
 
   // Follows the job until every rank has exited: output as it comes, failures as they are
-  // seen. Interrupted, it stops the job on every node.
+  // seen. Interrupted, it stops the job on every node and follows it to its end.
   Status follow() {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     for (;;) {
-      if (g_interrupted) {
-        stop_all();
-        return Status(StatusCode::kAborted, "job " + job_ + ": interrupted; stopped on every node");
-      }
+      pass_on_signals();
       bool all_done = true;
       for (auto& n : nodes_) {
         if (n.ranks.empty() || n.done) continue;
@@ -204,6 +276,63 @@ class Submission {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+  }
+
+  // The first SIGINT/SIGTERM: every rank stops after an iteration they agree on and writes a
+  // checkpoint, which may take two heartbeat timeouts (a barrier's) before the daemons kill it.
+  // A second: the daemons kill the ranks now.
+  void pass_on_signals() {
+    const int signals = g_signals.load();
+    if (signals > 0 && stop_signal_ == 0) {
+      stop_signal_ = g_signal.load();
+      std::fprintf(stderr,
+                   "graphpipe-executor: %s: asking every rank to stop after an agreed iteration "
+                   "(again: stop at once)\n",
+                   stop_signal_name(stop_signal_));
+      stop_all(2 * o_.timeout_s + 5);
+    }
+    if (signals > 1 && !killed_) {
+      killed_ = true;
+      std::fprintf(stderr, "graphpipe-executor: %s again: killing every rank now\n",
+                   stop_signal_name(g_signal.load()));
+      stop_all(0, /*kill_now=*/true);
+    }
+  }
+
+  // The last line after a requested stop: where rank 0 said it stopped, its checkpoint and the
+  // command that resumes from it.
+  void print_stop_summary() const {
+    int after = -1, total = o_.iterations;
+    const std::string said = "rank 0: stopped after iteration ";
+    if (const size_t at = rank0_tail_.rfind(said); at != std::string::npos) {
+      std::sscanf(rank0_tail_.c_str() + at + said.size(), "%d of %d", &after, &total);
+    }
+    std::string line = after >= 0 ? fmt::format("stopped after iteration {} of {}", after, total)
+                       : killed_  ? "killed before the ranks stopped at an agreed iteration"
+                                  : "stopped before the ranks agreed on an iteration";
+    const std::string dir = checkpoint_dir();
+    if (dir.empty()) {
+      line += "; no checkpoint (no --checkpoint-dir)";
+    } else if (after >= 0) {
+      line += "; checkpoint " +
+              (std::filesystem::path(dir) / ("iter-" + std::to_string(after))).string() +
+              "; resume with: " + resume_command(dir);
+    } else {
+      line += "; resume from the newest checkpoint in " + dir + " with: " + resume_command(dir);
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "graphpipe-executor: %s\n", line.c_str());
+  }
+
+  // The ranks' --checkpoint-dir, as given among the extra flags.
+  std::string checkpoint_dir() const {
+    std::string dir;
+    for (size_t i = 0; i < o_.extra.size(); ++i) {
+      const std::string& a = o_.extra[i];
+      if (a.starts_with("--checkpoint-dir=")) dir = a.substr(17);
+      if (a == "--checkpoint-dir" && i + 1 < o_.extra.size()) dir = o_.extra[i + 1];
+    }
+    return dir;
   }
 
   // One node's ranks: their new output printed, the coordinator's verdict (rank 0's daemon
@@ -229,6 +358,10 @@ class Submission {
     for (int i = 0; i < resp.ranks_size(); ++i) {
       const auto& r = resp.ranks(i);
       if (!r.log().empty()) std::fprintf(stdout, "%s", r.log().c_str());
+      if (r.rank() == 0) {  // where it says it stopped, for the summary
+        rank0_tail_ += r.log();
+        if (rank0_tail_.size() > 8192) rank0_tail_.erase(0, rank0_tail_.size() - 8192);
+      }
       n.offsets[static_cast<size_t>(i)] = r.log_end();
       running = running || r.running();
       if (!r.running() && r.exit_code() != 0 && exits_seen_.insert(r.rank()).second) {
@@ -297,10 +430,15 @@ class Submission {
   std::string blamed_reason_;
   std::optional<std::chrono::steady_clock::time_point> first_failure_;
   bool stragglers_stopped_ = false;
+  // A requested stop: the first signal (0: none), whether a second one killed the ranks, and the
+  // end of rank 0's output.
+  int stop_signal_ = 0;
+  bool killed_ = false;
+  std::string rank0_tail_;
 };
 
 }  // namespace
 
-Status run_submit(const SubmitOptions& options) { return Submission(options).run(); }
+Result<int> run_submit(const SubmitOptions& options) { return Submission(options).run(); }
 
 }  // namespace gp::exec::daemon

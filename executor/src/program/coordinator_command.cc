@@ -19,7 +19,9 @@ class CoordinatorCommand final : public Command {
         ->check(CLI::Range(1, kMaxWorldSize));
     cmd_->add_option("--listen", o_.listen, "HOST:PORT to listen on")->capture_default_str();
     cmd_->add_option("--coordinator-file", o_.coordinator_file, "write the bound address here");
-    cmd_->add_option("--auth-token", o_.auth_token, "shared secret (or $GP_AUTH_TOKEN)");
+    add_token_options(cmd_, token_, /*serves=*/true,
+                      "Every RPC must carry it; without one the coordinator refuses to start "
+                      "unless --insecure.");
     cmd_->add_option("--timeout", o_.timeout_s, "heartbeat timeout in seconds")
         ->capture_default_str()
         ->check(CLI::Range(1, 86400));
@@ -28,10 +30,20 @@ class CoordinatorCommand final : public Command {
                     "certificate chains to it");
   }
 
-  int run() override { return gp::cli::report("graphpipe-executor", run_coordinator(o_)); }
+  int run() override {
+    auto token = resolve_token(token_);
+    if (!token.ok()) return gp::cli::report("graphpipe-executor", token.status());
+    o_.auth_token = *token;
+    if (auto st = require_token("coordinator", o_.listen, o_.auth_token, token_.insecure);
+        !st.ok()) {
+      return gp::cli::report("graphpipe-executor", st);
+    }
+    return gp::cli::report("graphpipe-executor", run_coordinator(o_));
+  }
 
  private:
   CoordinatorRunOptions o_;
+  TokenFlags token_;
 };
 
 }  // namespace

@@ -26,9 +26,7 @@ class RunCommand final : public Command {
   }
 
   int run() override {
-    if (auto st = read_token_file(token_file_, &o_.auth_token); !st.ok()) {
-      return gp::cli::report("graphpipe-executor", st);
-    }
+    if (auto st = resolve_security(); !st.ok()) return gp::cli::report("graphpipe-executor", st);
     if (auto st = check_checkpoint_flags(o_.checkpoint_every, o_.checkpoint_dir); !st.ok()) {
       return gp::cli::report("graphpipe-executor", st);
     }
@@ -76,12 +74,9 @@ class RunCommand final : public Command {
 
   // The shared secret and TLS of the control plane.
   void add_security_flags() {
-    cmd_->add_option("--auth-token", o_.auth_token,
-                     "shared secret every control RPC carries (or $GP_AUTH_TOKEN, or "
-                     "--auth-token-file; an argument is visible to every local user in ps)");
-    cmd_->add_option("--auth-token-file", token_file_,
-                     "read the shared secret from this file (mode 0600, as the launcher "
-                     "writes it)");
+    add_token_options(cmd_, token_, /*serves=*/true,
+                      "Every control RPC carries it; rank 0 (unless --external-coordinator) "
+                      "refuses to start without one unless --insecure.");
     add_tls_options(cmd_, o_.tls,
                     "Rank 0 serves the coordinator with --tls-cert/--tls-key and requires every "
                     "rank's certificate to chain to --tls-ca; every rank connects with all three "
@@ -139,6 +134,13 @@ class RunCommand final : public Command {
     cmd_->add_option("--verdict-file", o_.verdict_file,
                      "rank 0: when the job aborts, write the rank it blames and why here "
                      "(failed_rank=R, reason=...), for the launcher");
+    cmd_->add_option("--stop-file", o_.stop_file,
+                     "rank 0: when SIGINT/SIGTERM stops the job before --iterations, write "
+                     "`stopped_after N`, `iterations M` and (with --checkpoint-dir) `checkpoint "
+                     "DIR/iter-N` lines here, for the launcher's summary");
+    cmd_->add_option("--job-id", o_.job_id,
+                     "rank 0: the id its coordinator gives the job (logs, status, checkpoint "
+                     "lock; default: a random one), e.g. the launcher's");
     cmd_->add_option("--launcher-beacon", o_.launcher_beacon,
                      "a file the launcher rewrites every second; when it stays unchanged for "
                      "--orphan-timeout seconds the launcher is gone and the rank stops as on "
@@ -152,8 +154,17 @@ class RunCommand final : public Command {
         ->group("");
   }
 
+  // The token; rank 0 hosts the coordinator, which needs one unless --insecure.
+  gp::Status resolve_security() {
+    GP_ASSIGN_OR_RETURN(o_.auth_token, resolve_token(token_));
+    if (o_.rank != 0 || o_.external_coordinator) return gp::ok_status();
+    return require_token("run --rank 0 (it hosts the coordinator)",
+                         o_.coordinator.empty() ? "its coordinator's port" : o_.coordinator,
+                         o_.auth_token, token_.insecure);
+  }
+
   RunOptions o_;
-  std::string token_file_;
+  TokenFlags token_;
 };
 
 }  // namespace

@@ -31,21 +31,26 @@ class ServeCommand final : public Command {
                      "jobs' paths (--metrics-out, --trace, --checkpoint-dir, --resume, "
                      "--store-dir) must resolve inside it, symlinks followed (default: "
                      "--work-dir)");
-    cmd_->add_option("--auth-token", o_.auth_token,
-                     "shared secret clients must present (or $GP_AUTH_TOKEN)");
-    cmd_->add_flag("--insecure", o_.insecure,
-                   "serve without a token (every client that reaches --listen may start ranks); "
-                   "refused otherwise");
+    add_token_options(cmd_, token_, /*serves=*/true,
+                      "Clients must present it; the daemon hands it to the ranks it starts in "
+                      "their environment.");
     add_tls_options(cmd_, o_.tls,
                     "Needs all three: serves mutual TLS (submit must present a certificate of "
                     "--tls-ca) and passes the three paths to the ranks it starts, whose "
                     "coordinator and connections use them");
   }
 
-  int run() override { return gp::cli::report("graphpipe-executor", run_serve(o_)); }
+  int run() override {
+    auto token = resolve_token(token_);
+    if (!token.ok()) return gp::cli::report("graphpipe-executor", token.status());
+    o_.auth_token = *token;
+    o_.insecure = token_.insecure;
+    return gp::cli::report("graphpipe-executor", run_serve(o_));
+  }
 
  private:
   ServeOptions o_;
+  TokenFlags token_;
 };
 
 }  // namespace

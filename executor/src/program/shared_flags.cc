@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "gp/common/cli.h"
@@ -78,6 +79,54 @@ gp::Status read_token_file(const std::string& path, std::string* token) {
   }
   if (text.empty()) return gp::invalid_argument("--auth-token-file " + path + ": empty");
   *token = text;
+  return gp::ok_status();
+}
+
+void add_token_options(CLI::App* cmd, TokenFlags& flags, bool serves, const std::string& how) {
+  cmd->add_option("--auth-token-file", flags.file,
+                  "the control plane's shared secret, read from this file (mode 0600; e.g. "
+                  "RUN_DIR/auth-token as the launcher writes it; default: "
+                  "$GRAPHPIPE_AUTH_TOKEN_FILE, else the token in $GP_AUTH_TOKEN). " +
+                      how)
+      ->envname("GRAPHPIPE_AUTH_TOKEN_FILE");
+  // Hidden: only there to say why a token in argv (which `ps` shows everyone) is refused.
+  flags.argv_option = cmd->add_option("--auth-token", flags.argv_token)->group("");
+  if (serves) {
+    cmd->add_flag("--insecure", flags.insecure,
+                  "serve without a token: anyone who can reach the port may read the job's "
+                  "status, abort or stop it (and, for serve, start ranks as this user); "
+                  "refused otherwise");
+  }
+}
+
+gp::Result<std::string> resolve_token(const TokenFlags& flags) {
+  if (flags.argv_option != nullptr && flags.argv_option->count() > 0) {
+    return gp::invalid_argument(
+        "--auth-token: a token on the command line is visible to every local user (ps, "
+        "/proc/PID/cmdline); write it to a file of mode 0600 and give --auth-token-file FILE "
+        "(or $GRAPHPIPE_AUTH_TOKEN_FILE)");
+  }
+  std::string token;
+  if (!flags.file.empty()) {
+    GP_RETURN_IF_ERROR(read_token_file(flags.file, &token));
+  } else if (const char* env = std::getenv("GP_AUTH_TOKEN"); env != nullptr) {
+    token = env;
+  }
+  return token;
+}
+
+gp::Status require_token(const std::string& what, const std::string& where,
+                         const std::string& token, bool insecure) {
+  if (!token.empty()) return gp::ok_status();
+  if (!insecure) {
+    return gp::invalid_argument(
+        what + ": no token: without one anyone who can reach " + where +
+        " controls it; give --auth-token-file FILE (mode 0600; or $GRAPHPIPE_AUTH_TOKEN_FILE), "
+        "or --insecure on a network only you can reach");
+  }
+  gp::log::get("security")
+      ->warn("INSECURE: {} runs without a token (--insecure): anyone who can reach {} controls it",
+             what, where);
   return gp::ok_status();
 }
 

@@ -26,6 +26,25 @@ void add_tls_options(CLI::App* cmd, gp::exec::TlsOptions& tls, const std::string
 // argv, which every local user sees). Leaves `token` alone when `path` is empty.
 gp::Status read_token_file(const std::string& path, std::string* token);
 
+// The control plane's token as a command takes it: --auth-token-file FILE (or
+// $GRAPHPIPE_AUTH_TOKEN_FILE), else $GP_AUTH_TOKEN; never from argv, so --auth-token is kept only
+// to refuse it. A command that serves (`serves`) also gets --insecure.
+struct TokenFlags {
+  std::string file;
+  std::string argv_token;  // --auth-token's value: refused
+  CLI::Option* argv_option = nullptr;
+  bool insecure = false;
+};
+void add_token_options(CLI::App* cmd, TokenFlags& flags, bool serves, const std::string& how);
+
+// The token `flags` name (empty when none); refuses --auth-token.
+gp::Result<std::string> resolve_token(const TokenFlags& flags);
+
+// A server (`what`, listening at `where`) requires a token: without one it refuses to start
+// unless --insecure, which logs a warning that anyone who reaches `where` controls it.
+gp::Status require_token(const std::string& what, const std::string& where,
+                         const std::string& token, bool insecure);
+
 // The device named by --device with GEMMs at --precision (which the CPU ignores).
 gp::Result<const gp::exec::Device*> device_from_flags(const std::string& device,
                                                       const std::string& precision);

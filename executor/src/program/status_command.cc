@@ -4,20 +4,41 @@
 
 #include "commands.h"
 #include "gp/common/cli.h"
+#include "gp/common/file_read.h"
 #include "job/run.h"
 #include "shared_flags.h"
 
 namespace gp::exec::daemon {
 namespace {
 
+// The coordinator's address as the launcher keeps it in its run directory.
+gp::Result<std::string> run_dir_coordinator(const std::string& run_dir) {
+  const std::string path = run_dir + "/coordinator";
+  gp::FileReadOptions small;
+  small.max_bytes = 4096;
+  auto text = gp::read_regular_file(path, small);
+  if (!text.ok()) {
+    return gp::not_found("--run-dir " + run_dir + ": no coordinator address (" +
+                         text.status().message() + "); is the job still starting?");
+  }
+  std::string address = *text;
+  while (!address.empty() && (address.back() == '\n' || address.back() == ' ')) {
+    address.pop_back();
+  }
+  if (address.empty()) return gp::not_found("--run-dir " + run_dir + ": " + path + " is empty");
+  return address;
+}
+
 class StatusCommand final : public Command {
  public:
   explicit StatusCommand(CLI::App& app)
       : Command(app.add_subcommand("status", "Print every rank's iteration and instruction")) {
-    cmd_->add_option("--coordinator", address_, "HOST:PORT")->required();
-    cmd_->add_option("--auth-token", token_, "shared secret (or $GP_AUTH_TOKEN)");
-    cmd_->add_option("--auth-token-file", token_file_,
-                     "read the shared secret from this file (e.g. RUN_DIR/auth-token)");
+    auto* coordinator = cmd_->add_option("--coordinator", address_, "HOST:PORT");
+    cmd_->add_option("--run-dir", run_dir_,
+                     "a launcher's log directory (graphpipe-runs/JOB-ID): the coordinator's "
+                     "address and the token are read from there")
+        ->excludes(coordinator);
+    add_token_options(cmd_, token_flags_, /*serves=*/false, "The coordinator's token.");
     add_tls_options(cmd_, tls_,
                     "Connects over TLS: --tls-ca verifies the coordinator, --tls-cert/--tls-key "
                     "identify this client (a coordinator with --tls-ca requires them)");
@@ -27,14 +48,24 @@ class StatusCommand final : public Command {
   }
 
   int run() override {
-    if (auto st = read_token_file(token_file_, &token_); !st.ok()) {
-      return gp::cli::report("graphpipe-executor", st);
+    if (address_.empty() && run_dir_.empty()) {
+      return gp::cli::report("graphpipe-executor",
+                             gp::invalid_argument("status: give --coordinator or --run-dir"));
     }
-    return gp::cli::report("graphpipe-executor", print_status(address_, token_, tls_, as_json_));
+    if (!run_dir_.empty()) {
+      auto address = run_dir_coordinator(run_dir_);
+      if (!address.ok()) return gp::cli::report("graphpipe-executor", address.status());
+      address_ = *address;
+      if (token_flags_.file.empty()) token_flags_.file = run_dir_ + "/auth-token";
+    }
+    auto token = resolve_token(token_flags_);
+    if (!token.ok()) return gp::cli::report("graphpipe-executor", token.status());
+    return gp::cli::report("graphpipe-executor", print_status(address_, *token, tls_, as_json_));
   }
 
  private:
-  std::string address_, token_, token_file_;
+  std::string address_, run_dir_;
+  TokenFlags token_flags_;
   gp::exec::TlsOptions tls_;
   bool as_json_ = false;
 };

@@ -35,7 +35,7 @@ class SubmitCommand final : public Command {
                      "Gloo rendezvous directory every node shares, inside every daemon's "
                      "--output-root (default: each daemon's OUTPUT_ROOT/store-<job>, "
                      "so one node only)");
-    cmd_->add_option("--auth-token", o_.auth_token, "the daemons' token (or $GP_AUTH_TOKEN)");
+    add_token_options(cmd_, token_, /*serves=*/false, "The daemons' token.");
     add_tls_options(cmd_, o_.tls,
                     "Connects to the daemons over TLS: --tls-ca verifies them, "
                     "--tls-cert/--tls-key identify this client (daemons serving TLS require them)");
@@ -43,10 +43,15 @@ class SubmitCommand final : public Command {
   }
 
   int run() override {
+    auto token = resolve_token(token_);
+    if (!token.ok()) return gp::cli::report("graphpipe-executor", token.status());
+    o_.auth_token = *token;
     if (auto st = check_extra_checkpoint_flags(); !st.ok()) {
       return gp::cli::report("graphpipe-executor", st);
     }
-    return gp::cli::report("graphpipe-executor", run_submit(o_));
+    auto exit_code = run_submit(o_);
+    if (!exit_code.ok()) return gp::cli::report("graphpipe-executor", exit_code.status());
+    return *exit_code;
   }
 
  private:
@@ -76,6 +81,7 @@ class SubmitCommand final : public Command {
   }
 
   SubmitOptions o_;
+  TokenFlags token_;
 };
 
 }  // namespace
