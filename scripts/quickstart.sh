@@ -28,7 +28,7 @@ echo "== training: a 2-rank GraphPipe plan of zoo:tiny-mmt as 2 processes, again
 "$bin/graphpipe-plan" --log-level warn search --model zoo:tiny-mmt --cluster cpu-local --devices 2 \
   --batch 16 --micro-batches 4 --optimizer sgd --out "$out/tiny-mmt.pb"
 "$bin/graphpipe-plan" inspect --plan "$out/tiny-mmt.pb" | sed -n '1,4p'
-"$root/scripts/graphpipe-launch" --plan "$out/tiny-mmt.pb" --nprocs 2 --iterations 5 \
+"$root/scripts/graphpipe-launch" --plan "$out/tiny-mmt.pb" --nprocs 2 --iterations 5 --log-dir "$out/runs/tiny-mmt" \
   --metrics-out "$out/tiny-mmt.metrics.json"
 "$bin/graphpipe-executor" reference --model zoo:tiny-mmt --batch 16 --iterations 5 --lr 0.01 \
   --metrics-out "$out/tiny-mmt.reference.json"
