@@ -38,8 +38,8 @@ constexpr double kRunnerUpShare = 0.95;
 // afford and a 1,016-operator mmt on 256 devices (434 units; 7.9 s without) cannot.
 constexpr int64_t kFewerDevicesMaxWork = 32768;
 // Below this many units x devices^2 the search plans for every device count below its own (each
-// of those searches costs about units x devices): the zoo's ~100-unit models up to 51 devices.
-constexpr int64_t kFewerDevicesChainWork = 1 << 18;
+// of those searches costs about units x devices): the zoo's ~100-unit models up to 64 devices.
+constexpr int64_t kFewerDevicesChainWork = 409600;
 // The iteration bound (iteration_bound.h) prunes those counts while ops x the largest micro-batch
 // is at most this (its op times are read once per op and kernel size).
 constexpr int64_t kIterationBoundMaxWork = 4 << 20;
