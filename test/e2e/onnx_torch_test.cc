@@ -735,18 +735,31 @@ TEST_CASE(
   // Covers every parameter layout: Gemm (transB), MatMul (transposed), train-mode Transpose
   // views, the packed attention projection, convolutions and batch norm, embeddings,
   // graph-only exports whose weights become initializers, and the unrolled LSTM and GRU (torch's
-  // own parameters behind its gate-reordering slices, ranges of dynamo's folded W, R and B).
+  // own parameters behind its gate-reordering slices, ranges of dynamo's folded W, R and B), and
+  // cross-attention's q and kv slices of in_proj_weight (ranges of the packed tensor).
   // torch 2.x's two_norms export has its weights in an external data file and two merged
   // parameters: the trained model comes back the same way, each parameter in its own tensor.
-  for (const std::string& path :
-       {kDir + "encoder_layer_op17", kDir + "encoder_layer_op17_train",
-        kDir + "resnet_block_op17_train", kDir + "embedding_op17", kDir + "position_embedding_op13",
-        kDir + "relu6_depthwise_op17_noparams", kDir + "mha_op17_noparams",
-        kDir2 + "two_norms_dynamo", kDir2 + "resnet_block_dynamo_train_noopt",
-        kDir2 + "encoder_layer_dynamo_train_noopt", kDir2 + "encoder_layer_legacy",
-        kDir2 + "mha_dynamo", kDir2 + "tied_head_dynamo", kDir2 + "tied_head_legacy",
-        kDir2 + "tied_head_dynamo_train_noopt", kDir2 + "lstm_stack_legacy",
-        kDir2 + "lstm_stack_dynamo", kDir2 + "gru_layer_dynamo_train_noopt"}) {
+  for (const std::string& path : {kDir + "encoder_layer_op17",
+                                  kDir + "encoder_layer_op17_train",
+                                  kDir + "resnet_block_op17_train",
+                                  kDir + "embedding_op17",
+                                  kDir + "position_embedding_op13",
+                                  kDir + "relu6_depthwise_op17_noparams",
+                                  kDir + "mha_op17_noparams",
+                                  kDir2 + "two_norms_dynamo",
+                                  kDir2 + "resnet_block_dynamo_train_noopt",
+                                  kDir2 + "encoder_layer_dynamo_train_noopt",
+                                  kDir2 + "encoder_layer_legacy",
+                                  kDir2 + "mha_dynamo",
+                                  kDir2 + "tied_head_dynamo",
+                                  kDir2 + "tied_head_legacy",
+                                  kDir2 + "tied_head_dynamo_train_noopt",
+                                  kDir2 + "lstm_stack_legacy",
+                                  kDir2 + "lstm_stack_dynamo",
+                                  kDir2 + "gru_layer_dynamo_train_noopt",
+                                  kDir2 + "cross_attention_legacy",
+                                  kDir2 + "cross_attention_dynamo",
+                                  kDir2 + "cross_attention_dynamo_train_noopt"}) {
     const std::string stem = fs::path(path).filename().string();
     INFO(stem);
     auto m = model::import_onnx(path + ".onnx");

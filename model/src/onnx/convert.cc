@@ -571,6 +571,14 @@ void Importer::scale(int i, const std::string& id) {
 void Importer::slice(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
+  // A slice of a trained weight that fold_weight_slice could not make a parameter of its own.
+  if (const auto why = slice_refusals_.find(n.output(0)); !x && why != slice_refusals_.end()) {
+    fold_errors_.erase(n.output(0));  // ("computes from a trained weight": said here)
+    return refuse(i, "slices trained weight '" + n.input(0) +
+                         "', but not into a parameter of its own (one contiguous block of "
+                         "the weight, by constant bounds): " +
+                         why->second);
+  }
   if (!x || n.input_size() < 3) return refuse(i, "expected data, starts and ends");
   auto one = [&](int k, double fallback) -> std::optional<double> {
     if (k >= n.input_size() || n.input(k).empty()) return fallback;
@@ -690,6 +698,12 @@ void Importer::expand_activation(int i, const std::string& id, const TensorRef& 
 void Importer::split(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
+  if (const auto why = slice_refusals_.find(n.output(0)); !x && why != slice_refusals_.end()) {
+    return refuse(i, "splits trained weight '" + n.input(0) +
+                         "', but not into parameters of their own (contiguous blocks of the "
+                         "weight, by constant sizes): " +
+                         why->second);
+  }
   if (!x) return refuse(i, "its input is not an activation");
   const int64_t onnx_axis = attr_i(n, "axis", 0);
   const auto a = sample_axis(n.input(0), onnx_axis);
@@ -768,6 +782,14 @@ void Importer::split_to_sequence(int i, const std::string& /*id*/) {
 void Importer::sequence_at(int i, const std::string& id) {
   const auto& n = g_.node(i);
   const auto it = sequences_.find(n.input(0));
+  if (const auto why = slice_refusals_.find(n.output(0));
+      it == sequences_.end() && why != slice_refusals_.end()) {
+    return refuse(i,
+                  "reads a piece of trained weight split into a sequence, but not as a "
+                  "parameter of its own (a contiguous block of the weight, by constant "
+                  "sizes): " +
+                      why->second);
+  }
   if (it == sequences_.end()) return refuse(i, "reads a sequence that is not a SplitToSequence");
   const Sequence& seq = it->second;
   const auto k = scalar(n.input(1));

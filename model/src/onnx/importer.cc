@@ -309,6 +309,7 @@ Result<ModelGraph> Importer::run() {
         "pass is the train-mode one (export with training=torch.onnx.TrainingMode.TRAINING, or "
         "dynamo=True with the module in train mode, to say so)");
   }
+  GP_RETURN_IF_ERROR(check_packed_slices());
   GP_RETURN_IF_ERROR(tie_copies());
   GP_RETURN_IF_ERROR(add_losses());
   b_.set_source(path_);
@@ -384,10 +385,13 @@ void Importer::find_weight_inputs() {
         const int p = producer(name);
         if (p < 0) break;
         const auto& pn = g_.node(p);
-        if ((pn.op_type() != "Identity" && pn.op_type() != "Transpose") || pn.input_size() != 1) {
+        if ((pn.op_type() == "Identity" || pn.op_type() == "Transpose") && pn.input_size() == 1) {
+          name = pn.input(0);
+        } else if (std::string packed = sliced_source(name); !packed.empty()) {
+          name = std::move(packed);
+        } else {
           break;
         }
-        name = pn.input(0);
       }
     };
     if (t == "Gemm" || t == "Conv" || t == "ConvTranspose" || t == "LayerNormalization") {
@@ -414,8 +418,10 @@ void Importer::find_weight_inputs() {
   for (const auto& n : g_.node()) {
     if ((n.op_type() != "Add" && n.op_type() != "Mul") || n.input_size() != 2) continue;
     for (int k = 0; k < 2; ++k) {
+      const std::string packed = sliced_source(n.input(k));
       for (const auto& in : g_.input()) {
-        if (in.name() != n.input(k) || consts_.count(in.name()) || batch_first(in)) continue;
+        const bool read = in.name() == n.input(k) || in.name() == packed;  // or a block of it
+        if (!read || consts_.count(in.name()) || batch_first(in)) continue;
         const auto dims = dims_of(in);
         const auto other = shapes_.find(n.input(1 - k));
         const bool broadcast =
@@ -652,7 +658,8 @@ bool Importer::fold(const onnx::NodeProto& n) {
   if (n.output_size() < 1 || n.output(0).empty()) return false;
   const bool flat = fold_flat(n);
   // A weight view stays a weight; a Shape's tensor is written by fold_flat.
-  if (flat && (view_of_.count(n.output(0)) || n.op_type() == "Shape")) return true;
+  const bool view = view_of_.count(n.output(0)) || slice_of_.count(n.output(0));
+  if (flat && (view || n.op_type() == "Shape")) return true;
   if (!fold_tensor(n, flat)) return flat;
   // A folded tensor no other node reads is let go (masks of long sequences are large).
   const int self = producer(n.output(0));
@@ -729,7 +736,7 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     tensors_[n.output(0)] = std::move(dims_tensor);
     return true;
   }
-  if (fold_weight_view(n)) return true;
+  if (fold_weight_view(n) || fold_weight_slice(n)) return true;
   if (t == "CastLike" && n.input_size() == 2) {  // a constant cast to an activation's type
     auto v = folded(n.input(0));
     if (!v) return false;
@@ -842,6 +849,7 @@ Status Importer::find_buffers() {
     std::string key = name;
     std::replace(key.begin(), key.end(), '.', '_');
     if (placeholders.count("b_" + key)) buffers_.insert(name);
+    if (infinite_mask(name)) buffers_.insert(name);
     // A scalar parameter (CLIP's logit_scale) is trained like any other: torch 2.x marks it; in
     // torch's legacy export every initializer is the module's state (a parameter or a buffer)
     // but the exporter's own constants, named onnx::*. Other files' scalars are constants.
@@ -866,6 +874,7 @@ bool Importer::param_like(const std::string& name) const {
   if (scalar_params_.count(name)) return true;
   if (const int p = producer(name); p >= 0 && g_.node(p).op_type() == "Constant") return false;
   if (auto v = view_of_.find(name); v != view_of_.end()) return param_like(v->second.first);
+  if (slice_of_.count(name)) return true;  // a slice of a trained weight
   if (weight_inputs_.count(name)) {
     int64_t elements = 1;
     for (int64_t d : weight_dims(name)) elements *= d;
@@ -1217,6 +1226,7 @@ std::optional<FoldedValue> fold_values(const onnx::NodeProto& n,
 }
 
 std::optional<std::vector<float>> Importer::float_values(const std::string& name) const {
+  if (auto s = slice_of_.find(name); s != slice_of_.end()) return slice_values(s->second);
   auto it = consts_.find(name);
   if (it == consts_.end()) return std::nullopt;
   const onnx::TensorProto& t = *it->second;
@@ -1516,12 +1526,13 @@ void Importer::take(const std::string& id, const std::string& param, const std::
     auto p = gather_param(*v, weight_dims(view.values), *under(view.values_transposed), count);
     if (p.ok()) set_values(id, param, *p);
   }
-  const auto at = under(view.source_transposed);
+  auto at = under(view.source_transposed);
   int64_t elements = 1;
   for (int64_t d : weight_dims(view.source)) elements *= d;
-  taken_.push_back({id, param, view.source, at, count > 0 ? count : elements});
+  const std::string packed = slice_source(view.source, name, id, param, &at);
+  taken_.push_back({id, param, view.source, at, count > 0 ? count : elements, current_});
   if (!at) return;  // no layout expresses it: the parameter has no source to export into
-  add_param_source(id, param, view.source, *at);
+  add_param_source(id, param, packed, *at);
   // A transposed copy that torch's optimiser folded (find_folded_transposes) is written too.
   bool transposed = false;
   for (std::string tensor = name;;) {

@@ -225,6 +225,7 @@ class Importer {
     std::string op, param, source;
     std::optional<PlacedLayout> at;
     int64_t count = 0;
+    int node = -1;  // the ONNX node converted when it was taken
   };
   std::vector<Taken> taken_;
   void add_param_source(const std::string& id, const std::string& param, const std::string& tensor,
@@ -306,7 +307,26 @@ class Importer {
   // Before conversion: claims the nodes that compute only recurrent node i's weights (torch's
   // gate reordering slices of its parameters) and its zero initial states.
   void claim_recurrent_inputs(int i);
-  struct FlatWeight;
+  // A weight as flat element ranges of trained tensors, in row-major order, with its dims.
+  struct FlatWeight {
+    struct Piece {
+      std::string tensor;
+      int64_t offset = 0, count = 0;
+    };
+    std::vector<int64_t> dims;
+    std::vector<Piece> pieces;
+    // The pieces of elements [start, start + count).
+    std::vector<Piece> range(int64_t start, int64_t count) const {
+      std::vector<Piece> out;
+      int64_t at = 0;
+      for (const auto& p : pieces) {
+        const int64_t lo = std::max(start, at), hi = std::min(start + count, at + p.count);
+        if (lo < hi) out.push_back({p.tensor, p.offset + lo - at, hi - lo});
+        at += p.count;
+      }
+      return out;
+    }
+  };
   struct RnnBlock;
   struct RnnDirection;
   struct RnnSpec;
@@ -357,6 +377,49 @@ class Importer {
   std::optional<TensorRef> anchor_for(const std::string& name) const;
   // The ONNX element type of activation `name` as the catalogue sees it (float32 unless known).
   graphpipe::v1::DataType dtype_of(const std::string& name) const;
+
+  // packed_params.cc: a Slice (or each output of a Split) of a trained weight by constant bounds
+  // that is one contiguous block of it (the q and kv slices torch's cross-attention cuts from
+  // in_proj_weight) is a weight view: a parameter of its own, placed in the packed tensor (a
+  // RANGE) for export.
+  struct SliceView {
+    std::string base;  // the weight sliced (never a slice view itself)
+    int64_t offset = 0, count = 0;
+  };
+  std::map<std::string, SliceView> slice_of_;  // by the Slice's output
+  // Slices of trained weights that are no such block: why, by output (for the refusal).
+  std::map<std::string, std::string> slice_refusals_;
+  // A Slice, Split, or SequenceAt of a SplitToSequence (whose node it marks folded) of a weight.
+  bool fold_weight_slice(const onnx::NodeProto& n);
+  // The node that cuts `n`'s piece: a SequenceAt's SplitToSequence (nullptr for another
+  // producer), else `n` itself.
+  const onnx::NodeProto* weight_splitter(const onnx::NodeProto& n) const;
+  // The blocks a Slice, a Split (one per output) or a SequenceAt (the piece it reads) of a weight
+  // selects, as flat weights.
+  Result<std::vector<FlatWeight>> weight_slice_blocks(const onnx::NodeProto& n) const;
+  Result<std::vector<FlatWeight>> weight_split_blocks(const onnx::NodeProto& n) const;
+  // A slice view's values (nullopt where its weight has none).
+  std::optional<std::vector<float>> slice_values(const SliceView& s) const;
+  // Placement `at` relative to slice view `s` as a placement in the tensor it slices; nullopt
+  // where no layout expresses it.
+  std::optional<PlacedLayout> place_in_base(PlacedLayout at, const SliceView& s) const;
+  // The tensor that a Slice, a Split or a SequenceAt of a SplitToSequence computing `name` cuts
+  // it from ("" for any other producer): a graph-only export's packed weight input, read through
+  // such slices, is a weight input too.
+  std::string sliced_source(const std::string& name) const;
+  // take() of parameter source `source` (read as `name`, as `param` of op `id`): for a slice view,
+  // its placement `at` moved into the weight it slices, whose name it returns (node current_ is
+  // refused where no placement expresses it); else `source` as it is.
+  std::string slice_source(const std::string& source, const std::string& name,
+                           const std::string& id, const std::string& param,
+                           std::optional<PlacedLayout>* at);
+  // Whether initializer `name` is a float tensor holding an infinity or NaN: an additive -inf
+  // attention mask (nn.Transformer.generate_square_subsequent_mask) that torch 2.x's optimiser
+  // folded into an initializer of its own. No parameter (a step would make it NaN): a buffer.
+  bool infinite_mask(const std::string& name) const;
+  // After conversion: slices of one weight that overlap, or a weight read whole beside a slice
+  // of it, are refused; a slice view read by several operators is tied like a weight.
+  Status check_packed_slices();
 
   // patterns.cc: fused patterns found before conversion.
   void find_patterns();

@@ -87,27 +87,6 @@ std::string attribute_refusal(const onnx::NodeProto& n, bool lstm, int dirs) {
 
 }  // namespace
 
-// A weight as flat element ranges of trained tensors, in row-major order, with its dims.
-struct Importer::FlatWeight {
-  struct Piece {
-    std::string tensor;
-    int64_t offset = 0, count = 0;
-  };
-  std::vector<int64_t> dims;
-  std::vector<Piece> pieces;
-  // The pieces of elements [start, start + count).
-  std::vector<Piece> range(int64_t start, int64_t count) const {
-    std::vector<Piece> out;
-    int64_t at = 0;
-    for (const auto& p : pieces) {
-      const int64_t lo = std::max(start, at), hi = std::min(start + count, at + p.count);
-      if (lo < hi) out.push_back({p.tensor, p.offset + lo - at, hi - lo});
-      at += p.count;
-    }
-    return out;
-  }
-};
-
 // One direction's parameters: a block of an ONNX tensor each (offset, count elements), and
 // where each ONNX gate sits among the blocks' gates.
 struct Importer::RnnBlock {
@@ -173,7 +152,8 @@ std::optional<std::vector<int64_t>> Importer::static_ints(const std::string& nam
 
 Result<Importer::FlatWeight> Importer::flat_weight(const std::string& name, int depth) const {
   if (depth > 64) return invalid_argument("'" + name + "' is computed by too many nodes");
-  if (is_weight(name)) {
+  // (A slice view is followed to the weight it slices: the operator reads its blocks there.)
+  if (is_weight(name) && !slice_of_.count(name)) {
     if (!param_like(name)) return invalid_argument("'" + name + "' is not a trained weight");
     if (resolve_view(name).source_transposed) {
       return invalid_argument("'" + name + "' is a transposed view of a weight");

@@ -32,7 +32,9 @@ axes) with torch 2.15.0; and timm_qkv, seq_first, seq_first_attention and window
 axis moved by a permute or transpose, or folded with attention heads or Swin's windows) with torch 2.15.0 and onnxscript 0.7.2;
 and sliced_bags (EmbeddingBags over ids[:, k] of one ids tensor) with torch 2.15.0; and
 dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0; and lstm_stack and gru_layer
-(nn.LSTM, two bidirectional layers, and nn.GRU) with torch 2.15.0.)
+(nn.LSTM, two bidirectional layers, and nn.GRU) with torch 2.15.0; and cross_attention
+(nn.MultiheadAttention over a memory, slicing its packed in_proj_weight, after causal
+self-attention) with torch 2.15.0.)
 """
 import copy
 import glob
@@ -408,6 +410,33 @@ class GruLayer(torch.nn.Module):
         return torch.cat([y[:, 0], h[-1]], dim=1)
 
 
+class CrossAttention(torch.nn.Module):
+    # A decoder's attention, as nn.TransformerDecoderLayer computes it: causal self-attention
+    # (nn.Transformer.generate_square_subsequent_mask, a float -inf mask added to the scores),
+    # then cross-attention over a memory of another length. For cross-attention torch slices the
+    # packed in_proj_weight [3E, E] and in_proj_bias into q ([:E]) and k, v ([E:]); the legacy
+    # exporter writes those Slice nodes on the initializers, with bounds computed from shapes.
+    # Biases drawn at random (torch's are zero, and the dynamo optimiser drops a zero bias).
+    def __init__(self):
+        super().__init__()
+        self.self_attn = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+        self.cross = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+        with torch.no_grad():
+            for attn in (self.self_attn, self.cross):
+                attn.in_proj_bias.normal_(0, 0.1)
+                attn.out_proj.bias.normal_(0, 0.1)
+
+    def forward(self, x, memory):
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(x.size(1))
+        y = self.self_attn(x, x, x, attn_mask=mask, need_weights=False)[0]
+        return self.cross(y, memory, memory, need_weights=False)[0]
+
+
+def cross_attention_inputs(g):
+    return [("x", torch.randn(patterns.BATCH, 5, 8, generator=g)),
+            ("memory", torch.randn(patterns.BATCH, 6, 8, generator=g))]
+
+
 def sliced_bag_inputs(g):
     return [("ids", torch.randint(0, 20, (patterns.BATCH, 2, 3), generator=g))]
 
@@ -444,7 +473,9 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("dot_interaction_index", 140, DotInteraction, patterns.feat(8),
                                  None),
                                 ("lstm_stack", 141, LstmStack, patterns.feat(5, 8), None),
-                                ("gru_layer", 142, GruLayer, patterns.feat(5, 8), None)]
+                                ("gru_layer", 142, GruLayer, patterns.feat(5, 8), None),
+                                ("cross_attention", 143, CrossAttention, cross_attention_inputs,
+                                 None)]
 
 
 def main():
