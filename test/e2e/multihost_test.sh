@@ -3,7 +3,8 @@
 # nodes; graphpipe-launch --hostfile starts one rank in each (`ip netns exec` as the remote shell)
 # and they train over the link to the reference's losses. A hostfile that does not fit the plan
 # is refused before anything starts. --slurm runs the ranks as srun tasks (a stand-in srun that
-# sets SLURM_PROCID and SLURM_NTASKS as Slurm does). Node daemons, one per namespace, run a plan
+# sets SLURM_PROCID and SLURM_NTASKS as Slurm does). Ranks with separate store directories meet
+# through rank 0's coordinator (run --rendezvous coordinator). Node daemons, one per namespace, run a plan
 # submitted to them, refuse a second one on busy devices and clean up after a failed job.
 # Skipped (77) where namespaces need privileges this machine does not give.
 set -u
@@ -57,6 +58,52 @@ check "they reached the coordinator on the first host's address" \
 check "their losses equal the reference's" \
   '[ -s "$tmp/netns.json" ] && [ "$(losses "$tmp/netns.json")" = "$(losses "$tmp/ref.json")" ]'
 
+# The data plane's rendezvous through rank 0's coordinator (run --rendezvous coordinator): each
+# rank has its own store directory, as hosts without a shared filesystem would; they meet over TCP
+# with the job's token. First one rank per "host" (Gloo), then two on one host (shared memory).
+printf 'rendezvous-%s\n' "$$" > "$tmp/rdv-token" && chmod 600 "$tmp/rdv-token"
+rdv_rank() {  # NETNS_PREFIX RANK PORT BIND NAME [FLAG...]
+  local prefix=$1 rank=$2 port=$3 bind=$4 name=$5
+  shift 5
+  mkdir -p "$tmp/$name-store-$rank"
+  $prefix timeout 120 "$exe" --log-level warn run --plan "$tmp/plan.pb" --rank "$rank" \
+    --world-size 2 --coordinator "10.77.0.1:$port" --bind "$bind" --iterations 4 \
+    --store-dir "$tmp/$name-store-$rank" --auth-token-file "$tmp/rdv-token" "$@" \
+    > "$tmp/$name-$rank.log" 2>&1
+}
+rdv_rank "ip netns exec $ns_a" 0 29619 10.77.0.1 rdv --rendezvous coordinator \
+  --metrics-out "$tmp/rdv.json" & rdv0=$!
+rdv_rank "ip netns exec $ns_b" 1 29619 10.77.0.2 rdv --rendezvous coordinator & rdv1=$!
+wait $rdv0; rc0=$?; wait $rdv1; rc1=$?
+check "two hosts with separate store directories meet through the coordinator (exit 0, 0)" \
+  '[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ]'
+check "their losses equal the reference's" \
+  '[ -s "$tmp/rdv.json" ] && [ "$(losses "$tmp/rdv.json")" = "$(losses "$tmp/ref.json")" ]'
+check "no rendezvous key went through the store directories" \
+  '[ -z "$(find "$tmp/rdv-store-0" "$tmp/rdv-store-1" -type f)" ]'
+# Without --rendezvous coordinator the same separate directories never meet: rank 0 times out
+# waiting for rank 1's key in its own directory.
+rdv_rank "ip netns exec $ns_a" 0 29620 10.77.0.1 nordv --timeout 3 & rdv0=$!
+rdv_rank "ip netns exec $ns_b" 1 29620 10.77.0.2 nordv --timeout 3 & rdv1=$!
+wait $rdv0; rc0=$?; wait $rdv1; rc1=$?
+check "with files in separate store directories the ranks do not meet (exit 1, 1)" \
+  '[ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] && grep -q "Wait timeout for key" "$tmp/nordv-0.log"'
+rdv_local() {  # RANK [FLAG...]: on this machine's loopback, placed by torchrun's variables
+  mkdir -p "$tmp/local-rdv-store-$1"
+  RANK=$1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29621 timeout 120 "$exe" \
+    --log-level warn run --plan "$tmp/plan.pb" --iterations 4 \
+    --store-dir "$tmp/local-rdv-store-$1" --auth-token-file "$tmp/rdv-token" \
+    --rendezvous coordinator "${@:2}" > "$tmp/local-rdv-$1.log" 2>&1
+}
+rdv_local 0 --metrics-out "$tmp/local-rdv.json" & rdv0=$!
+rdv_local 1 & rdv1=$!
+wait $rdv0; rc0=$?; wait $rdv1; rc1=$?
+check "two ranks on one host (RANK, WORLD_SIZE, MASTER_ADDR/PORT) with separate store directories train" \
+  '[ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && [ "$(losses "$tmp/local-rdv.json")" = "$(losses "$tmp/ref.json")" ]'
+check "they found each other on one host through the coordinator and used shared memory" \
+  'ls "$tmp"/local-rdv-store-0/*.shm-dir "$tmp"/local-rdv-store-1/*.shm-dir > /dev/null'
+
+
 # Addresses found on the hosts: --iface, or the route to the first host.
 printf '%s 1\n%s 1\n' "$ns_a" "$ns_b" > "$tmp/hosts-no-addr"
 run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/hosts-no-addr" \
@@ -80,11 +127,17 @@ run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/bad-
   --remote-shell "ip netns exec" > "$tmp/bad.log" 2>&1; rc=$?
 check "a hostfile with more slots than the plan has ranks is refused (exit 2)" \
   '[ $rc -eq 2 ] && grep -q "has 3 slots, the plan has 2 ranks" "$tmp/bad.log"'
-printf '%s 2 10.77.0.1\n' "$ns_a" > "$tmp/one-host"
-run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/one-host" \
-  --remote-shell "ip netns exec" > "$tmp/bad2.log" 2>&1; rc=$?
-check "a hostfile with fewer hosts than the plan's nodes is refused (exit 2)" \
-  '[ $rc -eq 2 ] && grep -q "lists 1 hosts, the plan.s cluster has 2 nodes" "$tmp/bad2.log"'
+# A DeepSpeed/MPI hostfile; one host may run both of the plan's nodes (ranks fill hosts in order).
+printf '# DeepSpeed\n%s slots=2 max_slots=4  # both plan nodes\n' "$ns_a" > "$tmp/one-host"
+run_launch --plan "$tmp/plan.pb" --iterations 4 --hostfile "$tmp/one-host" --iface gp0 \
+  --remote-shell "ip netns exec" --port 29616 --run-dir "$tmp/run-one" \
+  --metrics-out "$tmp/one.json" > "$tmp/one.log" 2>&1; rc=$?
+check "a DeepSpeed hostfile (HOST slots=2) runs both plan nodes on its one host, losses equal" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/one.json")" = "$(losses "$tmp/ref.json")" ]'
+printf '%s slots=2 gpus=2\n' "$ns_a" > "$tmp/bad-ds-hosts"
+run_launch --plan "$tmp/plan.pb" --hostfile "$tmp/bad-ds-hosts" > "$tmp/bad2.log" 2>&1; rc=$?
+check "a hostfile line with an unknown key is refused naming the line (exit 2)" \
+  '[ $rc -eq 2 ] && grep -q "bad-ds-hosts line 1: .gpus=2. is neither slots=N" "$tmp/bad2.log"'
 
 # Recovery across hosts: 2 hosts x 2 devices, rank 1 (on the first host) dies at iteration 5;
 # the job re-plans for 3 devices (1 + 2), resumes from the shared checkpoint and finishes.
@@ -102,6 +155,11 @@ PY
 "$plan_bin" --log-level warn lower --assignment "$tmp/four-ranks.json" --model zoo:tiny-mmt \
   --cluster "$tmp/two-by-two.pbtxt" --devices 4 --batch 16 --micro-batches 4 --optimizer adam \
   --out "$tmp/plan4.pb" >/dev/null || exit 1
+printf '%s slots=3\n%s slots=1\n' "$ns_a" "$ns_b" > "$tmp/split-hosts"
+run_launch --plan "$tmp/plan4.pb" --hostfile "$tmp/split-hosts" --iface gp0 \
+  --remote-shell "ip netns exec" > "$tmp/split.log" 2>&1; rc=$?
+check "a hostfile that splits a plan node across hosts is refused, saying why (exit 2)" \
+  '[ $rc -eq 2 ] && grep -q "ranks 2 and 3 would run on hosts .* but the plan puts both on its node 1" "$tmp/split.log"'
 run_launch --plan "$tmp/plan4.pb" --nprocs 4 --iterations 10 --metrics-out "$tmp/full4.json" \
   > "$tmp/full4.log" 2>&1
 printf '%s 2 10.77.0.1\n%s 2 10.77.0.2\n' "$ns_a" "$ns_b" > "$tmp/hosts4"

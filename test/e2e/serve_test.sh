@@ -102,4 +102,46 @@ env -u GP_AUTH_TOKEN -u GRAPHPIPE_AUTH_TOKEN_FILE timeout 120 "$exe" submit --no
   --plan "$tmp/plan.json" --iterations 2 --port 29823 > "$tmp/insecure-submit.log" 2>&1; rc=$?
 check "serve --insecure warns at start and trains a submit that has no token (exit 0)" \
   '[ $rc -eq 0 ] && grep -q "INSECURE: serve runs without a token (--insecure): anyone who can reach 127.0.0.1:0" "$tmp/insecure.log" && grep -q "INSECURE: run --rank 0" "$tmp/insecure-submit.log"'
+
+# Frozen processes under a daemon (heartbeat timeout 4 s). The job's rank processes, by pid.
+job_pids() { pgrep -f -- " run --plan $tmp/work-f/job-.* --coordinator 127.0.0.1:$1 "; }
+# Whether process $1 still runs (a rank that exited under a frozen daemon stays a zombie).
+running() { [ -e "/proc/$1" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+start_daemon frozen --devices 3 --auth-token-file "$tmp/token" --work-dir "$tmp/work-f"
+frozen_daemon=${daemons[-1]}
+# Rank 0 frozen: it hosts the coordinator, so the others lose it; submit blames rank 0 (the
+# coordinator), not a rank that noticed.
+submit --plan "$tmp/plan.json" --iterations 100000000 --port 29830 --timeout 4 \
+  > "$tmp/rank0-frozen.log" 2>&1 &
+job=$!
+for _ in $(seq 200); do grep -q "iteration 2: loss" "$tmp/rank0-frozen.log" 2>/dev/null && break; sleep 0.1; done
+rank0=$(pgrep -f -- " run --plan $tmp/work-f/job-.* --rank 0 .*--coordinator 127.0.0.1:29830 ")
+kill -STOP "$rank0"
+wait "$job"; rc=$?
+check "a frozen rank 0 under serve: submit blames rank 0 (the coordinator), not a rank that lost it" \
+  '[ -n "$rank0" ] && [ $rc -ne 0 ] && grep -q "^graphpipe-executor: error: job [0-9a-f]*: rank 0 failed: rank 0 (the coordinator) stopped responding" "$tmp/rank0-frozen.log"'
+check "the ranks that lost it say so, naming rank 0" \
+  'grep -q "error: lost the coordinator (rank 0) at 127.0.0.1:29830" "$tmp/rank0-frozen.log" && ! running "$rank0"'
+for _ in $(seq 50); do [ -z "$(job_pids 29830)" ] && break; sleep 0.1; done
+# The daemon frozen: its ranks stop on their own once its beacon is --timeout old, and submit
+# blames the daemon.
+submit --plan "$tmp/plan.json" --iterations 100000000 --port 29831 --timeout 4 \
+  > "$tmp/daemon-frozen.log" 2>&1 &
+job=$!
+for _ in $(seq 200); do grep -q "iteration 2: loss" "$tmp/daemon-frozen.log" 2>/dev/null && break; sleep 0.1; done
+pids=$(job_pids 29831)
+kill -STOP "$frozen_daemon"
+frozen_at=$(date +%s%3N)
+for _ in $(seq 300); do
+  alive=0; for p in $pids; do running "$p" && alive=1; done
+  [ $alive -eq 0 ] && break
+  sleep 0.1
+done
+gone_ms=$(( $(date +%s%3N) - frozen_at ))
+wait "$job"; rc=$?
+check "a frozen daemon's ranks ($(echo $pids | wc -w) of $world) stop on their own within 2 x --timeout (${gone_ms} ms)" \
+  '[ "$(echo $pids | wc -w)" -eq "$world" ] && [ $alive -eq 0 ] && [ "$gone_ms" -lt 8000 ] && grep -q "the node daemon.s beacon .* has not changed for 4 s" "$tmp"/work-f/job-*/rank-0.log'
+check "submit blames the frozen daemon, naming it and its ranks (exit non-zero)" \
+  '[ $rc -ne 0 ] && grep -q "error: job [0-9a-f]*: daemon $addr ([^,]*, ranks $(seq -s, 0 $((world - 1)))) stopped answering for 4 s (frozen or gone)" "$tmp/daemon-frozen.log"'
+kill -CONT "$frozen_daemon"
 exit $fail

@@ -197,4 +197,34 @@ check "the launcher blames rank $victim, with the write's error" \
 check "no torn checkpoint is left (the launcher removed it), nor temporary files, rings or ranks" \
   'grep -q "removed a torn checkpoint: $tmp/ck-efbig/iter-4" "$tmp/efbig.log" && [ -z "$(ls -A "$tmp/ck-efbig")" ] && nothing_left'
 
+# 8. Blame in a 4-rank job (two branch stages, ranks 0 and 1, feeding a head replicated on ranks
+#    2 and 3): the rank that died is named by every survivor and by the headline, not the first
+#    neighbour that noticed; when rank 0 (the coordinator) dies, nobody can tell, and the
+#    survivors say they lost it instead of blaming each other.
+"$plan_bin" zoo export tiny-mmt --out "$tmp/tiny-mmt.json" 2>/dev/null || exit 1
+python3 - "$tmp/tiny-mmt.json" "$tmp/four-ranks.json" <<'PY'
+import json, sys
+ops = [op["id"] for op in json.load(open(sys.argv[1]))["ops"]]
+stages = [{"ops": [o for o in ops if o.startswith(p)]} for p in ("b0.", "b1.")]
+stages.append({"ops": [o for o in ops if not o.startswith(("b0.", "b1."))], "replicas": 2})
+json.dump({"stages": stages}, open(sys.argv[2], "w"))
+PY
+"$plan_bin" --log-level warn lower --assignment "$tmp/four-ranks.json" --model zoo:tiny-mmt \
+  --cluster cpu-local --devices 4 --batch 16 --micro-batches 4 --optimizer adam \
+  --out "$tmp/plan4.pb" >/dev/null || exit 1
+# error_line R LOG: rank R's own error line.
+error_line() { grep "^\[rank $1\] graphpipe-executor: error: " "$2" | tail -1; }
+timeout 120 "$launch" --plan "$tmp/plan4.pb" --iterations 1000 --timeout $T --kill-grace 5 \
+  --run-dir "$tmp/r8" -- --kill-rank-at 2:5 > "$tmp/kill2.log" 2>&1; rc=$?
+check "SIGKILL of rank 2 of 4: every survivor's error names rank 2, not the neighbour that noticed" \
+  '[ $rc -ne 0 ] && for r in 0 1 3; do error_line $r "$tmp/kill2.log" | grep -q "error: job aborted: rank 2 stopped responding" || exit 1; done'
+check "the coordinator's abort and the launcher's headline name rank 2" \
+  'grep -q "\[error\] job [^ ]* aborted: rank 2 stopped responding" "$tmp/kill2.log" && grep -q "^graphpipe-launch: rank 2 failed (exit status 137): rank 2 stopped responding (no heartbeat for [0-9]* ms); rank [013] lost it" "$tmp/kill2.log" && nothing_left'
+timeout 120 "$launch" --plan "$tmp/plan4.pb" --iterations 1000 --timeout $T --kill-grace 5 \
+  --run-dir "$tmp/r9" -- --kill-rank-at 0:5 > "$tmp/kill0.log" 2>&1; rc=$?
+check "SIGKILL of rank 0 of 4: the headline blames rank 0 and every survivor says it lost rank 0" \
+  '[ $rc -ne 0 ] && grep -q "^graphpipe-launch: rank 0 failed (exit status 137)" "$tmp/kill0.log" && for r in 1 2 3; do error_line $r "$tmp/kill0.log" | grep -q "error: lost the coordinator (rank 0) at " || exit 1; done'
+check "no survivor blames another survivor" \
+  '! grep "graphpipe-executor: error: " "$tmp/kill0.log" | grep -Eq "rank [123] (\(pid [0-9]*\) )?(exited|aborted|failed|stopped)|from rank [123]" && nothing_left'
+
 exit $fail

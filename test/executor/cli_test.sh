@@ -455,4 +455,25 @@ check "run --resume-if-present without a checkpoint starts at iteration 0 with o
 err=$(one --iterations 4 2>&1 >/dev/null); rc=$?
 check "run --resume-if-present with a checkpoint resumes from it" \
   '[ $rc -eq 0 ] && echo "$err" | grep -q "resuming after iteration 1 from" && ! echo "$err" | grep -q "no checkpoint"'
+# DeepSpeed's/MPI's hostfile form, as the launcher reads it.
+printf 'node-a slots=2 max_slots=4  # spare\nnode-b slots=1\n' > "$tmp/ds-hosts"
+out=$("$exe" launcher hosts --hostfile "$tmp/ds-hosts" 2>&1); rc=$?
+check "launcher hosts: HOST slots=N [max_slots=M] lines read as HOST SLOTS" \
+  '[ $rc -eq 0 ] && [ "$(echo "$out" | grep "^host" | tr -s " " | sed "s/ *$//")" = "$(printf "host node-a 2\nhost node-b 1")" ]'
+# torchrun's variables stand in for absent flags; a flag and a variable that disagree exit 2.
+err=$(RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 timeout 60 "$exe" run \
+  --plan "$tmp/one.pb" --insecure --iterations 1 2>&1 >/dev/null); rc=$?
+check "run takes its rank, world size and coordinator from RANK, WORLD_SIZE, MASTER_ADDR/PORT" \
+  '[ $rc -eq 0 ]'
+for row in "RANK=1|--rank 0|--rank 0 conflicts with \$RANK=1" \
+  "RANK=1 WORLD_SIZE=1||\$RANK = 1 must be below \$WORLD_SIZE = 1" \
+  "RANK=x WORLD_SIZE=1||\$RANK='x' must be an integer" \
+  "MASTER_ADDR=127.0.0.1|--rank 0|\$MASTER_PORT is not set, but \$MASTER_ADDR is" \
+  "MASTER_ADDR=127.0.0.1 MASTER_PORT=1|--rank 0 --coordinator 127.0.0.1:2|--coordinator 127.0.0.1:2 conflicts with \$MASTER_ADDR:\$MASTER_PORT=127.0.0.1:1"; do
+  IFS='|' read -r vars flags message <<< "$row"
+  # shellcheck disable=SC2086  # the variables and flags are split on purpose
+  err=$(env $vars timeout 60 "$exe" run --plan "$tmp/one.pb" --insecure --world-size 1 $flags \
+    2>&1 >/dev/null); rc=$?
+  check "run with $vars $flags exits 2: $message" '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "$message"'
+done
 exit $fail

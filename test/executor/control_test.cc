@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 
 #include "control/control_client.h"
 #include "control/coordinator.h"
+#include "control/key_store.h"
 #include "gp/model/model_io.h"
 
 using namespace gp;
@@ -558,6 +560,82 @@ TEST_CASE("ReportStatus FAILED aborts the job with the rank's error", "[control]
   CHECK(contains(done.message(), "rank 1 failed"));
 }
 
+// Ranks 0, 2 and 3 heartbeat from threads of their own every 50 ms until the job is aborted, or
+// until `stops_at[r]` after the start for those it lists (as if SIGKILLed then); at 300 ms rank 1
+// reports that it lost rank 2. The verdict blames whichever rank stopped first. Returns the
+// coordinator's status once aborted, and in `reporter_heard` what rank 1 was told.
+pb::GetStatusResponse verdict_after_lost_peer(
+    const std::map<int, std::chrono::milliseconds>& stops_at, std::string* reporter_heard) {
+  auto coordinator = start_coordinator(4, "", 5s);
+  auto clients = register_all(*coordinator, 4);
+  const auto start = Clock::now();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> beats;
+  for (int r : {0, 2, 3}) {
+    const auto it = stops_at.find(r);
+    const auto until = it == stops_at.end() ? Clock::time_point::max() : start + it->second;
+    beats.emplace_back([&, r, until] {
+      while (!stop && !coordinator->aborted() && Clock::now() < until) {
+        (void)clients[r]->heartbeat(running(r, 5));
+        std::this_thread::sleep_for(50ms);
+      }
+    });
+  }
+  std::this_thread::sleep_until(start + 300ms);  // a few heartbeats each: their period is known
+  pb::RankStatus failed = running(1, 5);
+  failed.set_state(pb::RANK_STATE_FAILED);
+  failed.set_error(
+      "rank 1, iteration 5: rank 2 (pid 7) exited while rank 1 waited for its message");
+  failed.set_lost_peer(2);
+  // The reporter heartbeats its FAILED status until it hears the verdict.
+  bool heard = poll_until(
+      [&] {
+        auto hb = clients[1]->heartbeat(failed);
+        if (hb.ok() && hb->abort()) {
+          *reporter_heard =
+              hb->abort_reason() + " [failed_rank " + std::to_string(hb->failed_rank()) + "]";
+          return true;
+        }
+        return false;
+      },
+      5s);
+  stop = true;
+  for (auto& t : beats) t.join();
+  CHECK(heard);
+  return coordinator->status();
+}
+
+TEST_CASE("a rank that lost a silent peer gets the peer blamed, not itself", "[control]") {
+  std::string heard;
+  const pb::GetStatusResponse status = verdict_after_lost_peer({{2, 0ms}}, &heard);
+  INFO(status.abort_reason());
+  CHECK(status.failed_rank() == 2);
+  CHECK(status.abort_reason().rfind("rank 2 stopped responding (no heartbeat for ", 0) == 0);
+  CHECK(contains(status.abort_reason(), "rank 1 lost it: rank 1, iteration 5: rank 2 (pid 7)"));
+  CHECK(contains(heard, "[failed_rank 2]"));
+}
+
+TEST_CASE("of two silent ranks the one that stopped heartbeating first is blamed", "[control]") {
+  std::string heard;
+  // Rank 3 stops first; rank 2, the peer rank 1 lost, follows it (a cascade).
+  const pb::GetStatusResponse status = verdict_after_lost_peer({{3, 20ms}, {2, 220ms}}, &heard);
+  INFO(status.abort_reason());
+  CHECK(status.failed_rank() == 3);
+  CHECK(status.abort_reason().rfind("rank 3 stopped responding (no heartbeat for ", 0) == 0);
+  CHECK(contains(heard, "[failed_rank 3]"));
+}
+
+TEST_CASE("a rank that lost a peer which heartbeats on is blamed itself", "[control]") {
+  std::string heard;
+  const pb::GetStatusResponse status = verdict_after_lost_peer({}, &heard);
+  INFO(status.abort_reason());
+  CHECK(status.failed_rank() == 1);
+  CHECK(status.abort_reason() ==
+        "rank 1 failed: rank 1, iteration 5: rank 2 (pid 7) exited while rank 1 waited for its "
+        "message");
+  CHECK(contains(heard, "[failed_rank 1]"));
+}
+
 TEST_CASE("GetStatus shows each rank's iteration and instruction, and metrics are kept",
           "[control]") {
   auto coordinator = start_coordinator(2);
@@ -794,4 +872,94 @@ TEST_CASE("a plan larger than the transport's quota still reaches the ranks", "[
   INFO(plan.status().to_string());
   REQUIRE(plan.ok());
   CHECK(plan->model_hash().size() == (100u << 20));
+}
+
+TEST_CASE("the rendezvous store sets and gets keys through the coordinator", "[control]") {
+  auto coordinator = start_coordinator(2, "s3cret");
+  auto client0 = connect_to(*coordinator, "s3cret");
+  auto client1 = connect_to(*coordinator, "s3cret");
+  exec::CoordinatorStore store0(*client0, 0);
+  exec::CoordinatorStore store1(*client1, 1);
+  REQUIRE(store0.set("job.host.0", std::string("a\0b", 3)).ok());
+  auto value = store1.get("job.host.0", 1s);
+  INFO(value.status().to_string());
+  REQUIRE(value.ok());
+  CHECK(*value == std::string("a\0b", 3));  // bytes, not a C string
+  REQUIRE(store1.set("job.host.0", "replaced").ok());
+  CHECK(*store0.get("job.host.0", 1s) == "replaced");
+  // A rank outside the world is refused.
+  exec::CoordinatorStore stranger(*client0, 2);
+  const Status refused = stranger.set("job.host.2", "x");
+  CHECK(refused.code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a rendezvous get before the set waits for it, and times out naming the key",
+          "[control]") {
+  auto coordinator = start_coordinator(2);
+  auto client0 = connect_to(*coordinator);
+  auto client1 = connect_to(*coordinator);
+  exec::CoordinatorStore store0(*client0, 0);
+  exec::CoordinatorStore store1(*client1, 1);
+  auto waiting = std::async(std::launch::async, [&] { return store1.get("late", 5s); });
+  std::this_thread::sleep_for(200ms);
+  CHECK(waiting.wait_for(0s) == std::future_status::timeout);  // still waiting
+  REQUIRE(store0.set("late", "value").ok());
+  auto value = get_within(waiting);
+  INFO(value.status().to_string());
+  REQUIRE(value.ok());
+  CHECK(*value == "value");
+
+  const auto start = Clock::now();
+  auto missing = store1.get("never.set", 300ms);
+  const auto took = Clock::now() - start;
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK(contains(missing.status().message(), "rendezvous key 'never.set' was not set"));
+  CHECK(contains(missing.status().message(), coordinator->address()));
+  CHECK(took >= 300ms);
+  CHECK(took < 5s);
+}
+
+TEST_CASE("the rendezvous store needs the job's token", "[control]") {
+  auto coordinator = start_coordinator(1, "s3cret");
+  auto good = connect_to(*coordinator, "s3cret");
+  REQUIRE(exec::CoordinatorStore(*good, 0).set("k", "v").ok());
+  for (const std::string token : {"", "wrong"}) {
+    INFO("token '" << token << "'");
+    auto bad = connect_to(*coordinator, token);
+    exec::CoordinatorStore store(*bad, 0);
+    CHECK(store.set("k", "forged").code() == StatusCode::kUnauthenticated);
+    auto read = store.get("k", 100ms);
+    CHECK(read.status().code() == StatusCode::kUnauthenticated);
+  }
+  CHECK(*exec::CoordinatorStore(*good, 0).get("k", 1s) == "v");  // the forgery did not land
+}
+
+TEST_CASE("the rendezvous table bounds keys, values and its total size", "[control]") {
+  exec::KeyTable table;
+  CHECK(table.set("", "v").code() == StatusCode::kInvalidArgument);
+  CHECK(table.set(std::string(exec::KeyTable::kMaxKeyBytes + 1, 'k'), "v").code() ==
+        StatusCode::kInvalidArgument);
+  const Status big = table.set("big", std::string(exec::KeyTable::kMaxValueBytes + 1, 'v'));
+  CHECK(big.code() == StatusCode::kResourceExhausted);
+  CHECK(contains(big.message(), "value of key 'big'"));
+  CHECK_FALSE(table.get("big").has_value());
+  // 64 MiB in all: 64 values of 1 MiB fit (less their keys' bytes), one more does not;
+  // replacing a value frees what it held.
+  const std::string mib(exec::KeyTable::kMaxValueBytes, 'v');
+  int stored = 0;
+  Status st = ok_status();
+  for (; stored < 100 && st.ok(); ++stored) st = table.set("k" + std::to_string(stored), mib);
+  CHECK(st.code() == StatusCode::kResourceExhausted);
+  CHECK(contains(st.message(), "the rendezvous store is full"));
+  CHECK(stored == 64);  // the 64th set (keys' bytes included) is the one refused
+  CHECK(table.set("k0", "small").ok());
+  CHECK(table.set("k63", mib).ok());
+  CHECK(table.get("k0") == std::optional<std::string>("small"));
+  // A large world's Gloo mesh stores an address per peer in each rank's value: 8192 ranks may
+  // set 2 MiB values, not more.
+  exec::KeyTable large(8192);
+  CHECK(large.set("mesh.0", std::string(size_t{2} << 20, 'a')).ok());
+  CHECK(large.set("mesh.1", std::string((size_t{2} << 20) + 1, 'a')).code() ==
+        StatusCode::kResourceExhausted);
 }

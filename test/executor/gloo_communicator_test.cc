@@ -1,5 +1,6 @@
 // The Gloo (TCP) data plane, ranks as threads of this process, each with its own communicator
-// on 127.0.0.1, meeting through a fresh FileStore directory per test. Catch2 assertions are not
+// on 127.0.0.1, meeting through a fresh FileStore directory per test (or a RendezvousStore in
+// memory, each rank with a directory of its own). Catch2 assertions are not
 // thread-safe: rank threads record what they saw and the test thread checks it. Every blocking
 // call carries the communicator's timeout, so every thread ends.
 #include "gp/exec/gloo_communicator.h"
@@ -9,9 +10,12 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -488,4 +492,86 @@ TEST_CASE("a sender far ahead of its receiver waits for its oldest messages, wit
   CHECK(over_seconds >= 0.4);
   CHECK(retry.ok());
   CHECK(drain.ok());
+}
+
+namespace {
+
+// A RendezvousStore in memory (the coordinator's stands in for it in a job).
+class MemoryStore final : public exec::RendezvousStore {
+ public:
+  Status set(const std::string& key, const std::string& value) override {
+    std::lock_guard lock(mu_);
+    values_[key] = value;
+    ++sets_;
+    cv_.notify_all();
+    return ok_status();
+  }
+  Result<std::string> get(const std::string& key, milliseconds timeout) override {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) != 0; })) {
+      return Status(StatusCode::kDeadlineExceeded, "key '" + key + "' not set");
+    }
+    return values_[key];
+  }
+  int sets() {
+    std::lock_guard lock(mu_);
+    return sets_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::string> values_;
+  int sets_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("ranks with separate store directories meet through a rendezvous store") {
+  constexpr int kWorld = 3;
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::unique_ptr<StoreDir>> dirs;  // one per rank, never shared
+  for (int r = 0; r < kWorld; ++r) dirs.push_back(std::make_unique<StoreDir>());
+  Made made(kWorld);
+  run_ranks(kWorld, [&](int r) {
+    exec::GlooOptions o = options(*dirs[r], r, kWorld, kTimeout);
+    o.store = store;
+    made[r].emplace(exec::make_gloo_communicator(o));
+  });
+  auto comms = checked(std::move(made));
+  std::vector<Status> errors(kWorld);
+  std::vector<std::vector<std::byte>> got(kWorld, std::vector<std::byte>(256));
+  std::vector<std::vector<float>> sums(kWorld, std::vector<float>(5));
+  const std::vector<int> everyone = {0, 1, 2};
+  run_ranks(kWorld, [&](int r) {
+    const int next = (r + 1) % kWorld, prev = (r + kWorld - 1) % kWorld;
+    Status st = comms[r]->send(next, 9, pattern(256, r));
+    if (st.ok()) st = comms[r]->recv(prev, 9, got[r]);
+    for (float& v : sums[r]) v = static_cast<float>(r + 1);
+    if (st.ok()) st = comms[r]->allreduce_sum(everyone, sums[r]);
+    errors[r] = st;
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << errors[r].to_string());
+    REQUIRE(errors[r].ok());
+    CHECK(got[r] == pattern(256, (r + kWorld - 1) % kWorld));
+    CHECK(sums[r] == std::vector<float>(5, 6.0f));
+    // Nothing went through the directories: each holds no file.
+    CHECK(std::filesystem::is_empty(dirs[r]->path));
+  }
+  CHECK(store->sets() >= kWorld);  // at least each rank's address
+}
+
+TEST_CASE("a rendezvous store whose peer never comes fails with DEADLINE_EXCEEDED") {
+  StoreDir dir;
+  exec::GlooOptions o = options(dir, 0, 2, milliseconds(300));
+  o.store = std::make_shared<MemoryStore>();
+  const auto start = std::chrono::steady_clock::now();
+  auto made = exec::make_gloo_communicator(o);
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO(made.status().to_string());
+  REQUIRE_FALSE(made.ok());
+  CHECK(made.status().code() == StatusCode::kDeadlineExceeded);
+  CHECK_THAT(made.status().message(), Catch::Contains("rank 0 of 2"));
+  CHECK(took < std::chrono::seconds(5));
 }

@@ -163,20 +163,29 @@ TEST_CASE("placements that do not fit the plan are refused, naming what does not
        "cpu",
        -1,
        "--hostfile hosts has 3 slots, the plan has 2 ranks"},
-      {"fewer hosts than the plan's nodes",
-       {2, 2, 1},
-       0,
-       {{"a", 2, ""}},
-       "cpu",
-       -1,
-       "--hostfile hosts lists 1 hosts, the plan's cluster has 2 nodes of 1 devices"},
-      {"a host with more slots than a node has devices",
+      {"a plan node split across two hosts",
        {4, 2, 2},
        0,
        {{"a", 3, ""}, {"b", 1, ""}},
        "cpu",
        -1,
-       "--hostfile hosts: host a has 3 slots, the plan's nodes have 2 devices"},
+       "--hostfile hosts: ranks 2 and 3 would run on hosts a and b, but the plan puts both on "
+       "its node 1 (of 2 nodes of 2 devices), linked within the node; ranks fill the hosts in "
+       "order, so each host's slots must hold whole plan nodes (e.g. 2 per host)"},
+      {"one plan node over hosts of fewer slots",
+       {4, 1, 4},
+       0,
+       {{"a", 2, ""}, {"b", 2, ""}},
+       "cpu",
+       -1,
+       "ranks 1 and 2 would run on hosts a and b, but the plan puts both on its node 0"},
+      {"a re-planned plan's node split (device 1 excluded: ranks 1 and 2 are node 1's)",
+       {3, 2, 2, {1}},
+       0,
+       {{"a", 2, ""}, {"b", 1, ""}},
+       "cpu",
+       -1,
+       "ranks 1 and 2 would run on hosts a and b, but the plan puts both on its node 1"},
       {"more local CUDA ranks than visible GPUs",
        {3, 1, 8},
        0,
@@ -202,8 +211,73 @@ TEST_CASE("placements that do not fit the plan are refused, naming what does not
   }
 }
 
+TEST_CASE("a host may run several whole plan nodes, since ranks fill the hosts in order") {
+  PlacementRequest req;
+  req.plan_path = "p.pb";
+  req.hostfile = "hosts";
+  req.device = "cuda";
+  // 4 plan nodes of 2 devices on 2 hosts of 4 slots; then 2 nodes of 1 device on one host.
+  req.hosts = {{"a", 4, ""}, {"b", 4, ""}};
+  auto placed = place_ranks({8, 4, 2}, req);
+  INFO(placed.status().to_string());
+  REQUIRE(placed.ok());
+  REQUIRE(placed->size() == 8);
+  CHECK((*placed)[3].host == 0);
+  CHECK((*placed)[3].device == "cuda:3");
+  CHECK((*placed)[4].host == 1);
+  CHECK((*placed)[4].local_rank == 0);
+  req.hosts = {{"a", 2, ""}};
+  placed = place_ranks({2, 2, 1}, req);
+  REQUIRE(placed.ok());
+  CHECK((*placed)[1].host == 0);
+  CHECK((*placed)[1].local_rank == 1);
+  // A re-planned plan without device 1: node 0 keeps rank 0, node 1 ranks 1 and 2.
+  req.hosts = {{"a", 1, ""}, {"b", 2, ""}};
+  placed = place_ranks({3, 2, 2, {1}}, req);
+  REQUIRE(placed.ok());
+  CHECK((*placed)[1].host == 1);
+  CHECK((*placed)[2].local_rank == 1);
+}
+
+TEST_CASE("a DeepSpeed or MPI hostfile lists HOST slots=N and an optional max_slots=M") {
+  auto hosts = parse_hostfile(
+      "# DeepSpeed\nworker-0 slots=8\n\nworker-1   slots=4 max_slots=8  # spare cores\n"
+      "worker-2 max_slots=2 slots=2\n",
+      "hf");
+  INFO(hosts.status().to_string());
+  REQUIRE(hosts.ok());
+  REQUIRE(hosts->size() == 3);
+  CHECK((*hosts)[0].name == "worker-0");
+  CHECK((*hosts)[0].slots == 8);
+  CHECK((*hosts)[0].address.empty());
+  CHECK((*hosts)[1].name == "worker-1");
+  CHECK((*hosts)[1].slots == 4);
+  CHECK((*hosts)[2].slots == 2);
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"a slots=2\nb slots=x\n",
+            "--hostfile hf line 2: slots 'x' must be a positive integer (HOST SLOTS [ADDRESS], "
+            "or HOST slots=N [max_slots=M])"},
+           {"a slots=0\n", "line 1: slots '0' must be a positive integer"},
+           {"a slots=\n", "line 1: slots '' must be a positive integer"},
+           {"a max_slots=4\n", "line 1: host a has no slots=N"},
+           {"a slots=2 max_slots=1\n", "line 1: max_slots=1 is below slots=2"},
+           {"a slots=2 slots=3\n", "line 1: slots= is given twice"},
+           {"a slots=2 gpus=2\n", "line 1: 'gpus=2' is neither slots=N nor max_slots=M"},
+           {"a slots=2 10.0.0.1\n", "line 1: '10.0.0.1' is neither slots=N nor max_slots=M"},
+           {"a slots=2\n\n# c\na slots=1\n",
+            "line 4: host 'a' is listed on line 1 already (give each host one line with all its "
+            "slots)"}}) {
+    INFO(text);
+    const auto bad = parse_hostfile(text, "hf");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(bad.status().message(), Catch::Contains(message));
+  }
+}
+
 TEST_CASE("a hostfile lists HOST SLOTS and an optional ADDRESS per line, skipping comments") {
-  auto hosts = parse_hostfile("# host slots address\n\nnode-a 2 10.0.0.1\n  node-b 1\n", "hf");
+  auto hosts =
+      parse_hostfile("# host slots address\n\nnode-a 2 10.0.0.1 # rack 1\n  node-b 1#\n", "hf");
   INFO(hosts.status().to_string());
   REQUIRE(hosts.ok());
   REQUIRE(hosts->size() == 2);
@@ -217,6 +291,7 @@ TEST_CASE("a hostfile lists HOST SLOTS and an optional ADDRESS per line, skippin
            {"a 0\n", "--hostfile hf line 1: slots '0' must be a positive integer"},
            {"a\n", "--hostfile hf line 1: slots '' must be a positive integer"},
            {"a -1\n", "slots '-1'"},
+           {"a 2 10.0.0.1 extra\n", "line 1: unexpected 'extra' after the address"},
            {"# nothing\n\n", "--hostfile hf lists no host"}}) {
     INFO(text);
     const auto bad = parse_hostfile(text, "hf");

@@ -151,11 +151,16 @@ Status ControlClient::barrier(int rank, const std::string& name, milliseconds ti
 }
 
 Result<pb::HeartbeatResponse> ControlClient::heartbeat(const pb::RankStatus& status) {
+  return heartbeat(status, default_timeout_);
+}
+
+Result<pb::HeartbeatResponse> ControlClient::heartbeat(const pb::RankStatus& status,
+                                                       milliseconds timeout) {
   pb::HeartbeatRequest request;
   *request.mutable_status() = status;
   pb::HeartbeatResponse response;
   GP_RETURN_IF_ERROR(unary_call(*stub_->stub, &pb::Executor::Stub::Heartbeat, "Heartbeat", address_,
-                                token_, request, &response, default_timeout_));
+                                token_, request, &response, timeout));
   return response;
 }
 
@@ -212,6 +217,27 @@ Result<pb::ProposeStopResponse> ControlClient::propose_stop(int rank, int64_t it
   GP_RETURN_IF_ERROR(unary_call(*stub_->stub, &pb::Executor::Stub::ProposeStop, "ProposeStop",
                                 address_, token_, request, &response, default_timeout_));
   return response;
+}
+
+Status ControlClient::store_set(int rank, const std::string& key, const std::string& value) {
+  pb::StoreSetRequest request;
+  request.set_rank(rank);
+  request.set_key(key);
+  request.set_value(value);
+  pb::StoreSetResponse response;
+  return unary_call(*stub_->stub, &pb::Executor::Stub::StoreSet, "StoreSet", address_, token_,
+                    request, &response, default_timeout_);
+}
+
+Result<std::optional<std::string>> ControlClient::store_get(int rank, const std::string& key) {
+  pb::StoreGetRequest request;
+  request.set_rank(rank);
+  request.set_key(key);
+  pb::StoreGetResponse response;
+  GP_RETURN_IF_ERROR(unary_call(*stub_->stub, &pb::Executor::Stub::StoreGet, "StoreGet", address_,
+                                token_, request, &response, default_timeout_));
+  if (!response.found()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(*response.mutable_value()));
 }
 
 }  // namespace gp::exec

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ class ControlClient {
   Status barrier(int rank, const std::string& name, std::chrono::milliseconds timeout);
   // Records `status` and proves the rank alive; the response says whether the job is aborted.
   Result<graphpipe::v1::HeartbeatResponse> heartbeat(const graphpipe::v1::RankStatus& status);
+  // The same within `timeout` rather than the default.
+  Result<graphpipe::v1::HeartbeatResponse> heartbeat(const graphpipe::v1::RankStatus& status,
+                                                     std::chrono::milliseconds timeout);
   // Records `status` without counting as a heartbeat; RANK_STATE_FAILED aborts the job.
   Status report_status(const graphpipe::v1::RankStatus& status);
   Status report_metrics(int rank, const std::vector<graphpipe::v1::IterationMetrics>& iterations);
@@ -67,6 +71,9 @@ class ControlClient {
   Status request_stop(int rank, int signal, const std::string& reason);
   // Proposes stopping after `iteration`; the response says where, once every rank has.
   Result<graphpipe::v1::ProposeStopResponse> propose_stop(int rank, int64_t iteration);
+  // The rendezvous store (see control/key_store.h): sets a key; reads one (nullopt: not set yet).
+  Status store_set(int rank, const std::string& key, const std::string& value);
+  Result<std::optional<std::string>> store_get(int rank, const std::string& key);
 
  private:
   struct Stub;

@@ -20,6 +20,7 @@
 #include <thread>
 #include <utility>
 
+#include "control/key_store.h"
 #include "control/server_guard.h"
 #include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
@@ -121,8 +122,21 @@ struct RankRecord {
   // By iteration, the newest kMetricsKept only: status needs the last, and a job's history
   // belongs in --metrics-out, not in rank 0's memory for the life of the job.
   std::map<int64_t, pb::IterationMetrics> metrics;
-  int64_t stop_proposal = -1;  // the iteration it finished when it first proposed a stop
-  bool told_abort = false;     // it knows the job is aborted (it was told, or it failed)
+  int64_t stop_proposal = -1;        // the iteration it finished when it first proposed a stop
+  bool told_abort = false;           // it knows the job is aborted (it was told, or it failed)
+  Clock::duration heartbeat_gap{0};  // between its last two heartbeats (0: fewer than two)
+  bool reported_lost_peer = false;   // it reported FAILED for a peer's sake (see PendingFailure)
+};
+
+// A rank reported FAILED because a peer failed it (RankStatus.lost_peer): the verdict waits a
+// little, so that the rank that really stopped first is blamed rather than the first neighbour
+// to notice. A SIGKILLed or frozen peer stops heartbeating before anyone notices it; ranks that
+// merely lost a neighbour keep heartbeating.
+struct PendingFailure {
+  int rank = -1;  // the first to report
+  int lost_peer = -1;
+  std::string error;
+  Clock::time_point at;
 };
 
 // How many iterations apart two ranks can be at most: a stage runs iteration i only with its
@@ -386,9 +400,11 @@ class CoordinatorCore {
     std::lock_guard lock(mu_);
     RankRecord& rec = ranks_[status.rank()];
     const Clock::time_point now = Clock::now();
+    rec.heartbeat_gap = rec.last_heartbeat ? now - *rec.last_heartbeat : Clock::duration::zero();
     rec.last_heartbeat = now;
     rec.liveness_since = now;
     record_status_locked(status);
+    if (pending_) resolve_pending_locked(now);
     if (aborted_) {
       rec.told_abort = true;
       cv_.notify_all();
@@ -397,6 +413,7 @@ class CoordinatorCore {
     resp.set_abort(aborted_);
     resp.set_abort_reason(abort_reason_);
     resp.set_stop_requested(stop_requested_);
+    resp.set_failed_rank(aborted_ ? failed_rank_ : -1);
     return resp;
   }
 
@@ -616,11 +633,67 @@ class CoordinatorCore {
       rec.finished = true;
       cv_.notify_all();
     }
-    if (status.state() == pb::RANK_STATE_FAILED) {
+    if (status.state() == pb::RANK_STATE_FAILED) record_failure_locked(status);
+  }
+
+  // A FAILED report: the reporter is blamed at once, unless it failed for a peer's sake (then
+  // see PendingFailure). It knows of the abort it causes; one waiting for a verdict heartbeats
+  // its FAILED status until it hears which rank the job is blamed on.
+  void record_failure_locked(const pb::RankStatus& status) {
+    const int r = status.rank();
+    RankRecord& rec = ranks_[r];
+    if (aborted_) {
       rec.told_abort = true;
-      abort_locked(fmt::format("rank {} failed: {}", status.rank(),
-                               status.error().empty() ? "(no error message)" : status.error()),
-                   status.rank());
+      return;
+    }
+    const std::string error = status.error().empty() ? "(no error message)" : status.error();
+    const bool lost_peer = status.has_lost_peer() && status.lost_peer() != r &&
+                           status.lost_peer() >= 0 && status.lost_peer() < world();
+    if (!lost_peer || !registration_complete_) {
+      rec.told_abort = true;
+      abort_locked(fmt::format("rank {} failed: {}", r, error), r);
+      return;
+    }
+    rec.reported_lost_peer = true;
+    if (pending_) return;  // the first report is the one quoted
+    pending_ = PendingFailure{r, status.lost_peer(), error, Clock::now()};
+    log::get("rpc")->warn(
+        "job {}: rank {} lost rank {}; checking which rank stopped first before blaming one",
+        job_id_, r, status.lost_peer());
+  }
+
+  // How long a pending verdict waits for every live rank to heartbeat once more: two of the
+  // slowest heartbeat periods seen and a margin, within the heartbeat timeout.
+  Clock::duration verdict_grace_locked() const {
+    Clock::duration gap = Clock::duration::zero();
+    for (const RankRecord& rec : ranks_) gap = std::max(gap, rec.heartbeat_gap);
+    const Clock::duration grace =
+        gap > Clock::duration::zero() ? 2 * gap + milliseconds(500) : milliseconds(2000);
+    return std::min<Clock::duration>(grace, options_.heartbeat_timeout);
+  }
+
+  // Decides a pending verdict: the reporter when every other rank heartbeated since its report;
+  // after the grace, of the ranks silent since before it the one that stopped first (a failure
+  // cascades from it), the lost peer among those that stopped at the same time.
+  void resolve_pending_locked(Clock::time_point now) {
+    if (!pending_ || aborted_) return;
+    const PendingFailure p = *pending_;
+    int silent = -1;
+    for (int r = 0; r < world(); ++r) {
+      const RankRecord& rec = ranks_[r];
+      if (rec.finished || rec.reported_lost_peer || rec.liveness_since >= p.at) continue;
+      if (silent < 0 || rec.liveness_since < ranks_[silent].liveness_since ||
+          (rec.liveness_since == ranks_[silent].liveness_since && r == p.lost_peer)) {
+        silent = r;
+      }
+    }
+    if (silent < 0) {
+      abort_locked(fmt::format("rank {} failed: {}", p.rank, p.error), p.rank);
+    } else if (now - p.at >= verdict_grace_locked()) {
+      abort_locked(fmt::format("rank {} stopped responding (no heartbeat for {} ms); rank {} "
+                               "lost it: {}",
+                               silent, to_ms(now - ranks_[silent].liveness_since), p.rank, p.error),
+                   silent);
     }
   }
 
@@ -645,9 +718,10 @@ class CoordinatorCore {
       if (now < next) continue;  // woken by an unrelated change
       next = now + period;
       if (!registration_complete_ || aborted_) continue;
+      resolve_pending_locked(now);
       for (int r = 0; r < world(); ++r) {
         const RankRecord& rec = ranks_[r];
-        if (rec.finished) continue;
+        if (rec.finished || aborted_) continue;
         const auto silent = now - rec.liveness_since;
         if (silent > options_.heartbeat_timeout) {
           abort_locked(
@@ -673,6 +747,7 @@ class CoordinatorCore {
   bool aborted_ = false;
   std::string abort_reason_;
   int failed_rank_ = -1;  // the rank the abort is blamed on; -1: the operator or nobody
+  std::optional<PendingFailure> pending_;  // until the abort it leads to
   bool shutting_down_ = false;
   const int64_t stop_skew_;
   std::vector<int64_t> samples_of_rank_;
@@ -725,7 +800,8 @@ ServerGuard server_guard(const CoordinatorOptions& options) {
 // The gRPC face of the core: authenticate, call, convert. Handlers never throw out.
 class ExecutorService final : public pb::Executor::Service {
  public:
-  explicit ExecutorService(CoordinatorCore* core) : core_(core) {}
+  explicit ExecutorService(CoordinatorCore* core)
+      : core_(core), table_(core->options().world_size) {}
 
   grpc::Status Register(grpc::ServerContext* ctx, const pb::RegisterRequest* req,
                         pb::RegisterResponse* resp) override {
@@ -803,6 +879,26 @@ class ExecutorService final : public pb::Executor::Service {
     });
   }
 
+  // The data plane's rendezvous for ranks without a shared filesystem (control/key_store.h).
+  grpc::Status StoreSet(grpc::ServerContext* ctx, const pb::StoreSetRequest* req,
+                        pb::StoreSetResponse*) override {
+    return guarded("StoreSet", ctx, [&] {
+      GP_RETURN_IF_ERROR(core_->check_rank(req->rank()));
+      return table_.set(req->key(), req->value());
+    });
+  }
+
+  grpc::Status StoreGet(grpc::ServerContext* ctx, const pb::StoreGetRequest* req,
+                        pb::StoreGetResponse* resp) override {
+    return guarded("StoreGet", ctx, [&] {
+      GP_RETURN_IF_ERROR(core_->check_rank(req->rank()));
+      auto value = table_.get(req->key());
+      resp->set_found(value.has_value());
+      if (value) resp->set_value(std::move(*value));
+      return ok_status();
+    });
+  }
+
  private:
   template <typename Fn>
   grpc::Status guarded(const char* rpc, grpc::ServerContext* ctx, Fn&& fn) {
@@ -829,6 +925,7 @@ class ExecutorService final : public pb::Executor::Service {
   }
 
   CoordinatorCore* core_;
+  KeyTable table_;
 };
 
 }  // namespace

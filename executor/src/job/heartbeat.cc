@@ -1,5 +1,8 @@
 #include "heartbeat.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "gp/plan/plan_util.h"
 #include "stop_signals.h"
 
@@ -42,14 +45,19 @@ void Heartbeat::loop() {
           plan::describe_instruction(plan_, plan_.programs(program).instructions(k)));
     }
     st.set_unix_time_ms(unix_ms());
-    auto resp = client_.heartbeat(st);
+    // Each call waits only until the coordinator counts as lost, so that a frozen one is
+    // noticed within the timeout rather than the control client's default deadline.
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(last_ok + timeout_ - Clock::now());
+    auto resp =
+        client_.heartbeat(st, std::max(std::chrono::milliseconds(200), std::min(left, timeout_)));
     std::string reason;
     if (resp.ok()) {
       last_ok = Clock::now();
       if (resp->abort()) reason = "job aborted: " + resp->abort_reason();
       if (resp->stop_requested()) stop_requested_.store(true);
     } else if (Clock::now() - last_ok > timeout_) {
-      reason = "lost the coordinator at " + client_.address() + ": " + resp.status().message();
+      reason = "lost " + coordinator_ + ": " + resp.status().message();
     }
     lock.lock();
     if (!reason.empty() && reason_.empty()) {

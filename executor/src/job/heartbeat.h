@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "control/control_client.h"
 #include "gp/exec/communicator.h"
@@ -21,14 +22,18 @@ namespace gp::exec::daemon {
 // says the job is over or cannot be reached for longer than the timeout; passes a stop signal on.
 class Heartbeat {
  public:
+  // `coordinator` names it in the reason when it is lost, e.g. "the coordinator (rank 0) at
+  // HOST:PORT".
   Heartbeat(ControlClient& client, const RankRunner& runner, const graphpipe::v1::Plan& plan,
-            int rank, std::chrono::milliseconds period, std::chrono::milliseconds timeout)
+            int rank, std::chrono::milliseconds period, std::chrono::milliseconds timeout,
+            std::string coordinator)
       : client_(client),
         runner_(runner),
         plan_(plan),
         rank_(rank),
         period_(period),
         timeout_(timeout),
+        coordinator_(std::move(coordinator)),
         thread_([this] { loop(); }) {}
   ~Heartbeat() { stop(); }
 
@@ -65,6 +70,7 @@ class Heartbeat {
   const graphpipe::v1::Plan& plan_;
   int rank_;
   std::chrono::milliseconds period_, timeout_;
+  std::string coordinator_;
   std::atomic<int64_t> iteration_{0};
   std::atomic<double> samples_per_s_{0};
   std::atomic<bool> stop_requested_{false};

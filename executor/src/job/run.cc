@@ -3,7 +3,9 @@
 #include <spdlog/fmt/fmt.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -21,9 +23,11 @@
 #include "checkpoint/checkpoint_guard.h"
 #include "control/control_client.h"
 #include "control/coordinator.h"
+#include "control/key_store.h"
 #include "gp/common/logging.h"
 #include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
+#include "gp/exec/gloo_communicator.h"
 #include "gp/exec/nccl_layout.h"
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
@@ -75,6 +79,21 @@ Status check_job_id(const std::string& id) {
                           "': must be at most 64 letters, digits, '.', '_' or '-'");
 }
 
+// The data plane's rendezvous through the coordinator (--rendezvous coordinator).
+class CoordinatorRendezvous final : public RendezvousStore {
+ public:
+  CoordinatorRendezvous(ControlClient& client, int rank) : store_(client, rank) {}
+  Status set(const std::string& key, const std::string& value) override {
+    return store_.set(key, value);
+  }
+  Result<std::string> get(const std::string& key, milliseconds timeout) override {
+    return store_.get(key, timeout);
+  }
+
+ private:
+  CoordinatorStore store_;
+};
+
 // One rank's job under the control plane, in the order it runs: prepare (options, device, the
 // session, outputs, the checkpoint to resume) → connect (rank 0 hosts the coordinator; everyone
 // registers) → open the data plane → train (iterations, checkpoints, an agreed stop) → finish;
@@ -90,8 +109,9 @@ class RankJob {
     if (dir_lock_ != nullptr) GP_RETURN_IF_ERROR(dir_lock_->record_job(registered_.job_id()));
     // From here on every rank is known to the coordinator: a failure is reported to it, so the
     // others learn of it within a heartbeat instead of waiting out their timeouts.
-    heartbeat_ = std::make_unique<Heartbeat>(*client_, session_->runner(), plan(), o_.rank,
-                                             milliseconds(o_.heartbeat_ms), timeout_);
+    heartbeat_ =
+        std::make_unique<Heartbeat>(*client_, session_->runner(), plan(), o_.rank,
+                                    milliseconds(o_.heartbeat_ms), timeout_, coordinator_name());
     Result<int> outcome = train();
     if (outcome.ok()) return outcome;
     return fail(outcome.status());
@@ -118,7 +138,13 @@ class RankJob {
   Status prepare() {
     apply_environment();
     GP_RETURN_IF_ERROR(check_job_id(o_.job_id));
-    GP_RETURN_IF_ERROR(install_stop_signals(o_.launcher_beacon, o_.orphan_timeout_s));
+    if (!o_.launcher_beacon.empty() && !o_.daemon_beacon.empty()) {
+      return invalid_argument("give --launcher-beacon or --daemon-beacon, not both");
+    }
+    GP_RETURN_IF_ERROR(
+        o_.daemon_beacon.empty()
+            ? install_stop_signals(o_.launcher_beacon, o_.orphan_timeout_s)
+            : install_stop_signals(o_.daemon_beacon, o_.orphan_timeout_s, BeaconOwner::kDaemon));
     timeout_ = milliseconds(static_cast<int64_t>(o_.timeout_s) * 1000);
     // Barriers wait longer than the heartbeat timeout, so that when a rank freezes the
     // coordinator's verdict (naming it) ends the wait rather than a waiting rank's own timeout,
@@ -325,6 +351,10 @@ class RankJob {
     go.store_dir = store_dir;
     go.prefix = registered_.job_id();
     go.hostname = o_.bind_host;
+    // --rendezvous coordinator: ranks that share no filesystem meet through rank 0's coordinator.
+    if (o_.rendezvous == "coordinator") {
+      go.store = std::make_shared<CoordinatorRendezvous>(*client_, o_.rank);
+    }
     // The data plane waits longer than the heartbeat timeout, so that when a rank hangs the
     // coordinator's verdict (naming it) arrives before a neighbour's receive gives up.
     go.timeout = 2 * timeout_;
@@ -485,25 +515,81 @@ class RankJob {
     return model::write_file_atomic(o_.stop_file, text).with_context("--stop-file");
   }
 
+  // "the coordinator (rank 0) at HOST:PORT": what a rank that cannot reach it names.
+  std::string coordinator_name() const {
+    return std::string(o_.external_coordinator ? "the coordinator" : "the coordinator (rank 0)") +
+           " at " + address_;
+  }
+
+  // The first rank other than this one that `error` names ("rank 2 (pid 7) exited while rank 1
+  // waited ..."): the peer this rank lost, when its failure is about one; -1: none.
+  int lost_peer(const std::string& error) const {
+    for (size_t at = error.find("rank "); at != std::string::npos;
+         at = error.find("rank ", at + 5)) {
+      if (at > 0 && std::isalnum(static_cast<unsigned char>(error[at - 1]))) continue;
+      size_t end = at + 5;
+      int r = 0;
+      while (end < error.size() && std::isdigit(static_cast<unsigned char>(error[end])) &&
+             r < o_.world_size) {
+        r = 10 * r + (error[end++] - '0');
+      }
+      if (end > at + 5 && r != o_.rank && r < o_.world_size) return r;
+    }
+    return -1;
+  }
+
+  // Reports the failure and waits for the coordinator's verdict, which may take a moment when
+  // this rank lost a peer (the coordinator then finds the rank that stopped first). Returns what
+  // this rank should say: its own error when the job is blamed on it (or no verdict came), the
+  // verdict when another rank is blamed, and, when the coordinator cannot be reached, that:
+  // then no rank can tell which failed first, so none blames a neighbour.
+  Status await_verdict(const Status& failure, graphpipe::v1::RankStatus failed) {
+    if (const int peer = lost_peer(failure.message()); peer >= 0) failed.set_lost_peer(peer);
+    const auto deadline = Clock::now() + timeout_;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      auto resp =
+          client_->heartbeat(failed, std::clamp(left, milliseconds(200), milliseconds(2000)));
+      if (!resp.ok()) {
+        const StatusCode code = resp.status().code();
+        if (code != StatusCode::kUnavailable && code != StatusCode::kDeadlineExceeded) {
+          return failure;
+        }
+        return Status(StatusCode::kUnavailable,
+                      "lost " + coordinator_name() + ": " + resp.status().message());
+      }
+      if (resp->abort()) {
+        if (resp->failed_rank() == o_.rank) return failure;
+        return Status(StatusCode::kAborted, "job aborted: " + resp->abort_reason());
+      }
+      if (Clock::now() >= deadline) return failure;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+  }
+
   Result<int> fail(Status failure) {
     heartbeat_->stop();
-    // A job aborted meanwhile explains the failure better than what this rank saw: a peer's
-    // failure reaches its neighbours first; ranks further away see connections close.
-    if (std::string why = heartbeat_->abort_reason(); !why.empty()) {
-      failure = Status(StatusCode::kAborted, why);
-    } else if (auto status = client_->get_status(); status.ok() && status->aborted()) {
-      failure = Status(StatusCode::kAborted, "job aborted: " + status->abort_reason());
-    }
-    // Best effort: the coordinator aborts the others (or, when it already has, learns that this
-    // rank knows and leaves, so rank 0 need not wait for it).
+    const std::string seen = failure.message();
     graphpipe::v1::RankStatus failed;
     failed.set_rank(o_.rank);
     failed.set_state(graphpipe::v1::RANK_STATE_FAILED);
     failed.set_iteration(std::max<int64_t>(failed_iteration_, 0));
-    failed.set_error(failure.message());
-    (void)client_->report_status(failed);
+    failed.set_error(seen);
+    // A job aborted meanwhile (or a coordinator lost) explains the failure better than what this
+    // rank saw: a peer's failure reaches its neighbours first; ranks further away see
+    // connections close. Best effort, the coordinator learns that this rank knows and leaves,
+    // so rank 0 need not wait for it.
+    if (std::string why = heartbeat_->abort_reason(); !why.empty()) {
+      failure = Status(StatusCode::kAborted, why);
+      (void)client_->heartbeat(failed, milliseconds(1000));
+    } else {
+      failure = await_verdict(failure, failed);
+    }
+    if (seen.find(failure.message()) == std::string::npos) {
+      log_->info("rank {}: what it saw itself: {}", o_.rank, seen);
+    }
     if (coordinator_) {
-      coordinator_->abort("rank 0 failed: " + failure.message(), 0);  // no-op when aborted already
+      coordinator_->abort("rank 0 failed: " + seen, 0);  // no-op when aborted already
       if (Status st = write_verdict(o_.verdict_file, coordinator_->status()); !st.ok()) {
         log_->error("rank 0: {}", st.message());
       }

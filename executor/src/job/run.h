@@ -15,7 +15,8 @@ struct RunOptions {
   std::string coordinator;       // host:port; rank 0 hosts it there unless external_coordinator
   std::string coordinator_file;  // rank 0 writes the bound address here; others read it
   bool external_coordinator = false;
-  std::string store_dir;                // Gloo rendezvous directory shared by the ranks
+  std::string store_dir;                 // Gloo rendezvous directory shared by the ranks
+  std::string rendezvous = "store-dir";  // or "coordinator": through rank 0's StoreSet/StoreGet
   std::string data_plane = "auto";      // auto: NCCL on CUDA, else shared memory + Gloo; gloo; nccl
   std::string cpu_affinity = "auto";    // auto: co-located ranks' compute threads on distinct cores
   std::string bind_host = "127.0.0.1";  // data-plane interface
@@ -43,6 +44,7 @@ struct RunOptions {
   std::string stop_file;
   std::string job_id;           // rank 0's coordinator names the job so (default: a random id)
   std::string launcher_beacon;  // a file the launcher rewrites every second ...
+  std::string daemon_beacon;    // ... or the node daemon that started the rank ...
   int orphan_timeout_s = 30;    // ... and the rank stops when it stays unchanged this long
   // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
   // resume (so a re-planned run carries on).

@@ -58,8 +58,11 @@ Result<std::string> read_beacon(const std::string& path) {
 // A rank whose parent outlives the launcher (srun's slurmstepd, an ssh session that lingers)
 // watches the launcher's beacon file instead: the launcher rewrites it every second, and a
 // beacon unchanged for `orphan_timeout_s` (by this host's clock, so clock skew between hosts
-// does not matter) means the launcher is gone.
-Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeout_s) {
+// does not matter) means the launcher is gone. A node daemon's ranks watch the daemon's beacon
+// the same way: a frozen daemon (SIGSTOP) is still their parent, yet supervises nothing.
+Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeout_s,
+                            BeaconOwner owner) {
+  const bool daemon = owner == BeaconOwner::kDaemon;
   if (!launcher_beacon.empty()) {
     if (orphan_timeout_s < 1) {
       return invalid_argument("--orphan-timeout = " + std::to_string(orphan_timeout_s) +
@@ -67,10 +70,10 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
     }
     auto first = read_beacon(launcher_beacon);
     if (!first.ok()) {
-      return not_found("--launcher-beacon '" + launcher_beacon +
-                       "' cannot be read: " + first.status().message());
+      return not_found(std::string(daemon ? "--daemon-beacon '" : "--launcher-beacon '") +
+                       launcher_beacon + "' cannot be read: " + first.status().message());
     }
-    std::thread([launcher_beacon, orphan_timeout_s, last = *first]() mutable {
+    std::thread([launcher_beacon, orphan_timeout_s, daemon, last = *first]() mutable {
       auto changed_at = std::chrono::steady_clock::now();
       for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -80,9 +83,17 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
           changed_at = std::chrono::steady_clock::now();
         } else if (std::chrono::steady_clock::now() - changed_at >
                    std::chrono::seconds(orphan_timeout_s)) {
-          log::get("exec")->warn(
-              "the launcher's beacon {} has not changed for {} s: the launcher is gone; stopping",
-              launcher_beacon, orphan_timeout_s);
+          if (daemon) {
+            log::get("exec")->warn(
+                "the node daemon's beacon {} has not changed for {} s: the daemon that started "
+                "this rank is frozen or gone; stopping",
+                launcher_beacon, orphan_timeout_s);
+          } else {
+            log::get("exec")->warn(
+                "the launcher's beacon {} has not changed for {} s: the launcher is gone; "
+                "stopping",
+                launcher_beacon, orphan_timeout_s);
+          }
           ::kill(::getpid(), SIGTERM);
           return;
         }

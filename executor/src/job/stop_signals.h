@@ -7,9 +7,13 @@
 
 namespace gp::exec::daemon {
 
-// Installs the SIGTERM/SIGINT handlers and the parent watchdog, and, when `launcher_beacon` is
-// given, the watchdog on that file (see stop_signals.cc).
-Status install_stop_signals(const std::string& launcher_beacon = "", int orphan_timeout_s = 0);
+// Whose beacon a rank watches: the launcher's, or the node daemon's that started it.
+enum class BeaconOwner { kLauncher, kDaemon };
+
+// Installs the SIGTERM/SIGINT handlers and the parent watchdog, and, when `beacon` is given,
+// the watchdog on that file (see stop_signals.cc).
+Status install_stop_signals(const std::string& beacon = "", int orphan_timeout_s = 0,
+                            BeaconOwner owner = BeaconOwner::kLauncher);
 // The first stop signal received, 0 while none.
 int stop_signal();
 // "SIGTERM", "SIGINT" or "a signal".

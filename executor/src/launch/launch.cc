@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "gp/common/file_read.h"
@@ -20,32 +22,124 @@ std::optional<int> parse_count(const std::string& s) {
   return std::atoi(s.c_str());
 }
 
+constexpr char kHostLineForms[] = "(HOST SLOTS [ADDRESS], or HOST slots=N [max_slots=M])";
+
+// The words after HOST of a DeepSpeed/MPI line: slots=N, and max_slots=M >= N (MPI's bound on
+// oversubscribing the host; it places no rank).
+Status parse_slot_keys(const std::vector<std::string>& words, const std::string& where, Host* h) {
+  int max_slots = 0;
+  for (size_t i = 1; i < words.size(); ++i) {
+    const size_t eq = words[i].find('=');
+    const std::string key = words[i].substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : words[i].substr(eq + 1);
+    if (eq == std::string::npos || (key != "slots" && key != "max_slots")) {
+      return invalid_argument(where + "'" + words[i] + "' is neither slots=N nor max_slots=M " +
+                              kHostLineForms);
+    }
+    int& field = key == "slots" ? h->slots : max_slots;
+    if (field != 0) return invalid_argument(where + key + "= is given twice");
+    const auto n = parse_count(value);
+    if (!n || *n == 0) {
+      return invalid_argument(where + key + " '" + value + "' must be a positive integer " +
+                              kHostLineForms);
+    }
+    field = *n;
+  }
+  if (h->slots == 0) {
+    return invalid_argument(where + "host " + h->name + " has no slots=N " + kHostLineForms);
+  }
+  if (max_slots != 0 && max_slots < h->slots) {
+    return invalid_argument(where + "max_slots=" + std::to_string(max_slots) +
+                            " is below slots=" + std::to_string(h->slots));
+  }
+  return ok_status();
+}
+
+// One hostfile line's words (comment removed, not empty); `where` starts its errors.
+Result<Host> parse_host_line(const std::vector<std::string>& words, const std::string& where) {
+  Host h;
+  h.name = words[0];
+  if (words.size() > 1 && words[1].find('=') != std::string::npos) {
+    GP_RETURN_IF_ERROR(parse_slot_keys(words, where, &h));
+    return h;
+  }
+  const std::string slots = words.size() > 1 ? words[1] : "";
+  const auto n = parse_count(slots);
+  if (!n || *n == 0) {
+    return invalid_argument(where + "slots '" + slots + "' must be a positive integer " +
+                            kHostLineForms);
+  }
+  h.slots = *n;
+  if (words.size() > 2) h.address = words[2];
+  if (words.size() > 3) {
+    return invalid_argument(where + "unexpected '" + words[3] + "' after the address " +
+                            kHostLineForms);
+  }
+  return h;
+}
+
 // Killed by a signal that neither the launcher nor a node daemon sent.
 bool killed_by_own_signal(const RankExit& exit) {
   return exit.status > 128 && !exit.stopped_by_launcher;
+}
+
+// The plan's node of each of its ranks: rank R is the R-th device it does not exclude.
+std::vector<int> nodes_of_ranks(const PlanShape& plan) {
+  std::vector<int> nodes;
+  const std::set<int> excluded(plan.excluded_devices.begin(), plan.excluded_devices.end());
+  for (int device = 0; static_cast<int>(nodes.size()) < plan.ranks; ++device) {
+    if (excluded.count(device) != 0) continue;
+    nodes.push_back(plan.devices_per_node > 0 ? device / plan.devices_per_node : 0);
+  }
+  return nodes;
+}
+
+// Ranks fill the hosts in order; no plan node may end up on two hosts (the plan put its devices
+// on intra-node links). Several whole nodes on one host are fine.
+Status check_whole_nodes(const PlanShape& plan, const PlacementRequest& request) {
+  const std::vector<int> node = nodes_of_ranks(plan);
+  int rank = 0;
+  for (size_t h = 0; h < request.hosts.size(); ++h) {
+    rank += request.hosts[h].slots;
+    if (rank <= 0 || rank >= plan.ranks || node[rank - 1] != node[rank]) continue;
+    const std::string dpn = std::to_string(plan.devices_per_node);
+    return invalid_argument(
+        "--hostfile " + request.hostfile + ": ranks " + std::to_string(rank - 1) + " and " +
+        std::to_string(rank) + " would run on hosts " + request.hosts[h].name + " and " +
+        request.hosts[h + 1].name + ", but the plan puts both on its node " +
+        std::to_string(node[rank]) + " (of " + std::to_string(plan.nodes) + " nodes of " + dpn +
+        " devices), linked within the node; ranks fill the hosts in order, so each host's "
+        "slots must hold whole plan nodes (e.g. " +
+        dpn +
+        " per host), or search a plan for these hosts (graphpipe-plan search --nodes H "
+        "--devices-per-node S)");
+  }
+  return ok_status();
 }
 
 }  // namespace
 
 Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::string& file) {
   std::vector<Host> hosts;
+  std::map<std::string, int> line_of;  // each host's line, to refuse a second one
   std::istringstream lines(text);
   std::string line;
   int line_no = 0;
   while (std::getline(lines, line)) {
     ++line_no;
-    std::istringstream words(line);
-    Host h;
-    std::string slots;
-    if (!(words >> h.name) || h.name[0] == '#') continue;
-    words >> slots >> h.address;
-    const auto n = parse_count(slots);
-    if (!n || *n == 0) {
-      return invalid_argument("--hostfile " + file + " line " + std::to_string(line_no) +
-                              ": slots '" + slots +
-                              "' must be a positive integer (HOST SLOTS [ADDRESS])");
+    std::istringstream split(line.substr(0, line.find('#')));
+    std::vector<std::string> words;
+    for (std::string w; split >> w;) words.push_back(std::move(w));
+    if (words.empty()) continue;
+    const std::string where = "--hostfile " + file + " line " + std::to_string(line_no) + ": ";
+    GP_ASSIGN_OR_RETURN(Host h, parse_host_line(words, where));
+    const auto [seen, fresh] = line_of.emplace(h.name, line_no);
+    if (!fresh) {
+      // Its ranks would share local ranks (and GPUs) with those of the first line.
+      return invalid_argument(where + "host '" + h.name + "' is listed on line " +
+                              std::to_string(seen->second) +
+                              " already (give each host one line with all its slots)");
     }
-    h.slots = *n;
     hosts.push_back(std::move(h));
   }
   if (hosts.empty()) return invalid_argument("--hostfile " + file + " lists no host");
@@ -83,24 +177,13 @@ Result<std::vector<RankPlacement>> place_ranks(const PlanShape& plan,
     return out;
   }
   const std::string& f = request.hostfile;
-  int total = 0;
+  int64_t total = 0;  // each host may have up to 999999999 slots
   for (const auto& h : request.hosts) total += h.slots;
   if (total != n) {
     return invalid_argument("--hostfile " + f + " has " + std::to_string(total) +
                             " slots, the plan has " + std::to_string(n) + " ranks");
   }
-  if (static_cast<int>(request.hosts.size()) != plan.nodes) {
-    return invalid_argument("--hostfile " + f + " lists " + std::to_string(request.hosts.size()) +
-                            " hosts, the plan's cluster has " + std::to_string(plan.nodes) +
-                            " nodes of " + std::to_string(plan.devices_per_node) + " devices");
-  }
-  for (const auto& h : request.hosts) {
-    if (h.slots > plan.devices_per_node) {
-      return invalid_argument("--hostfile " + f + ": host " + h.name + " has " +
-                              std::to_string(h.slots) + " slots, the plan's nodes have " +
-                              std::to_string(plan.devices_per_node) + " devices");
-    }
-  }
+  GP_RETURN_IF_ERROR(check_whole_nodes(plan, request));
   int rank = 0;
   for (int h = 0; h < static_cast<int>(request.hosts.size()); ++h) {
     for (int local = 0; local < request.hosts[h].slots; ++local, ++rank) {

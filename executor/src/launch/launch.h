@@ -13,24 +13,29 @@
 
 namespace gp::exec::launch {
 
-// One node of a hostfile line "HOST SLOTS [ADDRESS]"; `address` is empty when the line has none
-// (the launcher then finds it on the host).
+// One node of a hostfile line: "HOST SLOTS [ADDRESS]", or DeepSpeed's/MPI's
+// "HOST slots=N [max_slots=M]"; `address` is empty when the line has none (the launcher then
+// finds it on the host). max_slots (MPI's oversubscription bound) is checked, not used: a host
+// runs `slots` ranks.
 struct Host {
   std::string name;
   int slots = 0;
   std::string address;
 };
 
-// A hostfile's text: one host per line, blank lines and lines starting with '#' skipped. `file`
-// names it in errors ("--hostfile F line 3: slots 'x' must be a positive integer ...").
+// A hostfile's text: one host per line in either form, blank lines skipped, '#' to the end of a
+// line a comment. `file` names it in errors ("--hostfile F line 3: slots 'x' must be a positive
+// integer ...").
 Result<std::vector<Host>> parse_hostfile(const std::string& text, const std::string& file);
 
 // What placement needs of a plan (graphpipe-plan inspect --json's ranks, nodes,
-// devices_per_node).
+// devices_per_node). Ranks are node-major over the devices the plan does not exclude: rank R
+// runs on the R-th device not in `excluded_devices`, on node device / devices_per_node.
 struct PlanShape {
   int ranks = 0;
   int nodes = 0;
   int devices_per_node = 0;
+  std::vector<int> excluded_devices = {};
 };
 
 struct PlacementRequest {
@@ -52,8 +57,10 @@ struct RankPlacement {
 };
 
 // Ranks fill the hosts in order: the first SLOTS ranks on the first host, and so on. Refuses an
-// --nprocs other than the plan's, a hostfile whose hosts or slots do not match the plan's
-// cluster, and more local CUDA ranks than visible GPUs.
+// --nprocs other than the plan's, a hostfile whose slots do not add up to the plan's ranks, and
+// more local CUDA ranks than visible GPUs. Hosts need not be the plan's nodes: a host may run
+// several whole plan nodes (their links only get faster than the plan assumed), but a plan node
+// split across hosts is refused, since the plan counted on its intra-node links between them.
 Result<std::vector<RankPlacement>> place_ranks(const PlanShape& plan,
                                                const PlacementRequest& request);
 

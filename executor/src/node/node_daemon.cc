@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -129,10 +130,17 @@ class Daemon final : public pb::NodeDaemon::Service {
   Daemon(ServeOptions options, std::string self_exe)
       : options_(std::move(options)),
         self_exe_(std::move(self_exe)),
-        owner_(static_cast<size_t>(options_.devices)) {
+        owner_(static_cast<size_t>(options_.devices)),
+        // By pid: daemons that share a --work-dir each have their own.
+        beacon_path_((fs::path(options_.work_dir) / ("daemon-beacon-" + std::to_string(::getpid())))
+                         .string()) {
+    write_beacon();  // before any rank reads it
     reaper_ = std::thread([this] { reap(); });
+    beacon_ = std::thread([this] { beat(); });
   }
   ~Daemon() override {
+    beacon_stop_ = true;
+    beacon_.join();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
@@ -143,6 +151,8 @@ class Daemon final : public pb::NodeDaemon::Service {
       }
     }
     reaper_.join();
+    std::error_code ec;
+    fs::remove(beacon_path_, ec);  // best effort, once no rank watches it
   }
 
   grpc::Status GetInfo(grpc::ServerContext* ctx, const pb::DaemonInfoRequest*,
@@ -396,6 +406,12 @@ class Daemon final : public pb::NodeDaemon::Service {
       args.push_back("--verdict-file");
       args.push_back(verdict_path);
     }
+    // A frozen daemon is still the ranks' parent but supervises nothing: they stop on their own
+    // once its beacon is a heartbeat timeout old.
+    args.push_back("--daemon-beacon");
+    args.push_back(beacon_path_);
+    args.push_back("--orphan-timeout");
+    args.push_back(std::to_string(std::clamp(req.timeout_s(), 2, 86400)));
     for (const auto& a : tls_flags(options_.tls)) args.push_back(a);
     // An --insecure daemon has no token to give: rank 0's coordinator runs without one too.
     if (options_.auth_token.empty()) args.push_back("--insecure");
@@ -424,6 +440,13 @@ class Daemon final : public pb::NodeDaemon::Service {
       if (var.starts_with("GP_AUTH_TOKEN=") || var.starts_with("GRAPHPIPE_AUTH_TOKEN_FILE=")) {
         continue;
       }
+      // Ranks get these as flags; torchrun's variables of the daemon's own environment (a
+      // PyTorchJob pod's) would conflict with them.
+      if (var.starts_with("RANK=") || var.starts_with("WORLD_SIZE=") ||
+          var.starts_with("LOCAL_RANK=") || var.starts_with("MASTER_ADDR=") ||
+          var.starts_with("MASTER_PORT=")) {
+        continue;
+      }
       env_strings.emplace_back(*e);
     }
     if (!options_.auth_token.empty()) env_strings.push_back("GP_AUTH_TOKEN=" + options_.auth_token);
@@ -441,6 +464,17 @@ class Daemon final : public pb::NodeDaemon::Service {
     }
     close(fd);
     return pid;
+  }
+
+  // The beacon its ranks watch (--daemon-beacon): rewritten every second while the daemon runs.
+  void write_beacon() {
+    (void)model::write_file_atomic(beacon_path_, std::to_string(++beats_) + "\n");
+  }
+  void beat() {
+    while (!beacon_stop_) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      write_beacon();
+    }
   }
 
   void reap() {
@@ -492,6 +526,10 @@ class Daemon final : public pb::NodeDaemon::Service {
   std::vector<std::string> owner_;  // job holding each device, empty when free
   bool stopping_ = false;
   std::thread reaper_;
+  const std::string beacon_path_;
+  uint64_t beats_ = 0;  // the beacon thread's (and the constructor's, before it starts)
+  std::atomic<bool> beacon_stop_{false};
+  std::thread beacon_;
 };
 
 std::atomic<bool> g_stop{false};

@@ -3,12 +3,14 @@
 // failing rank's status.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
@@ -34,7 +36,15 @@ struct Node {
   std::vector<int> ranks;
   std::vector<int64_t> offsets;
   bool done = false;
+  // Why the daemon stopped answering (frozen or gone) once it did for --timeout; empty while it
+  // answers. Its ranks then stop on their own (--daemon-beacon).
+  std::string lost;
+  std::optional<std::chrono::steady_clock::time_point> failing_since;
 };
+
+// What a rank says when it cannot reach the coordinator that rank 0 hosts (job/heartbeat.cc,
+// job/run.cc): the coordinator, not that rank, is what failed.
+constexpr std::string_view kLostRank0 = "lost the coordinator (rank 0)";
 
 void authorize(grpc::ClientContext* ctx, const std::string& token, int seconds) {
   if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
@@ -238,7 +248,7 @@ class Submission {
   // SIGTERM to every rank, SIGKILL `grace_s` later (0: the daemons' default), or now.
   void stop_all(int grace_s = 0, bool kill_now = false) {
     for (auto& n : nodes_) {
-      if (n.ranks.empty()) continue;
+      if (n.ranks.empty() || !n.lost.empty()) continue;
       grpc::ClientContext ctx;
       authorize(&ctx, o_.auth_token, 5);
       pb::StopJobRequest req;
@@ -339,12 +349,19 @@ class Submission {
   // reports it) and the exits noted.
   Status poll(Node& n) {
     grpc::ClientContext ctx;
-    authorize(&ctx, o_.auth_token, 10);
+    authorize(&ctx, o_.auth_token, poll_timeout_s());
     pb::JobStatusRequest req;
     req.set_job_id(job_);
     for (int64_t off : n.offsets) req.add_log_offsets(off);
     pb::JobStatusResponse resp;
-    Status st = from_grpc(n.stub->JobStatus(&ctx, req, &resp), "daemon " + n.address);
+    const auto asked = std::chrono::steady_clock::now();
+    const grpc::Status got = n.stub->JobStatus(&ctx, req, &resp);
+    if (got.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+        got.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      return lose_daemon(n, got.error_message(), asked);
+    }
+    n.failing_since.reset();
+    Status st = from_grpc(got, "daemon " + n.address);
     if (!st.ok()) {
       stop_all();
       return st.with_context("job " + job_);
@@ -362,6 +379,9 @@ class Submission {
         rank0_tail_ += r.log();
         if (rank0_tail_.size() > 8192) rank0_tail_.erase(0, rank0_tail_.size() - 8192);
       }
+      std::string& tail = tails_[r.rank()];  // its last error line, for the blame
+      tail += r.log();
+      if (tail.size() > 8192) tail.erase(0, tail.size() - 8192);
       n.offsets[static_cast<size_t>(i)] = r.log_end();
       running = running || r.running();
       if (!r.running() && r.exit_code() != 0 && exits_seen_.insert(r.rank()).second) {
@@ -380,6 +400,17 @@ class Submission {
   // exit with errors of their own), else the rank the coordinator blamed (e.g. one that froze),
   // else the earliest to fail. Exit times are the daemons' (polled) observations.
   Status outcome() const {
+    for (const auto& n : nodes_) {
+      if (n.lost.empty()) continue;
+      std::string list;
+      for (int r : n.ranks) list += (list.empty() ? "" : ",") + std::to_string(r);
+      return unavailable(fmt::format(
+          "job {}: daemon {} ({}, ranks {}) stopped answering for {} s (frozen or gone): {}; its "
+          "ranks stop on their own once its beacon is {} s old, the job's ranks elsewhere were "
+          "stopped",
+          job_, n.address, n.info.host(), list, o_.timeout_s, n.lost,
+          std::clamp(o_.timeout_s, 2, 86400)));
+    }
     const int failed_rank = failures_.cause();
     std::vector<std::string> also_failed;
     for (const auto& f : failures_.others()) also_failed.push_back(describe(f.rank, f.exit));
@@ -394,6 +425,17 @@ class Submission {
                             " failed: " + blamed_reason_ +
                             (others.empty() ? "" : "; rank(s) " + others + " exited"));
     }
+    // Without a verdict, a rank that lost the coordinator blames rank 0, which hosts it (frozen,
+    // or too slow to answer): rank 0 had to be stopped, the others only noticed.
+    if (failed_rank > 0) {
+      if (std::string line = error_line(failed_rank); line.find(kLostRank0) != std::string::npos) {
+        also_failed.insert(also_failed.begin(), describe(failed_rank, failures_.cause_exit()));
+        return internal_error(
+            "job " + job_ + ": rank 0 failed: rank 0 (the coordinator) stopped responding; rank " +
+            std::to_string(failed_rank) + " said: " + line + "; rank(s) " + join(also_failed) +
+            " exited");
+      }
+    }
     if (failed_rank >= 0) {
       const std::string others = join(also_failed);
       return internal_error("job " + job_ + ": rank " + std::to_string(failed_rank) +
@@ -401,6 +443,40 @@ class Submission {
                             (others.empty() ? "" : "; then rank(s) " + others));
     }
     log_->info("job {}: every rank finished", job_);
+    return ok_status();
+  }
+
+  // The last "error: ..." line in rank r's output (empty: none).
+  std::string error_line(int r) const {
+    const auto it = tails_.find(r);
+    if (it == tails_.end()) return "";
+    const std::string& tail = it->second;
+    const size_t at = tail.rfind("error: ");
+    if (at == std::string::npos) return "";
+    const size_t end = tail.find('\n', at);
+    return tail.substr(at + 7, end == std::string::npos ? std::string::npos : end - at - 7);
+  }
+
+  // JobStatus's deadline: a daemon that does not answer within the job's heartbeat timeout is
+  // as frozen as a rank that does not heartbeat within it (at most gRPC's 10 s as before).
+  int poll_timeout_s() const { return std::clamp(o_.timeout_s, 1, 10); }
+
+  // A daemon that did not answer the call made at `asked`: after --timeout of that it is lost
+  // (frozen or gone) and the job's ranks on the other daemons are stopped; its own ranks stop on
+  // their own when its beacon goes stale. A daemon that answers again meanwhile is followed as
+  // before.
+  Status lose_daemon(Node& n, const std::string& why, std::chrono::steady_clock::time_point asked) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!n.failing_since) n.failing_since = asked;
+    if (now - *n.failing_since < std::chrono::seconds(o_.timeout_s)) return ok_status();
+    n.lost = why;
+    n.done = true;
+    log_->error(
+        "job {}: daemon {} stopped answering for {} s (frozen or gone): {}; stopping the "
+        "job's other ranks",
+        job_, n.address, o_.timeout_s, why);
+    if (!first_failure_) first_failure_ = now;
+    stop_all();
     return ok_status();
   }
 
@@ -426,7 +502,8 @@ class Submission {
   // What the job's progress has shown of a failure.
   launch::FailureRanking failures_;  // ranks that exited with an error, as seen
   std::set<int> exits_seen_;
-  int blamed_ = -1;  // the coordinator's verdict
+  std::map<int, std::string> tails_;  // the end of each rank's output
+  int blamed_ = -1;                   // the coordinator's verdict
   std::string blamed_reason_;
   std::optional<std::chrono::steady_clock::time_point> first_failure_;
   bool stragglers_stopped_ = false;

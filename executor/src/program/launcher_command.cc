@@ -74,7 +74,8 @@ LauncherCommands::LauncherCommands(CLI::App& app)
 void LauncherCommands::add_hosts() {
   hosts_ = cmd_->add_subcommand(
       "hosts",
-      "Check a hostfile (HOST SLOTS [ADDRESS] per line); print `host HOST SLOTS [ADDRESS]`");
+      "Check a hostfile (HOST SLOTS [ADDRESS], or DeepSpeed's/MPI's HOST slots=N "
+      "[max_slots=M], per line); print `host HOST SLOTS [ADDRESS]`");
   hosts_->add_option("--hostfile", hostfile_, "the hostfile")->required();
 }
 
@@ -274,8 +275,11 @@ Status LauncherCommands::place() const {
     std::string id;
     while (std::getline(list, id, ',')) ++request.visible_gpus;
   }
-  const launch::PlanShape shape{plan.programs_size(), plan.cluster().num_nodes(),
-                                plan.cluster().devices_per_node()};
+  const launch::PlanShape shape{
+      plan.programs_size(),
+      plan.cluster().num_nodes(),
+      plan.cluster().devices_per_node(),
+      {plan.cluster().excluded_ranks().begin(), plan.cluster().excluded_ranks().end()}};
   GP_ASSIGN_OR_RETURN(const auto ranks, launch::place_ranks(shape, request));
   emit("nprocs", std::to_string(ranks.size()));
   for (const auto& r : ranks) {

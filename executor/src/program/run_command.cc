@@ -1,10 +1,12 @@
 // graphpipe-executor run: one rank of a plan (RankJob in run.cc); its flags.
+#include <cstdlib>
 #include <string>
 
 #include "commands.h"
 #include "control/coordinator.h"
 #include "gp/common/cli.h"
 #include "job/run.h"
+#include "launch/torchrun_env.h"
 #include "shared_flags.h"
 
 namespace gp::exec::daemon {
@@ -26,6 +28,9 @@ class RunCommand final : public Command {
   }
 
   int run() override {
+    if (auto st = resolve_environment(); !st.ok()) {
+      return gp::cli::report("graphpipe-executor", st);
+    }
     if (auto st = resolve_security(); !st.ok()) return gp::cli::report("graphpipe-executor", st);
     if (auto st = check_checkpoint_flags(o_.checkpoint_every, o_.checkpoint_dir); !st.ok()) {
       return gp::cli::report("graphpipe-executor", st);
@@ -39,24 +44,32 @@ class RunCommand final : public Command {
   // The plan, this rank's place in it, and how the ranks find each other.
   void add_rendezvous_flags() {
     cmd_->add_option("--plan", o_.plan, "plan file (every rank needs the same)")->required();
-    cmd_->add_option("--rank", o_.rank, "this process's rank (default: $RANK)")
-        ->envname("RANK")
-        ->required()
-        ->check(CLI::Range(0, kMaxWorldSize - 1));
-    cmd_->add_option("--world-size", o_.world_size,
-                     "number of ranks in the plan (default: $WORLD_SIZE)")
-        ->envname("WORLD_SIZE")
-        ->required()
-        ->check(CLI::Range(1, kMaxWorldSize));
+    // Their variables are read after parsing (apply_torchrun_env): a flag and a variable that
+    // disagree are refused rather than one silently winning.
+    rank_flag_ = cmd_->add_option("--rank", o_.rank,
+                                  "this process's rank (default: $RANK; both: they must agree)")
+                     ->check(CLI::Range(0, kMaxWorldSize - 1));
+    world_flag_ = cmd_->add_option("--world-size", o_.world_size,
+                                   "number of ranks in the plan (default: $WORLD_SIZE; both: "
+                                   "they must agree)")
+                      ->check(CLI::Range(1, kMaxWorldSize));
     cmd_->add_option("--coordinator", o_.coordinator,
                      "HOST:PORT of the coordinator; rank 0 listens there (port 0: any free "
-                     "port; default: $MASTER_ADDR:$MASTER_PORT when both are set)");
+                     "port; default: $MASTER_ADDR:$MASTER_PORT when both are set; both: they "
+                     "must agree)");
     cmd_->add_option("--coordinator-file", o_.coordinator_file,
                      "rank 0 writes the coordinator's address here; other ranks wait for it");
     cmd_->add_flag("--external-coordinator", o_.external_coordinator,
                    "rank 0 does not host the coordinator (one runs via `coordinator`)");
     cmd_->add_option("--store-dir", o_.store_dir,
-                     "directory shared by the ranks for the data-plane rendezvous");
+                     "directory shared by the ranks for the data-plane rendezvous (with "
+                     "--rendezvous coordinator: this host's own, for its notes)");
+    cmd_->add_option("--rendezvous", o_.rendezvous,
+                     "store-dir: the ranks meet through files in --store-dir (a shared "
+                     "filesystem across hosts); coordinator: through rank 0's coordinator over "
+                     "TCP (StoreSet/StoreGet, token-authenticated), no shared filesystem")
+        ->check(CLI::IsMember({"store-dir", "coordinator"}))
+        ->capture_default_str();
     cmd_->add_option("--bind", o_.bind_host, "interface for the data plane")->capture_default_str();
     cmd_->add_option("--data-plane", o_.data_plane,
                      "auto: NCCL between GPUs (--device cuda:N); on the CPU, ranks on the same "
@@ -145,13 +158,34 @@ class RunCommand final : public Command {
                      "a file the launcher rewrites every second; when it stays unchanged for "
                      "--orphan-timeout seconds the launcher is gone and the rank stops as on "
                      "SIGTERM (for ranks whose parent process outlives the launcher: srun, ssh)");
+    cmd_->add_option("--daemon-beacon", o_.daemon_beacon,
+                     "as --launcher-beacon, for the node daemon (serve) that started the rank: "
+                     "a frozen daemon stays its parent yet supervises nothing");
     cmd_->add_option("--orphan-timeout", o_.orphan_timeout_s,
-                     "seconds without a change of --launcher-beacon before the rank stops")
+                     "seconds without a change of --launcher-beacon (--daemon-beacon) before the "
+                     "rank stops")
         ->capture_default_str()
         ->check(CLI::Range(1, 86400));
     cmd_->add_option("--kill-rank-at", o_.kill_rank_at,
                      "testing: RANK:ITERATION, that rank SIGKILLs itself there (not when resuming)")
         ->group("");
+  }
+
+  // torchrun's RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT and LOCAL_RANK where flags are absent.
+  gp::Status resolve_environment() {
+    launch::RankFlags flags;
+    if (rank_flag_->count() > 0) flags.rank = o_.rank;
+    if (world_flag_->count() > 0) flags.world_size = o_.world_size;
+    flags.coordinator = o_.coordinator;
+    flags.coordinator_file = o_.coordinator_file;
+    flags.device = o_.device;
+    GP_ASSIGN_OR_RETURN(
+        flags, launch::apply_torchrun_env(
+                   flags, [](const char* name) { return std::getenv(name); }, kMaxWorldSize));
+    o_.rank = *flags.rank;
+    o_.world_size = *flags.world_size;
+    o_.coordinator = flags.coordinator;
+    return gp::ok_status();
   }
 
   // The token; rank 0 hosts the coordinator, which needs one unless --insecure.
@@ -165,6 +199,8 @@ class RunCommand final : public Command {
 
   RunOptions o_;
   TokenFlags token_;
+  CLI::Option* rank_flag_ = nullptr;
+  CLI::Option* world_flag_ = nullptr;
 };
 
 }  // namespace

@@ -40,7 +40,13 @@ std::string identity_path(const GlooOptions& g, int rank) {
   return g.store_dir + "/" + g.prefix + ".host." + std::to_string(rank);
 }
 
+// The key of a rank's identity in a rendezvous store (the coordinator's).
+std::string identity_key(const GlooOptions& g, int rank) {
+  return g.prefix + ".host." + std::to_string(rank);
+}
+
 Status write_identity(const GlooOptions& g) {
+  if (g.store) return g.store->set(identity_key(g, g.rank), host_identity());
   const std::string path = identity_path(g, g.rank);
   const std::string tmp = path + ".tmp";
   {
@@ -59,6 +65,14 @@ Result<std::vector<std::string>> read_identities(const GlooOptions& g) {
   std::vector<std::string> ids;
   const auto deadline = std::chrono::steady_clock::now() + g.timeout;
   for (int r = 0; r < g.world_size; ++r) {
+    if (g.store) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      GP_ASSIGN_OR_RETURN(std::string id,
+                          g.store->get(identity_key(g, r), std::max(left, decltype(left){0})));
+      ids.push_back(std::move(id));
+      continue;
+    }
     std::string line;
     while (true) {
       // The store directory is shared: a FIFO there is refused (and waited out), never opened.
@@ -107,10 +121,12 @@ Result<DataPlane> connect_shm(const DataPlaneOptions& o) {
   so.ring_bytes = o.shm_ring_bytes;
   so.timeout = o.gloo.timeout;
   so.local_ranks = plane.local_ranks;
-  // Unique to the job (store directory and prefix) and to the user.
+  // Unique to the job (store directory and prefix) and to the user. With a rendezvous store the
+  // store directories are each host's (or each launcher's) own: the prefix alone names the job.
   std::ostringstream dir;
   dir << o.shm_root << "/graphpipe-" << getuid() << "-" << std::hex
-      << std::hash<std::string>{}(o.gloo.store_dir + "\n" + o.gloo.prefix);
+      << std::hash<std::string>{}((o.gloo.store ? std::string("store") : o.gloo.store_dir) + "\n" +
+                                  o.gloo.prefix);
   so.dir = dir.str();
   // Recorded in the store directory, so that whoever started the ranks can remove the rings
   // after ranks that were killed (and could not remove them) are gone.

@@ -55,6 +55,41 @@ constexpr size_t kMaxOutstandingBytes = size_t{1} << 30;
 
 constexpr uint32_t kMagic = 0x47504d32;  // "GPM2"
 
+// Gloo's store interface over a RendezvousStore (the coordinator's); failures are thrown as
+// gloo's own stores throw them ("timeout" in a message makes guarded() say DEADLINE_EXCEEDED).
+class RendezvousStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  RendezvousStoreAdapter(std::shared_ptr<RendezvousStore> store, milliseconds timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    const Status st = store_->set(key, std::string(data.begin(), data.end()));
+    if (!st.ok()) GLOO_THROW_IO_EXCEPTION("rendezvous store set: ", st.to_string());
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto value = store_->get(key, timeout_);
+    if (!value.ok()) GLOO_THROW_IO_EXCEPTION("rendezvous store: ", describe(value.status()));
+    return std::vector<char>(value->begin(), value->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    for (const auto& key : keys) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+      auto value = store_->get(key, std::max(left, milliseconds(0)));
+      if (!value.ok()) GLOO_THROW_IO_EXCEPTION("rendezvous store: ", describe(value.status()));
+    }
+  }
+
+ private:
+  static std::string describe(const Status& st) {
+    return (st.code() == StatusCode::kDeadlineExceeded ? "timeout: " : "") + st.to_string();
+  }
+
+  std::shared_ptr<RendezvousStore> store_;
+  milliseconds timeout_;
+};
+
 struct ChunkHeader {
   uint32_t magic = 0;
   uint32_t reserved = 0;
@@ -160,7 +195,7 @@ class GlooCommunicator final : public Communicator {
   void reap();
 
   const GlooOptions options_;
-  std::unique_ptr<gloo::rendezvous::FileStore> file_store_;
+  std::unique_ptr<gloo::rendezvous::Store> file_store_;  // a FileStore, or options_.store's
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;  // the world; point-to-point only
 
@@ -182,10 +217,16 @@ class GlooCommunicator final : public Communicator {
 
 Status GlooCommunicator::connect() {
   const GlooOptions& o = options_;
-  const std::string where = who() + " of " + std::to_string(o.world_size) + " (store '" +
-                            o.store_dir + "', prefix '" + o.prefix + "', host " + o.hostname + ")";
+  const std::string store_name =
+      o.store ? std::string("the rendezvous store") : "store '" + o.store_dir + "'";
+  const std::string where = who() + " of " + std::to_string(o.world_size) + " (" + store_name +
+                            ", prefix '" + o.prefix + "', host " + o.hostname + ")";
   Status st = guarded("gloo rendezvous for " + where, [&] {
-    file_store_ = std::make_unique<gloo::rendezvous::FileStore>(o.store_dir);
+    if (o.store) {
+      file_store_ = std::make_unique<RendezvousStoreAdapter>(o.store, o.timeout);
+    } else {
+      file_store_ = std::make_unique<gloo::rendezvous::FileStore>(o.store_dir);
+    }
     gloo::transport::tcp::attr attr;
     attr.hostname = o.hostname;
     device_ = gloo::transport::tcp::CreateDevice(attr);

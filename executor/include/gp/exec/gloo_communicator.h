@@ -1,7 +1,8 @@
 // The Gloo (TCP) data plane: one Communicator per rank process, ranks on one or more hosts.
 //
 // Creation connects the full mesh of TCP pairs once, by rendezvous through a gloo FileStore
-// directory shared by the ranks of a job (keys under `prefix`, the job id). Messages are tagged
+// directory shared by the ranks of a job, or through GlooOptions::store (the coordinator's, for
+// ranks that share no filesystem); keys under `prefix`, the job id. Messages are tagged
 // point-to-point transfers; all-reduce runs on a sub-context per distinct group, created lazily
 // by the group's members at their first all-reduce over it. No Gloo type leaks from here.
 //
@@ -27,6 +28,16 @@
 
 namespace gp::exec {
 
+// A key-value store every rank of the job reaches, for the rendezvous instead of store_dir's files
+// (the coordinator's, when the ranks share no filesystem: control/key_store.h).
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+  virtual Status set(const std::string& key, const std::string& value) = 0;
+  // The key's value once some rank set it; DEADLINE_EXCEEDED naming it after `timeout`.
+  virtual Result<std::string> get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+};
+
 struct GlooOptions {
   int rank = 0;
   int world_size = 1;
@@ -40,6 +51,8 @@ struct GlooOptions {
   std::string hostname = "127.0.0.1";
   // Bounds the rendezvous, every receive and all-reduce, and the wait for buffered sends.
   std::chrono::milliseconds timeout{30000};
+  // Set: the rendezvous goes through it, and store_dir holds only this host's notes.
+  std::shared_ptr<RendezvousStore> store;
 };
 
 // Connects this rank to all others. Fails with DEADLINE_EXCEEDED when a peer does not show up
