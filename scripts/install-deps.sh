@@ -15,6 +15,7 @@ packages=(
   clang libclang-rt-14-dev  # the fuzz targets (scripts/fuzz.sh): libFuzzer, ASan, UBSan
   openssh-server openssh-client  # e2e: ranks started over real ssh (test/e2e/multihost_test.sh)
   chromium-headless-shell  # the plan report's rendering test (report_render_test.sh)
+  help2man  # man pages made from each program's --help (cmake --install)
 )
 
 missing=()

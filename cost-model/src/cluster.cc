@@ -102,14 +102,15 @@ std::string cluster_config_dir() {
     return (fs::path(env) / "clusters").string();
   }
   std::error_code ec;
-  const fs::path source = fs::path(GP_SOURCE_CONFIG_DIR) / "clusters";
-  if (!std::string_view(GP_SOURCE_CONFIG_DIR).empty() && fs::is_directory(source, ec)) {
-    return source.string();
-  }
-  // Installed layout: <prefix>/bin/<exe> and <prefix>/share/graphpipe/clusters.
+  // Installed layout first (<prefix>/bin/<exe>, <prefix>/share/graphpipe/clusters): an installed
+  // binary reads the presets installed with it, even while its source tree still exists.
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) return (exe.parent_path() / ".." / "share" / "graphpipe" / "clusters").string();
-  return source.string();
+  if (!ec) {
+    const fs::path installed =
+        (exe.parent_path() / ".." / "share" / "graphpipe" / "clusters").lexically_normal();
+    if (fs::is_directory(installed, ec)) return installed.string();
+  }
+  return (fs::path(GP_SOURCE_CONFIG_DIR) / "clusters").string();
 }
 
 std::vector<std::string> cluster_preset_names() {

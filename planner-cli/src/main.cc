@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "gp/common/cli.h"
+#include "gp/common/cli_config.h"
 #include "gp/common/cli_hints.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
@@ -17,6 +18,8 @@ int main(int argc, char** argv) {
       "Typical use: graphpipe-plan search --model zoo:mmt --cluster summit-v100 --devices 32 "
       "--batch 256 --out plan.pb"};
   app.set_version_flag("--version", std::string("graphpipe-plan ") + GP_VERSION_STRING);
+  app.name("graphpipe-plan");  // usage lines name the program (argv[0] is not parsed)
+  gp::cli::add_config_option(app);
   std::string log_level;
   app.add_option("--log-level", log_level,
                  "trace, debug, info, warn, error or off (default info, or $GP_LOG_LEVEL)");
@@ -31,7 +34,9 @@ int main(int argc, char** argv) {
       add_inspect_command(app), add_verify_command(app),     add_report_command(app)};
 
   try {
-    app.parse(argc, argv);
+    auto args = gp::cli::config_first_reversed(argc, argv);
+    if (!args.ok()) return gp::cli::report("graphpipe-plan", args.status());
+    app.parse(*args);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     if (rc != 0) gp::cli::print_hints("graphpipe-plan", app, app.remaining(true));

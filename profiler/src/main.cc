@@ -1,9 +1,12 @@
 // graphpipe-profile: measure what the planner needs to know about the devices plans run on —
 // operator times and memory, communication bandwidth — into a profile database.
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "gp/common/cli.h"
+#include "gp/common/cli_config.h"
 #include "gp/common/cli_hints.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
@@ -136,6 +139,8 @@ int main(int argc, char** argv) {
       "  graphpipe-profile comm --ranks 2 --out comm.pb\n"
       "  graphpipe-profile merge ops.pb comm.pb --out profile.pb"};
   app.set_version_flag("--version", std::string("graphpipe-profile ") + GP_VERSION_STRING);
+  app.name("graphpipe-profile");  // usage lines name the program (argv[0] is not parsed)
+  gp::cli::add_config_option(app);
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   app.require_subcommand(1);
@@ -154,7 +159,9 @@ int main(int argc, char** argv) {
   add_show_command(app, &show_path);
 
   try {
-    app.parse(argc, argv);
+    auto args = gp::cli::config_first_reversed(argc, argv);
+    if (!args.ok()) return gp::cli::report("graphpipe-profile", args.status());
+    app.parse(*args);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     if (rc != 0) gp::cli::print_hints("graphpipe-profile", app, app.remaining(true));

@@ -42,5 +42,7 @@ check "the .npz holds every parameter array under torch's names" \
   'python3 -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); n = z.namelist(); assert z.testzip() is None and len(n) == 12 and \"layer.self_attn.in_proj_weight.npy\" in n, n" "$tmp/trained.npz"'
 check "the .safetensors holds the same names" \
   'python3 -c "import json, struct, sys; b = open(sys.argv[1], \"rb\").read(); h = json.loads(b[8:8 + struct.unpack(\"<Q\", b[:8])[0]]); assert len(h) == 13 and h[\"layer.self_attn.in_proj_weight\"][\"shape\"] == [24, 8], h" "$tmp/trained.safetensors"'
+check "eval gives the trained checkpoint's held-out loss over the 20 held-out samples" \
+  'grep -q "^held-out loss [0-9.]* over 20 samples of held (checkpoint of iteration 15)$" "$tmp/walkthrough.log"'
 rm -rf "$tmp"
 exit $fail

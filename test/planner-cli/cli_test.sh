@@ -353,4 +353,29 @@ for d in 0 -3; do
   check "verify --devices $d exits 2 naming the flag and the range" \
     '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--devices: Value $d not in range 1 to 65536"'
 done
+# --config: a TOML file of flags, [search] for search's; the command line wins; anywhere on the line.
+cat > "$tmp/job.toml" <<TOML
+log-level = "warn"
+[search]
+model = "zoo:tiny-mmt"
+cluster = "cpu-local"
+devices = 2
+batch = 16
+micro-batches = [4]
+optimizer = "sgd"
+out = "$tmp/config-plan.pb"
+TOML
+out=$("$bin" search --config "$tmp/job.toml" 2>&1); rc=$?
+check "search --config reads search's flags from [search]" \
+  '[ $rc -eq 0 ] && [ -s "$tmp/config-plan.pb" ] && echo "$out" | grep -q "micro-batch 4," && ! echo "$out" | grep -q "\[info\]"'
+out=$("$bin" --config "$tmp/job.toml" search --batch 32 --out "$tmp/config-plan32.pb" 2>&1); rc=$?
+check "a flag on the command line wins over --config's" \
+  '[ $rc -eq 0 ] && [ -s "$tmp/config-plan32.pb" ] && [ ! "$tmp/config-plan32.pb" -ef "$tmp/config-plan.pb" ] && "$bin" inspect --plan "$tmp/config-plan32.pb" | grep -q "mini-batch 32"'
+printf '[search]\nbacth = 3\n' > "$tmp/bad.toml"
+err=$("$bin" search --config "$tmp/bad.toml" --model zoo:tiny-mmt --batch 8 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a --config key that is no flag exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -qF "search.bacth"'
+mkfifo "$tmp/fifo.toml"
+err=$(timeout 20 "$bin" search --config "$tmp/fifo.toml" 2>&1 >/dev/null); rc=$?
+check "--config of a FIFO exits 2 at once naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF -- "--config: '"'"'$tmp/fifo.toml'"'"' is a FIFO, not a regular file"'
 exit $fail

@@ -24,6 +24,7 @@ class Command {
 // In the order `graphpipe-executor --help` lists them.
 std::unique_ptr<Command> add_reference_command(CLI::App& app);
 std::unique_ptr<Command> add_export_command(CLI::App& app);
+std::unique_ptr<Command> add_eval_command(CLI::App& app);
 std::unique_ptr<Command> add_local_command(CLI::App& app);
 std::unique_ptr<Command> add_run_command(CLI::App& app);
 std::unique_ptr<Command> add_coordinator_command(CLI::App& app);

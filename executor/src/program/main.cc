@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "gp/common/cli.h"
+#include "gp/common/cli_config.h"
 #include "gp/common/cli_hints.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
@@ -21,7 +22,7 @@
 std::vector<std::string> normalise_arguments(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   static const char* kSubcommands[] = {"run",   "reference", "local",  "coordinator", "status",
-                                       "serve", "submit",    "export", "launcher"};
+                                       "serve", "submit",    "export", "eval",        "launcher"};
   bool has_subcommand = false, has_plan = false, coordinator_only = false;
   for (int i = 1; i < argc; ++i) {
     for (const char* sub : kSubcommands) has_subcommand = has_subcommand || args[i] == sub;
@@ -62,6 +63,8 @@ int main(int raw_argc, char** raw_argv) {
       "graphpipe-executor: train a model. `reference` trains it in one process without "
       "pipelining: the numerical reference that every plan must reproduce."};
   app.set_version_flag("--version", std::string("graphpipe-executor ") + GP_VERSION_STRING);
+  app.name("graphpipe-executor");  // usage lines name the program (argv[0] is not parsed)
+  gp::cli::add_config_option(app);
   std::string log_level;
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off");
   int cpu_threads = 1;
@@ -74,11 +77,14 @@ int main(int raw_argc, char** raw_argv) {
   using namespace gp::exec::daemon;
   // In the order --help lists them.
   const std::unique_ptr<Command> commands[] = {
-      add_reference_command(app), add_export_command(app),      add_local_command(app),
-      add_run_command(app),       add_coordinator_command(app), add_serve_command(app),
-      add_submit_command(app),    add_status_command(app),      add_launcher_command(app)};
+      add_reference_command(app), add_export_command(app), add_eval_command(app),
+      add_local_command(app),     add_run_command(app),    add_coordinator_command(app),
+      add_serve_command(app),     add_submit_command(app), add_status_command(app),
+      add_launcher_command(app)};
   try {
-    app.parse(argc, argv);
+    auto args = gp::cli::config_first_reversed(argc, argv);
+    if (!args.ok()) return gp::cli::report("graphpipe-executor", args.status());
+    app.parse(*args);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     if (rc != 0) gp::cli::print_hints("graphpipe-executor", app, app.remaining(true));

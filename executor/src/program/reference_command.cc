@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "gp/common/logging.h"
 #include "gp/common/util.h"
+#include "gp/exec/evaluator.h"
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/model/model_io.h"
@@ -42,6 +43,8 @@ struct ReferenceOptions {
   bool no_shuffle = false;
   bool allow_nonfinite = false;
   std::string checkpoint_dir;  // write the trained parameters here at the end
+  std::string eval_data;       // --eval-data DIR: held-out samples, as --data
+  int eval_every = 0;          // evaluate every K iterations (0: after the last only)
 };
 
 // The optimizer named by --optimizer with --momentum; the rest of `training` is kept.
@@ -93,14 +96,27 @@ gp::Status training_settings(const graphpipe::v1::Plan& plan, ReferenceOptions& 
 
 // Runs --iterations optimizer steps into `metrics`. A non-finite loss stops them unless
 // --allow-nonfinite, `stopped` saying where.
+// With an evaluator, the held-out loss after every --eval-every-th iteration and the last joins
+// the progress line and the metrics.
 gp::Status train(const ReferenceOptions& o, gp::exec::ReferenceTrainer& trainer,
-                 std::vector<gp::exec::IterationMetrics>* metrics, gp::Status* stopped) {
+                 gp::exec::Evaluator* evaluator, std::vector<gp::exec::IterationMetrics>* metrics,
+                 gp::Status* stopped) {
   auto log = gp::log::get("exec");
   for (int it = 0; it < o.iterations; ++it) {
     GP_ASSIGN_OR_RETURN(auto iteration, trainer.run_iteration(it));
+    const bool evaluate =
+        evaluator != nullptr &&
+        (it + 1 == o.iterations || (o.eval_every > 0 && (it + 1) % o.eval_every == 0));
+    std::string held_out;
+    if (evaluate) {
+      GP_ASSIGN_OR_RETURN(const auto e, evaluator->evaluate(trainer.runner()));
+      iteration.eval_loss = e.loss;
+      held_out = fmt::format(", held-out loss {:.6f} ({} samples)", e.loss, e.samples);
+    }
     metrics->push_back(iteration);
     const auto& m = metrics->back();
-    log->info("iteration {}: loss {:.6f}, {:.1f} samples/s", m.iteration, m.loss, m.samples_per_s);
+    log->info("iteration {}: loss {:.6f}, {:.1f} samples/s{}", m.iteration, m.loss, m.samples_per_s,
+              held_out);
     if (!std::isfinite(m.loss) && !o.allow_nonfinite) {
       *stopped = nonfinite_loss(m.loss, m.iteration);
       break;
@@ -148,6 +164,14 @@ gp::Status run_reference(ReferenceOptions o, bool* nonfinite) {
   GP_ASSIGN_OR_RETURN(auto trainer,
                       gp::exec::ReferenceTrainer::create(*graph, o.batch, o.micro_batch, training,
                                                          *device, data.get()));
+  std::unique_ptr<gp::exec::Evaluator> evaluator;
+  if (!o.eval_data.empty()) {
+    GP_ASSIGN_OR_RETURN(
+        evaluator, gp::exec::Evaluator::create(*graph, o.eval_data, o.batch, training, *device));
+  } else if (o.eval_every > 0) {
+    return gp::invalid_argument("--eval-every " + std::to_string(o.eval_every) +
+                                " needs --eval-data DIR (the held-out samples)");
+  }
   auto log = gp::log::get("exec");
   if (data != nullptr) {
     log->info("data: {} samples from {} ({} iterations per epoch{})", data->samples(), o.data,
@@ -156,7 +180,7 @@ gp::Status run_reference(ReferenceOptions o, bool* nonfinite) {
   log->debug("training on {}", device->name());
   std::vector<gp::exec::IterationMetrics> metrics;
   gp::Status stopped;
-  GP_RETURN_IF_ERROR(train(o, *trainer, &metrics, &stopped));
+  GP_RETURN_IF_ERROR(train(o, *trainer, evaluator.get(), &metrics, &stopped));
   if (!o.metrics_out.empty()) {
     GP_RETURN_IF_ERROR(
         gp::model::write_file_atomic(o.metrics_out, gp::exec::metrics_json(metrics)));
@@ -182,6 +206,13 @@ class ReferenceCommand final : public Command {
                    "keep training when the loss is NaN or infinite (by default training stops "
                    "and the exit status is 3)");
     add_data_options(cmd_, o_.data, o_.no_shuffle);
+    cmd_->add_option("--eval-data", o_.eval_data,
+                     "held-out samples (a directory as --data's): their mean loss after the "
+                     "last iteration, and every --eval-every, in the progress line and the "
+                     "metrics (eval_loss)");
+    cmd_->add_option("--eval-every", o_.eval_every,
+                     "evaluate --eval-data every K iterations too (0: after the last only)")
+        ->check(CLI::Range(0, 1 << 30));
     cmd_->add_option("--checkpoint-dir", o_.checkpoint_dir,
                      "write the trained parameters as a checkpoint here at the end (for "
                      "export, or run --resume)");

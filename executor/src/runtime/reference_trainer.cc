@@ -82,8 +82,9 @@ std::string metrics_json(const std::vector<IterationMetrics>& iterations) {
         .field("iteration", m.iteration)
         .field("loss", m.loss)
         .field("time_s", m.time_s)
-        .field("samples_per_s", m.samples_per_s)
-        .end_object();
+        .field("samples_per_s", m.samples_per_s);
+    if (m.eval_loss) w.field("eval_loss", *m.eval_loss);
+    w.end_object();
   }
   w.end_array().end_object();
   return w.str() + "\n";

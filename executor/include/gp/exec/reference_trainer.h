@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct IterationMetrics {
   double loss = 0;  // mean over the mini-batch of the summed per-sample losses
   double time_s = 0;
   double samples_per_s = 0;
+  std::optional<double> eval_loss;  // --eval-data: the held-out loss after this iteration
 };
 
 class TieReducer;
@@ -49,7 +51,8 @@ class ReferenceTrainer {
   std::unique_ptr<TieReducer> ties_;  // tied parameters' copies, summed before the step
 };
 
-// {"iterations": [{"iteration": i, "loss": x, "time_s": t, "samples_per_s": s}, ...]}
+// {"iterations": [{"iteration": i, "loss": x, "time_s": t, "samples_per_s": s}, ...]}, with
+// "eval_loss" where the held-out loss was evaluated.
 std::string metrics_json(const std::vector<IterationMetrics>& iterations);
 
 }  // namespace gp::exec

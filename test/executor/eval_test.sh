@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Held-out evaluation: `reference --eval-data --eval-every` and `eval --checkpoint`, on a torch
+# export trained on .npy data. The held-out loss is checked against what training itself
+# computes: evaluated on the training samples with one full-batch mini-batch, the loss after
+# step k is the training loss of iteration k + 1 (computed before its step).
+# Usage: eval_test.sh GRAPHPIPE-EXECUTOR GRAPHPIPE-PLAN LAUNCHER TMP_DIR
+set -uo pipefail
+exe=$1 plan_bin=$2 launcher=$3 tmp=$4
+rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR=$tmp/runs
+onnx="$(cd "$(dirname "$0")/../data/onnx" && pwd)/torch/dot_scores_op17.onnx"
+fail=0
+check() {  # check NAME COMMAND...
+  local name=$1
+  shift
+  if eval "$@"; then echo "ok: $name"; else echo "FAIL: $name"; fail=1; fi
+}
+# field FILE KEY: KEY's values of a metrics JSON file, one per line, in order.
+field() { python3 -c 'import json,sys; [print(repr(i[sys.argv[2]])) for i in json.load(open(sys.argv[1]))["iterations"] if sys.argv[2] in i]' "$1" "$2"; }
+# close A B [TOL]: |A - B| <= TOL * max(1, |B|).
+close() { python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); t = float(sys.argv[3]) if len(sys.argv) > 3 else 1e-6; sys.exit(0 if abs(a - b) <= t * max(1, abs(b)) else 1)' "$@"; }
+
+# Two directories of the model's inputs (x1, x2 and the MSE target), train and held-out.
+python3 - "$tmp" <<'PY'
+import os, struct, sys, random
+def npy(d, name, shape, values):
+    os.makedirs(d, exist_ok=True)
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % ", ".join(map(str, shape))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    with open(os.path.join(d, name + ".npy"), "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%df" % len(values), *values))
+r = random.Random(11)
+for d, n in (("train", 16), ("held", 13)):
+    for x in ("x1", "x2"):
+        npy(os.path.join(sys.argv[1], d), x, (n, 8), [r.uniform(-1, 1) for _ in range(n * 8)])
+    npy(os.path.join(sys.argv[1], d), "y.target", (n, 1), [r.uniform(-1, 1) for _ in range(n)])
+PY
+
+"$exe" --log-level warn reference --model "$onnx" --batch 16 --iterations 4 --optimizer sgd \
+  --lr 0.05 --data "$tmp/train" --no-shuffle --eval-data "$tmp/train" --eval-every 1 \
+  --metrics-out "$tmp/self.json"; rc=$?
+mapfile -t loss < <(field "$tmp/self.json" loss)
+mapfile -t held < <(field "$tmp/self.json" eval_loss)
+check "reference --eval-every 1 evaluates after every iteration" '[ $rc -eq 0 ] && [ ${#held[@]} -eq 4 ]'
+check "on the training samples (full batch) the loss after step k is iteration k+1's training loss" \
+  'close "${held[0]}" "${loss[1]}" && close "${held[1]}" "${loss[2]}" && close "${held[2]}" "${loss[3]}"'
+check "... and training moved it (the check compares different numbers)" \
+  '! close "${loss[0]}" "${loss[3]}" 1e-3'
+
+out=$("$exe" reference --model "$onnx" --batch 8 --iterations 6 --optimizer sgd --lr 0.05 \
+  --data "$tmp/train" --eval-data "$tmp/held" --eval-every 4 --metrics-out "$tmp/held.json" \
+  --checkpoint-dir "$tmp/ckpt" 2>&1); rc=$?
+mapfile -t held < <(field "$tmp/held.json" eval_loss)
+check "--eval-every 4 of 6 iterations evaluates after iterations 3 and 5 (the last)" \
+  '[ $rc -eq 0 ] && [ ${#held[@]} -eq 2 ] && [ "$(python3 -c "import json; print([i[\"iteration\"] for i in json.load(open(\"$tmp/held.json\"))[\"iterations\"] if \"eval_loss\" in i])")" = "[3, 5]" ]'
+check "the progress line reports the held-out loss over the 13 held-out samples" \
+  'echo "$out" | grep -q "iteration 5: loss [0-9.]*, [0-9.]* samples/s, held-out loss [0-9.]* (13 samples)"'
+
+# eval --checkpoint: the reference's last held-out loss, whatever the evaluation batch (13 is
+# split 8 + 5 at --batch 8 and 4 x 3 + 1 at --batch 3).
+for b in 8 3 13; do
+  e=$("$exe" --log-level warn eval --checkpoint "$tmp/ckpt" --data "$tmp/held" --model "$onnx" \
+    --batch "$b" --json); rc=$?
+  check "eval --batch $b of the reference's checkpoint gives its last held-out loss" \
+    '[ $rc -eq 0 ] && close "$(echo "$e" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"loss\"])")" "${held[1]}" && echo "$e" | grep -q "\"iteration\":5" && echo "$e" | grep -q "\"samples\":13"'
+done
+out=$("$exe" --log-level warn eval --checkpoint "$tmp/ckpt" --data "$tmp/held" --model "$onnx"); rc=$?
+check "eval prints the loss, the samples and the checkpoint's iteration" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "^held-out loss [0-9.]* over 13 samples of .*held (checkpoint of iteration 5)$"'
+
+# A pipelined run's checkpoint (2 ranks under the launcher) evaluates to the reference's loss.
+# Two stages by hand (the search would put this small model on one device).
+cat > "$tmp/two-stages.json" <<'JSON'
+{"stages": [{"ops": ["x1", "tower_a_Gemm"]},
+            {"ops": ["x2", "tower_b_Gemm", "Mul", "ReduceSum", "y.target", "y.loss"]}]}
+JSON
+"$plan_bin" --log-level warn lower --assignment "$tmp/two-stages.json" --model "$onnx" \
+  --cluster cpu-local --devices 2 --batch 8 --micro-batches 4 --optimizer sgd --lr 0.05 \
+  --out "$tmp/plan.pb" > /dev/null
+"$launcher" --plan "$tmp/plan.pb" --nprocs 2 --iterations 6 --checkpoint-dir "$tmp/run-ckpt" \
+  --checkpoint-every 6 --log-dir "$tmp/runs/launch" -- --data "$tmp/train" > "$tmp/launch.log" 2>&1; rc=$?
+e=$("$exe" --log-level warn eval --checkpoint "$tmp/run-ckpt" --data "$tmp/held" --plan "$tmp/plan.pb" --json)
+check "a 2-rank run's checkpoint evaluates to the reference's held-out loss" \
+  '{ [ $rc -eq 0 ] && close "$(echo "$e" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"loss\"])")" "${held[1]}" 1e-5; } || { tail -5 "$tmp/launch.log"; false; }'
+
+# Bad input: exit 2 naming the flag and what is wrong.
+err=$("$exe" reference --model "$onnx" --batch 8 --iterations 1 --eval-every 2 2>&1 >/dev/null); rc=$?
+check "--eval-every without --eval-data exits 2 naming both" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--eval-every 2 needs --eval-data"'
+mkdir -p "$tmp/short" && cp "$tmp/held/x1.npy" "$tmp/held/y.target.npy" "$tmp/short/"
+err=$("$exe" reference --model "$onnx" --batch 8 --iterations 1 --eval-data "$tmp/short" 2>&1 >/dev/null); rc=$?
+check "--eval-data missing an input's file exits 2 naming the flag and the file" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--eval-data .*short" && echo "$err" | grep -q "x2.npy"'
+mkfifo "$tmp/short/x2.npy"
+err=$(timeout 20 "$exe" eval --checkpoint "$tmp/ckpt" --data "$tmp/short" --model "$onnx" 2>&1 >/dev/null); rc=$?
+check "eval --data holding a FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "x2.npy"'
+err=$("$exe" eval --checkpoint "$tmp/nothing" --data "$tmp/held" --model "$onnx" 2>&1 >/dev/null); rc=$?
+check "eval of a directory without a checkpoint fails naming it" \
+  '[ $rc -ne 0 ] && [ $rc -ne 139 ] && echo "$err" | grep -q "nothing"'
+err=$("$exe" eval --checkpoint "$tmp/ckpt" --data "$tmp/held" --model zoo:tiny-mmt 2>&1 >/dev/null); rc=$?
+check "eval of another model's checkpoint exits non-zero naming the data or checkpoint mismatch" \
+  '[ $rc -ne 0 ] && [ $rc -ne 139 ] && [ -n "$err" ]'
+exit $fail
