@@ -47,6 +47,9 @@ struct SearchOptions {
   std::string model;
   std::string cluster = "summit-v100";
   int devices = 0;  // 0: all usable devices of the cluster
+  // --nodes/--devices-per-node: the cluster's device and links in this shape (0: the cluster's).
+  int nodes = 0;
+  int devices_per_node = 0;
   std::vector<int> exclude_devices;
   int64_t batch = 0;
   std::string strategy = "graphpipe";

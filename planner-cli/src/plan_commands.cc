@@ -126,6 +126,41 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
   return models;
 }
 
+namespace {
+
+// --nodes N / --devices-per-node P: the cluster's device kind and links, N nodes of P devices
+// (either one alone keeps the cluster's other dimension). --devices M then picks M of them,
+// whole nodes first; more than N x P conflicts.
+Status reshape_cluster(const SearchOptions& opts, graphpipe::v1::Cluster* cluster) {
+  if (opts.nodes == 0 && opts.devices_per_node == 0) return ok_status();
+  const int64_t nodes = opts.nodes > 0 ? opts.nodes : cluster->num_nodes();
+  const int64_t per_node =
+      opts.devices_per_node > 0 ? opts.devices_per_node : cluster->devices_per_node();
+  const std::string shape =
+      "--nodes " + std::to_string(nodes) + " x --devices-per-node " + std::to_string(per_node);
+  if (cluster->excluded_ranks_size() > 0) {
+    // Its excluded ranks number devices of the old shape.
+    return invalid_argument(shape + ": cluster '" + cluster->name() +
+                            "' excludes devices (excluded_ranks), which would not be the same "
+                            "devices in the new shape; reshape one without them and use "
+                            "--exclude-devices");
+  }
+  if (nodes * per_node > (1 << 16)) {
+    return invalid_argument(shape + " = " + std::to_string(nodes * per_node) +
+                            " devices, more than 65536");
+  }
+  if (opts.devices > nodes * per_node) {
+    return invalid_argument("--devices " + std::to_string(opts.devices) + " conflicts with " +
+                            shape + " = " + std::to_string(nodes * per_node) +
+                            " devices (--devices picks some of them; leave it out for all)");
+  }
+  cluster->set_num_nodes(static_cast<int>(nodes));
+  cluster->set_devices_per_node(static_cast<int>(per_node));
+  return cost::validate_cluster(*cluster).with_context(shape);
+}
+
+}  // namespace
+
 Result<PlanningSetup> prepare(const SearchOptions& opts) {
   PlanningSetup setup;
   GP_ASSIGN_OR_RETURN(auto model, model::load_model(opts.model));
@@ -133,6 +168,7 @@ Result<PlanningSetup> prepare(const SearchOptions& opts) {
   if (!built.ok()) return built.status().with_context("model '" + opts.model + "'");
   setup.graph = std::make_unique<model::Graph>(std::move(built).value());
   GP_ASSIGN_OR_RETURN(auto cluster, cost::load_cluster(opts.cluster));
+  GP_RETURN_IF_ERROR(reshape_cluster(opts, &cluster));
   const int available = cost::num_devices(cluster);
   const int wanted = opts.devices > 0 ? opts.devices : available;
   if (wanted > available) {
@@ -381,6 +417,13 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
       ->capture_default_str();
   cmd->add_option("--devices", o->devices,
                   "use the first N devices of the cluster, whole nodes first (default: all)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--nodes", o->nodes,
+                  "the cluster's device and links in N nodes (default: the cluster's count)")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--devices-per-node", o->devices_per_node,
+                  "... of P devices each (default: the cluster's); --devices then picks some of "
+                  "the N x P devices, whole nodes first")
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--exclude-devices", o->exclude_devices,
                   "ranks of the cluster not to use, e.g. failed GPUs: 3,17")
