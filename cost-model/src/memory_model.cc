@@ -54,6 +54,15 @@ double optimizer_step_us(const graphpipe::v1::DeviceKind& device, const MemoryBr
   return touched / bandwidth * 1e6 + device.kernel_launch_overhead_us();
 }
 
+MemoryBreakdown optimizer_step_state(const MemoryBreakdown& m, int data_parallel,
+                                     bool shard_optimizer) {
+  if (!shard_optimizer || data_parallel <= 1) return m;
+  MemoryBreakdown slice = m;
+  slice.weight_bytes = ceil_div(m.weight_bytes, data_parallel);
+  slice.gradient_bytes = ceil_div(m.gradient_bytes, data_parallel);
+  return slice;
+}
+
 int64_t stage_param_bytes(const model::Graph& graph, std::span<const int> op_indices,
                           Precision precision) {
   int64_t params = 0;
@@ -69,6 +78,66 @@ int64_t kernel_workspace_bytes_per_sample(const model::Graph& graph,
   return std::llround(most * (is_bf16(options.precision) ? 0.5 : 1.0));
 }
 
+namespace {
+
+// A stage's activation bytes per sample, by what holds them (before the bf16 scaling).
+struct PerSample {
+  double kept = 0;         // held per in-flight sample without recomputation
+  double boundary = 0;     // of it, the values and gradients of tensors crossing the boundary
+  double inner_grads = 0;  // gradients inside the stage, one call's worth
+};
+
+// Per sample, as the executor's stage runner allocates (one definition for planner, simulator
+// and executor): every tensor the stage touches is kept per in-flight sample, with the op's saved
+// scratch; float gradients are kept per sample for tensors crossing the stage's boundary (they
+// wait for the data plane), once per call for those inside it (one backward at a time).
+PerSample per_sample_bytes(const model::Graph& graph, std::span<const int> op_indices,
+                           const MemoryOptions& options) {
+  std::vector<char> in_stage(static_cast<size_t>(graph.num_ops()), 0);
+  for (int i : op_indices) in_stage[static_cast<size_t>(i)] = 1;
+  auto needs_grad = [&](int producer, const model::TensorSpec& spec) {
+    return !graph.op(producer).info->is_input && !model::is_integer(spec);
+  };
+  PerSample p;
+  std::set<std::pair<int, int>> external_inputs;  // (producer, output) read from other stages
+  for (int i : op_indices) {
+    const model::OpNode& op = graph.op(i);
+    p.kept += op_memory(op, options).activation_bytes;
+    for (int k = 0; k < op.proto->inputs_size(); ++k) {
+      const int producer = graph.index_of(op.proto->inputs(k).op());
+      if (producer < 0 || in_stage[static_cast<size_t>(producer)]) continue;
+      if (!external_inputs.insert({producer, op.proto->inputs(k).output()}).second) continue;
+      const model::TensorSpec& spec = op.input_specs[static_cast<size_t>(k)];
+      const double bytes = static_cast<double>(model::stored_size_bytes(spec));
+      const double both = needs_grad(producer, spec) ? 2 * bytes : bytes;
+      p.kept += both;
+      p.boundary += both;
+    }
+    for (int k = 0; k < op.proto->outputs_size(); ++k) {
+      const model::TensorSpec& spec = op.proto->outputs(k);
+      const double bytes = static_cast<double>(model::stored_size_bytes(spec));
+      bool crosses = false;
+      for (int s : op.succs) {
+        if (in_stage[static_cast<size_t>(s)]) continue;
+        for (const auto& ref : graph.op(s).proto->inputs()) {
+          if (ref.op() == op.id() && ref.output() == k) crosses = true;
+        }
+      }
+      if (crosses) p.boundary += bytes;  // its value, part of the op's activation bytes
+      if (!needs_grad(i, spec)) continue;
+      if (crosses) {
+        p.kept += bytes;
+        p.boundary += bytes;
+      } else {
+        p.inner_grads += bytes;
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
 MemoryBreakdown stage_memory(const model::Graph& graph, std::span<const int> op_indices,
                              int64_t micro_batch, int64_t in_flight_samples, int data_parallel,
                              const MemoryOptions& options) {
@@ -83,55 +152,29 @@ MemoryBreakdown stage_memory(const model::Graph& graph, std::span<const int> op_
   // which counts as optimizer state (it exists only for the optimizer step).
   m.weight_bytes = params * param_width(options.precision);
   m.gradient_bytes = params * param_width(options.precision);
-  m.optimizer_bytes = params * 4 * (optimizer_words(options.optimizer) + (bf16 ? 1 : 0));
+  // ZeRO-1: every replica allocates the rounded-up slice (the last one's may be shorter in use).
+  const int64_t state_params =
+      options.shard_optimizer && data_parallel > 1 ? ceil_div(params, data_parallel) : params;
+  m.optimizer_bytes = state_params * 4 * (optimizer_words(options.optimizer) + (bf16 ? 1 : 0));
 
   // Float tensors are half as wide with bf16; integer ids are not, but they are a small share,
   // so all activation and workspace bytes are scaled by 0.5.
   const double scale = bf16 ? 0.5 : 1.0;
   const int64_t samples_held = ceil_div(in_flight_samples, data_parallel);
   const int64_t samples_per_call = ceil_div(micro_batch, data_parallel);
-  // Per sample, as the executor's stage runner allocates (one definition for planner, simulator
-  // and executor): every tensor the stage touches is kept per in-flight sample, with the op's saved
-  // scratch; float gradients are kept per sample for tensors crossing the stage's boundary (they
-  // wait for the data plane), once per call for those inside it (one backward at a time).
-  std::vector<char> in_stage(static_cast<size_t>(graph.num_ops()), 0);
-  for (int i : op_indices) in_stage[static_cast<size_t>(i)] = 1;
-  auto needs_grad = [&](int producer, const model::TensorSpec& spec) {
-    return !graph.op(producer).info->is_input && !model::is_integer(spec);
-  };
-  double kept_per_sample = 0;
-  double inner_grads_per_sample = 0;
-  std::set<std::pair<int, int>> external_inputs;  // (producer, output) read from other stages
-  for (int i : op_indices) {
-    const model::OpNode& op = graph.op(i);
-    kept_per_sample += op_memory(op, options).activation_bytes;
-    for (int k = 0; k < op.proto->inputs_size(); ++k) {
-      const int producer = graph.index_of(op.proto->inputs(k).op());
-      if (producer < 0 || in_stage[static_cast<size_t>(producer)]) continue;
-      if (!external_inputs.insert({producer, op.proto->inputs(k).output()}).second) continue;
-      const model::TensorSpec& spec = op.input_specs[static_cast<size_t>(k)];
-      const double bytes = static_cast<double>(model::stored_size_bytes(spec));
-      kept_per_sample += bytes;
-      if (needs_grad(producer, spec)) kept_per_sample += bytes;
-    }
-    for (int k = 0; k < op.proto->outputs_size(); ++k) {
-      const model::TensorSpec& spec = op.proto->outputs(k);
-      if (!needs_grad(i, spec)) continue;
-      const double bytes = static_cast<double>(model::stored_size_bytes(spec));
-      bool crosses = false;
-      for (int s : op.succs) {
-        if (in_stage[static_cast<size_t>(s)]) continue;
-        for (const auto& ref : graph.op(s).proto->inputs()) {
-          if (ref.op() == op.id() && ref.output() == k) crosses = true;
-        }
-      }
-      (crosses ? kept_per_sample : inner_grads_per_sample) += bytes;
-    }
+  const PerSample p = per_sample_bytes(graph, op_indices, options);
+  const int64_t kernel_workspace = kernel_workspace_bytes_per_sample(graph, op_indices, options);
+  if (!options.recompute) {
+    m.activation_bytes = std::llround(p.kept * scale) * samples_held;
+    m.workspace_bytes = (std::llround(p.inner_grads * scale) + kernel_workspace) * samples_per_call;
+    return m;
   }
-  m.activation_bytes = std::llround(kept_per_sample * scale) * samples_held;
-  m.workspace_bytes = (std::llround(inner_grads_per_sample * scale) +
-                       kernel_workspace_bytes_per_sample(graph, op_indices, options)) *
-                      samples_per_call;
+  // Recomputing: the boundary per in-flight sample, everything else once, for one micro-batch.
+  const double recomputed = std::max(p.kept - p.boundary, 0.0);
+  m.activation_bytes = std::llround(p.boundary * scale) * samples_held;
+  m.workspace_bytes =
+      (std::llround(p.inner_grads * scale) + std::llround(recomputed * scale) + kernel_workspace) *
+      samples_per_call;
   return m;
 }
 

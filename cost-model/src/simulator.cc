@@ -15,7 +15,10 @@ using K = graphpipe::v1::InstructionKind;
 struct StageCosts {
   double forward_us = 0;
   double backward_us = 0;
+  double recompute_us = 0;  // Stage.recompute: the forward rerun before each backward
   double optimizer_us = 0;
+  // Stage.shard_optimizer with several replicas: the parameter all-gather after the step.
+  bool shard_optimizer = false;
   int64_t samples_per_replica = 0;
   int64_t activation_bytes_per_sample = 0;
   int64_t gradient_bytes = 0;  // all-reduce volume
@@ -42,7 +45,11 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
     const auto& st = plan.stages(s);
     const auto& ops = index.stage_ops[s];
     StageCosts& c = costs[s];
+    cost::MemoryOptions stage_options = memory;
+    stage_options.recompute = st.recompute();
     const int d = st.device_ranks_size();
+    c.shard_optimizer = st.shard_optimizer() && d > 1;
+    stage_options.shard_optimizer = c.shard_optimizer;
     // The largest replica slice (replica_samples: they differ by at most one sample) sets the
     // stage's pace and its memory.
     c.samples_per_replica = (st.micro_batch() + d - 1) / d;
@@ -51,12 +58,16 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
       c.forward_us += t.forward_us;
       c.backward_us += t.backward_us;
     }
+    if (st.recompute()) c.recompute_us = c.forward_us;
     c.static_memory =
-        cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d, memory);
+        cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d, stage_options);
     c.activation_bytes_per_sample =
-        cost::stage_memory(graph, ops, 1, /*in_flight_samples=*/1, 1, memory).activation_bytes;
+        cost::stage_memory(graph, ops, 1, /*in_flight_samples=*/1, 1, stage_options)
+            .activation_bytes;
     c.gradient_bytes = cost::stage_param_bytes(graph, ops, plan.training().precision());
-    c.optimizer_us = cost::optimizer_step_us(device, c.static_memory);
+    // ZeRO-1: each replica steps only its slice of the weights, gradients and state.
+    c.optimizer_us = cost::optimizer_step_us(
+        device, cost::optimizer_step_state(c.static_memory, d, c.shard_optimizer));
   }
   return costs;
 }
@@ -180,6 +191,12 @@ class Replay {
   void backward(int r, const Instruction& in, int s) {
     RankState& rank = ranks_[r];
     const StageCosts& c = costs_[s];
+    if (c.recompute_us > 0) {  // drawn as a second forward of the micro-batch
+      add_event({EventKind::kForward, r, -1, s, in.micro_batch(), rank.clock,
+                 rank.clock + c.recompute_us});
+      rank.clock += c.recompute_us;
+      result_.ranks[r].busy_us += c.recompute_us;
+    }
     add_event(
         {EventKind::kBackward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + c.backward_us});
     rank.clock += c.backward_us;
@@ -255,6 +272,17 @@ class Replay {
     add_event({EventKind::kOptimizer, r, -1, s, 0, rank.clock, rank.clock + c.optimizer_us});
     rank.clock += c.optimizer_us;
     result_.ranks[r].busy_us += c.optimizer_us;
+    if (!c.shard_optimizer) return;
+    // ZeRO-1's parameter all-gather, priced as an all-reduce of the stage's parameter bytes: the
+    // executor runs it as one (each replica zeroes the slices it does not own and the replicas
+    // sum), the only collective every data plane offers, so it moves the all-reduce's ring bytes
+    // (twice a native all-gather's). No wait for the other replicas: they left the gradient
+    // all-reduce together and their steps cost the same.
+    const auto& replicas = plan_.stages(s).device_ranks();
+    const std::vector<int> members(replicas.begin(), replicas.end());
+    const double end = rank.clock + comm_.allreduce_time_us(members, c.gradient_bytes);
+    add_event({EventKind::kAllReduce, r, -1, s, 0, rank.clock, end, false, c.gradient_bytes});
+    rank.clock = end;
   }
 
   void record_memory(int r, double t) {
@@ -306,6 +334,7 @@ class Replay {
       st.bubble_fraction = 1.0 - st.busy_us / iter;
       st.forward_us = costs_[s].forward_us;
       st.backward_us = costs_[s].backward_us;
+      st.recompute_us = costs_[s].recompute_us;
       st.max_live_samples = ranks_[plan_.stages(s).device_ranks(0)].max_live_samples;
     }
   }

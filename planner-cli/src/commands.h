@@ -88,6 +88,8 @@ struct SearchOptions {
   double effort_s = 0;
   int64_t effort_trials = 0;
   uint64_t effort_seed = 1;
+  std::string recompute = "auto";        // auto, never or always (planner/recompute.h)
+  std::string shard_optimizer = "auto";  // auto, never or always (planner/shard_optimizer.h)
   std::string command_line;
 };
 

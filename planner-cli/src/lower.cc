@@ -237,7 +237,8 @@ Status AssignmentLowering::try_order(const std::string& name, bool chain,
   in.strategy = graphpipe::v1::STRATEGY_MANUAL;
   in.chain = chain;
   GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, stages));
-  GP_ASSIGN_OR_RETURN(auto sim, simulator_.run(plan, g_));
+  GP_ASSIGN_OR_RETURN(
+      auto sim, simulate_choosing_recompute(simulator_, req_.recompute, capacity_, g_, &plan));
   if (sim.deadlocked) {
     return internal_error("the " + name + " lowering deadlocks: " + sim.deadlock_report());
   }

@@ -59,6 +59,7 @@ Status run_lower(const LowerOptions& opts) {
   req.stages = std::move(stages).value();
   req.lowering = lowering;
   req.micro_batches = so.micro_batches;
+  GP_ASSIGN_OR_RETURN(req.recompute, planner::parse_recompute_mode(so.recompute));
   auto lowered = planner::lower_assignment(req);
   if (!lowered.ok()) return lowered.status().with_context("--assignment " + opts.assignment);
 

@@ -220,6 +220,8 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.improve.effort_s = opts.effort_s;
   req.improve.max_trials = opts.effort_trials;
   req.improve.seed = opts.effort_seed;
+  GP_ASSIGN_OR_RETURN(req.recompute, planner::parse_recompute_mode(opts.recompute));
+  GP_ASSIGN_OR_RETURN(req.shard_optimizer, planner::parse_shard_mode(opts.shard_optimizer));
   auto logger = log::get("plan");
   const std::string name(plan::strategy_name(strategy));
   req.progress = [logger, name](int done, int total, const std::string& line) {
@@ -271,6 +273,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   ctx.num_units = result.num_units;
   ctx.candidates = &result.candidates;
   ctx.idle_devices_reason = result.idle_devices_reason;
+  ctx.recompute_reasons = &result.recompute_reasons;
   if (result.improvement.ran) ctx.improvement = &result.improvement;
   if (!opts.report.empty()) {
     GP_RETURN_IF_ERROR(model::write_file_atomic(
@@ -302,6 +305,9 @@ Status run_search(const SearchOptions& opts) {
     GP_RETURN_IF_ERROR(model::check_output_path(flag, path));
   }
   GP_ASSIGN_OR_RETURN(auto strategy, planner::parse_strategy(opts.strategy));
+  // Refused before the model is loaded: a typo should not cost a model import.
+  GP_RETURN_IF_ERROR(planner::parse_recompute_mode(opts.recompute).status());
+  GP_RETURN_IF_ERROR(planner::parse_shard_mode(opts.shard_optimizer).status());
   GP_ASSIGN_OR_RETURN(auto setup, prepare(opts));
   GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
   if (result.feasible) {
@@ -494,6 +500,16 @@ void add_search_options(CLI::App* cmd, SearchOptions* o, bool compare) {
   cmd->add_flag("--piper-compress-branches", o->piper_compress_branches,
                 "Piper plans each parallel branch as one unit (PipeDream's compress_branches), "
                 "so it runs on multi-branch models but never cuts inside a branch");
+  cmd->add_option("--recompute", o->recompute,
+                  "activation recomputation: auto (a stage recomputes its forward before each "
+                  "backward only where the plan does not fit in memory without), never or "
+                  "always")
+      ->capture_default_str();
+  cmd->add_option("--shard-optimizer", o->shard_optimizer,
+                  "ZeRO-1 for replicated stages (each replica keeps 1/r of the optimizer state "
+                  "and all-gathers the parameters after the step): auto (only where the plan "
+                  "does not fit in memory without, after recomputation), never or always")
+      ->capture_default_str();
 }
 
 Command add_search_command(CLI::App& app) {

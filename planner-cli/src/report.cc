@@ -5,6 +5,8 @@
 
 #include "gp/common/json_writer.h"
 #include "gp/plan/plan_util.h"
+#include "gp/planner/recompute.h"
+#include "gp/planner/shard_optimizer.h"
 
 namespace gp::planner {
 namespace {
@@ -91,7 +93,14 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
       w.key("devices").begin_array();
       for (int r : st.device_ranks()) w.value(r);
       w.end_array();
-      w.field("micro_batch", st.micro_batch()).field("in_flight_samples", st.in_flight_samples());
+      w.field("micro_batch", st.micro_batch())
+          .field("in_flight_samples", st.in_flight_samples())
+          .field("recompute", st.recompute())
+          .field("shard_optimizer", st.shard_optimizer());
+      if (st.recompute() && ctx.recompute_reasons != nullptr &&
+          s < static_cast<int>(ctx.recompute_reasons->size())) {
+        w.field("recompute_reason", (*ctx.recompute_reasons)[static_cast<size_t>(s)]);
+      }
       if (s < p.stages_size()) {
         w.field("busy_time_s", p.stages(s).busy_time_s())
             .field("bubble_fraction", p.stages(s).bubble_fraction())
@@ -203,7 +212,19 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
       out += "  busy " + fmt("%.4f", p.stages(st.id()).busy_time_s()) + " s, mem " +
              human_bytes(static_cast<double>(p.stages(st.id()).peak_memory_bytes()));
     }
+    if (st.recompute()) out += "  recomputes";
+    if (st.shard_optimizer()) out += "  shards optimizer";
     out += "\n";
+  }
+  if (const std::string why = recompute_summary(plan); !why.empty()) {
+    out +=
+        "\nrecomputation (each keeps only its boundary tensors per in-flight micro-batch)\n" + why;
+  }
+  if (const std::string why = shard_summary(plan); !why.empty()) {
+    out +=
+        "\noptimizer state sharding (ZeRO-1: each replica keeps 1/r of the state and "
+        "all-gathers the parameters after the step)\n" +
+        why;
   }
   // ASCII stage graph: one column per pipeline level, each stage listed with its successors.
   const auto level = stage_depths(plan);

@@ -367,6 +367,14 @@ Result<std::vector<int64_t>> micro_batches_to_search(const SearchRequest& req) {
   return micro_batches;
 }
 
+// The search's memory model: every stage priced recomputing with --recompute always.
+cost::MemoryOptions search_memory_options(const SearchRequest& req) {
+  cost::MemoryOptions m{req.training.optimizer(), req.training.precision(), req.compute};
+  m.recompute = req.recompute == RecomputeMode::kAlways;
+  m.shard_optimizer = req.shard_optimizer == ShardMode::kAlways;
+  return m;
+}
+
 // One run of search_plan: the models built from the request, the plans found so far and the
 // result being filled. Sweeps the micro-batch sizes (search_micro_batch), partitioning with the
 // strategy and lowering and simulating each partition (evaluate); then refines the best plan and
@@ -392,19 +400,29 @@ class Search {
 
   PlanInputs make_inputs(bool chain) const;
 
+  // What a micro-batch is partitioned with: the search's own costs, or (--recompute auto, where
+  // those fit no plan) costs pricing every stage recomputing, without GraphPipe's Piper
+  // candidate (branch_ctx nullptr).
+  struct Pricing {
+    const PartitionContext* ctx;
+    const PartitionContext* branch_ctx;
+  };
   // One micro-batch size: partitions, lowers and simulates its candidates.
   Status search_micro_batch(int64_t b);
+  Status search_partitions(int64_t b, const Pricing& pricing, CandidateSummary* cand);
   // True (the candidate reported as not searched) when no plan of micro-batch `b` can come close
   // to the best plan so far.
   bool skip_by_kernel_bound(int64_t b, CandidateSummary* cand);
   // The strategy's partition of micro-batch `b`; GraphPipe's is seeded by the chain DP's.
   Result<PartitionOutcome> partition(int64_t b,
-                                     const std::optional<PartitionOutcome>& chain_outcome) const;
-  Status evaluate_outcome(const PartitionOutcome& outcome, CandidateSummary* cand);
+                                     const std::optional<PartitionOutcome>& chain_outcome,
+                                     const PartitionContext& ctx) const;
+  Status evaluate_outcome(const PartitionOutcome& outcome, const StageCostModel& costs,
+                          CandidateSummary* cand);
   // GraphPipe: the chain DP's partitions and Piper's over compressed branches, each lowered as a
   // chain and as a DAG.
   Status evaluate_other_partitions(int64_t b, const PartitionOutcome& chain_outcome,
-                                   CandidateSummary* cand);
+                                   const Pricing& pricing, CandidateSummary* cand);
   // Lowers and simulates one partition; keeps it when it beats the best plan so far. Returns
   // false (with the reason in `cand`) when it does not fit in memory.
   Result<bool> evaluate(const Partition& part, const UnitGraph& part_units,
@@ -488,6 +506,13 @@ class Search {
   const UnitGraph branch_units_;
   std::optional<StageCostModel> branch_costs_;
   PartitionContext branch_ctx_;
+  // --recompute auto: every stage priced recomputing, for micro-batches nothing fits at without.
+  std::optional<StageCostModel> recompute_costs_;
+  PartitionContext recompute_ctx_;
+  // --shard-optimizer auto: replicated stages priced sharded (and recomputing unless --recompute
+  // never), for micro-batches nothing fits at otherwise.
+  std::optional<StageCostModel> shard_costs_;
+  PartitionContext shard_ctx_;
   const sim::Simulator simulator_;
   const int64_t capacity_;
 
@@ -517,7 +542,7 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
                  : build_units(graph_, req.units)),
       datasheet_comm_(req.cluster),
       comm_(req.comm != nullptr ? *req.comm : datasheet_comm_),
-      memory_{req.training.optimizer(), req.training.precision(), req.compute},
+      memory_(search_memory_options(req)),
       costs_(graph_, units_, *req.compute, comm_, memory_, req.mini_batch,
              *std::max_element(micro_batches_.begin(), micro_batches_.end())),
       piper_candidate_(req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE),
@@ -540,12 +565,34 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
     branch_ctx_.costs = &*branch_costs_;
     branch_ctx_.piper_downset_limit = kPiperCandidateDownsets;
   }
+  if (req.recompute == RecomputeMode::kAuto) {
+    cost::MemoryOptions recomputing = memory_;
+    recomputing.recompute = true;
+    recompute_costs_.emplace(graph_, units_, *req.compute, comm_, recomputing, req.mini_batch,
+                             *std::max_element(micro_batches_.begin(), micro_batches_.end()));
+    recompute_ctx_ = ctx_;
+    recompute_ctx_.costs = &*recompute_costs_;
+  }
+  if (req.shard_optimizer == ShardMode::kAuto) {
+    cost::MemoryOptions sharding = memory_;
+    sharding.shard_optimizer = true;
+    sharding.recompute = req.recompute != RecomputeMode::kNever;
+    shard_costs_.emplace(graph_, units_, *req.compute, comm_, sharding, req.mini_batch,
+                         *std::max_element(micro_batches_.begin(), micro_batches_.end()));
+    shard_ctx_ = ctx_;
+    shard_ctx_.costs = &*shard_costs_;
+  }
   result_.num_units = units_.num_units();
 }
 
 Result<SearchResult> Search::run(std::chrono::steady_clock::time_point start) {
   GP_RETURN_IF_ERROR(find());
   finish(start);
+  if (result_.feasible) {
+    GP_ASSIGN_OR_RETURN(result_.recompute_reasons,
+                        recompute_reasons(simulator_, req_.recompute, capacity_, graph_,
+                                          result_.plan, result_.simulation));
+  }
   return std::move(result_);
 }
 
@@ -583,17 +630,48 @@ Status Search::search_micro_batch(int64_t b) {
   if (skip_by_kernel_bound(b, &cand)) return ok_status();
   log_progress(log_prefix() + ": partitioning " + std::to_string(units_.num_units()) +
                " units at micro-batch " + std::to_string(b));
+  GP_RETURN_IF_ERROR(search_partitions(b, {&ctx_, &branch_ctx_}, &cand));
+  if (!cand.feasible && recompute_costs_) {
+    // Monotone: only where no plan fits without does recomputation get priced in.
+    log_progress(log_prefix() + ": partitioning again at micro-batch " + std::to_string(b) +
+                 " with stages recomputing");
+    CandidateSummary again;
+    again.micro_batch = b;
+    GP_RETURN_IF_ERROR(search_partitions(b, {&recompute_ctx_, nullptr}, &again));
+    if (again.feasible) {
+      cand = std::move(again);
+    } else if (!again.reason.empty() && again.reason != cand.reason) {
+      cand.reason += "; recomputing: " + again.reason;
+    }
+  }
+  if (!cand.feasible && shard_costs_) {
+    // After recomputation: only where nothing fits otherwise are replicated stages sharded.
+    log_progress(log_prefix() + ": partitioning again at micro-batch " + std::to_string(b) +
+                 " with replicated stages sharding their optimizer state");
+    CandidateSummary again;
+    again.micro_batch = b;
+    GP_RETURN_IF_ERROR(search_partitions(b, {&shard_ctx_, nullptr}, &again));
+    if (again.feasible) {
+      cand = std::move(again);
+    } else if (!again.reason.empty() && again.reason != cand.reason) {
+      cand.reason += "; sharding the optimizer state: " + again.reason;
+    }
+  }
+  report_candidate(cand);
+  return ok_status();
+}
+
+Status Search::search_partitions(int64_t b, const Pricing& pricing, CandidateSummary* cand) {
   // GraphPipe: the chain DP's partition competes below, and its bottleneck seeds the search.
   std::optional<PartitionOutcome> chain_outcome;
   if (req_.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
-    GP_ASSIGN_OR_RETURN(chain_outcome, partition_sequential(ctx_, b));
+    GP_ASSIGN_OR_RETURN(chain_outcome, partition_sequential(*pricing.ctx, b));
   }
-  GP_ASSIGN_OR_RETURN(const PartitionOutcome outcome, partition(b, chain_outcome));
-  GP_RETURN_IF_ERROR(evaluate_outcome(outcome, &cand));
+  GP_ASSIGN_OR_RETURN(const PartitionOutcome outcome, partition(b, chain_outcome, *pricing.ctx));
+  GP_RETURN_IF_ERROR(evaluate_outcome(outcome, *pricing.ctx->costs, cand));
   if (req_.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE) {
-    GP_RETURN_IF_ERROR(evaluate_other_partitions(b, *chain_outcome, &cand));
+    GP_RETURN_IF_ERROR(evaluate_other_partitions(b, *chain_outcome, pricing, cand));
   }
-  report_candidate(cand);
   return ok_status();
 }
 
@@ -616,11 +694,12 @@ bool Search::skip_by_kernel_bound(int64_t b, CandidateSummary* cand) {
   return false;
 }
 
-Result<PartitionOutcome> Search::partition(
-    int64_t b, const std::optional<PartitionOutcome>& chain_outcome) const {
+Result<PartitionOutcome> Search::partition(int64_t b,
+                                           const std::optional<PartitionOutcome>& chain_outcome,
+                                           const PartitionContext& ctx) const {
   switch (req_.strategy) {
     case graphpipe::v1::STRATEGY_GRAPHPIPE: {
-      PartitionContext seeded = ctx_;
+      PartitionContext seeded = ctx;
       if (chain_outcome->partition) {
         seeded.tps_upper_hint_s = chain_outcome->partition->bottleneck_tps_s;
       }
@@ -630,45 +709,49 @@ Result<PartitionOutcome> Search::partition(
       return partition_graphpipe(seeded, b);
     }
     case graphpipe::v1::STRATEGY_SEQUENTIAL:
-      return partition_sequential(ctx_, b);
+      return partition_sequential(ctx, b);
     case graphpipe::v1::STRATEGY_PIPER:
-      return partition_piper(ctx_, b);
+      return partition_piper(ctx, b);
     default:
       return invalid_argument("--strategy: unspecified");
   }
 }
 
-Status Search::evaluate_outcome(const PartitionOutcome& outcome, CandidateSummary* cand) {
+Status Search::evaluate_outcome(const PartitionOutcome& outcome, const StageCostModel& costs,
+                                CandidateSummary* cand) {
   if (!outcome.partition) {
     cand->reason = outcome.infeasible_reason;
     return ok_status();
   }
   const Partition& part = *outcome.partition;
   GP_RETURN_IF_ERROR(
-      evaluate(part, units_, costs_, part.chain,
+      evaluate(part, units_, costs, part.chain,
                part.origin.empty() ? (part.chain ? "chain" : "graph partition") : part.origin, cand)
           .status());
   // Sequential: the other order's optimum and PipeDream's own DP; GraphPipe: shallower
   // partitions with a slower bottleneck. The simulator picks among them.
   for (const Partition& alt : outcome.alternatives) {
-    GP_RETURN_IF_ERROR(evaluate(alt, units_, costs_, alt.chain, alt.origin, cand).status());
+    GP_RETURN_IF_ERROR(evaluate(alt, units_, costs, alt.chain, alt.origin, cand).status());
   }
   return ok_status();
 }
 
 Status Search::evaluate_other_partitions(int64_t b, const PartitionOutcome& chain_outcome,
-                                         CandidateSummary* cand) {
+                                         const Pricing& pricing, CandidateSummary* cand) {
   // Graph pipelines contain chains: the chain DP's partition and Piper's over compressed
   // branches compete too, each lowered as a chain and as a DAG, and the simulator (which
   // sees bubbles the DPs cannot) picks.
-  GP_ASSIGN_OR_RETURN(auto branch_outcome, partition_piper(branch_ctx_, b));
+  const StageCostModel& costs = *pricing.ctx->costs;
+  PartitionOutcome branch_outcome;
+  if (pricing.branch_ctx != nullptr) {
+    GP_ASSIGN_OR_RETURN(branch_outcome, partition_piper(*pricing.branch_ctx, b));
+  }
   std::vector<OtherPartition> others;
   if (chain_outcome.partition) {
-    others.push_back(
-        {&*chain_outcome.partition, &units_, &costs_, chain_outcome.partition->origin});
+    others.push_back({&*chain_outcome.partition, &units_, &costs, chain_outcome.partition->origin});
   }
   for (const Partition& alt : chain_outcome.alternatives) {
-    others.push_back({&alt, &units_, &costs_, alt.origin});
+    others.push_back({&alt, &units_, &costs, alt.origin});
   }
   if (branch_outcome.partition) {
     others.push_back({&*branch_outcome.partition, &branch_units_, &*branch_costs_,
@@ -692,7 +775,9 @@ Result<bool> Search::evaluate(const Partition& part, const UnitGraph& part_units
   lowered.chain = chain;
   auto stages = place_stages(lowered, part_units);
   GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(chain), stages));
-  GP_ASSIGN_OR_RETURN(auto sim, simulator_.run(plan, graph_));
+  GP_ASSIGN_OR_RETURN(auto sim,
+                      simulate_choosing_memory(simulator_, req_.recompute, req_.shard_optimizer,
+                                               capacity_, graph_, &plan));
   if (sim.deadlocked) {
     return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
   }
@@ -710,6 +795,12 @@ Result<bool> Search::evaluate(const Partition& part, const UnitGraph& part_units
     cand->throughput_samples_per_s = sim.throughput_samples_per_s;
     cand->num_stages = plan.stages_size();
     cand->source = source;
+    if (const std::string r = recomputing_stages(plan); !r.empty()) {
+      cand->source += ", recomputing stages " + r;
+    }
+    if (const std::string r = sharding_stages(plan); !r.empty()) {
+      cand->source += ", sharding the optimizer state of stages " + r;
+    }
   }
   if (sim.throughput_samples_per_s > runner_up_.throughput) {
     PlanFound found;
@@ -797,7 +888,9 @@ Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment
 Result<PlanFound> Search::simulate_stages(bool chain, std::vector<StageAssignment> trial) const {
   PlanFound t;
   GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(chain), trial));
-  GP_ASSIGN_OR_RETURN(t.simulation, simulator_.run(t.plan, graph_));
+  GP_ASSIGN_OR_RETURN(t.simulation,
+                      simulate_choosing_memory(simulator_, req_.recompute, req_.shard_optimizer,
+                                               capacity_, graph_, &t.plan));
   const bool runs = !t.simulation.deadlocked && t.simulation.peak_memory_bytes <= capacity_;
   t.throughput = runs ? t.simulation.throughput_samples_per_s : -1;
   t.stages = std::move(trial);

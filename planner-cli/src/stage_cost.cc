@@ -30,7 +30,8 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
                                int64_t max_samples)
     : mini_batch_(mini_batch),
       capacity_(comm.cluster().device().memory_capacity_bytes()),
-      device_(comm.cluster().device()) {
+      device_(comm.cluster().device()),
+      shard_optimizer_(memory.shard_optimizer) {
   // Tabulate the affine communication costs from two probes each.
   constexpr double kProbe1 = 1 << 20, kProbe2 = 1 << 21;
   const auto& cl = comm.cluster();
@@ -58,7 +59,8 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
     for (int op : units.unit_ops[u]) {
       for (int l = 0; l < levels; ++l) {
         const cost::OpTime t = compute.op_time(graph.op(op), int64_t{1} << l);
-        a.compute_us[l] += t.forward_us + t.backward_us;
+        // Recomputing, each backward is preceded by the forward once more.
+        a.compute_us[l] += t.forward_us * (memory.recompute ? 2 : 1) + t.backward_us;
       }
     }
     const auto& ops = units.unit_ops[u];
@@ -66,6 +68,9 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
     a.static_bytes = m.weight_bytes + m.gradient_bytes + m.optimizer_bytes;
     a.weight_bytes = m.weight_bytes;
     a.optimizer_bytes = m.optimizer_bytes;
+    int64_t params = 0;
+    for (int op : ops) params += graph.op(op).cost.param_count;
+    if (params > 0) state_bytes_per_param_ = m.optimizer_bytes / params;  // same for every unit
     a.activation_bytes_per_sample = m.activation_bytes;
     a.kernel_workspace_bytes_per_sample =
         cost::kernel_workspace_bytes_per_sample(graph, ops, memory);
@@ -95,15 +100,17 @@ double StageCostModel::allreduce_us(const StageAggregate& stage, int d) const {
   if (d <= 1 || stage.gradient_bytes <= 0 || d >= static_cast<int>(allreduce_alpha_us_.size())) {
     return 0;
   }
-  return allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
+  const double once =
+      allreduce_alpha_us_[d] + allreduce_beta_us_[d] * static_cast<double>(stage.gradient_bytes);
+  return shard_optimizer_ ? 2 * once : once;  // ZeRO-1: the parameter gather after the step
 }
 
-double StageCostModel::optimizer_us(const StageAggregate& stage) const {
+double StageCostModel::optimizer_us(const StageAggregate& stage, int d) const {
   cost::MemoryBreakdown state;
   state.weight_bytes = stage.weight_bytes;
   state.gradient_bytes = stage.gradient_bytes;
-  state.optimizer_bytes = stage.optimizer_bytes;
-  return cost::optimizer_step_us(device_, state);
+  state.optimizer_bytes = static_bytes(stage, d) - stage.weight_bytes - stage.gradient_bytes;
+  return cost::optimizer_step_us(device_, cost::optimizer_step_state(state, d, shard_optimizer_));
 }
 
 double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
@@ -111,7 +118,7 @@ double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,
   const int64_t per_device = b / d;
   const double per_micro_batch =
       std::max(compute_us(stage, per_device), p2p_us(boundary_bytes_per_sample, per_device));
-  const double per_iteration = allreduce_us(stage, d) + optimizer_us(stage);
+  const double per_iteration = allreduce_us(stage, d) + optimizer_us(stage, d);
   return (per_micro_batch / static_cast<double>(b) +
           per_iteration / static_cast<double>(mini_batch_)) *
          1e-6;
@@ -124,7 +131,7 @@ StageTps StageCostModel::tps_parts(const StageAggregate& stage, int64_t b, int d
       std::max(compute_us(stage, per_device), p2p_us(boundary_bytes_per_sample, per_device));
   const double per_sample = 1e-6 / static_cast<double>(mini_batch_);
   return {per_micro_batch / static_cast<double>(b) * 1e-6, allreduce_us(stage, d) * per_sample,
-          optimizer_us(stage) * per_sample};
+          optimizer_us(stage, d) * per_sample};
 }
 
 StageTime StageCostModel::iteration_time(const StageAggregate& stage, int64_t b, int d,
@@ -135,14 +142,14 @@ StageTime StageCostModel::iteration_time(const StageAggregate& stage, int64_t b,
   t.compute_us = micro_batches * compute_us(stage, per_device);
   t.transfer_us = micro_batches * p2p_us(boundary_bytes_per_sample, per_device);
   t.allreduce_us = allreduce_us(stage, d);
-  t.optimizer_us = optimizer_us(stage);
+  t.optimizer_us = optimizer_us(stage, d);
   return t;
 }
 
 int64_t StageCostModel::in_flight_limit(const StageAggregate& stage, int64_t b, int d) const {
   constexpr int64_t kCap = int64_t{1} << 40;
   const int64_t avail =
-      capacity_ - stage.static_bytes -
+      capacity_ - static_bytes(stage, d) -
       (stage.workspace_bytes_per_sample + stage.kernel_workspace_bytes_per_sample) *
           ((b + d - 1) / d);
   if (avail < 0) return -1;

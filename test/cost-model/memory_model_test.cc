@@ -201,3 +201,70 @@ TEST_CASE("a whole zoo model's state matches its parameter count") {
   CHECK(m16.workspace_bytes == m8.workspace_bytes);  // same micro-batch
   CHECK(stage_param_bytes(*g, all, kFp32) == 4 * g->total_params());
 }
+
+TEST_CASE("recomputing keeps the boundary per in-flight sample and one call of the rest") {
+  const Graph g = tiny_linear();
+  auto o = opts(graphpipe::v1::OPTIMIZER_KIND_SGD, kFp32);
+  // Stage {fc, loss}, x and t from other stages. Per sample: x 16 and t 8 cross the boundary
+  // (graph inputs: no gradients); fc's output 8 and the loss 4 stay inside, as do their
+  // gradients (8 + 4). 2 samples per call, 6 in flight.
+  const std::vector<int> stage{g.index_of("fc"), g.index_of("loss")};
+  const MemoryBreakdown kept = stage_memory(g, stage, 2, 6, 1, o);
+  CHECK(kept.activation_bytes == 6 * (16 + 8 + 8 + 4));
+  CHECK(kept.workspace_bytes == 2 * (8 + 4));
+  o.recompute = true;
+  const MemoryBreakdown recomputed = stage_memory(g, stage, 2, 6, 1, o);
+  CHECK(recomputed.weight_bytes == kept.weight_bytes);
+  CHECK(recomputed.gradient_bytes == kept.gradient_bytes);
+  CHECK(recomputed.optimizer_bytes == kept.optimizer_bytes);
+  CHECK(recomputed.activation_bytes == 6 * (16 + 8));
+  CHECK(recomputed.workspace_bytes == 2 * ((8 + 4) + (8 + 4)));  // inner gradients + fc, loss
+  CHECK(recomputed.total() == 40 + 40 + 6 * 24 + 2 * 24);
+  CHECK(kept.total() - recomputed.total() == (6 - 2) * 12);
+  // Stage {x, fc}: fc's output goes to the loss's stage, so its value and gradient (8 + 8) stay
+  // per sample; x (16) is recomputed, its samples generated again.
+  const std::vector<int> first{g.index_of("x"), g.index_of("fc")};
+  const MemoryBreakdown first_recomputed = stage_memory(g, first, 2, 6, 1, o);
+  CHECK(first_recomputed.activation_bytes == 6 * (8 + 8));
+  CHECK(first_recomputed.workspace_bytes == 2 * 16);
+  // bf16 halves both parts.
+  o.precision = kBf16;
+  const MemoryBreakdown half = stage_memory(g, stage, 2, 6, 1, o);
+  CHECK(half.activation_bytes == 6 * 24 / 2);
+  CHECK(half.workspace_bytes == 2 * 24 / 2);
+}
+
+TEST_CASE("sharding the optimizer keeps a rounded-up 1/r of the state and master weights") {
+  const Graph g = tiny_linear();
+  const std::vector<int> stage{g.index_of("fc")};  // 10 parameters
+  auto o = opts(graphpipe::v1::OPTIMIZER_KIND_ADAM, kFp32);
+  o.shard_optimizer = true;
+  // 3 replicas: ceil(10 / 3) = 4 parameters' two fp32 moments per replica.
+  const MemoryBreakdown three = stage_memory(g, stage, 3, 6, 3, o);
+  CHECK(three.weight_bytes == 40);
+  CHECK(three.gradient_bytes == 40);
+  CHECK(three.optimizer_bytes == 4 * 2 * 4);
+  // 2 replicas: 5 each; one replica has nothing to shard over.
+  CHECK(stage_memory(g, stage, 2, 4, 2, o).optimizer_bytes == 5 * 2 * 4);
+  CHECK(stage_memory(g, stage, 1, 2, 1, o).optimizer_bytes == 80);
+  // More replicas than parameters: one each (the executor's slice of 1, some unused).
+  CHECK(stage_memory(g, stage, 16, 16, 16, o).optimizer_bytes == 1 * 2 * 4);
+  // Only the optimizer state changes.
+  o.shard_optimizer = false;
+  const MemoryBreakdown whole = stage_memory(g, stage, 3, 6, 3, o);
+  CHECK(whole.optimizer_bytes == 80);
+  CHECK(whole.total() - three.total() == 80 - 32);
+  // bf16: the fp32 master weights are sharded with the moments, ceil(10 / 4) = 3 parameters.
+  o = opts(graphpipe::v1::OPTIMIZER_KIND_MOMENTUM, kBf16);
+  o.shard_optimizer = true;
+  const MemoryBreakdown bf16 = stage_memory(g, stage, 4, 4, 4, o);
+  CHECK(bf16.weight_bytes == 20);
+  CHECK(bf16.optimizer_bytes == 3 * 4 * (1 + 1));
+  // A replica's step streams its slice: ceil(40 / 4) weight and gradient bytes.
+  const MemoryBreakdown step = optimizer_step_state(bf16, 4, true);
+  CHECK(step.weight_bytes == 5);
+  CHECK(step.gradient_bytes == 5);
+  CHECK(step.optimizer_bytes == bf16.optimizer_bytes);
+  CHECK(optimizer_step_state(bf16, 4, false).weight_bytes == 20);
+  CHECK(optimizer_step_state(bf16, 1, true).weight_bytes == 20);
+}

@@ -251,3 +251,89 @@ TEST_CASE("a plan whose model hash does not match is rejected, not simulated") {
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Catch::Contains("model_hash"));
 }
+
+TEST_CASE("a recomputing stage pays a second forward per backward and holds its boundary only") {
+  // One stage of the whole chain: 8 micro-batches of 4, each op kFwd/kBwd, 4 ops.
+  auto g = chain_model(3);
+  StageAssignment all;
+  for (int i = 0; i < g.num_ops(); ++i) all.ops.push_back(i);
+  all.ranks = {0};
+  all.micro_batch = 4;
+  const auto plain = make_plan(g, {all}, 32, 1);
+  auto recomputing = plain;
+  recomputing.mutable_stages(0)->set_recompute(true);
+  testing::FakeCostModel cm(kFwd, kBwd);
+  const auto a = simulate(plain, g, cm);
+  const auto r = simulate(recomputing, g, cm, /*events=*/true);
+  REQUIRE_FALSE(r.deadlocked);
+  CHECK(r.iteration_time_us == Approx(8 * 4 * (2 * kFwd + kBwd)).epsilon(1e-6));
+  CHECK(r.stages[0].recompute_us == Approx(4 * kFwd));
+  CHECK(a.stages[0].recompute_us == 0);
+  int forwards = 0;
+  for (const auto& e : r.events) forwards += e.kind == sim::EventKind::kForward ? 1 : 0;
+  CHECK(forwards == 16);  // each micro-batch's forward, and again before its backward
+  // Peak: the weights, one micro-batch of every activation and the boundary (the graph's
+  // inputs are generated, so nothing crosses): what stage_memory predicts recomputing.
+  cost::MemoryOptions options{graphpipe::v1::OPTIMIZER_KIND_SGD, graphpipe::v1::PRECISION_FP32};
+  options.recompute = true;
+  const auto predicted =
+      cost::stage_memory(g, all.ops, 4, plain.stages(0).in_flight_samples(), 1, options);
+  CHECK(r.peak_memory_bytes == predicted.total());
+  CHECK(predicted.activation_bytes == 0);
+  CHECK(r.peak_memory_bytes <= a.peak_memory_bytes);
+}
+
+TEST_CASE("a recomputing stage of a chain keeps fewer bytes per in-flight micro-batch") {
+  const int p = 4, m = 8;
+  auto g = chain_model(p);
+  auto plan = make_plan(g, chain_stages(g, p, 2), 2 * m, p);
+  testing::FakeCostModel cm(kFwd, kBwd);
+  const auto plain = simulate(plan, g, cm);
+  plan.mutable_stages(0)->set_recompute(true);
+  const auto r = simulate(plan, g, cm);
+  REQUIRE_FALSE(r.deadlocked);
+  CHECK(r.stages[0].peak_memory_bytes < plain.stages[0].peak_memory_bytes);
+  CHECK(r.stages[1].peak_memory_bytes == plain.stages[1].peak_memory_bytes);
+  CHECK(r.iteration_time_us > plain.iteration_time_us);
+}
+
+TEST_CASE("a sharded optimizer gathers the parameters after the step at an all-reduce's price") {
+  auto g = chain_model(2);
+  StageAssignment all;
+  for (int i = 0; i < g.num_ops(); ++i) all.ops.push_back(i);
+  all.ranks = {0, 1};
+  all.micro_batch = 4;
+  auto plan = make_plan(g, {all}, 16, 2);
+  plan.mutable_cluster()->mutable_intra_node()->set_bandwidth_bytes_per_s(1e9);
+  plan.mutable_cluster()->mutable_intra_node()->set_latency_us(10);
+  auto sharded = plan;
+  sharded.mutable_stages(0)->set_shard_optimizer(true);
+  testing::FakeCostModel cm(kFwd, kBwd);
+  const auto plain = simulate(plan, g, cm);
+  const auto r = simulate(sharded, g, cm, /*events=*/true);
+  REQUIRE_FALSE(r.deadlocked);
+  // 144 fp32 parameters: the gradient all-reduce, then the parameter gather at the same price
+  // (the executor sums zero-filled slices: an all-reduce's ring bytes).
+  const double ring = 2 * 1 * 10 + 2.0 * 1 / 2 * (2 * 72 * 4) / 1e9 * 1e6;
+  CHECK(r.iteration_time_us == Approx(plain.iteration_time_us + ring).epsilon(1e-6));
+  int gathers = 0;
+  for (const auto& e : r.events) {
+    if (e.kind == sim::EventKind::kAllReduce && !e.gradient) ++gathers;
+  }
+  CHECK(gathers == 2);  // one per replica
+  // Adam: each replica keeps half of the two moments; weights and gradients stay whole.
+  cost::CommModel comm(plan.cluster());
+  sim::Simulator adam(cm, comm,
+                      {graphpipe::v1::OPTIMIZER_KIND_ADAM, graphpipe::v1::PRECISION_FP32});
+  const auto whole = adam.run(plan, g, {});
+  const auto half = adam.run(sharded, g, {});
+  REQUIRE(whole.ok());
+  REQUIRE(half.ok());
+  CHECK(whole->peak_memory_bytes - half->peak_memory_bytes == 72 * 2 * 4);
+  // One replica: nothing to shard, nothing to gather.
+  all.ranks = {0};
+  auto single = make_plan(g, {all}, 16, 1);
+  const auto one = simulate(single, g, cm);
+  single.mutable_stages(0)->set_shard_optimizer(true);
+  CHECK(simulate(single, g, cm).iteration_time_us == Approx(one.iteration_time_us));
+}

@@ -53,48 +53,127 @@ TEST_CASE("a stage runner allocates exactly the memory the planner's model predi
   options.precision = graphpipe::v1::PRECISION_FP32;
   constexpr int64_t kMicroBatch = 3;
   constexpr int kSlots = 2;
-  for (const std::string name :
-       {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
-    const Graph g = zoo_graph(name);
-    // Three stages of the topological order: each a prefix-closed cut, so convex.
-    const auto& topo = g.topo_order();
-    const size_t n = topo.size();
-    const std::vector<size_t> cuts = {0, n / 3, 2 * n / 3, n};
-    for (size_t s = 0; s + 1 < cuts.size(); ++s) {
-      const std::vector<int> ops(topo.begin() + static_cast<std::ptrdiff_t>(cuts[s]),
-                                 topo.begin() + static_cast<std::ptrdiff_t>(cuts[s + 1]));
-      INFO(name << " stage " << s << " (" << ops.size() << " ops)");
-      auto layout = gp::exec::layout_stage(g, ops, exports_of(g, ops));
-      INFO(layout.status().to_string());
-      REQUIRE(layout.ok());
-      auto runner = gp::exec::StageRunner::create(
-          g, *layout, {.max_batch = kMicroBatch, .slots = kSlots, .training = training});
-      INFO(runner.status().to_string());
-      REQUIRE(runner.ok());
-      const gp::exec::StageMemory& held = (*runner)->memory();
-      const gp::cost::MemoryBreakdown predicted =
-          gp::cost::stage_memory(g, ops, kMicroBatch, kSlots * kMicroBatch, 1, options);
-      CHECK(held.weight_bytes == predicted.weight_bytes);
-      CHECK(held.gradient_bytes == predicted.gradient_bytes);
-      CHECK(held.optimizer_bytes == predicted.optimizer_bytes);
-      CHECK(held.activation_bytes == predicted.activation_bytes);
-      // The catalogue's kernel workspace is the most any backend asks for (CUDA's attention keeps
-      // every head's probability gradients, the CPU's one head's at a time): the runner holds that
-      // much less on the CPU, and not a byte more.
-      int64_t cpu_workspace_floats = 0;
-      for (int op : ops) {
-        auto kernel = gp::exec::make_cpu_kernel(g.op(op));
-        REQUIRE(kernel.ok());
-        cpu_workspace_floats =
-            std::max(cpu_workspace_floats, (*kernel)->workspace_floats_per_sample());
+  // Recomputing (Stage.recompute), a runner keeps only its boundary tensors per slot and one
+  // micro-batch of the rest: the model predicts that split too.
+  for (const bool recompute : {false, true}) {
+    options.recompute = recompute;
+    for (const std::string name :
+         {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
+      const Graph g = zoo_graph(name);
+      // Three stages of the topological order: each a prefix-closed cut, so convex.
+      const auto& topo = g.topo_order();
+      const size_t n = topo.size();
+      const std::vector<size_t> cuts = {0, n / 3, 2 * n / 3, n};
+      for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+        const std::vector<int> ops(topo.begin() + static_cast<std::ptrdiff_t>(cuts[s]),
+                                   topo.begin() + static_cast<std::ptrdiff_t>(cuts[s + 1]));
+        INFO(name << " stage " << s << " (" << ops.size() << " ops)"
+                  << (recompute ? ", recomputing" : ""));
+        auto layout = gp::exec::layout_stage(g, ops, exports_of(g, ops));
+        INFO(layout.status().to_string());
+        REQUIRE(layout.ok());
+        auto runner = gp::exec::StageRunner::create(g, *layout,
+                                                    {.max_batch = kMicroBatch,
+                                                     .slots = kSlots,
+                                                     .training = training,
+                                                     .recompute = recompute});
+        INFO(runner.status().to_string());
+        REQUIRE(runner.ok());
+        const gp::exec::StageMemory& held = (*runner)->memory();
+        const gp::cost::MemoryBreakdown predicted =
+            gp::cost::stage_memory(g, ops, kMicroBatch, kSlots * kMicroBatch, 1, options);
+        CHECK(held.weight_bytes == predicted.weight_bytes);
+        CHECK(held.gradient_bytes == predicted.gradient_bytes);
+        CHECK(held.optimizer_bytes == predicted.optimizer_bytes);
+        CHECK(held.activation_bytes == predicted.activation_bytes);
+        // The catalogue's kernel workspace is the most any backend asks for (CUDA's attention keeps
+        // every head's probability gradients, the CPU's one head's at a time): the runner holds
+        // that much less on the CPU, and not a byte more.
+        int64_t cpu_workspace_floats = 0;
+        for (int op : ops) {
+          auto kernel = gp::exec::make_cpu_kernel(g.op(op));
+          REQUIRE(kernel.ok());
+          cpu_workspace_floats =
+              std::max(cpu_workspace_floats, (*kernel)->workspace_floats_per_sample());
+        }
+        const int64_t slack = (gp::cost::kernel_workspace_bytes_per_sample(g, ops, options) -
+                               4 * cpu_workspace_floats) *
+                              kMicroBatch;
+        CHECK(slack >= 0);
+        CHECK(held.workspace_bytes + slack == predicted.workspace_bytes);
+        CHECK(held.total() + slack == predicted.total());
+        CHECK(held.activation_bytes > 0);
+        if (recompute) {
+          options.recompute = false;
+          const auto kept =
+              gp::cost::stage_memory(g, ops, kMicroBatch, kSlots * kMicroBatch, 1, options);
+          options.recompute = true;
+          // Per slot only the boundary: less than every activation, whatever one micro-batch adds.
+          CHECK(predicted.activation_bytes < kept.activation_bytes);
+          CHECK(predicted.workspace_bytes > kept.workspace_bytes);
+        }
       }
-      const int64_t slack = (gp::cost::kernel_workspace_bytes_per_sample(g, ops, options) -
-                             4 * cpu_workspace_floats) *
-                            kMicroBatch;
-      CHECK(slack >= 0);
-      CHECK(held.workspace_bytes + slack == predicted.workspace_bytes);
-      CHECK(held.total() + slack == predicted.total());
-      CHECK(held.activation_bytes > 0);
     }
   }
+}
+
+TEST_CASE("a sharded stage runner allocates the optimizer state the memory model predicts") {
+  constexpr int64_t kPerReplica = 2;
+  constexpr int kSlots = 2;
+  for (const auto kind :
+       {graphpipe::v1::OPTIMIZER_KIND_ADAM, graphpipe::v1::OPTIMIZER_KIND_MOMENTUM}) {
+    graphpipe::v1::TrainingConfig training;
+    training.set_optimizer(kind);
+    training.set_learning_rate(1e-3);
+    gp::cost::MemoryOptions options;
+    options.optimizer = kind;
+    options.shard_optimizer = true;
+    for (const std::string name : {"tiny-mmt", "tiny-transformer"}) {
+      const Graph g = zoo_graph(name);
+      const auto& topo = g.topo_order();
+      const std::vector<int> ops(topo.begin(), topo.end());
+      auto layout = gp::exec::layout_stage(g, ops, exports_of(g, ops));
+      REQUIRE(layout.ok());
+      // 3 and 7 replicas: neither divides the parameter count, so slices are rounded up.
+      for (const int replicas : {1, 3, 7}) {
+        const gp::cost::MemoryBreakdown predicted = gp::cost::stage_memory(
+            g, ops, kPerReplica * replicas, kSlots * kPerReplica * replicas, replicas, options);
+        int64_t covered = 0, params = 0;
+        for (int index = 0; index < replicas; ++index) {
+          INFO(name << ", " << graphpipe::v1::OptimizerKind_Name(kind) << ", replica " << index
+                    << " of " << replicas);
+          auto runner = gp::exec::StageRunner::create(g, *layout,
+                                                      {.max_batch = kPerReplica,
+                                                       .slots = kSlots,
+                                                       .training = training,
+                                                       .shard_index = index,
+                                                       .shard_count = replicas});
+          INFO(runner.status().to_string());
+          REQUIRE(runner.ok());
+          const gp::exec::StageMemory& held = (*runner)->memory();
+          CHECK(held.weight_bytes == predicted.weight_bytes);
+          CHECK(held.gradient_bytes == predicted.gradient_bytes);
+          CHECK(held.optimizer_bytes == predicted.optimizer_bytes);
+          CHECK(held.activation_bytes == predicted.activation_bytes);
+          CHECK((*runner)->sharded() == (replicas > 1));
+          CHECK((*runner)->shard_begin() == covered);
+          covered = (*runner)->shard_end();
+          params = (*runner)->param_count();
+        }
+        CHECK(covered == params);  // the slices tile the parameters
+        const int64_t words = kind == graphpipe::v1::OPTIMIZER_KIND_ADAM ? 2 : 1;
+        CHECK(predicted.optimizer_bytes == (params + replicas - 1) / replicas * 4 * words);
+      }
+    }
+  }
+  graphpipe::v1::TrainingConfig training;
+  training.set_learning_rate(1e-3);
+  const Graph g = zoo_graph("tiny-mmt");
+  const std::vector<int> ops(g.topo_order().begin(), g.topo_order().end());
+  auto layout = gp::exec::layout_stage(g, ops, exports_of(g, ops));
+  REQUIRE(layout.ok());
+  auto bad = gp::exec::StageRunner::create(
+      g, *layout, {.max_batch = 1, .training = training, .shard_index = 2, .shard_count = 2});
+  CHECK(bad.status().code() == gp::StatusCode::kInvalidArgument);
+  CHECK(bad.status().message().find("shard_index = 2") != std::string::npos);
 }

@@ -29,7 +29,8 @@ Status ensure_dir(const std::string& path) {
 }  // namespace
 
 Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const model::Graph& graph,
-                              StageRunner& runner, const std::string& run_id) {
+                              StageRunner& runner, const std::string& run_id,
+                              const std::vector<float>* state) {
   const std::string out = iter_dir(dir, iteration);
   GP_RETURN_IF_ERROR(ensure_dir(out));
   for (int index : runner.op_indices()) {
@@ -43,8 +44,19 @@ Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const m
     char* data = bytes.data() + sizeof(FileHeader);
     GP_RETURN_IF_ERROR(
         runner.download_op_params(index, {reinterpret_cast<float*>(data), param_floats}));
-    GP_RETURN_IF_ERROR(runner.download_op_state(
-        index, {reinterpret_cast<float*>(data + param_bytes), state_floats}));
+    if (state != nullptr) {
+      const size_t first = static_cast<size_t>(runner.op_param_offset(index)) *
+                           (param_floats == 0 ? 0 : state_floats / param_floats);
+      if (first + state_floats > state->size()) {
+        return invalid_argument("checkpoint of op '" + graph.op(index).id() + "': a state of " +
+                                std::to_string(state->size()) + " floats, it needs " +
+                                std::to_string(first + state_floats));
+      }
+      std::memcpy(data + param_bytes, state->data() + first, state_bytes);
+    } else {
+      GP_RETURN_IF_ERROR(runner.download_op_state(
+          index, {reinterpret_cast<float*>(data + param_bytes), state_floats}));
+    }
     FileHeader h{};
     std::memcpy(h.magic, kMagicV2, sizeof(kMagicV2));
     h.op_index = index;

@@ -25,8 +25,11 @@ namespace gp::exec {
 
 // Writes the tensors of the runner's operators that have parameters into D/iter-<iteration>/.
 // `run_id` names the job (every rank passes the same); commit_checkpoint must get it too.
+// `state`, when given, is the runner's whole optimizer state in the unsharded layout
+// (StageRunner::gather_state: a sharded runner's), written instead of the runner's own.
 Status write_stage_checkpoint(const std::string& dir, int64_t iteration, const model::Graph& graph,
-                              StageRunner& runner, const std::string& run_id);
+                              StageRunner& runner, const std::string& run_id,
+                              const std::vector<float>* state = nullptr);
 
 // Once every rank has written its part: checks that every operator of the model with parameters
 // has its file, writes the manifest, then points LATEST at it and removes checkpoints older

@@ -85,6 +85,12 @@ class Lowering {
     p_.mini_batch = plan_.mini_batch();
     p_.group.assign(stage().device_ranks().begin(), stage().device_ranks().end());
     std::sort(p_.group.begin(), p_.group.end());
+    p_.recompute = stage().recompute();
+    if (stage().shard_optimizer() && p_.group.size() > 1) {
+      p_.shard_count = static_cast<int>(p_.group.size());
+      p_.shard_index =
+          static_cast<int>(std::find(p_.group.begin(), p_.group.end(), rank_) - p_.group.begin());
+    }
   }
 
   // The norm's all-reduce is over the ranks whose programs step the optimizer (a stage without
@@ -295,7 +301,10 @@ std::string describe(const RankProgram& p) {
   out << "rank " << p.rank << " stage " << p.stage << " per_replica " << p.per_replica
       << " mini_batch " << p.mini_batch << " slots " << p.slots << " group";
   for (int r : p.group) out << ' ' << r;
-  out << " staging " << p.max_message_bytes << '/' << p.device_staging_bytes << '\n';
+  out << " staging " << p.max_message_bytes << '/' << p.device_staging_bytes
+      << (p.recompute ? " recompute" : "");
+  if (p.shard_count > 1) out << " shard " << p.shard_index << '/' << p.shard_count;
+  out << '\n';
   for (const auto& t : p.layout.exports) out << "export " << t.op() << ':' << t.output() << '\n';
   for (const auto& t : p.layout.relays) out << "relay " << t.op() << ':' << t.output() << '\n';
   for (const TieProgram& t : p.ties) {

@@ -44,6 +44,9 @@ Result<std::unique_ptr<RankRunner>> RankRunner::create(
   StageOptions options;
   options.max_batch = p.per_replica;
   options.slots = p.slots;
+  options.recompute = p.recompute;
+  options.shard_index = p.shard_index;
+  options.shard_count = p.shard_count;
   options.training = training;
   options.device = &device;
   options.data = data;
@@ -65,6 +68,23 @@ TensorView RankRunner::piece_view(const Step& s, const Piece& p) const {
 }
 
 namespace {
+
+// ZeRO-1: each replica stepped its slice; zeroing the rest and summing over the replicas
+// all-gathers the slices with the one collective every data plane has (x + 0 is exact, so the
+// parameters are bit for bit the unsharded step's, -0.0 aside, which becomes +0.0). A device
+// without host memory goes through `staging` (param_count() floats).
+Status gather_params(Communicator& comm, StageRunner& runner, const std::vector<int>& group,
+                     std::vector<float>& staging) {
+  if (runner.host_memory()) {
+    runner.zero_params_outside_shard();
+    return comm.allreduce_sum(group, runner.param_memory());
+  }
+  GP_RETURN_IF_ERROR(runner.download_params(staging));
+  std::fill(staging.begin(), staging.begin() + runner.shard_begin(), 0.0f);
+  std::fill(staging.begin() + runner.shard_end(), staging.end(), 0.0f);
+  GP_RETURN_IF_ERROR(comm.allreduce_sum(group, staging));
+  return runner.upload_params(staging);
+}
 
 // Fan-in: a received gradient adds to what the other successors sent.
 void add_floats(float* sum, const std::byte* in, size_t count) {
@@ -205,6 +225,20 @@ Status RankRunner::bind(Communicator& comm) {
                          "(its norm all-reduce is in host memory); train without it, or on the "
                          "CPU");
   }
+  if (on_device && runner.sharded()) {
+    return unimplemented("rank " + std::to_string(program_.rank) + ": stage " +
+                         std::to_string(program_.stage) +
+                         " shards its optimizer state (Stage.shard_optimizer), not supported on "
+                         "the NCCL data plane yet (checkpoints gather the state in host memory); "
+                         "train over a host one (--data-plane shm or gloo) or with a plan "
+                         "searched with --shard-optimizer never");
+  }
+  if (runner.sharded()) {
+    // Checkpoints gather the sharded state over the stage's replicas in host memory.
+    runner.set_replica_sum([&comm, group = program_.group](std::span<float> data) {
+      return comm.allreduce_sum(group, data);
+    });
+  }
   const std::string where = "rank " + std::to_string(program_.rank) + ": message staging buffer";
   if (on_device && device_staging_.bytes() < program_.device_staging_bytes) {
     auto staging = DeviceBuffer::create(runner.device(), program_.device_staging_bytes);
@@ -320,6 +354,9 @@ Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration
     case StepOp::kOptimizer:
       if (!program_.world.empty()) st = clip_grads();
       if (st.ok()) runner.optimizer_step(iteration + 1);
+      if (st.ok() && runner.sharded()) {
+        st = gather_params(comm, runner, program_.group, allreduce_staging_);
+      }
       break;
   }
   return st;

@@ -47,8 +47,18 @@ Status RankSession::bind(Communicator& comm) { return runner_->bind(comm); }
 
 Status RankSession::write_checkpoint_part(const std::string& dir, int64_t iteration,
                                           const std::string& run_id) {
+  StageRunner& runner = runner_->mutable_stage_runner();
+  if (!runner.sharded()) {
+    if (!checkpoint_writer()) return ok_status();
+    return write_stage_checkpoint(dir, iteration, graph(), runner, run_id);
+  }
+  // ZeRO-1: checkpoints keep the unsharded layout, so that any plan resumes from them; every
+  // replica takes part in gathering the state, the writer writes it.
+  std::vector<float> state;
+  GP_RETURN_IF_ERROR(runner.gather_state(state).with_context(
+      "rank " + std::to_string(rank()) + ": gathering the sharded optimizer state"));
   if (!checkpoint_writer()) return ok_status();
-  return write_stage_checkpoint(dir, iteration, graph(), runner_->mutable_stage_runner(), run_id);
+  return write_stage_checkpoint(dir, iteration, graph(), runner, run_id, &state);
 }
 
 Status RankSession::commit_checkpoint(const std::string& dir, int64_t iteration,

@@ -48,12 +48,23 @@ Status StageRunner::init(const model::Graph& graph, StageLayout layout,
   host_ = device.host_memory();
   max_batch_ = options.max_batch;
   slots_ = options.slots;
+  recompute_ = options.recompute;
+  if (options.shard_count < 1 || options.shard_index < 0 ||
+      options.shard_index >= options.shard_count) {
+    return invalid_argument("stage: shard_index = " + std::to_string(options.shard_index) +
+                            " of shard_count = " + std::to_string(options.shard_count) +
+                            ", must be in [0, shard_count)");
+  }
+  shard_count_ = options.shard_count;
+  shard_index_ = options.shard_index;
   seed_ = options.training.seed();
   data_ = options.data;
   layout_ = std::move(layout);
   GP_ASSIGN_OR_RETURN(Optimizer opt, Optimizer::create(options.training));
   optimizer_ = std::make_unique<Optimizer>(opt);
   last_batch_.assign(slots_, 0);
+  last_iteration_.assign(slots_, 0);
+  last_first_sample_.assign(slots_, 0);
   // An op the device's backend has no kernel for is refused before any buffer is allocated.
   for (const StageLayout::Op& op : layout_.ops) {
     GP_RETURN_IF_ERROR(check_kernel(device, graph.op(op.op)));
@@ -86,9 +97,13 @@ Status StageRunner::allocate_tensors(size_t end) {
     Tensor t;
     t.info = planned.info;
     t.grads_per_slot = planned.grads_per_slot;
-    const size_t n = static_cast<size_t>(slots_) * max_batch_ * t.info.per_sample;
+    // Recomputing, only the tensors crossing the boundary keep their values per slot; the others
+    // hold the one micro-batch whose forward ran last.
+    t.values_per_slot = !recompute_ || t.grads_per_slot;
+    const size_t value_slots = t.values_per_slot ? static_cast<size_t>(slots_) : 1;
+    const size_t n = value_slots * max_batch_ * t.info.per_sample;
     GP_ASSIGN_OR_RETURN(t.values, zeroed(device, n * element_bytes(t.info)));
-    memory_.activation_bytes += t.values.bytes();
+    (t.values_per_slot ? memory_.activation_bytes : memory_.workspace_bytes) += t.values.bytes();
     if (t.info.needs_grad) {
       const size_t grad_slots = t.grads_per_slot ? static_cast<size_t>(slots_) : 1;
       GP_ASSIGN_OR_RETURN(
@@ -109,10 +124,11 @@ Status StageRunner::build_kernel(const StageLayout::Op& op) {
   st.param_offsets = op.param_offsets;
   st.param_sizes = op.param_sizes;
   GP_ASSIGN_OR_RETURN(st.kernel, device_->make_kernel(node));
-  GP_ASSIGN_OR_RETURN(st.saved,
-                      zeroed(*device_, static_cast<size_t>(slots_) * max_batch_ *
-                                           st.kernel->saved_floats_per_sample() * sizeof(float)));
-  memory_.activation_bytes += st.saved.bytes();
+  const size_t saved_slots = recompute_ ? 1 : static_cast<size_t>(slots_);
+  GP_ASSIGN_OR_RETURN(
+      st.saved, zeroed(*device_, saved_slots * max_batch_ * st.kernel->saved_floats_per_sample() *
+                                     sizeof(float)));
+  (recompute_ ? memory_.workspace_bytes : memory_.activation_bytes) += st.saved.bytes();
   workspace_floats_ = std::max(workspace_floats_, st.kernel->workspace_floats_per_sample());
   st.in_views.resize(st.inputs.size());
   st.gin_views.resize(st.inputs.size());
@@ -132,11 +148,16 @@ Status StageRunner::allocate_params() {
                                                      workspace_floats_ * sizeof(float)));
   memory_.workspace_bytes += workspace_.bytes();
   param_count_ = static_cast<int64_t>(param_total);
+  // ZeRO-1: every replica allocates the rounded-up slice's state (the last may use less).
+  const int64_t slice = (param_count_ + shard_count_ - 1) / shard_count_;
+  shard_begin_ = std::min(param_count_, slice * shard_index_);
+  shard_end_ = std::min(param_count_, shard_begin_ + slice);
+  const size_t state_elements = sharded() ? static_cast<size_t>(slice) : param_total;
   GP_ASSIGN_OR_RETURN(weights_, zeroed(device, param_total * sizeof(float)));
   GP_ASSIGN_OR_RETURN(grads_, zeroed(device, param_total * sizeof(float)));
-  GP_ASSIGN_OR_RETURN(opt_state_,
-                      zeroed(device, param_total * static_cast<size_t>(optimizer_->state_floats()) *
-                                         sizeof(float)));
+  GP_ASSIGN_OR_RETURN(
+      opt_state_, zeroed(device, state_elements * static_cast<size_t>(optimizer_->state_floats()) *
+                                     sizeof(float)));
   memory_.weight_bytes = weights_.bytes();
   memory_.gradient_bytes = grads_.bytes();
   memory_.optimizer_bytes = opt_state_.bytes();
@@ -189,9 +210,9 @@ TensorView StageRunner::view(const Tensor& t, int slot, bool grad) const {
   if (grad) {
     v.data = t.info.needs_grad ? t.grads.f() + (t.grads_per_slot ? offset : 0) : nullptr;
   } else if (t.info.is_int) {
-    v.data = static_cast<int64_t*>(t.values.data()) + offset;
+    v.data = static_cast<int64_t*>(t.values.data()) + (t.values_per_slot ? offset : 0);
   } else {
-    v.data = t.values.f() + offset;
+    v.data = t.values.f() + (t.values_per_slot ? offset : 0);
   }
   return v;
 }
@@ -232,8 +253,8 @@ OpArgs StageRunner::op_args(OpState& st, int slot, int64_t batch, bool backward)
   args.inputs = st.in_views;
   args.outputs = st.out_views;
   args.params = st.param_ptrs;
-  args.saved =
-      st.saved.f() + static_cast<size_t>(slot) * max_batch_ * st.kernel->saved_floats_per_sample();
+  const size_t saved_slot = recompute_ ? 0 : static_cast<size_t>(slot);
+  args.saved = st.saved.f() + saved_slot * max_batch_ * st.kernel->saved_floats_per_sample();
   args.workspace = workspace_.f();
   if (backward) {
     args.grad_outputs = st.gout_views;
@@ -245,6 +266,12 @@ OpArgs StageRunner::op_args(OpState& st, int slot, int64_t batch, bool backward)
 
 void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample) {
   last_batch_[slot] = batch;
+  last_iteration_[slot] = iteration;
+  last_first_sample_[slot] = first_sample;
+  run_forward(slot, batch, iteration, first_sample);
+}
+
+void StageRunner::run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample) {
   for (auto& st : ops_) {
     const auto& node = graph_->op(st.op);
     if (node.info->is_input) {
@@ -299,6 +326,9 @@ void StageRunner::begin_backward(int slot) { zero_grads(slot, /*per_slot=*/true)
 
 void StageRunner::backward(int slot, float loss_scale) {
   const int64_t batch = last_batch_[slot];
+  // The same inputs, data and kernels give the same values: the backward that follows sees
+  // exactly what a runner keeping every slot's activations would.
+  if (recompute_) run_forward(slot, batch, last_iteration_[slot], last_first_sample_[slot]);
   // The gradients inside the stage are one copy for every slot: this backward's start from zero.
   zero_grads(slot, /*per_slot=*/false);
   for (int l : loss_ops_) {
@@ -322,8 +352,30 @@ void StageRunner::zero_param_grads() {
   note(device_->fill_zero(grads_.data(), static_cast<size_t>(param_count_) * sizeof(float)));
 }
 
+template <typename Visit>
+void StageRunner::for_each_shard_piece(Visit&& visit) const {
+  for (const auto& st : ops_) {
+    for (size_t p = 0; p < st.param_offsets.size(); ++p) {
+      const int64_t off = static_cast<int64_t>(st.param_offsets[p]);
+      const int64_t n = static_cast<int64_t>(st.param_sizes[p]);
+      const int64_t begin = std::max(off, shard_begin_), end = std::min(off + n, shard_end_);
+      if (begin < end) visit(off, n, begin, end);
+    }
+  }
+}
+
 void StageRunner::optimizer_step(int64_t step) {
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
+  if (sharded()) {
+    // The updates are element-wise, so stepping a tensor's part with the part's state (its words
+    // one after another, as apply() reads them) is bit for bit the unsharded step of it.
+    for_each_shard_piece([&](int64_t, int64_t, int64_t begin, int64_t end) {
+      device_->apply_optimizer(*optimizer_, weights_.f() + begin, grads_.f() + begin,
+                               opt_state_.f() + static_cast<size_t>(begin - shard_begin_) * per,
+                               end - begin, step);
+    });
+    return;
+  }
   for (const auto& st : ops_) {
     for (size_t p = 0; p < st.param_offsets.size(); ++p) {
       const size_t off = st.param_offsets[p], n = st.param_sizes[p];
@@ -331,6 +383,52 @@ void StageRunner::optimizer_step(int64_t step) {
                                opt_state_.f() + off * per, static_cast<int64_t>(n), step);
     }
   }
+}
+
+void StageRunner::zero_params_outside_shard() {
+  if (!sharded()) return;
+  note(device_->fill_zero(weights_.f(), static_cast<size_t>(shard_begin_) * sizeof(float)));
+  note(device_->fill_zero(weights_.f() + shard_end_,
+                          static_cast<size_t>(param_count_ - shard_end_) * sizeof(float)));
+}
+
+Status StageRunner::download_state_slice(std::span<float> full) const {
+  const size_t per = static_cast<size_t>(optimizer_->state_floats());
+  if (full.size() != static_cast<size_t>(param_count_) * per) {
+    return invalid_argument("download_state_slice: a host buffer of " +
+                            std::to_string(full.size()) + " floats for " +
+                            std::to_string(static_cast<size_t>(param_count_) * per));
+  }
+  if (per == 0) return ok_status();
+  if (!sharded()) return download(opt_state_, {0, full.size()}, full, "download_state_slice");
+  std::vector<float> slice(static_cast<size_t>(shard_end_ - shard_begin_) * per);
+  GP_RETURN_IF_ERROR(download(opt_state_, {0, slice.size()}, slice, "download_state_slice"));
+  for_each_shard_piece([&](int64_t off, int64_t n, int64_t begin, int64_t end) {
+    const int64_t k = end - begin;
+    const float* from = slice.data() + (begin - shard_begin_) * static_cast<int64_t>(per);
+    for (size_t w = 0; w < per; ++w) {
+      std::copy(from + w * k, from + (w + 1) * k,
+                full.data() + off * static_cast<int64_t>(per) + w * n + (begin - off));
+    }
+  });
+  return ok_status();
+}
+
+Status StageRunner::gather_state(std::vector<float>& full) const {
+  full.assign(static_cast<size_t>(param_count_) * optimizer_->state_floats(), 0.0f);
+  GP_RETURN_IF_ERROR(download_state_slice(full));
+  if (!sharded() || full.empty()) return ok_status();
+  if (!replica_sum_) {
+    return failed_precondition("gather_state: the optimizer state is sharded over " +
+                               std::to_string(shard_count_) +
+                               " replicas and no data plane is bound to gather it");
+  }
+  // Each replica's buffer holds its slice and zeros: the sum is every slice, exactly.
+  return replica_sum_(full);
+}
+
+int64_t StageRunner::op_param_offset(int op_index) const {
+  return static_cast<int64_t>(op_range(op_index).offset);
 }
 
 double StageRunner::clip_grad_norm() const { return optimizer_->config().clip_grad_norm(); }
@@ -405,6 +503,7 @@ std::span<float> StageRunner::mutable_op_params(int op_index) {
 
 std::span<float> StageRunner::mutable_op_state(int op_index) {
   require_host(host_, "mutable_op_state");
+  GP_CHECK(!sharded(), "StageRunner::mutable_op_state: the optimizer state is sharded");
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
   const Range r = op_range(op_index);
   if (r.size == 0 || per == 0) return {};
@@ -461,6 +560,11 @@ Status StageRunner::upload_op_params(int op_index, std::span<const float> in) {
 }
 
 Status StageRunner::download_op_state(int op_index, std::span<float> out) const {
+  if (sharded()) {
+    return failed_precondition("download_op_state: the optimizer state is sharded over " +
+                               std::to_string(shard_count_) +
+                               " replicas; gather it (download_state_slice on each, summed) first");
+  }
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
   const Range r = op_range(op_index);
   return download(opt_state_, {r.offset * per, r.size * per}, out, "download_op_state");
@@ -469,7 +573,27 @@ Status StageRunner::download_op_state(int op_index, std::span<float> out) const 
 Status StageRunner::upload_op_state(int op_index, std::span<const float> in) {
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
   const Range r = op_range(op_index);
-  return upload(opt_state_, {r.offset * per, r.size * per}, in, "upload_op_state");
+  if (!sharded()) return upload(opt_state_, {r.offset * per, r.size * per}, in, "upload_op_state");
+  if (in.size() != r.size * per) {
+    return invalid_argument("upload_op_state: " + std::to_string(in.size()) + " floats given for " +
+                            std::to_string(r.size * per));
+  }
+  // The unsharded op state: keep the words of the elements in this runner's slice.
+  const int64_t op_begin = static_cast<int64_t>(r.offset);
+  const int64_t op_end = op_begin + static_cast<int64_t>(r.size);
+  Status st;
+  for_each_shard_piece([&](int64_t off, int64_t n, int64_t begin, int64_t end) {
+    if (off < op_begin || off >= op_end || !st.ok()) return;
+    const int64_t k = end - begin;
+    for (size_t w = 0; w < per && st.ok(); ++w) {
+      const float* from =
+          in.data() + (off - op_begin) * static_cast<int64_t>(per) + w * n + (begin - off);
+      st = device_->copy_from_host(
+          opt_state_.f() + (begin - shard_begin_) * static_cast<int64_t>(per) + w * k, from,
+          static_cast<size_t>(k) * sizeof(float));
+    }
+  });
+  return st;
 }
 
 }  // namespace gp::exec

@@ -8,7 +8,10 @@
 //   receiver's ingress are free, and the sender continues;
 // - RECV blocks until the matching transfer (same edge, peers and samples) has arrived;
 // - ALLREDUCE_GRADS starts when every replica of the stage has reached it and blocks them all;
-// - the iteration ends when the last rank finishes (synchronous: one optimizer step).
+// - the iteration ends when the last rank finishes (synchronous: one optimizer step);
+// - a recomputing stage (Stage.recompute) runs its forward again right before each backward
+//   (traced as a second forward), holds only its boundary tensors per in-flight sample and one
+//   micro-batch's other activations throughout (gp::cost::stage_memory).
 // When no rank can make progress the result reports a deadlock with each rank's instruction.
 #pragma once
 
@@ -57,6 +60,7 @@ struct StageStats {
   int64_t peak_memory_bytes = 0;  // per device
   double forward_us = 0;          // one micro-batch on one replica
   double backward_us = 0;
+  double recompute_us = 0;       // Stage.recompute: the second forward (0 without)
   int64_t max_live_samples = 0;  // activations held at once, samples per replica
 };
 

@@ -77,6 +77,11 @@ struct RankProgram {
   int64_t per_replica = 0;  // samples of a micro-batch this replica computes
   int64_t mini_batch = 0;
   int slots = 1;           // micro-batches held at once (from first to last instruction)
+  bool recompute = false;  // Stage.recompute: each backward re-runs its micro-batch's forward
+  // Stage.shard_optimizer with several replicas (ZeRO-1): this rank's slice of the optimizer
+  // state is shard_index of shard_count (its position in `group`); 1: not sharded.
+  int shard_index = 0;
+  int shard_count = 1;
   std::vector<int> group;  // the stage's replicas, ascending
   // training.clip_grad_norm: the ranks that step the optimizer (empty without clipping), and
   // whether this rank adds its stage's part of the norm (the stage's first replica).

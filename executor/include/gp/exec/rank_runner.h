@@ -71,7 +71,8 @@ class RankRunner {
   // buffers and pack/unpack paths are chosen here (a device-memory data plane gets its staging
   // buffer allocated now), so run_iteration has no branch on where memory lives. `comm` must
   // outlive the runner's iterations; binding again replaces it. Refused (Unimplemented, naming
-  // the rank) for training.clip_grad_norm over a device data plane, before any iteration runs.
+  // the rank) for training.clip_grad_norm over a device data plane, and for a stage sharding its
+  // optimizer state (Stage.shard_optimizer) over one, before any iteration runs.
   Status bind(Communicator& comm);
   // One training iteration over the bound data plane; returns this rank's sum of per-sample
   // losses (0 if it holds none). Refused before bind().

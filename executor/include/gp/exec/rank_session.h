@@ -67,7 +67,9 @@ class RankSession {
   // One training iteration; this rank's sum of per-sample losses (0 when it holds no loss).
   Result<double> run_iteration(int64_t iteration) { return runner_->run_iteration(iteration); }
   // Writes this stage's part of checkpoint `iteration` into `dir` when this rank is its writer
-  // (else nothing). Every rank's part must be on disk before rank 0 calls commit_checkpoint.
+  // (else nothing; a stage sharding its optimizer state first gathers it from every replica, so
+  // each of them takes part). Every rank's part must be on disk before rank 0 calls
+  // commit_checkpoint.
   Status write_checkpoint_part(const std::string& dir, int64_t iteration,
                                const std::string& run_id);
   // Declares checkpoint `iteration` complete (rank 0, after every part is written), recording the

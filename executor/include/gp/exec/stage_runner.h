@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -39,9 +40,11 @@ struct StageMemory {
   int64_t gradient_bytes = 0;   // parameter gradients
   int64_t optimizer_bytes = 0;  // optimizer state
   // Kept per in-flight slot: every tensor's values, the kernels' saved scratch and the gradients
-  // of tensors crossing the stage's boundary.
+  // of tensors crossing the stage's boundary (recomputing: only the values and gradients of the
+  // tensors crossing it).
   int64_t activation_bytes = 0;
-  // One copy for all slots: the gradients inside the stage and the largest kernel workspace.
+  // One copy for all slots: the gradients inside the stage and the largest kernel workspace
+  // (recomputing: also the other values and the saved scratch of one micro-batch).
   int64_t workspace_bytes = 0;
   int64_t total() const {
     return weight_bytes + gradient_bytes + optimizer_bytes + activation_bytes + workspace_bytes;
@@ -56,6 +59,16 @@ struct StageOptions {
   // Graph inputs read this (it must cover every input op of the stage and outlive the runner);
   // nullptr: synthetic data.
   const DataSource* data = nullptr;
+  // Activation recomputation (Stage.recompute): only the tensors crossing the stage's boundary
+  // are kept per slot; backward() first re-runs the slot's forward into one shared copy of the
+  // rest, so a slot costs its boundary tensors instead of all its activations.
+  bool recompute = false;
+  // ZeRO-1 (Stage.shard_optimizer): this runner is replica `shard_index` of `shard_count` and
+  // keeps and steps the optimizer state of its slice of the flat parameters only, elements
+  // [shard_index * c, min((shard_index + 1) * c, param_count())) with c = ceil(param_count() /
+  // shard_count); every replica allocates c elements' state (the memory model's count).
+  int shard_index = 0;
+  int shard_count = 1;
 };
 
 class StageRunner {
@@ -89,14 +102,42 @@ class StageRunner {
   // accumulate into them); backward() zeroes the stage's inner gradients itself.
   void begin_backward(int slot);
   // Backward; loss ops get d(objective)/d(loss_s) = loss_scale (1 / mini-batch for the mean).
+  // Recomputing, it first re-runs the slot's last forward (same samples and iteration): the
+  // slot's external inputs must still hold what that forward read.
   void backward(int slot, float loss_scale);
+  bool recompute() const { return recompute_; }
 
   void zero_param_grads();
   int64_t param_count() const { return param_count_; }
   // What the runner allocated (the memory model of cost/memory_model.h predicts the same).
   const StageMemory& memory() const { return memory_; }
-  // One optimizer update of every parameter; `step` counts from 1.
+  // One optimizer update of every parameter (sharded: of the runner's slice only; the others'
+  // weights are stale until the replicas all-gather them); `step` counts from 1.
   void optimizer_step(int64_t step);
+  // ZeRO-1: whether the optimizer state is sharded, and the runner's slice of the flat
+  // parameters, [begin, end) in floats (the whole [0, param_count()) when not sharded).
+  bool sharded() const { return shard_count_ > 1; }
+  int64_t shard_begin() const { return shard_begin_; }
+  int64_t shard_end() const { return shard_end_; }
+  // Zeroes the parameters outside the runner's slice (on any device), so that a sum over the
+  // replicas all-gathers the updated slices: x + 0 is exact.
+  void zero_params_outside_shard();
+  // The flat parameters in the device's memory (for a data plane that sums device memory).
+  std::span<float> param_memory() { return {weights_.f(), static_cast<size_t>(param_count_)}; }
+  // The runner's optimizer state in the unsharded layout (the flat state an unsharded runner
+  // holds: per parameter tensor its state floats words one after another), param_count() x
+  // state floats: the elements of the runner's slice are written, the others left as they are
+  // (a sum over the replicas of zero-filled buffers gathers the whole state). Any device.
+  Status download_state_slice(std::span<float> full) const;
+  // The sum over the stage's replicas of a host buffer, in place (the data plane's all-reduce;
+  // RankRunner::bind sets it): what gather_state() needs.
+  using ReplicaSum = std::function<Status(std::span<float>)>;
+  void set_replica_sum(ReplicaSum sum) { replica_sum_ = std::move(sum); }
+  // The whole optimizer state in the unsharded layout (see download_state_slice), on every
+  // replica: a collective, each replica of the stage must call it. Not sharded: a download.
+  Status gather_state(std::vector<float>& full) const;
+  // Offset of an op's first parameter in the flat parameters (0 when it has none here).
+  int64_t op_param_offset(int op_index) const;
   // Gradient-norm clipping (training.clip_grad_norm > 0), in two halves so that a pipeline can
   // sum every stage's part in between: this stage's sum of squared gradients (in double), then
   // the scaling by torch's clip_grad_norm_ factor once the model's total is known. `scratch`
@@ -136,6 +177,8 @@ class StageRunner {
   Status upload_param_grads(std::span<const float> in);
   Status download_op_params(int op_index, std::span<float> out) const;
   Status upload_op_params(int op_index, std::span<const float> in);
+  // Sharded: the download is refused (FailedPrecondition: gather the state first,
+  // download_state_slice), the upload takes the unsharded op state and keeps the runner's slice.
   Status download_op_state(int op_index, std::span<float> out) const;
   Status upload_op_state(int op_index, std::span<const float> in);
   // Graph indices of the stage's ops, in execution order.
@@ -148,6 +191,7 @@ class StageRunner {
     DeviceBuffer grads;   // floats, tensors that need gradients: like values when grads_per_slot,
                           // else one slot's worth shared by all slots
     bool grads_per_slot = false;  // the tensor crosses the stage's boundary
+    bool values_per_slot = true;  // false: one micro-batch's values (recomputation)
   };
   struct OpState {
     int op = 0;
@@ -156,7 +200,7 @@ class StageRunner {
     std::vector<int> outputs;           // tensor indices
     std::vector<size_t> param_offsets;  // into weights_/grads_, floats
     std::vector<size_t> param_sizes;
-    DeviceBuffer saved;  // slots x max_batch x saved_floats_per_sample
+    DeviceBuffer saved;  // slots (1 recomputing) x max_batch x saved_floats_per_sample
     // Per-call argument arrays, filled at call time without allocating.
     std::vector<TensorView> in_views, out_views, gin_views, gout_views;
     std::vector<float*> param_ptrs, grad_ptrs;
@@ -179,8 +223,14 @@ class StageRunner {
   void bind_boundary();      // external_inputs() and exports() from the layout
   TensorView view(const Tensor& t, int slot, bool grad) const;
   OpArgs op_args(OpState& st, int slot, int64_t batch, bool backward) const;
+  // The forward pass itself (forward() records the slot's samples for a recomputation first).
+  void run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample);
   void zero_grads(int slot, bool per_slot);
   Range op_range(int op_index) const;
+  // Every parameter tensor's part inside the runner's slice: `visit(offset, size, begin, end)`
+  // with the tensor's flat [offset, offset + size) and the part's [begin, end), begin < end.
+  template <typename Visit>
+  void for_each_shard_piece(Visit&& visit) const;
   // Keeps the first error of the hot paths for synchronize().
   void note(const Status& s) const {
     if (!s.ok() && error_.ok()) error_ = s;
@@ -193,6 +243,10 @@ class StageRunner {
   bool host_ = true;  // device_->host_memory()
   int64_t max_batch_ = 0;
   int slots_ = 0;
+  bool recompute_ = false;
+  int shard_count_ = 1, shard_index_ = 0;
+  ReplicaSum replica_sum_;
+  int64_t shard_begin_ = 0, shard_end_ = 0;
   uint64_t seed_ = 0;
   const DataSource* data_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
@@ -207,6 +261,8 @@ class StageRunner {
   int64_t workspace_floats_ = 0;  // per sample, the most any kernel of the stage asks for
   StageMemory memory_;
   std::vector<int64_t> last_batch_;  // per slot
+  // Per slot, the iteration and first sample of its last forward (what a recomputation re-reads).
+  std::vector<int64_t> last_iteration_, last_first_sample_;
   // Devices without host memory: one graph input's samples are generated here and copied over;
   // losses come back and loss gradients go out through float_staging_ (max_batch floats).
   std::vector<std::byte> input_staging_;

@@ -51,6 +51,8 @@ struct LowerRequest {
   // Sizes tried for stages without a micro-batch; empty: every power of two dividing the
   // mini-batch.
   std::vector<int64_t> micro_batches;
+  // Which stages recompute their activations (recompute.h), as in the search.
+  RecomputeMode recompute = RecomputeMode::kAuto;
 };
 
 struct LoweredPlan {

@@ -21,6 +21,9 @@ struct ReportContext {
   const std::vector<CandidateSummary>* candidates = nullptr;
   std::string idle_devices_reason;  // why the plan leaves devices idle (empty: uses all)
   const ImproveSummary* improvement = nullptr;  // when --effort ran
+  // Per stage, why it recomputes its activations (SearchResult::recompute_reasons); nullptr or
+  // empty entries where none is known.
+  const std::vector<std::string>* recompute_reasons = nullptr;
 };
 
 // The report of `graphpipe-plan search --report` (docs/plan-format.md lists the keys).

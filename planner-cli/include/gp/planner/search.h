@@ -18,6 +18,8 @@
 #include "gp/planner/improve.h"
 #include "gp/planner/partition.h"
 #include "gp/planner/plan_builder.h"
+#include "gp/planner/recompute.h"
+#include "gp/planner/shard_optimizer.h"
 #include "gp/sim/simulator.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -51,6 +53,16 @@ struct SearchRequest {
   // Then the improvement search (improve.h) from the plan found, within its budget; off by
   // default.
   ImproveOptions improve;
+  // Activation recomputation (recompute.h). kAuto: a micro-batch size no partition fits at
+  // without it is partitioned again with every stage priced recomputing, and every plan the
+  // search simulates recomputes exactly at the stages that do not fit without.
+  RecomputeMode recompute = RecomputeMode::kAuto;
+  // ZeRO-1 sharding of replicated stages' optimizer state (shard_optimizer.h). kAuto: a
+  // micro-batch size no partition fits at without it (nor with recomputation alone) is
+  // partitioned again with replicated stages priced sharded (and recomputing unless --recompute
+  // never), and every plan the search simulates shards exactly the replicated stages that still
+  // do not fit after recomputation.
+  ShardMode shard_optimizer = ShardMode::kAuto;
   // Called after each micro-batch candidate: (done, total, one-line summary).
   std::function<void(int, int, const std::string&)> progress;
 };
@@ -97,6 +109,8 @@ struct SearchResult {
   bool chain = false;
   // The improvement search, when the request asked for one (ran).
   ImproveSummary improvement;
+  // Per stage of the plan, why it recomputes its activations (empty where it does not).
+  std::vector<std::string> recompute_reasons;
 };
 
 Result<SearchResult> search_plan(const SearchRequest& request);

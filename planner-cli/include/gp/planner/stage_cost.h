@@ -10,7 +10,9 @@
 // the gradient all-reduce (blocking every replica) and the optimizer step
 // (gp::cost::optimizer_step_us, the simulator's own function). Memory per device follows
 // gp::cost::stage_memory: weights + gradients + optimizer state + activations of ceil(k/d)
-// in-flight samples + workspace of ceil(b/d) samples.
+// in-flight samples + workspace of ceil(b/d) samples. Built with MemoryOptions::recompute, it
+// prices every stage recomputing (Stage.recompute): the activations are the stage's boundary
+// only, one micro-batch of the rest is workspace, and compute adds a second forward.
 #pragma once
 
 #include <array>
@@ -88,13 +90,24 @@ class StageCostModel {
   // The same estimate by part, per iteration: tps_s * mini_batch = time.total_us() * 1e-6.
   StageTime iteration_time(const StageAggregate& stage, int64_t b, int d,
                            int64_t boundary_bytes_per_sample) const;
-  // The once-per-iteration parts of TPS, in microseconds.
+  // The once-per-iteration parts of TPS, in microseconds. Built with
+  // MemoryOptions::shard_optimizer, a stage of d > 1 replicas is priced sharded (ZeRO-1): the
+  // all-reduce part also holds the parameter gather (priced as a second all-reduce, as the
+  // simulator does), the step streams 1/d of the state, and the memory holds ceil(params / d)
+  // parameters' optimizer state.
   double allreduce_us(const StageAggregate& stage, int d) const;
-  double optimizer_us(const StageAggregate& stage) const;
+  double optimizer_us(const StageAggregate& stage, int d = 1) const;
+  // Weights, gradients and optimizer state per device of a stage of d replicas.
+  int64_t static_bytes(const StageAggregate& stage, int d) const {
+    if (!shard_optimizer_ || d <= 1 || state_bytes_per_param_ <= 0) return stage.static_bytes;
+    const int64_t params = stage.optimizer_bytes / state_bytes_per_param_;
+    return stage.static_bytes - stage.optimizer_bytes +
+           (params + d - 1) / d * state_bytes_per_param_;
+  }
   int64_t memory_bytes(const StageAggregate& stage, int64_t b, int d, int64_t in_flight) const {
     const int64_t live = (in_flight + d - 1) / d;
     const int64_t per_call = (b + d - 1) / d;
-    return stage.static_bytes + stage.activation_bytes_per_sample * live +
+    return static_bytes(stage, d) + stage.activation_bytes_per_sample * live +
            (stage.workspace_bytes_per_sample + stage.kernel_workspace_bytes_per_sample) * per_call;
   }
   // The most samples in flight whose memory fits in the device (memory_bytes <= capacity), -1
@@ -111,7 +124,9 @@ class StageCostModel {
   std::vector<StageAggregate> units_;
   int64_t mini_batch_;
   int64_t capacity_;
-  graphpipe::v1::DeviceKind device_;  // prices the optimizer step
+  graphpipe::v1::DeviceKind device_;   // prices the optimizer step
+  bool shard_optimizer_ = false;       // MemoryOptions::shard_optimizer
+  int64_t state_bytes_per_param_ = 0;  // optimizer state (and bf16 master) bytes per parameter
   // Communication times are affine in the bytes (alpha-beta), so they are tabulated once:
   // t = alpha + beta * bytes, p2p to a typical neighbour and all-reduce over d devices.
   double p2p_alpha_us_ = 0, p2p_beta_us_ = 0;
