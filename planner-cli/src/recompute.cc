@@ -79,34 +79,47 @@ Result<std::vector<std::string>> recompute_reasons(const sim::Simulator& simulat
   return reasons;
 }
 
-std::string recompute_summary(const graphpipe::v1::Plan& plan) {
-  if (recomputing_stages(plan).empty()) return "";
+std::string memory_choice_summary(
+    const graphpipe::v1::Plan& plan, const std::function<bool(const graphpipe::v1::Stage&)>& chosen,
+    const std::function<void(cost::MemoryOptions&, bool)>& toggle,
+    const std::function<std::string(const graphpipe::v1::Stage&, double, double, double)>& line) {
+  if (std::none_of(plan.stages().begin(), plan.stages().end(), chosen)) return "";
   auto built = model::Graph::build(plan.model());
   if (!built.ok()) return "";
   const model::Graph& g = *built;
-  cost::MemoryOptions options{plan.training().optimizer(), plan.training().precision()};
   const double capacity = static_cast<double>(plan.cluster().device().memory_capacity_bytes());
   std::string out;
   for (const auto& st : plan.stages()) {
-    if (!st.recompute()) continue;
+    if (!chosen(st)) continue;
     std::vector<int> ops;
     for (const auto& id : st.op_ids()) {
       if (const int i = g.index_of(id); i >= 0) ops.push_back(i);
     }
     const int d = std::max(st.device_ranks_size(), 1);
+    cost::MemoryOptions options{plan.training().optimizer(), plan.training().precision()};
+    options.recompute = st.recompute();
     options.shard_optimizer = st.shard_optimizer();
-    auto bytes = [&](bool recompute) {
-      options.recompute = recompute;
+    auto bytes = [&](bool on) {
+      toggle(options, on);
       return static_cast<double>(
           cost::stage_memory(g, ops, st.micro_batch(), st.in_flight_samples(), d, options).total());
     };
     const double without = bytes(false);
-    out += "  stage " + std::to_string(st.id()) +
-           " recomputes its forward before each backward: " + human_bytes(without) +
-           " per device without, " + human_bytes(bytes(true)) + " with (device " +
-           human_bytes(capacity) + (without > capacity ? ", over it" : "") + ")\n";
+    out += line(st, without, bytes(true), capacity);
   }
   return out;
+}
+
+std::string recompute_summary(const graphpipe::v1::Plan& plan) {
+  return memory_choice_summary(
+      plan, [](const graphpipe::v1::Stage& st) { return st.recompute(); },
+      [](cost::MemoryOptions& o, bool on) { o.recompute = on; },
+      [](const graphpipe::v1::Stage& st, double without, double with, double capacity) {
+        return "  stage " + std::to_string(st.id()) +
+               " recomputes its forward before each backward: " + human_bytes(without) +
+               " per device without, " + human_bytes(with) + " with (device " +
+               human_bytes(capacity) + (without > capacity ? ", over it" : "") + ")\n";
+      });
 }
 
 std::string recomputing_stages(const graphpipe::v1::Plan& plan) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gp/cost/memory_model.h"
+#include "gp/planner/recompute.h"
 #include "gp/planner/report.h"
 
 namespace gp::planner {
@@ -82,33 +83,16 @@ std::string sharding_stages(const graphpipe::v1::Plan& plan) {
 }
 
 std::string shard_summary(const graphpipe::v1::Plan& plan) {
-  if (sharding_stages(plan).empty()) return "";
-  auto built = model::Graph::build(plan.model());
-  if (!built.ok()) return "";
-  const model::Graph& g = *built;
-  cost::MemoryOptions options{plan.training().optimizer(), plan.training().precision()};
-  const double capacity = static_cast<double>(plan.cluster().device().memory_capacity_bytes());
-  std::string out;
-  for (const auto& st : plan.stages()) {
-    if (!st.shard_optimizer()) continue;
-    std::vector<int> ops;
-    for (const auto& id : st.op_ids()) {
-      if (const int i = g.index_of(id); i >= 0) ops.push_back(i);
-    }
-    const int d = std::max(st.device_ranks_size(), 1);
-    options.recompute = st.recompute();
-    auto bytes = [&](bool shard) {
-      options.shard_optimizer = shard;
-      return static_cast<double>(
-          cost::stage_memory(g, ops, st.micro_batch(), st.in_flight_samples(), d, options).total());
-    };
-    const double without = bytes(false);
-    out += "  stage " + std::to_string(st.id()) + " shards its optimizer state over " +
-           std::to_string(d) + " replicas: " + human_bytes(without) + " per device without, " +
-           human_bytes(bytes(true)) + " with (device " + human_bytes(capacity) +
-           (without > capacity ? ", over it" : "") + ")\n";
-  }
-  return out;
+  return memory_choice_summary(
+      plan, [](const graphpipe::v1::Stage& st) { return st.shard_optimizer(); },
+      [](cost::MemoryOptions& o, bool on) { o.shard_optimizer = on; },
+      [](const graphpipe::v1::Stage& st, double without, double with, double capacity) {
+        return "  stage " + std::to_string(st.id()) + " shards its optimizer state over " +
+               std::to_string(std::max(st.device_ranks_size(), 1)) +
+               " replicas: " + human_bytes(without) + " per device without, " + human_bytes(with) +
+               " with (device " + human_bytes(capacity) + (without > capacity ? ", over it" : "") +
+               ")\n";
+      });
 }
 
 }  // namespace gp::planner

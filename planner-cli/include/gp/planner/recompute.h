@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/cost/memory_model.h"
 #include "gp/model/graph.h"
 #include "gp/sim/simulator.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -49,5 +51,14 @@ std::string recomputing_stages(const graphpipe::v1::Plan& plan);
 // memory model (gp::cost::stage_memory) without and with recomputation, against the device's
 // capacity: why it recomputes. Empty when no stage does (or the plan's model does not build).
 std::string recompute_summary(const graphpipe::v1::Plan& plan);
+
+// For inspect: one line per stage of `plan` that `chosen` marks, `line(stage, without, with,
+// capacity)` given its memory per device by the catalogue's memory model with the choice
+// (`toggle` sets it in the options) off and on; the stage's other choices stay as the plan has
+// them. Empty when no stage is marked (or the plan's model does not build).
+std::string memory_choice_summary(
+    const graphpipe::v1::Plan& plan, const std::function<bool(const graphpipe::v1::Stage&)>& chosen,
+    const std::function<void(cost::MemoryOptions&, bool)>& toggle,
+    const std::function<std::string(const graphpipe::v1::Stage&, double, double, double)>& line);
 
 }  // namespace gp::planner
