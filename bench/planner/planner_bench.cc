@@ -16,8 +16,10 @@
 //                              the nbranch sweep
 //   gp_planner_bench --json F  also write every row as JSON to F
 //   gp_planner_bench --assignments DIR   hand plans from DIR (default: configs/assignments)
-// Exits 1 when GraphPipe's plan is slower than a baseline's anywhere, or below 0.95x a
-// reference plan.
+// A last table searches models that overflow memory with and without recomputation and
+// optimizer sharding (memory_rows.h). Exits 1 when GraphPipe's plan is slower than a baseline's
+// anywhere, below 0.95x a reference plan, or slower (or infeasible) with recomputation and
+// sharding allowed than without.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +38,7 @@
 #include "gp/plan/plan_util.h"
 #include "gp/planner/iteration_bound.h"
 #include "gp/planner/search.h"
+#include "memory_rows.h"
 #include "reference_plans.h"
 
 using namespace gp;
@@ -819,6 +822,7 @@ int main(int argc, char** argv) {
   print_scale_summary(scale);
   print_reference_summary(rows);
   const bool effort_ok = print_effort_summary(rows);
+  const bool memory_ok = bench::run_memory_rows();
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<const Row*> all;
@@ -836,5 +840,6 @@ int main(int argc, char** argv) {
   for (const auto& l : short_of) std::printf("  below: %s\n", l.c_str());
   std::printf("\n(%s run, %.1f s wall)\n", opts.quick ? "quick" : "full", elapsed);
   if (!effort_ok) std::printf("  the improvement search ended below the fast search\n");
-  return lost.empty() && short_of.empty() && effort_ok ? 0 : 1;
+  if (!memory_ok) std::printf("  recomputation or sharding made a plan slower or lost one\n");
+  return lost.empty() && short_of.empty() && effort_ok && memory_ok ? 0 : 1;
 }
