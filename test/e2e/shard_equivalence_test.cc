@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../support/example_plans.h"
+#include "../support/local_training.h"
 #include "../support/models.h"
 #include "../support/staging_device.h"
 #include "checkpoint/checkpoint_files.h"
@@ -31,37 +32,17 @@ namespace {
 constexpr int kIterations = 4;
 constexpr auto kTimeout = std::chrono::milliseconds(20000);
 
-struct Trained {
-  std::vector<double> losses;
-  std::vector<std::vector<float>> params;  // per session, in session order
-};
+using testing::check_bit_identical;
+using Trained = testing::LocalTraining;
 
+// Checks that every session's runner took the plan's choice.
 Trained train(const graphpipe::v1::Plan& plan, const exec::Device& device = exec::cpu_device()) {
-  std::vector<std::unique_ptr<exec::RankSession>> sessions;
-  auto run = exec::run_plan_locally(plan, kIterations, kTimeout, &sessions, 0, device);
-  INFO(run.status().to_string());
-  REQUIRE(run.ok());
-  Trained t;
-  t.losses = run->losses;
-  for (const auto& s : sessions) {
-    const exec::StageRunner& r = s->runner().stage_runner();
-    const auto& stage = plan.stages(s->runner().stage());
-    CHECK(r.sharded() == (stage.shard_optimizer() && stage.device_ranks_size() > 1));
-    std::vector<float> p(static_cast<size_t>(r.param_count()));
-    REQUIRE(r.download_params(p).ok());
-    t.params.push_back(std::move(p));
-  }
-  return t;
-}
-
-void check_bit_identical(const Trained& a, const Trained& b) {
-  CHECK(a.losses == b.losses);
-  REQUIRE(a.params.size() == b.params.size());
-  for (size_t i = 0; i < a.params.size(); ++i) {
-    INFO("session " << i);
-    REQUIRE(a.params[i].size() == b.params[i].size());
-    CHECK(std::memcmp(a.params[i].data(), b.params[i].data(), a.params[i].size() * 4) == 0);
-  }
+  return testing::train_locally(plan, kIterations, kTimeout, device,
+                                [&](const exec::RankSession& s) {
+                                  const auto& stage = plan.stages(s.runner().stage());
+                                  CHECK(s.runner().stage_runner().sharded() ==
+                                        (stage.shard_optimizer() && stage.device_ranks_size() > 1));
+                                });
 }
 
 graphpipe::v1::Plan sharded(graphpipe::v1::Plan plan) {
