@@ -10,6 +10,7 @@
 #include "gp/common/cli_hints.h"
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
+#include "gp/exec/device.h"
 
 namespace {
 
@@ -132,6 +133,7 @@ CLI::App* add_show_command(CLI::App& app, std::string* path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gp::exec::flush_subnormals();  // as the executor's ranks compute (gp/exec/device.h)
   CLI::App app{
       "graphpipe-profile: measure operators, communication and memory on this machine and write a "
       "profile database for `graphpipe-plan --profile`.\n"

@@ -1,8 +1,12 @@
 // Process-wide settings of the CPU kernels' BLAS.
 #include <cblas.h>
 #include <sched.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <thread>
 
@@ -13,6 +17,19 @@ namespace gp::exec {
 void set_cpu_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
 
 int cpu_threads() { return openblas_get_num_threads(); }
+
+void flush_subnormals() {
+#if defined(__x86_64__) || defined(__i386__)
+  constexpr unsigned kFlushToZero = 0x8000;     // MXCSR.FTZ: subnormal results become 0
+  constexpr unsigned kDenormalsAreZero = 0x40;  // MXCSR.DAZ: subnormal inputs read as 0
+  _mm_setcsr(_mm_getcsr() | kFlushToZero | kDenormalsAreZero);
+#elif defined(__aarch64__)
+  uint64_t fpcr = 0;
+  asm volatile("mrs %0, fpcr" : "=r"(fpcr));
+  fpcr |= uint64_t{1} << 24;  // FPCR.FZ
+  asm volatile("msr fpcr, %0" : : "r"(fpcr));
+#endif
+}
 
 int usable_cpus() {
   cpu_set_t set;

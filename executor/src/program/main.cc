@@ -46,6 +46,7 @@ int main(int raw_argc, char** raw_argv) {
   // A peer that dies closes its sockets; writing to them must be an error we report (EPIPE),
   // not a signal that kills this rank too.
   std::signal(SIGPIPE, SIG_IGN);
+  gp::exec::flush_subnormals();  // before any thread starts: they inherit it
   // Each NCCL communicator has a stream of its own; with fewer hardware queues than streams
   // (CUDA's default is 8), a transfer blocked waiting for its peer can hold back another stream's
   // work that the peer needs. Read when CUDA starts, so set before any CUDA call; a user's own
