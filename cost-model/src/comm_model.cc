@@ -34,6 +34,44 @@ CommModel::CommModel(const Cluster& cluster)
   GP_CHECK(cluster_.devices_per_node() > 0, "cluster must be validated (devices_per_node > 0)");
   GP_CHECK(intra_p2p_.bandwidth_bytes_per_s() > 0 && inter_p2p_.bandwidth_bytes_per_s() > 0,
            "cluster must be validated (link bandwidths > 0)");
+  if (cluster_.device_groups_size() == 0) return;
+  const int n = num_devices(cluster_);
+  for (int r = 0; r < n; ++r) {
+    node_of_rank_.push_back(node_of(cluster_, r));
+    const int p = physical_device(cluster_, r);
+    std::optional<LinkSpec> intra, inter;
+    for (const auto& g : cluster_.device_groups()) {
+      const bool in = std::find(g.devices().begin(), g.devices().end(), p) != g.devices().end() ||
+                      std::find(g.nodes().begin(), g.nodes().end(),
+                                p / cluster_.devices_per_node()) != g.nodes().end();
+      if (!in) continue;
+      if (g.has_intra_node()) intra = g.intra_node();
+      if (g.has_inter_node()) inter = g.inter_node();
+      break;
+    }
+    own_intra_.push_back(intra);
+    own_inter_.push_back(inter);
+  }
+}
+
+LinkSpec CommModel::slower_link(std::span<const int> ranks, bool intra) const {
+  LinkSpec link = intra ? intra_p2p_ : inter_p2p_;
+  if (node_of_rank_.empty()) return link;
+  bool first = true;
+  for (int r : ranks) {
+    const auto& own =
+        intra ? own_intra_[static_cast<size_t>(r)] : own_inter_[static_cast<size_t>(r)];
+    const LinkSpec& l = own ? *own : (intra ? intra_p2p_ : inter_p2p_);
+    if (first) {
+      link = l;
+      first = false;
+      continue;
+    }
+    link.set_latency_us(std::max(link.latency_us(), l.latency_us()));
+    link.set_bandwidth_bytes_per_s(
+        std::min(link.bandwidth_bytes_per_s(), l.bandwidth_bytes_per_s()));
+  }
+  return link;
 }
 
 // Fits from a profile replace the datasheet link numbers: a P2P fit of a link class replaces
@@ -72,6 +110,12 @@ CommModel::CommModel(const Cluster& cluster, const graphpipe::v1::ProfileDB& db)
 
 double CommModel::p2p_time_us(int src_rank, int dst_rank, int64_t bytes) const {
   if (src_rank == dst_rank || bytes <= 0) return 0;  // nothing crosses a link
+  if (!node_of_rank_.empty()) {
+    const int pair[] = {src_rank, dst_rank};
+    const bool intra = node_of_rank_[static_cast<size_t>(src_rank)] ==
+                       node_of_rank_[static_cast<size_t>(dst_rank)];
+    return alpha_beta_us(slower_link(pair, intra), static_cast<double>(bytes));
+  }
   const LinkSpec& link = same_node(cluster_, src_rank, dst_rank) ? intra_p2p_ : inter_p2p_;
   return alpha_beta_us(link, static_cast<double>(bytes));
 }
@@ -80,7 +124,10 @@ double CommModel::allreduce_time_us(std::span<const int> ranks, int64_t bytes) c
   const int n = static_cast<int>(ranks.size());
   if (n <= 1 || bytes <= 0) return 0;
   std::map<int, int> per_node;  // node -> ranks of the group on it
-  for (int r : ranks) ++per_node[node_of(cluster_, r)];
+  for (int r : ranks) {
+    ++per_node[node_of_rank_.empty() ? node_of(cluster_, r)
+                                     : node_of_rank_[static_cast<size_t>(r)]];
+  }
   const int nodes = static_cast<int>(per_node.size());
   int g = 0;  // ranks per node: the most any node holds (the slowest node decides)
   for (const auto& [node, count] : per_node) g = std::max(g, count);
@@ -96,13 +143,14 @@ double CommModel::allreduce_time_us(std::span<const int> ranks, int64_t bytes) c
     }
   }
 
-  if (nodes == 1) return ring_allreduce_us(intra_p2p_, n, b);
+  const LinkSpec intra = slower_link(ranks, true);
+  if (nodes == 1) return ring_allreduce_us(intra, n, b);
   // Hierarchical: reduce-scatter inside each node ((g-1) steps of bytes/g on the intra link),
   // ring all-reduce of each device's bytes/g shard across the nodes (each of the g devices
   // drives its own shard over its own inter-node link, so the per-device bandwidth applies),
   // then all-gather inside each node (same cost as the reduce-scatter).
-  const double intra_phase = (g - 1) * alpha_beta_us(intra_p2p_, b / g);
-  return intra_phase + ring_allreduce_us(inter_p2p_, nodes, b / g) + intra_phase;
+  const double intra_phase = (g - 1) * alpha_beta_us(intra, b / g);
+  return intra_phase + ring_allreduce_us(slower_link(ranks, false), nodes, b / g) + intra_phase;
 }
 
 }  // namespace gp::cost

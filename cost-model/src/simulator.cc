@@ -1,7 +1,10 @@
 #include "gp/sim/simulator.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <queue>
+#include <string>
 
 #include "gp/plan/plan_util.h"
 
@@ -23,6 +26,7 @@ struct StageCosts {
   int64_t activation_bytes_per_sample = 0;
   int64_t gradient_bytes = 0;  // all-reduce volume
   cost::MemoryBreakdown static_memory;
+  int64_t capacity_bytes = 0;  // the smallest memory of the stage's devices
 };
 
 struct RankState {
@@ -35,16 +39,32 @@ struct RankState {
   int64_t max_live_samples = 0;
 };
 
-// Per-stage costs, computed once before the replay.
-std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
-                                    const plan::PlanIndex& index, const cost::CostModel& compute,
-                                    const cost::MemoryOptions& memory) {
-  const auto& device = plan.cluster().device();
-  std::vector<StageCosts> costs(plan.stages_size());
+// What a rank's own device takes for one micro-batch of its stage (mixed clusters: replicas of
+// one stage on different kinds differ).
+struct RankTimes {
+  double forward_us = 0;
+  double backward_us = 0;
+  double recompute_us = 0;
+  double optimizer_us = 0;
+};
+
+struct Costs {
+  std::vector<StageCosts> stages;  // times: the slowest replica's
+  std::vector<RankTimes> ranks;    // indexed by rank; zero for ranks without a stage
+};
+
+// Per-stage and per-rank costs, computed once before the replay. Each distinct device kind of a
+// stage's replicas is priced once.
+Costs stage_costs(const Plan& plan, const model::Graph& graph, const plan::PlanIndex& index,
+                  const cost::DeviceCostModels& compute, const cost::MemoryOptions& memory) {
+  const auto& cluster = plan.cluster();
+  Costs out;
+  out.stages.resize(plan.stages_size());
+  out.ranks.resize(static_cast<size_t>(index.world_size));
   for (int s = 0; s < plan.stages_size(); ++s) {
     const auto& st = plan.stages(s);
     const auto& ops = index.stage_ops[s];
-    StageCosts& c = costs[s];
+    StageCosts& c = out.stages[s];
     cost::MemoryOptions stage_options = memory;
     stage_options.recompute = st.recompute();
     const int d = st.device_ranks_size();
@@ -53,12 +73,6 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
     // The largest replica slice (replica_samples: they differ by at most one sample) sets the
     // stage's pace and its memory.
     c.samples_per_replica = (st.micro_batch() + d - 1) / d;
-    for (int op : ops) {
-      const cost::OpTime t = compute.op_time(graph.op(op), c.samples_per_replica);
-      c.forward_us += t.forward_us;
-      c.backward_us += t.backward_us;
-    }
-    if (st.recompute()) c.recompute_us = c.forward_us;
     c.static_memory =
         cost::stage_memory(graph, ops, st.micro_batch(), /*in_flight_samples=*/0, d, stage_options);
     c.activation_bytes_per_sample =
@@ -66,10 +80,34 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
             .activation_bytes;
     c.gradient_bytes = cost::stage_param_bytes(graph, ops, plan.training().precision());
     // ZeRO-1: each replica steps only its slice of the weights, gradients and state.
-    c.optimizer_us = cost::optimizer_step_us(
-        device, cost::optimizer_step_state(c.static_memory, d, c.shard_optimizer));
+    const cost::MemoryBreakdown step_state =
+        cost::optimizer_step_state(c.static_memory, d, c.shard_optimizer);
+    std::map<std::string, RankTimes> by_kind;  // one pricing per device kind of the replicas
+    for (int r : st.device_ranks()) {
+      const auto& device = cost::device_of_rank(cluster, r);
+      auto [it, added] = by_kind.try_emplace(device.name());
+      RankTimes& t = it->second;
+      if (added) {
+        const cost::CostModel& model = compute.for_kind(device.name());
+        for (int op : ops) {
+          const cost::OpTime ot = model.op_time(graph.op(op), c.samples_per_replica);
+          t.forward_us += ot.forward_us;
+          t.backward_us += ot.backward_us;
+        }
+        if (st.recompute()) t.recompute_us = t.forward_us;
+        t.optimizer_us = cost::optimizer_step_us(device, step_state);
+      }
+      if (r >= 0 && r < index.world_size) out.ranks[static_cast<size_t>(r)] = t;
+      c.forward_us = std::max(c.forward_us, t.forward_us);
+      c.backward_us = std::max(c.backward_us, t.backward_us);
+      c.recompute_us = std::max(c.recompute_us, t.recompute_us);
+      c.optimizer_us = std::max(c.optimizer_us, t.optimizer_us);
+      c.capacity_bytes = c.capacity_bytes == 0
+                             ? device.memory_capacity_bytes()
+                             : std::min(c.capacity_bytes, device.memory_capacity_bytes());
+    }
   }
-  return costs;
+  return out;
 }
 
 // One replay of a validated plan: the event loop and the state it advances. Each instruction
@@ -77,13 +115,14 @@ std::vector<StageCosts> stage_costs(const Plan& plan, const model::Graph& graph,
 class Replay {
  public:
   Replay(const Plan& plan, const model::Graph& graph, const plan::PlanIndex& index,
-         const SimOptions& options, const cost::CommModel& comm, std::vector<StageCosts> costs)
+         const SimOptions& options, const cost::CommModel& comm, Costs costs)
       : plan_(plan),
         graph_(graph),
         index_(index),
         options_(options),
         comm_(comm),
-        costs_(std::move(costs)) {}
+        costs_(std::move(costs.stages)),
+        rank_times_(std::move(costs.ranks)) {}
 
   Result<SimResult> run() {
     start_ranks();
@@ -106,6 +145,8 @@ class Replay {
       result_.ranks[r].stage = index_.stage_of_rank[r];
       if (index_.stage_of_rank[r] >= 0) {
         result_.ranks[r].static_memory = costs_[index_.stage_of_rank[r]].static_memory;
+        result_.ranks[r].capacity_bytes =
+            cost::device_of_rank(plan_.cluster(), r).memory_capacity_bytes();
         result_.ranks[r].peak_memory_bytes = result_.ranks[r].static_memory.total();
       }
     }
@@ -182,25 +223,27 @@ class Replay {
     rank.live_samples += c.samples_per_replica;
     rank.max_live_samples = std::max(rank.max_live_samples, rank.live_samples);
     record_memory(r, rank.clock);
+    const RankTimes& t = rank_times_[static_cast<size_t>(r)];
     add_event(
-        {EventKind::kForward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + c.forward_us});
-    rank.clock += c.forward_us;
-    result_.ranks[r].busy_us += c.forward_us;
+        {EventKind::kForward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + t.forward_us});
+    rank.clock += t.forward_us;
+    result_.ranks[r].busy_us += t.forward_us;
   }
 
   void backward(int r, const Instruction& in, int s) {
     RankState& rank = ranks_[r];
     const StageCosts& c = costs_[s];
-    if (c.recompute_us > 0) {  // drawn as a second forward of the micro-batch
+    const RankTimes& t = rank_times_[static_cast<size_t>(r)];
+    if (t.recompute_us > 0) {  // drawn as a second forward of the micro-batch
       add_event({EventKind::kForward, r, -1, s, in.micro_batch(), rank.clock,
-                 rank.clock + c.recompute_us});
-      rank.clock += c.recompute_us;
-      result_.ranks[r].busy_us += c.recompute_us;
+                 rank.clock + t.recompute_us});
+      rank.clock += t.recompute_us;
+      result_.ranks[r].busy_us += t.recompute_us;
     }
     add_event(
-        {EventKind::kBackward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + c.backward_us});
-    rank.clock += c.backward_us;
-    result_.ranks[r].busy_us += c.backward_us;
+        {EventKind::kBackward, r, -1, s, in.micro_batch(), rank.clock, rank.clock + t.backward_us});
+    rank.clock += t.backward_us;
+    result_.ranks[r].busy_us += t.backward_us;
     rank.activation_bytes -= c.activation_bytes_per_sample * c.samples_per_replica;
     rank.live_samples -= c.samples_per_replica;
     record_memory(r, rank.clock);
@@ -269,9 +312,10 @@ class Replay {
   void optimizer_step(int r, int s) {
     RankState& rank = ranks_[r];
     const StageCosts& c = costs_[s];
-    add_event({EventKind::kOptimizer, r, -1, s, 0, rank.clock, rank.clock + c.optimizer_us});
-    rank.clock += c.optimizer_us;
-    result_.ranks[r].busy_us += c.optimizer_us;
+    const double step_us = rank_times_[static_cast<size_t>(r)].optimizer_us;
+    add_event({EventKind::kOptimizer, r, -1, s, 0, rank.clock, rank.clock + step_us});
+    rank.clock += step_us;
+    result_.ranks[r].busy_us += step_us;
     if (!c.shard_optimizer) return;
     // ZeRO-1's parameter all-gather, priced as an all-reduce of the stage's parameter bytes: the
     // executor runs it as one (each replica zeroes the slices it does not own and the replicas
@@ -335,6 +379,7 @@ class Replay {
       st.forward_us = costs_[s].forward_us;
       st.backward_us = costs_[s].backward_us;
       st.recompute_us = costs_[s].recompute_us;
+      st.capacity_bytes = costs_[s].capacity_bytes;
       st.max_live_samples = ranks_[plan_.stages(s).device_ranks(0)].max_live_samples;
     }
   }
@@ -345,6 +390,7 @@ class Replay {
   const SimOptions& options_;
   const cost::CommModel& comm_;
   const std::vector<StageCosts> costs_;
+  const std::vector<RankTimes> rank_times_;
 
   std::vector<RankState> ranks_;
   SimResult result_;
@@ -371,13 +417,28 @@ std::string SimResult::deadlock_report() const {
   return s;
 }
 
+bool SimResult::fits_memory() const {
+  for (const auto& rs : ranks) {
+    if (rs.stage >= 0 && rs.peak_memory_bytes > rs.capacity_bytes) return false;
+  }
+  return true;
+}
+
 Simulator::Simulator(const cost::CostModel& compute, const cost::CommModel& comm,
                      cost::MemoryOptions memory)
-    : compute_(compute), comm_(comm), memory_(memory) {}
+    // Not owned: the caller keeps `compute` alive, as before per-device models existed.
+    : compute_(std::shared_ptr<const cost::CostModel>(&compute, [](const cost::CostModel*) {})),
+      comm_(comm),
+      memory_(memory) {}
+
+Simulator::Simulator(cost::DeviceCostModels compute, const cost::CommModel& comm,
+                     cost::MemoryOptions memory)
+    : compute_(std::move(compute)), comm_(comm), memory_(memory) {}
 
 Result<SimResult> Simulator::run(const Plan& plan, const model::Graph& graph,
                                  const SimOptions& options) const {
   GP_ASSIGN_OR_RETURN(plan::PlanIndex index, plan::validate_plan_structure(plan, graph));
+  GP_RETURN_IF_ERROR(compute_.covers(plan.cluster()));
   Replay replay(plan, graph, index, options, comm_,
                 stage_costs(plan, graph, index, compute_, memory_));
   return replay.run();

@@ -11,6 +11,7 @@
 #include "gp/common/status.h"
 #include "gp/common/version.h"
 #include "gp/cost/cost_model.h"
+#include "gp/cost/device_costs.h"
 #include "gp/model/graph.h"
 #include "gp/planner/search.h"
 #include "graphpipe/v1/cluster.pb.h"
@@ -127,10 +128,19 @@ struct PlanningSetup {
   std::unique_ptr<model::Graph> graph;
   graphpipe::v1::Cluster cluster;
   graphpipe::v1::TrainingConfig training;
+  // The reference compute model: on a mixed cluster the fastest kind's.
   std::shared_ptr<const cost::CostModel> compute;
   std::shared_ptr<const cost::CommModel> comm;
   std::string profile_hash;  // empty without --profile
+  // Per-device compute (cost/device_costs.h); nullptr: `compute` for every device. A mixed
+  // `cluster` (device_groups of other kinds) needs one model per kind: set it with
+  // DeviceCostModels::create(cluster, by_kind_name) and `compute` to its reference(); then
+  // run_search_for searches and simulates with it, and write_outputs' trace and the verifier
+  // simulate with it.
+  std::shared_ptr<const cost::DeviceCostModels> device_costs;
 };
+// The setup's per-device models, or `compute` for every device when it has none.
+cost::DeviceCostModels device_costs_of(const PlanningSetup& setup);
 
 // A plan file checked before any tool touches it: its cluster (costs divide by its numbers), its
 // model and, unless the caller reports problems itself (verify), its hashes, structure, fields
@@ -146,12 +156,16 @@ Status run_ops_list();
 
 Result<PlanningSetup> prepare(const SearchOptions& opts);
 struct CostModels {
-  std::shared_ptr<const cost::CostModel> compute;
+  std::shared_ptr<const cost::CostModel> compute;  // the fastest kind's on a mixed cluster
   std::shared_ptr<const cost::CommModel> comm;
   std::string profile_hash;  // message_hash of the profile DB; empty without one
+  // One model per device kind (uniform: `compute` for all on a homogeneous cluster).
+  std::shared_ptr<const cost::DeviceCostModels> devices;
 };
 // The analytic compute model and datasheet links of `cluster`, or, with a profile DB, measured
-// operator times (analytic fallback per op) and measured link fits.
+// operator times (analytic fallback per op) and measured link fits. A mixed cluster gets one
+// model per device kind (each profiled kind falls back to its own analytic model); the profile
+// is refused as for another cluster only when none of its records is for any of its kinds.
 Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
                                     graphpipe::v1::Precision precision,
                                     const std::string& profile_path);

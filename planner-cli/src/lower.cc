@@ -159,8 +159,13 @@ class AssignmentLowering {
         stage_graph_(stage_graph),
         sizes_(std::move(sizes)),
         datasheet_comm_(req.cluster),
-        simulator_(*req.compute, req.comm != nullptr ? *req.comm : datasheet_comm_,
-                   {req.training.optimizer(), req.training.precision(), req.compute}),
+        simulator_(req.device_costs != nullptr
+                       ? sim::Simulator(
+                             *req.device_costs, req.comm != nullptr ? *req.comm : datasheet_comm_,
+                             {req.training.optimizer(), req.training.precision(), req.compute})
+                       : sim::Simulator(
+                             *req.compute, req.comm != nullptr ? *req.comm : datasheet_comm_,
+                             {req.training.optimizer(), req.training.precision(), req.compute})),
         capacity_(req.cluster.device().memory_capacity_bytes()) {}
 
   // The fastest plan of one lowering over every size and every order of `orders` (the stages
@@ -242,7 +247,7 @@ Status AssignmentLowering::try_order(const std::string& name, bool chain,
   if (sim.deadlocked) {
     return internal_error("the " + name + " lowering deadlocks: " + sim.deadlock_report());
   }
-  if (sim.peak_memory_bytes > capacity_) {
+  if (!sim.fits_memory()) {
     if (!cand->feasible) {
       cand->reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
                      " bytes exceeds the device's " + std::to_string(capacity_);

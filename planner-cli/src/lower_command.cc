@@ -55,6 +55,7 @@ Status run_lower(const LowerOptions& opts) {
   req.mini_batch = so.batch;
   req.training = setup.training;
   req.compute = setup.compute.get();
+  req.device_costs = setup.device_costs.get();
   req.comm = setup.comm.get();
   req.stages = std::move(stages).value();
   req.lowering = lowering;
@@ -97,7 +98,7 @@ Status run_lower(const LowerOptions& opts) {
     return failed_precondition("--assignment " + opts.assignment + ": no lowering fits: " + why);
   }
   // The same gate as search: never write a plan the verifier would reject.
-  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(best->result.plan, *setup.compute));
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(best->result.plan, device_costs_of(setup)));
   if (!report.ok()) {
     return internal_error("the lowered plan failed verification: " + report.problems[0]);
   }

@@ -99,31 +99,57 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
                                     graphpipe::v1::Precision precision,
                                     const std::string& profile_path) {
   CostModels models;
-  auto analytic = std::make_shared<const cost::AnalyticCostModel>(cluster.device(), precision);
+  // One analytic model per device kind, fastest first (one kind on a homogeneous cluster).
+  const std::vector<std::string> kinds = cost::device_kind_names(cluster);
+  std::map<std::string, std::shared_ptr<const cost::CostModel>> by_kind;
+  for (const std::string& kind : kinds) {
+    by_kind[kind] = std::make_shared<const cost::AnalyticCostModel>(
+        *cost::find_device_kind(cluster, kind), precision);
+  }
+  const auto finish = [&]() -> Result<CostModels> {
+    models.compute = by_kind[kinds.front()];
+    if (kinds.size() == 1) {
+      models.devices = std::make_shared<const cost::DeviceCostModels>(models.compute);
+    } else {
+      GP_ASSIGN_OR_RETURN(auto devices, cost::DeviceCostModels::create(cluster, by_kind));
+      models.devices = std::make_shared<const cost::DeviceCostModels>(std::move(devices));
+    }
+    return std::move(models);
+  };
   if (profile_path.empty()) {
-    models.compute = analytic;
     models.comm = std::make_shared<const cost::CommModel>(cluster);
-    return models;
+    return finish();
   }
   graphpipe::v1::ProfileDB db;
   GP_RETURN_IF_ERROR(model::read_message(profile_path, &db).with_context("--profile"));
   // graphpipe-profile's own check: a record it would refuse must not steer a plan.
   GP_RETURN_IF_ERROR(profile::validate_profile(db).with_context("--profile " + profile_path));
-  auto profiled = cost::ProfiledCostModel::create(db, cluster.device().name(), analytic);
-  if (!profiled.ok()) return profiled.status().with_context("--profile " + profile_path);
   int kind_records = 0;
-  for (const auto& m : db.ops()) kind_records += m.device_kind() == cluster.device().name();
+  for (const auto& m : db.ops()) {
+    kind_records += std::find(kinds.begin(), kinds.end(), m.device_kind()) != kinds.end();
+  }
   if (db.ops_size() > 0 && kind_records == 0) {
     // Every op would silently fall back to the analytic model: almost surely the wrong cluster.
+    std::string names;
+    for (const auto& k : kinds) names += (names.empty() ? "'" : ", '") + k + "'";
     return invalid_argument("--profile " + profile_path + ": none of its " +
-                            std::to_string(db.ops_size()) + " op records is for device kind '" +
-                            cluster.device().name() + "' of cluster '" + cluster.name() +
-                            "' (first record: '" + db.ops(0).device_kind() + "')");
+                            std::to_string(db.ops_size()) + " op records is for device kind " +
+                            names + " of cluster '" + cluster.name() + "' (first record: '" +
+                            db.ops(0).device_kind() + "')");
   }
-  models.compute = std::shared_ptr<const cost::CostModel>(std::move(profiled).value());
+  for (const std::string& kind : kinds) {
+    auto profiled = cost::ProfiledCostModel::create(db, kind, by_kind[kind]);
+    if (!profiled.ok()) return profiled.status().with_context("--profile " + profile_path);
+    by_kind[kind] = std::shared_ptr<const cost::CostModel>(std::move(profiled).value());
+  }
   models.comm = std::make_shared<const cost::CommModel>(cluster, db);
   models.profile_hash = model::message_hash(db);
-  return models;
+  return finish();
+}
+
+cost::DeviceCostModels device_costs_of(const PlanningSetup& setup) {
+  if (setup.device_costs != nullptr) return *setup.device_costs;
+  return cost::DeviceCostModels(setup.compute);
 }
 
 namespace {
@@ -198,6 +224,7 @@ Result<PlanningSetup> prepare(const SearchOptions& opts) {
   setup.compute = std::move(models.compute);
   setup.comm = std::move(models.comm);
   setup.profile_hash = std::move(models.profile_hash);
+  setup.device_costs = std::move(models.devices);
   return setup;
 }
 
@@ -211,6 +238,7 @@ Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const Pl
   req.training = setup.training;
   req.compute = setup.compute.get();
   req.comm = setup.comm.get();
+  req.device_costs = setup.device_costs.get();
   req.micro_batches = opts.micro_batches;
   req.piper_downset_limit = opts.piper_downset_limit;
   req.piper_compress_branches = opts.piper_compress_branches;
@@ -287,7 +315,7 @@ Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
   if (!opts.trace.empty()) {
     // Re-simulate with events recorded (the search keeps only aggregates).
     const sim::Simulator simulator(
-        *setup.compute, *setup.comm,
+        device_costs_of(setup), *setup.comm,
         {setup.training.optimizer(), setup.training.precision(), setup.compute.get()});
     GP_ASSIGN_OR_RETURN(auto sim, simulator.run(result.plan, *setup.graph, {true}));
     GP_RETURN_IF_ERROR(
@@ -312,7 +340,7 @@ Status run_search(const SearchOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto result, run_search_for(opts, setup, strategy));
   if (result.feasible) {
     // Never write a plan the verifier would reject.
-    GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(result.plan, *setup.compute));
+    GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(result.plan, device_costs_of(setup)));
     if (!report.ok()) {
       return internal_error("the searched plan failed verification: " + report.problems[0]);
     }
@@ -339,6 +367,15 @@ Status run_search(const SearchOptions& opts) {
       p.throughput_samples_per_s(), p.iteration_time_s(),
       planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(),
       result.search_time_s, opts.out.c_str());
+  if (!result.reference_kind.empty()) {
+    // Mixed cluster: which kind's costs partitioned the plan, and where each stage runs.
+    std::printf("  partitioned with %s as the reference kind; stages on:",
+                result.reference_kind.c_str());
+    for (const auto& st : result.plan.stages()) {
+      std::printf(" %d %s%s", st.id(), planner::stage_kinds_text(result.plan, st).c_str(),
+                  st.id() + 1 < result.plan.stages_size() ? ";" : "\n");
+    }
+  }
   if (result.improvement.ran) print_improvement(result.improvement);
   return ok_status();
 }
@@ -383,6 +420,7 @@ Status run_replan(const ReplanOptions& opts) {
   setup.compute = std::move(models.compute);
   setup.comm = std::move(models.comm);
   setup.profile_hash = std::move(models.profile_hash);
+  setup.device_costs = std::move(models.devices);
 
   auto strategy = old.provenance().strategy();
   // A hand-made or lowered plan has no search to repeat: re-plan it with GraphPipe's.
@@ -401,7 +439,7 @@ Status run_replan(const ReplanOptions& opts) {
     return failed_precondition("no feasible plan for '" + setup.graph->model().name() + "' on " +
                                std::to_string(wanted) + " devices: " + result.infeasible_reason);
   }
-  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(result.plan, *setup.compute));
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(result.plan, device_costs_of(setup)));
   if (!report.ok()) {
     return internal_error("the re-planned plan failed verification: " + report.problems[0]);
   }

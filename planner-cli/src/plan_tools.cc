@@ -38,9 +38,13 @@ void print_plan_table(const PlanningSetup& setup, int64_t mini_batch,
           std::max(best_baseline, r.result->plan.predicted().throughput_samples_per_s());
     }
   }
-  std::printf("\n%s on %d x %s (%s), mini-batch %lld\n\n", setup.graph->model().name().c_str(),
-              cost::num_devices(setup.cluster), setup.cluster.device().name().c_str(),
-              setup.cluster.name().c_str(), static_cast<long long>(mini_batch));
+  // A mixed cluster lists its kinds ("16 x A100-SXM4-80GB + 16 x V100-SXM2-16GB").
+  const std::string devices = cost::is_mixed(setup.cluster)
+                                  ? planner::cluster_kinds_text(setup.cluster)
+                                  : std::to_string(cost::num_devices(setup.cluster)) + " x " +
+                                        setup.cluster.device().name();
+  std::printf("\n%s on %s (%s), mini-batch %lld\n\n", setup.graph->model().name().c_str(),
+              devices.c_str(), setup.cluster.name().c_str(), static_cast<long long>(mini_batch));
   std::printf("%-13s %8s %7s %6s %7s %6s %13s %12s %9s %11s %10s  %s\n", "strategy", "feasible",
               "stages", "depth", "devices", "mb", "samples/s", "iteration s", "bubbles", "peak mem",
               "search s", "vs best baseline");
@@ -103,7 +107,7 @@ Status run_simulate(const PlanFileOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto models,
                       make_cost_models(plan.cluster(), plan.training().precision(), opts.profile));
   const sim::Simulator simulator(
-      *models.compute, *models.comm,
+      *models.devices, *models.comm,
       {plan.training().optimizer(), plan.training().precision(), models.compute.get()});
   auto sim = simulator.run(plan, *built, {!opts.trace.empty()});
   if (!sim.ok()) return sim.status().with_context("--plan " + opts.plan);
@@ -166,6 +170,11 @@ Status run_inspect(const PlanFileOptions& opts) {
     w.end_array();
   }
   w.end_array();
+  if (cost::is_mixed(c)) {  // which kind each stage runs on
+    w.key("stage_device_kinds").begin_array();
+    for (const auto& st : plan.stages()) w.value(planner::stage_kinds_text(plan, st));
+    w.end_array();
+  }
   w.end_object();
   std::printf("%s\n", w.str().c_str());
   return ok_status();
@@ -189,7 +198,7 @@ Status run_verify(const PlanFileOptions& opts) {
   GP_ASSIGN_OR_RETURN(auto models,
                       make_cost_models(plan.cluster(), plan.training().precision(), opts.profile));
   vopts.comm = models.comm.get();
-  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(plan, *models.compute, vopts));
+  GP_ASSIGN_OR_RETURN(auto report, planner::verify_plan(plan, *models.devices, vopts));
   if (!report.ok()) {
     std::string all;
     for (const auto& p : report.problems) all += "\n  " + p;

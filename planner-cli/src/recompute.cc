@@ -12,6 +12,11 @@ void set_all(graphpipe::v1::Plan* plan, bool recompute) {
   for (auto& st : *plan->mutable_stages()) st.set_recompute(recompute);
 }
 
+// A stage's device memory: the simulation's, its smallest replica's (mixed clusters differ).
+int64_t capacity_of(const sim::StageStats& st, int64_t capacity) {
+  return st.capacity_bytes > 0 ? st.capacity_bytes : capacity;
+}
+
 }  // namespace
 
 Result<RecomputeMode> parse_recompute_mode(std::string_view name) {
@@ -39,12 +44,10 @@ Result<sim::SimResult> simulate_choosing_recompute(const sim::Simulator& simulat
                                                    graphpipe::v1::Plan* plan) {
   set_all(plan, mode == RecomputeMode::kAlways);
   GP_ASSIGN_OR_RETURN(sim::SimResult sim, simulator.run(*plan, graph));
-  if (mode != RecomputeMode::kAuto || sim.deadlocked || sim.peak_memory_bytes <= capacity) {
-    return sim;
-  }
+  if (mode != RecomputeMode::kAuto || sim.deadlocked || sim.fits_memory()) return sim;
   bool any = false;
   for (const auto& st : sim.stages) {
-    if (st.peak_memory_bytes <= capacity) continue;
+    if (st.peak_memory_bytes <= capacity_of(st, capacity)) continue;
     plan->mutable_stages(st.stage)->set_recompute(true);
     any = true;
   }
@@ -68,6 +71,7 @@ Result<std::vector<std::string>> recompute_reasons(const sim::Simulator& simulat
       return s < static_cast<int>(r.stages.size()) ? r.stages[s].peak_memory_bytes : 0;
     };
     const int64_t before = at(without);
+    if (s < static_cast<int>(with.stages.size())) capacity = capacity_of(with.stages[s], capacity);
     std::string& why = reasons[static_cast<size_t>(s)];
     why = mode == RecomputeMode::kAlways ? "--recompute always; w" : "w";
     why += "ithout recomputation its peak memory per device would be " +

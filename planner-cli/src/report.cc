@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "gp/common/json_writer.h"
+#include "gp/cost/cluster.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/recompute.h"
 #include "gp/planner/shard_optimizer.h"
@@ -46,6 +50,34 @@ void write_improvement(JsonWriter& w, const ImproveSummary& s) {
 }
 
 }  // namespace
+
+namespace {
+
+// "2 x A + 1 x B" for the kinds of `ranks` of `cluster`, fastest first; one kind: its name.
+std::string kinds_text(const graphpipe::v1::Cluster& cluster, const std::vector<int>& ranks) {
+  std::map<std::string, int> count;
+  for (int r : ranks) ++count[cost::device_of_rank(cluster, r).name()];
+  if (count.size() == 1) return count.begin()->first;
+  std::string out;
+  for (const auto& kind : cost::device_kind_names(cluster)) {
+    const auto it = count.find(kind);
+    if (it == count.end()) continue;
+    out += (out.empty() ? "" : " + ") + std::to_string(it->second) + " x " + kind;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string cluster_kinds_text(const graphpipe::v1::Cluster& cluster) {
+  std::vector<int> ranks(static_cast<size_t>(cost::num_devices(cluster)));
+  for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+  return kinds_text(cluster, ranks);
+}
+
+std::string stage_kinds_text(const graphpipe::v1::Plan& plan, const graphpipe::v1::Stage& stage) {
+  return kinds_text(plan.cluster(), {stage.device_ranks().begin(), stage.device_ranks().end()});
+}
 
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -93,6 +125,7 @@ std::string plan_report_json(const ReportContext& ctx, const graphpipe::v1::Plan
       w.key("devices").begin_array();
       for (int r : st.device_ranks()) w.value(r);
       w.end_array();
+      if (cost::is_mixed(plan->cluster())) w.field("device_kinds", stage_kinds_text(*plan, st));
       w.field("micro_batch", st.micro_batch())
           .field("in_flight_samples", st.in_flight_samples())
           .field("recompute", st.recompute())
@@ -183,8 +216,10 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
   const auto& c = plan.cluster();
   out += "model      " + plan.model().name() + " (" + std::to_string(plan.model().ops_size()) +
          " ops, hash " + plan.model_hash() + ")\n";
+  const bool mixed = cost::is_mixed(c);
   out += "cluster    " + c.name() + ": " + std::to_string(c.num_nodes()) + " x " +
-         std::to_string(c.devices_per_node()) + " " + c.device().name() + "\n";
+         std::to_string(c.devices_per_node()) + " " +
+         (mixed ? "(" + cluster_kinds_text(c) + ")" : c.device().name()) + "\n";
   out += "strategy   " + std::string(plan::strategy_name(plan.provenance().strategy())) +
          ", mini-batch " + std::to_string(plan.mini_batch()) + ", " +
          std::to_string(plan.stages_size()) + " stages, depth " +
@@ -212,6 +247,7 @@ std::string inspect_text(const graphpipe::v1::Plan& plan) {
       out += "  busy " + fmt("%.4f", p.stages(st.id()).busy_time_s()) + " s, mem " +
              human_bytes(static_cast<double>(p.stages(st.id()).peak_memory_bytes()));
     }
+    if (mixed) out += "  on " + stage_kinds_text(plan, st);
     if (st.recompute()) out += "  recomputes";
     if (st.shard_optimizer()) out += "  shards optimizer";
     out += "\n";

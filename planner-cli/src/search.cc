@@ -339,6 +339,97 @@ std::vector<StageAssignment> place_stages(const Partition& partition, const Unit
   return out;
 }
 
+std::vector<StageAssignment> assign_devices(const model::Graph& graph,
+                                            const cost::CostModel& compute,
+                                            const graphpipe::v1::Cluster& cluster,
+                                            int64_t mini_batch, std::vector<StageAssignment> stages,
+                                            const std::vector<int64_t>& memory_bytes) {
+  const int n = cost::num_devices(cluster);
+  std::vector<double> speed(static_cast<size_t>(n));
+  std::vector<int64_t> capacity(static_cast<size_t>(n));
+  std::vector<std::string> kind(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const auto& d = cost::device_of_rank(cluster, r);
+    speed[static_cast<size_t>(r)] = cost::device_speed(d);
+    capacity[static_cast<size_t>(r)] = d.memory_capacity_bytes();
+    kind[static_cast<size_t>(r)] = d.name();
+  }
+  std::vector<int> devices(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) devices[static_cast<size_t>(r)] = r;
+  std::stable_sort(devices.begin(), devices.end(), [&](int a, int b) {
+    return speed[static_cast<size_t>(a)] > speed[static_cast<size_t>(b)];
+  });
+  // Compute per replica over the iteration: what a stage's device must do.
+  const size_t num_stages = stages.size();
+  std::vector<double> weight(num_stages, 0);
+  std::vector<int> first_rank(num_stages, std::numeric_limits<int>::max());
+  for (size_t s = 0; s < num_stages; ++s) {
+    const StageAssignment& st = stages[s];
+    const int64_t d = std::max<int64_t>(1, static_cast<int64_t>(st.ranks.size()));
+    const int64_t b = std::max<int64_t>(1, st.micro_batch);
+    const int64_t slice = (b + d - 1) / d;
+    double us = 0;
+    for (int op : st.ops) {
+      const cost::OpTime t = compute.op_time(graph.op(op), slice);
+      us += t.forward_us + t.backward_us;
+    }
+    weight[s] = us * static_cast<double>((mini_batch + b - 1) / b);
+    for (int r : st.ranks) first_rank[s] = std::min(first_rank[s], r);
+  }
+  std::vector<size_t> order(num_stages);
+  for (size_t s = 0; s < num_stages; ++s) order[s] = s;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (weight[a] != weight[b]) return weight[a] > weight[b];
+    return first_rank[a] < first_rank[b];
+  });
+  std::vector<char> used(static_cast<size_t>(n), 0);
+  for (size_t s : order) {
+    const size_t need = stages[s].ranks.size();
+    const int64_t memory = s < memory_bytes.size() ? memory_bytes[s] : 0;
+    std::vector<int> got;
+    for (const bool fits_only : {true, false}) {
+      for (int r : devices) {
+        if (got.size() >= need) break;
+        if (used[static_cast<size_t>(r)]) continue;
+        if (fits_only && capacity[static_cast<size_t>(r)] < memory) continue;
+        used[static_cast<size_t>(r)] = 1;
+        got.push_back(r);
+      }
+    }
+    if (got.size() < need) return stages;  // more replicas than devices: left as they were
+    std::sort(got.begin(), got.end());
+    stages[s].ranks = std::move(got);
+  }
+  // Inside one kind the stages keep their placement order (placement_order puts heavily
+  // connected stages next to each other, on one node): each kind's devices, in rank order, go
+  // to its stages in their old order.
+  std::map<std::string, std::vector<size_t>> stages_of_kind;
+  std::map<std::string, std::vector<int>> devices_of_kind;
+  for (size_t s = 0; s < num_stages; ++s) {
+    const auto& ranks = stages[s].ranks;
+    if (ranks.empty()) continue;
+    const std::string& k = kind[static_cast<size_t>(ranks.front())];
+    if (!std::all_of(ranks.begin(), ranks.end(),
+                     [&](int r) { return kind[static_cast<size_t>(r)] == k; })) {
+      continue;
+    }
+    stages_of_kind[k].push_back(s);
+    auto& pool = devices_of_kind[k];
+    pool.insert(pool.end(), ranks.begin(), ranks.end());
+  }
+  for (auto& [k, list] : stages_of_kind) {
+    std::stable_sort(list.begin(), list.end(),
+                     [&](size_t a, size_t b) { return first_rank[a] < first_rank[b]; });
+    auto& pool = devices_of_kind[k];
+    std::sort(pool.begin(), pool.end());
+    size_t next = 0;
+    for (size_t s : list) {
+      for (int& r : stages[s].ranks) r = pool[next++];
+    }
+  }
+  return stages;
+}
+
 namespace {
 
 // The micro-batch sizes to search: the request's, checked, or every searchable one.
@@ -375,6 +466,26 @@ cost::MemoryOptions search_memory_options(const SearchRequest& req) {
   return m;
 }
 
+// The kind whose costs the partitioners use: on a mixed cluster the kind whose model is the
+// request's `compute` (search_mixed sets it per kind), else the cluster's own device.
+const graphpipe::v1::DeviceKind& reference_device(const SearchRequest& req) {
+  if (req.device_costs != nullptr) {
+    for (const auto& kind : cost::device_kind_names(req.cluster)) {
+      if (&req.device_costs->for_kind(kind) == req.compute) {
+        return *cost::find_device_kind(req.cluster, kind);
+      }
+    }
+  }
+  return req.cluster.device();
+}
+
+// The simulator of a search: each device's own model where the request has per-device ones.
+sim::Simulator make_simulator(const SearchRequest& req, const cost::CommModel& comm,
+                              const cost::MemoryOptions& memory) {
+  if (req.device_costs != nullptr) return sim::Simulator(*req.device_costs, comm, memory);
+  return sim::Simulator(*req.compute, comm, memory);
+}
+
 // One run of search_plan: the models built from the request, the plans found so far and the
 // result being filled. Sweeps the micro-batch sizes (search_micro_batch), partitioning with the
 // strategy and lowering and simulating each partition (evaluate); then refines the best plan and
@@ -399,6 +510,9 @@ class Search {
   };
 
   PlanInputs make_inputs(bool chain) const;
+  // Mixed clusters: `stages` on the devices assign_devices chooses, with each stage's memory
+  // estimated (where the kinds' capacities differ); otherwise `stages` as they are.
+  std::vector<StageAssignment> assigned(std::vector<StageAssignment> stages, bool chain) const;
 
   // What a micro-batch is partitioned with: the search's own costs, or (--recompute auto, where
   // those fit no plan) costs pricing every stage recomputing, without GraphPipe's Piper
@@ -515,6 +629,13 @@ class Search {
   PartitionContext shard_ctx_;
   const sim::Simulator simulator_;
   const int64_t capacity_;
+  // A mixed cluster with per-device models: plans go through assigned() and every bound is
+  // taken with the fastest kind's model (bound_compute_); partition bounds, priced with the
+  // reference kind, hold only when that is the fastest (partition_bound_holds_).
+  const bool mixed_;
+  const cost::CostModel& bound_compute_;
+  const bool partition_bound_holds_;
+  bool capacities_differ_ = false;
 
   SearchResult result_;
   // The best plan so far, and the best with other stages: both are refined at the end, since a
@@ -544,11 +665,22 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
       comm_(req.comm != nullptr ? *req.comm : datasheet_comm_),
       memory_(search_memory_options(req)),
       costs_(graph_, units_, *req.compute, comm_, memory_, req.mini_batch,
-             *std::max_element(micro_batches_.begin(), micro_batches_.end())),
+             *std::max_element(micro_batches_.begin(), micro_batches_.end()),
+             &reference_device(req)),
       piper_candidate_(req.strategy == graphpipe::v1::STRATEGY_GRAPHPIPE),
       branch_units_(piper_candidate_ ? compress_branches(graph_, units_) : UnitGraph{}),
-      simulator_(*req.compute, comm_, memory_),
-      capacity_(req.cluster.device().memory_capacity_bytes()) {
+      simulator_(make_simulator(req, comm_, memory_)),
+      capacity_(req.cluster.device().memory_capacity_bytes()),
+      mixed_(req.device_costs != nullptr && cost::is_mixed(req.cluster)),
+      bound_compute_(mixed_ ? req.device_costs->reference() : *req.compute),
+      partition_bound_holds_(!mixed_ || req.compute == &req.device_costs->reference()) {
+  if (mixed_) {
+    for (int r = 0; r < devices_; ++r) {
+      capacities_differ_ =
+          capacities_differ_ ||
+          cost::device_of_rank(req.cluster, r).memory_capacity_bytes() != capacity_;
+    }
+  }
   ctx_.graph = &graph_;
   ctx_.units = &units_;
   ctx_.costs = &costs_;
@@ -560,7 +692,7 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
   if (piper_candidate_) {
     const int64_t max_b = *std::max_element(micro_batches_.begin(), micro_batches_.end());
     branch_costs_.emplace(graph_, branch_units_, *req.compute, comm_, memory_, req.mini_batch,
-                          max_b);
+                          max_b, &reference_device(req));
     branch_ctx_.units = &branch_units_;
     branch_ctx_.costs = &*branch_costs_;
     branch_ctx_.piper_downset_limit = kPiperCandidateDownsets;
@@ -569,7 +701,8 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
     cost::MemoryOptions recomputing = memory_;
     recomputing.recompute = true;
     recompute_costs_.emplace(graph_, units_, *req.compute, comm_, recomputing, req.mini_batch,
-                             *std::max_element(micro_batches_.begin(), micro_batches_.end()));
+                             *std::max_element(micro_batches_.begin(), micro_batches_.end()),
+                             &reference_device(req));
     recompute_ctx_ = ctx_;
     recompute_ctx_.costs = &*recompute_costs_;
   }
@@ -578,7 +711,8 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
     sharding.shard_optimizer = true;
     sharding.recompute = req.recompute != RecomputeMode::kNever;
     shard_costs_.emplace(graph_, units_, *req.compute, comm_, sharding, req.mini_batch,
-                         *std::max_element(micro_batches_.begin(), micro_batches_.end()));
+                         *std::max_element(micro_batches_.begin(), micro_batches_.end()),
+                         &reference_device(req));
     shard_ctx_ = ctx_;
     shard_ctx_.costs = &*shard_costs_;
   }
@@ -609,8 +743,34 @@ Status Search::find() {
   if (result_.feasible) GP_RETURN_IF_ERROR(choose_best());
   GP_RETURN_IF_ERROR(search_fewer_devices());
   adopt_fewer_devices();
+  // Mixed: a plan for the fastest devices leaves the slowest idle; they may still take a split
+  // or a replica of a light stage (the stages go through assign_devices again).
+  if (mixed_ && result_.feasible && best_.plan.programs_size() < devices_) {
+    GP_RETURN_IF_ERROR(give_idle_devices(best_));
+  }
   if (result_.feasible && req_.improve.enabled()) GP_RETURN_IF_ERROR(improve(best_));
   return ok_status();
+}
+
+std::vector<StageAssignment> Search::assigned(std::vector<StageAssignment> stages,
+                                              bool chain) const {
+  if (!mixed_) return stages;
+  std::vector<int64_t> memory;
+  if (capacities_differ_) {
+    // Memory per device as the memory model has it for the schedule's in-flight samples (the
+    // ranks do not change them); a plan that still overflows is refused by its simulation.
+    if (auto edges = stage_edges(graph_, stages, chain); edges.ok()) {
+      const std::vector<int64_t> in_flight = in_flight_samples(stages, *edges);
+      for (size_t s = 0; s < stages.size(); ++s) {
+        const int d = std::max(1, static_cast<int>(stages[s].ranks.size()));
+        memory.push_back(cost::stage_memory(graph_, stages[s].ops, stages[s].micro_batch,
+                                            in_flight[s], d, memory_)
+                             .total());
+      }
+    }
+  }
+  return assign_devices(graph_, *req_.compute, req_.cluster, req_.mini_batch, std::move(stages),
+                        memory);
 }
 
 PlanInputs Search::make_inputs(bool chain) const {
@@ -680,7 +840,7 @@ bool Search::skip_by_kernel_bound(int64_t b, CandidateSummary* cand) {
   // neither the best nor a runner-up worth refining, so skipping it changes no plan.
   constexpr double kKernelBoundShare = kRunnerUpShare;
   if (best_.throughput > 0 && b <= kKernelBoundMaxMicroBatch) {
-    const double bound = kernel_batch_bound(graph_, *req_.compute, b, devices_);
+    const double bound = kernel_batch_bound(graph_, bound_compute_, b, devices_);
     if (bound < kKernelBoundShare * best_.throughput) {
       ++result_.candidates_pruned;
       cand->reason = "not searched: with kernels of at most " + std::to_string(b) +
@@ -773,7 +933,7 @@ Result<bool> Search::evaluate(const Partition& part, const UnitGraph& part_units
   if (pruned_by_bound(part, part_units, part_costs, cand)) return false;
   Partition lowered = part;
   lowered.chain = chain;
-  auto stages = place_stages(lowered, part_units);
+  auto stages = assigned(place_stages(lowered, part_units), chain);
   GP_ASSIGN_OR_RETURN(auto plan, build_plan(make_inputs(chain), stages));
   GP_ASSIGN_OR_RETURN(auto sim,
                       simulate_choosing_memory(simulator_, req_.recompute, req_.shard_optimizer,
@@ -781,10 +941,11 @@ Result<bool> Search::evaluate(const Partition& part, const UnitGraph& part_units
   if (sim.deadlocked) {
     return internal_error("the lowered plan deadlocks: " + sim.deadlock_report());
   }
-  if (sim.peak_memory_bytes > capacity_) {
+  if (!sim.fits_memory()) {
     if (!cand->feasible) {
       cand->reason = "simulated peak memory " + std::to_string(sim.peak_memory_bytes) +
                      " bytes exceeds the device's " + std::to_string(capacity_);
+      if (mixed_) cand->reason = "simulated peak memory exceeds a device's capacity";
     }
     return false;
   }
@@ -824,7 +985,7 @@ bool Search::pruned_by_bound(const Partition& part, const UnitGraph& part_units,
   // No plan of this partition can beat partition_throughput_bound (the busiest replica's
   // compute and all-reduce, and fill and drain): skip lowering and simulating it when that is
   // already below the best plan, as it is for most small micro-batches on large clusters.
-  if (best_.throughput > 0) {
+  if (best_.throughput > 0 && partition_bound_holds_) {
     const double bound = partition_throughput_bound(part, part_units, part_costs);
     if (bound < best_.throughput) {
       ++result_.candidates_pruned;
@@ -887,11 +1048,12 @@ Result<PlanFound> Search::simulate_trial(bool chain, std::vector<StageAssignment
 
 Result<PlanFound> Search::simulate_stages(bool chain, std::vector<StageAssignment> trial) const {
   PlanFound t;
+  trial = assigned(std::move(trial), chain);
   GP_ASSIGN_OR_RETURN(t.plan, build_plan(make_inputs(chain), trial));
   GP_ASSIGN_OR_RETURN(t.simulation,
                       simulate_choosing_memory(simulator_, req_.recompute, req_.shard_optimizer,
                                                capacity_, graph_, &t.plan));
-  const bool runs = !t.simulation.deadlocked && t.simulation.peak_memory_bytes <= capacity_;
+  const bool runs = !t.simulation.deadlocked && t.simulation.fits_memory();
   t.throughput = runs ? t.simulation.throughput_samples_per_s : -1;
   t.stages = std::move(trial);
   return t;
@@ -1044,7 +1206,7 @@ Status Search::try_uniform_micro_batches(PlanFound& f) const {
     // No plan whose kernels run at most b samples on these devices passes this (cheap for
     // small b, where it prunes).
     if (b <= kKernelBoundMaxMicroBatch &&
-        kernel_batch_bound(graph_, *req_.compute, b, used) <= f.throughput) {
+        kernel_batch_bound(graph_, bound_compute_, b, used) <= f.throughput) {
       continue;
     }
     auto trial = f.stages;
@@ -1090,12 +1252,13 @@ Status Search::choose_best() {
 double Search::fewer_devices_bound(int devices) {
   const int64_t largest = *std::max_element(micro_batches_.begin(), micro_batches_.end());
   if (time_per_sample_s_ < 0) {
-    time_per_sample_s_ = 1.0 / kernel_batch_bound(graph_, *req_.compute, largest, 1);
+    time_per_sample_s_ = 1.0 / kernel_batch_bound(graph_, bound_compute_, largest, 1);
   }
   double bound = devices / time_per_sample_s_;
   // Tighter where the optimizer steps and all-reduces weigh: iteration_bound.h, over the kernel
   // sizes this search may run (up to its largest micro-batch), affordable on most graphs.
-  if (!iteration_bound_ && graph_.num_ops() * largest <= kIterationBoundMaxWork) {
+  // Not on mixed clusters: it prices every device and link as the cluster's own.
+  if (!mixed_ && !iteration_bound_ && graph_.num_ops() * largest <= kIterationBoundMaxWork) {
     iteration_bound_.emplace(graph_, *req_.compute, req_.cluster, req_.training, req_.mini_batch,
                              largest, /*count_allreduce=*/req_.comm == nullptr);
   }
@@ -1233,6 +1396,10 @@ Result<PlanFound> Search::plan_on_fewer_devices(int fewer, bool ladder) const {
   // nodes first, as the CLI does). req_.comm times the links between those ranks too.
   SearchRequest sub = req_;
   GP_ASSIGN_OR_RETURN(sub.cluster, cost::select_devices(req_.cluster, fewer));
+  // Mixed: select_devices took the fastest; where they are of one kind, that kind prices them.
+  if (mixed_ && !cost::is_mixed(sub.cluster)) {
+    sub.compute = &req_.device_costs->for_kind(cost::device_kind_names(sub.cluster).front());
+  }
   sub.progress = nullptr;
   sub.improve = {};  // once, for the plan finally chosen
   Search search(sub, micro_batches_);
@@ -1242,11 +1409,25 @@ Result<PlanFound> Search::plan_on_fewer_devices(int fewer, bool ladder) const {
   GP_RETURN_IF_ERROR(search.find());
   if (!search.result_.feasible) return PlanFound{};
   PlanFound f = std::move(search.best_);
+  if (mixed_) {
+    // Its ranks are the selected cluster's: the stages go on this cluster's fastest devices.
+    GP_ASSIGN_OR_RETURN(PlanFound t, simulate_stages(f.chain, f.stages));
+    if (t.throughput < 0) return PlanFound{};
+    t.chain = f.chain;
+    t.tps = f.tps;
+    t.idle_device_gains = f.idle_device_gains;
+    t.idle_devices_reason = f.idle_devices_reason;
+    t.searched_devices = f.searched_devices;
+    t.plan.mutable_provenance()->set_sp_edges_added(f.plan.provenance().sp_edges_added());
+    sim::fill_predicted_metrics(t.simulation, &t.plan);
+    t.plan.mutable_predicted()->set_bottleneck_tps_s(f.plan.predicted().bottleneck_tps_s());
+    return t;
+  }
   // The same ranks of this cluster, the others idle: simulated on this cluster's links.
   *f.plan.mutable_cluster() = req_.cluster;
   f.plan.set_cluster_hash(model::message_hash(req_.cluster));
   GP_ASSIGN_OR_RETURN(f.simulation, simulator_.run(f.plan, graph_));
-  if (f.simulation.deadlocked || f.simulation.peak_memory_bytes > capacity_) return PlanFound{};
+  if (f.simulation.deadlocked || !f.simulation.fits_memory()) return PlanFound{};
   f.throughput = f.simulation.throughput_samples_per_s;
   const double bottleneck_tps_s = f.plan.predicted().bottleneck_tps_s();
   sim::fill_predicted_metrics(f.simulation, &f.plan);
@@ -1338,9 +1519,64 @@ void Search::finish(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+namespace {
+
+// A mixed cluster: the search once per device kind as the partitioners' reference (the fastest
+// kind first), every plan simulated on the mixed cluster; the fastest is kept, ties to the
+// faster reference. The improvement search (--effort) runs once, in the search of the reference
+// that won, so its budget is spent once.
+Result<SearchResult> search_mixed(const SearchRequest& req,
+                                  const std::vector<int64_t>& micro_batches,
+                                  std::chrono::steady_clock::time_point start) {
+  const std::vector<std::string> kinds = cost::device_kind_names(req.cluster);
+  SearchResult best;
+  std::string best_kind;
+  bool have = false;
+  for (const std::string& kind : kinds) {
+    SearchRequest sub = req;
+    sub.compute = &req.device_costs->for_kind(kind);
+    sub.improve = {};
+    if (req.progress) {
+      sub.progress = [&req, kind](int done, int total, const std::string& line) {
+        req.progress(done, total, kind + " as reference: " + line);
+      };
+    }
+    Search search(sub, micro_batches);
+    GP_ASSIGN_OR_RETURN(SearchResult r, search.run(start));
+    const bool better =
+        !have || (r.feasible && (!best.feasible || r.simulation.throughput_samples_per_s >
+                                                       best.simulation.throughput_samples_per_s));
+    if (better) {
+      best = std::move(r);
+      best_kind = kind;
+      have = true;
+    }
+  }
+  if (best.feasible && req.improve.enabled()) {
+    SearchRequest sub = req;
+    sub.compute = &req.device_costs->for_kind(best_kind);
+    Search search(sub, micro_batches);
+    GP_ASSIGN_OR_RETURN(SearchResult r, search.run(start));
+    if (r.feasible &&
+        r.simulation.throughput_samples_per_s >= best.simulation.throughput_samples_per_s) {
+      best = std::move(r);
+    }
+  }
+  if (best.feasible) best.reference_kind = best_kind;
+  best.search_time_s = seconds_since(start);
+  if (best.feasible) best.plan.mutable_provenance()->set_search_time_s(best.search_time_s);
+  return best;
+}
+
+}  // namespace
+
 Result<SearchResult> search_plan(const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();
   GP_ASSIGN_OR_RETURN(std::vector<int64_t> micro_batches, micro_batches_to_search(req));
+  if (req.device_costs != nullptr) GP_RETURN_IF_ERROR(req.device_costs->covers(req.cluster));
+  if (req.device_costs != nullptr && cost::is_mixed(req.cluster)) {
+    return search_mixed(req, micro_batches, start);
+  }
   Search search(req, std::move(micro_batches));
   return search.run(start);
 }

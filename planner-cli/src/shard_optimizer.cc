@@ -37,15 +37,17 @@ Result<sim::SimResult> simulate_choosing_memory(const sim::Simulator& simulator,
   }
   GP_ASSIGN_OR_RETURN(sim::SimResult sim,
                       simulate_choosing_recompute(simulator, recompute, capacity, graph, plan));
-  if (shard != ShardMode::kAuto || sim.deadlocked || sim.peak_memory_bytes <= capacity) {
-    return sim;
-  }
+  if (shard != ShardMode::kAuto || sim.deadlocked || sim.fits_memory()) return sim;
+  // A stage's own device memory (mixed clusters: its smallest replica's).
+  const auto capacity_of = [capacity](const sim::StageStats& st) {
+    return st.capacity_bytes > 0 ? st.capacity_bytes : capacity;
+  };
   // Recomputation went first: it costs compute only, where the gather costs a collective on the
   // links every replica shares; a stage still over the device's memory shards as well.
   bool any = false;
   for (const auto& st : sim.stages) {
     auto* stage = plan->mutable_stages(st.stage);
-    if (st.peak_memory_bytes <= capacity || stage->device_ranks_size() < 2) continue;
+    if (st.peak_memory_bytes <= capacity_of(st) || stage->device_ranks_size() < 2) continue;
     stage->set_shard_optimizer(true);
     any = true;
   }
@@ -66,7 +68,8 @@ Result<sim::SimResult> simulate_choosing_memory(const sim::Simulator& simulator,
   if (lean.deadlocked) return lean;
   bool again = false;
   for (int s : both) {
-    if (lean.stages[static_cast<size_t>(s)].peak_memory_bytes <= capacity) continue;
+    const auto& st = lean.stages[static_cast<size_t>(s)];
+    if (st.peak_memory_bytes <= capacity_of(st)) continue;
     plan->mutable_stages(s)->set_recompute(true);
     again = true;
   }

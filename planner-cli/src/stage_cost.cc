@@ -27,10 +27,10 @@ void StageAggregate::add(const StageAggregate& other) {
 StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units,
                                const cost::CostModel& compute, const cost::CommModel& comm,
                                const cost::MemoryOptions& memory, int64_t mini_batch,
-                               int64_t max_samples)
+                               int64_t max_samples, const graphpipe::v1::DeviceKind* device)
     : mini_batch_(mini_batch),
-      capacity_(comm.cluster().device().memory_capacity_bytes()),
-      device_(comm.cluster().device()),
+      capacity_((device != nullptr ? *device : comm.cluster().device()).memory_capacity_bytes()),
+      device_(device != nullptr ? *device : comm.cluster().device()),
       shard_optimizer_(memory.shard_optimizer) {
   // Tabulate the affine communication costs from two probes each.
   constexpr double kProbe1 = 1 << 20, kProbe2 = 1 << 21;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 
 #include "gp/cost/comm_model.h"
 #include "gp/model/model_io.h"
@@ -24,6 +25,15 @@ Status check_prediction(double iteration_time_s, double throughput_samples_per_s
 }
 
 Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& compute,
+                                 const VerifyOptions& options) {
+  // Not owned: `compute` outlives the call.
+  return verify_plan(plan,
+                     cost::DeviceCostModels(std::shared_ptr<const cost::CostModel>(
+                         &compute, [](const cost::CostModel*) {})),
+                     options);
+}
+
+Result<VerifyReport> verify_plan(const Plan& plan, const cost::DeviceCostModels& compute,
                                  const VerifyOptions& options) {
   VerifyReport report;
   auto& problems = report.problems;
@@ -68,7 +78,8 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& comput
   const cost::CommModel datasheet_comm(plan.cluster());
   const cost::CommModel& comm = options.comm != nullptr ? *options.comm : datasheet_comm;
   const sim::Simulator simulator(
-      compute, comm, {plan.training().optimizer(), plan.training().precision(), &compute});
+      compute, comm,
+      {plan.training().optimizer(), plan.training().precision(), &compute.reference()});
   GP_ASSIGN_OR_RETURN(report.simulation, simulator.run(plan, g));
   report.simulated = true;
   if (report.simulation.deadlocked) {
@@ -80,8 +91,8 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& comput
       !st.ok()) {
     problems.push_back(st.message());
   }
-  const int64_t capacity = plan.cluster().device().memory_capacity_bytes();
   for (const auto& rs : report.simulation.ranks) {
+    const int64_t capacity = rs.capacity_bytes;  // its own device's (mixed clusters differ)
     if (rs.stage >= 0 && rs.peak_memory_bytes > capacity) {
       problems.push_back("rank " + std::to_string(rs.rank) + " (stage " + std::to_string(rs.stage) +
                          "): peak memory " + std::to_string(rs.peak_memory_bytes) +

@@ -73,9 +73,10 @@ std::vector<int> excluded(const Cluster& c) {
 
 }  // namespace
 
-TEST_CASE("the five shipped presets are listed in sorted order") {
-  CHECK(cluster_preset_names() ==
-        std::vector<std::string>{"cpu-local", "dgx-a100", "dgx-h100", "h200", "summit-v100"});
+TEST_CASE("the seven shipped presets are listed in sorted order") {
+  CHECK(cluster_preset_names() == std::vector<std::string>{"cpu-local", "dgx-a100", "dgx-h100",
+                                                           "h200", "mixed-a100-h100",
+                                                           "mixed-v100-a100", "summit-v100"});
 }
 
 TEST_CASE("every preset loads, validates and carries its own name") {

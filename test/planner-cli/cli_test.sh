@@ -323,6 +323,32 @@ sed 's/"provenance": {"date": "2024-01-01T00:00:00Z"}}\], "comm"/"provenance": {
 err=$("$bin" --log-level warn simulate --plan "$tmp/profiled.pb" --profile "$tmp/profile-bad.json" 2>&1 >/dev/null); rc=$?
 check "simulate --profile: an op record without provenance.date: exit 2 naming it" \
   '[ $rc -eq 2 ] && echo "$err" | grep -qF "ops[0] ('"'"'x'"'"'): provenance.date"'
+# A mixed cluster: 4 cpu-local ranks, rank 1 of a 3x slower kind of its own (device_groups).
+{ sed -e 's/^name: .*/name: "cpu-slow1"/' -e 's/^devices_per_node: .*/devices_per_node: 4/' \
+    "$root/configs/clusters/cpu-local.pbtxt"
+  printf 'device_groups { devices: [1] device { name: "cpu-process/rank1" type: DEVICE_TYPE_CPU peak_fp32_flops: 16.7e9 memory_bandwidth_bytes_per_s: 3.3e9 memory_capacity_bytes: 4294967296 kernel_launch_overhead_us: 1 } }\n'
+} > "$tmp/slow1.pbtxt"
+msearch() { "$bin" --log-level warn search --model zoo:candle-uno --cluster "$tmp/slow1.pbtxt" \
+  --batch 64 --out "$tmp/mixed.pb" "$@"; }
+out=$(msearch 2>&1); rc=$?
+check "search on a mixed cluster exits 0" '[ $rc -eq 0 ] && [ -s "$tmp/mixed.pb" ]'
+out=$("$bin" inspect --plan "$tmp/mixed.pb"); rc=$?
+check "inspect names the kinds of a mixed cluster and of each stage" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "1 x 4 (3 x cpu-process + 1 x cpu-process/rank1)" && echo "$out" | grep -q "  on cpu-process$"'
+out=$("$bin" inspect --json --plan "$tmp/mixed.pb"); rc=$?
+check "inspect --json lists each stage's device kinds" '[ $rc -eq 0 ] && echo "$out" | grep -q "\"stage_device_kinds\""'
+out=$("$bin" verify --plan "$tmp/mixed.pb"); rc=$?
+check "verify passes the mixed plan" '[ $rc -eq 0 ]'
+err=$(msearch --profile "$tmp/profile-ok.json" 2>&1 >/dev/null); rc=$?
+check "search --profile on a mixed cluster: records for one of its kinds suffice" '[ $rc -eq 0 ]'
+sed 's/"deviceKind": "cpu-process"/"deviceKind": "gpu-x"/' "$tmp/profile-ok.json" > "$tmp/profile-other.json"
+err=$(msearch --profile "$tmp/profile-other.json" 2>&1 >/dev/null); rc=$?
+check "search --profile on a mixed cluster: records for none of its kinds exit 2 naming them" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF "device kind '"'"'cpu-process'"'"', '"'"'cpu-process/rank1'"'"'"'
+sed 's/devices: \[1\]/devices: [1, 9]/' "$tmp/slow1.pbtxt" > "$tmp/slow-bad.pbtxt"
+err=$("$bin" search --model zoo:tiny-mmt --cluster "$tmp/slow-bad.pbtxt" --batch 8 --out "$tmp/x.pb" 2>&1 >/dev/null); rc=$?
+check "a device group naming a device the cluster lacks exits 2 naming the field" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -qF "device_groups[0].devices[1] = 9, out of range [0, 4)"'
 # Inputs that are not regular files are refused at once, naming them: open() of a FIFO would wait
 # for a writer forever (timeout turns such a hang into a failure).
 mkfifo "$tmp/fifo.pb" "$tmp/fifo.onnx" "$tmp/fifo-cluster.json"

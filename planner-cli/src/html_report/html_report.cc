@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "gp/common/version.h"
+#include "gp/cost/cluster.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/report.h"
 #include "gp/planner/search.h"
@@ -56,7 +57,9 @@ std::string summary_table(const ReportData& d) {
       row("model", plan.model().name() + " (" + std::to_string(plan.model().ops_size()) + " ops)");
   out += row("cluster", c.name() + ": " + std::to_string(plan.programs_size()) + " of " +
                             std::to_string(c.num_nodes() * c.devices_per_node()) + " x " +
-                            c.device().name() + " used");
+                            (cost::is_mixed(c) ? "(" + planner::cluster_kinds_text(c) + ")"
+                                               : c.device().name()) +
+                            " used");
   out += row("plan", std::string(gp::plan::strategy_name(plan.provenance().strategy())) +
                          ", mini-batch " + std::to_string(plan.mini_batch()) + ", " +
                          std::to_string(plan.stages_size()) + " stages, depth " +

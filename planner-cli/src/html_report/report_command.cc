@@ -70,7 +70,7 @@ Status run_report(const ReportOptions& o) {
   GP_ASSIGN_OR_RETURN(auto models,
                       make_cost_models(plan.cluster(), plan.training().precision(), o.profile));
   const sim::Simulator simulator(
-      *models.compute, *models.comm,
+      *models.devices, *models.comm,
       {plan.training().optimizer(), plan.training().precision(), models.compute.get()});
   auto sim = simulator.run(plan, *built, {/*record_events=*/true});
   if (!sim.ok()) return sim.status().with_context("--plan " + o.plan);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <map>
 
+#include "gp/cost/cluster.h"
 #include "gp/planner/report.h"
 #include "gp/planner/search.h"
 #include "html_report/html_report.h"
@@ -34,11 +35,13 @@ std::string ops_text(const graphpipe::v1::Stage& st) {
 }
 
 // Hover text: every op of the stage (up to 40 named) and its numbers.
-std::string stage_tooltip(const graphpipe::v1::Stage& st, const sim::StageStats* stats) {
-  std::string out = "stage " + std::to_string(st.id()) + ", ranks " + ranks_text(st) + ", " +
-                    std::to_string(st.op_ids_size()) + " ops, micro-batch " +
-                    std::to_string(st.micro_batch()) + ", in-flight " +
-                    std::to_string(st.in_flight_samples()) + " samples";
+std::string stage_tooltip(const graphpipe::v1::Plan& plan, const graphpipe::v1::Stage& st,
+                          const sim::StageStats* stats) {
+  std::string out =
+      "stage " + std::to_string(st.id()) + ", ranks " + ranks_text(st) +
+      (cost::is_mixed(plan.cluster()) ? " on " + planner::stage_kinds_text(plan, st) : "") + ", " +
+      std::to_string(st.op_ids_size()) + " ops, micro-batch " + std::to_string(st.micro_batch()) +
+      ", in-flight " + std::to_string(st.in_flight_samples()) + " samples";
   if (stats != nullptr) {
     out += "\nforward " + duration_text(stats->forward_us) + ", backward " +
            duration_text(stats->backward_us) + " per micro-batch";
@@ -105,7 +108,7 @@ std::string stage_graph_svg(const graphpipe::v1::Plan& plan, const sim::SimResul
         st.id() < static_cast<int>(sim.stages.size()) ? &sim.stages[st.id()] : nullptr;
     const bool hot = st.id() == bottleneck;
     svg.rect(b.x, b.y, kBoxW, kBoxH, hot ? "#fde2e1" : "#eef3fa", hot ? "#c0392b" : "#4e79a7",
-             hot ? 3 : 1.2, stage_tooltip(st, stats));
+             hot ? 3 : 1.2, stage_tooltip(plan, st, stats));
     svg.text(b.x + 8, b.y + 17,
              "stage " + std::to_string(st.id()) + "  ranks " + shorten(ranks_text(st), 20),
              {.size = 13, .bold = true});
@@ -128,7 +131,6 @@ std::string stage_graph_svg(const graphpipe::v1::Plan& plan, const sim::SimResul
 
 std::string memory_svg(const graphpipe::v1::Plan& plan, const sim::SimResult& sim) {
   constexpr double kLabelW = 150, kBarW = 700, kBarH = 18, kGap = 8;
-  const double capacity = static_cast<double>(plan.cluster().device().memory_capacity_bytes());
   const int n = plan.programs_size();
   Svg svg(kLabelW + kBarW + 260, 2 * kMargin + n * (kBarH + kGap), "memory per device");
   for (int i = 0; i < n; ++i) {
@@ -137,6 +139,12 @@ std::string memory_svg(const graphpipe::v1::Plan& plan, const sim::SimResult& si
     const double peak = rank >= 0 && rank < static_cast<int>(sim.ranks.size())
                             ? static_cast<double>(sim.ranks[rank].peak_memory_bytes)
                             : 0;
+    // Its own device's memory (mixed clusters differ).
+    const double capacity =
+        rank >= 0 && rank < cost::num_devices(plan.cluster())
+            ? static_cast<double>(
+                  cost::device_of_rank(plan.cluster(), rank).memory_capacity_bytes())
+            : static_cast<double>(plan.cluster().device().memory_capacity_bytes());
     const double share = capacity > 0 ? peak / capacity : 0;
     const double y = kMargin + i * (kBarH + kGap);
     svg.text(kLabelW - 8, y + 13,

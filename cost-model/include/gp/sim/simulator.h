@@ -23,6 +23,7 @@
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
+#include "gp/cost/device_costs.h"
 #include "gp/cost/memory_model.h"
 #include "gp/model/graph.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -50,6 +51,7 @@ struct RankStats {
   double finish_us = 0;
   int64_t peak_memory_bytes = 0;
   cost::MemoryBreakdown static_memory;  // everything but the in-flight activations
+  int64_t capacity_bytes = 0;           // its device's memory (0 for a rank without a stage)
   std::vector<MemorySample> memory;     // when record_events
 };
 
@@ -61,6 +63,7 @@ struct StageStats {
   double forward_us = 0;          // one micro-batch on one replica
   double backward_us = 0;
   double recompute_us = 0;       // Stage.recompute: the second forward (0 without)
+  int64_t capacity_bytes = 0;    // the smallest memory of its devices (mixed clusters differ)
   int64_t max_live_samples = 0;  // activations held at once, samples per replica
 };
 
@@ -84,11 +87,22 @@ struct SimResult {
 
   // "rank 3 waits on RECV act[...] from rank 1; rank 1 waits on ..."
   std::string deadlock_report() const;
+  // Every rank's peak within its own device's memory (mixed clusters: capacities differ).
+  bool fits_memory() const;
 };
 
+// Compute per device: each rank's forward, backward, recompute and optimizer step are priced with
+// its own device's model (DeviceCostModels::for_rank on plan.cluster()) and kind, so replicas of
+// one stage may take different times (the all-reduce waits for the slowest); StageStats' times
+// are the slowest replica's. A rank's peak memory is checked against its own device's capacity
+// (fits_memory).
 class Simulator {
  public:
+  // Every device priced with `compute`, which must outlive the simulator.
   Simulator(const cost::CostModel& compute, const cost::CommModel& comm,
+            cost::MemoryOptions memory);
+  // Per-device models; run() refuses a plan whose cluster has a kind without a model.
+  Simulator(cost::DeviceCostModels compute, const cost::CommModel& comm,
             cost::MemoryOptions memory);
 
   // `graph` must be built from plan.model(). Errors for structurally invalid plans; a deadlock
@@ -97,7 +111,7 @@ class Simulator {
                         const SimOptions& options = {}) const;
 
  private:
-  const cost::CostModel& compute_;
+  cost::DeviceCostModels compute_;
   const cost::CommModel& comm_;
   cost::MemoryOptions memory_;
 };

@@ -46,7 +46,10 @@ struct LowerRequest {
   graphpipe::v1::TrainingConfig training;
   const cost::CostModel* compute = nullptr;
   const cost::CommModel* comm = nullptr;  // nullptr: the cluster's datasheet links
-  std::vector<ExternalStage> stages;      // from resolve_assignment
+  // Per-device compute for mixed clusters (search.h); nullptr: `compute` for every device. The
+  // assignment's ranks are kept: each rank is simulated with its own device's model.
+  const cost::DeviceCostModels* device_costs = nullptr;
+  std::vector<ExternalStage> stages;  // from resolve_assignment
   Lowering lowering = Lowering::kBest;
   // Sizes tried for stages without a micro-batch; empty: every power of two dividing the
   // mini-batch.

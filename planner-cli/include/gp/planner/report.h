@@ -38,4 +38,10 @@ std::string inspect_text(const graphpipe::v1::Plan& plan);
 
 std::string human_bytes(double bytes);
 
+// Mixed clusters (inspect, the reports): the device kinds of a cluster's usable devices with
+// their counts, fastest first ("16 x A100-SXM4-80GB + 16 x V100-SXM2-16GB"; one kind: its name),
+// and those of one stage's replicas ("A100-SXM4-80GB", "2 x A100-SXM4-80GB + 1 x V100-...").
+std::string cluster_kinds_text(const graphpipe::v1::Cluster& cluster);
+std::string stage_kinds_text(const graphpipe::v1::Plan& plan, const graphpipe::v1::Stage& stage);
+
 }  // namespace gp::planner

@@ -14,6 +14,7 @@
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
+#include "gp/cost/device_costs.h"
 #include "gp/model/graph.h"
 #include "gp/planner/improve.h"
 #include "gp/planner/partition.h"
@@ -32,6 +33,13 @@ struct SearchRequest {
   graphpipe::v1::Strategy strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
   graphpipe::v1::TrainingConfig training;
   const cost::CostModel* compute = nullptr;
+  // Per-device compute for mixed clusters (cost/device_costs.h); nullptr: `compute` prices every
+  // device. On a mixed cluster (cost::is_mixed) the search runs once per device kind as the
+  // reference the partitioners price stages with (`compute` is then ignored), places the stages
+  // with the most compute per device on the fastest devices that hold them (assign_devices),
+  // simulates every plan with each rank's own model, links and memory, and keeps the fastest;
+  // its search for fewer devices drops the slowest devices first (select_devices).
+  const cost::DeviceCostModels* device_costs = nullptr;
   // Communication times; nullptr: the cluster's datasheet links (CommModel(cluster)). Must be
   // built for `cluster`.
   const cost::CommModel* comm = nullptr;
@@ -111,6 +119,8 @@ struct SearchResult {
   ImproveSummary improvement;
   // Per stage of the plan, why it recomputes its activations (empty where it does not).
   std::vector<std::string> recompute_reasons;
+  // Mixed clusters: the device kind whose costs partitioned the plan found (empty otherwise).
+  std::string reference_kind;
 };
 
 Result<SearchResult> search_plan(const SearchRequest& request);
@@ -185,6 +195,19 @@ std::vector<StageAssignment> placed_in_order(const std::vector<StageAssignment>&
 // A key for each stage given its op indices: its smallest op index, distinct for disjoint
 // stages and independent of the stages' numbering.
 std::vector<int> stage_keys(const std::vector<std::vector<int>>& stage_ops);
+
+// Mixed clusters: the stages' devices chosen again so that the stage with the most compute per
+// replica (its ops' forward and backward at its replica's slice, times its micro-batches, by
+// `compute`) gets the fastest devices (cost::device_speed), then the next, each taking the
+// fastest free devices whose memory holds its estimated peak (`memory_bytes[s]`, per device; 0
+// or absent: anything fits) and, when too few do, the fastest free ones. Stages that end on one
+// kind keep their order of placement among that kind's devices (neighbours stay on one node).
+// Stages, ops and micro-batches are unchanged; only ranks move. `cluster` has the `devices` ranks.
+std::vector<StageAssignment> assign_devices(const model::Graph& graph,
+                                            const cost::CostModel& compute,
+                                            const graphpipe::v1::Cluster& cluster,
+                                            int64_t mini_batch, std::vector<StageAssignment> stages,
+                                            const std::vector<int64_t>& memory_bytes = {});
 
 Result<graphpipe::v1::Strategy> parse_strategy(std::string_view name);
 

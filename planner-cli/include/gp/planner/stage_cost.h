@@ -74,9 +74,11 @@ struct StageTps {
 class StageCostModel {
  public:
   // `max_samples` bounds the micro-batch sizes that will be asked for (a power of two).
+  // `device`: the kind whose memory and optimizer step price the stages (nullptr: the cluster's
+  // `device`); a mixed cluster's search passes its reference kind.
   StageCostModel(const model::Graph& graph, const UnitGraph& units, const cost::CostModel& compute,
                  const cost::CommModel& comm, const cost::MemoryOptions& memory, int64_t mini_batch,
-                 int64_t max_samples);
+                 int64_t max_samples, const graphpipe::v1::DeviceKind* device = nullptr);
 
   const StageAggregate& unit(int u) const { return units_[u]; }
   StageAggregate aggregate(std::span<const int> units) const;

@@ -14,6 +14,7 @@
 #include "gp/common/status.h"
 #include "gp/cost/comm_model.h"
 #include "gp/cost/cost_model.h"
+#include "gp/cost/device_costs.h"
 #include "gp/sim/simulator.h"
 #include "graphpipe/v1/plan.pb.h"
 
@@ -40,6 +41,10 @@ Status check_prediction(double iteration_time_s, double throughput_samples_per_s
 
 // Problems are reported, not returned as errors; the Status is for internal failures only.
 Result<VerifyReport> verify_plan(const graphpipe::v1::Plan& plan, const cost::CostModel& compute,
+                                 const VerifyOptions& options = {});
+// The same with per-device models (mixed clusters): each rank simulated with its own device's.
+Result<VerifyReport> verify_plan(const graphpipe::v1::Plan& plan,
+                                 const cost::DeviceCostModels& compute,
                                  const VerifyOptions& options = {});
 
 }  // namespace gp::planner
