@@ -71,7 +71,7 @@ LAYERS = {
     "runtime": ["transport", "checkpoint"],
     "control": ["plan"],
     "launch": ["common"],
-    "job": ["runtime", "control", "launch"],
+    "job": ["runtime", "control", "launch", "cost-model", "profile-db"],
     "node": ["runtime", "control", "launch"],
     "program": ["node", "job"],
     "profiler": ["runtime", "cost-model", "profile-db"],

@@ -200,6 +200,7 @@ Command add_search_command(CLI::App& app);      // plan_commands.cc
 Command add_lower_command(CLI::App& app);       // lower_command.cc
 Command add_compare_command(CLI::App& app);     // plan_tools.cc
 Command add_replan_command(CLI::App& app);      // plan_commands.cc
+Command add_adapt_command(CLI::App& app);       // adapt_command.cc
 Command add_simulate_command(CLI::App& app);    // plan_tools.cc
 Command add_inspect_command(CLI::App& app);     // plan_tools.cc
 Command add_verify_command(CLI::App& app);      // plan_tools.cc

@@ -28,10 +28,11 @@ int main(int argc, char** argv) {
 
   // In the order --help lists them.
   const std::vector<Command> commands = {
-      add_zoo_command(app),     add_model_info_command(app), add_ops_command(app),
-      add_import_command(app),  add_search_command(app),     add_lower_command(app),
-      add_compare_command(app), add_replan_command(app),     add_simulate_command(app),
-      add_inspect_command(app), add_verify_command(app),     add_report_command(app)};
+      add_zoo_command(app),      add_model_info_command(app), add_ops_command(app),
+      add_import_command(app),   add_search_command(app),     add_lower_command(app),
+      add_compare_command(app),  add_replan_command(app),     add_adapt_command(app),
+      add_simulate_command(app), add_inspect_command(app),    add_verify_command(app),
+      add_report_command(app)};
 
   try {
     auto args = gp::cli::config_first_reversed(argc, argv);

@@ -339,7 +339,7 @@ check "run --rank past the plan's ranks with --trace exits 2 naming the rank" \
 out=$("$exe" launcher place --plan "$tmp/plan.pb" --device cuda 2>&1); rc=$?
 last=$((n - 1))
 check "launcher place: the plan's ranks, each on the GPU of its local rank" \
-  '[ $rc -eq 0 ] && [ "$(echo "$out" | head -1)" = "nprocs $n" ] && echo "$out" | grep -qx "rank $last 0 $last cuda:$last"'
+  '[ $rc -eq 0 ] && [ "$(echo "$out" | head -1)" = "nprocs $n" ] && echo "$out" | grep -qx "rank $last 0 $last cuda:$last $last"'
 err=$("$exe" launcher place --plan "$tmp/plan.pb" --nprocs 5 2>&1 >/dev/null); rc=$?
 check "launcher place: an --nprocs other than the plan's exits 2, naming both" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "graphpipe-launch: error: --nprocs 5, but the plan .* has $n ranks"'

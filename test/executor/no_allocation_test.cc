@@ -8,6 +8,7 @@
 
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
+#include "gp/exec/op_timing.h"
 #include "gp/exec/rank_runner.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/planner/plan_builder.h"
@@ -63,7 +64,7 @@ class NullCommunicator final : public exec::Communicator {
 
 // Heap allocations made by three training steps of the whole graph as one stage (two
 // micro-batches of 8), after set-up.
-long step_allocations(const model::Graph& g) {
+long step_allocations(const model::Graph& g, exec::OpClock* clock = nullptr) {
   std::vector<int> ops(g.num_ops());
   for (int i = 0; i < g.num_ops(); ++i) ops[i] = i;
   auto layout = exec::layout_stage(g, ops);
@@ -72,6 +73,7 @@ long step_allocations(const model::Graph& g) {
       exec::StageRunner::create(g, *layout, {.max_batch = 8, .slots = 2, .training = adam()});
   REQUIRE(runner.ok());
   exec::StageRunner& r = **runner;
+  r.set_op_clock(clock);
   const long before = g_allocations.load();
   for (int step = 0; step < 3; ++step) {
     r.zero_param_grads();
@@ -89,6 +91,16 @@ long step_allocations(const model::Graph& g) {
 
 TEST_CASE("forward, backward and the optimizer step allocate nothing after set-up") {
   CHECK(step_allocations(testing::zoo_graph("tiny-mmt")) == 0);
+}
+
+TEST_CASE("timing every op and sleeping a slowdown allocate nothing after set-up") {
+  const model::Graph g = testing::zoo_graph("tiny-mmt");
+  exec::OpClock clock(g.num_ops(), 1.5);  // its windows are allocated here
+  clock.set_recording(true);
+  CHECK(step_allocations(g, &clock) == 0);
+  int timed = 0;
+  for (int op = 0; op < clock.ops(); ++op) timed += clock.forward(op).size() > 0 ? 1 : 0;
+  CHECK(timed > 0);  // it did time the ops
 }
 
 TEST_CASE("the vision and layout kernels allocate nothing after set-up") {

@@ -182,6 +182,15 @@ Status ControlClient::report_metrics(int rank,
                     token_, request, &response, default_timeout_);
 }
 
+Status ControlClient::report_timings(int rank, const pb::RankTimings& timings) {
+  pb::ReportMetricsRequest request;
+  request.set_rank(rank);
+  *request.mutable_timings() = timings;
+  pb::ReportMetricsResponse response;
+  return unary_call(*stub_->stub, &pb::Executor::Stub::ReportMetrics, "ReportMetrics", address_,
+                    token_, request, &response, default_timeout_);
+}
+
 Result<pb::GetStatusResponse> ControlClient::get_status() {
   pb::GetStatusRequest request;
   pb::GetStatusResponse response;

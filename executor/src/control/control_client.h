@@ -63,6 +63,8 @@ class ControlClient {
   // Records `status` without counting as a heartbeat; RANK_STATE_FAILED aborts the job.
   Status report_status(const graphpipe::v1::RankStatus& status);
   Status report_metrics(int rank, const std::vector<graphpipe::v1::IterationMetrics>& iterations);
+  // The rank's measured per-op times (ReportMetricsRequest.timings), for rank 0's profile.
+  Status report_timings(int rank, const graphpipe::v1::RankTimings& timings);
   Result<graphpipe::v1::GetStatusResponse> get_status();
   // Aborts the job for every rank; `rank` -1 is the operator.
   Status abort(int rank, const std::string& reason);

@@ -7,6 +7,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -51,6 +52,8 @@ constexpr int64_t kRequestBytesPerPlanEntry = 256;
 // The transport's quota: twice the largest request, and this much per rank for its calls.
 constexpr int64_t kBaseBufferBytes = 32 << 20;
 constexpr int64_t kBufferBytesPerRank = 32 << 10;
+// Samples per op and direction a rank may report (RankTimings; ranks keep 16).
+constexpr int kMaxTimingSamples = 64;
 
 int64_t to_ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
 
@@ -426,6 +429,7 @@ class CoordinatorCore {
 
   Status report_metrics(const pb::ReportMetricsRequest& req) {
     GP_RETURN_IF_ERROR(check_rank(req.rank()));
+    if (req.has_timings()) GP_RETURN_IF_ERROR(check_timings(req.rank(), req.timings()));
     {
       std::lock_guard lock(mu_);
       auto& metrics = ranks_[req.rank()].metrics;
@@ -433,6 +437,30 @@ class CoordinatorCore {
       while (metrics.size() > Coordinator::kMetricsKept) metrics.erase(metrics.begin());
     }
     if (options_.on_metrics) options_.on_metrics(req);  // outside the lock: it may log
+    return ok_status();
+  }
+
+  // What rank 0's profile trusts of a rank's measured times: ops of the plan's model, bounded
+  // windows, finite non-negative times.
+  Status check_timings(int rank, const pb::RankTimings& t) const {
+    const auto bad = [&](const std::string& what) {
+      return invalid_argument(fmt::format("ReportMetrics: rank {}'s timings: {}", rank, what));
+    };
+    if (t.micro_batch() <= 0) return bad(fmt::format("micro_batch = {}", t.micro_batch()));
+    const int ops = options_.plan.model().ops_size();
+    for (const pb::OpTimes& op : t.ops()) {
+      if (op.op() < 0 || op.op() >= ops) {
+        return bad(fmt::format("op = {}, the model has {} ops", op.op(), ops));
+      }
+      if (op.forward_us_size() > kMaxTimingSamples || op.backward_us_size() > kMaxTimingSamples) {
+        return bad(fmt::format("op {}: more than {} samples", op.op(), kMaxTimingSamples));
+      }
+      for (const auto* samples : {&op.forward_us(), &op.backward_us()}) {
+        for (float us : *samples) {
+          if (!std::isfinite(us) || us < 0) return bad(fmt::format("op {}: time {}", op.op(), us));
+        }
+      }
+    }
     return ok_status();
   }
 

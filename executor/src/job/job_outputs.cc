@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -76,6 +78,12 @@ ProgressLog::~ProgressLog() {
 }
 
 Status ProgressLog::open(int64_t first_iteration) {
+  if (!o_.tensorboard.empty()) {
+    GP_ASSIGN_OR_RETURN(auto writer,
+                        TensorBoardWriter::open("--tensorboard", o_.tensorboard, first_iteration));
+    std::lock_guard<std::mutex> lock(mu_);
+    tensorboard_ = std::move(writer);
+  }
   if (o_.metrics_out.empty()) return ok_status();
   std::lock_guard<std::mutex> lock(mu_);
   kept_.clear();
@@ -164,6 +172,21 @@ void ProgressLog::close_window(Clock::time_point now) {
       jsonl_failed_ = true;  // said once; the run goes on
       log::get("exec")->error("--metrics-out {}: cannot append: {}", o_.metrics_out,
                               std::strerror(errno));
+    }
+  }
+  if (tensorboard_ != nullptr && !tensorboard_failed_) {
+    // The same numbers as the .jsonl line; optional ones only when the line has them.
+    std::array<TensorBoardScalar, 5> scalars;
+    size_t used = 0;
+    scalars[used++] = {"train/loss", last.loss};
+    if (last.lr) scalars[used++] = {"train/lr", *last.lr};
+    if (last.grad_norm) scalars[used++] = {"train/grad_norm", *last.grad_norm};
+    scalars[used++] = {"train/samples_per_s", last.samples_per_s};
+    scalars[used++] = {"train/ms_per_iteration", last.ms_per_iteration};
+    const std::span<const TensorBoardScalar> values(scalars.data(), used);
+    if (Status st = tensorboard_->write_scalars(last.iteration, values); !st.ok()) {
+      tensorboard_failed_ = true;  // said once; the run goes on
+      log::get("exec")->error("{}", st.message());
     }
   }
   // Seconds per iteration for the ETA: measured between completions once there are two, so

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "gp/model/graph.h"
 #include "graphpipe/v1/executor.pb.h"
 #include "graphpipe/v1/plan.pb.h"
+#include "tensorboard.h"
 
 namespace gp::exec::daemon {
 
@@ -80,6 +82,7 @@ struct ProgressOptions {
   graphpipe::v1::TrainingConfig training;  // the learning rate of each iteration
   double predicted_samples_per_s = 0;      // the plan's prediction (0: none)
   std::string metrics_out;                 // "" for none
+  std::string tensorboard;  // --tensorboard: a directory for event files of the same lines ("")
 };
 
 // Rank 0 (and `local`): the loss of each iteration once every rank with a loss has reported it
@@ -94,7 +97,8 @@ class ProgressLog {
 
   // Before training: keeps the entries of an existing --metrics-out before `first_iteration`
   // (a resumed run appends to them; a file that does not parse is refused, not dropped), and
-  // opens a .jsonl file for appending with those lines only.
+  // opens a .jsonl file for appending with those lines only; starts a new --tensorboard event
+  // file (refused when its directory cannot be created or written).
   Status open(int64_t first_iteration);
   // Training starts now: the first window's and elapsed_s's origin.
   void start();
@@ -140,6 +144,8 @@ class ProgressLog {
   int64_t done_ = 0;
   std::FILE* jsonl_ = nullptr;
   bool jsonl_failed_ = false;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // an event per logged window
+  bool tensorboard_failed_ = false;
 };
 
 // Fails now, not after training, when `path` cannot be written.

@@ -27,14 +27,17 @@
 #include "gp/common/logging.h"
 #include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
+#include "gp/exec/device_info.h"
 #include "gp/exec/gloo_communicator.h"
 #include "gp/exec/nccl_layout.h"
 #include "gp/exec/rank_session.h"
 #include "gp/exec/reference_trainer.h"
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
+#include "gp/profile_db/profile_db.h"
 #include "heartbeat.h"
 #include "job_outputs.h"
+#include "measured_profile.h"
 #include "runtime/checkpoint.h"
 #include "stop_signals.h"
 
@@ -178,6 +181,7 @@ class RankJob {
       session_->runner().enable_trace(static_cast<size_t>(program.instructions_size()) *
                                       static_cast<size_t>(o_.iterations));
     }
+    GP_RETURN_IF_ERROR(prepare_measuring());
     GP_RETURN_IF_ERROR(prepare_outputs());
     GP_RETURN_IF_ERROR(prepare_resume());
     GP_RETURN_IF_ERROR(prepare_progress());
@@ -195,6 +199,36 @@ class RankJob {
     return ok_status();
   }
 
+  // --slowdown and --measure-every: the clock and its windows, made before the step loop.
+  Status prepare_measuring() {
+    GP_RETURN_IF_ERROR(check_slowdown(o_.slowdown));
+    if (o_.measure_every < 0) {
+      return invalid_argument("--measure-every = " + std::to_string(o_.measure_every) +
+                              ", must be >= 0 (0: never)");
+    }
+    StageRunner& stage = session_->runner().mutable_stage_runner();
+    clock_ = std::make_unique<OpClock>(static_cast<int>(stage.op_indices().size()), o_.slowdown);
+    stage.set_op_clock(clock_.get());
+    if (o_.measure_every > 0) {
+      const bool cuda = o_.device.starts_with("cuda");
+      std::string name(device_->name());
+      if (!cuda) {
+        name = query_host().cpu_model;
+      } else {
+        for (const CudaDeviceInfo& d : query_cuda().devices) {
+          if (o_.device == "cuda:" + std::to_string(d.index)) name = d.name;
+        }
+      }
+      provenance_ = profile::make_provenance(cuda ? "cuda" : "cpu", name, "",
+                                             "measured by a running job (run --measure-every)");
+    }
+    if (hosts_coordinator_ && !o_.measured_profile_out.empty()) {
+      measured_ =
+          std::make_unique<MeasuredProfile>(plan(), session_->graph(), o_.measured_profile_out);
+    }
+    return ok_status();
+  }
+
   // Outputs are checked before anyone trains, not discovered unwritable afterwards.
   Status prepare_outputs() {
     if (o_.checkpoint_every < 0) {
@@ -209,6 +243,12 @@ class RankJob {
       GP_RETURN_IF_ERROR(check_writable("--trace", o_.trace));
       GP_RETURN_IF_ERROR(check_writable("--verdict-file", o_.verdict_file));
       GP_RETURN_IF_ERROR(check_writable("--stop-file", o_.stop_file));
+      GP_RETURN_IF_ERROR(check_writable("--measured-profile-out", o_.measured_profile_out));
+      if (!o_.measured_profile_out.empty()) {
+        GP_RETURN_IF_ERROR(model::format_for_path(o_.measured_profile_out)
+                               .status()
+                               .with_context("--measured-profile-out " + o_.measured_profile_out));
+      }
     }
     if (!o_.checkpoint_dir.empty()) {
       std::error_code ec;
@@ -283,6 +323,7 @@ class RankJob {
     po.training = plan().training();
     po.predicted_samples_per_s = plan().predicted().throughput_samples_per_s();
     if (hosts_coordinator_) po.metrics_out = o_.metrics_out;
+    if (hosts_coordinator_) po.tensorboard = o_.tensorboard;
     progress_ = std::make_unique<ProgressLog>(std::move(po));
     return progress_->open(first_iteration_);
   }
@@ -299,7 +340,10 @@ class RankJob {
       co.tls = o_.tls;
       co.heartbeat_timeout = timeout_;
       co.job_id = o_.job_id;
-      co.on_metrics = [this](const graphpipe::v1::ReportMetricsRequest& r) { progress_->add(r); };
+      co.on_metrics = [this](const graphpipe::v1::ReportMetricsRequest& r) {
+        if (r.has_timings() && measured_ != nullptr) measured_->add(r.rank(), r.timings());
+        progress_->add(r);
+      };
       GP_ASSIGN_OR_RETURN(coordinator_, Coordinator::start(co));
       address_ = coordinator_->address();
       if (!o_.coordinator_file.empty()) {
@@ -402,6 +446,16 @@ class RankJob {
     return ok_status();
   }
 
+  // A measured iteration's per-op times to the coordinator; rank 0 rewrites the profile with
+  // what every rank has sent so far.
+  Status report_timings(int it) {
+    const RankRunner& runner = session_->runner();
+    GP_RETURN_IF_ERROR(client_->report_timings(
+        o_.rank, rank_timings(*clock_, runner.stage_runner().op_indices(), it,
+                              runner.program().per_replica, provenance_)));
+    return measured_ != nullptr ? measured_->write() : ok_status();
+  }
+
   // One iteration's loss to the coordinator, refusing a non-finite one unless allowed.
   Status report_loss(int it, double loss) {
     if (!session_->runner().stage_runner().has_loss()) return ok_status();
@@ -430,6 +484,13 @@ class RankJob {
                  o_.resume);
     }
     GP_RETURN_IF_ERROR(open_data_plane());
+    if (o_.slowdown != 1.0) {
+      // Short sleeps end when asked (this thread runs the iterations).
+      if (Status st = lower_timer_slack(); !st.ok()) {
+        log_->warn("rank {}: {}", o_.rank, st.message());
+      }
+      log_->info("rank {}: compute slowed {:.1f}x (--slowdown)", o_.rank, o_.slowdown);
+    }
     progress_->start();
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;
@@ -438,9 +499,12 @@ class RankJob {
       if (it == kill_at_) std::raise(SIGKILL);  // fault injection for tests
       heartbeat_->set_iteration(it);
       failed_iteration_ = it;
+      const bool measured = measured_iteration(it, first_iteration_, o_.measure_every);
+      clock_->set_recording(measured);
       const auto start = Clock::now();
       GP_ASSIGN_OR_RETURN(const double loss, session_->run_iteration(it));
       last_time_s_ = std::chrono::duration<double>(Clock::now() - start).count();
+      if (measured) GP_RETURN_IF_ERROR(report_timings(it));
       heartbeat_->set_samples_per_s(static_cast<double>(plan().mini_batch()) / last_time_s_);
       GP_RETURN_IF_ERROR(report_loss(it, loss));
       // A requested stop: propose this boundary, then ask at each one until every rank has.
@@ -490,6 +554,8 @@ class RankJob {
       GP_RETURN_IF_ERROR(client_->report_status(done));
       progress_->finish();
       GP_RETURN_IF_ERROR(progress_->write_metrics());
+      // Every rank reported its measured times before the barrier.
+      if (measured_ != nullptr) GP_RETURN_IF_ERROR(measured_->write());
       if (!o_.trace.empty()) GP_RETURN_IF_ERROR(merge_trace(plan(), o_.world_size, o_.trace));
       // Keep serving until every rank has said FINISHED, so none of them meets a closed server.
       (void)coordinator_->wait_for_completion(timeout_);
@@ -597,6 +663,9 @@ class RankJob {
       if (Status st = progress_->write_metrics(); !st.ok()) {
         log_->error("rank 0: {}", st.message());
       }
+      if (measured_ != nullptr) {
+        if (Status st = measured_->write(); !st.ok()) log_->error("rank 0: {}", st.message());
+      }
       // The others learn of the abort from their next heartbeat; serve it to them first. Live
       // ranks heartbeat every period from a thread of their own, so a few periods reach them
       // all; waiting out --timeout instead would only wait for the rank that died.
@@ -622,10 +691,13 @@ class RankJob {
   std::unique_ptr<CheckpointDirLock> dir_lock_;  // rank 0 with --checkpoint-dir
   graphpipe::v1::CheckpointDataStream stream_;   // rank 0: what its checkpoints record
   int kill_at_ = -1;
+  std::unique_ptr<OpClock> clock_;        // the stage runner's (--slowdown, --measure-every)
+  graphpipe::v1::Provenance provenance_;  // of this rank's measured times
   const Transport* transport_ = nullptr;  // from the transport table (data_plane.h)
   NcclLayout nccl_plan_;
-  // Declared before the coordinator, which calls it, so that it outlives it.
+  // Declared before the coordinator, which calls them, so that they outlive it.
   std::unique_ptr<ProgressLog> progress_;
+  std::unique_ptr<MeasuredProfile> measured_;  // rank 0 with --measured-profile-out
   std::unique_ptr<Coordinator> coordinator_;
   std::string address_;
   std::unique_ptr<ControlClient> client_;

@@ -28,6 +28,7 @@ struct RunOptions {
   int timeout_s = 30;  // peers, registration, heartbeats
   int heartbeat_ms = 500;
   std::string metrics_out;       // rank 0: the job's per-iteration metrics
+  std::string tensorboard;       // rank 0: a directory for TensorBoard event files of them
   std::string trace;             // rank 0: the job's measured trace; ranks write <trace>.rank<r>
   std::string checkpoint_dir;    // write checkpoints here ...
   int checkpoint_every = 0;      // ... after every this many iterations (0: never)
@@ -49,6 +50,10 @@ struct RunOptions {
   // Testing: "R:K" makes rank R SIGKILL itself when it starts iteration K of a run that did not
   // resume (so a re-planned run carries on).
   std::string kill_rank_at;
+  // Measured costs (measured_profile.h) and the slowdown test aid (op_timing.h).
+  double slowdown = 1.0;             // stretch this rank's compute by this factor (>= 1)
+  int measure_every = 10;            // time every op each K-th iteration after 2 (0: never)
+  std::string measured_profile_out;  // rank 0: every rank's times as a ProfileDB ("": none)
 };
 
 struct CoordinatorRunOptions {

@@ -51,14 +51,15 @@ Status check_authorization(const std::string& token,
 // Flags a client may pass on to the ranks (no path to a binary, nothing that changes where
 // the rank listens).
 const std::set<std::string> kAllowedFlags = {
-    "--checkpoint-dir", "--checkpoint-every", "--resume",       "--resume-if-present",
-    "--heartbeat-ms",   "--metrics-out",      "--trace",        "--kill-rank-at",
-    "--log-level",      "--data-plane",       "--cpu-affinity", "--precision",
-    "--allow-new-seed"};
+    "--checkpoint-dir", "--checkpoint-every", "--resume",        "--resume-if-present",
+    "--heartbeat-ms",   "--metrics-out",      "--trace",         "--kill-rank-at",
+    "--log-level",      "--data-plane",       "--cpu-affinity",  "--precision",
+    "--allow-new-seed", "--tensorboard",      "--measure-every", "--measured-profile-out"};
 
 // The flags among kAllowedFlags whose value is a path: confined to the daemon's output root.
-const std::set<std::string> kPathFlags = {"--checkpoint-dir", "--resume", "--resume-if-present",
-                                          "--metrics-out", "--trace"};
+const std::set<std::string> kPathFlags = {
+    "--checkpoint-dir", "--resume",      "--resume-if-present",   "--metrics-out",
+    "--trace",          "--tensorboard", "--measured-profile-out"};
 
 // `path` as the ranks will use it (relative to this process's directory, which they inherit),
 // with symlinks of its existing part resolved and ".." folded; an error naming `what` unless it

@@ -1,5 +1,6 @@
 #include "launcher_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -82,8 +83,9 @@ void LauncherCommands::add_hosts() {
 void LauncherCommands::add_place() {
   place_ = cmd_->add_subcommand(
       "place",
-      "Place a plan's ranks: print `nprocs N`, then `rank R HOST_INDEX LOCAL_RANK DEVICE` per "
-      "rank (ranks fill the hosts in order); refuses an --nprocs or hostfile that does not fit");
+      "Place a plan's ranks: print `nprocs N`, then `rank R HOST_INDEX LOCAL_RANK DEVICE "
+      "PHYSICAL_DEVICE` per rank (ranks fill the hosts in order); refuses an --nprocs or "
+      "hostfile that does not fit");
   place_->add_option("--plan", plan_, "plan file")->required();
   place_->add_option("--nprocs", nprocs_, "ranks to start (default: the plan's)")
       ->check(CLI::Range(1, kMaxWorldSize));
@@ -282,9 +284,17 @@ Status LauncherCommands::place() const {
       {plan.cluster().excluded_ranks().begin(), plan.cluster().excluded_ranks().end()}};
   GP_ASSIGN_OR_RETURN(const auto ranks, launch::place_ranks(shape, request));
   emit("nprocs", std::to_string(ranks.size()));
+  // The physical device of each rank (the cluster's node * devices_per_node + local): rank R is
+  // the R-th device the plan does not exclude. A device keeps its number across re-plans.
+  std::vector<int> excluded(plan.cluster().excluded_ranks().begin(),
+                            plan.cluster().excluded_ranks().end());
+  std::sort(excluded.begin(), excluded.end());
   for (const auto& r : ranks) {
+    int physical = r.rank;
+    for (int e : excluded) physical += e <= physical ? 1 : 0;
     emit("rank", std::to_string(r.rank) + " " + std::to_string(r.host) + " " +
-                     std::to_string(r.local_rank) + " " + r.device);
+                     std::to_string(r.local_rank) + " " + r.device + " " +
+                     std::to_string(physical));
   }
   return ok_status();
 }

@@ -24,6 +24,7 @@ struct LocalOptions {
   int iterations = 5;
   int timeout_s = 60;
   std::string metrics_out;
+  std::string tensorboard;
   std::string trace;
   std::string device = "cpu";
   std::string precision = "fp32";
@@ -65,6 +66,7 @@ gp::Status run_local(const LocalOptions& o, bool* nonfinite) {
   po.training = plan.training();
   po.predicted_samples_per_s = plan.predicted().throughput_samples_per_s();
   po.metrics_out = o.metrics_out;
+  po.tensorboard = o.tensorboard;
   ProgressLog progress(std::move(po));
   GP_RETURN_IF_ERROR(progress.open(0));
   std::vector<std::unique_ptr<gp::exec::RankSession>> sessions;
@@ -120,6 +122,9 @@ class LocalCommand final : public Command {
     cmd_->add_option("--metrics-out", o_.metrics_out,
                      "write metrics: FILE.jsonl gets one JSON line per logged iteration as the "
                      "run goes; any other name a JSON file of every iteration at the end");
+    cmd_->add_option("--tensorboard", o_.tensorboard,
+                     "also write the logged iterations as TensorBoard event files in this "
+                     "directory, created if need be (view: tensorboard --logdir DIR)");
     cmd_->add_option("--log-every", o_.log_every,
                      "log iteration, loss, windowed samples/s and ETA every N iterations (and "
                      "write a .jsonl line)")

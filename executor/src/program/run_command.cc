@@ -25,6 +25,7 @@ class RunCommand final : public Command {
                        "; cuda: the GPU of $LOCAL_RANK (0 when unset), as torchrun sets it");
     add_training_flags();
     add_supervision_flags();
+    add_measuring_flags();
   }
 
   int run() override {
@@ -113,6 +114,10 @@ class RunCommand final : public Command {
                      "rank 0: write the job's metrics: FILE.jsonl gets one JSON line per logged "
                      "iteration as the job runs; any other name a JSON file of every iteration, "
                      "replaced at checkpoints and at exit (--resume keeps the earlier entries)");
+    cmd_->add_option("--tensorboard", o_.tensorboard,
+                     "rank 0: also write the logged iterations (loss, lr, grad norm, samples/s, "
+                     "ms/iteration) as TensorBoard event files in this directory, created if "
+                     "need be; a resumed run adds a new file (view: tensorboard --logdir DIR)");
     cmd_->add_option("--trace", o_.trace,
                      "rank 0: write the job's measured Chrome trace (ranks share its directory)");
     cmd_->add_option("--checkpoint-dir", o_.checkpoint_dir,
@@ -169,6 +174,23 @@ class RunCommand final : public Command {
     cmd_->add_option("--kill-rank-at", o_.kill_rank_at,
                      "testing: RANK:ITERATION, that rank SIGKILLs itself there (not when resuming)")
         ->group("");
+  }
+
+  // Measured costs of the running job, and the straggler test aid.
+  void add_measuring_flags() {
+    cmd_->add_option("--slowdown", o_.slowdown,
+                     "stretch this rank's compute by FACTOR (>= 1): after each op's forward and "
+                     "backward and the optimizer step it sleeps (FACTOR - 1) x the time they took, "
+                     "like a slower device (testing and benchmarks)")
+        ->capture_default_str();
+    cmd_->add_option("--measure-every", o_.measure_every,
+                     "every K iterations (after 2 warm-up ones) time each op's forward and "
+                     "backward and send the recent times to the coordinator (0: never)")
+        ->capture_default_str();
+    cmd_->add_option("--measured-profile-out", o_.measured_profile_out,
+                     "rank 0: write every rank's measured op times as a profile database "
+                     "(.pb/.pbtxt/.json, graphpipe-profile's format; device kind "
+                     "\"<cluster device>/rank<R>\"), rewritten after each measurement and at exit");
   }
 
   // torchrun's RANK, WORLD_SIZE, MASTER_ADDR/MASTER_PORT and LOCAL_RANK where flags are absent.

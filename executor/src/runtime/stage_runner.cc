@@ -268,11 +268,22 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
   last_batch_[slot] = batch;
   last_iteration_[slot] = iteration;
   last_first_sample_[slot] = first_sample;
-  run_forward(slot, batch, iteration, first_sample);
+  run_forward(slot, batch, iteration, first_sample, /*recorded=*/true);
+  if (clock_ != nullptr) clock_->flush();  // the slowdown is slept before the outputs leave
 }
 
-void StageRunner::run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample) {
-  for (auto& st : ops_) {
+// The end of a timed interval: queued device work is waited for (its errors noted), then the
+// clock stretches and returns it.
+double StageRunner::timed(OpClock::Clock::time_point start) const {
+  if (!host_) note(device_->synchronize());
+  return clock_->finish(start);
+}
+
+void StageRunner::run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample,
+                              bool recorded) {
+  const bool timing = clock_ != nullptr && clock_->active();
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    OpState& st = ops_[i];
     const auto& node = graph_->op(st.op);
     if (node.info->is_input) {
       const TensorView v = view(tensors_[st.outputs[0]], slot, false);
@@ -290,7 +301,12 @@ void StageRunner::run_forward(int slot, int64_t batch, int64_t iteration, int64_
       }
       continue;
     }
+    const auto start = timing ? OpClock::Clock::now() : OpClock::Clock::time_point{};
     st.kernel->forward(op_args(st, slot, batch, /*backward=*/false));
+    if (timing) {
+      const double us = timed(start);
+      if (recorded) clock_->record(static_cast<int>(i), /*backward=*/false, us);
+    }
   }
 }
 
@@ -328,7 +344,10 @@ void StageRunner::backward(int slot, float loss_scale) {
   const int64_t batch = last_batch_[slot];
   // The same inputs, data and kernels give the same values: the backward that follows sees
   // exactly what a runner keeping every slot's activations would.
-  if (recompute_) run_forward(slot, batch, last_iteration_[slot], last_first_sample_[slot]);
+  // (A recomputation is slowed like any compute, but not recorded as the ops' forward.)
+  if (recompute_) {
+    run_forward(slot, batch, last_iteration_[slot], last_first_sample_[slot], /*recorded=*/false);
+  }
   // The gradients inside the stage are one copy for every slot: this backward's start from zero.
   zero_grads(slot, /*per_slot=*/false);
   for (int l : loss_ops_) {
@@ -341,11 +360,15 @@ void StageRunner::backward(int slot, float loss_scale) {
                                    static_cast<size_t>(batch) * sizeof(float)));
     }
   }
-  for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
-    OpState& st = *it;
+  const bool timing = clock_ != nullptr && clock_->active();
+  for (size_t i = ops_.size(); i-- > 0;) {
+    OpState& st = ops_[i];
     if (graph_->op(st.op).info->is_input) continue;
+    const auto start = timing ? OpClock::Clock::now() : OpClock::Clock::time_point{};
     st.kernel->backward(op_args(st, slot, batch, /*backward=*/true));
+    if (timing) clock_->record(static_cast<int>(i), /*backward=*/true, timed(start));
   }
+  if (clock_ != nullptr) clock_->flush();
 }
 
 void StageRunner::zero_param_grads() {
@@ -365,6 +388,18 @@ void StageRunner::for_each_shard_piece(Visit&& visit) const {
 }
 
 void StageRunner::optimizer_step(int64_t step) {
+  if (clock_ != nullptr && clock_->slowdown() != 1.0) {
+    // Stretched like the ops (not recorded: the profile has no optimizer record).
+    const auto start = OpClock::Clock::now();
+    apply_optimizer(step);
+    (void)timed(start);
+    clock_->flush();
+    return;
+  }
+  apply_optimizer(step);
+}
+
+void StageRunner::apply_optimizer(int64_t step) {
   const size_t per = static_cast<size_t>(optimizer_->state_floats());
   if (sharded()) {
     // The updates are element-wise, so stepping a tensor's part with the part's state (its words

@@ -27,6 +27,7 @@
 #include "gp/exec/dataset.h"
 #include "gp/exec/device.h"
 #include "gp/exec/op_kernel.h"
+#include "gp/exec/op_timing.h"
 #include "gp/exec/optimizer.h"
 #include "gp/exec/stage_layout.h"
 #include "gp/model/graph.h"
@@ -183,6 +184,12 @@ class StageRunner {
   Status upload_op_state(int op_index, std::span<const float> in);
   // Graph indices of the stage's ops, in execution order.
   std::vector<int> op_indices() const { return layout_.op_indices(); }
+  // Measured costs and --slowdown (op_timing.h): while `clock` is active, each op's forward and
+  // backward (input ops aside) and the optimizer step are timed, stretched by its slowdown and,
+  // when it records, kept in its windows by the op's position in op_indices(). A device with
+  // queued work is synchronized after each then. `clock` (nullptr: none) must outlive the
+  // runner's use of it and have a window per op.
+  void set_op_clock(OpClock* clock) { clock_ = clock; }
 
  private:
   struct Tensor {
@@ -224,7 +231,10 @@ class StageRunner {
   TensorView view(const Tensor& t, int slot, bool grad) const;
   OpArgs op_args(OpState& st, int slot, int64_t batch, bool backward) const;
   // The forward pass itself (forward() records the slot's samples for a recomputation first).
-  void run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample);
+  // `recorded`: a timing clock keeps the ops' times (not for a recomputation).
+  void run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample, bool recorded);
+  double timed(OpClock::Clock::time_point start) const;  // see run_forward
+  void apply_optimizer(int64_t step);                    // optimizer_step, untimed
   void zero_grads(int slot, bool per_slot);
   Range op_range(int op_index) const;
   // Every parameter tensor's part inside the runner's slice: `visit(offset, size, begin, end)`
@@ -268,6 +278,7 @@ class StageRunner {
   std::vector<std::byte> input_staging_;
   mutable std::vector<float> float_staging_;
   mutable Status error_;
+  OpClock* clock_ = nullptr;
 };
 
 }  // namespace gp::exec

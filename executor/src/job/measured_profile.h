@@ -1,0 +1,63 @@
+// Measured costs of a running job (run --measure-every, --measured-profile-out): each rank turns
+// its OpClock's windows into RankTimings for the coordinator; rank 0 keeps every rank's latest
+// and writes them as a ProfileDB in graphpipe-profile's format, one record per (op signature,
+// rank), the device kind naming the rank ("<cluster device>/rank<R>"), so a slow device shows
+// as slow and a planner can read it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gp/common/status.h"
+#include "gp/exec/op_timing.h"
+#include "gp/model/graph.h"
+#include "graphpipe/v1/executor.pb.h"
+#include "graphpipe/v1/plan.pb.h"
+#include "graphpipe/v1/profile.pb.h"
+
+namespace gp::exec::daemon {
+
+// --measure-every K: whether iteration `it` of a run that started at `first` is measured: after
+// 2 warm-up iterations, then every K-th (K = 0: never).
+bool measured_iteration(int64_t it, int64_t first, int measure_every);
+
+// The device kind of `rank`'s records: "<plan.cluster().device().name()>/rank<R>".
+std::string measured_device_kind(const graphpipe::v1::Plan& plan, int rank);
+
+// A rank's report: `clock`'s windows of its stage's ops (`op_indices`: graph index by position,
+// as StageRunner::op_indices), ops without samples left out.
+graphpipe::v1::RankTimings rank_timings(const OpClock& clock, const std::vector<int>& op_indices,
+                                        int64_t iteration, int64_t micro_batch,
+                                        const graphpipe::v1::Provenance& provenance);
+
+// The ProfileDB of `by_rank`'s timings (rank -> its latest): per rank, the samples of its ops
+// with one signature (cost::op_signature) pooled into one record: medians, p90 - p10 spreads,
+// repetitions = forward samples, no memory. Validated (profile::validate_profile);
+// InvalidArgument naming the rank and op for an op the graph lacks.
+Result<graphpipe::v1::ProfileDB> measured_profile(
+    const graphpipe::v1::Plan& plan, const model::Graph& graph,
+    const std::map<int, graphpipe::v1::RankTimings>& by_rank);
+
+// Rank 0's gatherer: add() from the coordinator's threads, write() from the rank's.
+class MeasuredProfile {
+ public:
+  // `plan` and `graph` must outlive it.
+  MeasuredProfile(const graphpipe::v1::Plan& plan, const model::Graph& graph, std::string path)
+      : plan_(plan), graph_(graph), path_(std::move(path)) {}
+  // Keeps the rank's newest report (by iteration).
+  void add(int rank, const graphpipe::v1::RankTimings& timings);
+  // The profile of what has arrived, written atomically (.pb/.pbtxt/.json by extension).
+  Status write() const;
+
+ private:
+  const graphpipe::v1::Plan& plan_;
+  const model::Graph& graph_;
+  std::string path_;
+  mutable std::mutex mu_;
+  std::map<int, graphpipe::v1::RankTimings> by_rank_;
+};
+
+}  // namespace gp::exec::daemon

@@ -1,0 +1,51 @@
+// The cost models graphpipe-plan adapt prices plans with: each rank's own device kind (the
+// cluster's kinds, without earlier adaptations' measured kinds), and the cluster as measured,
+// where a slow rank's kind is its own kind's model scaled by its measured slowdown.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "gp/cost/comm_model.h"
+#include "gp/cost/cost_model.h"
+#include "gp/cost/device_costs.h"
+#include "gp/planner/adapt.h"
+#include "gp/sim/simulator.h"
+#include "graphpipe/v1/plan.pb.h"
+
+namespace gp::plan_cli {
+
+struct AdaptModels {
+  graphpipe::v1::Cluster cluster;
+  std::map<std::string, std::shared_ptr<const cost::CostModel>> by_kind;
+  std::shared_ptr<const cost::DeviceCostModels> compute;
+  std::shared_ptr<const cost::CommModel> comm;
+  std::string profile_hash;
+  const cost::CostModel& for_rank(int rank) const { return compute->for_rank(rank); }
+};
+
+// `cluster` with adapt's measured kinds ("<kind>/rank<R>") folded back into their own kinds, and
+// its kinds' models (analytic, or from `profile_path` with an analytic fallback).
+Result<AdaptModels> own_kind_models(const graphpipe::v1::Cluster& cluster,
+                                    graphpipe::v1::Precision precision,
+                                    const std::string& profile_path);
+
+// `measured` (cluster_with_measured_speeds) with the own kinds' models and, for each measured
+// kind, its own kind's model scaled by the rank's slowdown; the own links.
+Result<AdaptModels> measured_models(const graphpipe::v1::Cluster& measured, const AdaptModels& own,
+                                    const std::vector<planner::RankSpeed>& speeds);
+
+// `plan` (whose cluster is models.cluster) simulated with the models.
+Result<sim::SimResult> simulate_with(const graphpipe::v1::Plan& plan, const model::Graph& graph,
+                                     const AdaptModels& models);
+
+// The planner's search for `plan`'s model, mini-batch, training and strategy on models.cluster
+// with the models, verified: the plan the job would switch to. A plan on fewer devices keeps
+// the cluster's numbering, the devices it leaves out excluded.
+Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const model::Graph& graph,
+                                        const AdaptModels& models, const std::string& command_line);
+
+}  // namespace gp::plan_cli

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# graphpipe-launch --adapt on 4 local ranks of a 4-branch model: with rank 1 slowed 3x the launcher
+# sees rank 1 as slow, switches once to a plan that gives it the lightest stage, resumes after an
+# agreed iteration with a checkpoint, and every loss equals a single-process reference's, bit for
+# bit; unslowed, it checks and does not switch. Bad --adapt arguments and a measured profile of
+# another job are refused by name.
+set -u
+exe=$1
+plan_bin=$2
+launch=$3
+profile_bin=$4
+tmp=$5
+rm -rf "$tmp" && mkdir -p "$tmp"
+export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"
+. "$(dirname "$0")/lib.sh"
+launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 300 "$launch" "$@"; }
+model='zoo:candle-uno?branches=4&layers=2&width=128'
+iterations=800
+
+"$profile_bin" ops --model "$model" --micro-batches 16,32,64 --out "$tmp/profile.pb" \
+  --log-level warn > /dev/null || exit 1
+"$plan_bin" --log-level warn search --model "$model" --cluster cpu-local --devices 4 --batch 64 \
+  --profile "$tmp/profile.pb" --optimizer adam --out "$tmp/plan.pb" > /dev/null || exit 1
+check "the static plan gives each of the 4 ranks a stage" \
+  '[ "$("$plan_bin" inspect --plan "$tmp/plan.pb" | grep -c "^ *[0-9]  *ranks [0-9] ")" -eq 4 ]'
+mb=$("$plan_bin" inspect --plan "$tmp/plan.pb" |
+  awk '/^ +[0-9]+ +ranks/ { for (i = 1; i < NF; i++) if ($i == "mb") print $(i + 1) }' | sort -u)
+"$exe" --log-level warn reference --plan "$tmp/plan.pb" --micro-batch "$mb" \
+  --iterations "$iterations" --metrics-out "$tmp/reference.json" || exit 1
+# Every loss with all its digits, by iteration (the .jsonl a launched --adapt job writes).
+all_losses() {
+  tr -d ' \n' < "$1" | grep -o '"iteration":[0-9]*,"loss":[-0-9.e]*' | sort -t: -k2 -n
+}
+
+# 1. Rank 1 slowed 3x: one switch, and rank 1 gets the lightest stage.
+launch --plan "$tmp/plan.pb" --nprocs 4 --iterations "$iterations" --timeout 60 \
+  --checkpoint-dir "$tmp/ckpt" --run-dir "$tmp/run" --adapt --adapt-profile "$tmp/profile.pb" \
+  --slowdown 1:3 > "$tmp/slow.log" 2>&1; rc=$?
+check "the slowed --adapt job exits 0" '[ $rc -eq 0 ]'
+# (2x-4x: the fastest rank's own time varies with what else runs on the host.)
+check "its first check sees rank 1 about 3x slower than the fastest, and slow" \
+  'grep -m1 "adapt: rank 1 " "$tmp/slow.log" | grep -Eq "slowdown [23]\.[0-9]+ slow$"'
+check "it switches once, after an agreed iteration with a checkpoint, and resumes under the new plan" \
+  '[ "$(grep -c "adapt: switching to" "$tmp/slow.log")" -eq 1 ] &&
+   grep -q "adapt: resuming after iteration [0-9]* under $tmp/ckpt/plan-adapted-1.pb on 4 ranks" "$tmp/slow.log"'
+check "each decision says why (gain, time saved, the switch cost)" \
+  'grep -q "adapt: reason switch: predicted gain [0-9.]*%, saves [0-9.]* s over [0-9]* iterations left, switching costs [0-9.]* s" "$tmp/slow.log"'
+check "the decisions are kept in RUN_DIR/adapt.log" \
+  'grep -q "switch 1" "$tmp/run/adapt.log" && grep -q "resuming after iteration" "$tmp/run/adapt.log"'
+light=$("$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" |
+  awk '/^ +[0-9]+ +ranks/ { for (i = 1; i < NF; i++) if ($i == "busy") { t = $(i + 1); sub(",", "", t); print t, $3 } }' |
+  sort -g | head -1 | awk '{print $2}')
+check "the new plan puts rank 1 (the slow device) on its lightest stage" '[ "$light" = 1 ]'
+check "the new plan names rank 1's measured kind" \
+  '"$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" | grep -q "cpu-process/rank1"'
+check "every loss of the switched job equals the single-process reference's, bit for bit" \
+  '[ "$(all_losses "$tmp/run/metrics.jsonl" | wc -l)" -eq "$iterations" ] &&
+   [ "$(all_losses "$tmp/run/metrics.jsonl")" = "$(all_losses "$tmp/reference.json")" ]'
+
+# 2. Unslowed: checks, never switches.
+launch --plan "$tmp/plan.pb" --nprocs 4 --iterations 300 --timeout 60 \
+  --checkpoint-dir "$tmp/ckpt2" --run-dir "$tmp/run2" --adapt --adapt-profile "$tmp/profile.pb" \
+  > "$tmp/healthy.log" 2>&1; rc=$?
+check "unslowed, --adapt checks and does not switch" \
+  '[ $rc -eq 0 ] && grep -q "adapt: checking at iteration" "$tmp/healthy.log" &&
+   grep -q "adapt: switch 0" "$tmp/healthy.log" && ! grep -q "adapt: switching" "$tmp/healthy.log" &&
+   ! grep -q "adapt: rank [0-9] .* slow$" "$tmp/healthy.log"'
+
+# 3. Refusals, before any rank starts.
+err=$(launch --plan "$tmp/plan.pb" --adapt 2>&1); rc=$?
+check "--adapt without --checkpoint-dir exits 2 naming it" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--adapt needs --checkpoint-dir"'
+err=$(launch --plan "$tmp/plan.pb" --adapt --checkpoint-dir "$tmp/c3" --metrics-out "$tmp/m.json" 2>&1); rc=$?
+check "--adapt with a .json --metrics-out exits 2 (it reads the metrics as they are written)" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "give --metrics-out a .jsonl path"'
+err=$(launch --plan "$tmp/plan.pb" --adapt --checkpoint-dir "$tmp/c3" --adapt-warmup 0 2>&1); rc=$?
+check "--adapt-warmup 0 exits 2 naming the flag" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--adapt-warmup must be a positive number"'
+sed 's/cpu-process\/rank/V100-SXM2-16GB\/rank/' "$tmp/run2/attempt-0/measured-profile.pbtxt" > "$tmp/other.pbtxt"
+err=$("$plan_bin" adapt --plan "$tmp/plan.pb" --measured-profile "$tmp/other.pbtxt" 2>&1); rc=$?
+check "adapt refuses a measured profile of another cluster, naming the record and the kind" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "ops\[0\].device_kind = .V100-SXM2-16GB/rank" &&
+   echo "$err" | grep -q "has no device kind .V100-SXM2-16GB."'
+err=$("$plan_bin" adapt --plan "$tmp/plan.pb" --measured-profile "$tmp/profile.pb" 2>&1); rc=$?
+check "adapt refuses graphpipe-profile's profile (not a running job's), saying what it needs" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "<kind>/rank<R>"'
+exit $fail
