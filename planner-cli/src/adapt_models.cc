@@ -105,17 +105,7 @@ Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const m
   setup.comm = models.comm;
   setup.device_costs = models.compute;
   setup.profile_hash = models.profile_hash;
-  auto strategy = plan.provenance().strategy();
-  // A hand-made or lowered plan has no search to repeat: GraphPipe's searches instead.
-  if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED ||
-      strategy == graphpipe::v1::STRATEGY_MANUAL) {
-    strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
-  }
-  SearchOptions so;
-  so.batch = plan.mini_batch();
-  so.strategy = std::string(plan::strategy_name(strategy));
-  so.command_line = command_line;
-  GP_ASSIGN_OR_RETURN(auto result, run_search_for(so, setup, strategy));
+  GP_ASSIGN_OR_RETURN(auto result, search_again(plan, setup, /*profile=*/"", command_line));
   if (!result.feasible) {
     return failed_precondition("no feasible plan for '" + graph.model().name() +
                                "' on the measured cluster: " + result.infeasible_reason);

@@ -171,6 +171,11 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
                                     const std::string& profile_path);
 Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const PlanningSetup& setup,
                                              graphpipe::v1::Strategy strategy);
+// The search `old` came from (GraphPipe's for a hand-made or lowered plan) with its mini-batch,
+// repeated for `setup`: what replan and adapt switch to. plan_commands.cc.
+Result<planner::SearchResult> search_again(const graphpipe::v1::Plan& old,
+                                           const PlanningSetup& setup, const std::string& profile,
+                                           const std::string& command_line);
 Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
                      const planner::SearchResult& result, graphpipe::v1::Strategy strategy);
 

@@ -380,6 +380,23 @@ Status run_search(const SearchOptions& opts) {
   return ok_status();
 }
 
+Result<planner::SearchResult> search_again(const graphpipe::v1::Plan& old,
+                                           const PlanningSetup& setup, const std::string& profile,
+                                           const std::string& command_line) {
+  auto strategy = old.provenance().strategy();
+  // A hand-made or lowered plan has no search to repeat: GraphPipe's searches instead.
+  if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED ||
+      strategy == graphpipe::v1::STRATEGY_MANUAL) {
+    strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
+  }
+  SearchOptions so;
+  so.batch = old.mini_batch();
+  so.strategy = std::string(plan::strategy_name(strategy));
+  so.profile = profile;
+  so.command_line = command_line;
+  return run_search_for(so, setup, strategy);
+}
+
 Status run_replan(const ReplanOptions& opts) {
   GP_RETURN_IF_ERROR(model::format_for_path(opts.out).status().with_context("--out"));
   GP_RETURN_IF_ERROR(model::check_output_path("--out", opts.out));
@@ -422,19 +439,7 @@ Status run_replan(const ReplanOptions& opts) {
   setup.profile_hash = std::move(models.profile_hash);
   setup.device_costs = std::move(models.devices);
 
-  auto strategy = old.provenance().strategy();
-  // A hand-made or lowered plan has no search to repeat: re-plan it with GraphPipe's.
-  if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED ||
-      strategy == graphpipe::v1::STRATEGY_MANUAL) {
-    strategy = graphpipe::v1::STRATEGY_GRAPHPIPE;
-  }
-  SearchOptions so;
-  so.batch = old.mini_batch();
-  so.strategy = std::string(plan::strategy_name(strategy));
-  so.profile = opts.profile;
-  so.out = opts.out;
-  so.command_line = opts.command_line;
-  GP_ASSIGN_OR_RETURN(auto result, run_search_for(so, setup, strategy));
+  GP_ASSIGN_OR_RETURN(auto result, search_again(old, setup, opts.profile, opts.command_line));
   if (!result.feasible) {
     return failed_precondition("no feasible plan for '" + setup.graph->model().name() + "' on " +
                                std::to_string(wanted) + " devices: " + result.infeasible_reason);
