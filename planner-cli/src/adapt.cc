@@ -117,16 +117,34 @@ Result<std::vector<RankSpeed>> measured_rank_speeds(
   return speeds;
 }
 
+graphpipe::v1::Cluster without_measured_kinds(const graphpipe::v1::Cluster& cluster) {
+  graphpipe::v1::Cluster out = cluster;
+  out.clear_device_groups();
+  std::vector<std::pair<std::string, std::vector<int>>> returning;
+  for (const auto& g : cluster.device_groups()) {
+    std::string base;
+    int rank = 0;
+    if (!parse_measured_kind(g.device().name(), &base, &rank)) {
+      *out.add_device_groups() = g;
+      continue;
+    }
+    returning.emplace_back(base, std::vector<int>(g.devices().begin(), g.devices().end()));
+  }
+  for (const auto& [base, devices] : returning) {
+    if (base == out.device().name()) continue;
+    for (auto& g : *out.mutable_device_groups()) {
+      if (g.device().name() != base) continue;
+      for (int d : devices) g.add_devices(d);
+      break;
+    }
+  }
+  return out;
+}
+
 graphpipe::v1::Cluster cluster_with_measured_speeds(const graphpipe::v1::Cluster& cluster,
                                                     const std::vector<RankSpeed>& speeds,
                                                     double threshold) {
-  graphpipe::v1::Cluster out = cluster;
-  out.clear_device_groups();
-  for (const auto& g : cluster.device_groups()) {
-    std::string base;
-    int r = 0;
-    if (!parse_measured_kind(g.device().name(), &base, &r)) *out.add_device_groups() = g;
-  }
+  graphpipe::v1::Cluster out = without_measured_kinds(cluster);
   for (const auto& s : speeds) {
     if (s.relative < threshold) continue;
     // The rank's own kind: the group that holds its device, else the cluster's.

@@ -1,6 +1,7 @@
 #include "adapt_models.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -10,41 +11,11 @@
 #include "gp/planner/verify.h"
 
 namespace gp::plan_cli {
-namespace {
-
-// `cluster` without adapt's measured kinds: each such device back in the group of the kind it
-// was measured against (or with the cluster's own device when that is its kind).
-graphpipe::v1::Cluster without_measured_kinds(const graphpipe::v1::Cluster& cluster) {
-  graphpipe::v1::Cluster out = cluster;
-  out.clear_device_groups();
-  std::vector<std::pair<std::string, std::vector<int>>> returning;
-  for (const auto& g : cluster.device_groups()) {
-    std::string base;
-    int rank = 0;
-    if (!planner::parse_measured_kind(g.device().name(), &base, &rank)) {
-      *out.add_device_groups() = g;
-      continue;
-    }
-    returning.emplace_back(base, std::vector<int>(g.devices().begin(), g.devices().end()));
-  }
-  for (const auto& [base, devices] : returning) {
-    if (base == out.device().name()) continue;
-    for (auto& g : *out.mutable_device_groups()) {
-      if (g.device().name() != base) continue;
-      for (int d : devices) g.add_devices(d);
-      break;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 Result<AdaptModels> own_kind_models(const graphpipe::v1::Cluster& cluster,
                                     graphpipe::v1::Precision precision,
                                     const std::string& profile_path) {
   AdaptModels models;
-  models.cluster = without_measured_kinds(cluster);
+  models.cluster = planner::without_measured_kinds(cluster);
   GP_RETURN_IF_ERROR(cost::validate_cluster(models.cluster).with_context("--plan: plan.cluster"));
   GP_ASSIGN_OR_RETURN(auto made, make_cost_models(models.cluster, precision, profile_path));
   models.compute =
@@ -117,7 +88,7 @@ Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const m
   const int used = cost::num_devices(out.cluster());
   if (used < all) {
     std::vector<int> chosen;
-    GP_ASSIGN_OR_RETURN(auto selected, cost::select_devices(models.cluster, used, &chosen));
+    GP_RETURN_IF_ERROR(cost::select_devices(models.cluster, used, &chosen).status());
     if (!std::is_sorted(chosen.begin(), chosen.end())) {
       return internal_error("the devices chosen are not in physical order");
     }

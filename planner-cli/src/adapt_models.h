@@ -3,7 +3,6 @@
 // where a slow rank's kind is its own kind's model scaled by its measured slowdown.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,7 +19,6 @@ namespace gp::plan_cli {
 
 struct AdaptModels {
   graphpipe::v1::Cluster cluster;
-  std::map<std::string, std::shared_ptr<const cost::CostModel>> by_kind;
   std::shared_ptr<const cost::DeviceCostModels> compute;
   std::shared_ptr<const cost::CommModel> comm;
   std::string profile_hash;

@@ -69,7 +69,11 @@ Result<std::vector<RankSpeed>> measured_rank_speeds(
     const graphpipe::v1::ProfileDB& measured,
     const std::function<const cost::CostModel&(int rank)>& model_of_rank);
 
-// `cluster` as measured: the groups of earlier adaptations (kinds "<kind>/rank<R>") dropped, then
+// `cluster` without earlier adaptations' measured kinds ("<kind>/rank<R>"): each such device back
+// in the group of the kind it was measured against (or the cluster's own device).
+graphpipe::v1::Cluster without_measured_kinds(const graphpipe::v1::Cluster& cluster);
+
+// `cluster` as measured: without_measured_kinds(cluster), then
 // one group per rank whose relative slowdown is >= `threshold`: its own kind's numbers with peaks
 // and bandwidth divided by the slowdown and launch overhead multiplied by it, named
 // measured_kind_name. Ranks are the plan's (dense) ranks of `cluster`.
