@@ -202,6 +202,29 @@ TEST_CASE("Swin's windows fold into the batch and unfold again, through the shap
   CHECK(shape(g, "y") == "[16, 6] float32");
 }
 
+TEST_CASE(
+    "a batch size traced into a constant Reshape target is read as the batch, with a warning") {
+  // window_reverse with B = int(windows.shape[0] / 4): torch's tracer wrote the traced batch (3)
+  // into both targets; read as the batch they unfold the windows as the symbolic version does.
+  Onnx b;
+  b.input("x", {-1, 16, 6});
+  b.reshape("x", "grid", {0, 2, 2, 2, 2, 6});
+  b.transpose("grid", "windows_grid", {0, 1, 3, 2, 4, 5});
+  b.reshape("windows_grid", "windows", {-1, 4, 6});
+  b.reshape("windows", "unfold", {3, 2, 2, 2, 2, -1});
+  b.transpose("unfold", "back", {0, 1, 3, 2, 4, 5});
+  b.reshape("back", "y", {3, 16, -1});
+  b.output("y", {-1, 16, 6});
+  std::vector<std::string> warnings;
+  const auto g = testing::build_graph(b.imported(&warnings));
+  CHECK(shape(g, "unfold") == "[2, 2, 2, 2, 6] float32");
+  CHECK(shape(g, "y") == "[16, 6] float32");
+  REQUIRE(warnings.size() == 2);
+  CHECK_THAT(warnings[0], Catch::Contains("'unfold' (Reshape): target dim 0 = 3 is read as the "
+                                          "batch (the exporter traced the batch size"));
+  CHECK_THAT(warnings[1], Catch::Contains("'y' (Reshape): target dim 0 = 3"));
+}
+
 TEST_CASE("heads folded into the batch and a [S * B, E] projection follow the batch") {
   // nn.MultiheadAttention's internals at a sequence-first [S, B, E]: q viewed as [S, B * H, D]
   // and moved to [B * H, S, D]; the context back to [S, B * H, D], then [S * B, E] for the
@@ -300,12 +323,13 @@ TEST_CASE("ops on the batch axis are refused, naming the node and saying so") {
     CHECK_THAT(b.refusal(), Catch::Contains("'ln' (LayerNormalization): reads 'batch_last' with "
                                             "the batch at axis 2: it normalises over axes from 2"));
   }
-  SECTION("a reshape that splits it") {
+  SECTION("a reshape that splits it, where no constant dim can be a traced batch") {
     Onnx b;
-    b.input("x", {-1, 4, 8});
-    b.reshape("x", "y", {2, -1, 8});
-    b.output("y", {2, -1, 8});
-    CHECK_THAT(b.refusal(), Catch::Contains("target dim 0 = 2 splits the batch axis"));
+    b.input("x", {-1, 3, 5});
+    b.reshape("x", "y", {5, -1, 3});
+    b.output("y", {5, -1, 3});
+    CHECK_THAT(b.refusal(), Catch::Contains("target dim 0 = 5 splits the batch axis"));
+    CHECK_THAT(b.refusal(), Catch::Contains("the batch size was traced into the export"));
   }
   SECTION("a convolution, which maps only batch-first tensors") {
     Onnx b;

@@ -283,8 +283,15 @@ Result<std::vector<int64_t>> Importer::view_target(int i, const std::vector<int6
   } else {
     return invalid_argument("its target shape is not constant");
   }
+  return reshape_dims(target, in, attr_i(n, "allowzero", 0) != 0);
+}
+
+Result<std::vector<int64_t>> Importer::reshape_dims(const std::vector<double>& target,
+                                                    const std::vector<int64_t>& in,
+                                                    bool allowzero) const {
+  const auto total = product_within(in);
+  if (!total) return invalid_argument("its input has more elements than shapes are counted in");
   if (target.empty()) return invalid_argument("reshapes to a scalar");
-  const bool allowzero = attr_i(n, "allowzero", 0) != 0;
   std::vector<int64_t> out;
   int infer = -1;
   int64_t known = 1;
@@ -405,6 +412,28 @@ Result<Importer::ViewResult> Importer::regroup(const std::vector<int64_t>& in,
   }
   if (r.sample.empty()) r.sample.push_back(1);  // [batch]: per sample [1]
   return r;
+}
+
+Result<Importer::TracedBatchView> Importer::traced_batch_view(const std::vector<double>& target,
+                                                              const std::vector<int64_t>& in,
+                                                              const BatchLayout& layout,
+                                                              bool allowzero) const {
+  // Each dim that could be the traced batch is tried as the batch; the view must then hold it,
+  // unfolded, in that dim. At most one dim can: the dims before it must multiply to what
+  // precedes the batch in the input, and every candidate is at least 2.
+  for (size_t k = 0; k < target.size(); ++k) {
+    if (!(target[k] >= 2)) continue;
+    std::vector<double> as_batch = target;
+    as_batch[k] = kBatchDim;
+    const auto dims = reshape_dims(as_batch, in, allowzero);
+    if (!dims.ok()) continue;
+    auto view = regroup(in, layout, *dims);
+    if (view.ok() && view->layout.pos == static_cast<int64_t>(k) && view->layout.outer == 1 &&
+        view->layout.inner == 1) {
+      return TracedBatchView{std::move(*view), k};
+    }
+  }
+  return invalid_argument("no target dim read as the batch fits the input");
 }
 
 std::string Importer::layout_refusal(int i) const {
@@ -536,9 +565,9 @@ void Importer::reshape(int i, const std::string& id) {
   const BatchLayout layout = layout_of(n.input(0));
   const auto in = dims_at_batch(n.input(0), probe_batch());
   if (!in) return refuse(i, "the shape of its input '" + n.input(0) + "' is not known");
-  auto target = view_target(i, *in, layout);
-  if (!target.ok()) return refuse(i, target.status().message());
-  auto view = regroup(*in, layout, *target);
+  const auto target = view_target(i, *in, layout);
+  const auto view =
+      target.ok() ? regroup(*in, layout, *target) : Result<ViewResult>(target.status());
   if (!view.ok()) {
     // A constant target of a dynamic export where the batch belongs: torch's tracer bakes a
     // size computed in Python (int(x.shape[0] / k)) into the graph.
@@ -546,15 +575,34 @@ void Importer::reshape(int i, const std::string& id) {
                               ? folded(n.input(1))
                               : std::optional<std::vector<double>>();
     const bool traced = static_batch_ == 0 && constant && resolved(*constant);
+    if (traced) {
+      auto reading = traced_batch_view(*constant, *in, layout, attr_i(n, "allowzero", 0) != 0);
+      if (reading.ok()) {
+        if (options_.warnings != nullptr) {
+          options_.warnings->push_back(
+              "node " + std::to_string(i) + " '" + n.name() + "' (Reshape): target dim " +
+              std::to_string(reading->dim) + " = " +
+              std::to_string(static_cast<int64_t>((*constant)[reading->dim])) +
+              " is read as the batch (the exporter traced the batch size into a constant, "
+              "e.g. by int() of a tensor's shape; the ONNX file itself runs only at that batch)");
+        }
+        return emit_view(n, id, *x, reading->view);
+      }
+    }
     return refuse(i, view.status().message() +
                          (traced ? " (its target is a constant: the batch size was traced into "
                                    "the export, e.g. by int() of a tensor's shape; export with "
                                    "dynamo=True, or keep such sizes tensors)"
                                  : ""));
   }
+  emit_view(n, id, *x, *view);
+}
+
+void Importer::emit_view(const onnx::NodeProto& n, const std::string& id, const TensorRef& x,
+                         const ViewResult& view) {
   const auto shape = sample_shape(n.input(0));
-  act_[n.output(0)] = shape && *shape == view->sample ? *x : b_.reshape(id, *x, view->sample);
-  layouts_[n.output(0)] = view->layout;
+  act_[n.output(0)] = shape && *shape == view.sample ? x : b_.reshape(id, x, view.sample);
+  layouts_[n.output(0)] = view.layout;
 }
 
 }  // namespace gp::model::onnx_detail

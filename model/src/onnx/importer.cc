@@ -400,6 +400,26 @@ void Importer::find_weight_inputs() {
     if (t == "BatchNormalization") take(1), take(2), take(3), take(4);
     if (t == "MatMul") take(1);
     if (t == "Gather") take(0);
+    // A recurrent layer's W, R and B: torch's exports slice its own gate order out of the
+    // parameters and concatenate them in ONNX's, so every graph input under them is a weight.
+    if (t == "LSTM" || t == "GRU") {
+      std::vector<std::string> todo;
+      for (int k = 1; k <= 3 && k < n.input_size(); ++k) todo.push_back(n.input(k));
+      for (size_t j = 0; j < todo.size() && j < 256; ++j) {
+        candidates.insert(todo[j]);
+        const int p = producer(todo[j]);
+        if (p < 0) continue;
+        const auto& pn = g_.node(p);
+        const std::string& pt = pn.op_type();
+        if (pt == "Concat") {
+          for (const auto& in : pn.input()) todo.push_back(in);
+        } else if ((pt == "Slice" || pt == "Unsqueeze" || pt == "Identity" || pt == "Transpose" ||
+                    pt == "Squeeze" || pt == "Reshape") &&
+                   pn.input_size() > 0) {
+          todo.push_back(pn.input(0));
+        }
+      }
+    }
     // A learned tensor expanded over the batch (ViT's class token [1, 1, dim]).
     if (t == "Expand" && n.input_size() > 0) expanded.insert(n.input(0));
   };
@@ -428,6 +448,20 @@ void Importer::find_weight_inputs() {
             n.op_type() == "Add" && dims.size() >= 2 &&
             (dims[0] == 1 || (other != shapes_.end() && dims.size() < other->second.size()));
         if (dims.size() == 1 || broadcast) weight_inputs_.insert(in.name());
+      }
+    }
+  }
+  // In an export without weights (others are graph inputs), a scalar input (CLIP's logit_scale)
+  // is one too: it carries no batch axis, so it is no data input.
+  if (!weight_inputs_.empty()) {
+    for (const auto& in : g_.input()) {
+      if (!consts_.count(in.name()) && in.type().tensor_type().has_shape() &&
+          in.type().tensor_type().shape().dim_size() == 0) {
+        weight_inputs_.insert(in.name());
+        // Trained like a scalar initializer of an export with weights.
+        if (in.type().tensor_type().elem_type() == kOnnxFloat && !is_buffer(in.name())) {
+          scalar_params_.insert(in.name());
+        }
       }
     }
   }

@@ -522,6 +522,10 @@ class Importer {
   // The ONNX output dims of Reshape, Flatten, Squeeze or Unsqueeze node i for the probe batch.
   Result<std::vector<int64_t>> view_target(int i, const std::vector<int64_t>& in,
                                            const BatchLayout& layout) const;
+  // Reshape's output dims for `target` (ONNX's: 0 copies an input dim, one -1 is inferred,
+  // kBatchDim is the probe batch) from input dims `in`.
+  Result<std::vector<int64_t>> reshape_dims(const std::vector<double>& target,
+                                            const std::vector<int64_t>& in, bool allowzero) const;
   // A row-major view of `in` (ONNX dims for the probe batch, the batch axis laid out as
   // `layout`) as `target`: the per-sample shape and the layout of the result, or why the view
   // splits the batch or does not fit.
@@ -531,6 +535,20 @@ class Importer {
   };
   Result<ViewResult> regroup(const std::vector<int64_t>& in, const BatchLayout& layout,
                              const std::vector<int64_t>& target) const;
+  // For a constant Reshape target of a dynamic export that splits the batch: the view that
+  // reads a target dim as the batch size torch's tracer baked in (int(x.shape[0] / k)), and
+  // that dim; else why there is none.
+  struct TracedBatchView {
+    ViewResult view;
+    size_t dim = 0;
+  };
+  // Records Reshape-like node n's output as `view` of x (a reshape op unless the per-sample
+  // shape stays).
+  void emit_view(const onnx::NodeProto& n, const std::string& id, const TensorRef& x,
+                 const ViewResult& view);
+  Result<TracedBatchView> traced_batch_view(const std::vector<double>& target,
+                                            const std::vector<int64_t>& in,
+                                            const BatchLayout& layout, bool allowzero) const;
   // A graph output whose batch is not first: a warning (the per-sample tensor is the
   // batch-first one), or why it is refused (a batch folded with per-sample dims).
   Status check_output_layout(const std::string& name);

@@ -34,7 +34,8 @@ and sliced_bags (EmbeddingBags over ids[:, k] of one ids tensor) with torch 2.15
 dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0; and lstm_stack and gru_layer
 (nn.LSTM, two bidirectional layers, and nn.GRU) with torch 2.15.0; and cross_attention
 (nn.MultiheadAttention over a memory, slicing its packed in_proj_weight, after causal
-self-attention) with torch 2.15.0.)
+self-attention) with torch 2.15.0; and window_traced (Swin's window_reverse, whose int() of a shape
+bakes the traced batch size into the legacy export's Reshape targets) with torch 2.15.0.)
 """
 import copy
 import glob
@@ -356,6 +357,20 @@ class WindowFold(torch.nn.Module):
         return self.out(y + x)
 
 
+class WindowTraced(WindowFold):
+    # Swin's own window_reverse: B = int(windows.shape[0] / (H * W / ws / ws)) is a Python int,
+    # so the legacy exporter bakes the traced batch size into the Reshape targets.
+    def forward(self, x):
+        B, L, C = x.shape
+        r, ws = self.res, self.ws
+        w = x.view(B, r // ws, ws, r // ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, C)
+        h = self.fc(w)
+        a = torch.softmax(h @ h.transpose(1, 2) * C ** -0.5, dim=-1) @ h
+        b = int(a.shape[0] / (r * r / ws / ws))
+        y = a.view(b, r // ws, r // ws, ws, ws, -1).permute(0, 1, 3, 2, 4, 5).contiguous()
+        return self.out(y.view(b, r, r, -1).view(B, L, C) + x)
+
+
 class SlicedBags(torch.nn.Module):
     # EmbeddingBags over slices of one [batch, tables, bag] ids tensor (facebookresearch DLRM's
     # `emb(ids[:, k])`, TorchRec-style inputs): each bag's Loop reads ids[:, k], not an input.
@@ -475,7 +490,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("lstm_stack", 141, LstmStack, patterns.feat(5, 8), None),
                                 ("gru_layer", 142, GruLayer, patterns.feat(5, 8), None),
                                 ("cross_attention", 143, CrossAttention, cross_attention_inputs,
-                                 None)]
+                                 None),
+                                ("window_traced", 144, WindowTraced, patterns.feat(16, 6), None)]
 
 
 def main():
