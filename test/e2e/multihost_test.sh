@@ -57,6 +57,45 @@ check "they reached the coordinator on the first host's address" \
   'grep -q "coordinator 10.77.0.1:29611" "$tmp/netns.log"'
 check "their losses equal the reference's" \
   '[ -s "$tmp/netns.json" ] && [ "$(losses "$tmp/netns.json")" = "$(losses "$tmp/ref.json")" ]'
+# No certificate flag was given: the control plane ran mutual TLS with the job's own CA.
+check "the launcher made the job's own CA and certificate (the key mode 0600)" \
+  'grep -q "control plane: mutual TLS with the job.s own CA" "$tmp/netns.log" &&
+   [ "$(stat -c %a "$tmp/run/tls/key.pem")" = 600 ] &&
+   openssl verify -CAfile "$tmp/run/tls/ca.pem" "$tmp/run/tls/cert.pem" > /dev/null'
+check "rank 0's coordinator served mutual TLS on the first host's address" \
+  'grep -q "listening on 10.77.0.1:29611 over mutual TLS" "$tmp/run/attempt-0/rank-0.log"'
+# While a longer job runs: `status --run-dir` reaches it with the job's files; a client with the
+# token but no certificate of the job's CA, or speaking plaintext, does not.
+# (timeout passes the SIGTERM below on to the launcher.)
+GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 120 "$launch" --plan "$tmp/plan.pb" --nprocs 2 \
+  --iterations 100000 --hostfile "$tmp/hosts" --remote-shell "ip netns exec" --port 29641 \
+  --run-dir "$tmp/run-mtls" > "$tmp/mtls.log" 2>&1 & mtls=$!
+st_rc=1
+for _ in $(seq 100); do
+  ip netns exec "$ns_a" "$exe" status --run-dir "$tmp/run-mtls" > "$tmp/mtls-status.log" 2>&1 &&
+    { st_rc=0; break; }
+  sleep 0.2
+done
+ip netns exec "$ns_a" timeout 20 "$exe" status --coordinator 10.77.0.1:29641 \
+  --auth-token-file "$tmp/run-mtls/auth-token" > "$tmp/mtls-plain.log" 2>&1; plain_rc=$?
+ip netns exec "$ns_a" timeout 20 "$exe" status --coordinator 10.77.0.1:29641 \
+  --auth-token-file "$tmp/run-mtls/auth-token" --tls-ca "$tmp/run-mtls/tls/ca.pem" \
+  > "$tmp/mtls-nocert.log" 2>&1; nocert_rc=$?
+kill -TERM $mtls; wait $mtls; mtls_rc=$?
+check "status --run-dir reads the job's TLS files and shows both ranks" \
+  '[ $st_rc -eq 0 ] && grep -q "rank 1" "$tmp/mtls-status.log"'
+check "a plaintext client with the token is refused, told the server may require TLS" \
+  '[ $plain_rc -ne 0 ] && grep -q "may require TLS" "$tmp/mtls-plain.log"'
+check "a TLS client without a certificate of the job's CA is refused" \
+  '[ $nocert_rc -ne 0 ] && grep -q "refusing this client.s certificate" "$tmp/mtls-nocert.log"'
+check "the job stopped on SIGTERM at an agreed iteration (exit 143)" '[ $mtls_rc -eq 143 ]'
+run_launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 4 --hostfile "$tmp/hosts" --no-tls \
+  --remote-shell "ip netns exec" --port 29642 --run-dir "$tmp/run-plain" \
+  --metrics-out "$tmp/plain.json" > "$tmp/plain.log" 2>&1; rc=$?
+check "--no-tls runs plaintext across hosts, warning, with the same losses" \
+  '[ $rc -eq 0 ] && grep -q "warning: --no-tls" "$tmp/plain.log" && [ ! -e "$tmp/run-plain/tls" ] &&
+   ! grep -q "over mutual TLS" "$tmp/run-plain/attempt-0/rank-0.log" &&
+   [ "$(losses "$tmp/plain.json")" = "$(losses "$tmp/ref.json")" ]'
 
 # The data plane's rendezvous through rank 0's coordinator (run --rendezvous coordinator): each
 # rank has its own store directory, as hosts without a shared filesystem would; they meet over TCP

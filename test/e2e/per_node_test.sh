@@ -51,8 +51,12 @@ check "node 1's rank 3 ran as rank 3 of the job's 4" \
 "$exe" --log-level warn reference --plan plan.pb --iterations 8 --metrics-out ref.json
 check "the 2-node job's 8 losses equal the single-process reference's" \
   '[ "$(losses m.json | wc -l)" -eq 8 ] && [ "$(losses m.json)" = "$(losses ref.json)" ]'
+check "the nodes share no directory, yet ran mutual TLS with the job's CA each derived" \
+  'grep -q "over mutual TLS" node0/run/attempt-0/rank-0.log &&
+   ! cmp -s node0/run/tls/cert.pem node1/run/tls/cert.pem'
 
-# A node with another token does not join: its ranks are refused, both sides fail.
+# A node with another token does not join: its ranks are refused, both sides fail. The job's own
+# CA is derived from the token, so the refusal comes at the TLS handshake, before any call.
 port=$(free_port)
 echo another-token > node1/token
 node 0 & n0=$!
@@ -60,7 +64,8 @@ node 1 & n1=$!
 wait "$n0"; rc0=$?
 wait "$n1"; rc1=$?
 check "a node whose token differs is refused, and the job fails on both nodes" \
-  '[ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] && grep -qi "token\|unauthenticated" node1/launch.log'
+  '[ $rc0 -ne 0 ] && [ $rc1 -ne 0 ] &&
+   grep -q "\[rank 2\] .*certificate does not chain to --tls-ca .*/run/tls/ca.pem" node1/launch.log'
 cp node0/token node1/token
 
 # Bad per-node flags exit 2 before any rank starts, naming the flag.

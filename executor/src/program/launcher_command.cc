@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "control/coordinator.h"
+#include "control/job_tls.h"
 #include "gp/common/cli.h"
 #include "gp/model/graph.h"
 #include "gp/model/model_io.h"
@@ -16,6 +17,7 @@
 #include "job/run.h"
 #include "launch/launch.h"
 #include "runtime/checkpoint.h"
+#include "shared_flags.h"
 
 namespace gp::exec::daemon {
 namespace {
@@ -69,6 +71,7 @@ LauncherCommands::LauncherCommands(CLI::App& app)
   add_clean();
   add_next();
   add_tls();
+  add_job_tls();
   add_resume();
 }
 
@@ -184,6 +187,24 @@ void LauncherCommands::add_tls() {
   tls_->add_option("--tls-ca", tls_options_.ca, "PEM CA certificate(s)");
 }
 
+void LauncherCommands::add_job_tls() {
+  job_tls_ = cmd_->add_subcommand(
+      "job-tls",
+      "Make the control plane's TLS files for a job whose ranks span hosts and that was given "
+      "none: a CA derived from the job's token (never written; every launcher holding the token "
+      "derives the same) and a certificate for serverAuth and clientAuth naming --name; print "
+      "`cert PATH`, `key PATH`, `ca PATH`");
+  job_tls_->add_option("--auth-token-file", job_tls_token_file_, "the job's token (mode 0600)")
+      ->required();
+  job_tls_->add_option("--job-id", job_id_, "the job's id")->required();
+  job_tls_
+      ->add_option("--name", job_tls_names_,
+                   "an address or host name clients dial the coordinator at (repeatable)")
+      ->required();
+  job_tls_->add_option("--dir", job_tls_dir_, "where to write ca.pem, cert.pem and key.pem")
+      ->required();
+}
+
 void LauncherCommands::add_resume() {
   resume_ = cmd_->add_subcommand(
       "resume",
@@ -204,6 +225,7 @@ Status LauncherCommands::decide() const {
   if (blame_->parsed()) return blame();
   if (clean_->parsed()) return clean();
   if (tls_->parsed()) return tls();
+  if (job_tls_->parsed()) return job_tls();
   if (resume_->parsed()) return resume();
   return next();
 }
@@ -214,6 +236,21 @@ Status LauncherCommands::tls() const {
   emit("cert", abs.cert);
   emit("key", abs.key);
   emit("ca", abs.ca);
+  return ok_status();
+}
+
+Status LauncherCommands::job_tls() const {
+  JobTlsRequest request;
+  GP_RETURN_IF_ERROR(read_token_file(job_tls_token_file_, &request.token));
+  request.job_id = job_id_;
+  request.names = job_tls_names_;
+  request.dir = job_tls_dir_;
+  GP_ASSIGN_OR_RETURN(const TlsOptions files, make_job_tls(request));
+  // As rank 0 will use them: a file that does not work fails here, not in every rank.
+  GP_RETURN_IF_ERROR(check_tls(files, TlsRole::kServerAndClient));
+  emit("cert", files.cert);
+  emit("key", files.key);
+  emit("ca", files.ca);
   return ok_status();
 }
 

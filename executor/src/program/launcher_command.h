@@ -29,6 +29,7 @@ class LauncherCommands final : public Command {
   void add_clean();
   void add_next();
   void add_tls();
+  void add_job_tls();
   void add_resume();
 
   // The decision of the subcommand that was parsed.
@@ -40,11 +41,15 @@ class LauncherCommands final : public Command {
   Status clean() const;
   Status next() const;
   Status tls() const;
+  Status job_tls() const;
   Status resume() const;
 
   CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
-           *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr, *resume_ = nullptr;
+           *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr, *resume_ = nullptr,
+           *job_tls_ = nullptr;
   TlsOptions tls_options_;
+  std::string job_tls_token_file_, job_id_, job_tls_dir_;
+  std::vector<std::string> job_tls_names_;
   std::string plan_, hostfile_, hostfile_name_, device_ = "cpu", cuda_visible_devices_,
                                                 verdict_file_;
   std::string on_failure_ = "stop", checkpoint_dir_, store_dir_;

@@ -1,5 +1,6 @@
 // graphpipe-executor status: every rank's iteration and instruction, from the coordinator
 // (print_status in run.cc).
+#include <filesystem>
 #include <string>
 
 #include "commands.h"
@@ -36,7 +37,8 @@ class StatusCommand final : public Command {
     auto* coordinator = cmd_->add_option("--coordinator", address_, "HOST:PORT");
     cmd_->add_option("--run-dir", run_dir_,
                      "a launcher's log directory (graphpipe-runs/JOB-ID): the coordinator's "
-                     "address and the token are read from there")
+                     "address, the token and the job's own TLS files (tls/, when the launcher "
+                     "made them) are read from there")
         ->excludes(coordinator);
     add_token_options(cmd_, token_flags_, /*serves=*/false, "The coordinator's token.");
     add_tls_options(cmd_, tls_,
@@ -57,6 +59,11 @@ class StatusCommand final : public Command {
       if (!address.ok()) return gp::cli::report("graphpipe-executor", address.status());
       address_ = *address;
       if (token_flags_.file.empty()) token_flags_.file = run_dir_ + "/auth-token";
+      // The launcher's own CA for a job across hosts: the coordinator requires its certificate.
+      std::error_code ec;
+      if (!tls_.enabled() && std::filesystem::exists(run_dir_ + "/tls/ca.pem", ec)) {
+        tls_ = {run_dir_ + "/tls/cert.pem", run_dir_ + "/tls/key.pem", run_dir_ + "/tls/ca.pem"};
+      }
     }
     auto token = resolve_token(token_flags_);
     if (!token.ok()) return gp::cli::report("graphpipe-executor", token.status());
