@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -13,6 +15,7 @@
 #include "../support/kernel_harness.h"
 #include "../support/models.h"
 #include "../support/op_cases.h"
+#include "cpu/vec_math.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/model/builder.h"
 #include "gp/model/graph.h"
@@ -163,6 +166,63 @@ TEST_CASE("backward accumulates: a second call doubles every gradient") {
       }
     }
   }
+}
+
+TEST_CASE("a kernel that overwrites a fresh input gradient writes it whole, as zero plus it") {
+  int overwriting = 0;
+  for (const auto& c : grad_cases()) {
+    {
+      INFO(c.name);
+      Harness h = prepared(c);
+      h.forward();
+      h.zero_grads();
+      h.backward();
+      const auto added = h.gin;
+      const auto added_p = h.gparams;
+      // The buffers it may overwrite hold garbage (NaN): none may survive, and every value must
+      // be what adding into zeros gave, bit for bit (the runner relies on it).
+      uint64_t fresh = 0;
+      h.zero_grads();
+      for (size_t i = 0; i < h.gin.size(); ++i) {
+        if (h.gin[i].empty() || !h.kernel->overwrites_grad_input(i)) continue;
+        fresh |= uint64_t{1} << i;
+        std::fill(h.gin[i].begin(), h.gin[i].end(), std::numeric_limits<float>::quiet_NaN());
+      }
+      overwriting += fresh != 0 ? 1 : 0;
+      h.backward(fresh);
+      for (size_t i = 0; i < h.gin.size(); ++i) {
+        INFO("inputs[" << i << "]");
+        REQUIRE(h.gin[i].size() == added[i].size());
+        for (size_t k = 0; k < added[i].size(); ++k) {
+          CHECK(std::memcmp(&h.gin[i][k], &added[i][k], sizeof(float)) == 0);
+        }
+      }
+      CHECK(h.gparams == added_p);
+    }
+  }
+  CHECK(overwriting >= 10);  // linear, matmul, reshape, transpose, add, gelu, softmax, ...
+}
+
+TEST_CASE("the vectorised erf and exact GELU are within 4e-7 of erf and its derivative") {
+  std::vector<float> x;
+  for (double v = -7.0; v <= 7.0; v += 1.0 / 1024) x.push_back(static_cast<float>(v));
+  std::vector<float> erf(x.size()), gelu(x.size()), dgelu(x.size()), ones(x.size(), 1.0f);
+  gp::exec::cpu::vec::erf(x.data(), erf.data(), static_cast<int64_t>(x.size()));
+  gp::exec::cpu::vec::gelu_exact(x.data(), gelu.data(), static_cast<int64_t>(x.size()));
+  gp::exec::cpu::vec::gelu_exact_backward(x.data(), ones.data(), dgelu.data(),
+                                          static_cast<int64_t>(x.size()), false);
+  double worst_erf = 0, worst_gelu = 0, worst_dgelu = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    const double v = x[k], cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2 * M_PI);
+    worst_erf = std::max(worst_erf, std::abs(erf[k] - std::erf(v)));
+    // GELU's error is erf's scaled by |x| / 2, plus rounding of the result.
+    worst_gelu = std::max(worst_gelu, std::abs(gelu[k] - v * cdf) / std::max(1.0, std::abs(v)));
+    worst_dgelu = std::max(worst_dgelu, std::abs(dgelu[k] - (cdf + v * pdf)));
+  }
+  CHECK(worst_erf < 4e-7);  // measured 3.2e-7: a few ulp near +-1
+  CHECK(worst_gelu < 4e-7);
+  CHECK(worst_dgelu < 4e-7);
 }
 
 TEST_CASE("a null input gradient is skipped and the other gradients are unchanged") {

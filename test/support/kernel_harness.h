@@ -79,7 +79,8 @@ struct Harness {
     kernel->forward(args(in, outs, ps));
   }
 
-  void backward() {
+  // `fresh`: OpArgs::fresh_grad_inputs (the kernel overwrites those input gradients).
+  void backward(uint64_t fresh = 0) {
     std::vector<TensorView> in, outs, gi, go;
     std::vector<float*> ps, gp;
     OpArgs a = args(in, outs, ps);
@@ -91,6 +92,7 @@ struct Harness {
     a.grad_inputs = gi;
     a.grad_outputs = go;
     a.param_grads = gp;
+    a.fresh_grad_inputs = fresh;
     kernel->backward(a);
   }
 

@@ -65,7 +65,8 @@ class LinearKernel final : public OpKernel {
     }
     // dX += dZ W; dW += dZ^T X; db += column sums of dZ.
     if (float* dx = a.grad_inputs[0].f(); dx != nullptr) {
-      gemm(false, false, m, in_, out_, 1.0f, dz, out_, a.params[0], in_, 1.0f, dx, in_);
+      gemm(false, false, m, in_, out_, 1.0f, dz, out_, a.params[0], in_, a.fresh(0) ? 0.0f : 1.0f,
+           dx, in_);
     }
     if (a.param_grads[0] != nullptr) {
       gemm(true, false, out_, in_, m, 1.0f, dz, out_, a.inputs[0].f(), in_, 1.0f, a.param_grads[0],
@@ -73,6 +74,7 @@ class LinearKernel final : public OpKernel {
     }
     if (bias_ && a.param_grads[1] != nullptr) add_column_sums(dz, m, out_, a.param_grads[1]);
   }
+  bool overwrites_grad_input(size_t k) const override { return k == 0; }
 
  private:
   int64_t rows_, in_, out_;  // rows per sample, in and out features

@@ -52,8 +52,13 @@ class UnaryKernel final : public OpKernel {
     const float* x = a.inputs[0].f();
     const float* y = a.outputs[0].f();
     const float* dy = a.grad_outputs[0].f();
+    if (a.fresh(0)) {
+      for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] = ew::unary_backward(fn_, x[i], y[i], dy[i]);
+      return;
+    }
     for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += ew::unary_backward(fn_, x[i], y[i], dy[i]);
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int fn_;
@@ -83,6 +88,7 @@ class BinaryKernel final : public OpKernel {
       if (dx == nullptr) continue;
       const IndexMap g = with_batch(m_.grad[k], a.batch);
       const int64_t frees = free_count(g);
+      const bool fresh = a.fresh(static_cast<size_t>(k));
       for_each_kept(g, [&](int64_t j, const int64_t(&base)[kMapStreams]) {
         int64_t off[kMapStreams];
         double sum = 0;
@@ -90,10 +96,12 @@ class BinaryKernel final : public OpKernel {
           free_offsets(g, f, base, off);
           sum += ew::binary_backward(m_.fn, k, x0[off[1]], x1[off[2]], y[off[0]], dy[off[0]]);
         }
-        dx[j] += static_cast<float>(sum);
+        dx[j] = fresh ? static_cast<float>(sum) : dx[j] + static_cast<float>(sum);
       });
     }
   }
+  // Every element of each operand is visited once (its broadcast targets summed).
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   BroadcastMaps m_;
@@ -140,6 +148,7 @@ class WhereKernel final : public OpKernel {
       const bool when = k == 1;  // a takes the elements where the condition holds
       const IndexMap g = with_batch(m_.grad[k], a.batch);
       const int64_t frees = free_count(g);
+      const bool fresh = a.fresh(static_cast<size_t>(k));
       for_each_kept(g, [&](int64_t j, const int64_t(&base)[kMapStreams]) {
         int64_t off[kMapStreams];
         double sum = 0;
@@ -147,10 +156,13 @@ class WhereKernel final : public OpKernel {
           free_offsets(g, f, base, off);
           if ((cond[off[1]] != 0.0f) == when) sum += dy[off[0]];
         }
-        dx[j] += static_cast<float>(sum);
+        dx[j] = fresh ? static_cast<float>(sum) : dx[j] + static_cast<float>(sum);
       });
     }
   }
+  // Every element of a and b is visited once (its broadcast targets summed); the condition
+  // gets no gradient.
+  bool overwrites_grad_input(size_t k) const override { return k != 0; }
 
  private:
   BroadcastMaps m_;

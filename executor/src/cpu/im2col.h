@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "cpu/vec_math.h"
 #include "device_api/vision_window.h"
 
 namespace gp::exec::cpu {
@@ -67,7 +68,7 @@ inline void col2im_add(const VisionWindow& w, const float* cols, float* x) {
           float* dst = x + (c * w.h + ih) * w.w;
           const int64_t shift = j - w.pw;  // column ow adds into dst[ow * sw + shift]
           if (w.sw == 1) {
-            for (int64_t ow = first; ow < last; ++ow) dst[ow + shift] += src[ow];
+            if (last > first) vec::add_into(dst + first + shift, src + first, last - first);
           } else {
             for (int64_t ow = first; ow < last; ++ow) dst[ow * w.sw + shift] += src[ow];
           }

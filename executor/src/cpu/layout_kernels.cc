@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cpu/kernel_util.h"
+#include "cpu/vec_math.h"
 
 namespace gp::exec::cpu {
 namespace {
@@ -24,6 +25,7 @@ class MatmulKernel final : public OpKernel {
     }
   }
 
+  bool overwrites_grad_input(size_t) const override { return true; }
   // da += dy b^T; db += a^T dy.
   void backward(const OpArgs& a) const override {
     float* da = a.grad_inputs[0].f();
@@ -31,12 +33,12 @@ class MatmulKernel final : public OpKernel {
     for (int64_t l = 0; l < a.batch * count_; ++l) {
       const float* dy = a.grad_outputs[0].f() + l * m_ * n_;
       if (da != nullptr) {
-        gemm(false, true, m_, k_, n_, 1.0f, dy, n_, a.inputs[1].f() + l * k_ * n_, n_, 1.0f,
-             da + l * m_ * k_, k_);
+        gemm(false, true, m_, k_, n_, 1.0f, dy, n_, a.inputs[1].f() + l * k_ * n_, n_,
+             a.fresh(0) ? 0.0f : 1.0f, da + l * m_ * k_, k_);
       }
       if (db != nullptr) {
-        gemm(true, false, k_, n_, m_, 1.0f, a.inputs[0].f() + l * m_ * k_, k_, dy, n_, 1.0f,
-             db + l * k_ * n_, n_);
+        gemm(true, false, k_, n_, m_, 1.0f, a.inputs[0].f() + l * m_ * k_, k_, dy, n_,
+             a.fresh(1) ? 0.0f : 1.0f, db + l * k_ * n_, n_);
       }
     }
   }
@@ -58,8 +60,13 @@ class ScaleKernel final : public OpKernel {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
     const float* dy = a.grad_outputs[0].f();
+    if (a.fresh(0)) {
+      for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] = factor_ * dy[i];
+      return;
+    }
     for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += factor_ * dy[i];
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int64_t n_;
@@ -83,8 +90,13 @@ class TransposeKernel final : public OpKernel {
     for (int64_t s = 0; s < a.batch; ++s) {
       const float* x = a.inputs[0].f() + s * n_;
       float* y = a.outputs[0].f() + s * n_;
+      const int64_t step = src_strides_.back();
       for (int64_t o = 0; o < n_; o += row_) {
-        const int64_t src = source(o), step = src_strides_.back();
+        const int64_t src = source(o);
+        if (step == 1) {  // the last axis stays last: whole rows move (heads split or merged)
+          std::memcpy(y + o, x + src, static_cast<size_t>(row_) * sizeof(float));
+          continue;
+        }
         for (int64_t i = 0; i < row_; ++i) y[o + i] = x[src + i * step];
       }
     }
@@ -95,12 +107,26 @@ class TransposeKernel final : public OpKernel {
     for (int64_t s = 0; s < a.batch; ++s) {
       float* dx = a.grad_inputs[0].f() + s * n_;
       const float* dy = a.grad_outputs[0].f() + s * n_;
+      const bool fresh = a.fresh(0);
+      const int64_t step = src_strides_.back();
       for (int64_t o = 0; o < n_; o += row_) {
-        const int64_t src = source(o), step = src_strides_.back();
-        for (int64_t i = 0; i < row_; ++i) dx[src + i * step] += dy[o + i];
+        const int64_t src = source(o);
+        if (step == 1) {  // contiguous rows: copied, or added vectorised
+          if (fresh) {
+            std::memcpy(dx + src, dy + o, static_cast<size_t>(row_) * sizeof(float));
+          } else {
+            vec::add_into(dx + src, dy + o, row_);
+          }
+        } else if (fresh) {
+          for (int64_t i = 0; i < row_; ++i) dx[src + i * step] = dy[o + i];
+        } else {
+          for (int64_t i = 0; i < row_; ++i) dx[src + i * step] += dy[o + i];
+        }
       }
     }
   }
+  // A permutation: every input element receives one output element.
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   // Input offset of output element o.
@@ -130,8 +156,13 @@ class ReshapeKernel final : public OpKernel {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
     const float* dy = a.grad_outputs[0].f();
+    if (a.fresh(0)) {
+      std::memcpy(dx, dy, static_cast<size_t>(a.batch * n_) * sizeof(float));
+      return;
+    }
     for (int64_t i = 0; i < a.batch * n_; ++i) dx[i] += dy[i];
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int64_t n_;

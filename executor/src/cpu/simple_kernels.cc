@@ -39,8 +39,9 @@ class GeluKernel final : public OpKernel {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
     (exact_ ? vec::gelu_exact_backward : vec::gelu_backward)(a.inputs[0].f(), a.grad_outputs[0].f(),
-                                                             dx, a.batch * n_, /*accumulate=*/true);
+                                                             dx, a.batch * n_, !a.fresh(0));
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int64_t n_;
@@ -61,8 +62,9 @@ class SoftmaxKernel final : public OpKernel {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
     vec::softmax_rows_backward(a.outputs[0].f(), a.grad_outputs[0].f(), dx, a.batch * rows_, cols_,
-                               /*accumulate=*/true);
+                               !a.fresh(0));
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int64_t rows_, cols_;  // rows per sample, last dim
@@ -105,10 +107,17 @@ class AddKernel final : public OpKernel {
   }
   void backward(const OpArgs& a) const override {
     const float* dy = a.grad_outputs[0].f();
-    for (const TensorView& g : a.grad_inputs) {
-      if (g.data != nullptr) vec::add_into(g.f(), dy, a.batch * n_);
+    for (size_t k = 0; k < a.grad_inputs.size(); ++k) {
+      float* g = a.grad_inputs[k].f();
+      if (g == nullptr) continue;
+      if (a.fresh(k)) {
+        std::memcpy(g, dy, static_cast<size_t>(a.batch * n_) * sizeof(float));
+      } else {
+        vec::add_into(g, dy, a.batch * n_);
+      }
     }
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int64_t n_;

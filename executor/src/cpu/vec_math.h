@@ -21,6 +21,8 @@ void gelu(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate);
 // GELU, exact (torch's nn.GELU()): y = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)). y may be x.
 void gelu_exact(const float* x, float* y, int64_t n);
+// y = erf(x), within 4e-7 of the exact value (a rational approximation). y may be x.
+void erf(const float* x, float* y, int64_t n);
 // dx = dy * (Phi(x) + x phi(x)), added to dx when accumulate, else written.
 void gelu_exact_backward(const float* x, const float* dy, float* dx, int64_t n, bool accumulate);
 // y = max(x, 0). y may be x.
@@ -57,5 +59,7 @@ void layer_norm_backward(const float* x, const float* dy, const float* gamma, co
 void add_bias_rows(float* m, int64_t rows, int64_t cols, const float* bias);
 // out[:] += the column sums of the row-major [rows, cols] matrix m.
 void add_column_sums(const float* m, int64_t rows, int64_t cols, float* out);
+// The sum of x[0, n), in 8 partial sums added at the end.
+float sum(const float* x, int64_t n);
 
 }  // namespace gp::exec::cpu::vec

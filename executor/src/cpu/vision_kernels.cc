@@ -10,6 +10,7 @@
 
 #include "cpu/im2col.h"
 #include "cpu/kernel_util.h"
+#include "cpu/vec_math.h"
 
 namespace gp::exec::cpu {
 namespace {
@@ -70,11 +71,7 @@ class Conv2dKernel final : public OpKernel {
         }
       }
       if (db != nullptr) {
-        for (int64_t o = 0; o < out_; ++o) {
-          float sum = 0;
-          for (int64_t p = 0; p < positions_; ++p) sum += dy[o * positions_ + p];
-          db[o] += sum;
-        }
+        for (int64_t o = 0; o < out_; ++o) db[o] += vec::sum(dy + o * positions_, positions_);
       }
       if (dx != nullptr) {
         for (int64_t g = 0; g < groups_; ++g) {

@@ -71,6 +71,7 @@ Status StageRunner::init(const model::Graph& graph, StageLayout layout,
   }
   GP_RETURN_IF_ERROR(build_ops());
   GP_RETURN_IF_ERROR(allocate_tensors(layout_.tensors.size()));  // the relays
+  grad_started_.assign(tensors_.size(), 0);
   GP_RETURN_IF_ERROR(allocate_params());
   GP_RETURN_IF_ERROR(init_params());
   allocate_staging();
@@ -340,6 +341,42 @@ void StageRunner::zero_grads(int slot, bool per_slot) {
 
 void StageRunner::begin_backward(int slot) { zero_grads(slot, /*per_slot=*/true); }
 
+void StageRunner::zero_grad(int tensor, int slot) {
+  const Tensor& t = tensors_[static_cast<size_t>(tensor)];
+  const TensorView g = view(t, slot, /*grad=*/true);
+  note(device_->fill_zero(
+      g.data, static_cast<size_t>(last_batch_[slot] * t.info.per_sample) * sizeof(float)));
+}
+
+uint64_t StageRunner::start_grads(const OpState& st, int slot) {
+  // A gradient read before anything wrote it (an output nothing in the stage consumed) is 0.
+  for (int t : st.outputs) {
+    const Tensor& out = tensors_[static_cast<size_t>(t)];
+    if (!out.info.needs_grad || out.grads_per_slot || grad_started_[static_cast<size_t>(t)]) {
+      continue;
+    }
+    zero_grad(t, slot);
+    grad_started_[static_cast<size_t>(t)] = 1;
+  }
+  uint64_t fresh = 0;
+  for (size_t k = 0; k < st.inputs.size(); ++k) {
+    const int t = st.inputs[k];
+    const Tensor& in = tensors_[static_cast<size_t>(t)];
+    if (!in.info.needs_grad || in.grads_per_slot || grad_started_[static_cast<size_t>(t)]) {
+      continue;
+    }
+    grad_started_[static_cast<size_t>(t)] = 1;
+    // The same tensor as two of the op's inputs gets two contributions: zeroed, both add.
+    const bool repeated = std::count(st.inputs.begin(), st.inputs.end(), t) > 1;
+    if (k < 64 && !repeated && st.kernel->overwrites_grad_input(k)) {
+      fresh |= uint64_t{1} << k;
+    } else {
+      zero_grad(t, slot);
+    }
+  }
+  return fresh;
+}
+
 void StageRunner::backward(int slot, float loss_scale) {
   const int64_t batch = last_batch_[slot];
   // The same inputs, data and kernels give the same values: the backward that follows sees
@@ -348,10 +385,12 @@ void StageRunner::backward(int slot, float loss_scale) {
   if (recompute_) {
     run_forward(slot, batch, last_iteration_[slot], last_first_sample_[slot], /*recorded=*/false);
   }
-  // The gradients inside the stage are one copy for every slot: this backward's start from zero.
-  zero_grads(slot, /*per_slot=*/false);
+  // The gradients inside the stage are one copy for every slot: this backward's start from
+  // nothing. Each is zeroed when first used, unless its first contribution writes it whole.
+  std::fill(grad_started_.begin(), grad_started_.end(), uint8_t{0});
   for (int l : loss_ops_) {
     const TensorView g = view(tensors_[ops_[l].outputs[0]], slot, true);
+    grad_started_[static_cast<size_t>(ops_[l].outputs[0])] = 1;
     if (host_) {
       std::fill(g.f(), g.f() + batch, loss_scale);
     } else {
@@ -364,8 +403,10 @@ void StageRunner::backward(int slot, float loss_scale) {
   for (size_t i = ops_.size(); i-- > 0;) {
     OpState& st = ops_[i];
     if (graph_->op(st.op).info->is_input) continue;
+    OpArgs args = op_args(st, slot, batch, /*backward=*/true);
+    args.fresh_grad_inputs = start_grads(st, slot);
     const auto start = timing ? OpClock::Clock::now() : OpClock::Clock::time_point{};
-    st.kernel->backward(op_args(st, slot, batch, /*backward=*/true));
+    st.kernel->backward(args);
     if (timing) clock_->record(static_cast<int>(i), /*backward=*/true, timed(start));
   }
   if (clock_ != nullptr) clock_->flush();

@@ -49,6 +49,10 @@ struct OpArgs {
   std::span<const TensorView> grad_outputs;
   std::span<const TensorView> grad_inputs;  // accumulate; data == nullptr: not needed
   std::span<float* const> param_grads;      // accumulate
+  // Bit k: grad_inputs[k] holds no gradient yet (its buffer is not zeroed) and the kernel writes
+  // every element of it instead of adding; set only where overwrites_grad_input(k) says so.
+  uint64_t fresh_grad_inputs = 0;
+  bool fresh(size_t k) const { return k < 64 && ((fresh_grad_inputs >> k) & 1) != 0; }
 };
 
 class OpKernel {
@@ -58,6 +62,13 @@ class OpKernel {
   virtual int64_t workspace_floats_per_sample() const { return 0; }
   virtual void forward(const OpArgs& args) const = 0;
   virtual void backward(const OpArgs& args) const = 0;
+  // Whether backward can write grad_inputs[k] whole when args.fresh(k) (the first gradient
+  // into it), which spares the runner zeroing the buffer first. Kernels that add into part of
+  // it, or not at all, keep false.
+  virtual bool overwrites_grad_input(size_t k) const {
+    (void)k;
+    return false;
+  }
 };
 
 // The CPU reference kernel for a validated graph op; InvalidArgument for op types the executor

@@ -236,6 +236,10 @@ class StageRunner {
   double timed(OpClock::Clock::time_point start) const;  // see run_forward
   void apply_optimizer(int64_t step);                    // optimizer_step, untimed
   void zero_grads(int slot, bool per_slot);
+  void zero_grad(int tensor, int slot);  // one tensor's gradient, the slot's batch
+  // Before op st's backward: zeroes the gradients it reads or adds into that nothing has written
+  // this pass, except those its kernel overwrites, whose bits it returns (OpArgs's mask).
+  uint64_t start_grads(const OpState& st, int slot);
   Range op_range(int op_index) const;
   // Every parameter tensor's part inside the runner's slice: `visit(offset, size, begin, end)`
   // with the tensor's flat [offset, offset + size) and the part's [begin, end), begin < end.
@@ -270,7 +274,8 @@ class StageRunner {
   DeviceBuffer workspace_;        // max_batch x workspace_floats_
   int64_t workspace_floats_ = 0;  // per sample, the most any kernel of the stage asks for
   StageMemory memory_;
-  std::vector<int64_t> last_batch_;  // per slot
+  std::vector<int64_t> last_batch_;    // per slot
+  std::vector<uint8_t> grad_started_;  // per tensor: its gradient was written in this backward
   // Per slot, the iteration and first sample of its last forward (what a recomputation re-reads).
   std::vector<int64_t> last_iteration_, last_first_sample_;
   // Devices without host memory: one graph input's samples are generated here and copied over;
