@@ -8,6 +8,7 @@
 #include "gp/cost/memory_model.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/plan_builder.h"
+#include "gp/planner/shard_optimizer.h"
 #include "gp/planner/units.h"
 #include "gp/sim/simulator.h"
 
@@ -242,8 +243,9 @@ Status AssignmentLowering::try_order(const std::string& name, bool chain,
   in.strategy = graphpipe::v1::STRATEGY_MANUAL;
   in.chain = chain;
   GP_ASSIGN_OR_RETURN(auto plan, build_plan(in, stages));
-  GP_ASSIGN_OR_RETURN(
-      auto sim, simulate_choosing_recompute(simulator_, req_.recompute, capacity_, g_, &plan));
+  GP_ASSIGN_OR_RETURN(auto sim,
+                      simulate_choosing_memory(simulator_, req_.recompute, req_.shard_optimizer,
+                                               capacity_, g_, &plan));
   if (sim.deadlocked) {
     return internal_error("the " + name + " lowering deadlocks: " + sim.deadlock_report());
   }

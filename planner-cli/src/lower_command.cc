@@ -9,7 +9,9 @@
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/lower.h"
+#include "gp/planner/recompute.h"
 #include "gp/planner/report.h"
+#include "gp/planner/shard_optimizer.h"
 #include "gp/planner/verify.h"
 
 namespace gp::plan_cli {
@@ -61,6 +63,7 @@ Status run_lower(const LowerOptions& opts) {
   req.lowering = lowering;
   req.micro_batches = so.micro_batches;
   GP_ASSIGN_OR_RETURN(req.recompute, planner::parse_recompute_mode(so.recompute));
+  GP_ASSIGN_OR_RETURN(req.shard_optimizer, planner::parse_shard_mode(so.shard_optimizer));
   auto lowered = planner::lower_assignment(req);
   if (!lowered.ok()) return lowered.status().with_context("--assignment " + opts.assignment);
 
@@ -112,6 +115,13 @@ Status run_lower(const LowerOptions& opts) {
       planner::pipeline_depth(best->result.plan), best->result.plan.programs_size(),
       p.throughput_samples_per_s(),
       planner::human_bytes(static_cast<double>(p.peak_memory_bytes())).c_str(), so.out.c_str());
+  // The memory choices, as the search and inspect print them.
+  if (const std::string why = planner::recompute_summary(best->result.plan); !why.empty()) {
+    std::printf("recomputation:\n%s", why.c_str());
+  }
+  if (const std::string why = planner::shard_summary(best->result.plan); !why.empty()) {
+    std::printf("optimizer state sharding:\n%s", why.c_str());
+  }
   return ok_status();
 }
 

@@ -124,6 +124,28 @@ TEST_CASE("the plan report names and outlines the stage with the longest busy ti
   }
 }
 
+TEST_CASE("the plan report marks recomputing and sharding stages and says what each saves") {
+  Simulated s = simulated_plan();
+  const std::string plain = report_of(s);
+  CHECK(plain.find("memory-choices") == std::string::npos);
+  CHECK(plain.find(", recomputes") == std::string::npos);
+  // Stage 0 recomputes; a replicated stage shards its optimizer state.
+  int replicated = -1;
+  for (const auto& st : s.plan.stages()) {
+    if (st.device_ranks_size() > 1) replicated = st.id();
+  }
+  REQUIRE(replicated > 0);
+  s.plan.mutable_stages(0)->set_recompute(true);
+  s.plan.mutable_stages(replicated)->set_shard_optimizer(true);
+  const std::string html = report_of(s);
+  CHECK(html.find("<section id=\"memory-choices\">") != std::string::npos);
+  CHECK(html.find("stage 0 recomputes its forward before each backward: ") != std::string::npos);
+  CHECK(html.find("stage " + std::to_string(replicated) + " shards its optimizer state over ") !=
+        std::string::npos);
+  CHECK(count_of(html, ", recomputes") == 1);  // stage 0's box
+  CHECK(count_of(html, ", shards<") + count_of(html, ", shards ") >= 1);
+}
+
 TEST_CASE("names from the plan are escaped in the report, an op named a<&>b included") {
   Simulated s = simulated_plan();
   s.plan.mutable_stages(0)->set_op_ids(0, "a<&>b");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # graphpipe-plan search --recompute as a user runs it: a bad value exits 2 naming it; always marks
-# every stage in the plan, the report and inspect; never marks none.
+# every stage in the plan, the report and inspect, and so does `lower`, saying what each saves;
+# never marks none.
 set -u
 bin=$1
 tmp=$2
@@ -32,6 +33,15 @@ check "always: the report says why each stage recomputes" \
 out=$("$bin" inspect --plan "$tmp/always.json"); rc=$?
 check "inspect lists the recomputing stages with their memory without and with" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "recomputes$" && echo "$out" | grep -q "stage 0 recomputes its forward before each backward: .* per device without, .* with"'
+
+# lower of the tiny-candle-uno branches assignment, recomputing: the plan and the output say so.
+out=$("$bin" --log-level warn lower --assignment "$(dirname "$0")/../../configs/assignments/tiny-candle-uno-branches.json" \
+  --model zoo:tiny-candle-uno --cluster cpu-local --devices 4 --batch 16 --micro-batches 4 \
+  --recompute always --out "$tmp/lowered.json" 2>&1); rc=$?
+read -r stages marked <<< "$(count "$tmp/lowered.json")"
+check "lower --recompute always marks every stage ($marked of $stages) and says what each saves" \
+  '[ $rc -eq 0 ] && [ "$marked" -eq "$stages" ] && echo "$out" | grep -q "^recomputation:" &&
+   echo "$out" | grep -q "stage 0 recomputes its forward before each backward: .* per device without, .* with"'
 
 search --recompute never --out "$tmp/never.json" --report "$tmp/never-report.json" >/dev/null
 rc=$?

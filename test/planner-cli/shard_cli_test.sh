@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # graphpipe-plan search --shard-optimizer as a user runs it: a bad value exits 2 naming it; a DLRM
 # whose embedding tables' Adam state fits no V100 gets a plan only by sharding (auto), which the
-# plan, the report and inspect show; always shards every replicated stage; never none.
+# plan, the report and inspect show, and `lower` of the same stages by hand chooses and says too;
+# always shards every replicated stage; never none.
 set -u
 bin=$1
 tmp=$2
@@ -42,6 +43,28 @@ check "inspect lists the sharding stages with their memory without (over the dev
   '[ $rc -eq 0 ] && echo "$out" | grep -q "shards optimizer$" && echo "$out" | grep -q "shards its optimizer state over [0-9]* replicas: .* per device without, .* with (device .*, over it)"'
 out=$("$bin" verify --plan "$tmp/auto.json" 2>&1); rc=$?
 check "the sharded plan verifies" '[ $rc -eq 0 ]'
+
+# lower: the same stages by hand (an assignment file of the auto plan's stages) choose the same.
+python3 - "$tmp/auto.json" "$tmp/assign.json" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))["stages"]
+ranks = lambda x: x.get("deviceRanks", x.get("device_ranks", []))
+ops = lambda x: x.get("opIds", x.get("op_ids"))
+json.dump({"stages": [{"ops": ops(x), "replicas": len(ranks(x))} for x in st]}, open(sys.argv[2], "w"))
+PY
+lower() {
+  "$bin" --log-level warn lower --assignment "$tmp/assign.json" \
+    --model 'zoo:dlrm?rows=20000000&dense_branches=2&sparse_branches=2' --cluster summit-v100 \
+    --devices 16 --batch 256 "$@"
+}
+out=$(lower --shard-optimizer never --out "$tmp/lowered-never.json" 2>&1); rc=$?
+check "lower --shard-optimizer never: the hand plan fits no device, nothing written" \
+  '[ $rc -ne 0 ] && echo "$out" | grep -q "no lowering fits" && [ ! -e "$tmp/lowered-never.json" ]'
+out=$(lower --out "$tmp/lowered.json" 2>&1); rc=$?
+read -r replicated marked <<< "$(count "$tmp/lowered.json")"
+check "lower (auto) shards the replicated stages that need it ($marked) and says why" \
+  '[ $rc -eq 0 ] && [ "$marked" -ge 1 ] && echo "$out" | grep -q "^optimizer state sharding:" &&
+   echo "$out" | grep -q "shards its optimizer state over [0-9]* replicas: .* per device without, .* with (device .*, over it)"'
 
 search --micro-batches 64 --shard-optimizer always --out "$tmp/always.json" >/dev/null; rc=$?
 read -r replicated marked <<< "$(count "$tmp/always.json")"

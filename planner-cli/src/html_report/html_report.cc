@@ -126,6 +126,19 @@ std::string html_report(const ReportData& d) {
   out += section("memory", "Memory per device",
                  "Predicted peak memory of each device against its capacity.",
                  memory_svg(plan, *d.sim));
+  // Which stages recompute or shard their optimizer state, and what each saves (inspect's
+  // text).
+  const std::string recompute = planner::recompute_summary(plan);
+  const std::string shard = planner::shard_summary(plan);
+  if (!recompute.empty() || !shard.empty()) {
+    out +=
+        "<section id=\"memory-choices\">\n<h2>Recomputation and sharding</h2>\n<p "
+        "class=\"note\">Stages that keep only their boundary tensors per in-flight "
+        "micro-batch and recompute their forward before each backward, and replicated stages "
+        "whose replicas each keep 1/r of the optimizer state (ZeRO-1): per device, the "
+        "memory without and with.</p>\n<pre>" +
+        xml_escape(recompute + shard) + "</pre>\n</section>\n";
+  }
   if (d.metrics != nullptr) {
     out += section("metrics", "Training",
                    "From " + d.metrics_name +

@@ -46,6 +46,11 @@ std::string stage_tooltip(const graphpipe::v1::Plan& plan, const graphpipe::v1::
     out += "\nforward " + duration_text(stats->forward_us) + ", backward " +
            duration_text(stats->backward_us) + " per micro-batch";
   }
+  if (st.recompute()) out += "\nrecomputes its forward before each backward";
+  if (st.shard_optimizer()) {
+    out +=
+        "\nshards its optimizer state over " + std::to_string(st.device_ranks_size()) + " replicas";
+  }
   for (int i = 0; i < st.op_ids_size() && i < 40; ++i) out += "\n  " + st.op_ids(i);
   if (st.op_ids_size() > 40) out += "\n  ... " + std::to_string(st.op_ids_size() - 40) + " more";
   return out;
@@ -116,9 +121,12 @@ std::string stage_graph_svg(const graphpipe::v1::Plan& plan, const sim::SimResul
     if (stats != nullptr) {
       svg.text(b.x + 8, b.y + 51, "busy " + duration_text(stats->busy_us) + " / iteration",
                {.size = 11});
+      // The memory choices follow the memory they bought.
+      const std::string choices = std::string(st.recompute() ? ", recomputes" : "") +
+                                  (st.shard_optimizer() ? ", shards" : "");
       svg.text(b.x + 8, b.y + 67,
                "memory " + planner::human_bytes(static_cast<double>(stats->peak_memory_bytes)) +
-                   ", mb " + std::to_string(st.micro_batch()),
+                   ", mb " + std::to_string(st.micro_batch()) + choices,
                {.size = 11});
     }
     if (hot) {

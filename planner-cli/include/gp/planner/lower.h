@@ -54,8 +54,10 @@ struct LowerRequest {
   // Sizes tried for stages without a micro-batch; empty: every power of two dividing the
   // mini-batch.
   std::vector<int64_t> micro_batches;
-  // Which stages recompute their activations (recompute.h), as in the search.
+  // Which stages recompute their activations (recompute.h) and which replicated stages shard
+  // their optimizer state (shard_optimizer.h), as in the search.
   RecomputeMode recompute = RecomputeMode::kAuto;
+  ShardMode shard_optimizer = ShardMode::kAuto;
 };
 
 struct LoweredPlan {
