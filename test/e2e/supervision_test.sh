@@ -50,6 +50,12 @@ check "--nprocs defaults to the plan's 3 ranks; per-rank logs and [rank r] prefi
 check "progress lines every --log-every iterations, with samples/s and ETA" \
   'grep -q "iteration 2: loss [0-9.]*, [0-9.]* samples/s, 3 of 6 done, ETA" "$tmp/r1.log" && grep -q "iteration 5: loss" "$tmp/r1.log" && ! grep -q "iteration 3: loss" "$tmp/r1.log"'
 
+# The same --run-dir again: its last job's coordinator address must not mislead the new ranks.
+timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations 6 --log-every 3 --run-dir "$tmp/r1" \
+  --metrics-out "$tmp/m1-again.json" --timeout 10 > "$tmp/r1-again.log" 2>&1; rc=$?
+check "a second job in the same --run-dir trains (exit 0, the same losses)" \
+  '[ $rc -eq 0 ] && [ "$(losses "$tmp/m1-again.json")" = "$(losses "$tmp/m1.json")" ]'
+
 # torchrun's variables: RANK, WORLD_SIZE, MASTER_ADDR:MASTER_PORT instead of flags; LOCAL_RANK
 # picks the GPU of --device cuda.
 port=$((29000 + RANDOM % 1000))
