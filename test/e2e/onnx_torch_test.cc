@@ -276,6 +276,25 @@ int loss_op(const model::Graph& g) {
   return -1;
 }
 
+// A graph-only export imports to the ops and parameter count of the export with weights.
+void check_same_parameters(const std::string& graph_only_path, const std::string& weights_path) {
+  auto graph_only = model::import_onnx(graph_only_path);
+  auto with_weights = model::import_onnx(weights_path);
+  INFO(graph_only.status().to_string());
+  REQUIRE(graph_only.ok());
+  REQUIRE(with_weights.ok());
+  auto a = model::Graph::build(*graph_only);
+  auto b = model::Graph::build(*with_weights);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  int64_t pa = 0, pb = 0;
+  for (int i = 0; i < a->num_ops(); ++i) pa += a->op(i).cost.param_count;
+  for (int i = 0; i < b->num_ops(); ++i) pb += b->op(i).cost.param_count;
+  CHECK(pa == pb);
+  CHECK(pa > 0);
+  CHECK(a->num_ops() == b->num_ops());
+}
+
 }  // namespace
 
 TEST_CASE("torch exports import, except the listed patterns, which are refused for their cause") {
@@ -388,20 +407,7 @@ TEST_CASE("a graph-only torch export imports with the parameters of the export w
     if (refused_patterns().count(pattern_of(stem))) continue;
     ++compared;
     INFO(stem);
-    auto graph_only = model::import_onnx(kDir + stem + ".onnx");
-    auto with_weights = model::import_onnx(kDir + stem.substr(0, stem.size() - 9) + ".onnx");
-    INFO(graph_only.status().to_string());
-    REQUIRE(graph_only.ok());
-    REQUIRE(with_weights.ok());
-    auto a = model::Graph::build(*graph_only);
-    auto b = model::Graph::build(*with_weights);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    int64_t pa = 0, pb = 0;
-    for (int i = 0; i < a->num_ops(); ++i) pa += a->op(i).cost.param_count;
-    for (int i = 0; i < b->num_ops(); ++i) pb += b->op(i).cost.param_count;
-    CHECK(pa == pb);
-    CHECK(pa > 0);
+    check_same_parameters(kDir + stem + ".onnx", kDir + stem.substr(0, stem.size() - 9) + ".onnx");
   }
   CHECK(compared >= 15);  // every pattern with weights
 }
@@ -412,21 +418,7 @@ TEST_CASE("graph-only exports of recurrent layers and a scalar parameter import 
   const std::string dir = std::string(GP_TEST_DATA_DIR) + "/onnx/graph_only/";
   for (const std::string name : {"lstm", "gru", "clip"}) {
     INFO(name);
-    auto graph_only = model::import_onnx(dir + name + "_graph.onnx");
-    auto with_weights = model::import_onnx(dir + name + "_weights.onnx");
-    INFO(graph_only.status().to_string());
-    REQUIRE(graph_only.ok());
-    REQUIRE(with_weights.ok());
-    auto a = model::Graph::build(*graph_only);
-    auto b = model::Graph::build(*with_weights);
-    REQUIRE(a.ok());
-    REQUIRE(b.ok());
-    int64_t pa = 0, pb = 0;
-    for (int i = 0; i < a->num_ops(); ++i) pa += a->op(i).cost.param_count;
-    for (int i = 0; i < b->num_ops(); ++i) pb += b->op(i).cost.param_count;
-    CHECK(pa == pb);
-    CHECK(pa > 0);
-    CHECK(a->num_ops() == b->num_ops());
+    check_same_parameters(dir + name + "_graph.onnx", dir + name + "_weights.onnx");
   }
 }
 

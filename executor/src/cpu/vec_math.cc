@@ -98,44 +98,8 @@ GP_VEC_INLINE void gelu_chunk(const V& x, V& y, V* d) {
   if (d != nullptr) *d = s + 2.0f * x * s * inv * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
 }
 
-}  // namespace
-
-GP_VEC_CLONES void gelu(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  V out;
-  for (; i + kW <= n; i += kW) {
-    gelu_chunk(GP_LOAD(x + i), out, nullptr);
-    store(y + i, out);
-  }
-  if (i < n) {
-    gelu_chunk(GP_LOAD_PART(x + i, n - i, 0), out, nullptr);
-    store_part(y + i, out, n - i);
-  }
-}
-
-GP_VEC_CLONES void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
-                                 bool accumulate) {
-  int64_t i = 0;
-  V y, d;
-  for (; i + kW <= n; i += kW) {
-    gelu_chunk(GP_LOAD(x + i), y, &d);
-    V g = GP_LOAD(dy + i) * d;
-    if (accumulate) g += GP_LOAD(dx + i);
-    store(dx + i, g);
-  }
-  if (i < n) {
-    const int64_t k = n - i;
-    gelu_chunk(GP_LOAD_PART(x + i, k, 0), y, &d);
-    V g = GP_LOAD_PART(dy + i, k, 0) * d;
-    if (accumulate) g += GP_LOAD_PART(dx + i, k, 0);
-    store_part(dx + i, g, k);
-  }
-}
-
 constexpr float kInvSqrt2 = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-
-namespace {
 
 // x = erf(x): the odd rational approximation of degree 13/8 used by XLA and Eigen on [-4, 4]
 // (beyond it erf is +-1 in float), within 4e-7 of erf everywhere (cpu_kernels_test checks it).
@@ -170,7 +134,54 @@ GP_VEC_INLINE void gelu_exact_chunk(const V& x, V& y, V* d) {
   }
 }
 
+// y = f(x) and dx (+)= dy f'(x) of an activation computed 8 at a time by Chunk (y, and f' into
+// its third argument when given).
+using ActivationChunk = void (*)(const V&, V&, V*);
+
+template <ActivationChunk Chunk>
+GP_VEC_INLINE void map_activation(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  V out;
+  for (; i + kW <= n; i += kW) {
+    Chunk(GP_LOAD(x + i), out, nullptr);
+    store(y + i, out);
+  }
+  if (i < n) {
+    Chunk(GP_LOAD_PART(x + i, n - i, 0), out, nullptr);
+    store_part(y + i, out, n - i);
+  }
+}
+
+template <ActivationChunk Chunk>
+GP_VEC_INLINE void map_activation_backward(const float* x, const float* dy, float* dx, int64_t n,
+                                           bool accumulate) {
+  int64_t i = 0;
+  V y, d;
+  for (; i + kW <= n; i += kW) {
+    Chunk(GP_LOAD(x + i), y, &d);
+    V g = GP_LOAD(dy + i) * d;
+    if (accumulate) g += GP_LOAD(dx + i);
+    store(dx + i, g);
+  }
+  if (i < n) {
+    const int64_t k = n - i;
+    Chunk(GP_LOAD_PART(x + i, k, 0), y, &d);
+    V g = GP_LOAD_PART(dy + i, k, 0) * d;
+    if (accumulate) g += GP_LOAD_PART(dx + i, k, 0);
+    store_part(dx + i, g, k);
+  }
+}
+
 }  // namespace
+
+GP_VEC_CLONES void gelu(const float* x, float* y, int64_t n) {
+  map_activation<gelu_chunk>(x, y, n);
+}
+
+GP_VEC_CLONES void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
+                                 bool accumulate) {
+  map_activation_backward<gelu_chunk>(x, dy, dx, n, accumulate);
+}
 
 GP_VEC_CLONES void erf(const float* x, float* y, int64_t n) {
   int64_t i = 0;
@@ -187,35 +198,12 @@ GP_VEC_CLONES void erf(const float* x, float* y, int64_t n) {
 }
 
 GP_VEC_CLONES void gelu_exact(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  V out;
-  for (; i + kW <= n; i += kW) {
-    gelu_exact_chunk(GP_LOAD(x + i), out, nullptr);
-    store(y + i, out);
-  }
-  if (i < n) {
-    gelu_exact_chunk(GP_LOAD_PART(x + i, n - i, 0), out, nullptr);
-    store_part(y + i, out, n - i);
-  }
+  map_activation<gelu_exact_chunk>(x, y, n);
 }
 
 GP_VEC_CLONES void gelu_exact_backward(const float* x, const float* dy, float* dx, int64_t n,
                                        bool accumulate) {
-  int64_t i = 0;
-  V y, d;
-  for (; i + kW <= n; i += kW) {
-    gelu_exact_chunk(GP_LOAD(x + i), y, &d);
-    V g = GP_LOAD(dy + i) * d;
-    if (accumulate) g += GP_LOAD(dx + i);
-    store(dx + i, g);
-  }
-  if (i < n) {
-    const int64_t k = n - i;
-    gelu_exact_chunk(GP_LOAD_PART(x + i, k, 0), y, &d);
-    V g = GP_LOAD_PART(dy + i, k, 0) * d;
-    if (accumulate) g += GP_LOAD_PART(dx + i, k, 0);
-    store_part(dx + i, g, k);
-  }
+  map_activation_backward<gelu_exact_chunk>(x, dy, dx, n, accumulate);
 }
 
 GP_VEC_CLONES void relu(const float* x, float* y, int64_t n) {
