@@ -59,7 +59,7 @@ check "the nodes share no directory, yet ran mutual TLS with the job's CA each d
 # CA is derived from the token, so the refusal comes at the TLS handshake, before any call.
 port=$(free_port)
 echo another-token > node1/token
-node 0 & n0=$!
+node 0 --timeout 20 & n0=$!  # its coordinator outlives node 1's attempts to reach it
 node 1 & n1=$!
 wait "$n0"; rc0=$?
 wait "$n1"; rc1=$?

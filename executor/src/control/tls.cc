@@ -245,7 +245,9 @@ Result<std::shared_ptr<grpc::ChannelCredentials>> channel_credentials(const TlsO
 std::string explain_connect_failure(const std::string& address, const TlsOptions& tls,
                                     const std::string& detail) {
   std::string why;
-  if (!tcp_accepts(address)) {
+  // A failed handshake proves a server was there, even if it is gone by now (its own timeout).
+  const bool handshake = detail.find("andshake failed") != std::string::npos;
+  if (!(tls.enabled() && handshake) && !tcp_accepts(address)) {
     why = "nothing accepts connections there";
   } else if (tls.enabled()) {
     // The handshake's failures as gRPC reports them (OpenSSL's reasons) name the side at fault.
