@@ -22,27 +22,16 @@
 #include <filesystem>
 #include <memory>
 
+#include "control/openssl_util.h"
+
 namespace gp::exec {
 namespace {
 
-template <auto Free>
-struct Deleter {
-  template <typename T>
-  void operator()(T* p) const {
-    Free(p);
-  }
-};
-using KeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
-using CertPtr = std::unique_ptr<X509, Deleter<X509_free>>;
-using BnPtr = std::unique_ptr<BIGNUM, Deleter<BN_free>>;
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free>>;
+using BnPtr = OpenSslPtr<BIGNUM, BN_free>;
 
 Status openssl_failure(const std::string& what) {
-  const unsigned long e = ERR_peek_last_error();
-  char buf[256] = {};
-  if (e != 0) ERR_error_string_n(e, buf, sizeof(buf));
-  ERR_clear_error();
-  return internal_error(what + (e != 0 ? std::string(": ") + buf : std::string()));
+  const std::string why = openssl_error();
+  return internal_error(what + (why.empty() ? std::string() : ": " + why));
 }
 
 // The CA's P-256 key from the token: the same on every host that holds it.
@@ -50,9 +39,8 @@ Result<KeyPtr> derived_ca_key(const JobTlsRequest& r) {
   const std::string seed = std::string("graphpipe job CA v1") + '\0' + r.job_id + '\0' + r.token;
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(seed.data()), seed.size(), digest);
-  std::unique_ptr<EC_GROUP, Deleter<EC_GROUP_free>> group(
-      EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1));
-  std::unique_ptr<BN_CTX, Deleter<BN_CTX_free>> ctx(BN_CTX_new());
+  OpenSslPtr<EC_GROUP, EC_GROUP_free> group(EC_GROUP_new_by_curve_name(NID_X9_62_prime256v1));
+  OpenSslPtr<BN_CTX, BN_CTX_free> ctx(BN_CTX_new());
   BnPtr priv(BN_bin2bn(digest, sizeof(digest), nullptr));
   if (!group || !ctx || !priv) return openssl_failure("the job CA's key");
   // A scalar in [1, n): reduced modulo the order (n - 1 < 2^256 - 1: the bias is 2^-128).
@@ -63,7 +51,7 @@ Result<KeyPtr> derived_ca_key(const JobTlsRequest& r) {
       !BN_add_word(priv.get(), 1)) {
     return openssl_failure("the job CA's key");
   }
-  std::unique_ptr<EC_POINT, Deleter<EC_POINT_free>> pub(EC_POINT_new(group.get()));
+  OpenSslPtr<EC_POINT, EC_POINT_free> pub(EC_POINT_new(group.get()));
   unsigned char pub_octets[65];
   size_t pub_len = 0;
   if (!pub || !EC_POINT_mul(group.get(), pub.get(), priv.get(), nullptr, nullptr, ctx.get()) ||
@@ -71,7 +59,7 @@ Result<KeyPtr> derived_ca_key(const JobTlsRequest& r) {
                                     pub_octets, sizeof(pub_octets), ctx.get())) == 0) {
     return openssl_failure("the job CA's public key");
   }
-  std::unique_ptr<OSSL_PARAM_BLD, Deleter<OSSL_PARAM_BLD_free>> build(OSSL_PARAM_BLD_new());
+  OpenSslPtr<OSSL_PARAM_BLD, OSSL_PARAM_BLD_free> build(OSSL_PARAM_BLD_new());
   if (!build ||
       !OSSL_PARAM_BLD_push_utf8_string(build.get(), OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) ||
       !OSSL_PARAM_BLD_push_BN(build.get(), OSSL_PKEY_PARAM_PRIV_KEY, priv.get()) ||
@@ -79,9 +67,8 @@ Result<KeyPtr> derived_ca_key(const JobTlsRequest& r) {
                                         pub_len)) {
     return openssl_failure("the job CA's key parameters");
   }
-  std::unique_ptr<OSSL_PARAM, Deleter<OSSL_PARAM_free>> params(
-      OSSL_PARAM_BLD_to_param(build.get()));
-  std::unique_ptr<EVP_PKEY_CTX, Deleter<EVP_PKEY_CTX_free>> pctx(
+  OpenSslPtr<OSSL_PARAM, OSSL_PARAM_free> params(OSSL_PARAM_BLD_to_param(build.get()));
+  OpenSslPtr<EVP_PKEY_CTX, EVP_PKEY_CTX_free> pctx(
       EVP_PKEY_CTX_new_from_name(nullptr, "EC", nullptr));
   EVP_PKEY* key = nullptr;
   if (!params || !pctx || EVP_PKEY_fromdata_init(pctx.get()) <= 0 ||
@@ -95,7 +82,7 @@ Status add_extension(X509* cert, X509* issuer, int nid, const std::string& value
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  std::unique_ptr<X509_EXTENSION, Deleter<X509_EXTENSION_free>> ext(
+  OpenSslPtr<X509_EXTENSION, X509_EXTENSION_free> ext(
       X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str()));
   if (!ext || !X509_add_ext(cert, ext.get(), -1)) {
     return openssl_failure("certificate extension " + std::string(OBJ_nid2sn(nid)) + " = " + value);
@@ -105,9 +92,9 @@ Status add_extension(X509* cert, X509* issuer, int nid, const std::string& value
 
 // An unsigned certificate for `key`, named O=graphpipe, CN=`common_name`, issued by `issuer`
 // (the CA certificate; none for the CA itself).
-Result<CertPtr> new_certificate(EVP_PKEY* key, const std::string& common_name, X509* issuer,
+Result<X509Ptr> new_certificate(EVP_PKEY* key, const std::string& common_name, X509* issuer,
                                 int valid_days) {
-  CertPtr cert(X509_new());
+  X509Ptr cert(X509_new());
   unsigned char serial_bytes[16];
   BnPtr serial_bn;
   if (!cert || RAND_bytes(serial_bytes, sizeof(serial_bytes)) != 1) {
@@ -182,23 +169,24 @@ Status write_private(const std::string& path, const std::string& contents) {
   return ok_status();
 }
 
-Result<std::string> pem_of(X509* cert) {
+// What PEM_write_bio_* wrote into a memory BIO (`what` names it in the error).
+template <typename Write>
+Result<std::string> pem_text(const std::string& what, Write&& write) {
   BioPtr bio(BIO_new(BIO_s_mem()));
-  if (!bio || PEM_write_bio_X509(bio.get(), cert) != 1) return openssl_failure("a PEM certificate");
+  if (!bio || write(bio.get()) != 1) return openssl_failure(what);
   char* data = nullptr;
   const long len = BIO_get_mem_data(bio.get(), &data);
   return std::string(data, static_cast<size_t>(len));
 }
 
+Result<std::string> pem_of(X509* cert) {
+  return pem_text("a PEM certificate", [cert](BIO* b) { return PEM_write_bio_X509(b, cert); });
+}
+
 Result<std::string> pem_of(EVP_PKEY* key) {
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  if (!bio ||
-      PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
-    return openssl_failure("a PEM key");
-  }
-  char* data = nullptr;
-  const long len = BIO_get_mem_data(bio.get(), &data);
-  return std::string(data, static_cast<size_t>(len));
+  return pem_text("a PEM key", [key](BIO* b) {
+    return PEM_write_bio_PrivateKey(b, key, nullptr, nullptr, 0, nullptr, nullptr);
+  });
 }
 
 }  // namespace
@@ -223,7 +211,7 @@ Result<TlsOptions> make_job_tls(const JobTlsRequest& r) {
   }
 
   GP_ASSIGN_OR_RETURN(KeyPtr ca_key, derived_ca_key(r));
-  GP_ASSIGN_OR_RETURN(CertPtr ca, new_certificate(ca_key.get(), "graphpipe CA for " + r.job_id,
+  GP_ASSIGN_OR_RETURN(X509Ptr ca, new_certificate(ca_key.get(), "graphpipe CA for " + r.job_id,
                                                   nullptr, r.valid_days));
   GP_RETURN_IF_ERROR(add_extension(ca.get(), ca.get(), NID_basic_constraints, "critical,CA:TRUE"));
   GP_RETURN_IF_ERROR(add_extension(ca.get(), ca.get(), NID_key_usage, "critical,keyCertSign"));
@@ -232,7 +220,7 @@ Result<TlsOptions> make_job_tls(const JobTlsRequest& r) {
 
   KeyPtr key(EVP_EC_gen("P-256"));
   if (!key) return openssl_failure("the job certificate's key");
-  GP_ASSIGN_OR_RETURN(CertPtr cert, new_certificate(key.get(), r.job_id + " " + r.names.front(),
+  GP_ASSIGN_OR_RETURN(X509Ptr cert, new_certificate(key.get(), r.job_id + " " + r.names.front(),
                                                     ca.get(), r.valid_days));
   GP_RETURN_IF_ERROR(add_extension(cert.get(), ca.get(), NID_basic_constraints, "CA:FALSE"));
   GP_RETURN_IF_ERROR(

@@ -17,30 +17,11 @@
 #include <filesystem>
 #include <memory>
 
+#include "control/openssl_util.h"
 #include "gp/common/file_read.h"
 
 namespace gp::exec {
 namespace {
-
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-
-// OpenSSL's reason for the last failure, and an empty error queue for the next call.
-std::string openssl_error() {
-  const unsigned long e = ERR_peek_last_error();
-  char buf[256] = {};
-  if (e != 0) ERR_error_string_n(e, buf, sizeof(buf));
-  ERR_clear_error();
-  return buf;
-}
 
 // A key file is never prompted for (no terminal in a rank): an encrypted key fails to load.
 int no_passphrase(char*, int, int, void*) { return -1; }
@@ -61,7 +42,7 @@ Result<std::string> read_pem_file(const char* flag, const std::string& path) {
 // The certificates of a PEM file, each within its validity period.
 Result<std::vector<X509Ptr>> parse_certificates(const char* flag, const std::string& path,
                                                 const std::string& pem) {
-  std::unique_ptr<BIO, BioFree> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   std::vector<X509Ptr> certs;
   while (X509* x = PEM_read_bio_X509(bio.get(), nullptr, no_passphrase, nullptr)) {
     certs.emplace_back(x);
@@ -103,10 +84,8 @@ Status check_key_pair(const TlsOptions& tls) {
   GP_ASSIGN_OR_RETURN(const std::string cert_pem, read_pem_file("--tls-cert", tls.cert));
   GP_ASSIGN_OR_RETURN(const auto certs, parse_certificates("--tls-cert", tls.cert, cert_pem));
   GP_ASSIGN_OR_RETURN(const std::string key_pem, read_pem_file("--tls-key", tls.key));
-  std::unique_ptr<BIO, BioFree> bio(
-      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
-  std::unique_ptr<EVP_PKEY, KeyFree> key(
-      PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr));
+  BioPtr bio(BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  KeyPtr key(PEM_read_bio_PrivateKey(bio.get(), nullptr, no_passphrase, nullptr));
   if (!key) {
     const std::string why = openssl_error();
     if (key_pem.find("ENCRYPTED") != std::string::npos) {
