@@ -171,34 +171,32 @@ TEST_CASE("backward accumulates: a second call doubles every gradient") {
 TEST_CASE("a kernel that overwrites a fresh input gradient writes it whole, as zero plus it") {
   int overwriting = 0;
   for (const auto& c : grad_cases()) {
-    {
-      INFO(c.name);
-      Harness h = prepared(c);
-      h.forward();
-      h.zero_grads();
-      h.backward();
-      const auto added = h.gin;
-      const auto added_p = h.gparams;
-      // The buffers it may overwrite hold garbage (NaN): none may survive, and every value must
-      // be what adding into zeros gave, bit for bit (the runner relies on it).
-      uint64_t fresh = 0;
-      h.zero_grads();
-      for (size_t i = 0; i < h.gin.size(); ++i) {
-        if (h.gin[i].empty() || !h.kernel->overwrites_grad_input(i)) continue;
-        fresh |= uint64_t{1} << i;
-        std::fill(h.gin[i].begin(), h.gin[i].end(), std::numeric_limits<float>::quiet_NaN());
-      }
-      overwriting += fresh != 0 ? 1 : 0;
-      h.backward(fresh);
-      for (size_t i = 0; i < h.gin.size(); ++i) {
-        INFO("inputs[" << i << "]");
-        REQUIRE(h.gin[i].size() == added[i].size());
-        for (size_t k = 0; k < added[i].size(); ++k) {
-          CHECK(std::memcmp(&h.gin[i][k], &added[i][k], sizeof(float)) == 0);
-        }
-      }
-      CHECK(h.gparams == added_p);
+    INFO(c.name);
+    Harness h = prepared(c);
+    h.forward();
+    h.zero_grads();
+    h.backward();
+    const auto added = h.gin;
+    const auto added_p = h.gparams;
+    // The buffers it may overwrite hold garbage (NaN): none may survive, and every value must
+    // be what adding into zeros gave, bit for bit (the runner relies on it).
+    uint64_t fresh = 0;
+    h.zero_grads();
+    for (size_t i = 0; i < h.gin.size(); ++i) {
+      if (h.gin[i].empty() || !h.kernel->overwrites_grad_input(i)) continue;
+      fresh |= uint64_t{1} << i;
+      std::fill(h.gin[i].begin(), h.gin[i].end(), std::numeric_limits<float>::quiet_NaN());
     }
+    overwriting += fresh != 0 ? 1 : 0;
+    h.backward(fresh);
+    for (size_t i = 0; i < h.gin.size(); ++i) {
+      INFO("inputs[" << i << "]");
+      REQUIRE(h.gin[i].size() == added[i].size());
+      for (size_t k = 0; k < added[i].size(); ++k) {
+        CHECK(std::memcmp(&h.gin[i][k], &added[i][k], sizeof(float)) == 0);
+      }
+    }
+    CHECK(h.gparams == added_p);
   }
   CHECK(overwriting >= 10);  // linear, matmul, reshape, transpose, add, gelu, softmax, ...
 }

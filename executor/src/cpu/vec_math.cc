@@ -120,6 +120,12 @@ GP_VEC_INLINE void erf_inplace(V& x) {
   x = x * p / q;
 }
 
+// y = erf(x) (forward only: d is never asked for).
+GP_VEC_INLINE void erf_chunk(const V& x, V& y, V*) {
+  y = x;
+  erf_inplace(y);
+}
+
 // The exact GELU, 0.5 x (1 + erf(x / sqrt 2)) as torch's CPU kernel orders it, and when d is
 // given its derivative cdf + x pdf.
 GP_VEC_INLINE void gelu_exact_chunk(const V& x, V& y, V* d) {
@@ -183,19 +189,7 @@ GP_VEC_CLONES void gelu_backward(const float* x, const float* dy, float* dx, int
   map_activation_backward<gelu_chunk>(x, dy, dx, n, accumulate);
 }
 
-GP_VEC_CLONES void erf(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + kW <= n; i += kW) {
-    V v = GP_LOAD(x + i);
-    erf_inplace(v);
-    store(y + i, v);
-  }
-  if (i < n) {
-    V v = GP_LOAD_PART(x + i, n - i, 0);
-    erf_inplace(v);
-    store_part(y + i, v, n - i);
-  }
-}
+GP_VEC_CLONES void erf(const float* x, float* y, int64_t n) { map_activation<erf_chunk>(x, y, n); }
 
 GP_VEC_CLONES void gelu_exact(const float* x, float* y, int64_t n) {
   map_activation<gelu_exact_chunk>(x, y, n);

@@ -329,17 +329,14 @@ double StageRunner::loss_sum(int slot) const {
   return sum;
 }
 
-void StageRunner::zero_grads(int slot, bool per_slot) {
-  const int64_t batch = last_batch_[slot];
-  for (auto& t : tensors_) {
-    if (!t.info.needs_grad || t.grads_per_slot != per_slot) continue;
-    const TensorView g = view(t, slot, /*grad=*/true);
-    note(
-        device_->fill_zero(g.data, static_cast<size_t>(batch * t.info.per_sample) * sizeof(float)));
+// The boundary's gradients are per slot; the stage-internal ones start in backward().
+void StageRunner::begin_backward(int slot) {
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    if (tensors_[t].info.needs_grad && tensors_[t].grads_per_slot) {
+      zero_grad(static_cast<int>(t), slot);
+    }
   }
 }
-
-void StageRunner::begin_backward(int slot) { zero_grads(slot, /*per_slot=*/true); }
 
 void StageRunner::zero_grad(int tensor, int slot) {
   const Tensor& t = tensors_[static_cast<size_t>(tensor)];
@@ -349,23 +346,22 @@ void StageRunner::zero_grad(int tensor, int slot) {
 }
 
 uint64_t StageRunner::start_grads(const OpState& st, int slot) {
+  // A stage-internal gradient nothing has written in this backward yet; it is started now.
+  const auto starts = [&](int t) {
+    const Tensor& tensor = tensors_[static_cast<size_t>(t)];
+    uint8_t& started = grad_started_[static_cast<size_t>(t)];
+    if (!tensor.info.needs_grad || tensor.grads_per_slot || started) return false;
+    started = 1;
+    return true;
+  };
   // A gradient read before anything wrote it (an output nothing in the stage consumed) is 0.
   for (int t : st.outputs) {
-    const Tensor& out = tensors_[static_cast<size_t>(t)];
-    if (!out.info.needs_grad || out.grads_per_slot || grad_started_[static_cast<size_t>(t)]) {
-      continue;
-    }
-    zero_grad(t, slot);
-    grad_started_[static_cast<size_t>(t)] = 1;
+    if (starts(t)) zero_grad(t, slot);
   }
   uint64_t fresh = 0;
   for (size_t k = 0; k < st.inputs.size(); ++k) {
     const int t = st.inputs[k];
-    const Tensor& in = tensors_[static_cast<size_t>(t)];
-    if (!in.info.needs_grad || in.grads_per_slot || grad_started_[static_cast<size_t>(t)]) {
-      continue;
-    }
-    grad_started_[static_cast<size_t>(t)] = 1;
+    if (!starts(t)) continue;
     // The same tensor as two of the op's inputs gets two contributions: zeroed, both add.
     const bool repeated = std::count(st.inputs.begin(), st.inputs.end(), t) > 1;
     if (k < 64 && !repeated && st.kernel->overwrites_grad_input(k)) {

@@ -401,7 +401,8 @@ void Importer::find_weight_inputs() {
     if (t == "MatMul") take(1);
     if (t == "Gather") take(0);
     // A recurrent layer's W, R and B: torch's exports slice its own gate order out of the
-    // parameters and concatenate them in ONNX's, so every graph input under them is a weight.
+    // parameters and concatenate them in ONNX's, so every graph input under them is a weight
+    // (the nodes flat_weight follows back when the layer is imported).
     if (t == "LSTM" || t == "GRU") {
       std::vector<std::string> todo;
       for (int k = 1; k <= 3 && k < n.input_size(); ++k) todo.push_back(n.input(k));
@@ -413,9 +414,7 @@ void Importer::find_weight_inputs() {
         const std::string& pt = pn.op_type();
         if (pt == "Concat") {
           for (const auto& in : pn.input()) todo.push_back(in);
-        } else if ((pt == "Slice" || pt == "Unsqueeze" || pt == "Identity" || pt == "Transpose" ||
-                    pt == "Squeeze" || pt == "Reshape") &&
-                   pn.input_size() > 0) {
+        } else if (recurrent_weight_view(pt) && pn.input_size() > 0) {
           todo.push_back(pn.input(0));
         }
       }

@@ -38,6 +38,9 @@ int64_t attr_i(const onnx::NodeProto& n, const std::string& name, int64_t fallba
 double attr_f(const onnx::NodeProto& n, const std::string& name, double fallback);
 std::string attr_s(const onnx::NodeProto& n, const std::string& name, const std::string& fallback);
 std::vector<int64_t> attr_ints(const onnx::NodeProto& n, const std::string& name);
+// Ops through which a recurrent layer's W, R or B is a view of its input 0 (Slice, Identity,
+// Unsqueeze, Squeeze, Reshape, Flatten); Concat joins several (recurrent.cc).
+bool recurrent_weight_view(const std::string& op_type);
 
 // A folded value as an index or size: truncated, NaN as 0 and clamped to +-2^62, so that no
 // value of a malformed model makes the conversion undefined (callers range-check the result).
@@ -535,6 +538,10 @@ class Importer {
   };
   Result<ViewResult> regroup(const std::vector<int64_t>& in, const BatchLayout& layout,
                              const std::vector<int64_t>& target) const;
+  // Records Reshape-like node n's output as `view` of x (a reshape op unless the per-sample
+  // shape stays).
+  void emit_view(const onnx::NodeProto& n, const std::string& id, const TensorRef& x,
+                 const ViewResult& view);
   // For a constant Reshape target of a dynamic export that splits the batch: the view that
   // reads a target dim as the batch size torch's tracer baked in (int(x.shape[0] / k)), and
   // that dim; else why there is none.
@@ -542,10 +549,6 @@ class Importer {
     ViewResult view;
     size_t dim = 0;
   };
-  // Records Reshape-like node n's output as `view` of x (a reshape op unless the per-sample
-  // shape stays).
-  void emit_view(const onnx::NodeProto& n, const std::string& id, const TensorRef& x,
-                 const ViewResult& view);
   Result<TracedBatchView> traced_batch_view(const std::vector<double>& target,
                                             const std::vector<int64_t>& in,
                                             const BatchLayout& layout, bool allowzero) const;

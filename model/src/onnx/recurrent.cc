@@ -150,6 +150,11 @@ std::optional<std::vector<int64_t>> Importer::static_ints(const std::string& nam
   return ints(v->values);
 }
 
+bool recurrent_weight_view(const std::string& t) {
+  return t == "Slice" || t == "Identity" || t == "Unsqueeze" || t == "Squeeze" || t == "Reshape" ||
+         t == "Flatten";
+}
+
 Result<Importer::FlatWeight> Importer::flat_weight(const std::string& name, int depth) const {
   if (depth > 64) return invalid_argument("'" + name + "' is computed by too many nodes");
   // (A slice view is followed to the weight it slices: the operator reads its blocks there.)
@@ -188,8 +193,7 @@ Result<Importer::FlatWeight> Importer::flat_weight(const std::string& name, int 
     }
     return out;
   }
-  if (t == "Slice" || t == "Identity" || t == "Unsqueeze" || t == "Squeeze" || t == "Reshape" ||
-      t == "Flatten") {
+  if (recurrent_weight_view(t)) {
     auto f = flat_weight(n.input(0), depth + 1);
     if (!f.ok()) return f.status();
     if (t == "Identity") return f;

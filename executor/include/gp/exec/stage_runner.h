@@ -235,8 +235,7 @@ class StageRunner {
   void run_forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample, bool recorded);
   double timed(OpClock::Clock::time_point start) const;  // see run_forward
   void apply_optimizer(int64_t step);                    // optimizer_step, untimed
-  void zero_grads(int slot, bool per_slot);
-  void zero_grad(int tensor, int slot);  // one tensor's gradient, the slot's batch
+  void zero_grad(int tensor, int slot);                  // one tensor's gradient, the slot's batch
   // Before op st's backward: zeroes the gradients it reads or adds into that nothing has written
   // this pass, except those its kernel overwrites, whose bits it returns (OpArgs's mask).
   uint64_t start_grads(const OpState& st, int slot);
