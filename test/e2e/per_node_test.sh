@@ -74,7 +74,7 @@ bad() {  # bad NAME PATTERN ARGS...
   shift 2
   local err rc
   err=$(cd node0 && GP_AUTH_TOKEN=x "$launcher" --plan ../plan.pb "$@" 2>&1 >/dev/null); rc=$?
-  check "$name exits 2 naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "$pattern"'
+  check "$name exits 2 naming it" '[ $rc -eq 2 ] && grep -q -- "$pattern" <<< "$err"'
 }
 bad "--node-rank 2 of --nnodes 2" "--node-rank must be 0..1" --nnodes 2 --node-rank 2 --master-addr 127.0.0.1
 bad "--nnodes 3 x --nproc-per-node 2 for a 4-rank plan" "--nnodes 3 x --nproc-per-node 2 = 6 ranks, but the plan" \
@@ -85,9 +85,9 @@ bad "--nnodes with --on-failure replan" "--on-failure replan is not available pe
   --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --on-failure replan --checkpoint-dir c --checkpoint-every 2
 err=$(cd node0 && "$launcher" --plan ../plan.pb --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 2>&1 >/dev/null); rc=$?
 check "--nnodes without a shared token exits 2 saying how to give one" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--auth-token-file"'
+  '[ $rc -eq 2 ] && grep -q -- "--auth-token-file" <<< "$err"'
 mkfifo fifo-token
 err=$(cd node0 && timeout 10 "$launcher" --plan ../plan.pb --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --auth-token-file ../fifo-token 2>&1 >/dev/null); rc=$?
-check "--auth-token-file of a FIFO exits 2 at once" '[ $rc -eq 2 ] && echo "$err" | grep -q "not a regular file"'
+check "--auth-token-file of a FIFO exits 2 at once" '[ $rc -eq 2 ] && grep -q "not a regular file" <<< "$err"'
 check "nothing of the job is left running" '! pgrep -f -- "--plan ../plan.pb" > /dev/null'
 exit $fail

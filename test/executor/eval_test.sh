@@ -55,7 +55,7 @@ mapfile -t held < <(field "$tmp/held.json" eval_loss)
 check "--eval-every 4 of 6 iterations evaluates after iterations 3 and 5 (the last)" \
   '[ $rc -eq 0 ] && [ ${#held[@]} -eq 2 ] && [ "$(python3 -c "import json; print([i[\"iteration\"] for i in json.load(open(\"$tmp/held.json\"))[\"iterations\"] if \"eval_loss\" in i])")" = "[3, 5]" ]'
 check "the progress line reports the held-out loss over the 13 held-out samples" \
-  'echo "$out" | grep -q "iteration 5: loss [0-9.]*, [0-9.]* samples/s, held-out loss [0-9.]* (13 samples)"'
+  'grep -q "iteration 5: loss [0-9.]*, [0-9.]* samples/s, held-out loss [0-9.]* (13 samples)" <<< "$out"'
 
 # eval --checkpoint: the reference's last held-out loss, whatever the evaluation batch (13 is
 # split 8 + 5 at --batch 8 and 4 x 3 + 1 at --batch 3).
@@ -63,11 +63,11 @@ for b in 8 3 13; do
   e=$("$exe" --log-level warn eval --checkpoint "$tmp/ckpt" --data "$tmp/held" --model "$onnx" \
     --batch "$b" --json); rc=$?
   check "eval --batch $b of the reference's checkpoint gives its last held-out loss" \
-    '[ $rc -eq 0 ] && close "$(echo "$e" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"loss\"])")" "${held[1]}" && echo "$e" | grep -q "\"iteration\":5" && echo "$e" | grep -q "\"samples\":13"'
+    '[ $rc -eq 0 ] && close "$(echo "$e" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"loss\"])")" "${held[1]}" && grep -q "\"iteration\":5" <<< "$e" && grep -q "\"samples\":13" <<< "$e"'
 done
 out=$("$exe" --log-level warn eval --checkpoint "$tmp/ckpt" --data "$tmp/held" --model "$onnx"); rc=$?
 check "eval prints the loss, the samples and the checkpoint's iteration" \
-  '[ $rc -eq 0 ] && echo "$out" | grep -q "^held-out loss [0-9.]* over 13 samples of .*held (checkpoint of iteration 5)$"'
+  '[ $rc -eq 0 ] && grep -q "^held-out loss [0-9.]* over 13 samples of .*held (checkpoint of iteration 5)$" <<< "$out"'
 
 # A pipelined run's checkpoint (2 ranks under the launcher) evaluates to the reference's loss.
 # Two stages by hand (the search would put this small model on one device).
@@ -87,17 +87,17 @@ check "a 2-rank run's checkpoint evaluates to the reference's held-out loss" \
 # Bad input: exit 2 naming the flag and what is wrong.
 err=$("$exe" reference --model "$onnx" --batch 8 --iterations 1 --eval-every 2 2>&1 >/dev/null); rc=$?
 check "--eval-every without --eval-data exits 2 naming both" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--eval-every 2 needs --eval-data"'
+  '[ $rc -eq 2 ] && grep -q -- "--eval-every 2 needs --eval-data" <<< "$err"'
 mkdir -p "$tmp/short" && cp "$tmp/held/x1.npy" "$tmp/held/y.target.npy" "$tmp/short/"
 err=$("$exe" reference --model "$onnx" --batch 8 --iterations 1 --eval-data "$tmp/short" 2>&1 >/dev/null); rc=$?
 check "--eval-data missing an input's file exits 2 naming the flag and the file" \
-  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--eval-data .*short" && echo "$err" | grep -q "x2.npy"'
+  '[ $rc -eq 2 ] && grep -q -- "--eval-data .*short" <<< "$err" && grep -q "x2.npy" <<< "$err"'
 mkfifo "$tmp/short/x2.npy"
 err=$(timeout 20 "$exe" eval --checkpoint "$tmp/ckpt" --data "$tmp/short" --model "$onnx" 2>&1 >/dev/null); rc=$?
-check "eval --data holding a FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && echo "$err" | grep -q "x2.npy"'
+check "eval --data holding a FIFO exits 2 at once naming it" '[ $rc -eq 2 ] && grep -q "x2.npy" <<< "$err"'
 err=$("$exe" eval --checkpoint "$tmp/nothing" --data "$tmp/held" --model "$onnx" 2>&1 >/dev/null); rc=$?
 check "eval of a directory without a checkpoint fails naming it" \
-  '[ $rc -ne 0 ] && [ $rc -ne 139 ] && echo "$err" | grep -q "nothing"'
+  '[ $rc -ne 0 ] && [ $rc -ne 139 ] && grep -q "nothing" <<< "$err"'
 err=$("$exe" eval --checkpoint "$tmp/ckpt" --data "$tmp/held" --model zoo:tiny-mmt 2>&1 >/dev/null); rc=$?
 check "eval of another model's checkpoint exits non-zero naming the data or checkpoint mismatch" \
   '[ $rc -ne 0 ] && [ $rc -ne 139 ] && [ -n "$err" ]'

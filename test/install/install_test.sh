@@ -69,11 +69,11 @@ check "completion: graphpipe-plan se -> search" '[ "$(complete_words graphpipe-p
 check "completion: graphpipe-plan --log-level warn in -> inspect (a flag value is no subcommand)" \
   '[ "$(complete_words graphpipe-plan --log-level warn in)" = inspect ]'
 check "completion: graphpipe-plan search --dev -> --devices among others" \
-  'complete_words graphpipe-plan search --dev | grep -qx -- --devices'
+  'grep -qx -- --devices <<< "$(complete_words graphpipe-plan search --dev)"'
 check "completion: graphpipe-plan search --micro-b -> search's flag, not another command's" \
   '[ "$(complete_words graphpipe-plan search --micro-b)" = --micro-batches ]'
 check "completion: graphpipe-executor run --pl -> --plan" \
-  'complete_words graphpipe-executor run --pl | grep -qx -- --plan'
+  'grep -qx -- --plan <<< "$(complete_words graphpipe-executor run --pl)"'
 check "completion: graphpipe-launch --npr -> --nprocs" \
   '[ "$(complete_words graphpipe-launch --npr)" = --nprocs ]'
 check "completion: after a subcommand a plain word completes as a file name (nothing offered)" \
