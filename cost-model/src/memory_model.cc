@@ -90,7 +90,8 @@ struct PerSample {
 // Per sample, as the executor's stage runner allocates (one definition for planner, simulator
 // and executor): every tensor the stage touches is kept per in-flight sample, with the op's saved
 // scratch; float gradients are kept per sample for tensors crossing the stage's boundary (they
-// wait for the data plane), once per call for those inside it (one backward at a time).
+// wait for the data plane), once per call for those inside it (one backward at a time). A view
+// (reshape) inside the stage adds nothing: its output is its input's memory.
 PerSample per_sample_bytes(const model::Graph& graph, std::span<const int> op_indices,
                            const MemoryOptions& options) {
   std::vector<char> in_stage(static_cast<size_t>(graph.num_ops()), 0);
@@ -98,10 +99,35 @@ PerSample per_sample_bytes(const model::Graph& graph, std::span<const int> op_in
   auto needs_grad = [&](int producer, const model::TensorSpec& spec) {
     return !graph.op(producer).info->is_input && !model::is_integer(spec);
   };
+  // Output k of op `producer` is read by an op outside the stage.
+  auto crosses = [&](int producer, int k) {
+    const model::OpNode& op = graph.op(producer);
+    for (int s : op.succs) {
+      if (in_stage[static_cast<size_t>(s)]) continue;
+      for (const auto& ref : graph.op(s).proto->inputs()) {
+        if (ref.op() == op.id() && ref.output() == k) return true;
+      }
+    }
+    return false;
+  };
+  // As gp::exec::StageRunner decides: a view whose input and output both stay inside the stage,
+  // alike in gradients and type, is its input's memory; it holds nothing of its own.
+  auto view_shares_memory = [&](const model::OpNode& op) {
+    if (!op.is_view() || op.proto->inputs_size() < 1 || op.proto->outputs_size() < 1) return false;
+    const int producer = graph.index_of(op.proto->inputs(0).op());
+    if (producer < 0 || !in_stage[static_cast<size_t>(producer)]) return false;
+    const model::TensorSpec& in = op.input_specs[0];
+    const model::TensorSpec& out = op.proto->outputs(0);
+    return !crosses(producer, op.proto->inputs(0).output()) && !crosses(op.index, 0) &&
+           needs_grad(producer, in) == needs_grad(op.index, out) &&
+           model::is_integer(in) == model::is_integer(out) &&
+           model::num_elements(in) == model::num_elements(out);
+  };
   PerSample p;
   std::set<std::pair<int, int>> external_inputs;  // (producer, output) read from other stages
   for (int i : op_indices) {
     const model::OpNode& op = graph.op(i);
+    if (view_shares_memory(op)) continue;
     p.kept += op_memory(op, options).activation_bytes;
     for (int k = 0; k < op.proto->inputs_size(); ++k) {
       const int producer = graph.index_of(op.proto->inputs(k).op());
@@ -116,16 +142,10 @@ PerSample per_sample_bytes(const model::Graph& graph, std::span<const int> op_in
     for (int k = 0; k < op.proto->outputs_size(); ++k) {
       const model::TensorSpec& spec = op.proto->outputs(k);
       const double bytes = static_cast<double>(model::stored_size_bytes(spec));
-      bool crosses = false;
-      for (int s : op.succs) {
-        if (in_stage[static_cast<size_t>(s)]) continue;
-        for (const auto& ref : graph.op(s).proto->inputs()) {
-          if (ref.op() == op.id() && ref.output() == k) crosses = true;
-        }
-      }
-      if (crosses) p.boundary += bytes;  // its value, part of the op's activation bytes
+      const bool crossing = crosses(i, k);
+      if (crossing) p.boundary += bytes;  // its value, part of the op's activation bytes
       if (!needs_grad(i, spec)) continue;
-      if (crosses) {
+      if (crossing) {
         p.kept += bytes;
         p.boundary += bytes;
       } else {

@@ -9,14 +9,19 @@
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/stage_runner.h"
 #include "gp/model/graph.h"
+#include "gp/model/onnx_import.h"
 #include "gp/model/zoo.h"
 
 namespace {
 
 using gp::model::Graph;
 
+// A zoo model, or (NAME.onnx) a torch export of test/data/onnx/torch2.
 Graph zoo_graph(const std::string& name) {
-  auto model = gp::model::build_zoo_model(name);
+  auto model = name.ends_with(".onnx")
+                   ? gp::model::import_onnx(std::string(GP_TEST_DATA_DIR) + "/onnx/torch2/" + name)
+                   : gp::model::build_zoo_model(name);
+  INFO(model.status().to_string());
   REQUIRE(model.ok());
   auto g = Graph::build(*model);
   INFO(g.status().to_string());
@@ -57,8 +62,11 @@ TEST_CASE("a stage runner allocates exactly the memory the planner's model predi
   // micro-batch of the rest: the model predicts that split too.
   for (const bool recompute : {false, true}) {
     options.recompute = recompute;
+    // The torch exports reshape inside stages (a reshape's output is then its input's memory)
+    // and across their boundaries (then it is not).
     for (const std::string name :
-         {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch"}) {
+         {"tiny-mmt", "tiny-dlrm", "tiny-candle-uno", "tiny-transformer", "tiny-nbranch",
+          "timm_qkv_legacy.onnx", "window_fold_legacy.onnx", "static_reshape_dynamo.onnx"}) {
       const Graph g = zoo_graph(name);
       // Three stages of the topological order: each a prefix-closed cut, so convex.
       const auto& topo = g.topo_order();
@@ -115,6 +123,39 @@ TEST_CASE("a stage runner allocates exactly the memory the planner's model predi
       }
     }
   }
+}
+
+TEST_CASE("a reshape inside a stage holds no activation memory of its own") {
+  // timm's qkv: reshape, permute, slices, the heads' reshape back. One stage of the whole graph:
+  // every reshape reads a tensor of the stage; those of trained tensors are views.
+  const Graph g = zoo_graph("timm_qkv_legacy.onnx");
+  const auto& topo = g.topo_order();
+  const std::vector<int> ops(topo.begin(), topo.end());
+  graphpipe::v1::TrainingConfig training;
+  training.set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  training.set_learning_rate(0.1);
+  constexpr int64_t kMicroBatch = 2;
+  auto layout = gp::exec::layout_stage(g, ops, {});
+  REQUIRE(layout.ok());
+  auto runner = gp::exec::StageRunner::create(
+      g, *layout, {.max_batch = kMicroBatch, .slots = 1, .training = training});
+  REQUIRE(runner.ok());
+  double every_op = 0, views = 0;
+  int reshapes = 0;
+  for (int op : ops) {
+    const auto& node = g.op(op);
+    every_op += node.cost.activation_bytes;
+    if (!node.is_view()) continue;
+    ++reshapes;
+    const int producer = g.index_of(node.proto->inputs(0).op());
+    if (g.op(producer).info->is_input) continue;  // a graph input has no gradient: not a view
+    views += node.cost.activation_bytes;
+  }
+  CHECK(reshapes >= 2);
+  CHECK(views > 0);
+  // Values kept per sample: every op's outputs less the views'.
+  CHECK((*runner)->memory().activation_bytes ==
+        static_cast<int64_t>(every_op - views) * kMicroBatch);
 }
 
 TEST_CASE("a sharded stage runner allocates the optimizer state the memory model predicts") {

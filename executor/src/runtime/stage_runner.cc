@@ -21,6 +21,19 @@ Result<DeviceBuffer> zeroed(const Device& device, size_t bytes) {
   return b;
 }
 
+// A view op's output is its input's memory (values and gradients) when neither tensor crosses
+// the stage's boundary, so both are kept alike (per slot, or once when recomputing), and both or
+// neither carry gradients; the op then has nothing to compute. gp::cost::stage_memory's
+// view_shares_memory counts the same tensors once.
+bool view_shares_memory(const model::OpNode& node, const StageLayout& layout,
+                        const StageLayout::Op& op) {
+  if (!node.is_view() || op.inputs.empty() || op.outputs.empty()) return false;
+  const StageLayout::Tensor& in = layout.tensors[static_cast<size_t>(op.inputs[0])];
+  const StageLayout::Tensor& out = layout.tensors[static_cast<size_t>(op.outputs[0])];
+  return !in.grads_per_slot && !out.grads_per_slot && in.info.needs_grad == out.info.needs_grad &&
+         in.info.is_int == out.info.is_int && in.info.per_sample == out.info.per_sample;
+}
+
 void require_host(bool host, const char* what) {
   GP_CHECK(host, std::string("StageRunner::") + what +
                      ": a host view of device memory; use the download/upload copies");
@@ -69,6 +82,13 @@ Status StageRunner::init(const model::Graph& graph, StageLayout layout,
   for (const StageLayout::Op& op : layout_.ops) {
     GP_RETURN_IF_ERROR(check_kernel(device, graph.op(op.op)));
   }
+  storage_.resize(layout_.tensors.size());
+  for (size_t t = 0; t < storage_.size(); ++t) storage_[t] = static_cast<int>(t);
+  for (const StageLayout::Op& op : layout_.ops) {
+    if (view_shares_memory(graph.op(op.op), layout_, op)) {
+      storage_[static_cast<size_t>(op.outputs[0])] = storage_[static_cast<size_t>(op.inputs[0])];
+    }
+  }
   GP_RETURN_IF_ERROR(build_ops());
   GP_RETURN_IF_ERROR(allocate_tensors(layout_.tensors.size()));  // the relays
   grad_started_.assign(tensors_.size(), 0);
@@ -101,6 +121,11 @@ Status StageRunner::allocate_tensors(size_t end) {
     // Recomputing, only the tensors crossing the boundary keep their values per slot; the others
     // hold the one micro-batch whose forward ran last.
     t.values_per_slot = !recompute_ || t.grads_per_slot;
+    t.storage = storage_[i];
+    if (t.storage != static_cast<int>(i)) {  // a view of an earlier tensor: its buffers
+      tensors_.push_back(std::move(t));
+      continue;
+    }
     const size_t value_slots = t.values_per_slot ? static_cast<size_t>(slots_) : 1;
     const size_t n = value_slots * max_batch_ * t.info.per_sample;
     GP_ASSIGN_OR_RETURN(t.values, zeroed(device, n * element_bytes(t.info)));
@@ -124,6 +149,8 @@ Status StageRunner::build_kernel(const StageLayout::Op& op) {
   st.outputs = op.outputs;
   st.param_offsets = op.param_offsets;
   st.param_sizes = op.param_sizes;
+  st.shares_memory =
+      !op.outputs.empty() && storage_[static_cast<size_t>(op.outputs[0])] != op.outputs[0];
   GP_ASSIGN_OR_RETURN(st.kernel, device_->make_kernel(node));
   const size_t saved_slots = recompute_ ? 1 : static_cast<size_t>(slots_);
   GP_ASSIGN_OR_RETURN(
@@ -205,15 +232,16 @@ void StageRunner::bind_boundary() {
 }
 
 TensorView StageRunner::view(const Tensor& t, int slot, bool grad) const {
+  const Tensor& s = tensors_[static_cast<size_t>(t.storage)];  // a view keeps its source's layout
   TensorView v;
   v.per_sample = t.info.per_sample;
   const size_t offset = static_cast<size_t>(slot) * max_batch_ * t.info.per_sample;
   if (grad) {
-    v.data = t.info.needs_grad ? t.grads.f() + (t.grads_per_slot ? offset : 0) : nullptr;
+    v.data = t.info.needs_grad ? s.grads.f() + (t.grads_per_slot ? offset : 0) : nullptr;
   } else if (t.info.is_int) {
-    v.data = static_cast<int64_t*>(t.values.data()) + (t.values_per_slot ? offset : 0);
+    v.data = static_cast<int64_t*>(s.values.data()) + (t.values_per_slot ? offset : 0);
   } else {
-    v.data = t.values.f() + (t.values_per_slot ? offset : 0);
+    v.data = s.values.f() + (t.values_per_slot ? offset : 0);
   }
   return v;
 }
@@ -303,7 +331,7 @@ void StageRunner::run_forward(int slot, int64_t batch, int64_t iteration, int64_
       continue;
     }
     const auto start = timing ? OpClock::Clock::now() : OpClock::Clock::time_point{};
-    st.kernel->forward(op_args(st, slot, batch, /*backward=*/false));
+    if (!st.shares_memory) st.kernel->forward(op_args(st, slot, batch, /*backward=*/false));
     if (timing) {
       const double us = timed(start);
       if (recorded) clock_->record(static_cast<int>(i), /*backward=*/false, us);
@@ -349,7 +377,7 @@ uint64_t StageRunner::start_grads(const OpState& st, int slot) {
   // A stage-internal gradient nothing has written in this backward yet; it is started now.
   const auto starts = [&](int t) {
     const Tensor& tensor = tensors_[static_cast<size_t>(t)];
-    uint8_t& started = grad_started_[static_cast<size_t>(t)];
+    uint8_t& started = grad_started_[static_cast<size_t>(tensor.storage)];
     if (!tensor.info.needs_grad || tensor.grads_per_slot || started) return false;
     started = 1;
     return true;
@@ -362,8 +390,11 @@ uint64_t StageRunner::start_grads(const OpState& st, int slot) {
   for (size_t k = 0; k < st.inputs.size(); ++k) {
     const int t = st.inputs[k];
     if (!starts(t)) continue;
-    // The same tensor as two of the op's inputs gets two contributions: zeroed, both add.
-    const bool repeated = std::count(st.inputs.begin(), st.inputs.end(), t) > 1;
+    // The same memory as two of the op's inputs gets two contributions: zeroed, both add.
+    const int storage = tensors_[static_cast<size_t>(t)].storage;
+    const bool repeated = std::count_if(st.inputs.begin(), st.inputs.end(), [&](int u) {
+                            return tensors_[static_cast<size_t>(u)].storage == storage;
+                          }) > 1;
     if (k < 64 && !repeated && st.kernel->overwrites_grad_input(k)) {
       fresh |= uint64_t{1} << k;
     } else {
@@ -386,7 +417,7 @@ void StageRunner::backward(int slot, float loss_scale) {
   std::fill(grad_started_.begin(), grad_started_.end(), uint8_t{0});
   for (int l : loss_ops_) {
     const TensorView g = view(tensors_[ops_[l].outputs[0]], slot, true);
-    grad_started_[static_cast<size_t>(ops_[l].outputs[0])] = 1;
+    grad_started_[static_cast<size_t>(tensors_[ops_[l].outputs[0]].storage)] = 1;
     if (host_) {
       std::fill(g.f(), g.f() + batch, loss_scale);
     } else {
@@ -399,10 +430,14 @@ void StageRunner::backward(int slot, float loss_scale) {
   for (size_t i = ops_.size(); i-- > 0;) {
     OpState& st = ops_[i];
     if (graph_->op(st.op).info->is_input) continue;
-    OpArgs args = op_args(st, slot, batch, /*backward=*/true);
-    args.fresh_grad_inputs = start_grads(st, slot);
+    // A view's gradient is already its input's: nothing is started or added.
+    OpArgs args;
+    if (!st.shares_memory) {
+      args = op_args(st, slot, batch, /*backward=*/true);
+      args.fresh_grad_inputs = start_grads(st, slot);
+    }
     const auto start = timing ? OpClock::Clock::now() : OpClock::Clock::time_point{};
-    st.kernel->backward(args);
+    if (!st.shares_memory) st.kernel->backward(args);
     if (timing) clock_->record(static_cast<int>(i), /*backward=*/true, timed(start));
   }
   if (clock_ != nullptr) clock_->flush();

@@ -199,6 +199,7 @@ class StageRunner {
                           // else one slot's worth shared by all slots
     bool grads_per_slot = false;  // the tensor crosses the stage's boundary
     bool values_per_slot = true;  // false: one micro-batch's values (recomputation)
+    int storage = 0;              // the tensor whose buffers hold it: itself, or a view's source
   };
   struct OpState {
     int op = 0;
@@ -207,7 +208,8 @@ class StageRunner {
     std::vector<int> outputs;           // tensor indices
     std::vector<size_t> param_offsets;  // into weights_/grads_, floats
     std::vector<size_t> param_sizes;
-    DeviceBuffer saved;  // slots (1 recomputing) x max_batch x saved_floats_per_sample
+    DeviceBuffer saved;          // slots (1 recomputing) x max_batch x saved_floats_per_sample
+    bool shares_memory = false;  // a view whose output is its input's memory: nothing to run
     // Per-call argument arrays, filled at call time without allocating.
     std::vector<TensorView> in_views, out_views, gin_views, gout_views;
     std::vector<float*> param_ptrs, grad_ptrs;
@@ -264,6 +266,7 @@ class StageRunner {
   const DataSource* data_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Tensor> tensors_;
+  std::vector<int> storage_;  // per layout tensor: Tensor::storage, decided before allocating
   std::vector<OpState> ops_;  // topological order
   StageLayout layout_;
   std::vector<StageTensor> external_, exports_;  // layout_.external and .exported's tensors
