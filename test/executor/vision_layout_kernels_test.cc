@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,85 @@ TEST_CASE("conv2d matches a naive loop over channels") {
           }
           CHECK(h.out[s * 60 + (o * 3 + oh) * 5 + ow] == Approx(want).margin(1e-5));
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("conv2d with stride 1 matches naive loops forward and backward at every width") {
+  // Stride 1, one group: the direct path. Widths that are and are not multiples of its 16-column
+  // runs, filter counts that do and do not fill its blocks of 4, kernels from 1x1 to 5x3 with
+  // padding from none to kernel - 1; the input gradient written whole (fresh) and added.
+  struct Shape {
+    int64_t c, h, w, out, kh, kw, ph, pw;
+  };
+  for (const Shape& sh : {Shape{3, 5, 19, 6, 3, 3, 1, 1}, Shape{2, 4, 33, 5, 5, 3, 2, 1},
+                          Shape{1, 3, 1, 1, 1, 1, 0, 0}, Shape{4, 7, 16, 4, 2, 2, 1, 1},
+                          Shape{5, 6, 17, 9, 3, 1, 0, 0}, Shape{2, 2, 40, 3, 2, 3, 0, 2}}) {
+    const int64_t ho = sh.h + 2 * sh.ph - sh.kh + 1, wo = sh.w + 2 * sh.pw - sh.kw + 1;
+    INFO("x [" << sh.c << ", " << sh.h << ", " << sh.w << "], " << sh.out << " filters " << sh.kh
+               << "x" << sh.kw << ", padding " << sh.ph << ", " << sh.pw);
+    GraphBuilder b("m", "");
+    auto y = b.conv2d("op", b.input("x", {sh.c, sh.h, sh.w}), sh.out, {sh.kh, sh.kw}, {1, 1},
+                      {sh.ph, sh.pw});
+    Harness h = make_harness(with_loss(b, y, {sh.out, ho, wo}), 2, 23);
+    const auto& x = h.fin[0];
+    const auto& wt = h.params[0];
+    const int64_t in_n = sh.c * sh.h * sh.w, out_n = sh.out * ho * wo;
+    // Calls f(s, o, oh, ow, c, ih, iw, weight index) for every term of every output.
+    auto each_term = [&](auto&& f) {
+      for (int64_t s = 0; s < 2; ++s) {
+        for (int64_t o = 0; o < sh.out; ++o) {
+          for (int64_t oh = 0; oh < ho; ++oh) {
+            for (int64_t ow = 0; ow < wo; ++ow) {
+              for (int64_t c = 0; c < sh.c; ++c) {
+                for (int64_t i = 0; i < sh.kh; ++i) {
+                  for (int64_t j = 0; j < sh.kw; ++j) {
+                    const int64_t ih = oh - sh.ph + i, iw = ow - sh.pw + j;
+                    if (ih < 0 || ih >= sh.h || iw < 0 || iw >= sh.w) continue;
+                    f(s, o, oh, ow, c, ih, iw, ((o * sh.c + c) * sh.kh + i) * sh.kw + j);
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    };
+    std::vector<double> want_y(h.out.size()), want_dx(x.size()), want_dw(wt.size());
+    std::vector<double> want_db(static_cast<size_t>(sh.out));
+    for (int64_t s = 0; s < 2; ++s) {
+      for (int64_t k = 0; k < out_n; ++k) {
+        want_y[static_cast<size_t>(s * out_n + k)] =
+            h.params[1][static_cast<size_t>(k / (ho * wo))];
+        want_db[static_cast<size_t>(k / (ho * wo))] += h.gout[static_cast<size_t>(s * out_n + k)];
+      }
+    }
+    each_term([&](int64_t s, int64_t o, int64_t oh, int64_t ow, int64_t c, int64_t ih, int64_t iw,
+                  int64_t wi) {
+      const size_t yi = static_cast<size_t>(s * out_n + (o * ho + oh) * wo + ow);
+      const size_t xi = static_cast<size_t>(s * in_n + (c * sh.h + ih) * sh.w + iw);
+      want_y[yi] += static_cast<double>(wt[static_cast<size_t>(wi)]) * x[xi];
+      want_dx[xi] += static_cast<double>(wt[static_cast<size_t>(wi)]) * h.gout[yi];
+      want_dw[static_cast<size_t>(wi)] += static_cast<double>(x[xi]) * h.gout[yi];
+    });
+    h.forward();
+    for (size_t k = 0; k < want_y.size(); ++k) CHECK(h.out[k] == Approx(want_y[k]).margin(1e-5));
+    for (const bool fresh : {true, false}) {
+      h.zero_grads();
+      // Written whole when fresh (NaNs must all go), else added to what is there (ones).
+      std::fill(h.gin[0].begin(), h.gin[0].end(),
+                fresh ? std::numeric_limits<float>::quiet_NaN() : 1.0f);
+      REQUIRE(h.kernel->overwrites_grad_input(0));
+      h.backward(fresh ? 1 : 0);
+      for (size_t k = 0; k < want_dx.size(); ++k) {
+        CHECK(h.gin[0][k] == Approx(want_dx[k] + (fresh ? 0.0 : 1.0)).margin(1e-5));
+      }
+      for (size_t k = 0; k < want_dw.size(); ++k) {
+        CHECK(h.gparams[0][k] == Approx(want_dw[k]).margin(1e-4));
+      }
+      for (size_t k = 0; k < want_db.size(); ++k) {
+        CHECK(h.gparams[1][k] == Approx(want_db[k]).margin(1e-4));
       }
     }
   }

@@ -1,52 +1,16 @@
 // Vectorised loops of the CPU kernels; see vec_math.h for the contract and the accuracy.
-//
-// Written with the GCC/Clang vector extension (8 floats, one AVX register) rather than
-// intrinsics, so the baseline clone compiles the same source to pairs of SSE2 operations. The
-// helpers take their vectors by reference: a 32-byte vector passed by value would change the
-// calling convention between the clones (GCC and Clang refuse that), and forced inlining makes
-// the references free; the helpers that would return a vector are macros for the same reason.
+// The vector basics (types, loads, stores, the clones) are in vec_simd.h.
 #include "cpu/vec_math.h"
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GP_VEC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define GP_VEC_CLONES
-#endif
-#define GP_VEC_INLINE __attribute__((always_inline)) inline
+#include "cpu/vec_simd.h"
 
 namespace gp::exec::cpu::vec {
 namespace {
 
-constexpr int64_t kW = 8;  // floats per vector
-using V = float __attribute__((vector_size(32)));
-using VI = int32_t __attribute__((vector_size(32)));
-
-// Splat, load and partial load are macros (statement expressions), not functions: see above.
-#define GP_SPLAT(f) (V{} + (f))
-#define GP_LOAD(p)                    \
-  ({                                  \
-    V v_;                             \
-    std::memcpy(&v_, (p), sizeof v_); \
-    v_;                               \
-  })
-// The first k < kW floats at p, the other lanes `pad`.
-#define GP_LOAD_PART(p, k, pad)                                    \
-  ({                                                               \
-    V v_ = GP_SPLAT(pad);                                          \
-    std::memcpy(&v_, (p), static_cast<size_t>(k) * sizeof(float)); \
-    v_;                                                            \
-  })
-GP_VEC_INLINE void store(float* p, const V& v) { std::memcpy(p, &v, sizeof v); }
-GP_VEC_INLINE void store_part(float* p, const V& v, int64_t k) {
-  std::memcpy(p, &v, static_cast<size_t>(k) * sizeof(float));
-}
-GP_VEC_INLINE float hsum(const V& v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
 GP_VEC_INLINE float hmax(const V& v) {
   float m = v[0];
   for (int i = 1; i < kW; ++i) m = std::fmax(m, v[i]);

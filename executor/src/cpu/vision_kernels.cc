@@ -1,13 +1,16 @@
-// CPU reference kernels of the vision ops: conv2d (im2col + GEMM), max and average pooling, and
-// batch normalisation with batch statistics. Images are per-sample [C, H, W], batch-major.
+// CPU reference kernels of the vision ops: conv2d (direct for stride 1, else im2col + GEMM), max
+// and average pooling, and batch normalisation with batch statistics. Images are per-sample [C, H,
+// W], batch-major.
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cpu/direct_conv.h"
 #include "cpu/im2col.h"
 #include "cpu/kernel_util.h"
 #include "cpu/vec_math.h"
@@ -22,8 +25,10 @@ using Window = VisionWindow;
 // Per sample: cols [C*kh*kw, Ho*Wo] = im2col(x) (row (c*kh + i)*kw + j, column oh*Wo + ow holds
 // x[c, oh*sh - ph + i, ow*sw - pw + j], zero outside the image); y [out, Ho*Wo] = W cols + b.
 // Backward: dW += dY cols^T, db += row sums of dY, dcols = W^T dY, dx += col2im(dcols). With
-// groups G, each of these is G GEMMs over the group's filters and rows of cols.
-// Saves nothing; cols is a scratch buffer of the instance (one call at a time).
+// groups G, each of these is G GEMMs over the group's filters and rows of cols. Stride 1 with
+// one group runs direct instead (direct_conv.h): no im2col copies, no GEMM packing.
+// Saves nothing; cols and the direct path's copies are scratch of the instance (one call at a
+// time).
 class Conv2dKernel final : public OpKernel {
  public:
   Conv2dKernel(const Window& w, int64_t out, bool bias, int64_t groups)
@@ -34,11 +39,23 @@ class Conv2dKernel final : public OpKernel {
         patch_(w.c * w.kh * w.kw),
         positions_(w.ho * w.wo),
         group_out_(out / groups),
-        group_patch_(patch_ / groups),
-        cols_(static_cast<size_t>(patch_ * positions_)) {}
+        group_patch_(patch_ / groups) {
+    if (DirectConv::applies(w, groups)) {
+      direct_.emplace(w, out);
+    } else {
+      cols_.resize(static_cast<size_t>(patch_ * positions_));
+    }
+  }
 
   void forward(const OpArgs& a) const override {
     const int64_t in_n = w_.c * w_.h * w_.w, out_n = out_ * positions_;
+    if (direct_) {
+      for (int64_t s = 0; s < a.batch; ++s) {
+        direct_->forward(a.inputs[0].f() + s * in_n, a.params[0], bias_ ? a.params[1] : nullptr,
+                         a.outputs[0].f() + s * out_n, /*accumulate=*/false);
+      }
+      return;
+    }
     for (int64_t s = 0; s < a.batch; ++s) {
       float* y = a.outputs[0].f() + s * out_n;
       im2col(w_, a.inputs[0].f() + s * in_n, cols_.data());
@@ -60,6 +77,15 @@ class Conv2dKernel final : public OpKernel {
     float* dw = a.param_grads[0];
     float* db = bias_ ? a.param_grads[1] : nullptr;
     float* dx = a.grad_inputs[0].f();
+    if (direct_) {
+      for (int64_t s = 0; s < a.batch; ++s) {
+        const float* dy = a.grad_outputs[0].f() + s * out_n;
+        if (dw != nullptr) direct_->backward_weights(a.inputs[0].f() + s * in_n, dy, dw);
+        if (db != nullptr) add_row_sums(dy, db);
+        if (dx != nullptr) direct_->backward_data(dy, a.params[0], dx + s * in_n, !a.fresh(0));
+      }
+      return;
+    }
     for (int64_t s = 0; s < a.batch; ++s) {
       const float* dy = a.grad_outputs[0].f() + s * out_n;
       if (dw != nullptr) {
@@ -70,9 +96,7 @@ class Conv2dKernel final : public OpKernel {
                weight(dw, g), group_patch_);
         }
       }
-      if (db != nullptr) {
-        for (int64_t o = 0; o < out_; ++o) db[o] += vec::sum(dy + o * positions_, positions_);
-      }
+      if (db != nullptr) add_row_sums(dy, db);
       if (dx != nullptr) {
         for (int64_t g = 0; g < groups_; ++g) {
           gemm(true, false, group_patch_, positions_, group_out_, 1.0f, weight(a.params[0], g),
@@ -83,8 +107,15 @@ class Conv2dKernel final : public OpKernel {
       }
     }
   }
+  // The direct path writes the whole input gradient; col2im adds into it.
+  bool overwrites_grad_input(size_t k) const override { return k == 0 && direct_.has_value(); }
 
  private:
+  // db[o] += the sum of dy's channel o over the positions.
+  void add_row_sums(const float* dy, float* db) const {
+    for (int64_t o = 0; o < out_; ++o) db[o] += vec::sum(dy + o * positions_, positions_);
+  }
+
   // Group g's filters [out/G, C/G*kh*kw] in a weight [out, C/G, kh, kw], and its rows of cols.
   template <typename T>
   T* weight(T* w, int64_t g) const {
@@ -96,9 +127,10 @@ class Conv2dKernel final : public OpKernel {
   int64_t out_;
   bool bias_;
   int64_t groups_;
-  int64_t patch_, positions_;        // C*kh*kw, Ho*Wo
-  int64_t group_out_, group_patch_;  // out/G, C/G*kh*kw
-  mutable std::vector<float> cols_;  // [patch, positions]
+  int64_t patch_, positions_;         // C*kh*kw, Ho*Wo
+  int64_t group_out_, group_patch_;   // out/G, C/G*kh*kw
+  mutable std::vector<float> cols_;   // [patch, positions], im2col's path only
+  std::optional<DirectConv> direct_;  // stride 1, one group
 };
 
 // ---- pooling -----------------------------------------------------------------------------------
