@@ -7,6 +7,7 @@
 // buffer as the forward it follows, which the executor does. Backward never modifies the values
 // forward saved, so it may be called more than once.
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "cpu/kernel_util.h"
@@ -41,8 +42,14 @@ class LinearKernel final : public OpKernel {
     // The pre-activation goes where backward can find it: Z in saved for gelu, else y itself
     // (relu's derivative is read off its output).
     float* z = act_ == Act::kGelu ? a.saved : y;
-    gemm(false, true, m, out_, in_, 1.0f, a.inputs[0].f(), in_, a.params[0], in_, 0.0f, z, out_);
-    if (bias_) add_bias_rows(z, m, out_, a.params[1]);
+    // The bias rows first, the product added onto them: one pass over z fewer than adding the
+    // bias afterwards (with beta 0 the BLAS clears z itself).
+    if (bias_) {
+      const size_t row_bytes = static_cast<size_t>(out_) * sizeof(float);
+      for (int64_t r = 0; r < m; ++r) std::memcpy(z + r * out_, a.params[1], row_bytes);
+    }
+    gemm(false, true, m, out_, in_, 1.0f, a.inputs[0].f(), in_, a.params[0], in_,
+         bias_ ? 1.0f : 0.0f, z, out_);
     if (act_ == Act::kRelu) {
       vec::relu(y, y, n);
     } else if (act_ == Act::kGelu) {

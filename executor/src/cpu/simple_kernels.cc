@@ -1,5 +1,6 @@
 // CPU reference kernels of the parameter-free (or nearly) ops: input, element-wise activations,
 // softmax, layer norm, add, concat, slice and the two losses. Plain loops over the whole batch.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -175,15 +176,24 @@ class SliceKernel final : public OpKernel {
                   static_cast<size_t>(out_chunk_) * sizeof(float));
     }
   }
+  // The first gradient into x (fresh) is written whole: dy in the slice, zeros around it.
   void backward(const OpArgs& a) const override {
     float* dx_all = a.grad_inputs[0].f();
     if (dx_all == nullptr) return;
+    const bool fresh = a.fresh(0);
     for (int64_t o = 0; o < a.batch * outer_; ++o) {
       const float* dy = a.grad_outputs[0].f() + o * out_chunk_;
-      float* dx = dx_all + o * in_chunk_ + offset_;
-      for (int64_t i = 0; i < out_chunk_; ++i) dx[i] += dy[i];
+      float* chunk = dx_all + o * in_chunk_;
+      if (fresh) {
+        std::fill(chunk, chunk + offset_, 0.0f);
+        std::memcpy(chunk + offset_, dy, static_cast<size_t>(out_chunk_) * sizeof(float));
+        std::fill(chunk + offset_ + out_chunk_, chunk + in_chunk_, 0.0f);
+      } else {
+        vec::add_into(chunk + offset_, dy, out_chunk_);
+      }
     }
   }
+  bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
   int64_t outer_, in_chunk_, offset_, out_chunk_;
