@@ -87,6 +87,52 @@ struct PerSample {
   double inner_grads = 0;  // gradients inside the stage, one call's worth
 };
 
+// Which ops form the stage, and what follows for one tensor.
+class StageTensors {
+ public:
+  StageTensors(const model::Graph& graph, std::span<const int> op_indices)
+      : graph_(graph), in_stage_(static_cast<size_t>(graph.num_ops()), 0) {
+    for (int i : op_indices) in_stage_[static_cast<size_t>(i)] = 1;
+  }
+
+  bool in_stage(int op) const { return op >= 0 && in_stage_[static_cast<size_t>(op)] != 0; }
+
+  // Float tensors of ops other than graph inputs carry gradients.
+  bool needs_grad(int producer, const model::TensorSpec& spec) const {
+    return !graph_.op(producer).info->is_input && !model::is_integer(spec);
+  }
+
+  // Output k of op `producer` is read by an op outside the stage.
+  bool crosses(int producer, int k) const {
+    const model::OpNode& op = graph_.op(producer);
+    for (int s : op.succs) {
+      if (in_stage(s)) continue;
+      for (const auto& ref : graph_.op(s).proto->inputs()) {
+        if (ref.op() == op.id() && ref.output() == k) return true;
+      }
+    }
+    return false;
+  }
+
+  // As gp::exec::StageRunner decides: a view whose input and output both stay inside the stage,
+  // alike in gradients and type, is its input's memory; it holds nothing of its own.
+  bool view_shares_memory(const model::OpNode& op) const {
+    if (!op.is_view() || op.proto->inputs_size() < 1 || op.proto->outputs_size() < 1) return false;
+    const int producer = graph_.index_of(op.proto->inputs(0).op());
+    if (!in_stage(producer)) return false;
+    const model::TensorSpec& in = op.input_specs[0];
+    const model::TensorSpec& out = op.proto->outputs(0);
+    return !crosses(producer, op.proto->inputs(0).output()) && !crosses(op.index, 0) &&
+           needs_grad(producer, in) == needs_grad(op.index, out) &&
+           model::is_integer(in) == model::is_integer(out) &&
+           model::num_elements(in) == model::num_elements(out);
+  }
+
+ private:
+  const model::Graph& graph_;
+  std::vector<char> in_stage_;
+};
+
 // Per sample, as the executor's stage runner allocates (one definition for planner, simulator
 // and executor): every tensor the stage touches is kept per in-flight sample, with the op's saved
 // scratch; float gradients are kept per sample for tensors crossing the stage's boundary (they
@@ -94,57 +140,29 @@ struct PerSample {
 // (reshape) inside the stage adds nothing: its output is its input's memory.
 PerSample per_sample_bytes(const model::Graph& graph, std::span<const int> op_indices,
                            const MemoryOptions& options) {
-  std::vector<char> in_stage(static_cast<size_t>(graph.num_ops()), 0);
-  for (int i : op_indices) in_stage[static_cast<size_t>(i)] = 1;
-  auto needs_grad = [&](int producer, const model::TensorSpec& spec) {
-    return !graph.op(producer).info->is_input && !model::is_integer(spec);
-  };
-  // Output k of op `producer` is read by an op outside the stage.
-  auto crosses = [&](int producer, int k) {
-    const model::OpNode& op = graph.op(producer);
-    for (int s : op.succs) {
-      if (in_stage[static_cast<size_t>(s)]) continue;
-      for (const auto& ref : graph.op(s).proto->inputs()) {
-        if (ref.op() == op.id() && ref.output() == k) return true;
-      }
-    }
-    return false;
-  };
-  // As gp::exec::StageRunner decides: a view whose input and output both stay inside the stage,
-  // alike in gradients and type, is its input's memory; it holds nothing of its own.
-  auto view_shares_memory = [&](const model::OpNode& op) {
-    if (!op.is_view() || op.proto->inputs_size() < 1 || op.proto->outputs_size() < 1) return false;
-    const int producer = graph.index_of(op.proto->inputs(0).op());
-    if (producer < 0 || !in_stage[static_cast<size_t>(producer)]) return false;
-    const model::TensorSpec& in = op.input_specs[0];
-    const model::TensorSpec& out = op.proto->outputs(0);
-    return !crosses(producer, op.proto->inputs(0).output()) && !crosses(op.index, 0) &&
-           needs_grad(producer, in) == needs_grad(op.index, out) &&
-           model::is_integer(in) == model::is_integer(out) &&
-           model::num_elements(in) == model::num_elements(out);
-  };
+  const StageTensors stage(graph, op_indices);
   PerSample p;
   std::set<std::pair<int, int>> external_inputs;  // (producer, output) read from other stages
   for (int i : op_indices) {
     const model::OpNode& op = graph.op(i);
-    if (view_shares_memory(op)) continue;
+    if (stage.view_shares_memory(op)) continue;
     p.kept += op_memory(op, options).activation_bytes;
     for (int k = 0; k < op.proto->inputs_size(); ++k) {
       const int producer = graph.index_of(op.proto->inputs(k).op());
-      if (producer < 0 || in_stage[static_cast<size_t>(producer)]) continue;
+      if (producer < 0 || stage.in_stage(producer)) continue;
       if (!external_inputs.insert({producer, op.proto->inputs(k).output()}).second) continue;
       const model::TensorSpec& spec = op.input_specs[static_cast<size_t>(k)];
       const double bytes = static_cast<double>(model::stored_size_bytes(spec));
-      const double both = needs_grad(producer, spec) ? 2 * bytes : bytes;
+      const double both = stage.needs_grad(producer, spec) ? 2 * bytes : bytes;
       p.kept += both;
       p.boundary += both;
     }
     for (int k = 0; k < op.proto->outputs_size(); ++k) {
       const model::TensorSpec& spec = op.proto->outputs(k);
       const double bytes = static_cast<double>(model::stored_size_bytes(spec));
-      const bool crossing = crosses(i, k);
+      const bool crossing = stage.crosses(i, k);
       if (crossing) p.boundary += bytes;  // its value, part of the op's activation bytes
-      if (!needs_grad(i, spec)) continue;
+      if (!stage.needs_grad(i, spec)) continue;
       if (crossing) {
         p.kept += bytes;
         p.boundary += bytes;
