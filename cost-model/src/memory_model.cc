@@ -114,8 +114,9 @@ class StageTensors {
     return false;
   }
 
-  // As gp::exec::StageRunner decides: a view whose input and output both stay inside the stage,
-  // alike in gradients and type, is its input's memory; it holds nothing of its own.
+  // As gp::exec::layout_stage decides (StageLayout::Tensor::storage): a view whose input and output
+  // both stay inside the stage, alike in gradients and type, is its input's memory; it holds
+  // nothing of its own.
   bool view_shares_memory(const model::OpNode& op) const {
     if (!op.is_view() || op.proto->inputs_size() < 1 || op.proto->outputs_size() < 1) return false;
     const int producer = graph_.index_of(op.proto->inputs(0).op());

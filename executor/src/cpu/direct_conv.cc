@@ -165,36 +165,43 @@ DirectConv::DirectConv(const VisionWindow& w, int64_t out)
   packed_weight_.resize(static_cast<size_t>(packed));
 }
 
-void DirectConv::forward(const float* x, const float* weight, const float* bias, float* y,
-                         bool accumulate) const {
+void DirectConv::forward(int64_t batch, const float* x, const float* weight, const float* bias,
+                         float* y) const {
   const int64_t rows = w_.h + 2 * w_.ph;
-  pad_image(x, w_.c, w_.h, w_.w, w_.ph, w_.pw, rows, x_stride_, padded_x_.data());
   pack_filters(weight, out_, w_.c, w_.kh, w_.kw, /*transposed=*/false, packed_weight_.data());
-  conv_rows(padded_x_.data(), w_.c, rows, x_stride_, packed_weight_.data(), out_, w_.kh, w_.kw,
-            bias, y, w_.ho, w_.wo, accumulate);
+  for (int64_t s = 0; s < batch; ++s) {
+    pad_image(x + s * in_n(), w_.c, w_.h, w_.w, w_.ph, w_.pw, rows, x_stride_, padded_x_.data());
+    conv_rows(padded_x_.data(), w_.c, rows, x_stride_, packed_weight_.data(), out_, w_.kh, w_.kw,
+              bias, y + s * out_n(), w_.ho, w_.wo, /*accumulate=*/false);
+  }
 }
 
-void DirectConv::backward_data(const float* dy, const float* weight, float* dx,
+void DirectConv::backward_data(int64_t batch, const float* dy, const float* weight, float* dx,
                                bool accumulate) const {
   // The full correlation: dy padded by kernel - 1 - padding on each side gives [h, w] back.
   const int64_t top = w_.kh - 1 - w_.ph, left = w_.kw - 1 - w_.pw;
   const int64_t rows = w_.h + w_.kh - 1;
-  pad_image(dy, out_, w_.ho, w_.wo, top, left, rows, dy_stride_, padded_dy_.data());
   pack_filters(weight, w_.c, out_, w_.kh, w_.kw, /*transposed=*/true, packed_weight_.data());
-  conv_rows(padded_dy_.data(), out_, rows, dy_stride_, packed_weight_.data(), w_.c, w_.kh, w_.kw,
-            nullptr, dx, w_.h, w_.w, accumulate);
+  for (int64_t s = 0; s < batch; ++s) {
+    pad_image(dy + s * out_n(), out_, w_.ho, w_.wo, top, left, rows, dy_stride_, padded_dy_.data());
+    conv_rows(padded_dy_.data(), out_, rows, dy_stride_, packed_weight_.data(), w_.c, w_.kh, w_.kw,
+              nullptr, dx + s * in_n(), w_.h, w_.w, accumulate);
+  }
 }
 
-void DirectConv::backward_weights(const float* x, const float* dy, float* dweight) const {
+void DirectConv::backward_weights(int64_t batch, const float* x, const float* dy,
+                                  float* dweight) const {
   const int64_t rows = w_.h + 2 * w_.ph;
-  pad_image(x, w_.c, w_.h, w_.w, w_.ph, w_.pw, rows, x_stride_, padded_x_.data());
-  // filter_grads reads whole blocks of filters: the rows past the last filter are zeros.
   float* dy_rows = padded_dy_.data();
-  pad_image(dy, out_, w_.ho, w_.wo, 0, 0, w_.ho, dy_rows_stride_, dy_rows);
+  // filter_grads reads whole blocks of filters: the rows past the last filter are zeros.
   std::fill(dy_rows + out_ * w_.ho * dy_rows_stride_,
             dy_rows + round_up(out_, kBlock) * w_.ho * dy_rows_stride_, 0.0f);
-  filter_grads(padded_x_.data(), w_.c, rows, x_stride_, padded_dy_.data(), out_, w_.ho,
-               dy_rows_stride_, w_.kh, w_.kw, dweight);
+  for (int64_t s = 0; s < batch; ++s) {
+    pad_image(x + s * in_n(), w_.c, w_.h, w_.w, w_.ph, w_.pw, rows, x_stride_, padded_x_.data());
+    pad_image(dy + s * out_n(), out_, w_.ho, w_.wo, 0, 0, w_.ho, dy_rows_stride_, dy_rows);
+    filter_grads(padded_x_.data(), w_.c, rows, x_stride_, dy_rows, out_, w_.ho, dy_rows_stride_,
+                 w_.kh, w_.kw, dweight);
+  }
 }
 
 }  // namespace gp::exec::cpu

@@ -22,18 +22,22 @@ class DirectConv {
     return w.sh == 1 && w.sw == 1 && groups == 1 && w.ph < w.kh && w.pw < w.kw;
   }
 
-  // One sample's x [w.c, w.h, w.w] -> y [out, w.ho, w.wo]; the scratch is allocated here.
+  // Per sample x [w.c, w.h, w.w] -> y [out, w.ho, w.wo], `batch` samples one after another;
+  // the scratch is allocated here.
   DirectConv(const VisionWindow& w, int64_t out);
 
-  // y = conv(x) + bias (bias may be null), or y += it when accumulate.
-  void forward(const float* x, const float* weight, const float* bias, float* y,
-               bool accumulate) const;
+  // y = conv(x) + bias (bias may be null).
+  void forward(int64_t batch, const float* x, const float* weight, const float* bias,
+               float* y) const;
   // dx = the gradient of the input from dy, or dx += it when accumulate.
-  void backward_data(const float* dy, const float* weight, float* dx, bool accumulate) const;
-  // dweight += the gradient of the filters from x and dy.
-  void backward_weights(const float* x, const float* dy, float* dweight) const;
+  void backward_data(int64_t batch, const float* dy, const float* weight, float* dx,
+                     bool accumulate) const;
+  // dweight += the gradient of the filters from x and dy, summed over the samples in order.
+  void backward_weights(int64_t batch, const float* x, const float* dy, float* dweight) const;
 
  private:
+  int64_t in_n() const { return w_.c * w_.h * w_.w; }     // floats per sample of x
+  int64_t out_n() const { return out_ * w_.ho * w_.wo; }  // and of y
   VisionWindow w_;
   int64_t out_;
   int64_t x_stride_, dy_stride_, dy_rows_stride_;  // row strides of the padded copies

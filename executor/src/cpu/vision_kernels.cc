@@ -50,10 +50,8 @@ class Conv2dKernel final : public OpKernel {
   void forward(const OpArgs& a) const override {
     const int64_t in_n = w_.c * w_.h * w_.w, out_n = out_ * positions_;
     if (direct_) {
-      for (int64_t s = 0; s < a.batch; ++s) {
-        direct_->forward(a.inputs[0].f() + s * in_n, a.params[0], bias_ ? a.params[1] : nullptr,
-                         a.outputs[0].f() + s * out_n, /*accumulate=*/false);
-      }
+      direct_->forward(a.batch, a.inputs[0].f(), a.params[0], bias_ ? a.params[1] : nullptr,
+                       a.outputs[0].f());
       return;
     }
     for (int64_t s = 0; s < a.batch; ++s) {
@@ -78,12 +76,12 @@ class Conv2dKernel final : public OpKernel {
     float* db = bias_ ? a.param_grads[1] : nullptr;
     float* dx = a.grad_inputs[0].f();
     if (direct_) {
-      for (int64_t s = 0; s < a.batch; ++s) {
-        const float* dy = a.grad_outputs[0].f() + s * out_n;
-        if (dw != nullptr) direct_->backward_weights(a.inputs[0].f() + s * in_n, dy, dw);
-        if (db != nullptr) add_row_sums(dy, db);
-        if (dx != nullptr) direct_->backward_data(dy, a.params[0], dx + s * in_n, !a.fresh(0));
+      const float* dy = a.grad_outputs[0].f();
+      if (dw != nullptr) direct_->backward_weights(a.batch, a.inputs[0].f(), dy, dw);
+      if (db != nullptr) {
+        for (int64_t s = 0; s < a.batch; ++s) add_row_sums(dy + s * out_n, db);
       }
+      if (dx != nullptr) direct_->backward_data(a.batch, dy, a.params[0], dx, !a.fresh(0));
       return;
     }
     for (int64_t s = 0; s < a.batch; ++s) {

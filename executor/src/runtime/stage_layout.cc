@@ -100,8 +100,9 @@ class LayoutBuilder {
     t.info.is_int = model::is_integer(spec);
     t.info.needs_grad = !t.info.is_int && !producer.info->is_input;
     t.grads_per_slot = !in_stage_[producer_index] || crossing_.count(key) > 0;
+    const int index = static_cast<int>(layout_.tensors.size());
+    t.storage = index;
     layout_.tensors.push_back(std::move(t));
-    const int index = static_cast<int>(layout_.tensors.size()) - 1;
     tensor_of_[key] = index;
     if (!in_stage_[producer_index]) layout_.external.push_back(index);
     return index;
@@ -118,6 +119,7 @@ class LayoutBuilder {
       ref.set_output(k);
       st.outputs.push_back(add_tensor(ref));
     }
+    if (node.is_view() && !st.inputs.empty() && !st.outputs.empty()) share_view(st);
     for (const auto& p : node.proto->params()) {
       size_t n = 1;
       for (int64_t d : p.shape()) n *= static_cast<size_t>(d);
@@ -126,6 +128,17 @@ class LayoutBuilder {
       layout_.param_count += n;
     }
     layout_.ops.push_back(std::move(st));
+  }
+
+  // A view's output is its input's memory when neither crosses the boundary (so both are kept
+  // alike: per slot, or once when recomputing) and both or neither carry gradients.
+  void share_view(const StageLayout::Op& op) {
+    const StageLayout::Tensor& in = layout_.tensors[static_cast<size_t>(op.inputs[0])];
+    StageLayout::Tensor& out = layout_.tensors[static_cast<size_t>(op.outputs[0])];
+    if (!in.grads_per_slot && !out.grads_per_slot && in.info.needs_grad == out.info.needs_grad &&
+        in.info.is_int == out.info.is_int && in.info.per_sample == out.info.per_sample) {
+      out.storage = in.storage;
+    }
   }
 
   const model::Graph& graph_;

@@ -21,19 +21,6 @@ Result<DeviceBuffer> zeroed(const Device& device, size_t bytes) {
   return b;
 }
 
-// A view op's output is its input's memory (values and gradients) when neither tensor crosses
-// the stage's boundary, so both are kept alike (per slot, or once when recomputing), and both or
-// neither carry gradients; the op then has nothing to compute. gp::cost::stage_memory's
-// view_shares_memory counts the same tensors once.
-bool view_shares_memory(const model::OpNode& node, const StageLayout& layout,
-                        const StageLayout::Op& op) {
-  if (!node.is_view() || op.inputs.empty() || op.outputs.empty()) return false;
-  const StageLayout::Tensor& in = layout.tensors[static_cast<size_t>(op.inputs[0])];
-  const StageLayout::Tensor& out = layout.tensors[static_cast<size_t>(op.outputs[0])];
-  return !in.grads_per_slot && !out.grads_per_slot && in.info.needs_grad == out.info.needs_grad &&
-         in.info.is_int == out.info.is_int && in.info.per_sample == out.info.per_sample;
-}
-
 void require_host(bool host, const char* what) {
   GP_CHECK(host, std::string("StageRunner::") + what +
                      ": a host view of device memory; use the download/upload copies");
@@ -82,13 +69,6 @@ Status StageRunner::init(const model::Graph& graph, StageLayout layout,
   for (const StageLayout::Op& op : layout_.ops) {
     GP_RETURN_IF_ERROR(check_kernel(device, graph.op(op.op)));
   }
-  storage_.resize(layout_.tensors.size());
-  for (size_t t = 0; t < storage_.size(); ++t) storage_[t] = static_cast<int>(t);
-  for (const StageLayout::Op& op : layout_.ops) {
-    if (view_shares_memory(graph.op(op.op), layout_, op)) {
-      storage_[static_cast<size_t>(op.outputs[0])] = storage_[static_cast<size_t>(op.inputs[0])];
-    }
-  }
   GP_RETURN_IF_ERROR(build_ops());
   GP_RETURN_IF_ERROR(allocate_tensors(layout_.tensors.size()));  // the relays
   grad_started_.assign(tensors_.size(), 0);
@@ -121,7 +101,7 @@ Status StageRunner::allocate_tensors(size_t end) {
     // Recomputing, only the tensors crossing the boundary keep their values per slot; the others
     // hold the one micro-batch whose forward ran last.
     t.values_per_slot = !recompute_ || t.grads_per_slot;
-    t.storage = storage_[i];
+    t.storage = planned.storage;
     if (t.storage != static_cast<int>(i)) {  // a view of an earlier tensor: its buffers
       tensors_.push_back(std::move(t));
       continue;
@@ -149,8 +129,8 @@ Status StageRunner::build_kernel(const StageLayout::Op& op) {
   st.outputs = op.outputs;
   st.param_offsets = op.param_offsets;
   st.param_sizes = op.param_sizes;
-  st.shares_memory =
-      !op.outputs.empty() && storage_[static_cast<size_t>(op.outputs[0])] != op.outputs[0];
+  st.shares_memory = !op.outputs.empty() &&
+                     layout_.tensors[static_cast<size_t>(op.outputs[0])].storage != op.outputs[0];
   GP_ASSIGN_OR_RETURN(st.kernel, device_->make_kernel(node));
   const size_t saved_slots = recompute_ ? 1 : static_cast<size_t>(slots_);
   GP_ASSIGN_OR_RETURN(

@@ -31,6 +31,10 @@ struct StageLayout {
     // wait for the data plane, so they are kept per slot; the others live only inside one
     // backward, and one copy serves every slot.
     bool grads_per_slot = false;
+    // The tensor whose buffers hold it: itself, or, for the output of a view (a reshape) whose
+    // input and output both stay inside the stage alike in gradients and type, its input's
+    // storage; the runner then never runs the view. gp::cost::stage_memory counts the same.
+    int storage = 0;
   };
   struct Op {
     int op = 0;                         // graph index

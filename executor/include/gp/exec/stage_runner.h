@@ -199,7 +199,7 @@ class StageRunner {
                           // else one slot's worth shared by all slots
     bool grads_per_slot = false;  // the tensor crosses the stage's boundary
     bool values_per_slot = true;  // false: one micro-batch's values (recomputation)
-    int storage = 0;              // the tensor whose buffers hold it: itself, or a view's source
+    int storage = 0;              // StageLayout::Tensor::storage
   };
   struct OpState {
     int op = 0;
@@ -266,7 +266,6 @@ class StageRunner {
   const DataSource* data_ = nullptr;
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<Tensor> tensors_;
-  std::vector<int> storage_;  // per layout tensor: Tensor::storage, decided before allocating
   std::vector<OpState> ops_;  // topological order
   StageLayout layout_;
   std::vector<StageTensor> external_, exports_;  // layout_.external and .exported's tensors

@@ -33,8 +33,8 @@ struct OpNode {
   std::string_view type() const { return info->type; }
   OpType op_type() const { return info->id; }  // resolved once, by Graph::build
   // Output 0 holds input 0's elements in the same order (a reshape): inside a stage it can be
-  // the same memory, values and gradients (gp::exec::StageRunner and gp::cost::stage_memory
-  // share it under one rule: see view_shares_memory in both).
+  // the same memory, values and gradients (gp::exec::layout_stage decides it and
+  // gp::cost::stage_memory counts it, under one rule).
   bool is_view() const { return info->id == OpType::kReshape; }
 };
 
