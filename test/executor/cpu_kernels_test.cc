@@ -91,6 +91,15 @@ Harness prepared(const GradCase& c, int64_t batch = 2) {
   return h;
 }
 
+// The case's harness after a forward and one backward into zeroed gradients.
+Harness backward_once(const GradCase& c) {
+  Harness h = prepared(c);
+  h.forward();
+  h.zero_grads();
+  h.backward();
+  return h;
+}
+
 }  // namespace
 
 TEST_CASE("every catalogue op type except input and opaque has a gradient case") {
@@ -140,10 +149,7 @@ TEST_CASE("input and parameter gradients match central finite differences") {
 TEST_CASE("backward accumulates: a second call doubles every gradient") {
   for (const auto& c : grad_cases()) {
     DYNAMIC_SECTION(c.name) {
-      Harness h = prepared(c);
-      h.forward();
-      h.zero_grads();
-      h.backward();
+      Harness h = backward_once(c);
       const auto once_in = h.gin;
       const auto once_p = h.gparams;
       h.backward();
@@ -172,10 +178,7 @@ TEST_CASE("a kernel that overwrites a fresh input gradient writes it whole, as z
   int overwriting = 0;
   for (const auto& c : grad_cases()) {
     INFO(c.name);
-    Harness h = prepared(c);
-    h.forward();
-    h.zero_grads();
-    h.backward();
+    Harness h = backward_once(c);
     const auto added = h.gin;
     const auto added_p = h.gparams;
     // The buffers it may overwrite hold garbage (NaN): none may survive, and every value must
