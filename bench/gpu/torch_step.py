@@ -286,7 +286,12 @@ def build_module(torch, model, attention):
                 start, end = attr(op, "start", required=True), attr(op, "end", required=True)
                 return xs[0].narrow(axis + 1, start, end - start)
             if t == "matmul":
-                return torch.matmul(xs[0], xs[1])
+                # Eager PyTorch code writes these as views and a separate multiply.
+                a = xs[0].transpose(-1, -2) if attr(op, "transpose_a", 0) else xs[0]
+                b = xs[1].transpose(-1, -2) if attr(op, "transpose_b", 0) else xs[1]
+                alpha = attr(op, "alpha", 1.0)
+                y = torch.matmul(a, b)
+                return y if alpha == 1 else y * alpha
             if t == "scale":
                 return xs[0] * attr(op, "factor", required=True)
             if t == "transpose":

@@ -80,9 +80,11 @@ constexpr std::array kCatalogue = {
                "axis (int, default -1), start (int, required), end (int, required, exclusive)",
                "axis,start,end", 1, 1, false, false, &infer_slice},
     OpTypeInfo{OpType::kMatmul, "matmul",
-               "batched matrix product a [..., m, k] x b [..., k, n] -> [..., m, n]",
-               "none; inputs: a, b of one rank >= 2 with identical leading dimensions", "", 2, 2,
-               false, false, &infer_matmul},
+               "batched matrix product alpha op(a) [..., m, k] x op(b) [..., k, n] -> [..., m, n]",
+               "transpose_a, transpose_b (0|1, default 0: op(x) = x with its last two axes "
+               "swapped when 1), alpha (float, default 1, finite); inputs: a, b of one rank >= 2 "
+               "with identical leading dimensions",
+               "transpose_a,transpose_b,alpha", 2, 2, false, false, &infer_matmul},
     OpTypeInfo{OpType::kScale, "scale", "y = factor * x", "factor (float, required, finite)",
                "factor", 1, 1, false, false, &infer_scale},
     OpTypeInfo{OpType::kTranspose, "transpose",

@@ -22,12 +22,20 @@ void copy_cost(const TensorSpec& x, InferredOp* out) {
 
 }  // namespace
 
-Status infer_matmul(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+Status infer_matmul(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& a = in[0];
   const TensorSpec& b = in[1];
   for (int i = 0; i < 2; ++i) {
     GP_RETURN_IF_ERROR(require_float(in[i], i));
     GP_RETURN_IF_ERROR(require_rank_at_least(in[i], 2, i));
+  }
+  GP_ASSIGN_OR_RETURN(int64_t transpose_a, attr_int_or(op, "transpose_a", 0));
+  GP_RETURN_IF_ERROR(boolean("transpose_a", transpose_a));
+  GP_ASSIGN_OR_RETURN(int64_t transpose_b, attr_int_or(op, "transpose_b", 0));
+  GP_RETURN_IF_ERROR(boolean("transpose_b", transpose_b));
+  GP_ASSIGN_OR_RETURN(double alpha, attr_float_or(op, "alpha", 1));
+  if (!std::isfinite(alpha)) {
+    return invalid_argument("attrs.alpha = " + std::to_string(alpha) + ", must be finite");
   }
   const int rank = a.shape_size();
   if (b.shape_size() != rank) {
@@ -42,21 +50,32 @@ Status infer_matmul(const Operator&, std::span<const TensorSpec> in, InferredOp*
                               std::to_string(d) + " differs from inputs[0] " + shape_string(a));
     }
   }
-  const int64_t m = a.shape(rank - 2), k = a.shape(rank - 1), n = b.shape(rank - 1);
-  if (b.shape(rank - 2) != k) {
+  // The axes of a and b that op() makes m x k and k x n.
+  const int a_rows = transpose_a ? rank - 1 : rank - 2, a_cols = 2 * rank - 3 - a_rows;
+  const int b_rows = transpose_b ? rank - 1 : rank - 2, b_cols = 2 * rank - 3 - b_rows;
+  const int64_t m = a.shape(a_rows), k = a.shape(a_cols), n = b.shape(b_cols);
+  if (b.shape(b_rows) != k) {
+    const std::string which =
+        transpose_a ? "dimension " + std::to_string(a_cols) : std::string("the last dimension");
+    const std::string flags = transpose_a || transpose_b
+                                  ? " (transpose_a = " + std::to_string(transpose_a) +
+                                        ", transpose_b = " + std::to_string(transpose_b) + ")"
+                                  : "";
     return invalid_argument("inputs[1]: shape " + shape_string(b) + ": dimension " +
-                            std::to_string(rank - 2) + " (" + std::to_string(b.shape(rank - 2)) +
-                            ") must equal the last dimension of inputs[0] " + shape_string(a) +
-                            " (" + std::to_string(k) + ")");
+                            std::to_string(b_rows) + " (" + std::to_string(b.shape(b_rows)) +
+                            ") must equal " + which + " of inputs[0] " + shape_string(a) + " (" +
+                            std::to_string(k) + ")" + flags);
   }
+  out->attrs = MatmulAttrs{transpose_a != 0, transpose_b != 0, alpha};
   TensorSpec y = a;
+  y.set_shape(rank - 2, m);
   y.set_shape(rank - 1, n);
   out->outputs = {y};
   const double batches = static_cast<double>(num_elements(a) / (m * k));
   const double gemm = 2.0 * batches * static_cast<double>(m * k * n);
   OpCost& c = out->cost;
   c.forward_flops = gemm;
-  c.backward_flops = 2 * gemm;  // da = dy b^T, db = a^T dy
+  c.backward_flops = 2 * gemm;  // da = dy op(b)^T, db = op(a)^T dy
   c.forward_bytes = bytes_of(a) + bytes_of(b) + bytes_of(y);
   c.backward_bytes = 2 * (bytes_of(a) + bytes_of(b)) + bytes_of(y);
   c.forward_kernels = 1;  // one batched GEMM

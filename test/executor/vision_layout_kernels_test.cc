@@ -23,9 +23,20 @@ using gp::testing::with_loss;
 
 }  // namespace
 
-TEST_CASE("matmul matches a naive loop per sample and leading index") {
+TEST_CASE("matmul matches a naive loop per sample and leading index, operands transposed or not") {
+  const bool ta = GENERATE(false, true);
+  const bool tb = GENERATE(false, true);
+  const double alpha = ta || tb ? -0.75 : 1.0;
+  CAPTURE(ta, tb);
+  // op(a) [3, 4], op(b) [4, 5], two matrices per sample.
   GraphBuilder b("m", "");
-  auto y = b.matmul("op", b.input("a", {2, 3, 4}), b.input("b", {2, 4, 5}));
+  auto y = b.matmul(
+      "op", b.input("a", ta ? std::vector<int64_t>{2, 4, 3} : std::vector<int64_t>{2, 3, 4}),
+      b.input("b", tb ? std::vector<int64_t>{2, 5, 4} : std::vector<int64_t>{2, 4, 5}));
+  auto& op = *b.model().mutable_ops(b.model().ops_size() - 1);
+  gp::model::set_attr(op, "transpose_a", int64_t{ta});
+  gp::model::set_attr(op, "transpose_b", int64_t{tb});
+  gp::model::set_attr(op, "alpha", alpha);
   Harness h = make_harness(with_loss(b, y, {2, 3, 5}), 3, 13);
   h.forward();
   for (int s = 0; s < 3; ++s) {
@@ -35,8 +46,12 @@ TEST_CASE("matmul matches a naive loop per sample and leading index") {
       for (int i = 0; i < 3; ++i) {
         for (int j = 0; j < 5; ++j) {
           double want = 0;
-          for (int k = 0; k < 4; ++k) want += static_cast<double>(a[i * 4 + k]) * bm[k * 5 + j];
-          CHECK(h.out[(s * 2 + l) * 15 + i * 5 + j] == Approx(want).margin(1e-5));
+          for (int k = 0; k < 4; ++k) {
+            const float aik = ta ? a[k * 3 + i] : a[i * 4 + k];
+            const float bkj = tb ? bm[j * 4 + k] : bm[k * 5 + j];
+            want += static_cast<double>(aik) * bkj;
+          }
+          CHECK(h.out[(s * 2 + l) * 15 + i * 5 + j] == Approx(alpha * want).margin(1e-5));
         }
       }
     }

@@ -327,6 +327,24 @@ struct ErrorCase {
 
 }  // namespace
 
+TEST_CASE("matmul with transposed operands and alpha infers the product's shape and cost") {
+  GraphBuilder b("m", "");
+  // op(a) = a^T: [2, 3, 4] -> [2, 4, 3]; op(b) = b^T: [2, 5, 3] -> [2, 3, 5]; y [2, 4, 5].
+  auto mm = b.matmul("op", b.input("a", {2, 3, 4}), b.input("b", {2, 5, 3}));
+  set_attr(op_of(b), "transpose_a", int64_t{1});
+  set_attr(op_of(b), "transpose_b", int64_t{1});
+  set_attr(op_of(b), "alpha", 0.25);
+  b.add_loss(b.mse_loss("loss", mm, b.input("t", {2, 4, 5})));
+  Graph g = build_ok(b.finish());
+  const OpNode& m = only(g, "op");
+  CHECK(shape_of(m) == std::vector<int64_t>{2, 4, 5});
+  CHECK(m.cost.forward_flops == Approx(2.0 * 2 * 4 * 3 * 5));
+  const auto& attrs = std::get<MatmulAttrs>(m.attrs);
+  CHECK(attrs.transpose_a);
+  CHECK(attrs.transpose_b);
+  CHECK(attrs.alpha == 0.25);
+}
+
 TEST_CASE("the new op types reject bad inputs and attributes, naming the field and the value") {
   using B = GraphBuilder&;
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -349,6 +367,28 @@ TEST_CASE("the new op types reject bad inputs and attributes, naming the field a
        },
        "(matmul): inputs[1]: shape [5, 2] float32: dimension 0 (5) must equal the last dimension "
        "of inputs[0] [3, 4] float32 (4)"},
+      {[](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}));
+         set_attr(op_of(b), "transpose_b", int64_t{1});
+       },
+       "(matmul): inputs[1]: shape [4, 2] float32: dimension 1 (2) must equal the last dimension "
+       "of inputs[0] [3, 4] float32 (4) (transpose_a = 0, transpose_b = 1)"},
+      {[](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}));
+         set_attr(op_of(b), "transpose_a", int64_t{1});
+       },
+       "(matmul): inputs[1]: shape [4, 2] float32: dimension 0 (4) must equal dimension 0 of "
+       "inputs[0] [3, 4] float32 (3) (transpose_a = 1, transpose_b = 0)"},
+      {[](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}));
+         set_attr(op_of(b), "transpose_b", int64_t{2});
+       },
+       "(matmul): attrs.transpose_b = 2, must be 0 or 1"},
+      {[nan](B b) {
+         b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}));
+         set_attr(op_of(b), "alpha", nan);
+       },
+       "(matmul): attrs.alpha = nan, must be finite"},
       {[](B b) {
          b.matmul("op", b.input("a", {3, 4}), b.input("b", {4, 2}, kInt64));
        },

@@ -111,6 +111,17 @@ inline TensorRef ids(GraphBuilder& b, std::vector<int64_t> shape, const std::str
 }
 
 // Every float input mapped into [0.5, 2] (log, sqrt, division, pow's base).
+// matmul of a and b as stored, with op(a) = a^T, op(b) = b^T where asked, times alpha.
+inline TensorRef matmul_t(GraphBuilder& b, TensorRef a, TensorRef bm, bool transpose_a,
+                          bool transpose_b, double alpha) {
+  TensorRef y = b.matmul("op", a, bm);
+  auto& op = *b.model().mutable_ops(b.model().ops_size() - 1);
+  model::set_attr(op, "transpose_a", int64_t{transpose_a});
+  model::set_attr(op, "transpose_b", int64_t{transpose_b});
+  model::set_attr(op, "alpha", alpha);
+  return y;
+}
+
 inline void positive(Harness& h) {
   for (auto& in : h.fin) {
     for (float& v : in) v = 1.25f + 0.75f * std::tanh(v);
@@ -337,6 +348,18 @@ inline std::vector<GradCase> grad_cases() {
       op_case("matmul with a leading dim", {2, 3, 4},
               [](GraphBuilder& b) {
                 return b.matmul("op", x(b, {2, 3, 5}, "a"), x(b, {2, 5, 4}, "b"));
+              }),
+      op_case("matmul with b transposed and alpha", {2, 3, 4},
+              [](GraphBuilder& b) {
+                return matmul_t(b, x(b, {2, 3, 5}, "a"), x(b, {2, 4, 5}, "b"), false, true, 0.5);
+              }),
+      op_case("matmul with a transposed", {3, 2},
+              [](GraphBuilder& b) {
+                return matmul_t(b, x(b, {4, 3}, "a"), x(b, {4, 2}, "b"), true, false, 1.0);
+              }),
+      op_case("matmul with both transposed and a negative alpha", {2, 3, 4},
+              [](GraphBuilder& b) {
+                return matmul_t(b, x(b, {2, 5, 3}, "a"), x(b, {2, 4, 5}, "b"), true, true, -1.5);
               }),
       op_case("scale", {2, 3},
               [](GraphBuilder& b) {

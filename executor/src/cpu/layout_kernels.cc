@@ -11,40 +11,44 @@
 namespace gp::exec::cpu {
 namespace {
 
-// y[l] = a[l] b[l] for every (sample, leading index) l: a [m, k], b [k, n], y [m, n]. Saves
-// nothing (backward reads both inputs).
+// y[l] = alpha op(a[l]) op(b[l]) for every (sample, leading index) l (kernel_common.h's
+// matmul_gemms). Saves nothing (backward reads both inputs).
 class MatmulKernel final : public OpKernel {
  public:
-  MatmulKernel(int64_t count, int64_t m, int64_t k, int64_t n)
-      : count_(count), m_(m), k_(k), n_(n) {}
+  explicit MatmulKernel(const MatmulShape& s) : g_(matmul_gemms(s)), count_(s.count) {}
 
-  void forward(const OpArgs& a) const override {
-    for (int64_t l = 0; l < a.batch * count_; ++l) {
-      gemm(false, false, m_, n_, k_, 1.0f, a.inputs[0].f() + l * m_ * k_, k_,
-           a.inputs[1].f() + l * k_ * n_, n_, 0.0f, a.outputs[0].f() + l * m_ * n_, n_);
-    }
-  }
+  void forward(const OpArgs& a) const override { run(g_.forward, a, a.outputs[0].f(), false); }
 
   bool overwrites_grad_input(size_t) const override { return true; }
-  // da += dy b^T; db += a^T dy.
   void backward(const OpArgs& a) const override {
-    float* da = a.grad_inputs[0].f();
-    float* db = a.grad_inputs[1].f();
-    for (int64_t l = 0; l < a.batch * count_; ++l) {
-      const float* dy = a.grad_outputs[0].f() + l * m_ * n_;
-      if (da != nullptr) {
-        gemm(false, true, m_, k_, n_, 1.0f, dy, n_, a.inputs[1].f() + l * k_ * n_, n_,
-             a.fresh(0) ? 0.0f : 1.0f, da + l * m_ * k_, k_);
-      }
-      if (db != nullptr) {
-        gemm(true, false, k_, n_, m_, 1.0f, a.inputs[0].f() + l * m_ * k_, k_, dy, n_,
-             a.fresh(1) ? 0.0f : 1.0f, db + l * k_ * n_, n_);
-      }
-    }
+    if (float* da = a.grad_inputs[0].f(); da != nullptr) run(g_.grad_a, a, da, !a.fresh(0));
+    if (float* db = a.grad_inputs[1].f(); db != nullptr) run(g_.grad_b, a, db, !a.fresh(1));
   }
 
  private:
-  int64_t count_, m_, k_, n_;  // matrices per sample, their dims
+  static const float* operand(MatmulGemm::Operand o, const OpArgs& a) {
+    switch (o) {
+      case MatmulGemm::kA:
+        return a.inputs[0].f();
+      case MatmulGemm::kB:
+        return a.inputs[1].f();
+      case MatmulGemm::kDy:
+        return a.grad_outputs[0].f();
+    }
+    return nullptr;
+  }
+  void run(const MatmulGemm& g, const OpArgs& a, float* c, bool accumulate) const {
+    const float* x = operand(g.x, a);
+    const float* y = operand(g.y, a);
+    for (int64_t l = 0; l < a.batch * count_; ++l) {
+      gemm(g.transpose_x, g.transpose_y, g.rows, g.cols, g.inner, g.alpha, x + l * g.stride_x,
+           g.ld_x, y + l * g.stride_y, g.ld_y, accumulate ? 1.0f : 0.0f, c + l * g.stride_c,
+           g.ld_c);
+    }
+  }
+
+  MatmulGemms g_;
+  int64_t count_;  // matrices per sample
 };
 
 // y = factor * x; dx += factor * dy.
@@ -174,7 +178,7 @@ KernelResult wrap(std::unique_ptr<OpKernel> k) { return KernelResult(std::move(k
 
 KernelResult make_matmul(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(MatmulShape s, read_matmul(op));
-  return wrap(std::make_unique<MatmulKernel>(s.count, s.m, s.k, s.n));
+  return wrap(std::make_unique<MatmulKernel>(s));
 }
 
 KernelResult make_scale(const model::OpNode& op) {

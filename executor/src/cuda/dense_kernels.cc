@@ -294,36 +294,48 @@ class LayerNormKernel final : public OpKernel {
 
 // ---- matmul ------------------------------------------------------------------------------------
 
-// y[l] = a[l] b[l] for every (sample, leading index) l: a [m, k], b [k, n], y [m, n]; all
-// batch * count products are one strided-batched GEMM. Saves nothing (backward reads both
-// inputs).
+// y[l] = alpha op(a[l]) op(b[l]) for every (sample, leading index) l (kernel_common.h's
+// matmul_gemms); all batch * count products are one strided-batched GEMM. Saves nothing
+// (backward reads both inputs). Gradients accumulate (the runner zeroes them first).
 class MatmulKernel final : public OpKernel {
  public:
-  MatmulKernel(const CudaContext& ctx, int64_t count, int64_t m, int64_t k, int64_t n)
-      : ctx_(ctx), count_(count), m_(m), k_(k), n_(n) {}
+  MatmulKernel(const CudaContext& ctx, const MatmulShape& s)
+      : ctx_(ctx), g_(matmul_gemms(s)), count_(s.count) {}
 
   void forward(const OpArgs& a) const override {
-    gemm_batched(ctx_, "matmul forward", false, false, m_, n_, k_, 1.0f, a.inputs[0].f(), k_,
-                 m_ * k_, a.inputs[1].f(), n_, k_ * n_, 0.0f, a.outputs[0].f(), n_, m_ * n_,
-                 a.batch * count_);
+    run("matmul forward", g_.forward, a, a.outputs[0].f(), 0.0f);
   }
 
-  // da += dy b^T; db += a^T dy.
   void backward(const OpArgs& a) const override {
-    const float* dy = a.grad_outputs[0].f();
     if (float* da = a.grad_inputs[0].f(); da != nullptr) {
-      gemm_batched(ctx_, "matmul backward da", false, true, m_, k_, n_, 1.0f, dy, n_, m_ * n_,
-                   a.inputs[1].f(), n_, k_ * n_, 1.0f, da, k_, m_ * k_, a.batch * count_);
+      run("matmul backward da", g_.grad_a, a, da, 1.0f);
     }
     if (float* db = a.grad_inputs[1].f(); db != nullptr) {
-      gemm_batched(ctx_, "matmul backward db", true, false, k_, n_, m_, 1.0f, a.inputs[0].f(), k_,
-                   m_ * k_, dy, n_, m_ * n_, 1.0f, db, n_, k_ * n_, a.batch * count_);
+      run("matmul backward db", g_.grad_b, a, db, 1.0f);
     }
   }
 
  private:
+  static const float* operand(MatmulGemm::Operand o, const OpArgs& a) {
+    switch (o) {
+      case MatmulGemm::kA:
+        return a.inputs[0].f();
+      case MatmulGemm::kB:
+        return a.inputs[1].f();
+      case MatmulGemm::kDy:
+        return a.grad_outputs[0].f();
+    }
+    return nullptr;
+  }
+  void run(const char* what, const MatmulGemm& g, const OpArgs& a, float* c, float beta) const {
+    gemm_batched(ctx_, what, g.transpose_x, g.transpose_y, g.rows, g.cols, g.inner, g.alpha,
+                 operand(g.x, a), g.ld_x, g.stride_x, operand(g.y, a), g.ld_y, g.stride_y, beta, c,
+                 g.ld_c, g.stride_c, a.batch * count_);
+  }
+
   const CudaContext& ctx_;
-  int64_t count_, m_, k_, n_;  // matrices per sample, their dims
+  MatmulGemms g_;
+  int64_t count_;  // matrices per sample
 };
 
 }  // namespace
@@ -361,7 +373,7 @@ KernelResult make_layer_norm(const model::OpNode& op, const CudaContext& ctx) {
 
 KernelResult make_matmul(const model::OpNode& op, const CudaContext& ctx) {
   GP_ASSIGN_OR_RETURN(MatmulShape s, read_matmul(op));
-  return wrap(std::make_unique<MatmulKernel>(ctx, s.count, s.m, s.k, s.n));
+  return wrap(std::make_unique<MatmulKernel>(ctx, s));
 }
 
 }  // namespace gp::exec::cuda

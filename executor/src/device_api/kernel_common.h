@@ -162,9 +162,12 @@ inline Result<BiasAddShape> read_bias_add(const model::OpNode& op) {
   return BiasAddShape{n / width, width};
 }
 
-// matmul: per sample `count` products a [m, k] x b [k, n].
+// matmul: per sample `count` products y [m, n] = alpha op(a) op(b), op(a) [m, k], op(b) [k, n];
+// a is stored [m, k], or [k, m] when transpose_a (b likewise).
 struct MatmulShape {
   int64_t count, m, k, n;
+  bool transpose_a = false, transpose_b = false;
+  float alpha = 1;
 };
 inline Result<MatmulShape> read_matmul(const model::OpNode& op) {
   const model::TensorSpec& a = op.input_specs[0];
@@ -173,8 +176,52 @@ inline Result<MatmulShape> read_matmul(const model::OpNode& op) {
   if (rank < 2 || b.shape_size() != rank) {
     return op_error(op, "expected inputs of one rank >= 2");
   }
-  return MatmulShape{dims_product(a, 0, rank - 2), a.shape(rank - 2), a.shape(rank - 1),
-                     b.shape(rank - 1)};
+  GP_ASSIGN_OR_RETURN(const model::MatmulAttrs attrs, op_attrs<model::MatmulAttrs>(op));
+  const int64_t m = a.shape(attrs.transpose_a ? rank - 1 : rank - 2);
+  const int64_t k = a.shape(attrs.transpose_a ? rank - 2 : rank - 1);
+  const int64_t n = b.shape(attrs.transpose_b ? rank - 2 : rank - 1);
+  return MatmulShape{dims_product(a, 0, rank - 2),   m, k, n, attrs.transpose_a, attrs.transpose_b,
+                     static_cast<float>(attrs.alpha)};
+}
+
+// One row-major GEMM of a matmul, per (sample, leading index): c = alpha op(x) op(y) (+ c),
+// where x and y name the stored operands a, b or dy, each with its leading dimension and the
+// distance between consecutive matrices.
+struct MatmulGemm {
+  enum Operand : uint8_t { kA, kB, kDy };
+  Operand x, y;
+  bool transpose_x, transpose_y;
+  int64_t rows, cols, inner;  // c is rows x cols; op(x) rows x inner
+  int64_t ld_x, ld_y, ld_c;
+  int64_t stride_x, stride_y, stride_c;
+  float alpha;
+};
+
+// The forward product and the two gradients, written in the operands' stored layouts:
+// dop(a) = alpha dy op(b)^T and dop(b) = alpha op(a)^T dy, transposed back where an operand is
+// stored transposed, so no transposed copy of anything is ever made.
+struct MatmulGemms {
+  MatmulGemm forward, grad_a, grad_b;
+};
+inline MatmulGemms matmul_gemms(const MatmulShape& s) {
+  using G = MatmulGemm;
+  const int64_t m = s.m, k = s.k, n = s.n;
+  const int64_t lda = s.transpose_a ? m : k, ldb = s.transpose_b ? k : n;
+  const int64_t sa = m * k, sb = k * n, sy = m * n;
+  // Leading dimension and matrix stride of each stored operand, by G::Operand.
+  const int64_t ld[] = {lda, ldb, n}, stride[] = {sa, sb, sy};
+  auto call = [&](G::Operand x, bool tx, G::Operand y, bool ty, int64_t rows, int64_t cols,
+                  int64_t inner, int64_t ld_c, int64_t stride_c) {
+    return G{x,     y,     tx,   ty,        rows,      cols,     inner,
+             ld[x], ld[y], ld_c, stride[x], stride[y], stride_c, s.alpha};
+  };
+  MatmulGemms g;
+  g.forward = call(G::kA, s.transpose_a, G::kB, s.transpose_b, m, n, k, n, sy);
+  g.grad_a = s.transpose_a ? call(G::kB, s.transpose_b, G::kDy, true, k, m, n, m, sa)
+                           : call(G::kDy, false, G::kB, !s.transpose_b, m, k, n, k, sa);
+  g.grad_b = s.transpose_b ? call(G::kDy, true, G::kA, s.transpose_a, n, k, m, k, sb)
+                           : call(G::kA, !s.transpose_a, G::kDy, false, k, n, m, n, sb);
+  return g;
 }
 
 // transpose: the permutation (shape inference checked it) and the input's row-major stride of

@@ -89,6 +89,11 @@ void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
                        std::vector<std::string>* warnings);
 
 // The names `n`'s subgraphs (Loop and If bodies) read from the graph around them.
+// Folds transposes of a matmul's operands (last two axes) and constant scales of its operands or
+// its product into the matmul's transpose_a/transpose_b/alpha, where the matmul is their only
+// reader (matmul_folds.cc).
+void fold_into_matmuls(ModelGraph* model);
+
 std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
 // Calls `visit` on `n` and on every node of its subgraphs (Loop and If bodies), nested to a
 // bounded depth.

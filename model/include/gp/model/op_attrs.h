@@ -129,6 +129,15 @@ struct ScaleAttrs {
   double factor = 1;
 };
 
+// matmul: y = alpha op(a) op(b) over the last two axes, op(x) = x^T where transpose_x. The
+// importer folds a transpose of either operand and a constant scale of an operand or of the
+// product into these, so attention scores need neither a copy of k^T nor a pass of scaling.
+struct MatmulAttrs {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  double alpha = 1;
+};
+
 struct TransposeAttrs {
   std::vector<int64_t> perm;  // a permutation of the per-sample dims
 };
@@ -187,10 +196,10 @@ struct OpaqueAttrs {
   std::string onnx_type;
 };
 
-using OpAttrs =
-    std::variant<NoAttrs, LinearAttrs, AttentionAttrs, EmbeddingAttrs, NormAttrs, GeluAttrs,
-                 ClipAttrs, AxisAttrs, ReduceAttrs, SliceAttrs, ScaleAttrs, TransposeAttrs,
-                 ConvAttrs, PoolAttrs, OpaqueAttrs, UnaryAttrs, BinaryAttrs, CompareAttrs,
-                 WhereAttrs, ConstantAttrs, ConvTransposeAttrs, ResizeAttrs, GatherAttrs>;
+using OpAttrs = std::variant<NoAttrs, LinearAttrs, AttentionAttrs, EmbeddingAttrs, NormAttrs,
+                             GeluAttrs, ClipAttrs, AxisAttrs, ReduceAttrs, SliceAttrs, ScaleAttrs,
+                             MatmulAttrs, TransposeAttrs, ConvAttrs, PoolAttrs, OpaqueAttrs,
+                             UnaryAttrs, BinaryAttrs, CompareAttrs, WhereAttrs, ConstantAttrs,
+                             ConvTransposeAttrs, ResizeAttrs, GatherAttrs>;
 
 }  // namespace gp::model
