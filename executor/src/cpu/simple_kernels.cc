@@ -103,8 +103,8 @@ class AddKernel final : public OpKernel {
   void forward(const OpArgs& a) const override {
     const int64_t n = a.batch * n_;
     float* y = a.outputs[0].f();
-    std::memcpy(y, a.inputs[0].f(), static_cast<size_t>(n) * sizeof(float));
-    for (size_t k = 1; k < a.inputs.size(); ++k) vec::add_into(y, a.inputs[k].f(), n);
+    vec::add(a.inputs[0].f(), a.inputs[1].f(), y, n);
+    for (size_t k = 2; k < a.inputs.size(); ++k) vec::add_into(y, a.inputs[k].f(), n);
   }
   void backward(const OpArgs& a) const override {
     const float* dy = a.grad_outputs[0].f();

@@ -214,6 +214,12 @@ GP_VEC_CLONES void add_into(float* y, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += x[i];  // a sum is exact per element: no need to pad
 }
 
+GP_VEC_CLONES void add(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + kW <= n; i += kW) store(y + i, GP_LOAD(a + i) + GP_LOAD(b + i));
+  for (; i < n; ++i) y[i] = a[i] + b[i];
+}
+
 // The largest of x[0..n), the partial tail padded with -inf.
 GP_VEC_INLINE float row_max(const float* x, int64_t n) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();

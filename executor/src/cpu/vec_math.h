@@ -33,6 +33,8 @@ void relu_backward(const float* y, const float* dy, float* dx, int64_t n, bool a
 void sigmoid(const float* x, float* y, int64_t n);
 // y[i] += x[i].
 void add_into(float* y, const float* x, int64_t n);
+// y[i] = a[i] + b[i] (one pass, where a copy then add_into would be two).
+void add(const float* a, const float* b, float* y, int64_t n);
 
 // Numerically stable softmax of each of `rows` contiguous rows of n floats, in place.
 void softmax_rows(float* x, int64_t rows, int64_t n);
