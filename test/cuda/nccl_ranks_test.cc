@@ -83,14 +83,16 @@ NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
   REQUIRE(g.ok());
   auto index = plan::validate_plan_structure(plan, *g);
   REQUIRE(index.ok());
-  REQUIRE(index->world_size == kRanks);
+  // The search may leave devices idle (a graph pipeline of tiny-candle-uno takes 3 of 4).
+  const int ranks = index->world_size;
+  REQUIRE(ranks <= kRanks);
   REQUIRE(plan::validate_plan(plan, *g).ok());
   const auto layout = exec::nccl_layout(plan);
   auto ids = exec::make_nccl_unique_ids(layout.communicators());
   REQUIRE(ids.ok());
   NcclRun run;
-  run.ranks.resize(kRanks);
-  for (int r = 0; r < kRanks; ++r) {
+  run.ranks.resize(ranks);
+  for (int r = 0; r < ranks; ++r) {
     auto device = exec::find_device("cuda:" + std::to_string(r));
     INFO(device.status().to_string());
     REQUIRE(device.ok());
@@ -99,12 +101,12 @@ NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
     REQUIRE(runner.ok());
     run.runners.push_back(std::move(*runner));
   }
-  std::vector<std::unique_ptr<exec::Communicator>> comms(kRanks);
+  std::vector<std::unique_ptr<exec::Communicator>> comms(ranks);
   std::mutex mu;
   std::atomic<bool> finished{false};
   const auto start = Clock::now();
   std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       RankResult& out = run.ranks[r];
       exec::NcclOptions o;
@@ -146,7 +148,7 @@ NcclRun run_over_nccl(const graphpipe::v1::Plan& plan, int iterations,
     std::lock_guard<std::mutex> lock(mu);
     if (comms[0]) comms[0]->abort("the coordinator aborted the job");
   }
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     if (r == silent_rank) continue;
     threads[r].join();
   }
@@ -174,18 +176,18 @@ void check_like_cpu(const graphpipe::v1::Plan& plan) {
   // A generous stall timeout: emulated GPUs compute slowly, and this case is about numerics.
   NcclRun run = run_over_nccl(plan, kIterations, std::chrono::seconds(600));
   std::string statuses;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) {
     statuses += "rank " + std::to_string(r) + ": " + run.ranks[r].status.to_string() + "\n";
   }
   INFO(statuses);
-  for (int r = 0; r < kRanks; ++r) REQUIRE(run.ranks[r].status.ok());
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) REQUIRE(run.ranks[r].status.ok());
   const auto losses = mean_losses(run, plan.mini_batch());
   REQUIRE(losses.size() == cpu->losses.size());
   for (size_t i = 0; i < losses.size(); ++i) {
     INFO("iteration " << i << ": " << losses[i] << " on the GPUs, " << cpu->losses[i] << " on CPU");
     CHECK(std::abs(losses[i] - cpu->losses[i]) <= 1e-4 * std::abs(cpu->losses[i]));
   }
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) {
     const auto& a = cpu_sessions[r]->runner().stage_runner();
     const auto& b = run.runners[r]->stage_runner();
     std::vector<float> got(static_cast<size_t>(b.param_count()));
@@ -218,12 +220,12 @@ TEST_CASE("a silent rank makes its peers fail within the timeout naming it, and 
   const auto timeout = std::chrono::milliseconds(15000);
   NcclRun run = run_over_nccl(plan, 3, timeout, /*silent_rank=*/2);
   std::string statuses;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) {
     statuses += "rank " + std::to_string(r) + ": " + run.ranks[r].status.to_string() + "\n";
   }
   INFO(statuses);
   bool named = false;
-  for (int r = 0; r < kRanks; ++r) {
+  for (int r = 0; r < static_cast<int>(run.ranks.size()); ++r) {
     if (r == 2) continue;
     const Status& st = run.ranks[r].status;
     INFO("rank " << r << ": " << st.to_string());
@@ -249,9 +251,20 @@ TEST_CASE("aborting a rank's NCCL data plane ends every rank's training", "[.][m
   INFO(first.to_string());
   CHECK(first.code() == StatusCode::kAborted);
   CHECK(first.message().find("the coordinator aborted the job") != std::string::npos);
-  for (int r = 1; r < kRanks; ++r) {
+  for (int r = 1; r < static_cast<int>(run.ranks.size()); ++r) {
     INFO("rank " << r << ": " << run.ranks[r].status.to_string());
     CHECK_FALSE(run.ranks[r].status.ok());
     CHECK(run.ranks[r].seconds < 30);
   }
+}
+
+// ZeRO-1 (each replica steps its slice, the parameters gathered by an all-reduce of device
+// memory) and gradient clipping (the norm's float summed over every rank with parameters, a
+// communicator of its own) on the NCCL data plane.
+TEST_CASE("sharded optimizer state and gradient clipping train over NCCL as on the CPU",
+          "[.][multi-gpu]") {
+  auto plan = replicated(testing::zoo_graph("tiny-candle-uno"));
+  for (auto& st : *plan.mutable_stages()) st.set_shard_optimizer(true);
+  plan.mutable_training()->set_clip_grad_norm(0.01);
+  check_like_cpu(plan);
 }

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -113,6 +114,11 @@ struct NamedPlan {
 };
 
 // What the non-host paths must carry: an all-reduce, relays, a graph pipeline and a fan-in.
+graphpipe::v1::Plan all_sharded(graphpipe::v1::Plan plan) {
+  for (auto& st : *plan.mutable_stages()) st.set_shard_optimizer(true);
+  return plan;
+}
+
 std::vector<NamedPlan> device_path_cases() {
   auto mmt = testing::zoo_graph("tiny-mmt");
   auto uno = testing::zoo_graph("tiny-candle-uno");
@@ -125,6 +131,12 @@ std::vector<NamedPlan> device_path_cases() {
   cases.push_back(
       {"graph pipeline", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, adam)});
   cases.push_back({"gradient fan-in", fan_in_plan(fan_in, momentum)});
+  // A small bound, so that every step clips: the norm's sum crosses the data plane each time.
+  auto clipped = adam;
+  clipped.set_clip_grad_norm(0.01);
+  cases.push_back(
+      {"gradient-norm clipping", searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, clipped)});
+  cases.push_back({"sharded optimizer state (ZeRO-1)", all_sharded(replicated_plan(mmt, adam))});
   return cases;
 }
 
@@ -270,8 +282,12 @@ struct DeviceMemoryRun {
   int waits = 0, allreduces = 0;
 };
 
+// What each rank's thread does after its iterations, while the data plane is still up.
+using AfterTraining = std::function<void(size_t rank, exec::RankRunner& runner)>;
+
 DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterations,
-                                     const exec::Device& device, int fail_wait_of_rank = -1) {
+                                     const exec::Device& device, int fail_wait_of_rank = -1,
+                                     const AfterTraining& after = nullptr) {
   DeviceMemoryRun run;
   auto g = model::Graph::build(plan.model());
   REQUIRE(g.ok());
@@ -305,6 +321,7 @@ DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterat
         }
         sums[i][it] = *loss;
       }
+      if (after) after(i, *run.runners[i]);
     });
   }
   for (auto& t : threads) t.join();
@@ -413,20 +430,64 @@ TEST_CASE("NCCL channels of searched plans are read off their message tables") {
   CHECK(layout.communicators() == first_group + 2);
 }
 
-TEST_CASE("gradient-norm clipping over a device data plane is refused at bind, before training") {
-  auto g = testing::zoo_graph("tiny-candle-uno");
+TEST_CASE(
+    "under gradient clipping the NCCL layout adds a group of the ranks that step an optimizer") {
+  auto uno = testing::zoo_graph("tiny-candle-uno");
   auto t = training(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  const auto plain = searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, t);
   t.set_clip_grad_norm(1.0);
-  const auto plan = relay_plan(g, t);
+  const auto clipped = searched(uno, graphpipe::v1::STRATEGY_GRAPHPIPE, 4, 16, t);
+  // The ranks whose programs step an optimizer, read off the plan.
+  std::vector<int> stepping;
+  for (const auto& program : clipped.programs()) {
+    for (const auto& in : program.instructions()) {
+      if (in.kind() == graphpipe::v1::INSTRUCTION_KIND_OPTIMIZER_STEP) {
+        stepping.push_back(program.rank());
+        break;
+      }
+    }
+  }
+  std::sort(stepping.begin(), stepping.end());
+  INFO("ranks stepping an optimizer: " << stepping.size());
+  REQUIRE(stepping.size() >= 2);
+  const auto without = exec::nccl_layout(plain).groups;
+  const auto with = exec::nccl_layout(clipped).groups;
+  CHECK(std::find(without.begin(), without.end(), stepping) == without.end());
+  CHECK(std::find(with.begin(), with.end(), stepping) != with.end());
+  CHECK(with.size() == without.size() + 1);
+}
+
+// What a checkpoint of a sharded stage needs of a data plane that sums device memory (NCCL): every
+// replica gathers the whole optimizer state, through device memory, equal to the unsharded run's.
+TEST_CASE("sharded stages gather their optimizer state over a device-memory data plane") {
+  constexpr int kIters = 3;
+  auto mmt = testing::zoo_graph("tiny-mmt");
+  const auto plain = replicated_plan(mmt, training(graphpipe::v1::OPTIMIZER_KIND_ADAM));
+  std::vector<std::unique_ptr<exec::RankSession>> cpu_runners;
+  REQUIRE(exec::run_plan_locally(plain, kIters, kTimeout, &cpu_runners).ok());
   testing::StagingDevice dev;
-  DeviceMemoryRun run = run_on_device_memory(plan, 2, dev);
-  REQUIRE_FALSE(run.losses.ok());
-  CHECK(run.losses.status().code() == StatusCode::kUnimplemented);
-  CHECK_THAT(run.losses.status().message(),
-             Catch::Matches("rank [0-2]: training.clip_grad_norm is not supported on the NCCL "
-                            "data plane yet.*"));
-  CHECK(run.waits == 0);  // no iteration started
-  run.runners.clear();
+  std::vector<std::vector<float>> gathered(cpu_runners.size());
+  std::vector<Status> statuses(cpu_runners.size());
+  DeviceMemoryRun run = run_on_device_memory(
+      all_sharded(plain), kIters, dev, -1, [&](size_t rank, exec::RankRunner& runner) {
+        statuses[rank] = runner.stage_runner().gather_state(gathered[rank]);
+      });
+  INFO(run.losses.status().to_string());
+  REQUIRE(run.losses.ok());
+  int sharded = 0;
+  for (size_t i = 0; i < cpu_runners.size(); ++i) {
+    INFO("rank " << i << ": " << statuses[i].to_string());
+    REQUIRE(statuses[i].ok());
+    sharded += run.runners[i]->stage_runner().sharded() ? 1 : 0;
+    std::vector<float> want;
+    REQUIRE(cpu_runners[i]->runner().stage_runner().gather_state(want).ok());
+    REQUIRE(gathered[i].size() == want.size());
+    CHECK(std::memcmp(gathered[i].data(), want.data(), want.size() * sizeof(float)) == 0);
+  }
+  CHECK(sharded >= 2);  // the replicated stages' ranks
+  run.runners.clear();  // before the device
+  INFO(dev.first_violation());
+  CHECK(dev.violations() == 0);
 }
 
 TEST_CASE("an error of a device's queued work fails the iteration, naming the rank") {

@@ -227,25 +227,6 @@ TEST_CASE("a sharded checkpoint resumes an unsharded plan and the reverse, same 
   CHECK(restarted[0] != uninterrupted[2]);
 }
 
-TEST_CASE("a sharded stage is refused on a device data plane before any iteration") {
-  const auto g = testing::zoo_graph("tiny-mmt");
-  const auto plan = sharded(
-      testing::replicated_plan(g, testing::training(graphpipe::v1::OPTIMIZER_KIND_ADAM), 2, 2));
-  auto sessions = open_all(plan);
-  // A loopback communicator that claims device memory, as NCCL's does.
-  struct DeviceComm : exec::Communicator {
-    int rank() const override { return 1; }
-    Status send(int, uint64_t, std::span<const std::byte>) override { return ok_status(); }
-    Status recv(int, uint64_t, std::span<std::byte>) override { return ok_status(); }
-    Status allreduce_sum(std::span<const int>, std::span<float>) override { return ok_status(); }
-    void abort(const std::string&) override {}
-    bool device_memory() const override { return true; }
-  } comm;
-  const Status st = sessions[1]->bind(comm);  // rank 1: a replica of the sharded stage 1
-  CHECK(st.code() == StatusCode::kUnimplemented);
-  CHECK(st.message().find("shard_optimizer") != std::string::npos);
-}
-
 // The issue's case scaled down: a DLRM whose embedding tables' Adam state fits no device gets a
 // plan only by sharding, and that plan trains on CPU ranks like the reference.
 TEST_CASE("a searched plan that fits only sharded trains like the reference on CPU ranks") {

@@ -18,6 +18,25 @@ NcclLayout nccl_layout(const graphpipe::v1::Plan& plan) {
     std::sort(g.begin(), g.end());
     layout.groups.push_back(std::move(g));
   }
+  // Gradient-norm clipping sums one float over every rank that steps an optimizer
+  // (rank_program.cc's norm world); a replica group of exactly those ranks serves it already.
+  if (plan.training().clip_grad_norm() > 0) {
+    std::vector<int> world;
+    for (const auto& program : plan.programs()) {
+      const auto& steps = program.instructions();
+      if (std::any_of(steps.begin(), steps.end(), [](const graphpipe::v1::Instruction& in) {
+            return in.kind() == graphpipe::v1::INSTRUCTION_KIND_OPTIMIZER_STEP;
+          })) {
+        world.push_back(program.rank());
+      }
+    }
+    std::sort(world.begin(), world.end());
+    world.erase(std::unique(world.begin(), world.end()), world.end());
+    if (world.size() > 1 &&
+        std::find(layout.groups.begin(), layout.groups.end(), world) == layout.groups.end()) {
+      layout.groups.push_back(std::move(world));
+    }
+  }
   std::sort(layout.groups.begin(), layout.groups.end());
   return layout;
 }

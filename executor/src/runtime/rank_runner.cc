@@ -71,11 +71,12 @@ namespace {
 
 // ZeRO-1: each replica stepped its slice; zeroing the rest and summing over the replicas
 // all-gathers the slices with the one collective every data plane has (x + 0 is exact, so the
-// parameters are bit for bit the unsharded step's, -0.0 aside, which becomes +0.0). A device
-// without host memory goes through `staging` (param_count() floats).
+// parameters are bit for bit the unsharded step's, -0.0 aside, which becomes +0.0). In place
+// where the data plane sums the memory the parameters are in (host, or device for NCCL); a
+// device's parameters over a host data plane go through `staging` (param_count() floats).
 Status gather_params(Communicator& comm, StageRunner& runner, const std::vector<int>& group,
                      std::vector<float>& staging) {
-  if (runner.host_memory()) {
+  if (runner.host_memory() || comm.device_memory()) {
     runner.zero_params_outside_shard();
     return comm.allreduce_sum(group, runner.param_memory());
   }
@@ -84,6 +85,17 @@ Status gather_params(Communicator& comm, StageRunner& runner, const std::vector<
   std::fill(staging.begin() + runner.shard_end(), staging.end(), 0.0f);
   GP_RETURN_IF_ERROR(comm.allreduce_sum(group, staging));
   return runner.upload_params(staging);
+}
+
+// The sum over `group` of a host buffer, in place: directly on a host data plane; on one that sums
+// device memory (NCCL) through a device buffer of its size (checkpoints only: it allocates).
+Status sum_host_floats(Communicator& comm, const Device& device, const std::vector<int>& group,
+                       std::span<float> data) {
+  if (!comm.device_memory()) return comm.allreduce_sum(group, data);
+  GP_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::create(device, data.size_bytes()));
+  GP_RETURN_IF_ERROR(device.copy_from_host(buffer.data(), data.data(), data.size_bytes()));
+  GP_RETURN_IF_ERROR(comm.allreduce_sum(group, {buffer.f(), data.size()}));
+  return device.copy_to_host(data.data(), buffer.data(), data.size_bytes());
 }
 
 // Fan-in: a received gradient adds to what the other successors sent.
@@ -209,7 +221,12 @@ Status RankRunner::clip_grads() {
     own -= duplicates;
   }
   norm_sum_[0] = program_.counts_norm ? static_cast<float>(own) : 0.0f;
-  if (program_.world.size() > 1) {
+  if (program_.world.size() > 1 && comm_->device_memory()) {
+    const Device& device = runner.device();
+    GP_RETURN_IF_ERROR(device.copy_from_host(norm_device_.data(), norm_sum_.data(), sizeof(float)));
+    GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, {norm_device_.f(), 1}));
+    GP_RETURN_IF_ERROR(device.copy_to_host(norm_sum_.data(), norm_device_.data(), sizeof(float)));
+  } else if (program_.world.size() > 1) {
     GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, norm_sum_));
   }
   grad_norm_ = std::sqrt(std::abs(static_cast<double>(norm_sum_[0])));  // NaN stays NaN
@@ -219,25 +236,22 @@ Status RankRunner::clip_grads() {
 Status RankRunner::bind(Communicator& comm) {
   StageRunner& runner = *runner_;
   const bool on_device = comm.device_memory();
-  if (on_device && !program_.world.empty()) {
-    return unimplemented("rank " + std::to_string(program_.rank) +
-                         ": training.clip_grad_norm is not supported on the NCCL data plane yet "
-                         "(its norm all-reduce is in host memory); train without it, or on the "
-                         "CPU");
-  }
-  if (on_device && runner.sharded()) {
-    return unimplemented("rank " + std::to_string(program_.rank) + ": stage " +
-                         std::to_string(program_.stage) +
-                         " shards its optimizer state (Stage.shard_optimizer), not supported on "
-                         "the NCCL data plane yet (checkpoints gather the state in host memory); "
-                         "train over a host one (--data-plane shm or gloo) or with a plan "
-                         "searched with --shard-optimizer never");
+  if (on_device && !program_.world.empty() && norm_device_.bytes() == 0) {
+    // The gradient norm's all-reduce (one float) goes through device memory on NCCL.
+    auto buffer = DeviceBuffer::create(runner.device(), sizeof(float));
+    if (!buffer.ok()) {
+      return buffer.status().with_context("rank " + std::to_string(program_.rank) +
+                                          ": the gradient norm's all-reduce buffer");
+    }
+    norm_device_ = std::move(*buffer);
   }
   if (runner.sharded()) {
-    // Checkpoints gather the sharded state over the stage's replicas in host memory.
-    runner.set_replica_sum([&comm, group = program_.group](std::span<float> data) {
-      return comm.allreduce_sum(group, data);
-    });
+    // Checkpoints gather the sharded state over the stage's replicas: a host buffer, summed in
+    // place by a host data plane, through device memory by one that sums device memory.
+    runner.set_replica_sum(
+        [&comm, &device = runner.device(), group = program_.group](std::span<float> data) {
+          return sum_host_floats(comm, device, group, data);
+        });
   }
   const std::string where = "rank " + std::to_string(program_.rank) + ": message staging buffer";
   if (on_device && device_staging_.bytes() < program_.device_staging_bytes) {

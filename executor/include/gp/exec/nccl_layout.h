@@ -32,8 +32,10 @@ inline std::string rank_list(const std::vector<int>& ranks) {
 // Inline (as channel() and describe() are) so that the CUDA backend's communicator names its
 // communicators as the layout does without linking the executor library.
 struct NcclLayout {
-  std::vector<NcclChannel> channels;     // ascending (src, dst)
-  std::vector<std::vector<int>> groups;  // replica groups (sorted ranks), ascending
+  std::vector<NcclChannel> channels;  // ascending (src, dst)
+  // All-reduce groups (sorted ranks), ascending: each replicated stage's, and under gradient
+  // clipping the ranks that step an optimizer (the norm's sum) unless a stage's group is that.
+  std::vector<std::vector<int>> groups;
   // Communicator k is channels[k] for k < channels.size(), then groups[k - channels.size()].
   int communicators() const { return static_cast<int>(channels.size() + groups.size()); }
   // Index of the channel src -> dst, -1 if the plan sends nothing that way.

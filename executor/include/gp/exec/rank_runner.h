@@ -125,6 +125,8 @@ class RankRunner {
   // The lowered program (every piece's index into runner_'s exports or external inputs).
   RankProgram program_;
   std::vector<float> norm_sum_;
+  // On a data plane that sums device memory: the norm's float there (made by bind()).
+  DeviceBuffer norm_device_;
   double grad_norm_ = std::numeric_limits<double>::quiet_NaN();
   std::unique_ptr<StageRunner> runner_;
   std::vector<std::byte> staging_;
