@@ -21,7 +21,8 @@ cd "$tmp" || exit 1  # the launcher's default log directory is ./graphpipe-runs/
 # About 8 ms an iteration on 2 CPU ranks: a stop asked for at iteration 100 lands well before 800.
 "$plan_bin" --log-level warn search --model 'zoo:tiny-mmt?hidden=128&ffn=512' --cluster cpu-local \
   --devices 2 --batch 16 --micro-batches 4 --optimizer adam --out plan.pb >/dev/null || exit 1
-ranks_alive() { pgrep -f -- "run --plan plan.pb" | wc -l; }
+# This test's ranks only (their store directory is under $tmp): other tests run "plan.pb" too.
+ranks_alive() { pgrep -f -- "run --plan plan.pb .*--store-dir $tmp/" | wc -l; }
 # The console as a terminal shows it, without carriage returns.
 console() { tr -d '\r' < "$1"; }
 
