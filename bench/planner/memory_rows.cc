@@ -20,12 +20,15 @@ struct MemoryRow {
   int64_t mini_batch;
 };
 
-// Long sequences (activations) and 20M-row embedding tables (Adam state) on 16 GB V100s.
+// Long sequences (activations) and 20M-row embedding tables (Adam state) on 16 GB V100s; the last
+// two with small mini-batches, where a deep pipeline's bubbles cost more than recomputing does.
 constexpr MemoryRow kRows[] = {
     {"zoo:transformer?seq=4096", "summit-v100", 32, 256},
     {"zoo:transformer?seq=2048", "summit-v100", 16, 128},
     {"zoo:mmt?seq=2048", "summit-v100", 16, 128},
     {"zoo:dlrm?rows=20000000&dense_branches=2&sparse_branches=2", "summit-v100", 16, 256},
+    {"zoo:transformer?seq=4096&layers=12", "summit-v100", 16, 16},
+    {"zoo:transformer?seq=2048", "summit-v100", 32, 32},
 };
 
 struct Outcome {

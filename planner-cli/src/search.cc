@@ -697,7 +697,9 @@ Search::Search(const SearchRequest& req, std::vector<int64_t> micro_batches)
     branch_ctx_.costs = &*branch_costs_;
     branch_ctx_.piper_downset_limit = kPiperCandidateDownsets;
   }
-  if (req.recompute == RecomputeMode::kAuto) {
+  // Under never too: the partitioners' per-unit memory overestimates a stage's, so a partition
+  // priced recomputing can fit where theirs did not, recomputing nothing once simulated.
+  if (req.recompute != RecomputeMode::kAlways) {
     cost::MemoryOptions recomputing = memory_;
     recomputing.recompute = true;
     recompute_costs_.emplace(graph_, units_, *req.compute, comm_, recomputing, req.mini_batch,
@@ -792,7 +794,8 @@ Status Search::search_micro_batch(int64_t b) {
                " units at micro-batch " + std::to_string(b));
   GP_RETURN_IF_ERROR(search_partitions(b, {&ctx_, &branch_ctx_}, &cand));
   if (!cand.feasible && recompute_costs_) {
-    // Monotone: only where no plan fits without does recomputation get priced in.
+    // Monotone: only where no plan fits without does recomputation get priced in. Its partition
+    // is simulated as the request says: under never it must fit without recomputing anything.
     log_progress(log_prefix() + ": partitioning again at micro-batch " + std::to_string(b) +
                  " with stages recomputing");
     CandidateSummary again;

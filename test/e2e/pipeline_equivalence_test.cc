@@ -282,6 +282,16 @@ struct DeviceMemoryRun {
   int waits = 0, allreduces = 0;
 };
 
+// Per iteration, the ranks' loss sums over the mini-batch.
+std::vector<double> mean_losses(const std::vector<std::vector<double>>& sums, int64_t mini_batch) {
+  std::vector<double> losses(sums.empty() ? 0 : sums.front().size(), 0.0);
+  for (size_t it = 0; it < losses.size(); ++it) {
+    for (const auto& per_rank : sums) losses[it] += per_rank[it];
+    losses[it] /= static_cast<double>(mini_batch);
+  }
+  return losses;
+}
+
 // What each rank's thread does after its iterations, while the data plane is still up.
 using AfterTraining = std::function<void(size_t rank, exec::RankRunner& runner)>;
 
@@ -333,13 +343,7 @@ DeviceMemoryRun run_on_device_memory(const graphpipe::v1::Plan& plan, int iterat
     run.losses = first_error;
     return run;
   }
-  std::vector<double> losses;
-  for (int it = 0; it < iterations; ++it) {
-    double sum = 0;
-    for (const auto& per_rank : sums) sum += per_rank[it];
-    losses.push_back(sum / static_cast<double>(plan.mini_batch()));
-  }
-  run.losses = losses;
+  run.losses = mean_losses(sums, plan.mini_batch());
   return run;
 }
 

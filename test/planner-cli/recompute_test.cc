@@ -30,8 +30,8 @@ graphpipe::v1::TrainingConfig adam() {
 }
 
 planner::SearchResult search(const model::Graph& graph, const graphpipe::v1::Cluster& cluster,
-                             int64_t batch, std::vector<int64_t> micro_batches,
-                             RecomputeMode mode) {
+                             int64_t batch, std::vector<int64_t> micro_batches, RecomputeMode mode,
+                             planner::ShardMode shard = planner::ShardMode::kAuto) {
   const cost::AnalyticCostModel compute(cluster.device(), graphpipe::v1::PRECISION_FP32);
   planner::SearchRequest req;
   req.graph = &graph;
@@ -41,6 +41,7 @@ planner::SearchResult search(const model::Graph& graph, const graphpipe::v1::Clu
   req.compute = &compute;
   req.micro_batches = std::move(micro_batches);
   req.recompute = mode;
+  req.shard_optimizer = shard;
   auto result = planner::search_plan(req);
   INFO(result.status().to_string());
   REQUIRE(result.ok());
@@ -130,6 +131,42 @@ TEST_CASE("auto leaves a plan that fits alone, and always recomputes every stage
   }
   const std::string text = planner::inspect_text(never.plan);
   CHECK(text.find("recomput") == std::string::npos);
+}
+
+TEST_CASE("never also tries a leaner partition where the partitioners' estimate fits none") {
+  // At micro-batch 16 the partitioners' per-unit memory (which overestimates a stage's) fits no
+  // two-stage partition; priced recomputing, one is found, and simulated it fits as it is.
+  const auto g = testing::zoo_graph("transformer?seq=4096&layers=12");
+  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 32);
+  // Recomputation alone (sharding, which fits it too, never).
+  const auto never =
+      search(g, cluster, 16, {16}, RecomputeMode::kNever, planner::ShardMode::kNever);
+  REQUIRE(never.feasible);
+  CHECK(recomputing(never.plan) == 0);
+  CHECK(never.plan.predicted().peak_memory_bytes() <= cluster.device().memory_capacity_bytes());
+  const auto plan_auto =
+      search(g, cluster, 16, {16}, RecomputeMode::kAuto, planner::ShardMode::kNever);
+  REQUIRE(plan_auto.feasible);
+  CHECK(recomputing(plan_auto.plan) == 0);
+  CHECK(plan_auto.plan.predicted().throughput_samples_per_s() ==
+        Approx(never.plan.predicted().throughput_samples_per_s()));
+}
+
+TEST_CASE("at a small mini-batch recomputation buys a shallower pipeline, faster than never's") {
+  // 16 samples on 16 V100s: without recomputation stage 0 of a two-stage split is over 16 GB,
+  // so the best plan is a deeper pipeline whose bubbles cost more than a second forward.
+  const auto g = testing::zoo_graph("transformer?seq=4096&layers=12");
+  const auto cluster = *cost::select_devices(*cost::load_cluster("summit-v100"), 16);
+  // Recomputation alone (sharding stage 0's Adam state fits a two-stage split as well).
+  const auto never = search(g, cluster, 16, {}, RecomputeMode::kNever, planner::ShardMode::kNever);
+  const auto plan_auto =
+      search(g, cluster, 16, {}, RecomputeMode::kAuto, planner::ShardMode::kNever);
+  REQUIRE(never.feasible);
+  REQUIRE(plan_auto.feasible);
+  CHECK(recomputing(plan_auto.plan) > 0);
+  CHECK(plan_auto.plan.stages_size() < never.plan.stages_size());
+  CHECK(plan_auto.plan.predicted().throughput_samples_per_s() >
+        1.1 * never.plan.predicted().throughput_samples_per_s());
 }
 
 TEST_CASE("stage costs priced recomputing add a forward and keep only the boundary per sample") {
