@@ -24,14 +24,6 @@ struct Onnx : testing::OnnxBuilder {
   void output(const std::string& name, const std::vector<int64_t>& dims) {
     value_with_batch(model.mutable_graph()->add_output(), name, dims, testing::kOnnxFloat);
   }
-  // A weight of `count` elements (values that make no op trivial).
-  void weight(const std::string& name, const std::vector<int64_t>& dims) {
-    int64_t count = 1;
-    for (int64_t d : dims) count *= d;
-    std::vector<double> v;
-    for (int64_t k = 0; k < count; ++k) v.push_back(0.01 * static_cast<double>(k % 17) - 0.05);
-    init(name, dims, v);
-  }
   void ints(const std::string& name, const std::vector<int64_t>& v) {
     init(name, {static_cast<int64_t>(v.size())}, std::vector<double>(v.begin(), v.end()),
          testing::kOnnxInt64);

@@ -16,13 +16,6 @@ namespace gp::model {
 namespace {
 
 struct Onnx : testing::OnnxBuilder {
-  void weight(const std::string& name, const std::vector<int64_t>& dims) {
-    int64_t count = 1;
-    for (int64_t d : dims) count *= d;
-    std::vector<double> v;
-    for (int64_t k = 0; k < count; ++k) v.push_back(0.01 * static_cast<double>(k % 13) - 0.04);
-    init(name, dims, v);
-  }
   void transpose(const std::string& in, const std::string& out, const std::vector<int64_t>& perm) {
     attr(node("Transpose", {in}, {out}, out), "perm", perm);
   }

@@ -73,6 +73,14 @@ struct OnnxBuilder {
             const std::vector<double>& values, int type = kOnnxFloat) {
     fill(model.mutable_graph()->add_initializer(), name, dims, values, type);
   }
+  // A float weight of the product of `dims` elements, values that make no op trivial.
+  void weight(const std::string& name, const std::vector<int64_t>& dims) {
+    int64_t count = 1;
+    for (int64_t d : dims) count *= d;
+    std::vector<double> v;
+    for (int64_t k = 0; k < count; ++k) v.push_back(0.01 * static_cast<double>(k % 17) - 0.05);
+    init(name, dims, v);
+  }
   // A Constant node (never a weight).
   void constant(const std::string& name, const std::vector<int64_t>& dims,
                 const std::vector<double>& values, int type = kOnnxFloat) {

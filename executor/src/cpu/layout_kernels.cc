@@ -26,20 +26,9 @@ class MatmulKernel final : public OpKernel {
   }
 
  private:
-  static const float* operand(MatmulGemm::Operand o, const OpArgs& a) {
-    switch (o) {
-      case MatmulGemm::kA:
-        return a.inputs[0].f();
-      case MatmulGemm::kB:
-        return a.inputs[1].f();
-      case MatmulGemm::kDy:
-        return a.grad_outputs[0].f();
-    }
-    return nullptr;
-  }
   void run(const MatmulGemm& g, const OpArgs& a, float* c, bool accumulate) const {
-    const float* x = operand(g.x, a);
-    const float* y = operand(g.y, a);
+    const float* x = matmul_operand(g.x, a);
+    const float* y = matmul_operand(g.y, a);
     for (int64_t l = 0; l < a.batch * count_; ++l) {
       gemm(g.transpose_x, g.transpose_y, g.rows, g.cols, g.inner, g.alpha, x + l * g.stride_x,
            g.ld_x, y + l * g.stride_y, g.ld_y, accumulate ? 1.0f : 0.0f, c + l * g.stride_c,

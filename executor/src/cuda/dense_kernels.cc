@@ -316,21 +316,10 @@ class MatmulKernel final : public OpKernel {
   }
 
  private:
-  static const float* operand(MatmulGemm::Operand o, const OpArgs& a) {
-    switch (o) {
-      case MatmulGemm::kA:
-        return a.inputs[0].f();
-      case MatmulGemm::kB:
-        return a.inputs[1].f();
-      case MatmulGemm::kDy:
-        return a.grad_outputs[0].f();
-    }
-    return nullptr;
-  }
   void run(const char* what, const MatmulGemm& g, const OpArgs& a, float* c, float beta) const {
     gemm_batched(ctx_, what, g.transpose_x, g.transpose_y, g.rows, g.cols, g.inner, g.alpha,
-                 operand(g.x, a), g.ld_x, g.stride_x, operand(g.y, a), g.ld_y, g.stride_y, beta, c,
-                 g.ld_c, g.stride_c, a.batch * count_);
+                 matmul_operand(g.x, a), g.ld_x, g.stride_x, matmul_operand(g.y, a), g.ld_y,
+                 g.stride_y, beta, c, g.ld_c, g.stride_c, a.batch * count_);
   }
 
   const CudaContext& ctx_;

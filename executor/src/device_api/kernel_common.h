@@ -203,6 +203,19 @@ struct MatmulGemm {
 struct MatmulGemms {
   MatmulGemm forward, grad_a, grad_b;
 };
+// The stored operand a MatmulGemm names, in a kernel's arguments.
+inline const float* matmul_operand(MatmulGemm::Operand o, const OpArgs& a) {
+  switch (o) {
+    case MatmulGemm::kA:
+      return a.inputs[0].f();
+    case MatmulGemm::kB:
+      return a.inputs[1].f();
+    case MatmulGemm::kDy:
+      return a.grad_outputs[0].f();
+  }
+  return nullptr;
+}
+
 inline MatmulGemms matmul_gemms(const MatmulShape& s) {
   using G = MatmulGemm;
   const int64_t m = s.m, k = s.k, n = s.n;
