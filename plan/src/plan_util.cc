@@ -789,6 +789,21 @@ int64_t gradient_bytes_per_sample(const Graph& graph, const graphpipe::v1::Stage
   return bytes;
 }
 
+std::vector<int> ranks_stepping_optimizer(const Plan& plan) {
+  std::vector<int> ranks;
+  for (const auto& program : plan.programs()) {
+    const auto& steps = program.instructions();
+    if (std::any_of(steps.begin(), steps.end(), [](const graphpipe::v1::Instruction& in) {
+          return in.kind() == graphpipe::v1::INSTRUCTION_KIND_OPTIMIZER_STEP;
+        })) {
+      ranks.push_back(program.rank());
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return ranks;
+}
+
 SampleRange replica_samples(const graphpipe::v1::Stage& stage, int replica, int64_t micro_batch) {
   const int64_t b = stage.micro_batch();
   const int64_t p = std::max(stage.device_ranks_size(), 1);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "gp/plan/plan_util.h"
+
 namespace gp::exec {
 
 NcclLayout nccl_layout(const graphpipe::v1::Plan& plan) {
@@ -18,20 +20,10 @@ NcclLayout nccl_layout(const graphpipe::v1::Plan& plan) {
     std::sort(g.begin(), g.end());
     layout.groups.push_back(std::move(g));
   }
-  // Gradient-norm clipping sums one float over every rank that steps an optimizer
-  // (rank_program.cc's norm world); a replica group of exactly those ranks serves it already.
+  // Gradient-norm clipping sums one float over every rank that steps an optimizer; a replica
+  // group of exactly those ranks serves it already.
   if (plan.training().clip_grad_norm() > 0) {
-    std::vector<int> world;
-    for (const auto& program : plan.programs()) {
-      const auto& steps = program.instructions();
-      if (std::any_of(steps.begin(), steps.end(), [](const graphpipe::v1::Instruction& in) {
-            return in.kind() == graphpipe::v1::INSTRUCTION_KIND_OPTIMIZER_STEP;
-          })) {
-        world.push_back(program.rank());
-      }
-    }
-    std::sort(world.begin(), world.end());
-    world.erase(std::unique(world.begin(), world.end()), world.end());
+    std::vector<int> world = plan::ranks_stepping_optimizer(plan);
     if (world.size() > 1 &&
         std::find(layout.groups.begin(), layout.groups.end(), world) == layout.groups.end()) {
       layout.groups.push_back(std::move(world));

@@ -96,16 +96,7 @@ class Lowering {
   // The norm's all-reduce is over the ranks whose programs step the optimizer (a stage without
   // parameters has no step), as each of them reaches it just before its own step.
   void find_norm_world() {
-    for (int other = 0; other < index_.world_size; ++other) {
-      const int q = index_.program_of_rank[static_cast<size_t>(other)];
-      if (q < 0) continue;
-      const auto& steps = plan_.programs(q).instructions();
-      if (std::any_of(steps.begin(), steps.end(), [](const Instruction& in) {
-            return in.kind() == K::INSTRUCTION_KIND_OPTIMIZER_STEP;
-          })) {
-        p_.world.push_back(other);
-      }
-    }
+    p_.world = plan::ranks_stepping_optimizer(plan_);
     p_.counts_norm = rank_ == p_.group.front();
   }
 

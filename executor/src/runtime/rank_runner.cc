@@ -88,14 +88,19 @@ Status gather_params(Communicator& comm, StageRunner& runner, const std::vector<
 }
 
 // The sum over `group` of a host buffer, in place: directly on a host data plane; on one that sums
-// device memory (NCCL) through a device buffer of its size (checkpoints only: it allocates).
+// device memory (NCCL) through `scratch` when it is large enough (the step loop's, made at
+// bind), else through a device buffer allocated for it (checkpoints).
 Status sum_host_floats(Communicator& comm, const Device& device, const std::vector<int>& group,
-                       std::span<float> data) {
+                       std::span<float> data, const DeviceBuffer* scratch = nullptr) {
   if (!comm.device_memory()) return comm.allreduce_sum(group, data);
-  GP_ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::create(device, data.size_bytes()));
-  GP_RETURN_IF_ERROR(device.copy_from_host(buffer.data(), data.data(), data.size_bytes()));
-  GP_RETURN_IF_ERROR(comm.allreduce_sum(group, {buffer.f(), data.size()}));
-  return device.copy_to_host(data.data(), buffer.data(), data.size_bytes());
+  DeviceBuffer own;
+  if (scratch == nullptr || scratch->bytes() < data.size_bytes()) {
+    GP_ASSIGN_OR_RETURN(own, DeviceBuffer::create(device, data.size_bytes()));
+    scratch = &own;
+  }
+  GP_RETURN_IF_ERROR(device.copy_from_host(scratch->data(), data.data(), data.size_bytes()));
+  GP_RETURN_IF_ERROR(comm.allreduce_sum(group, {scratch->f(), data.size()}));
+  return device.copy_to_host(data.data(), scratch->data(), data.size_bytes());
 }
 
 // Fan-in: a received gradient adds to what the other successors sent.
@@ -221,13 +226,9 @@ Status RankRunner::clip_grads() {
     own -= duplicates;
   }
   norm_sum_[0] = program_.counts_norm ? static_cast<float>(own) : 0.0f;
-  if (program_.world.size() > 1 && comm_->device_memory()) {
-    const Device& device = runner.device();
-    GP_RETURN_IF_ERROR(device.copy_from_host(norm_device_.data(), norm_sum_.data(), sizeof(float)));
-    GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, {norm_device_.f(), 1}));
-    GP_RETURN_IF_ERROR(device.copy_to_host(norm_sum_.data(), norm_device_.data(), sizeof(float)));
-  } else if (program_.world.size() > 1) {
-    GP_RETURN_IF_ERROR(comm_->allreduce_sum(program_.world, norm_sum_));
+  if (program_.world.size() > 1) {
+    GP_RETURN_IF_ERROR(
+        sum_host_floats(*comm_, runner.device(), program_.world, norm_sum_, &norm_device_));
   }
   grad_norm_ = std::sqrt(std::abs(static_cast<double>(norm_sum_[0])));  // NaN stays NaN
   return runner.clip_grads(norm_sum_[0], allreduce_staging_);

@@ -38,6 +38,11 @@ inline bool is_gradient_transfer(graphpipe::v1::InstructionKind kind) {
          kind == graphpipe::v1::INSTRUCTION_KIND_RECV_GRADIENT;
 }
 
+// The ranks whose programs step an optimizer (a stage without parameters has no step),
+// ascending: under gradient clipping, the ranks the norm is summed over (the executor's program
+// and the NCCL layout's communicator for it).
+std::vector<int> ranks_stepping_optimizer(const graphpipe::v1::Plan& plan);
+
 // Samples [begin, end) of the mini-batch.
 struct SampleRange {
   int64_t begin = 0;

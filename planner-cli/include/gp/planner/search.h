@@ -63,7 +63,9 @@ struct SearchRequest {
   ImproveOptions improve;
   // Activation recomputation (recompute.h). kAuto: a micro-batch size no partition fits at
   // without it is partitioned again with every stage priced recomputing, and every plan the
-  // search simulates recomputes exactly at the stages that do not fit without.
+  // search simulates recomputes exactly at the stages that do not fit without. kNever
+  // partitions such a micro-batch again the same way, and keeps that partition only where,
+  // simulated without recomputing, it fits (the partitioners' memory estimate overestimates).
   RecomputeMode recompute = RecomputeMode::kAuto;
   // ZeRO-1 sharding of replicated stages' optimizer state (shard_optimizer.h). kAuto: a
   // micro-batch size no partition fits at without it (nor with recomputation alone) is
