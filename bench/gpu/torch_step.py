@@ -295,7 +295,12 @@ def build_module(torch, model, attention):
             if t == "scale":
                 return xs[0] * attr(op, "factor", required=True)
             if t == "transpose":
-                return xs[0].permute(0, *[d + 1 for d in attr(op, "perm", required=True)])
+                y = xs[0].permute(0, *[d + 1 for d in attr(op, "perm", required=True)])
+                if "axis" not in op.get("attrs", {}):
+                    return y
+                start = attr(op, "start", required=True)
+                return y.narrow(attr(op, "axis", required=True) + 1, start,
+                                attr(op, "end", required=True) - start)
             if t == "reshape":
                 return xs[0].reshape(batch, *attr(op, "shape", required=True))
             if t == "conv2d":

@@ -88,9 +88,12 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{OpType::kScale, "scale", "y = factor * x", "factor (float, required, finite)",
                "factor", 1, 1, false, false, &infer_scale},
     OpTypeInfo{OpType::kTranspose, "transpose",
-               "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]",
-               "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes)", "perm",
-               1, 1, false, false, &infer_transpose},
+               "permute the per-sample axes: y.shape[i] = x.shape[perm[i]]; with axis, start and "
+               "end, only y[start:end] along that axis of the permuted x",
+               "perm (ints, required: a permutation of 0..rank-1 over the per-sample axes); axis, "
+               "start, end (ints, optional, all three or none: 0 <= start < end <= the size of "
+               "the permuted axis)",
+               "perm,axis,start,end", 1, 1, false, false, &infer_transpose},
     OpTypeInfo{OpType::kReshape, "reshape",
                "same elements in the same order under a new per-sample shape",
                "shape (ints, required: per-sample, all > 0, same element count)", "shape", 1, 1,

@@ -20,6 +20,33 @@ void copy_cost(const TensorSpec& x, InferredOp* out) {
   c.backward_kernels = 1;
 }
 
+// transpose's optional window: axis, start and end together, narrowing `y` (the permuted x).
+Status read_transpose_window(const Operator& op, TensorSpec* y, TransposeAttrs* attrs) {
+  const int given = static_cast<int>(op.attrs().count("axis") + op.attrs().count("start") +
+                                     op.attrs().count("end"));
+  if (given == 0) return ok_status();
+  if (given != 3) {
+    return invalid_argument("attrs: a window needs axis, start and end together (given " +
+                            std::to_string(given) + " of them)");
+  }
+  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int(op, "axis"));
+  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, y->shape_size()));
+  GP_ASSIGN_OR_RETURN(int64_t start, attr_int(op, "start"));
+  GP_ASSIGN_OR_RETURN(int64_t end, attr_int(op, "end"));
+  const int64_t dim = y->shape(axis);
+  if (start < 0 || end > dim || start >= end) {
+    return invalid_argument("attrs.start = " + std::to_string(start) +
+                            ", attrs.end = " + std::to_string(end) +
+                            ": need 0 <= start < end <= " + std::to_string(dim) +
+                            " (size of the permuted axis " + std::to_string(axis) + ")");
+  }
+  y->set_shape(axis, end - start);
+  attrs->axis = axis;
+  attrs->start = start;
+  attrs->end = end;
+  return ok_status();
+}
+
 }  // namespace
 
 Status infer_matmul(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
@@ -117,11 +144,17 @@ Status infer_transpose(const Operator& op, std::span<const TensorSpec> in, Infer
     }
     seen[p] = true;
   }
-  out->attrs = TransposeAttrs{perm};
+  TransposeAttrs attrs{perm};
   TensorSpec y = x;
   for (int d = 0; d < rank; ++d) y.set_shape(d, x.shape(static_cast<int>(perm[d])));
+  GP_RETURN_IF_ERROR(read_transpose_window(op, &y, &attrs));
+  out->attrs = attrs;
   out->outputs = {y};
   copy_cost(x, out);
+  if (attrs.axis >= 0) {  // as slice: the window moves; backward zero-fills the rest of dx
+    out->cost.forward_bytes = 2 * bytes_of(y);
+    out->cost.backward_bytes = bytes_of(x) + bytes_of(y);
+  }
   return ok_status();
 }
 

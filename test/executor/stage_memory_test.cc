@@ -126,8 +126,9 @@ TEST_CASE("a stage runner allocates exactly the memory the planner's model predi
 }
 
 TEST_CASE("a reshape inside a stage holds no activation memory of its own") {
-  // timm's qkv: reshape, permute, slices, the heads' reshape back. One stage of the whole graph:
-  // every reshape reads a tensor of the stage; those of trained tensors are views.
+  // timm's qkv: reshape, the permute's windows (q, k, v), the heads' reshape back. One stage of
+  // the whole graph: every reshape reads a tensor of the stage; those of trained tensors are
+  // views.
   const Graph g = zoo_graph("timm_qkv_legacy.onnx");
   const auto& topo = g.topo_order();
   const std::vector<int> ops(topo.begin(), topo.end());

@@ -10,6 +10,7 @@
 
 #include "../support/kernel_harness.h"
 #include "../support/models.h"
+#include "../support/op_cases.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/stage_runner.h"
@@ -78,6 +79,57 @@ TEST_CASE("transpose moves element (i, j, k) to its permuted position") {
       for (int j = 0; j < 3; ++j) {
         for (int k = 0; k < 4; ++k) {
           CHECK(h.out[s * 24 + (k * 2 + i) * 3 + j] == h.fin[0][s * 24 + (i * 3 + j) * 4 + k]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "a windowed transpose takes its slice of the permuted input, and its three windows' "
+    "gradients, the first fresh, make the whole transpose's") {
+  // x [4, 3, 2, 5] as timm's qkv [N, 3, H, D], perm [1, 2, 0, 3]: window w of axis 0 is
+  // y[h, n, d] = x[n, w, h, d], q, k or v [H, N, D].
+  const std::vector<int64_t> shape{4, 3, 2, 5};
+  std::vector<Harness> windows;
+  for (int64_t w = 0; w < 3; ++w) {
+    GraphBuilder b("m", "");
+    windows.push_back(make_harness(with_loss(
+        b, gp::testing::transpose_window(b, b.input("x", shape), {1, 2, 0, 3}, 0, w, w + 1),
+        {1, 2, 4, 5})));
+  }
+  const size_t per_sample = 120;
+  std::vector<float> dx(2 * per_sample, std::numeric_limits<float>::quiet_NaN());
+  for (int64_t w = 0; w < 3; ++w) {
+    Harness& h = windows[static_cast<size_t>(w)];
+    for (size_t e = 0; e < h.fin[0].size(); ++e) h.fin[0][e] = static_cast<float>(e);
+    h.forward();
+    for (int s = 0; s < 2; ++s) {
+      for (int hd = 0; hd < 2; ++hd) {
+        for (int n = 0; n < 4; ++n) {
+          for (int d = 0; d < 5; ++d) {
+            CHECK(h.out[s * 40 + (hd * 4 + n) * 5 + d] ==
+                  h.fin[0][s * per_sample + ((n * 3 + w) * 2 + hd) * 5 + d]);
+          }
+        }
+      }
+    }
+    // dy = 1000 (w + 1) + its position: dx at x's position must say which window and where.
+    for (size_t e = 0; e < h.gout.size(); ++e) {
+      h.gout[e] = static_cast<float>(1000 * (w + 1) + static_cast<int64_t>(e));
+    }
+    h.gin = {dx};
+    h.backward(w == 0 ? 1 : 0);  // the first reader's gradient is fresh, over NaNs
+    dx = h.gin[0];
+  }
+  for (int s = 0; s < 2; ++s) {
+    for (int n = 0; n < 4; ++n) {
+      for (int w = 0; w < 3; ++w) {
+        for (int hd = 0; hd < 2; ++hd) {
+          for (int d = 0; d < 5; ++d) {
+            CHECK(dx[s * per_sample + ((n * 3 + w) * 2 + hd) * 5 + d] ==
+                  static_cast<float>(1000 * (w + 1) + s * 40 + (hd * 4 + n) * 5 + d));
+          }
         }
       }
     }

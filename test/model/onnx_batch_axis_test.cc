@@ -148,12 +148,16 @@ TEST_CASE("timm's qkv permute moves the batch to axis 1, and unbind(0) brings it
     const auto g = testing::build_graph(m);
     // Per sample [N, 3, H, D] -> [3, H, N, D]: the batch's ONNX axis 1 is no per-sample axis.
     CHECK(shape(g, "heads") == "[4, 3, 2, 3] float32");
-    CHECK(ints(op(g, "permuted"), "perm") == std::vector<int64_t>{1, 2, 0, 3});
-    CHECK(shape(g, "permuted") == "[3, 2, 4, 3] float32");
-    // q, k and v: slices of per-sample axis 0 (ONNX axis 0, before the batch), batch first again.
+    // q, k and v: slices of per-sample axis 0 (ONNX axis 0, before the batch) of the permuted
+    // [3, H, N, D], batch first again; each slice folds into a window of the permute
+    // (onnx_slice_folds_test.cc), which is made no more.
+    CHECK(count(m, "slice") == 0);
+    CHECK(count(m, "transpose") == 4);  // q, k, v and the context's heads merged
     const std::string q = split ? "unbind" : "q_select";
-    CHECK(op(g, q).type() == "slice");
+    CHECK(op(g, q).type() == "transpose");
+    CHECK(ints(op(g, q), "perm") == std::vector<int64_t>{1, 2, 0, 3});
     CHECK(op(g, q).attrs().at("axis").i() == 0);
+    CHECK(shape(g, q) == "[1, 2, 4, 3] float32");
     CHECK(shape(g, split ? "q_squeeze" : "q_select.reshape") == "[2, 4, 3] float32");
     CHECK(shape(g, "scores") == "[2, 4, 4] float32");
     CHECK(shape(g, "context") == "[2, 4, 3] float32");

@@ -140,6 +140,25 @@ TEST_CASE(
   CHECK(only(g, "ln").cost.param_count == 2 * 3);
 }
 
+TEST_CASE("a windowed transpose outputs its window of the permuted input and costs moving it") {
+  GraphBuilder b("m", "");
+  // qkv [N = 4, 3, H = 2, D = 5] permuted to [3, 2, 4, 5]; window [1, 2) of axis 0: k.
+  auto k = b.transpose("k", b.input("qkv", {4, 3, 2, 5}), {1, 2, 0, 3});
+  set_attr(*b.model().mutable_ops(b.model().ops_size() - 1), "axis", int64_t{0});
+  set_attr(*b.model().mutable_ops(b.model().ops_size() - 1), "start", int64_t{1});
+  set_attr(*b.model().mutable_ops(b.model().ops_size() - 1), "end", int64_t{2});
+  b.add_loss(b.mse_loss("loss", k, b.input("t", {1, 2, 4, 5})));
+  Graph g = build_ok(b.finish());
+  const auto& out = only(g, "k").proto->outputs(0);
+  CHECK(std::vector<int64_t>(out.shape().begin(), out.shape().end()) ==
+        std::vector<int64_t>{1, 2, 4, 5});
+  const auto& a = std::get<TransposeAttrs>(only(g, "k").attrs);
+  CHECK((a.axis == 0 && a.start == 1 && a.end == 2));
+  // 40 of qkv's 120 floats move forward; backward writes all 120 (zeros outside the window).
+  CHECK(only(g, "k").cost.forward_bytes == Approx(2 * 40 * 4));
+  CHECK(only(g, "k").cost.backward_bytes == Approx((120 + 40) * 4));
+}
+
 TEST_CASE("softmax cross-entropy takes int64 labels shaped like the logits without classes") {
   GraphBuilder b("m", "");
   auto x = b.input("x", {8, 10});
@@ -430,6 +449,20 @@ TEST_CASE("the new op types reject bad inputs and attributes, naming the field a
        "per-sample axes (need a permutation of 0..2)"},
       {[](B b) { b.add_op("op", "transpose", {b.input("x", {3})}); },
        "(transpose): attrs.perm: required attribute is missing"},
+      {[](B b) {
+         b.transpose("op", b.input("x", {3, 4}), {1, 0});
+         set_attr(op_of(b), "axis", int64_t{0});
+         set_attr(op_of(b), "end", int64_t{2});
+       },
+       "(transpose): attrs: a window needs axis, start and end together (given 2 of them)"},
+      {[](B b) {
+         b.transpose("op", b.input("x", {3, 4}), {1, 0});
+         set_attr(op_of(b), "axis", int64_t{1});
+         set_attr(op_of(b), "start", int64_t{2});
+         set_attr(op_of(b), "end", int64_t{4});
+       },
+       "(transpose): attrs.start = 2, attrs.end = 4: need 0 <= start < end <= 3 (size of the "
+       "permuted axis 1)"},
       // reshape
       {[](B b) {
          b.reshape("op", b.input("x", {3, 4}), {5, 2});

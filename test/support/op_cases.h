@@ -110,7 +110,6 @@ inline TensorRef ids(GraphBuilder& b, std::vector<int64_t> shape, const std::str
   return b.input(id, std::move(shape), kInt64);
 }
 
-// Every float input mapped into [0.5, 2] (log, sqrt, division, pow's base).
 // matmul of a and b as stored, with op(a) = a^T, op(b) = b^T where asked, times alpha.
 inline TensorRef matmul_t(GraphBuilder& b, TensorRef a, TensorRef bm, bool transpose_a,
                           bool transpose_b, double alpha) {
@@ -122,6 +121,18 @@ inline TensorRef matmul_t(GraphBuilder& b, TensorRef a, TensorRef bm, bool trans
   return y;
 }
 
+// [start, end) along `axis` of x permuted by perm: the importer's fold of a transpose's slices.
+inline TensorRef transpose_window(GraphBuilder& b, TensorRef x, std::vector<int64_t> perm,
+                                  int64_t axis, int64_t start, int64_t end) {
+  TensorRef y = b.transpose("op", x, std::move(perm));
+  auto& op = *b.model().mutable_ops(b.model().ops_size() - 1);
+  model::set_attr(op, "axis", axis);
+  model::set_attr(op, "start", start);
+  model::set_attr(op, "end", end);
+  return y;
+}
+
+// Every float input mapped into [0.5, 2] (log, sqrt, division, pow's base).
 inline void positive(Harness& h) {
   for (auto& in : h.fin) {
     for (float& v : in) v = 1.25f + 0.75f * std::tanh(v);
@@ -372,6 +383,14 @@ inline std::vector<GradCase> grad_cases() {
       op_case("transpose, perm [2, 0, 1]", {4, 2, 3},
               [](GraphBuilder& b) {
                 return b.transpose("op", x(b, {2, 3, 4}), {2, 0, 1});
+              }),
+      op_case("transpose with a window: q of timm's qkv permute", {1, 2, 4, 5},
+              [](GraphBuilder& b) {
+                return transpose_window(b, x(b, {4, 3, 2, 5}), {1, 2, 0, 3}, 0, 1, 2);
+              }),
+      op_case("transpose with a window on its last axis", {4, 2, 2},
+              [](GraphBuilder& b) {
+                return transpose_window(b, x(b, {2, 3, 4}), {2, 0, 1}, 2, 1, 3);
               }),
       op_case("reshape", {3, 4},
               [](GraphBuilder& b) {

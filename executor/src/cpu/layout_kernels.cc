@@ -1,5 +1,6 @@
 // CPU reference kernels of the layout and linear-algebra ops without parameters: matmul of two
 // activations, scale, transpose and reshape.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -66,25 +67,36 @@ class ScaleKernel final : public OpKernel {
   float factor_;
 };
 
-// y[i_0, ..., i_{r-1}] = x at index j with j[perm[d]] = i_d. Walks the output row by row (its
-// last dim); within a row the input advances by the stride of its axis perm[r-1].
+// y[i_0, ..., i_{r-1}] = x at index j with j[perm[d]] = i_d (offset by `base` under a window).
+// Walks the output row by row (its last dim); within a row the input advances by the stride of
+// its axis perm[r-1].
 class TransposeKernel final : public OpKernel {
  public:
-  // out_strides: the output's row-major strides; src_strides[d]: the input's stride of axis
-  // perm[d].
-  TransposeKernel(int64_t n, std::vector<int64_t> out_strides, std::vector<int64_t> src_strides,
-                  int64_t row)
-      : n_(n),
-        out_strides_(std::move(out_strides)),
-        src_strides_(std::move(src_strides)),
-        row_(row) {}
+  TransposeKernel(const model::TensorSpec& x, const TransposeShape& t)
+      : n_in_(model::num_elements(x)), base_(t.base), src_strides_(t.src_strides) {
+    const size_t rank = t.out_sizes.size();
+    out_strides_.resize(rank);
+    int64_t stride = 1;
+    for (size_t d = rank; d-- > 0;) {
+      out_strides_[d] = stride;
+      stride *= t.out_sizes[d];
+    }
+    n_out_ = stride;
+    row_ = t.out_sizes.back();
+    if (t.window_axis >= 0) {  // the input axis the window narrows: what dx has outside it
+      const auto p = static_cast<size_t>(t.perm[static_cast<size_t>(t.window_axis)]);
+      const int64_t inner = t.in_strides[p];
+      gap_ = {n_in_ / (inner * x.shape(static_cast<int>(p))), t.start * inner, t.end * inner,
+              inner * x.shape(static_cast<int>(p))};
+    }
+  }
 
   void forward(const OpArgs& a) const override {
+    const int64_t step = src_strides_.back();
     for (int64_t s = 0; s < a.batch; ++s) {
-      const float* x = a.inputs[0].f() + s * n_;
-      float* y = a.outputs[0].f() + s * n_;
-      const int64_t step = src_strides_.back();
-      for (int64_t o = 0; o < n_; o += row_) {
+      const float* x = a.inputs[0].f() + s * n_in_ + base_;
+      float* y = a.outputs[0].f() + s * n_out_;
+      for (int64_t o = 0; o < n_out_; o += row_) {
         const int64_t src = source(o);
         if (step == 1) {  // the last axis stays last: whole rows move (heads split or merged)
           std::memcpy(y + o, x + src, static_cast<size_t>(row_) * sizeof(float));
@@ -97,12 +109,14 @@ class TransposeKernel final : public OpKernel {
 
   void backward(const OpArgs& a) const override {
     if (a.grad_inputs[0].f() == nullptr) return;
+    const bool fresh = a.fresh(0);
+    const int64_t step = src_strides_.back();
     for (int64_t s = 0; s < a.batch; ++s) {
-      float* dx = a.grad_inputs[0].f() + s * n_;
-      const float* dy = a.grad_outputs[0].f() + s * n_;
-      const bool fresh = a.fresh(0);
-      const int64_t step = src_strides_.back();
-      for (int64_t o = 0; o < n_; o += row_) {
+      float* dx_sample = a.grad_inputs[0].f() + s * n_in_;
+      if (fresh && gap_.outer > 0) zero_outside_window(dx_sample);
+      float* dx = dx_sample + base_;
+      const float* dy = a.grad_outputs[0].f() + s * n_out_;
+      for (int64_t o = 0; o < n_out_; o += row_) {
         const int64_t src = source(o);
         if (step == 1) {  // contiguous rows: copied, or added vectorised
           if (fresh) {
@@ -118,11 +132,11 @@ class TransposeKernel final : public OpKernel {
       }
     }
   }
-  // A permutation: every input element receives one output element.
+  // Every input element receives one output element, or (windowed) a zero.
   bool overwrites_grad_input(size_t) const override { return true; }
 
  private:
-  // Input offset of output element o.
+  // Input offset (from base) of output element o.
   int64_t source(int64_t o) const {
     int64_t src = 0;
     for (size_t d = 0; d < out_strides_.size(); ++d) {
@@ -131,10 +145,22 @@ class TransposeKernel final : public OpKernel {
     }
     return src;
   }
+  // The input gradient outside the window, per outer index of the windowed input axis.
+  void zero_outside_window(float* dx) const {
+    for (int64_t o = 0; o < gap_.outer; ++o) {
+      float* chunk = dx + o * gap_.chunk;
+      std::fill(chunk, chunk + gap_.begin, 0.0f);
+      std::fill(chunk + gap_.end, chunk + gap_.chunk, 0.0f);
+    }
+  }
 
-  int64_t n_;  // elements per sample
+  int64_t n_in_, n_out_ = 0;  // elements per sample
+  int64_t base_;
   std::vector<int64_t> out_strides_, src_strides_;
-  int64_t row_;  // the output's last dim
+  int64_t row_ = 1;  // the output's last dim
+  struct {
+    int64_t outer = 0, begin = 0, end = 0, chunk = 0;
+  } gap_;
 };
 
 // The same elements in the same order: a copy.
@@ -177,20 +203,8 @@ KernelResult make_scale(const model::OpNode& op) {
 }
 
 KernelResult make_transpose(const model::OpNode& op) {
-  const model::TensorSpec& x = op.input_specs[0];
   GP_ASSIGN_OR_RETURN(TransposeShape t, read_transpose(op));
-  const int rank = x.shape_size();
-  std::vector<int64_t> out_strides(rank), src_strides(rank);
-  int64_t out_stride = 1;
-  for (int d = rank - 1; d >= 0; --d) {
-    const int64_t p = t.perm[d];
-    out_strides[d] = out_stride;
-    out_stride *= x.shape(static_cast<int>(p));
-    src_strides[d] = t.in_strides[p];
-  }
-  const int64_t row = x.shape(static_cast<int>(t.perm.back()));
-  return wrap(std::make_unique<TransposeKernel>(model::num_elements(x), std::move(out_strides),
-                                                std::move(src_strides), row));
+  return wrap(std::make_unique<TransposeKernel>(op.input_specs[0], t));
 }
 
 KernelResult make_reshape(const model::OpNode& op) {

@@ -241,22 +241,22 @@ class ScaleKernel final : public CudaKernel {
 // make_transpose (dims merged where the permutation keeps them adjacent).
 class TransposeKernel final : public CudaKernel {
  public:
-  TransposeKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n,
+  TransposeKernel(const model::OpNode& op, const CudaContext& ctx, int64_t n_in, int64_t n_out,
                   const TransposeStrides& strides)
-      : CudaKernel(op, ctx), n_(n), strides_(strides) {}
+      : CudaKernel(op, ctx), n_in_(n_in), n_out_(n_out), strides_(strides) {}
   void forward(const OpArgs& a) const override {
-    check_forward(launch_transpose_forward(a.inputs[0].f(), a.outputs[0].f(), strides_, a.batch, n_,
-                                           stream()));
+    check_forward(launch_transpose_forward(a.inputs[0].f(), a.outputs[0].f(), strides_, a.batch,
+                                           n_in_, n_out_, stream()));
   }
   void backward(const OpArgs& a) const override {
     float* dx = a.grad_inputs[0].f();
     if (dx == nullptr) return;
-    check_backward(
-        launch_transpose_backward(a.grad_outputs[0].f(), dx, strides_, a.batch, n_, stream()));
+    check_backward(launch_transpose_backward(a.grad_outputs[0].f(), dx, strides_, a.batch, n_in_,
+                                             n_out_, stream()));
   }
 
  private:
-  int64_t n_;  // elements per sample
+  int64_t n_in_, n_out_;  // elements per sample
   TransposeStrides strides_;
 };
 
@@ -350,15 +350,15 @@ KernelResult make_scale(const model::OpNode& op, const CudaContext& ctx) {
 
 // Validates perm as the CPU does, then describes the permutation by (size, input stride) per
 // output dim, dropping size-1 dims and merging output dims that stay adjacent in the input, so
-// that the kernel walks few dims (at most kMaxTransposeRank).
+// that the kernel walks few dims (at most kMaxTransposeRank). A window narrows its output dim
+// and starts the walk at `base`.
 KernelResult make_transpose(const model::OpNode& op, const CudaContext& ctx) {
-  const model::TensorSpec& x = op.input_specs[0];
   GP_ASSIGN_OR_RETURN(TransposeShape t, read_transpose(op));
-  const int rank = x.shape_size();
   std::vector<int64_t> sizes, src;  // per merged output dim, outermost first
-  for (int d = 0; d < rank; ++d) {
-    const int p = static_cast<int>(t.perm[d]);
-    const int64_t size = x.shape(p), stride = t.in_strides[p];
+  int64_t n_out = 1;
+  for (size_t d = 0; d < t.out_sizes.size(); ++d) {
+    const int64_t size = t.out_sizes[d], stride = t.src_strides[d];
+    n_out *= size;
     if (size == 1) continue;  // contributes index 0 only
     if (!sizes.empty() && src.back() == stride * size) {
       // The previous output dim steps over whole runs of this one in the input: one dim.
@@ -375,13 +375,15 @@ KernelResult make_transpose(const model::OpNode& op, const CudaContext& ctx) {
   }
   TransposeStrides strides;
   strides.rank = static_cast<int>(sizes.size());
+  strides.base = t.base;
   int64_t out_stride = 1;
   for (int d = strides.rank - 1; d >= 0; --d) {
     strides.out[d] = out_stride;
     strides.src[d] = src[d];
     out_stride *= sizes[d];
   }
-  return wrap(std::make_unique<TransposeKernel>(op, ctx, model::num_elements(x), strides));
+  return wrap(std::make_unique<TransposeKernel>(op, ctx, model::num_elements(op.input_specs[0]),
+                                                n_out, strides));
 }
 
 KernelResult make_reshape(const model::OpNode& op, const CudaContext& ctx) {

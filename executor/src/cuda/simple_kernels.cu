@@ -271,20 +271,20 @@ __device__ int64_t transpose_source(const TransposeStrides& st, int64_t o) {
   return src;
 }
 
-__global__ void transpose_forward_kernel(const float* x, float* y, TransposeStrides st, int64_t n,
-                                         int64_t total) {
+__global__ void transpose_forward_kernel(const float* x, float* y, TransposeStrides st,
+                                         int64_t n_in, int64_t n_out, int64_t total) {
   GP_GRID_STRIDE(i, total) {
-    const int64_t s = i / n;
-    y[i] = x[s * n + transpose_source(st, i - s * n)];
+    const int64_t s = i / n_out;
+    y[i] = x[s * n_in + st.base + transpose_source(st, i - s * n_out)];
   }
 }
 
-// A permutation: every input element has exactly one writer, so no atomics are needed.
+// A permutation: every input element has at most one writer, so no atomics are needed.
 __global__ void transpose_backward_kernel(const float* dy, float* dx, TransposeStrides st,
-                                          int64_t n, int64_t total) {
+                                          int64_t n_in, int64_t n_out, int64_t total) {
   GP_GRID_STRIDE(i, total) {
-    const int64_t s = i / n;
-    dx[s * n + transpose_source(st, i - s * n)] += dy[i];
+    const int64_t s = i / n_out;
+    dx[s * n_in + st.base + transpose_source(st, i - s * n_out)] += dy[i];
   }
 }
 
@@ -425,19 +425,22 @@ cudaError_t launch_cross_entropy_backward(const float* z, const void* labels, bo
 }
 
 cudaError_t launch_transpose_forward(const float* x, float* y, const TransposeStrides& strides,
-                                     int64_t batch, int64_t n, cudaStream_t stream) {
-  const int64_t total = batch * n;
+                                     int64_t batch, int64_t n_in, int64_t n_out,
+                                     cudaStream_t stream) {
+  const int64_t total = batch * n_out;
   if (total <= 0) return cudaSuccess;
-  transpose_forward_kernel<<<grid_for(total, kBlock), kBlock, 0, stream>>>(x, y, strides, n, total);
+  transpose_forward_kernel<<<grid_for(total, kBlock), kBlock, 0, stream>>>(x, y, strides, n_in,
+                                                                           n_out, total);
   return cudaGetLastError();
 }
 
 cudaError_t launch_transpose_backward(const float* dy, float* dx, const TransposeStrides& strides,
-                                      int64_t batch, int64_t n, cudaStream_t stream) {
-  const int64_t total = batch * n;
+                                      int64_t batch, int64_t n_in, int64_t n_out,
+                                      cudaStream_t stream) {
+  const int64_t total = batch * n_out;
   if (total <= 0) return cudaSuccess;
-  transpose_backward_kernel<<<grid_for(total, kBlock), kBlock, 0, stream>>>(dy, dx, strides, n,
-                                                                            total);
+  transpose_backward_kernel<<<grid_for(total, kBlock), kBlock, 0, stream>>>(dy, dx, strides, n_in,
+                                                                            n_out, total);
   return cudaGetLastError();
 }
 

@@ -65,12 +65,15 @@ struct TransposeStrides {
   int rank = 0;
   int64_t out[kMaxTransposeRank] = {};
   int64_t src[kMaxTransposeRank] = {};
+  int64_t base = 0;  // input offset of the output's first element (a windowed transpose)
 };
-// y[s, o] = x[s, src(o)].
+// y[s, o] = x[s, base + src(o)]; n_in and n_out are the elements per sample.
 cudaError_t launch_transpose_forward(const float* x, float* y, const TransposeStrides& strides,
-                                     int64_t batch, int64_t n, cudaStream_t stream);
-// dx[s, src(o)] += dy[s, o].
+                                     int64_t batch, int64_t n_in, int64_t n_out,
+                                     cudaStream_t stream);
+// dx[s, base + src(o)] += dy[s, o].
 cudaError_t launch_transpose_backward(const float* dy, float* dx, const TransposeStrides& strides,
-                                      int64_t batch, int64_t n, cudaStream_t stream);
+                                      int64_t batch, int64_t n_in, int64_t n_out,
+                                      cudaStream_t stream);
 
 }  // namespace gp::exec::cuda

@@ -237,20 +237,41 @@ inline MatmulGemms matmul_gemms(const MatmulShape& s) {
   return g;
 }
 
-// transpose: the permutation (shape inference checked it) and the input's row-major stride of
-// each dim.
+// transpose: the permutation (shape inference checked it), the input's row-major stride of each
+// dim, and per output dim its size and input stride. With a window, the output's `window_axis`
+// holds only [start, end): `base` is the input offset of the output's first element.
 struct TransposeShape {
-  std::vector<int64_t> perm, in_strides;
+  std::vector<int64_t> perm, in_strides, out_sizes, src_strides;
+  int window_axis = -1;
+  int64_t start = 0, end = 0, base = 0;
 };
 inline Result<TransposeShape> read_transpose(const model::OpNode& op) {
   const model::TensorSpec& x = op.input_specs[0];
   GP_ASSIGN_OR_RETURN(model::TransposeAttrs a, op_attrs<model::TransposeAttrs>(op));
   const int rank = x.shape_size();
-  TransposeShape t{std::move(a.perm), std::vector<int64_t>(static_cast<size_t>(rank))};
+  const auto r = static_cast<size_t>(rank);
+  TransposeShape t{std::move(a.perm),
+                   std::vector<int64_t>(r),
+                   std::vector<int64_t>(r),
+                   std::vector<int64_t>(r),
+                   a.axis,
+                   a.start,
+                   a.end,
+                   0};
   int64_t stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
     t.in_strides[d] = stride;
     stride *= x.shape(d);
+  }
+  for (size_t d = 0; d < r; ++d) {
+    const auto p = static_cast<size_t>(t.perm[d]);
+    t.out_sizes[d] = x.shape(static_cast<int>(p));
+    t.src_strides[d] = t.in_strides[p];
+  }
+  if (t.window_axis >= 0) {
+    const auto w = static_cast<size_t>(t.window_axis);
+    t.out_sizes[w] = t.end - t.start;
+    t.base = t.start * t.src_strides[w];
   }
   return t;
 }

@@ -314,6 +314,7 @@ Result<ModelGraph> Importer::run() {
   GP_RETURN_IF_ERROR(add_losses());
   b_.set_source(path_);
   ModelGraph model = b_.finish();
+  fold_slices_into_transposes(&model);
   fold_into_matmuls(&model);
   auto built = Graph::build(model);
   if (!built.ok()) return built.status().with_context(path_ + " (imported from ONNX)");

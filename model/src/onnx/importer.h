@@ -93,6 +93,11 @@ void infer_onnx_shapes(onnx::ModelProto* model, const std::string& path,
 // its product into the matmul's transpose_a/transpose_b/alpha, where the matmul is their only
 // reader (matmul_folds.cc).
 void fold_into_matmuls(ModelGraph* model);
+// Folds slices of a transpose into windowed transposes of its input, where slices are all that
+// read it (slice_folds.cc).
+void fold_slices_into_transposes(ModelGraph* model);
+// Drops the ops with these ids, keeping the others' order.
+void remove_ops(ModelGraph* model, const std::set<std::string>& ids);
 
 std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
 // Calls `visit` on `n` and on every node of its subgraphs (Loop and If bodies), nested to a

@@ -41,15 +41,7 @@ class MatmulFolder {
       fold_operand(i, 1, "transpose_b");
       fold_product_scale(i);
     }
-    if (removed_.empty()) return;
-    auto* ops = model_->mutable_ops();
-    std::vector<Operator> kept;
-    kept.reserve(static_cast<size_t>(ops->size()) - removed_.size());
-    for (auto& op : *ops) {
-      if (!removed_.count(op.id())) kept.push_back(std::move(op));
-    }
-    ops->Clear();
-    for (auto& op : kept) *ops->Add() = std::move(op);
+    remove_ops(model_, removed_);
   }
 
  private:
@@ -75,7 +67,7 @@ class MatmulFolder {
       if (p == nullptr || p->inputs_size() != 1 || !sole_reader(*p)) return;
       if (p->type() == "transpose") {
         auto perm = gp::model::attr_ints(*p, "perm");
-        if (!perm.ok() || !swaps_last_two(*perm)) return;
+        if (!perm.ok() || !swaps_last_two(*perm) || p->attrs().count("axis")) return;
         auto flag = gp::model::attr_int_or(mm, transpose_attr, 0);
         if (!flag.ok()) return;
         set_attr(mm, transpose_attr, int64_t{*flag == 0 ? 1 : 0});
@@ -131,5 +123,17 @@ class MatmulFolder {
 }  // namespace
 
 void fold_into_matmuls(ModelGraph* model) { MatmulFolder(model).run(); }
+
+void remove_ops(ModelGraph* model, const std::set<std::string>& ids) {
+  if (ids.empty()) return;
+  auto* ops = model->mutable_ops();
+  std::vector<Operator> kept;
+  kept.reserve(static_cast<size_t>(ops->size()) - ids.size());
+  for (auto& op : *ops) {
+    if (!ids.count(op.id())) kept.push_back(std::move(op));
+  }
+  ops->Clear();
+  for (auto& op : kept) *ops->Add() = std::move(op);
+}
 
 }  // namespace gp::model::onnx_detail

@@ -138,8 +138,13 @@ struct MatmulAttrs {
   double alpha = 1;
 };
 
+// transpose: y = x with its per-sample dims permuted. With a window (axis >= 0) y is only
+// [start, end) of the permuted x's axis `axis`: the importer folds a slice of a transpose (timm's
+// q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)) into one, so the permuted whole is never made.
 struct TransposeAttrs {
   std::vector<int64_t> perm;  // a permutation of the per-sample dims
+  int axis = -1;              // the windowed output axis (normalised), -1: none
+  int64_t start = 0, end = 0;
 };
 
 // The sliding window of conv2d and the pools over per-sample [c, h, w], with the output size
