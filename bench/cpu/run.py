@@ -11,7 +11,8 @@ For every model (small configurations of each zoo model, and ONNX test models im
 Each side reports the median of S timed steps after W untimed ones; the two sides alternate
 --repeat times per model and the fastest median of each side is kept, so that a burst of other
 load on the machine hits one repetition rather than one side. The ratio is ours / PyTorch
-(below 1: we are faster), from the same run.
+(below 1: we are faster), from the same run; a second ratio divides the sides' medians over the
+alternations, which one unusually fast repetition of either side does not move.
 
 Usage: bench/cpu/run.py [--bin build/bin] [--threads 1] [--batch 16] [--steps 10] [--warmup 3]
                         [--repeat 2] [--only SUBSTRING] [--python python3]
@@ -164,7 +165,8 @@ def main():
                 print("run.py: %s: PyTorch: %s" % (name, note), file=sys.stderr)
             o = min(ours)
             t = min(theirs) if theirs else None
-            rows.append((name, o, t))
+            median_ratio = statistics.median(ours) / statistics.median(theirs) if theirs else None
+            rows.append((name, o, t, median_ratio))
             print("%s: ours %s ms, PyTorch %s ms" % (name, ["%.2f" % x for x in ours],
                                                    ["%.2f" % x for x in theirs]),
                   file=sys.stderr, flush=True)
@@ -172,12 +174,14 @@ def main():
     print("\nOne training step (forward, loss, backward, SGD) at batch %d, %d thread%s on both "
           "sides; median of %d steps, best of %d alternations" %
           (a.batch, a.threads, "" if a.threads == 1 else "s", a.steps, a.repeat))
-    print("| %-*s | %9s | %11s | %6s |" % (width, "model", "ours, ms", "PyTorch, ms", "ratio"))
-    print("|%s|%s|%s|%s|" % ("-" * (width + 2), "-" * 11, "-" * 13, "-" * 8))
-    for name, o, t in rows:
+    print("| %-*s | %9s | %11s | %6s | %16s |" %
+          (width, "model", "ours, ms", "PyTorch, ms", "ratio", "ratio of medians"))
+    print("|%s|%s|%s|%s|%s|" % ("-" * (width + 2), "-" * 11, "-" * 13, "-" * 8, "-" * 18))
+    for name, o, t, median_ratio in rows:
         ts = "n/a" if t is None else "%.3f" % t
         ratio = "n/a" if t is None else "%.2f" % (o / t)
-        print("| %-*s | %9.3f | %11s | %6s |" % (width, name, o, ts, ratio))
+        mr = "n/a" if median_ratio is None else "%.2f" % median_ratio
+        print("| %-*s | %9.3f | %11s | %6s | %16s |" % (width, name, o, ts, ratio, mr))
     return status
 
 
