@@ -10,14 +10,16 @@ iterations exceeds --limit-mb (default 1), 2 on a usage or launch error.
   bench/memory/run.py                          # 2 ranks of zoo:tiny-mmt, 10^6 iterations
   bench/memory/run.py --iterations 400000 --warmup 100000
 
-Not a test: nothing in CTest or CI runs it (10^6 iterations take ~20 minutes on 2 cores).
+Each run gets a directory of its own under --out (default out/memory/): the plan, the launcher's
+log and the rank logs. Not a test: nothing in CTest or CI runs it (10^6 iterations of tiny-mmt take
+about an hour on 2 cores; of the small CANDLE-Uno in bench/memory/README.md, about 10 minutes).
 """
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,17 +97,19 @@ def main():
     if not os.access(plan_tool, os.X_OK):
         print("memory: %s not built (run scripts/build.sh)" % plan_tool, file=sys.stderr)
         return 2
-    shutil.rmtree(a.out, ignore_errors=True)
-    os.makedirs(a.out)
-    plan = os.path.join(a.out, "plan.pb")
+    # A directory of its own per run: an earlier run's launcher may still be finishing in another.
+    os.makedirs(a.out, exist_ok=True)
+    out = tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=a.out)
+    print("memory: plan, launcher log and rank logs in %s" % out, file=sys.stderr)
+    plan = os.path.join(out, "plan.pb")
     r = subprocess.run([plan_tool, "search", "--model", a.model, "--cluster", "cpu-local",
                         "--devices", str(a.ranks), "--batch", str(a.batch), "--out", plan,
                         "--log-level", "warn"], capture_output=True, text=True)
     if r.returncode != 0:
         print("memory: search failed: %s" % r.stderr.strip(), file=sys.stderr)
         return 2
-    run_dir = os.path.join(a.out, "run")
-    log = open(os.path.join(a.out, "launch.log"), "w")
+    run_dir = os.path.join(out, "run")
+    log = open(os.path.join(out, "launch.log"), "w")
     # Progress every 1000 iterations: the table's iterations come from rank 0's progress lines.
     job = subprocess.Popen([launch, "--plan", plan, "--iterations", str(a.iterations),
                             "--log-every", "1000", "--log-dir", run_dir],

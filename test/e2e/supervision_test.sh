@@ -104,12 +104,21 @@ check "nothing of the job is left running, nor rings in /dev/shm" nothing_left
   --run-dir "$tmp/r3" > "$tmp/orphan.log" 2>&1 &
 launcher=$!
 wait_for "$tmp/orphan.log" "iteration 499: loss"
+# Meanwhile its run directory serves no second job (whose clean-up would delete the first's
+# beacon and coordinator file).
+timeout 60 "$launch" --plan "$tmp/plan.pb" --iterations 2 --run-dir "$tmp/r3" \
+  > "$tmp/r3-second.log" 2>&1; rc=$?
+check "a second launcher in a live job's --run-dir exits 2, naming the first's pid" \
+  "[ \$rc -eq 2 ] && grep -q 'another job (launcher pid $launcher) still uses it' '$tmp/r3-second.log' && [ -s '$tmp/r3/launcher-beacon' ]"
 kill -KILL "$launcher"
 wait "$launcher" 2>/dev/null
 for _ in $(seq 100); do [ "$(ranks_alive)" -eq 0 ] && break; sleep 0.1; done
 check "after SIGKILL of the launcher no rank survives (10 s)" nothing_left
 check "its ranks stopped at an iteration boundary rather than dying" \
   'grep -q "stopped after iteration" "$tmp/r3/attempt-0/rank-0.log"'
+timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations 2 --run-dir "$tmp/r3" \
+  > "$tmp/r3-after.log" 2>&1; rc=$?
+check "once they are gone, the killed launcher's --run-dir takes a new job" '[ $rc -eq 0 ]'
 
 # 4. SIGTERM while checkpointing every 50 iterations: a final checkpoint at the agreed
 #    iteration, exit 143, nothing left in /dev/shm, the logs kept in ./graphpipe-runs/JOB-ID;
