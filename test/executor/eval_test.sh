@@ -31,7 +31,7 @@ def npy(d, name, shape, values):
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
         f.write(struct.pack("<%df" % len(values), *values))
 r = random.Random(11)
-for d, n in (("train", 16), ("held", 13)):
+for d, n in (("train", 16), ("held", 13), ("held16", 16)):
     for x in ("x1", "x2"):
         npy(os.path.join(sys.argv[1], d), x, (n, 8), [r.uniform(-1, 1) for _ in range(n * 8)])
     npy(os.path.join(sys.argv[1], d), "y.target", (n, 1), [r.uniform(-1, 1) for _ in range(n)])
@@ -83,6 +83,44 @@ JSON
 e=$("$exe" --log-level warn eval --checkpoint "$tmp/run-ckpt" --data "$tmp/held" --plan "$tmp/plan.pb" --json)
 check "a 2-rank run's checkpoint evaluates to the reference's held-out loss" \
   '{ [ $rc -eq 0 ] && close "$(echo "$e" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"loss\"])")" "${held[1]}" 1e-5; } || { tail -5 "$tmp/launch.log"; false; }'
+
+# The same 2 ranks evaluating as they train (run --eval-data): the pipeline's forward passes over
+# the held-out mini-batches give the reference's held-out loss after the same iterations.
+"$exe" --log-level warn reference --model "$onnx" --batch 8 --iterations 6 --optimizer sgd \
+  --lr 0.05 --data "$tmp/train" --eval-data "$tmp/held16" --eval-every 3 \
+  --metrics-out "$tmp/ref16.json"; rc=$?
+mapfile -t ref16 < <(field "$tmp/ref16.json" eval_loss)
+"$launcher" --plan "$tmp/plan.pb" --nprocs 2 --iterations 6 --log-every 2 \
+  --metrics-out "$tmp/run16.jsonl" --log-dir "$tmp/runs/eval16" -- --data "$tmp/train" \
+  --eval-data "$tmp/held16" --eval-every 3 > "$tmp/run16.log" 2>&1; rc2=$?
+mapfile -t run16 < <(python3 -c 'import json,sys; [print(json.loads(l)["iteration"], repr(json.loads(l)["eval_loss"])) for l in open(sys.argv[1]) if "eval_loss" in l]' "$tmp/run16.jsonl")
+check "a 2-rank run --eval-every 3 of 6 evaluates after iterations 2 and 5, in the metrics" \
+  '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ ${#ref16[@]} -eq 2 ] && [ ${#run16[@]} -eq 2 ] && [ "${run16[0]%% *}" = 2 ] && [ "${run16[1]%% *}" = 5 ] || { tail -5 "$tmp/run16.log"; false; }'
+check "... each equal to the reference's held-out loss after the same iteration" \
+  'close "${run16[0]#* }" "${ref16[0]}" 1e-5 && close "${run16[1]#* }" "${ref16[1]}" 1e-5 && ! close "${ref16[0]}" "${ref16[1]}" 1e-4'
+check "... and rank 0 prints each, with the samples it read" \
+  '[ "$(grep -c "iteration [25]: held-out loss [0-9.]* (16 samples)" "$tmp/run16.log")" -eq 2 ]'
+# The loss stage replicated (data parallel): each replica's part of the held-out loss adds up.
+cat > "$tmp/replicated.json" <<'JSON'
+{"stages": [{"ops": ["x1", "tower_a_Gemm"]},
+            {"ops": ["x2", "tower_b_Gemm", "Mul", "ReduceSum", "y.target", "y.loss"], "replicas": 2}]}
+JSON
+"$plan_bin" --log-level warn lower --assignment "$tmp/replicated.json" --model "$onnx" \
+  --cluster cpu-local --devices 3 --batch 8 --micro-batches 2 --optimizer sgd --lr 0.05 \
+  --out "$tmp/plan3.pb" > /dev/null
+"$launcher" --plan "$tmp/plan3.pb" --nprocs 3 --iterations 6 --metrics-out "$tmp/run3.json" \
+  --log-dir "$tmp/runs/eval3" -- --data "$tmp/train" --eval-data "$tmp/held16" --eval-every 3 \
+  > "$tmp/run3.log" 2>&1; rc=$?
+mapfile -t run3 < <(field "$tmp/run3.json" eval_loss)
+check "3 ranks, the loss stage replicated: the same held-out losses as the reference" \
+  '{ [ $rc -eq 0 ] && [ ${#run3[@]} -eq 2 ] && close "${run3[0]}" "${ref16[0]}" 1e-5 && close "${run3[1]}" "${ref16[1]}" 1e-5; } || { tail -5 "$tmp/run3.log"; false; }'
+"$launcher" --plan "$tmp/plan.pb" --nprocs 2 --iterations 2 --log-dir "$tmp/runs/eval13" \
+  -- --data "$tmp/train" --eval-data "$tmp/held" > "$tmp/run13.log" 2>&1; rc=$?
+check "13 held-out samples at mini-batch 8: the run evaluates the whole mini-batch, 8 samples" \
+  '[ $rc -eq 0 ] && grep -q "iteration 1: held-out loss [0-9.]* (8 samples)" "$tmp/run13.log"'
+err=$(timeout 20 "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size 2 --insecure --eval-every 2 2>&1 >/dev/null); rc=$?
+check "run --eval-every without --eval-data exits 2 naming both" \
+  '[ $rc -eq 2 ] && grep -q -- "--eval-every = 2 needs --eval-data" <<< "$err"'
 
 # Bad input: exit 2 naming the flag and what is wrong.
 err=$("$exe" reference --model "$onnx" --batch 8 --iterations 1 --eval-every 2 2>&1 >/dev/null); rc=$?

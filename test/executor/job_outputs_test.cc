@@ -262,7 +262,8 @@ TEST_CASE("a compacted .json metrics file resumes without losing entries") {
 TEST_CASE("resuming keeps the .json entries before the resumed iteration and drops later ones") {
   const std::string path = temp_path("resume.json");
   std::vector<JobMetrics> old;
-  for (int k = 0; k < 8; ++k) old.push_back({k, 3.0, 0.1, std::nullopt, 0.01, 1600, 10, 0.01 * k});
+  for (int k = 0; k < 8; ++k)
+    old.push_back({k, 3.0, 0.1, std::nullopt, 0.01, 1600, 10, 0.01 * k, std::nullopt});
   old[2].loss = std::nan("");  // written as null
   REQUIRE(model::write_file_atomic(path, metrics_file_json(old)).ok());
   ProgressLog log(options(path, 6, 1));
@@ -339,4 +340,44 @@ TEST_CASE("a run that does not resume starts a new .jsonl, and a missing file re
 }
 
 }  // namespace
+TEST_CASE("held-out losses from several loss ranks add up, and get a line and a .jsonl entry") {
+  const std::string path = temp_path("eval.jsonl");
+  fs::remove(path);
+  ProgressOptions o = options(path, 6, 4);
+  o.loss_ranks = 2;
+  o.eval_samples = 32;
+  ProgressLog log(o);
+  REQUIRE(log.open(0).ok());
+  CapturedLog captured;
+  log.start();
+  // Iteration 2 (not a window's end) carries each loss rank's part of the held-out loss.
+  for (int64_t it = 0; it < 4; ++it) {
+    for (int rank : {1, 2}) {
+      pb::ReportMetricsRequest r;
+      r.set_rank(rank);
+      auto* m = r.add_iterations();
+      m->set_iteration(it);
+      m->set_loss(8);
+      m->set_time_s(0.001);
+      if (it == 2) m->set_eval_loss(rank == 1 ? 0.25 : 0.5);
+      log.add(r);
+    }
+  }
+  const auto lines = lines_of(path);
+  REQUIRE(lines.size() == 2);  // iteration 2 on its own, then the window's end, 3
+  CHECK(lines[0].find("\"iteration\":2") != std::string::npos);
+  CHECK(lines[0].find("\"eval_loss\":0.75") != std::string::npos);
+  CHECK(lines[1].find("\"iteration\":3") != std::string::npos);
+  CHECK(lines[1].find("eval_loss") == std::string::npos);
+  CHECK(captured.text().find("iteration 2: held-out loss 0.750000 (32 samples)") !=
+        std::string::npos);
+  // A resumed run reads the entry back whole.
+  auto parsed = parse_metrics(path, read(path));
+  REQUIRE(parsed.ok());
+  REQUIRE(parsed->size() == 2);
+  REQUIRE((*parsed)[0].eval_loss.has_value());
+  CHECK(*(*parsed)[0].eval_loss == 0.75);
+  CHECK_FALSE((*parsed)[1].eval_loss.has_value());
+}
+
 }  // namespace gp::exec::daemon

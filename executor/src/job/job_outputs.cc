@@ -124,6 +124,7 @@ void ProgressLog::add(const graphpipe::v1::ReportMetricsRequest& report) {
     p.loss_by_rank[report.rank()] = m.loss();  // the latest report of a rank counts, as stored
     p.time_s = std::max(p.time_s, m.time_s());
     if (m.has_grad_norm()) p.grad_norm = m.grad_norm();
+    if (m.has_eval_loss()) p.eval_by_rank[report.rank()] = m.eval_loss();
     if (static_cast<int>(p.loss_by_rank.size()) < o_.loss_ranks) continue;
     const Pending done = std::move(p);
     pending_.erase(k);
@@ -141,10 +142,39 @@ void ProgressLog::complete(int64_t k, const Pending& p, Clock::time_point now) {
   r.grad_norm = p.grad_norm;
   r.time_s = p.time_s;
   r.elapsed_s = seconds_since_start(now);
+  if (!p.eval_by_rank.empty()) {
+    double eval = 0;
+    for (const auto& [rank, part] : p.eval_by_rank) eval += part;
+    r.eval_loss = eval;
+  }
   last_complete_ = std::max(last_complete_, k);
   window_.push_back(k);
   if (done_++ == 0) first_done_ = now;
-  if ((k + 1) % o_.log_every == 0 || k + 1 == o_.iterations) close_window(now);
+  const bool window_ends = (k + 1) % o_.log_every == 0 || k + 1 == o_.iterations;
+  if (r.eval_loss) {
+    // Its own line whatever the window: an evaluation is rare and read on its own.
+    log::get("exec")->info("iteration {}: held-out loss {:.6f} ({} samples)", k, *r.eval_loss,
+                           o_.eval_samples);
+    if (!window_ends) write_jsonl(r);
+    if (tensorboard_ != nullptr && !tensorboard_failed_) {
+      const TensorBoardScalar eval{"eval/loss", *r.eval_loss};
+      if (Status st = tensorboard_->write_scalars(k, std::span(&eval, 1)); !st.ok()) {
+        tensorboard_failed_ = true;  // said once; the run goes on
+        log::get("exec")->error("{}", st.message());
+      }
+    }
+  }
+  if (window_ends) close_window(now);
+}
+
+void ProgressLog::write_jsonl(const JobMetrics& m) {
+  if (jsonl_ == nullptr || jsonl_failed_) return;
+  const std::string line = metrics_line(m) + "\n";
+  if (std::fputs(line.c_str(), jsonl_) < 0 || std::fflush(jsonl_) != 0) {
+    jsonl_failed_ = true;  // said once; the run goes on
+    log::get("exec")->error("--metrics-out {}: cannot append: {}", o_.metrics_out,
+                            std::strerror(errno));
+  }
 }
 
 // The window's rate goes to each of its iterations, to the progress line and to the .jsonl
@@ -166,14 +196,7 @@ void ProgressLog::close_window(Clock::time_point now) {
   window_.clear();
   window_start_ = now;
   window_rates_.add(rate);
-  if (jsonl_ != nullptr && !jsonl_failed_) {
-    const std::string line = metrics_line(last) + "\n";
-    if (std::fputs(line.c_str(), jsonl_) < 0 || std::fflush(jsonl_) != 0) {
-      jsonl_failed_ = true;  // said once; the run goes on
-      log::get("exec")->error("--metrics-out {}: cannot append: {}", o_.metrics_out,
-                              std::strerror(errno));
-    }
-  }
+  write_jsonl(last);
   if (tensorboard_ != nullptr && !tensorboard_failed_) {
     // The same numbers as the .jsonl line; optional ones only when the line has them.
     std::array<TensorBoardScalar, 5> scalars;
@@ -294,6 +317,7 @@ void write_entry(JsonWriter& w, const JobMetrics& m) {
   w.begin_object().field("iteration", m.iteration).field("loss", m.loss);
   if (m.lr) w.field("lr", *m.lr);
   if (m.grad_norm) w.field("grad_norm", *m.grad_norm);
+  if (m.eval_loss) w.field("eval_loss", *m.eval_loss);
   w.field("time_s", m.time_s)
       .field("samples_per_s", m.samples_per_s)
       .field("ms_per_iteration", m.ms_per_iteration)
@@ -309,6 +333,7 @@ std::optional<JobMetrics> from_record(const graphpipe::v1::MetricsRecord& r) {
   m.loss = r.has_loss() ? r.loss() : std::nan("");  // null: it was not finite
   if (r.has_lr()) m.lr = r.lr();
   if (r.has_grad_norm()) m.grad_norm = r.grad_norm();
+  if (r.has_eval_loss()) m.eval_loss = r.eval_loss();
   m.time_s = r.time_s();
   m.samples_per_s = r.samples_per_s();
   m.ms_per_iteration = r.ms_per_iteration();

@@ -39,6 +39,7 @@ struct JobMetrics {
   double samples_per_s = 0;
   double ms_per_iteration = 0;
   double elapsed_s = 0;  // from the start of this run's training to the iteration's completion
+  std::optional<double> eval_loss;  // --eval-data: the held-out mean loss after the iteration
 };
 
 // A .jsonl metrics file holds one line per logged iteration, appended as the job runs; any
@@ -82,7 +83,8 @@ struct ProgressOptions {
   graphpipe::v1::TrainingConfig training;  // the learning rate of each iteration
   double predicted_samples_per_s = 0;      // the plan's prediction (0: none)
   std::string metrics_out;                 // "" for none
-  std::string tensorboard;  // --tensorboard: a directory for event files of the same lines ("")
+  std::string tensorboard;   // --tensorboard: a directory for event files of the same lines ("")
+  int64_t eval_samples = 0;  // --eval-data: the held-out samples each evaluation reads (0: none)
 };
 
 // Rank 0 (and `local`): the loss of each iteration once every rank with a loss has reported it
@@ -120,11 +122,13 @@ class ProgressLog {
     std::map<int, double> loss_by_rank;  // summed in rank order, whatever order reports come in
     double time_s = 0;
     std::optional<double> grad_norm;
+    std::map<int, double> eval_by_rank;  // the loss ranks' parts of the held-out loss
   };
   static std::string format_duration(double s);
   double seconds_since_start(std::chrono::steady_clock::time_point t) const;
   void complete(int64_t k, const Pending& p, std::chrono::steady_clock::time_point now);
   void close_window(std::chrono::steady_clock::time_point now);
+  void write_jsonl(const JobMetrics& m);  // one .jsonl line, when the file is one
   std::string summary_locked() const;
 
   const ProgressOptions o_;

@@ -175,6 +175,8 @@ class RankJob {
     so.device = device_;
     so.data_dir = o_.data;  // only this rank's input ops' files
     so.shuffle = !o_.no_shuffle;
+    so.eval_data_dir = o_.eval_data;
+    GP_RETURN_IF_ERROR(check_eval_every());
     GP_ASSIGN_OR_RETURN(session_, RankSession::open(loaded, so));  // checks --rank
     if (!o_.trace.empty()) {
       const auto& program = plan().programs(loaded->index().program_of_rank[o_.rank]);
@@ -197,6 +199,13 @@ class RankJob {
     GP_ASSIGN_OR_RETURN(transport_, choose_transport(o_.data_plane, device_));
     if (transport_->setup != nullptr) nccl_plan_ = nccl_layout(plan());
     return ok_status();
+  }
+
+  Status check_eval_every() const {
+    if (o_.eval_every == 0 || (o_.eval_every > 0 && !o_.eval_data.empty())) return ok_status();
+    return invalid_argument("--eval-every = " + std::to_string(o_.eval_every) +
+                            (o_.eval_every < 0 ? ", must be >= 0 (0: after the last iteration)"
+                                               : " needs --eval-data DIR (the held-out samples)"));
   }
 
   // --slowdown and --measure-every: the clock and its windows, made before the step loop.
@@ -324,6 +333,7 @@ class RankJob {
     po.predicted_samples_per_s = plan().predicted().throughput_samples_per_s();
     if (hosts_coordinator_) po.metrics_out = o_.metrics_out;
     if (hosts_coordinator_) po.tensorboard = o_.tensorboard;
+    po.eval_samples = session_->eval_samples();
     progress_ = std::make_unique<ProgressLog>(std::move(po));
     return progress_->open(first_iteration_);
   }
@@ -456,8 +466,20 @@ class RankJob {
     return measured_ != nullptr ? measured_->write() : ok_status();
   }
 
+  // With --eval-data: whether iteration `it` ends with an evaluation (every --eval-every, and the
+  // last of the run), and if so this rank's part of the held-out loss. Every rank evaluates.
+  Result<std::optional<double>> evaluate_after(int it, int last) {
+    if (o_.eval_data.empty()) return std::optional<double>();
+    if (it != last && (o_.eval_every == 0 || (it + 1) % o_.eval_every != 0)) {
+      return std::optional<double>();
+    }
+    clock_->set_recording(false);  // the measured profile times training steps only
+    GP_ASSIGN_OR_RETURN(const double part, session_->evaluate());
+    return std::optional<double>(part);
+  }
+
   // One iteration's loss to the coordinator, refusing a non-finite one unless allowed.
-  Status report_loss(int it, double loss) {
+  Status report_loss(int it, double loss, std::optional<double> eval_loss) {
     if (!session_->runner().stage_runner().has_loss()) return ok_status();
     if (!std::isfinite(loss) && !o_.allow_nonfinite) {
       nonfinite_ = true;
@@ -473,6 +495,7 @@ class RankJob {
     m.set_time_s(last_time_s_);
     const double grad_norm = session_->runner().grad_norm();
     if (!std::isnan(grad_norm)) m.set_grad_norm(grad_norm);  // computed with clipping only
+    if (eval_loss) m.set_eval_loss(*eval_loss);
     return client_->report_metrics(o_.rank, {m});
   }
 
@@ -506,7 +529,8 @@ class RankJob {
       last_time_s_ = std::chrono::duration<double>(Clock::now() - start).count();
       if (measured) GP_RETURN_IF_ERROR(report_timings(it));
       heartbeat_->set_samples_per_s(static_cast<double>(plan().mini_batch()) / last_time_s_);
-      GP_RETURN_IF_ERROR(report_loss(it, loss));
+      GP_ASSIGN_OR_RETURN(const auto eval_loss, evaluate_after(it, o_.iterations - 1));
+      GP_RETURN_IF_ERROR(report_loss(it, loss, eval_loss));
       // A requested stop: propose this boundary, then ask at each one until every rank has.
       if (stop_after < 0 && heartbeat_->stop_requested()) {
         GP_ASSIGN_OR_RETURN(auto decision, client_->propose_stop(o_.rank, it));

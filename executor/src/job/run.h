@@ -37,6 +37,8 @@ struct RunOptions {
   bool allow_new_seed = false;   // resume even when the seed or data stream differs (a warning)
   std::string data;              // training data: one <input op id>.npy per graph input
   bool no_shuffle = false;       // with data: file order every epoch
+  std::string eval_data;         // held-out samples (data's layout): the loss on them ...
+  int eval_every = 0;            // ... after every this many iterations and the last (0: last)
   int log_every = 1;             // rank 0: a progress line per this many iterations
   bool allow_nonfinite = false;  // a NaN/inf loss trains on instead of stopping the job (exit 3)
   std::string verdict_file;      // rank 0: when the job aborts, "failed_rank=R\nreason=...\n"

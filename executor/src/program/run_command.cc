@@ -126,6 +126,14 @@ class RunCommand final : public Command {
                      "checkpoint after every K iterations (0: never)")
         ->capture_default_str();
     add_data_options(cmd_, o_.data, o_.no_shuffle);
+    cmd_->add_option("--eval-data", o_.eval_data,
+                     "held-out samples (a directory as --data's; every rank reads it): the mean "
+                     "loss over its whole mini-batches in file order, after the last iteration and "
+                     "every --eval-every, in the progress output and the metrics (eval_loss); the "
+                     "pipeline runs their forward passes only");
+    cmd_->add_option("--eval-every", o_.eval_every,
+                     "evaluate --eval-data every K iterations too (0: after the last only)")
+        ->capture_default_str();
     auto* resume = cmd_->add_option(
         "--resume", o_.resume,
         "continue from the newest checkpoint in this directory; any plan of the same model may "

@@ -334,6 +334,45 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
   return loss;
 }
 
+Result<double> RankRunner::evaluate(const DataSource& data, int64_t iterations) {
+  if (comm_ == nullptr) {
+    return failed_precondition("rank " + std::to_string(program_.rank) + ": evaluate before bind");
+  }
+  constexpr uint64_t kEvaluation = uint64_t{1} << 62;  // training's tags stay below it
+  StageRunner& runner = *runner_;
+  double loss = 0;
+  for (int64_t k = 0; k < iterations; ++k) {
+    const uint64_t tag_bits = kEvaluation | static_cast<uint64_t>(k & 1) << 63;
+    for (size_t i = 0; i < program_.steps.size(); ++i) {
+      const Step& s = program_.steps[i];
+      std::byte* message = message_of_step_[i];
+      Status st;
+      if (s.op == StepOp::kForward) {
+        runner.forward_from(data, s.slot, program_.per_replica, k, s.first_sample);
+        if (runner.has_loss()) loss += runner.loss_sum(s.slot);
+      } else if (s.op == StepOp::kSend && !s.gradient) {
+        st = (this->*pack_)(s, message);
+        if (st.ok()) {
+          st = comm_->send(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
+        }
+      } else if (s.op == StepOp::kRecv && !s.gradient) {
+        st = comm_->recv(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
+        if (st.ok()) st = (this->*unpack_)(s, message);
+      }
+      if (!st.ok()) {
+        return st.with_context("rank " + std::to_string(program_.rank) + ", evaluation batch " +
+                               std::to_string(k) + ", instruction " +
+                               std::to_string(s.instruction));
+      }
+    }
+    GP_RETURN_IF_ERROR(
+        comm_->wait_all().with_context("rank " + std::to_string(program_.rank) + ", evaluation"));
+  }
+  GP_RETURN_IF_ERROR(
+      runner.synchronize().with_context("rank " + std::to_string(program_.rank) + ", evaluation"));
+  return loss;
+}
+
 Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t parity,
                             double& loss) {
   Communicator& comm = *comm_;

@@ -22,6 +22,9 @@ Result<std::unique_ptr<RankSession>> RankSession::open(std::shared_ptr<const pla
         s->data_, open_stage_data(o.data_dir, p.graph(), program.layout.op_indices(),
                                   p.plan().mini_batch(), o.shuffle, p.plan().training().seed()));
   }
+  if (!o.eval_data_dir.empty()) {
+    GP_RETURN_IF_ERROR(s->open_eval_data(o.eval_data_dir, program.layout.op_indices()));
+  }
   GP_ASSIGN_OR_RETURN(
       s->runner_,
       RankRunner::create(std::move(program), p.graph(), p.plan().training(),
@@ -31,6 +34,31 @@ Result<std::unique_ptr<RankSession>> RankSession::open(std::shared_ptr<const pla
 }
 
 RankSession::~RankSession() = default;
+
+Status RankSession::open_eval_data(const std::string& dir, const std::vector<int>& stage_ops) {
+  const auto& g = graph();
+  const int64_t mini_batch = plan().mini_batch();
+  // Every rank counts the samples of all the graph's inputs, so that a stage without any runs
+  // as many evaluation batches as those with them.
+  std::vector<int> all_ops(static_cast<size_t>(g.num_ops()));
+  for (int i = 0; i < g.num_ops(); ++i) all_ops[static_cast<size_t>(i)] = i;
+  auto all = open_stage_data(dir, g, all_ops, mini_batch, /*shuffle=*/false, 0);
+  if (!all.ok()) return all.status().with_context("--eval-data " + dir);
+  eval_batches_ = (*all)->samples() / mini_batch;
+  auto mine = open_stage_data(dir, g, stage_ops, mini_batch, /*shuffle=*/false, 0);
+  if (!mine.ok()) return mine.status().with_context("--eval-data " + dir);
+  eval_data_ = std::move(*mine);
+  return ok_status();
+}
+
+Result<double> RankSession::evaluate() {
+  if (eval_data_ == nullptr) {
+    return failed_precondition("rank " + std::to_string(rank()) +
+                               ": no evaluation data (--eval-data)");
+  }
+  GP_ASSIGN_OR_RETURN(const double sum, runner_->evaluate(*eval_data_, eval_batches_));
+  return sum / static_cast<double>(eval_samples());
+}
 
 bool RankSession::checkpoint_writer() const {
   const auto& mine = plan().stages(stage());

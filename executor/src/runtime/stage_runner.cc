@@ -281,6 +281,14 @@ void StageRunner::forward(int slot, int64_t batch, int64_t iteration, int64_t fi
   if (clock_ != nullptr) clock_->flush();  // the slowdown is slept before the outputs leave
 }
 
+void StageRunner::forward_from(const DataSource& data, int slot, int64_t batch, int64_t iteration,
+                               int64_t first_sample) {
+  const DataSource* training = data_;
+  data_ = &data;
+  run_forward(slot, batch, iteration, first_sample, /*recorded=*/false);
+  data_ = training;
+}
+
 // The end of a timed interval: queued device work is waited for (its errors noted), then the
 // clock stretches and returns it.
 double StageRunner::timed(OpClock::Clock::time_point start) const {

@@ -77,6 +77,12 @@ class RankRunner {
   // One training iteration over the bound data plane; returns this rank's sum of per-sample
   // losses (0 if it holds none). Refused before bind().
   Result<double> run_iteration(int64_t iteration);
+  // Evaluation between iterations: the program's forward steps and forward messages only, over
+  // `iterations` mini-batches of `data` (held-out samples, read in order: mini-batch k from
+  // sample k * mini_batch); every rank of the plan must call it with the same count. Returns
+  // this rank's sum of per-sample losses over them (0 if it holds none). Its messages carry
+  // their own tags, so none meets a training iteration's.
+  Result<double> evaluate(const DataSource& data, int64_t iterations);
 
   // Records up to `max_events` intervals from now on (preallocated; recording never allocates).
   void enable_trace(size_t max_events);

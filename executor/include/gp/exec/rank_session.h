@@ -36,6 +36,8 @@ struct SessionOptions {
   std::string data_dir;            // the stage's input ops read their samples here (dataset.h)
   bool shuffle = true;             // with the plan's seed
   size_t trace_events = 0;         // > 0: record that many step intervals (RankRunner::trace)
+  // Held-out samples for evaluate() (the layout of data_dir's); "" for none.
+  std::string eval_data_dir;
 };
 
 class RankSession {
@@ -66,6 +68,13 @@ class RankSession {
   Status bind(Communicator& comm);
   // One training iteration; this rank's sum of per-sample losses (0 when it holds no loss).
   Result<double> run_iteration(int64_t iteration) { return runner_->run_iteration(iteration); }
+  // The held-out loss with the parameters as they are: every rank of the plan runs its part of
+  // the forward passes of eval_samples() samples (the whole mini-batches of the evaluation data,
+  // in file order); returns this rank's part of their mean loss (0 when it holds no loss).
+  // Refused without SessionOptions::eval_data_dir.
+  Result<double> evaluate();
+  // Samples each evaluation reads: the whole mini-batches the evaluation data holds (0: none).
+  int64_t eval_samples() const { return eval_batches_ * plan().mini_batch(); }
   // Writes this stage's part of checkpoint `iteration` into `dir` when this rank is its writer
   // (else nothing; a stage sharding its optimizer state first gathers it from every replica, so
   // each of them takes part). Every rank's part must be on disk before rank 0 calls
@@ -79,8 +88,11 @@ class RankSession {
 
  private:
   RankSession() = default;
+  Status open_eval_data(const std::string& dir, const std::vector<int>& stage_ops);
   std::shared_ptr<const plan::LoadedPlan> plan_;
-  std::unique_ptr<NpyDataset> data_;    // read by runner_'s input ops; outlives it
+  std::unique_ptr<NpyDataset> data_;  // read by runner_'s input ops; outlives it
+  std::unique_ptr<NpyDataset> eval_data_;
+  int64_t eval_batches_ = 0;
   std::unique_ptr<RankRunner> runner_;  // destroyed first
 };
 

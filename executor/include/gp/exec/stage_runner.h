@@ -96,6 +96,10 @@ class StageRunner {
   // Forward of `batch` samples; graph inputs of the stage are filled with the data (synthetic,
   // or the data source's) of samples [first_sample, first_sample + batch) of `iteration`.
   void forward(int slot, int64_t batch, int64_t iteration, int64_t first_sample);
+  // A forward whose graph inputs read `data` (held-out samples) instead of the training data:
+  // an evaluation. The slot then holds no micro-batch to go backward from.
+  void forward_from(const DataSource& data, int slot, int64_t batch, int64_t iteration,
+                    int64_t first_sample);
   // Sum over samples and loss ops of the per-sample losses of the slot's last forward.
   double loss_sum(int slot) const;
   bool has_loss() const { return !loss_ops_.empty(); }
