@@ -114,6 +114,20 @@ JSON
 mapfile -t run3 < <(field "$tmp/run3.json" eval_loss)
 check "3 ranks, the loss stage replicated: the same held-out losses as the reference" \
   '{ [ $rc -eq 0 ] && [ ${#run3[@]} -eq 2 ] && close "${run3[0]}" "${ref16[0]}" 1e-5 && close "${run3[1]}" "${ref16[1]}" 1e-5; } || { tail -5 "$tmp/run3.log"; false; }'
+# A middle stage without graph inputs learns the sample count from the files' headers.
+cat > "$tmp/middle.json" <<'JSON'
+{"stages": [{"ops": ["x1", "x2", "tower_a_Gemm"]}, {"ops": ["tower_b_Gemm"]},
+            {"ops": ["Mul", "ReduceSum", "y.target", "y.loss"]}]}
+JSON
+"$plan_bin" --log-level warn lower --assignment "$tmp/middle.json" --model "$onnx" \
+  --cluster cpu-local --devices 3 --batch 8 --micro-batches 2 --optimizer sgd --lr 0.05 \
+  --out "$tmp/plan-mid.pb" > /dev/null
+"$launcher" --plan "$tmp/plan-mid.pb" --nprocs 3 --iterations 6 --metrics-out "$tmp/mid.json" \
+  --log-dir "$tmp/runs/eval-mid" -- --data "$tmp/train" --eval-data "$tmp/held16" \
+  --eval-every 3 > "$tmp/mid.log" 2>&1; rc=$?
+mapfile -t mid < <(field "$tmp/mid.json" eval_loss)
+check "3 stages, the middle one without inputs: the same held-out losses as the reference" \
+  '{ [ $rc -eq 0 ] && [ ${#mid[@]} -eq 2 ] && close "${mid[0]}" "${ref16[0]}" 1e-5 && close "${mid[1]}" "${ref16[1]}" 1e-5; } || { tail -5 "$tmp/mid.log"; false; }'
 "$launcher" --plan "$tmp/plan.pb" --nprocs 2 --iterations 2 --log-dir "$tmp/runs/eval13" \
   -- --data "$tmp/train" --eval-data "$tmp/held" > "$tmp/run13.log" 2>&1; rc=$?
 check "13 held-out samples at mini-batch 8: the run evaluates the whole mini-batch, 8 samples" \

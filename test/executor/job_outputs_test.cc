@@ -378,6 +378,9 @@ TEST_CASE("held-out losses from several loss ranks add up, and get a line and a 
   REQUIRE((*parsed)[0].eval_loss.has_value());
   CHECK(*(*parsed)[0].eval_loss == 0.75);
   CHECK_FALSE((*parsed)[1].eval_loss.has_value());
+  // Written when its window closed, the evaluation's line has the window's training rate.
+  CHECK((*parsed)[0].samples_per_s > 0);
+  CHECK((*parsed)[0].samples_per_s == (*parsed)[1].samples_per_s);
 }
 
 }  // namespace gp::exec::daemon

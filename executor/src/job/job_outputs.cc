@@ -125,6 +125,7 @@ void ProgressLog::add(const graphpipe::v1::ReportMetricsRequest& report) {
     p.time_s = std::max(p.time_s, m.time_s());
     if (m.has_grad_norm()) p.grad_norm = m.grad_norm();
     if (m.has_eval_loss()) p.eval_by_rank[report.rank()] = m.eval_loss();
+    p.eval_s = std::max(p.eval_s, m.eval_time_s());
     if (static_cast<int>(p.loss_by_rank.size()) < o_.loss_ranks) continue;
     const Pending done = std::move(p);
     pending_.erase(k);
@@ -146,6 +147,7 @@ void ProgressLog::complete(int64_t k, const Pending& p, Clock::time_point now) {
     double eval = 0;
     for (const auto& [rank, part] : p.eval_by_rank) eval += part;
     r.eval_loss = eval;
+    r.eval_s = p.eval_s;
   }
   last_complete_ = std::max(last_complete_, k);
   window_.push_back(k);
@@ -155,7 +157,6 @@ void ProgressLog::complete(int64_t k, const Pending& p, Clock::time_point now) {
     // Its own line whatever the window: an evaluation is rare and read on its own.
     log::get("exec")->info("iteration {}: held-out loss {:.6f} ({} samples)", k, *r.eval_loss,
                            o_.eval_samples);
-    if (!window_ends) write_jsonl(r);
     if (tensorboard_ != nullptr && !tensorboard_failed_) {
       const TensorBoardScalar eval{"eval/loss", *r.eval_loss};
       if (Status st = tensorboard_->write_scalars(k, std::span(&eval, 1)); !st.ok()) {
@@ -181,7 +182,8 @@ void ProgressLog::write_jsonl(const JobMetrics& m) {
 // line of its last iteration: one number for all three.
 void ProgressLog::close_window(Clock::time_point now) {
   if (window_.empty()) return;
-  const double wall = std::chrono::duration<double>(now - window_start_).count();
+  double wall = std::chrono::duration<double>(now - window_start_).count();
+  for (int64_t k : window_) wall -= complete_[k].eval_s;  // training's rate: evaluations out
   const auto n = static_cast<double>(window_.size());
   const double rate = wall > 0 ? static_cast<double>(o_.mini_batch) * n / wall : 0;
   const double ms = wall * 1000 / n;
@@ -190,6 +192,10 @@ void ProgressLog::close_window(Clock::time_point now) {
     complete_[k].ms_per_iteration = ms;
   }
   const JobMetrics last = complete_[window_.back()];
+  // An evaluation inside the window gets a .jsonl line of its own, with the window's rate.
+  for (int64_t k : window_) {
+    if (k != last.iteration && complete_[k].eval_loss) write_jsonl(complete_[k]);
+  }
   if (o_.metrics_out.empty() || is_jsonl(o_.metrics_out)) {
     for (int64_t k : window_) complete_.erase(k);
   }

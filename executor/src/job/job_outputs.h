@@ -40,6 +40,7 @@ struct JobMetrics {
   double ms_per_iteration = 0;
   double elapsed_s = 0;  // from the start of this run's training to the iteration's completion
   std::optional<double> eval_loss;  // --eval-data: the held-out mean loss after the iteration
+  double eval_s = 0;  // the evaluation's time (the slowest rank's), not counted as training's
 };
 
 // A .jsonl metrics file holds one line per logged iteration, appended as the job runs; any
@@ -123,6 +124,7 @@ class ProgressLog {
     double time_s = 0;
     std::optional<double> grad_norm;
     std::map<int, double> eval_by_rank;  // the loss ranks' parts of the held-out loss
+    double eval_s = 0;
   };
   static std::string format_duration(double s);
   double seconds_since_start(std::chrono::steady_clock::time_point t) const;

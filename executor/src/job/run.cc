@@ -474,7 +474,9 @@ class RankJob {
       return std::optional<double>();
     }
     clock_->set_recording(false);  // the measured profile times training steps only
+    const auto start = Clock::now();
     GP_ASSIGN_OR_RETURN(const double part, session_->evaluate());
+    last_eval_s_ = std::chrono::duration<double>(Clock::now() - start).count();
     return std::optional<double>(part);
   }
 
@@ -495,7 +497,10 @@ class RankJob {
     m.set_time_s(last_time_s_);
     const double grad_norm = session_->runner().grad_norm();
     if (!std::isnan(grad_norm)) m.set_grad_norm(grad_norm);  // computed with clipping only
-    if (eval_loss) m.set_eval_loss(*eval_loss);
+    if (eval_loss) {
+      m.set_eval_loss(*eval_loss);
+      m.set_eval_time_s(last_eval_s_);
+    }
     return client_->report_metrics(o_.rank, {m});
   }
 
@@ -733,6 +738,7 @@ class RankJob {
   int64_t failed_iteration_ = -1;
   bool nonfinite_ = false;
   double last_time_s_ = 0;  // of the last iteration (nothing per iteration is kept)
+  double last_eval_s_ = 0;  // of the last evaluation (--eval-data)
 };
 
 }  // namespace

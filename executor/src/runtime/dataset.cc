@@ -434,4 +434,12 @@ void NpyDataset::fill(const model::OpNode& input, int64_t iteration, int64_t fir
   }
 }
 
+std::optional<int64_t> dataset_samples(const std::string& dir, const model::Graph& graph) {
+  for (int i = 0; i < graph.num_ops(); ++i) {
+    if (!graph.op(i).info->is_input) continue;
+    if (const auto rows = header_samples(dir, graph.op(i))) return rows;
+  }
+  return std::nullopt;
+}
+
 }  // namespace gp::exec

@@ -36,18 +36,25 @@ Result<std::unique_ptr<RankSession>> RankSession::open(std::shared_ptr<const pla
 RankSession::~RankSession() = default;
 
 Status RankSession::open_eval_data(const std::string& dir, const std::vector<int>& stage_ops) {
-  const auto& g = graph();
   const int64_t mini_batch = plan().mini_batch();
-  // Every rank counts the samples of all the graph's inputs, so that a stage without any runs
-  // as many evaluation batches as those with them.
-  std::vector<int> all_ops(static_cast<size_t>(g.num_ops()));
-  for (int i = 0; i < g.num_ops(); ++i) all_ops[static_cast<size_t>(i)] = i;
-  auto all = open_stage_data(dir, g, all_ops, mini_batch, /*shuffle=*/false, 0);
-  if (!all.ok()) return all.status().with_context("--eval-data " + dir);
-  eval_batches_ = (*all)->samples() / mini_batch;
-  auto mine = open_stage_data(dir, g, stage_ops, mini_batch, /*shuffle=*/false, 0);
+  auto mine = open_stage_data(dir, graph(), stage_ops, mini_batch, /*shuffle=*/false, 0);
   if (!mine.ok()) return mine.status().with_context("--eval-data " + dir);
   eval_data_ = std::move(*mine);
+  // A stage without inputs counts the samples by a file header, so that it runs as many
+  // evaluation batches as the stages with inputs (which checked every header against theirs).
+  int64_t samples = eval_data_->samples();
+  if (samples == 0) {
+    const auto rows = dataset_samples(dir, graph());
+    if (!rows || *rows < mini_batch) {
+      return invalid_argument(
+          "--eval-data " + dir + ": " +
+          (rows ? std::to_string(*rows) + " samples, fewer than the mini-batch of " +
+                      std::to_string(mini_batch)
+                : std::string("no input's .npy file there has a readable header")));
+    }
+    samples = *rows;
+  }
+  eval_batches_ = samples / mini_batch;
   return ok_status();
 }
 

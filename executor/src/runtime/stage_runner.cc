@@ -285,8 +285,10 @@ void StageRunner::forward_from(const DataSource& data, int slot, int64_t batch, 
                                int64_t first_sample) {
   const DataSource* training = data_;
   data_ = &data;
+  last_batch_[slot] = batch;  // what loss_sum reads
   run_forward(slot, batch, iteration, first_sample, /*recorded=*/false);
   data_ = training;
+  if (clock_ != nullptr) clock_->flush();  // the slowdown is slept before the outputs leave
 }
 
 // The end of a timed interval: queued device work is waited for (its errors noted), then the

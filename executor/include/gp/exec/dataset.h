@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,10 @@ class NpyDataset final : public DataSource {
   bool shuffle_ = false;
   uint64_t seed_ = 0;
 };
+
+// The samples `dir` holds, from the header of the first of the graph's input files that reads
+// (a stage without inputs learns so how many mini-batches the others run); nullopt when none does.
+std::optional<int64_t> dataset_samples(const std::string& dir, const model::Graph& graph);
 
 // The data of a stage: `dir` opened for the input ops among `ops` (graph indices).
 Result<std::unique_ptr<NpyDataset>> open_stage_data(const std::string& dir,
