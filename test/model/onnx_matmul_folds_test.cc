@@ -27,26 +27,12 @@ struct Onnx : testing::OnnxBuilder {
       node("MatMul", {"x", std::string("w_") + w}, {w}, w);
     }
   }
-  ModelGraph imported() const {
-    auto m = import();
-    INFO(m.status().to_string());
-    REQUIRE(m.ok());
-    return *m;
-  }
 };
 
-int count(const ModelGraph& m, const std::string& type) {
-  int n = 0;
-  for (const auto& o : m.ops()) n += o.type() == type ? 1 : 0;
-  return n;
-}
+int count(const ModelGraph& m, const std::string& type) { return testing::type_counts(m)[type]; }
 
 const graphpipe::v1::Operator& op(const ModelGraph& m, const std::string& id) {
-  for (const auto& o : m.ops()) {
-    if (o.id() == id) return o;
-  }
-  FAIL("no op " << id);
-  return m.ops(0);
+  return testing::model_op(m, id);
 }
 
 int64_t int_attr(const graphpipe::v1::Operator& o, const std::string& name) {

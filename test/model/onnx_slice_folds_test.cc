@@ -34,26 +34,12 @@ struct Onnx : testing::OnnxBuilder {
     node("Relu", {name}, {name + ".relu"}, name + ".relu");
     output(name + ".relu", {end - start, 4});
   }
-  ModelGraph imported() const {
-    auto m = import();
-    INFO(m.status().to_string());
-    REQUIRE(m.ok());
-    return *m;
-  }
 };
 
-int count(const ModelGraph& m, const std::string& type) {
-  int n = 0;
-  for (const auto& o : m.ops()) n += o.type() == type ? 1 : 0;
-  return n;
-}
+int count(const ModelGraph& m, const std::string& type) { return testing::type_counts(m)[type]; }
 
 const graphpipe::v1::Operator& op(const ModelGraph& m, const std::string& id) {
-  for (const auto& o : m.ops()) {
-    if (o.id() == id) return o;
-  }
-  FAIL("no op " << id);
-  return m.ops(0);
+  return testing::model_op(m, id);
 }
 
 }  // namespace

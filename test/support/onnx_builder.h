@@ -157,6 +157,14 @@ inline std::vector<float> param_floats(const graphpipe::v1::Operator& o, const s
   std::memcpy(v.data(), raw.data(), raw.size());
   return v;
 }
+// The operator `id` of an imported ModelGraph (fails the test when there is none).
+inline const graphpipe::v1::Operator& model_op(const model::ModelGraph& m, const std::string& id) {
+  for (const auto& o : m.ops()) {
+    if (o.id() == id) return o;
+  }
+  FAIL("no op " << id);
+  return m.ops(0);
+}
 inline std::map<std::string, int> type_counts(const model::ModelGraph& m) {
   std::map<std::string, int> counts;
   for (const auto& o : m.ops()) ++counts[o.type()];
