@@ -409,6 +409,13 @@ Result<int> normalize_axis(int64_t axis, int rank) {
   return static_cast<int>(axis < 0 ? axis + rank : axis);
 }
 
+Status check_range(int64_t start, int64_t end, int64_t size, const std::string& axis_name) {
+  if (start >= 0 && end <= size && start < end) return ok_status();
+  return invalid_argument(
+      "attrs.start = " + std::to_string(start) + ", attrs.end = " + std::to_string(end) +
+      ": need 0 <= start < end <= " + std::to_string(size) + " (size of " + axis_name + ")");
+}
+
 std::string ints_string(const std::vector<int64_t>& values) {
   std::string s = "[";
   for (size_t i = 0; i < values.size(); ++i) {

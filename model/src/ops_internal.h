@@ -56,6 +56,9 @@ Status require_float(const TensorSpec& spec, int input_index);
 Status require_rank_at_least(const TensorSpec& spec, int rank, int input_index);
 // Normalises a possibly negative axis against `rank`; error names attrs.axis.
 Result<int> normalize_axis(int64_t axis, int rank);
+// attrs.start and attrs.end of a window of `size` elements along `axis_name` (slice, a windowed
+// transpose): 0 <= start < end <= size, else the error names both and the axis's size.
+Status check_range(int64_t start, int64_t end, int64_t size, const std::string& axis_name);
 // "attrs.<attr> = <value>, must be > 0" / "must be 0 or 1" unless it is.
 Status positive(std::string_view attr, int64_t value);
 Status boolean(std::string_view attr, int64_t value);

@@ -33,13 +33,8 @@ Status read_transpose_window(const Operator& op, TensorSpec* y, TransposeAttrs* 
   GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, y->shape_size()));
   GP_ASSIGN_OR_RETURN(int64_t start, attr_int(op, "start"));
   GP_ASSIGN_OR_RETURN(int64_t end, attr_int(op, "end"));
-  const int64_t dim = y->shape(axis);
-  if (start < 0 || end > dim || start >= end) {
-    return invalid_argument("attrs.start = " + std::to_string(start) +
-                            ", attrs.end = " + std::to_string(end) +
-                            ": need 0 <= start < end <= " + std::to_string(dim) +
-                            " (size of the permuted axis " + std::to_string(axis) + ")");
-  }
+  GP_RETURN_IF_ERROR(
+      check_range(start, end, y->shape(axis), "the permuted axis " + std::to_string(axis)));
   y->set_shape(axis, end - start);
   attrs->axis = axis;
   attrs->start = start;

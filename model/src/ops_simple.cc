@@ -294,12 +294,7 @@ Status infer_slice(const Operator& op, std::span<const TensorSpec> in, InferredO
   GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, x.shape_size()));
   GP_ASSIGN_OR_RETURN(int64_t start, attr_int(op, "start"));
   GP_ASSIGN_OR_RETURN(int64_t end, attr_int(op, "end"));
-  const int64_t dim = x.shape(axis);
-  if (start < 0 || end > dim || start >= end) {
-    return invalid_argument("attrs.start = " + std::to_string(start) +
-                            ", attrs.end = " + std::to_string(end) + ": need 0 <= start < end <= " +
-                            std::to_string(dim) + " (size of axis " + std::to_string(axis) + ")");
-  }
+  GP_RETURN_IF_ERROR(check_range(start, end, x.shape(axis), "axis " + std::to_string(axis)));
   out->attrs = SliceAttrs{axis, start, end};
   TensorSpec y = x;
   y.set_shape(axis, end - start);

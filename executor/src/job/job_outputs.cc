@@ -157,15 +157,18 @@ void ProgressLog::complete(int64_t k, const Pending& p, Clock::time_point now) {
     // Its own line whatever the window: an evaluation is rare and read on its own.
     log::get("exec")->info("iteration {}: held-out loss {:.6f} ({} samples)", k, *r.eval_loss,
                            o_.eval_samples);
-    if (tensorboard_ != nullptr && !tensorboard_failed_) {
-      const TensorBoardScalar eval{"eval/loss", *r.eval_loss};
-      if (Status st = tensorboard_->write_scalars(k, std::span(&eval, 1)); !st.ok()) {
-        tensorboard_failed_ = true;  // said once; the run goes on
-        log::get("exec")->error("{}", st.message());
-      }
-    }
+    const TensorBoardScalar eval{"eval/loss", *r.eval_loss};
+    write_tensorboard(k, std::span(&eval, 1));
   }
   if (window_ends) close_window(now);
+}
+
+void ProgressLog::write_tensorboard(int64_t iteration, std::span<const TensorBoardScalar> scalars) {
+  if (tensorboard_ == nullptr || tensorboard_failed_) return;
+  if (Status st = tensorboard_->write_scalars(iteration, scalars); !st.ok()) {
+    tensorboard_failed_ = true;  // said once; the run goes on
+    log::get("exec")->error("{}", st.message());
+  }
 }
 
 void ProgressLog::write_jsonl(const JobMetrics& m) {
@@ -203,21 +206,15 @@ void ProgressLog::close_window(Clock::time_point now) {
   window_start_ = now;
   window_rates_.add(rate);
   write_jsonl(last);
-  if (tensorboard_ != nullptr && !tensorboard_failed_) {
-    // The same numbers as the .jsonl line; optional ones only when the line has them.
-    std::array<TensorBoardScalar, 5> scalars;
-    size_t used = 0;
-    scalars[used++] = {"train/loss", last.loss};
-    if (last.lr) scalars[used++] = {"train/lr", *last.lr};
-    if (last.grad_norm) scalars[used++] = {"train/grad_norm", *last.grad_norm};
-    scalars[used++] = {"train/samples_per_s", last.samples_per_s};
-    scalars[used++] = {"train/ms_per_iteration", last.ms_per_iteration};
-    const std::span<const TensorBoardScalar> values(scalars.data(), used);
-    if (Status st = tensorboard_->write_scalars(last.iteration, values); !st.ok()) {
-      tensorboard_failed_ = true;  // said once; the run goes on
-      log::get("exec")->error("{}", st.message());
-    }
-  }
+  // The same numbers to TensorBoard; optional ones only when the line has them.
+  std::array<TensorBoardScalar, 5> scalars;
+  size_t used = 0;
+  scalars[used++] = {"train/loss", last.loss};
+  if (last.lr) scalars[used++] = {"train/lr", *last.lr};
+  if (last.grad_norm) scalars[used++] = {"train/grad_norm", *last.grad_norm};
+  scalars[used++] = {"train/samples_per_s", last.samples_per_s};
+  scalars[used++] = {"train/ms_per_iteration", last.ms_per_iteration};
+  write_tensorboard(last.iteration, {scalars.data(), used});
   // Seconds per iteration for the ETA: measured between completions once there are two, so
   // that set-up time does not count.
   const double per_iteration = done_ > 1

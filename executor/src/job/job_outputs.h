@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,8 @@ class ProgressLog {
   void complete(int64_t k, const Pending& p, std::chrono::steady_clock::time_point now);
   void close_window(std::chrono::steady_clock::time_point now);
   void write_jsonl(const JobMetrics& m);  // one .jsonl line, when the file is one
+  // Event-file scalars, with --tensorboard (a failure is said once; the run goes on).
+  void write_tensorboard(int64_t iteration, std::span<const TensorBoardScalar> scalars);
   std::string summary_locked() const;
 
   const ProgressOptions o_;

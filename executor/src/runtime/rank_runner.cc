@@ -345,19 +345,12 @@ Result<double> RankRunner::evaluate(const DataSource& data, int64_t iterations) 
     const uint64_t tag_bits = kEvaluation | static_cast<uint64_t>(k & 1) << 63;
     for (size_t i = 0; i < program_.steps.size(); ++i) {
       const Step& s = program_.steps[i];
-      std::byte* message = message_of_step_[i];
       Status st;
-      if (s.op == StepOp::kForward) {
+      if (s.op == StepOp::kForward) {  // the held-out samples, not the training data
         runner.forward_from(data, s.slot, program_.per_replica, k, s.first_sample);
         if (runner.has_loss()) loss += runner.loss_sum(s.slot);
-      } else if (s.op == StepOp::kSend && !s.gradient) {
-        st = (this->*pack_)(s, message);
-        if (st.ok()) {
-          st = comm_->send(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
-        }
-      } else if (s.op == StepOp::kRecv && !s.gradient) {
-        st = comm_->recv(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
-        if (st.ok()) st = (this->*unpack_)(s, message);
+      } else if ((s.op == StepOp::kSend || s.op == StepOp::kRecv) && !s.gradient) {
+        st = run_step(s, message_of_step_[i], k, tag_bits, loss);
       }
       if (!st.ok()) {
         return st.with_context("rank " + std::to_string(program_.rank) + ", evaluation batch " +
@@ -373,7 +366,7 @@ Result<double> RankRunner::evaluate(const DataSource& data, int64_t iterations) 
   return loss;
 }
 
-Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t parity,
+Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t tag_bits,
                             double& loss) {
   Communicator& comm = *comm_;
   StageRunner& runner = *runner_;
@@ -391,11 +384,12 @@ Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration
       break;
     case StepOp::kSend: {
       st = (this->*pack_)(s, message);
-      if (st.ok()) st = comm.send(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
+      if (st.ok())
+        st = comm.send(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
       break;
     }
     case StepOp::kRecv: {
-      st = comm.recv(s.peer, s.tag | parity, {message, static_cast<size_t>(s.bytes)});
+      st = comm.recv(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
       if (st.ok()) st = (this->*unpack_)(s, message);
       break;
     }

@@ -122,9 +122,10 @@ class RankRunner {
   Status allreduce_on_device();
   // training.clip_grad_norm: the model's gradient norm summed over every rank, then scaled.
   Status clip_grads();
-  // One step of the loop (`message`: its message buffer; `parity`: the iteration's tag bit),
-  // adding a forward's losses to `loss`; and its interval, when traced.
-  Status run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t parity,
+  // One step of the loop (`message`: its message buffer; `tag_bits`: or-ed into a message's tag,
+  // the iteration's parity and, evaluating, the evaluation's bit), adding a forward's losses to
+  // `loss`; and its interval, when traced.
+  Status run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t tag_bits,
                   double& loss);
   void record(const Step& s, double start_us);
 
