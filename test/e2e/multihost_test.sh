@@ -241,7 +241,9 @@ PATH="$tmp/bin:$PATH" SLURM_JOB_NODELIST="" GP_EXECUTOR="$exe" GP_PLANNER="$plan
   --orphan-timeout 2 > "$tmp/orphan.log" 2>&1 &
 orphan_launcher=$!
 for _ in $(seq 100); do grep -q "iteration 2: loss" "$tmp/orphan.log" 2>/dev/null && break; sleep 0.1; done
-kill -KILL "$orphan_launcher"
+# The launcher and its supervisor (which keeps the beacon fresh) both killed at once, as a
+# scheduler killing the job step would: nothing on our side is left to stop srun's tasks.
+kill -KILL "$orphan_launcher" $(pgrep -P "$orphan_launcher" -f "launcher supervise")
 killed_at=$(date +%s%3N)
 for _ in $(seq 150); do pgrep -f -- "run --rank .*29616" > /dev/null || break; sleep 0.1; done
 gone_ms=$(( $(date +%s%3N) - killed_at ))
@@ -251,8 +253,9 @@ check "they stopped because the launcher's beacon went stale, at an iteration bo
   'grep -q "has not changed for 2 s: the launcher is gone" "$tmp/orphan/attempt-0/ranks.log" && grep -q "stopped after iteration" "$tmp/orphan/attempt-0/ranks.log"'
 pkill -KILL -f -- "run --rank .*29616" 2>/dev/null || true
 
-# Real ssh: an sshd on each "host", the launcher on the first one. A SIGKILLed launcher leaves
-# its ssh clients (and so the remote sessions) alive; the ranks stop on its stale beacon.
+# Real ssh: an sshd on each "host", the launcher on the first one. A SIGKILLed launcher (and
+# supervisor) leaves its ssh clients (and so the remote sessions) alive; the ranks stop on its
+# stale beacon.
 ssh_dir="$tmp/ssh"
 mkdir -p "$ssh_dir" /run/sshd && chmod 700 "$ssh_dir"
 ssh-keygen -q -t ed25519 -N '' -f "$ssh_dir/host_key" && ssh-keygen -q -t ed25519 -N '' -f "$ssh_dir/id" &&
@@ -289,7 +292,7 @@ ssh_token=$(cat "$tmp/ssh-orphan/auth-token" 2>/dev/null)
 ssh_ranks=$(pgrep -f -- "run .*10.77.0.1:29618" | wc -l)
 check "ssh-started ranks ($ssh_ranks processes) run with no token in any process's argv" \
   '[ ${#ssh_token} -ge 32 ] && [ "$ssh_ranks" -ge 2 ] && ! grep -qF -- "$ssh_token" /proc/[0-9]*/cmdline 2>/dev/null'
-kill -KILL "$ssh_launcher"
+kill -KILL "$ssh_launcher" $(pgrep -P "$ssh_launcher" -f "launcher supervise")
 killed_at=$(date +%s%3N)
 for _ in $(seq 150); do pgrep -f -- "run .*10.77.0.1:29618" > /dev/null || break; sleep 0.1; done
 gone_ms=$(( $(date +%s%3N) - killed_at ))

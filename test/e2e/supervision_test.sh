@@ -116,9 +116,25 @@ for _ in $(seq 100); do [ "$(ranks_alive)" -eq 0 ] && break; sleep 0.1; done
 check "after SIGKILL of the launcher no rank survives (10 s)" nothing_left
 check "its ranks stopped at an iteration boundary rather than dying" \
   'grep -q "stopped after iteration" "$tmp/r3/attempt-0/rank-0.log"'
+check "its supervisor saw the launcher go, had the ranks stop, and is gone too" \
+  "grep -q 'the launcher (pid $launcher) is gone' '$tmp/orphan.log' && ! pgrep -f 'launcher supervise .*$tmp/r3/' > /dev/null"
 timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations 2 --run-dir "$tmp/r3" \
   > "$tmp/r3-after.log" 2>&1; rc=$?
 check "once they are gone, the killed launcher's --run-dir takes a new job" '[ $rc -eq 0 ]'
+
+# 3b. The supervisor killed (it keeps the beacon fresh and echoes the logs): the ranks stop as
+#     their parent dies, and the launcher exits with its status, saying so.
+"$launch" --plan "$tmp/plan.pb" --iterations 400000 --timeout $T --log-every 500 \
+  --run-dir "$tmp/r3b" > "$tmp/r3b.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/r3b.log" "iteration 499: loss"
+kill -KILL "$(pgrep -P "$launcher" -f "launcher supervise")"
+wait "$launcher"; rc=$?
+for _ in $(seq 100); do [ "$(ranks_alive)" -eq 0 ] && break; sleep 0.1; done
+check "SIGKILL of the supervisor: the launcher exits 137 saying so, and no rank survives (10 s)" \
+  '[ $rc -eq 137 ] && grep -q "supervising the ranks failed (exit 137)" "$tmp/r3b.log" && nothing_left'
+check "its ranks stopped at an iteration boundary, and their logs say so (they write them)" \
+  'grep -q "stopped after iteration" "$tmp/r3b/attempt-0/rank-0.log"'
 
 # 4. SIGTERM while checkpointing every 50 iterations: a final checkpoint at the agreed
 #    iteration, exit 143, nothing left in /dev/shm, the logs kept in ./graphpipe-runs/JOB-ID;

@@ -10,6 +10,7 @@
 #include "control/coordinator.h"
 #include "control/job_tls.h"
 #include "gp/common/cli.h"
+#include "gp/common/file_read.h"
 #include "gp/model/graph.h"
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
@@ -73,6 +74,7 @@ LauncherCommands::LauncherCommands(CLI::App& app)
   add_tls();
   add_job_tls();
   add_resume();
+  add_supervise();
 }
 
 void LauncherCommands::add_hosts() {
@@ -216,6 +218,43 @@ void LauncherCommands::add_resume() {
   resume_->add_flag("--if-present", if_present_, "no checkpoint: start fresh rather than refuse");
 }
 
+void LauncherCommands::add_supervise() {
+  supervise_ = cmd_->add_subcommand(
+      "supervise",
+      "Run one attempt's ranks to their end: each rank's output whole in ATTEMPT/rank-R.log and "
+      "prefixed on stderr, the beacon rewritten every second, SIGINT/SIGTERM passed on (again "
+      "a second later: SIGKILL), SIGUSR1 stops the job through rank 0, the rank the coordinator "
+      "blames and any rank left after a failure stopped; write `status R S`, `stopped R`, "
+      "`stop_signal N`, `force_stop 0|1`, `expected_signal N`, `launcher_gone 0|1` to --result");
+  auto& o = supervise_options_;
+  supervise_
+      ->add_option("--commands", commands_file_,
+                   "the ranks' commands: NUL-terminated RANK, LOG_NAME, COUNT, then COUNT words")
+      ->required();
+  supervise_->add_option("--result", result_file_, "where the result goes (written whole)")
+      ->required();
+  supervise_->add_option("--attempt-dir", o.attempt_dir, "the attempt's directory")->required();
+  supervise_->add_option("--run-dir", o.run_dir, "the job's run directory (coordinator file)");
+  supervise_->add_option("--job-id", o.job_id, "the job's id, for the console");
+  supervise_->add_option("--beacon", o.beacon, "the launcher's beacon file");
+  supervise_->add_option("--nprocs", o.nprocs, "ranks of the job")
+      ->required()
+      ->check(CLI::Range(1, kMaxWorldSize));
+  supervise_->add_option("--kill-grace", o.kill_grace_s, "seconds from SIGTERM to SIGKILL")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  supervise_->add_option("--timeout", o.timeout_s, "the ranks' --timeout, seconds")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  supervise_
+      ->add_option("--stop-signal", o.stop_signal,
+                   "SIGINT (2) or SIGTERM (15) received before the ranks started; 0: none")
+      ->check(CLI::IsMember({0, 2, 15}))
+      ->capture_default_str();
+  supervise_->add_option("--launcher-pid", o.launcher_pid,
+                         "the launcher: when it dies, the ranks are asked to stop");
+}
+
 int LauncherCommands::run() { return gp::cli::report("graphpipe-launch", decide()); }
 
 Status LauncherCommands::decide() const {
@@ -227,7 +266,28 @@ Status LauncherCommands::decide() const {
   if (tls_->parsed()) return tls();
   if (job_tls_->parsed()) return job_tls();
   if (resume_->parsed()) return resume();
+  if (supervise_->parsed()) return supervise();
   return next();
+}
+
+Status LauncherCommands::supervise() const {
+  FileReadOptions small;
+  small.max_bytes = 16 << 20;
+  auto text = read_regular_file(commands_file_, small);
+  if (!text.ok()) return text.status().with_context("--commands");
+  GP_ASSIGN_OR_RETURN(const auto commands, launch::parse_rank_commands(*text, commands_file_));
+  GP_ASSIGN_OR_RETURN(const auto result, launch::supervise(commands, supervise_options_));
+  std::string out;
+  for (const auto& [rank, status] : result.exit_status) {
+    out += "status " + std::to_string(rank) + " " + std::to_string(status) + "\n";
+  }
+  for (int rank : result.stopped) out += "stopped " + std::to_string(rank) + "\n";
+  out += "stop_signal " + std::to_string(result.stop_signal) + "\n";
+  out += "force_stop " + std::to_string(result.force_stop ? 1 : 0) + "\n";
+  out += "expected_signal " + std::to_string(result.expected_signal) + "\n";
+  out += "launcher_gone " + std::to_string(result.launcher_gone ? 1 : 0) + "\n";
+  GP_RETURN_IF_ERROR(model::write_file_atomic(result_file_, out).with_context("--result"));
+  return ok_status();
 }
 
 Status LauncherCommands::tls() const {

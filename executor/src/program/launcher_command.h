@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "control/tls.h"
 #include "gp/common/status.h"
+#include "launch/supervisor.h"
 
 namespace gp::exec::daemon {
 
@@ -31,6 +32,7 @@ class LauncherCommands final : public Command {
   void add_tls();
   void add_job_tls();
   void add_resume();
+  void add_supervise();
 
   // The decision of the subcommand that was parsed.
   Status decide() const;
@@ -43,10 +45,11 @@ class LauncherCommands final : public Command {
   Status tls() const;
   Status job_tls() const;
   Status resume() const;
+  Status supervise() const;
 
   CLI::App *hosts_ = nullptr, *place_ = nullptr, *verdict_ = nullptr, *blame_ = nullptr,
            *clean_ = nullptr, *next_ = nullptr, *tls_ = nullptr, *resume_ = nullptr,
-           *job_tls_ = nullptr;
+           *job_tls_ = nullptr, *supervise_ = nullptr;
   TlsOptions tls_options_;
   std::string job_tls_token_file_, job_id_, job_tls_dir_;
   std::vector<std::string> job_tls_names_;
@@ -57,6 +60,8 @@ class LauncherCommands final : public Command {
   int failed_rank_ = -1;
   bool slurm_ = false, if_present_ = false;
   std::vector<int> exit_statuses_, stopped_;
+  launch::SuperviseOptions supervise_options_;
+  std::string commands_file_, result_file_;
 };
 
 }  // namespace gp::exec::daemon

@@ -1,0 +1,487 @@
+#include "supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <optional>
+
+#include "gp/common/file_read.h"
+#include "launch/launch.h"
+
+namespace gp::exec::launch {
+namespace {
+
+constexpr int64_t kSameSignalMs = 1000;  // ^C reaches us from the terminal and the launcher
+constexpr int kPollMs = 100;
+constexpr size_t kMaxLineBytes = 1 << 20;  // a longer "line" goes out in pieces
+
+int g_signal_pipe = -1;  // the handlers' self-pipe (write end)
+
+void on_signal(int sig) {
+  const int saved = errno;
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe, &byte, 1);
+  errno = saved;
+}
+
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Writes all of `data` (a console gone away is not our failure: its errors are dropped).
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void say(const std::string& line) {
+  const std::string out = "graphpipe-launch: " + line + "\n";
+  write_all(STDERR_FILENO, out.data(), out.size());
+}
+
+const char* stop_name(int sig) { return sig == SIGINT ? "INT" : "TERM"; }
+
+// A file written whole under its name (a reader never sees it half-written).
+bool write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  write_all(fd, text.data(), text.size());
+  ::close(fd);
+  return ::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+struct Rank {
+  const RankCommand* command = nullptr;
+  pid_t pid = -1;
+  int tail_fd = -1;     // ATTEMPT/rank-R.log, read from where this attempt's output starts
+  std::string pending;  // console output after its last newline
+  std::optional<int> status;
+  int64_t kill_at_ms = -1;  // set when stopped: SIGKILL then
+  bool killed = false;
+};
+
+// The signal handlers while supervising, and the ones before it afterwards.
+class SignalScope {
+ public:
+  Status install(int write_fd) {
+    g_signal_pipe = write_fd;
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < kHandled.size(); ++i) {
+      if (::sigaction(kHandled[i], &sa, &saved_[i]) != 0) {
+        return internal_error(std::string("cannot install a signal handler: ") +
+                              std::strerror(errno));
+      }
+      installed_ = i + 1;
+    }
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &saved_pipe_);  // a console gone away is not fatal
+    return ok_status();
+  }
+  ~SignalScope() {
+    for (size_t i = 0; i < installed_; ++i) ::sigaction(kHandled[i], &saved_[i], nullptr);
+    if (installed_ > 0) ::sigaction(SIGPIPE, &saved_pipe_, nullptr);
+  }
+
+ private:
+  static constexpr std::array<int, 4> kHandled = {SIGINT, SIGTERM, SIGUSR1, SIGCHLD};
+  std::array<struct sigaction, 4> saved_{};
+  struct sigaction saved_pipe_ {};
+  size_t installed_ = 0;
+};
+
+class Supervisor {
+ public:
+  Supervisor(const std::vector<RankCommand>& commands, const SuperviseOptions& options)
+      : options_(options) {
+    for (const auto& c : commands) {
+      Rank r;
+      r.command = &c;
+      ranks_.push_back(std::move(r));
+    }
+  }
+  ~Supervisor() {
+    for (auto& r : ranks_) {
+      if (r.tail_fd >= 0) ::close(r.tail_fd);
+    }
+    for (int fd : signal_pipe_) {
+      if (fd >= 0) ::close(fd);
+    }
+  }
+
+  Result<SuperviseResult> run();
+
+ private:
+  Status start_ranks();
+  Status spawn(Rank& rank, int null_fd);
+  void on_signal_byte(int sig, int64_t now);
+  void request_stop(int sig, int64_t now);
+  void pump(Rank& rank);
+  void flush_pending(Rank& rank);
+  void tick(int64_t now);
+  void reap(int64_t now);
+  void read_verdict(int64_t now);
+  void stop_rank(Rank& rank, const std::string& why, int64_t now);
+  void beat(int64_t now);
+  void note_coordinator();
+  int expected() const { return stop_signal_ != 0 ? stop_signal_ : (switching_ ? SIGTERM : 0); }
+  SuperviseResult result() const;
+
+  const SuperviseOptions& options_;
+  std::vector<Rank> ranks_;
+  std::array<int, 2> signal_pipe_ = {-1, -1};
+  int running_ = 0;
+  int stop_signal_ = 0;
+  int64_t stop_ms_ = 0;
+  bool force_stop_ = false;
+  bool switching_ = false;
+  bool launcher_gone_ = false;
+  bool verdict_read_ = false;
+  int64_t failed_since_ = -1;
+  int64_t stop_since_ = -1;
+  int64_t next_beat_ms_ = 0;
+  int64_t beats_ = 0;
+};
+
+Status Supervisor::spawn(Rank& rank, int null_fd) {
+  const RankCommand& c = *rank.command;
+  const bool srun = c.log_name == "srun";
+  const std::string log =
+      options_.attempt_dir + (srun ? "/ranks.log" : "/rank-" + c.log_name + ".log");
+  // The rank writes its log itself (the file is its stdout and stderr), so that nothing it says
+  // is lost if we die first; we echo the file to the console as it grows.
+  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return internal_error("cannot write " + log + ": " + std::strerror(errno));
+  rank.tail_fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
+  if (rank.tail_fd < 0 || ::lseek(rank.tail_fd, 0, SEEK_END) < 0) {
+    ::close(log_fd);
+    return internal_error("cannot read " + log + ": " + std::strerror(errno));
+  }
+  std::vector<char*> argv;
+  for (const auto& w : c.argv) argv.push_back(const_cast<char*>(w.c_str()));
+  argv.push_back(nullptr);
+  const std::string failed = "graphpipe-launch: cannot run " + c.argv[0] + "\n";
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log_fd);
+    return internal_error(std::string("cannot start a rank: ") + std::strerror(errno));
+  }
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    // As a shell starts a background job: ^C from the terminal is the rank's own handler's
+    // business (ranks install one).
+    ::signal(SIGINT, SIG_IGN);
+    ::signal(SIGQUIT, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execvp(argv[0], argv.data());
+    write_all(STDERR_FILENO, failed.data(), failed.size());
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  rank.pid = pid;
+  ++running_;
+  return ok_status();
+}
+
+Status Supervisor::start_ranks() {
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0)
+    return internal_error(std::string("cannot open /dev/null: ") + std::strerror(errno));
+  Status status = ok_status();
+  for (auto& r : ranks_) {
+    status = spawn(r, null_fd);
+    if (!status.ok()) break;
+  }
+  ::close(null_fd);
+  return status;
+}
+
+void Supervisor::request_stop(int sig, int64_t now) {
+  if (stop_signal_ != 0) {
+    // The same ^C, from the terminal and passed on by the launcher, counts once.
+    if (force_stop_ || now < stop_ms_ + kSameSignalMs) return;
+    force_stop_ = true;
+    say(std::string(stop_name(sig)) + " again: killing every rank now (SIGKILL)");
+    for (auto& r : ranks_) {
+      if (!r.status) ::kill(r.pid, SIGKILL);
+    }
+    return;
+  }
+  stop_signal_ = sig;
+  stop_ms_ = now;
+  say(std::string(stop_name(sig)) +
+      ": asking every rank to stop after an agreed iteration (again: stop at once)");
+  for (auto& r : ranks_) {
+    if (!r.status) ::kill(r.pid, sig);
+  }
+}
+
+void Supervisor::on_signal_byte(int sig, int64_t now) {
+  if (sig == SIGINT || sig == SIGTERM) {
+    request_stop(sig, now);
+  } else if (sig == SIGUSR1 && stop_signal_ == 0 && failed_since_ < 0 && !switching_) {
+    // An --adapt switch: rank 0 asks the coordinator for a stop, as on a SIGTERM.
+    for (auto& r : ranks_) {
+      if (r.command->rank != 0 || r.status) continue;
+      switching_ = true;
+      ::kill(r.pid, SIGTERM);
+    }
+  }
+}
+
+// What the rank added to its log since the last call, to the console.
+void Supervisor::pump(Rank& rank) {
+  std::array<char, 65536> buf;
+  for (;;) {
+    const ssize_t n = ::read(rank.tail_fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // all of it for now (an error: nothing more to show)
+    if (rank.command->log_name == "srun") {
+      write_all(STDOUT_FILENO, buf.data(), static_cast<size_t>(n));
+      continue;
+    }
+    rank.pending.append(buf.data(), static_cast<size_t>(n));
+    std::string out;
+    size_t start = 0;
+    for (size_t nl; (nl = rank.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      out += "[rank " + rank.command->log_name + "] ";
+      out.append(rank.pending, start, nl + 1 - start);
+    }
+    rank.pending.erase(0, start);
+    write_all(STDERR_FILENO, out.data(), out.size());
+    if (rank.pending.size() > kMaxLineBytes) flush_pending(rank);
+  }
+}
+
+void Supervisor::flush_pending(Rank& rank) {
+  if (rank.pending.empty()) return;
+  const std::string out = "[rank " + rank.command->log_name + "] " + rank.pending + "\n";
+  write_all(STDERR_FILENO, out.data(), out.size());
+  rank.pending.clear();
+}
+
+void Supervisor::stop_rank(Rank& rank, const std::string& why, int64_t now) {
+  if (rank.kill_at_ms >= 0) return;
+  say("stopping rank " + std::to_string(rank.command->rank) + " (" + why +
+      "): SIGTERM, SIGKILL in " + std::to_string(options_.kill_grace_s) + " s");
+  ::kill(rank.pid, SIGTERM);
+  rank.kill_at_ms = now + 1000LL * options_.kill_grace_s;
+}
+
+void Supervisor::reap(int64_t now) {
+  for (auto& r : ranks_) {
+    if (r.status) continue;
+    int st = 0;
+    if (::waitpid(r.pid, &st, WNOHANG) == r.pid) {
+      r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      --running_;
+      pump(r);  // the rest of what it wrote
+      flush_pending(r);
+      const int e = expected();
+      if (*r.status != 0 && failed_since_ < 0 && (e == 0 || *r.status != 128 + e)) {
+        failed_since_ = now;
+      }
+      continue;
+    }
+    // The grace period is over: SIGKILL (a frozen rank ignores SIGTERM until continued).
+    if (r.kill_at_ms >= 0 && now >= r.kill_at_ms && !r.killed) {
+      ::kill(r.pid, SIGKILL);
+      r.killed = true;
+    }
+  }
+}
+
+// The coordinator's verdict names the rank to blame: stop it now, whatever it is doing. (Rank 0
+// writes it atomically, once.)
+void Supervisor::read_verdict(int64_t now) {
+  const std::string path = options_.attempt_dir + "/verdict";
+  if (verdict_read_ || !exists(path)) return;
+  verdict_read_ = true;
+  FileReadOptions small;
+  small.max_bytes = 64 << 10;
+  auto text = read_regular_file(path, small);
+  const Verdict v = parse_verdict(text.ok() ? *text : "", options_.nprocs);
+  if (failed_since_ < 0) failed_since_ = now;
+  for (auto& r : ranks_) {
+    if (r.command->rank == v.failed_rank && !r.status) {
+      stop_rank(r, "the coordinator declared it failed: " + v.reason, now);
+    }
+  }
+}
+
+void Supervisor::beat(int64_t now) {
+  if (options_.beacon.empty() || now < next_beat_ms_) return;
+  next_beat_ms_ = now + 1000;
+  write_atomically(options_.beacon, std::to_string(++beats_) + "\n");
+}
+
+// The coordinator's address, for the console and for `graphpipe-executor status --run-dir`.
+void Supervisor::note_coordinator() {
+  if (options_.run_dir.empty()) return;
+  const std::string noted = options_.run_dir + "/coordinator";
+  if (exists(noted)) return;
+  FileReadOptions small;
+  small.max_bytes = 4096;
+  auto address = read_regular_file(options_.attempt_dir + "/coordinator", small);
+  if (!address.ok() || address->empty()) return;
+  std::string line = *address;
+  line.erase(line.find_last_not_of("\r\n") + 1);
+  if (write_atomically(noted, line + "\n")) {
+    say("job " + options_.job_id + ": coordinator at " + line);
+  }
+}
+
+void Supervisor::tick(int64_t now) {
+  if (options_.launcher_pid > 0 && !launcher_gone_ && ::getppid() != options_.launcher_pid) {
+    launcher_gone_ = true;
+    say("the launcher (pid " + std::to_string(options_.launcher_pid) + ") is gone");
+    request_stop(SIGTERM, now);
+  }
+  note_coordinator();
+  reap(now);
+  read_verdict(now);
+  // After a failure the others leave within a heartbeat; whoever is still there is stopped.
+  if (failed_since_ >= 0 && now >= failed_since_ + 1000LL * options_.kill_grace_s) {
+    for (auto& r : ranks_) {
+      if (!r.status) stop_rank(r, "still running after the job failed", now);
+    }
+  }
+  // A requested stop that does not finish in time (e.g. a peer is frozen) ends by force.
+  if (expected() != 0) {
+    if (stop_since_ < 0) stop_since_ = now;
+    if (now >= stop_since_ + 1000LL * (2 * options_.timeout_s + options_.kill_grace_s)) {
+      for (auto& r : ranks_) {
+        if (!r.status) {
+          stop_rank(r, "did not stop within " + std::to_string(2 * options_.timeout_s) + " s", now);
+        }
+      }
+    }
+  }
+  beat(now);
+}
+
+SuperviseResult Supervisor::result() const {
+  SuperviseResult out;
+  for (const auto& r : ranks_) {
+    out.exit_status[r.command->rank] = r.status.value_or(0);
+    if (r.kill_at_ms >= 0) out.stopped.push_back(r.command->rank);
+  }
+  out.stop_signal = stop_signal_;
+  out.force_stop = force_stop_;
+  out.expected_signal = expected();
+  out.launcher_gone = launcher_gone_;
+  return out;
+}
+
+Result<SuperviseResult> Supervisor::run() {
+  if (::pipe2(signal_pipe_.data(), O_CLOEXEC | O_NONBLOCK) != 0) {
+    return internal_error(std::string("cannot make a pipe: ") + std::strerror(errno));
+  }
+  SignalScope signals;
+  GP_RETURN_IF_ERROR(signals.install(signal_pipe_[1]));
+  beat(now_ms());  // before any rank reads it
+  Status started = start_ranks();
+  if (!started.ok()) {
+    // The ranks already started stop, and are waited for, as after a failure.
+    say(started.message());
+    failed_since_ = now_ms() - 1000LL * options_.kill_grace_s;
+  }
+  if (options_.stop_signal != 0) request_stop(options_.stop_signal, now_ms());
+  while (running_ > 0) {
+    pollfd wake{signal_pipe_[0], POLLIN, 0};
+    ::poll(&wake, 1, kPollMs);
+    unsigned char sig = 0;
+    while (::read(signal_pipe_[0], &sig, 1) == 1) on_signal_byte(sig, now_ms());
+    for (auto& r : ranks_) {
+      if (!r.status) pump(r);
+    }
+    tick(now_ms());
+  }
+  for (auto& r : ranks_) flush_pending(r);
+  if (!started.ok()) return started;
+  return result();
+}
+
+}  // namespace
+
+Result<std::vector<RankCommand>> parse_rank_commands(const std::string& text,
+                                                     const std::string& file) {
+  std::vector<std::string> fields;
+  size_t start = 0;
+  for (size_t end; (end = text.find('\0', start)) != std::string::npos; start = end + 1) {
+    fields.push_back(text.substr(start, end - start));
+  }
+  if (start != text.size()) {
+    return invalid_argument(file + ": the last field is not NUL-terminated");
+  }
+  std::vector<RankCommand> out;
+  for (size_t i = 0; i < fields.size();) {
+    const std::string where = file + " command " + std::to_string(out.size() + 1);
+    if (fields.size() - i < 3) return invalid_argument(where + ": needs RANK, LOG_NAME and COUNT");
+    RankCommand c;
+    size_t words = 0;
+    try {
+      c.rank = std::stoi(fields[i]);
+      words = std::stoul(fields[i + 2]);
+    } catch (const std::exception&) {
+      return invalid_argument(where + ": RANK '" + fields[i] + "' and COUNT '" + fields[i + 2] +
+                              "' must be numbers");
+    }
+    c.log_name = fields[i + 1];
+    if (c.rank < 0 || c.log_name.empty() || c.log_name.find('/') != std::string::npos) {
+      return invalid_argument(where + ": rank " + fields[i] + ", log name '" + c.log_name +
+                              "': need a rank >= 0 and a log name without '/'");
+    }
+    i += 3;
+    if (words == 0 || words > fields.size() - i) {
+      return invalid_argument(where + ": COUNT " + std::to_string(words) + ", but " +
+                              std::to_string(fields.size() - i) + " fields follow");
+    }
+    c.argv.assign(fields.begin() + static_cast<std::ptrdiff_t>(i),
+                  fields.begin() + static_cast<std::ptrdiff_t>(i + words));
+    i += words;
+    for (const auto& o : out) {
+      if (o.rank == c.rank)
+        return invalid_argument(where + ": rank " + std::to_string(c.rank) + " twice");
+    }
+    out.push_back(std::move(c));
+  }
+  if (out.empty()) return invalid_argument(file + ": no command");
+  return out;
+}
+
+Result<SuperviseResult> supervise(const std::vector<RankCommand>& ranks,
+                                  const SuperviseOptions& options) {
+  Supervisor supervisor(ranks, options);
+  return supervisor.run();
+}
+
+}  // namespace gp::exec::launch
