@@ -1,7 +1,7 @@
-// The decisions of scripts/graphpipe-launch, which only spawns processes (local, ssh, srun) and
-// passes signals on: where each rank runs, which rank a failed job is blamed on and with which
-// exit status, and whether (and how) the job is re-planned and restarted. Every function is pure,
-// so each decision is unit-tested; `graphpipe-executor launcher` exposes them to the script.
+// The decisions of scripts/graphpipe-launch, whose processes (local, ssh, srun) run under the
+// supervisor (supervisor.h): where each rank runs, which rank a failed job is blamed on and with
+// which exit status, and whether (and how) the job is re-planned and restarted. Every function is
+// pure, so each decision is unit-tested; `graphpipe-executor launcher` exposes them to the script.
 #pragma once
 
 #include <cstdint>

@@ -61,9 +61,9 @@ Result<std::vector<launch::Host>> read_hosts(const std::string& path) {
 LauncherCommands::LauncherCommands(CLI::App& app)
     : Command(app.add_subcommand(
           "launcher",
-          "Decisions of scripts/graphpipe-launch, which only spawns and signals processes: where "
-          "ranks run, whom a failed job is blamed on, whether to re-plan. Each prints KEY VALUE "
-          "lines")) {
+          "Decisions of scripts/graphpipe-launch (where ranks run, whom a failed job is blamed on, "
+          "whether to re-plan; each prints KEY VALUE lines) and its supervisor of an attempt's "
+          "ranks")) {
   cmd_->require_subcommand(1);
   add_hosts();
   add_place();
