@@ -31,13 +31,18 @@ int64_t monotonic_ms() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// A ^C typed in a terminal reaches the rank twice at once (from the terminal and passed on by
+// the launcher), and the two handlers may run on two threads: until the first has noted its
+// time (0 until then), a second one is the same stop.
 void on_stop_signal(int sig) {
+  const int64_t now = monotonic_ms();
   int expected = 0;
   if (g_stop_signal.compare_exchange_strong(expected, sig)) {
-    g_stop_signal_ms.store(monotonic_ms());
+    g_stop_signal_ms.store(now);
     return;
   }
-  if (monotonic_ms() - g_stop_signal_ms.load() > kForceAfterMs) _exit(128 + sig);
+  const int64_t first = g_stop_signal_ms.load();
+  if (first != 0 && now - first > kForceAfterMs) _exit(128 + sig);
 }
 
 // The whole content of FILE, or why it cannot be read. Opening it each time (rather than stat)
