@@ -230,9 +230,60 @@ TEST_CASE("the beacon is rewritten every second and the coordinator's address no
                                     coordinator + ".tmp' '" + coordinator + "'; sleep 2.5")},
                       a.options());
   REQUIRE(result.ok());
-  CHECK(std::stoi(slurp(a.dir / "beacon")) >= 3);
+  CHECK(std::stoi(slurp(a.dir / "beacon")) >= 2);  // at the start, then every second
   CHECK(slurp(a.dir / "coordinator") == "127.0.0.1:4242\n");
   CHECK(a.console.find("job job-test: coordinator at 127.0.0.1:4242") != std::string::npos);
+}
+
+TEST_CASE("a rank that cannot be started ends 127 and the started ones are stopped", "[launch]") {
+  Attempt a;
+  fs::create_directories(a.dir / "attempt" / "rank-1.log");  // its log cannot be opened
+  const auto start = std::chrono::steady_clock::now();
+  auto result = a.run({shell(0, "exec sleep 30"), shell(1, "true"), shell(2, "true")}, a.options());
+  REQUIRE(result.ok());
+  CHECK(result->exit_status == std::map<int, int>{{0, 143}, {1, 127}, {2, 127}});
+  CHECK(result->stopped == std::vector<int>{0});
+  CHECK(a.console.find("cannot write " + (a.dir / "attempt" / "rank-1.log").string()) !=
+        std::string::npos);
+  CHECK(seconds_since(start) < 10);
+}
+
+TEST_CASE("a stop written to the stop-request file is taken as that signal", "[launch]") {
+  Attempt a;
+  SuperviseOptions o = a.options();
+  o.stop_request = (a.dir / "stop-request").string();
+  std::ofstream(o.stop_request) << "15\n";
+  const auto start = std::chrono::steady_clock::now();
+  auto result = a.run({shell(0, "exec sleep 30")}, o);
+  REQUIRE(result.ok());
+  CHECK(result->exit_status.at(0) == 143);
+  CHECK(result->stop_signal == 15);
+  CHECK(result->stopped.empty());  // passed on, not stopped as a failure
+  CHECK(a.console.find("TERM: asking every rank to stop") != std::string::npos);
+  CHECK(seconds_since(start) < 5);
+}
+
+TEST_CASE("a console that takes nothing loses its echo, not the ranks' logs or the supervisor",
+          "[launch]") {
+  Attempt a;
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);  // nobody reads it: it fills after 64 KiB
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(fds[1], STDERR_FILENO);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = supervise({shell(0,
+                                 "i=0; while [ $i -lt 4000 ]; do echo line $i of a long log; "
+                                 "i=$((i + 1)); done")},
+                          a.options());
+  const double took = seconds_since(start);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  REQUIRE(result.ok());
+  CHECK(result->exit_status.at(0) == 0);
+  CHECK(a.log(0).find("line 3999 of a long log\n") != std::string::npos);
+  CHECK(took < 20);
 }
 
 TEST_CASE("a command that cannot run exits 127, naming it", "[launch]") {

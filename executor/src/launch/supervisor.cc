@@ -11,17 +11,22 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "gp/common/file_read.h"
 #include "launch/launch.h"
+#include "supervisor_io.h"
 
 namespace gp::exec::launch {
 namespace {
 
 constexpr int64_t kSameSignalMs = 1000;  // ^C reaches us from the terminal and the launcher
 constexpr int kPollMs = 100;
-constexpr size_t kMaxLineBytes = 1 << 20;  // a longer "line" goes out in pieces
+constexpr size_t kMaxLineBytes = 1 << 20;    // a longer "line" goes out in pieces
+constexpr size_t kMaxEchoPerTick = 4 << 20;  // a rank that floods its log waits its turn
+constexpr std::array<int, 4> kHandled = {SIGINT, SIGTERM, SIGUSR1, SIGCHLD};
+constexpr int kNotStarted = 127;  // a rank whose command could not be started: as a shell says
 
 int g_signal_pipe = -1;  // the handlers' self-pipe (write end)
 
@@ -38,33 +43,7 @@ int64_t now_ms() {
       .count();
 }
 
-// Writes all of `data` (a console gone away is not our failure: its errors are dropped).
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-void say(const std::string& line) {
-  const std::string out = "graphpipe-launch: " + line + "\n";
-  write_all(STDERR_FILENO, out.data(), out.size());
-}
-
 const char* stop_name(int sig) { return sig == SIGINT ? "INT" : "TERM"; }
-
-// A file written whole under its name (a reader never sees it half-written).
-bool write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  write_all(fd, text.data(), text.size());
-  ::close(fd);
-  return ::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 bool exists(const std::string& path) {
   struct stat st {};
@@ -73,12 +52,13 @@ bool exists(const std::string& path) {
 
 struct Rank {
   const RankCommand* command = nullptr;
-  pid_t pid = -1;
+  pid_t pid = -1;       // > 0 once started
   int tail_fd = -1;     // ATTEMPT/rank-R.log, read from where this attempt's output starts
   std::string pending;  // console output after its last newline
   std::optional<int> status;
   int64_t kill_at_ms = -1;  // set when stopped: SIGKILL then
   bool killed = false;
+  bool running() const { return pid > 0 && !status; }
 };
 
 // The signal handlers while supervising, and the ones before it afterwards.
@@ -108,7 +88,6 @@ class SignalScope {
   }
 
  private:
-  static constexpr std::array<int, 4> kHandled = {SIGINT, SIGTERM, SIGUSR1, SIGCHLD};
   std::array<struct sigaction, 4> saved_{};
   struct sigaction saved_pipe_ {};
   size_t installed_ = 0;
@@ -117,7 +96,7 @@ class SignalScope {
 class Supervisor {
  public:
   Supervisor(const std::vector<RankCommand>& commands, const SuperviseOptions& options)
-      : options_(options) {
+      : options_(options), err_(STDERR_FILENO), out_(STDOUT_FILENO) {
     for (const auto& c : commands) {
       Rank r;
       r.command = &c;
@@ -136,22 +115,24 @@ class Supervisor {
   Result<SuperviseResult> run();
 
  private:
+  void say(const std::string& line) { err_.write("graphpipe-launch: " + line + "\n"); }
   Status start_ranks();
   Status spawn(Rank& rank, int null_fd);
   void on_signal_byte(int sig, int64_t now);
   void request_stop(int sig, int64_t now);
-  void pump(Rank& rank);
+  void pump(Rank& rank, size_t budget);
   void flush_pending(Rank& rank);
   void tick(int64_t now);
   void reap(int64_t now);
   void read_verdict(int64_t now);
+  void read_stop_request(int64_t now);
   void stop_rank(Rank& rank, const std::string& why, int64_t now);
-  void beat(int64_t now);
   void note_coordinator();
   int expected() const { return stop_signal_ != 0 ? stop_signal_ : (switching_ ? SIGTERM : 0); }
   SuperviseResult result() const;
 
   const SuperviseOptions& options_;
+  Console err_, out_;
   std::vector<Rank> ranks_;
   std::array<int, 2> signal_pipe_ = {-1, -1};
   int running_ = 0;
@@ -163,15 +144,14 @@ class Supervisor {
   bool verdict_read_ = false;
   int64_t failed_since_ = -1;
   int64_t stop_since_ = -1;
-  int64_t next_beat_ms_ = 0;
-  int64_t beats_ = 0;
 };
 
+// The handled signals stay blocked from before the fork until the child has put back the
+// default dispositions: a signal meant for us must not run our handler in the child.
 Status Supervisor::spawn(Rank& rank, int null_fd) {
   const RankCommand& c = *rank.command;
-  const bool srun = c.log_name == "srun";
   const std::string log =
-      options_.attempt_dir + (srun ? "/ranks.log" : "/rank-" + c.log_name + ".log");
+      options_.attempt_dir + (c.log_name == "srun" ? "/ranks.log" : "/rank-" + c.log_name + ".log");
   // The rank writes its log itself (the file is its stdout and stderr), so that nothing it says
   // is lost if we die first; we echo the file to the console as it grows.
   const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -185,11 +165,11 @@ Status Supervisor::spawn(Rank& rank, int null_fd) {
   for (const auto& w : c.argv) argv.push_back(const_cast<char*>(w.c_str()));
   argv.push_back(nullptr);
   const std::string failed = "graphpipe-launch: cannot run " + c.argv[0] + "\n";
+  sigset_t handled, before;
+  sigemptyset(&handled);
+  for (int sig : kHandled) sigaddset(&handled, sig);
+  ::pthread_sigmask(SIG_BLOCK, &handled, &before);
   const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(log_fd);
-    return internal_error(std::string("cannot start a rank: ") + std::strerror(errno));
-  }
   if (pid == 0) {  // only async-signal-safe calls until exec
     ::dup2(null_fd, STDIN_FILENO);
     ::dup2(log_fd, STDOUT_FILENO);
@@ -198,14 +178,23 @@ Status Supervisor::spawn(Rank& rank, int null_fd) {
     // business (ranks install one).
     ::signal(SIGINT, SIG_IGN);
     ::signal(SIGQUIT, SIG_IGN);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGUSR1, SIG_DFL);
+    ::signal(SIGCHLD, SIG_DFL);
+    ::signal(SIGPIPE, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execvp(argv[0], argv.data());
-    write_all(STDERR_FILENO, failed.data(), failed.size());
-    ::_exit(127);
+    [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, failed.data(), failed.size());
+    ::_exit(kNotStarted);
   }
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   ::close(log_fd);
+  if (pid < 0) {
+    return internal_error(std::string("cannot start a rank: ") + std::strerror(fork_errno));
+  }
   rank.pid = pid;
   ++running_;
   return ok_status();
@@ -217,8 +206,8 @@ Status Supervisor::start_ranks() {
     return internal_error(std::string("cannot open /dev/null: ") + std::strerror(errno));
   Status status = ok_status();
   for (auto& r : ranks_) {
-    status = spawn(r, null_fd);
-    if (!status.ok()) break;
+    if (status.ok()) status = spawn(r, null_fd);
+    if (r.pid <= 0) r.status = kNotStarted;  // this one and, after a failure, those after it
   }
   ::close(null_fd);
   return status;
@@ -231,7 +220,7 @@ void Supervisor::request_stop(int sig, int64_t now) {
     force_stop_ = true;
     say(std::string(stop_name(sig)) + " again: killing every rank now (SIGKILL)");
     for (auto& r : ranks_) {
-      if (!r.status) ::kill(r.pid, SIGKILL);
+      if (r.running()) ::kill(r.pid, SIGKILL);
     }
     return;
   }
@@ -240,7 +229,7 @@ void Supervisor::request_stop(int sig, int64_t now) {
   say(std::string(stop_name(sig)) +
       ": asking every rank to stop after an agreed iteration (again: stop at once)");
   for (auto& r : ranks_) {
-    if (!r.status) ::kill(r.pid, sig);
+    if (r.running()) ::kill(r.pid, sig);
   }
 }
 
@@ -250,22 +239,23 @@ void Supervisor::on_signal_byte(int sig, int64_t now) {
   } else if (sig == SIGUSR1 && stop_signal_ == 0 && failed_since_ < 0 && !switching_) {
     // An --adapt switch: rank 0 asks the coordinator for a stop, as on a SIGTERM.
     for (auto& r : ranks_) {
-      if (r.command->rank != 0 || r.status) continue;
+      if (r.command->rank != 0 || !r.running()) continue;
       switching_ = true;
       ::kill(r.pid, SIGTERM);
     }
   }
 }
 
-// What the rank added to its log since the last call, to the console.
-void Supervisor::pump(Rank& rank) {
+// Up to `budget` bytes of what the rank added to its log since the last call, to the console.
+void Supervisor::pump(Rank& rank, size_t budget) {
   std::array<char, 65536> buf;
-  for (;;) {
-    const ssize_t n = ::read(rank.tail_fd, buf.data(), buf.size());
+  while (budget > 0 && rank.tail_fd >= 0) {
+    const ssize_t n = ::read(rank.tail_fd, buf.data(), std::min(buf.size(), budget));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return;  // all of it for now (an error: nothing more to show)
+    budget -= static_cast<size_t>(n);
     if (rank.command->log_name == "srun") {
-      write_all(STDOUT_FILENO, buf.data(), static_cast<size_t>(n));
+      out_.write(std::string(buf.data(), static_cast<size_t>(n)));
       continue;
     }
     rank.pending.append(buf.data(), static_cast<size_t>(n));
@@ -276,20 +266,19 @@ void Supervisor::pump(Rank& rank) {
       out.append(rank.pending, start, nl + 1 - start);
     }
     rank.pending.erase(0, start);
-    write_all(STDERR_FILENO, out.data(), out.size());
+    if (!out.empty()) err_.write(out);
     if (rank.pending.size() > kMaxLineBytes) flush_pending(rank);
   }
 }
 
 void Supervisor::flush_pending(Rank& rank) {
   if (rank.pending.empty()) return;
-  const std::string out = "[rank " + rank.command->log_name + "] " + rank.pending + "\n";
-  write_all(STDERR_FILENO, out.data(), out.size());
+  err_.write("[rank " + rank.command->log_name + "] " + rank.pending + "\n");
   rank.pending.clear();
 }
 
 void Supervisor::stop_rank(Rank& rank, const std::string& why, int64_t now) {
-  if (rank.kill_at_ms >= 0) return;
+  if (rank.kill_at_ms >= 0 || !rank.running()) return;
   say("stopping rank " + std::to_string(rank.command->rank) + " (" + why +
       "): SIGTERM, SIGKILL in " + std::to_string(options_.kill_grace_s) + " s");
   ::kill(rank.pid, SIGTERM);
@@ -298,12 +287,12 @@ void Supervisor::stop_rank(Rank& rank, const std::string& why, int64_t now) {
 
 void Supervisor::reap(int64_t now) {
   for (auto& r : ranks_) {
-    if (r.status) continue;
+    if (!r.running()) continue;
     int st = 0;
     if (::waitpid(r.pid, &st, WNOHANG) == r.pid) {
       r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       --running_;
-      pump(r);  // the rest of what it wrote
+      pump(r, SIZE_MAX);  // the rest of what it wrote
       flush_pending(r);
       const int e = expected();
       if (*r.status != 0 && failed_since_ < 0 && (e == 0 || *r.status != 128 + e)) {
@@ -331,16 +320,21 @@ void Supervisor::read_verdict(int64_t now) {
   const Verdict v = parse_verdict(text.ok() ? *text : "", options_.nprocs);
   if (failed_since_ < 0) failed_since_ = now;
   for (auto& r : ranks_) {
-    if (r.command->rank == v.failed_rank && !r.status) {
+    if (r.command->rank == v.failed_rank) {
       stop_rank(r, "the coordinator declared it failed: " + v.reason, now);
     }
   }
 }
 
-void Supervisor::beat(int64_t now) {
-  if (options_.beacon.empty() || now < next_beat_ms_) return;
-  next_beat_ms_ = now + 1000;
-  write_atomically(options_.beacon, std::to_string(++beats_) + "\n");
+// A stop the launcher received before our handlers were in place (it writes the file, then
+// signals us): taken as that signal.
+void Supervisor::read_stop_request(int64_t now) {
+  if (options_.stop_request.empty() || stop_signal_ != 0 || !exists(options_.stop_request)) return;
+  FileReadOptions small;
+  small.max_bytes = 64;
+  auto text = read_regular_file(options_.stop_request, small);
+  const int sig = text.ok() ? std::atoi(text->c_str()) : 0;
+  request_stop(sig == SIGINT ? SIGINT : SIGTERM, now);
 }
 
 // The coordinator's address, for the console and for `graphpipe-executor status --run-dir`.
@@ -363,29 +357,25 @@ void Supervisor::tick(int64_t now) {
   if (options_.launcher_pid > 0 && !launcher_gone_ && ::getppid() != options_.launcher_pid) {
     launcher_gone_ = true;
     say("the launcher (pid " + std::to_string(options_.launcher_pid) + ") is gone");
-    request_stop(SIGTERM, now);
+    if (stop_signal_ == 0) request_stop(SIGTERM, now);  // a stop under way goes on as it is
   }
+  read_stop_request(now);
   note_coordinator();
   reap(now);
   read_verdict(now);
   // After a failure the others leave within a heartbeat; whoever is still there is stopped.
   if (failed_since_ >= 0 && now >= failed_since_ + 1000LL * options_.kill_grace_s) {
-    for (auto& r : ranks_) {
-      if (!r.status) stop_rank(r, "still running after the job failed", now);
-    }
+    for (auto& r : ranks_) stop_rank(r, "still running after the job failed", now);
   }
   // A requested stop that does not finish in time (e.g. a peer is frozen) ends by force.
   if (expected() != 0) {
     if (stop_since_ < 0) stop_since_ = now;
     if (now >= stop_since_ + 1000LL * (2 * options_.timeout_s + options_.kill_grace_s)) {
       for (auto& r : ranks_) {
-        if (!r.status) {
-          stop_rank(r, "did not stop within " + std::to_string(2 * options_.timeout_s) + " s", now);
-        }
+        stop_rank(r, "did not stop within " + std::to_string(2 * options_.timeout_s) + " s", now);
       }
     }
   }
-  beat(now);
 }
 
 SuperviseResult Supervisor::result() const {
@@ -407,7 +397,9 @@ Result<SuperviseResult> Supervisor::run() {
   }
   SignalScope signals;
   GP_RETURN_IF_ERROR(signals.install(signal_pipe_[1]));
-  beat(now_ms());  // before any rank reads it
+  // Its own thread: a stalled console or a slow disk never lets it go stale.
+  BeaconWriter beacon(options_.beacon);
+  if (!beacon.ok()) return internal_error("cannot write the beacon " + options_.beacon);
   Status started = start_ranks();
   if (!started.ok()) {
     // The ranks already started stop, and are waited for, as after a failure.
@@ -421,13 +413,12 @@ Result<SuperviseResult> Supervisor::run() {
     unsigned char sig = 0;
     while (::read(signal_pipe_[0], &sig, 1) == 1) on_signal_byte(sig, now_ms());
     for (auto& r : ranks_) {
-      if (!r.status) pump(r);
+      if (r.running()) pump(r, kMaxEchoPerTick);
     }
     tick(now_ms());
   }
   for (auto& r : ranks_) flush_pending(r);
-  if (!started.ok()) return started;
-  return result();
+  return result();  // a rank that could not start: its status says so (127)
 }
 
 }  // namespace

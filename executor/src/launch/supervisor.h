@@ -42,6 +42,9 @@ struct SuperviseOptions {
   int timeout_s = 30;       // the ranks' --timeout: a requested stop may take twice that
   int stop_signal = 0;      // SIGINT/SIGTERM the launcher received before the ranks started
   int launcher_pid = 0;     // the parent whose death stops the job as SIGTERM does (0: none)
+  // A file the launcher writes a stop signal's number to before passing the signal on: a
+  // signal that came before our handlers were in place is not lost.
+  std::string stop_request;
 };
 
 struct SuperviseResult {
@@ -53,9 +56,10 @@ struct SuperviseResult {
   bool launcher_gone = false;      // the launcher died while the ranks ran
 };
 
-// Runs `ranks` to their end. While it runs, SIGINT and SIGTERM stop the job (as above) and
-// SIGUSR1 asks rank 0 to stop the job after an agreed iteration (an --adapt switch: SIGTERM
-// to rank 0, whose exit 143 is then expected); the previous handlers come back after it.
+// Runs `ranks` to their end; a rank that cannot be started ends with status 127 (the others
+// are then stopped as after a failure). While it runs, SIGINT and SIGTERM stop the job (as above)
+// and SIGUSR1 asks rank 0 to stop the job after an agreed iteration (an --adapt switch: SIGTERM to
+// rank 0, whose exit 143 is then expected); the previous handlers come back after it.
 Result<SuperviseResult> supervise(const std::vector<RankCommand>& ranks,
                                   const SuperviseOptions& options);
 

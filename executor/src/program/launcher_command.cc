@@ -1,6 +1,7 @@
 #include "launcher_command.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -241,10 +242,10 @@ void LauncherCommands::add_supervise() {
       ->required()
       ->check(CLI::Range(1, kMaxWorldSize));
   supervise_->add_option("--kill-grace", o.kill_grace_s, "seconds from SIGTERM to SIGKILL")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   supervise_->add_option("--timeout", o.timeout_s, "the ranks' --timeout, seconds")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   supervise_
       ->add_option("--stop-signal", o.stop_signal,
@@ -253,6 +254,9 @@ void LauncherCommands::add_supervise() {
       ->capture_default_str();
   supervise_->add_option("--launcher-pid", o.launcher_pid,
                          "the launcher: when it dies, the ranks are asked to stop");
+  supervise_->add_option("--stop-request", o.stop_request,
+                         "a file the launcher writes a stop signal's number to (2 or 15) before "
+                         "passing the signal on");
 }
 
 int LauncherCommands::run() { return gp::cli::report("graphpipe-launch", decide()); }
@@ -276,6 +280,9 @@ Status LauncherCommands::supervise() const {
   auto text = read_regular_file(commands_file_, small);
   if (!text.ok()) return text.status().with_context("--commands");
   GP_ASSIGN_OR_RETURN(const auto commands, launch::parse_rank_commands(*text, commands_file_));
+  // A signal after the ranks have ended (a late ^C, an --adapt switch's SIGUSR1) must not end
+  // us before the result is written: ignored outside supervise(), which handles them.
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) std::signal(sig, SIG_IGN);
   GP_ASSIGN_OR_RETURN(const auto result, launch::supervise(commands, supervise_options_));
   std::string out;
   for (const auto& [rank, status] : result.exit_status) {
