@@ -112,7 +112,18 @@ Status run_adapt(const AdaptOptions& o) {
   }
   const graphpipe::v1::Cluster cluster =
       planner::cluster_with_measured_speeds(plan.cluster(), speeds, o.threshold);
-  GP_ASSIGN_OR_RETURN(const AdaptModels models, measured_models(cluster, base, speeds));
+  GP_ASSIGN_OR_RETURN(AdaptModels models, measured_models(cluster, base, speeds));
+  if (measured.comm_size() > 0) {
+    GP_ASSIGN_OR_RETURN(models.comm, with_measured_links(cluster, o.profile, measured));
+  }
+  for (const auto& fit : measured.comm()) {
+    line("link",
+         std::string(fit.link_class() == graphpipe::v1::LINK_CLASS_INTRA_NODE ? "intra_node"
+                                                                              : "inter_node") +
+             " measured alpha_us " + num(fit.alpha_us(), 1) + " beta_GBps " +
+             num(fit.beta_bytes_per_s() / 1e9, 3) + " from " + std::to_string(fit.points_size()) +
+             " message size(s)");
+  }
 
   // The running plan, priced under the measured speeds.
   graphpipe::v1::Plan current = plan;

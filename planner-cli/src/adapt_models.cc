@@ -9,6 +9,7 @@
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/verify.h"
+#include "gp/profile_db/profile_db.h"
 
 namespace gp::plan_cli {
 Result<AdaptModels> own_kind_models(const graphpipe::v1::Cluster& cluster,
@@ -54,6 +55,18 @@ Result<AdaptModels> measured_models(const graphpipe::v1::Cluster& measured, cons
   return models;
 }
 
+Result<std::shared_ptr<const cost::CommModel>> with_measured_links(
+    const graphpipe::v1::Cluster& cluster, const std::string& profile_path,
+    const graphpipe::v1::ProfileDB& measured) {
+  graphpipe::v1::ProfileDB links;
+  if (!profile_path.empty()) {
+    GP_ASSIGN_OR_RETURN(const auto profile, profile::read_profile(profile_path));
+    *links.mutable_comm() = profile.comm();
+  }
+  for (const auto& fit : measured.comm()) *links.add_comm() = fit;  // later fits win
+  return std::make_shared<const cost::CommModel>(cluster, links);
+}
+
 Result<sim::SimResult> simulate_with(const graphpipe::v1::Plan& plan, const model::Graph& graph,
                                      const AdaptModels& models) {
   const sim::Simulator simulator(
@@ -76,7 +89,8 @@ Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const m
   setup.comm = models.comm;
   setup.device_costs = models.compute;
   setup.profile_hash = models.profile_hash;
-  GP_ASSIGN_OR_RETURN(auto result, search_again(plan, setup, /*profile=*/"", command_line));
+  GP_ASSIGN_OR_RETURN(auto result, search_again(plan, setup, /*profile=*/"", command_line,
+                                                /*keep_micro_batch=*/true));
   if (!result.feasible) {
     return failed_precondition("no feasible plan for '" + graph.model().name() +
                                "' on the measured cluster: " + result.infeasible_reason);

@@ -36,6 +36,13 @@ Result<AdaptModels> own_kind_models(const graphpipe::v1::Cluster& cluster,
 Result<AdaptModels> measured_models(const graphpipe::v1::Cluster& measured, const AdaptModels& own,
                                     const std::vector<planner::RankSpeed>& speeds);
 
+// The links as the running job measured them: the fits of `profile_path` (if any) with
+// `measured`'s p2p fits (a running job's, per link class) taking their place; without measured
+// fits, the cluster's links or the profile's fits as before.
+Result<std::shared_ptr<const cost::CommModel>> with_measured_links(
+    const graphpipe::v1::Cluster& cluster, const std::string& profile_path,
+    const graphpipe::v1::ProfileDB& measured);
+
 // `plan` (whose cluster is models.cluster) simulated with the models.
 Result<sim::SimResult> simulate_with(const graphpipe::v1::Plan& plan, const model::Graph& graph,
                                      const AdaptModels& models);

@@ -172,10 +172,13 @@ Result<CostModels> make_cost_models(const graphpipe::v1::Cluster& cluster,
 Result<planner::SearchResult> run_search_for(const SearchOptions& opts, const PlanningSetup& setup,
                                              graphpipe::v1::Strategy strategy);
 // The search `old` came from (GraphPipe's for a hand-made or lowered plan) with its mini-batch,
-// repeated for `setup`: what replan and adapt switch to. plan_commands.cc.
+// repeated for `setup`: what replan and adapt switch to. With `keep_micro_batch` (adapt), a plan
+// whose stages share one micro-batch size gets a plan of that size only, so that a job switching
+// to it goes on with the same losses bit for bit. plan_commands.cc.
 Result<planner::SearchResult> search_again(const graphpipe::v1::Plan& old,
                                            const PlanningSetup& setup, const std::string& profile,
-                                           const std::string& command_line);
+                                           const std::string& command_line,
+                                           bool keep_micro_batch = false);
 Status write_outputs(const SearchOptions& opts, const PlanningSetup& setup,
                      const planner::SearchResult& result, graphpipe::v1::Strategy strategy);
 

@@ -382,7 +382,7 @@ Status run_search(const SearchOptions& opts) {
 
 Result<planner::SearchResult> search_again(const graphpipe::v1::Plan& old,
                                            const PlanningSetup& setup, const std::string& profile,
-                                           const std::string& command_line) {
+                                           const std::string& command_line, bool keep_micro_batch) {
   auto strategy = old.provenance().strategy();
   // A hand-made or lowered plan has no search to repeat: GraphPipe's searches instead.
   if (strategy == graphpipe::v1::STRATEGY_UNSPECIFIED ||
@@ -394,6 +394,14 @@ Result<planner::SearchResult> search_again(const graphpipe::v1::Plan& old,
   so.strategy = std::string(plan::strategy_name(strategy));
   so.profile = profile;
   so.command_line = command_line;
+  // One micro-batch size at every stage, kept: each gradient is summed over the same samples in
+  // the same order as before, so the losses go on bit for bit.
+  std::set<int64_t> sizes;
+  for (const auto& st : old.stages()) sizes.insert(st.micro_batch());
+  if (keep_micro_batch && sizes.size() == 1) {
+    so.micro_batches = {*sizes.begin()};
+    so.uniform_microbatch = true;
+  }
   return run_search_for(so, setup, strategy);
 }
 

@@ -45,6 +45,10 @@ check "it switches once, after an agreed iteration with a checkpoint, and resume
    grep -q "adapt: resuming after iteration [0-9]* under $tmp/ckpt/plan-adapted-1.pb on 4 ranks" "$tmp/slow.log"'
 check "each decision says why (gain, time saved, the switch cost)" \
   'grep -q "adapt: reason switch: predicted gain [0-9.]*%, saves [0-9.]* s over [0-9]* iterations left, switching costs [0-9.]* s" "$tmp/slow.log"'
+check "its checks price the transfers with the link the job measured" \
+  'grep -Eq "adapt: link intra_node measured alpha_us [0-9.]+ beta_GBps [0-9.]+ from [1-9][0-9]* message size" "$tmp/slow.log"'
+check "the new plan keeps the micro-batch size, so the losses can go on bit for bit" \
+  '[ "$("$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" | awk "/^ +[0-9]+ +ranks/ { for (i = 1; i < NF; i++) if (\$i == \"mb\") print \$(i + 1) }" | sort -u)" = "$mb" ]'
 check "the decisions are kept in RUN_DIR/adapt.log" \
   'grep -q "switch 1" "$tmp/run/adapt.log" && grep -q "resuming after iteration" "$tmp/run/adapt.log"'
 light=$("$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" |

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measured costs of a running job and the straggler test aid (issue 43), on a launched 2-rank CPU
 # job of a small CANDLE-Uno (4 branches, ops of tens of microseconds): rank 0 gathers every
-# rank's measured op times (`run --measure-every`) into a profile database graphpipe-profile
-# reads, one device kind per rank; `--slowdown 1:3` makes rank 1's ops at least twice as slow in that profile as in an unslowed run of the same
+# rank's measured op times (`run --measure-every`) and message times into a profile database
+# graphpipe-profile reads, one device kind per rank and a fit of the link; `--slowdown 1:3` makes rank 1's ops at least twice as slow in that profile as in an unslowed run of the same
 # plan, and changes no loss. Bad --slowdown and --measured-profile-out values are refused before
 # anything trains, naming the flag.
 set -u
@@ -38,6 +38,10 @@ check "its measured profile is written to RUN_DIR/attempt-0/measured-profile.pbt
 check "graphpipe-profile reads it (it validates) and lists a device kind per rank" \
   '[ $rc -eq 0 ] && grep -q "/rank0 " "$tmp/base-show.txt" && grep -q "/rank1 " "$tmp/base-show.txt"'
 check "no rank says it is slowed" '! grep -q "compute slowed" "$tmp/base.log"'
+# Its messages: each send paired with its receive (the ranks share this host's clock) into a
+# p2p fit of the link between them, which graphpipe-profile lists.
+check "it holds the measured intra-node link: a p2p fit with the messages' sizes as points" \
+  'grep -Eq "^comm +intra-node p2p +2 ranks +alpha +[0-9.]+ us +beta +[0-9.]+ GB/s +\([1-9][0-9]* points?," "$tmp/base-show.txt"'
 
 # 2. Rank 1 three times slower, its profile where asked.
 timeout 120 "$launch" --plan "$tmp/plan.pb" --iterations 12 --slowdown 1:3 \

@@ -139,6 +139,77 @@ TEST_CASE(
   std::filesystem::remove(path);
 }
 
+pb::TransferTimes transfer(int peer, uint64_t tag, int64_t bytes, bool send, double start_us,
+                           double end_us) {
+  pb::TransferTimes t;
+  t.set_peer(peer);
+  t.set_tag(tag);
+  t.set_bytes(bytes);
+  t.set_send(send);
+  t.set_start_us(start_us);
+  t.set_end_us(end_us);
+  return t;
+}
+
+TEST_CASE(
+    "a message's time runs from its send to its receive, kept only where the receiver waited") {
+  pb::RankTimings r0 = timings(7, 4), r1 = timings(7, 4);
+  *r0.add_transfers() = transfer(1, 5, 1000, true, 100, 101);  // received by a waiting rank 1
+  *r0.add_transfers() = transfer(1, 6, 1000, true, 200, 201);  // rank 1 asked only after it
+  *r1.add_transfers() = transfer(0, 5, 1000, false, 90, 150);
+  *r1.add_transfers() = transfer(0, 6, 1000, false, 210, 212);
+  *r1.add_transfers() = transfer(0, 9, 64, true, 300, 301);  // back to rank 0, which waited
+  *r0.add_transfers() = transfer(1, 9, 64, false, 250, 330);
+  LinkSamples links;
+  join_transfers(0, r0, 1, r1, links);
+  REQUIRE(links.size() == 2);
+  CHECK(links.at({0, 1, 1000}) == std::vector<float>{50});
+  CHECK(links.at({1, 0, 64}) == std::vector<float>{30});
+
+  LinkSamples none;
+  pb::RankTimings later = r1;
+  later.set_iteration(8);
+  join_transfers(0, r0, 1, later, none);  // another iteration's
+  pb::RankTimings elsewhere = r1;
+  elsewhere.mutable_provenance()->set_host("another-host");
+  join_transfers(0, r0, 1, elsewhere, none);  // another host's clock
+  CHECK(none.empty());
+}
+
+pb::Plan two_ranks_one_node() {
+  pb::Plan plan = plan_on("cpu-process");
+  pb::Cluster& c = *plan.mutable_cluster();
+  c.set_num_nodes(1);
+  c.set_devices_per_node(2);
+  c.mutable_intra_node()->set_bandwidth_bytes_per_s(2e9);
+  c.mutable_intra_node()->set_latency_us(20);
+  return plan;
+}
+
+TEST_CASE("large measured messages give a link's latency and bandwidth, small ones its latency") {
+  const model::Graph g = testing::chain_graph(2);
+  std::map<int, pb::RankTimings> by_rank{{0, timings(7, 4)}, {1, timings(7, 4)}};
+  LinkSamples large{{{0, 1, 1 << 20}, {600, 590, 610}}, {{1, 0, 4 << 20}, {2100}}};
+  auto db = measured_profile(two_ranks_one_node(), g, by_rank, large);
+  INFO(db.status().to_string());
+  REQUIRE(db.ok());
+  REQUIRE(db->comm_size() == 1);
+  const pb::CommFit& fit = db->comm(0);
+  CHECK(fit.link_class() == pb::LINK_CLASS_INTRA_NODE);
+  CHECK(fit.kind() == pb::COLLECTIVE_KIND_P2P);
+  CHECK(fit.points_size() == 2);
+  CHECK(fit.beta_bytes_per_s() == Approx(3.0 * (1 << 20) / 1500e-6));  // the slope
+  CHECK(fit.alpha_us() == Approx(600 - (1 << 20) / fit.beta_bytes_per_s() * 1e6));
+
+  // 256 and 512 bytes take the 2 GB/s link well under its 20 us latency: noise in the slope.
+  LinkSamples small{{{0, 1, 256}, {30, 31, 32}}, {{0, 1, 512}, {40}}};
+  db = measured_profile(two_ranks_one_node(), g, by_rank, small);
+  REQUIRE(db.ok());
+  REQUIRE(db->comm_size() == 1);
+  CHECK(db->comm(0).beta_bytes_per_s() == Approx(2e9));  // the cluster's
+  CHECK(db->comm(0).alpha_us() == Approx((31 - 0.128 + 40 - 0.256) / 2));
+}
+
 TEST_CASE("measured iterations come after two warm-up iterations, then every K-th") {
   CHECK_FALSE(measured_iteration(0, 0, 10));
   CHECK_FALSE(measured_iteration(1, 0, 10));

@@ -3,7 +3,9 @@
 #include <array>
 #include <utility>
 
+#include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
+#include "gp/profile_db/comm_fit.h"
 #include "gp/profile_db/profile_db.h"
 
 namespace gp::exec::daemon {
@@ -23,7 +25,8 @@ std::string measured_device_kind(const pb::Plan& plan, int rank) {
 
 pb::RankTimings rank_timings(const OpClock& clock, const std::vector<int>& op_indices,
                              int64_t iteration, int64_t micro_batch,
-                             const pb::Provenance& provenance) {
+                             const pb::Provenance& provenance,
+                             std::span<const RankRunner::TransferStamp> transfers) {
   pb::RankTimings t;
   t.set_iteration(iteration);
   t.set_micro_batch(micro_batch);
@@ -39,11 +42,111 @@ pb::RankTimings rank_timings(const OpClock& clock, const std::vector<int>& op_in
     k = clock.backward(i).copy(samples);
     op->mutable_backward_us()->Add(samples.begin(), samples.begin() + k);
   }
+  for (const auto& s : transfers) {
+    pb::TransferTimes* x = t.add_transfers();
+    x->set_peer(s.peer);
+    x->set_tag(s.tag);
+    x->set_bytes(s.bytes);
+    x->set_send(s.send);
+    x->set_start_us(s.start_us);
+    x->set_end_us(s.end_us);
+  }
   return t;
 }
 
+void join_transfers(int rank_a, const pb::RankTimings& a, int rank_b, const pb::RankTimings& b,
+                    LinkSamples& out) {
+  if (rank_a == rank_b || a.iteration() != b.iteration() || a.provenance().host().empty() ||
+      a.provenance().host() != b.provenance().host()) {
+    return;
+  }
+  auto one_way = [&out](int src, const pb::RankTimings& from, int dst, const pb::RankTimings& to) {
+    std::map<std::pair<uint64_t, int64_t>, const pb::TransferTimes*> sends;
+    for (const auto& x : from.transfers()) {
+      if (x.send() && x.peer() == dst) sends.emplace(std::make_pair(x.tag(), x.bytes()), &x);
+    }
+    for (const auto& y : to.transfers()) {
+      if (y.send() || y.peer() != src) continue;
+      const auto it = sends.find({y.tag(), y.bytes()});
+      if (it == sends.end()) continue;
+      const pb::TransferTimes& x = *it->second;
+      const double us = y.end_us() - x.start_us();
+      if (y.start_us() > x.start_us() || !(us > 0) || x.bytes() <= 0) continue;
+      auto& samples = out[LinkKey{src, dst, x.bytes()}];
+      if (samples.size() >= kMaxLinkSamples) samples.erase(samples.begin());
+      samples.push_back(static_cast<float>(us));
+    }
+  };
+  one_way(rank_a, a, rank_b, b);
+  one_way(rank_b, b, rank_a, a);
+}
+
+namespace {
+
+// Points that do not fit alpha-beta: the latency they show at `link`'s bandwidth (their mean
+// time beyond bytes / bandwidth); points faster than that bandwidth: through the origin.
+std::pair<double, double> fit_at_cluster_bandwidth(
+    const google::protobuf::RepeatedPtrField<pb::CommPoint>& points, const pb::LinkSpec& link) {
+  const double beta = link.bandwidth_bytes_per_s();
+  double excess_sum = 0, bytes_sum = 0, us_sum = 0;
+  bool slower = beta > 0;
+  for (const auto& p : points) {
+    const double excess = p.time_us() - static_cast<double>(p.bytes()) / beta * 1e6;
+    slower = slower && excess >= 0;
+    excess_sum += excess;
+    bytes_sum += static_cast<double>(p.bytes());
+    us_sum += p.time_us();
+  }
+  if (slower) return {excess_sum / points.size(), beta};
+  return {0.0, bytes_sum / us_sum * 1e6};
+}
+
+// One p2p fit per link class of the plan's cluster that `links` has messages of.
+void add_link_fits(const pb::Plan& plan, const std::map<int, pb::RankTimings>& by_rank,
+                   const LinkSamples& links, pb::ProfileDB& db) {
+  const int ranks = cost::num_devices(plan.cluster());
+  std::map<bool, std::map<int64_t, std::vector<float>>> by_class;  // intra-node -> bytes -> us
+  for (const auto& [key, samples] : links) {
+    if (key.src < 0 || key.dst < 0 || key.src >= ranks || key.dst >= ranks) continue;
+    auto& pooled = by_class[cost::same_node(plan.cluster(), key.src, key.dst)][key.bytes];
+    pooled.insert(pooled.end(), samples.begin(), samples.end());
+  }
+  for (auto& [intra, sizes] : by_class) {
+    pb::CommFit fit;
+    fit.set_link_class(intra ? pb::LINK_CLASS_INTRA_NODE : pb::LINK_CLASS_INTER_NODE);
+    fit.set_kind(pb::COLLECTIVE_KIND_P2P);
+    fit.set_ranks(2);
+    for (auto& [bytes, samples] : sizes) {
+      pb::CommPoint* p = fit.add_points();
+      p->set_bytes(bytes);
+      p->set_time_us(sample_quantile(samples, 0.5));
+    }
+    // Only messages whose bytes take the link longer than its latency say anything about its
+    // bandwidth (by the cluster's own figures): smaller ones are latency and noise, and their
+    // slope would be a bandwidth no link has.
+    const pb::LinkSpec& link = intra ? plan.cluster().intra_node() : plan.cluster().inter_node();
+    const double largest = static_cast<double>(sizes.rbegin()->first);
+    auto ab = profile::fit_alpha_beta(fit.points());
+    if (ab.ok() && largest / link.bandwidth_bytes_per_s() * 1e6 >= link.latency_us()) {
+      fit.set_alpha_us(ab->alpha_us);
+      fit.set_beta_bytes_per_s(ab->beta_bytes_per_s);
+    } else {
+      const auto [alpha, beta] = fit_at_cluster_bandwidth(fit.points(), link);
+      fit.set_alpha_us(alpha);
+      fit.set_beta_bytes_per_s(beta);
+    }
+    const double beta = fit.beta_bytes_per_s();
+    if (!(beta >= 1e3 && beta <= 1e15) || !(fit.alpha_us() <= 1e6)) continue;  // no link's
+    if (!by_rank.empty()) *fit.mutable_provenance() = by_rank.begin()->second.provenance();
+    *db.add_comm() = std::move(fit);
+  }
+}
+
+}  // namespace
+
 Result<pb::ProfileDB> measured_profile(const pb::Plan& plan, const model::Graph& graph,
-                                       const std::map<int, pb::RankTimings>& by_rank) {
+                                       const std::map<int, pb::RankTimings>& by_rank,
+                                       const LinkSamples& links) {
   pb::ProfileDB db;
   db.set_format_version(profile::kProfileFormatVersion);
   for (const auto& [rank, t] : by_rank) {
@@ -79,6 +182,7 @@ Result<pb::ProfileDB> measured_profile(const pb::Plan& plan, const model::Graph&
       *m->mutable_provenance() = t.provenance();
     }
   }
+  add_link_fits(plan, by_rank, links, db);
   GP_RETURN_IF_ERROR(profile::validate_profile(db));
   return db;
 }
@@ -86,16 +190,23 @@ Result<pb::ProfileDB> measured_profile(const pb::Plan& plan, const model::Graph&
 void MeasuredProfile::add(int rank, const pb::RankTimings& timings) {
   std::lock_guard lock(mu_);
   auto [it, fresh] = by_rank_.try_emplace(rank, timings);
-  if (!fresh && it->second.iteration() <= timings.iteration()) it->second = timings;
+  if (!fresh) {
+    if (it->second.iteration() > timings.iteration()) return;
+    it->second = timings;
+  }
+  // Each pair of reports of one iteration is joined once: when the second of the two arrives.
+  for (const auto& [other, t] : by_rank_) join_transfers(rank, timings, other, t, links_);
 }
 
 Status MeasuredProfile::write() const {
   std::map<int, pb::RankTimings> by_rank;
+  LinkSamples links;
   {
     std::lock_guard lock(mu_);
     by_rank = by_rank_;
+    links = links_;
   }
-  GP_ASSIGN_OR_RETURN(const pb::ProfileDB db, measured_profile(plan_, graph_, by_rank));
+  GP_ASSIGN_OR_RETURN(const pb::ProfileDB db, measured_profile(plan_, graph_, by_rank, links));
   return profile::write_profile(path_, db).with_context("--measured-profile-out");
 }
 

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "gp/common/status.h"
 #include "gp/exec/op_timing.h"
+#include "gp/exec/rank_runner.h"
 #include "gp/model/graph.h"
 #include "graphpipe/v1/executor.pb.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -28,18 +30,39 @@ bool measured_iteration(int64_t it, int64_t first, int measure_every);
 std::string measured_device_kind(const graphpipe::v1::Plan& plan, int rank);
 
 // A rank's report: `clock`'s windows of its stage's ops (`op_indices`: graph index by position,
-// as StageRunner::op_indices), ops without samples left out.
+// as StageRunner::op_indices), ops without samples left out, and the iteration's transfers.
 graphpipe::v1::RankTimings rank_timings(const OpClock& clock, const std::vector<int>& op_indices,
                                         int64_t iteration, int64_t micro_batch,
-                                        const graphpipe::v1::Provenance& provenance);
+                                        const graphpipe::v1::Provenance& provenance,
+                                        std::span<const RankRunner::TransferStamp> transfers = {});
+
+// Measured message times by (sender, receiver, bytes), microseconds, the most recent last.
+struct LinkKey {
+  int src = 0;
+  int dst = 0;
+  int64_t bytes = 0;
+  auto operator<=>(const LinkKey&) const = default;
+};
+using LinkSamples = std::map<LinkKey, std::vector<float>>;
+constexpr size_t kMaxLinkSamples = 64;  // per key: the recent ones
+
+// Adds to `out` the message times of two ranks' reports of one iteration, from one host (whose
+// steady clock both read): a message's time runs from its send's start to its receive's end,
+// kept only when the receiver was already waiting (asked before the send started; otherwise the
+// message may have arrived unseen). Reports of different iterations add nothing.
+void join_transfers(int rank_a, const graphpipe::v1::RankTimings& a, int rank_b,
+                    const graphpipe::v1::RankTimings& b, LinkSamples& out);
 
 // The ProfileDB of `by_rank`'s timings (rank -> its latest): per rank, the samples of its ops
 // with one signature (cost::op_signature) pooled into one record: medians, p90 - p10 spreads,
-// repetitions = forward samples, no memory. Validated (profile::validate_profile);
+// repetitions = forward samples, no memory. And per link class of the plan's cluster that
+// `links` has messages of (ranks of one node or of two), a p2p CommFit: each message size's
+// median time over the class's pairs as a point, alpha-beta fitted (profile::fit_alpha_beta)
+// when the sizes allow, else through the origin. Validated (profile::validate_profile);
 // InvalidArgument naming the rank and op for an op the graph lacks.
 Result<graphpipe::v1::ProfileDB> measured_profile(
     const graphpipe::v1::Plan& plan, const model::Graph& graph,
-    const std::map<int, graphpipe::v1::RankTimings>& by_rank);
+    const std::map<int, graphpipe::v1::RankTimings>& by_rank, const LinkSamples& links = {});
 
 // Rank 0's gatherer: add() from the coordinator's threads, write() from the rank's.
 class MeasuredProfile {
@@ -58,6 +81,7 @@ class MeasuredProfile {
   std::string path_;
   mutable std::mutex mu_;
   std::map<int, graphpipe::v1::RankTimings> by_rank_;
+  LinkSamples links_;
 };
 
 }  // namespace gp::exec::daemon

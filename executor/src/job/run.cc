@@ -461,8 +461,9 @@ class RankJob {
   Status report_timings(int it) {
     const RankRunner& runner = session_->runner();
     GP_RETURN_IF_ERROR(client_->report_timings(
-        o_.rank, rank_timings(*clock_, runner.stage_runner().op_indices(), it,
-                              runner.program().per_replica, provenance_)));
+        o_.rank,
+        rank_timings(*clock_, runner.stage_runner().op_indices(), it, runner.program().per_replica,
+                     provenance_, runner.transfer_stamps())));
     return measured_ != nullptr ? measured_->write() : ok_status();
   }
 
@@ -474,6 +475,7 @@ class RankJob {
       return std::optional<double>();
     }
     clock_->set_recording(false);  // the measured profile times training steps only
+    session_->runner().set_stamping(false);
     const auto start = Clock::now();
     GP_ASSIGN_OR_RETURN(const double part, session_->evaluate());
     last_eval_s_ = std::chrono::duration<double>(Clock::now() - start).count();
@@ -529,6 +531,7 @@ class RankJob {
       failed_iteration_ = it;
       const bool measured = measured_iteration(it, first_iteration_, o_.measure_every);
       clock_->set_recording(measured);
+      session_->runner().set_stamping(measured);
       const auto start = Clock::now();
       GP_ASSIGN_OR_RETURN(const double loss, session_->run_iteration(it));
       last_time_s_ = std::chrono::duration<double>(Clock::now() - start).count();

@@ -289,6 +289,15 @@ Status RankRunner::bind(Communicator& comm) {
     }
     ties_ = std::move(*ties);
   }
+  // A host data plane's calls block until their part of the transfer is done: stamped, they time
+  // it. A device data plane's return once the transfer is queued.
+  size_t transfers = 0;
+  for (const Step& s : program_.steps) {
+    transfers += s.op == StepOp::kSend || s.op == StepOp::kRecv ? 1 : 0;
+  }
+  stamps_.assign(comm.device_memory() ? 0 : transfers, TransferStamp{});
+  stamps_used_ = 0;
+  stamping_ = stamping_ && !stamps_.empty();
   comm_ = &comm;
   return ok_status();
 }
@@ -305,6 +314,7 @@ Result<double> RankRunner::run_iteration(int64_t iteration) {
   // of the previous one.
   const uint64_t parity = static_cast<uint64_t>(iteration & 1) << 63;
   const bool tracing = trace_capacity_ > 0;
+  if (stamping_) stamps_used_ = 0;
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     const Step& s = program_.steps[i];
     current_.store(s.instruction, std::memory_order_relaxed);
@@ -384,12 +394,16 @@ Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration
       break;
     case StepOp::kSend: {
       st = (this->*pack_)(s, message);
+      const double start_us = stamping_ ? steady_us() : 0;
       if (st.ok())
         st = comm.send(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
+      if (stamping_) stamp(s, start_us);
       break;
     }
     case StepOp::kRecv: {
+      const double start_us = stamping_ ? steady_us() : 0;
       st = comm.recv(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
+      if (stamping_) stamp(s, start_us);
       if (st.ok()) st = (this->*unpack_)(s, message);
       break;
     }

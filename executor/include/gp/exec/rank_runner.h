@@ -18,9 +18,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,23 @@ class RankRunner {
 
   // Records up to `max_events` intervals from now on (preallocated; recording never allocates).
   void enable_trace(size_t max_events);
+
+  // One send or receive of a stamped iteration, on the steady clock (which every process of a
+  // host shares), microseconds: a send from handing the message to the data plane until the call
+  // returned, a receive from asking for it until it was there. `tag` is the program's.
+  struct TransferStamp {
+    int peer = 0;
+    uint64_t tag = 0;
+    int64_t bytes = 0;
+    bool send = false;
+    double start_us = 0;
+    double end_us = 0;
+  };
+  // Stamps the sends and receives of the iterations run while on (into buffers bind() made: no
+  // allocation); never on a device data plane, whose calls return before the transfer.
+  void set_stamping(bool on) { stamping_ = on && !stamps_.empty(); }
+  // The last stamped iteration's, in program order.
+  std::span<const TransferStamp> transfer_stamps() const { return {stamps_.data(), stamps_used_}; }
   const std::vector<TraceEvent>& trace() const { return trace_; }
 
   int rank() const { return program_.rank; }
@@ -128,6 +147,17 @@ class RankRunner {
   Status run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t tag_bits,
                   double& loss);
   void record(const Step& s, double start_us);
+  void stamp(const Step& s, double start_us) {
+    if (stamps_used_ < stamps_.size()) {
+      stamps_[stamps_used_++] = {s.peer,   s.tag,      s.bytes, s.op == StepOp::kSend,
+                                 start_us, steady_us()};
+    }
+  }
+  static double steady_us() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   // The lowered program (every piece's index into runner_'s exports or external inputs).
   RankProgram program_;
@@ -156,6 +186,9 @@ class RankRunner {
   std::vector<TraceEvent> trace_;
   size_t trace_capacity_ = 0;
   bool synchronize_traced_steps_ = false;
+  std::vector<TransferStamp> stamps_;  // one per send and receive step (bind())
+  size_t stamps_used_ = 0;
+  bool stamping_ = false;
 };
 
 // The measured events of several ranks as a Chrome trace in the simulator's format (times from

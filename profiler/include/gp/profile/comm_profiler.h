@@ -16,6 +16,7 @@
 #include "gp/common/status.h"
 #include "gp/exec/communicator.h"
 #include "gp/profile/measure.h"
+#include "gp/profile_db/comm_fit.h"  // fit_alpha_beta, for the sweeps' points
 #include "graphpipe/v1/profile.pb.h"
 
 namespace gp::profile {
@@ -51,16 +52,5 @@ Result<std::vector<CommSample>> sweep_p2p(exec::Communicator& comm, int world_si
 Result<std::vector<CommSample>> sweep_allreduce(
     exec::Communicator& comm, int world_size, const CommSweepOptions& options,
     const std::function<void(const CommSample&)>& on_size);
-
-struct AlphaBeta {
-  double alpha_us = 0;
-  double beta_bytes_per_s = 0;
-};
-
-// Least squares in relative error (each point weighted by 1 / time^2, so small transfers count
-// as much as large ones); alpha is clamped at 0. InvalidArgument when fewer than two distinct
-// sizes or when time does not grow with size.
-Result<AlphaBeta> fit_alpha_beta(
-    const google::protobuf::RepeatedPtrField<graphpipe::v1::CommPoint>& points);
 
 }  // namespace gp::profile
