@@ -72,6 +72,14 @@ LOCAL_RANK=3 timeout 30 "$exe" run --plan "$tmp/plan.pb" --rank 0 --world-size 3
 check "--device cuda opens the GPU of LOCAL_RANK (cuda:3; none here, so it fails naming it)" \
   '[ $rc -ne 0 ] && grep -q "cuda:3" "$tmp/cuda.log" || nvidia-smi -L >/dev/null 2>&1'
 
+# A FIFO left where a rank's log goes (a --log-dir given again): refused, never waited on; the
+# rank that could not start is the one blamed, and nothing is left running.
+mkdir -p "$tmp/fifo-run/attempt-0" && mkfifo "$tmp/fifo-run/attempt-0/rank-1.log"
+timeout 60 "$launch" --plan "$tmp/plan.pb" --iterations 4 --kill-grace 1 --log-dir "$tmp/fifo-run" \
+  > "$tmp/fifo.log" 2>&1; rc=$?
+check "a FIFO at a rank's log: exit 127 within the timeout, naming the file and blaming that rank" \
+  '[ $rc -eq 127 ] && grep -q "fifo-run/attempt-0/rank-1.log is not a regular file" "$tmp/fifo.log" && grep -q "rank 1 could not be started (exit status 127)" "$tmp/fifo.log" && nothing_left'
+
 # 2. A frozen rank: the coordinator declares it dead within the heartbeat timeout, the launcher
 #    kills it, blames it (not a healthy rank), and re-plans without its device.
 T=4

@@ -21,6 +21,15 @@ std::vector<RankExit> exits(std::initializer_list<int> statuses,
 
 Verdict blames(int rank, std::string reason = "") { return {rank, std::move(reason)}; }
 
+TEST_CASE("a rank that could not be started is blamed before any other failure") {
+  std::vector<RankExit> ranks = exits({137, 127, 1}, {0});
+  ranks[1].not_started = true;
+  const Attribution a = attribute_failure(ranks, blames(2), 0);
+  CHECK(a.failed_rank == 1);
+  CHECK(a.exit_status == 127);
+  CHECK(a.message == "rank 1 could not be started (exit status 127)");
+}
+
 TEST_CASE("a failed attempt is blamed on the rank that caused it") {
   struct Row {
     const char* what;

@@ -4,6 +4,7 @@
 #include "launch/supervisor.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -243,9 +244,22 @@ TEST_CASE("a rank that cannot be started ends 127 and the started ones are stopp
   REQUIRE(result.ok());
   CHECK(result->exit_status == std::map<int, int>{{0, 143}, {1, 127}, {2, 127}});
   CHECK(result->stopped == std::vector<int>{0});
-  CHECK(a.console.find("cannot write " + (a.dir / "attempt" / "rank-1.log").string()) !=
+  CHECK(result->not_started == std::vector<int>{1, 2});
+  CHECK(a.console.find((a.dir / "attempt" / "rank-1.log").string() + " is not a regular file") !=
         std::string::npos);
   CHECK(seconds_since(start) < 10);
+}
+
+TEST_CASE("a FIFO left where a rank's log goes is refused, never waited on", "[launch]") {
+  Attempt a;
+  const fs::path fifo = a.dir / "attempt" / "rank-0.log";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto start = std::chrono::steady_clock::now();
+  auto result = a.run({shell(0, "true")}, a.options());
+  REQUIRE(result.ok());
+  CHECK(result->exit_status.at(0) == 127);
+  CHECK(a.console.find(fifo.string() + " is not a regular file") != std::string::npos);
+  CHECK(seconds_since(start) < 5);
 }
 
 TEST_CASE("a stop written to the stop-request file is taken as that signal", "[launch]") {

@@ -247,6 +247,15 @@ Attribution attribute_failure(const std::vector<RankExit>& ranks,
                    ? verdict->failed_rank
                    : -1;
   Attribution a;
+  for (int r = 0; r < n && a.failed_rank < 0; ++r) {
+    if (ranks[r].not_started) a.failed_rank = r;
+  }
+  if (a.failed_rank >= 0) {
+    a.exit_status = ranks[a.failed_rank].status;
+    a.message = "rank " + std::to_string(a.failed_rank) + " could not be started (exit status " +
+                std::to_string(a.exit_status) + ")";
+    return a;
+  }
   if (ranking.own_signal()) {
     a.failed_rank = ranking.cause();
   } else {

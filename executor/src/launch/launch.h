@@ -76,6 +76,7 @@ Verdict parse_verdict(const std::string& text, int nprocs);
 struct RankExit {
   int status = 0;                    // exit status as the shell reports it (128 + N: signal N)
   bool stopped_by_launcher = false;  // the launcher sent it SIGTERM (and perhaps SIGKILL)
+  bool not_started = false;          // its command could not be started at all
 };
 
 // The failed ranks of a job as they are seen, ranked by how likely each is the cause: a rank
@@ -114,7 +115,8 @@ struct Attribution {
 };
 
 // Whom a finished attempt is blamed on. Exits of 0, and of 128 + stop_signal after the launcher
-// passed a stop signal on, are not failures. Among the failures, in this order: a rank killed by
+// passed a stop signal on, are not failures. Among the failures, in this order: a rank that
+// could not be started (the others fail for want of it); a rank killed by
 // a signal the launcher did not send (its neighbours then fail on their own, and the first of
 // them to report becomes the coordinator's verdict); the verdict's rank; a rank the launcher had
 // to stop; the first rank that failed. The exit status is the blamed rank's, unless the launcher

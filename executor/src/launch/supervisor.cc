@@ -154,9 +154,20 @@ Status Supervisor::spawn(Rank& rank, int null_fd) {
       options_.attempt_dir + (c.log_name == "srun" ? "/ranks.log" : "/rank-" + c.log_name + ".log");
   // The rank writes its log itself (the file is its stdout and stderr), so that nothing it says
   // is lost if we die first; we echo the file to the console as it grows.
-  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // A FIFO or a link left where the log goes is refused, never waited on or followed.
+  if (struct stat there{}; ::lstat(log.c_str(), &there) == 0 && !S_ISREG(there.st_mode)) {
+    return invalid_argument(log + " is not a regular file: the rank's log cannot go there");
+  }
+  const int log_fd = ::open(
+      log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW, 0644);
   if (log_fd < 0) return internal_error("cannot write " + log + ": " + std::strerror(errno));
-  rank.tail_fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (::fstat(log_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(log_fd);
+    return invalid_argument(log + " is not a regular file: the rank's log cannot go there");
+  }
+  ::fcntl(log_fd, F_SETFL, O_APPEND);  // the rank writes it blocking, as any stdout
+  rank.tail_fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (rank.tail_fd < 0 || ::lseek(rank.tail_fd, 0, SEEK_END) < 0) {
     ::close(log_fd);
     return internal_error("cannot read " + log + ": " + std::strerror(errno));
@@ -236,7 +247,12 @@ void Supervisor::request_stop(int sig, int64_t now) {
 void Supervisor::on_signal_byte(int sig, int64_t now) {
   if (sig == SIGINT || sig == SIGTERM) {
     request_stop(sig, now);
-  } else if (sig == SIGUSR1 && stop_signal_ == 0 && failed_since_ < 0 && !switching_) {
+  } else if (sig == SIGUSR1 && !switching_) {
+    if (stop_signal_ != 0 || failed_since_ >= 0) {
+      say(std::string("adapt: not switching after all: the job ") +
+          (stop_signal_ != 0 ? "is stopping" : "failed"));
+      return;
+    }
     // An --adapt switch: rank 0 asks the coordinator for a stop, as on a SIGTERM.
     for (auto& r : ranks_) {
       if (r.command->rank != 0 || !r.running()) continue;
@@ -383,6 +399,7 @@ SuperviseResult Supervisor::result() const {
   for (const auto& r : ranks_) {
     out.exit_status[r.command->rank] = r.status.value_or(0);
     if (r.kill_at_ms >= 0) out.stopped.push_back(r.command->rank);
+    if (r.pid <= 0) out.not_started.push_back(r.command->rank);
   }
   out.stop_signal = stop_signal_;
   out.force_stop = force_stop_;

@@ -50,6 +50,7 @@ struct SuperviseOptions {
 struct SuperviseResult {
   std::map<int, int> exit_status;  // by rank: 0..255, 128 + N when signal N ended it
   std::vector<int> stopped;        // ranks it sent SIGTERM (and perhaps SIGKILL)
+  std::vector<int> not_started;    // ranks whose command could not be started (status 127)
   int stop_signal = 0;             // the first SIGINT/SIGTERM it received or was given
   bool force_stop = false;         // a second one killed every rank
   int expected_signal = 0;         // the stop asked for: 128 + it is no rank's failure

@@ -133,6 +133,9 @@ void LauncherCommands::add_blame() {
       ->check(CLI::IsMember({0, 2, 15}))
       ->capture_default_str();
   blame_->add_option("--verdict-file", verdict_file_, "rank 0's verdict, read when it exists");
+  blame_->add_option("--not-started", not_started_, "ranks whose command could not be started")
+      ->delimiter(',')
+      ->check(CLI::Range(0, kMaxWorldSize - 1));
 }
 
 void LauncherCommands::add_clean() {
@@ -226,6 +229,7 @@ void LauncherCommands::add_supervise() {
       "prefixed on stderr, the beacon rewritten every second, SIGINT/SIGTERM passed on (again "
       "a second later: SIGKILL), SIGUSR1 stops the job through rank 0, the rank the coordinator "
       "blames and any rank left after a failure stopped; write `status R S`, `stopped R`, "
+      "`not_started R`, "
       "`stop_signal N`, `force_stop 0|1`, `expected_signal N`, `launcher_gone 0|1` to --result");
   auto& o = supervise_options_;
   supervise_
@@ -289,6 +293,7 @@ Status LauncherCommands::supervise() const {
     out += "status " + std::to_string(rank) + " " + std::to_string(status) + "\n";
   }
   for (int rank : result.stopped) out += "stopped " + std::to_string(rank) + "\n";
+  for (int rank : result.not_started) out += "not_started " + std::to_string(rank) + "\n";
   out += "stop_signal " + std::to_string(result.stop_signal) + "\n";
   out += "force_stop " + std::to_string(result.force_stop ? 1 : 0) + "\n";
   out += "expected_signal " + std::to_string(result.expected_signal) + "\n";
@@ -421,6 +426,13 @@ Status LauncherCommands::blame() const {
                               std::to_string(ranks.size()) + " ranks (--exit-statuses)");
     }
     ranks[r].stopped_by_launcher = true;
+  }
+  for (int r : not_started_) {
+    if (r >= static_cast<int>(ranks.size())) {
+      return invalid_argument("--not-started " + std::to_string(r) + ": the job has " +
+                              std::to_string(ranks.size()) + " ranks (--exit-statuses)");
+    }
+    ranks[r].not_started = true;
   }
   std::optional<launch::Verdict> rank0_verdict;
   if (!verdict_file_.empty() && std::filesystem::exists(verdict_file_)) {

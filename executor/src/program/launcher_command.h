@@ -59,7 +59,7 @@ class LauncherCommands final : public Command {
   int nprocs_ = 0, stop_signal_ = 0, attempt_ = 0, max_restarts_ = 3, exit_status_ = 0;
   int failed_rank_ = -1;
   bool slurm_ = false, if_present_ = false;
-  std::vector<int> exit_statuses_, stopped_;
+  std::vector<int> exit_statuses_, stopped_, not_started_;
   launch::SuperviseOptions supervise_options_;
   std::string commands_file_, result_file_;
 };
