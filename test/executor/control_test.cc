@@ -394,9 +394,19 @@ TEST_CASE("a requested stop is agreed: every rank stops after the same, late eno
 
   // Before any request, proposing is an error and heartbeats say nothing.
   CHECK(clients[0]->propose_stop(0, 4).status().code() == StatusCode::kFailedPrecondition);
+  const auto steady_us = [] {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  const double sent_us = steady_us();
   auto hb = clients[1]->heartbeat(running(1, 4));
+  const double received_us = steady_us();
   REQUIRE(hb.ok());
   CHECK_FALSE(hb->stop_requested());
+  // The coordinator's clock as it answered (one process here: one clock), for clock offsets.
+  CHECK(hb->coordinator_steady_us() >= sent_us);
+  CHECK(hb->coordinator_steady_us() <= received_us);
 
   REQUIRE(clients[1]->request_stop(1, 15, "SIGTERM").ok());
   REQUIRE(clients[2]->request_stop(2, 2, "SIGINT").ok());  // the first request decides

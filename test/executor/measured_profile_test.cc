@@ -12,6 +12,7 @@
 
 #include "../support/models.h"
 #include "gp/profile_db/profile_db.h"
+#include "job/clock_offset.h"
 
 namespace gp::exec::daemon {
 namespace {
@@ -174,6 +175,40 @@ TEST_CASE(
   elsewhere.mutable_provenance()->set_host("another-host");
   join_transfers(0, r0, 1, elsewhere, none);  // another host's clock
   CHECK(none.empty());
+}
+
+TEST_CASE("messages between hosts are paired on the coordinator's clock, when it is known well") {
+  // Rank 1's clock runs 5000 us behind the coordinator's, rank 0's 200 us ahead.
+  pb::RankTimings r0 = timings(7, 4), r1 = timings(7, 4);
+  r1.mutable_provenance()->set_host("host-b");
+  r0.set_clock_offset_us(-200);
+  r1.set_clock_offset_us(5000);
+  *r0.add_transfers() = transfer(1, 5, 1 << 20, true, 1200, 1210);     // 1000 on the common clock
+  *r1.add_transfers() = transfer(0, 5, 1 << 20, false, -4100, -3500);  // asked 900, there 1500
+  for (double uncertainty : {10.0, 40.0}) {
+    r0.set_clock_uncertainty_us(uncertainty);
+    r1.set_clock_uncertainty_us(uncertainty);
+    LinkSamples links;
+    join_transfers(0, r0, 1, r1, links);
+    if (uncertainty == 10.0) {  // 20 us of error against 500 us: kept
+      REQUIRE(links.size() == 1);
+      CHECK(links.at({0, 1, 1 << 20}) == std::vector<float>{500});
+    } else {  // 80 us: more than a tenth of it
+      CHECK(links.empty());
+    }
+  }
+}
+
+TEST_CASE("a clock's offset is the shortest round trip's, within half of it") {
+  ClockOffset clock;
+  CHECK(clock.estimate().uncertainty_us < 0);  // none yet
+  clock.add(1000, 6100, 1200);                 // round trip 200: offset 5000 +- 100
+  clock.add(2000, 7010, 2020);                 // round trip 20: offset 5000 +- 10
+  clock.add(3000, 9000, 3400);                 // a slow one, 400
+  clock.add(5000, 1, 4000);                    // a clock that went backwards: ignored
+  const ClockEstimate e = clock.estimate();
+  CHECK(e.offset_us == Approx(5000));
+  CHECK(e.uncertainty_us == Approx(10));
 }
 
 pb::Plan two_ranks_one_node() {

@@ -865,6 +865,9 @@ class ExecutorService final : public pb::Executor::Service {
       auto result = core_->heartbeat(req->status());
       if (!result.ok()) return result.status();
       *resp = std::move(result).value();
+      resp->set_coordinator_steady_us(std::chrono::duration<double, std::micro>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count());
       return ok_status();
     });
   }

@@ -15,6 +15,12 @@ int64_t unix_ms() {
       .count();
 }
 
+double steady_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 void Heartbeat::loop() {
@@ -49,10 +55,12 @@ void Heartbeat::loop() {
     // noticed within the timeout rather than the control client's default deadline.
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(last_ok + timeout_ - Clock::now());
+    const double sent_us = steady_us();
     auto resp =
         client_.heartbeat(st, std::max(std::chrono::milliseconds(200), std::min(left, timeout_)));
     std::string reason;
     if (resp.ok()) {
+      clock_offset_.add(sent_us, resp->coordinator_steady_us(), steady_us());
       last_ok = Clock::now();
       if (resp->abort()) reason = "job aborted: " + resp->abort_reason();
       if (resp->stop_requested()) stop_requested_.store(true);

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "clock_offset.h"
 #include "control/control_client.h"
 #include "gp/exec/communicator.h"
 #include "gp/exec/rank_runner.h"
@@ -60,6 +61,8 @@ class Heartbeat {
     std::lock_guard<std::mutex> lock(mu_);
     return reason_;
   }
+  // This rank's steady clock against the coordinator's, from the heartbeats' round trips.
+  ClockEstimate clock_offset() const { return clock_offset_.estimate(); }
 
  private:
   void loop();
@@ -78,7 +81,8 @@ class Heartbeat {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::string reason_;
-  std::thread thread_;
+  ClockOffset clock_offset_;
+  std::thread thread_;  // last: it starts once every member is there
 };
 
 }  // namespace gp::exec::daemon

@@ -56,11 +56,15 @@ pb::RankTimings rank_timings(const OpClock& clock, const std::vector<int>& op_in
 
 void join_transfers(int rank_a, const pb::RankTimings& a, int rank_b, const pb::RankTimings& b,
                     LinkSamples& out) {
-  if (rank_a == rank_b || a.iteration() != b.iteration() || a.provenance().host().empty() ||
-      a.provenance().host() != b.provenance().host()) {
-    return;
-  }
-  auto one_way = [&out](int src, const pb::RankTimings& from, int dst, const pb::RankTimings& to) {
+  if (rank_a == rank_b || a.iteration() != b.iteration()) return;
+  // One host: one steady clock. Two hosts: both on the coordinator's clock, as well as their
+  // heartbeats tell the offsets; a message counts only when that error is under a tenth of it.
+  const bool one_host =
+      !a.provenance().host().empty() && a.provenance().host() == b.provenance().host();
+  if (!one_host && !(a.clock_uncertainty_us() > 0 && b.clock_uncertainty_us() > 0)) return;
+  const double error = one_host ? 0 : a.clock_uncertainty_us() + b.clock_uncertainty_us();
+  auto one_way = [&out, error](int src, const pb::RankTimings& from, double from_shift, int dst,
+                               const pb::RankTimings& to, double to_shift) {
     std::map<std::pair<uint64_t, int64_t>, const pb::TransferTimes*> sends;
     for (const auto& x : from.transfers()) {
       if (x.send() && x.peer() == dst) sends.emplace(std::make_pair(x.tag(), x.bytes()), &x);
@@ -70,15 +74,20 @@ void join_transfers(int rank_a, const pb::RankTimings& a, int rank_b, const pb::
       const auto it = sends.find({y.tag(), y.bytes()});
       if (it == sends.end()) continue;
       const pb::TransferTimes& x = *it->second;
-      const double us = y.end_us() - x.start_us();
-      if (y.start_us() > x.start_us() || !(us > 0) || x.bytes() <= 0) continue;
+      const double sent = x.start_us() + from_shift;
+      const double asked = y.start_us() + to_shift;
+      const double us = y.end_us() + to_shift - sent;
+      // The receiver surely waited, and the clocks' error is small against the message's time.
+      if (asked + error > sent || !(us > 10 * error) || !(us > 0) || x.bytes() <= 0) continue;
       auto& samples = out[LinkKey{src, dst, x.bytes()}];
       if (samples.size() >= kMaxLinkSamples) samples.erase(samples.begin());
       samples.push_back(static_cast<float>(us));
     }
   };
-  one_way(rank_a, a, rank_b, b);
-  one_way(rank_b, b, rank_a, a);
+  const double shift_a = one_host ? 0 : a.clock_offset_us();
+  const double shift_b = one_host ? 0 : b.clock_offset_us();
+  one_way(rank_a, a, shift_a, rank_b, b, shift_b);
+  one_way(rank_b, b, shift_b, rank_a, a, shift_a);
 }
 
 namespace {

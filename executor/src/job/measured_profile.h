@@ -46,10 +46,13 @@ struct LinkKey {
 using LinkSamples = std::map<LinkKey, std::vector<float>>;
 constexpr size_t kMaxLinkSamples = 64;  // per key: the recent ones
 
-// Adds to `out` the message times of two ranks' reports of one iteration, from one host (whose
-// steady clock both read): a message's time runs from its send's start to its receive's end,
-// kept only when the receiver was already waiting (asked before the send started; otherwise the
-// message may have arrived unseen). Reports of different iterations add nothing.
+// Adds to `out` the message times of two ranks' reports of one iteration: a message's time runs
+// from its send's start to its receive's end, kept only when the receiver was already waiting
+// (asked before the send started; otherwise the message may have arrived unseen). Ranks of one
+// host read one steady clock; ranks of two hosts are put on the coordinator's clock by their
+// reports' clock offsets, and a message counts only when it surely waited and the offsets'
+// summed uncertainty is under a tenth of its time. Reports of different iterations, and of two
+// hosts without offsets, add nothing.
 void join_transfers(int rank_a, const graphpipe::v1::RankTimings& a, int rank_b,
                     const graphpipe::v1::RankTimings& b, LinkSamples& out);
 

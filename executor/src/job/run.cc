@@ -460,10 +460,15 @@ class RankJob {
   // what every rank has sent so far.
   Status report_timings(int it) {
     const RankRunner& runner = session_->runner();
-    GP_RETURN_IF_ERROR(client_->report_timings(
-        o_.rank,
+    graphpipe::v1::RankTimings timings =
         rank_timings(*clock_, runner.stage_runner().op_indices(), it, runner.program().per_replica,
-                     provenance_, runner.transfer_stamps())));
+                     provenance_, runner.transfer_stamps());
+    // On the coordinator's clock, rank 0 pairs this rank's messages with other hosts' ranks'.
+    if (const ClockEstimate clock = heartbeat_->clock_offset(); clock.uncertainty_us >= 0) {
+      timings.set_clock_offset_us(clock.offset_us);
+      timings.set_clock_uncertainty_us(clock.uncertainty_us);
+    }
+    GP_RETURN_IF_ERROR(client_->report_timings(o_.rank, timings));
     return measured_ != nullptr ? measured_->write() : ok_status();
   }
 
