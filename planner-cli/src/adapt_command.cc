@@ -46,6 +46,20 @@ std::string num(double v, int digits = 2) {
   return buf;
 }
 
+// The links the running job measured, where it measured them, priced from now on; each printed.
+Status use_measured_links(const graphpipe::v1::Cluster& cluster, const std::string& profile,
+                          const graphpipe::v1::ProfileDB& measured, AdaptModels& models) {
+  if (measured.comm_size() == 0) return ok_status();
+  GP_ASSIGN_OR_RETURN(models.comm, with_measured_links(cluster, profile, measured));
+  for (const auto& fit : measured.comm()) {
+    const bool intra = fit.link_class() == graphpipe::v1::LINK_CLASS_INTRA_NODE;
+    line("link", std::string(intra ? "intra_node" : "inter_node") + " measured alpha_us " +
+                     num(fit.alpha_us(), 1) + " beta_GBps " + num(fit.beta_bytes_per_s() / 1e9, 3) +
+                     " from " + std::to_string(fit.points_size()) + " message size(s)");
+  }
+  return ok_status();
+}
+
 // Mean samples/s of the metrics entries after `from_iteration` (each window's rate counts once per
 // iteration it covers) and the last iteration seen; 0 when there are none yet.
 struct MeasuredRate {
@@ -113,17 +127,7 @@ Status run_adapt(const AdaptOptions& o) {
   const graphpipe::v1::Cluster cluster =
       planner::cluster_with_measured_speeds(plan.cluster(), speeds, o.threshold);
   GP_ASSIGN_OR_RETURN(AdaptModels models, measured_models(cluster, base, speeds));
-  if (measured.comm_size() > 0) {
-    GP_ASSIGN_OR_RETURN(models.comm, with_measured_links(cluster, o.profile, measured));
-  }
-  for (const auto& fit : measured.comm()) {
-    line("link",
-         std::string(fit.link_class() == graphpipe::v1::LINK_CLASS_INTRA_NODE ? "intra_node"
-                                                                              : "inter_node") +
-             " measured alpha_us " + num(fit.alpha_us(), 1) + " beta_GBps " +
-             num(fit.beta_bytes_per_s() / 1e9, 3) + " from " + std::to_string(fit.points_size()) +
-             " message size(s)");
-  }
+  GP_RETURN_IF_ERROR(use_measured_links(cluster, o.profile, measured, models));
 
   // The running plan, priced under the measured speeds.
   graphpipe::v1::Plan current = plan;

@@ -89,8 +89,14 @@ Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const m
   setup.comm = models.comm;
   setup.device_costs = models.compute;
   setup.profile_hash = models.profile_hash;
-  GP_ASSIGN_OR_RETURN(auto result, search_again(plan, setup, /*profile=*/"", command_line,
-                                                /*keep_micro_batch=*/true));
+  // The running plan's micro-batch size first (the losses then go on bit for bit); a cluster
+  // that cannot take it gets the best plan of any size.
+  auto searched =
+      search_again(plan, setup, /*profile=*/"", command_line, /*keep_micro_batch=*/true);
+  if (!searched.ok() || !searched->feasible) {
+    searched = search_again(plan, setup, /*profile=*/"", command_line, /*keep_micro_batch=*/false);
+  }
+  GP_ASSIGN_OR_RETURN(auto result, std::move(searched));
   if (!result.feasible) {
     return failed_precondition("no feasible plan for '" + graph.model().name() +
                                "' on the measured cluster: " + result.infeasible_reason);

@@ -48,7 +48,8 @@ Result<sim::SimResult> simulate_with(const graphpipe::v1::Plan& plan, const mode
                                      const AdaptModels& models);
 
 // The planner's search for `plan`'s model, mini-batch, training and strategy on models.cluster
-// with the models, verified: the plan the job would switch to. A plan on fewer devices keeps
+// with the models, verified: the plan the job would switch to, of the running plan's micro-batch
+// size where the search can keep it (search_again), else of any. A plan on fewer devices keeps
 // the cluster's numbering, the devices it leaves out excluded.
 Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const model::Graph& graph,
                                         const AdaptModels& models, const std::string& command_line);

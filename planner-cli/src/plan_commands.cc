@@ -1,4 +1,5 @@
 #include <CLI/CLI.hpp>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -398,7 +399,9 @@ Result<planner::SearchResult> search_again(const graphpipe::v1::Plan& old,
   // the same order as before, so the losses go on bit for bit.
   std::set<int64_t> sizes;
   for (const auto& st : old.stages()) sizes.insert(st.micro_batch());
-  if (keep_micro_batch && sizes.size() == 1) {
+  // (Only a size the search can take: a power of two, as searches make them.)
+  if (keep_micro_batch && sizes.size() == 1 &&
+      std::has_single_bit(static_cast<uint64_t>(*sizes.begin()))) {
     so.micro_batches = {*sizes.begin()};
     so.uniform_microbatch = true;
   }

@@ -39,7 +39,7 @@ launch --plan "$tmp/plan.pb" --nprocs 4 --iterations "$iterations" --timeout 60 
 check "the slowed --adapt job exits 0" '[ $rc -eq 0 ]'
 # (2x-4x: the fastest rank's own time varies with what else runs on the host.)
 check "its first check sees rank 1 about 3x slower than the fastest, and slow" \
-  'grep -m1 "adapt: rank 1 " "$tmp/slow.log" | grep -Eq "slowdown [23]\.[0-9]+ slow$"'
+  'grep -m1 "adapt: rank 1 " "$tmp/slow.log" | grep -Eq "slowdown ([23]\.[0-9]+|4\.00) slow$"'
 check "it switches once, after an agreed iteration with a checkpoint, and resumes under the new plan" \
   '[ "$(grep -c "adapt: switching to" "$tmp/slow.log")" -eq 1 ] &&
    grep -q "adapt: resuming after iteration [0-9]* under $tmp/ckpt/plan-adapted-1.pb on 4 ranks" "$tmp/slow.log"'

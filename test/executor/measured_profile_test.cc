@@ -201,14 +201,19 @@ TEST_CASE("messages between hosts are paired on the coordinator's clock, when it
 
 TEST_CASE("a clock's offset is the shortest round trip's, within half of it") {
   ClockOffset clock;
-  CHECK(clock.estimate().uncertainty_us < 0);  // none yet
-  clock.add(1000, 6100, 1200);                 // round trip 200: offset 5000 +- 100
-  clock.add(2000, 7010, 2020);                 // round trip 20: offset 5000 +- 10
-  clock.add(3000, 9000, 3400);                 // a slow one, 400
-  clock.add(5000, 1, 4000);                    // a clock that went backwards: ignored
-  const ClockEstimate e = clock.estimate();
+  CHECK(clock.estimate(0).uncertainty_us < 0);  // none yet
+  clock.add(1000, 6100, 1200);                  // round trip 200: offset 5000 +- 100
+  clock.add(2000, 7010, 2020);                  // round trip 20: offset 5000 +- 10
+  clock.add(3000, 9000, 3400);                  // a slow one, 400
+  clock.add(5000, 1, 4000);                     // a clock that went backwards: ignored
+  ClockEstimate e = clock.estimate(3400);
   CHECK(e.offset_us == Approx(5000));
-  CHECK(e.uncertainty_us == Approx(10));
+  CHECK(e.uncertainty_us == Approx(10 + 1380 * ClockOffset::kDriftPerUs));
+  // A minute later the clocks may have drifted 6 ms apart: a fresh round trip of 400 wins.
+  clock.add(60e6, 60e6 + 5100, 60e6 + 400);
+  e = clock.estimate(60e6 + 400);
+  CHECK(e.offset_us == Approx(4900));
+  CHECK(e.uncertainty_us == Approx(200));
 }
 
 pb::Plan two_ranks_one_node() {

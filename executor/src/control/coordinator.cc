@@ -54,6 +54,7 @@ constexpr int64_t kBaseBufferBytes = 32 << 20;
 constexpr int64_t kBufferBytesPerRank = 32 << 10;
 // Samples per op and direction a rank may report (RankTimings; ranks keep 16).
 constexpr int kMaxTimingSamples = 64;
+constexpr int kMaxTimingTransfers = 1 << 16;  // sends and receives of one iteration
 
 int64_t to_ms(Clock::duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
 
@@ -460,6 +461,22 @@ class CoordinatorCore {
           if (!std::isfinite(us) || us < 0) return bad(fmt::format("op {}: time {}", op.op(), us));
         }
       }
+    }
+    if (t.transfers_size() > kMaxTimingTransfers) {
+      return bad(
+          fmt::format("{} transfers, more than {}", t.transfers_size(), kMaxTimingTransfers));
+    }
+    for (const pb::TransferTimes& x : t.transfers()) {
+      if (x.peer() < 0 || x.peer() >= world() || x.bytes() < 1 || x.bytes() > (int64_t{1} << 50) ||
+          !std::isfinite(x.start_us()) || !std::isfinite(x.end_us()) || x.end_us() < x.start_us()) {
+        return bad(fmt::format("transfer to or from rank {} of {} bytes, {} to {} us", x.peer(),
+                               x.bytes(), x.start_us(), x.end_us()));
+      }
+    }
+    if (!std::isfinite(t.clock_offset_us()) || !std::isfinite(t.clock_uncertainty_us()) ||
+        t.clock_uncertainty_us() < 0) {
+      return bad(fmt::format("clock offset {} us within {} us", t.clock_offset_us(),
+                             t.clock_uncertainty_us()));
     }
     return ok_status();
   }

@@ -10,17 +10,22 @@ namespace gp::exec::daemon {
 
 struct ClockEstimate {
   double offset_us = 0;        // this clock + offset = the coordinator's
-  double uncertainty_us = -1;  // half the round trip it came from; < 0: no estimate yet
+  double uncertainty_us = -1;  // half its round trip, plus drift since; < 0: no estimate yet
+  double at_us = 0;            // when it was made, on this clock
 };
 
 // One round trip gives offset = server - (sent + received) / 2, off by at most half the round
-// trip. Of the recent round trips the shortest wins: delays in queues and on the wire only ever
-// lengthen one, and widen its bound. Thread-safe (the heartbeat adds, the compute thread reads).
+// trip. Of the recent round trips the one with the tightest bound wins: delays in queues and on
+// the wire only ever lengthen one, and widen its bound; and as it ages, the two clocks may drift
+// apart by up to kDriftPerUs of the time since (100 ppm: an undisciplined quartz clock), which
+// the bound includes. Thread-safe (the heartbeat adds, the compute thread reads).
 class ClockOffset {
  public:
   static constexpr int kRecent = 16;
+  static constexpr double kDriftPerUs = 100e-6;
   void add(double sent_us, double server_us, double received_us);
-  ClockEstimate estimate() const;
+  // As of `now_us` (this clock).
+  ClockEstimate estimate(double now_us) const;
 
  private:
   mutable std::mutex mu_;

@@ -62,7 +62,7 @@ class Heartbeat {
     return reason_;
   }
   // This rank's steady clock against the coordinator's, from the heartbeats' round trips.
-  ClockEstimate clock_offset() const { return clock_offset_.estimate(); }
+  ClockEstimate clock_offset(double now_us) const { return clock_offset_.estimate(now_us); }
 
  private:
   void loop();

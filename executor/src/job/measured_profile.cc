@@ -1,6 +1,8 @@
 #include "measured_profile.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include "gp/cost/cluster.h"
@@ -54,60 +56,84 @@ pb::RankTimings rank_timings(const OpClock& clock, const std::vector<int>& op_in
   return t;
 }
 
+namespace {
+
+// One direction of join_transfers: `from`'s sends to `dst` with `to`'s receives from `src`, each
+// report's stamps shifted onto a common clock, known within `error`.
+void pair_messages(int src, const pb::RankTimings& from, double from_shift, int dst,
+                   const pb::RankTimings& to, double to_shift, double error, LinkSamples& out) {
+  std::map<std::pair<uint64_t, int64_t>, const pb::TransferTimes*> sends;
+  for (const auto& x : from.transfers()) {
+    if (x.send() && x.peer() == dst) sends.emplace(std::make_pair(x.tag(), x.bytes()), &x);
+  }
+  for (const auto& y : to.transfers()) {
+    if (y.send() || y.peer() != src) continue;
+    const auto it = sends.find({y.tag(), y.bytes()});
+    if (it == sends.end()) continue;
+    const pb::TransferTimes& x = *it->second;
+    const double sent = x.start_us() + from_shift;
+    const double asked = y.start_us() + to_shift;
+    const double us = y.end_us() + to_shift - sent;
+    // The receiver surely waited, and the clocks' error is small against the message's time.
+    if (asked + error > sent || !(us > 10 * error) || !(us > 0) || x.bytes() <= 0) continue;
+    auto& samples = out[LinkKey{src, dst, x.bytes()}];
+    if (samples.size() >= kMaxLinkSamples) samples.erase(samples.begin());
+    samples.push_back(static_cast<float>(us));
+  }
+}
+
+}  // namespace
+
 void join_transfers(int rank_a, const pb::RankTimings& a, int rank_b, const pb::RankTimings& b,
                     LinkSamples& out) {
   if (rank_a == rank_b || a.iteration() != b.iteration()) return;
   // One host: one steady clock. Two hosts: both on the coordinator's clock, as well as their
   // heartbeats tell the offsets; a message counts only when that error is under a tenth of it.
-  const bool one_host =
-      !a.provenance().host().empty() && a.provenance().host() == b.provenance().host();
-  if (!one_host && !(a.clock_uncertainty_us() > 0 && b.clock_uncertainty_us() > 0)) return;
+  // (Two machines of one name, containers say, have two clocks: offsets that disagree by more
+  // than their uncertainty say so.)
+  const bool offsets = a.clock_uncertainty_us() > 0 && b.clock_uncertainty_us() > 0;
+  const bool one_host = !a.provenance().host().empty() &&
+                        a.provenance().host() == b.provenance().host() &&
+                        (!offsets || std::abs(a.clock_offset_us() - b.clock_offset_us()) <=
+                                         a.clock_uncertainty_us() + b.clock_uncertainty_us());
+  if (!one_host && !offsets) return;
   const double error = one_host ? 0 : a.clock_uncertainty_us() + b.clock_uncertainty_us();
-  auto one_way = [&out, error](int src, const pb::RankTimings& from, double from_shift, int dst,
-                               const pb::RankTimings& to, double to_shift) {
-    std::map<std::pair<uint64_t, int64_t>, const pb::TransferTimes*> sends;
-    for (const auto& x : from.transfers()) {
-      if (x.send() && x.peer() == dst) sends.emplace(std::make_pair(x.tag(), x.bytes()), &x);
-    }
-    for (const auto& y : to.transfers()) {
-      if (y.send() || y.peer() != src) continue;
-      const auto it = sends.find({y.tag(), y.bytes()});
-      if (it == sends.end()) continue;
-      const pb::TransferTimes& x = *it->second;
-      const double sent = x.start_us() + from_shift;
-      const double asked = y.start_us() + to_shift;
-      const double us = y.end_us() + to_shift - sent;
-      // The receiver surely waited, and the clocks' error is small against the message's time.
-      if (asked + error > sent || !(us > 10 * error) || !(us > 0) || x.bytes() <= 0) continue;
-      auto& samples = out[LinkKey{src, dst, x.bytes()}];
-      if (samples.size() >= kMaxLinkSamples) samples.erase(samples.begin());
-      samples.push_back(static_cast<float>(us));
-    }
-  };
   const double shift_a = one_host ? 0 : a.clock_offset_us();
   const double shift_b = one_host ? 0 : b.clock_offset_us();
-  one_way(rank_a, a, shift_a, rank_b, b, shift_b);
-  one_way(rank_b, b, shift_b, rank_a, a, shift_a);
+  pair_messages(rank_a, a, shift_a, rank_b, b, shift_b, error, out);
+  pair_messages(rank_b, b, shift_b, rank_a, a, shift_a, error, out);
 }
 
 namespace {
 
-// Points that do not fit alpha-beta: the latency they show at `link`'s bandwidth (their mean
-// time beyond bytes / bandwidth); points faster than that bandwidth: through the origin.
-std::pair<double, double> fit_at_cluster_bandwidth(
-    const google::protobuf::RepeatedPtrField<pb::CommPoint>& points, const pb::LinkSpec& link) {
+// `fit`'s alpha and beta from its points, by the cluster's own figures for the link (`link`):
+// - when the largest message takes the link longer than its latency, the sizes tell the
+//   bandwidth: alpha-beta fitted over two sizes or more; one size (or times that do not grow):
+//   the cluster's latency, and the bandwidth that leaves for the largest message;
+// - smaller messages are latency and noise, and their slope would be a bandwidth no link has:
+//   the cluster's bandwidth, and the latency they show beyond it (their mean excess, >= 0).
+void fit_link(const pb::LinkSpec& link, pb::CommFit& fit) {
   const double beta = link.bandwidth_bytes_per_s();
-  double excess_sum = 0, bytes_sum = 0, us_sum = 0;
-  bool slower = beta > 0;
-  for (const auto& p : points) {
-    const double excess = p.time_us() - static_cast<double>(p.bytes()) / beta * 1e6;
-    slower = slower && excess >= 0;
-    excess_sum += excess;
-    bytes_sum += static_cast<double>(p.bytes());
-    us_sum += p.time_us();
+  const pb::CommPoint& largest = *std::max_element(
+      fit.points().begin(), fit.points().end(),
+      [](const pb::CommPoint& x, const pb::CommPoint& y) { return x.bytes() < y.bytes(); });
+  const double largest_bytes = static_cast<double>(largest.bytes());
+  if (largest_bytes / beta * 1e6 >= link.latency_us()) {
+    if (auto ab = profile::fit_alpha_beta(fit.points()); ab.ok()) {
+      fit.set_alpha_us(ab->alpha_us);
+      fit.set_beta_bytes_per_s(ab->beta_bytes_per_s);
+      return;
+    }
+    const double alpha = std::min(link.latency_us(), largest.time_us() / 2);
+    fit.set_alpha_us(alpha);
+    fit.set_beta_bytes_per_s(largest_bytes / (largest.time_us() - alpha) * 1e6);
+    return;
   }
-  if (slower) return {excess_sum / points.size(), beta};
-  return {0.0, bytes_sum / us_sum * 1e6};
+  double excess = 0;
+  for (const auto& p : fit.points())
+    excess += p.time_us() - static_cast<double>(p.bytes()) / beta * 1e6;
+  fit.set_alpha_us(std::max(0.0, excess / fit.points_size()));
+  fit.set_beta_bytes_per_s(beta);
 }
 
 // One p2p fit per link class of the plan's cluster that `links` has messages of.
@@ -130,24 +156,14 @@ void add_link_fits(const pb::Plan& plan, const std::map<int, pb::RankTimings>& b
       p->set_bytes(bytes);
       p->set_time_us(sample_quantile(samples, 0.5));
     }
-    // Only messages whose bytes take the link longer than its latency say anything about its
-    // bandwidth (by the cluster's own figures): smaller ones are latency and noise, and their
-    // slope would be a bandwidth no link has.
-    const pb::LinkSpec& link = intra ? plan.cluster().intra_node() : plan.cluster().inter_node();
-    const double largest = static_cast<double>(sizes.rbegin()->first);
-    auto ab = profile::fit_alpha_beta(fit.points());
-    if (ab.ok() && largest / link.bandwidth_bytes_per_s() * 1e6 >= link.latency_us()) {
-      fit.set_alpha_us(ab->alpha_us);
-      fit.set_beta_bytes_per_s(ab->beta_bytes_per_s);
-    } else {
-      const auto [alpha, beta] = fit_at_cluster_bandwidth(fit.points(), link);
-      fit.set_alpha_us(alpha);
-      fit.set_beta_bytes_per_s(beta);
-    }
-    const double beta = fit.beta_bytes_per_s();
-    if (!(beta >= 1e3 && beta <= 1e15) || !(fit.alpha_us() <= 1e6)) continue;  // no link's
+    fit_link(intra ? plan.cluster().intra_node() : plan.cluster().inter_node(), fit);
     if (!by_rank.empty()) *fit.mutable_provenance() = by_rank.begin()->second.provenance();
-    *db.add_comm() = std::move(fit);
+    // A fit no link could have (wrong clocks, a corrupt report) is left out, not written to
+    // fail the whole profile.
+    pb::ProfileDB alone;
+    alone.set_format_version(profile::kProfileFormatVersion);
+    *alone.add_comm() = fit;
+    if (profile::validate_profile(alone).ok()) *db.add_comm() = std::move(fit);
   }
 }
 
@@ -200,7 +216,7 @@ void MeasuredProfile::add(int rank, const pb::RankTimings& timings) {
   std::lock_guard lock(mu_);
   auto [it, fresh] = by_rank_.try_emplace(rank, timings);
   if (!fresh) {
-    if (it->second.iteration() > timings.iteration()) return;
+    if (it->second.iteration() >= timings.iteration()) return;  // older, or the same again
     it->second = timings;
   }
   // Each pair of reports of one iteration is joined once: when the second of the two arrives.

@@ -60,9 +60,10 @@ void join_transfers(int rank_a, const graphpipe::v1::RankTimings& a, int rank_b,
 // with one signature (cost::op_signature) pooled into one record: medians, p90 - p10 spreads,
 // repetitions = forward samples, no memory. And per link class of the plan's cluster that
 // `links` has messages of (ranks of one node or of two), a p2p CommFit: each message size's
-// median time over the class's pairs as a point, alpha-beta fitted (profile::fit_alpha_beta)
-// when the sizes allow, else through the origin. Validated (profile::validate_profile);
-// InvalidArgument naming the rank and op for an op the graph lacks.
+// median time over the class's pairs as a point, alpha and beta as fit_link (measured_profile.cc)
+// makes them of the points and the cluster's own figures for the link; a fit that does not
+// validate is left out. Validated (profile::validate_profile); InvalidArgument naming the rank
+// and op for an op the graph lacks.
 Result<graphpipe::v1::ProfileDB> measured_profile(
     const graphpipe::v1::Plan& plan, const model::Graph& graph,
     const std::map<int, graphpipe::v1::RankTimings>& by_rank, const LinkSamples& links = {});

@@ -464,7 +464,10 @@ class RankJob {
         rank_timings(*clock_, runner.stage_runner().op_indices(), it, runner.program().per_replica,
                      provenance_, runner.transfer_stamps());
     // On the coordinator's clock, rank 0 pairs this rank's messages with other hosts' ranks'.
-    if (const ClockEstimate clock = heartbeat_->clock_offset(); clock.uncertainty_us >= 0) {
+    const double now_us = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+    if (const ClockEstimate clock = heartbeat_->clock_offset(now_us); clock.uncertainty_us >= 0) {
       timings.set_clock_offset_us(clock.offset_us);
       timings.set_clock_uncertainty_us(clock.uncertainty_us);
     }

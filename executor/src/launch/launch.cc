@@ -225,6 +225,24 @@ void FailureRanking::add(int rank, const RankExit& exit, int64_t exited_at) {
 
 bool FailureRanking::own_signal() const { return cause_ >= 0 && killed_by_own_signal(cause_exit_); }
 
+namespace {
+
+// The first rank that could not be started, which the others failed for want of.
+std::optional<Attribution> not_started_blame(const std::vector<RankExit>& ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (!ranks[r].not_started) continue;
+    Attribution a;
+    a.failed_rank = static_cast<int>(r);
+    a.exit_status = ranks[r].status;
+    a.message = "rank " + std::to_string(r) + " could not be started (exit status " +
+                std::to_string(a.exit_status) + ")";
+    return a;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Attribution attribute_failure(const std::vector<RankExit>& ranks,
                               const std::optional<Verdict>& verdict, int stop_signal) {
   const int n = static_cast<int>(ranks.size());
@@ -246,16 +264,8 @@ Attribution attribute_failure(const std::vector<RankExit>& ranks,
                        failed(verdict->failed_rank)
                    ? verdict->failed_rank
                    : -1;
+  if (auto first = not_started_blame(ranks)) return *first;
   Attribution a;
-  for (int r = 0; r < n && a.failed_rank < 0; ++r) {
-    if (ranks[r].not_started) a.failed_rank = r;
-  }
-  if (a.failed_rank >= 0) {
-    a.exit_status = ranks[a.failed_rank].status;
-    a.message = "rank " + std::to_string(a.failed_rank) + " could not be started (exit status " +
-                std::to_string(a.exit_status) + ")";
-    return a;
-  }
   if (ranking.own_signal()) {
     a.failed_rank = ranking.cause();
   } else {

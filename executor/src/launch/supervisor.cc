@@ -167,7 +167,7 @@ Status Supervisor::spawn(Rank& rank, int null_fd) {
     return invalid_argument(log + " is not a regular file: the rank's log cannot go there");
   }
   ::fcntl(log_fd, F_SETFL, O_APPEND);  // the rank writes it blocking, as any stdout
-  rank.tail_fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  rank.tail_fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (rank.tail_fd < 0 || ::lseek(rank.tail_fd, 0, SEEK_END) < 0) {
     ::close(log_fd);
     return internal_error("cannot read " + log + ": " + std::strerror(errno));

@@ -289,8 +289,14 @@ Status RankRunner::bind(Communicator& comm) {
     }
     ties_ = std::move(*ties);
   }
-  // A host data plane's calls block until their part of the transfer is done: stamped, they time
-  // it. A device data plane's return once the transfer is queued.
+  size_stamps(comm);
+  comm_ = &comm;
+  return ok_status();
+}
+
+// A host data plane's calls block until their part of the transfer is done: stamped, they time
+// it. A device data plane's return once the transfer is queued: none is stamped.
+void RankRunner::size_stamps(const Communicator& comm) {
   size_t transfers = 0;
   for (const Step& s : program_.steps) {
     transfers += s.op == StepOp::kSend || s.op == StepOp::kRecv ? 1 : 0;
@@ -298,8 +304,6 @@ Status RankRunner::bind(Communicator& comm) {
   stamps_.assign(comm.device_memory() ? 0 : transfers, TransferStamp{});
   stamps_used_ = 0;
   stamping_ = stamping_ && !stamps_.empty();
-  comm_ = &comm;
-  return ok_status();
 }
 
 Result<double> RankRunner::run_iteration(int64_t iteration) {
@@ -394,16 +398,16 @@ Status RankRunner::run_step(const Step& s, std::byte* message, int64_t iteration
       break;
     case StepOp::kSend: {
       st = (this->*pack_)(s, message);
-      const double start_us = stamping_ ? steady_us() : 0;
+      const double start_us = stamp_start();
       if (st.ok())
         st = comm.send(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
-      if (stamping_) stamp(s, start_us);
+      stamp(s, start_us);
       break;
     }
     case StepOp::kRecv: {
-      const double start_us = stamping_ ? steady_us() : 0;
+      const double start_us = stamp_start();
       st = comm.recv(s.peer, s.tag | tag_bits, {message, static_cast<size_t>(s.bytes)});
-      if (stamping_) stamp(s, start_us);
+      stamp(s, start_us);
       if (st.ok()) st = (this->*unpack_)(s, message);
       break;
     }

@@ -147,8 +147,10 @@ class RankRunner {
   Status run_step(const Step& s, std::byte* message, int64_t iteration, uint64_t tag_bits,
                   double& loss);
   void record(const Step& s, double start_us);
+  void size_stamps(const Communicator& comm);
+  double stamp_start() const { return stamping_ ? steady_us() : 0; }
   void stamp(const Step& s, double start_us) {
-    if (stamps_used_ < stamps_.size()) {
+    if (stamping_ && stamps_used_ < stamps_.size()) {
       stamps_[stamps_used_++] = {s.peer,   s.tag,      s.bytes, s.op == StepOp::kSend,
                                  start_us, steady_us()};
     }
