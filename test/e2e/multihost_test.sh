@@ -243,7 +243,7 @@ orphan_launcher=$!
 for _ in $(seq 100); do grep -q "iteration 2: loss" "$tmp/orphan.log" 2>/dev/null && break; sleep 0.1; done
 # The launcher and its supervisor (which keeps the beacon fresh) both killed at once, as a
 # scheduler killing the job step would: nothing on our side is left to stop srun's tasks.
-kill -KILL "$orphan_launcher" $(pgrep -P "$orphan_launcher" -f "launcher supervise")
+kill -KILL $(pgrep -P "$orphan_launcher" -f "launcher supervise") "$orphan_launcher"
 killed_at=$(date +%s%3N)
 for _ in $(seq 150); do pgrep -f -- "run --rank .*29616" > /dev/null || break; sleep 0.1; done
 gone_ms=$(( $(date +%s%3N) - killed_at ))
@@ -292,7 +292,7 @@ ssh_token=$(cat "$tmp/ssh-orphan/auth-token" 2>/dev/null)
 ssh_ranks=$(pgrep -f -- "run .*10.77.0.1:29618" | wc -l)
 check "ssh-started ranks ($ssh_ranks processes) run with no token in any process's argv" \
   '[ ${#ssh_token} -ge 32 ] && [ "$ssh_ranks" -ge 2 ] && ! grep -qF -- "$ssh_token" /proc/[0-9]*/cmdline 2>/dev/null'
-kill -KILL "$ssh_launcher" $(pgrep -P "$ssh_launcher" -f "launcher supervise")
+kill -KILL $(pgrep -P "$ssh_launcher" -f "launcher supervise") "$ssh_launcher"
 killed_at=$(date +%s%3N)
 for _ in $(seq 150); do pgrep -f -- "run .*10.77.0.1:29618" > /dev/null || break; sleep 0.1; done
 gone_ms=$(( $(date +%s%3N) - killed_at ))
