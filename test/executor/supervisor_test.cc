@@ -71,6 +71,21 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+TEST_CASE("a formatted commands file reads back word for word, spaces and quotes included",
+          "[launch]") {
+  const std::vector<RankCommand> ranks = {
+      {0, "0", {"env", "LOCAL_RANK=0", "exe", "run", "--metrics-out", "a b/'m'.json"}},
+      {3, "srun", {"srun", "bash", "-c", "echo \"$1\""}}};
+  auto parsed = parse_rank_commands(format_rank_commands(ranks), "cmds");
+  REQUIRE(parsed.ok());
+  REQUIRE(parsed->size() == 2);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    CHECK((*parsed)[i].rank == ranks[i].rank);
+    CHECK((*parsed)[i].log_name == ranks[i].log_name);
+    CHECK((*parsed)[i].argv == ranks[i].argv);
+  }
+}
+
 TEST_CASE("the commands file gives each rank its log name and words, or is refused by record",
           "[launch]") {
   using namespace std::string_literals;

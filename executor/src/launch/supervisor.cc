@@ -440,6 +440,21 @@ Result<SuperviseResult> Supervisor::run() {
 
 }  // namespace
 
+std::string format_rank_commands(const std::vector<RankCommand>& ranks) {
+  std::string out;
+  const auto field = [&out](const std::string& text) {
+    out += text;
+    out += '\0';
+  };
+  for (const RankCommand& r : ranks) {
+    field(std::to_string(r.rank));
+    field(r.log_name);
+    field(std::to_string(r.argv.size()));
+    for (const std::string& word : r.argv) field(word);
+  }
+  return out;
+}
+
 Result<std::vector<RankCommand>> parse_rank_commands(const std::string& text,
                                                      const std::string& file) {
   std::vector<std::string> fields;

@@ -31,6 +31,8 @@ struct RankCommand {
 // number of words, then the words. `file` names it in errors.
 Result<std::vector<RankCommand>> parse_rank_commands(const std::string& text,
                                                      const std::string& file);
+// The commands file's text for `ranks` (parse_rank_commands reads it back).
+std::string format_rank_commands(const std::vector<RankCommand>& ranks);
 
 struct SuperviseOptions {
   std::string attempt_dir;  // rank logs; rank 0 writes its verdict and coordinator files here

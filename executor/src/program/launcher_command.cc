@@ -18,6 +18,7 @@
 #include "graphpipe/v1/plan.pb.h"
 #include "job/run.h"
 #include "launch/launch.h"
+#include "launch_placement.h"
 #include "runtime/checkpoint.h"
 #include "shared_flags.h"
 
@@ -62,9 +63,9 @@ Result<std::vector<launch::Host>> read_hosts(const std::string& path) {
 LauncherCommands::LauncherCommands(CLI::App& app)
     : Command(app.add_subcommand(
           "launcher",
-          "Decisions of scripts/graphpipe-launch (where ranks run, whom a failed job is blamed on, "
-          "whether to re-plan; each prints KEY VALUE lines) and its supervisor of an attempt's "
-          "ranks")) {
+          "The launcher's decisions one at a time (where ranks run, whom a failed job is blamed "
+          "on, whether to re-plan; each prints KEY VALUE lines), and the supervisor of an "
+          "attempt's ranks that `graphpipe-executor launch` (scripts/graphpipe-launch) runs")) {
   cmd_->require_subcommand(1);
   add_hosts();
   add_place();
@@ -366,44 +367,21 @@ Status LauncherCommands::hosts() const {
 }
 
 Status LauncherCommands::place() const {
-  graphpipe::v1::Plan plan;
-  GP_RETURN_IF_ERROR(model::read_message(plan_, &plan).with_context("--plan"));
-  // A plan no rank would run (another format, a broken schedule) is refused before any starts.
-  auto built = model::Graph::build(plan.model());
-  if (!built.ok()) return built.status().with_context("--plan " + plan_ + ": plan.model");
-  GP_RETURN_IF_ERROR(plan::validate_plan(plan, *built).status().with_context("--plan " + plan_));
-  launch::PlacementRequest request;
-  request.plan_path = plan_;
-  request.nprocs = nprocs_;
-  request.device = device_;
-  request.hostfile = hostfile_name_.empty() ? hostfile_ : hostfile_name_;
+  PlacementInput input;
+  input.plan = plan_;
+  input.nprocs = nprocs_;
+  input.device = device_;
+  input.hostfile = hostfile_name_.empty() ? hostfile_ : hostfile_name_;
   if (!hostfile_.empty()) {
-    GP_ASSIGN_OR_RETURN(request.hosts, read_hosts(hostfile_));
+    GP_ASSIGN_OR_RETURN(input.hosts, read_hosts(hostfile_));
   }
-  if (!cuda_visible_devices_.empty()) {
-    request.visible_gpus = 0;
-    std::istringstream list(cuda_visible_devices_);
-    std::string id;
-    while (std::getline(list, id, ',')) ++request.visible_gpus;
-  }
-  const launch::PlanShape shape{
-      plan.programs_size(),
-      plan.cluster().num_nodes(),
-      plan.cluster().devices_per_node(),
-      {plan.cluster().excluded_ranks().begin(), plan.cluster().excluded_ranks().end()}};
-  GP_ASSIGN_OR_RETURN(const auto ranks, launch::place_ranks(shape, request));
+  input.cuda_visible_devices = cuda_visible_devices_;
+  GP_ASSIGN_OR_RETURN(const auto ranks, place_plan(input));
   emit("nprocs", std::to_string(ranks.size()));
-  // The physical device of each rank (the cluster's node * devices_per_node + local): rank R is
-  // the R-th device the plan does not exclude. A device keeps its number across re-plans.
-  std::vector<int> excluded(plan.cluster().excluded_ranks().begin(),
-                            plan.cluster().excluded_ranks().end());
-  std::sort(excluded.begin(), excluded.end());
-  for (const auto& r : ranks) {
-    int physical = r.rank;
-    for (int e : excluded) physical += e <= physical ? 1 : 0;
-    emit("rank", std::to_string(r.rank) + " " + std::to_string(r.host) + " " +
-                     std::to_string(r.local_rank) + " " + r.device + " " +
-                     std::to_string(physical));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    emit("rank", std::to_string(r) + " " + std::to_string(ranks[r].host) + " " +
+                     std::to_string(ranks[r].local_rank) + " " + ranks[r].device + " " +
+                     std::to_string(ranks[r].physical));
   }
   return ok_status();
 }

@@ -15,14 +15,16 @@
 #include "gp/common/logging.h"
 #include "gp/common/version.h"
 #include "gp/exec/device.h"
+#include "launch_job.h"
 
 // The daemon's documented form has no subcommand: `graphpipe-executor --plan P --rank R ...` is
 // `run`, and `--coordinator-only` (with --coordinator HOST:PORT as the listen address) is
 // `coordinator`. Rewrites such a command line into the subcommand form.
 std::vector<std::string> normalise_arguments(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  static const char* kSubcommands[] = {"run",   "reference", "local",  "coordinator", "status",
-                                       "serve", "submit",    "export", "eval",        "launcher"};
+  static const char* kSubcommands[] = {"run",    "reference", "local",  "coordinator",
+                                       "status", "serve",     "submit", "export",
+                                       "eval",   "launcher",  "launch"};
   bool has_subcommand = false, has_plan = false, coordinator_only = false;
   for (int i = 1; i < argc; ++i) {
     for (const char* sub : kSubcommands) has_subcommand = has_subcommand || args[i] == sub;
@@ -42,6 +44,20 @@ std::vector<std::string> normalise_arguments(int argc, char** argv) {
   return out;
 }
 
+// Whether `launch` follows global flags only (`graphpipe-executor --log-level warn launch`).
+bool launch_after_global_flags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "launch") return true;
+    if (a == "--log-level" || a == "--cpu-threads" || a == "--config") {
+      ++i;
+    } else if (a.rfind("--", 0) != 0) {
+      return false;
+    }
+  }
+  return false;
+}
+
 int main(int raw_argc, char** raw_argv) {
   // A peer that dies closes its sockets; writing to them must be an error we report (EPIPE),
   // not a signal that kills this rank too.
@@ -55,6 +71,16 @@ int main(int raw_argc, char** raw_argv) {
   // NCCL collectives connect when their communicator is set up, not at their first call inside
   // the step loop (set before any thread starts: setenv is not thread-safe).
   setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+  // `launch` (scripts/graphpipe-launch) has a command line of its own: graphpipe-launch's.
+  if (raw_argc > 1 && std::string(raw_argv[1]) == "launch") {
+    return gp::exec::daemon::launch_main(
+        std::vector<std::string>(raw_argv + 2, raw_argv + raw_argc), raw_argv[0]);
+  }
+  if (launch_after_global_flags(raw_argc, raw_argv)) {
+    return gp::cli::report("graphpipe-executor",
+                           gp::invalid_argument("launch must come first: graphpipe-executor "
+                                                "launch [FLAGS] (its --log-level is the ranks')"));
+  }
   std::vector<std::string> arguments = normalise_arguments(raw_argc, raw_argv);
   std::vector<char*> argv_storage;
   for (auto& a : arguments) argv_storage.push_back(a.data());
@@ -82,6 +108,11 @@ int main(int raw_argc, char** raw_argv) {
       add_local_command(app),     add_run_command(app),    add_coordinator_command(app),
       add_serve_command(app),     add_submit_command(app), add_status_command(app),
       add_launcher_command(app)};
+  // Listed for --help and completion; `launch` first on the command line is handled above.
+  app.add_subcommand(
+      "launch",
+      "Start every rank of a plan and supervise them, locally, over ssh, under srun or per node "
+      "(scripts/graphpipe-launch; `graphpipe-executor launch --help`)");
   try {
     auto args = gp::cli::config_first_reversed(argc, argv);
     if (!args.ok()) return gp::cli::report("graphpipe-executor", args.status());
