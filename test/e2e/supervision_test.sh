@@ -266,4 +266,29 @@ check "SIGKILL of rank 0 of 4: the headline blames rank 0 and every survivor say
 check "no survivor blames another survivor" \
   '! grep "graphpipe-executor: error: " "$tmp/kill0.log" | grep -Eq "rank [123] (\(pid [0-9]*\) )?(exited|aborted|failed|stopped)|from rank [123]" && nothing_left'
 
+# 9. A stop before training starts: rank 2 waits for a coordinator file that never comes (as a
+#    rank waits for a host that is not up yet). SIGINT to the launcher ends every rank at once
+#    (nothing to agree on or save yet), not after the registration timeout; exit 130 and the
+#    line that says how to start again.
+printf '%s\n' '#!/usr/bin/env bash' \
+  "case \" \$* \" in *\" run \"*\" --rank 2 \"*)" \
+  '  args=(); for a in "$@"; do case "$a" in */coordinator) a=/nonexistent/coordinator ;; esac; args+=("$a"); done' \
+  "  exec $(printf '%q' "$exe") \"\${args[@]}\" ;; esac" \
+  "exec $(printf '%q' "$exe") \"\$@\"" > "$tmp/lost-executor"
+chmod +x "$tmp/lost-executor"
+GP_EXECUTOR="$tmp/lost-executor" "$launch" --plan "$tmp/plan.pb" --iterations 5 --timeout 60 \
+  --checkpoint-dir "$tmp/ck-early" --run-dir "$tmp/r10" > "$tmp/early.log" 2>&1 &
+launcher=$!
+wait_for "$tmp/early.log" "coordinator at"
+sleep 1
+kill -INT "$launcher"
+sent_at=$(date +%s.%N)
+wait "$launcher"; rc=$?
+ended_at=$(date +%s.%N)
+check "SIGINT while a rank waits to register: every rank exits at once, exit 130" \
+  '[ $rc -eq 130 ] && awk -v a=$sent_at -v b=$ended_at "BEGIN { exit !(b - a < 10) }" &&
+   [ "$(grep -c "SIGINT before training started: exiting" "$tmp/early.log")" -eq 3 ] && nothing_left'
+check "its last line says no checkpoint exists yet and how to start again" \
+  'tail -1 "$tmp/early.log" | grep -q "^graphpipe-launch: stopped before the ranks agreed on an iteration; no checkpoint yet; start again with: .* --checkpoint-dir $tmp/ck-early --run-dir $tmp/r10$"'
+
 exit $fail

@@ -529,6 +529,9 @@ class RankJob {
       }
       log_->info("rank {}: compute slowed {:.1f}x (--slowdown)", o_.rank, o_.slowdown);
     }
+    // From here a stop is agreed on at an iteration and saved (before, it ended the rank at once).
+    // One that came in between is the heartbeat's to pass on, as any other.
+    set_stop_exits_at_once(false);
     progress_->start();
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;

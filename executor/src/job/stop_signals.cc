@@ -24,6 +24,7 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 std::atomic<int64_t> g_stop_signal_ms{0};
 constexpr int64_t kForceAfterMs = 5000;
+std::atomic<bool> g_exit_at_once{false};
 
 int64_t monotonic_ms() {
   timespec ts{};
@@ -35,6 +36,16 @@ int64_t monotonic_ms() {
 // the launcher), and the two handlers may run on two threads: until the first has noted its
 // time (0 until then), a second one is the same stop.
 void on_stop_signal(int sig) {
+  if (g_exit_at_once.load()) {
+    static const char kInt[] = "graphpipe-executor: SIGINT before training started: exiting\n";
+    static const char kTerm[] = "graphpipe-executor: SIGTERM before training started: exiting\n";
+    if (sig == SIGINT) {
+      (void)!write(2, kInt, sizeof kInt - 1);
+    } else {
+      (void)!write(2, kTerm, sizeof kTerm - 1);
+    }
+    _exit(128 + sig);
+  }
   const int64_t now = monotonic_ms();
   int expected = 0;
   if (g_stop_signal.compare_exchange_strong(expected, sig)) {
@@ -105,6 +116,7 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
       }
     }).detach();
   }
+  g_exit_at_once.store(true);
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -135,5 +147,7 @@ const char* signal_name(int sig) {
 }
 
 int stop_signal() { return g_stop_signal.load(); }
+
+void set_stop_exits_at_once(bool at_once) { g_exit_at_once.store(at_once); }
 
 }  // namespace gp::exec::daemon
