@@ -25,6 +25,7 @@
 #include "control/server_guard.h"
 #include "gp/common/json_writer.h"
 #include "gp/common/logging.h"
+#include "gp/common/steady_clock.h"
 #include "gp/common/util.h"
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
@@ -882,9 +883,7 @@ class ExecutorService final : public pb::Executor::Service {
       auto result = core_->heartbeat(req->status());
       if (!result.ok()) return result.status();
       *resp = std::move(result).value();
-      resp->set_coordinator_steady_us(std::chrono::duration<double, std::micro>(
-                                          std::chrono::steady_clock::now().time_since_epoch())
-                                          .count());
+      resp->set_coordinator_steady_us(steady_us());
       return ok_status();
     });
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "gp/common/steady_clock.h"
 #include "gp/plan/plan_util.h"
 #include "stop_signals.h"
 
@@ -12,12 +13,6 @@ namespace {
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-double steady_us() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 

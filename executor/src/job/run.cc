@@ -25,6 +25,7 @@
 #include "control/coordinator.h"
 #include "control/key_store.h"
 #include "gp/common/logging.h"
+#include "gp/common/steady_clock.h"
 #include "gp/exec/data_plane.h"
 #include "gp/exec/device.h"
 #include "gp/exec/device_info.h"
@@ -464,9 +465,7 @@ class RankJob {
         rank_timings(*clock_, runner.stage_runner().op_indices(), it, runner.program().per_replica,
                      provenance_, runner.transfer_stamps());
     // On the coordinator's clock, rank 0 pairs this rank's messages with other hosts' ranks'.
-    const double now_us = std::chrono::duration<double, std::micro>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count();
+    const double now_us = steady_us();
     if (const ClockEstimate clock = heartbeat_->clock_offset(now_us); clock.uncertainty_us >= 0) {
       timings.set_clock_offset_us(clock.offset_us);
       timings.set_clock_uncertainty_us(clock.uncertainty_us);

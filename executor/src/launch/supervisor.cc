@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "gp/common/file_read.h"
+#include "gp/common/steady_clock.h"
 #include "launch/launch.h"
 #include "supervisor_io.h"
 
@@ -37,11 +38,7 @@ void on_signal(int sig) {
   errno = saved;
 }
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+int64_t now_ms() { return steady_ms(); }
 
 const char* stop_name(int sig) { return sig == SIGINT ? "INT" : "TERM"; }
 

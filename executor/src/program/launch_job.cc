@@ -27,12 +27,6 @@
 namespace gp::exec::daemon {
 namespace fs = std::filesystem;
 
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 namespace {
 
 void say(const std::string& line) { std::fprintf(stderr, "graphpipe-launch: %s\n", line.c_str()); }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/common/steady_clock.h"
 #include "launch/launch.h"
 #include "launch/supervisor.h"
 #include "launch_options.h"
@@ -125,9 +126,6 @@ class Launcher {
   int failed_rank_ = -1;
   AdaptState adapt_;
 };
-
-// Milliseconds on the steady clock.
-int64_t steady_ms();
 
 // `graphpipe-executor launch ARGS...`: the launcher's main.
 // `program`: how this executor was started (argv[0]), for the resume hint.

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "gp/common/status.h"
+#include "gp/common/steady_clock.h"
 #include "gp/exec/communicator.h"
 #include "gp/exec/dataset.h"
 #include "gp/exec/device.h"
@@ -154,11 +155,6 @@ class RankRunner {
       stamps_[stamps_used_++] = {s.peer,   s.tag,      s.bytes, s.op == StepOp::kSend,
                                  start_us, steady_us()};
     }
-  }
-  static double steady_us() {
-    return std::chrono::duration<double, std::micro>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
   }
 
   // The lowered program (every piece's index into runner_'s exports or external inputs).
