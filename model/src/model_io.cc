@@ -1,5 +1,6 @@
 #include "gp/model/model_io.h"
 
+#include <fcntl.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -176,8 +177,13 @@ Status write_file_atomic(const std::string& path, std::string_view contents) {
     return write_and_close(f, path, contents, /*sync=*/false);
   }
   const std::string tmp = target + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  // A fresh file at the temporary name: whatever was left there (a FIFO that would block the
+  // write, a link that would send it elsewhere) is removed, not written into.
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+  std::FILE* f = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
   if (f == nullptr) {
+    if (fd >= 0) ::close(fd);
     return Status(StatusCode::kPermissionDenied,
                   "cannot write '" + tmp + "': " + std::strerror(errno));
   }

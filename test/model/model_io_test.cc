@@ -170,6 +170,24 @@ TEST_CASE("writes keep symbolic links, pass through FIFOs and refuse directories
   fs::remove_all(dir);
 }
 
+TEST_CASE("a FIFO or a link left at a write's temporary name is replaced, never written into") {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_dir() / "leftovers";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  alarm(20);  // a write blocked on the FIFO fails the test instead of hanging it
+  REQUIRE(mkfifo((dir / "plain.json.tmp").c_str(), 0600) == 0);
+  fs::create_symlink(dir / "elsewhere", dir / "other.json.tmp");
+  CHECK(write_file_atomic((dir / "plain.json").string(), "plain").ok());
+  CHECK(write_file_atomic((dir / "other.json").string(), "other").ok());
+  alarm(0);
+  CHECK(*read_file((dir / "plain.json").string()) == "plain");
+  CHECK(*read_file((dir / "other.json").string()) == "other");
+  CHECK_FALSE(fs::exists(dir / "elsewhere"));
+  CHECK_FALSE(fs::exists(dir / "plain.json.tmp"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("reading refuses a directory, a device and a FIFO at once, naming each") {
   alarm(20);  // a reader blocked in open() of the FIFO fails the test instead of hanging it
   const auto dir = read_file(temp_dir().string());
