@@ -27,6 +27,19 @@ check "the measured trace has forwards and backwards of every rank and transfers
   --metrics-out "$tmp/ref.json"
 check "its losses equal the reference's" '[ -s "$tmp/launch.json" ] && [ "$(losses "$tmp/launch.json")" = "$(losses "$tmp/ref.json")" ]'
 
+# 1a. Started from a shell that ignores SIGCHLD and with stdin, stdout and stderr closed but one
+#     (as some schedulers' wrappers start jobs), with its hosts on stdin: the launcher still waits
+#     for its own children and the ranks keep their logs.
+printf '#!/bin/sh\nshift\nexec sh -c "$*"\n' > "$tmp/here-shell"  # "HOST WORDS...": run WORDS here
+chmod +x "$tmp/here-shell"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf '# host slots address\nlocalhost 3 127.0.0.1\n' |
+  (trap '' CHLD; GP_EXECUTOR="$exe" exec timeout 120 "$launch" --plan "$tmp/plan.pb" \
+    --iterations 2 --hostfile - --remote-shell "$tmp/here-shell" --port "$port" --no-tls \
+    --run-dir "$tmp/r-odd" 2> "$tmp/odd.log" >&-); rc=$?
+check "an ignored SIGCHLD, closed stdout and hosts on stdin: exit 0, logs kept" \
+  '[ $rc -eq 0 ] && grep -q "iteration 1: loss" "$tmp/r-odd/attempt-0/rank-0.log"'
+
 # A token on the launcher's command line is refused before anything starts.
 GP_EXECUTOR="$exe" timeout 20 "$launch" --plan "$tmp/plan.pb" --auth-token s3cret \
   > "$tmp/argv-token.log" 2>&1; rc=$?
