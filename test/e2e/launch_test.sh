@@ -33,10 +33,14 @@ check "its losses equal the reference's" '[ -s "$tmp/launch.json" ] && [ "$(loss
 printf '#!/bin/sh\nshift\nexec sh -c "$*"\n' > "$tmp/here-shell"  # "HOST WORDS...": run WORDS here
 chmod +x "$tmp/here-shell"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# (The trap goes after `timeout`, which handles SIGCHLD itself and so resets it for what it runs.)
+ignoring_chld() { timeout 120 bash -c 'trap "" CHLD; exec "$0" "$@"' "$@"; }
+check "the stand-in starts its command with SIGCHLD ignored" \
+  '[ $(( 0x$(ignoring_chld grep SigIgn /proc/self/status | awk "{print \$2}") & 0x10000 )) -ne 0 ]'
 printf '# host slots address\nlocalhost 3 127.0.0.1\n' |
-  (trap '' CHLD; GP_EXECUTOR="$exe" exec timeout 120 "$launch" --plan "$tmp/plan.pb" \
+  GP_EXECUTOR="$exe" ignoring_chld "$launch" --plan "$tmp/plan.pb" \
     --iterations 2 --hostfile - --remote-shell "$tmp/here-shell" --port "$port" --no-tls \
-    --run-dir "$tmp/r-odd" 2> "$tmp/odd.log" >&-); rc=$?
+    --run-dir "$tmp/r-odd" 2> "$tmp/odd.log" >&-; rc=$?
 check "an ignored SIGCHLD, closed stdout and hosts on stdin: exit 0, logs kept" \
   '[ $rc -eq 0 ] && grep -q "iteration 1: loss" "$tmp/r-odd/attempt-0/rank-0.log"'
 

@@ -287,7 +287,7 @@ wait "$launcher"; rc=$?
 ended_at=$(date +%s.%N)
 check "SIGINT while a rank waits to register: every rank exits at once, exit 130" \
   '[ $rc -eq 130 ] && awk -v a=$sent_at -v b=$ended_at "BEGIN { exit !(b - a < 10) }" &&
-   [ "$(grep -c "SIGINT before training started: exiting" "$tmp/early.log")" -eq 3 ] && nothing_left'
+   [ "$(grep -c "SIGINT before the job started: exiting" "$tmp/early.log")" -eq 3 ] && nothing_left'
 check "its last line says no checkpoint exists yet and how to start again" \
   'tail -1 "$tmp/early.log" | grep -q "^graphpipe-launch: stopped before the ranks agreed on an iteration; no checkpoint yet; start again with: .* --checkpoint-dir $tmp/ck-early --run-dir $tmp/r10$"'
 

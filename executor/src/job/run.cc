@@ -109,6 +109,9 @@ class RankJob {
   Result<int> run() {
     GP_RETURN_IF_ERROR(prepare());
     GP_RETURN_IF_ERROR(connect());
+    // Every rank has registered: from here a stop goes through the coordinator, which has every
+    // rank stop at one iteration (before, a rank waiting for the others ended at once).
+    set_stop_exits_at_once(false);
     // The job's other ranks check that the checkpoint directory's lock names this job.
     if (dir_lock_ != nullptr) GP_RETURN_IF_ERROR(dir_lock_->record_job(registered_.job_id()));
     // From here on every rank is known to the coordinator: a failure is reported to it, so the
@@ -528,9 +531,6 @@ class RankJob {
       }
       log_->info("rank {}: compute slowed {:.1f}x (--slowdown)", o_.rank, o_.slowdown);
     }
-    // From here a stop is agreed on at an iteration and saved (before, it ended the rank at once).
-    // One that came in between is the heartbeat's to pass on, as any other.
-    set_stop_exits_at_once(false);
     progress_->start();
     int64_t stop_after = -1;  // agreed with every rank once a stop is requested
     int stop_signal = 0;

@@ -37,8 +37,8 @@ int64_t monotonic_ms() {
 // time (0 until then), a second one is the same stop.
 void on_stop_signal(int sig) {
   if (g_exit_at_once.load()) {
-    static const char kInt[] = "graphpipe-executor: SIGINT before training started: exiting\n";
-    static const char kTerm[] = "graphpipe-executor: SIGTERM before training started: exiting\n";
+    static const char kInt[] = "graphpipe-executor: SIGINT before the job started: exiting\n";
+    static const char kTerm[] = "graphpipe-executor: SIGTERM before the job started: exiting\n";
     if (sig == SIGINT) {
       (void)!write(2, kInt, sizeof kInt - 1);
     } else {

@@ -14,10 +14,11 @@ enum class BeaconOwner { kLauncher, kDaemon };
 // the watchdog on that file (see stop_signals.cc).
 Status install_stop_signals(const std::string& beacon = "", int orphan_timeout_s = 0,
                             BeaconOwner owner = BeaconOwner::kLauncher);
-// Until training starts, a stop has nothing to agree on or save, and the waits of start-up
-// (registration, the data plane's rendezvous) would hold it for their whole timeout: while
-// `at_once` is set, SIGTERM/SIGINT end the rank at once with 128 + the signal, saying so. Set
-// from install_stop_signals until the rank is about to run its first iteration.
+// Until every rank has registered, a stop has nothing to agree on or save, and the waits for the
+// coordinator and the other ranks would hold it for their whole timeout: while `at_once` is set,
+// SIGTERM/SIGINT end the rank at once with 128 + the signal, saying so. Set from
+// install_stop_signals until the rank's registration returns (then the coordinator can have
+// every rank stop together, and a rank gone alone would be a failure to the others).
 void set_stop_exits_at_once(bool at_once);
 // The first stop signal received, 0 while none.
 int stop_signal();
