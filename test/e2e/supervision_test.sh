@@ -291,4 +291,25 @@ check "SIGINT while a rank waits to register: every rank exits at once, exit 130
 check "its last line says no checkpoint exists yet and how to start again" \
   'tail -1 "$tmp/early.log" | grep -q "^graphpipe-launch: stopped before the ranks agreed on an iteration; no checkpoint yet; start again with: .* --checkpoint-dir $tmp/ck-early --run-dir $tmp/r10$"'
 
+# 10. A rank that misses the signal: it starts slowly (its wrapper ignores SIGINT, then sleeps
+#     before it runs the rank), so the SIGINT passed on to it is lost. The launcher's beacon says
+#     the job is stopping; the rank takes the stop from there once its handlers are in place, and
+#     the job still ends at once with exit 130 (not a registration timeout blamed on that rank).
+printf '%s\n' '#!/usr/bin/env bash' \
+  "case \" \$* \" in *\" run \"*\" --rank 2 \"*) trap '' INT; sleep 3 ;; esac" \
+  "exec $(printf '%q' "$exe") \"\$@\"" > "$tmp/slow-executor"
+chmod +x "$tmp/slow-executor"
+GP_EXECUTOR="$tmp/slow-executor" "$launch" --plan "$tmp/plan.pb" --iterations 5 --timeout 60 \
+  --run-dir "$tmp/r11" > "$tmp/missed.log" 2>&1 &
+launcher=$!
+sleep 1.5  # ranks 0 and 1 wait for rank 2 to register; rank 2 is still in its sleep
+kill -INT "$launcher"
+sent_at=$(date +%s.%N)
+wait "$launcher"; rc=$?
+ended_at=$(date +%s.%N)
+check "a rank that missed the SIGINT takes it from the beacon: exit 130 within seconds" \
+  '[ $rc -eq 130 ] && awk -v a=$sent_at -v b=$ended_at "BEGIN { exit !(b - a < 10) }" &&
+   grep -q "^\[rank 2\] graphpipe-executor: SIGINT before the job started: exiting" "$tmp/missed.log" &&
+   nothing_left'
+
 exit $fail

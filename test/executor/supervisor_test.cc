@@ -211,6 +211,8 @@ TEST_CASE("SIGTERM to the supervisor reaches every rank, and their exit 143 is n
   CHECK(result->stopped.empty());
   CHECK(a.console.find("TERM: asking every rank to stop after an agreed iteration") !=
         std::string::npos);
+  // For ranks the signal missed: the beacon they watch says it too.
+  CHECK(slurp(a.dir / "beacon").find(" stop 15\n") != std::string::npos);
 }
 
 TEST_CASE("a second SIGINT more than a second after the first kills every rank", "[launch]") {

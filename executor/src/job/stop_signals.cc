@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -25,6 +26,7 @@ std::atomic<int> g_stop_signal{0};
 std::atomic<int64_t> g_stop_signal_ms{0};
 constexpr int64_t kForceAfterMs = 5000;
 std::atomic<bool> g_exit_at_once{false};
+std::atomic<bool> g_handlers_installed{false};
 
 int64_t monotonic_ms() {
   timespec ts{};
@@ -65,6 +67,18 @@ Result<std::string> read_beacon(const std::string& path) {
   return read_regular_file(path, small);
 }
 
+// The launcher's beacon says "N stop SIG" once it passed SIGINT/SIGTERM on: a rank that missed
+// the signal (it came before our handlers were in place) raises it on itself, once.
+void take_stop_from_beacon(const std::string& beacon, bool& taken) {
+  if (taken || !g_handlers_installed.load()) return;
+  const size_t at = beacon.find(" stop ");
+  if (at == std::string::npos) return;
+  const int sig = std::atoi(beacon.c_str() + at + 6);
+  if (sig != SIGINT && sig != SIGTERM) return;
+  taken = true;
+  if (g_stop_signal.load() == 0) ::kill(::getpid(), sig);
+}
+
 }  // namespace
 
 // Installs the stop handlers, and makes the rank stop (as on SIGTERM) when whoever started it
@@ -91,7 +105,9 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
     }
     std::thread([launcher_beacon, orphan_timeout_s, daemon, last = *first]() mutable {
       auto changed_at = std::chrono::steady_clock::now();
+      bool stop_taken = false;
       for (;;) {
+        take_stop_from_beacon(last, stop_taken);
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         auto now = read_beacon(launcher_beacon);
         if (now.ok() && *now != last) {
@@ -125,6 +141,7 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
     return internal_error(std::string("cannot install the SIGTERM/SIGINT handlers: ") +
                           std::strerror(errno));
   }
+  g_handlers_installed.store(true);
   const pid_t parent = getppid();
   if (parent > 1) {
     std::thread([parent] {

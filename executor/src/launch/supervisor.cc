@@ -136,6 +136,7 @@ class Supervisor {
   int stop_signal_ = 0;
   int64_t stop_ms_ = 0;
   bool force_stop_ = false;
+  BeaconWriter* beacon_ = nullptr;  // while run() runs
   bool switching_ = false;
   bool launcher_gone_ = false;
   bool verdict_read_ = false;
@@ -236,6 +237,7 @@ void Supervisor::request_stop(int sig, int64_t now) {
   stop_ms_ = now;
   say(std::string(stop_name(sig)) +
       ": asking every rank to stop after an agreed iteration (again: stop at once)");
+  if (beacon_ != nullptr) beacon_->set_stop(sig);
   for (auto& r : ranks_) {
     if (r.running()) ::kill(r.pid, sig);
   }
@@ -414,6 +416,7 @@ Result<SuperviseResult> Supervisor::run() {
   // Its own thread: a stalled console or a slow disk never lets it go stale.
   BeaconWriter beacon(options_.beacon);
   if (!beacon.ok()) return internal_error("cannot write the beacon " + options_.beacon);
+  beacon_ = &beacon;
   Status started = start_ranks();
   if (!started.ok()) {
     // The ranks already started stop, and are waited for, as after a failure.
@@ -432,6 +435,7 @@ Result<SuperviseResult> Supervisor::run() {
     tick(now_ms());
   }
   for (auto& r : ranks_) flush_pending(r);
+  beacon_ = nullptr;
   return result();  // a rank that could not start: its status says so (127)
 }
 

@@ -92,6 +92,16 @@ BeaconWriter::~BeaconWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool BeaconWriter::beat() { return write_atomically(path_, std::to_string(++beats_) + "\n"); }
+void BeaconWriter::set_stop(int sig) {
+  if (path_.empty()) return;
+  std::lock_guard lock(mu_);
+  stop_signal_ = sig;
+  beat();
+}
+
+bool BeaconWriter::beat() {
+  const std::string stop = stop_signal_ != 0 ? " stop " + std::to_string(stop_signal_) : "";
+  return write_atomically(path_, std::to_string(++beats_) + stop + "\n");
+}
 
 }  // namespace gp::exec::launch

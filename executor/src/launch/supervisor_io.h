@@ -43,12 +43,16 @@ class BeaconWriter {
   BeaconWriter(const BeaconWriter&) = delete;
   BeaconWriter& operator=(const BeaconWriter&) = delete;
   bool ok() const { return ok_; }
+  // From now on every beat says "N stop SIG": a rank that missed the signal (it came before
+  // its handlers were in place, or went to an ssh client) takes it from the beacon it watches.
+  void set_stop(int sig);
 
  private:
-  bool beat();
+  bool beat();  // with mu_ held
 
   std::string path_;
   int64_t beats_ = 0;
+  int stop_signal_ = 0;
   bool ok_ = true;
   std::mutex mu_;
   std::condition_variable stop_cv_;
