@@ -1,6 +1,7 @@
 #include "gp/common/util.h"
 
 #include <ctime>
+#include <random>
 
 namespace gp {
 
@@ -11,6 +12,45 @@ std::string utc_now_iso8601() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
+}
+
+std::string to_hex(const unsigned char* bytes, size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::string random_hex(size_t bytes) {
+  std::random_device rd;
+  std::string out;
+  while (out.size() < 2 * bytes) {
+    const unsigned int v = rd();
+    const unsigned char four[4] = {
+        static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+        static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+    out += to_hex(four, 4);
+  }
+  return out.substr(0, 2 * bytes);
+}
+
+std::string shell_quote(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_@%+=:,./-") == std::string::npos) {
+    return word;
+  }
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string shell_command(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_quote(w);
+  return out;
 }
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "gp/common/util.h"
 #include "program/launch_options.h"
 #include "program/launch_process.h"
 
 using namespace gp::exec::daemon;
+using gp::shell_quote;
 
 namespace {
 

@@ -102,11 +102,7 @@ Status shutting_down_status(std::string_view context) {
                 std::string(context) + "the coordinator is shutting down");
 }
 
-std::string random_job_id() {
-  std::random_device rd;
-  const uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  return fmt::format("job-{:016x}", v);
-}
+std::string random_job_id() { return "job-" + random_hex(8); }
 
 // "host" of "host:port" or "[v6]:port".
 std::string host_of(const std::string& address) {

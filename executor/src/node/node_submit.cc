@@ -18,6 +18,7 @@
 
 #include "gp/common/file_read.h"
 #include "gp/common/logging.h"
+#include "gp/common/util.h"
 #include "gp/model/model_io.h"
 #include "graphpipe/v1/daemon.grpc.pb.h"
 #include "graphpipe/v1/plan.pb.h"
@@ -83,17 +84,6 @@ void on_signal(int sig) {
 
 const char* stop_signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
-// `word` as a POSIX shell reads it back.
-std::string shell_quote(const std::string& word) {
-  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                              "0123456789_@%+=:,./-") == std::string::npos) {
-    return word;
-  }
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // This process's command line as typed (from /proc), with `--resume DIR` added among the ranks'
 // flags unless it resumes already: the command that continues an interrupted job.
 std::string resume_command(const std::string& checkpoint_dir) {
@@ -119,17 +109,10 @@ std::string resume_command(const std::string& checkpoint_dir) {
     words.push_back("--resume");
     words.push_back(checkpoint_dir);
   }
-  std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_quote(w);
-  return out;
+  return shell_command(words);
 }
 
-std::string random_id() {
-  std::random_device rd;
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
-  return buf;
-}
+std::string random_id() { return random_hex(8); }
 
 // One submitted job, in the order it runs: check the options and read the plan → ask every
 // daemon for its free devices → assign the ranks in node order → start them → follow the job to

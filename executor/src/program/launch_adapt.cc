@@ -15,6 +15,7 @@
 #include <regex>
 #include <sstream>
 
+#include "gp/common/util.h"
 #include "gp/model/model_io.h"
 #include "launch_job.h"
 #include "launch_process.h"
@@ -57,13 +58,8 @@ std::vector<std::pair<std::string, std::string>> read_key_values(const std::stri
 }  // namespace
 
 void Launcher::adapt_log(const std::string& line) const {
-  std::fprintf(stderr, "graphpipe-launch: adapt: %s\n", line.c_str());
-  char when[32] = {};
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  std::ofstream(run_dir_ + "/adapt.log", std::ios::app) << when << " " << line << "\n";
+  say("adapt: " + line);
+  std::ofstream(run_dir_ + "/adapt.log", std::ios::app) << utc_now_iso8601() << " " << line << "\n";
 }
 
 // The newest iteration in the metrics file (-1: none yet): its last line's.

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_files.h"
+#include "gp/common/util.h"
 #include "gp/model/model_io.h"
 #include "launch/supervisor.h"
 #include "launch_job.h"
@@ -19,8 +20,6 @@
 namespace gp::exec::daemon {
 namespace fs = std::filesystem;
 namespace {
-
-void say(const std::string& line) { std::fprintf(stderr, "graphpipe-launch: %s\n", line.c_str()); }
 
 void append(std::vector<std::string>& to, const std::vector<std::string>& words) {
   to.insert(to.end(), words.begin(), words.end());

@@ -12,14 +12,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
-#include <iterator>
 #include <regex>
 #include <sstream>
 
 #include "control/job_tls.h"
 #include "control/tls.h"
 #include "gp/common/cli.h"
+#include "gp/common/util.h"
 #include "gp/model/model_io.h"
 #include "job/run.h"
 #include "launch_process.h"
@@ -29,43 +28,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void say(const std::string& line) { std::fprintf(stderr, "graphpipe-launch: %s\n", line.c_str()); }
-
-std::string hex(const unsigned char* bytes, size_t n) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += digits[bytes[i] >> 4];
-    out += digits[bytes[i] & 15];
-  }
-  return out;
-}
-
 std::string sha256_hex(const std::string& data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
   EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr);
-  return hex(digest, size);
+  return to_hex(digest, size);
 }
 
-Result<std::string> random_hex(size_t bytes) {
-  std::vector<unsigned char> buf(bytes);
-  FILE* f = std::fopen("/dev/urandom", "rb");
-  const bool ok = f != nullptr && std::fread(buf.data(), 1, bytes, f) == bytes;
-  if (f != nullptr) std::fclose(f);
-  if (!ok) return Status(StatusCode::kInternal, "cannot read /dev/urandom");
-  return hex(buf.data(), bytes);
-}
-
-// An output's directory must exist and be writable, and the file writable if it exists.
+// An output's directory must exist (model::check_output_path) and be writable, and the file
+// writable if it exists: refused before any rank starts rather than by rank 0 at the end.
 Status check_output(const std::string& flag, const std::string& path) {
   if (path.empty()) return ok_status();
+  GP_RETURN_IF_ERROR(model::check_output_path(flag, path));
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    return invalid_argument(flag + " " + path + ": directory " + dir + " does not exist");
-  }
   if (access(dir.c_str(), W_OK) != 0) {
     return invalid_argument(flag + " " + path + ": directory " + dir + " is not writable");
   }
@@ -81,6 +58,8 @@ std::string trimmed(std::string text) {
 }
 
 }  // namespace
+
+void say(const std::string& line) { std::fprintf(stderr, "graphpipe-launch: %s\n", line.c_str()); }
 
 Launcher::Launcher(LaunchOptions options, std::string executor, std::string planner)
     : o_(std::move(options)), exe_(std::move(executor)), planner_(std::move(planner)) {
@@ -116,38 +95,15 @@ Status Launcher::prepare_tls_files() {
 // Whether there is a checkpoint to resume from: decided (and refused) once, not by every rank.
 Status Launcher::decide_resume() {
   if (!o_.resume && !o_.resume_if_present) return ok_status();
-  if (holds_checkpoint(o_.checkpoint_dir)) {
-    o_.resume = true;
-    return ok_status();
-  }
-  const std::string none = "no checkpoint in '" + o_.checkpoint_dir +
-                           "' (--checkpoint-dir: no LATEST file and no complete iter-N)";
-  if (!o_.resume_if_present) {
-    return Status(
-        StatusCode::kNotFound,
-        "--resume: " + none + "; --resume-if-present starts from iteration 0 when there is none");
-  }
-  say("warning: --resume-if-present: " + none + "; starting from iteration 0");
-  o_.resume = false;
+  GP_ASSIGN_OR_RETURN(const ResumeDecision d,
+                      daemon::decide_resume(o_.checkpoint_dir, o_.resume_if_present));
+  if (!d.warning.empty()) say("warning: " + d.warning);
+  o_.resume = d.resume;
   return ok_status();
 }
 
-// --hostfile F, or - for the hosts on stdin.
 Status Launcher::read_hosts() {
-  std::string text;
-  if (o_.hostfile == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::error_code ec;
-    if (!fs::exists(o_.hostfile, ec)) {
-      return invalid_argument("--hostfile '" + o_.hostfile + "': no such file");
-    }
-    auto read = model::read_file(o_.hostfile);  // a FIFO or a device is refused, naming it
-    if (!read.ok()) return read.status().with_context("--hostfile");
-    text = std::move(*read);
-  }
-  GP_ASSIGN_OR_RETURN(hosts_,
-                      launch::parse_hostfile(text, o_.hostfile == "-" ? "(stdin)" : o_.hostfile));
+  GP_ASSIGN_OR_RETURN(hosts_, read_hostfile(o_.hostfile));
   return ok_status();
 }
 
@@ -271,10 +227,7 @@ Status Launcher::check_slowdowns() const {
 // launcher ends. Per node, each node's launcher has a lock of its own (a shared working
 // directory gives every node the same RUN_DIR).
 Status Launcher::open_run_dir() {
-  if (o_.job_id.empty()) {
-    GP_ASSIGN_OR_RETURN(const std::string id, random_hex(8));
-    o_.job_id = "job-" + id;
-  }
+  if (o_.job_id.empty()) o_.job_id = "job-" + random_hex(8);
   std::string dir = o_.run_dir;
   if (dir.empty()) {
     const char* root = std::getenv("GRAPHPIPE_RUNS_DIR");
@@ -314,9 +267,7 @@ Status Launcher::open_run_dir() {
 // never from argv, which `ps` shows.
 Status Launcher::write_token() {
   if (o_.token.empty()) o_.token = token_from_environment();
-  if (o_.token.empty()) {
-    GP_ASSIGN_OR_RETURN(o_.token, random_hex(16));
-  }
+  if (o_.token.empty()) o_.token = random_hex(16);
   token_file_ = run_dir_ + "/auth-token";
   unlink(token_file_.c_str());
   const int fd =
@@ -493,9 +444,7 @@ std::string Launcher::command_line(bool add_resume) const {
     words.push_back("--");
     words.insert(words.end(), o_.extra.begin(), o_.extra.end());
   }
-  std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : " ") + shell_quote(w);
-  return out;
+  return shell_command(words);
 }
 
 // The last line after a requested stop (STATUS 128 + its signal): where the job stopped, its

@@ -128,6 +128,9 @@ class Launcher {
 };
 
 // `graphpipe-executor launch ARGS...`: the launcher's main.
+// "graphpipe-launch: LINE" on stderr: the launcher's own lines, beside the ranks' "[rank R] ".
+void say(const std::string& line);
+
 // `program`: how this executor was started (argv[0]), for the resume hint.
 int launch_main(const std::vector<std::string>& args, const std::string& program);
 

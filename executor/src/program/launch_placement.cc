@@ -1,12 +1,16 @@
 #include "launch_placement.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
 #include <sstream>
 
 #include "gp/model/graph.h"
 #include "gp/model/model_io.h"
 #include "gp/plan/plan_util.h"
 #include "graphpipe/v1/plan.pb.h"
+#include "job/run.h"
 
 namespace gp::exec::daemon {
 
@@ -42,6 +46,34 @@ Result<std::vector<PlacedRank>> place_plan(const PlacementInput& input) {
     out.push_back({r.host, r.local_rank, r.device, physical});
   }
   return out;
+}
+
+Result<std::vector<launch::Host>> read_hostfile(const std::string& path) {
+  std::string text;
+  if (path == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return invalid_argument("--hostfile '" + path + "': no such file");
+    }
+    auto read = model::read_file(path);
+    if (!read.ok()) return read.status().with_context("--hostfile");
+    text = std::move(*read);
+  }
+  return launch::parse_hostfile(text, path == "-" ? "(stdin)" : path);
+}
+
+Result<ResumeDecision> decide_resume(const std::string& checkpoint_dir, bool if_present) {
+  if (holds_checkpoint(checkpoint_dir)) return ResumeDecision{true, ""};
+  const std::string none = "no checkpoint in '" + checkpoint_dir +
+                           "' (--checkpoint-dir: no LATEST file and no complete iter-N)";
+  if (!if_present) {
+    return Status(
+        StatusCode::kNotFound,
+        "--resume: " + none + "; --resume-if-present starts from iteration 0 when there is none");
+  }
+  return ResumeDecision{false, "--resume-if-present: " + none + "; starting from iteration 0"};
 }
 
 }  // namespace gp::exec::daemon

@@ -1,5 +1,7 @@
-// Where a plan's ranks run (launch::place_ranks) for a plan file: the plan read and checked as
-// every rank would check it, so a plan no rank could run is refused before any starts.
+// What the launcher decides from files before any rank starts (`graphpipe-executor launch`, and
+// the `launcher` subcommands that print each decision): the hosts of a hostfile, where a plan's
+// ranks run (launch::place_ranks; the plan read and checked as every rank would check it, so a
+// plan no rank could run is refused before any starts), and whether to resume.
 #pragma once
 
 #include <string>
@@ -30,5 +32,18 @@ struct PlacementInput {
 
 // Every rank's place, in rank order.
 Result<std::vector<PlacedRank>> place_plan(const PlacementInput& input);
+
+// --hostfile PATH's hosts, or with "-" the hosts on stdin; a FIFO or a device is refused, naming
+// it ("-" is the way to give a stream).
+Result<std::vector<launch::Host>> read_hostfile(const std::string& path);
+
+// --resume (or, with `if_present`, --resume-if-present) from `checkpoint_dir`: decided once, not
+// by every rank. Without a checkpoint there --resume is refused (NOT_FOUND naming the directory)
+// and --resume-if-present starts from iteration 0, `warning` saying so.
+struct ResumeDecision {
+  bool resume = false;
+  std::string warning;
+};
+Result<ResumeDecision> decide_resume(const std::string& checkpoint_dir, bool if_present);
 
 }  // namespace gp::exec::daemon

@@ -16,17 +16,6 @@
 
 namespace gp::exec::daemon {
 
-std::string shell_quote(const std::string& word) {
-  if (!word.empty() &&
-      word.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
-                             "_-+=./:,@%") == std::string::npos) {
-    return word;
-  }
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::vector<std::string> split_blanks(const std::string& text) {
   std::istringstream in(text);
   std::vector<std::string> out;

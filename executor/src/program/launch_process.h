@@ -11,9 +11,6 @@
 
 namespace gp::exec::daemon {
 
-// `word` as a POSIX shell reads it back: as it is when it holds only characters no shell treats
-// specially, else in single quotes.
-std::string shell_quote(const std::string& word);
 // The words of `text` split on blanks, as an unquoted shell variable expands (--remote-shell).
 std::vector<std::string> split_blanks(const std::string& text);
 

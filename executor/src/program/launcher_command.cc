@@ -40,24 +40,6 @@ void emit_hosts(const std::vector<launch::Host>& hosts) {
   }
 }
 
-// --hostfile F, or - for the hosts on stdin (the launcher's current list, addresses resolved).
-Result<std::vector<launch::Host>> read_hosts(const std::string& path) {
-  std::string text;
-  if (path == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-  } else {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-      return invalid_argument("--hostfile '" + path + "': no such file");
-    }
-    // A FIFO or a device is refused naming it: "-" is the way to give a stream.
-    auto read = model::read_file(path);
-    if (!read.ok()) return read.status().with_context("--hostfile");
-    text = std::move(*read);
-  }
-  return launch::parse_hostfile(text, path == "-" ? "(stdin)" : path);
-}
-
 }  // namespace
 
 LauncherCommands::LauncherCommands(CLI::App& app)
@@ -328,20 +310,9 @@ Status LauncherCommands::job_tls() const {
 }
 
 Status LauncherCommands::resume() const {
-  if (holds_checkpoint(checkpoint_dir_)) {
-    emit("resume", "1");
-    return ok_status();
-  }
-  // Refused once here, rather than by every rank after it started.
-  const std::string none = "no checkpoint in '" + checkpoint_dir_ +
-                           "' (--checkpoint-dir: no LATEST file and no complete iter-N)";
-  if (!if_present_) {
-    return Status(StatusCode::kNotFound, "--resume: " + none +
-                                             "; --resume-if-present starts from iteration 0 when "
-                                             "there is none");
-  }
-  emit("resume", "0");
-  emit("message", "--resume-if-present: " + none + "; starting from iteration 0");
+  GP_ASSIGN_OR_RETURN(const ResumeDecision d, decide_resume(checkpoint_dir_, if_present_));
+  emit("resume", d.resume ? "1" : "0");
+  if (!d.warning.empty()) emit("message", d.warning);
   return ok_status();
 }
 
@@ -361,7 +332,7 @@ Status LauncherCommands::clean() const {
 }
 
 Status LauncherCommands::hosts() const {
-  GP_ASSIGN_OR_RETURN(const auto listed, read_hosts(hostfile_));
+  GP_ASSIGN_OR_RETURN(const auto listed, read_hostfile(hostfile_));
   emit_hosts(listed);
   return ok_status();
 }
@@ -373,7 +344,7 @@ Status LauncherCommands::place() const {
   input.device = device_;
   input.hostfile = hostfile_name_.empty() ? hostfile_ : hostfile_name_;
   if (!hostfile_.empty()) {
-    GP_ASSIGN_OR_RETURN(input.hosts, read_hosts(hostfile_));
+    GP_ASSIGN_OR_RETURN(input.hosts, read_hostfile(hostfile_));
   }
   input.cuda_visible_devices = cuda_visible_devices_;
   GP_ASSIGN_OR_RETURN(const auto ranks, place_plan(input));
@@ -443,7 +414,7 @@ Status LauncherCommands::next() const {
   const std::filesystem::path latest = std::filesystem::path(checkpoint_dir_) / "LATEST";
   result.has_checkpoint = !checkpoint_dir_.empty() && std::filesystem::is_regular_file(latest);
   if (!hostfile_.empty()) {
-    GP_ASSIGN_OR_RETURN(result.hosts, read_hosts(hostfile_));
+    GP_ASSIGN_OR_RETURN(result.hosts, read_hostfile(hostfile_));
   }
   const launch::NextAttempt step = launch::next_attempt(policy, result);
   emit("restart", step.restart ? "1" : "0");

@@ -1,8 +1,10 @@
 // Small helpers shared across components.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gp/common/status.h"
 
@@ -10,6 +12,18 @@ namespace gp {
 
 // The current time as ISO 8601 UTC, e.g. "2026-11-29T12:00:00Z" (records' dates).
 std::string utc_now_iso8601();
+
+// `bytes` as lowercase hexadecimal, two digits a byte.
+std::string to_hex(const unsigned char* bytes, size_t n);
+// `bytes` random bytes (std::random_device: the kernel's generator) as hexadecimal: job ids,
+// tokens.
+std::string random_hex(size_t bytes);
+
+// `word` as a POSIX shell reads it back: as it is when it holds only characters no shell treats
+// specially, else in single quotes.
+std::string shell_quote(const std::string& word);
+// `words` quoted and joined by spaces: a command line to print or to hand a remote shell.
+std::string shell_command(const std::vector<std::string>& words);
 
 // Compares without an early exit, so that the time taken says nothing about a secret (tokens).
 bool constant_time_equal(std::string_view a, std::string_view b);
