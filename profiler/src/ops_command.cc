@@ -252,6 +252,10 @@ Status run_ops(const OpsOptions& o) {
   const int64_t host_memory = exec::query_host().memory_bytes;
   GP_RETURN_IF_ERROR(check_measure_flags(o, host_memory));
   exec::set_cpu_threads(o.cpu_threads);
+  if (const auto& blas = exec::use_best_blas_kernels(); blas.changed) {
+    log::get("profile")->info("OpenBLAS loaded its {} kernels for this CPU; measuring with {}",
+                              blas.loaded, blas.running);
+  }
   const OpProfileOptions opts =
       profile_options(o, kind.device_kind, precision, host_memory, *device, cpu, cuda);
 

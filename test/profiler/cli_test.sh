@@ -146,6 +146,24 @@ check "ops profiles an .onnx vision block: conv, batch norm and pools" \
 out=$("$bin" ops --model "$tmp/gated.pbtxt" "${fast[@]}" --out "$tmp/gated.pb" 2>&1); rc=$?
 check "opaque ops are left out of a profile with a warning, the rest measured" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "2 opaque op(s)" && echo "$out" | grep -q "(linear"'
+# The kernels a CPU profile measured are in its provenance (the word before MAX_THREADS of
+# OpenBLAS's config): AVX2 or AVX-512 ones where the CPU has them (OpenBLAS may have loaded an
+# older set for a CPU newer than it knows), and the ones a user forces with OPENBLAS_CORETYPE.
+blas_core() { grep -o '[A-Za-z0-9_]* MAX_THREADS' "$1" | head -1 | cut -d' ' -f1; }
+one=(--micro-batches 1 --repetitions 1 --min-time-ms 0 --flush-cache-mib 0 --passes 1)
+"$bin" ops --model zoo:tiny-mmt "${one[@]}" --out "$tmp/blas.pbtxt" --log-level warn >/dev/null 2>&1
+rc=$?
+check "a CPU profile names the OpenBLAS kernels it measured" \
+  '[ $rc -eq 0 ] && [ -n "$(blas_core "$tmp/blas.pbtxt")" ]'
+if grep -q "DYNAMIC_ARCH" "$tmp/blas.pbtxt" && grep -qw avx2 /proc/cpuinfo && \
+   grep -qw fma /proc/cpuinfo && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  check "a CPU profile on a CPU with AVX2 measured no pre-AVX2 OpenBLAS kernels" \
+    '! blas_core "$tmp/blas.pbtxt" | grep -Eqx "Prescott|Core2|Penryn|Dunnington|Nehalem|Atom|Sandybridge|Barcelona|Nano|Bobcat|Unknown"'
+  OPENBLAS_CORETYPE=Nehalem "$bin" ops --model zoo:tiny-mmt "${one[@]}" \
+    --out "$tmp/blas-forced.pbtxt" --log-level warn >/dev/null 2>&1
+  check "OPENBLAS_CORETYPE set by the user is kept" \
+    '[ "$(blas_core "$tmp/blas-forced.pbtxt")" = Nehalem ]'
+fi
 err=$("$bin" ops --model zoo:tiny-mmt --passes 0 --out "$tmp/x.pb" 2>&1); rc=$?
 check "ops rejects zero passes with exit 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--passes"'
 err=$("$bin" comm --ranks 2 --data-plane tcp --out "$tmp/x.pb" 2>&1); rc=$?

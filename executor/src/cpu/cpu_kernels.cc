@@ -3,6 +3,7 @@
 
 #include "cpu/kernel_util.h"
 #include "device_api/kernel_table.h"
+#include "gp/exec/device.h"
 
 namespace gp::exec {
 namespace {
@@ -61,6 +62,7 @@ bool has_kernel(model::OpType type) { return kKernels[model::op_type_index(type)
 
 Result<std::unique_ptr<OpKernel>> make_cpu_kernel(const model::OpNode& op) {
   if (op.proto == nullptr) return invalid_argument("make_cpu_kernel: op has no proto");
+  use_best_blas_kernels();  // before a kernel exists, so every GEMM of the process runs the same
   const model::OpTypeInfo* info = catalogue_entry(op);
   if (info == nullptr) {
     return cpu::op_error(op, "no CPU kernel for op type '" + op.proto->type() + "'");

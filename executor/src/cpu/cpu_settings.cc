@@ -14,7 +14,10 @@
 
 namespace gp::exec {
 
-void set_cpu_threads(int threads) { openblas_set_num_threads(std::max(threads, 1)); }
+void set_cpu_threads(int threads) {
+  use_best_blas_kernels();
+  openblas_set_num_threads(std::max(threads, 1));
+}
 
 int cpu_threads() { return openblas_get_num_threads(); }
 

@@ -25,7 +25,8 @@ using gp::exec::op_attrs;
 using gp::exec::op_error;
 
 // Row-major C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C, with leading dimensions
-// (row strides) lda, ldb, ldc of the matrices as stored.
+// (row strides) lda, ldb, ldc of the matrices as stored. Callers are kernels, made by
+// make_cpu_kernel after use_best_blas_kernels() chose OpenBLAS's kernels.
 inline void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc) {

@@ -129,6 +129,10 @@ int main(int raw_argc, char** raw_argv) {
     return gp::cli::report("graphpipe-executor", st);
   }
   gp::exec::set_cpu_threads(cpu_threads);
+  if (const auto& blas = gp::exec::use_best_blas_kernels(); blas.changed) {
+    gp::log::get("executor")
+        ->debug("OpenBLAS loaded its {} kernels for this CPU; using {}", blas.loaded, blas.running);
+  }
   // require_subcommand(1): exactly one was parsed.
   for (const auto& command : commands) {
     if (command->parsed()) return command->run();

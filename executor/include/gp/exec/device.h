@@ -88,7 +88,19 @@ const Device& cpu_device();
 // Threads the CPU kernels' GEMMs may use (OpenBLAS, process-wide). Executor ranks and the
 // profiler set it (default 1: ranks sharing a host each get a core, and a profile measured with
 // one thread predicts such a rank); values < 1 are treated as 1.
+// It first calls use_best_blas_kernels().
 void set_cpu_threads(int threads);
+// OpenBLAS's kernel set: the one it chose when it loaded and the one running. A DYNAMIC_ARCH
+// OpenBLAS that fell back to kernels without AVX2 on a CPU it does not know (Debian 12's 0.3.21
+// on Emerald Rapids: Prescott, 3-5x slower GEMMs) is switched to its AVX2 (Haswell) or AVX-512
+// (SkylakeX) set where the CPU has them, unless $OPENBLAS_CORETYPE is set. Once per process, and
+// no BLAS call may run meanwhile: make_cpu_kernel() and set_cpu_threads() call it first.
+struct BlasKernelChoice {
+  std::string loaded;
+  std::string running;
+  bool changed = false;
+};
+const BlasKernelChoice& use_best_blas_kernels();
 int cpu_threads();
 // The CPUs this process may run on (its affinity mask), at least 1.
 int usable_cpus();
