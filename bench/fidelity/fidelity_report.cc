@@ -3,7 +3,7 @@
 // graphpipe-launch, and prints iteration time and per-stage busy time side by side.
 //
 //   gp_fidelity_report --plan plan.pb --metrics metrics.json --trace measured.json
-//                      --iterations N [--skip 1] [--target 0.15]
+//                      --iterations N [--skip 1] [--target 0.15] [--predicted-trace sim.json]
 //
 // Busy time counts forward, backward and optimizer work (as the simulator does); all-reduce and
 // waiting are not busy. Iteration i of a rank is its i-th block of events: every rank runs the
@@ -52,13 +52,27 @@ const Value* field(const Struct& s, const std::string& key) {
 struct Event {
   double start_us;
   double dur_us;
-  bool busy;
+  std::string name;  // F<stage>, B<stage>, allreduce, optimizer
+  bool busy() const { return name != "allreduce"; }
 };
 
-// Per rank, the busy microseconds of each iteration.
-gp::Result<std::map<int, std::vector<double>>> busy_per_iteration(const Struct& trace,
-                                                                  int iterations,
-                                                                  const std::string& path) {
+// What kind of work an event is, for the per-phase table.
+enum Phase { kForward, kBackward, kAllReduce, kOptimizer, kPhases };
+const char* const kPhaseNames[kPhases] = {"forward", "backward", "all-reduce (last arrival on)",
+                                          "optimizer"};
+int phase_of(const std::string& name) {
+  if (name == "allreduce") return kAllReduce;
+  if (name == "optimizer") return kOptimizer;
+  if (!name.empty() && name[0] == 'F') return kForward;
+  if (!name.empty() && name[0] == 'B') return kBackward;
+  return -1;
+}
+
+// Per rank, per iteration, its compute-lane events in time order.
+using RankIterations = std::map<int, std::vector<std::vector<Event>>>;
+
+gp::Result<RankIterations> events_per_iteration(const Struct& trace, int iterations,
+                                                const std::string& path) {
   const Value* events = field(trace, "traceEvents");
   if (events == nullptr || !events->has_list_value()) {
     return gp::invalid_argument(path + ": no traceEvents array");
@@ -73,9 +87,9 @@ gp::Result<std::map<int, std::vector<double>>> busy_per_iteration(const Struct& 
     const int rank = field(e, "tid") ? static_cast<int>(field(e, "tid")->number_value()) : -1;
     const double ts = field(e, "ts") ? field(e, "ts")->number_value() : 0;
     const double dur = field(e, "dur") ? field(e, "dur")->number_value() : 0;
-    by_rank[rank].push_back({ts, dur, name != "allreduce"});
+    by_rank[rank].push_back({ts, dur, name});
   }
-  std::map<int, std::vector<double>> out;
+  RankIterations out;
   for (auto& [rank, list] : by_rank) {
     std::sort(list.begin(), list.end(),
               [](const Event& a, const Event& b) { return a.start_us < b.start_us; });
@@ -85,12 +99,62 @@ gp::Result<std::map<int, std::vector<double>>> busy_per_iteration(const Struct& 
           " compute events, not a multiple of --iterations " + std::to_string(iterations));
     }
     const size_t per = list.size() / static_cast<size_t>(iterations);
-    auto& busy = out[rank];
-    busy.assign(static_cast<size_t>(iterations), 0.0);
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i].busy) busy[i / per] += list[i].dur_us;
-    }
+    auto& its = out[rank];
+    its.resize(static_cast<size_t>(iterations));
+    for (size_t i = 0; i < list.size(); ++i) its[i / per].push_back(list[i]);
   }
+  return out;
+}
+
+double busy_us(const std::vector<Event>& iteration) {
+  double sum = 0;
+  for (const Event& e : iteration) sum += e.busy() ? e.dur_us : 0;
+  return sum;
+}
+
+// Per iteration (from `skip` on), each phase's time: forward, backward and optimizer the slowest
+// rank's sum; all-reduce from the moment the last member of a group arrived to the first end,
+// the longest over the stages whose replicas all-reduce (a rank waiting for a slower replica is
+// waiting, not reducing). The medians over the iterations.
+std::vector<double> phase_medians_us(const RankIterations& runs, const graphpipe::v1::Plan& plan,
+                                     int skip) {
+  std::vector<std::vector<double>> per_phase(kPhases);
+  const size_t n = runs.empty() ? 0 : runs.begin()->second.size();
+  for (size_t i = static_cast<size_t>(skip); i < n; ++i) {
+    std::vector<double> worst(kPhases, 0.0);
+    for (const auto& [rank, its] : runs) {
+      std::vector<double> sum(kPhases, 0.0);
+      for (const Event& e : its[i]) {
+        const int ph = phase_of(e.name);
+        if (ph >= 0 && ph != kAllReduce) sum[ph] += e.dur_us;
+      }
+      for (int ph = 0; ph < kPhases; ++ph) worst[ph] = std::max(worst[ph], sum[ph]);
+    }
+    for (const auto& st : plan.stages()) {
+      if (st.device_ranks_size() < 2) continue;
+      double last_start = 0, first_end = 1e300;
+      bool complete = true;
+      for (int r : st.device_ranks()) {
+        auto it = runs.find(r);
+        const Event* ar = nullptr;
+        if (it != runs.end() && i < it->second.size()) {
+          for (const Event& e : it->second[i]) ar = e.name == "allreduce" ? &e : ar;
+        }
+        if (ar == nullptr) {
+          complete = false;
+          break;
+        }
+        last_start = std::max(last_start, ar->start_us);
+        first_end = std::min(first_end, ar->start_us + ar->dur_us);
+      }
+      if (complete && first_end >= last_start) {
+        worst[kAllReduce] = std::max(worst[kAllReduce], first_end - last_start);
+      }
+    }
+    for (int ph = 0; ph < kPhases; ++ph) per_phase[ph].push_back(worst[ph]);
+  }
+  std::vector<double> out;
+  for (const auto& v : per_phase) out.push_back(median(v));
   return out;
 }
 
@@ -102,7 +166,8 @@ std::string error_text(double predicted, double measured) {
 }
 
 int run(const std::string& plan_path, const std::string& metrics_path,
-        const std::string& trace_path, int iterations, int skip, double target) {
+        const std::string& trace_path, const std::string& predicted_trace_path, int iterations,
+        int skip, double target) {
   graphpipe::v1::Plan plan;
   if (auto st = gp::model::read_message(plan_path, &plan); !st.ok()) {
     std::fprintf(stderr, "fidelity: %s\n", st.message().c_str());
@@ -128,9 +193,9 @@ int run(const std::string& plan_path, const std::string& metrics_path,
                  skip);
     return 2;
   }
-  auto busy = busy_per_iteration(*trace, iterations, trace_path);
-  if (!busy.ok()) {
-    std::fprintf(stderr, "fidelity: %s\n", busy.status().message().c_str());
+  auto runs = events_per_iteration(*trace, iterations, trace_path);
+  if (!runs.ok()) {
+    std::fprintf(stderr, "fidelity: %s\n", runs.status().message().c_str());
     return 2;
   }
   struct Row {
@@ -146,15 +211,37 @@ int run(const std::string& plan_path, const std::string& metrics_path,
     for (const auto& st : plan.stages()) {
       if (st.id() != sm.stage()) continue;
       for (int r : st.device_ranks()) {
-        auto it = busy->find(r);
-        if (it == busy->end()) continue;
-        std::vector<double> kept(it->second.begin() + std::min<size_t>(skip, it->second.size()),
-                                 it->second.end());
+        auto it = runs->find(r);
+        if (it == runs->end()) continue;
+        std::vector<double> kept;
+        for (size_t i = static_cast<size_t>(skip); i < it->second.size(); ++i) {
+          kept.push_back(busy_us(it->second[i]));
+        }
         measured_us = std::max(measured_us, median(kept));
       }
     }
     rows.push_back({"stage " + std::to_string(sm.stage()) + " busy time", sm.busy_time_s() * 1e3,
                     measured_us / 1e3});
+  }
+  // The phases, where the simulated trace is given: which part of the iteration the model misses.
+  std::vector<Row> phases;
+  if (!predicted_trace_path.empty()) {
+    auto predicted_trace = read_json(predicted_trace_path);
+    if (!predicted_trace.ok()) {
+      std::fprintf(stderr, "fidelity: %s\n", predicted_trace.status().message().c_str());
+      return 2;
+    }
+    auto simulated = events_per_iteration(*predicted_trace, 1, predicted_trace_path);
+    if (!simulated.ok()) {
+      std::fprintf(stderr, "fidelity: %s\n", simulated.status().message().c_str());
+      return 2;
+    }
+    const auto want = phase_medians_us(*simulated, plan, 0);
+    const auto got = phase_medians_us(*runs, plan, skip);
+    for (int ph = 0; ph < kPhases; ++ph) {
+      if (want[ph] > 0 || got[ph] > 0)
+        phases.push_back({kPhaseNames[ph], want[ph] / 1e3, got[ph] / 1e3});
+    }
   }
   std::printf(
       "fidelity: model '%s', %d stages on %d ranks of '%s', mini-batch %lld, %d iterations "
@@ -170,6 +257,13 @@ int run(const std::string& plan_path, const std::string& metrics_path,
     std::printf("%-24s %14.3f %14.3f %10s%s\n", r.what.c_str(), r.predicted_ms, r.measured_ms,
                 error_text(r.predicted_ms, r.measured_ms).c_str(), ok ? "" : "  (outside target)");
   }
+  if (!phases.empty()) {
+    std::printf("per iteration, the slowest rank (not in the target):\n");
+    for (const auto& r : phases) {
+      std::printf("  %-28s %8.3f %14.3f %10s\n", r.what.c_str(), r.predicted_ms, r.measured_ms,
+                  error_text(r.predicted_ms, r.measured_ms).c_str());
+    }
+  }
   std::printf("target: within %.0f%%: %s\n", target * 100,
               missed == 0 ? "met"
                           : (std::to_string(missed) + " of " + std::to_string(rows.size()) +
@@ -182,13 +276,16 @@ int run(const std::string& plan_path, const std::string& metrics_path,
 
 int main(int argc, char** argv) {
   CLI::App app{"gp_fidelity_report: the planner's predicted times against a measured run"};
-  std::string plan, metrics, trace;
+  std::string plan, metrics, trace, predicted_trace;
   int iterations = 0, skip = 1;
   double target = 0.15;
   app.add_option("--plan", plan, "plan file the run used")->required();
   app.add_option("--metrics", metrics, "job metrics JSON (graphpipe-launch --metrics-out)")
       ->required();
   app.add_option("--trace", trace, "measured Chrome trace (graphpipe-launch --trace)")->required();
+  app.add_option(
+      "--predicted-trace", predicted_trace,
+      "simulated Chrome trace (graphpipe-plan search --trace): adds the per-phase table");
   app.add_option("--iterations", iterations, "iterations the run trained")->required();
   app.add_option("--skip", skip, "leading iterations left out (warm-up)")->capture_default_str();
   app.add_option("--target", target, "accepted relative error")->capture_default_str();
@@ -197,5 +294,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fidelity: need --iterations >= 1 and 0 <= --skip < --iterations\n");
     return 2;
   }
-  return run(plan, metrics, trace, iterations, skip, target);
+  return run(plan, metrics, trace, predicted_trace, iterations, skip, target);
 }

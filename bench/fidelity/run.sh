@@ -52,5 +52,6 @@ GP_EXECUTOR="$bin/graphpipe-executor" "$root/scripts/graphpipe-launch" --plan "$
   --trace "$out/measured-trace.json" -- --log-level warn --data-plane "$data_plane"
 echo
 "$bin/gp_fidelity_report" --plan "$out/plan.pb" --metrics "$out/metrics.json" \
-  --trace "$out/measured-trace.json" --iterations "$iterations"
+  --trace "$out/measured-trace.json" --predicted-trace "$out/predicted-trace.json" \
+  --iterations "$iterations"
 echo "traces: $out/predicted-trace.json $out/measured-trace.json"
