@@ -88,4 +88,11 @@ check "adapt refuses a measured profile of another cluster, naming the record an
 err=$("$plan_bin" adapt --plan "$tmp/plan.pb" --measured-profile "$tmp/profile.pb" 2>&1); rc=$?
 check "adapt refuses graphpipe-profile's profile (not a running job's), saying what it needs" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q "<kind>/rank<R>"'
+# On a failure, the launcher's decisions, so that a CI log says which check saw what.
+if [ $fail -ne 0 ]; then
+  for log in "$tmp/slow.log" "$tmp/healthy.log"; do
+    echo "--- $log (adapt lines, last 60)"
+    grep "adapt:" "$log" | tail -60
+  done
+fi
 exit $fail
