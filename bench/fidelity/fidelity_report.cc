@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gp/common/status.h"
@@ -116,46 +117,98 @@ double busy_us(const std::vector<Event>& iteration) {
 // rank's sum; all-reduce from the moment the last member of a group arrived to the first end,
 // the longest over the stages whose replicas all-reduce (a rank waiting for a slower replica is
 // waiting, not reducing). The medians over the iterations.
+// Iteration i's all-reduce of one stage's replicas, from the last arrival to the first end; 0
+// when a replica has none.
+double allreduce_after_last_arrival_us(const RankIterations& runs,
+                                       const graphpipe::v1::Stage& stage, size_t i) {
+  double last_start = 0, first_end = 1e300;
+  for (int r : stage.device_ranks()) {
+    auto it = runs.find(r);
+    if (it == runs.end() || i >= it->second.size()) return 0;
+    const Event* ar = nullptr;
+    for (const Event& e : it->second[i]) ar = e.name == "allreduce" ? &e : ar;
+    if (ar == nullptr) return 0;
+    last_start = std::max(last_start, ar->start_us);
+    first_end = std::min(first_end, ar->start_us + ar->dur_us);
+  }
+  return std::max(first_end - last_start, 0.0);
+}
+
+// Iteration i's forward, backward and optimizer time of the slowest rank (per phase).
+std::vector<double> slowest_rank_phases_us(const RankIterations& runs, size_t i) {
+  std::vector<double> worst(kPhases, 0.0);
+  for (const auto& [rank, its] : runs) {
+    std::vector<double> sum(kPhases, 0.0);
+    for (const Event& e : its[i]) {
+      const int ph = phase_of(e.name);
+      if (ph >= 0 && ph != kAllReduce) sum[ph] += e.dur_us;
+    }
+    for (int ph = 0; ph < kPhases; ++ph) worst[ph] = std::max(worst[ph], sum[ph]);
+  }
+  return worst;
+}
+
 std::vector<double> phase_medians_us(const RankIterations& runs, const graphpipe::v1::Plan& plan,
                                      int skip) {
   std::vector<std::vector<double>> per_phase(kPhases);
   const size_t n = runs.empty() ? 0 : runs.begin()->second.size();
   for (size_t i = static_cast<size_t>(skip); i < n; ++i) {
-    std::vector<double> worst(kPhases, 0.0);
-    for (const auto& [rank, its] : runs) {
-      std::vector<double> sum(kPhases, 0.0);
-      for (const Event& e : its[i]) {
-        const int ph = phase_of(e.name);
-        if (ph >= 0 && ph != kAllReduce) sum[ph] += e.dur_us;
-      }
-      for (int ph = 0; ph < kPhases; ++ph) worst[ph] = std::max(worst[ph], sum[ph]);
-    }
+    std::vector<double> worst = slowest_rank_phases_us(runs, i);
     for (const auto& st : plan.stages()) {
       if (st.device_ranks_size() < 2) continue;
-      double last_start = 0, first_end = 1e300;
-      bool complete = true;
-      for (int r : st.device_ranks()) {
-        auto it = runs.find(r);
-        const Event* ar = nullptr;
-        if (it != runs.end() && i < it->second.size()) {
-          for (const Event& e : it->second[i]) ar = e.name == "allreduce" ? &e : ar;
-        }
-        if (ar == nullptr) {
-          complete = false;
-          break;
-        }
-        last_start = std::max(last_start, ar->start_us);
-        first_end = std::min(first_end, ar->start_us + ar->dur_us);
-      }
-      if (complete && first_end >= last_start) {
-        worst[kAllReduce] = std::max(worst[kAllReduce], first_end - last_start);
-      }
+      worst[kAllReduce] = std::max(worst[kAllReduce], allreduce_after_last_arrival_us(runs, st, i));
     }
     for (int ph = 0; ph < kPhases; ++ph) per_phase[ph].push_back(worst[ph]);
   }
   std::vector<double> out;
   for (const auto& v : per_phase) out.push_back(median(v));
   return out;
+}
+
+struct Row {
+  std::string what;
+  double predicted_ms, measured_ms;
+};
+
+// The per-phase rows: the simulated trace's one iteration against the measured medians.
+gp::Result<std::vector<Row>> phase_rows(const graphpipe::v1::Plan& plan, const RankIterations& runs,
+                                        const std::string& predicted_trace_path, int skip) {
+  GP_ASSIGN_OR_RETURN(const Struct predicted_trace, read_json(predicted_trace_path));
+  GP_ASSIGN_OR_RETURN(const RankIterations simulated,
+                      events_per_iteration(predicted_trace, 1, predicted_trace_path));
+  const auto want = phase_medians_us(simulated, plan, 0);
+  const auto got = phase_medians_us(runs, plan, skip);
+  std::vector<Row> rows;
+  for (int ph = 0; ph < kPhases; ++ph) {
+    if (want[ph] > 0 || got[ph] > 0)
+      rows.push_back({kPhaseNames[ph], want[ph] / 1e3, got[ph] / 1e3});
+  }
+  return rows;
+}
+
+// Per stage, predicted against measured busy time; a stage's is its slowest replica's median, as
+// in the simulator.
+std::vector<Row> stage_busy_rows(const graphpipe::v1::Plan& plan, const RankIterations& runs,
+                                 int skip) {
+  std::vector<Row> rows;
+  for (const auto& sm : plan.predicted().stages()) {
+    double measured_us = 0;
+    for (const auto& st : plan.stages()) {
+      if (st.id() != sm.stage()) continue;
+      for (int r : st.device_ranks()) {
+        auto it = runs.find(r);
+        if (it == runs.end()) continue;
+        std::vector<double> kept;
+        for (size_t i = static_cast<size_t>(skip); i < it->second.size(); ++i) {
+          kept.push_back(busy_us(it->second[i]));
+        }
+        measured_us = std::max(measured_us, median(kept));
+      }
+    }
+    rows.push_back({"stage " + std::to_string(sm.stage()) + " busy time", sm.busy_time_s() * 1e3,
+                    measured_us / 1e3});
+  }
+  return rows;
 }
 
 std::string error_text(double predicted, double measured) {
@@ -198,50 +251,19 @@ int run(const std::string& plan_path, const std::string& metrics_path,
     std::fprintf(stderr, "fidelity: %s\n", runs.status().message().c_str());
     return 2;
   }
-  struct Row {
-    std::string what;
-    double predicted_ms, measured_ms;
-  };
   std::vector<Row> rows;
   rows.push_back(
       {"iteration time", plan.predicted().iteration_time_s() * 1e3, median(iteration_s) * 1e3});
-  for (const auto& sm : plan.predicted().stages()) {
-    // A stage's busy time is its slowest replica's, as in the simulator.
-    double measured_us = 0;
-    for (const auto& st : plan.stages()) {
-      if (st.id() != sm.stage()) continue;
-      for (int r : st.device_ranks()) {
-        auto it = runs->find(r);
-        if (it == runs->end()) continue;
-        std::vector<double> kept;
-        for (size_t i = static_cast<size_t>(skip); i < it->second.size(); ++i) {
-          kept.push_back(busy_us(it->second[i]));
-        }
-        measured_us = std::max(measured_us, median(kept));
-      }
-    }
-    rows.push_back({"stage " + std::to_string(sm.stage()) + " busy time", sm.busy_time_s() * 1e3,
-                    measured_us / 1e3});
-  }
+  for (Row& r : stage_busy_rows(plan, *runs, skip)) rows.push_back(std::move(r));
   // The phases, where the simulated trace is given: which part of the iteration the model misses.
   std::vector<Row> phases;
   if (!predicted_trace_path.empty()) {
-    auto predicted_trace = read_json(predicted_trace_path);
-    if (!predicted_trace.ok()) {
-      std::fprintf(stderr, "fidelity: %s\n", predicted_trace.status().message().c_str());
+    auto made = phase_rows(plan, *runs, predicted_trace_path, skip);
+    if (!made.ok()) {
+      std::fprintf(stderr, "fidelity: %s\n", made.status().message().c_str());
       return 2;
     }
-    auto simulated = events_per_iteration(*predicted_trace, 1, predicted_trace_path);
-    if (!simulated.ok()) {
-      std::fprintf(stderr, "fidelity: %s\n", simulated.status().message().c_str());
-      return 2;
-    }
-    const auto want = phase_medians_us(*simulated, plan, 0);
-    const auto got = phase_medians_us(*runs, plan, skip);
-    for (int ph = 0; ph < kPhases; ++ph) {
-      if (want[ph] > 0 || got[ph] > 0)
-        phases.push_back({kPhaseNames[ph], want[ph] / 1e3, got[ph] / 1e3});
-    }
+    phases = std::move(*made);
   }
   std::printf(
       "fidelity: model '%s', %d stages on %d ranks of '%s', mini-batch %lld, %d iterations "

@@ -36,6 +36,26 @@ bool pre_avx2(const std::string& core) {
   return false;
 }
 
+// 0.5 * op(A) op(B) + 2 * C in doubles, C's row padding kept.
+std::vector<float> reference_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                                  const std::vector<float>& a, int64_t lda,
+                                  const std::vector<float>& b, int64_t ldb,
+                                  const std::vector<float>& c, int64_t ldc) {
+  std::vector<float> want = c;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double av = ta ? a[p * lda + i] : a[i * lda + p];
+        const double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+        sum += av * bv;
+      }
+      want[i * ldc + j] = static_cast<float>(0.5 * sum + 2.0 * c[i * ldc + j]);
+    }
+  }
+  return want;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -73,18 +93,7 @@ TEST_CASE("the chosen kernels' GEMMs equal a triple loop for every transpose and
       for (auto& v : a) v = dist(rng);
       for (auto& v : b) v = dist(rng);
       for (auto& v : c) v = dist(rng);
-      std::vector<float> want = c;
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double sum = 0;
-          for (int64_t p = 0; p < k; ++p) {
-            const double av = ta ? a[p * lda + i] : a[i * lda + p];
-            const double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
-            sum += av * bv;
-          }
-          want[i * ldc + j] = static_cast<float>(0.5 * sum + 2.0 * c[i * ldc + j]);
-        }
-      }
+      const std::vector<float> want = reference_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
       gp::exec::cpu::gemm(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 2.0f, c.data(), ldc);
       double worst = 0;
       for (int64_t i = 0; i < m; ++i) {
