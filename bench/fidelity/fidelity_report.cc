@@ -113,10 +113,6 @@ double busy_us(const std::vector<Event>& iteration) {
   return sum;
 }
 
-// Per iteration (from `skip` on), each phase's time: forward, backward and optimizer the slowest
-// rank's sum; all-reduce from the moment the last member of a group arrived to the first end,
-// the longest over the stages whose replicas all-reduce (a rank waiting for a slower replica is
-// waiting, not reducing). The medians over the iterations.
 // Iteration i's all-reduce of one stage's replicas, from the last arrival to the first end; 0
 // when a replica has none.
 double allreduce_after_last_arrival_us(const RankIterations& runs,
@@ -148,6 +144,10 @@ std::vector<double> slowest_rank_phases_us(const RankIterations& runs, size_t i)
   return worst;
 }
 
+// Per iteration (from `skip` on), each phase's time: forward, backward and optimizer the slowest
+// rank's sum; all-reduce from the moment the last member of a group arrived to the first end,
+// the longest over the stages whose replicas all-reduce (a rank waiting for a slower replica is
+// waiting, not reducing). The medians over the iterations.
 std::vector<double> phase_medians_us(const RankIterations& runs, const graphpipe::v1::Plan& plan,
                                      int skip) {
   std::vector<std::vector<double>> per_phase(kPhases);
