@@ -47,7 +47,7 @@ void print_sample(const CommSample& s) {
 // Runs this rank's part of every requested sweep; rank 0 gets the samples.
 Status run_rank(int rank, const CommOptions& o, const CommSweepOptions& sweep, const Sweeps& which,
                 const std::string& store_dir, std::vector<CommSample>* p2p,
-                std::vector<CommSample>* allreduce) {
+                std::vector<CommSample>* allreduce, std::string* plane_description) {
   exec::DataPlaneOptions dp;
   dp.transport = o.data_plane;
   exec::GlooOptions& go = dp.gloo;
@@ -59,6 +59,7 @@ Status run_rank(int rank, const CommOptions& o, const CommSweepOptions& sweep, c
   GP_ASSIGN_OR_RETURN(auto plane, exec::make_data_plane(dp));
   auto& comm = plane.comm;
   if (rank == 0) log::get("profile")->info("data plane: {}", plane.description);
+  *plane_description = plane.description;
   const bool print = rank == 0;
   if (which.p2p) {
     if (print) print_header("point-to-point (half a ping-pong round trip)", 2);
@@ -227,7 +228,7 @@ void kill_ranks(const std::vector<pid_t>& children) {
 // then runs its own part, gets the samples and waits for the others. Removes `store`.
 Status run_ranks(const CommOptions& o, const CommSweepOptions& sweep, const Sweeps& which,
                  const std::string& store, std::vector<CommSample>* p2p,
-                 std::vector<CommSample>* allreduce) {
+                 std::vector<CommSample>* allreduce, std::string* plane_description) {
   std::error_code ec;
   std::fflush(stdout);
   std::fflush(stderr);
@@ -241,7 +242,8 @@ Status run_ranks(const CommOptions& o, const CommSweepOptions& sweep, const Swee
     }
     if (pid == 0) {
       std::vector<CommSample> unused_p2p, unused_ar;
-      const Status st = run_rank(r, o, sweep, which, store, &unused_p2p, &unused_ar);
+      std::string unused_plane;
+      const Status st = run_rank(r, o, sweep, which, store, &unused_p2p, &unused_ar, &unused_plane);
       if (!st.ok())
         std::fprintf(stderr, "graphpipe-profile: rank %d: %s\n", r, st.message().c_str());
       std::fflush(stdout);
@@ -250,7 +252,7 @@ Status run_ranks(const CommOptions& o, const CommSweepOptions& sweep, const Swee
     }
     children.push_back(pid);
   }
-  const Status mine = run_rank(0, o, sweep, which, store, p2p, allreduce);
+  const Status mine = run_rank(0, o, sweep, which, store, p2p, allreduce, plane_description);
   if (!mine.ok()) {
     kill_ranks(children);
     std::filesystem::remove_all(store, ec);
@@ -264,11 +266,12 @@ Status run_ranks(const CommOptions& o, const CommSweepOptions& sweep, const Swee
 // Fits each measured kind, prints the fits and writes them to --out. Each kind is fitted on its
 // own: a noisy sweep of one kind must not lose the other's fit.
 Status write_fits(const CommOptions& o, graphpipe::v1::LinkClass link, const Sweeps& which,
-                  const std::vector<CommSample>& p2p, const std::vector<CommSample>& allreduce) {
+                  const std::vector<CommSample>& p2p, const std::vector<CommSample>& allreduce,
+                  const std::string& plane_description) {
   auto log = log::get("profile");
   const auto host = exec::query_host();
   const auto provenance = make_provenance(
-      "cpu", host.cpu_model, "", "gloo (tcp, loopback), " + std::to_string(o.ranks) + " processes");
+      "cpu", host.cpu_model, "", plane_description + ", " + std::to_string(o.ranks) + " processes");
   graphpipe::v1::ProfileDB db;
   db.set_format_version(kProfileFormatVersion);
   std::string failed;
@@ -307,7 +310,7 @@ Status write_fits(const CommOptions& o, graphpipe::v1::LinkClass link, const Swe
 
 Status run_comm(const CommOptions& o) {
   GP_ASSIGN_OR_RETURN(const exec::Device* device, exec::find_device(o.device));
-  (void)device;  // the CPU: Gloo over loopback TCP
+  (void)device;  // the CPU: host memory over the data plane
   if (o.ranks < 2 || o.ranks > kMaxRanks) {
     return invalid_argument("--ranks = " + std::to_string(o.ranks) + ", must be in [2, " +
                             std::to_string(kMaxRanks) + "] (each is a process of this host)");
@@ -319,11 +322,12 @@ Status run_comm(const CommOptions& o) {
   GP_ASSIGN_OR_RETURN(const Sweeps which, parse_kinds(o.kinds));
   GP_ASSIGN_OR_RETURN(const CommSweepOptions sweep, sweep_options(o));
   GP_ASSIGN_OR_RETURN(const std::string store, make_rendezvous_dir());
-  log::get("profile")->info("measuring {} ranks as local processes over Gloo (rendezvous in {})",
-                            o.ranks, store);
+  log::get("profile")->info("measuring {} ranks as local processes (rendezvous in {})", o.ranks,
+                            store);
   std::vector<CommSample> p2p, allreduce;
-  GP_RETURN_IF_ERROR(run_ranks(o, sweep, which, store, &p2p, &allreduce));
-  return write_fits(o, link, which, p2p, allreduce);
+  std::string plane;
+  GP_RETURN_IF_ERROR(run_ranks(o, sweep, which, store, &p2p, &allreduce, &plane));
+  return write_fits(o, link, which, p2p, allreduce, plane);
 }
 
 }  // namespace gp::profile::cli

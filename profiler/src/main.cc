@@ -91,7 +91,7 @@ CLI::App* add_comm_command(CLI::App& app, CommOptions* comm) {
       "Measure point-to-point and all-reduce time over a size sweep (ranks as local processes) "
       "and fit latency and bandwidth");
   cmd->add_option("--out", comm->out, "profile database to write")->required();
-  cmd->add_option("--device", comm->device, "cpu (Gloo over TCP) or cuda:N (NCCL)")
+  cmd->add_option("--device", comm->device, "cpu (host memory, over --data-plane) or cuda:N (NCCL)")
       ->capture_default_str();
   cmd->add_option("--ranks", comm->ranks, "processes taking part (all-reduce group size)")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -38,8 +39,9 @@ std::string fresh_dir(const std::string& what) {
 // Forwards to a loopback communicator and counts the messages that reach it.
 class Counting final : public Communicator {
  public:
-  Counting(std::unique_ptr<Communicator> inner, std::atomic<int>* sends)
-      : inner_(std::move(inner)), sends_(sends) {}
+  Counting(std::unique_ptr<Communicator> inner, std::atomic<int>* sends,
+           std::atomic<int>* allreduces)
+      : inner_(std::move(inner)), sends_(sends), allreduces_(allreduces) {}
   int rank() const override { return inner_->rank(); }
   Status send(int peer, uint64_t tag, std::span<const std::byte> data) override {
     ++*sends_;
@@ -49,6 +51,7 @@ class Counting final : public Communicator {
     return inner_->recv(peer, tag, data);
   }
   Status allreduce_sum(std::span<const int> group, std::span<float> data) override {
+    ++*allreduces_;
     return inner_->allreduce_sum(group, data);
   }
   void abort(const std::string& reason) override { inner_->abort(reason); }
@@ -56,12 +59,14 @@ class Counting final : public Communicator {
  private:
   std::unique_ptr<Communicator> inner_;
   std::atomic<int>* sends_;
+  std::atomic<int>* allreduces_;
 };
 
 struct World {
   std::unique_ptr<exec::LoopbackHub> hub;
   std::vector<std::unique_ptr<Communicator>> comms;
   std::atomic<int> fallback_sends{0};
+  std::atomic<int> fallback_allreduces{0};
   std::string dir;
 };
 
@@ -82,7 +87,8 @@ std::unique_ptr<World> make_world(int world, std::vector<int> local, int64_t rin
   std::vector<std::string> why(static_cast<size_t>(world));
   std::vector<std::unique_ptr<Communicator>> fallbacks;
   for (int r = 0; r < world; ++r) {
-    fallbacks.push_back(std::make_unique<Counting>(w->hub->communicator(r), &w->fallback_sends));
+    fallbacks.push_back(std::make_unique<Counting>(w->hub->communicator(r), &w->fallback_sends,
+                                                   &w->fallback_allreduces));
   }
   run_ranks(world, [&](int r) {
     exec::ShmOptions o;
@@ -189,7 +195,7 @@ TEST_CASE("abort on one rank fails its peer's waiting receive at once") {
   CHECK(w->comms[0]->send(1, 1, pattern(4, 0)).code() == StatusCode::kAborted);
 }
 
-TEST_CASE("ranks on other hosts and all-reduce go through the fallback") {
+TEST_CASE("ranks on other hosts and all-reduces spanning hosts go through the fallback") {
   auto w = make_world(3, {0, 1}, 4096);  // rank 2 is "remote"
   std::vector<float> sums(3, 0.0f);
   std::vector<bool> ok(3, false);
@@ -209,6 +215,133 @@ TEST_CASE("ranks on other hosts and all-reduce go through the fallback") {
   CHECK(ok == std::vector<bool>{true, true, true});
   CHECK(sums == std::vector<float>{6.0f, 6.0f, 6.0f});
   CHECK(w->fallback_sends >= 1);  // the message to rank 2
+  CHECK(w->fallback_allreduces == 3);
+}
+
+namespace {
+
+// Rank r's contribution: values whose float sums depend on the order of addition.
+std::vector<float> contribution(size_t n, int r) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + 1.3 * r)) * (1.0f + r);
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("an all-reduce among ranks of one host runs through the rings, the same bits on each") {
+  // A 16 KiB ring moves 4 KiB pieces: the larger sizes take many pieces per chunk; the small
+  // ones leave some ranks' chunks empty.
+  auto w = make_world(4, {0, 1, 2, 3}, 16 << 10);
+  const std::vector<size_t> sizes = {0, 1, 3, 4, 1025, 100003};
+  std::vector<std::vector<std::vector<float>>> got(4);
+  std::vector<std::vector<float>> exact(4);
+  std::vector<std::vector<float>> pair(4);
+  std::vector<bool> ok(4, false);
+  run_ranks(4, [&](int r) {
+    const std::vector<int> all = {0, 1, 2, 3};
+    bool fine = true;
+    for (size_t n : sizes) {
+      std::vector<float> v = contribution(n, r);
+      fine = fine && w->comms[r]->allreduce_sum(all, v).ok();
+      got[r].push_back(std::move(v));
+    }
+    // Integers sum exactly in any order: the values themselves, not only their agreement.
+    exact[r].assign(777, 0.0f);
+    for (size_t i = 0; i < exact[r].size(); ++i) exact[r][i] = static_cast<float>(i * (r + 1));
+    fine = fine && w->comms[r]->allreduce_sum(all, exact[r]).ok();
+    // Two disjoint pairs at once, then the whole group again.
+    const std::vector<int> mine = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
+    pair[r] = {static_cast<float>(r), 1.0f};
+    fine = fine && w->comms[r]->allreduce_sum(mine, pair[r]).ok();
+    ok[r] = fine;
+  });
+  REQUIRE(ok == std::vector<bool>{true, true, true, true});
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    INFO("size " << sizes[k]);
+    for (int r = 1; r < 4; ++r) {
+      CHECK(std::memcmp(got[r][k].data(), got[0][k].data(), sizes[k] * sizeof(float)) == 0);
+    }
+    std::vector<double> want(sizes[k], 0.0);
+    for (int r = 0; r < 4; ++r) {
+      const std::vector<float> part = contribution(sizes[k], r);
+      for (size_t i = 0; i < sizes[k]; ++i) want[i] += part[i];
+    }
+    for (size_t i = 0; i < sizes[k]; ++i) {
+      if (std::abs(got[0][k][i] - want[i]) > 1e-5 * (1.0 + std::abs(want[i]))) {
+        FAIL("element " << i << ": " << got[0][k][i] << ", expected " << want[i]);
+      }
+    }
+  }
+  for (int r = 0; r < 4; ++r) {
+    for (size_t i = 0; i < exact[r].size(); ++i) {
+      if (exact[r][i] != static_cast<float>(i * 10)) FAIL("rank " << r << " element " << i);
+    }
+  }
+  CHECK(pair[0] == std::vector<float>{2.0f, 2.0f});
+  CHECK(pair[2] == std::vector<float>{2.0f, 2.0f});
+  CHECK(pair[1] == std::vector<float>{4.0f, 2.0f});
+  CHECK(pair[3] == std::vector<float>{4.0f, 2.0f});
+  CHECK(w->fallback_allreduces == 0);
+  CHECK(w->fallback_sends == 0);
+}
+
+TEST_CASE("all-reduce pieces and point-to-point messages share a ring without mixing") {
+  auto w = make_world(2, {0, 1}, 8192);
+  std::vector<float> sums[2];
+  std::vector<bool> ok(2, false);
+  run_ranks(2, [&](int r) {
+    const std::vector<int> group = {0, 1};
+    sums[r].assign(5000, static_cast<float>(r + 1));
+    if (r == 0) {
+      // Queued ahead of the all-reduce's pieces: rank 1 stashes it and receives it afterwards.
+      ok[r] = w->comms[0]->send(1, 9, pattern(30000, 9)).ok() &&
+              w->comms[0]->allreduce_sum(group, sums[0]).ok();
+    } else {
+      std::vector<std::byte> got(30000);
+      ok[r] = w->comms[1]->allreduce_sum(group, sums[1]).ok() &&
+              w->comms[1]->recv(0, 9, got).ok() && got == pattern(30000, 9);
+    }
+  });
+  CHECK(ok == std::vector<bool>{true, true});
+  CHECK(sums[0] == std::vector<float>(5000, 3.0f));
+  CHECK(sums[1] == sums[0]);
+}
+
+TEST_CASE("an all-reduce fails naming its group when a member aborts or never joins") {
+  SECTION("abort") {
+    auto w = make_world(2, {0, 1}, 4096);
+    Status got;
+    run_ranks(2, [&](int r) {
+      if (r == 0) {
+        std::this_thread::sleep_for(milliseconds(50));
+        w->comms[0]->abort("rank 0 gave up");
+        return;
+      }
+      std::vector<float> v(100000, 1.0f);
+      got = w->comms[1]->allreduce_sum(std::vector<int>{0, 1}, v);
+    });
+    CHECK(got.code() == StatusCode::kAborted);
+    CHECK_THAT(got.message(), Catch::Contains("all-reduce over ranks {0,1}"));
+    CHECK_THAT(got.message(), Catch::Contains("rank 0 aborted"));
+  }
+  SECTION("never joins") {
+    auto w = make_world(3, {0, 1, 2}, 4096, milliseconds(200));
+    std::vector<float> v(10, 1.0f);
+    auto st = w->comms[1]->allreduce_sum(std::vector<int>{0, 1, 2}, v);
+    CHECK(st.code() == StatusCode::kDeadlineExceeded);
+    CHECK_THAT(st.message(), Catch::Contains("rank 1: all-reduce over ranks {0,1,2}"));
+    CHECK_THAT(st.message(), Catch::Contains("no message from rank 0"));
+  }
+  SECTION("not a member") {
+    auto w = make_world(3, {0, 1, 2}, 4096);
+    std::vector<float> v(10, 1.0f);
+    auto st = w->comms[1]->allreduce_sum(std::vector<int>{0, 2}, v);
+    CHECK(st.code() == StatusCode::kInvalidArgument);
+    CHECK_THAT(st.message(), Catch::Contains("does not contain this rank"));
+  }
 }
 
 TEST_CASE("destruction with sends queued for a peer that never reads ends within the timeout") {

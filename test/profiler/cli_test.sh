@@ -69,7 +69,7 @@ out=$("$bin" ops --help 2>&1)
 check "ops --help documents the precision and its tolerances" \
   'echo "$out" | grep -q -- "--precision" && echo "$out" | tr -s " \n" " " | grep -q "bf16 6e-2"'
 
-# Communication: two local processes over Gloo.
+# Communication: two local processes over the default data plane (shared memory).
 # Sizes where bandwidth, not latency jitter, sets the time, so every fit has a clear slope.
 out=$("$bin" comm --ranks 2 --sizes 1M,4M,16M --repetitions 10 --out "$tmp/comm.pb" \
       --log-level warn 2>&1); rc=$?
@@ -109,6 +109,8 @@ out=$("$bin" show "$tmp/profile.pbtxt")
 check "the merged database has ops, p2p and all-reduce" \
   'echo "$out" | grep -q "7 signatures" && echo "$out" | grep -q "p2p" && echo "$out" | grep -q "all-reduce"'
 check "records keep their provenance" 'grep -q "tool_version" "$tmp/profile.pbtxt"'
+check "link fits name the data plane they were measured over" \
+  'grep -q "shared memory with ranks 0,1, gloo beyond, 2 processes" "$tmp/profile.pbtxt"'
 echo "format_version: 1 ops { signature: \"x\" }" > "$tmp/bad.pbtxt"
 err=$("$bin" merge "$tmp/ops.pb" "$tmp/bad.pbtxt" --out "$tmp/z.pb" 2>&1); rc=$?
 check "merge names an invalid input and its field" \

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -19,6 +20,8 @@
 #include <mutex>
 #include <thread>
 
+#include "transport/ring_allreduce.h"
+
 namespace gp::exec {
 namespace {
 
@@ -32,6 +35,9 @@ constexpr size_t kFrameBytes = 24;
 constexpr uint64_t kFrameMagic = 0x4750534852494E47ULL;  // "GPSHRING"
 // A queue for a peer that does not receive is bounded (as Gloo's outstanding sends are).
 constexpr size_t kMaxQueuedBytes = size_t{1} << 30;
+// An all-reduce moves pieces of at most this (and a quarter of the ring): small enough to stay in
+// cache between the copy out of the ring and the add.
+constexpr int64_t kMaxPieceBytes = 256 << 10;
 
 // Shared between the two processes of a ring. Zero-initialised by the file's allocation.
 struct RingHeader {
@@ -46,6 +52,19 @@ struct RingHeader {
 };
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// How long a receiver polls its ring before it sleeps on the futex. Waking a sleeping process
+// costs tens of microseconds on a VM (the idle vCPU must be woken too); an all-reduce or a
+// pipeline's next message usually comes sooner. Polling yields the core now and then, so a peer
+// that shares it (more ranks than cores) still runs.
+constexpr std::chrono::microseconds kPollTime{50};
+
+void poll_pause(int polls) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+  if (polls % 16 == 15) sched_yield();
+}
 
 uint32_t* futex_word(std::atomic<uint32_t>* a) { return reinterpret_cast<uint32_t*>(a); }
 
@@ -330,9 +349,13 @@ class ShmCommunicator final : public Communicator {
     }
   }
 
+  // Through the rings when every member shares this host (all members decide alike: being on
+  // one host is symmetric); otherwise, and for malformed groups, the fallback decides.
   Status allreduce_sum(std::span<const int> group, std::span<float> data) override {
     if (aborted_.load()) return Status(StatusCode::kAborted, abort_reason());
-    return fallback_->allreduce_sum(group, data);
+    if (!all_local(group)) return fallback_->allreduce_sum(group, data);
+    std::lock_guard<std::mutex> collective(collective_mu_);
+    return ring_allreduce_sum(*this, group, ring_allreduce_tag(group), data, scratch_);
   }
 
   void abort(const std::string& reason) override {
@@ -356,6 +379,16 @@ class ShmCommunicator final : public Communicator {
   std::string path(int src, int dst) const {
     return o_.dir + "/ring-" + std::to_string(src) + "-" + std::to_string(dst);
   }
+  // Sorted distinct ranks, each this one or a peer with rings (membership is checked later).
+  bool all_local(std::span<const int> group) const {
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (i > 0 && group[i] <= group[i - 1]) return false;
+      if (group[i] != o_.rank && (!out_.contains(group[i]) || !in_.contains(group[i]))) {
+        return false;
+      }
+    }
+    return true;
+  }
   std::string abort_reason() {
     std::lock_guard<std::mutex> lock(reason_mu_);
     return reason_;
@@ -378,6 +411,14 @@ class ShmCommunicator final : public Communicator {
       return Status(StatusCode::kUnavailable,
                     "shared-memory directory " + o_.dir + ": " + ec.message());
     }
+    // Part of being ready, so that the local ranks agree on running all-reduces here.
+    const int64_t piece_bytes = std::min(kMaxPieceBytes, o_.ring_bytes / 4);
+    try {
+      scratch_.assign(static_cast<size_t>(piece_bytes) / sizeof(float), 0.0f);
+    } catch (const std::exception& e) {
+      return resource_exhausted("all-reduce scratch of " + std::to_string(piece_bytes) +
+                                " bytes: " + e.what());
+    }
     for (int peer : peers) {
       GP_ASSIGN_OR_RETURN(auto out, Ring::open(path(o_.rank, peer), capacity()));
       GP_ASSIGN_OR_RETURN(auto in, Ring::open(path(peer, o_.rank), capacity()));
@@ -392,6 +433,7 @@ class ShmCommunicator final : public Communicator {
 
   // Unmaps and removes every ring this rank may have created.
   void drop_rings(const std::vector<int>& peers) {
+    scratch_.clear();
     out_.clear();
     in_.clear();
     for (int peer : peers) {
@@ -407,14 +449,15 @@ class ShmCommunicator final : public Communicator {
                            " with rank " + std::to_string(peer));
   }
 
-  // Reads n bytes of the peer's stream, waiting (spin, then futex) until they are published;
+  // Reads n bytes of the peer's stream, waiting (poll, then futex) until they are published;
   // *consumed counts what was read before an error.
   Status read_exact(Inbound& in, int peer, uint64_t tag, std::byte* out, size_t n,
                     Clock::time_point deadline, size_t* consumed) {
     Ring& ring = *in.ring;
     RingHeader& h = ring.header();
     *consumed = 0;
-    int idle = 0;
+    int idle = 0, polls = 0;
+    Clock::time_point poll_until{};
     while (n > 0) {
       const uint32_t seq = h.data_seq.load(std::memory_order_seq_cst);
       const uint64_t ready = std::min<uint64_t>(ring.readable(), n);
@@ -424,6 +467,8 @@ class ShmCommunicator final : public Communicator {
         n -= ready;
         *consumed += ready;
         idle = 0;
+        polls = 0;
+        poll_until = {};
         continue;
       }
       if (aborted_.load()) return Status(StatusCode::kAborted, abort_reason());
@@ -433,14 +478,19 @@ class ShmCommunicator final : public Communicator {
                                                 " waited for its message (tag " +
                                                 std::to_string(tag) + ")");
       }
-      if (Clock::now() > deadline) {
+      const auto now = Clock::now();
+      if (now > deadline) {
         return Status(StatusCode::kDeadlineExceeded,
                       "rank " + std::to_string(o_.rank) + ": no message from rank " +
                           std::to_string(peer) + " (tag " + std::to_string(tag) + ") within " +
                           std::to_string(o_.timeout.count()) + " ms");
       }
-      if (++idle < 64) continue;  // a short spin: the sender is often a few microseconds away
-      if (idle % 256 == 0) {      // every ~0.5 s of sleeping: is the producer still alive?
+      if (polls == 0) poll_until = now + kPollTime;
+      if (now < poll_until) {
+        poll_pause(polls++);
+        continue;
+      }
+      if (++idle % 256 == 0) {  // every ~0.5 s of sleeping: is the producer still alive?
         const int32_t pid = h.producer_pid.load();
         if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
           return Status(StatusCode::kUnavailable,
@@ -532,6 +582,8 @@ class ShmCommunicator final : public Communicator {
   ShmOptions o_;
   std::map<int, std::unique_ptr<Outbound>> out_;
   std::map<int, Inbound> in_;
+  std::vector<float> scratch_;  // an all-reduce's received piece, before it is added
+  std::mutex collective_mu_;    // one all-reduce at a time, in call order
   std::atomic<bool> aborted_{false};
   std::mutex reason_mu_;
   std::string reason_;

@@ -1,5 +1,6 @@
-// Shared-memory point-to-point data plane for ranks on the same host, layered over another
-// communicator (Gloo) that keeps carrying messages to other hosts and every all-reduce.
+// Shared-memory data plane for ranks on the same host, layered over another communicator (Gloo)
+// that keeps carrying messages to other hosts and the all-reduces of groups that span hosts.
+// A group whose members all share this host reduces through the rings (ring_allreduce.h).
 //
 // Why: on a CPU host, Gloo moves each message through TCP and an I/O thread per rank; when the
 // ranks' compute threads fill the cores, a message waits for that thread to be scheduled, which
