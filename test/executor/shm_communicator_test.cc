@@ -238,7 +238,7 @@ TEST_CASE("an all-reduce among ranks of one host runs through the rings, the sam
   const std::vector<size_t> sizes = {0, 1, 3, 4, 1025, 100003};
   std::vector<std::vector<std::vector<float>>> got(4);
   std::vector<std::vector<float>> exact(4);
-  std::vector<std::vector<float>> pair(4);
+  std::vector<std::vector<float>> pair(4), again(4);
   std::vector<bool> ok(4, false);
   run_ranks(4, [&](int r) {
     const std::vector<int> all = {0, 1, 2, 3};
@@ -256,6 +256,8 @@ TEST_CASE("an all-reduce among ranks of one host runs through the rings, the sam
     const std::vector<int> mine = r % 2 == 0 ? std::vector<int>{0, 2} : std::vector<int>{1, 3};
     pair[r] = {static_cast<float>(r), 1.0f};
     fine = fine && w->comms[r]->allreduce_sum(mine, pair[r]).ok();
+    again[r] = {static_cast<float>(r), 2.0f, -1.0f};
+    fine = fine && w->comms[r]->allreduce_sum(all, again[r]).ok();
     ok[r] = fine;
   });
   REQUIRE(ok == std::vector<bool>{true, true, true, true});
@@ -284,6 +286,7 @@ TEST_CASE("an all-reduce among ranks of one host runs through the rings, the sam
   CHECK(pair[2] == std::vector<float>{2.0f, 2.0f});
   CHECK(pair[1] == std::vector<float>{4.0f, 2.0f});
   CHECK(pair[3] == std::vector<float>{4.0f, 2.0f});
+  for (int r = 0; r < 4; ++r) CHECK(again[r] == std::vector<float>{6.0f, 8.0f, -4.0f});
   CHECK(w->fallback_allreduces == 0);
   CHECK(w->fallback_sends == 0);
 }
@@ -308,6 +311,39 @@ TEST_CASE("all-reduce pieces and point-to-point messages share a ring without mi
   CHECK(ok == std::vector<bool>{true, true});
   CHECK(sums[0] == std::vector<float>(5000, 3.0f));
   CHECK(sums[1] == sums[0]);
+  CHECK(w->fallback_allreduces == 0);
+}
+
+TEST_CASE("three local ranks reduce a whole group and a pair of it in turn, sharing the rings") {
+  // The pair {0, 1} uses the ring from 0 to 1, which the whole group's ring order uses too.
+  auto w = make_world(3, {0, 1, 2}, 8192);
+  std::vector<std::vector<float>> whole(3), pair(3);
+  std::vector<bool> ok(3, false);
+  run_ranks(3, [&](int r) {
+    bool fine = true;
+    for (int round = 0; round < 3; ++round) {
+      whole[r].assign(7001, 0.0f);
+      for (size_t i = 0; i < whole[r].size(); ++i) {
+        whole[r][i] = static_cast<float>((i % 97) * (r + 1) + round);
+      }
+      fine = fine && w->comms[r]->allreduce_sum(std::vector<int>{0, 1, 2}, whole[r]).ok();
+      if (r < 2) {
+        pair[r].assign(3001, static_cast<float>(10 * r + round));
+        fine = fine && w->comms[r]->allreduce_sum(std::vector<int>{0, 1}, pair[r]).ok();
+      }
+    }
+    ok[r] = fine;
+  });
+  REQUIRE(ok == std::vector<bool>{true, true, true});
+  for (int r = 0; r < 3; ++r) {
+    for (size_t i = 0; i < whole[r].size(); ++i) {
+      // Round 2's values: (i % 97) * (1 + 2 + 3) + 3 * 2, exact in float.
+      if (whole[r][i] != static_cast<float>((i % 97) * 6 + 6)) FAIL("rank " << r << " at " << i);
+    }
+  }
+  CHECK(pair[0] == std::vector<float>(3001, 14.0f));
+  CHECK(pair[1] == pair[0]);
+  CHECK(w->fallback_allreduces == 0);
 }
 
 TEST_CASE("an all-reduce fails naming its group when a member aborts or never joins") {
@@ -334,6 +370,10 @@ TEST_CASE("an all-reduce fails naming its group when a member aborts or never jo
     CHECK(st.code() == StatusCode::kDeadlineExceeded);
     CHECK_THAT(st.message(), Catch::Contains("rank 1: all-reduce over ranks {0,1,2}"));
     CHECK_THAT(st.message(), Catch::Contains("no message from rank 0"));
+    // Pieces of the failed call may still come: the rings serve no further all-reduce.
+    auto later = w->comms[1]->allreduce_sum(std::vector<int>{0, 1, 2}, v);
+    CHECK(later.code() == StatusCode::kDeadlineExceeded);
+    CHECK_THAT(later.message(), Catch::Contains("an earlier all-reduce failed"));
   }
   SECTION("not a member") {
     auto w = make_world(3, {0, 1, 2}, 4096);

@@ -53,7 +53,9 @@ uint64_t ring_allreduce_tag(std::span<const int> group) {
       h *= 1099511628211ULL;
     }
   }
-  return (uint64_t{1} << 63) | (h >> 2);  // [2^63, 2^63 + 2^62)
+  // Bit 61 set, bits 63 and 62 clear: the executor's tags are a message id (far below 2^61) with
+  // an iteration-parity bit 63 and an evaluation bit 62; the handshake's tag has bit 63 set.
+  return (uint64_t{1} << 61) | ((h >> 35) << 32);
 }
 
 Status ring_allreduce_sum(Communicator& comm, std::span<const int> group, uint64_t tag,

@@ -6,7 +6,9 @@
 // Every element's sum is computed once, by one rank, in the ring's order, and copied to the others,
 // so all members end with the same bits. Messages are pieces of at most scratch.size() floats,
 // tagged `tag`, and must arrive in the order they were sent between each pair (the rings
-// guarantee it), so one tag serves a whole group.
+// guarantee it), so one tag serves a whole group. A rank may run ahead of its successor by up to
+// one piece per member, which the caller's rings should hold. A failed call can leave pieces
+// behind: the caller must not run another all-reduce on the same messages after a failure.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +19,8 @@
 
 namespace gp::exec {
 
-// A tag for the all-reduces of `group`, the same on every member, far above the executor's
-// message tags and below the shared-memory handshake's.
+// A tag for the all-reduces of `group`, the same on every member, outside the executor's message
+// tags and the shared-memory handshake's.
 uint64_t ring_allreduce_tag(std::span<const int> group);
 
 // data = the sum of every member's data, in place. `group` holds sorted distinct ranks including

@@ -62,6 +62,8 @@ constexpr std::chrono::microseconds kPollTime{50};
 void poll_pause(int polls) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
 #endif
   if (polls % 16 == 15) sched_yield();
 }
@@ -355,7 +357,18 @@ class ShmCommunicator final : public Communicator {
     if (aborted_.load()) return Status(StatusCode::kAborted, abort_reason());
     if (!all_local(group)) return fallback_->allreduce_sum(group, data);
     std::lock_guard<std::mutex> collective(collective_mu_);
-    return ring_allreduce_sum(*this, group, ring_allreduce_tag(group), data, scratch_);
+    // A failed all-reduce may have left pieces in the rings that a later one would take for its
+    // own (the same tag): the rings serve no all-reduce after a failure, as Gloo's groups.
+    if (!ring_failure_.ok()) return ring_failure_;
+    // Pieces small enough that a rank running ahead by one piece per member still fits a ring.
+    const size_t piece = std::min(
+        scratch_.size(), static_cast<size_t>(o_.ring_bytes) / (2 * group.size() * sizeof(float)));
+    Status st = ring_allreduce_sum(*this, group, ring_allreduce_tag(group), data,
+                                   std::span<float>(scratch_).first(std::max<size_t>(piece, 1)));
+    if (!st.ok() && st.code() != StatusCode::kInvalidArgument) {
+      ring_failure_ = st.with_context("an earlier all-reduce failed");
+    }
+    return st;
   }
 
   void abort(const std::string& reason) override {
@@ -583,7 +596,10 @@ class ShmCommunicator final : public Communicator {
   std::map<int, std::unique_ptr<Outbound>> out_;
   std::map<int, Inbound> in_;
   std::vector<float> scratch_;  // an all-reduce's received piece, before it is added
-  std::mutex collective_mu_;    // one all-reduce at a time, in call order
+  // Callers use a communicator from one thread (receives are not thread-safe): the lock only
+  // keeps two all-reduces from sharing the scratch should that change.
+  std::mutex collective_mu_;
+  Status ring_failure_;  // the first failed ring all-reduce's error
   std::atomic<bool> aborted_{false};
   std::mutex reason_mu_;
   std::string reason_;
