@@ -11,6 +11,7 @@
 #include "../support/kernel_harness.h"
 #include "../support/models.h"
 #include "../support/op_cases.h"
+#include "cpu/direct_conv_wide.h"
 #include "gp/exec/init.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/exec/stage_runner.h"
@@ -200,15 +201,17 @@ TEST_CASE("conv2d matches a naive loop over channels") {
 }
 
 TEST_CASE("conv2d with stride 1 matches naive loops forward and backward at every width") {
-  // Stride 1, one group: the direct path. Widths that are and are not multiples of its 16-column
-  // runs, filter counts that do and do not fill its blocks of 4, kernels from 1x1 to 5x3 with
+  // Stride 1, one group: the direct path. Widths that are and are not multiples of its 16- and
+  // 32-column runs, filter counts that do and do not fill its blocks of 4 and 8 (AVX-512),
+  // kernels from 1x1 to 5x3 with
   // padding from none to kernel - 1; the input gradient written whole (fresh) and added.
   struct Shape {
     int64_t c, h, w, out, kh, kw, ph, pw;
   };
   for (const Shape& sh : {Shape{3, 5, 19, 6, 3, 3, 1, 1}, Shape{2, 4, 33, 5, 5, 3, 2, 1},
                           Shape{1, 3, 1, 1, 1, 1, 0, 0}, Shape{4, 7, 16, 4, 2, 2, 1, 1},
-                          Shape{5, 6, 17, 9, 3, 1, 0, 0}, Shape{2, 2, 40, 3, 2, 3, 0, 2}}) {
+                          Shape{5, 6, 17, 9, 3, 1, 0, 0}, Shape{2, 2, 40, 3, 2, 3, 0, 2},
+                          Shape{3, 3, 48, 17, 3, 3, 1, 1}, Shape{8, 2, 65, 8, 3, 3, 1, 1}}) {
     const int64_t ho = sh.h + 2 * sh.ph - sh.kh + 1, wo = sh.w + 2 * sh.pw - sh.kw + 1;
     INFO("x [" << sh.c << ", " << sh.h << ", " << sh.w << "], " << sh.out << " filters " << sh.kh
                << "x" << sh.kw << ", padding " << sh.ph << ", " << sh.pw);
@@ -419,4 +422,52 @@ TEST_CASE("conv2d weights start uniform in +-1/sqrt(C*kh*kw), batch_norm at gamm
   gp::exec::init_param(bn, 1, 5, beta);
   CHECK(gamma == std::vector<float>(8, 1.0f));
   CHECK(beta == std::vector<float>(8, 0.0f));
+}
+
+TEST_CASE("the AVX-512 row loop of the direct convolution sums each output in the fixed order") {
+  // Each output is fma(w, x, acc) over (c, i, j) from zero, then + bias, then + what y held:
+  // the order of the AVX2 loop, so a model gives the same bits on either kind of CPU.
+  if (!gp::exec::cpu::wide_conv_supported()) {
+    WARN("this CPU has no AVX-512: the AVX2 loop serves every convolution here");
+    return;
+  }
+  using gp::exec::cpu::kWideBlock;
+  const int64_t channels = 3, kh = 3, kw = 2, filters = 11, ho = 3, wo = 37;
+  const int64_t rows = ho + kh - 1, stride = 64 + kw - 1;  // >= round_up(wo, 32) + kw - 1
+  const int64_t blocks = (filters + kWideBlock - 1) / kWideBlock;
+  std::vector<float> xp(static_cast<size_t>(channels * rows * stride));
+  std::vector<float> packed(static_cast<size_t>(blocks * kWideBlock * channels * kh * kw));
+  std::vector<float> bias(static_cast<size_t>(filters));
+  for (size_t k = 0; k < xp.size(); ++k) xp[k] = std::sin(0.7f * static_cast<float>(k));
+  for (size_t k = 0; k < packed.size(); ++k) packed[k] = std::cos(1.3f * static_cast<float>(k));
+  for (size_t k = 0; k < bias.size(); ++k) bias[k] = 0.1f * static_cast<float>(k);
+  for (bool accumulate : {false, true}) {
+    std::vector<float> y(static_cast<size_t>(filters * ho * wo), 0.25f);
+    std::vector<float> want = y;
+    gp::exec::cpu::conv_rows_wide(xp.data(), channels, rows, stride, packed.data(), filters, kh, kw,
+                                  bias.data(), y.data(), ho, wo, accumulate);
+    for (int64_t o = 0; o < filters; ++o) {
+      for (int64_t r = 0; r < ho; ++r) {
+        for (int64_t col = 0; col < wo; ++col) {
+          float acc = 0.0f;
+          for (int64_t c = 0; c < channels; ++c) {
+            for (int64_t i = 0; i < kh; ++i) {
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t tap = (c * kh + i) * kw + j;
+                const float w = packed[static_cast<size_t>(
+                    ((o / kWideBlock) * channels * kh * kw + tap) * kWideBlock + o % kWideBlock)];
+                acc = std::fma(w, xp[static_cast<size_t>((c * rows + r + i) * stride + col + j)],
+                               acc);
+              }
+            }
+          }
+          float& out = want[static_cast<size_t>((o * ho + r) * wo + col)];
+          out = accumulate ? out + (acc + bias[static_cast<size_t>(o)])
+                           : acc + bias[static_cast<size_t>(o)];
+        }
+      }
+    }
+    INFO("accumulate " << accumulate);
+    CHECK(y == want);
+  }
 }

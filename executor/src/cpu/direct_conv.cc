@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "cpu/direct_conv_wide.h"
 #include "cpu/vec_simd.h"
 
 namespace gp::exec::cpu {
@@ -12,6 +13,8 @@ using vec::V;
 
 constexpr int64_t kBlock = 4;     // output channels accumulated together (four named accumulators)
 constexpr int64_t kRun = 2 * kW;  // output columns accumulated together (two vectors)
+// The padded copies' rows are long enough for either loop's runs (the AVX-512 one's are longer).
+constexpr int64_t kStrideRun = std::max(kRun, kWideRun);
 
 int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
@@ -27,23 +30,23 @@ void pad_image(const float* src, int64_t channels, int64_t h, int64_t w, int64_t
   }
 }
 
-// The filters as conv_rows reads them: per block of kBlock filters, per tap (c, i, j), the
-// block's kBlock weights side by side (zero past the last filter). Filter o, tap (c, i, j) is
+// The filters as the row loops read them: per block of `block` filters, per tap (c, i, j), the
+// block's weights side by side (zero past the last filter). Filter o, tap (c, i, j) is
 // w[o, c, i, j] of w [filters, channels, kh, kw], or, `transposed`, w[c, o, kh-1-i, kw-1-j] of
 // w [channels, filters, kh, kw]: the filters of the input gradient.
 void pack_filters(const float* w, int64_t filters, int64_t channels, int64_t kh, int64_t kw,
-                  bool transposed, float* packed) {
+                  bool transposed, int64_t block_size, float* packed) {
   const int64_t taps = channels * kh * kw;
-  std::fill(packed, packed + round_up(filters, kBlock) * taps, 0.0f);
+  std::fill(packed, packed + round_up(filters, block_size) * taps, 0.0f);
   for (int64_t o = 0; o < filters; ++o) {
-    float* block = packed + (o / kBlock) * taps * kBlock + o % kBlock;
+    float* block = packed + (o / block_size) * taps * block_size + o % block_size;
     for (int64_t c = 0; c < channels; ++c) {
       for (int64_t i = 0; i < kh; ++i) {
         for (int64_t j = 0; j < kw; ++j) {
           const int64_t tap = (c * kh + i) * kw + j;
-          block[tap * kBlock] = transposed
-                                    ? w[((c * filters + o) * kh + kh - 1 - i) * kw + kw - 1 - j]
-                                    : w[((o * channels + c) * kh + i) * kw + j];
+          block[tap * block_size] = transposed
+                                        ? w[((c * filters + o) * kh + kh - 1 - i) * kw + kw - 1 - j]
+                                        : w[((o * channels + c) * kh + i) * kw + j];
         }
       }
     }
@@ -53,6 +56,7 @@ void pack_filters(const float* w, int64_t filters, int64_t channels, int64_t kh,
 // y [filters, ho, wo] (=, or += when accumulate) sum over (c, i, j) of
 // packed filter (o; c, i, j) * xp[c, r + i, col + j], plus bias[o] when given. xp is
 // [channels, rows, stride] with stride >= round_up(wo, kRun) + kw - 1 and rows >= ho + kh - 1.
+// (The packed filters are in blocks of kBlock; conv_rows_wide is the AVX-512 twin.)
 GP_VEC_CLONES void conv_rows(const float* xp, int64_t channels, int64_t rows, int64_t stride,
                              const float* packed, int64_t filters, int64_t kh, int64_t kw,
                              const float* bias, float* y, int64_t ho, int64_t wo, bool accumulate) {
@@ -152,14 +156,15 @@ GP_VEC_CLONES void filter_grads(const float* xp, int64_t channels, int64_t rows,
 DirectConv::DirectConv(const VisionWindow& w, int64_t out)
     : w_(w),
       out_(out),
-      x_stride_(round_up(w.wo, kRun) + w.kw - 1),
-      dy_stride_(round_up(w.w, kRun) + w.kw - 1),
-      dy_rows_stride_(round_up(w.wo, kW)) {
+      x_stride_(round_up(w.wo, kStrideRun) + w.kw - 1),
+      dy_stride_(round_up(w.w, kStrideRun) + w.kw - 1),
+      dy_rows_stride_(round_up(w.wo, 2 * kW)) {  // whole vectors of either loop
   const int64_t padded_x = w.c * (w.h + 2 * w.ph) * x_stride_;
-  const int64_t padded_dy =
-      std::max(out * (w.h + w.kh - 1) * dy_stride_, round_up(out, kBlock) * w.ho * dy_rows_stride_);
+  const int64_t padded_dy = std::max(out * (w.h + w.kh - 1) * dy_stride_,
+                                     round_up(out, kWideBlock) * w.ho * dy_rows_stride_);
   const int64_t taps = w.kh * w.kw;
-  const int64_t packed = std::max(round_up(out, kBlock) * w.c, round_up(w.c, kBlock) * out) * taps;
+  const int64_t blocks = std::max(kBlock, kWideBlock);
+  const int64_t packed = std::max(round_up(out, blocks) * w.c, round_up(w.c, blocks) * out) * taps;
   padded_x_.resize(static_cast<size_t>(padded_x));
   padded_dy_.resize(static_cast<size_t>(padded_dy));
   packed_weight_.resize(static_cast<size_t>(packed));
@@ -168,11 +173,14 @@ DirectConv::DirectConv(const VisionWindow& w, int64_t out)
 void DirectConv::forward(int64_t batch, const float* x, const float* weight, const float* bias,
                          float* y) const {
   const int64_t rows = w_.h + 2 * w_.ph;
-  pack_filters(weight, out_, w_.c, w_.kh, w_.kw, /*transposed=*/false, packed_weight_.data());
+  const bool wide = wide_conv_supported();
+  pack_filters(weight, out_, w_.c, w_.kh, w_.kw, /*transposed=*/false, wide ? kWideBlock : kBlock,
+               packed_weight_.data());
+  const auto rows_of = wide ? conv_rows_wide : conv_rows;
   for (int64_t s = 0; s < batch; ++s) {
     pad_image(x + s * in_n(), w_.c, w_.h, w_.w, w_.ph, w_.pw, rows, x_stride_, padded_x_.data());
-    conv_rows(padded_x_.data(), w_.c, rows, x_stride_, packed_weight_.data(), out_, w_.kh, w_.kw,
-              bias, y + s * out_n(), w_.ho, w_.wo, /*accumulate=*/false);
+    rows_of(padded_x_.data(), w_.c, rows, x_stride_, packed_weight_.data(), out_, w_.kh, w_.kw,
+            bias, y + s * out_n(), w_.ho, w_.wo, /*accumulate=*/false);
   }
 }
 
@@ -181,11 +189,14 @@ void DirectConv::backward_data(int64_t batch, const float* dy, const float* weig
   // The full correlation: dy padded by kernel - 1 - padding on each side gives [h, w] back.
   const int64_t top = w_.kh - 1 - w_.ph, left = w_.kw - 1 - w_.pw;
   const int64_t rows = w_.h + w_.kh - 1;
-  pack_filters(weight, w_.c, out_, w_.kh, w_.kw, /*transposed=*/true, packed_weight_.data());
+  const bool wide = wide_conv_supported();
+  pack_filters(weight, w_.c, out_, w_.kh, w_.kw, /*transposed=*/true, wide ? kWideBlock : kBlock,
+               packed_weight_.data());
+  const auto rows_of = wide ? conv_rows_wide : conv_rows;
   for (int64_t s = 0; s < batch; ++s) {
     pad_image(dy + s * out_n(), out_, w_.ho, w_.wo, top, left, rows, dy_stride_, padded_dy_.data());
-    conv_rows(padded_dy_.data(), out_, rows, dy_stride_, packed_weight_.data(), w_.c, w_.kh, w_.kw,
-              nullptr, dx + s * in_n(), w_.h, w_.w, accumulate);
+    rows_of(padded_dy_.data(), out_, rows, dy_stride_, packed_weight_.data(), w_.c, w_.kh, w_.kw,
+            nullptr, dx + s * in_n(), w_.h, w_.w, accumulate);
   }
 }
 
@@ -193,14 +204,21 @@ void DirectConv::backward_weights(int64_t batch, const float* x, const float* dy
                                   float* dweight) const {
   const int64_t rows = w_.h + 2 * w_.ph;
   float* dy_rows = padded_dy_.data();
-  // filter_grads reads whole blocks of filters: the rows past the last filter are zeros.
+  // The AVX-512 loop serves 3-wide kernels (U-Net's, ResNet's), eight filters at a time.
+  const bool wide = w_.kw == 3 && wide_conv_supported();
+  // Both loops read whole blocks of filters: the rows past the last filter are zeros.
   std::fill(dy_rows + out_ * w_.ho * dy_rows_stride_,
-            dy_rows + round_up(out_, kBlock) * w_.ho * dy_rows_stride_, 0.0f);
+            dy_rows + round_up(out_, wide ? kWideBlock : kBlock) * w_.ho * dy_rows_stride_, 0.0f);
   for (int64_t s = 0; s < batch; ++s) {
     pad_image(x + s * in_n(), w_.c, w_.h, w_.w, w_.ph, w_.pw, rows, x_stride_, padded_x_.data());
     pad_image(dy + s * out_n(), out_, w_.ho, w_.wo, 0, 0, w_.ho, dy_rows_stride_, dy_rows);
-    filter_grads(padded_x_.data(), w_.c, rows, x_stride_, dy_rows, out_, w_.ho, dy_rows_stride_,
-                 w_.kh, w_.kw, dweight);
+    if (wide) {
+      filter_grads_wide3(padded_x_.data(), w_.c, rows, x_stride_, dy_rows, out_, w_.ho,
+                         dy_rows_stride_, w_.kh, dweight);
+    } else {
+      filter_grads(padded_x_.data(), w_.c, rows, x_stride_, dy_rows, out_, w_.ho, dy_rows_stride_,
+                   w_.kh, w_.kw, dweight);
+    }
   }
 }
 
