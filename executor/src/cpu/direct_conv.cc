@@ -151,6 +151,9 @@ GP_VEC_CLONES void filter_grads(const float* xp, int64_t channels, int64_t rows,
   }
 }
 
+// The AVX-512 row loop's runs are 32 columns: rows of 16 or fewer fill the AVX2 loop's instead.
+bool wide_rows(int64_t width) { return width > kRun && wide_conv_supported(); }
+
 }  // namespace
 
 DirectConv::DirectConv(const VisionWindow& w, int64_t out)
@@ -173,7 +176,7 @@ DirectConv::DirectConv(const VisionWindow& w, int64_t out)
 void DirectConv::forward(int64_t batch, const float* x, const float* weight, const float* bias,
                          float* y) const {
   const int64_t rows = w_.h + 2 * w_.ph;
-  const bool wide = wide_conv_supported();
+  const bool wide = wide_rows(w_.wo);
   pack_filters(weight, out_, w_.c, w_.kh, w_.kw, /*transposed=*/false, wide ? kWideBlock : kBlock,
                packed_weight_.data());
   const auto rows_of = wide ? conv_rows_wide : conv_rows;
@@ -189,7 +192,7 @@ void DirectConv::backward_data(int64_t batch, const float* dy, const float* weig
   // The full correlation: dy padded by kernel - 1 - padding on each side gives [h, w] back.
   const int64_t top = w_.kh - 1 - w_.ph, left = w_.kw - 1 - w_.pw;
   const int64_t rows = w_.h + w_.kh - 1;
-  const bool wide = wide_conv_supported();
+  const bool wide = wide_rows(w_.w);
   pack_filters(weight, w_.c, out_, w_.kh, w_.kw, /*transposed=*/true, wide ? kWideBlock : kBlock,
                packed_weight_.data());
   const auto rows_of = wide ? conv_rows_wide : conv_rows;

@@ -35,7 +35,14 @@ GP_WIDE_TARGET inline void finish(float* out, V16 v, float bias, int64_t n, bool
 }  // namespace
 
 bool wide_conv_supported() {
-  static const bool supported = __builtin_cpu_supports("x86-64-v4");
+  // x86-64-v4's features one by one (clang 14 knows no level names); they are set only where
+  // the OS saves the AVX-512 registers.
+  static const bool supported = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
   return supported;
 }
 
