@@ -14,7 +14,7 @@ constexpr int64_t kL = 16;  // floats per vector
 
 #define GP_WIDE_TARGET __attribute__((target("arch=x86-64-v4")))
 
-// Adds `bias_v` (and, when accumulating, what y holds) to one run's accumulator and stores the
+// Adds `bias` (and, when accumulating, what y holds) to one run's accumulator and stores the
 // first n <= kL lanes at `out`.
 GP_WIDE_TARGET inline void finish(float* out, V16 v, float bias, int64_t n, bool accumulate) {
   v += bias;

@@ -110,15 +110,6 @@ size_t chunk_count(size_t bytes) {
   return bytes == 0 ? 1 : (bytes + kChunkPayloadBytes - 1) / kChunkPayloadBytes;
 }
 
-std::string group_name(std::span<const int> group) {
-  std::string s;
-  for (size_t i = 0; i < group.size(); ++i) {
-    if (i > 0) s += ',';
-    s += std::to_string(group[i]);
-  }
-  return s;
-}
-
 bool mentions_timeout(const std::string& what) {
   return what.find("imeout") != std::string::npos || what.find("imed out") != std::string::npos;
 }
@@ -508,7 +499,7 @@ template <typename T>
 Status GlooCommunicator::run_allreduce(Group& g, std::span<const int> group, T* data, size_t count,
                                        const gloo::AllreduceOptions::Func& reduce) {
   const uint32_t tag = g.next_tag++;
-  Status st = guarded(who() + ": all-reduce over ranks {" + group_name(group) + "}", [&] {
+  Status st = guarded(who() + ": all-reduce over ranks {" + rank_list(group) + "}", [&] {
     gloo::AllreduceOptions opts(std::static_pointer_cast<gloo::Context>(g.context));
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setOutput(data, count);
@@ -523,7 +514,7 @@ Status GlooCommunicator::run_allreduce(Group& g, std::span<const int> group, T* 
 }
 
 Status GlooCommunicator::allreduce_sum(std::span<const int> group, std::span<float> data) {
-  const std::string name = "{" + group_name(group) + "}";
+  const std::string name = "{" + rank_list(group) + "}";
   bool member = false;
   for (size_t i = 0; i < group.size(); ++i) {
     if (group[i] < 0 || group[i] >= options_.world_size || (i > 0 && group[i] <= group[i - 1])) {
@@ -564,7 +555,7 @@ Status GlooCommunicator::allreduce_sum(std::span<const int> group, std::span<flo
                        [&] {
                          context->setTimeout(options_.timeout);
                          gloo::rendezvous::PrefixStore store(
-                             options_.prefix + "/group/" + group_name(key), *file_store_);
+                             options_.prefix + "/group/" + rank_list(key), *file_store_);
                          context->connectFullMesh(store, device_);
                          return ok_status();
                        });

@@ -37,12 +37,6 @@ Status exchange(Communicator& comm, int next, int prev, uint64_t tag, std::span<
   return ok_status();
 }
 
-std::string group_name(std::span<const int> group) {
-  std::string s;
-  for (int r : group) s += (s.empty() ? "" : ",") + std::to_string(r);
-  return "{" + s + "}";
-}
-
 }  // namespace
 
 uint64_t ring_allreduce_tag(std::span<const int> group) {
@@ -62,8 +56,8 @@ Status ring_allreduce_sum(Communicator& comm, std::span<const int> group, uint64
                           std::span<float> data, std::span<float> scratch) {
   const auto self = std::find(group.begin(), group.end(), comm.rank());
   if (self == group.end()) {
-    return invalid_argument("rank " + std::to_string(comm.rank()) + ": all-reduce group " +
-                            group_name(group) + " does not contain this rank");
+    return invalid_argument("rank " + std::to_string(comm.rank()) + ": all-reduce group {" +
+                            rank_list(group) + "} does not contain this rank");
   }
   const size_t n = group.size();
   if (n == 1) return ok_status();
@@ -78,7 +72,7 @@ Status ring_allreduce_sum(Communicator& comm, std::span<const int> group, uint64
   };
   auto failed = [&](const Status& st) {
     return st.with_context("rank " + std::to_string(comm.rank()) + ": all-reduce over ranks " +
-                           group_name(group));
+                           "{" + rank_list(group) + "}");
   };
   // Reduce-scatter: after step s, this rank's chunk (me - s - 1) holds the sum of s + 2 members;
   // after n - 1 steps chunk (me + 1) is complete.

@@ -21,6 +21,13 @@
 
 namespace gp::exec {
 
+// "2,3": a group's ranks for messages (and Gloo's store keys).
+inline std::string rank_list(std::span<const int> ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s;
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gp/exec/communicator.h"
 #include "graphpipe/v1/plan.pb.h"
 
 namespace gp::exec {
@@ -21,13 +22,6 @@ struct NcclChannel {
   int dst = 0;
   int messages = 0;  // per iteration
 };
-
-// "2,3": ranks for messages.
-inline std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
-  return s;
-}
 
 // Inline (as channel() and describe() are) so that the CUDA backend's communicator names its
 // communicators as the layout does without linking the executor library.
