@@ -32,7 +32,7 @@ void Heartbeat::loop() {
   while (!cv_.wait_for(lock, period_, [&] { return stopping_; })) {
     lock.unlock();
     if (const int sig = stop_signal(); sig != 0 && !stop_sent) {
-      stop_sent = client_.request_stop(rank_, sig, signal_name(sig)).ok();
+      stop_sent = client_.request_stop(rank_, sig, stop_reason(sig)).ok();
     }
     graphpipe::v1::RankStatus st;
     st.set_rank(rank_);

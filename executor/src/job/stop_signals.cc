@@ -27,6 +27,15 @@ std::atomic<int64_t> g_stop_signal_ms{0};
 constexpr int64_t kForceAfterMs = 5000;
 std::atomic<bool> g_exit_at_once{false};
 std::atomic<bool> g_handlers_installed{false};
+// Why a watchdog raised SIGTERM on its own rank (null: a signal from outside), set before the
+// signal: the coordinator passes it to every rank, whose logs then say why the job stopped.
+std::atomic<const char*> g_stop_cause{nullptr};
+
+// A watchdog's stop: SIGTERM on this rank, with its cause unless a signal came first.
+void raise_stop(const char* cause) {
+  if (g_stop_signal.load() == 0) g_stop_cause.store(cause);
+  ::kill(::getpid(), SIGTERM);
+}
 
 int64_t monotonic_ms() {
   timespec ts{};
@@ -126,7 +135,8 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
                 "stopping",
                 launcher_beacon, orphan_timeout_s);
           }
-          ::kill(::getpid(), SIGTERM);
+          raise_stop(daemon ? "the node daemon that started it is frozen or gone"
+                            : "the launcher is gone: its beacon stopped changing");
           return;
         }
       }
@@ -146,7 +156,7 @@ Status install_stop_signals(const std::string& launcher_beacon, int orphan_timeo
   if (parent > 1) {
     std::thread([parent] {
       while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      ::kill(::getpid(), SIGTERM);
+      raise_stop("the process that started it exited");
     }).detach();
   }
   return ok_status();
@@ -164,6 +174,11 @@ const char* signal_name(int sig) {
 }
 
 int stop_signal() { return g_stop_signal.load(); }
+
+const char* stop_reason(int sig) {
+  const char* cause = g_stop_cause.load();
+  return cause != nullptr ? cause : signal_name(sig);
+}
 
 void set_stop_exits_at_once(bool at_once) { g_exit_at_once.store(at_once); }
 

@@ -24,5 +24,8 @@ void set_stop_exits_at_once(bool at_once);
 int stop_signal();
 // "SIGTERM", "SIGINT" or "a signal".
 const char* signal_name(int sig);
+// Why this rank stops on `sig` (its first stop signal): the cause when one of its watchdogs
+// raised it ("the launcher is gone: ..."), else signal_name(sig).
+const char* stop_reason(int sig);
 
 }  // namespace gp::exec::daemon

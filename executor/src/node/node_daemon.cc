@@ -255,6 +255,7 @@ class Daemon final : public pb::NodeDaemon::Service {
       }
       r->set_log(chunk);
       r->set_log_end(start + static_cast<int64_t>(chunk.size()));
+      r->set_log_size(end);
     }
     // "failed_rank=R\nreason=...\n", written by rank 0 when the job aborts.
     if (!it->second.verdict_path.empty()) {

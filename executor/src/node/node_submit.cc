@@ -36,7 +36,8 @@ struct Node {
   pb::DaemonInfo info;
   std::vector<int> ranks;
   std::vector<int64_t> offsets;
-  bool done = false;
+  bool done = false;      // its ranks exited and their output is all read
+  bool draining = false;  // its ranks exited; output is left to read
   // Why the daemon stopped answering (frozen or gone) once it did for --timeout; empty while it
   // answers. Its ranks then stop on their own (--daemon-beacon).
   std::string lost;
@@ -77,7 +78,9 @@ void on_signal(int sig) {
   if (g_signal.compare_exchange_strong(none, sig)) {
     g_signal_ms.store(monotonic_ms());
     g_signals.store(1);
-  } else if (monotonic_ms() - g_signal_ms.load() >= kRepeatAfterMs) {
+  } else if (const int64_t first = g_signal_ms.load();
+             first != 0 && monotonic_ms() - first >= kRepeatAfterMs) {
+    // (0: the first handler, on another thread, has not noted its time yet: the same request.)
     g_signals.store(2);
   }
 }
@@ -250,17 +253,19 @@ class Submission {
     std::signal(SIGTERM, on_signal);
     for (;;) {
       pass_on_signals();
-      bool all_done = true;
+      bool all_done = true, any_running = false;
       for (auto& n : nodes_) {
         if (n.ranks.empty() || n.done) continue;
         GP_RETURN_IF_ERROR(poll(n));
         all_done = all_done && n.done;
+        any_running = any_running || (!n.done && !n.draining);
       }
       if (all_done) return ok_status();
+      if (!any_running) continue;  // only output left to read: read it without waiting
       // After a failure the others leave within a heartbeat; ranks still there (a frozen one)
       // are stopped on every node: SIGTERM, then SIGKILL from their daemon.
       // A rank the coordinator blamed is stopped at once.
-      if (first_failure_ && !stragglers_stopped_ &&
+      if (first_failure_ && !stragglers_stopped_ && any_running &&
           (blamed_ >= 0 ||
            std::chrono::steady_clock::now() - *first_failure_ > std::chrono::seconds(1))) {
         log_->warn("job {}: ranks still running after a failure; stopping them", job_);
@@ -354,7 +359,7 @@ class Submission {
       blamed_reason_ = resp.failure_reason();
       if (!first_failure_) first_failure_ = std::chrono::steady_clock::now();
     }
-    bool running = false;
+    bool running = false, unread = false;
     for (int i = 0; i < resp.ranks_size(); ++i) {
       const auto& r = resp.ranks(i);
       if (!r.log().empty()) std::fprintf(stdout, "%s", r.log().c_str());
@@ -367,6 +372,8 @@ class Submission {
       if (tail.size() > 8192) tail.erase(0, tail.size() - 8192);
       n.offsets[static_cast<size_t>(i)] = r.log_end();
       running = running || r.running();
+      // A rank that exited with more output than one reply carries is read to the end first.
+      unread = unread || r.log_end() < r.log_size();
       if (!r.running() && r.exit_code() != 0 && exits_seen_.insert(r.rank()).second) {
         if (!first_failure_) first_failure_ = std::chrono::steady_clock::now();
         // The daemon says whether it had stopped the rank: by the time this sees an exit it
@@ -375,7 +382,8 @@ class Submission {
       }
     }
     std::fflush(stdout);
-    n.done = !running;
+    n.done = !running && !unread;
+    n.draining = !running && unread;
     return ok_status();
   }
 
