@@ -104,9 +104,10 @@ Result<graphpipe::v1::Plan> search_with(const graphpipe::v1::Plan& plan, const m
   graphpipe::v1::Plan out = std::move(result.plan);
   // A plan on fewer devices than the cluster has names the devices it leaves out, so that each
   // rank runs on the device it was planned for (the search's cluster is renumbered densely).
+  // (One whose idle devices sat between used ones names them already: compact_idle_ranks.)
   const int all = cost::num_devices(models.cluster);
   const int used = cost::num_devices(out.cluster());
-  if (used < all) {
+  if (used < all && out.cluster().excluded_ranks_size() == models.cluster.excluded_ranks_size()) {
     std::vector<int> chosen;
     GP_RETURN_IF_ERROR(cost::select_devices(models.cluster, used, &chosen).status());
     if (!std::is_sorted(chosen.begin(), chosen.end())) {

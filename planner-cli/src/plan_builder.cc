@@ -352,4 +352,37 @@ Result<Plan> build_plan(const PlanInputs& inputs, const std::vector<StageAssignm
   return plan;
 }
 
+Result<Plan> compact_idle_ranks(Plan plan) {
+  std::set<int> used;
+  for (const auto& st : plan.stages())
+    used.insert(st.device_ranks().begin(), st.device_ranks().end());
+  if (used.empty() || *used.rbegin() + 1 == static_cast<int>(used.size())) return plan;
+  const int ranks = cost::num_devices(plan.cluster());
+  if (*used.begin() < 0 || *used.rbegin() >= ranks) {
+    return invalid_argument("plan.stages: rank " + std::to_string(*used.rbegin()) +
+                            " is outside the cluster's " + std::to_string(ranks) + " devices");
+  }
+  std::vector<int> dense(static_cast<size_t>(ranks), -1);
+  int next = 0;
+  for (int r : used) dense[static_cast<size_t>(r)] = next++;
+  graphpipe::v1::Cluster cluster = plan.cluster();
+  for (int r = 0; r < *used.rbegin(); ++r) {
+    if (dense[static_cast<size_t>(r)] < 0) {
+      cluster.add_excluded_ranks(cost::physical_device(plan.cluster(), r));
+    }
+  }
+  const auto to_dense = [&](int r) { return dense[static_cast<size_t>(r)]; };
+  for (auto& st : *plan.mutable_stages()) {
+    for (auto& r : *st.mutable_device_ranks()) r = to_dense(r);
+  }
+  for (auto& prog : *plan.mutable_programs()) prog.set_rank(to_dense(prog.rank()));
+  for (auto& m : *plan.mutable_messages()) {
+    m.set_src_rank(to_dense(m.src_rank()));
+    m.set_dst_rank(to_dense(m.dst_rank()));
+  }
+  *plan.mutable_cluster() = cluster;
+  plan.set_cluster_hash(model::message_hash(cluster));
+  return plan;
+}
+
 }  // namespace gp::planner

@@ -1577,11 +1577,18 @@ Result<SearchResult> search_plan(const SearchRequest& req) {
   const auto start = std::chrono::steady_clock::now();
   GP_ASSIGN_OR_RETURN(std::vector<int64_t> micro_batches, micro_batches_to_search(req));
   if (req.device_costs != nullptr) GP_RETURN_IF_ERROR(req.device_costs->covers(req.cluster));
+  SearchResult result;
   if (req.device_costs != nullptr && cost::is_mixed(req.cluster)) {
-    return search_mixed(req, micro_batches, start);
+    GP_ASSIGN_OR_RETURN(result, search_mixed(req, micro_batches, start));
+  } else {
+    Search search(req, std::move(micro_batches));
+    GP_ASSIGN_OR_RETURN(result, search.run(start));
   }
-  Search search(req, std::move(micro_batches));
-  return search.run(start);
+  // (Simulated before: the ranks keep their devices, so the simulation holds for it.)
+  if (result.feasible) {
+    GP_ASSIGN_OR_RETURN(result.plan, compact_idle_ranks(std::move(result.plan)));
+  }
+  return result;
 }
 
 }  // namespace gp::planner

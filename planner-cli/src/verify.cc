@@ -1,5 +1,6 @@
 #include "gp/planner/verify.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -55,7 +56,20 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::DeviceCostModels&
   }
   if (options.expected_cluster != nullptr) {
     const std::string hash = model::message_hash(*options.expected_cluster);
-    if (hash != plan.cluster_hash()) {
+    // A plan that leaves devices idle between used ones lists them after the cluster's own
+    // excluded ranks (planner::compact_idle_ranks): it is still that cluster's plan.
+    const auto& expected_excluded = options.expected_cluster->excluded_ranks();
+    graphpipe::v1::Cluster without_idle = plan.cluster();
+    const bool idle_listed_after = without_idle.excluded_ranks_size() > expected_excluded.size() &&
+                                   std::equal(expected_excluded.begin(), expected_excluded.end(),
+                                              without_idle.excluded_ranks().begin());
+    if (idle_listed_after) {
+      without_idle.mutable_excluded_ranks()->Truncate(expected_excluded.size());
+    }
+    const bool same_cluster = hash == plan.cluster_hash() ||
+                              (idle_listed_after && hash == model::message_hash(without_idle) &&
+                               plan.cluster_hash() == model::message_hash(plan.cluster()));
+    if (!same_cluster) {
       problems.push_back("the plan is for cluster '" + plan.cluster().name() + "' (hash " +
                          plan.cluster_hash() + "), not for '" + options.expected_cluster->name() +
                          "' with these devices (hash " + hash + ")");

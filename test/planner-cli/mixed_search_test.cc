@@ -11,6 +11,7 @@
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
 #include "gp/cost/device_costs.h"
+#include "gp/plan/plan_util.h"
 #include "gp/planner/search.h"
 #include "gp/planner/verify.h"
 #include "gp/sim/simulator.h"
@@ -183,11 +184,25 @@ TEST_CASE("four CPU ranks with rank 1 three times slower: the slow rank gets the
       }
       us /= st.device_ranks_size();
       least = std::min(least, us);
+      // (Ranks are dense over the devices the plan uses: rank r runs on physical device
+      // physical_device(r), which an idle device in between shifts.)
       for (int r : st.device_ranks()) {
-        if (r == 1) on_rank1 = us;
+        if (cost::physical_device(plan.cluster(), r) == 1) on_rank1 = us;
       }
     }
     CHECK(on_rank1 <= least * (1 + 1e-9));
+    // Every rank has a program, as a launch needs, and it is still this cluster's plan.
+    const auto index = plan::validate_plan(plan, g);
+    REQUIRE(index.ok());
+    CHECK(index->world_size == plan.programs_size());
+    planner::VerifyOptions expect;
+    expect.expected_cluster = &slowed;
+    const auto verified = planner::verify_plan(plan, models, expect);
+    REQUIRE(verified.ok());
+    INFO((verified->problems.empty() ? "" : verified->problems[0]));
+    CHECK(verified->ok());
+    expect.expected_cluster = &base;  // another cluster: refused
+    CHECK_FALSE(planner::verify_plan(plan, models, expect)->ok());
   }
 }
 

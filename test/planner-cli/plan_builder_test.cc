@@ -6,7 +6,9 @@
 #include <tuple>
 
 #include "../support/fakes.h"
+#include "gp/cost/cluster.h"
 #include "gp/model/builder.h"
+#include "gp/model/model_io.h"
 #include "gp/model/zoo.h"
 #include "gp/plan/plan_util.h"
 
@@ -242,4 +244,53 @@ TEST_CASE("a chain plan relays tensors that skip stages through every stage in b
   auto bad = planner::stage_edges(g, st, /*chain=*/true);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.status().message(), Catch::Contains("a chain needs stages in topological order"));
+}
+
+TEST_CASE("a plan with a device idle between used ones is renumbered densely, the idle excluded") {
+  const auto g = chain3();
+  auto st = chain3_stages(g, {4, 4, 4});
+  st[0].ranks = {0};
+  st[1].ranks = {2, 3};  // device 1 idle, device 4 (the last) idle too
+  st[2].ranks = {5};
+  auto plan = plan_for(g, st, 8, 6);
+  plan.mutable_training()->set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  plan.mutable_training()->set_learning_rate(0.01);
+  auto before = plan::validate_plan(plan, g);
+  INFO(before.status().to_string());
+  REQUIRE(before.ok());
+  CHECK(before->world_size == 6);  // more ranks than the 4 programs: no launch could start it
+  CHECK(plan.programs_size() == 4);
+
+  auto compacted = planner::compact_idle_ranks(plan);
+  INFO(compacted.status().to_string());
+  REQUIRE(compacted.ok());
+  const auto& c = *compacted;
+  auto after = plan::validate_plan(c, g);
+  INFO(after.status().to_string());
+  REQUIRE(after.ok());
+  CHECK(after->world_size == 4);
+  REQUIRE(c.cluster().excluded_ranks_size() == 2);
+  CHECK(c.cluster().excluded_ranks(0) == 1);
+  CHECK(c.cluster().excluded_ranks(1) == 4);
+  CHECK(c.cluster_hash() == model::message_hash(c.cluster()));
+  // Each rank keeps its device: dense rank -> physical device.
+  const std::vector<int> device_of_rank = {0, 2, 3, 5};
+  for (int r = 0; r < 4; ++r) CHECK(cost::physical_device(c.cluster(), r) == device_of_rank[r]);
+  CHECK(c.stages(1).device_ranks(0) == 1);
+  CHECK(c.stages(1).device_ranks(1) == 2);
+  CHECK(c.stages(2).device_ranks(0) == 3);
+  for (int p = 0; p < c.programs_size(); ++p) CHECK(c.programs(p).rank() == p);
+  // Messages follow their ranks: every one is between ranks the new numbering has.
+  REQUIRE(c.messages_size() == plan.messages_size());
+  for (int m = 0; m < c.messages_size(); ++m) {
+    CHECK(cost::physical_device(c.cluster(), c.messages(m).src_rank()) ==
+          plan.messages(m).src_rank());
+    CHECK(cost::physical_device(c.cluster(), c.messages(m).dst_rank()) ==
+          plan.messages(m).dst_rank());
+  }
+  // A plan on the first devices, the others idle after them, is left as it is.
+  const auto dense = plan_for(g, chain3_stages(g, {4, 4, 4}), 8, 6);
+  auto same = planner::compact_idle_ranks(dense);
+  REQUIRE(same.ok());
+  CHECK(model::message_hash(*same) == model::message_hash(dense));
 }

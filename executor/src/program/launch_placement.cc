@@ -19,8 +19,22 @@ Result<std::vector<PlacedRank>> place_plan(const PlacementInput& input) {
   GP_RETURN_IF_ERROR(model::read_message(input.plan, &plan).with_context("--plan"));
   auto built = model::Graph::build(plan.model());
   if (!built.ok()) return built.status().with_context("--plan " + input.plan + ": plan.model");
-  GP_RETURN_IF_ERROR(
-      plan::validate_plan(plan, *built).status().with_context("--plan " + input.plan));
+  auto validated = plan::validate_plan(plan, *built);
+  if (!validated.ok()) return validated.status().with_context("--plan " + input.plan);
+  const plan::PlanIndex& index = *validated;
+  if (index.world_size != plan.programs_size()) {
+    // Written by a planner before plans were compacted (or by hand): rank r would get no program.
+    std::string idle;
+    for (int r = 0; r < index.world_size; ++r) {
+      if (index.program_of_rank[static_cast<size_t>(r)] < 0) {
+        idle += (idle.empty() ? "" : ",") + std::to_string(r);
+      }
+    }
+    return invalid_argument("--plan " + input.plan + ": ranks " + idle +
+                            " run no stage, between ranks that do: list the idle devices in "
+                            "cluster.excluded_ranks and number the ranks densely (graphpipe-plan "
+                            "search does so)");
+  }
   launch::PlacementRequest request;
   request.plan_path = input.plan;
   request.nprocs = input.nprocs;

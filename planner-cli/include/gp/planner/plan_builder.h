@@ -51,4 +51,12 @@ std::vector<int64_t> in_flight_samples(const std::vector<StageAssignment>& stage
 Result<graphpipe::v1::Plan> build_plan(const PlanInputs& inputs,
                                        const std::vector<StageAssignment>& stages);
 
+// A plan whose stages leave devices idle between the ones they use (a mixed cluster's plan on its
+// fastest devices) has more ranks than programs, which no launch can start. Such idle devices
+// become the cluster's excluded_ranks and the ranks are renumbered densely (stages, programs,
+// messages), so each rank keeps its device and every rank has a program; idle devices after the
+// last used one are left as they are (a plan on the first k devices). Other plans are returned
+// unchanged. Timing is unchanged: every rank keeps its device, its kind, node and links.
+Result<graphpipe::v1::Plan> compact_idle_ranks(graphpipe::v1::Plan plan);
+
 }  // namespace gp::planner
