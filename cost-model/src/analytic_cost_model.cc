@@ -1,11 +1,31 @@
 // Analytic per-op cost: roofline with a work-size dependent compute efficiency and a per-kernel
 // launch overhead, from datasheet peaks of a DeviceKind.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "gp/cost/cost_model.h"
 
 namespace gp::cost {
+
+double OptimizerStepCost::bandwidth(double bytes) const {
+  if (points <= 0) return bytes_per_s;
+  if (points == 1 || bytes <= point_bytes[0]) return point_bytes_per_s[0];
+  for (int i = 1; i < points; ++i) {
+    if (bytes <= point_bytes[i]) {
+      const double f =
+          std::log(bytes / point_bytes[i - 1]) / std::log(point_bytes[i] / point_bytes[i - 1]);
+      return std::exp(std::log(point_bytes_per_s[i - 1]) +
+                      f * std::log(point_bytes_per_s[i] / point_bytes_per_s[i - 1]));
+    }
+  }
+  return point_bytes_per_s[points - 1];
+}
+
+OptimizerStepCost analytic_optimizer_step_cost(const graphpipe::v1::DeviceKind& device) {
+  return {device.kernel_launch_overhead_us(), 0,
+          std::max(device.memory_bandwidth_bytes_per_s(), 1.0)};
+}
 namespace {
 
 using graphpipe::v1::Precision;

@@ -46,12 +46,31 @@ OpMemory op_memory(const model::OpNode& op, const MemoryOptions& options) {
 
 }  // namespace
 
-double optimizer_step_us(const graphpipe::v1::DeviceKind& device, const MemoryBreakdown& state) {
+double optimizer_step_bytes(const MemoryBreakdown& state) {
+  return 2.0 * static_cast<double>(state.weight_bytes + state.optimizer_bytes) +
+         static_cast<double>(state.gradient_bytes);
+}
+
+double optimizer_step_us(const OptimizerStepCost& cost, const MemoryBreakdown& state,
+                         int64_t tensors) {
   if (state.weight_bytes <= 0) return 0;  // no parameters: the plan has no step to take
-  const double bandwidth = std::max(device.memory_bandwidth_bytes_per_s(), 1.0);
-  const double touched = 2.0 * static_cast<double>(state.weight_bytes + state.optimizer_bytes) +
-                         static_cast<double>(state.gradient_bytes);
-  return touched / bandwidth * 1e6 + device.kernel_launch_overhead_us();
+  const double bytes = optimizer_step_bytes(state);
+  return cost.fixed_us + cost.per_tensor_us * static_cast<double>(tensors) +
+         bytes / std::max(cost.bandwidth(bytes), 1.0) * 1e6;
+}
+
+int64_t stage_param_tensors(const model::Graph& graph, std::span<const int> op_indices) {
+  int64_t tensors = 0;
+  for (int i : op_indices) {
+    if (graph.op(i).cost.param_count > 0) tensors += graph.op(i).proto->params_size();
+  }
+  return tensors;
+}
+
+int64_t optimizer_step_tensors(int64_t tensors, int data_parallel, bool shard_optimizer) {
+  if (!shard_optimizer || data_parallel <= 1) return tensors;
+  // A slice holds its share of the tensors, and a piece of one more where it starts mid-tensor.
+  return ceil_div(tensors, data_parallel) + 1;
 }
 
 MemoryBreakdown optimizer_step_state(const MemoryBreakdown& m, int data_parallel,

@@ -119,6 +119,7 @@ struct ProfiledCostModel::Impl {
   std::string device_kind;
   std::map<std::string, std::vector<Point>, std::less<>> points;  // by signature, sorted by b
   std::shared_ptr<const CostModel> fallback;
+  std::map<int, OptimizerStepCost> optimizer_steps;  // by OptimizerKind, this device kind's
   mutable std::mutex mutex;
   mutable std::set<std::string, std::less<>> fallback_signatures;
 };
@@ -167,6 +168,40 @@ Result<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::create(
     } else {
       pts.insert(it, p);
     }
+  }
+  for (int i = 0; i < db.optimizer_steps_size(); ++i) {
+    const auto& f = db.optimizer_steps(i);
+    if (f.device_kind() != device_kind) continue;
+    if (!(f.alpha_us() >= 0 && f.beta_bytes_per_s() > 0 && std::isfinite(f.beta_bytes_per_s()))) {
+      return invalid_argument(
+          "profile optimizer_steps[" + std::to_string(i) + "]: alpha_us = " + num(f.alpha_us()) +
+          ", beta_bytes_per_s = " + num(f.beta_bytes_per_s()) + ", must be >= 0 and > 0");
+    }
+    OptimizerStepCost step{0, f.alpha_us(), f.beta_bytes_per_s()};
+    // Each measured size's bandwidth, the per-update latency taken off (sizes ascending; a
+    // point no slower than the latency alone says nothing about bandwidth).
+    std::vector<std::pair<double, double>> points;
+    for (const auto& p : f.points()) {
+      const double streaming_us = p.time_us() - f.alpha_us();
+      if (p.bytes() > 0 && streaming_us > 0) {
+        points.emplace_back(static_cast<double>(p.bytes()),
+                            static_cast<double>(p.bytes()) / (streaming_us * 1e-6));
+      }
+    }
+    std::sort(points.begin(), points.end());
+    points.erase(std::unique(points.begin(), points.end(),
+                             [](const auto& a, const auto& b) { return a.first == b.first; }),
+                 points.end());
+    // The largest sizes kept: they price the states that leave the caches.
+    const size_t first = points.size() > OptimizerStepCost::kMaxPoints
+                             ? points.size() - OptimizerStepCost::kMaxPoints
+                             : 0;
+    for (size_t k = first; k < points.size(); ++k) {
+      step.point_bytes[step.points] = points[k].first;
+      step.point_bytes_per_s[step.points] = points[k].second;
+      ++step.points;
+    }
+    impl->optimizer_steps[f.optimizer()] = step;
   }
   auto log = gp::log::get("cost");
   if (impl->points.empty() && db.ops_size() > 0) {
@@ -222,6 +257,14 @@ std::optional<OpMemory> ProfiledCostModel::op_memory(const model::OpNode& op) co
   // Every op keeps its outputs: zero kept bytes means the profile did not measure memory.
   if (most.activation_bytes <= 0) return std::nullopt;
   return most;
+}
+
+OptimizerStepCost ProfiledCostModel::optimizer_step_cost(const graphpipe::v1::DeviceKind& device,
+                                                         graphpipe::v1::OptimizerKind kind) const {
+  if (kind == graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED) kind = graphpipe::v1::OPTIMIZER_KIND_ADAM;
+  auto it = impl_->optimizer_steps.find(kind);
+  if (it != impl_->optimizer_steps.end()) return it->second;
+  return impl_->fallback->optimizer_step_cost(device, kind);
 }
 
 int ProfiledCostModel::fallback_count() const {

@@ -82,6 +82,8 @@ Costs stage_costs(const Plan& plan, const model::Graph& graph, const plan::PlanI
     // ZeRO-1: each replica steps only its slice of the weights, gradients and state.
     const cost::MemoryBreakdown step_state =
         cost::optimizer_step_state(c.static_memory, d, c.shard_optimizer);
+    const int64_t step_tensors =
+        cost::optimizer_step_tensors(cost::stage_param_tensors(graph, ops), d, c.shard_optimizer);
     std::map<std::string, RankTimes> by_kind;  // one pricing per device kind of the replicas
     for (int r : st.device_ranks()) {
       const auto& device = cost::device_of_rank(cluster, r);
@@ -95,7 +97,8 @@ Costs stage_costs(const Plan& plan, const model::Graph& graph, const plan::PlanI
           t.backward_us += ot.backward_us;
         }
         if (st.recompute()) t.recompute_us = t.forward_us;
-        t.optimizer_us = cost::optimizer_step_us(device, step_state);
+        t.optimizer_us = cost::optimizer_step_us(
+            model.optimizer_step_cost(device, memory.optimizer), step_state, step_tensors);
       }
       if (r >= 0 && r < index.world_size) out.ranks[static_cast<size_t>(r)] = t;
       c.forward_us = std::max(c.forward_us, t.forward_us);

@@ -23,6 +23,21 @@ cost::OpTime ScaledCostModel::op_time(const model::OpNode& op, int64_t samples) 
   return t;
 }
 
+cost::OptimizerStepCost ScaledCostModel::optimizer_step_cost(
+    const graphpipe::v1::DeviceKind& device, graphpipe::v1::OptimizerKind kind) const {
+  // `device` is the measured kind, whose bandwidth and launch are already stretched
+  // (cluster_with_measured_speeds): the base prices its own kind, stretched here once.
+  graphpipe::v1::DeviceKind own = device;
+  own.set_memory_bandwidth_bytes_per_s(device.memory_bandwidth_bytes_per_s() * factor_);
+  own.set_kernel_launch_overhead_us(device.kernel_launch_overhead_us() / factor_);
+  cost::OptimizerStepCost step = base_->optimizer_step_cost(own, kind);
+  step.fixed_us *= factor_;
+  step.per_tensor_us *= factor_;
+  step.bytes_per_s /= factor_;
+  for (int i = 0; i < step.points; ++i) step.point_bytes_per_s[i] /= factor_;
+  return step;
+}
+
 namespace {
 constexpr std::string_view kRankSuffix = "/rank";
 

@@ -17,7 +17,17 @@ std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& 
                               const graphpipe::v1::TrainingConfig& training, int64_t mini_batch,
                               int64_t largest_kernel) {
   const cost::MemoryOptions memory{training.optimizer(), training.precision(), &compute};
-  const auto& device = cluster.device();
+  // The step's fixed part is left out: every term here must add up to at most the real cost.
+  cost::OptimizerStepCost step =
+      compute.optimizer_step_cost(cluster.device(), training.optimizer());
+  step.fixed_us = 0;
+  // A stage's step streams at the bandwidth of its whole state's size; an op's share can be no
+  // faster than the fastest measured.
+  if (step.points > 0) {
+    step.bytes_per_s = *std::max_element(step.point_bytes_per_s.begin(),
+                                         step.point_bytes_per_s.begin() + step.points);
+    step.points = 0;
+  }
   std::vector<OpTerms> out;
   for (int i = 0; i < graph.num_ops(); ++i) {
     const auto& op = graph.op(i);
@@ -33,9 +43,8 @@ std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& 
         static_cast<double>(cost::stage_param_bytes(graph, ops, training.precision()));
     if (t.gradient_bytes > 0) {
       const auto state = cost::stage_memory(graph, ops, 1, 0, 1, memory);
-      t.optimizer_s = std::max(
-          0.0,
-          (cost::optimizer_step_us(device, state) - device.kernel_launch_overhead_us()) * 1e-6);
+      t.optimizer_s =
+          cost::optimizer_step_us(step, state, cost::stage_param_tensors(graph, ops)) * 1e-6;
     }
     out.push_back(t);
   }

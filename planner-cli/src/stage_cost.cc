@@ -18,6 +18,7 @@ void StageAggregate::add(const StageAggregate& other) {
   weight_bytes += other.weight_bytes;
   optimizer_bytes += other.optimizer_bytes;
   gradient_bytes += other.gradient_bytes;
+  param_tensors += other.param_tensors;
   activation_bytes_per_sample += other.activation_bytes_per_sample;
   workspace_bytes_per_sample += other.workspace_bytes_per_sample;
   kernel_workspace_bytes_per_sample =
@@ -30,7 +31,8 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
                                int64_t max_samples, const graphpipe::v1::DeviceKind* device)
     : mini_batch_(mini_batch),
       capacity_((device != nullptr ? *device : comm.cluster().device()).memory_capacity_bytes()),
-      device_(device != nullptr ? *device : comm.cluster().device()),
+      optimizer_cost_(compute.optimizer_step_cost(
+          device != nullptr ? *device : comm.cluster().device(), memory.optimizer)),
       shard_optimizer_(memory.shard_optimizer) {
   // Tabulate the affine communication costs from two probes each.
   constexpr double kProbe1 = 1 << 20, kProbe2 = 1 << 21;
@@ -76,6 +78,7 @@ StageCostModel::StageCostModel(const model::Graph& graph, const UnitGraph& units
         cost::kernel_workspace_bytes_per_sample(graph, ops, memory);
     a.workspace_bytes_per_sample = m.workspace_bytes - a.kernel_workspace_bytes_per_sample;
     a.gradient_bytes = cost::stage_param_bytes(graph, ops, memory.precision);
+    a.param_tensors = cost::stage_param_tensors(graph, ops);
   }
 }
 
@@ -110,7 +113,9 @@ double StageCostModel::optimizer_us(const StageAggregate& stage, int d) const {
   state.weight_bytes = stage.weight_bytes;
   state.gradient_bytes = stage.gradient_bytes;
   state.optimizer_bytes = static_bytes(stage, d) - stage.weight_bytes - stage.gradient_bytes;
-  return cost::optimizer_step_us(device_, cost::optimizer_step_state(state, d, shard_optimizer_));
+  return cost::optimizer_step_us(
+      optimizer_cost_, cost::optimizer_step_state(state, d, shard_optimizer_),
+      cost::optimizer_step_tensors(stage.param_tensors, d, shard_optimizer_));
 }
 
 double StageCostModel::tps_s(const StageAggregate& stage, int64_t b, int d,

@@ -18,6 +18,7 @@ namespace {
 
 using graphpipe::v1::CommFit;
 using graphpipe::v1::OpMeasurement;
+using graphpipe::v1::OptimizerFit;
 using graphpipe::v1::ProfileDB;
 
 std::string num(double v) {
@@ -77,14 +78,9 @@ Status check_op(const std::string& where, const OpMeasurement& m) {
   return ok_status();
 }
 
-Status check_comm(const std::string& where, const CommFit& f) {
-  if (f.link_class() == graphpipe::v1::LINK_CLASS_UNSPECIFIED) {
-    return bad(where, "link_class", "LINK_CLASS_UNSPECIFIED", "must be INTRA_NODE or INTER_NODE");
-  }
-  if (f.kind() == graphpipe::v1::COLLECTIVE_KIND_UNSPECIFIED) {
-    return bad(where, "kind", "COLLECTIVE_KIND_UNSPECIFIED", "must be P2P or ALL_REDUCE");
-  }
-  if (f.ranks() < 2) return bad(where, "ranks", std::to_string(f.ranks()), "must be >= 2");
+// The alpha-beta part shared by comm and optimizer fits: bounds, points and provenance.
+template <typename Fit>
+Status check_alpha_beta(const std::string& where, const Fit& f) {
   GP_RETURN_IF_ERROR(check_at_most(where, "alpha_us", f.alpha_us(), kMaxLatencyUs, "one second"));
   if (!(std::isfinite(f.beta_bytes_per_s()) && f.beta_bytes_per_s() > 0)) {
     return bad(where, "beta_bytes_per_s", num(f.beta_bytes_per_s()), "must be > 0");
@@ -105,11 +101,60 @@ Status check_comm(const std::string& where, const CommFit& f) {
   return ok_status();
 }
 
+Status check_comm(const std::string& where, const CommFit& f) {
+  if (f.link_class() == graphpipe::v1::LINK_CLASS_UNSPECIFIED) {
+    return bad(where, "link_class", "LINK_CLASS_UNSPECIFIED", "must be INTRA_NODE or INTER_NODE");
+  }
+  if (f.kind() == graphpipe::v1::COLLECTIVE_KIND_UNSPECIFIED) {
+    return bad(where, "kind", "COLLECTIVE_KIND_UNSPECIFIED", "must be P2P or ALL_REDUCE");
+  }
+  if (f.ranks() < 2) return bad(where, "ranks", std::to_string(f.ranks()), "must be >= 2");
+  return check_alpha_beta(where, f);
+}
+
+Status check_optimizer(const std::string& where, const OptimizerFit& f) {
+  if (f.device_kind().empty()) return bad(where, "device_kind", "''", "must name the device");
+  if (f.optimizer() == graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED ||
+      !graphpipe::v1::OptimizerKind_IsValid(f.optimizer())) {
+    return bad(where, "optimizer", std::to_string(f.optimizer()),
+               "must be OPTIMIZER_KIND_SGD, _MOMENTUM or _ADAM");
+  }
+  return check_alpha_beta(where, f);
+}
+
 using OpKey = std::tuple<std::string, std::string, int64_t>;
 using CommKey = std::tuple<int, int, int>;
+using OptimizerKey = std::pair<std::string, int>;
 
 OpKey key_of(const OpMeasurement& m) { return {m.signature(), m.device_kind(), m.micro_batch()}; }
 CommKey key_of(const CommFit& f) { return {f.link_class(), f.kind(), f.ranks()}; }
+OptimizerKey key_of(const OptimizerFit& f) { return {f.device_kind(), f.optimizer()}; }
+
+// Appends `record` to `out` or replaces the earlier record of its key; true when it replaced.
+template <typename Key, typename Record>
+bool put(std::map<Key, int>& at, google::protobuf::RepeatedPtrField<Record>& out,
+         const Record& record) {
+  auto [it, fresh] = at.emplace(key_of(record), out.size());
+  if (fresh) {
+    *out.Add() = record;
+    return false;
+  }
+  out[it->second] = record;
+  return true;
+}
+
+const char* optimizer_label(graphpipe::v1::OptimizerKind k) {
+  switch (k) {
+    case graphpipe::v1::OPTIMIZER_KIND_SGD:
+      return "sgd";
+    case graphpipe::v1::OPTIMIZER_KIND_MOMENTUM:
+      return "momentum";
+    case graphpipe::v1::OPTIMIZER_KIND_ADAM:
+      return "adam";
+    default:
+      return "?";
+  }
+}
 
 }  // namespace
 
@@ -140,6 +185,10 @@ Status validate_profile(const ProfileDB& db) {
   for (int i = 0; i < db.comm_size(); ++i) {
     GP_RETURN_IF_ERROR(check_comm("comm[" + std::to_string(i) + "]", db.comm(i)));
   }
+  for (int i = 0; i < db.optimizer_steps_size(); ++i) {
+    GP_RETURN_IF_ERROR(
+        check_optimizer("optimizer_steps[" + std::to_string(i) + "]", db.optimizer_steps(i)));
+  }
   return ok_status();
 }
 
@@ -149,24 +198,12 @@ ProfileDB merge_profiles(std::span<const ProfileDB> dbs, MergeStats* stats) {
   out.set_format_version(kProfileFormatVersion);
   std::map<OpKey, int> op_at;
   std::map<CommKey, int> comm_at;
+  std::map<OptimizerKey, int> optimizer_at;
   for (const auto& db : dbs) {
-    for (const auto& m : db.ops()) {
-      auto [it, fresh] = op_at.emplace(key_of(m), out.ops_size());
-      if (fresh) {
-        *out.add_ops() = m;
-      } else {
-        *out.mutable_ops(it->second) = m;
-        ++local.ops_replaced;
-      }
-    }
-    for (const auto& f : db.comm()) {
-      auto [it, fresh] = comm_at.emplace(key_of(f), out.comm_size());
-      if (fresh) {
-        *out.add_comm() = f;
-      } else {
-        *out.mutable_comm(it->second) = f;
-        ++local.comm_replaced;
-      }
+    for (const auto& m : db.ops()) local.ops_replaced += put(op_at, *out.mutable_ops(), m);
+    for (const auto& f : db.comm()) local.comm_replaced += put(comm_at, *out.mutable_comm(), f);
+    for (const auto& f : db.optimizer_steps()) {
+      local.optimizer_replaced += put(optimizer_at, *out.mutable_optimizer_steps(), f);
     }
   }
   if (stats != nullptr) *stats = local;
@@ -207,6 +244,13 @@ std::string describe_profile(const ProfileDB& db) {
         f.kind() == graphpipe::v1::COLLECTIVE_KIND_P2P ? "p2p" : "all-reduce", f.ranks(),
         f.alpha_us(), f.beta_bytes_per_s() / 1e9, f.points_size(),
         f.provenance().device_name().c_str());
+    out += line;
+  }
+  for (const auto& f : db.optimizer_steps()) {
+    std::snprintf(line, sizeof(line),
+                  "step  device kind %-16s %-8s alpha %9.2f us  beta %9.3f GB/s  (%d points)\n",
+                  f.device_kind().c_str(), optimizer_label(f.optimizer()), f.alpha_us(),
+                  f.beta_bytes_per_s() / 1e9, f.points_size());
     out += line;
   }
   if (out.empty()) out = "empty profile\n";

@@ -18,9 +18,9 @@ Status run_merge(const MergeOptions& o) {
   GP_RETURN_IF_ERROR(write_profile(o.out, merged).with_context("--out " + o.out));
   log::get("profile")->info(
       "merged {} databases into {}: {} op records ({} replaced by later inputs), {} comm fits "
-      "({} replaced)",
+      "({} replaced), {} optimizer fits ({} replaced)",
       dbs.size(), o.out, merged.ops_size(), stats.ops_replaced, merged.comm_size(),
-      stats.comm_replaced);
+      stats.comm_replaced, merged.optimizer_steps_size(), stats.optimizer_replaced);
   return ok_status();
 }
 

@@ -16,6 +16,7 @@
 #include "gp/model/zoo.h"
 #include "gp/profile/device_kind.h"
 #include "gp/profile/op_profiler.h"
+#include "gp/profile/optimizer_profiler.h"
 #include "gp/profile_db/profile_db.h"
 #include "progress.h"
 
@@ -211,8 +212,31 @@ void print_measurements(const model::Graph& graph,
       device_kind.c_str());
 }
 
+// The optimizer fits beside the analytic step of the same device kind: per tensor, and the
+// bandwidth against the kind's memory bandwidth.
+void print_optimizer_fits(const std::vector<graphpipe::v1::OptimizerFit>& fits,
+                          const graphpipe::v1::Cluster& cluster) {
+  std::printf("%-10s %14s %12s %12s\n", "optimizer", "per tensor_us", "GB/s", "analytic");
+  for (const auto& f : fits) {
+    std::string ratio = "-";
+    if (cluster.has_device() && cluster.device().memory_bandwidth_bytes_per_s() > 0) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%.2fx",
+                    cluster.device().memory_bandwidth_bytes_per_s() / f.beta_bytes_per_s());
+      ratio = buf;
+    }
+    std::printf("%-10s %14.2f %12.2f %12s\n",
+                graphpipe::v1::OptimizerKind_Name(f.optimizer()).substr(15).c_str(), f.alpha_us(),
+                f.beta_bytes_per_s() / 1e9, ratio.c_str());
+  }
+  std::printf(
+      "(one update of one parameter tensor, t = per tensor + bytes / GB/s; analytic: its time for "
+      "large tensors / the device kind's memory bandwidth's)\n");
+}
+
 // Writes the measurements to --out; an error when some kernel failed validation.
-Status write_ops_profile(const std::string& out, OpProfileResult result) {
+Status write_ops_profile(const std::string& out, OpProfileResult result,
+                         std::vector<graphpipe::v1::OptimizerFit> optimizer_fits) {
   auto log = log::get("profile");
   for (const auto& r : result.rejected) {
     log->error("not recorded: {} ('{}') at micro-batch {}: {}", r.signature, r.op_id, r.micro_batch,
@@ -221,8 +245,10 @@ Status write_ops_profile(const std::string& out, OpProfileResult result) {
   graphpipe::v1::ProfileDB db;
   db.set_format_version(kProfileFormatVersion);
   for (auto& m : result.measurements) *db.add_ops() = std::move(m);
+  for (auto& f : optimizer_fits) *db.add_optimizer_steps() = std::move(f);
   GP_RETURN_IF_ERROR(write_profile(out, db).with_context("--out " + out));
-  log->info("wrote {} measurements of {} signatures to {}", db.ops_size(), result.signatures, out);
+  log->info("wrote {} measurements of {} signatures and {} optimizer fits to {}", db.ops_size(),
+            result.signatures, db.optimizer_steps_size(), out);
   if (!result.rejected.empty()) {
     return internal_error(std::to_string(result.rejected.size()) +
                           " kernel measurement(s) failed validation and were not recorded (see "
@@ -271,7 +297,23 @@ Status run_ops(const OpsOptions& o) {
   bar.finish();
   if (!result.ok()) return result.status();
   print_measurements(graph, signatures, *result, kind.cluster, precision, kind.device_kind);
-  return write_ops_profile(o.out, std::move(result).value());
+  // The step the executor takes after every iteration, once per parameter tensor.
+  OptimizerProfileOptions step_opts;
+  step_opts.measure = opts.measure;
+  step_opts.device_kind = kind.device_kind;
+  step_opts.provenance = opts.provenance;
+  step_opts.timer = opts.timer;
+  log::get("profile")->info("profiling the optimizer steps (SGD, momentum, Adam)");
+  std::vector<graphpipe::v1::OptimizerFit> fits;
+  if (auto measured = profile_optimizers(*device, step_opts); measured.ok()) {
+    fits = std::move(measured).value();
+    print_optimizer_fits(fits, kind.cluster);
+  } else {
+    // The operators' records are the long part of the work: they are written regardless.
+    log::get("profile")->warn("no optimizer records (the planner prices the step analytically): {}",
+                              measured.status().message());
+  }
+  return write_ops_profile(o.out, std::move(result).value(), std::move(fits));
 }
 
 }  // namespace gp::profile::cli

@@ -8,6 +8,7 @@
 
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
+#include "gp/cost/memory_model.h"
 #include "gp/model/builder.h"
 #include "gp/model/graph.h"
 
@@ -286,4 +287,74 @@ TEST_CASE("measured memory is the most bytes per sample over the sizes, absent w
   CHECK_FALSE(m->op_memory(op(g, "fc2")).has_value());  // no memory in the record
   CHECK_FALSE(m->op_memory(op(g, "act")).has_value());  // not in the profile
   CHECK_FALSE(m->op_memory(op(g, "x")).has_value());    // graph inputs run no kernel
+}
+
+TEST_CASE(
+    "a measured optimizer step prices each tensor and byte, and other kinds use the fallback") {
+  ProfileDB db;
+  auto* f = db.add_optimizer_steps();
+  f->set_device_kind(kKind);
+  f->set_optimizer(graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  f->set_alpha_us(3);
+  f->set_beta_bytes_per_s(2e9);
+  auto* other = db.add_optimizer_steps();
+  *other = *f;
+  other->set_device_kind("A100-SXM4-80GB");  // another device kind's: ignored
+  other->set_alpha_us(1000);
+  auto cluster = load_cluster("summit-v100");
+  REQUIRE(cluster.ok());
+  const auto& device = cluster->device();
+  auto m = make(db);
+  const OptimizerStepCost adam = m->optimizer_step_cost(device, graphpipe::v1::OPTIMIZER_KIND_ADAM);
+  CHECK(adam.fixed_us == 0);
+  CHECK(adam.per_tensor_us == 3);
+  CHECK(adam.bytes_per_s == 2e9);
+  // UNSPECIFIED reads as Adam, as in the memory model.
+  CHECK(m->optimizer_step_cost(device, graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED).per_tensor_us ==
+        3);
+  // SGD was not measured: the fallback's (the analytic step, launch and memory bandwidth).
+  const OptimizerStepCost sgd = m->optimizer_step_cost(device, graphpipe::v1::OPTIMIZER_KIND_SGD);
+  CHECK(sgd.per_tensor_us == 0);
+  CHECK(sgd.fixed_us == device.kernel_launch_overhead_us());
+  CHECK(sgd.bytes_per_s == device.memory_bandwidth_bytes_per_s());
+
+  // 1000 fp32 Adam parameters in 4 tensors stream 2 x (4000 + 8000) + 4000 = 28000 bytes.
+  MemoryBreakdown state;
+  state.weight_bytes = 4000;
+  state.gradient_bytes = 4000;
+  state.optimizer_bytes = 8000;
+  CHECK(optimizer_step_bytes(state) == 28000);
+  CHECK(optimizer_step_us(adam, state, 4) == Approx(4 * 3 + 28000 / 2e9 * 1e6));
+  state.weight_bytes = 0;  // nothing to step
+  CHECK(optimizer_step_us(adam, state, 4) == 0);
+}
+
+TEST_CASE("a measured step streams at the bandwidth measured at its whole state's size") {
+  ProfileDB db;
+  auto* f = db.add_optimizer_steps();
+  f->set_device_kind(kKind);
+  f->set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  f->set_alpha_us(1);
+  f->set_beta_bytes_per_s(20e9);
+  // 1 MB in 21 us (50 GB/s once the 1 us latency is off), 100 MB in 10 001 us (10 GB/s).
+  for (const auto& [bytes, us] : {std::pair{1e8, 10001.0}, std::pair{1e6, 21.0}}) {
+    auto* p = f->add_points();
+    p->set_bytes(static_cast<int64_t>(bytes));
+    p->set_time_us(us);
+  }
+  auto cluster = load_cluster("summit-v100");
+  REQUIRE(cluster.ok());
+  const OptimizerStepCost sgd =
+      make(db)->optimizer_step_cost(cluster->device(), graphpipe::v1::OPTIMIZER_KIND_SGD);
+  REQUIRE(sgd.points == 2);  // sorted by size
+  CHECK(sgd.bandwidth(1e6) == Approx(50e9));
+  CHECK(sgd.bandwidth(1e8) == Approx(10e9));
+  CHECK(sgd.bandwidth(1e7) == Approx(50e9 * std::sqrt(0.2)));  // log-log halfway
+  CHECK(sgd.bandwidth(1e3) == Approx(50e9));                   // the ends held
+  CHECK(sgd.bandwidth(1e12) == Approx(10e9));
+  // 12 MB of SGD state (1e6 parameters) in 10 tensors.
+  MemoryBreakdown state;
+  state.weight_bytes = state.gradient_bytes = 4000000;
+  const double bytes = optimizer_step_bytes(state);
+  CHECK(optimizer_step_us(sgd, state, 10) == Approx(10 + bytes / sgd.bandwidth(bytes) * 1e6));
 }

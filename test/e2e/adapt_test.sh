@@ -15,7 +15,7 @@ export GRAPHPIPE_RUNS_DIR="$tmp/graphpipe-runs"
 . "$(dirname "$0")/lib.sh"
 launch() { GP_EXECUTOR="$exe" GP_PLANNER="$plan_bin" timeout 300 "$launch" "$@"; }
 model='zoo:candle-uno?branches=4&layers=2&width=128'
-iterations=800
+iterations=1500  # long enough that a switch saves more than twice its cost
 
 "$profile_bin" ops --model "$model" --micro-batches 16,32,64 --out "$tmp/profile.pb" \
   --log-level warn > /dev/null || exit 1

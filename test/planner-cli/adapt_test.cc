@@ -9,6 +9,7 @@
 #include "../support/models.h"
 #include "gp/cost/cluster.h"
 #include "gp/cost/cost_model.h"
+#include "gp/cost/memory_model.h"
 #include "gp/plan/plan_util.h"
 #include "gp/planner/search.h"
 
@@ -85,7 +86,7 @@ TEST_CASE("a measured kind name is the device kind and the rank, and parses back
   CHECK_FALSE(planner::parse_measured_kind("/rank1", &kind, &rank));
 }
 
-TEST_CASE("a scaled cost model stretches forward and backward by its factor") {
+TEST_CASE("a scaled cost model stretches forward, backward and the optimizer step by its factor") {
   const auto graph = testing::chain_graph(2);
   const auto cluster = cpu_cluster(2);
   auto base =
@@ -97,6 +98,16 @@ TEST_CASE("a scaled cost model stretches forward and backward by its factor") {
     CHECK(b.forward_us == Approx(2.5 * a.forward_us));
     CHECK(b.backward_us == Approx(2.5 * a.backward_us));
   }
+  cost::MemoryBreakdown state;
+  state.weight_bytes = state.gradient_bytes = 1 << 20;
+  const auto kind = graphpipe::v1::OPTIMIZER_KIND_SGD;
+  // The measured kind the simulator hands it is stretched already (cluster_with_measured_speeds).
+  graphpipe::v1::DeviceKind measured = cluster.device();
+  measured.set_memory_bandwidth_bytes_per_s(measured.memory_bandwidth_bytes_per_s() / 2.5);
+  measured.set_kernel_launch_overhead_us(measured.kernel_launch_overhead_us() * 2.5);
+  CHECK(cost::optimizer_step_us(scaled.optimizer_step_cost(measured, kind), state, 3) ==
+        Approx(2.5 * cost::optimizer_step_us(base->optimizer_step_cost(cluster.device(), kind),
+                                             state, 3)));
 }
 
 TEST_CASE("a rank measured three times slower than the others has slowdown three") {

@@ -134,7 +134,9 @@ TEST_CASE("the stage cost prices the optimizer step with the simulator's functio
     const planner::StageAggregate agg = s.costs.aggregate(std::vector<int>{unit});
     const cost::MemoryBreakdown state =
         cost::stage_memory(s.g, s.units.unit_ops[unit], 256, 0, 1, s.memory);
-    const double step_us = cost::optimizer_step_us(s.cluster.device(), state);
+    const double step_us =
+        cost::optimizer_step_us(cost::analytic_optimizer_step_cost(s.cluster.device()), state,
+                                cost::stage_param_tensors(s.g, s.units.unit_ops[unit]));
     CHECK(step_us == Approx(64e6 * bytes_per_param / 3.35e12 * 1e6 + 5).epsilon(1e-9));
     CHECK(s.costs.optimizer_us(agg) == Approx(step_us).epsilon(1e-12));
     // Once per mini-batch in TPS, beside the compute of every micro-batch.

@@ -38,6 +38,20 @@ graphpipe::v1::CommFit fit(graphpipe::v1::CollectiveKind kind, int ranks, double
   return f;
 }
 
+graphpipe::v1::OptimizerFit step_fit(graphpipe::v1::OptimizerKind kind, double alpha_us,
+                                     const std::string& device_kind = "cpu-process") {
+  graphpipe::v1::OptimizerFit f;
+  f.set_device_kind(device_kind);
+  f.set_optimizer(kind);
+  f.set_alpha_us(alpha_us);
+  f.set_beta_bytes_per_s(8e9);
+  auto* p = f.add_points();
+  p->set_bytes(49152);
+  p->set_time_us(alpha_us + 6.144);
+  *f.mutable_provenance() = make_provenance("cpu", "test cpu", "", "openblas");
+  return f;
+}
+
 ProfileDB db_of(std::vector<graphpipe::v1::OpMeasurement> ops,
                 std::vector<graphpipe::v1::CommFit> comm = {}) {
   ProfileDB db;
@@ -101,6 +115,49 @@ TEST_CASE("merging keeps every record's provenance and lets a later database win
   CHECK(validate_profile(merged).ok());
   CHECK_THAT(describe_profile(merged), Catch::Contains("2 signatures"));
   CHECK_THAT(describe_profile(merged), Catch::Contains("all-reduce"));
+}
+
+TEST_CASE("optimizer fits merge by device kind and optimizer, and the summary lists them") {
+  auto first = db_of({});
+  *first.add_optimizer_steps() = step_fit(graphpipe::v1::OPTIMIZER_KIND_SGD, 1.0);
+  *first.add_optimizer_steps() = step_fit(graphpipe::v1::OPTIMIZER_KIND_ADAM, 2.0);
+  auto second = db_of({});
+  *second.add_optimizer_steps() = step_fit(graphpipe::v1::OPTIMIZER_KIND_ADAM, 3.0);
+  *second.add_optimizer_steps() = step_fit(graphpipe::v1::OPTIMIZER_KIND_ADAM, 4.0, "H100");
+  MergeStats stats;
+  const std::vector<ProfileDB> inputs{first, second};
+  const auto merged = merge_profiles(inputs, &stats);
+  CHECK(stats.optimizer_replaced == 1);
+  REQUIRE(merged.optimizer_steps_size() == 3);
+  CHECK(merged.optimizer_steps(0).alpha_us() == 1.0);
+  CHECK(merged.optimizer_steps(1).alpha_us() == 3.0);  // cpu-process Adam: the second's
+  CHECK(merged.optimizer_steps(2).device_kind() == "H100");
+  REQUIRE(validate_profile(merged).ok());
+  const std::string text = describe_profile(merged);
+  CHECK_THAT(text, Catch::Contains("cpu-process"));
+  CHECK_THAT(text, Catch::Contains("adam"));
+  CHECK_THAT(text, Catch::Contains("beta     8.000 GB/s"));
+}
+
+TEST_CASE("validation of optimizer fits names the record and the field") {
+  auto db = db_of({});
+  *db.add_optimizer_steps() = step_fit(graphpipe::v1::OPTIMIZER_KIND_UNSPECIFIED, 1.0);
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("optimizer_steps[0]: optimizer = 0"));
+  db.mutable_optimizer_steps(0)->set_optimizer(graphpipe::v1::OPTIMIZER_KIND_SGD);
+  REQUIRE(validate_profile(db).ok());
+  db.mutable_optimizer_steps(0)->set_device_kind("");
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("optimizer_steps[0]: device_kind"));
+  *db.mutable_optimizer_steps(0) = step_fit(graphpipe::v1::OPTIMIZER_KIND_SGD, -1.0);
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("alpha_us = -1"));
+  *db.mutable_optimizer_steps(0) = step_fit(graphpipe::v1::OPTIMIZER_KIND_SGD, 1.0);
+  db.mutable_optimizer_steps(0)->set_beta_bytes_per_s(1e20);
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("beta_bytes_per_s = 1e+20"));
+  *db.mutable_optimizer_steps(0) = step_fit(graphpipe::v1::OPTIMIZER_KIND_SGD, 1.0);
+  db.mutable_optimizer_steps(0)->mutable_points(0)->set_time_us(-3);
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("points[0]: time_us = -3"));
+  *db.mutable_optimizer_steps(0) = step_fit(graphpipe::v1::OPTIMIZER_KIND_SGD, 1.0);
+  db.mutable_optimizer_steps(0)->clear_provenance();
+  CHECK_THAT(validate_profile(db).message(), Catch::Contains("provenance"));
 }
 
 TEST_CASE("validation names the record and the field") {

@@ -5,6 +5,7 @@
 // Thread safety: const methods are safe to call concurrently.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +31,28 @@ struct OpMemory {
   double workspace_bytes = 0;   // used during one call only
 };
 
+// What one optimizer step costs a device: `fixed_us` once per step, `per_tensor_us` for each
+// parameter tensor it updates, and the bytes the updates stream at `bytes_per_s`
+// (gp::cost::optimizer_step_us adds them up).
+struct OptimizerStepCost {
+  double fixed_us = 0;
+  double per_tensor_us = 0;
+  double bytes_per_s = 1;
+  // Measured steps: the bandwidth at each measured size (bytes one update streamed, ascending).
+  // A step over B bytes in all streams at the bandwidth measured at B (interpolated log-log,
+  // the ends held): whether its state sits in a cache depends on the whole state, not on one
+  // tensor. Unused (bytes_per_s) when `points` is 0.
+  static constexpr int kMaxPoints = 8;
+  int points = 0;
+  std::array<double, kMaxPoints> point_bytes{};
+  std::array<double, kMaxPoints> point_bytes_per_s{};
+  // The bandwidth of a step streaming `bytes` in all.
+  double bandwidth(double bytes) const;
+};
+
+// The analytic step: the device's memory bandwidth and one kernel launch.
+OptimizerStepCost analytic_optimizer_step_cost(const graphpipe::v1::DeviceKind& device);
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -39,6 +62,12 @@ class CostModel {
   // OpCost is the estimate).
   virtual std::optional<OpMemory> op_memory(const model::OpNode& /*op*/) const {
     return std::nullopt;
+  }
+  // A `kind` optimizer step on `device` (this model's device kind): the analytic step unless
+  // the model has a measurement of it.
+  virtual OptimizerStepCost optimizer_step_cost(const graphpipe::v1::DeviceKind& device,
+                                                graphpipe::v1::OptimizerKind /*kind*/) const {
+    return analytic_optimizer_step_cost(device);
   }
   virtual std::string_view name() const = 0;
 };
@@ -83,7 +112,8 @@ std::string op_signature(const model::OpNode& op);
 // Measured times from a ProfileDB for one device kind. Between measured micro-batch sizes the
 // time is interpolated log-log; outside them it extrapolates from the nearest two (or scales
 // linearly from a single point). Ops absent from the DB fall back to `fallback`, with one
-// warning per signature naming the op.
+// warning per signature naming the op. Optimizer steps use the DB's fit of the kind and
+// optimizer (per tensor and per byte), else the fallback's (Adam for OPTIMIZER_KIND_UNSPECIFIED).
 class ProfiledCostModel final : public CostModel {
  public:
   static Result<std::unique_ptr<ProfiledCostModel>> create(
@@ -94,6 +124,8 @@ class ProfiledCostModel final : public CostModel {
   // The most bytes per sample over the measured micro-batch sizes; none for ops the profile does
   // not hold or holds without memory (profiles written before the profiler measured it).
   std::optional<OpMemory> op_memory(const model::OpNode& op) const override;
+  OptimizerStepCost optimizer_step_cost(const graphpipe::v1::DeviceKind& device,
+                                        graphpipe::v1::OptimizerKind kind) const override;
   std::string_view name() const override { return "profiled"; }
   // Number of distinct signatures answered by the fallback so far.
   int fallback_count() const;

@@ -59,19 +59,28 @@ int64_t kernel_workspace_bytes_per_sample(const model::Graph& graph,
                                           std::span<const int> op_indices,
                                           const MemoryOptions& options);
 
-// Time of one optimizer step over a stage's state on one device (weight, gradient and optimizer
-// bytes of `state`; the rest is ignored): the step streams the weights, gradients and optimizer
-// state once, reading all and writing the weights and state, at the device's memory bandwidth,
-// plus one kernel launch; 0 without weights (a plan steps only stages with parameters). The
-// simulator charges it once per stage replica and iteration, and the planners' stage cost
-// prices it with this same function.
-double optimizer_step_us(const graphpipe::v1::DeviceKind& device, const MemoryBreakdown& state);
+// Bytes one optimizer step streams over a stage's state (weight, gradient and optimizer bytes of
+// `state`; the rest is ignored): the weights and the optimizer state read and written, the
+// gradients read.
+double optimizer_step_bytes(const MemoryBreakdown& state);
+
+// Time of one optimizer step over `state`, `tensors` parameter tensors (one update each), priced
+// by `cost` (CostModel::optimizer_step_cost); 0 without weights (a plan steps only stages with
+// parameters). The simulator charges it once per stage replica and iteration, and the planners'
+// stage cost prices it with this same function.
+double optimizer_step_us(const OptimizerStepCost& cost, const MemoryBreakdown& state,
+                         int64_t tensors);
+
+// Parameter tensors of the ops: the updates of one optimizer step.
+int64_t stage_param_tensors(const model::Graph& graph, std::span<const int> op_indices);
 
 // The state one replica's optimizer step streams (for optimizer_step_us): `m` itself, or with
 // ZeRO-1 (`m.optimizer_bytes` already sharded by stage_memory) the weights and gradients of its
-// ceil(params / data_parallel) slice only.
+// ceil(params / data_parallel) slice only. Its tensors: stage_param_tensors, or with ZeRO-1 the
+// pieces of them in the slice (optimizer_step_tensors).
 MemoryBreakdown optimizer_step_state(const MemoryBreakdown& m, int data_parallel,
                                      bool shard_optimizer);
+int64_t optimizer_step_tensors(int64_t tensors, int data_parallel, bool shard_optimizer);
 
 // Bytes of parameters of the ops (at the training precision) — the gradient all-reduce volume.
 int64_t stage_param_bytes(const model::Graph& graph, std::span<const int> op_indices,

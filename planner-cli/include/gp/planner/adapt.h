@@ -36,6 +36,11 @@ class ScaledCostModel final : public cost::CostModel {
   std::optional<cost::OpMemory> op_memory(const model::OpNode& op) const override {
     return base_->op_memory(op);
   }
+  // The step stretched alike (a slow device is slow in every kernel). `device` is the measured
+  // kind (cluster_with_measured_speeds: its bandwidth and launch stretched already), which an
+  // analytic base would otherwise stretch twice.
+  cost::OptimizerStepCost optimizer_step_cost(const graphpipe::v1::DeviceKind& device,
+                                              graphpipe::v1::OptimizerKind kind) const override;
   std::string_view name() const override { return "measured-speed"; }
   double factor() const { return factor_; }
 

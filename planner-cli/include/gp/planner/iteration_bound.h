@@ -4,8 +4,9 @@
 //
 // For an op i with replicas r (those of its stage): its compute is at least c_i = mini-batch x
 // its cheapest time per sample over kernels of 1..mini-batch samples; each replica steps the
-// optimizer over the op's state, o_i = the simulator's step time of the op alone less the one
-// kernel launch a stage shares (cost::optimizer_step_us); and all-reduces its gradients,
+// optimizer over the op's state, o_i = the simulator's step time of the op alone less the fixed
+// part a stage shares (cost::optimizer_step_us, the cost model's step); and all-reduces its
+// gradients,
 // a_i(r) = 2 (r-1)/r x bytes_i / the faster link's bandwidth (the ring formula's volume without
 // latency, a stage's one latency being shared by its ops; the hierarchical formula costs at
 // least as much). An iteration of T seconds then needs, for every op, some r with

@@ -8,11 +8,12 @@
 // the mini-batch: each micro-batch's forward and backward, the transfers in and out of the stage
 // (asynchronous in the executor, so they overlap compute: max, not sum), and once per mini-batch
 // the gradient all-reduce (blocking every replica) and the optimizer step
-// (gp::cost::optimizer_step_us, the simulator's own function). Memory per device follows
-// gp::cost::stage_memory: weights + gradients + optimizer state + activations of ceil(k/d)
-// in-flight samples + workspace of ceil(b/d) samples. Built with MemoryOptions::recompute, it
-// prices every stage recomputing (Stage.recompute): the activations are the stage's boundary
-// only, one micro-batch of the rest is workspace, and compute adds a second forward.
+// (gp::cost::optimizer_step_us with the cost model's step, the simulator's own function). Memory
+// per device follows gp::cost::stage_memory: weights + gradients + optimizer state + activations of
+// ceil(k/d) in-flight samples + workspace of ceil(b/d) samples. Built with
+// MemoryOptions::recompute, it prices every stage recomputing (Stage.recompute): the activations
+// are the stage's boundary only, one micro-batch of the rest is workspace, and compute adds a
+// second forward.
 #pragma once
 
 #include <array>
@@ -41,6 +42,7 @@ struct StageAggregate {
   int64_t weight_bytes = 0;                     // the parts the optimizer step streams
   int64_t optimizer_bytes = 0;
   int64_t gradient_bytes = 0;  // all-reduce volume (= the gradients' bytes)
+  int64_t param_tensors = 0;   // updates of one optimizer step
   int64_t activation_bytes_per_sample = 0;
   int64_t workspace_bytes_per_sample = 0;         // gradients inside the units, one call
   int64_t kernel_workspace_bytes_per_sample = 0;  // the largest kernel workspace, one call
@@ -126,9 +128,9 @@ class StageCostModel {
   std::vector<StageAggregate> units_;
   int64_t mini_batch_;
   int64_t capacity_;
-  graphpipe::v1::DeviceKind device_;   // prices the optimizer step
-  bool shard_optimizer_ = false;       // MemoryOptions::shard_optimizer
-  int64_t state_bytes_per_param_ = 0;  // optimizer state (and bf16 master) bytes per parameter
+  cost::OptimizerStepCost optimizer_cost_;  // the device's step, from the cost model
+  bool shard_optimizer_ = false;            // MemoryOptions::shard_optimizer
+  int64_t state_bytes_per_param_ = 0;       // optimizer state (and bf16 master) bytes per parameter
   // Communication times are affine in the bytes (alpha-beta), so they are tabulated once:
   // t = alpha + beta * bytes, p2p to a typical neighbour and all-reduce over d devices.
   double p2p_alpha_us_ = 0, p2p_beta_us_ = 0;

@@ -19,18 +19,21 @@ graphpipe::v1::Provenance make_provenance(std::string backend, std::string devic
 // InvalidArgument naming the record and the field: a format_version other than 1, an op record
 // without signature or device kind, a non-positive micro-batch, a negative or non-finite time or
 // byte count, a comm fit without link class or kind, fewer than 2 ranks, a negative alpha or a
-// non-positive beta, or any record without provenance. Values no real measurement reaches are
+// non-positive beta, an optimizer fit without device kind or optimizer, or any record without
+// provenance. Values no real measurement reaches are
 // refused with the bound: op times and spreads (and comm points' times) above one hour
 // (3.6e9 us), byte counts above 1 PiB, alpha above one second, beta outside [1e3, 1e15] B/s.
 Status validate_profile(const graphpipe::v1::ProfileDB& db);
 
 struct MergeStats {
-  int ops_replaced = 0;   // op records superseded by a later database's record of the same key
-  int comm_replaced = 0;  // comm fits superseded likewise
+  int ops_replaced = 0;        // op records superseded by a later database's record of the same key
+  int comm_replaced = 0;       // comm fits superseded likewise
+  int optimizer_replaced = 0;  // optimizer fits superseded likewise
 };
 
 // The union of `dbs`, in order; a later record replaces an earlier one with the same key
-// (signature, device kind, micro-batch for ops; link class, kind, ranks for comm fits). Each
+// (signature, device kind, micro-batch for ops; link class, kind, ranks for comm fits; device
+// kind, optimizer for optimizer fits). Each
 // record keeps its own provenance.
 graphpipe::v1::ProfileDB merge_profiles(std::span<const graphpipe::v1::ProfileDB> dbs,
                                         MergeStats* stats = nullptr);
@@ -40,7 +43,8 @@ Result<graphpipe::v1::ProfileDB> read_profile(const std::string& path);
 // Validates and writes atomically.
 Status write_profile(const std::string& path, const graphpipe::v1::ProfileDB& db);
 
-// A human-readable summary: op records per device kind, comm fits with alpha and beta.
+// A human-readable summary: op records per device kind, comm and optimizer fits with alpha and
+// beta.
 std::string describe_profile(const graphpipe::v1::ProfileDB& db);
 
 }  // namespace gp::profile
