@@ -95,6 +95,52 @@ std::string num(double v) {
   return buf;
 }
 
+// A profile's optimizer record as the cost model prices it: per tensor, and each measured size's
+// bandwidth with the per-update latency taken off (sizes ascending; a point no slower than the
+// latency alone says nothing about bandwidth).
+Result<OptimizerStepCost> step_cost_of(const graphpipe::v1::OptimizerFit& f, int index) {
+  if (!(f.alpha_us() >= 0 && f.beta_bytes_per_s() > 0 && std::isfinite(f.beta_bytes_per_s()))) {
+    return invalid_argument(
+        "profile optimizer_steps[" + std::to_string(index) + "]: alpha_us = " + num(f.alpha_us()) +
+        ", beta_bytes_per_s = " + num(f.beta_bytes_per_s()) + ", must be >= 0 and > 0");
+  }
+  OptimizerStepCost step{0, f.alpha_us(), f.beta_bytes_per_s()};
+  std::vector<std::pair<double, double>> points;
+  for (const auto& p : f.points()) {
+    const double streaming_us = p.time_us() - f.alpha_us();
+    if (p.bytes() > 0 && streaming_us > 0) {
+      points.emplace_back(static_cast<double>(p.bytes()),
+                          static_cast<double>(p.bytes()) / (streaming_us * 1e-6));
+    }
+  }
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end(),
+                           [](const auto& a, const auto& b) { return a.first == b.first; }),
+               points.end());
+  // The largest sizes kept: they price the states that leave the caches.
+  const size_t first = points.size() > OptimizerStepCost::kMaxPoints
+                           ? points.size() - OptimizerStepCost::kMaxPoints
+                           : 0;
+  for (size_t k = first; k < points.size(); ++k) {
+    step.point_bytes[step.points] = points[k].first;
+    step.point_bytes_per_s[step.points] = points[k].second;
+    ++step.points;
+  }
+  return step;
+}
+
+// The optimizer records of `device_kind`, by OptimizerKind.
+Result<std::map<int, OptimizerStepCost>> step_costs_of(const graphpipe::v1::ProfileDB& db,
+                                                       std::string_view device_kind) {
+  std::map<int, OptimizerStepCost> out;
+  for (int i = 0; i < db.optimizer_steps_size(); ++i) {
+    const auto& f = db.optimizer_steps(i);
+    if (f.device_kind() != device_kind) continue;
+    GP_ASSIGN_OR_RETURN(out[f.optimizer()], step_cost_of(f, i));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string op_signature(const model::OpNode& op) {
@@ -169,40 +215,7 @@ Result<std::unique_ptr<ProfiledCostModel>> ProfiledCostModel::create(
       pts.insert(it, p);
     }
   }
-  for (int i = 0; i < db.optimizer_steps_size(); ++i) {
-    const auto& f = db.optimizer_steps(i);
-    if (f.device_kind() != device_kind) continue;
-    if (!(f.alpha_us() >= 0 && f.beta_bytes_per_s() > 0 && std::isfinite(f.beta_bytes_per_s()))) {
-      return invalid_argument(
-          "profile optimizer_steps[" + std::to_string(i) + "]: alpha_us = " + num(f.alpha_us()) +
-          ", beta_bytes_per_s = " + num(f.beta_bytes_per_s()) + ", must be >= 0 and > 0");
-    }
-    OptimizerStepCost step{0, f.alpha_us(), f.beta_bytes_per_s()};
-    // Each measured size's bandwidth, the per-update latency taken off (sizes ascending; a
-    // point no slower than the latency alone says nothing about bandwidth).
-    std::vector<std::pair<double, double>> points;
-    for (const auto& p : f.points()) {
-      const double streaming_us = p.time_us() - f.alpha_us();
-      if (p.bytes() > 0 && streaming_us > 0) {
-        points.emplace_back(static_cast<double>(p.bytes()),
-                            static_cast<double>(p.bytes()) / (streaming_us * 1e-6));
-      }
-    }
-    std::sort(points.begin(), points.end());
-    points.erase(std::unique(points.begin(), points.end(),
-                             [](const auto& a, const auto& b) { return a.first == b.first; }),
-                 points.end());
-    // The largest sizes kept: they price the states that leave the caches.
-    const size_t first = points.size() > OptimizerStepCost::kMaxPoints
-                             ? points.size() - OptimizerStepCost::kMaxPoints
-                             : 0;
-    for (size_t k = first; k < points.size(); ++k) {
-      step.point_bytes[step.points] = points[k].first;
-      step.point_bytes_per_s[step.points] = points[k].second;
-      ++step.points;
-    }
-    impl->optimizer_steps[f.optimizer()] = step;
-  }
+  GP_ASSIGN_OR_RETURN(impl->optimizer_steps, step_costs_of(db, device_kind));
   auto log = gp::log::get("cost");
   if (impl->points.empty() && db.ops_size() > 0) {
     log->warn(

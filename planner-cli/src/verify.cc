@@ -25,6 +25,26 @@ Status check_prediction(double iteration_time_s, double throughput_samples_per_s
                              "latencies and kernel_launch_overhead_us, and --profile's times)");
 }
 
+namespace {
+
+// A plan that leaves devices idle between used ones lists them after the cluster's own excluded
+// ranks (compact_idle_ranks): it is still `expected`'s plan.
+bool with_idle_devices_listed(const graphpipe::v1::Plan& plan,
+                              const graphpipe::v1::Cluster& expected) {
+  const auto& expected_excluded = expected.excluded_ranks();
+  graphpipe::v1::Cluster without_idle = plan.cluster();
+  if (without_idle.excluded_ranks_size() <= expected_excluded.size() ||
+      !std::equal(expected_excluded.begin(), expected_excluded.end(),
+                  without_idle.excluded_ranks().begin())) {
+    return false;
+  }
+  without_idle.mutable_excluded_ranks()->Truncate(expected_excluded.size());
+  return model::message_hash(without_idle) == model::message_hash(expected) &&
+         plan.cluster_hash() == model::message_hash(plan.cluster());
+}
+
+}  // namespace
+
 Result<VerifyReport> verify_plan(const Plan& plan, const cost::CostModel& compute,
                                  const VerifyOptions& options) {
   // Not owned: `compute` outlives the call.
@@ -56,19 +76,8 @@ Result<VerifyReport> verify_plan(const Plan& plan, const cost::DeviceCostModels&
   }
   if (options.expected_cluster != nullptr) {
     const std::string hash = model::message_hash(*options.expected_cluster);
-    // A plan that leaves devices idle between used ones lists them after the cluster's own
-    // excluded ranks (planner::compact_idle_ranks): it is still that cluster's plan.
-    const auto& expected_excluded = options.expected_cluster->excluded_ranks();
-    graphpipe::v1::Cluster without_idle = plan.cluster();
-    const bool idle_listed_after = without_idle.excluded_ranks_size() > expected_excluded.size() &&
-                                   std::equal(expected_excluded.begin(), expected_excluded.end(),
-                                              without_idle.excluded_ranks().begin());
-    if (idle_listed_after) {
-      without_idle.mutable_excluded_ranks()->Truncate(expected_excluded.size());
-    }
-    const bool same_cluster = hash == plan.cluster_hash() ||
-                              (idle_listed_after && hash == model::message_hash(without_idle) &&
-                               plan.cluster_hash() == model::message_hash(plan.cluster()));
+    const bool same_cluster =
+        hash == plan.cluster_hash() || with_idle_devices_listed(plan, *options.expected_cluster);
     if (!same_cluster) {
       problems.push_back("the plan is for cluster '" + plan.cluster().name() + "' (hash " +
                          plan.cluster_hash() + "), not for '" + options.expected_cluster->name() +
