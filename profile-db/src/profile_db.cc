@@ -143,7 +143,9 @@ bool put(std::map<Key, int>& at, google::protobuf::RepeatedPtrField<Record>& out
   return true;
 }
 
-const char* optimizer_label(graphpipe::v1::OptimizerKind k) {
+}  // namespace
+
+const char* optimizer_name(graphpipe::v1::OptimizerKind k) {
   switch (k) {
     case graphpipe::v1::OPTIMIZER_KIND_SGD:
       return "sgd";
@@ -152,11 +154,9 @@ const char* optimizer_label(graphpipe::v1::OptimizerKind k) {
     case graphpipe::v1::OPTIMIZER_KIND_ADAM:
       return "adam";
     default:
-      return "?";
+      return "unspecified";
   }
 }
-
-}  // namespace
 
 graphpipe::v1::Provenance make_provenance(std::string backend, std::string device_name,
                                           std::string driver_version,
@@ -249,7 +249,7 @@ std::string describe_profile(const ProfileDB& db) {
   for (const auto& f : db.optimizer_steps()) {
     std::snprintf(line, sizeof(line),
                   "step  device kind %-16s %-8s alpha %9.2f us  beta %9.3f GB/s  (%d points)\n",
-                  f.device_kind().c_str(), optimizer_label(f.optimizer()), f.alpha_us(),
+                  f.device_kind().c_str(), optimizer_name(f.optimizer()), f.alpha_us(),
                   f.beta_bytes_per_s() / 1e9, f.points_size());
     out += line;
   }

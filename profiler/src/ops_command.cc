@@ -225,8 +225,7 @@ void print_optimizer_fits(const std::vector<graphpipe::v1::OptimizerFit>& fits,
                     cluster.device().memory_bandwidth_bytes_per_s() / f.beta_bytes_per_s());
       ratio = buf;
     }
-    std::printf("%-10s %14.2f %12.2f %12s\n",
-                graphpipe::v1::OptimizerKind_Name(f.optimizer()).substr(15).c_str(), f.alpha_us(),
+    std::printf("%-10s %14.2f %12.2f %12s\n", optimizer_name(f.optimizer()), f.alpha_us(),
                 f.beta_bytes_per_s() / 1e9, ratio.c_str());
   }
   std::printf(

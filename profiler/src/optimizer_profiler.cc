@@ -8,6 +8,7 @@
 #include "gp/cost/memory_model.h"
 #include "gp/exec/optimizer.h"
 #include "gp/profile_db/comm_fit.h"
+#include "gp/profile_db/profile_db.h"
 
 namespace gp::profile {
 namespace {
@@ -66,12 +67,6 @@ Status check_finite(const exec::Device& device, const exec::DeviceBuffer& weight
                         " is not finite after the timed updates");
 }
 
-const char* kind_name(pb::OptimizerKind k) {
-  return k == pb::OPTIMIZER_KIND_SGD        ? "sgd"
-         : k == pb::OPTIMIZER_KIND_MOMENTUM ? "momentum"
-                                            : "adam";
-}
-
 }  // namespace
 
 Result<std::vector<pb::OptimizerFit>> profile_optimizers(const exec::Device& device,
@@ -88,7 +83,7 @@ Result<std::vector<pb::OptimizerFit>> profile_optimizers(const exec::Device& dev
   std::vector<pb::OptimizerFit> fits;
   for (const auto kind : options.kinds) {
     const std::string what =
-        std::string("optimizer ") + kind_name(kind) + " on " + std::string(device.name());
+        std::string("optimizer ") + optimizer_name(kind) + " on " + std::string(device.name());
     pb::TrainingConfig config;
     config.set_optimizer(kind);
     config.set_learning_rate(1e-3);

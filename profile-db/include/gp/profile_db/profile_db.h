@@ -43,6 +43,9 @@ Result<graphpipe::v1::ProfileDB> read_profile(const std::string& path);
 // Validates and writes atomically.
 Status write_profile(const std::string& path, const graphpipe::v1::ProfileDB& db);
 
+// "sgd", "momentum", "adam" ("unspecified" otherwise), as records and tables name them.
+const char* optimizer_name(graphpipe::v1::OptimizerKind kind);
+
 // A human-readable summary: op records per device kind, comm and optimizer fits with alpha and
 // beta.
 std::string describe_profile(const graphpipe::v1::ProfileDB& db);
