@@ -229,8 +229,9 @@ void print_optimizer_fits(const std::vector<graphpipe::v1::OptimizerFit>& fits,
                 f.beta_bytes_per_s() / 1e9, ratio.c_str());
   }
   std::printf(
-      "(one update of one parameter tensor, t = per tensor + bytes / GB/s; analytic: its time for "
-      "large tensors / the device kind's memory bandwidth's)\n");
+      "(one update of one parameter tensor: t = per tensor + bytes / GB/s, the fit over the sizes; "
+      "analytic: measured / the analytic model's time (the device kind's memory bandwidth) for "
+      "large tensors; a step is priced at the bandwidth measured at its whole state's size)\n");
 }
 
 // Writes the measurements to --out; an error when some kernel failed validation.
