@@ -265,7 +265,7 @@ class Submission {
       // After a failure the others leave within a heartbeat; ranks still there (a frozen one)
       // are stopped on every node: SIGTERM, then SIGKILL from their daemon.
       // A rank the coordinator blamed is stopped at once.
-      if (first_failure_ && !stragglers_stopped_ && any_running &&
+      if (first_failure_ && !stragglers_stopped_ &&
           (blamed_ >= 0 ||
            std::chrono::steady_clock::now() - *first_failure_ > std::chrono::seconds(1))) {
         log_->warn("job {}: ranks still running after a failure; stopping them", job_);
