@@ -461,7 +461,10 @@ TEST_CASE("torch exports compute torch's output and loss, and match it after one
       check_close(t.value_of(out), floats(y0), 1e-5);
       const double torch_loss = floats(load_tensor(ref + "loss_0.pb"))[0];
       CHECK(std::fabs(loss - torch_loss) <= 1e-5 * std::fabs(torch_loss));
-      if (folded) continue;
+      // The exporters' constant folding computes Swin's relative position bias from the table
+      // and writes the result, not the table: the file trains that tensor, not torch's table.
+      const bool bias_folded = stem.starts_with("weight_views_") && !stem.ends_with("_noopt");
+      if (folded || bias_folded) continue;
       t.backward_and_sgd(0.1f);
       t.forward();
       check_close(t.value_of(out), floats(load_tensor(ref + "output_after_step_0.pb")), 1e-5);

@@ -399,21 +399,6 @@ TEST_CASE("each refusal names its blocker, and shape arithmetic feeding it is no
   }
 }
 
-TEST_CASE("a tensor computed from a weight stays a trained weight, not a folded constant") {
-  // Unsqueeze of a weight feeds arithmetic, not a comparison: folding it would stop its training.
-  Onnx b;
-  b.input("x", {3, 4});
-  b.init("w", {4}, {1, 2, 3, 4});
-  b.init("zero", {1}, {0}, kInt64);
-  b.node("Unsqueeze", {"w", "zero"}, {"w2"}, "unsqueeze");
-  b.node("Mul", {"x", "w2"}, {"y"}, "mul");
-  b.output("y", {3, 4});
-  const auto msg = b.refusal();
-  CHECK_THAT(msg, Catch::Contains("'mul' (Mul): input 1 'w2' is neither an activation nor a "
-                                  "constant; needs node 0 'unsqueeze' (Unsqueeze)"));
-  CHECK_THAT(msg, Catch::Contains("computes from a trained weight"));
-}
-
 }  // namespace
 }  // namespace gp::model
 

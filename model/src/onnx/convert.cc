@@ -73,8 +73,6 @@ int min_inputs(const std::string& t) {
   return it == mapped_inputs().end() ? general_min_inputs(t) : it->second;
 }
 
-namespace {
-
 // Types that map element by element: they also take a tensor without the batch axis.
 bool elementwise_type(const std::string& t) {
   static const std::set<std::string> kElementwise = {
@@ -85,8 +83,6 @@ bool elementwise_type(const std::string& t) {
       "Not",      "And",      "Or",    "Xor",        "Where",       "Cast"};
   return kElementwise.count(t) > 0;
 }
-
-}  // namespace
 
 void Importer::convert(int i) {
   const auto& n = g_.node(i);
@@ -105,6 +101,18 @@ void Importer::convert(int i) {
   if (const std::string why = layout_refusal(i); !why.empty()) return refuse(i, why);
   if (fused != fused_.end()) return emit_fused(i, fused->second);
   // (Nodes without an output or with too few inputs were refused before any conversion.)
+  // A trained weight with its elements moved (weight_maps.cc) becomes a tensor here, for the
+  // element-wise ops that take it.
+  for (const auto& input : n.input()) {
+    const auto map = weight_maps_.find(input);
+    if (map == weight_maps_.end() || act_.count(input)) continue;
+    if (!elementwise_type(t)) {
+      return refuse(i, "reads '" + input + "', the trained weight '" + map->second.source +
+                           "' with its elements moved (Reshape, Transpose, Gather); only "
+                           "element-wise ops take such a tensor");
+    }
+    if (!materialize_weight_map(i, input)) return;
+  }
   // A tensor without the batch axis (an embedding of constant position ids) is the same for
   // every sample: element-wise ops take it, as they take a constant; other ops would read its
   // first axis as the batch.

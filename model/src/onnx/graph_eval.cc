@@ -221,6 +221,7 @@ class Evaluator {
   Result<EvalTensor> concat(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> expand(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> gather(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> gather_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> slice(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> reduce(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> einsum(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
@@ -668,6 +669,7 @@ const std::map<std::string, Evaluator::TensorOp>& Evaluator::tensor_ops() {
       {"Concat", &Evaluator::concat},
       {"Expand", &Evaluator::expand},
       {"Gather", &Evaluator::gather},
+      {"GatherND", &Evaluator::gather_nd},
       {"Slice", &Evaluator::slice},
       {"ReduceSum", &Evaluator::reduce},
       {"ReduceMean", &Evaluator::reduce},
@@ -1083,6 +1085,42 @@ Result<EvalTensor> Evaluator::gather(const onnx::NodeProto& n, const Scope& s, E
       const auto b = x.values.begin() + (o * size + i) * inner;
       out.values.insert(out.values.end(), b, b + inner);
     }
+  }
+  return out;
+}
+
+// GatherND without batch dims (torch's lowering of advanced indexing): each row of the last
+// axis of `indices` picks a slice of x by its leading coordinates.
+Result<EvalTensor> Evaluator::gather_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
+  if (attr_i(n, "batch_dims", 0) != 0) return unimplemented("batch_dims other than 0");
+  if (indices.dims.empty()) return invalid_argument("0-D indices");
+  const int64_t depth = indices.dims.back();
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  if (depth < 1 || depth > rank) {
+    return invalid_argument("indices of depth " + std::to_string(depth) + " for data of rank " +
+                            std::to_string(rank));
+  }
+  Dims dims(indices.dims.begin(), indices.dims.end() - 1);
+  dims.insert(dims.end(), x.dims.begin() + depth, x.dims.end());
+  GP_RETURN_IF_ERROR(count_of(dims).status());
+  int64_t inner = 1;
+  for (int64_t k = depth; k < rank; ++k) inner *= x.dims[static_cast<size_t>(k)];
+  EvalTensor out{dims, {}, x.ints};
+  for (size_t row = 0; row + static_cast<size_t>(depth) <= indices.values.size();
+       row += static_cast<size_t>(depth)) {
+    int64_t at = 0;
+    for (int64_t k = 0; k < depth; ++k) {
+      const int64_t size = x.dims[static_cast<size_t>(k)];
+      int64_t i = to_index(indices.values[row + static_cast<size_t>(k)]);
+      if (i < 0) i += size;
+      if (i < 0 || i >= size) {
+        return invalid_argument("index " + std::to_string(i) + " out of range");
+      }
+      at = at * size + i;
+    }
+    const auto b = x.values.begin() + at * inner;
+    out.values.insert(out.values.end(), b, b + inner);
   }
   return out;
 }

@@ -284,6 +284,10 @@ Result<ModelGraph> Importer::run() {
       done_[static_cast<size_t>(i)] = true;
       continue;
     }
+    if (fold_weight_map(i)) {
+      done_[static_cast<size_t>(i)] = true;
+      continue;
+    }
     if (match_attention_views(i)) continue;  // claims its nodes, emitted at its last one
     const int first = b_.model().ops_size();
     convert(i);
@@ -737,9 +741,13 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     // A weight's dims are all known (torch 2.x's unoptimised exports read a conv's channel
     // count this way); an activation's first dim is the batch.
     // A folded list (shape arithmetic reading its own length) has all its dims known too.
+    // So has a folded tensor (an index buffer reshaped, the shape of which torch reads).
     const auto list = folded(n.input(0));
-    const bool weight = is_weight(n.input(0)) || list;
-    auto dims = list ? std::optional(std::vector<int64_t>{static_cast<int64_t>(list->size())})
+    const auto tensor = tensors_.find(n.input(0));
+    const bool constant = tensor != tensors_.end();
+    const bool weight = is_weight(n.input(0)) || list || constant;
+    auto dims = list       ? std::optional(std::vector<int64_t>{static_cast<int64_t>(list->size())})
+                : constant ? std::optional(tensor->second.dims)
                 : is_weight(n.input(0)) ? std::optional(weight_dims(n.input(0)))
                                         : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
@@ -823,9 +831,10 @@ const std::set<std::string>& elementwise_folds() {
 // Every type fold_tensor evaluates (graph_eval.cc's tensor ops).
 bool foldable(const std::string& t) {
   static const std::set<std::string> kOthers = {
-      "Constant",  "Range",      "Reshape",   "Squeeze",         "Unsqueeze",  "Expand",
-      "Gather",    "Slice",      "Trilu",     "ConstantOfShape", "Transpose",  "Flatten",
-      "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",       "ReduceProd", "Einsum"};
+      "Constant",  "Range",      "Reshape",   "Squeeze",    "Unsqueeze",
+      "Expand",    "Gather",     "Slice",     "Trilu",      "ConstantOfShape",
+      "Transpose", "Flatten",    "ReduceSum", "ReduceMean", "ReduceMax",
+      "ReduceMin", "ReduceProd", "Einsum",    "GatherND"};
   return elementwise_folds().count(t) > 0 || kOthers.count(t) > 0;
 }
 

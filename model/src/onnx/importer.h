@@ -31,6 +31,8 @@ constexpr double kBatchDim = -1e15;
 constexpr int64_t kMaxFoldElements = int64_t{1} << 24;
 
 std::string sanitize(const std::string& s);
+// ONNX types that map element by element; they also take a tensor without the batch axis.
+bool elementwise_type(const std::string& t);
 // Values of a constant tensor (typed fields or raw little-endian bytes), as doubles.
 std::vector<double> values_of(const onnx::TensorProto& t);
 const onnx::AttributeProto* attr(const onnx::NodeProto& n, const std::string& name);
@@ -144,6 +146,21 @@ class Importer {
   // Identity or Transpose of a weight (torch's de-duplicated parameters, the weight transposes
   // of train-mode exports): a weight itself, with its values transposed where it has them.
   bool fold_weight_view(const onnx::NodeProto& n);
+  // weight_maps.cc: a trained weight moved by Reshape, Transpose, Gather of constant indices
+  // and the like, as the flat index into `source` of each element.
+  struct WeightMap {
+    std::string source;
+    EvalTensor index;
+  };
+  std::optional<WeightMap> weight_index(const std::string& name) const;
+  // Whether only element-wise ops read `name`, directly or through nodes that move elements.
+  bool feeds_only_elementwise(const std::string& name, int depth = 0) const;
+  // Node i as a weight map when it only moves the elements of one weight: done, nothing emitted.
+  bool fold_weight_map(int i);
+  // The map `name`, read by element-wise node i, as an activation without the batch axis;
+  // false after refusing node i.
+  bool materialize_weight_map(int i, const std::string& name);
+  std::map<std::string, WeightMap> weight_maps_;
   // Where a weight view leads: the tensor whose values it shows (through every view) and the
   // parameter source it is (through Transposes only), each with whether it is transposed.
   struct ViewOf {

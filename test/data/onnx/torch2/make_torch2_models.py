@@ -35,7 +35,9 @@ dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0; and lstm_stack an
 (nn.LSTM, two bidirectional layers, and nn.GRU) with torch 2.15.0; and cross_attention
 (nn.MultiheadAttention over a memory, slicing its packed in_proj_weight, after causal
 self-attention) with torch 2.15.0; and window_traced (Swin's window_reverse, whose int() of a shape
-bakes the traced batch size into the legacy export's Reshape targets) with torch 2.15.0.)
+bakes the traced batch size into the legacy export's Reshape targets) with torch 2.15.0; and
+weight_views (Swin's relative position bias over shifted windows, weight[:, None] and
+bias.view(1, -1, 1)) with torch 2.15.0 and onnxscript 0.7.)
 """
 import copy
 import glob
@@ -447,6 +449,42 @@ class CrossAttention(torch.nn.Module):
         return self.cross(y, memory, memory, need_weights=False)[0]
 
 
+class WeightViews(torch.nn.Module):
+    # Trained weights read through data movement only: Swin's relative position bias (a table
+    # gathered by a registered index buffer, viewed and permuted) added to the attention scores
+    # of shifted windows (torch.roll), and a per-channel scale and shift written as weight[:, None]
+    # and bias.view(1, -1, 1), as timm's LayerNorm2d and ConvNeXt write them.
+    def __init__(self, res=4, ws=2, dim=6, heads=2):
+        super().__init__()
+        self.res, self.ws, self.heads = res, ws, heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.table = torch.nn.Parameter(torch.randn((2 * ws - 1) ** 2, heads) * 0.5)
+        coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij"))
+        coords = coords.flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (ws - 1)
+        self.register_buffer("relative_position_index",
+                             rel[:, :, 0] * (2 * ws - 1) + rel[:, :, 1])
+        self.scale = torch.nn.Parameter(torch.randn(dim) * 0.5 + 1)
+        self.shift = torch.nn.Parameter(torch.randn(dim) * 0.1)
+
+    def forward(self, x):
+        B, L, C = x.shape
+        r, ws, h, n = self.res, self.ws, self.heads, self.ws * self.ws
+        s = torch.roll(x.view(B, r, r, C), shifts=(-1, -1), dims=(1, 2))
+        w = s.view(B, r // ws, ws, r // ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, C)
+        qkv = self.qkv(w).reshape(-1, n, 3, h, C // h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        bias = self.table[self.relative_position_index.view(-1)].view(n, n, -1)
+        bias = bias.permute(2, 0, 1).contiguous()
+        a = torch.softmax(q @ k.transpose(-2, -1) * (C // h) ** -0.5 + bias.unsqueeze(0), dim=-1)
+        o = (a @ v).transpose(1, 2).reshape(-1, n, C)
+        y = o.view(B, r // ws, r // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, r, r, C)
+        y = self.out(torch.roll(y, shifts=(1, 1), dims=(1, 2)).reshape(B, L, C) + x)
+        z = y.transpose(1, 2) * self.scale[:, None] + self.shift.view(1, -1, 1)
+        return z.transpose(1, 2)
+
+
 def cross_attention_inputs(g):
     return [("x", torch.randn(patterns.BATCH, 5, 8, generator=g)),
             ("memory", torch.randn(patterns.BATCH, 6, 8, generator=g))]
@@ -491,7 +529,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("gru_layer", 142, GruLayer, patterns.feat(5, 8), None),
                                 ("cross_attention", 143, CrossAttention, cross_attention_inputs,
                                  None),
-                                ("window_traced", 144, WindowTraced, patterns.feat(16, 6), None)]
+                                ("window_traced", 144, WindowTraced, patterns.feat(16, 6), None),
+                                ("weight_views", 145, WeightViews, patterns.feat(16, 6), None)]
 
 
 def main():

@@ -1,0 +1,182 @@
+// Trained weights read through data movement only: `bias.view(1, -1, 1, 1)` added to a feature
+// map, timm's `weight[:, None, None] * x`, Swin's relative position bias (a table gathered by a
+// constant index buffer, then reshaped and permuted). Every element of such a tensor is one
+// element of the weight, so the chain folds at import into an index map of the weight, and the
+// tensor becomes the weight (the same for every sample) gathered by that map: its gradient adds
+// up in the weight.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "onnx/importer.h"
+
+namespace gp::model::onnx_detail {
+namespace {
+
+bool moves_elements(const std::string& t) {
+  static const std::set<std::string> kMoves = {"Identity", "Transpose", "Reshape", "Flatten",
+                                               "Squeeze",  "Unsqueeze", "Gather",  "GatherND",
+                                               "Slice",    "Expand",    "Concat"};
+  return kMoves.count(t) > 0;
+}
+
+bool is_identity(const EvalTensor& index) {
+  for (size_t k = 0; k < index.values.size(); ++k) {
+    if (index.values[k] != static_cast<double>(k)) return false;
+  }
+  return true;
+}
+
+// Where the map reads whole rows of a [rows, width] weight in order (an embedding of constant
+// ids, such as position ids): the row of each, else empty.
+std::vector<float> row_ids(const EvalTensor& index, const std::vector<int64_t>& weight) {
+  if (weight.size() != 2 || index.dims.empty() || index.dims.back() != weight[1]) return {};
+  const int64_t width = weight[1];
+  std::vector<float> rows;
+  for (size_t at = 0; at < index.values.size(); at += static_cast<size_t>(width)) {
+    const double first = index.values[at];
+    if (std::fmod(first, static_cast<double>(width)) != 0) return {};
+    for (int64_t c = 1; c < width; ++c) {
+      if (index.values[at + static_cast<size_t>(c)] != first + static_cast<double>(c)) return {};
+    }
+    rows.push_back(static_cast<float>(first / static_cast<double>(width)));
+  }
+  return rows;
+}
+
+}  // namespace
+
+bool Importer::feeds_only_elementwise(const std::string& name, int depth) const {
+  const auto it = consumers_.find(name);
+  if (depth > 16 || it == consumers_.end() ||
+      !only_consumers_in(name, std::set<int>(it->second.begin(), it->second.end()))) {
+    return false;  // (also a graph output)
+  }
+  for (int c : it->second) {
+    const auto& n = g_.node(c);
+    if (elementwise_type(n.op_type())) continue;
+    // (A moved weight is the data, not an index or a shape; Concat reads several.)
+    if (!moves_elements(n.op_type()) || (n.op_type() != "Concat" && n.input(0) != name) ||
+        n.output_size() != 1 || !feeds_only_elementwise(n.output(0), depth + 1)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<Importer::WeightMap> Importer::weight_index(const std::string& name) const {
+  if (auto m = weight_maps_.find(name); m != weight_maps_.end()) return m->second;
+  // (A slice of a packed weight keeps its own path: slice_folds and packed_params.)
+  if (activation(name) || slice_of_.count(name) || !param_like(name)) return std::nullopt;
+  WeightMap map{name, {weight_dims(name), {}, true}};
+  int64_t elements = 1;
+  for (int64_t d : map.index.dims) elements *= d;
+  if (elements <= 0 || elements > kMaxFoldElements) return std::nullopt;
+  map.index.values.resize(static_cast<size_t>(elements));
+  for (int64_t k = 0; k < elements; ++k) map.index.values[static_cast<size_t>(k)] = k;
+  return map;
+}
+
+bool Importer::fold_weight_map(int i) {
+  const auto& n = g_.node(i);
+  const std::string& t = n.op_type();
+  if (!moves_elements(t) || n.output_size() != 1 || n.output(0).empty()) return false;
+  const std::string& out = n.output(0);
+  if (view_of_.count(out) || slice_of_.count(out) || act_.count(out)) return false;
+  // Only where element-wise ops take the result: other readers of a moved weight (a matmul of a
+  // packed projection's slice, a conv) have their own paths and refusals.
+  if (!feeds_only_elementwise(out)) return false;
+  // A lookup of constant ids in a table that element-wise ops read directly (position
+  // embeddings) stays an embedding (constant_lookup).
+  if (t == "Gather" && !weight_maps_.count(n.input(0))) {
+    bool direct = true;
+    for (int k : consumers_.at(out)) direct = direct && elementwise_type(g_.node(k).op_type());
+    if (direct) return false;
+  }
+  std::string source;
+  std::map<std::string, EvalValue> inputs;
+  for (int k = 0; k < n.input_size(); ++k) {
+    const std::string& in = n.input(k);
+    if (in.empty() || inputs.count(in)) continue;
+    if (activation(in)) return false;
+    EvalValue ev;
+    if (weight_maps_.count(in) || param_like(in)) {
+      // (Only data moves: a weight as indices, a shape or a second Concat source is refused.)
+      if (k > 0 && t != "Concat") return false;
+      auto w = weight_index(in);
+      if (!w || (!source.empty() && source != w->source)) return false;
+      source = w->source;
+      ev.tensor = std::move(w->index);
+    } else if (auto c = const_tensor(in)) {
+      if (k > 0 &&
+          std::any_of(c->values.begin(), c->values.end(), [](double x) { return std::isnan(x); })) {
+        return false;  // depends on the batch size
+      }
+      ev.tensor = std::move(*c);
+    } else {
+      return false;
+    }
+    inputs[in] = std::move(ev);
+  }
+  if (source.empty()) return false;
+  const onnx::NodeProto* node = &n;
+  auto r = evaluate_nodes(
+      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
+      [&inputs](const std::string& name) -> std::optional<EvalValue> {
+        auto it = inputs.find(name);
+        if (it == inputs.end()) return std::nullopt;
+        return it->second;
+      },
+      kMaxFoldElements);
+  if (!r.ok()) return false;
+  const auto value = r->find(out);
+  if (value == r->end() || value->second.sequence) return false;
+  weight_maps_[out] = WeightMap{source, std::move(value->second.tensor)};
+  return true;
+}
+
+bool Importer::materialize_weight_map(int i, const std::string& name) {
+  const WeightMap& map = weight_maps_.at(name);
+  const auto anchor = anchor_for(name);
+  if (!anchor) {
+    refuse(i, "no activation to take the batch from for '" + name + "'");
+    return false;
+  }
+  const std::string id = unique_id(sanitize(name), "weight_map");
+  std::vector<int64_t> dims = map.index.dims;
+  if (dims.empty()) dims.push_back(1);
+  const std::vector<int64_t> weight = weight_dims(map.source);
+  const int first = b_.model().ops_size();
+  TensorRef out;
+  if (is_identity(map.index)) {  // a view of the weight: only its shape changes
+    out = b_.broadcast_param(id, *anchor, dims);
+    take(id, "value", map.source);
+  } else if (auto rows = row_ids(map.index, weight); !rows.empty()) {
+    std::vector<int64_t> shape(dims.begin(), dims.end() - 1);
+    if (shape.empty()) shape.push_back(1);
+    const TensorRef ids = b_.constant(unique_id(id + ".ids", id), *anchor, shape, rows, true);
+    out = b_.embedding(id, ids, weight[0], weight[1]);
+    take(id, "weight", map.source);
+    if (map.index.dims.size() < 2) out = b_.reshape(unique_id(id + ".reshape", id), out, dims);
+  } else {
+    int64_t elements = 1;
+    for (int64_t d : weight) elements *= d;
+    const TensorRef whole = b_.broadcast_param(id, *anchor, {elements});
+    take(id, "value", map.source);
+    std::vector<int64_t> flat;
+    flat.reserve(map.index.values.size());
+    for (double v : map.index.values) flat.push_back(static_cast<int64_t>(v));
+    const TensorRef picked = b_.gather(unique_id(id + ".gather", id), whole, 0, std::move(flat));
+    out = b_.reshape(unique_id(id + ".reshape", id), picked, dims);
+  }
+  act_[name] = out;
+  unbatched_.insert(name);
+  infer_new_ops(first);  // its shape, for the node that reads it
+  return true;
+}
+
+}  // namespace gp::model::onnx_detail

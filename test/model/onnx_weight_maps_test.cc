@@ -1,0 +1,158 @@
+// Trained weights read through data movement only (model/src/onnx/weight_maps.cc): a weight
+// reshaped for broadcasting, Swin's relative position bias (a table gathered by a constant index
+// buffer, reshaped and permuted, as both exporters lower it), a lookup of constant ids: each is
+// one index map of the weight, imported as the weight (trained) gathered by that map. Graphs are
+// built here in memory; the numerics against torch are the e2e test's (torch2 weight_views).
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "../support/models.h"
+#include "../support/onnx_builder.h"
+#include "gp/model/onnx_import.h"
+
+namespace gp::model {
+namespace {
+
+constexpr int kInt64 = testing::kOnnxInt64;
+using Onnx = testing::OnnxBuilder;
+
+const graphpipe::v1::Operator& op(const Graph& g, const std::string& id) {
+  return testing::imported_op(g, id);
+}
+std::string shape(const Graph& g, const std::string& id) {
+  return shape_string(op(g, id).outputs(0));
+}
+
+// A [5, 2] table of distinct values, and the indices Swin's buffer holds for a 3 x 3 grid.
+const std::vector<double> kTable = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+const std::vector<double> kIndex = {0, 1, 2, 3, 4, 3, 2, 1, 0};
+
+// The map of table[index].view(3, 3, 2).permute(2, 0, 1): element (h, i, j) reads
+// table[index[3 i + j]][h], flat 2 index[3 i + j] + h.
+std::vector<int64_t> swin_map() {
+  std::vector<int64_t> map;
+  for (int64_t h = 0; h < 2; ++h) {
+    for (size_t k = 0; k < kIndex.size(); ++k)
+      map.push_back(2 * static_cast<int64_t>(kIndex[k]) + h);
+  }
+  return map;
+}
+
+// x [batch, 2, 3, 3] + the permuted bias, the table's lookup written by `lookup` into "picked".
+Onnx swin_bias(void (*lookup)(Onnx&)) {
+  Onnx b;
+  b.input("x", {2, 3, 3});
+  b.init("table", {5, 2}, kTable);
+  lookup(b);
+  b.init("grid", {3}, {3, 3, 2}, kInt64);
+  b.node("Reshape", {"picked", "grid"}, {"grid_bias"}, "view");
+  Onnx::attr(b.node("Transpose", {"grid_bias"}, {"bias"}, "permute"), "perm",
+             std::vector<int64_t>{2, 0, 1});
+  b.node("Add", {"x", "bias"}, {"y"}, "add_bias");
+  b.output("y", {2, 3, 3});
+  return b;
+}
+
+void check_swin_map(const Graph& g) {
+  const auto& whole = op(g, "bias");
+  CHECK(whole.type() == "broadcast_param");
+  CHECK(testing::param_floats(whole, "value") ==
+        std::vector<float>(kTable.begin(), kTable.end()));  // trained, in the table's order
+  const auto& gather = op(g, "bias.gather");
+  CHECK(gather.type() == "gather");
+  CHECK(testing::attr_ints_of(gather, "indices") == swin_map());
+  CHECK(shape(g, "bias.reshape") == "[2, 3, 3] float32");
+  CHECK(op(g, "add_bias").type() == "add");
+}
+
+TEST_CASE("a weight reshaped for broadcasting (bias.view(-1, 1)) is the weight, trained") {
+  Onnx b;
+  b.input("x", {4, 3});
+  b.init("w", {4}, {1, 2, 3, 4});
+  b.init("one", {1}, {1}, kInt64);
+  b.node("Unsqueeze", {"w", "one"}, {"w2"}, "unsqueeze");
+  b.node("Mul", {"x", "w2"}, {"y"}, "mul");
+  b.output("y", {4, 3});
+  const auto g = testing::build_graph(b.imported());
+  const auto& w = op(g, "w2");
+  CHECK(w.type() == "broadcast_param");  // not a constant: SGD moves it
+  CHECK(testing::param_floats(w, "value") == std::vector<float>{1, 2, 3, 4});
+  CHECK(shape(g, "w2") == "[4, 1] float32");
+  CHECK(op(g, "mul").type() == "binary");
+}
+
+TEST_CASE("Swin's relative position bias (table[index].view().permute()) gathers the table") {
+  const auto b = swin_bias([](Onnx& m) {
+    m.init("relative_position_index", {9}, kIndex, kInt64);
+    m.node("Gather", {"table", "relative_position_index"}, {"picked"}, "lookup");
+  });
+  check_swin_map(testing::build_graph(b.imported()));
+}
+
+TEST_CASE("torch 2.x's lowering of table[index] (Transpose, GatherND, Shape of the index) maps") {
+  const auto b = swin_bias([](Onnx& m) {
+    m.init("relative_position_index", {9}, kIndex, kInt64);
+    Onnx::attr(m.node("Transpose", {"table"}, {"front"}, "to_front"), "perm",
+               std::vector<int64_t>{0, 1});
+    // The index broadcast to its own shape (torch reads it through Max and Shape), then [9, 1].
+    m.node("Max", {"relative_position_index"}, {"widest"}, "max");
+    m.node("Shape", {"widest"}, {"widest_shape"}, "shape");
+    m.node("Expand", {"relative_position_index", "widest_shape"}, {"expanded"}, "expand");
+    m.init("last", {1}, {-1}, kInt64);
+    m.node("Unsqueeze", {"expanded", "last"}, {"coords"}, "coords");
+    m.node("GatherND", {"front", "coords"}, {"picked"}, "gather_nd");
+  });
+  check_swin_map(testing::build_graph(b.imported()));
+}
+
+TEST_CASE("rows of a table at constant ids, reshaped before the add, stay an embedding") {
+  Onnx b;
+  b.input("x", {3, 2});
+  b.init("table", {5, 2}, kTable);
+  b.init("ids", {3}, {4, 0, 2}, kInt64);
+  b.node("Gather", {"table", "ids"}, {"rows"}, "lookup");
+  b.init("zero", {1}, {0}, kInt64);
+  b.node("Unsqueeze", {"rows", "zero"}, {"pe"}, "unsqueeze");
+  b.node("Add", {"x", "pe"}, {"y"}, "add");
+  b.output("y", {3, 2});
+  const auto g = testing::build_graph(b.imported());
+  const auto& lookup = op(g, "pe");
+  CHECK(lookup.type() == "embedding");  // the rows per sample, not the table
+  CHECK(testing::param_floats(lookup, "weight").size() == kTable.size());
+  const auto& ids = op(g, "pe.ids");
+  CHECK(testing::param_floats(ids, "value") == std::vector<float>{4, 0, 2});
+  CHECK(shape(g, "pe") == "[1, 3, 2] float32");
+}
+
+TEST_CASE("a moved weight that a matmul reads is no map: the refusal names the weight node") {
+  Onnx b;
+  b.input("x", {3, 4});
+  b.init("w", {8}, {1, 2, 3, 4, 5, 6, 7, 8});
+  b.init("square", {2}, {4, 2}, kInt64);
+  b.node("Reshape", {"w", "square"}, {"w2"}, "view");
+  b.node("MatMul", {"x", "w2"}, {"y"}, "matmul");
+  b.output("y", {3, 2});
+  const auto msg = b.refusal();
+  CHECK_THAT(msg, Catch::Contains("'matmul' (MatMul): its second input is neither activation nor "
+                                  "weight; needs node 0 'view' (Reshape)"));
+  CHECK_THAT(msg, Catch::Contains("computes from a trained weight"));
+}
+
+TEST_CASE("a concat of two moved weights is refused at the concat, naming the weight") {
+  Onnx b;
+  b.input("x", {2, 4});
+  b.init("w1", {4}, {1, 2, 3, 4});
+  b.init("w2", {4}, {5, 6, 7, 8});
+  b.init("zero", {1}, {0}, kInt64);
+  b.node("Unsqueeze", {"w1", "zero"}, {"u1"}, "unsqueeze1");
+  b.node("Unsqueeze", {"w2", "zero"}, {"u2"}, "unsqueeze2");
+  Onnx::attr(b.node("Concat", {"u1", "u2"}, {"both"}, "concat"), "axis", 0);
+  b.node("Add", {"x", "both"}, {"y"}, "add");
+  b.output("y", {2, 4});
+  CHECK_THAT(b.refusal(), Catch::Contains("'concat' (Concat): reads 'u1', the trained weight 'w1' "
+                                          "with its elements moved"));
+}
+
+}  // namespace
+}  // namespace gp::model
