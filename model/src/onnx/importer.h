@@ -157,6 +157,10 @@ class Importer {
   bool feeds_only_elementwise(const std::string& name, int depth = 0) const;
   // Node i as a weight map when it only moves the elements of one weight: done, nothing emitted.
   bool fold_weight_map(int i);
+  bool weight_map_candidate(int i) const;
+  // Node i's inputs for evaluating its map (weights as their indices): the weight, or "" where
+  // it reads an activation, two weights or a weight as indices.
+  std::string weight_map_inputs(int i, std::map<std::string, EvalValue>* inputs) const;
   // The map `name`, read by element-wise node i, as an activation without the batch axis;
   // false after refusing node i.
   bool materialize_weight_map(int i, const std::string& name);

@@ -81,7 +81,7 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   return map;
 }
 
-bool Importer::fold_weight_map(int i) {
+bool Importer::weight_map_candidate(int i) const {
   const auto& n = g_.node(i);
   const std::string& t = n.op_type();
   if (!moves_elements(t) || n.output_size() != 1 || n.output(0).empty()) return false;
@@ -93,37 +93,49 @@ bool Importer::fold_weight_map(int i) {
   // A lookup of constant ids in a table that element-wise ops read directly (position
   // embeddings) stays an embedding (constant_lookup).
   if (t == "Gather" && !weight_maps_.count(n.input(0))) {
-    bool direct = true;
-    for (int k : consumers_.at(out)) direct = direct && elementwise_type(g_.node(k).op_type());
-    if (direct) return false;
+    for (int k : consumers_.at(out)) {
+      if (!elementwise_type(g_.node(k).op_type())) return true;
+    }
+    return false;
   }
+  return true;
+}
+
+std::string Importer::weight_map_inputs(int i, std::map<std::string, EvalValue>* inputs) const {
+  const auto& n = g_.node(i);
   std::string source;
-  std::map<std::string, EvalValue> inputs;
   for (int k = 0; k < n.input_size(); ++k) {
     const std::string& in = n.input(k);
-    if (in.empty() || inputs.count(in)) continue;
-    if (activation(in)) return false;
+    if (in.empty() || inputs->count(in)) continue;
+    if (activation(in)) return "";
     EvalValue ev;
     if (weight_maps_.count(in) || param_like(in)) {
       // (Only data moves: a weight as indices, a shape or a second Concat source is refused.)
-      if (k > 0 && t != "Concat") return false;
+      if (k > 0 && n.op_type() != "Concat") return "";
       auto w = weight_index(in);
-      if (!w || (!source.empty() && source != w->source)) return false;
+      if (!w || (!source.empty() && source != w->source)) return "";
       source = w->source;
       ev.tensor = std::move(w->index);
     } else if (auto c = const_tensor(in)) {
       if (k > 0 &&
           std::any_of(c->values.begin(), c->values.end(), [](double x) { return std::isnan(x); })) {
-        return false;  // depends on the batch size
+        return "";  // depends on the batch size
       }
       ev.tensor = std::move(*c);
     } else {
-      return false;
+      return "";
     }
-    inputs[in] = std::move(ev);
+    (*inputs)[in] = std::move(ev);
   }
+  return source;
+}
+
+bool Importer::fold_weight_map(int i) {
+  if (!weight_map_candidate(i)) return false;
+  std::map<std::string, EvalValue> inputs;
+  const std::string source = weight_map_inputs(i, &inputs);
   if (source.empty()) return false;
-  const onnx::NodeProto* node = &n;
+  const onnx::NodeProto* node = &g_.node(i);
   auto r = evaluate_nodes(
       std::span<const onnx::NodeProto* const>(&node, 1), opset_,
       [&inputs](const std::string& name) -> std::optional<EvalValue> {
@@ -133,6 +145,7 @@ bool Importer::fold_weight_map(int i) {
       },
       kMaxFoldElements);
   if (!r.ok()) return false;
+  const std::string& out = node->output(0);
   const auto value = r->find(out);
   if (value == r->end() || value->second.sequence) return false;
   weight_maps_[out] = WeightMap{source, std::move(value->second.tensor)};
