@@ -187,6 +187,11 @@ TensorRef GraphBuilder::gather(std::string id, const TensorRef& x, int64_t axis,
   return ref(std::move(id));
 }
 
+TensorRef GraphBuilder::cast(std::string id, const TensorRef& x) {
+  add_op(id, "cast", {x});
+  return ref(std::move(id));
+}
+
 TensorRef GraphBuilder::bias_add(std::string id, const TensorRef& x, std::vector<int64_t> shape) {
   Operator& op = add_op(id, "bias_add", {x});
   set_attr(op, "shape", shape);

@@ -146,8 +146,8 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{OpType::kWhere, "where",
                "where(condition, a, b): a where the condition is non-zero, else b (all three "
                "broadcast as binary; the condition gets no gradient)",
-               "none; inputs: condition (float mask or integers), a, b", "", 3, 3, false, false,
-               &infer_where},
+               "none; inputs: condition (a float tensor: non-zero selects a), a, b", "", 3, 3,
+               false, false, &infer_where},
     OpTypeInfo{OpType::kConstant, "constant",
                "the same values for every sample, never trained (causal masks, position ids, "
                "registered buffers); the input only sets the batch and gets no gradient",
@@ -175,6 +175,10 @@ constexpr std::array kCatalogue = {
                "axis (int, default 0), indices (ints, required, non-empty: each in [0, size of "
                "axis), repeats allowed)",
                "axis,indices", 1, 1, false, false, &infer_gather},
+    OpTypeInfo{OpType::kCast, "cast",
+               "x as float32, element by element: an integer tensor read as numbers (an "
+               "attention mask given as int64 0s and 1s); no gradient flows to the integers",
+               "none; inputs: x (int64 or int32)", "", 1, 1, false, false, &infer_cast},
     OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "
                "(no kernel: cannot be trained or profiled)",

@@ -160,6 +160,22 @@ Status infer_where(const Operator&, std::span<const TensorSpec> in, InferredOp* 
   return ok_status();
 }
 
+Status infer_cast(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
+  if (!is_integer(in[0])) {
+    return invalid_argument("inputs[0]: expected an integer tensor (int64 or int32), got " +
+                            shape_string(in[0]) + " (a float tensor needs no cast)");
+  }
+  TensorSpec y = in[0];
+  y.set_dtype(graphpipe::v1::DATA_TYPE_FLOAT32);
+  out->outputs = {y};
+  const double n = elems_of(in[0]);
+  OpCost& c = out->cost;
+  c.forward_flops = n;
+  c.forward_bytes = static_cast<double>(stored_size_bytes(in[0])) + bytes_of(y);
+  c.forward_kernels = 1;
+  return ok_status();
+}
+
 Status infer_reduce(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
   const TensorSpec& x = in[0];
   GP_RETURN_IF_ERROR(require_float(x, 0));

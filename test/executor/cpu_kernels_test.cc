@@ -163,9 +163,9 @@ TEST_CASE("backward accumulates: a second call doubles every gradient") {
       };
       for (size_t i = 0; i < once_in.size(); ++i) twice(once_in[i], h.gin[i]);
       for (size_t p = 0; p < once_p.size(); ++p) twice(once_p[p], h.gparams[p]);
-      // compare and constant pass no gradient to their inputs at all.
+      // compare, constant and cast pass no gradient to their inputs at all.
       const std::string type = h.op().proto->type();
-      if (type == "compare" || type == "constant") {
+      if (type == "compare" || type == "constant" || type == "cast") {
         CHECK(largest == 0);
       } else {
         CHECK(largest > 1e-3);
@@ -800,6 +800,14 @@ TEST_CASE(
     for (int e = 0; e < 6; ++e) CHECK(h.gin[0][s * 6 + e] == Approx(da[e]).epsilon(1e-6));
     for (int e = 0; e < 4; ++e) CHECK(h.gin[1][s * 4 + e] == Approx(db[e]).epsilon(1e-6));
   }
+}
+
+TEST_CASE("cast reads int64 integers as floats, negative and large ones exactly") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(with_loss(b, b.cast("op", b.input("m", {4}, kInt64)), {4}), 2);
+  h.iin[0] = {1, 0, -3, int64_t{1} << 24, 7, -1, 0, 1};
+  h.forward();
+  CHECK(h.out == std::vector<float>{1, 0, -3, 16777216.0f, 7, -1, 0, 1});
 }
 
 TEST_CASE("where routes dy to a where the condition is non-zero and to b elsewhere, none to it") {

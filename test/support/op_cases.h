@@ -206,6 +206,10 @@ inline std::vector<GradCase> general_cases() {
       [](GraphBuilder& b) {
         return b.where("op", x(b, {2, 3}, "m"), x(b, {3}, "a"), x(b, {2, 1}, "b"));
       }));
+  cases.push_back(op_case("cast of int64 ids [2, 3] (no gradient to integers)", {2, 3},
+                          ids_below(0, 7), [](GraphBuilder& b) {
+                            return b.cast("op", ids(b, {2, 3}));
+                          }));
   cases.push_back(op_case("constant [2, 3] added to x", {2, 3}, [](GraphBuilder& b) {
     auto c = b.constant("op", x(b, {1}, "batch"), {2, 3}, {1, -2, 3, 0.5f, 0.25f, -1});
     return b.binary("sum", x(b, {2, 3}), c, "add");

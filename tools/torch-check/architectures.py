@@ -2,7 +2,8 @@
 """Whole architectures from PyTorch, through GraphPipe, against PyTorch's own training steps.
 
 For each architecture (modern_models.MODERN: issue 37's 13; classic_models.CLASSIC: torchvision
-CNNs with random weights, recommendation, MLP and transformer models) and each export variant
+CNNs with random weights, recommendation, MLP and transformer models; user_models.USER: the
+same families as their users write them, Hugging Face's GPT-2 and BERT among them) and each export variant
 (torch_side.VARIANTS), this script
   1. exports the model with torch.onnx.export (Dropout set to 0: GraphPipe passes it through),
   2. takes 3 SGD steps (lr 0.01) in PyTorch on the MSE loss of a seeded batch of 4 against a
@@ -64,6 +65,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import classic_models  # noqa: E402
 import modern_models  # noqa: E402
+import user_models  # noqa: E402
 import torch_side  # noqa: E402
 from graphpipe_side import Blocked, GraphPipe, trained_initializers, write_data  # noqa: E402
 
@@ -72,7 +74,7 @@ TOLERANCE = 1e-5  # our losses against PyTorch's (relative, per loss): issue 37'
 RANKS_TOLERANCE = 1e-6  # the multi-rank run against the reference run (relative, per loss)
 EXPORT_TOLERANCE = 1e-4  # onnxruntime's output against PyTorch's (relative to its max abs)
 MODERN_NAMES = {name for name, _, _ in modern_models.MODERN}
-ARCHITECTURES = classic_models.CLASSIC + modern_models.MODERN
+ARCHITECTURES = classic_models.CLASSIC + modern_models.MODERN + user_models.USER
 
 
 @dataclasses.dataclass

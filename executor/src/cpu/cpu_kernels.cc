@@ -50,6 +50,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kWhere, &cpu::make_where},
     {OpType::kConstant, &cpu::make_constant},
     {OpType::kGather, &cpu::make_gather},
+    {OpType::kCast, &cpu::make_cast},
 });
 
 }  // namespace

@@ -191,6 +191,23 @@ class ConstantKernel final : public OpKernel {
   bool integer_;
 };
 
+// cast: integers (int64, or int32 where the spec says so) as floats; the integers get no gradient.
+class CastKernel final : public OpKernel {
+ public:
+  CastKernel(int64_t per_sample, bool int32) : per_sample_(per_sample), int32_(int32) {}
+  void forward(const OpArgs& a) const override {
+    float* y = a.outputs[0].f();
+    const int64_t n = a.batch * per_sample_;
+    for (int64_t k = 0; k < n; ++k)
+      y[k] = static_cast<float>(load_index(a.inputs[0].data, k, int32_));
+  }
+  void backward(const OpArgs&) const override {}
+
+ private:
+  int64_t per_sample_;
+  bool int32_;
+};
+
 // Reduction of the free axes into each output element: sum, mean, max (PyTorch's amax: a tie
 // shares the gradient equally) or L2 norm. Stream 0 is the input; the output is the target.
 class GeneralReduceKernel final : public OpKernel {
@@ -312,6 +329,12 @@ KernelResult make_gather(const model::OpNode& op) {
                       static_cast<int64_t>(a.indices.size()),
                       dims_product(x, a.axis + 1, x.shape_size())};
   return std::unique_ptr<OpKernel>(std::make_unique<GatherKernel>(g, std::move(a)));
+}
+
+KernelResult make_cast(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  return std::unique_ptr<OpKernel>(
+      std::make_unique<CastKernel>(model::num_elements(x), is_int32(x)));
 }
 
 KernelResult make_unary(const model::OpNode& op) {

@@ -74,6 +74,7 @@ KernelResult make_compare(const model::OpNode& op);
 KernelResult make_where(const model::OpNode& op);
 KernelResult make_constant(const model::OpNode& op);
 KernelResult make_general_reduce(const model::OpNode& op);
+KernelResult make_cast(const model::OpNode& op);
 KernelResult make_gather(const model::OpNode& op);  // constant indices along an axis
 
 // upsample_kernels.cc: conv_transpose2d and resize.

@@ -68,6 +68,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kWhere, &make_where},
     {OpType::kConstant, &make_constant},
     {OpType::kGather, &make_gather},
+    {OpType::kCast, &make_cast},
 });
 
 // Makes the device current on the calling thread before each call: the CUDA current device is

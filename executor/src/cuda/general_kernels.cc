@@ -98,6 +98,21 @@ class WhereKernel final : public CudaKernel {
 
 // The values live in device memory owned by the kernel, uploaded once: forward only broadcasts
 // them. The input only sets the batch and gets no gradient.
+class CastKernel final : public CudaKernel {
+ public:
+  CastKernel(const model::OpNode& op, const CudaContext& ctx, int64_t per_sample, bool int32)
+      : CudaKernel(op, ctx), per_sample_(per_sample), int32_(int32) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_cast_forward(a.inputs[0].data, int32_, a.outputs[0].f(),
+                                      a.batch * per_sample_, stream()));
+  }
+  void backward(const OpArgs&) const override {}
+
+ private:
+  int64_t per_sample_;
+  bool int32_;
+};
+
 class ConstantKernel final : public CudaKernel {
  public:
   ConstantKernel(const model::OpNode& op, const CudaContext& ctx, float* values, int64_t n,
@@ -250,6 +265,11 @@ KernelResult make_constant(const model::OpNode& op, const CudaContext& ctx) {
                     "cannot copy the values to the device: " + std::string(cudaGetErrorString(e)));
   }
   return KernelResult(std::move(kernel));
+}
+
+KernelResult make_cast(const model::OpNode& op, const CudaContext& ctx) {
+  const model::TensorSpec& x = op.input_specs[0];
+  return KernelResult(std::make_unique<CastKernel>(op, ctx, model::num_elements(x), is_int32(x)));
 }
 
 KernelResult make_reduce_axes(const model::OpNode& op, const CudaContext& ctx) {

@@ -94,6 +94,13 @@ __global__ void constant_forward_int_kernel(const float* values, int64_t* y, int
   GP_GRID_STRIDE(i, total) { y[i] = static_cast<int64_t>(values[i % n]); }
 }
 
+__global__ void cast_forward_kernel(const void* x, bool int32, float* y, int64_t n) {
+  GP_GRID_STRIDE(i, n) {
+    y[i] = int32 ? static_cast<float>(static_cast<const int32_t*>(x)[i])
+                 : static_cast<float>(static_cast<const int64_t*>(x)[i]);
+  }
+}
+
 // One thread per output element (the target, contiguous), over the reduced elements in order.
 __global__ void reduce_axes_forward_kernel(int mode, IndexMap m, int64_t count, const float* x,
                                            float* y) {
@@ -219,6 +226,12 @@ cudaError_t launch_where_backward(const IndexMap& map, bool take_true, const flo
   const int64_t n = kept_count(map);
   if (n <= 0) return cudaSuccess;
   where_backward_kernel<<<grid_for(n), kBlock, 0, stream>>>(map, take_true, cond, dy, dx);
+  return cudaGetLastError();
+}
+cudaError_t launch_cast_forward(const void* x, bool int32, float* y, int64_t n,
+                                cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  cast_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, int32, y, n);
   return cudaGetLastError();
 }
 cudaError_t launch_constant_forward(const float* values, void* y, int64_t n, int64_t batch,

@@ -40,6 +40,10 @@ cudaError_t launch_where_forward(const IndexMap& map, const float* cond, const f
 cudaError_t launch_where_backward(const IndexMap& map, bool take_true, const float* cond,
                                   const float* dy, float* dx, cudaStream_t stream);
 
+// y[i] = x[i] as a float for n integers, int32 or int64.
+cudaError_t launch_cast_forward(const void* x, bool int32, float* y, int64_t n,
+                                cudaStream_t stream);
+
 // y[s * n + i] = values[i] for `batch` samples, as int64 when `integer` (else float).
 cudaError_t launch_constant_forward(const float* values, void* y, int64_t n, int64_t batch,
                                     bool integer, cudaStream_t stream);

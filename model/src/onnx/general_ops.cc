@@ -176,8 +176,12 @@ std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std:
     } else if (from_end >= 0 && c >= from_end) {
       const int64_t at = c - from_end;
       if (o.dims[static_cast<size_t>(at)] != 1) {
-        refuse(i, what + " has " + std::to_string(o.dims[static_cast<size_t>(at)]) +
-                      " on the batch axis (only 1 broadcasts over the batch)");
+        const int64_t size = o.dims[static_cast<size_t>(at)];
+        refuse(i, what + " has " + std::to_string(size) +
+                      " on the batch axis (only 1 broadcasts over the batch)" +
+                      (size == static_batch_ ? "; the export traced its batch size into it: "
+                                               "export with a dynamic batch"
+                                             : ""));
         return std::nullopt;
       }
       per.erase(per.begin() + at);
@@ -325,8 +329,9 @@ void Importer::cast(int i, const std::string& id) {
   };
   if (float_type(to)) {
     if (is_float) return pass();
-    return refuse(i, "casts the integer tensor '" + in +
-                         "' to float (no GraphPipe operator converts integers)");
+    // An integer tensor read as numbers (HF's attention_mask, cast to scores' type).
+    act_[n.output(0)] = b_.cast(id, *x);
+    return;
   }
   if (mask || (!is_float && to != 9)) return pass();  // a mask, or integers to integers
   if (to == 9 && is_float) {
@@ -455,8 +460,16 @@ void Importer::expand_constant(int i, const std::string& id) {
   if (!anchor) return refuse(i, "no activation to take the batch from");
   std::vector<int64_t> sample(out.dims.begin() + 1, out.dims.end());
   if (sample.empty()) sample.push_back(1);
-  act_[n.output(0)] =
-      b_.constant(id, *anchor, sample, std::vector<float>(out.values.begin(), out.values.end()));
+  // Integers stay integers (position ids expanded over the batch feed an embedding); booleans
+  // become a float mask.
+  auto integer_type = [](int t) { return t == kOnnxInt32 || t == kOnnxInt64; };
+  const auto type = elem_types_.find(n.output(0));
+  const auto init = consts_.find(n.input(0));
+  const bool integer = folded_int_.count(n.input(0)) > 0 ||
+                       (type != elem_types_.end() && integer_type(type->second)) ||
+                       (init != consts_.end() && integer_type(init->second->data_type()));
+  act_[n.output(0)] = b_.constant(
+      id, *anchor, sample, std::vector<float>(out.values.begin(), out.values.end()), integer);
 }
 
 }  // namespace gp::model::onnx_detail

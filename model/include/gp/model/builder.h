@@ -73,6 +73,8 @@ class GraphBuilder {
                    std::string_view mode = "nearest", bool align_corners = false);
   // x with per-sample axis `axis` replaced by x[..., indices[j], ...] (torch.index_select).
   TensorRef gather(std::string id, const TensorRef& x, int64_t axis, std::vector<int64_t> indices);
+  // An integer tensor as float32 (no gradient).
+  TensorRef cast(std::string id, const TensorRef& x);
   // An empty stride means stride = kernel.
   TensorRef max_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0});

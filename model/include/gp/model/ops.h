@@ -99,6 +99,7 @@ enum class OpType : uint8_t {
   kConvTranspose2d,
   kResize,
   kGather,
+  kCast,
   kOpaque,
 };
 inline constexpr int kNumOpTypes = static_cast<int>(OpType::kOpaque) + 1;

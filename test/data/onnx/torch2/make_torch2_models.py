@@ -37,7 +37,8 @@ dot_interaction_index (DLRM's Z[:, li, lj]) with torch 2.15.0; and lstm_stack an
 self-attention) with torch 2.15.0; and window_traced (Swin's window_reverse, whose int() of a shape
 bakes the traced batch size into the legacy export's Reshape targets) with torch 2.15.0; and
 weight_views (Swin's relative position bias over shifted windows, weight[:, None] and
-bias.view(1, -1, 1)) with torch 2.15.0 and onnxscript 0.7.)
+bias.view(1, -1, 1)) with torch 2.15.0 and onnxscript 0.7; and attention_mask (Hugging Face's
+BERT embeddings and its int64 attention_mask as an additive bias) with torch 2.15.0.)
 """
 import copy
 import glob
@@ -485,6 +486,45 @@ class WeightViews(torch.nn.Module):
         return z.transpose(1, 2)
 
 
+class AttentionMask(torch.nn.Module):
+    # BERT as Hugging Face writes it: token, position (arange expanded over the batch) and
+    # token-type embeddings, and an int64 attention_mask turned into an additive bias with
+    # (1.0 - mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min.
+    def __init__(self, vocab=20, seq=5, dim=8, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.word = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(seq, dim)
+        self.kind = torch.nn.Embedding(2, dim)
+        self.query = torch.nn.Linear(dim, dim)
+        self.key = torch.nn.Linear(dim, dim)
+        self.value = torch.nn.Linear(dim, dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def heads_first(self, t):  # transpose_for_scores
+        return t.view(t.size()[:-1] + (self.heads, -1)).permute(0, 2, 1, 3)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        B, S = input_ids.shape
+        pos = torch.arange(S, device=input_ids.device).expand(B, -1)
+        x = self.word(input_ids) + self.pos(pos) + self.kind(token_type_ids)
+        bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        q, k, v = (self.heads_first(f(x)) for f in (self.query, self.key, self.value))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1]) + bias
+        y = torch.matmul(torch.softmax(scores, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+        return self.out(y.view(B, S, -1))
+
+
+def attention_mask_inputs(g):
+    ids = torch.randint(0, 20, (patterns.BATCH, 5), generator=g)
+    mask = torch.ones(patterns.BATCH, 5, dtype=torch.long)
+    mask[:, 3:] = 0
+    mask[0, 4] = 1
+    kinds = torch.zeros(patterns.BATCH, 5, dtype=torch.long)
+    kinds[:, 2:] = 1
+    return [("input_ids", ids), ("attention_mask", mask), ("token_type_ids", kinds)]
+
+
 def cross_attention_inputs(g):
     return [("x", torch.randn(patterns.BATCH, 5, 8, generator=g)),
             ("memory", torch.randn(patterns.BATCH, 6, 8, generator=g))]
@@ -530,7 +570,9 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("cross_attention", 143, CrossAttention, cross_attention_inputs,
                                  None),
                                 ("window_traced", 144, WindowTraced, patterns.feat(16, 6), None),
-                                ("weight_views", 145, WeightViews, patterns.feat(16, 6), None)]
+                                ("weight_views", 145, WeightViews, patterns.feat(16, 6), None),
+                                ("attention_mask", 146, AttentionMask, attention_mask_inputs,
+                                 None)]
 
 
 def main():
