@@ -145,9 +145,8 @@ class OpBench {
  private:
   struct Buffer {
     int64_t per_sample = 0;
-    bool int32 = false;
     std::vector<float> values, grads;
-    std::vector<int64_t> ids;  // int64 ids, or int32 ids packed from the start
+    std::vector<int64_t> ids;
     // Mirrors on a device without host memory (`values` or `ids` in d_values).
     exec::DeviceBuffer d_values, d_grads;
   };
@@ -164,7 +163,6 @@ class OpBench {
       const auto& spec = op.input_specs[k];
       Buffer in;
       in.per_sample = model::num_elements(spec);
-      in.int32 = spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
       const bool ids = is_int(spec);
       const int64_t n = in.per_sample * max_batch;
       if (ids) {
@@ -174,12 +172,7 @@ class OpBench {
           exec::Rng rng(exec::hash_combine(exec::hash_combine(base, k), static_cast<uint64_t>(s)));
           for (int64_t e = 0; e < in.per_sample; ++e) {
             const int64_t id = rng.below(range);
-            if (in.int32) {
-              reinterpret_cast<int32_t*>(in.ids.data())[s * in.per_sample + e] =
-                  static_cast<int32_t>(id);
-            } else {
-              in.ids[s * in.per_sample + e] = id;
-            }
+            in.ids[s * in.per_sample + e] = id;  // int64, as the executor holds every id
           }
         }
       } else {

@@ -155,6 +155,28 @@ TEST_CASE("a constant mask expanded over the batch is a constant, not a trained 
   CHECK(g.total_params() == 0);
 }
 
+TEST_CASE("an integer constant expanded over the batch and compared is a float mask") {
+  // Only table lookups keep an expanded integer constant int64 (position ids); a comparison
+  // reads it as floats.
+  Onnx b;
+  b.input("x", {4});
+  b.init("keep", {1, 4}, {1, 1, 0, 0}, kInt64);
+  b.node("Shape", {"x"}, {"s"}, "shape");
+  b.init("zero", {1}, {0}, kInt64);
+  Onnx::attr(b.node("Gather", {"s", "zero"}, {"batch"}, "batch"), "axis", 0);
+  b.init("rest", {1}, {4}, kInt64);
+  Onnx::attr(b.node("Concat", {"batch", "rest"}, {"target"}, "target"), "axis", 0);
+  b.node("Expand", {"keep", "target"}, {"mask"}, "expand");
+  b.init("zero_value", {}, {0}, kInt64);
+  b.node("Equal", {"mask", "zero_value"}, {"dropped"}, "equal");
+  b.init("big_negative", {}, {-1e4});
+  b.node("Where", {"dropped", "big_negative", "x"}, {"y"}, "fill");
+  b.output("y", {4});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(shape(g, "expand") == "[4] float32");
+  CHECK(op(g, "fill").type() == "where");
+}
+
 TEST_CASE("a registered float buffer compared into a mask folds, and is no parameter") {
   // nanoGPT: self.bias (a tril buffer [1, 1, T, T]) sliced to T and compared with 0.
   Onnx b;

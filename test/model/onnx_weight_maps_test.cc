@@ -154,5 +154,45 @@ TEST_CASE("a concat of two moved weights is refused at the concat, naming the we
                                           "with its elements moved"));
 }
 
+TEST_CASE("a weight concatenated with a constant is no map: the constant is no index") {
+  Onnx b;
+  b.input("x", {3, 2});
+  b.init("w", {2, 2}, {1, 2, 3, 4});
+  b.constant("z", {1, 2}, {0, 0});
+  Onnx::attr(b.node("Concat", {"w", "z"}, {"padded"}, "pad"), "axis", 0);
+  b.node("Add", {"x", "padded"}, {"y"}, "add");
+  b.output("y", {3, 2});
+  CHECK_THAT(b.refusal(), Catch::Contains("'pad' (Concat)"));
+}
+
+TEST_CASE("the first rows of a table (pos_emb(arange(T))[None], T below the table) embed them") {
+  Onnx b;
+  b.input("x", {1, 2, 2});
+  b.init("table", {5, 2}, kTable);
+  b.init("first", {2}, {0, 1}, kInt64);
+  b.node("Gather", {"table", "first"}, {"rows"}, "lookup");
+  b.init("zero", {1}, {0}, kInt64);
+  b.node("Unsqueeze", {"rows", "zero"}, {"pe"}, "unsqueeze");
+  b.node("Add", {"x", "pe"}, {"y"}, "add");
+  b.output("y", {1, 2, 2});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "pe").type() == "embedding");  // a prefix of the weight is no view of all of it
+  CHECK(testing::param_floats(op(g, "pe.ids"), "value") == std::vector<float>{0, 1});
+}
+
+TEST_CASE("a weight that another op reads too is no map: it would train as untied copies") {
+  Onnx b;
+  b.input("x", {4});
+  b.input("z", {4, 3});
+  b.init("w", {4}, {1, 2, 3, 4});
+  b.node("Mul", {"x", "w"}, {"scaled"}, "scale");
+  b.init("one", {1}, {1}, kInt64);
+  b.node("Unsqueeze", {"w", "one"}, {"column"}, "unsqueeze");
+  b.node("Add", {"z", "column"}, {"shifted"}, "shift");
+  b.output("scaled", {4});
+  b.output("shifted", {4, 3});
+  CHECK_THAT(b.refusal(), Catch::Contains("computes from a trained weight"));
+}
+
 }  // namespace
 }  // namespace gp::model

@@ -83,12 +83,12 @@ inline int64_t dims_product(const model::TensorSpec& spec, int begin, int end) {
 inline int64_t float_units(const model::TensorSpec& spec) {
   return model::is_integer(spec) ? 2 : 1;
 }
-inline bool is_int32(const model::TensorSpec& spec) {
-  return spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
-}
+// Whether an integer tensor's elements sit in memory as int32: never. The executor holds every
+// integer tensor as int64 (stored_size_bytes, float_units) whatever its spec's dtype: the dataset
+// and the synthetic inputs widen an int32 input (ONNX ids declared int32) as they load it.
+inline bool is_int32(const model::TensorSpec&) { return false; }
 
-// Element k of an id/label tensor, which the catalogue allows as int64 (the executor's
-// convention) or int32.
+// Element k of an id/label tensor (int64: see is_int32).
 inline int64_t load_index(const void* data, int64_t k, bool int32) {
   return int32 ? static_cast<const int32_t*>(data)[k] : static_cast<const int64_t*>(data)[k];
 }

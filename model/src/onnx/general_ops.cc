@@ -460,14 +460,24 @@ void Importer::expand_constant(int i, const std::string& id) {
   if (!anchor) return refuse(i, "no activation to take the batch from");
   std::vector<int64_t> sample(out.dims.begin() + 1, out.dims.end());
   if (sample.empty()) sample.push_back(1);
-  // Integers stay integers (position ids expanded over the batch feed an embedding); booleans
-  // become a float mask.
+  // Integers that only table lookups read stay integers (position ids expanded over the batch
+  // feed an embedding); other readers (comparisons into masks) take floats, as before.
   auto integer_type = [](int t) { return t == kOnnxInt32 || t == kOnnxInt64; };
   const auto type = elem_types_.find(n.output(0));
   const auto init = consts_.find(n.input(0));
-  const bool integer = folded_int_.count(n.input(0)) > 0 ||
-                       (type != elem_types_.end() && integer_type(type->second)) ||
-                       (init != consts_.end() && integer_type(init->second->data_type()));
+  const auto readers = consumers_.find(n.output(0));
+  bool lookups = readers != consumers_.end() && !readers->second.empty();
+  if (lookups) {
+    for (int k : readers->second) {
+      const auto& reader = g_.node(k);
+      lookups = lookups && reader.op_type() == "Gather" && reader.input_size() > 1 &&
+                reader.input(1) == n.output(0);
+    }
+  }
+  const bool integer =
+      lookups && (folded_int_.count(n.input(0)) > 0 ||
+                  (type != elem_types_.end() && integer_type(type->second)) ||
+                  (init != consts_.end() && integer_type(init->second->data_type())));
   act_[n.output(0)] = b_.constant(
       id, *anchor, sample, std::vector<float>(out.values.begin(), out.values.end()), integer);
 }

@@ -72,6 +72,13 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   if (auto m = weight_maps_.find(name); m != weight_maps_.end()) return m->second;
   // (A slice of a packed weight keeps its own path: slice_folds and packed_params.)
   if (activation(name) || slice_of_.count(name) || !param_like(name)) return std::nullopt;
+  // A weight other nodes read too would train as untied copies: only a weight this chain alone
+  // reads (not a view, which shares its values with another name) becomes a map.
+  const auto readers = consumers_.find(name);
+  if (view_of_.count(name) || folded_transposes_.count(name) || readers == consumers_.end() ||
+      readers->second.size() != 1) {
+    return std::nullopt;
+  }
   WeightMap map{name, {weight_dims(name), {}, true}};
   int64_t elements = 1;
   for (int64_t d : map.index.dims) elements *= d;
@@ -117,6 +124,12 @@ std::string Importer::weight_map_inputs(int i, std::map<std::string, EvalValue>*
       source = w->source;
       ev.tensor = std::move(w->index);
     } else if (auto c = const_tensor(in)) {
+      if (n.op_type() == "Concat") return "";  // (a constant piece would read as indices)
+      // An Expand to a static export's traced batch size is a weight per sample (convert.cc).
+      if (n.op_type() == "Expand" && k == 1 && !c->values.empty() && static_batch_ > 1 &&
+          c->values[0] == static_cast<double>(static_batch_)) {
+        return "";
+      }
       if (k > 0 &&
           std::any_of(c->values.begin(), c->values.end(), [](double x) { return std::isnan(x); })) {
         return "";  // depends on the batch size
@@ -165,7 +178,10 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
   const std::vector<int64_t> weight = weight_dims(map.source);
   const int first = b_.model().ops_size();
   TensorRef out;
-  if (is_identity(map.index)) {  // a view of the weight: only its shape changes
+  int64_t elements = 1;
+  for (int64_t d : weight) elements *= d;
+  if (is_identity(map.index) && static_cast<int64_t>(map.index.values.size()) == elements) {
+    // The whole weight in its order: only its shape changes.
     out = b_.broadcast_param(id, *anchor, dims);
     take(id, "value", map.source);
   } else if (auto rows = row_ids(map.index, weight); !rows.empty()) {
@@ -176,8 +192,6 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
     take(id, "weight", map.source);
     if (map.index.dims.size() < 2) out = b_.reshape(unique_id(id + ".reshape", id), out, dims);
   } else {
-    int64_t elements = 1;
-    for (int64_t d : weight) elements *= d;
     const TensorRef whole = b_.broadcast_param(id, *anchor, {elements});
     take(id, "value", map.source);
     std::vector<int64_t> flat;
