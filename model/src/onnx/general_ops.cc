@@ -419,6 +419,26 @@ void Importer::constant_lookup(int i, const std::string& id) {
   unbatched_.insert(n.output(0));
 }
 
+// Whether an Expand's integer constant is only read as table lookup ids (position ids expanded
+// over the batch feed an embedding): then it stays int64; other readers (comparisons into masks)
+// take floats, as before.
+bool Importer::expands_lookup_ids(const onnx::NodeProto& n) const {
+  auto integer_type = [](int t) { return t == kOnnxInt32 || t == kOnnxInt64; };
+  const auto type = elem_types_.find(n.output(0));
+  const auto init = consts_.find(n.input(0));
+  const auto readers = consumers_.find(n.output(0));
+  if (readers == consumers_.end() || readers->second.empty()) return false;
+  for (int k : readers->second) {
+    const auto& reader = g_.node(k);
+    if (reader.op_type() != "Gather" || reader.input_size() < 2 || reader.input(1) != n.output(0)) {
+      return false;
+    }
+  }
+  return folded_int_.count(n.input(0)) > 0 ||
+         (type != elem_types_.end() && integer_type(type->second)) ||
+         (init != consts_.end() && integer_type(init->second->data_type()));
+}
+
 // Expand of a constant over the batch (a causal mask expanded to [batch, 1, T, T]): a constant
 // op of the expanded per-sample values (a constant to a static shape was folded before).
 void Importer::expand_constant(int i, const std::string& id) {
@@ -460,24 +480,7 @@ void Importer::expand_constant(int i, const std::string& id) {
   if (!anchor) return refuse(i, "no activation to take the batch from");
   std::vector<int64_t> sample(out.dims.begin() + 1, out.dims.end());
   if (sample.empty()) sample.push_back(1);
-  // Integers that only table lookups read stay integers (position ids expanded over the batch
-  // feed an embedding); other readers (comparisons into masks) take floats, as before.
-  auto integer_type = [](int t) { return t == kOnnxInt32 || t == kOnnxInt64; };
-  const auto type = elem_types_.find(n.output(0));
-  const auto init = consts_.find(n.input(0));
-  const auto readers = consumers_.find(n.output(0));
-  bool lookups = readers != consumers_.end() && !readers->second.empty();
-  if (lookups) {
-    for (int k : readers->second) {
-      const auto& reader = g_.node(k);
-      lookups = lookups && reader.op_type() == "Gather" && reader.input_size() > 1 &&
-                reader.input(1) == n.output(0);
-    }
-  }
-  const bool integer =
-      lookups && (folded_int_.count(n.input(0)) > 0 ||
-                  (type != elem_types_.end() && integer_type(type->second)) ||
-                  (init != consts_.end() && integer_type(init->second->data_type())));
+  const bool integer = expands_lookup_ids(n);
   act_[n.output(0)] = b_.constant(
       id, *anchor, sample, std::vector<float>(out.values.begin(), out.values.end()), integer);
 }

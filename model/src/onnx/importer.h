@@ -161,6 +161,7 @@ class Importer {
   // Node i's inputs for evaluating its map (weights as their indices): the weight, or "" where
   // it reads an activation, two weights or a weight as indices.
   std::string weight_map_inputs(int i, std::map<std::string, EvalValue>* inputs) const;
+  bool constant_fits_map(const onnx::NodeProto& n, int k, const EvalTensor& c) const;
   // The map `name`, read by element-wise node i, as an activation without the batch axis;
   // false after refusing node i.
   bool materialize_weight_map(int i, const std::string& name);
@@ -406,6 +407,7 @@ class Importer {
   void expand_constant(int i, const std::string& id);
   // Gather of a weight table by constant ids (position ids): an embedding of a constant.
   void constant_lookup(int i, const std::string& id);
+  bool expands_lookup_ids(const onnx::NodeProto& n) const;
   // An activation that a constant or a broadcast weight feeding `name`'s consumers can take its
   // batch from: one the consumers read, else the model's first input.
   std::optional<TensorRef> anchor_for(const std::string& name) const;

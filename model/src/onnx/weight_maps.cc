@@ -108,6 +108,19 @@ bool Importer::weight_map_candidate(int i) const {
   return true;
 }
 
+// Whether constant input k of node n is an index, a shape or an axis list a map can take.
+bool Importer::constant_fits_map(const onnx::NodeProto& n, int k, const EvalTensor& c) const {
+  if (n.op_type() == "Concat") return false;  // (a constant piece would read as indices)
+  // An Expand to a static export's traced batch size is a weight per sample (convert.cc).
+  if (n.op_type() == "Expand" && k == 1 && !c.values.empty() && static_batch_ > 1 &&
+      c.values[0] == static_cast<double>(static_batch_)) {
+    return false;
+  }
+  // (A size read from the batch is NaN: it depends on the batch size.)
+  return k == 0 ||
+         std::none_of(c.values.begin(), c.values.end(), [](double x) { return std::isnan(x); });
+}
+
 std::string Importer::weight_map_inputs(int i, std::map<std::string, EvalValue>* inputs) const {
   const auto& n = g_.node(i);
   std::string source;
@@ -124,16 +137,7 @@ std::string Importer::weight_map_inputs(int i, std::map<std::string, EvalValue>*
       source = w->source;
       ev.tensor = std::move(w->index);
     } else if (auto c = const_tensor(in)) {
-      if (n.op_type() == "Concat") return "";  // (a constant piece would read as indices)
-      // An Expand to a static export's traced batch size is a weight per sample (convert.cc).
-      if (n.op_type() == "Expand" && k == 1 && !c->values.empty() && static_batch_ > 1 &&
-          c->values[0] == static_cast<double>(static_batch_)) {
-        return "";
-      }
-      if (k > 0 &&
-          std::any_of(c->values.begin(), c->values.end(), [](double x) { return std::isnan(x); })) {
-        return "";  // depends on the batch size
-      }
+      if (!constant_fits_map(n, k, *c)) return "";
       ev.tensor = std::move(*c);
     } else {
       return "";
