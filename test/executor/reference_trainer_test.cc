@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <set>
+#include <vector>
 
 #include "../support/models.h"
 #include "gp/exec/init.h"
@@ -291,4 +293,19 @@ TEST_CASE("ids passed on through slices bound their range by the smallest table 
   b.add_loss(b.mse_loss("loss", b.add("sum", {a, c}), b.input("t", {1, 2})));
   const auto g = testing::build_graph(b.finish());
   CHECK(exec::id_range(g, g.op(g.index_of("ids"))) == 5);
+}
+
+TEST_CASE("integers only cast reads are numbers: any value, and synthetic ones a 0/1 mask") {
+  model::GraphBuilder b("masked", "");
+  auto mask = b.input("mask", {4}, graphpipe::v1::DATA_TYPE_INT64);
+  auto x = b.input("x", {4});
+  b.add_loss(
+      b.mse_loss("loss", b.binary("masked", x, b.cast("m", mask), "mul"), b.input("t", {4})));
+  const auto g = testing::build_graph(b.finish());
+  const auto& input = g.op(g.index_of("mask"));
+  CHECK(exec::id_range(g, input) == exec::kAnyInteger);
+  std::vector<int64_t> values(4 * 16);
+  exec::fill_input(g, input, 3, /*iteration=*/0, /*first_sample=*/0, 16, values.data());
+  std::set<int64_t> seen(values.begin(), values.end());
+  CHECK(seen == std::set<int64_t>{0, 1});
 }

@@ -365,7 +365,8 @@ Result<std::unique_ptr<NpyDataset>> NpyDataset::open(const std::string& dir,
                               " has " + std::to_string(d->samples_) +
                               " (every input needs the same samples)");
     }
-    if (a->is_int && !a->ragged) {  // (ragged_array checked its ids)
+    // (ragged_array checked its ids; integers only cast reads are numbers, any value.)
+    if (a->is_int && !a->ragged && id_range(graph, op) != kAnyInteger) {
       const int64_t range = id_range(graph, op);
       const int64_t n = a->rows * a->per_sample;
       for (int64_t k = 0; k < n; ++k) {

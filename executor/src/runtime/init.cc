@@ -74,6 +74,8 @@ int64_t reached_range(const model::Graph& graph, const model::OpNode& op, int de
     } else if (t == "softmax_cross_entropy") {
       const auto& logits = consumer.input_specs[0];
       take(logits.shape(logits.shape_size() - 1));
+    } else if (t == "cast") {
+      take(kAnyInteger);  // numbers: any value, unless a table reads them too
     } else if ((t == "slice" || t == "reshape" || t == "concat" || t == "transpose") &&
                depth < 64) {
       if (const int64_t r = reached_range(graph, consumer, depth + 1); r > 0) take(r);
@@ -95,7 +97,8 @@ void fill_input(const model::Graph& graph, const model::OpNode& input, uint64_t 
   const int64_t per_sample = model::num_elements(spec);
   const bool ids = spec.dtype() == graphpipe::v1::DATA_TYPE_INT64 ||
                    spec.dtype() == graphpipe::v1::DATA_TYPE_INT32;
-  const int64_t range = ids ? id_range(graph, input) : 1;
+  int64_t range = ids ? id_range(graph, input) : 1;
+  if (range == kAnyInteger) range = 2;  // integers read as numbers: a 0/1 mask
   const uint64_t stream =
       hash_combine(hash_combine(seed, input.id()), static_cast<uint64_t>(iteration));
   for (int64_t s = 0; s < count; ++s) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string_view>
 
@@ -36,8 +37,10 @@ void init_param(const model::OpNode& op, int param_index, uint64_t seed, std::sp
 
 // The ids an int input op's consumers accept, [0, range): embedding rows or class count, through
 // the layout ops that pass ids on (slice, reshape, concat, transpose); the smallest when they
-// reach several (per-field ids into tables of different sizes must fit the smallest); 1 when no
-// consumer bounds them.
+// reach several (per-field ids into tables of different sizes must fit the smallest);
+// kAnyInteger when only `cast` reads them (numbers, such as an attention mask, not ids); 1 when
+// no consumer bounds them.
+inline constexpr int64_t kAnyInteger = std::numeric_limits<int64_t>::max();
 int64_t id_range(const model::Graph& graph, const model::OpNode& input);
 
 // Fills `count` samples of input op `input`, starting at mini-batch sample `first_sample` of
