@@ -40,9 +40,13 @@ check "the slowed --adapt job exits 0" '[ $rc -eq 0 ]'
 # (2x-4x: the fastest rank's own time varies with what else runs on the host.)
 check "its first check sees rank 1 about 3x slower than the fastest, and slow" \
   'grep -m1 "adapt: rank 1 " "$tmp/slow.log" | grep -Eq "slowdown ([23]\.[0-9]+|4\.00) slow$"'
+# The candidate keeps the slow device on its lightest stage (4 ranks), or leaves it idle and out
+# (3 ranks: compact_idle_ranks); which one wins depends on the rates this host measures.
+resumed=$(grep -Eo "adapt: resuming after iteration [0-9]* under $tmp/ckpt/plan-adapted-1.pb on [0-9]+ ranks" \
+  "$tmp/slow.log" | grep -Eo "[0-9]+ ranks$")
 check "it switches once, after an agreed iteration with a checkpoint, and resumes under the new plan" \
   '[ "$(grep -c "adapt: switching to" "$tmp/slow.log")" -eq 1 ] &&
-   grep -q "adapt: resuming after iteration [0-9]* under $tmp/ckpt/plan-adapted-1.pb on 4 ranks" "$tmp/slow.log"'
+   { [ "$resumed" = "4 ranks" ] || [ "$resumed" = "3 ranks" ]; }'
 check "each decision says why (gain, time saved, the switch cost)" \
   'grep -q "adapt: reason switch: predicted gain [0-9.]*%, saves [0-9.]* s over [0-9]* iterations left, switching costs [0-9.]* s" "$tmp/slow.log"'
 check "its checks price the transfers with the link the job measured" \
@@ -51,12 +55,14 @@ check "the new plan keeps the micro-batch size, so the losses can go on bit for 
   '[ "$("$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" | awk "/^ +[0-9]+ +ranks/ { for (i = 1; i < NF; i++) if (\$i == \"mb\") print \$(i + 1) }" | sort -u)" = "$mb" ]'
 check "the decisions are kept in RUN_DIR/adapt.log" \
   'grep -q "switch 1" "$tmp/run/adapt.log" && grep -q "resuming after iteration" "$tmp/run/adapt.log"'
-light=$("$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" |
-  awk '/^ +[0-9]+ +ranks/ { for (i = 1; i < NF; i++) if ($i == "busy") { t = $(i + 1); sub(",", "", t); print t, $3 } }' |
-  sort -g | head -1 | awk '{print $2}')
-check "the new plan puts rank 1 (the slow device) on its lightest stage" '[ "$light" = 1 ]'
-check "the new plan names rank 1's measured kind" \
-  '"$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" | grep -q "cpu-process/rank1"'
+if [ "$resumed" = "4 ranks" ]; then
+  light=$("$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" |
+    awk '/^ +[0-9]+ +ranks/ { for (i = 1; i < NF; i++) if ($i == "busy") { t = $(i + 1); sub(",", "", t); print t, $3 } }' |
+    sort -g | head -1 | awk '{print $2}')
+  check "the new plan puts rank 1 (the slow device) on its lightest stage" '[ "$light" = 1 ]'
+  check "the new plan names rank 1's measured kind" \
+    '"$plan_bin" inspect --plan "$tmp/ckpt/plan-adapted-1.pb" | grep -q "cpu-process/rank1"'
+fi
 check "every loss of the switched job equals the single-process reference's, bit for bit" \
   '[ "$(all_losses "$tmp/run/metrics.jsonl" | wc -l)" -eq "$iterations" ] &&
    [ "$(all_losses "$tmp/run/metrics.jsonl")" = "$(all_losses "$tmp/reference.json")" ]'
