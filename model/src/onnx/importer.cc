@@ -950,6 +950,23 @@ bool Importer::feeds_only_masks(const std::string& name, int depth) const {
   return true;
 }
 
+Result<std::optional<EvalTensor>> Importer::evaluate_node(
+    const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const {
+  const onnx::NodeProto* node = &n;
+  GP_ASSIGN_OR_RETURN(auto values,
+                      evaluate_nodes(
+                          std::span<const onnx::NodeProto* const>(&node, 1), opset_,
+                          [&inputs](const std::string& name) -> std::optional<EvalValue> {
+                            auto it = inputs.find(name);
+                            if (it == inputs.end()) return std::nullopt;
+                            return it->second;
+                          },
+                          kMaxFoldElements));
+  auto v = values.find(n.output(0));
+  if (v == values.end() || v->second.sequence) return std::optional<EvalTensor>();
+  return std::optional<EvalTensor>(std::move(v->second.tensor));
+}
+
 bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
   const std::string& t = n.op_type();
   const std::string& out = n.output(0);
@@ -1005,22 +1022,13 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
     ev.tensor = std::move(*v);
     inputs[name] = std::move(ev);
   }
-  const onnx::NodeProto* node = &n;
-  auto r = evaluate_nodes(
-      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
-      [&inputs](const std::string& name) -> std::optional<EvalValue> {
-        auto it = inputs.find(name);
-        if (it == inputs.end()) return std::nullopt;
-        return it->second;
-      },
-      kMaxFoldElements);
+  auto r = evaluate_node(n, inputs);
   if (!r.ok()) {
     fold_errors_[out] = "not folded: " + r.status().message();
     return false;
   }
-  auto v = r->find(out);
-  if (v == r->end() || v->second.sequence) return false;
-  EvalTensor& value = v->second.tensor;
+  if (!r->has_value()) return false;
+  EvalTensor& value = **r;
   if (from_weights) param_dep_.insert(out);
   if (!flat && value.dims.size() <= 1 && value.values.size() <= 64 &&
       std::none_of(value.values.begin(), value.values.end(),

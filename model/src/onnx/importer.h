@@ -199,6 +199,9 @@ class Importer {
   // Constant folding with shapes (masks, position ids): `n`'s output as a tensor when every input
   // is a constant tensor; the batch size is NaN in them, and sizes read from it fold nothing.
   bool fold_tensor(const onnx::NodeProto& n, bool flat);
+  // Node n's first output evaluated from `inputs` (nullopt for a sequence or no such output).
+  Result<std::optional<EvalTensor>> evaluate_node(
+      const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const;
   // A constant tensor (initializer, Constant node or folded value) with its shape; nullopt for
   // activations, weights without values and tensors beyond kMaxFoldElements.
   std::optional<EvalTensor> const_tensor(const std::string& name) const;

@@ -152,20 +152,9 @@ bool Importer::fold_weight_map(int i) {
   std::map<std::string, EvalValue> inputs;
   const std::string source = weight_map_inputs(i, &inputs);
   if (source.empty()) return false;
-  const onnx::NodeProto* node = &g_.node(i);
-  auto r = evaluate_nodes(
-      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
-      [&inputs](const std::string& name) -> std::optional<EvalValue> {
-        auto it = inputs.find(name);
-        if (it == inputs.end()) return std::nullopt;
-        return it->second;
-      },
-      kMaxFoldElements);
-  if (!r.ok()) return false;
-  const std::string& out = node->output(0);
-  const auto value = r->find(out);
-  if (value == r->end() || value->second.sequence) return false;
-  weight_maps_[out] = WeightMap{source, std::move(value->second.tensor)};
+  auto r = evaluate_node(g_.node(i), inputs);
+  if (!r.ok() || !r->has_value()) return false;
+  weight_maps_[g_.node(i).output(0)] = WeightMap{source, std::move(**r)};
   return true;
 }
 
