@@ -929,10 +929,8 @@ bool Importer::param_like(const std::string& name) const {
          element_count(*it->second) > 1;
 }
 
-bool Importer::feeds_only_masks(const std::string& name, int depth) const {
-  static const std::set<std::string> kViews = {"Identity",  "Slice",   "Reshape",
-                                               "Unsqueeze", "Squeeze", "Transpose",
-                                               "Expand",    "Flatten", "Gather"};
+bool Importer::readers_only(const std::string& name, const NodeTest& end, const NodeTest& through,
+                            int depth) const {
   const auto it = consumers_.find(name);
   if (depth > 16 || it == consumers_.end() ||
       !only_consumers_in(name, std::set<int>(it->second.begin(), it->second.end()))) {
@@ -940,14 +938,28 @@ bool Importer::feeds_only_masks(const std::string& name, int depth) const {
   }
   for (int c : it->second) {
     const auto& n = g_.node(c);
-    const std::string& t = n.op_type();
-    if (compare_type(t) || integer_cast(n) || t == "Shape" || t == "Size") continue;
-    if (!kViews.count(t) || n.input(0) != name || n.output_size() < 1 ||
-        !feeds_only_masks(n.output(0), depth + 1)) {
+    if (end(n, name)) continue;
+    if (!through(n, name) || n.output_size() < 1 || n.output(0).empty() ||
+        !readers_only(n.output(0), end, through, depth + 1)) {
       return false;
     }
   }
   return true;
+}
+
+bool Importer::feeds_only_masks(const std::string& name) const {
+  static const std::set<std::string> kViews = {"Identity",  "Slice",   "Reshape",
+                                               "Unsqueeze", "Squeeze", "Transpose",
+                                               "Expand",    "Flatten", "Gather"};
+  return readers_only(
+      name,
+      [](const onnx::NodeProto& n, const std::string&) {
+        const std::string& t = n.op_type();
+        return compare_type(t) || integer_cast(n) || t == "Shape" || t == "Size";
+      },
+      [](const onnx::NodeProto& n, const std::string& in) {
+        return kViews.count(n.op_type()) > 0 && n.input(0) == in;
+      });
 }
 
 Result<std::optional<EvalTensor>> Importer::evaluate_node(

@@ -154,7 +154,7 @@ class Importer {
   };
   std::optional<WeightMap> weight_index(const std::string& name) const;
   // Whether only element-wise ops read `name`, directly or through nodes that move elements.
-  bool feeds_only_elementwise(const std::string& name, int depth = 0) const;
+  bool feeds_only_elementwise(const std::string& name) const;
   // Node i as a weight map when it only moves the elements of one weight: done, nothing emitted.
   bool fold_weight_map(int i);
   bool weight_map_candidate(int i) const;
@@ -210,7 +210,12 @@ class Importer {
   bool param_like(const std::string& name) const;
   // Whether `name` (a float computed from weights) is only compared, through views: then it
   // folds into a constant mask (nanoGPT's registered tril buffer) instead of being trained.
-  bool feeds_only_masks(const std::string& name, int depth = 0) const;
+  bool feeds_only_masks(const std::string& name) const;
+  // Whether every reader of `name` is an `end`, or a node `through` passes it on by whose output
+  // only such readers read (depth-limited; false for a graph output).
+  using NodeTest = std::function<bool(const onnx::NodeProto&, const std::string& input)>;
+  bool readers_only(const std::string& name, const NodeTest& end, const NodeTest& through,
+                    int depth = 0) const;
   Status add_losses();
   // Registered buffers (options.freeze, and those torch's dynamo marks in node metadata): they
   // fold as constants and are never parameters.

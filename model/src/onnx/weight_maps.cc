@@ -50,22 +50,15 @@ std::vector<float> row_ids(const EvalTensor& index, const std::vector<int64_t>& 
 
 }  // namespace
 
-bool Importer::feeds_only_elementwise(const std::string& name, int depth) const {
-  const auto it = consumers_.find(name);
-  if (depth > 16 || it == consumers_.end() ||
-      !only_consumers_in(name, std::set<int>(it->second.begin(), it->second.end()))) {
-    return false;  // (also a graph output)
-  }
-  for (int c : it->second) {
-    const auto& n = g_.node(c);
-    if (elementwise_type(n.op_type())) continue;
-    // (A moved weight is the data, not an index or a shape; Concat reads several.)
-    if (!moves_elements(n.op_type()) || (n.op_type() != "Concat" && n.input(0) != name) ||
-        n.output_size() != 1 || !feeds_only_elementwise(n.output(0), depth + 1)) {
-      return false;
-    }
-  }
-  return true;
+bool Importer::feeds_only_elementwise(const std::string& name) const {
+  return readers_only(
+      name,
+      [](const onnx::NodeProto& n, const std::string&) { return elementwise_type(n.op_type()); },
+      // (A moved weight is the data, not an index or a shape; Concat reads several.)
+      [](const onnx::NodeProto& n, const std::string& in) {
+        return moves_elements(n.op_type()) && (n.op_type() == "Concat" || n.input(0) == in) &&
+               n.output_size() == 1;
+      });
 }
 
 std::optional<Importer::WeightMap> Importer::weight_index(const std::string& name) const {
