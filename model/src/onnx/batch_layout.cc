@@ -52,11 +52,16 @@ bool resolved(const std::vector<double>& v) {
 // (checked in layout_refusal).
 bool any_layout(const std::string& t) {
   static const std::set<std::string> kElementwise = {
-      "Identity", "Dropout",  "Relu",  "Sigmoid",    "Tanh",    "Gelu",        "Add",
-      "Sub",      "Mul",      "Div",   "Pow",        "Max",     "Min",         "Neg",
-      "Exp",      "Log",      "Sqrt",  "Reciprocal", "Abs",     "Erf",         "Sin",
-      "Cos",      "Softplus", "Equal", "Less",       "Greater", "LessOrEqual", "GreaterOrEqual",
-      "Not",      "And",      "Or",    "Xor",        "Where",   "Cast",        "Clip"};
+      "Identity",    "Dropout",    "Relu",        "Sigmoid",
+      "Tanh",        "Gelu",       "Add",         "Sub",
+      "Mul",         "Div",        "Pow",         "Max",
+      "Min",         "Neg",        "Exp",         "Log",
+      "Sqrt",        "Reciprocal", "Abs",         "Erf",
+      "Sin",         "Cos",        "Softplus",    "Equal",
+      "Less",        "Greater",    "LessOrEqual", "GreaterOrEqual",
+      "Not",         "And",        "Or",          "Xor",
+      "Where",       "Cast",       "Clip",        "IsNaN",
+      "HardSigmoid", "HardSwish"};
   static const std::set<std::string> kOnAxes = {
       "Softmax",    "LogSoftmax", "LayerNormalization", "Gemm",   "MatMul", "ReduceSum",
       "ReduceMean", "ReduceMax",  "ReduceL2",           "Concat", "Slice",  "Split",

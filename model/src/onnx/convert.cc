@@ -46,7 +46,7 @@ const std::map<std::string, int>& mapped_inputs() {
       {"Clip", 1},          {"Pad", 1},
       {"ReduceSum", 1},     {"ReduceMean", 1},
       {"Expand", 2},        {"GRU", 3},
-      {"LSTM", 3}};
+      {"LSTM", 3},          {"Einsum", 2}};
   return kMapped;
 }
 
@@ -54,8 +54,9 @@ const std::map<std::string, int>& mapped_inputs() {
 // of inputs each needs at least; 0 for other types.
 int general_min_inputs(const std::string& t) {
   static const std::set<std::string> kOne = {
-      "Max", "Min", "Neg", "Exp",      "Log", "Sqrt",      "Reciprocal", "Abs",
-      "Erf", "Sin", "Cos", "Softplus", "Not", "ReduceMax", "ReduceL2",   "Cast"};
+      "Max",      "Min",  "Neg",   "Exp",         "Log",      "Sqrt", "Reciprocal",
+      "Abs",      "Erf",  "Sin",   "Cos",         "Softplus", "Not",  "ReduceMax",
+      "ReduceL2", "Cast", "IsNaN", "HardSigmoid", "HardSwish"};
   static const std::set<std::string> kTwo = {"Sub",         "Pow",     "Equal",          "Less",
                                              "LessOrEqual", "Greater", "GreaterOrEqual", "And",
                                              "Or",          "Xor"};
@@ -76,11 +77,12 @@ int min_inputs(const std::string& t) {
 // Types that map element by element: they also take a tensor without the batch axis.
 bool elementwise_type(const std::string& t) {
   static const std::set<std::string> kElementwise = {
-      "Identity", "Dropout",  "Relu",  "Sigmoid",    "Tanh",        "Gelu",    "Add",
-      "Sub",      "Mul",      "Div",   "Pow",        "Max",         "Min",     "Neg",
-      "Exp",      "Log",      "Sqrt",  "Reciprocal", "Abs",         "Erf",     "Sin",
-      "Cos",      "Softplus", "Equal", "Less",       "LessOrEqual", "Greater", "GreaterOrEqual",
-      "Not",      "And",      "Or",    "Xor",        "Where",       "Cast"};
+      "Identity",    "Dropout",  "Relu",  "Sigmoid",    "Tanh",        "Gelu",    "Add",
+      "Sub",         "Mul",      "Div",   "Pow",        "Max",         "Min",     "Neg",
+      "Exp",         "Log",      "Sqrt",  "Reciprocal", "Abs",         "Erf",     "Sin",
+      "Cos",         "Softplus", "Equal", "Less",       "LessOrEqual", "Greater", "GreaterOrEqual",
+      "Not",         "And",      "Or",    "Xor",        "Where",       "Cast",    "IsNaN",
+      "HardSigmoid", "HardSwish"};
   return kElementwise.count(t) > 0;
 }
 
@@ -147,6 +149,7 @@ void Importer::convert(int i) {
       {"LayerNormalization", &Importer::layer_norm},
       {"Gemm", &Importer::gemm},
       {"MatMul", &Importer::matmul},
+      {"Einsum", &Importer::einsum},
       {"Add", &Importer::add},
       {"Clip", &Importer::clip},
       {"Pad", &Importer::pad},
@@ -181,6 +184,12 @@ void Importer::convert(int i) {
     (this->*conversion->second)(i, id);
   } else if (elementwise_type(t)) {
     general(i, id);
+  } else if (t.rfind("Random", 0) == 0 || t == "Bernoulli" || t == "Multinomial") {
+    return refuse(i,
+                  "draws random numbers (stochastic depth or dropout computed in training "
+                  "mode): GraphPipe trains deterministically and passes Dropout through; export "
+                  "with the drop probability 0 (torchvision's stochastic_depth_prob, timm's "
+                  "drop_path_rate)");
   } else {
     return refuse(i, "no GraphPipe operator for this type");
   }
@@ -576,6 +585,8 @@ void Importer::scale(int i, const std::string& id) {
   general(i, id);
 }
 
+constexpr const char* kSliceInputs[] = {"starts", "ends", "axes", "steps"};
+
 void Importer::slice(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
@@ -588,31 +599,91 @@ void Importer::slice(int i, const std::string& id) {
                          why->second);
   }
   if (!x || n.input_size() < 3) return refuse(i, "expected data, starts and ends");
-  auto one = [&](int k, double fallback) -> std::optional<double> {
-    if (k >= n.input_size() || n.input(k).empty()) return fallback;
-    return scalar(n.input(k));
-  };
-  const auto start = one(1, 0), end = one(2, 0), axis = one(3, 0), step = one(4, 1);
-  if (!start || !end || !axis || !step || *step != 1) {
-    return refuse(i, "only one constant axis with step 1 maps");
+  // starts, ends, axes and steps: constant lists of one length (ONNX's defaults: the leading
+  // axes, step 1).
+  std::vector<std::vector<double>> lists(4);
+  for (int k = 1; k < 5; ++k) {
+    if (k >= n.input_size() || n.input(k).empty()) continue;
+    auto v = folded(n.input(k));
+    if (!v || std::any_of(v->begin(), v->end(),
+                          [](double e) { return std::isnan(e) || e == kBatchDim; })) {
+      return refuse(i, "its " + std::string(kSliceInputs[k - 1]) + " are not constant");
+    }
+    lists[static_cast<size_t>(k - 1)] = std::move(*v);
   }
-  const auto a = sample_axis(n.input(0), to_index(*axis));
+  const size_t count = lists[0].size();
+  for (size_t k = 1; k < 4; ++k) {
+    if (lists[k].empty() && k >= 2) continue;
+    if (lists[k].size() != count) {
+      return refuse(i, "starts, ends, axes and steps of different lengths");
+    }
+  }
+  if (count == 0) return refuse(i, "no axis to slice");
+  TensorRef out = *x;
+  for (size_t k = 0; k < count; ++k) {
+    const double axis = lists[2].empty() ? static_cast<double>(k) : lists[2][k];
+    const double step = lists[3].empty() ? 1 : lists[3][k];
+    const std::string step_id = k + 1 == count ? id : unique_id(id + "." + std::to_string(k), id);
+    const auto sliced = slice_axis(i, step_id, out, to_index(axis), lists[0][k], lists[1][k], step);
+    if (!sliced) return;
+    out = *sliced;
+  }
+  act_[n.output(0)] = out;
+}
+
+// One axis of node i's Slice, of the tensor `x` (node i's input, or its slice on other axes:
+// the same dims but this axis): a slice op for step 1, else a gather of the positions stepped
+// to (a negative step reverses). Refuses node i (and returns nullopt) where it cannot map.
+std::optional<TensorRef> Importer::slice_axis(int i, const std::string& id, const TensorRef& x,
+                                              int64_t axis, double start, double end, double step) {
+  const auto& n = g_.node(i);
+  const auto a = sample_axis(n.input(0), axis);
   // All of the batch (torch.export writes x[:, 0] as x[0:INT64_MAX] along the batch first): a
   // view of the whole tensor.
   const auto rank = rank_of(n.input(0));
   const auto at = batch_axis(n.input(0));
-  const bool on_batch = rank && at && (*axis == *at || *axis == static_cast<double>(*at - *rank));
-  if (!a && on_batch && *start == 0 && *end >= 9.2e18) {
-    act_[n.output(0)] = *x;
-    return;
+  const bool on_batch = rank && at && (axis == *at || axis == *at - *rank);
+  if (!a && on_batch && start == 0 && end >= 9.2e18 && step == 1) return x;
+  if (!a) {
+    refuse(i, "slices the batch axis (or an axis out of range)");
+    return std::nullopt;
   }
-  if (!a) return refuse(i, "slices the batch axis (or an axis out of range)");
   const auto shape = sample_shape(n.input(0));
   const int64_t size =
       shape && *a < static_cast<int64_t>(shape->size()) ? (*shape)[static_cast<size_t>(*a)] : -1;
-  if (size <= 0) return refuse(i, "a slice of a tensor of unknown shape");
-  const auto [s, e] = slice_bounds(*start, *end, size);
-  act_[n.output(0)] = b_.slice(id, *x, *a, s, e);
+  if (size <= 0) {
+    refuse(i, "a slice of a tensor of unknown shape");
+    return std::nullopt;
+  }
+  const int64_t stride = to_index(step);
+  if (stride == 0) {
+    refuse(i, "a step of 0");
+    return std::nullopt;
+  }
+  if (stride == 1) {
+    const auto [s, e] = slice_bounds(start, end, size);
+    return b_.slice(id, x, *a, s, e);
+  }
+  // ONNX's clamping: [0, size] going forward, [-1, size - 1] going backward.
+  auto position = [&](double v, int64_t lo, int64_t hi) {
+    int64_t p = std::clamp<int64_t>(to_index(v), -size - 1, size + 1);
+    if (p < 0) p += size;
+    return std::clamp<int64_t>(p, lo, hi);
+  };
+  std::vector<int64_t> positions;
+  if (stride > 0) {
+    for (int64_t p = position(start, 0, size), e = position(end, 0, size); p < e; p += stride) {
+      positions.push_back(p);
+    }
+  } else {
+    const int64_t e = end <= -9.2e18 ? -1 : position(end, -1, size - 1);
+    for (int64_t p = position(start, -1, size - 1); p > e; p += stride) positions.push_back(p);
+  }
+  if (positions.empty()) {
+    refuse(i, "an empty slice");
+    return std::nullopt;
+  }
+  return b_.gather(id, x, *a, std::move(positions));
 }
 
 // Expand of a weight over the batch (ViT's class token, learned queries: cls.expand(B, -1, -1))
@@ -824,6 +895,7 @@ void Importer::gather(int i, const std::string& id) {
   if (auto x = activation(n.input(0))) {
     const auto k = scalar(n.input(1));
     if (!k) {
+      if (strided_view(i, id, *x)) return;
       if (auto t = const_tensor(n.input(1)); t && !t->values.empty()) {
         return gather_indices(i, id, *x, *t);
       }
@@ -1124,6 +1196,11 @@ void Importer::pad(int i, const std::string& /*id*/) {
     auto v = scalar(n.input(2));
     if (!v) return refuse(i, "the pad value is not a scalar constant");
     value = *v;
+  }
+  // torchvision's and timm's Swin pad to a multiple of the window: nothing when it divides.
+  if (std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; })) {
+    act_[n.output(0)] = *x;
+    return;
   }
   if (n.input_size() > 3 && !n.input(3).empty())
     return refuse(i, "pads only some axes (axes input)");

@@ -103,7 +103,9 @@ Result<Importer::Operand> Importer::operand(int i, int k) const {
     const auto batch = batch_axis(name);
     for (size_t d = 0; d < dims->size(); ++d) {
       if ((*dims)[d] <= 0 && !(batch && static_cast<int64_t>(d) == *batch)) {
-        return invalid_argument(what + " has an unknown shape");
+        return invalid_argument(
+            what + " has an unknown size on axis " + std::to_string(d) + " of " + dims_text(*dims) +
+            (batch ? " (the batch on axis " + std::to_string(*batch) + ")" : " (no batch axis)"));
       }
     }
     if (dtype_of(name) != graphpipe::v1::DATA_TYPE_FLOAT32) {
@@ -250,6 +252,8 @@ void Importer::general(int i, const std::string& id) {
     return;
   }
   if (t == "Not") return logical_not(i, id);
+  if (t == "IsNaN") return is_nan(i, id);
+  if (t == "HardSigmoid" || t == "HardSwish") return hard_sigmoid(i, id);
   if (t == "Where") return general_where(i, id);
   if (t == "Cast") return cast(i, id);
   if (t == "ReduceSum" || t == "ReduceMean" || t == "ReduceMax" || t == "ReduceL2") {
@@ -311,6 +315,32 @@ void Importer::logical_not(int i, const std::string& id) {
   const TensorRef one = b_.constant(unique_id(id + ".one", id), *x, {1}, {1.0f});
   act_[n.output(0)] = b_.binary(id, one, *x, "sub");
   masks_.insert(n.output(0));
+}
+
+// NaN is the one value unequal to itself (dynamo's attention zeroes the rows a mask emptied).
+void Importer::is_nan(int i, const std::string& id) {
+  const auto refs = general_inputs(i, id, {0, 0});
+  if (!refs) return;
+  act_[g_.node(i).output(0)] = b_.compare(id, (*refs)[0], (*refs)[1], "ne");
+  masks_.insert(g_.node(i).output(0));
+}
+
+// HardSigmoid clip(alpha x + beta, 0, 1), and HardSwish x * HardSigmoid(x) with torch's alpha
+// 1/6 and beta 1/2 (MobileNetV3), from element-wise ops.
+void Importer::hard_sigmoid(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const auto refs = general_inputs(i, id, {0});
+  if (!refs) return;
+  const bool swish = n.op_type() == "HardSwish";
+  const double alpha = swish ? 1.0 / 6 : attr_f(n, "alpha", 0.2);
+  const double beta = swish ? 0.5 : attr_f(n, "beta", 0.5);
+  const TensorRef& x = (*refs)[0];
+  const TensorRef scaled = b_.scale(unique_id(id + ".scale", id), x, alpha);
+  const TensorRef offset =
+      b_.constant(unique_id(id + ".beta", id), x, {1}, {static_cast<float>(beta)});
+  const TensorRef shifted = b_.binary(unique_id(id + ".shift", id), scaled, offset, "add");
+  const TensorRef gate = b_.clip(swish ? unique_id(id + ".gate", id) : id, shifted, 0, 1);
+  act_[n.output(0)] = swish ? b_.binary(id, x, gate, "mul") : gate;
 }
 
 // Between float types, or of a mask: the same values (GraphPipe computes in float32 and keeps
@@ -434,7 +464,8 @@ bool Importer::expands_lookup_ids(const onnx::NodeProto& n) const {
       return false;
     }
   }
-  return folded_int_.count(n.input(0)) > 0 ||
+  const auto tensor = tensors_.find(n.input(0));
+  return folded_int_.count(n.input(0)) > 0 || (tensor != tensors_.end() && tensor->second.ints) ||
          (type != elem_types_.end() && integer_type(type->second)) ||
          (init != consts_.end() && integer_type(init->second->data_type()));
 }

@@ -222,6 +222,8 @@ class Evaluator {
   Result<EvalTensor> expand(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> gather(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> gather_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> gather_elements(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> scatter_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> slice(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> reduce(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> einsum(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
@@ -670,6 +672,8 @@ const std::map<std::string, Evaluator::TensorOp>& Evaluator::tensor_ops() {
       {"Expand", &Evaluator::expand},
       {"Gather", &Evaluator::gather},
       {"GatherND", &Evaluator::gather_nd},
+      {"GatherElements", &Evaluator::gather_elements},
+      {"ScatterND", &Evaluator::scatter_nd},
       {"Slice", &Evaluator::slice},
       {"ReduceSum", &Evaluator::reduce},
       {"ReduceMean", &Evaluator::reduce},
@@ -1123,6 +1127,96 @@ Result<EvalTensor> Evaluator::gather_nd(const onnx::NodeProto& n, const Scope& s
     out.values.insert(out.values.end(), b, b + inner);
   }
   return out;
+}
+
+// GatherElements (torch.gather): the output has the indices' shape; each element reads x at its
+// own coordinates with the one on `axis` replaced by its index.
+Result<EvalTensor> Evaluator::gather_elements(const onnx::NodeProto& n, const Scope& s,
+                                              EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  if (rank == 0 || static_cast<int64_t>(indices.dims.size()) != rank) {
+    return invalid_argument("indices of rank " + std::to_string(indices.dims.size()) +
+                            " for data of rank " + std::to_string(rank));
+  }
+  bool ok = true;
+  const int64_t axis = normalize_axis(attr_i(n, "axis", 0), rank, &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  for (int64_t k = 0; k < rank; ++k) {
+    const auto d = static_cast<size_t>(k);
+    if (k != axis && indices.dims[d] > x.dims[d]) {
+      return invalid_argument("indices longer than the data on axis " + std::to_string(k));
+    }
+  }
+  EvalTensor out{indices.dims, {}, x.ints};
+  out.values.reserve(indices.values.size());
+  const int64_t size = x.dims[static_cast<size_t>(axis)];
+  std::vector<int64_t> at(static_cast<size_t>(rank), 0);  // the output coordinates
+  for (double iv : indices.values) {
+    int64_t i = to_index(iv);
+    if (i < 0) i += size;
+    if (i < 0 || i >= size) return invalid_argument("index " + std::to_string(i) + " out of range");
+    int64_t flat = 0;
+    for (int64_t k = 0; k < rank; ++k) {
+      flat = flat * x.dims[static_cast<size_t>(k)] + (k == axis ? i : at[static_cast<size_t>(k)]);
+    }
+    out.values.push_back(x.values[static_cast<size_t>(flat)]);
+    for (int64_t k = rank - 1; k >= 0; --k) {  // the next output coordinates, row-major
+      if (++at[static_cast<size_t>(k)] < indices.dims[static_cast<size_t>(k)]) break;
+      at[static_cast<size_t>(k)] = 0;
+    }
+  }
+  return out;
+}
+
+// ScatterND (torch's slice assignment, `mask[h0:h1, w0:w1] = k` of Swin's shifted windows): a
+// copy of x with the slices that each row of the indices' last axis addresses replaced by
+// `updates`, or combined with them by the reduction.
+Result<EvalTensor> Evaluator::scatter_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
+  GP_ASSIGN_OR_RETURN(EvalTensor updates, tensor(n, s, 2));
+  const std::string reduction = attr_s(n, "reduction", "none");
+  if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" &&
+      reduction != "min") {
+    return invalid_argument("reduction '" + reduction + "'");
+  }
+  if (indices.dims.empty()) return invalid_argument("0-D indices");
+  const int64_t depth = indices.dims.back();
+  const auto rank = static_cast<int64_t>(x.dims.size());
+  if (depth < 1 || depth > rank) {
+    return invalid_argument("indices of depth " + std::to_string(depth) + " for data of rank " +
+                            std::to_string(rank));
+  }
+  int64_t inner = 1;
+  for (int64_t k = depth; k < rank; ++k) inner *= x.dims[static_cast<size_t>(k)];
+  const auto rows = static_cast<int64_t>(indices.values.size()) / depth;
+  if (static_cast<int64_t>(updates.values.size()) != rows * inner) {
+    return invalid_argument("updates of " + std::to_string(updates.values.size()) +
+                            " elements for " + std::to_string(rows) + " slices of " +
+                            std::to_string(inner));
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t at = 0;
+    for (int64_t k = 0; k < depth; ++k) {
+      const int64_t size = x.dims[static_cast<size_t>(k)];
+      int64_t i = to_index(indices.values[static_cast<size_t>(row * depth + k)]);
+      if (i < 0) i += size;
+      if (i < 0 || i >= size)
+        return invalid_argument("index " + std::to_string(i) + " out of range");
+      at = at * size + i;
+    }
+    for (int64_t e = 0; e < inner; ++e) {
+      double& to = x.values[static_cast<size_t>(at * inner + e)];
+      const double u = updates.values[static_cast<size_t>(row * inner + e)];
+      to = reduction == "add"   ? to + u
+           : reduction == "mul" ? to * u
+           : reduction == "max" ? std::max(to, u)
+           : reduction == "min" ? std::min(to, u)
+                                : u;
+    }
+  }
+  work_ += rows * inner;
+  return x;
 }
 
 }  // namespace

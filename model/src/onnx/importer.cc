@@ -746,8 +746,10 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     const auto tensor = tensors_.find(n.input(0));
     const bool constant = tensor != tensors_.end();
     const bool weight = is_weight(n.input(0)) || list || constant;
-    auto dims = list       ? std::optional(std::vector<int64_t>{static_cast<int64_t>(list->size())})
-                : constant ? std::optional(tensor->second.dims)
+    // (A tensor's dims first: a folded list may hold a tensor's values flat.)
+    const bool shaped = constant && !tensor->second.dims.empty();
+    auto dims = shaped ? std::optional(tensor->second.dims)
+                : list ? std::optional(std::vector<int64_t>{static_cast<int64_t>(list->size())})
                 : is_weight(n.input(0)) ? std::optional(weight_dims(n.input(0)))
                                         : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
@@ -831,10 +833,10 @@ const std::set<std::string>& elementwise_folds() {
 // Every type fold_tensor evaluates (graph_eval.cc's tensor ops).
 bool foldable(const std::string& t) {
   static const std::set<std::string> kOthers = {
-      "Constant",  "Range",      "Reshape",   "Squeeze",    "Unsqueeze",
-      "Expand",    "Gather",     "Slice",     "Trilu",      "ConstantOfShape",
-      "Transpose", "Flatten",    "ReduceSum", "ReduceMean", "ReduceMax",
-      "ReduceMin", "ReduceProd", "Einsum",    "GatherND"};
+      "Constant",  "Range",          "Reshape",   "Squeeze",         "Unsqueeze",  "Expand",
+      "Gather",    "Slice",          "Trilu",     "ConstantOfShape", "Transpose",  "Flatten",
+      "ReduceSum", "ReduceMean",     "ReduceMax", "ReduceMin",       "ReduceProd", "Einsum",
+      "GatherND",  "GatherElements", "ScatterND"};
   return elementwise_folds().count(t) > 0 || kOthers.count(t) > 0;
 }
 
@@ -929,19 +931,27 @@ bool Importer::param_like(const std::string& name) const {
          element_count(*it->second) > 1;
 }
 
-bool Importer::readers_only(const std::string& name, const NodeTest& end, const NodeTest& through,
-                            int depth) const {
-  const auto it = consumers_.find(name);
-  if (depth > 16 || it == consumers_.end() ||
-      !only_consumers_in(name, std::set<int>(it->second.begin(), it->second.end()))) {
-    return false;  // (also a graph output)
-  }
-  for (int c : it->second) {
-    const auto& n = g_.node(c);
-    if (end(n, name)) continue;
-    if (!through(n, name) || n.output_size() < 1 || n.output(0).empty() ||
-        !readers_only(n.output(0), end, through, depth + 1)) {
-      return false;
+bool Importer::readers_only(const std::string& name, const NodeTest& end,
+                            const NodeTest& through) const {
+  // Each tensor once: paths through slice assignments rejoin (Swin's mask is a chain of them),
+  // and following every path would take exponential time.
+  constexpr size_t kMaxTensors = 4096;
+  std::set<std::string> seen;
+  std::vector<std::string> todo = {name};
+  while (!todo.empty()) {
+    const std::string tensor = std::move(todo.back());
+    todo.pop_back();
+    if (!seen.insert(tensor).second) continue;
+    const auto it = consumers_.find(tensor);
+    if (seen.size() > kMaxTensors || it == consumers_.end() ||
+        !only_consumers_in(tensor, std::set<int>(it->second.begin(), it->second.end()))) {
+      return false;  // (also a graph output)
+    }
+    for (int c : it->second) {
+      const auto& n = g_.node(c);
+      if (end(n, tensor)) continue;
+      if (!through(n, tensor) || n.output_size() < 1 || n.output(0).empty()) return false;
+      todo.push_back(n.output(0));
     }
   }
   return true;
@@ -958,7 +968,8 @@ bool Importer::feeds_only_masks(const std::string& name) const {
         return compare_type(t) || integer_cast(n) || t == "Shape" || t == "Size";
       },
       [](const onnx::NodeProto& n, const std::string& in) {
-        return kViews.count(n.op_type()) > 0 && n.input(0) == in;
+        // (ScatterND writes its updates in: Swin's mask, slice assignments of constants.)
+        return (kViews.count(n.op_type()) > 0 && n.input(0) == in) || n.op_type() == "ScatterND";
       });
 }
 
@@ -1041,7 +1052,8 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
   }
   if (!r->has_value()) return false;
   EvalTensor& value = **r;
-  if (from_weights) param_dep_.insert(out);
+  // (A comparison or an integer cast ends the dependence: no gradient flows through it.)
+  if (from_weights && !compare_type(t) && !integer_cast(n)) param_dep_.insert(out);
   if (!flat && value.dims.size() <= 1 && value.values.size() <= 64 &&
       std::none_of(value.values.begin(), value.values.end(),
                    [](double x) { return std::isnan(x); })) {

@@ -212,10 +212,9 @@ class Importer {
   // folds into a constant mask (nanoGPT's registered tril buffer) instead of being trained.
   bool feeds_only_masks(const std::string& name) const;
   // Whether every reader of `name` is an `end`, or a node `through` passes it on by whose output
-  // only such readers read (depth-limited; false for a graph output).
+  // only such readers read (false for a graph output, and beyond 4096 tensors).
   using NodeTest = std::function<bool(const onnx::NodeProto&, const std::string& input)>;
-  bool readers_only(const std::string& name, const NodeTest& end, const NodeTest& through,
-                    int depth = 0) const;
+  bool readers_only(const std::string& name, const NodeTest& end, const NodeTest& through) const;
   Status add_losses();
   // Registered buffers (options.freeze, and those torch's dynamo marks in node metadata): they
   // fold as constants and are never parameters.
@@ -301,7 +300,19 @@ class Importer {
   void gemm(int i, const std::string& id);
   void matmul(int i, const std::string& id);
   void scale(int i, const std::string& id);
+  // `name` as a tensor for a batch of `batch` (strided_views.cc): constants, the Shape of
+  // activations (dims_at_batch) and what the evaluator computes from them; nullopt where it
+  // reads an activation's or a weight's values.
+  std::optional<EvalTensor> tensor_at_batch(const std::string& name, int64_t batch,
+                                            std::map<std::string, EvalTensor>* cache,
+                                            int depth = 0) const;
+  // Gather node i of the flattened activation x at batch-dependent indices that read it in
+  // order (dynamo's as_strided): a view of x; false (nothing emitted) where it is not one.
+  bool strided_view(int i, const std::string& id, const TensorRef& x);
+  void einsum(int i, const std::string& id);
   void slice(int i, const std::string& id);
+  std::optional<TensorRef> slice_axis(int i, const std::string& id, const TensorRef& x,
+                                      int64_t axis, double start, double end, double step);
   void expand(int i, const std::string& id);
   // Expand of an activation (F.normalize's norm.expand_as(x)): a broadcast, as a binary add of
   // zeros of the target's per-sample shape.
@@ -411,6 +422,8 @@ class Importer {
   void general_reduce(int i, const std::string& id);
   void cast(int i, const std::string& id);
   void logical_not(int i, const std::string& id);
+  void is_nan(int i, const std::string& id);
+  void hard_sigmoid(int i, const std::string& id);
   // Expand of a constant over the batch (a causal mask to [B, 1, T, T]): a constant op.
   void expand_constant(int i, const std::string& id);
   // Gather of a weight table by constant ids (position ids): an embedding of a constant.
@@ -457,9 +470,10 @@ class Importer {
   std::string slice_source(const std::string& source, const std::string& name,
                            const std::string& id, const std::string& param,
                            std::optional<PlacedLayout>* at);
-  // Whether initializer `name` is a float tensor holding an infinity or NaN: an additive -inf
-  // attention mask (nn.Transformer.generate_square_subsequent_mask) that torch 2.x's optimiser
-  // folded into an initializer of its own. No parameter (a step would make it NaN): a buffer.
+  // Whether initializer `name` is a float tensor holding an infinity, NaN or a magnitude of
+  // 1e30 or more: an additive attention mask of -inf (nn.Transformer's causal mask) or of
+  // torch.finfo(float32).min (SDPA's boolean mask lowered) that torch 2.x's optimiser folded
+  // into an initializer of its own. No parameter holds such values: a buffer.
   bool infinite_mask(const std::string& name) const;
   // After conversion: slices of one weight that overlap, or a weight read whole beside a slice
   // of it, are refused; a slice view read by several operators is tied like a weight.

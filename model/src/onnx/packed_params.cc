@@ -230,7 +230,10 @@ bool Importer::infinite_mask(const std::string& name) const {
   for (int64_t d : t->second->dims()) count *= d;
   if (count <= 1 || count > kMaxFoldElements) return false;
   const auto v = float_values(name);
-  return v && !std::all_of(v->begin(), v->end(), [](float x) { return std::isfinite(x); });
+  // (-inf, or torch.finfo(float32).min as Hugging Face writes masks: no trained value is so.)
+  constexpr float kMaskValue = 1e30f;
+  return v && !std::all_of(v->begin(), v->end(),
+                           [](float x) { return std::isfinite(x) && std::fabs(x) < kMaskValue; });
 }
 
 Status Importer::check_packed_slices() {

@@ -1,0 +1,303 @@
+// What the models of torchvision, timm and Hugging Face export beyond hand-written ones:
+// IsNaN of a softmax (dynamo's SDPA with a mask), HardSigmoid and HardSwish (MobileNetV3), a
+// zero F.pad (Swin), masks written by slice assignment (ScatterND) and token types gathered from
+// a buffer (GatherElements), PatchMerging's stepped slices on two axes, dynamo's as_strided
+// after AdaptiveAvgPool2d, attention through torch.einsum, and a mask folded to finfo.min.
+// Graphs are built here in memory; the numerics against torch are the e2e test's (torch2
+// library_vision and library_attention).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../support/models.h"
+#include "../support/onnx_builder.h"
+#include "gp/model/onnx_import.h"
+
+namespace gp::model {
+namespace {
+
+constexpr int kInt64 = testing::kOnnxInt64;
+constexpr double kEnd = 9.2e18;  // torch's INT64_MAX end of an open slice
+using Onnx = testing::OnnxBuilder;
+
+const graphpipe::v1::Operator& op(const Graph& g, const std::string& id) {
+  return testing::imported_op(g, id);
+}
+std::string shape(const Graph& g, const std::string& id) {
+  return shape_string(op(g, id).outputs(0));
+}
+std::string text(const graphpipe::v1::Operator& o, const std::string& attr) {
+  return o.attrs().at(attr).s();
+}
+double real(const graphpipe::v1::Operator& o, const std::string& attr) {
+  return o.attrs().at(attr).f();
+}
+
+TEST_CASE("IsNaN of a softmax is the softmax compared with itself, a mask for Where") {
+  Onnx b;
+  b.input("x", {3, 5});
+  b.node("Softmax", {"x"}, {"p"}, "softmax");
+  b.node("IsNaN", {"p"}, {"nan"}, "isnan");
+  b.init("zero", {}, {0.0});
+  b.node("Where", {"nan", "zero", "p"}, {"y"}, "where");
+  b.output("y", {3, 5});
+  const auto g = testing::build_graph(b.imported());
+  const auto& isnan = op(g, "isnan");
+  CHECK(isnan.type() == "compare");
+  CHECK(text(isnan, "fn") == "ne");
+  CHECK(isnan.inputs(0).op() == "softmax");
+  CHECK(isnan.inputs(1).op() == "softmax");
+  CHECK(op(g, "where").type() == "where");
+  CHECK(op(g, "where").inputs(0).op() == "isnan");
+}
+
+TEST_CASE("HardSigmoid is clip(alpha x + beta, 0, 1) and HardSwish x times it (MobileNetV3)") {
+  Onnx b;
+  b.input("x", {6});
+  b.node("HardSigmoid", {"x"}, {"gate"}, "hsig");  // ONNX's defaults: alpha 0.2, beta 0.5
+  b.node("HardSwish", {"gate"}, {"y"}, "hswish");
+  b.output("y", {6});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(real(op(g, "hsig.scale"), "factor") == Approx(0.2));
+  CHECK(testing::param_floats(op(g, "hsig.beta"), "value") == std::vector<float>{0.5f});
+  CHECK(text(op(g, "hsig.shift"), "fn") == "add");
+  CHECK(op(g, "hsig").type() == "clip");
+  CHECK(real(op(g, "hsig"), "min") == 0.0);
+  CHECK(real(op(g, "hsig"), "max") == 1.0);
+  CHECK(real(op(g, "hswish.scale"), "factor") == Approx(1.0 / 6));
+  CHECK(testing::param_floats(op(g, "hswish.beta"), "value") == std::vector<float>{0.5f});
+  CHECK(op(g, "hswish.gate").type() == "clip");
+  const auto& swish = op(g, "hswish");
+  CHECK(text(swish, "fn") == "mul");
+  CHECK(swish.inputs(0).op() == "hsig");  // x times its gate
+  CHECK(swish.inputs(1).op() == "hswish.gate");
+  CHECK(shape(g, "hswish") == "[6] float32");
+}
+
+TEST_CASE("a Pad that pads nothing (Swin's pad to a window multiple that divides) is no op") {
+  Onnx b;
+  b.input("x", {4, 4, 3});
+  b.init("pads", {8}, {0, 0, 0, 0, 0, 0, 0, 0}, kInt64);
+  b.node("Pad", {"x", "pads"}, {"padded"}, "pad");
+  b.node("Relu", {"padded"}, {"y"}, "relu");
+  b.output("y", {4, 4, 3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "relu").inputs(0).op() == "x");
+  CHECK(g.index_of("pad") < 0);
+  // Padding that is not all zero, with no Conv after it, is still refused by name.
+  Onnx p;
+  p.input("x", {4, 4, 3});
+  p.init("pads", {8}, {0, 0, 0, 0, 0, 1, 1, 0}, kInt64);
+  p.node("Pad", {"x", "pads"}, {"padded"}, "pad");
+  p.node("Relu", {"padded"}, {"y"}, "relu");
+  p.output("y", {5, 5, 3});
+  CHECK_THAT(p.refusal(), Catch::Contains("'pad' (Pad)") && Catch::Contains("only equal zero"));
+}
+
+TEST_CASE("a mask written by slice assignment (ScatterND of constants) folds into a constant") {
+  Onnx b;
+  b.input("x", {2, 3});
+  b.constant("zeros", {2, 3}, {0, 0, 0, 0, 0, 0});  // (an initializer would be trained)
+  b.init("rows", {1, 1}, {1}, kInt64);              // mask[1, :] = [1, 2, 3]
+  b.constant("row_values", {1, 3}, {1, 2, 3});
+  b.node("ScatterND", {"zeros", "rows", "row_values"}, {"written"}, "scatter");
+  b.init("cell", {1, 2}, {0, 2}, kInt64);  // mask[0, 2] += 5
+  b.init("cell_value", {1}, {5});
+  Onnx::attr(b.node("ScatterND", {"written", "cell", "cell_value"}, {"mask"}, "scatter_add"),
+             "reduction", std::string("add"));
+  b.node("Add", {"x", "mask"}, {"y"}, "add");
+  b.output("y", {2, 3});
+  const auto g = testing::build_graph(b.imported());
+  const auto& add = op(g, "add");
+  const auto& mask = op(g, add.inputs(1).op());
+  CHECK(mask.type() == "constant");
+  CHECK(testing::param_floats(mask, "value") == std::vector<float>{0, 0, 5, 1, 2, 3});
+}
+
+TEST_CASE("token types gathered from a buffer at the positions (GatherElements) are constant ids") {
+  // Hugging Face's BERT: torch.gather(token_type_ids.expand(1, -1), 1, position_ids[:, :S]).
+  Onnx b;
+  b.input("x", {3, 4});
+  b.init("token_type_ids", {1, 5}, {0, 1, 0, 1, 1}, kInt64);
+  b.init("positions", {1, 3}, {4, 0, 1}, kInt64);
+  Onnx::attr(b.node("GatherElements", {"token_type_ids", "positions"}, {"types"}, "gather_types"),
+             "axis", int64_t{1});
+  b.init("table", {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  b.node("Gather", {"table", "types"}, {"embedded"}, "types_embedding");
+  b.node("Add", {"x", "embedded"}, {"y"}, "add");
+  b.output("y", {3, 4});
+  const auto g = testing::build_graph(b.imported());
+  const auto& lookup = op(g, "types_embedding");
+  CHECK(lookup.type() == "embedding");
+  const auto& ids = op(g, lookup.inputs(0).op());
+  CHECK(ids.type() == "constant");
+  CHECK(testing::param_floats(ids, "value") == std::vector<float>{1, 0, 1});
+  // Indices past the data are refused by the evaluator, not read out of bounds.
+  Onnx bad;
+  bad.input("x", {3, 4});
+  bad.init("token_type_ids", {1, 5}, {0, 1, 0, 1, 1}, kInt64);
+  bad.init("positions", {1, 3}, {4, 0, 5}, kInt64);
+  Onnx::attr(bad.node("GatherElements", {"token_type_ids", "positions"}, {"types"}, "gather_types"),
+             "axis", int64_t{1});
+  bad.init("table", {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7});
+  bad.node("Gather", {"table", "types"}, {"embedded"}, "types_embedding");
+  bad.node("Add", {"x", "embedded"}, {"y"}, "add");
+  bad.output("y", {3, 4});
+  CHECK_THAT(bad.refusal(), Catch::Contains("index 5 out of range"));
+}
+
+TEST_CASE("slices with steps on two axes (PatchMerging's x[..., 0::2, 1::2, :]) gather") {
+  Onnx b;
+  b.input("x", {4, 5, 3});
+  b.init("starts", {2}, {0, 1}, kInt64);
+  b.init("ends", {2}, {kEnd, kEnd}, kInt64);
+  b.init("axes", {2}, {1, 2}, kInt64);
+  b.init("steps", {2}, {2, 2}, kInt64);
+  b.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"}, "merge");
+  b.output("y", {2, 2, 3});
+  const auto g = testing::build_graph(b.imported());
+  const auto& rows = op(g, "merge.0");
+  CHECK(rows.type() == "gather");
+  CHECK(testing::attr_ints_of(rows, "indices") == std::vector<int64_t>{0, 2});
+  const auto& cols = op(g, "merge");
+  CHECK(cols.type() == "gather");
+  CHECK(cols.inputs(0).op() == "merge.0");
+  CHECK(testing::attr_ints_of(cols, "indices") == std::vector<int64_t>{1, 3});
+  CHECK(shape(g, "merge") == "[2, 2, 3] float32");
+}
+
+TEST_CASE("a slice with a negative step reverses, and step 1 stays a slice op") {
+  Onnx b;
+  b.input("x", {4, 5});
+  b.init("starts", {2}, {-1, 1}, kInt64);
+  b.init("ends", {2}, {-kEnd, 3}, kInt64);
+  b.init("axes", {2}, {1, 2}, kInt64);
+  b.init("steps", {2}, {-1, 1}, kInt64);
+  b.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"}, "flip");
+  b.output("y", {4, 2});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(testing::attr_ints_of(op(g, "flip.0"), "indices") == std::vector<int64_t>{3, 2, 1, 0});
+  CHECK(op(g, "flip").type() == "slice");
+  CHECK(shape(g, "flip") == "[4, 2] float32");
+  Onnx zero;
+  zero.input("x", {4});
+  zero.init("starts", {1}, {0}, kInt64);
+  zero.init("ends", {1}, {4}, kInt64);
+  zero.init("axes", {1}, {1}, kInt64);
+  zero.init("steps", {1}, {0}, kInt64);
+  zero.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"}, "bad");
+  zero.output("y", {4});
+  CHECK_THAT(zero.refusal(), Catch::Contains("'bad' (Slice): a step of 0"));
+}
+
+// dynamo's as_strided of x [batch, 3] flattened: indices batch_index * stride_batch +
+// channel * stride_channel, as [batch, 3, 1] from Range over the batch size.
+Onnx strided(int64_t stride_batch, int64_t stride_channel) {
+  Onnx b;
+  b.input("x", {3});
+  b.init("flat", {1}, {-1}, kInt64);
+  b.node("Reshape", {"x", "flat"}, {"x_flat"}, "flatten");
+  auto* batch = b.node("Shape", {"x"}, {"batch"}, "shape");
+  Onnx::attr(batch, "start", int64_t{0});
+  Onnx::attr(batch, "end", int64_t{1});
+  b.init("zero", {}, {0}, kInt64);
+  b.init("one", {}, {1}, kInt64);
+  b.init("squeeze_axis", {1}, {0}, kInt64);
+  b.node("Squeeze", {"batch", "squeeze_axis"}, {"batch_size"}, "batch_size");
+  b.node("Range", {"zero", "batch_size", "one"}, {"samples"}, "samples");
+  b.init("stride_batch", {}, {static_cast<double>(stride_batch)}, kInt64);
+  b.node("Mul", {"samples", "stride_batch"}, {"sample_offsets"}, "sample_offsets");
+  b.init("sample_axes", {2}, {1, 2}, kInt64);
+  b.node("Unsqueeze", {"sample_offsets", "sample_axes"}, {"sample_index"}, "sample_index");
+  b.init("channels", {3}, {0, static_cast<double>(stride_channel), 2.0 * stride_channel}, kInt64);
+  b.init("channel_axes", {2}, {0, 2}, kInt64);
+  b.node("Unsqueeze", {"channels", "channel_axes"}, {"channel_index"}, "channel_index");
+  b.node("Add", {"sample_index", "channel_index"}, {"index"}, "index");
+  b.node("Gather", {"x_flat", "index"}, {"y"}, "as_strided");
+  b.output("y", {3, 1});
+  return b;
+}
+
+TEST_CASE("dynamo's as_strided that reads every element in order is a reshape") {
+  const auto g = testing::build_graph(strided(3, 1).imported());
+  const auto& view = op(g, "as_strided");
+  CHECK(view.type() == "reshape");
+  CHECK(shape(g, "as_strided") == "[3, 1] float32");
+  // Reading the elements in another order (a transposed view) is not a reshape: refused.
+  CHECK_THAT(strided(1, 4).refusal(), Catch::Contains("'as_strided' (Gather)"));
+}
+
+TEST_CASE("einsum attention maps to matmul, transposing the operand whose labels are swapped") {
+  Onnx b;
+  b.input("q", {2, 5, 3});
+  b.input("k", {2, 5, 3});
+  Onnx::attr(b.node("Einsum", {"q", "k"}, {"scores"}, "scores"), "equation",
+             std::string("bhid,bhjd->bhij"));
+  // The operand holding the output's row label may come second.
+  Onnx::attr(b.node("Einsum", {"k", "scores"}, {"mixed"}, "mix"), "equation",
+             std::string("bhjd, bhij -> bhid"));
+  b.output("mixed", {2, 5, 3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "scores").type() == "matmul");
+  CHECK(op(g, "scores").inputs(0).op() == "q");
+  // (The transpose of k folds into the product: matmul_folds.cc.)
+  CHECK(op(g, "scores").inputs(1).op() == "k");
+  CHECK(op(g, "scores").attrs().at("transpose_b").i() == 1);
+  CHECK(shape(g, "scores") == "[2, 5, 5] float32");
+  CHECK(op(g, "mix").type() == "matmul");
+  CHECK(op(g, "mix").inputs(0).op() == "scores");
+  CHECK(op(g, "mix").inputs(1).op() == "k");
+  CHECK(op(g, "mix").attrs().count("transpose_b") == 0);
+  CHECK(shape(g, "mix") == "[2, 5, 3] float32");
+  Onnx diag;
+  diag.input("q", {5, 5});
+  Onnx::attr(diag.node("Einsum", {"q", "q"}, {"y"}, "diag"), "equation",
+             std::string("bii,bij->bij"));
+  diag.output("y", {5, 5});
+  CHECK_THAT(diag.refusal(), Catch::Contains("'bii,bij->bij' is not a batched matrix product"));
+}
+
+TEST_CASE("a folded additive mask of finfo.min is a buffer, never trained") {
+  // torch 2.x's optimiser folds SDPA's boolean mask into Where(mask, 0, finfo(float32).min).
+  const double lowest = std::numeric_limits<float>::lowest();
+  Onnx b;
+  b.input("x", {2, 2});
+  b.init("val_75", {2, 2}, {0, lowest, 0, 0});
+  b.node("Add", {"x", "val_75"}, {"y"}, "masked");
+  b.output("y", {2, 2});
+  const auto g = testing::build_graph(b.imported());
+  const auto& masked = op(g, "masked");
+  CHECK(masked.type() == "binary");  // an add of a constant, not a learned bias_add
+  const auto& mask = op(g, masked.inputs(1).op());
+  CHECK(mask.type() == "constant");
+  CHECK(mask.params_size() == 0);
+}
+
+TEST_CASE("the shape of a slice of a constant cast like an activation (CastLike) is its own") {
+  // torchvision's Swin: x.new_zeros((H, W)) is CastLike(ConstantOfShape, x); its slices' shapes
+  // were read as one flat list.
+  Onnx b;
+  b.input("x", {8});
+  b.init("hw", {2}, {8, 8}, kInt64);
+  b.node("ConstantOfShape", {"hw"}, {"zeros"}, "zeros");
+  b.node("CastLike", {"zeros", "x"}, {"like"}, "new_zeros");
+  b.init("start", {1}, {0}, kInt64);
+  b.init("end", {1}, {-4}, kInt64);
+  b.init("axis", {1}, {0}, kInt64);
+  b.node("Slice", {"like", "start", "end", "axis"}, {"rows"}, "rows");
+  b.node("Shape", {"rows"}, {"rows_shape"}, "rows_shape");
+  b.init("second", {}, {1}, kInt64);
+  b.node("Gather", {"rows_shape", "second"}, {"width"}, "width");
+  Onnx::attr(b.node("Cast", {"width"}, {"width_f"}, "width_f"), "to", int64_t{1});
+  b.node("Add", {"x", "width_f"}, {"y"}, "add");
+  b.output("y", {8});
+  const auto g = testing::build_graph(b.imported());
+  const auto& width = op(g, op(g, "add").inputs(1).op());
+  CHECK(width.type() == "constant");
+  CHECK(testing::param_floats(width, "value") == std::vector<float>{8});
+}
+
+}  // namespace
+}  // namespace gp::model
