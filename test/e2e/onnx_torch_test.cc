@@ -78,7 +78,10 @@ std::string refusal_for(const std::string& dir, const std::string& stem) {
   // torch 2.x's optimiser folds the class token's expand over a static batch into a constant.
   if (dir == kDir2 && stem == "class_token_dynamo_static") return "traced batch baked in";
   // ... and the position embedding of arange(T).expand(B, -1) into a [4, T, dim] constant.
-  if (dir == kDir2 && stem == "attention_mask_dynamo_static") return "traced its batch size";
+  if (dir == kDir2 &&
+      (stem == "attention_mask_dynamo_static" || stem == "library_attention_dynamo_static")) {
+    return "traced its batch size";
+  }
   // A static export's bags over ids[:, k] are not matched yet (the dynamic ones are).
   if (dir == kDir2 && stem == "sliced_bags_dynamo_static")
     return "no GraphPipe operator for this loop";

@@ -34,12 +34,18 @@ VARIANTS = {
 
 
 def no_dropout(module):
-    """Dropout off: GraphPipe passes Dropout through, so both sides compute the same function."""
+    """Dropout and stochastic depth off: GraphPipe passes Dropout through and refuses random
+    draws, so both sides compute the same function."""
     for m in module.modules():
         if isinstance(m, nn.Dropout):
             m.p = 0.0
         if isinstance(m, nn.MultiheadAttention):
             m.dropout = 0.0
+        # Stochastic depth (torchvision's StochasticDepth, timm's DropPath) draws at random.
+        if type(m).__name__ == "StochasticDepth":
+            m.p = 0.0
+        if type(m).__name__ == "DropPath":
+            m.drop_prob = 0.0
     return module
 
 

@@ -38,7 +38,11 @@ self-attention) with torch 2.15.0; and window_traced (Swin's window_reverse, who
 bakes the traced batch size into the legacy export's Reshape targets) with torch 2.15.0; and
 weight_views (Swin's relative position bias over shifted windows, weight[:, None] and
 bias.view(1, -1, 1)) with torch 2.15.0 and onnxscript 0.7; and attention_mask (Hugging Face's
-BERT embeddings and its int64 attention_mask as an additive bias) with torch 2.15.0.)
+BERT embeddings and its int64 attention_mask as an additive bias) with torch 2.15.0; and
+library_vision and library_attention (what torchvision's MobileNetV3, Swin, ConvNeXt and MaxViT
+and Hugging Face's sdpa attention export: Hardswish, Hardsigmoid, a zero F.pad, a mask written by
+slice assignment, stepped slices, as_strided, einsum, IsNaN, GatherElements of buffers) with torch
+2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -486,6 +490,70 @@ class WeightViews(torch.nn.Module):
         return z.transpose(1, 2)
 
 
+class LibraryVision(torch.nn.Module):
+    # What torchvision's MobileNetV3, Swin and ConvNeXt heads export: Hardswish and a
+    # squeeze-excite gate of Hardsigmoid, F.pad to a window multiple that pads nothing, the
+    # shifted-window mask written by slice assignment into x.new_zeros (ScatterND of constants),
+    # PatchMerging's x[..., 0::2, 0::2, :] (slices with steps on two axes), and
+    # AdaptiveAvgPool2d(1) of a permuted tensor (dynamo's as_strided).
+    def __init__(self, c=6, res=4, ws=2):
+        super().__init__()
+        self.res, self.ws = res, ws
+        self.conv = torch.nn.Conv2d(3, c, 3, padding=1)
+        self.act = torch.nn.Hardswish()
+        self.se = torch.nn.Sequential(torch.nn.AdaptiveAvgPool2d(1), torch.nn.Conv2d(c, c, 1),
+                                      torch.nn.Hardsigmoid())
+        self.proj = torch.nn.Linear(c, c)
+        self.merge = torch.nn.Linear(4 * c, 2 * c)
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        h = self.act(self.conv(x))
+        h = h * self.se(h)
+        t = h.permute(0, 2, 3, 1)  # [B, H, W, C]
+        pad_h = (self.ws - t.shape[1] % self.ws) % self.ws
+        t = torch.nn.functional.pad(t, (0, 0, 0, pad_h, 0, pad_h))
+        mask = t.new_zeros((self.res, self.res))
+        count = 0
+        for hs in (slice(0, -self.ws), slice(-self.ws, -1), slice(-1, None)):
+            for wsl in (slice(0, -self.ws), slice(-self.ws, -1), slice(-1, None)):
+                mask[hs, wsl] = count
+                count += 1
+        t = self.proj(t) + (mask == 4).to(t.dtype)[None, :, :, None]
+        x0, x1 = t[..., 0::2, 0::2, :], t[..., 1::2, 0::2, :]
+        x2, x3 = t[..., 0::2, 1::2, :], t[..., 1::2, 1::2, :]
+        m = self.merge(torch.cat([x0, x1, x2, x3], -1))  # [B, H/2, W/2, 2C]
+        return torch.flatten(self.pool(m.permute(0, 3, 1, 2)), 1)
+
+
+class LibraryAttention(torch.nn.Module):
+    # Attention as libraries write it beside nn.MultiheadAttention: torch.einsum scores and
+    # mixing (MaxViT, lucidrains), F.scaled_dot_product_attention with a boolean mask (Hugging
+    # Face's sdpa path; dynamo zeroes the rows a mask empties with IsNaN and Where), and token
+    # types read from a registered buffer by torch.gather at the positions (Hugging Face's BERT,
+    # GatherElements of constants).
+    def __init__(self, dim=8, heads=2, seq=5):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.types = torch.nn.Embedding(2, dim)
+        self.register_buffer("token_type_ids", torch.zeros(1, 16, dtype=torch.long))
+        self.register_buffer("position_ids", torch.arange(16).expand(1, -1))
+        self.register_buffer("causal", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+
+    def forward(self, x):
+        B, S, C = x.shape
+        pos = self.position_ids[:, :S]
+        types = torch.gather(self.token_type_ids.expand(pos.shape[0], -1), 1, pos)
+        x = x + self.types(types.expand(B, S))
+        q, k, v = self.qkv(x).reshape(B, S, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.einsum("bhid,bhjd->bhij", q, k) * (C // self.heads) ** -0.5
+        o = torch.einsum("bhij,bhjd->bhid", a.softmax(-1), v)
+        o = o + torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.causal)
+        return self.out(o.transpose(1, 2).reshape(B, S, C))
+
+
 class AttentionMask(torch.nn.Module):
     # BERT as Hugging Face writes it: token, position (arange expanded over the batch) and
     # token-type embeddings, and an int64 attention_mask turned into an additive bias with
@@ -572,6 +640,10 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("window_traced", 144, WindowTraced, patterns.feat(16, 6), None),
                                 ("weight_views", 145, WeightViews, patterns.feat(16, 6), None),
                                 ("attention_mask", 146, AttentionMask, attention_mask_inputs,
+                                 None),
+                                ("library_vision", 147, LibraryVision, patterns.feat(3, 4, 4),
+                                 None),
+                                ("library_attention", 148, LibraryAttention, patterns.feat(5, 8),
                                  None)]
 
 

@@ -1,0 +1,125 @@
+"""Models as the libraries ship them, small configurations with random weights: torchvision's
+ViT, Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY and MaxViT; timm's ViT, DeiT
+(distilled), Swin, ConvNeXt and EfficientNet; Hugging Face's GPT-2 (its default SDPA attention
+and the eager one), Llama (grouped-query attention), BERT and ViT, returning the logits. A row
+whose library is not installed is n/a. Not here: torchvision's Swin V2, which zeroes the key
+block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_()): a trained weight written
+by slice assignment, which the importer refuses by name."""
+import torch
+import torch.nn as nn
+
+BATCH = 4  # architectures.BATCH
+
+
+def image(size):
+    return lambda g: [("x", torch.randn(BATCH, 3, size, size, generator=g))]
+
+
+def tokens(g):
+    return [("idx", torch.randint(0, 50, (BATCH, 8), generator=g))]
+
+
+class Logits(nn.Module):
+    """A Hugging Face model's logits (its output is a ModelOutput)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).logits
+
+
+def tv_vit():
+    import torchvision
+    return torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
+                                                num_heads=2, hidden_dim=32, mlp_dim=64,
+                                                num_classes=10)
+
+
+def tv_swin():
+    from torchvision.models.swin_transformer import SwinTransformer
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2],
+                           window_size=[4, 4], num_classes=10)
+
+
+def tv_convnext():
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], num_classes=10)
+
+
+def tv_model(name):
+    def build():
+        import torchvision
+        return getattr(torchvision.models, name)(num_classes=10)
+    return build
+
+
+def tv_maxvit():
+    from torchvision.models.maxvit import MaxVit
+    return MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2, block_channels=[16, 32],
+                  block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.0, num_classes=10)
+
+
+def timm_model(name, **kwargs):
+    def build():
+        import timm
+        return timm.create_model(name, num_classes=10, **kwargs)
+    return build
+
+
+VIT = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2)
+
+
+def hf_gpt2(attention):
+    def build():
+        from transformers import GPT2Config, GPT2LMHeadModel
+        return Logits(GPT2LMHeadModel(GPT2Config(
+            n_layer=2, n_embd=32, n_head=2, vocab_size=50, n_positions=16, bos_token_id=0,
+            eos_token_id=0, attn_implementation=attention)))
+    return build
+
+
+def hf_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return Logits(LlamaForCausalLM(LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=50, max_position_embeddings=16, bos_token_id=0,
+        eos_token_id=0)))
+
+
+def hf_bert():
+    from transformers import BertConfig, BertForSequenceClassification
+    return Logits(BertForSequenceClassification(BertConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        vocab_size=50, max_position_embeddings=16, num_labels=3)))
+
+
+def hf_vit():
+    from transformers import ViTConfig, ViTForImageClassification
+    return Logits(ViTForImageClassification(ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, num_labels=10)))
+
+
+LIBRARY = [
+    ("tv_vit", tv_vit, image(32)),
+    ("tv_swin", tv_swin, image(32)),
+    ("tv_convnext", tv_convnext, image(32)),
+    ("tv_efficientnet", tv_model("efficientnet_b0"), image(32)),
+    # 64 pixels: at 32 the last maps are 1 x 1, and batch norm over 4 values is ill-conditioned.
+    ("tv_mobilenet_v3", tv_model("mobilenet_v3_small"), image(64)),
+    ("tv_regnet", tv_model("regnet_y_400mf"), image(32)),
+    ("tv_maxvit", tv_maxvit, image(32)),
+    ("timm_vit_tiny", timm_model("vit_tiny_patch16_224", **VIT), image(32)),
+    ("timm_deit", timm_model("deit_tiny_distilled_patch16_224", **VIT), image(32)),
+    ("timm_swin", timm_model("swin_tiny_patch4_window7_224", img_size=32, window_size=4,
+                             embed_dim=16, depths=(2, 2), num_heads=(2, 2)), image(32)),
+    ("timm_convnext", timm_model("convnext_atto"), image(32)),
+    ("timm_efficientnet", timm_model("efficientnet_b0"), image(32)),
+    ("hf_gpt2_sdpa", hf_gpt2("sdpa"), tokens),
+    ("hf_gpt2_eager", hf_gpt2("eager"), tokens),
+    ("hf_llama", hf_llama, tokens),
+    ("hf_bert", hf_bert, tokens),
+    ("hf_vit", hf_vit, image(32)),
+]
