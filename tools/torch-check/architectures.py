@@ -14,7 +14,8 @@ small configurations) and each export variant (torch_side.VARIANTS), this script
      varying length) and trains the same steps with `graphpipe-executor reference --data`,
   4. multi-rank: plans the model on 4 CPU devices of this machine in at least 2 stages
      (`graphpipe-plan search --cluster cpu-local`; the sequential and Piper searches when
-     GraphPipe's keeps a small model on one device) and trains the same steps with every rank
+     GraphPipe's keeps a small model on one device, and when they do too, its ops halved by
+     hand through `graphpipe-plan lower`) and trains the same steps with every rank
      (`graphpipe-executor local --data`): the losses must equal the reference run's,
   5. export: writes the reference run's checkpoint after the 3 steps back into the source file
      (`graphpipe-executor export`) and runs it with onnxruntime on the same batch: its output

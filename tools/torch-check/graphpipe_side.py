@@ -76,8 +76,9 @@ class GraphPipe:
         it keeps the model on one device (a small model computes faster than it communicates),
         the sequential (PipeDream) and Piper searches, which split any chain they can. With
         whole_batch, every stage computes the whole batch at once on one device (fewer devices
-        when the search would replicate a stage). Returns (plan file, strategy, report);
-        Blocked("split", ...) when none splits it."""
+        when the search would replicate a stage). When every search keeps one stage, the ops
+        halved by hand (lower_halves). Returns (plan file, strategy, report); Blocked("split",
+        ...) when none splits it."""
         tried = []
         for devices in (4, 3, 2) if whole_batch else (4,):
             for strategy in ("graphpipe", "sequential", "piper"):
@@ -95,7 +96,34 @@ class GraphPipe:
                     tried.append(f"{strategy} on {devices}: a stage replicated")
                 else:
                     return plan, strategy, report
-        raise Blocked("split", "no search splits it into 2 stages: " + "; ".join(tried))
+        # A model small enough that every search keeps it on one device (its compute is cheaper
+        # than a transfer): split by hand, as a user would, through graphpipe-plan lower.
+        try:
+            plan, report = self.lower_halves(model, batch)
+        except Blocked as e:
+            tried.append(str(e))
+            raise Blocked("split", "no search splits it into 2 stages, nor lower: " +
+                          "; ".join(tried))
+        return plan, "by hand", report
+
+    def lower_halves(self, model, batch):
+        """graphpipe-plan lower of two stages on 2 devices, each the whole batch at once: the
+        model's ops in file order (the importer writes them in topological order, so the first
+        half is convex), halved. Returns (plan file, the JSON report)."""
+        with open(model) as f:
+            ops = re.findall(r'^  id: "(.*)"$', f.read(), re.MULTILINE)
+        half = len(ops) // 2
+        assignment = self.path("halves.json")
+        with open(assignment, "w") as f:
+            json.dump({"stages": [{"ops": ops[:half], "micro_batch": batch},
+                                  {"ops": ops[half:], "micro_batch": batch}]}, f)
+        plan, report = self.path("plan_halves.pb"), self.path("plan_halves.json")
+        self.run("lower", [self.plan_bin, "lower", "--assignment", assignment, "--model", model,
+                           "--cluster", "cpu-local", "--devices", "2", "--batch", str(batch),
+                           "--optimizer", "sgd", "--lr", str(LR), "--out", plan, "--report",
+                           report, "--log-level", "warn"])
+        with open(report) as f:
+            return plan, json.load(f)
 
     def reference(self, model, data, batch, iterations, checkpoint=None):
         """graphpipe-executor reference: plain SGD on the batch in data; the losses."""
