@@ -63,6 +63,9 @@ TEST_CASE("HardSigmoid is clip(alpha x + beta, 0, 1) and HardSwish x times it (M
   CHECK(real(op(g, "hsig.scale"), "factor") == Approx(0.2));
   CHECK(testing::param_floats(op(g, "hsig.beta"), "value") == std::vector<float>{0.5f});
   CHECK(text(op(g, "hsig.shift"), "fn") == "add");
+  CHECK(op(g, "hsig.shift").inputs(0).op() == "hsig.scale");
+  CHECK(op(g, "hsig.shift").inputs(1).op() == "hsig.beta");
+  CHECK(op(g, "hsig").inputs(0).op() == "hsig.shift");
   CHECK(op(g, "hsig").type() == "clip");
   CHECK(real(op(g, "hsig"), "min") == 0.0);
   CHECK(real(op(g, "hsig"), "max") == 1.0);
@@ -220,13 +223,35 @@ Onnx strided(int64_t stride_batch, int64_t stride_channel) {
   return b;
 }
 
+TEST_CASE("a slice going backward clamps its start into the axis, and an axis twice is refused") {
+  Onnx b;
+  b.input("x", {4});
+  b.init("starts", {1}, {-10}, kInt64);  // before the first element: clamped to it
+  b.init("ends", {1}, {-kEnd}, kInt64);
+  b.init("axes", {1}, {1}, kInt64);
+  b.init("steps", {1}, {-1}, kInt64);
+  b.node("Slice", {"x", "starts", "ends", "axes", "steps"}, {"y"}, "first");
+  b.output("y", {1});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(testing::attr_ints_of(op(g, "first"), "indices") == std::vector<int64_t>{0});
+  Onnx twice;
+  twice.input("x", {4, 4});
+  twice.init("starts", {2}, {0, 1}, kInt64);
+  twice.init("ends", {2}, {4, 3}, kInt64);
+  twice.init("axes", {2}, {2, -1}, kInt64);
+  twice.node("Slice", {"x", "starts", "ends", "axes"}, {"y"}, "twice");
+  twice.output("y", {4, 2});
+  CHECK_THAT(twice.refusal(), Catch::Contains("'twice' (Slice): axis 2 is sliced twice"));
+}
+
 TEST_CASE("dynamo's as_strided that reads every element in order is a reshape") {
   const auto g = testing::build_graph(strided(3, 1).imported());
   const auto& view = op(g, "as_strided");
   CHECK(view.type() == "reshape");
   CHECK(shape(g, "as_strided") == "[3, 1] float32");
   // Reading the elements in another order (a transposed view) is not a reshape: refused.
-  CHECK_THAT(strided(1, 4).refusal(), Catch::Contains("'as_strided' (Gather)"));
+  CHECK_THAT(strided(1, 4).refusal(),
+             Catch::Contains("'as_strided' (Gather): only a lookup in a weight table"));
 }
 
 TEST_CASE("einsum attention maps to matmul, transposing the operand whose labels are swapped") {
@@ -257,6 +282,59 @@ TEST_CASE("einsum attention maps to matmul, transposing the operand whose labels
              std::string("bii,bij->bij"));
   diag.output("y", {5, 5});
   CHECK_THAT(diag.refusal(), Catch::Contains("'bii,bij->bij' is not a batched matrix product"));
+}
+
+TEST_CASE("einsum operands whose shapes broadcast are refused, naming the shapes") {
+  Onnx b;
+  b.input("q", {1, 5, 3});
+  b.input("k", {2, 5, 3});
+  Onnx::attr(b.node("Einsum", {"q", "k"}, {"scores"}, "scores"), "equation",
+             std::string("bhid,bhjd->bhij"));
+  b.output("scores", {2, 5, 5});
+  CHECK_THAT(b.refusal(), Catch::Contains("'scores' (Einsum)") &&
+                              Catch::Contains("[1, 5, 3] and [2, 5, 3]") &&
+                              Catch::Contains("no broadcasting"));
+}
+
+TEST_CASE("random draws (stochastic depth left on in training mode) are refused with the fix") {
+  Onnx b;
+  b.input("x", {3});
+  b.node("RandomUniformLike", {"x"}, {"u"}, "draw");
+  b.node("Mul", {"x", "u"}, {"y"}, "keep");
+  b.output("y", {3});
+  CHECK_THAT(b.refusal(), Catch::Contains("'draw' (RandomUniformLike): draws random numbers") &&
+                              Catch::Contains("drop probability 0"));
+}
+
+// x * (w > 0), and where `trained_too`, + w: a weight read only by comparisons, and one that
+// also trains.
+Onnx gated(bool trained_too) {
+  Onnx b;
+  b.input("x", {3});
+  b.init("w", {3}, {-1, 2, 3});
+  b.init("zero", {}, {0.0});
+  // A chain of views deeper than 16 before the comparison (Swin's mask is one).
+  std::string at = "w";
+  for (int k = 0; k < 20; ++k) {
+    const std::string next = "view" + std::to_string(k);
+    b.node("Identity", {at}, {next}, next);
+    at = next;
+  }
+  b.node("Greater", {at, "zero"}, {"positive"}, "positive");
+  Onnx::attr(b.node("Cast", {"positive"}, {"gate"}, "gate"), "to", int64_t{1});
+  b.node("Mul", {"x", "gate"}, {trained_too ? "gated" : "y"}, "mul");
+  if (trained_too) b.node("Add", {"gated", "w"}, {"y"}, "add");
+  b.output("y", {3});
+  return b;
+}
+
+TEST_CASE("a comparison of a weight only ever compared folds, of a weight that trains is refused") {
+  const auto g = testing::build_graph(gated(false).imported());
+  const auto& mask = op(g, op(g, "mul").inputs(1).op());
+  CHECK(mask.type() == "constant");
+  CHECK(testing::param_floats(mask, "value") == std::vector<float>{0, 1, 1});
+  // A straight-through gate: w trains, so w > 0 would change; folding it would freeze it.
+  CHECK_THAT(gated(true).refusal(), Catch::Contains("computes from a trained weight"));
 }
 
 TEST_CASE("a folded additive mask of finfo.min is a buffer, never trained") {

@@ -24,12 +24,6 @@ constexpr int64_t kLayoutProbe = 1000003;
 // Every extent stays below this, exact in the doubles of folded shape arithmetic.
 constexpr int64_t kMaxExtent = int64_t{1} << 52;
 
-std::string dims_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 bool mul_within(int64_t a, int64_t b, int64_t* out) {
   return !__builtin_mul_overflow(a, b, out) && *out <= kMaxExtent;
 }
@@ -174,6 +168,10 @@ std::optional<int64_t> Importer::batch_axis(const std::string& name) const {
 std::optional<std::vector<int64_t>> Importer::dims_at_batch(const std::string& name,
                                                             int64_t batch) const {
   if (is_weight(name)) return weight_dims(name);
+  // (A folded tensor's dims first: a folded list may hold its values flat.)
+  if (auto t = tensors_.find(name); t != tensors_.end() && !t->second.dims.empty()) {
+    return t->second.dims;
+  }
   if (auto list = folded(name)) return std::vector<int64_t>{static_cast<int64_t>(list->size())};
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;

@@ -11,12 +11,6 @@
 namespace gp::model::onnx_detail {
 namespace {
 
-std::string dims_string(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 int64_t product(const std::vector<int64_t>& v) {
   int64_t p = 1;
   for (int64_t d : v) p *= d;
@@ -522,7 +516,7 @@ void Importer::matmul(int i, const std::string& id) {
   if (auto b = activation(n.input(1))) {
     const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
     if (sa && sb && (sa->size() != sb->size() || sa->size() < 2)) {
-      return refuse(i, "a product of activations " + dims_string(*sa) + " x " + dims_string(*sb) +
+      return refuse(i, "a product of activations " + dims_text(*sa) + " x " + dims_text(*sb) +
                            " per sample (only equal ranks >= 2 map; no broadcasting)");
     }
     act_[n.output(0)] = b_.matmul(id, *a, *b);
@@ -619,6 +613,16 @@ void Importer::slice(int i, const std::string& id) {
     }
   }
   if (count == 0) return refuse(i, "no axis to slice");
+  if (const auto rank = rank_of(n.input(0))) {  // (ONNX leaves a repeated axis undefined)
+    std::set<int64_t> seen;
+    for (size_t k = 0; k < count; ++k) {
+      int64_t axis = lists[2].empty() ? static_cast<int64_t>(k) : to_index(lists[2][k]);
+      if (axis < 0) axis += *rank;
+      if (!seen.insert(axis).second) {
+        return refuse(i, "axis " + std::to_string(axis) + " is sliced twice");
+      }
+    }
+  }
   TensorRef out = *x;
   for (size_t k = 0; k < count; ++k) {
     const double axis = lists[2].empty() ? static_cast<double>(k) : lists[2][k];
@@ -664,7 +668,8 @@ std::optional<TensorRef> Importer::slice_axis(int i, const std::string& id, cons
     const auto [s, e] = slice_bounds(start, end, size);
     return b_.slice(id, x, *a, s, e);
   }
-  // ONNX's clamping: [0, size] going forward, [-1, size - 1] going backward.
+  // ONNX's clamping: start and end to [0, size] going forward; start to [0, size - 1] and end
+  // to [-1, size - 1] going backward.
   auto position = [&](double v, int64_t lo, int64_t hi) {
     int64_t p = std::clamp<int64_t>(to_index(v), -size - 1, size + 1);
     if (p < 0) p += size;
@@ -676,8 +681,8 @@ std::optional<TensorRef> Importer::slice_axis(int i, const std::string& id, cons
       positions.push_back(p);
     }
   } else {
-    const int64_t e = end <= -9.2e18 ? -1 : position(end, -1, size - 1);
-    for (int64_t p = position(start, -1, size - 1); p > e; p += stride) positions.push_back(p);
+    const int64_t e = position(end, -1, size - 1);
+    for (int64_t p = position(start, 0, size - 1); p > e; p += stride) positions.push_back(p);
   }
   if (positions.empty()) {
     refuse(i, "an empty slice");
@@ -715,7 +720,7 @@ void Importer::expand(int i, const std::string& id) {
       continue;
     }
     if (!(t == 1 || t == static_cast<double>(d) || t == -1)) {
-      return refuse(i, "target " + dims_string(dims) + " broadcasts the weight inside a sample");
+      return refuse(i, "target " + dims_text(dims) + " broadcasts the weight inside a sample");
     }
     sample.push_back(d);
   }
@@ -740,7 +745,7 @@ void Importer::expand_activation(int i, const std::string& id, const TensorRef& 
   // not add axes before the batch, and its dim at the batch is 1 or the batch itself.
   if (target->size() > in->size() + 1) {
     return refuse(i, "the target " +
-                         dims_string(std::vector<int64_t>(target->begin(), target->end())) +
+                         dims_text(std::vector<int64_t>(target->begin(), target->end())) +
                          " adds axes before the batch");
   }
   const size_t rank = in->size() + 1, from_t = rank - target->size();
@@ -1122,8 +1127,8 @@ void Importer::bias_add(int i, const std::string& id, const TensorRef& x,
   const bool suffix = w.size() <= shape->size() &&
                       std::equal(w.begin(), w.end(), shape->end() - static_cast<long>(w.size()));
   if (!suffix) {
-    return refuse(i, "adds a weight " + dims_string(weight_dims(weight)) + " that is not the " +
-                         "trailing dimensions of the activation " + dims_string(*shape) +
+    return refuse(i, "adds a weight " + dims_text(weight_dims(weight)) + " that is not the " +
+                         "trailing dimensions of the activation " + dims_text(*shape) +
                          " (only a broadcast over the leading axes maps)");
   }
   act_[n.output(0)] = b_.bias_add(id, x, w);
@@ -1207,7 +1212,7 @@ void Importer::pad(int i, const std::string& /*id*/) {
   if (value != 0) return refuse(i, "pads with " + std::to_string(value) + " (only zeros map)");
   if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] ||
       pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0) {
-    return refuse(i, "pads " + dims_string(pads) +
+    return refuse(i, "pads " + dims_text(pads) +
                          " (only equal zero padding of H and W of an [N, C, H, W] tensor maps)");
   }
   const int c = sole_consumer(n.output(0));
@@ -1236,7 +1241,7 @@ void Importer::conv(int i, const std::string& id) {
   std::vector<int64_t> pads = attr_ints(n, "pads");
   if (pads.empty()) pads = {0, 0, 0, 0};
   if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
-    return refuse(i, "pads " + dims_string(pads) + " (only symmetric 2-D padding)");
+    return refuse(i, "pads " + dims_text(pads) + " (only symmetric 2-D padding)");
   }
   if (auto p = pad_of_.find(n.input(0)); p != pad_of_.end()) {  // a Pad node before it
     pads[0] += p->second[0];
@@ -1285,14 +1290,14 @@ void Importer::pool(int i, const std::string& id) {
     pads = attr_ints(n, "pads");
     if (strides.empty()) strides = {1, 1};  // ONNX's default, unlike PyTorch's
     if (pads.empty()) pads = {0, 0, 0, 0};
-    if (kernel.size() != 2) return refuse(i, "kernel_shape " + dims_string(kernel) + " (only 2-D)");
+    if (kernel.size() != 2) return refuse(i, "kernel_shape " + dims_text(kernel) + " (only 2-D)");
     for (int64_t d : attr_ints(n, "dilations")) {
       if (d != 1) return refuse(i, "dilations other than 1");
     }
     const std::string auto_pad = attr_s(n, "auto_pad", "NOTSET");
     if (auto_pad != "NOTSET" && auto_pad != "VALID") return refuse(i, "auto_pad = " + auto_pad);
     if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
-      return refuse(i, "pads " + dims_string(pads) + " (only symmetric 2-D padding)");
+      return refuse(i, "pads " + dims_text(pads) + " (only symmetric 2-D padding)");
     }
   }
   std::vector<int64_t> padding = {pads[0], pads[1]};
@@ -1307,8 +1312,8 @@ void Importer::pool(int i, const std::string& id) {
     include_pad = true;
   }
   if (padding[0] >= kernel[0] || padding[1] >= kernel[1]) {
-    return refuse(i, "padding " + dims_string(padding) + " not smaller than the kernel " +
-                         dims_string(kernel));
+    return refuse(
+        i, "padding " + dims_text(padding) + " not smaller than the kernel " + dims_text(kernel));
   }
   act_[n.output(0)] = max ? b_.max_pool2d(id, *x, kernel, strides, padding)
                           : b_.avg_pool2d(id, *x, kernel, strides, padding, include_pad);

@@ -50,6 +50,17 @@ void Importer::einsum(int i, const std::string& id) {
                          "' is not a batched matrix product (the same leading labels, then "
                          "one free and one contracted label in each operand)");
   }
+  // The per-sample shapes as the labels say, no broadcasting: the same leading dims (the batch
+  // label is not an axis) and the same contracted size.
+  const auto sa = sample_shape(la == eq.substr(0, comma) ? n.input(0) : n.input(1));
+  const auto sb = sample_shape(la == eq.substr(0, comma) ? n.input(1) : n.input(0));
+  if (!sa || !sb || sa->size() != r - 1 || sb->size() != r - 1 ||
+      !std::equal(sa->begin(), sa->end() - 2, sb->begin()) ||
+      (*sa)[r - 3 + (pa[0] == k ? 0 : 1)] != (*sb)[r - 3 + (pb[0] == k ? 0 : 1)]) {
+    return refuse(i, "equation '" + eq + "' of per-sample shapes " +
+                         (sa && sb ? dims_text(*sa) + " and " + dims_text(*sb) : "unknown") +
+                         " (only equal leading dims and contracted sizes map; no broadcasting)");
+  }
   std::vector<int64_t> swap_last(r - 1);  // per sample: the batch label is not an axis
   for (size_t d = 0; d < swap_last.size(); ++d) swap_last[d] = static_cast<int64_t>(d);
   std::swap(swap_last[r - 3], swap_last[r - 2]);

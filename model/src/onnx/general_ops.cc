@@ -12,12 +12,6 @@
 namespace gp::model::onnx_detail {
 namespace {
 
-std::string dims_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 bool float_type(int64_t t) {
   return t == kOnnxFloat || t == kOnnxDouble || t == kOnnxFloat16 || t == kOnnxBfloat16;
 }

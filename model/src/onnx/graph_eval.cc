@@ -1190,11 +1190,9 @@ Result<EvalTensor> Evaluator::scatter_nd(const onnx::NodeProto& n, const Scope& 
   int64_t inner = 1;
   for (int64_t k = depth; k < rank; ++k) inner *= x.dims[static_cast<size_t>(k)];
   const auto rows = static_cast<int64_t>(indices.values.size()) / depth;
-  if (static_cast<int64_t>(updates.values.size()) != rows * inner) {
-    return invalid_argument("updates of " + std::to_string(updates.values.size()) +
-                            " elements for " + std::to_string(rows) + " slices of " +
-                            std::to_string(inner));
-  }
+  Dims want(indices.dims.begin(), indices.dims.end() - 1);  // ONNX: indices[:-1] + x[depth:]
+  want.insert(want.end(), x.dims.begin() + depth, x.dims.end());
+  if (updates.dims != want) return invalid_argument("updates of a shape other than ONNX's");
   for (int64_t row = 0; row < rows; ++row) {
     int64_t at = 0;
     for (int64_t k = 0; k < depth; ++k) {

@@ -699,7 +699,17 @@ bool Importer::fold(const onnx::NodeProto& n) {
   // A weight view stays a weight; a Shape's tensor is written by fold_flat.
   const bool view = view_of_.count(n.output(0)) || slice_of_.count(n.output(0));
   if (flat && (view || n.op_type() == "Shape")) return true;
-  if (!fold_tensor(n, flat)) return flat;
+  if (!fold_tensor(n, flat)) {
+    // A float computed from a trained weight is trained, not shape math: what fold_flat made of
+    // a small 1-D one is let go (w > 0 cast to float, of a w that also trains, would freeze).
+    const auto why = fold_errors_.find(n.output(0));
+    if (flat && why != fold_errors_.end() && why->second == kFromTrainedWeight) {
+      folded_.erase(n.output(0));
+      folded_int_.erase(n.output(0));
+      return false;
+    }
+    return flat;
+  }
   // A folded tensor no other node reads is let go (masks of long sequences are large).
   const int self = producer(n.output(0));
   for (const auto& in : n.input()) {
@@ -957,6 +967,27 @@ bool Importer::readers_only(const std::string& name, const NodeTest& end,
   return true;
 }
 
+bool Importer::only_compared_weights(const std::string& name) const {
+  constexpr size_t kMaxTensors = 4096;
+  std::set<std::string> seen;
+  std::vector<std::string> todo = {name};
+  while (!todo.empty()) {
+    const std::string tensor = std::move(todo.back());
+    todo.pop_back();
+    if (!seen.insert(tensor).second) continue;
+    if (seen.size() > kMaxTensors) return false;
+    const int p = producer(tensor);
+    if (p < 0) {
+      if (param_like(tensor) && !feeds_only_masks(tensor)) return false;
+      continue;
+    }
+    for (const auto& in : g_.node(p).input()) {
+      if (!in.empty() && (param_dep_.count(in) || param_like(in))) todo.push_back(in);
+    }
+  }
+  return true;
+}
+
 bool Importer::feeds_only_masks(const std::string& name) const {
   static const std::set<std::string> kViews = {"Identity",  "Slice",   "Reshape",
                                                "Unsqueeze", "Squeeze", "Transpose",
@@ -1015,7 +1046,7 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
   // A float computed from weights is a weight, trained: only a mask made from one folds.
   if (from_weights && !compare_type(t) && !integer_cast(n) && t != "Size" &&
       !feeds_only_masks(out)) {
-    fold_errors_[out] = "computes from a trained weight";
+    fold_errors_[out] = kFromTrainedWeight;
     return false;
   }
   std::map<std::string, EvalValue> inputs;
@@ -1052,8 +1083,13 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
   }
   if (!r->has_value()) return false;
   EvalTensor& value = **r;
-  // (A comparison or an integer cast ends the dependence: no gradient flows through it.)
-  if (from_weights && !compare_type(t) && !integer_cast(n)) param_dep_.insert(out);
+  // A comparison or an integer cast of weights that are only ever compared is a constant for
+  // good; of a weight trained through another path (a straight-through gate), it would change.
+  const bool ends = (compare_type(t) || integer_cast(n)) &&
+                    std::all_of(n.input().begin(), n.input().end(), [&](const std::string& in) {
+                      return in.empty() || only_compared_weights(in);
+                    });
+  if (from_weights && !ends) param_dep_.insert(out);
   if (!flat && value.dims.size() <= 1 && value.values.size() <= 64 &&
       std::none_of(value.values.begin(), value.values.end(),
                    [](double x) { return std::isnan(x); })) {

@@ -63,6 +63,16 @@ inline std::pair<int64_t, int64_t> slice_bounds(double start, double end, int64_
   return {position(start), position(end)};
 }
 
+// fold_tensor's reason not to fold a float computed from a trained weight (it is trained).
+inline constexpr const char* kFromTrainedWeight = "computes from a trained weight";
+
+// Dims for messages: "[4, 5, 8]".
+inline std::string dims_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
+  return s + "]";
+}
+
 // A folded shape-math value, and whether it is an integer (integer Div truncates).
 struct FoldedValue {
   std::vector<double> values;
@@ -211,6 +221,8 @@ class Importer {
   // Whether `name` (a float computed from weights) is only compared, through views: then it
   // folds into a constant mask (nanoGPT's registered tril buffer) instead of being trained.
   bool feeds_only_masks(const std::string& name) const;
+  // Whether every trained weight `name` is computed from feeds only masks (so none is trained).
+  bool only_compared_weights(const std::string& name) const;
   // Whether every reader of `name` is an `end`, or a node `through` passes it on by whose output
   // only such readers read (false for a graph output, and beyond 4096 tensors).
   using NodeTest = std::function<bool(const onnx::NodeProto&, const std::string& input)>;

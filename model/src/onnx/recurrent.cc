@@ -33,12 +33,6 @@ int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE
   return p;
 }
 
-std::string dims_string(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
-  return s + "]";
-}
-
 // Why node `n`'s attributes are not the ones the unrolling computes ("" when they are): the
 // activations must be the defaults, no clip, no coupled input and forget gates.
 std::string attribute_refusal(const onnx::NodeProto& n, bool lstm, int dirs) {
@@ -425,8 +419,8 @@ Result<std::vector<Importer::RnnDirection>> Importer::rnn_directions(int i, int 
     const std::string what = std::string(names[k - 1]) + " '" + n.input(k) + "'";
     if (!w.ok()) return invalid_argument(what + ": " + w.status().message());
     if (w->dims != want[static_cast<size_t>(k - 1)]) {
-      return invalid_argument(what + " has dims " + dims_string(w->dims) + ", expected " +
-                              dims_string(want[static_cast<size_t>(k - 1)]));
+      return invalid_argument(what + " has dims " + dims_text(w->dims) + ", expected " +
+                              dims_text(want[static_cast<size_t>(k - 1)]));
     }
     f.push_back(std::move(*w));
   }

@@ -80,9 +80,10 @@ bool Importer::strided_view(int i, const std::string& id, const TensorRef& x) {
     for (size_t e = 0; e < t->values.size(); ++e) {
       if (t->values[e] != static_cast<double>(e)) return false;
     }
-    view.assign(t->dims.begin() + 1, t->dims.end());
+    const std::vector<int64_t> dims(t->dims.begin() + 1, t->dims.end());
+    if (dims.empty() || (!view.empty() && dims != view)) return false;
+    view = dims;
   }
-  if (view.empty()) view.push_back(1);
   act_[n.output(0)] = view == *sample ? x : b_.reshape(id, x, view);
   layouts_[n.output(0)] = BatchLayout{};
   return true;

@@ -10,12 +10,6 @@
 namespace gp::model::onnx_detail {
 namespace {
 
-std::string ints_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
-  return s + "]";
-}
-
 std::string number_text(double v) {
   std::string s = std::to_string(v);
   while (s.size() > 1 && s.back() == '0') s.pop_back();
@@ -45,18 +39,18 @@ void Importer::conv_transpose(int i, const std::string& id) {
   }
   for (int64_t d : attr_ints(n, "dilations")) {
     if (d != 1)
-      return refuse(i, "dilations " + ints_text(attr_ints(n, "dilations")) + " (only 1 maps)");
+      return refuse(i, "dilations " + dims_text(attr_ints(n, "dilations")) + " (only 1 maps)");
   }
   if (const std::string pad = attr_s(n, "auto_pad", "NOTSET"); pad != "NOTSET" && pad != "VALID") {
     return refuse(i, "auto_pad = " + pad + " (only explicit pads map)");
   }
   if (attr(n, "output_shape") != nullptr) {
-    return refuse(i, "output_shape " + ints_text(attr_ints(n, "output_shape")) +
+    return refuse(i, "output_shape " + dims_text(attr_ints(n, "output_shape")) +
                          " is given (only pads and output_padding map)");
   }
   if (const auto k = attr_ints(n, "kernel_shape"); !k.empty() && k != std::vector{w[2], w[3]}) {
-    return refuse(i, "kernel_shape " + ints_text(k) + " differs from the weight's " +
-                         ints_text({w[2], w[3]}));
+    return refuse(i, "kernel_shape " + dims_text(k) + " differs from the weight's " +
+                         dims_text({w[2], w[3]}));
   }
   std::vector<int64_t> pads = attr_ints(n, "pads"), strides = attr_ints(n, "strides"),
                        extra = attr_ints(n, "output_padding");
@@ -64,11 +58,11 @@ void Importer::conv_transpose(int i, const std::string& id) {
   if (strides.empty()) strides = {1, 1};
   if (extra.empty()) extra = {0, 0};
   if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
-    return refuse(i, "pads " + ints_text(pads) + " (only symmetric 2-D padding maps)");
+    return refuse(i, "pads " + dims_text(pads) + " (only symmetric 2-D padding maps)");
   }
   if (strides.size() != 2 || extra.size() != 2 || extra[0] >= strides[0] ||
       extra[1] >= strides[1]) {
-    return refuse(i, "output_padding " + ints_text(extra) + " with strides " + ints_text(strides) +
+    return refuse(i, "output_padding " + dims_text(extra) + " with strides " + dims_text(strides) +
                          " (2-D, each output_padding below its stride)");
   }
   // torch 2.x's unoptimised exports give a bias-free convolution a computed all-zero bias.
@@ -127,7 +121,7 @@ void Importer::resize(int i, const std::string& id) {
   const auto& values = sizes->empty() ? *scales : *sizes;
   if (values.size() != axes.size()) {
     return refuse(
-        i, "neither scales nor sizes give one value for each of the axes " + ints_text(axes));
+        i, "neither scales nor sizes give one value for each of the axes " + dims_text(axes));
   }
   if (!sizes->empty() && attr_s(n, "keep_aspect_ratio_policy", "stretch") != "stretch") {
     return refuse(i, "keep_aspect_ratio_policy = " + attr_s(n, "keep_aspect_ratio_policy", "") +
@@ -135,7 +129,7 @@ void Importer::resize(int i, const std::string& id) {
   }
   for (size_t k = 0; k < axes.size(); ++k) {
     const int64_t a = axes[k];
-    if (a < 0 || a > 3) return refuse(i, "axes " + ints_text(axes) + " of a 4-D input");
+    if (a < 0 || a > 3) return refuse(i, "axes " + dims_text(axes) + " of a 4-D input");
     if (a == 0) continue;  // the batch: its size is symbolic, its scale must be 1 (below)
     if (!sizes->empty()) {
       out[static_cast<size_t>(a)] = to_index(values[k]);
@@ -158,7 +152,7 @@ void Importer::resize(int i, const std::string& id) {
                          std::to_string(out[1]) + "); only H and W resize");
   }
   if (out[2] <= 0 || out[3] <= 0) {
-    return refuse(i, "an output size " + ints_text({out[2], out[3]}) + " that is not positive");
+    return refuse(i, "an output size " + dims_text({out[2], out[3]}) + " that is not positive");
   }
   const std::string how = "mode = " + mode + " with coordinate_transformation_mode = " + coords;
   if (mode == "nearest") {
