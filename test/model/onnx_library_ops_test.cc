@@ -337,6 +337,56 @@ TEST_CASE("a comparison of a weight only ever compared folds, of a weight that t
   CHECK_THAT(gated(true).refusal(), Catch::Contains("computes from a trained weight"));
 }
 
+TEST_CASE("InstanceNormalization (nn.GroupNorm lowered) normalises each channel from general ops") {
+  // GroupNorm(2, 4) of x [batch, 4, 3] as torch lowers it: [batch, 2, 6], normalised per group.
+  Onnx b;
+  b.input("x", {2, 6});
+  b.constant("scale", {2}, {1, 1});
+  b.constant("bias", {2}, {0, 0.5});
+  Onnx::attr(b.node("InstanceNormalization", {"x", "scale", "bias"}, {"y"}, "norm"), "epsilon",
+             int64_t{0});  // (an int attribute reads as the 1e-5 default: no float helper)
+  b.output("y", {2, 6});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "norm.mean").type() == "reduce");
+  CHECK(text(op(g, "norm.mean"), "mode") == "mean");
+  CHECK(testing::attr_ints_of(op(g, "norm.mean"), "axes") == std::vector<int64_t>{1});
+  CHECK(text(op(g, "norm.centered"), "fn") == "sub");
+  CHECK(op(g, "norm.variance").inputs(0).op() == "norm.square");
+  CHECK(text(op(g, "norm.rstd"), "fn") == "rsqrt");
+  CHECK(op(g, "norm.variance_eps").inputs(0).op() == "norm.variance");
+  // A scale of ones is no op; the bias is a constant per channel, [channels, 1].
+  CHECK(g.index_of("norm.scaled") < 0);
+  CHECK(op(g, "norm").inputs(0).op() == "norm.normalised");
+  const auto& bias = op(g, op(g, "norm").inputs(1).op());
+  CHECK(testing::attr_ints_of(bias, "shape") == std::vector<int64_t>{2, 1});
+  CHECK(testing::param_floats(bias, "value") == std::vector<float>{0, 0.5f});
+  CHECK(shape(g, "norm") == "[2, 6] float32");
+  // A trained scale (an initializer, nn.InstanceNorm2d(affine=True) in a legacy export): refused.
+  Onnx trained;
+  trained.input("x", {2, 6});
+  trained.init("instance.weight", {2}, {1, 1});
+  trained.constant("bias", {2}, {0, 0});
+  trained.node("InstanceNormalization", {"x", "instance.weight", "bias"}, {"y"}, "norm");
+  trained.output("y", {2, 6});
+  CHECK_THAT(trained.refusal(), Catch::Contains("its scale 'instance.weight' is not a constant"));
+}
+
+TEST_CASE("CastLike of a weight like an activation is the weight (dynamo's GroupNorm affine)") {
+  Onnx b;
+  b.input("x", {2, 3});
+  b.init("weight", {2}, {0.5, 2});
+  b.init("axes", {1}, {1}, kInt64);
+  b.node("Unsqueeze", {"weight", "axes"}, {"per_channel"}, "view");
+  b.node("CastLike", {"per_channel", "x"}, {"cast"}, "cast");
+  b.node("Mul", {"x", "cast"}, {"y"}, "mul");
+  b.output("y", {2, 3});
+  const auto g = testing::build_graph(b.imported());
+  const auto& weight = op(g, op(g, "mul").inputs(1).op());
+  CHECK(weight.type() == "broadcast_param");  // trained
+  CHECK(testing::param_floats(weight, "value") == std::vector<float>{0.5f, 2});
+  CHECK(shape(g, "mul") == "[2, 3] float32");
+}
+
 TEST_CASE("a folded additive mask of finfo.min is a buffer, never trained") {
   // torch 2.x's optimiser folds SDPA's boolean mask into Where(mask, 0, finfo(float32).min).
   const double lowest = std::numeric_limits<float>::lowest();

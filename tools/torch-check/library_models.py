@@ -1,10 +1,14 @@
 """Models as the libraries ship them, small configurations with random weights: torchvision's
-ViT, Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY and MaxViT; timm's ViT, DeiT
-(distilled), Swin, ConvNeXt and EfficientNet; Hugging Face's GPT-2 (its default SDPA attention
-and the eager one), Llama (grouped-query attention), BERT and ViT, returning the logits. A row
-whose library is not installed is n/a. Not here: torchvision's Swin V2, which zeroes the key
-block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_()): a trained weight written
-by slice assignment, which the importer refuses by name."""
+ViT, Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2 and MnasNet;
+timm's ViT, DeiT (distilled), Swin, ConvNeXt, EfficientNet, ResNet, MobileViT and PoolFormer
+(GroupNorm); Hugging Face's GPT-2 (its default SDPA attention and the eager one), Llama
+(grouped-query attention), BERT, ViT, DistilBERT, the T5 encoder (relative position buckets),
+Mistral, Qwen2, Phi and GPT-NeoX, returning the logits. A row whose library is not installed is
+n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the key block of a copy of
+the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written by slice
+assignment); RoBERTa and OPT, whose position ids are a cumulative sum (CumSum) of the input ids'
+padding mask or of the attention mask: integer arithmetic on activations has no GraphPipe
+operator."""
 import torch
 import torch.nn as nn
 
@@ -95,6 +99,39 @@ def hf_bert():
         vocab_size=50, max_position_embeddings=16, num_labels=3)))
 
 
+class Hidden(nn.Module):
+    """A Hugging Face encoder's last hidden state (T5's encoder has no head)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).last_hidden_state
+
+
+def hf_causal_lm(model_class, config_class, **config):
+    """A decoder of transformers with its LM head, 2 layers of width 32."""
+    def build():
+        import transformers
+        return Logits(getattr(transformers, model_class)(getattr(transformers, config_class)(
+            vocab_size=50, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=16,
+            bos_token_id=0, eos_token_id=0, **config)))
+    return build
+
+
+def hf_distilbert():
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+    return Logits(DistilBertForSequenceClassification(DistilBertConfig(
+        vocab_size=50, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=16)))
+
+
+def hf_t5_encoder():
+    from transformers import T5Config, T5EncoderModel
+    return Hidden(T5EncoderModel(T5Config(vocab_size=50, d_model=32, d_kv=8, d_ff=64,
+                                          num_layers=2, num_heads=4)))
+
+
 def hf_vit():
     from transformers import ViTConfig, ViTForImageClassification
     return Logits(ViTForImageClassification(ViTConfig(
@@ -122,4 +159,20 @@ LIBRARY = [
     ("hf_llama", hf_llama, tokens),
     ("hf_bert", hf_bert, tokens),
     ("hf_vit", hf_vit, image(32)),
+    ("tv_shufflenet", tv_model("shufflenet_v2_x0_5"), image(32)),
+    ("tv_mnasnet", tv_model("mnasnet0_5"), image(32)),
+    ("timm_resnet", timm_model("resnet18"), image(32)),
+    ("timm_mobilevit", timm_model("mobilevit_xxs"), image(64)),
+    ("timm_poolformer", timm_model("poolformer_s12"), image(32)),  # GroupNorm(1, C)
+    ("hf_distilbert", hf_distilbert, tokens),
+    ("hf_t5_encoder", hf_t5_encoder, tokens),
+    ("hf_mistral", hf_causal_lm("MistralForCausalLM", "MistralConfig", hidden_size=32,
+                                intermediate_size=64, num_key_value_heads=2, sliding_window=4),
+     tokens),
+    ("hf_qwen2", hf_causal_lm("Qwen2ForCausalLM", "Qwen2Config", hidden_size=32,
+                              intermediate_size=64, num_key_value_heads=4), tokens),
+    ("hf_phi", hf_causal_lm("PhiForCausalLM", "PhiConfig", hidden_size=32, intermediate_size=64),
+     tokens),
+    ("hf_gpt_neox", hf_causal_lm("GPTNeoXForCausalLM", "GPTNeoXConfig", hidden_size=32,
+                                 intermediate_size=64), tokens),
 ]

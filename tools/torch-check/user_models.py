@@ -6,7 +6,8 @@ blocks (depthwise 7x7, channels-last LayerNorm through permute, layer scale), an
 MBConv (SiLU, squeeze-excite, batch norm), Swin with shifted windows (torch.roll, the attention
 mask buffer, the relative position bias table gathered by its index buffer), a U-Net with batch
 norm, max pooling and F.interpolate, MLP-Mixer, BERT with Hugging Face's int64 attention_mask and
-token types, Deep & Cross Network and NCF."""
+token types, Deep & Cross Network and NCF; and a diffusers-style U-Net (GroupNorm, SiLU, a
+sinusoidal timestep embedding computed in forward, a GroupNorm'd two-head self-attention)."""
 import math
 import torch
 import torch.nn as nn
@@ -444,6 +445,69 @@ class NCF(nn.Module):
 def ncf_inputs(g):
     return [("user", torch.randint(0, 30, (BATCH,), generator=g)), ("item", torch.randint(0, 40, (BATCH,), generator=g))]
 
+# --- diffusers-style U-Net block: sinusoidal timestep embedding computed in forward, GroupNorm
+# and SiLU around convolutions, the time embedding added per channel, a GroupNorm'd self-attention
+def timestep_embedding(t, dim):
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half)
+    args = t[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+class ResnetBlock(nn.Module):
+    def __init__(self, c_in, c_out, t_dim):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(4, c_in)
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, padding=1)
+        self.time_emb_proj = nn.Linear(t_dim, c_out)
+        self.norm2 = nn.GroupNorm(4, c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
+        self.shortcut = nn.Conv2d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
+    def forward(self, x, temb):
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = h + self.time_emb_proj(F.silu(temb))[:, :, None, None]
+        h = self.conv2(F.silu(self.norm2(h)))
+        return self.shortcut(x) + h
+
+class AttnBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.group_norm = nn.GroupNorm(4, c)
+        self.to_qkv = nn.Linear(c, 3 * c)
+        self.to_out = nn.Linear(c, c)
+    def forward(self, x):
+        B, C, H, W = x.shape
+        h = self.group_norm(x).view(B, C, H * W).transpose(1, 2)
+        q, k, v = (t.view(B, H * W, 2, C // 2).transpose(1, 2)
+                   for t in self.to_qkv(h).chunk(3, dim=-1))  # 2 heads, as diffusers splits them
+        h = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, H * W, C)
+        return x + self.to_out(h).transpose(1, 2).reshape(B, C, H, W)
+
+class DiffusionUNet(nn.Module):
+    def __init__(self, c=16, t_dim=32):
+        super().__init__()
+        self.t_dim = t_dim
+        self.time_embedding = nn.Sequential(nn.Linear(t_dim, t_dim), nn.SiLU(), nn.Linear(t_dim, t_dim))
+        self.conv_in = nn.Conv2d(4, c, 3, padding=1)
+        self.down = ResnetBlock(c, 2 * c, t_dim)
+        self.downsample = nn.Conv2d(2 * c, 2 * c, 3, stride=2, padding=1)
+        self.mid = ResnetBlock(2 * c, 2 * c, t_dim)
+        self.attn = AttnBlock(2 * c)
+        self.up = ResnetBlock(4 * c, c, t_dim)
+        self.norm_out = nn.GroupNorm(4, c)
+        self.conv_out = nn.Conv2d(c, 4, 3, padding=1)
+    def forward(self, x, t):
+        temb = self.time_embedding(timestep_embedding(t, self.t_dim))
+        h = self.conv_in(x)
+        d = self.down(h, temb)
+        m = self.attn(self.mid(self.downsample(d), temb))
+        u = F.interpolate(m, scale_factor=2.0, mode="nearest")
+        u = self.up(torch.cat([u, d], dim=1), temb)
+        return self.conv_out(F.silu(self.norm_out(u)))
+
+def diffusion_inputs(g):
+    return [("x", torch.randn(BATCH, 4, 8, 8, generator=g)),
+            ("t", torch.randint(0, 1000, (BATCH,), generator=g).float())]
+
 USER = [
     ("hf_gpt2", HFGPT2, tokens),
     ("llama_gqa", LlamaGQA, tokens),
@@ -456,4 +520,5 @@ USER = [
     ("bert_mask", BertMask, bert_mask_inputs),
     ("dcn", DCN, dcn_inputs),
     ("ncf", NCF, ncf_inputs),
+    ("diffusion_unet", DiffusionUNet, diffusion_inputs),
 ]

@@ -55,7 +55,7 @@ bool any_layout(const std::string& t) {
       "Less",        "Greater",    "LessOrEqual", "GreaterOrEqual",
       "Not",         "And",        "Or",          "Xor",
       "Where",       "Cast",       "Clip",        "IsNaN",
-      "HardSigmoid", "HardSwish"};
+      "HardSigmoid", "HardSwish",  "CastLike"};
   static const std::set<std::string> kOnAxes = {
       "Softmax",    "LogSoftmax", "LayerNormalization", "Gemm",   "MatMul", "ReduceSum",
       "ReduceMean", "ReduceMax",  "ReduceL2",           "Concat", "Slice",  "Split",

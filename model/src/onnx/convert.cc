@@ -19,28 +19,49 @@ int64_t product(const std::vector<int64_t>& v) {
 
 // The mapped ONNX types with the number of inputs each needs at least.
 const std::map<std::string, int>& mapped_inputs() {
-  static const std::map<std::string, int> kMapped = {
-      {"Identity", 1},      {"Dropout", 1},
-      {"Relu", 1},          {"Gelu", 1},
-      {"Softmax", 1},       {"LayerNormalization", 2},
-      {"LogSoftmax", 1},    {"ConvTranspose", 2},
-      {"Resize", 1},        {"Gemm", 2},
-      {"MatMul", 2},        {"Add", 2},
-      {"Mul", 2},           {"Div", 2},
-      {"Concat", 1},        {"Slice", 3},
-      {"Split", 1},         {"SplitToSequence", 1},
-      {"SequenceAt", 2},    {"Gather", 2},
-      {"GatherND", 2},      {"Transpose", 1},
-      {"Reshape", 1},       {"Flatten", 1},
-      {"Squeeze", 1},       {"Unsqueeze", 1},
-      {"Conv", 2},          {"MaxPool", 1},
-      {"AveragePool", 1},   {"GlobalAveragePool", 1},
-      {"GlobalMaxPool", 1}, {"BatchNormalization", 3},
-      {"Sigmoid", 1},       {"Tanh", 1},
-      {"Clip", 1},          {"Pad", 1},
-      {"ReduceSum", 1},     {"ReduceMean", 1},
-      {"Expand", 2},        {"GRU", 3},
-      {"LSTM", 3},          {"Einsum", 2}};
+  static const std::map<std::string, int> kMapped = {{"Identity", 1},
+                                                     {"Dropout", 1},
+                                                     {"Relu", 1},
+                                                     {"Gelu", 1},
+                                                     {"Softmax", 1},
+                                                     {"LayerNormalization", 2},
+                                                     {"LogSoftmax", 1},
+                                                     {"ConvTranspose", 2},
+                                                     {"Resize", 1},
+                                                     {"Gemm", 2},
+                                                     {"MatMul", 2},
+                                                     {"Add", 2},
+                                                     {"Mul", 2},
+                                                     {"Div", 2},
+                                                     {"Concat", 1},
+                                                     {"Slice", 3},
+                                                     {"Split", 1},
+                                                     {"SplitToSequence", 1},
+                                                     {"SequenceAt", 2},
+                                                     {"Gather", 2},
+                                                     {"GatherND", 2},
+                                                     {"Transpose", 1},
+                                                     {"Reshape", 1},
+                                                     {"Flatten", 1},
+                                                     {"Squeeze", 1},
+                                                     {"Unsqueeze", 1},
+                                                     {"Conv", 2},
+                                                     {"MaxPool", 1},
+                                                     {"AveragePool", 1},
+                                                     {"GlobalAveragePool", 1},
+                                                     {"GlobalMaxPool", 1},
+                                                     {"BatchNormalization", 3},
+                                                     {"Sigmoid", 1},
+                                                     {"Tanh", 1},
+                                                     {"Clip", 1},
+                                                     {"Pad", 1},
+                                                     {"ReduceSum", 1},
+                                                     {"ReduceMean", 1},
+                                                     {"Expand", 2},
+                                                     {"GRU", 3},
+                                                     {"LSTM", 3},
+                                                     {"Einsum", 2},
+                                                     {"InstanceNormalization", 3}};
   return kMapped;
 }
 
@@ -51,9 +72,9 @@ int general_min_inputs(const std::string& t) {
       "Max",      "Min",  "Neg",   "Exp",         "Log",      "Sqrt", "Reciprocal",
       "Abs",      "Erf",  "Sin",   "Cos",         "Softplus", "Not",  "ReduceMax",
       "ReduceL2", "Cast", "IsNaN", "HardSigmoid", "HardSwish"};
-  static const std::set<std::string> kTwo = {"Sub",         "Pow",     "Equal",          "Less",
-                                             "LessOrEqual", "Greater", "GreaterOrEqual", "And",
-                                             "Or",          "Xor"};
+  static const std::set<std::string> kTwo = {"CastLike", "Sub",         "Pow",     "Equal",
+                                             "Less",     "LessOrEqual", "Greater", "GreaterOrEqual",
+                                             "And",      "Or",          "Xor"};
   return t == "Where" ? 3 : kTwo.count(t) ? 2 : kOne.count(t) ? 1 : 0;
 }
 
@@ -71,12 +92,16 @@ int min_inputs(const std::string& t) {
 // Types that map element by element: they also take a tensor without the batch axis.
 bool elementwise_type(const std::string& t) {
   static const std::set<std::string> kElementwise = {
-      "Identity",    "Dropout",  "Relu",  "Sigmoid",    "Tanh",        "Gelu",    "Add",
-      "Sub",         "Mul",      "Div",   "Pow",        "Max",         "Min",     "Neg",
-      "Exp",         "Log",      "Sqrt",  "Reciprocal", "Abs",         "Erf",     "Sin",
-      "Cos",         "Softplus", "Equal", "Less",       "LessOrEqual", "Greater", "GreaterOrEqual",
-      "Not",         "And",      "Or",    "Xor",        "Where",       "Cast",    "IsNaN",
-      "HardSigmoid", "HardSwish"};
+      "Identity",  "Dropout",     "Relu",     "Sigmoid",
+      "Tanh",      "Gelu",        "Add",      "Sub",
+      "Mul",       "Div",         "Pow",      "Max",
+      "Min",       "Neg",         "Exp",      "Log",
+      "Sqrt",      "Reciprocal",  "Abs",      "Erf",
+      "Sin",       "Cos",         "Softplus", "Equal",
+      "Less",      "LessOrEqual", "Greater",  "GreaterOrEqual",
+      "Not",       "And",         "Or",       "Xor",
+      "Where",     "Cast",        "IsNaN",    "HardSigmoid",
+      "HardSwish", "CastLike"};
   return kElementwise.count(t) > 0;
 }
 
@@ -144,6 +169,7 @@ void Importer::convert(int i) {
       {"Gemm", &Importer::gemm},
       {"MatMul", &Importer::matmul},
       {"Einsum", &Importer::einsum},
+      {"InstanceNormalization", &Importer::instance_norm},
       {"Add", &Importer::add},
       {"Clip", &Importer::clip},
       {"Pad", &Importer::pad},

@@ -249,7 +249,7 @@ void Importer::general(int i, const std::string& id) {
   if (t == "IsNaN") return is_nan(i, id);
   if (t == "HardSigmoid" || t == "HardSwish") return hard_sigmoid(i, id);
   if (t == "Where") return general_where(i, id);
-  if (t == "Cast") return cast(i, id);
+  if (t == "Cast" || t == "CastLike") return cast(i, id);
   if (t == "ReduceSum" || t == "ReduceMean" || t == "ReduceMax" || t == "ReduceL2") {
     return general_reduce(i, id);
   }
@@ -344,7 +344,15 @@ void Importer::cast(int i, const std::string& id) {
   const std::string& in = n.input(0);
   auto x = activation(in);
   if (!x) return refuse(i, "its input is not an activation");
-  const int64_t to = attr_i(n, "to", kOnnxFloat);
+  // CastLike takes its input 1's type (dynamo casts a weight like the activation it scales).
+  int64_t to = attr_i(n, "to", kOnnxFloat);
+  if (n.op_type() == "CastLike") {
+    const auto type = elem_types_.find(n.input(1));
+    to = activation(n.input(1))
+             ? (dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32 ? kOnnxFloat : kOnnxInt64)
+         : type != elem_types_.end() ? type->second
+                                     : kOnnxFloat;
+  }
   const bool is_float = dtype_of(in) == graphpipe::v1::DATA_TYPE_FLOAT32;
   const bool mask = masks_.count(in) > 0;
   auto pass = [&] {

@@ -322,6 +322,7 @@ class Importer {
   // order (dynamo's as_strided): a view of x; false (nothing emitted) where it is not one.
   bool strided_view(int i, const std::string& id, const TensorRef& x);
   void einsum(int i, const std::string& id);
+  void instance_norm(int i, const std::string& id);
   void slice(int i, const std::string& id);
   std::optional<TensorRef> slice_axis(int i, const std::string& id, const TensorRef& x,
                                       int64_t axis, double start, double end, double step);

@@ -42,7 +42,8 @@ BERT embeddings and its int64 attention_mask as an additive bias) with torch 2.1
 library_vision and library_attention (what torchvision's MobileNetV3, Swin, ConvNeXt and MaxViT
 and Hugging Face's sdpa attention export: Hardswish, Hardsigmoid, a zero F.pad, a mask written by
 slice assignment, stepped slices, as_strided, einsum, IsNaN, GatherElements of buffers) with torch
-2.15.0 and onnxscript 0.7.2.)
+2.15.0 and onnxscript 0.7.2; and group_norm (nn.GroupNorm and nn.InstanceNorm2d) with torch
+2.15.0.)
 """
 import copy
 import glob
@@ -554,6 +555,22 @@ class LibraryAttention(torch.nn.Module):
         return self.out(o.transpose(1, 2).reshape(B, S, C))
 
 
+class GroupNorms(torch.nn.Module):
+    # nn.GroupNorm (diffusion U-Nets, PoolFormer) and nn.InstanceNorm2d: both exporters lower them
+    # to InstanceNormalization over [batch, groups, -1] with a constant scale and bias, the
+    # GroupNorm weight and bias after it (dynamo casts them like the activation: CastLike).
+    def __init__(self, c=6):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, c, 3, padding=1)
+        self.group = torch.nn.GroupNorm(2, c)
+        self.instance = torch.nn.InstanceNorm2d(c)
+        self.one_group = torch.nn.GroupNorm(1, c)
+
+    def forward(self, x):
+        h = torch.nn.functional.silu(self.group(self.conv(x)))
+        return self.one_group(self.instance(h) + h)
+
+
 class AttentionMask(torch.nn.Module):
     # BERT as Hugging Face writes it: token, position (arange expanded over the batch) and
     # token-type embeddings, and an int64 attention_mask turned into an additive bias with
@@ -644,7 +661,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("library_vision", 147, LibraryVision, patterns.feat(3, 4, 4),
                                  None),
                                 ("library_attention", 148, LibraryAttention, patterns.feat(5, 8),
-                                 None)]
+                                 None),
+                                ("group_norm", 149, GroupNorms, patterns.feat(3, 4, 4), None)]
 
 
 def main():
