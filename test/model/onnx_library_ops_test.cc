@@ -343,8 +343,8 @@ TEST_CASE("InstanceNormalization (nn.GroupNorm lowered) normalises each channel 
   b.input("x", {2, 6});
   b.constant("scale", {2}, {1, 1});
   b.constant("bias", {2}, {0, 0.5});
-  Onnx::attr(b.node("InstanceNormalization", {"x", "scale", "bias"}, {"y"}, "norm"), "epsilon",
-             int64_t{0});  // (an int attribute reads as the 1e-5 default: no float helper)
+  Onnx::attr_float(b.node("InstanceNormalization", {"x", "scale", "bias"}, {"y"}, "norm"),
+                   "epsilon", 0.25f);
   b.output("y", {2, 6});
   const auto g = testing::build_graph(b.imported());
   CHECK(op(g, "norm.mean").type() == "reduce");
@@ -354,6 +354,7 @@ TEST_CASE("InstanceNormalization (nn.GroupNorm lowered) normalises each channel 
   CHECK(op(g, "norm.variance").inputs(0).op() == "norm.square");
   CHECK(text(op(g, "norm.rstd"), "fn") == "rsqrt");
   CHECK(op(g, "norm.variance_eps").inputs(0).op() == "norm.variance");
+  CHECK(testing::param_floats(op(g, "norm.epsilon"), "value") == std::vector<float>{0.25f});
   // A scale of ones is no op; the bias is a constant per channel, [channels, 1].
   CHECK(g.index_of("norm.scaled") < 0);
   CHECK(op(g, "norm").inputs(0).op() == "norm.normalised");
@@ -369,6 +370,57 @@ TEST_CASE("InstanceNormalization (nn.GroupNorm lowered) normalises each channel 
   trained.node("InstanceNormalization", {"x", "instance.weight", "bias"}, {"y"}, "norm");
   trained.output("y", {2, 6});
   CHECK_THAT(trained.refusal(), Catch::Contains("its scale 'instance.weight' is not a constant"));
+}
+
+// InstanceNormalization of initializers `scale` and `bias` [2], the node's fx metadata `fx`.
+Onnx folded_affine(const std::string& fx, double scale) {
+  Onnx b;
+  b.input("x", {2, 6});
+  b.init("val_8", {2}, {scale, scale});
+  b.init("val_11", {2}, {0, 0});
+  auto* norm = b.node("InstanceNormalization", {"x", "val_8", "val_11"}, {"y"}, "norm");
+  Onnx::metadata(norm, "pkg.torch.onnx.fx_node", fx);
+  b.output("y", {2, 6});
+  return b;
+}
+
+TEST_CASE("dynamo's folded ones and zeros of GroupNorm's lowering are constants, a parameter not") {
+  const std::string group =
+      "%group_norm : = call_function[target=torch.ops.aten.group_norm.default](args = (%conv2d, "
+      "2, %p_group_weight, %p_group_bias, 1e-05, False";
+  const auto m = folded_affine(group, 1).imported();
+  for (const auto& o : m.ops()) CHECK(o.params_size() == 0);  // nothing trained
+  // Not ones: not the lowering's, refused rather than frozen.
+  CHECK_THAT(folded_affine(group, 2).refusal(), Catch::Contains("its scale 'val_8'"));
+  // nn.InstanceNorm2d(affine=True): its weight is a parameter, refused rather than frozen.
+  const std::string instance =
+      "%instance_norm : = call_function[target=torch.ops.aten.instance_norm.default](args = "
+      "(%x, %p_instance_weight, %p_instance_bias, None, None, True";
+  CHECK_THAT(folded_affine(instance, 1).refusal(),
+             Catch::Contains("its scale 'val_8' is not a constant"));
+}
+
+TEST_CASE("CastLike takes its input 1's type: a mask makes booleans, a viewed weight stays") {
+  Onnx b;
+  b.input("x", {2, 3});
+  b.init("zero", {}, {0.0});
+  b.node("Greater", {"x", "zero"}, {"positive"}, "positive");
+  b.node("CastLike", {"x", "positive"}, {"nonzero"}, "to_bool");
+  b.init("weight", {2}, {0.5, 2});
+  b.init("axes", {2}, {0, 2}, kInt64);
+  b.node("Unsqueeze", {"weight", "axes"}, {"view"}, "view");  // weight.view(1, 2, 1)
+  b.node("CastLike", {"view", "x"}, {"cast"}, "cast");
+  b.node("Mul", {"nonzero", "cast"}, {"y"}, "mul");
+  b.output("y", {2, 3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "to_bool").type() == "compare");  // x != 0
+  CHECK(text(op(g, "to_bool"), "fn") == "ne");
+  const auto& view = op(g, op(g, "mul").inputs(1).op());  // [2, 1] of the trained [2]
+  CHECK(view.type() == "reshape");
+  const auto& weight = op(g, view.inputs(0).op());
+  CHECK(weight.type() == "broadcast_param");
+  CHECK(testing::param_floats(weight, "value") == std::vector<float>{0.5f, 2});
+  CHECK(shape(g, "mul") == "[2, 3] float32");
 }
 
 TEST_CASE("CastLike of a weight like an activation is the weight (dynamo's GroupNorm affine)") {

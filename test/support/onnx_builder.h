@@ -111,6 +111,21 @@ struct OnnxBuilder {
     a->set_type(onnx::AttributeProto::INTS);
     for (int64_t x : v) a->add_ints(x);
   }
+  static void attr_float(onnx::NodeProto* n, const std::string& name, float v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(v);
+  }
+  // Node metadata, as torch's dynamo exporter writes it (pkg.torch.onnx.fx_node, ...).
+  // NodeProto.metadata_props (field 9) is newer than the ONNX schema compiled here: written as
+  // the unknown field the importer reads it from.
+  static void metadata(onnx::NodeProto* n, const std::string& key, const std::string& value) {
+    onnx::StringStringEntryProto entry;
+    entry.set_key(key);
+    entry.set_value(value);
+    n->mutable_unknown_fields()->AddLengthDelimited(9, entry.SerializeAsString());
+  }
   static void attr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
     auto* a = n->add_attribute();
     a->set_name(name);

@@ -124,7 +124,10 @@ void Importer::convert(int i) {
   // (Nodes without an output or with too few inputs were refused before any conversion.)
   // A trained weight with its elements moved (weight_maps.cc) becomes a tensor here, for the
   // element-wise ops that take it.
-  for (const auto& input : n.input()) {
+  // (CastLike reads only the type of its input 1.)
+  const int read = t == "CastLike" ? 1 : n.input_size();
+  for (int k = 0; k < read; ++k) {
+    const std::string& input = n.input(k);
     const auto map = weight_maps_.find(input);
     if (map == weight_maps_.end() || act_.count(input)) continue;
     if (!elementwise_type(t)) {
@@ -139,7 +142,8 @@ void Importer::convert(int i) {
   // first axis as the batch.
   bool batched_input = false;
   std::string unbatched;
-  for (const auto& input : n.input()) {
+  for (int k = 0; k < read; ++k) {
+    const std::string& input = n.input(k);
     if (unbatched_.count(input)) {
       if (unbatched.empty()) unbatched = input;
     } else if (act_.count(input)) {

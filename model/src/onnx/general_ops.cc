@@ -347,11 +347,20 @@ void Importer::cast(int i, const std::string& id) {
   // CastLike takes its input 1's type (dynamo casts a weight like the activation it scales).
   int64_t to = attr_i(n, "to", kOnnxFloat);
   if (n.op_type() == "CastLike") {
-    const auto type = elem_types_.find(n.input(1));
-    to = activation(n.input(1))
-             ? (dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32 ? kOnnxFloat : kOnnxInt64)
-         : type != elem_types_.end() ? type->second
-                                     : kOnnxFloat;
+    const std::string& like = n.input(1);
+    const auto type = elem_types_.find(like);
+    const auto init = consts_.find(like);
+    if (masks_.count(like)) {
+      to = 9;  // bool
+    } else if (activation(like)) {
+      to = dtype_of(like) == graphpipe::v1::DATA_TYPE_FLOAT32 ? kOnnxFloat : kOnnxInt64;
+    } else if (type != elem_types_.end()) {
+      to = type->second;
+    } else if (init != consts_.end()) {
+      to = init->second->data_type();
+    } else {
+      return refuse(i, "the type of '" + like + "' (its input 1) is not known");
+    }
   }
   const bool is_float = dtype_of(in) == graphpipe::v1::DATA_TYPE_FLOAT32;
   const bool mask = masks_.count(in) > 0;

@@ -4,6 +4,7 @@
 // without a trained affine, so it maps onto reduce and element-wise ops: every sample's channel
 // normalised over its other axes, with the biased variance, as torch computes it.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -26,20 +27,31 @@ void Importer::instance_norm(int i, const std::string& id) {
   // affine=True, would need a view of the weight per channel: not mapped). torch's optimiser
   // folds the lowering's ones and zeros into initializers: its metadata tells them from
   // parameters (GroupNorm applies its own after; an instance norm without one names none).
+  // The lowering's are ones and zeros; anything else in an initializer is refused.
   const std::string fx = model::onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
-  const bool lowered = fx.find("aten.group_norm") != std::string::npos ||
-                       (!fx.empty() && fx.find("%p_") == std::string::npos);
+  const bool lowered =
+      fx.find("aten.group_norm") != std::string::npos ||
+      fx.find("aten.native_group_norm") != std::string::npos ||
+      (fx.find("aten.instance_norm") != std::string::npos && fx.find("%p_") == std::string::npos);
   std::vector<std::vector<float>> affine;
   for (int k = 1; k < 3; ++k) {
-    const bool trained = param_like(n.input(k)) && !lowered;
-    const auto t = trained ? std::nullopt : const_tensor(n.input(k));
-    if (!t || static_cast<int64_t>(t->values.size()) != channels) {
+    const double neutral = k == 1 ? 1.0 : 0.0;
+    const bool initializer = param_like(n.input(k));
+    std::vector<double> values;
+    if (!initializer || lowered) {
+      if (auto t = const_tensor(n.input(k))) values = std::move(t->values);
+    }
+    const bool usable = static_cast<int64_t>(values.size()) == channels &&
+                        std::none_of(values.begin(), values.end(), [&](double v) {
+                          return std::isnan(v) || (initializer && v != neutral);
+                        });
+    if (!usable) {
       return refuse(i, "its " + std::string(k == 1 ? "scale" : "bias") + " '" + n.input(k) +
                            "' is not a constant of " + std::to_string(channels) +
                            " values (a trained affine, InstanceNorm's affine=True, is not "
                            "mapped; GroupNorm's weight and bias after it are)");
     }
-    affine.emplace_back(t->values.begin(), t->values.end());
+    affine.emplace_back(values.begin(), values.end());
   }
   std::vector<int64_t> axes;  // per sample: every axis after the channels
   for (size_t a = 1; a < shape->size(); ++a) axes.push_back(static_cast<int64_t>(a));
