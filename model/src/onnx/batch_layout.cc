@@ -41,26 +41,15 @@ bool resolved(const std::vector<double>& v) {
   return std::none_of(v.begin(), v.end(), [](double x) { return std::isnan(x) || x == kBatchDim; });
 }
 
-// Ops that take an activation whatever its batch layout: element-wise ones keep it, the others
-// read their axes through sample_axis (which refuses the batch axis) or act on the last axes
-// (checked in layout_refusal).
+// Ops that take an activation whatever its batch layout: element-wise ones (and Clip) keep it,
+// the others read their axes through sample_axis (which refuses the batch axis) or act on the
+// last axes (checked in layout_refusal).
 bool any_layout(const std::string& t) {
-  static const std::set<std::string> kElementwise = {
-      "Identity",    "Dropout",    "Relu",        "Sigmoid",
-      "Tanh",        "Gelu",       "Add",         "Sub",
-      "Mul",         "Div",        "Pow",         "Max",
-      "Min",         "Neg",        "Exp",         "Log",
-      "Sqrt",        "Reciprocal", "Abs",         "Erf",
-      "Sin",         "Cos",        "Softplus",    "Equal",
-      "Less",        "Greater",    "LessOrEqual", "GreaterOrEqual",
-      "Not",         "And",        "Or",          "Xor",
-      "Where",       "Cast",       "Clip",        "IsNaN",
-      "HardSigmoid", "HardSwish",  "CastLike"};
   static const std::set<std::string> kOnAxes = {
       "Softmax",    "LogSoftmax", "LayerNormalization", "Gemm",   "MatMul", "ReduceSum",
       "ReduceMean", "ReduceMax",  "ReduceL2",           "Concat", "Slice",  "Split",
       "Gather",     "GatherND"};
-  return kElementwise.count(t) > 0 || kOnAxes.count(t) > 0;
+  return elementwise_type(t) || t == "Clip" || kOnAxes.count(t) > 0;
 }
 
 bool view_type(const std::string& t) {

@@ -1093,11 +1093,9 @@ Result<EvalTensor> Evaluator::gather(const onnx::NodeProto& n, const Scope& s, E
   return out;
 }
 
-// GatherND without batch dims (torch's lowering of advanced indexing): each row of the last
-// axis of `indices` picks a slice of x by its leading coordinates.
-Result<EvalTensor> Evaluator::gather_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
-  GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
-  if (attr_i(n, "batch_dims", 0) != 0) return unimplemented("batch_dims other than 0");
+// The depth of GatherND's and ScatterND's indices (their last axis: how many leading axes of x
+// each row addresses), or why it does not fit x.
+Result<int64_t> index_depth(const EvalTensor& indices, const EvalTensor& x) {
   if (indices.dims.empty()) return invalid_argument("0-D indices");
   const int64_t depth = indices.dims.back();
   const auto rank = static_cast<int64_t>(x.dims.size());
@@ -1105,24 +1103,40 @@ Result<EvalTensor> Evaluator::gather_nd(const onnx::NodeProto& n, const Scope& s
     return invalid_argument("indices of depth " + std::to_string(depth) + " for data of rank " +
                             std::to_string(rank));
   }
+  return depth;
+}
+
+// The row-major position among x's leading `depth` axes that row `row` of the indices
+// addresses (negative indices count from the end).
+Result<int64_t> row_position(const EvalTensor& indices, int64_t row, int64_t depth,
+                             const EvalTensor& x) {
+  int64_t at = 0;
+  for (int64_t k = 0; k < depth; ++k) {
+    const int64_t size = x.dims[static_cast<size_t>(k)];
+    int64_t i = to_index(indices.values[static_cast<size_t>(row * depth + k)]);
+    if (i < 0) i += size;
+    if (i < 0 || i >= size) return invalid_argument("index " + std::to_string(i) + " out of range");
+    at = at * size + i;
+  }
+  return at;
+}
+
+// GatherND without batch dims (torch's lowering of advanced indexing): each row of the last
+// axis of `indices` picks a slice of x by its leading coordinates.
+Result<EvalTensor> Evaluator::gather_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor indices, tensor(n, s, 1));
+  if (attr_i(n, "batch_dims", 0) != 0) return unimplemented("batch_dims other than 0");
+  GP_ASSIGN_OR_RETURN(const int64_t depth, index_depth(indices, x));
+  const auto rank = static_cast<int64_t>(x.dims.size());
   Dims dims(indices.dims.begin(), indices.dims.end() - 1);
   dims.insert(dims.end(), x.dims.begin() + depth, x.dims.end());
   GP_RETURN_IF_ERROR(count_of(dims).status());
   int64_t inner = 1;
   for (int64_t k = depth; k < rank; ++k) inner *= x.dims[static_cast<size_t>(k)];
   EvalTensor out{dims, {}, x.ints};
-  for (size_t row = 0; row + static_cast<size_t>(depth) <= indices.values.size();
-       row += static_cast<size_t>(depth)) {
-    int64_t at = 0;
-    for (int64_t k = 0; k < depth; ++k) {
-      const int64_t size = x.dims[static_cast<size_t>(k)];
-      int64_t i = to_index(indices.values[row + static_cast<size_t>(k)]);
-      if (i < 0) i += size;
-      if (i < 0 || i >= size) {
-        return invalid_argument("index " + std::to_string(i) + " out of range");
-      }
-      at = at * size + i;
-    }
+  const auto rows = static_cast<int64_t>(indices.values.size()) / depth;
+  for (int64_t row = 0; row < rows; ++row) {
+    GP_ASSIGN_OR_RETURN(const int64_t at, row_position(indices, row, depth, x));
     const auto b = x.values.begin() + at * inner;
     out.values.insert(out.values.end(), b, b + inner);
   }
@@ -1180,13 +1194,8 @@ Result<EvalTensor> Evaluator::scatter_nd(const onnx::NodeProto& n, const Scope& 
       reduction != "min") {
     return invalid_argument("reduction '" + reduction + "'");
   }
-  if (indices.dims.empty()) return invalid_argument("0-D indices");
-  const int64_t depth = indices.dims.back();
+  GP_ASSIGN_OR_RETURN(const int64_t depth, index_depth(indices, x));
   const auto rank = static_cast<int64_t>(x.dims.size());
-  if (depth < 1 || depth > rank) {
-    return invalid_argument("indices of depth " + std::to_string(depth) + " for data of rank " +
-                            std::to_string(rank));
-  }
   int64_t inner = 1;
   for (int64_t k = depth; k < rank; ++k) inner *= x.dims[static_cast<size_t>(k)];
   const auto rows = static_cast<int64_t>(indices.values.size()) / depth;
@@ -1194,15 +1203,7 @@ Result<EvalTensor> Evaluator::scatter_nd(const onnx::NodeProto& n, const Scope& 
   want.insert(want.end(), x.dims.begin() + depth, x.dims.end());
   if (updates.dims != want) return invalid_argument("updates of a shape other than ONNX's");
   for (int64_t row = 0; row < rows; ++row) {
-    int64_t at = 0;
-    for (int64_t k = 0; k < depth; ++k) {
-      const int64_t size = x.dims[static_cast<size_t>(k)];
-      int64_t i = to_index(indices.values[static_cast<size_t>(row * depth + k)]);
-      if (i < 0) i += size;
-      if (i < 0 || i >= size)
-        return invalid_argument("index " + std::to_string(i) + " out of range");
-      at = at * size + i;
-    }
+    GP_ASSIGN_OR_RETURN(const int64_t at, row_position(indices, row, depth, x));
     for (int64_t e = 0; e < inner; ++e) {
       double& to = x.values[static_cast<size_t>(at * inner + e)];
       const double u = updates.values[static_cast<size_t>(row * inner + e)];

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "gp/model/graph.h"
 #include "gp/model/model_io.h"
@@ -941,19 +942,33 @@ bool Importer::param_like(const std::string& name) const {
          element_count(*it->second) > 1;
 }
 
-bool Importer::readers_only(const std::string& name, const NodeTest& end,
-                            const NodeTest& through) const {
-  // Each tensor once: paths through slice assignments rejoin (Swin's mask is a chain of them),
-  // and following every path would take exponential time.
+namespace {
+
+// Visits `start` and the tensors `step` adds, each once (paths rejoin: Swin's mask is a chain
+// of slice assignments, and following every path would take exponential time); false as soon
+// as `step` is, and beyond 4096 tensors.
+bool visit_tensors(
+    const std::string& start,
+    const std::function<bool(const std::string&, std::vector<std::string>* next)>& step) {
   constexpr size_t kMaxTensors = 4096;
   std::set<std::string> seen;
-  std::vector<std::string> todo = {name};
+  std::vector<std::string> todo = {start};
   while (!todo.empty()) {
     const std::string tensor = std::move(todo.back());
     todo.pop_back();
     if (!seen.insert(tensor).second) continue;
+    if (seen.size() > kMaxTensors || !step(tensor, &todo)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool Importer::readers_only(const std::string& name, const NodeTest& end,
+                            const NodeTest& through) const {
+  return visit_tensors(name, [&](const std::string& tensor, std::vector<std::string>* next) {
     const auto it = consumers_.find(tensor);
-    if (seen.size() > kMaxTensors || it == consumers_.end() ||
+    if (it == consumers_.end() ||
         !only_consumers_in(tensor, std::set<int>(it->second.begin(), it->second.end()))) {
       return false;  // (also a graph output)
     }
@@ -961,31 +976,21 @@ bool Importer::readers_only(const std::string& name, const NodeTest& end,
       const auto& n = g_.node(c);
       if (end(n, tensor)) continue;
       if (!through(n, tensor) || n.output_size() < 1 || n.output(0).empty()) return false;
-      todo.push_back(n.output(0));
+      next->push_back(n.output(0));
     }
-  }
-  return true;
+    return true;
+  });
 }
 
 bool Importer::only_compared_weights(const std::string& name) const {
-  constexpr size_t kMaxTensors = 4096;
-  std::set<std::string> seen;
-  std::vector<std::string> todo = {name};
-  while (!todo.empty()) {
-    const std::string tensor = std::move(todo.back());
-    todo.pop_back();
-    if (!seen.insert(tensor).second) continue;
-    if (seen.size() > kMaxTensors) return false;
+  return visit_tensors(name, [&](const std::string& tensor, std::vector<std::string>* next) {
     const int p = producer(tensor);
-    if (p < 0) {
-      if (param_like(tensor) && !feeds_only_masks(tensor)) return false;
-      continue;
-    }
+    if (p < 0) return !param_like(tensor) || feeds_only_masks(tensor);
     for (const auto& in : g_.node(p).input()) {
-      if (!in.empty() && (param_dep_.count(in) || param_like(in))) todo.push_back(in);
+      if (!in.empty() && (param_dep_.count(in) || param_like(in))) next->push_back(in);
     }
-  }
-  return true;
+    return true;
+  });
 }
 
 bool Importer::feeds_only_masks(const std::string& name) const {
