@@ -3,12 +3,14 @@ ViT, Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2
 timm's ViT, DeiT (distilled), Swin, ConvNeXt, EfficientNet, ResNet, MobileViT and PoolFormer
 (GroupNorm); Hugging Face's GPT-2 (its default SDPA attention and the eager one), Llama
 (grouped-query attention), BERT, ViT, DistilBERT, the T5 encoder (relative position buckets),
-Mistral, Qwen2, Phi and GPT-NeoX, returning the logits. A row whose library is not installed is
-n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the key block of a copy of
-the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written by slice
-assignment); RoBERTa and OPT, whose position ids are a cumulative sum (CumSum) of the input ids'
-padding mask or of the attention mask: integer arithmetic on activations has no GraphPipe
-operator."""
+Mistral, Qwen2, Phi, GPT-NeoX, ALBERT, ConvNeXt and SegFormer, returning the logits. A row
+whose library is not installed is n/a. Not here, refused by name: torchvision's Swin V2, which
+zeroes the key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained
+weight written by slice assignment); RoBERTa and OPT, whose position ids are a cumulative sum
+(CumSum) of the input ids' padding mask or of the attention mask: integer arithmetic on
+activations has no GraphPipe operator; BLOOM (ALiBi built with Tile, not folded yet), Hugging
+Face's Swin (its shifted-window mask expanded over batch x windows) and BEiT (its relative
+position bias); torch cannot export the last two with dynamo."""
 import torch
 import torch.nn as nn
 
@@ -132,6 +134,27 @@ def hf_t5_encoder():
                                           num_layers=2, num_heads=4)))
 
 
+def hf_albert():
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+    return Logits(AlbertForSequenceClassification(AlbertConfig(
+        vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=16)))
+
+
+def hf_convnext():
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+    return Logits(ConvNextForImageClassification(ConvNextConfig(
+        num_stages=2, hidden_sizes=[16, 32], depths=[1, 1], num_labels=10)))
+
+
+def hf_segformer():
+    from transformers import SegformerConfig, SegformerForSemanticSegmentation
+    return Logits(SegformerForSemanticSegmentation(SegformerConfig(
+        num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+        num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], decoder_hidden_size=32,
+        num_labels=3)))
+
+
 def hf_vit():
     from transformers import ViTConfig, ViTForImageClassification
     return Logits(ViTForImageClassification(ViTConfig(
@@ -175,4 +198,7 @@ LIBRARY = [
      tokens),
     ("hf_gpt_neox", hf_causal_lm("GPTNeoXForCausalLM", "GPTNeoXConfig", hidden_size=32,
                                  intermediate_size=64), tokens),
+    ("hf_albert", hf_albert, tokens),  # one layer's weights shared by every layer
+    ("hf_convnext", hf_convnext, image(32)),
+    ("hf_segformer", hf_segformer, image(32)),
 ]

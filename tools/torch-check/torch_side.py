@@ -41,10 +41,11 @@ def no_dropout(module):
             m.p = 0.0
         if isinstance(m, nn.MultiheadAttention):
             m.dropout = 0.0
-        # Stochastic depth (torchvision's StochasticDepth, timm's DropPath) draws at random.
+        # Stochastic depth (torchvision's StochasticDepth; timm's DropPath and Hugging Face's
+        # SegformerDropPath, BeitDropPath, ...) draws at random.
         if type(m).__name__ == "StochasticDepth":
             m.p = 0.0
-        if type(m).__name__ == "DropPath":
+        if type(m).__name__.endswith("DropPath") and hasattr(m, "drop_prob"):
             m.drop_prob = 0.0
     return module
 
