@@ -157,11 +157,7 @@ std::optional<int64_t> Importer::batch_axis(const std::string& name) const {
 std::optional<std::vector<int64_t>> Importer::dims_at_batch(const std::string& name,
                                                             int64_t batch) const {
   if (is_weight(name)) return weight_dims(name);
-  // (A folded tensor's dims first: a folded list may hold its values flat.)
-  if (auto t = tensors_.find(name); t != tensors_.end() && !t->second.dims.empty()) {
-    return t->second.dims;
-  }
-  if (auto list = folded(name)) return std::vector<int64_t>{static_cast<int64_t>(list->size())};
+  if (auto known = folded_dims(name)) return known;
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;
   std::optional<int64_t> at = act_.count(name) ? batch_axis(name) : std::nullopt;

@@ -694,26 +694,10 @@ std::optional<TensorRef> Importer::slice_axis(int i, const std::string& id, cons
     refuse(i, "a step of 0");
     return std::nullopt;
   }
-  if (stride == 1) {
-    const auto [s, e] = slice_bounds(start, end, size);
-    return b_.slice(id, x, *a, s, e);
-  }
-  // ONNX's clamping: start and end to [0, size] going forward; start to [0, size - 1] and end
-  // to [-1, size - 1] going backward.
-  auto position = [&](double v, int64_t lo, int64_t hi) {
-    int64_t p = std::clamp<int64_t>(to_index(v), -size - 1, size + 1);
-    if (p < 0) p += size;
-    return std::clamp<int64_t>(p, lo, hi);
-  };
+  const auto [s, e] = slice_bounds(start, end, size, stride);
+  if (stride == 1) return b_.slice(id, x, *a, s, e);
   std::vector<int64_t> positions;
-  if (stride > 0) {
-    for (int64_t p = position(start, 0, size), e = position(end, 0, size); p < e; p += stride) {
-      positions.push_back(p);
-    }
-  } else {
-    const int64_t e = position(end, -1, size - 1);
-    for (int64_t p = position(start, 0, size - 1); p > e; p += stride) positions.push_back(p);
-  }
+  for (int64_t p = s; stride > 0 ? p < e : p > e; p += stride) positions.push_back(p);
   if (positions.empty()) {
     refuse(i, "an empty slice");
     return std::nullopt;

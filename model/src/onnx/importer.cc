@@ -753,14 +753,10 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     // count this way); an activation's first dim is the batch.
     // A folded list (shape arithmetic reading its own length) has all its dims known too.
     // So has a folded tensor (an index buffer reshaped, the shape of which torch reads).
-    const auto list = folded(n.input(0));
-    const auto tensor = tensors_.find(n.input(0));
-    const bool constant = tensor != tensors_.end();
-    const bool weight = is_weight(n.input(0)) || list || constant;
-    // (A tensor's dims first: a folded list may hold a tensor's values flat.)
-    const bool shaped = constant && !tensor->second.dims.empty();
-    auto dims = shaped ? std::optional(tensor->second.dims)
-                : list ? std::optional(std::vector<int64_t>{static_cast<int64_t>(list->size())})
+    const auto known = folded_dims(n.input(0));
+    const bool weight =
+        is_weight(n.input(0)) || folded(n.input(0)) || tensors_.count(n.input(0)) > 0;
+    auto dims = known                   ? known
                 : is_weight(n.input(0)) ? std::optional(weight_dims(n.input(0)))
                                         : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
@@ -1376,6 +1372,15 @@ void Importer::infer_new_ops(int first) {
     InferredOp out;
     if (info->infer(op, inputs, &out).ok()) specs_[op.id()] = std::move(out.outputs);
   }
+}
+
+std::optional<std::vector<int64_t>> Importer::folded_dims(const std::string& name) const {
+  // A tensor's dims first: a folded list may hold a tensor's values flat.
+  if (auto t = tensors_.find(name); t != tensors_.end() && !t->second.dims.empty()) {
+    return t->second.dims;
+  }
+  if (auto list = folded(name)) return std::vector<int64_t>{static_cast<int64_t>(list->size())};
+  return std::nullopt;
 }
 
 std::optional<std::vector<double>> Importer::folded(const std::string& name) const {

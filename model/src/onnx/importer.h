@@ -52,15 +52,18 @@ inline int64_t to_index(double v) {
   return static_cast<int64_t>(v < -kLimit ? -kLimit : v > kLimit ? kLimit : v);
 }
 
-// ONNX Slice's [start, end) on an axis of `size`: negative positions count from the end, then
-// both are clamped to [0, size] (end may come out below start: an empty slice).
-inline std::pair<int64_t, int64_t> slice_bounds(double start, double end, int64_t size) {
-  auto position = [size](double v) {
+// ONNX Slice's start and end on an axis of `size` for a step of `step`'s sign: negative
+// positions count from the end, then going forward both are clamped to [0, size] (end may come
+// out below start: an empty slice); going backward start to [0, size - 1], end to [-1, size - 1].
+inline std::pair<int64_t, int64_t> slice_bounds(double start, double end, int64_t size,
+                                                int64_t step = 1) {
+  auto position = [size](double v, int64_t lo, int64_t hi) {
     int64_t p = std::clamp<int64_t>(to_index(v), -size - 1, size + 1);
     if (p < 0) p += size;
-    return std::clamp<int64_t>(p, 0, size);
+    return std::clamp<int64_t>(p, lo, hi);
   };
-  return {position(start), position(end)};
+  if (step < 0) return {position(start, 0, size - 1), position(end, -1, size - 1)};
+  return {position(start, 0, size), position(end, 0, size)};
 }
 
 // fold_tensor's reason not to fold a float computed from a trained weight (it is trained).
@@ -243,6 +246,8 @@ class Importer {
   std::vector<int64_t> weight_dims(const std::string& name) const;
   std::optional<std::vector<float>> float_values(const std::string& name) const;
   std::optional<std::vector<double>> folded(const std::string& name) const;
+  // The dims of a value folded at import: a folded tensor's own, else a folded list's length.
+  std::optional<std::vector<int64_t>> folded_dims(const std::string& name) const;
   std::optional<double> scalar(const std::string& name) const;
   std::optional<TensorRef> activation(const std::string& name) const;
   // The ONNX shape of a tensor (value_info, graph inputs and outputs); -1 for symbolic dims.
