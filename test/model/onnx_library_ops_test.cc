@@ -479,5 +479,24 @@ TEST_CASE("the shape of a slice of a constant cast like an activation (CastLike)
   CHECK(testing::param_floats(width, "value") == std::vector<float>{8});
 }
 
+TEST_CASE("a global pool of [C, L] (Swin's nn.AdaptiveAvgPool1d(1) pooler) reduces over L") {
+  for (const std::string type : {"GlobalAveragePool", "GlobalMaxPool"}) {
+    Onnx b;
+    b.input("x", {4, 6});
+    b.node(type, {"x"}, {"y"}, "pool");
+    b.output("y", {4, 1});
+    const auto g = testing::build_graph(b.imported());
+    const auto& pool = op(g, "pool");
+    CHECK(pool.type() == "reduce");
+    CHECK(text(pool, "mode") == (type == "GlobalMaxPool" ? "max" : "mean"));
+    CHECK(shape(g, "pool") == "[4, 1] float32");
+  }
+  Onnx flat;  // [C]: nothing to pool over
+  flat.input("x", {4});
+  flat.node("GlobalAveragePool", {"x"}, {"y"}, "pool");
+  flat.output("y", {4});
+  CHECK_THAT(flat.refusal(), Catch::Contains("a global pool of an input that is not [C, L]"));
+}
+
 }  // namespace
 }  // namespace gp::model

@@ -157,7 +157,10 @@ std::optional<int64_t> Importer::batch_axis(const std::string& name) const {
 std::optional<std::vector<int64_t>> Importer::dims_at_batch(const std::string& name,
                                                             int64_t batch) const {
   if (is_weight(name)) return weight_dims(name);
-  if (auto known = folded_dims(name)) return known;
+  if (auto known = folded_dims(name)) {
+    if (sample_consts_.count(name)) known->front() = batch;  // held with a batch of 1
+    return known;
+  }
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;
   std::optional<int64_t> at = act_.count(name) ? batch_axis(name) : std::nullopt;

@@ -120,6 +120,16 @@ void Importer::convert(int i) {
   if (t == "LSTM" || t == "GRU") return recurrent(i, id);
   // Inputs whose batch is not first (batch_layout.cc) that this op cannot take.
   if (const std::string why = layout_refusal(i); !why.empty()) return refuse(i, why);
+  // A value computed from the batch size that did not fold per sample (Swin's window mask
+  // expanded, then viewed with the windows folded into the batch) may be one laid out per batch.
+  const auto any_input = [&](auto&& pred) {
+    return std::any_of(n.input().begin(), n.input().end(), pred);
+  };
+  if (any_input([&](const std::string& in) { return sample_consts_.count(in) > 0; }) &&
+      !any_input([&](const std::string& in) { return act_.count(in) > 0 || param_like(in); })) {
+    return laid_constant(i, id);
+  }
+  if (const std::string why = sample_const_refusal(i); !why.empty()) return refuse(i, why);
   if (fused != fused_.end()) return emit_fused(i, fused->second);
   // (Nodes without an output or with too few inputs were refused before any conversion.)
   // A trained weight with its elements moved (weight_maps.cc) becomes a tensor here, for the
@@ -186,6 +196,7 @@ void Importer::convert(int i) {
       {"Concat", &Importer::concat},
       {"Slice", &Importer::slice},
       {"Expand", &Importer::expand},
+      {"Tile", &Importer::tile},
       {"Split", &Importer::split},
       {"SplitToSequence", &Importer::split_to_sequence},
       {"SequenceAt", &Importer::sequence_at},
@@ -521,19 +532,23 @@ void Importer::gemm(int i, const std::string& id) {
     return v && !v->empty() && std::all_of(v->begin(), v->end(), [](double e) { return e == 0; });
   }();
   const bool bias = n.input_size() > 2 && !n.input(2).empty() && !zero_bias;
+  // torch 2.x's optimiser drops a linear's all-zero bias (a fresh model's): trained from zero.
+  const bool dropped = !bias && dropped_bias(i);
   if (bias) {  // C must be a bias of the output width, not an activation (torch.addmm) or matrix
     const auto c = is_weight(n.input(2)) ? weight_dims(n.input(2)) : std::vector<int64_t>{};
     const bool row = (c.size() == 1 && c[0] == out_features) ||
                      (c.size() == 2 && c[0] == 1 && c[1] == out_features);
     if (!row) return refuse(i, "C is not a bias weight of the output width");
   }
-  act_[n.output(0)] = b_.linear(id, *a, out_features, bias);
+  act_[n.output(0)] = b_.linear(id, *a, out_features, bias || dropped);
   // GraphPipe's weight is [out, in]: ONNX's B as is with transB, transposed without.
   take(id, "weight", n.input(1),
        trans_b ? graphpipe::v1::ParamSource::LAYOUT_COPY
                : graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE);
   if (bias) {
     take(id, "bias", n.input(2));
+  } else if (dropped) {
+    train_dropped_bias(i, id, out_features);
   }
 }
 
@@ -1272,7 +1287,10 @@ void Importer::conv(int i, const std::string& id) {
   if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[0]}) {
     return refuse(i, "bias B is not a weight of the output channels");
   }
-  act_[n.output(0)] = b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias);
+  const bool dropped = !bias && dropped_bias(i);  // an all-zero bias torch's optimiser dropped
+  act_[n.output(0)] =
+      b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias || dropped);
+  if (dropped) train_dropped_bias(i, id, w[0]);
   if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
     set_attr(op_by_id(id), "groups", groups);  // weight [out, C/groups, kh, kw] in both
   }
@@ -1294,7 +1312,14 @@ void Importer::pool(int i, const std::string& id) {
   std::vector<int64_t> kernel, strides, pads;
   if (t == "GlobalAveragePool" || t == "GlobalMaxPool") {
     const auto s = sample_shape(n.input(0));
-    if (!s || s->size() != 3) return refuse(i, "a global pool of an input that is not [C, H, W]");
+    // Of [C, L] (nn.AdaptiveAvgPool1d(1) of a sequence's features): a mean or max over L.
+    if (s && s->size() == 2) {
+      act_[n.output(0)] = b_.reduce_axes(id, *x, {1}, max ? "max" : "mean", /*keepdims=*/true);
+      return;
+    }
+    if (!s || s->size() != 3) {
+      return refuse(i, "a global pool of an input that is not [C, L] or [C, H, W]");
+    }
     kernel = {(*s)[1], (*s)[2]};
     strides = kernel;
     pads = {0, 0, 0, 0};

@@ -449,15 +449,19 @@ void Importer::constant_lookup(int i, const std::string& id) {
   }
   const auto anchor = anchor_for(n.output(0));
   if (!anchor) return refuse(i, "no activation to take the batch from");
-  std::vector<int64_t> shape = ids->dims;
-  if (shape.empty()) shape.push_back(1);
+  // Ids the same for every sample, held with a batch of 1 (OPT's position ids from a cumulative
+  // sum of ones(B, T)), give a batched embedding; other constant ids one without the batch axis.
+  const bool per_sample = sample_consts_.count(n.input(1)) > 0;
+  std::vector<int64_t> shape(ids->dims.begin() + (per_sample ? 1 : 0), ids->dims.end());
+  const bool scalar_ids = shape.empty();
+  if (scalar_ids) shape.push_back(1);
   const TensorRef c = b_.constant(unique_id(id + ".ids", id), *anchor, shape, values, true);
   TensorRef out = b_.embedding(id, c, table[0], table[1]);
   take(id, "weight", n.input(0));
   // A 0-D id: [dim], not [1, dim].
-  if (ids->dims.empty()) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
+  if (scalar_ids) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
   act_[n.output(0)] = out;
-  unbatched_.insert(n.output(0));
+  if (!per_sample) unbatched_.insert(n.output(0));
 }
 
 // Whether an Expand's integer constant is only read as table lookup ids (position ids expanded
@@ -489,7 +493,7 @@ void Importer::expand_constant(int i, const std::string& id) {
   if (!target || target->empty()) return refuse(i, "the target shape is not constant");
   const double first = (*target)[0];
   if (!(first == kBatchDim || (static_batch_ > 0 && first == static_cast<double>(static_batch_)))) {
-    return refuse(i, "the first target dim is not the batch");
+    return laid_constant(i, id);  // (batch x windows, a product the folding leaves unknown)
   }
   // The values expanded to the target with 1 for the batch, by the folder's Expand.
   EvalValue value, shape;

@@ -220,6 +220,8 @@ class Evaluator {
   Result<EvalTensor> unsqueeze(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> concat(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> expand(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> tile(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
+  Result<EvalTensor> cum_sum(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> gather(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> gather_nd(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
   Result<EvalTensor> gather_elements(const onnx::NodeProto& n, const Scope& s, EvalTensor x);
@@ -670,6 +672,8 @@ const std::map<std::string, Evaluator::TensorOp>& Evaluator::tensor_ops() {
       {"Unsqueeze", &Evaluator::unsqueeze},
       {"Concat", &Evaluator::concat},
       {"Expand", &Evaluator::expand},
+      {"Tile", &Evaluator::tile},
+      {"CumSum", &Evaluator::cum_sum},
       {"Gather", &Evaluator::gather},
       {"GatherND", &Evaluator::gather_nd},
       {"GatherElements", &Evaluator::gather_elements},
@@ -1060,6 +1064,62 @@ Result<EvalTensor> Evaluator::expand(const onnx::NodeProto& n, const Scope& s, E
   for (int64_t e = 0; e < count; ++e, next_index(&idx, dims)) {
     out.values.push_back(at_broadcast(x, sx, idx));
   }
+  return out;
+}
+
+Result<EvalTensor> Evaluator::tile(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor repeats, tensor(n, s, 1));
+  if (repeats.values.size() != x.dims.size()) {
+    return invalid_argument("repeats holds " + std::to_string(repeats.values.size()) +
+                            " values for an input of rank " + std::to_string(x.dims.size()));
+  }
+  Dims dims = x.dims;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    const int64_t r = to_index(repeats.values[d]);
+    if (r < 0) return invalid_argument("a negative repeat " + std::to_string(r));
+    if (__builtin_mul_overflow(dims[d], r, &dims[d])) return resource_exhausted("repeats overflow");
+  }
+  GP_ASSIGN_OR_RETURN(int64_t count, count_of(dims));
+  EvalTensor out{dims, {}, x.ints};
+  out.values.reserve(static_cast<size_t>(count));
+  const Dims sx = strides_of(x.dims);
+  Dims idx(dims.size(), 0);
+  for (int64_t e = 0; e < count; ++e, next_index(&idx, dims)) {
+    int64_t at = 0;
+    for (size_t d = 0; d < idx.size(); ++d) at += (idx[d] % x.dims[d]) * sx[d];
+    out.values.push_back(x.values[static_cast<size_t>(at)]);
+  }
+  work_ += count;
+  return out;
+}
+
+// CumSum along one axis, inclusive or exclusive, forward or reversed.
+Result<EvalTensor> Evaluator::cum_sum(const onnx::NodeProto& n, const Scope& s, EvalTensor x) {
+  GP_ASSIGN_OR_RETURN(EvalTensor axis_value, tensor(n, s, 1));
+  if (axis_value.values.size() != 1) return invalid_argument("axis is not a scalar");
+  bool ok = !x.dims.empty();
+  const int64_t axis =
+      normalize_axis(to_index(axis_value.values[0]), static_cast<int64_t>(x.dims.size()), &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  const bool exclusive = attr_i(n, "exclusive", 0) != 0, reverse = attr_i(n, "reverse", 0) != 0;
+  const int64_t size = x.dims[static_cast<size_t>(axis)];
+  const int64_t inner = strides_of(x.dims)[static_cast<size_t>(axis)];
+  const int64_t outer =
+      size * inner == 0 ? 0 : static_cast<int64_t>(x.values.size()) / (size * inner);
+  EvalTensor out{x.dims, std::vector<double>(x.values.size(), 0.0), x.ints};
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t f = 0; f < inner; ++f) {
+      double sum = 0;
+      for (int64_t k = 0; k < size; ++k) {
+        const int64_t j = reverse ? size - 1 - k : k;
+        const auto e = static_cast<size_t>((o * size + j) * inner + f);
+        if (!exclusive) sum += x.values[e];
+        out.values[e] = sum;
+        if (exclusive) sum += x.values[e];
+      }
+    }
+  }
+  work_ += static_cast<int64_t>(x.values.size());
   return out;
 }
 

@@ -255,6 +255,7 @@ Result<ModelGraph> Importer::run() {
   fold_constants();
   find_weight_inputs();
   find_folded_transposes();
+  find_held_parameters();
   GP_RETURN_IF_ERROR(check_weight_sharing());
   find_ragged_bags();
   for (const auto& in : g_.input()) {
@@ -321,6 +322,7 @@ Result<ModelGraph> Importer::run() {
   ModelGraph model = b_.finish();
   fold_slices_into_transposes(&model);
   fold_into_matmuls(&model);
+  drop_unread_ops(&model);
   auto built = Graph::build(model);
   if (!built.ok()) return built.status().with_context(path_ + " (imported from ONNX)");
   return model;
@@ -520,8 +522,6 @@ Importer::ViewOf Importer::resolve_view(const std::string& name) const {
   return r;
 }
 
-namespace {
-// Inputs of an ONNX node that GraphPipe imports as parameters.
 std::vector<int> weight_positions(const onnx::NodeProto& n) {
   const std::string& t = n.op_type();
   if (t == "Gemm" || t == "Conv" || t == "ConvTranspose" || t == "LayerNormalization") {
@@ -537,72 +537,24 @@ std::vector<int> weight_positions(const onnx::NodeProto& n) {
   if (t == "Where") return {1, 2};
   return {};
 }
-}  // namespace
 
-void Importer::find_folded_transposes() {
-  // torch names a parameter FQN "lm_head.weight" in fx_node as "%p_lm_head_weight".
-  std::map<std::string, std::string> by_fx_name;
-  for (const auto& t : g_.initializer()) {
-    std::string fx = "p_" + t.name();
-    std::replace(fx.begin(), fx.end(), '.', '_');
-    by_fx_name[fx] = t.name();
+std::vector<std::string> fx_names(const std::string& fx) {
+  std::vector<std::string> names;
+  for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < fx.size() &&
+           (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
+      ++end;
+    }
+    names.push_back(fx.substr(at + 1, end - at - 1));
   }
-  auto transposes = [this](const std::string& folded, const std::string& param) {
-    const auto fd = weight_dims(folded), pd = weight_dims(param);
-    if (fd.size() != 2 || pd.size() != 2 || fd[0] != pd[1] || fd[1] != pd[0]) return false;
-    const auto f = float_values(folded), p = float_values(param);
-    if (!f || !p || f->size() != p->size()) return false;
-    for (int64_t r = 0; r < fd[0]; ++r) {
-      for (int64_t c = 0; c < fd[1]; ++c) {
-        if ((*f)[static_cast<size_t>(r * fd[1] + c)] != (*p)[static_cast<size_t>(c * fd[0] + r)]) {
-          return false;
-        }
-      }
-    }
-    // A constant matrix (zeros, ones) is the transpose of any other of its size: not evidence.
-    return std::adjacent_find(f->begin(), f->end(), std::not_equal_to<>()) != f->end();
-  };
-  auto view = [this](const std::string& folded, const std::string& param) {
-    view_of_[folded] = {param, true};
-    folded_transposes_.insert(folded);
-  };
-  for (const auto& n : g_.node()) {
-    const std::string fx = model::onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
-    std::set<std::string> named;  // the parameters the node's torch call reads
-    for (size_t at = fx.find("%p_"); at != std::string::npos; at = fx.find("%p_", at + 1)) {
-      size_t end = at + 1;
-      while (end < fx.size() &&
-             (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
-        ++end;
-      }
-      named.insert(fx.substr(at + 1, end - at - 1));
-    }
-    for (int k : weight_positions(n)) {
-      if (k >= n.input_size() || !consts_.count(n.input(k)) || view_of_.count(n.input(k))) continue;
-      const std::string& folded = n.input(k);
-      std::string own = "p_" + folded;
-      std::replace(own.begin(), own.end(), '.', '_');
-      if (named.count(own)) continue;  // a named parameter itself
-      for (const auto& fx_name : named) {
-        const auto param = by_fx_name.find(fx_name);
-        if (param != by_fx_name.end() && param->second != folded &&
-            transposes(folded, param->second)) {
-          view(folded, param->second);
-          break;
-        }
-      }
-      // The TorchScript exporter's constant folding names what it makes "onnx::<Op>_<n>" and
-      // records no parameter: the one parameter whose exact transpose it is.
-      if (!named.empty() || folded.rfind("onnx::", 0) != 0) continue;
-      std::vector<std::string> matches;
-      for (const auto& t : g_.initializer()) {
-        if (t.name().rfind("onnx::", 0) != 0 && transposes(folded, t.name())) {
-          matches.push_back(t.name());
-        }
-      }
-      if (matches.size() == 1) view(folded, matches[0]);
-    }
-  }
+  return names;
+}
+
+std::string fx_name(const std::string& prefix, const std::string& name) {
+  std::string key = prefix + name;
+  std::replace(key.begin(), key.end(), '.', '_');
+  return key;
 }
 
 Status Importer::check_weight_sharing() {
@@ -768,7 +720,7 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     if (!weight && act_.count(n.input(0))) {
       batch = batch_axis(n.input(0));
       if (layout_of(n.input(0)).folded() > 0) batch_value = NAN;
-    } else if (!weight && is_data_input(n.input(0))) {
+    } else if (sample_consts_.count(n.input(0)) || (!weight && is_data_input(n.input(0)))) {
       batch = 0;
     } else if (!weight) {
       return false;
@@ -840,10 +792,11 @@ const std::set<std::string>& elementwise_folds() {
 // Every type fold_tensor evaluates (graph_eval.cc's tensor ops).
 bool foldable(const std::string& t) {
   static const std::set<std::string> kOthers = {
-      "Constant",  "Range",          "Reshape",   "Squeeze",         "Unsqueeze",  "Expand",
-      "Gather",    "Slice",          "Trilu",     "ConstantOfShape", "Transpose",  "Flatten",
-      "ReduceSum", "ReduceMean",     "ReduceMax", "ReduceMin",       "ReduceProd", "Einsum",
-      "GatherND",  "GatherElements", "ScatterND"};
+      "Constant",  "Range",      "Reshape",   "Squeeze",    "Unsqueeze",
+      "Expand",    "Gather",     "Slice",     "Trilu",      "ConstantOfShape",
+      "Transpose", "Flatten",    "ReduceSum", "ReduceMean", "ReduceMax",
+      "ReduceMin", "ReduceProd", "Einsum",    "GatherND",   "GatherElements",
+      "ScatterND", "Tile",       "CumSum"};
   return elementwise_folds().count(t) > 0 || kOthers.count(t) > 0;
 }
 
@@ -889,24 +842,15 @@ Status Importer::find_buffers() {
   for (const auto& n : g_.node()) {
     const std::string fx = model::onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
     if (!fx.empty()) dynamo_metadata_ = true;
-    for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
-      size_t end = at + 1;
-      while (end < fx.size() &&
-             (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
-        ++end;
-      }
-      placeholders.insert(fx.substr(at + 1, end - at - 1));
-    }
+    for (auto& name : fx_names(fx)) placeholders.insert(std::move(name));
   }
   for (const auto& [name, t] : consts_) {
-    std::string key = name;
-    std::replace(key.begin(), key.end(), '.', '_');
-    if (placeholders.count("b_" + key)) buffers_.insert(name);
+    if (placeholders.count(fx_name("b_", name))) buffers_.insert(name);
     if (infinite_mask(name)) buffers_.insert(name);
     // A scalar parameter (CLIP's logit_scale) is trained like any other: torch 2.x marks it; in
     // torch's legacy export every initializer is the module's state (a parameter or a buffer)
     // but the exporter's own constants, named onnx::*. Other files' scalars are constants.
-    const bool marked = dynamo_metadata_ ? placeholders.count("p_" + key) > 0
+    const bool marked = dynamo_metadata_ ? placeholders.count(fx_name("p_", name)) > 0
                                          : from_pytorch_ && name.find("::") == std::string::npos;
     if (element_count(*t) == 1 && float_type(t->data_type()) && marked && !is_buffer(name)) {
       scalar_params_.insert(name);
@@ -1050,6 +994,10 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
     fold_errors_[out] = kFromTrainedWeight;
     return false;
   }
+  if (std::any_of(n.input().begin(), n.input().end(),
+                  [this](const std::string& in) { return sample_consts_.count(in) > 0; })) {
+    return !from_weights && fold_per_sample(n);
+  }
   std::map<std::string, EvalValue> inputs;
   if (t == "CastLike") {  // the type of input 1, perhaps an activation: fold_flat knows it
     auto v = const_tensor(n.input(0));
@@ -1071,7 +1019,7 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
     if (size_input(t, k) &&
         std::any_of(v->values.begin(), v->values.end(), [](double x) { return std::isnan(x); })) {
       fold_errors_[out] = "input '" + name + "' depends on the batch size";
-      return false;
+      return !from_weights && fold_per_sample(n);
     }
     EvalValue ev;
     ev.tensor = std::move(*v);

@@ -31,6 +31,13 @@ constexpr double kBatchDim = -1e15;
 constexpr int64_t kMaxFoldElements = int64_t{1} << 24;
 
 std::string sanitize(const std::string& s);
+// Inputs of an ONNX node that GraphPipe imports as parameters.
+std::vector<int> weight_positions(const onnx::NodeProto& n);
+// The names an fx_node metadata string refers to (%name tokens: the node, its arguments).
+std::vector<std::string> fx_names(const std::string& fx);
+// torch.export's placeholder name of a parameter or buffer: prefix ("p_", "b_") + the name,
+// dots as underscores.
+std::string fx_name(const std::string& prefix, const std::string& name);
 // ONNX types that map element by element; they also take a tensor without the batch axis.
 bool elementwise_type(const std::string& t);
 // Values of a constant tensor (typed fields or raw little-endian bytes), as doubles.
@@ -113,6 +120,10 @@ void fold_into_matmuls(ModelGraph* model);
 void fold_slices_into_transposes(ModelGraph* model);
 // Drops the ops with these ids, keeping the others' order.
 void remove_ops(ModelGraph* model, const std::set<std::string>& ids);
+// Drops parameterless ops that nothing reads, and then those that only they read: a constant
+// laid over the batch for a reader that took the value otherwise (an LSTM's zero initial state
+// expanded over the batch), with its views (batch_constants.cc).
+void drop_unread_ops(ModelGraph* model);
 
 std::set<std::string> subgraph_reads(const onnx::NodeProto& n);
 // Calls `visit` on `n` and on every node of its subgraphs (Loop and If bodies), nested to a
@@ -199,6 +210,13 @@ class Importer {
   // an initializer too (a head tied with an embedding) and the values are its exact transpose,
   // the folded one becomes a transposed view of it (view_of_), kept in step on export.
   void find_folded_transposes();
+  // dynamo_optimiser.cc: the placeholder names (p_<name>) of what the graph holds.
+  void find_held_parameters();
+  // Whether Gemm, Conv or ConvTranspose node i is a torch linear or convolution whose bias the
+  // optimiser dropped (all zeros): then op `id` gets one of `width` zeros, trained, and a warning.
+  bool dropped_bias(int i) const;
+  void train_dropped_bias(int i, const std::string& id, int64_t width);
+  std::set<std::string> held_params_;
   // After conversion: the copies of each weight several operators read tie (model.param_ties)
   // when each is the weight element for element; copies in different layouts are refused.
   Status tie_copies();
@@ -317,12 +335,34 @@ class Importer {
   void gemm(int i, const std::string& id);
   void matmul(int i, const std::string& id);
   void scale(int i, const std::string& id);
-  // `name` as a tensor for a batch of `batch` (strided_views.cc): constants, the Shape of
+  // `name` as a tensor for a batch of `batch` (batch_constants.cc): constants, the Shape of
   // activations (dims_at_batch) and what the evaluator computes from them; nullopt where it
   // reads an activation's or a weight's values.
   std::optional<EvalTensor> tensor_at_batch(const std::string& name, int64_t batch,
                                             std::map<std::string, EvalTensor>* cache,
                                             int depth = 0) const;
+  // tensor_at_batch of output `name` of node n, from its inputs'.
+  std::optional<EvalTensor> node_at_batch(const onnx::NodeProto& n, const std::string& name,
+                                          int64_t batch, std::map<std::string, EvalTensor>* cache,
+                                          int depth) const;
+  // Folds node n where its value depends on the batch size but is the same for every sample
+  // (ones(B, T) and its cumulative sum): held in tensors_ with a batch of 1, in sample_consts_.
+  bool fold_per_sample(const onnx::NodeProto& n);
+  // Why node i cannot read a value of sample_consts_ (empty where it can): element-wise ops
+  // take one as a constant where their activations have their batch where it has it (else
+  // refused); a table lookup and Expand read it as they read constants; for any other op it
+  // becomes a batched constant op, the same row for every sample.
+  std::string sample_const_refusal(int i);
+  // Why element-wise node i cannot take its sample_consts_ inputs (their batch axis would meet
+  // a per-sample axis of an activation); *batched where it reads a batched activation.
+  std::string misaligned_sample_const(int i, bool* batched) const;
+  // Tile of a constant over the batch: laid_constant.
+  void tile(int i, const std::string& id);
+  // Node i's output, computed from constants and the batch size, as a constant op laid out as
+  // the activations it meets: one axis is batch x k (the batch outermost, k per sample), and
+  // every sample's block is the same (BLOOM's ALiBi tiled over the batch with the heads folded
+  // into it; Swin's shifted-window mask expanded over batch x windows). Refused otherwise.
+  void laid_constant(int i, const std::string& id);
   // Gather node i of the flattened activation x at batch-dependent indices that read it in
   // order (dynamo's as_strided): a view of x; false (nothing emitted) where it is not one.
   bool strided_view(int i, const std::string& id, const TensorRef& x);
@@ -645,6 +685,9 @@ class Importer {
   // Activations without the batch axis in ONNX (an embedding of constant position ids): the same
   // for every sample, their ONNX shape is the per-sample one.
   std::set<std::string> unbatched_;
+  // Folded values computed from the batch size, the same for every sample: their axis 0 is the
+  // batch, held with size 1 (ONNX broadcasting gives element-wise ops the same result).
+  std::set<std::string> sample_consts_;
   std::set<std::string> masks_;  // float 0/1 activations that ONNX holds as booleans
   int64_t opset_ = 0;            // of the default domain
   std::map<std::string, std::vector<int64_t>> shapes_;

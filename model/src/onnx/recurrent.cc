@@ -301,9 +301,10 @@ std::optional<std::vector<int64_t>> Importer::weight_view_dims(
 
 bool Importer::zero_state(const std::string& name, int depth) const {
   if (name.empty()) return true;
-  if (depth > 32 || act_.count(name)) return false;
+  if (depth > 32) return false;
   // A constant of zeros, or an initializer of zeros (torch.zeros that dynamo's optimiser folded
-  // over a static batch).
+  // over a static batch); zeros expanded over the batch may have become a constant op already
+  // (laid_constant): the producers tell.
   if (auto c = const_tensor(name)) {
     return !c->values.empty() &&
            std::all_of(c->values.begin(), c->values.end(), [](double v) { return v == 0; });

@@ -12,50 +12,6 @@
 
 namespace gp::model::onnx_detail {
 
-std::optional<EvalTensor> Importer::tensor_at_batch(const std::string& name, int64_t batch,
-                                                    std::map<std::string, EvalTensor>* cache,
-                                                    int depth) const {
-  if (auto it = cache->find(name); it != cache->end()) return it->second;
-  if (depth > 64 || act_.count(name) || param_like(name)) return std::nullopt;
-  std::optional<EvalTensor> v;
-  auto known = [](const EvalTensor& t) {
-    return std::none_of(t.values.begin(), t.values.end(), [](double e) { return std::isnan(e); });
-  };
-  if (auto c = const_tensor(name); c && known(*c)) {
-    v = std::move(*c);
-  } else if (const int p = producer(name); p >= 0) {
-    const auto& n = g_.node(p);
-    const std::string& t = n.op_type();
-    if (t == "Shape") {
-      const auto dims = dims_at_batch(n.input(0), batch);
-      if (!dims) return std::nullopt;
-      std::vector<double> range = shape_range(n, std::vector<double>(dims->begin(), dims->end()));
-      const auto length = static_cast<int64_t>(range.size());
-      v = EvalTensor{{length}, std::move(range), true};
-    } else if (t == "CastLike" && n.input_size() == 2) {  // input 1 gives only the type
-      v = tensor_at_batch(n.input(0), batch, cache, depth + 1);
-      const auto type = elem_types_.find(name);
-      if (v && type != elem_types_.end()) {
-        v->ints = type->second == kOnnxInt64 || type->second == kOnnxInt32;
-      }
-    } else if (t != "Constant") {
-      std::map<std::string, EvalValue> inputs;
-      for (const auto& in : n.input()) {
-        if (in.empty() || inputs.count(in)) continue;
-        auto value = tensor_at_batch(in, batch, cache, depth + 1);
-        if (!value) return std::nullopt;
-        inputs[in].tensor = std::move(*value);
-      }
-      auto r = evaluate_node(n, inputs);
-      if (!r.ok() || !r->has_value()) return std::nullopt;
-      v = std::move(**r);
-    }
-  }
-  if (!v) return std::nullopt;
-  (*cache)[name] = *v;
-  return v;
-}
-
 bool Importer::strided_view(int i, const std::string& id, const TensorRef& x) {
   const auto& n = g_.node(i);
   if (attr_i(n, "axis", 0) != 0 || rank_of(n.input(0)) != 1) return false;

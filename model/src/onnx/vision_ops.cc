@@ -78,10 +78,12 @@ void Importer::conv_transpose(int i, const std::string& id) {
   if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[1]}) {
     return refuse(i, "bias B is not a weight of the " + std::to_string(w[1]) + " output channels");
   }
-  act_[n.output(0)] =
-      b_.conv_transpose2d(id, *x, w[1], {w[2], w[3]}, strides, {pads[0], pads[1]}, extra, bias);
+  const bool dropped = !bias && dropped_bias(i);  // an all-zero bias torch's optimiser dropped
+  act_[n.output(0)] = b_.conv_transpose2d(id, *x, w[1], {w[2], w[3]}, strides, {pads[0], pads[1]},
+                                          extra, bias || dropped);
   take(id, "weight", n.input(1));  // [C, out, kh, kw] both
   if (bias) take(id, "bias", n.input(2));
+  if (dropped) train_dropped_bias(i, id, w[1]);
 }
 
 void Importer::resize(int i, const std::string& id) {

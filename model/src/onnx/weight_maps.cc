@@ -120,7 +120,8 @@ std::string Importer::weight_map_inputs(int i, std::map<std::string, EvalValue>*
   for (int k = 0; k < n.input_size(); ++k) {
     const std::string& in = n.input(k);
     if (in.empty() || inputs->count(in)) continue;
-    if (activation(in)) return "";
+    // (A value held with a batch of 1 for every sample would be read as a batch of 1.)
+    if (activation(in) || sample_consts_.count(in)) return "";
     EvalValue ev;
     if (weight_maps_.count(in) || param_like(in)) {
       // (Only data moves: a weight as indices, a shape or a second Concat source is refused.)

@@ -43,7 +43,9 @@ library_vision and library_attention (what torchvision's MobileNetV3, Swin, Conv
 and Hugging Face's sdpa attention export: Hardswish, Hardsigmoid, a zero F.pad, a mask written by
 slice assignment, stepped slices, as_strided, einsum, IsNaN, GatherElements of buffers) with torch
 2.15.0 and onnxscript 0.7.2; and group_norm (nn.GroupNorm and nn.InstanceNorm2d) with torch
-2.15.0.)
+2.15.0; and batch_constants (OPT's position ids from a cumulative sum of ones(batch, T), BLOOM's
+ALiBi biases tiled over the batch) with torch 2.15.0 and onnxscript 0.7.2; and zero_biases
+(linears whose all-zero biases the optimiser drops) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -600,6 +602,48 @@ class AttentionMask(torch.nn.Module):
         return self.out(y.view(B, S, -1))
 
 
+class BatchConstants(torch.nn.Module):
+    # Values computed from the batch size, the same for every sample: OPT's position ids (a
+    # cumulative sum of the attention mask it makes as ones(batch, T)) read from a learned
+    # table, and BLOOM's ALiBi (per-head slopes times the key positions, repeated over the
+    # batch for scores with the heads folded into it, added by baddbmm).
+    def __init__(self, dim=8, heads=2, seq=5):
+        super().__init__()
+        self.heads = heads
+        self.positions = torch.nn.Embedding(seq + 2, dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, S, C = x.shape
+        mask = torch.ones(B, S, dtype=torch.long)
+        pos = (torch.cumsum(mask, dim=1) * mask - 1).long() + 2
+        x = x + self.positions(pos)
+        D = C // self.heads
+        q, k, v = (t.reshape(B, S, self.heads, D).transpose(1, 2).reshape(B * self.heads, S, D)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        slopes = torch.pow(torch.tensor(0.25), torch.arange(1, self.heads + 1))  # as BLOOM's
+        alibi = (slopes[:, None, None] * torch.arange(S)).repeat(B, 1, 1)
+        scores = torch.baddbmm(alibi, q, k.transpose(1, 2), beta=1.0, alpha=D ** -0.5)
+        o = torch.bmm(scores.softmax(-1), v).reshape(B, self.heads, S, D).transpose(1, 2)
+        return self.out(o.reshape(B, S, C))
+
+
+class ZeroBiases(torch.nn.Module):
+    # Linears whose biases start at zero (as Hugging Face initialises them): torch's ONNX
+    # optimiser drops such a bias from the Gemm, and it must train from zero all the same.
+    def __init__(self, dim=8):
+        super().__init__()
+        self.a = torch.nn.Linear(dim, dim)
+        self.b = torch.nn.Linear(dim, dim)
+        self.c = torch.nn.Linear(dim, dim)
+        torch.nn.init.zeros_(self.a.bias)
+        torch.nn.init.zeros_(self.b.bias)
+
+    def forward(self, x):
+        return self.c(torch.tanh(self.b(torch.tanh(self.a(x)))))
+
+
 def attention_mask_inputs(g):
     ids = torch.randint(0, 20, (patterns.BATCH, 5), generator=g)
     mask = torch.ones(patterns.BATCH, 5, dtype=torch.long)
@@ -662,7 +706,10 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                  None),
                                 ("library_attention", 148, LibraryAttention, patterns.feat(5, 8),
                                  None),
-                                ("group_norm", 149, GroupNorms, patterns.feat(3, 4, 4), None)]
+                                ("group_norm", 149, GroupNorms, patterns.feat(3, 4, 4), None),
+                                ("batch_constants", 150, BatchConstants, patterns.feat(5, 8),
+                                 None),
+                                ("zero_biases", 151, ZeroBiases, patterns.feat(8), None)]
 
 
 def main():
