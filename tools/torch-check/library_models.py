@@ -1,16 +1,16 @@
-"""Models as the libraries ship them, small configurations with random weights: torchvision's
-ViT, Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2 and MnasNet;
-timm's ViT, DeiT (distilled), Swin, ConvNeXt, EfficientNet, ResNet, MobileViT and PoolFormer
-(GroupNorm); Hugging Face's GPT-2 (its default SDPA attention and the eager one), Llama
-(grouped-query attention), BERT, ViT, DistilBERT, the T5 encoder (relative position buckets),
-Mistral, Qwen2, Phi, GPT-NeoX, ALBERT, ConvNeXt and SegFormer, returning the logits. A row
-whose library is not installed is n/a. Not here, refused by name: torchvision's Swin V2, which
-zeroes the key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained
-weight written by slice assignment); RoBERTa and OPT, whose position ids are a cumulative sum
-(CumSum) of the input ids' padding mask or of the attention mask: integer arithmetic on
-activations has no GraphPipe operator; BLOOM (ALiBi built with Tile, not folded yet), Hugging
-Face's Swin (its shifted-window mask expanded over batch x windows) and BEiT (its relative
-position bias); torch cannot export the last two with dynamo."""
+"""Models as the libraries ship them, small configurations with random weights: torchvision's ViT,
+Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2 and MnasNet; timm's
+ViT, DeiT (distilled), Swin, ConvNeXt, EfficientNet, ResNet, MobileViT and PoolFormer (GroupNorm);
+Hugging Face's GPT-2 (its default SDPA attention and the eager one), Llama (grouped-query
+attention), BERT, ViT, DistilBERT, the T5 encoder (relative position buckets), Mistral, Qwen2, Phi,
+GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM and Swin, returning the logits. A row whose
+library is not installed is n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the
+key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written
+by slice assignment); RoBERTa, whose position ids are a cumulative sum (CumSum) of the input ids'
+padding mask: integer arithmetic on activations has no GraphPipe operator; BEiT, whose relative
+position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
+cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
+Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train."""
 import torch
 import torch.nn as nn
 
@@ -130,8 +130,10 @@ def hf_distilbert():
 
 def hf_t5_encoder():
     from transformers import T5Config, T5EncoderModel
+    # Its attention calls F.dropout with dropout_rate (no nn.Dropout to set to 0). With 0, torch
+    # cannot export it with dynamo (a view of a tensor dropout no longer copies): n/a there.
     return Hidden(T5EncoderModel(T5Config(vocab_size=50, d_model=32, d_kv=8, d_ff=64,
-                                          num_layers=2, num_heads=4)))
+                                          num_layers=2, num_heads=4, dropout_rate=0.0)))
 
 
 def hf_albert():
@@ -153,6 +155,19 @@ def hf_segformer():
         num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
         num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], decoder_hidden_size=32,
         num_labels=3)))
+
+
+def hf_bloom():
+    from transformers import BloomConfig, BloomForCausalLM
+    return Logits(BloomForCausalLM(BloomConfig(vocab_size=50, hidden_size=32, n_layer=2,
+                                               n_head=4)))
+
+
+def hf_swin():
+    from transformers import SwinConfig, SwinForImageClassification
+    return Logits(SwinForImageClassification(SwinConfig(
+        image_size=32, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=4,
+        num_labels=10)))
 
 
 def hf_vit():
@@ -201,4 +216,12 @@ LIBRARY = [
     ("hf_albert", hf_albert, tokens),  # one layer's weights shared by every layer
     ("hf_convnext", hf_convnext, image(32)),
     ("hf_segformer", hf_segformer, image(32)),
+    # Position ids from a cumulative sum of ones(batch, T); ALiBi biases tiled over the batch.
+    # (OPT calls F.dropout with probabilities from its config, not through nn.Dropout.)
+    ("hf_opt", hf_causal_lm("OPTForCausalLM", "OPTConfig", hidden_size=32, ffn_dim=64,
+                            word_embed_proj_dim=32, dropout=0.0, attention_dropout=0.0,
+                            activation_dropout=0.0, layerdrop=0.0), tokens),
+    ("hf_bloom", hf_bloom, tokens),
+    # Its shifted-window mask expanded over batch x windows; torch cannot export it with dynamo.
+    ("hf_swin", hf_swin, image(32)),
 ]
