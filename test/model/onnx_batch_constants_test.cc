@@ -68,6 +68,32 @@ TEST_CASE("ones(batch, T) and its cumulative sum fold into position ids the same
   CHECK_THAT(position_ids(3).refusal(), Catch::Contains("id 6 is out of range for a table of 6"));
 }
 
+TEST_CASE("a per-sample mask whose own shape sizes its expansion (bsz = mask.size(0)) folds") {
+  // mask = ones(B, 4); mask[:, None, None, :].expand(mask.size(0), 1, 4, 4) * x: every reader
+  // of the mask folds before the Expand reads its shape again.
+  Onnx b;
+  b.input("x", {1, 4, 4});
+  batch_and(&b, "dims", {4});
+  auto* ones = b.node("ConstantOfShape", {"dims"}, {"mask"}, "ones");
+  auto* value = ones->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  Onnx::fill(value->mutable_t(), "one", {1}, {1}, testing::kOnnxFloat);
+  b.init("axes", {2}, {1, 2}, kInt64);
+  b.node("Unsqueeze", {"mask", "axes"}, {"mask4"}, "unsqueeze");
+  Onnx::attr(b.node("Shape", {"mask"}, {"bsz"}, "bsz"), "end", int64_t{1});
+  b.init("rest", {3}, {1, 4, 4}, kInt64);
+  Onnx::attr(b.node("Concat", {"bsz", "rest"}, {"target"}, "target"), "axis", int64_t{0});
+  b.node("Expand", {"mask4", "target"}, {"masks"}, "expand");
+  b.node("Mul", {"x", "masks"}, {"y"}, "mul");
+  b.output("y", {1, 4, 4});
+  const auto g = testing::build_graph(b.imported());
+  const auto& masks = op(g, op(g, "mul").inputs(1).op());
+  CHECK(masks.type() == "constant");
+  CHECK(testing::param_floats(masks, "value") == std::vector<float>(16, 1.0f));
+  CHECK(shape(g, "mul") == "[1, 4, 4] float32");
+}
+
 TEST_CASE("the shape of a value computed from the batch size has the batch on its first axis") {
   // x.view(ones.shape[0], 2, 3) of ones = torch.ones(B, 6): the batch, not 1.
   Onnx b;

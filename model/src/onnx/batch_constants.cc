@@ -57,7 +57,11 @@ std::string dims_at(const std::vector<EvalTensor>& at, size_t k) {
 std::string batch_laid_axis(const std::vector<EvalTensor>& at, int64_t* axis, int64_t* inner) {
   const auto rank = static_cast<int64_t>(at[0].dims.size());
   for (int64_t d = 0; d < rank; ++d) {
-    if (at[0].dims[d] == at[1].dims[d]) continue;
+    if (std::all_of(at.begin(), at.end(), [&](const EvalTensor& t) {
+          return t.dims[static_cast<size_t>(d)] == at[0].dims[static_cast<size_t>(d)];
+        })) {
+      continue;
+    }
     if (*axis >= 0) {
       return "axes " + std::to_string(*axis) + " and " + std::to_string(d) +
              " both grow with the batch (" + dims_at(at, 0) + ", " + dims_at(at, 1) + ")";
@@ -110,7 +114,7 @@ std::optional<EvalTensor> Importer::tensor_at_batch(const std::string& name, int
   if (auto it = cache->find(name); it != cache->end()) return it->second;
   if (depth > 64 || act_.count(name) || param_like(name)) return std::nullopt;
   std::optional<EvalTensor> v;
-  if (sample_consts_.count(name)) {
+  if (sample_consts_.count(name) && tensors_.count(name)) {
     v = rows_for_batch(tensors_.at(name), batch);
   } else if (auto c = const_tensor(name);
              c && known(*c) &&
@@ -164,12 +168,23 @@ std::optional<EvalTensor> Importer::node_at_batch(const onnx::NodeProto& n, cons
 
 bool Importer::fold_per_sample(const onnx::NodeProto& n) {
   if (static_batch_ > 0 || n.output_size() != 1) return false;
-  std::optional<EvalTensor> row;
+  std::vector<EvalTensor> at;
   for (const int64_t batch : kProbeBatches) {
     std::map<std::string, EvalTensor> cache;
-    const auto t = tensor_at_batch(n.output(0), batch, &cache);
-    if (!t) return false;
-    auto r = batch_row(*t, batch);
+    auto t = tensor_at_batch(n.output(0), batch, &cache);
+    if (!t || !known(*t)) return false;
+    at.push_back(std::move(*t));
+  }
+  // The same at every batch (mask[0] of a per-sample mask): a constant.
+  if (std::all_of(at.begin(), at.end(), [&](const EvalTensor& t) {
+        return t.dims == at[0].dims && t.values == at[0].values;
+      })) {
+    tensors_[n.output(0)] = std::move(at[0]);
+    return true;
+  }
+  std::optional<EvalTensor> row;
+  for (size_t k = 0; k < at.size(); ++k) {
+    auto r = batch_row(at[k], kProbeBatches[k]);
     if (!r || (row && (r->dims != row->dims || r->values != row->values))) return false;
     row = std::move(r);
   }
@@ -195,6 +210,7 @@ std::string Importer::sample_const_refusal(int i) {
     if (batched) return "";
   }
   // Any other reader takes it as what it is: a batched constant, the same row for every sample.
+  const int first = b_.model().ops_size();
   for (const auto& in : n.input()) {
     if (!sample_consts_.count(in)) continue;
     const EvalTensor row = tensors_.at(in);
@@ -208,9 +224,11 @@ std::string Importer::sample_const_refusal(int i) {
     act_[in] = b_.constant(unique_id(in, "batch_constant"), *anchor, sample,
                            std::vector<float>(row.values.begin(), row.values.end()),
                            row.ints && t == "Gather");  // (ids stay integers; else floats)
+    layouts_[in] = BatchLayout{};
     sample_consts_.erase(in);
     tensors_.erase(in);
   }
+  infer_new_ops(first);  // (the reader, converted next, reads its shape)
   return "";
 }
 

@@ -667,7 +667,8 @@ bool Importer::fold(const onnx::NodeProto& n) {
   const int self = producer(n.output(0));
   for (const auto& in : n.input()) {
     const auto readers = consumers_.find(in);
-    if (!tensors_.count(in) || readers == consumers_.end()) continue;
+    // (A value held per sample stays: tensor_at_batch repeats it for other batches.)
+    if (!tensors_.count(in) || sample_consts_.count(in) || readers == consumers_.end()) continue;
     if (std::all_of(readers->second.begin(), readers->second.end(),
                     [&](int c) { return c == self || done_[static_cast<size_t>(c)]; }) &&
         only_consumers_in(in, {readers->second.begin(), readers->second.end()})) {
