@@ -166,15 +166,22 @@ std::optional<EvalTensor> Importer::node_at_batch(const onnx::NodeProto& n, cons
   return std::move(**r);
 }
 
-bool Importer::fold_per_sample(const onnx::NodeProto& n) {
-  if (static_batch_ > 0 || n.output_size() != 1) return false;
+std::optional<std::vector<EvalTensor>> Importer::at_probe_batches(const std::string& name) const {
   std::vector<EvalTensor> at;
   for (const int64_t batch : kProbeBatches) {
     std::map<std::string, EvalTensor> cache;
-    auto t = tensor_at_batch(n.output(0), batch, &cache);
-    if (!t || !known(*t)) return false;
+    auto t = tensor_at_batch(name, batch, &cache);
+    if (!t || !known(*t)) return std::nullopt;
     at.push_back(std::move(*t));
   }
+  return at;
+}
+
+bool Importer::fold_per_sample(const onnx::NodeProto& n) {
+  if (static_batch_ > 0 || n.output_size() != 1) return false;
+  auto probed = at_probe_batches(n.output(0));
+  if (!probed) return false;
+  std::vector<EvalTensor>& at = *probed;
   // The same at every batch (mask[0] of a per-sample mask): a constant.
   if (std::all_of(at.begin(), at.end(), [&](const EvalTensor& t) {
         return t.dims == at[0].dims && t.values == at[0].values;
@@ -276,17 +283,13 @@ void Importer::tile(int i, const std::string& id) {
 
 void Importer::laid_constant(int i, const std::string& id) {
   const auto& n = g_.node(i);
-  std::vector<EvalTensor> at;
-  for (const int64_t batch : kProbeBatches) {
-    std::map<std::string, EvalTensor> cache;
-    auto t = tensor_at_batch(n.output(0), batch, &cache);
-    if (!t || !known(*t)) {
-      return refuse(i, "its value is not computed from constants and shapes alone");
-    }
-    if (!at.empty() && t->dims.size() != at[0].dims.size()) {
+  const auto probed = at_probe_batches(n.output(0));
+  if (!probed) return refuse(i, "its value is not computed from constants and shapes alone");
+  const std::vector<EvalTensor>& at = *probed;
+  for (const auto& t : at) {
+    if (t.dims.size() != at[0].dims.size()) {
       return refuse(i, "its rank changes with the batch size");
     }
-    at.push_back(std::move(*t));
   }
   int64_t axis = -1, inner = 0;
   if (std::string why = batch_laid_axis(at, &axis, &inner); !why.empty()) return refuse(i, why);

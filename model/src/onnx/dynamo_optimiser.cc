@@ -99,15 +99,15 @@ bool Importer::dropped_bias(int i) const {
   });
 }
 
-void Importer::train_dropped_bias(int i, const std::string& id, int64_t width) {
-  set_values(id, "bias", std::vector<float>(static_cast<size_t>(width), 0.0f));
+void Importer::train_dropped_bias(const std::string& missing, const std::string& id,
+                                  const std::string& param, int64_t width) {
+  set_values(id, param, std::vector<float>(static_cast<size_t>(width), 0.0f));
   if (options_.warnings == nullptr) return;
   options_.warnings->push_back(
-      where(i) +
-      ": the ONNX model has no bias for it (torch's ONNX optimiser drops an all-zero "
-      "one); it trains from zero, as in torch, but `export` cannot write it into the ONNX model "
-      "(only into a .safetensors or .npz export with --names ops). Export from torch with "
-      "optimize=False to keep it.");
+      missing +
+      " (torch's ONNX optimiser drops an all-zero one); it trains from zero, as in torch, but "
+      "`export` cannot write it into the ONNX model (only into a .safetensors or .npz export "
+      "with --names ops). Export from torch with optimize=False to keep it.");
 }
 
 }  // namespace gp::model::onnx_detail

@@ -538,25 +538,6 @@ std::vector<int> weight_positions(const onnx::NodeProto& n) {
   return {};
 }
 
-std::vector<std::string> fx_names(const std::string& fx) {
-  std::vector<std::string> names;
-  for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
-    size_t end = at + 1;
-    while (end < fx.size() &&
-           (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
-      ++end;
-    }
-    names.push_back(fx.substr(at + 1, end - at - 1));
-  }
-  return names;
-}
-
-std::string fx_name(const std::string& prefix, const std::string& name) {
-  std::string key = prefix + name;
-  std::replace(key.begin(), key.end(), '.', '_');
-  return key;
-}
-
 Status Importer::check_weight_sharing() {
   std::map<std::string, std::vector<int>> readers;
   for (int i = 0; i < g_.node_size(); ++i) {

@@ -33,11 +33,6 @@ constexpr int64_t kMaxFoldElements = int64_t{1} << 24;
 std::string sanitize(const std::string& s);
 // Inputs of an ONNX node that GraphPipe imports as parameters.
 std::vector<int> weight_positions(const onnx::NodeProto& n);
-// The names an fx_node metadata string refers to (%name tokens: the node, its arguments).
-std::vector<std::string> fx_names(const std::string& fx);
-// torch.export's placeholder name of a parameter or buffer: prefix ("p_", "b_") + the name,
-// dots as underscores.
-std::string fx_name(const std::string& prefix, const std::string& name);
 // ONNX types that map element by element; they also take a tensor without the batch axis.
 bool elementwise_type(const std::string& t);
 // Values of a constant tensor (typed fields or raw little-endian bytes), as doubles.
@@ -213,9 +208,12 @@ class Importer {
   // dynamo_optimiser.cc: the placeholder names (p_<name>) of what the graph holds.
   void find_held_parameters();
   // Whether Gemm, Conv or ConvTranspose node i is a torch linear or convolution whose bias the
-  // optimiser dropped (all zeros): then op `id` gets one of `width` zeros, trained, and a warning.
+  // optimiser dropped (all zeros).
   bool dropped_bias(int i) const;
-  void train_dropped_bias(int i, const std::string& id, int64_t width);
+  // A bias the optimiser dropped: `param` of op `id`, `width` zeros, trained; the warning
+  // starts with `missing` ("node 3 'fc' (Gemm): the ONNX model has no bias for it").
+  void train_dropped_bias(const std::string& missing, const std::string& id,
+                          const std::string& param, int64_t width);
   std::set<std::string> held_params_;
   // After conversion: the copies of each weight several operators read tie (model.param_ties)
   // when each is the weight element for element; copies in different layouts are refused.
@@ -341,6 +339,8 @@ class Importer {
   std::optional<EvalTensor> tensor_at_batch(const std::string& name, int64_t batch,
                                             std::map<std::string, EvalTensor>* cache,
                                             int depth = 0) const;
+  // `name` for each probe batch (2, 3 and 5); nullopt where one is not computed.
+  std::optional<std::vector<EvalTensor>> at_probe_batches(const std::string& name) const;
   // tensor_at_batch of output `name` of node n, from its inputs'.
   std::optional<EvalTensor> node_at_batch(const onnx::NodeProto& n, const std::string& name,
                                           int64_t batch, std::map<std::string, EvalTensor>* cache,

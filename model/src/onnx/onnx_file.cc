@@ -203,26 +203,18 @@ std::vector<std::string> placeholders(const onnx::NodeProto& n) {
   std::vector<std::string> out;
   for (const auto& p : node_metadata(n)) {
     if (p.key() != kFxNode) continue;
-    const std::string& s = p.value();
-    const size_t args = s.find(" = ");
+    const size_t args = p.value().find(" = ");
     if (args == std::string::npos) continue;
-    for (size_t k = s.find('%', args); k != std::string::npos; k = s.find('%', k + 1)) {
-      size_t e = k + 1;
-      while (e < s.size() && (std::isalnum(static_cast<unsigned char>(s[e])) || s[e] == '_')) ++e;
-      const std::string token = s.substr(k + 1, e - k - 1);
+    for (auto& token : fx_names(p.value().substr(args))) {
       if (token.size() > 2 && (token.starts_with("p_") || token.starts_with("b_"))) {
-        out.push_back(token);
+        out.push_back(std::move(token));
       }
     }
   }
   return out;
 }
 
-std::string flat(const std::string& name) {
-  std::string s = name;
-  for (char& c : s) c = c == '.' ? '_' : c;
-  return s;
-}
+std::string flat(const std::string& name) { return fx_name("", name); }
 
 // The dotted name of placeholder body `flat_name` shaped like `like` ("layer_norm2_bias" like
 // "layer.norm1.bias" -> "layer.norm2.bias"); the flat name when the pieces do not line up.
@@ -388,6 +380,25 @@ int separate_merged_parameters(onnx::GraphProto& g) {
 }
 
 }  // namespace
+
+std::vector<std::string> fx_names(const std::string& fx) {
+  std::vector<std::string> names;
+  for (size_t at = fx.find('%'); at != std::string::npos; at = fx.find('%', at + 1)) {
+    size_t end = at + 1;
+    while (end < fx.size() &&
+           (std::isalnum(static_cast<unsigned char>(fx[end])) || fx[end] == '_')) {
+      ++end;
+    }
+    names.push_back(fx.substr(at + 1, end - at - 1));
+  }
+  return names;
+}
+
+std::string fx_name(const std::string& prefix, const std::string& name) {
+  std::string key = prefix + name;
+  std::replace(key.begin(), key.end(), '.', '_');
+  return key;
+}
 
 std::string onnx_node_metadata(const onnx::NodeProto& node, const std::string& key) {
   for (const auto& p : node_metadata(node)) {

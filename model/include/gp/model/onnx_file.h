@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "gp/common/status.h"
 
@@ -41,5 +42,10 @@ Status write_onnx_file(const std::string& path, onnx::ModelProto& model, bool ex
 // The value of a node's metadata entry `key` (NodeProto.metadata_props, which torch 2.x fills with
 // the traced program's node and the optimiser's rewrite rules); "" when absent.
 std::string onnx_node_metadata(const onnx::NodeProto& node, const std::string& key);
+// The names an fx_node metadata string refers to (%name tokens: the node, its arguments).
+std::vector<std::string> fx_names(const std::string& fx);
+// torch.export's placeholder name of a parameter or buffer: prefix ("p_", "b_") + the name,
+// dots as underscores.
+std::string fx_name(const std::string& prefix, const std::string& name);
 
 }  // namespace gp::model
