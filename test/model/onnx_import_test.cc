@@ -460,6 +460,21 @@ TEST_CASE("a tensor read but defined nowhere is refused, naming it and its reade
                  Catch::Contains("export_params=False"));
 }
 
+TEST_CASE("a tensor defined by an initializer and a node output is refused, naming both") {
+  // torch's exporter names a buffer "index" and the result of an aten.index op alike.
+  OnnxBuilder b;
+  b.input("x", {4});
+  b.weight("index", {4});
+  b.node("Relu", {"x"}, {"index"}, "act");
+  b.node("Add", {"x", "index"}, {"y"}, "add");
+  b.output("y", {4});
+  auto m = b.import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(), Catch::Contains("tensor 'index' is defined twice") &&
+                                       Catch::Contains("node 0 'act' (Relu)") &&
+                                       Catch::Contains("rename the buffer"));
+}
+
 TEST_CASE("a graph-only export's class token, a [1, 1, dim] input expanded, is a weight input") {
   // torch.onnx.export(export_params=False) of a small ViT: every parameter a graph input without
   // values, the class token among them (read by an Expand, not by a Gemm or Conv).

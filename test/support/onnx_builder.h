@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -125,6 +126,36 @@ struct OnnxBuilder {
     entry.set_key(key);
     entry.set_value(value);
     n->mutable_unknown_fields()->AddLengthDelimited(9, entry.SerializeAsString());
+  }
+  // torch.export's graph signature (GraphProto.metadata_props, field 16), one line per
+  // placeholder: {"p_fc_weight", "PARAMETER", "fc.weight"}.
+  void signature(const std::vector<std::array<std::string, 3>>& placeholders) {
+    std::string text = "\n# inputs\n";
+    for (const auto& [name, kind, target] : placeholders) {
+      text += name + ": " + kind + " target='" + target + "'\n";
+    }
+    text += "x: USER_INPUT\n\n# outputs\ny: USER_OUTPUT\n";
+    onnx::StringStringEntryProto entry;
+    entry.set_key("pkg.torch.export.ExportedProgram.graph_signature");
+    entry.set_value(text);
+    model.mutable_graph()->mutable_unknown_fields()->AddLengthDelimited(16,
+                                                                        entry.SerializeAsString());
+  }
+  // What torch's optimiser folded float initializer `name` (dims `dims`) from
+  // (ValueInfoProto.metadata_props, field 4): "['a.gamma', 'val_3']".
+  void folded_from(const std::string& name, const std::vector<int64_t>& dims,
+                   const std::vector<std::string>& sources) {
+    std::string list;
+    for (const auto& s : sources) list += (list.empty() ? "['" : "', '") + s;
+    onnx::StringStringEntryProto entry;
+    entry.set_key("pkg.onnxscript.optimizer.folded_from");
+    entry.set_value(list + "']");
+    auto* vi = model.mutable_graph()->add_value_info();
+    vi->set_name(name);
+    auto* type = vi->mutable_type()->mutable_tensor_type();
+    type->set_elem_type(kOnnxFloat);
+    for (int64_t d : dims) type->mutable_shape()->add_dim()->set_dim_value(d);
+    vi->mutable_unknown_fields()->AddLengthDelimited(4, entry.SerializeAsString());
   }
   static void attr(onnx::NodeProto* n, const std::string& name, const std::string& v) {
     auto* a = n->add_attribute();

@@ -72,7 +72,11 @@ class OnnxExport {
     GP_RETURN_IF_ERROR(read_source());
     collect_tensors();
     collect_identities();
-    for (const auto& src : graph_.model().param_sources()) GP_RETURN_IF_ERROR(place(src));
+    for (const auto& src : graph_.model().param_sources()) {
+      GP_RETURN_IF_ERROR(place(src));
+      sourced_.insert(src.op() + "." + src.param());
+    }
+    restore_dropped_biases();
     note_unsourced();
     return ok_status();
   }
@@ -86,6 +90,7 @@ class OnnxExport {
     for (const auto& src : graph_.model().param_sources()) {
       if (seen.insert({src.op(), src.param()}).second) names.insert(src.initializer());
     }
+    names.insert(restored_.begin(), restored_.end());
     std::vector<NamedTensor> out;
     for (const auto& name : names) {
       const auto& [dims, values] = tensors_.at(name);
@@ -227,17 +232,67 @@ class OnnxExport {
                       "' (another source model?)");
   }
 
-  // A parameter the ONNX model has no tensor for (torch's optimiser drops all-zero biases) was
-  // trained all the same: say where its values are.
-  void note_unsourced() {
-    std::set<std::string> sourced;
+  // A Gemm's, Conv's or ConvTranspose's bias that torch's optimiser dropped (all zeros) trained
+  // as the op's "bias" (a linear's) or "out_bias" (an attention's output projection): it goes
+  // back into the node that reads the op's matching weight, as its bias input, named as the
+  // module names it where the file's graph signature says.
+  void restore_dropped_biases() {
+    std::map<std::string, std::string> weight_of;  // "<op>.<param>" -> its tensor
     for (const auto& src : graph_.model().param_sources()) {
-      sourced.insert(src.op() + "." + src.param());
+      weight_of.emplace(src.op() + "." + src.param(), src.initializer());
     }
+    for (int i = 0; i < graph_.num_ops(); ++i) {
+      const auto& op = graph_.op(i);
+      for (const auto& spec : op.proto->params()) {
+        const std::string& param = spec.name();
+        if (!param.ends_with("bias") || sourced_.count(op.id() + "." + param)) continue;
+        const auto weight =
+            weight_of.find(op.id() + "." + param.substr(0, param.size() - 4) + "weight");
+        if (weight == weight_of.end()) continue;
+        onnx::NodeProto* n = biasless_reader(weight->second, op.id());
+        const auto values = param_values(op, runner_.op_params(i), param);
+        if (n == nullptr || values.empty()) continue;
+        std::string name = model::dropped_bias_target(*g_, *n);
+        if (name.empty() || tensors_.count(name)) name = op.id() + "." + param;
+        if (tensors_.count(name)) continue;
+        tensors_[name] = {{static_cast<int64_t>(values.size())}, {values.begin(), values.end()}};
+        touched_.insert(name);
+        restored_.push_back(name);
+        n->add_input(name);
+        sourced_.insert(op.id() + "." + param);
+      }
+    }
+  }
+
+  // The one Gemm (beta 1), Conv or ConvTranspose without a bias that reads `weight`; of several,
+  // the one named `op`; nullptr when none or unclear.
+  onnx::NodeProto* biasless_reader(const std::string& weight, const std::string& op) {
+    std::vector<onnx::NodeProto*> found;
+    for (auto& n : *g_->mutable_node()) {
+      const bool gemm = n.op_type() == "Gemm";
+      if ((gemm || n.op_type() == "Conv" || n.op_type() == "ConvTranspose") &&
+          n.input_size() == 2 && n.input(1) == weight && (!gemm || gemm_beta(n) == 1.0f)) {
+        if (n.name() == op) return &n;
+        found.push_back(&n);
+      }
+    }
+    return found.size() == 1 ? found[0] : nullptr;
+  }
+
+  static float gemm_beta(const onnx::NodeProto& n) {
+    for (const auto& a : n.attribute()) {
+      if (a.name() == "beta") return a.f();
+    }
+    return 1.0f;
+  }
+
+  // A parameter the ONNX model has no tensor for was trained all the same: say where its values
+  // are.
+  void note_unsourced() {
     for (int i = 0; i < graph_.num_ops() && notes_ != nullptr; ++i) {
       for (const auto& spec : graph_.op(i).proto->params()) {
         const std::string who = graph_.op(i).id() + "." + spec.name();
-        if (sourced.count(who)) continue;
+        if (sourced_.count(who)) continue;
         notes_->push_back(who + " has no tensor in " + in_ +
                           " (the exporter left it out); its trained values are not in " +
                           options_.out +
@@ -296,6 +351,8 @@ class OnnxExport {
   std::map<std::string, int> identity_of_;  // node index of each Identity, by its output
   std::map<std::tuple<std::string, int, int64_t>, Placed> placed_;
   std::set<std::string> touched_;
+  std::set<std::string> sourced_;      // "<op>.<param>" of every parameter with a tensor
+  std::vector<std::string> restored_;  // dropped biases put back (restore_dropped_biases)
 };
 
 // Every parameter as "<op id>.<param>" in GraphPipe's layout; of tied copies (one tensor the

@@ -3,16 +3,20 @@
 // that the model trains as torch's: a linear's transposed weight folded into an initializer of
 // its own becomes a view of the weight; a linear's or convolution's bias of zeros that it
 // dropped trains from zero. (Parameters of equal values that it merged are split when the file
-// loads: onnx_file.cc.)
+// loads: torch_metadata.cc.) What it folds from parameters and buffers into initializers of
+// its own (a layer scale's view, rotary tables) is told apart by its folded_from metadata.
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "gp/model/onnx_file.h"
 #include "onnx/importer.h"
+#include "onnx/torch_metadata.h"
 
 namespace gp::model::onnx_detail {
 namespace {
@@ -20,13 +24,256 @@ namespace {
 // The parameters a node's torch call reads, by torch.export's placeholder names (p_<name>).
 std::set<std::string> named_parameters(const onnx::NodeProto& n) {
   std::set<std::string> named;
-  for (auto& name : fx_names(model::onnx_node_metadata(n, "pkg.torch.onnx.fx_node"))) {
-    if (name.rfind("p_", 0) == 0) named.insert(std::move(name));
+  for (auto& name : torch_placeholders(n)) {
+    if (name.starts_with("p_")) named.insert(std::move(name));
   }
   return named;
 }
 
+// Ops whose gradient reaches the parameter unchanged, element for element: training the folded
+// value is training the parameter (each element it holds once; see repeats_elements). (`add`
+// only where the fold selects by ids: there it is the ids' arithmetic, `arange(T) + past`; on
+// values, p + p doubles the gradient and weight decay would decay p + c.)
+bool passes_gradient(const std::string& op, bool selects) {
+  static const std::set<std::string> kOps = {
+      "view",    "_unsafe_view", "reshape",        "unsqueeze",
+      "squeeze", "permute",      "transpose",      "t",
+      "expand",  "clone",        "contiguous",     "_to_copy",
+      "to",      "alias",        "flatten",        "unflatten",
+      "index",   "index_select", "embedding",      "select",
+      "slice",   "narrow",       "getitem",        "gather",
+      "repeat",  "arange",       "lift_fresh_copy"};
+  return kOps.count(op) > 0 || (selects && op == "add");
+}
+
+// Ops that may hold one element of their input several times.
+bool may_repeat(const std::string& op) {
+  static const std::set<std::string> kOps = {"index",  "index_select", "embedding",
+                                             "gather", "expand",       "repeat"};
+  return kOps.count(op) > 0;
+}
+
+// Whether `v` (dims `dims`) holds elements of its source more than once: two equal fibers along
+// some axis (a gather that read one row twice), or more than 1% of its elements equal to an
+// earlier one (a single-head relative bias: a Toeplitz matrix of a 1-D table; random values
+// collide far less often). All-equal values (a table that starts as zeros) count as repeats.
+bool repeats_elements(const std::vector<float>& v, std::vector<int64_t> dims) {
+  if (v.empty() || std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end()) return false;
+  dims.erase(std::remove(dims.begin(), dims.end(), int64_t{1}), dims.end());
+  std::unordered_set<float> distinct(v.begin(), v.end());
+  const size_t repeated = v.size() - distinct.size();
+  if (repeated > 0 && (dims.size() <= 1 || repeated * 100 > v.size())) return true;
+  for (size_t axis = 0; axis < dims.size() && dims.size() > 1; ++axis) {
+    int64_t inner = 1;
+    for (size_t d = axis + 1; d < dims.size(); ++d) inner *= dims[d];
+    const int64_t len = dims[axis];
+    std::set<std::vector<float>> seen;
+    for (int64_t outer = 0; outer < static_cast<int64_t>(v.size()) / (len * inner); ++outer) {
+      for (int64_t in = 0; in < inner; ++in) {
+        std::vector<float> fiber(static_cast<size_t>(len));
+        for (int64_t k = 0; k < len; ++k) {
+          fiber[static_cast<size_t>(k)] = v[static_cast<size_t>((outer * len + k) * inner + in)];
+        }
+        if (!seen.insert(std::move(fiber)).second) return true;
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+// What the optimiser folded an initializer from, by kind.
+struct FoldSources {
+  std::vector<std::string> params;  // parameters, by module name
+  std::vector<std::string> traced;  // the traced program's values ("view", "exp")
+  bool selects = false;             // by a buffer's indices, or by ops that may repeat elements
+  bool detached = false;            // through detach: no gradient reaches the parameters
+  bool recorded = false;            // the file says what it was folded from
+};
+
+namespace {
+
+FoldSources fold_sources(const onnx::GraphProto& g, const std::string& name,
+                         const std::map<std::string, std::string>& kind_of) {
+  FoldSources f;
+  // The value itself, named after its last traced op; a copy made when merged readers were
+  // split records the tensor it copies (a parameter's copy is that parameter's).
+  const std::string copied = copied_from(g, name);
+  const std::string own = copied.empty() ? name : copied;
+  if (!kind_of.count(own) && !exporter_constant_name(own)) f.traced.push_back(own);
+  const auto sources = torch_folded_from(g, name);
+  f.recorded = !sources.empty();
+  for (const auto& source : sources) {
+    const auto k = kind_of.find(source);
+    if (k == kind_of.end()) {
+      if (!exporter_constant_name(source) && source != own) f.traced.push_back(source);
+    } else if (k->second == "PARAMETER") {
+      f.params.push_back(source);
+    } else {
+      f.selects = true;
+    }
+  }
+  for (const auto& v : f.traced) {
+    f.selects = f.selects || may_repeat(traced_op(v));
+    f.detached = f.detached || traced_op(v) == "detach";
+  }
+  return f;
+}
+
+// Why a fold of parameters cannot train as torch trains them; "" when it can.
+std::string fold_refusal(const FoldSources& f, const std::optional<std::vector<float>>& values,
+                         const std::vector<int64_t>& dims) {
+  if (f.params.size() > 1) {
+    return "is computed from " + std::to_string(f.params.size()) + " parameters ('" + f.params[0] +
+           "', '" + f.params[1] + "'" + (f.params.size() > 2 ? ", ..." : "") + ")";
+  }
+  std::string selector;
+  for (const auto& v : f.traced) {
+    if (!passes_gradient(traced_op(v), f.selects)) {
+      return "is computed from parameter '" + f.params[0] + "' by '" + v +
+             "', whose gradient is not the parameter's";
+    }
+    if (may_repeat(traced_op(v)) && selector.empty()) selector = v;
+  }
+  if (f.selects && (!values || repeats_elements(*values, dims))) {
+    return "holds elements of parameter '" + f.params[0] + "' more than once (read " +
+           (selector.empty() ? std::string("by a buffer's indices") : "by '" + selector + "'") +
+           ", as Swin's relative position bias is, or its values start equal); torch sums the "
+           "repeats' gradients into one element";
+  }
+  return "";
+}
+
+// What nodes other than recurrent layers read: those layers' packed weights (gates reordered,
+// biases concatenated) packed_params.cc maps back onto torch's parameters.
+std::set<std::string> read_by_non_recurrent(const onnx::GraphProto& g) {
+  std::set<std::string> read;
+  for (const auto& n : g.node()) {
+    const auto& op = n.op_type();
+    if (op != "LSTM" && op != "GRU" && op != "RNN") read.insert(n.input().begin(), n.input().end());
+  }
+  return read;
+}
+
+bool scalar_float(const onnx::TensorProto& t) {
+  return t.data_type() == onnx::TensorProto::FLOAT &&
+         std::all_of(t.dims().begin(), t.dims().end(), [](int64_t d) { return d == 1; });
+}
+
+}  // namespace
+
+std::string Importer::check_legacy_folds() const {
+  // The TorchScript exporter's constant folding names what it makes "onnx::<Op>_<n>" and records
+  // nothing of where it came from; a fold that repeats values along an axis is no parameter's
+  // layout (a transposed or reshaped weight repeats nothing).
+  std::vector<std::string> refused;
+  const std::set<std::string> read = read_by_non_recurrent(g_);
+  for (const auto& t : g_.initializer()) {
+    const std::string& name = t.name();
+    // (Masks of -inf are constants; a tensor of one value, zeros say, is any layout's.)
+    if (!name.starts_with("onnx::") || !read.count(name) || is_buffer(name) ||
+        infinite_mask(name)) {
+      continue;
+    }
+    const auto dims = weight_dims(name);
+    if (std::count_if(dims.begin(), dims.end(), [](int64_t d) { return d > 1; }) < 2) continue;
+    const auto values = float_values(name);
+    if (!values || std::adjacent_find(values->begin(), values->end(), std::not_equal_to<>()) ==
+                       values->end()) {
+      continue;
+    }
+    if (repeats_elements(*values, dims)) refused.push_back(name);
+  }
+  if (refused.empty()) return "";
+  std::string list;
+  for (const auto& r : refused) list += (list.empty() ? "'" : "', '") + r;
+  return path_ + ": " + list +
+         "' were made by torch's constant folding and repeat values along an axis: a parameter "
+         "read by index or expand (Swin's relative position bias; torch sums the gradients of the "
+         "repeats into one element) or a constant computed from buffers (rotary tables). Export "
+         "with torch.onnx.export(..., do_constant_folding=False), or import with --freeze NAME "
+         "for each that is a constant.";
+}
+
+void Importer::classify_torch_initializers() {
+  const auto signature = torch_graph_signature(g_);
+  if (signature.empty()) {
+    if (from_pytorch_ && !dynamo_metadata_) legacy_folds_refused_ = check_legacy_folds();
+    return;
+  }
+  std::map<std::string, std::string> kind_of;  // target -> PARAMETER, BUFFER, ...
+  for (const auto& [placeholder, p] : signature) kind_of[p.target] = p.kind;
+  const std::set<std::string> read = read_by_non_recurrent(g_);
+  for (const auto& t : g_.initializer()) {
+    const std::string& name = t.name();
+    if (auto k = kind_of.find(name); k != kind_of.end()) {
+      if (k->second != "PARAMETER") buffers_.insert(name);
+      continue;
+    }
+    if (is_buffer(name)) continue;  // --freeze
+    const FoldSources f = fold_sources(g_, name, kind_of);
+    if (!f.recorded && !exporter_constant_name(name)) {
+      if (read.count(name)) warn_unknown_origin(t);
+      continue;
+    }
+    // Computed from constants and buffers only (rotary tables, masks), or cut off from the
+    // parameters' gradient by detach; the exporter's own constants.
+    if (f.params.empty() || f.detached) {
+      buffers_.insert(name);
+      continue;
+    }
+    if (read.count(name)) train_or_refuse(t, f);  // (not a recurrent layer's, or nobody's)
+  }
+}
+
+void Importer::train_or_refuse(const onnx::TensorProto& t, const FoldSources& f) {
+  const auto values = f.selects ? float_values(t.name()) : std::nullopt;
+  if (const std::string why = fold_refusal(f, values, weight_dims(t.name())); !why.empty()) {
+    fold_refusals_.push_back("'" + t.name() + "' " + why);
+    return;
+  }
+  if (scalar_float(t)) scalar_params_.insert(t.name());  // a scalar parameter's view
+  fold_of_[t.name()] = f.params[0];
+}
+
+void Importer::warn_unknown_origin(const onnx::TensorProto& t) const {
+  // Of no known origin (a rewrite rule's): as before, a float tensor trains; say so.
+  if (t.data_type() != onnx::TensorProto::FLOAT || scalar_float(t) ||
+      options_.warnings == nullptr) {
+    return;
+  }
+  options_.warnings->push_back(
+      "initializer '" + t.name() +
+      "' is no parameter or buffer of torch's graph signature, and the optimiser recorded no "
+      "origin for it: it trains as a weight (--freeze " +
+      t.name() + " keeps it a constant)");
+}
+
+std::string Importer::folded_parameters_refused() const {
+  if (!legacy_folds_refused_.empty()) return legacy_folds_refused_;
+  std::vector<std::string> refused = fold_refusals_;
+  // A parameter that trains as one tensor only where the file holds it once: itself, or one
+  // fold of it (views of either, as a folded transpose of a tied head, share its values).
+  std::map<std::string, std::vector<std::string>> forms;
+  for (const auto& [fold, param] : fold_of_) {
+    // (A copy made when merged readers were split stands for another parameter.)
+    if (!view_of_.count(fold) && copied_from(g_, fold).empty()) forms[param].push_back(fold);
+  }
+  for (auto& [param, list] : forms) {
+    if (consts_.count(param)) list.insert(list.begin(), param);
+    if (list.size() < 2) continue;
+    refused.push_back("parameter '" + param + "' is held as " + std::to_string(list.size()) +
+                      " tensors ('" + list[0] + "', '" + list[1] + "'), which would train apart");
+  }
+  if (refused.empty()) return "";
+  std::string list;
+  for (const auto& r : refused) list += (list.empty() ? "" : "; ") + r;
+  return path_ +
+         ": torch's ONNX optimiser folded parameters into initializers that cannot train as "
+         "torch trains the parameters: " +
+         list + ". Export with torch.onnx.export(..., dynamo=True, optimize=False).";
+}
 
 void Importer::find_folded_transposes() {
   // torch names a parameter FQN "lm_head.weight" in fx_node as "%p_lm_head_weight".
@@ -105,9 +352,9 @@ void Importer::train_dropped_bias(const std::string& missing, const std::string&
   if (options_.warnings == nullptr) return;
   options_.warnings->push_back(
       missing +
-      " (torch's ONNX optimiser drops an all-zero one); it trains from zero, as in torch, but "
-      "`export` cannot write it into the ONNX model (only into a .safetensors or .npz export "
-      "with --names ops). Export from torch with optimize=False to keep it.");
+      " (torch's ONNX optimiser drops an all-zero one); it trains from zero, as in torch, and "
+      "`export` writes it back into the node as its bias input. Export from torch with "
+      "optimize=False to keep it in the file.");
 }
 
 }  // namespace gp::model::onnx_detail

@@ -306,6 +306,7 @@ Result<ModelGraph> Importer::run() {
     return invalid_argument(path_ + ": " + std::to_string(unsupported_.size()) +
                             " ONNX node(s) have no GraphPipe operator:" + list + hint);
   }
+  if (auto why = folded_parameters_refused(); !why.empty()) return invalid_argument(why);
   if (eval_batch_norms_ > 0 && options_.warnings != nullptr) {
     options_.warnings->push_back(
         std::to_string(eval_batch_norms_) +
@@ -332,7 +333,19 @@ Status Importer::check_defined() const {
   std::set<std::string> defined;
   for (const auto& in : g_.input()) defined.insert(in.name());
   for (const auto& t : g_.initializer()) defined.insert(t.name());
-  for (const auto& n : g_.node()) defined.insert(n.output().begin(), n.output().end());
+  // A graph input may name an initializer (its default value); a node output is its only
+  // definition. torch's exporter reuses a buffer's name for an op's result when they are alike
+  // ("index"), and which of the two a reader means is then anyone's guess.
+  for (int i = 0; i < g_.node_size(); ++i) {
+    for (const auto& out : g_.node(i).output()) {
+      if (!out.empty() && !defined.insert(out).second) {
+        return invalid_argument(path_ + ": tensor '" + out + "' is defined twice, the second " +
+                                "time as an output of " + where(i) +
+                                ": not a valid ONNX model (a torch exporter names a buffer and an "
+                                "op's result alike; rename the buffer)");
+      }
+    }
+  }
   std::string first;
   int undefined = 0;
   for (const auto& [name, readers] : consumers_) {
@@ -826,6 +839,7 @@ Status Importer::find_buffers() {
     if (!fx.empty()) dynamo_metadata_ = true;
     for (auto& name : fx_names(fx)) placeholders.insert(std::move(name));
   }
+  classify_torch_initializers();
   for (const auto& [name, t] : consts_) {
     if (placeholders.count(fx_name("b_", name))) buffers_.insert(name);
     if (infinite_mask(name)) buffers_.insert(name);

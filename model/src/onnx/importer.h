@@ -152,6 +152,8 @@ struct Fused {
   std::string name;  // of the pattern's first node, which names the operator
 };
 
+struct FoldSources;  // dynamo_optimiser.cc: what torch's optimiser folded an initializer from
+
 class Importer {
  public:
   Importer(const onnx::ModelProto& model, std::string path, OnnxImportOptions options);
@@ -205,6 +207,25 @@ class Importer {
   // an initializer too (a head tied with an embedding) and the values are its exact transpose,
   // the folded one becomes a transposed view of it (view_of_), kept in step on export.
   void find_folded_transposes();
+  // torch 2.x files with a graph signature: an initializer that is no parameter of it is a
+  // constant (buffers, what the optimiser folded from constants) unless the optimiser folded it
+  // from one parameter by ops that pass the gradient unchanged (a view, a gather of distinct
+  // rows): then it trains as that parameter. Other folds of parameters that nodes read are
+  // refused (reported when no node is refused: a static export's traced batch is the better
+  // explanation), naming them.
+  void classify_torch_initializers();
+  // After find_folded_transposes: why the folds cannot train as torch's parameters ("" when they
+  // can), also where one parameter is held as several tensors.
+  std::string folded_parameters_refused() const;
+  void warn_unknown_origin(const onnx::TensorProto& t) const;
+  // A fold of parameters a node reads: trained as its parameter, or its refusal recorded.
+  void train_or_refuse(const onnx::TensorProto& t, const FoldSources& f);
+  std::vector<std::string> fold_refusals_;
+  std::map<std::string, std::string> fold_of_;  // trained fold -> the parameter it holds
+  std::string legacy_folds_refused_;
+  // Legacy torch exports: a constant-folded initializer that repeats values along an axis is
+  // refused (a gathered table or a constant; --freeze keeps a constant).
+  std::string check_legacy_folds() const;
   // dynamo_optimiser.cc: the placeholder names (p_<name>) of what the graph holds.
   void find_held_parameters();
   // Whether Gemm, Conv or ConvTranspose node i is a torch linear or convolution whose bias the

@@ -11,6 +11,7 @@
 #include "gp/common/status.h"
 
 namespace onnx {
+class GraphProto;
 class ModelProto;
 class NodeProto;
 }  // namespace onnx
@@ -42,10 +43,17 @@ Status write_onnx_file(const std::string& path, onnx::ModelProto& model, bool ex
 // The value of a node's metadata entry `key` (NodeProto.metadata_props, which torch 2.x fills with
 // the traced program's node and the optimiser's rewrite rules); "" when absent.
 std::string onnx_node_metadata(const onnx::NodeProto& node, const std::string& key);
-// The names an fx_node metadata string refers to (%name tokens: the node, its arguments).
+// The names an fx_node metadata string refers to (%name tokens: the node, its arguments);
+// placeholders (p_..., b_...) in lower case, as fx_name writes them.
 std::vector<std::string> fx_names(const std::string& fx);
-// torch.export's placeholder name of a parameter or buffer: prefix ("p_", "b_") + the name,
-// dots as underscores.
+// torch.export's placeholder name of a parameter or buffer: prefix ("p_", "b_") + the name in
+// lower case, every character but letters and digits as '_' ("LayerNorm.weight" ->
+// "p_layernorm_weight").
 std::string fx_name(const std::string& prefix, const std::string& name);
+
+// The module's name (the graph signature's target) of the bias that node `n`'s traced call
+// reads and the file does not hold: torch's optimiser drops an all-zero bias from its Gemm or
+// Conv. "" when the node names no such bias or the file has no signature.
+std::string dropped_bias_target(const onnx::GraphProto& g, const onnx::NodeProto& n);
 
 }  // namespace gp::model

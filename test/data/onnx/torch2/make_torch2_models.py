@@ -45,7 +45,10 @@ slice assignment, stepped slices, as_strided, einsum, IsNaN, GatherElements of b
 2.15.0 and onnxscript 0.7.2; and group_norm (nn.GroupNorm and nn.InstanceNorm2d) with torch
 2.15.0; and batch_constants (OPT's position ids from a cumulative sum of ones(batch, T), BLOOM's
 ALiBi biases tiled over the batch) with torch 2.15.0 and onnxscript 0.7.2; and zero_biases
-(linears whose all-zero biases the optimiser drops) with torch 2.15.0 and onnxscript 0.7.2.)
+(linears whose all-zero biases the optimiser drops) with torch 2.15.0 and onnxscript 0.7.2; and
+optimiser_folds and relative_bias (what the optimiser folds parameters and buffers into: layer
+scales, GroupNorm's affine, a reused layer, rotary tables, Swin's relative position bias) with
+torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -644,6 +647,67 @@ class ZeroBiases(torch.nn.Module):
         return self.c(torch.tanh(self.b(torch.tanh(self.a(x)))))
 
 
+class ScaledBlock(torch.nn.Module):
+    # ConvNeXt's and PoolFormer's block: a GroupNorm (which torch decomposes, reshaping its
+    # affine parameters) and a layer scale read as gamma.view(1, 1, -1); both blocks start with
+    # equal values, so the optimiser merges what it folds from them.
+    def __init__(self, dim):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(1, dim)
+        self.fc = torch.nn.Linear(dim, dim)
+        self.gamma = torch.nn.Parameter(torch.full((dim,), 0.5))
+
+    def forward(self, x):
+        y = self.fc(self.norm(x.transpose(1, 2)).transpose(1, 2))
+        return x + y * self.gamma.view(1, 1, -1)
+
+
+class OptimiserFolds(torch.nn.Module):
+    # What torch's ONNX optimiser folds parameters and buffers into: two ScaledBlocks; an
+    # ALBERT-style layer applied twice whose LayerNorm (capitalised, as Hugging Face names it)
+    # starts equal to another norm's; rotary-style cosines computed from a buffer (a constant,
+    # never trained).
+    def __init__(self, dim=8):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([ScaledBlock(dim) for _ in range(2)])
+        self.shared = torch.nn.Linear(dim, dim)
+        self.LayerNorm = torch.nn.LayerNorm(dim)
+        self.final_norm = torch.nn.LayerNorm(dim)
+        self.register_buffer("inv_freq", 1.0 / 10.0 ** (torch.arange(0, dim, 2).float() / dim))
+
+    def forward(self, x):
+        freqs = torch.arange(x.shape[1], dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        x = x * torch.cat([freqs.cos(), freqs.cos()], dim=-1)
+        for _ in range(2):
+            x = self.LayerNorm(x + torch.tanh(self.shared(x)))
+        for block in self.blocks:
+            x = block(x)
+        return self.final_norm(x)
+
+
+class RelativeBias(torch.nn.Module):
+    # Swin's relative position bias: a learned table read through a buffer of indices that
+    # repeat (all pairs of positions at one offset read one entry, and torch sums their
+    # gradients into it).
+    def __init__(self, dim=8, heads=2, seq=5):
+        super().__init__()
+        self.heads = heads
+        self.table = torch.nn.Parameter(torch.randn(2 * seq - 1, heads) * 0.5)
+        offsets = torch.arange(seq)[:, None] - torch.arange(seq)[None, :] + seq - 1
+        self.register_buffer("relative_index", offsets.flatten())
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, S, C = x.shape
+        bias = self.table[self.relative_index].view(S, S, -1).permute(2, 0, 1).unsqueeze(0)
+        q, k, v = (t.reshape(B, S, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        scores = q @ k.transpose(-1, -2) * (C // self.heads) ** -0.5 + bias
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, S, C)
+        return self.out(y)
+
+
 def attention_mask_inputs(g):
     ids = torch.randint(0, 20, (patterns.BATCH, 5), generator=g)
     mask = torch.ones(patterns.BATCH, 5, dtype=torch.long)
@@ -709,7 +773,10 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("group_norm", 149, GroupNorms, patterns.feat(3, 4, 4), None),
                                 ("batch_constants", 150, BatchConstants, patterns.feat(5, 8),
                                  None),
-                                ("zero_biases", 151, ZeroBiases, patterns.feat(8), None)]
+                                ("zero_biases", 151, ZeroBiases, patterns.feat(8), None),
+                                ("optimiser_folds", 152, OptimiserFolds, patterns.feat(5, 8),
+                                 None),
+                                ("relative_bias", 153, RelativeBias, patterns.feat(5, 8), None)]
 
 
 def main():
