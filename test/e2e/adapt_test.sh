@@ -47,6 +47,9 @@ resumed=$(grep -Eo "adapt: resuming after iteration [0-9]* under $tmp/ckpt/plan-
 check "it switches once, after an agreed iteration with a checkpoint, and resumes under the new plan" \
   '[ "$(grep -c "adapt: switching to" "$tmp/slow.log")" -eq 1 ] &&
    { [ "$resumed" = "4 ranks" ] || [ "$resumed" = "3 ranks" ]; }'
+check "the switch waits until a second check in a row agrees (--adapt-confirm 2)" \
+  'grep -q "adapt: switch recommended by 1 of 2 checks in a row" "$tmp/slow.log" &&
+   [ "$(grep -c "adapt: switch 1" "$tmp/slow.log")" -ge 2 ]'
 check "each decision says why (gain, time saved, the switch cost)" \
   'grep -q "adapt: reason switch: predicted gain [0-9.]*%, saves [0-9.]* s over [0-9]* iterations left, switching costs [0-9.]* s" "$tmp/slow.log"'
 check "its checks price the transfers with the link the job measured" \
@@ -93,6 +96,9 @@ check "--adapt with a .json --metrics-out exits 2 (it reads the metrics as they 
 err=$(launch --plan "$tmp/plan.pb" --adapt --checkpoint-dir "$tmp/c3" --adapt-warmup 0 2>&1); rc=$?
 check "--adapt-warmup 0 exits 2 naming the flag" \
   '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--adapt-warmup must be a positive number"'
+err=$(launch --plan "$tmp/plan.pb" --adapt --checkpoint-dir "$tmp/c3" --adapt-confirm 0 2>&1); rc=$?
+check "--adapt-confirm 0 exits 2 naming the flag" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q -- "--adapt-confirm must be a positive number"'
 sed 's/cpu-process\/rank/V100-SXM2-16GB\/rank/' "$tmp/run2/attempt-0/measured-profile.pbtxt" > "$tmp/other.pbtxt"
 err=$("$plan_bin" adapt --plan "$tmp/plan.pb" --measured-profile "$tmp/other.pbtxt" 2>&1); rc=$?
 check "adapt refuses a measured profile of another cluster, naming the record and the kind" \

@@ -83,6 +83,7 @@ void Launcher::adapt_begin(const std::string& dir, bool resume) {
   adapt_.dir = dir;
   adapt_.first_iteration = 0;
   adapt_.check_pid = -1;
+  adapt_.agreeing_checks = 0;
   adapt_.polled_ms = 0;
   adapt_.first_line_ms = -1;
   adapt_.start_ms = steady_ms();
@@ -158,7 +159,8 @@ void Launcher::adapt_start_check(const std::string& plan, int64_t last) {
       o_.adapt_drop,
       "--out",
       o_.checkpoint_dir + "/plan-adapted-" + std::to_string(adapt_.switches + 1) + ".pb"};
-  if (!adapt_.calibration.empty()) {
+  // A check that is to confirm a switch searches whatever the rate.
+  if (!adapt_.calibration.empty() && adapt_.agreeing_checks == 0) {
     argv.push_back("--calibration");
     argv.push_back(adapt_.calibration);
   }
@@ -187,6 +189,7 @@ void Launcher::adapt_result(int status) {
     std::string text = err.ok() ? err->substr(0, 2000) : "";
     for (char& c : text) c = c == '\n' ? ' ' : c;
     adapt_log("the check failed (exit " + std::to_string(status) + "): " + text);
+    adapt_.agreeing_checks = 0;
     return;
   }
   std::string do_switch, plan;
@@ -196,7 +199,18 @@ void Launcher::adapt_result(int status) {
     if (key == "switch") do_switch = value;
     if (key == "plan") plan = value;
   }
-  if (do_switch != "1" || plan.empty() || stop_signal_ != 0) return;
+  if (do_switch != "1" || plan.empty()) {
+    adapt_.agreeing_checks = 0;
+    return;
+  }
+  if (stop_signal_ != 0) return;
+  // One check can catch a rank in a scheduling hiccup; a slow device stays slow.
+  if (++adapt_.agreeing_checks < o_.adapt_confirm) {
+    adapt_log("switch recommended by " + std::to_string(adapt_.agreeing_checks) + " of " +
+              std::to_string(o_.adapt_confirm) +
+              " checks in a row (--adapt-confirm): the next check must agree");
+    return;
+  }
   adapt_.next_plan = plan;
   adapt_.stopping = true;
   adapt_.stop_sent_ms = steady_ms();

@@ -108,8 +108,10 @@ rate fell --adapt-drop (10%) below the plan's prediction times the first check's
 (measured / predicted). When the new plan is predicted --adapt-min-gain (10%) faster and the
 time it saves over the iterations left exceeds twice the measured cost of switching (a
 restart, measured at this attempt's start, plus a stop with a checkpoint, measured at the last
-switch or taken as the restart's), the ranks stop after an agreed iteration with a checkpoint
-and the job resumes under the new plan (kept as C/plan-adapted-N.pb), the losses continuing
+switch or taken as the restart's), and --adapt-confirm (2) checks in a row found so (a check
+that follows one that did searches whatever the rate: one check can catch a rank in a passing
+hiccup), the ranks stop after an agreed iteration with a checkpoint and the job resumes under the
+new plan (kept as C/plan-adapted-N.pb), the losses continuing
 exactly; at most --adapt-max-switches times. Every check is logged ("graphpipe-launch: adapt:
 ..." on the console and in RUN_DIR/adapt.log): the measured and modelled time of each rank, the
 candidate, the predicted gain, and whether it switches and why. --adapt needs --checkpoint-dir;

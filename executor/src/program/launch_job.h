@@ -24,8 +24,8 @@ namespace gp::exec::daemon {
 
 // The state of --adapt's checks. Per job: switches made, the first check's calibration, how long
 // the last switch's stop took. Per attempt: its first iteration, when the next check is due, when
-// it started and when its first iteration was logged (the restart's cost), the check running, and
-// a switch under way.
+// it started and when its first iteration was logged (the restart's cost), the check running, how
+// many checks in a row found a switch worth it, and a switch under way.
 struct AdaptState {
   int switches = 0;
   std::string calibration;
@@ -38,6 +38,7 @@ struct AdaptState {
   int64_t first_iteration = 0;
   int64_t next_check = 0;
   pid_t check_pid = -1;
+  int agreeing_checks = 0;
   int64_t polled_ms = 0;
   int64_t start_ms = 0;
   int64_t first_line_ms = -1;

@@ -23,7 +23,7 @@ struct RawFlags {
   std::string port = "29500", nnodes, node_rank, nproc_per_node, master_port, token_file;
   std::string log_every = "1", argv_token;
   bool argv_token_given = false;
-  std::string adapt_warmup = "10", adapt_max_switches = "3";
+  std::string adapt_warmup = "10", adapt_max_switches = "3", adapt_confirm = "2";
   std::vector<std::string> slowdown;
 };
 
@@ -159,6 +159,10 @@ Status check_adapt(const RawFlags& raw, LaunchOptions& o) {
       to_int(raw.adapt_max_switches, false,
              "--adapt-max-switches must be a number, got '" + raw.adapt_max_switches + "'",
              &o.adapt_max_switches));
+  GP_RETURN_IF_ERROR(
+      to_int(raw.adapt_confirm, true,
+             "--adapt-confirm must be a positive number of checks, got '" + raw.adapt_confirm + "'",
+             &o.adapt_confirm));
   if (!matches(o.adapt_drop, "0?\\.[0-9]+")) {
     return invalid_argument("--adapt-drop must be a fraction in [0, 1), e.g. 0.1, got '" +
                             o.adapt_drop + "'");
@@ -318,6 +322,8 @@ void add_cluster_options(CLI::App& app, RawFlags& raw, LaunchOptions& o) {
       "re-check when the rate falls this much (0.1)");
   add(app, "--adapt-min-gain", "FRACTION", o.adapt_min_gain, "switch when this much faster (0.1)");
   add(app, "--adapt-max-switches", "N", raw.adapt_max_switches, "switches at most (3)");
+  add(app, "--adapt-confirm", "N", raw.adapt_confirm,
+      "checks in a row that must find a switch worth it before it is made (2)");
   add(app, "--adapt-profile", "DB", o.adapt_profile, "the profile the plan was searched with");
 }
 

@@ -56,6 +56,7 @@ struct LaunchOptions {
   int adapt_warmup = 10;
   std::string adapt_drop = "0.1", adapt_min_gain = "0.1";
   int adapt_max_switches = 3;
+  int adapt_confirm = 2;  // checks in a row that must agree before a switch
   std::string adapt_profile;
 
   bool per_node() const { return nnodes > 0; }
