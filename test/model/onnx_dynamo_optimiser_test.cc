@@ -43,8 +43,40 @@ TEST_CASE("a linear's zero bias that torch's optimiser dropped trains from zero,
   REQUIRE(fc.param_values().count("bias"));
   CHECK(testing::param_floats(fc, "bias") == std::vector<float>{0, 0});
   REQUIRE(warnings.size() == 1);
-  CHECK_THAT(warnings[0], Catch::Contains("'fc' (Gemm): the ONNX model has no bias for it") &&
-                              Catch::Contains("optimize=False"));
+  CHECK_THAT(warnings[0], Catch::StartsWith("1 linear/convolution bias(es) have no tensor") &&
+                              Catch::Contains("'fc' (Gemm)") && Catch::Contains("optimize=False"));
+}
+
+TEST_CASE("many dropped biases make one warning that names the first three and counts the rest") {
+  Onnx b;
+  b.input("x", {3});
+  std::string in = "x";
+  for (int k = 0; k < 5; ++k) {
+    const std::string fc = "fc" + std::to_string(k), out = "y" + std::to_string(k);
+    b.weight(fc + ".weight", {3, 3});
+    auto* gemm = b.node("Gemm", {in, fc + ".weight"}, {out}, fc);
+    Onnx::attr(gemm, "transB", int64_t{1});
+    Onnx::metadata(gemm, "pkg.torch.onnx.fx_node",
+                   "%linear : [num_users=1] = call_function[target=torch.ops.aten.linear.default]"
+                   "(args = (%x, %p_" +
+                       fc + "_weight, %p_" + fc + "_bias), kwargs = {})");
+    in = out;
+  }
+  b.output(in, {3});
+  std::vector<std::string> warnings;
+  OnnxImportOptions options;
+  options.warnings = &warnings;
+  const auto m = b.import(options);
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  for (int k = 0; k < 5; ++k) {
+    CHECK(testing::param_floats(testing::model_op(*m, "fc" + std::to_string(k)), "bias") ==
+          std::vector<float>{0, 0, 0});
+  }
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::StartsWith("5 linear/convolution bias(es)") &&
+                              Catch::Contains("'fc0' (Gemm)") && Catch::Contains("'fc2' (Gemm)") &&
+                              Catch::Contains("and 2 more") && !Catch::Contains("'fc3'"));
 }
 
 TEST_CASE("a Gemm without a bias whose torch call reads none adds none") {

@@ -501,10 +501,9 @@ void Importer::emit_attention(int i, const Fused& f, const TensorRef& x) {
     take(id, "out_bias", f.out_bias);
   } else if (bias) {
     // torch 2.x's optimiser drops a Gemm's all-zero bias (torch initialises out_proj.bias to
-    // zero): it trains from zero here, as in torch, but has no tensor to export into.
-    train_dropped_bias(
-        "multi-head attention '" + id + "': the ONNX model has no output-projection bias", id,
-        "out_bias", e);
+    // zero): it trains from zero here, as in torch, and export writes it back.
+    train_dropped_bias("multi-head attention '" + id + "' (its output projection)", id, "out_bias",
+                       e);
   }
 }
 
@@ -543,7 +542,7 @@ void Importer::gemm(int i, const std::string& id) {
   if (bias) {
     take(id, "bias", n.input(2));
   } else if (dropped) {
-    train_dropped_bias(where(i) + ": the ONNX model has no bias for it", id, "bias", out_features);
+    train_dropped_bias(where(i), id, "bias", out_features);
   }
 }
 
@@ -1285,8 +1284,7 @@ void Importer::conv(int i, const std::string& id) {
   const bool dropped = !bias && dropped_bias(i);  // an all-zero bias torch's optimiser dropped
   act_[n.output(0)] =
       b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias || dropped);
-  if (dropped)
-    train_dropped_bias(where(i) + ": the ONNX model has no bias for it", id, "bias", w[0]);
+  if (dropped) train_dropped_bias(where(i), id, "bias", w[0]);
   if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
     set_attr(op_by_id(id), "groups", groups);  // weight [out, C/groups, kh, kw] in both
   }

@@ -346,15 +346,27 @@ bool Importer::dropped_bias(int i) const {
   });
 }
 
-void Importer::train_dropped_bias(const std::string& missing, const std::string& id,
+void Importer::train_dropped_bias(const std::string& where, const std::string& id,
                                   const std::string& param, int64_t width) {
   set_values(id, param, std::vector<float>(static_cast<size_t>(width), 0.0f));
-  if (options_.warnings == nullptr) return;
-  options_.warnings->push_back(
-      missing +
-      " (torch's ONNX optimiser drops an all-zero one); it trains from zero, as in torch, and "
-      "`export` writes it back into the node as its bias input. Export from torch with "
-      "optimize=False to keep it in the file.");
+  dropped_biases_.push_back(where);
+}
+
+std::string Importer::dropped_biases_warning() const {
+  if (dropped_biases_.empty()) return "";
+  constexpr size_t kNamed = 3;  // a 12-layer GPT-2 has 48: the count says the rest
+  std::string named;
+  for (size_t k = 0; k < std::min(kNamed, dropped_biases_.size()); ++k) {
+    named += (k > 0 ? ", " : "") + dropped_biases_[k];
+  }
+  if (dropped_biases_.size() > kNamed) {
+    named += " and " + std::to_string(dropped_biases_.size() - kNamed) + " more";
+  }
+  return std::to_string(dropped_biases_.size()) +
+         " linear/convolution bias(es) have no tensor in the ONNX model (" + named +
+         "): torch's ONNX optimiser drops all-zero ones. Each trains from zero, as in torch, and "
+         "`export` writes it back as its node's bias input. Export from torch with "
+         "optimize=False to keep them in the file.";
 }
 
 }  // namespace gp::model::onnx_detail

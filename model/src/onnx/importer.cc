@@ -307,6 +307,9 @@ Result<ModelGraph> Importer::run() {
                             " ONNX node(s) have no GraphPipe operator:" + list + hint);
   }
   if (auto why = folded_parameters_refused(); !why.empty()) return invalid_argument(why);
+  if (auto dropped = dropped_biases_warning(); !dropped.empty() && options_.warnings != nullptr) {
+    options_.warnings->push_back(dropped);
+  }
   if (eval_batch_norms_ > 0 && options_.warnings != nullptr) {
     options_.warnings->push_back(
         std::to_string(eval_batch_norms_) +

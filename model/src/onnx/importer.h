@@ -231,11 +231,14 @@ class Importer {
   // Whether Gemm, Conv or ConvTranspose node i is a torch linear or convolution whose bias the
   // optimiser dropped (all zeros).
   bool dropped_bias(int i) const;
-  // A bias the optimiser dropped: `param` of op `id`, `width` zeros, trained; the warning
-  // starts with `missing` ("node 3 'fc' (Gemm): the ONNX model has no bias for it").
-  void train_dropped_bias(const std::string& missing, const std::string& id,
-                          const std::string& param, int64_t width);
+  // A bias the optimiser dropped: `param` of op `id`, `width` zeros, trained; `where` names the
+  // node in the import's one warning about them ("node 3 'fc' (Gemm)").
+  void train_dropped_bias(const std::string& where, const std::string& id, const std::string& param,
+                          int64_t width);
+  // That warning: how many, the first few by name, what it means (empty when none).
+  std::string dropped_biases_warning() const;
   std::set<std::string> held_params_;
+  std::vector<std::string> dropped_biases_;  // where each is (train_dropped_bias)
   // After conversion: the copies of each weight several operators read tie (model.param_ties)
   // when each is the weight element for element; copies in different layouts are refused.
   Status tie_copies();

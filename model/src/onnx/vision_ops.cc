@@ -83,8 +83,7 @@ void Importer::conv_transpose(int i, const std::string& id) {
                                           extra, bias || dropped);
   take(id, "weight", n.input(1));  // [C, out, kh, kw] both
   if (bias) take(id, "bias", n.input(2));
-  if (dropped)
-    train_dropped_bias(where(i) + ": the ONNX model has no bias for it", id, "bias", w[1]);
+  if (dropped) train_dropped_bias(where(i), id, "bias", w[1]);
 }
 
 void Importer::resize(int i, const std::string& id) {
