@@ -434,8 +434,17 @@ int64_t Graph::total_params() const {
 int Graph::max_parallel_branches() const {
   // Dilworth: max antichain = |V| - max matching in the bipartite graph u -> v (u reaches v).
   std::vector<int> verts;
+  // A constant (a causal mask, position ids), and a parameterless op computed from constants
+  // alone (an imported GPT's per-layer mask), is a source like an input, not a branch.
+  std::vector<char> fixed(nodes_.size(), 0);
+  for (int i : topo_) {
+    const auto& node = nodes_[i];
+    fixed[i] = node.info->id == OpType::kConstant ||
+               (!node.info->is_input && node.cost.param_count == 0 && !node.preds.empty() &&
+                std::all_of(node.preds.begin(), node.preds.end(), [&](int p) { return fixed[p]; }));
+  }
   for (const auto& node : nodes_) {
-    if (!node.info->is_input) verts.push_back(node.index);
+    if (!node.info->is_input && !fixed[node.index]) verts.push_back(node.index);
   }
   const int m = static_cast<int>(verts.size());
   std::vector<int> match_right(m, -1);

@@ -16,6 +16,12 @@ std::string human(double v, const char* unit) {
   return buf;
 }
 
+int64_t param_bytes(const graphpipe::v1::ParamSpec& p) {
+  int64_t n = 1;
+  for (int64_t d : p.shape()) n *= d;
+  return n * dtype_size_bytes(p.dtype());
+}
+
 }  // namespace
 
 ModelSummary summarize(const Graph& graph) {
@@ -24,16 +30,17 @@ ModelSummary summarize(const Graph& graph) {
   s.num_ops = graph.num_ops();
   for (const auto& node : graph.ops()) {
     if (node.info->is_input) ++s.num_inputs;
-    s.num_params += node.cost.param_count;
-    for (const auto& p : node.proto->params()) {
-      int64_t n = 1;
-      for (int64_t d : p.shape()) n *= d;
-      s.param_bytes += n * dtype_size_bytes(p.dtype());
-    }
+    for (const auto& p : node.proto->params()) s.param_bytes += param_bytes(p);
     s.forward_flops_per_sample += node.cost.forward_flops;
     s.backward_flops_per_sample += node.cost.backward_flops;
     s.activation_bytes_per_sample += node.cost.activation_bytes;
     ++s.ops_by_type[std::string(node.type())];
+  }
+  // A tied weight (a GPT's embedding and head) is one tensor of the model: counted once.
+  s.num_params = graph.total_params();
+  for (const auto& tie : graph.ties()) {
+    const auto& p = graph.op(tie[0].op).proto->params(tie[0].param);
+    s.param_bytes -= static_cast<int64_t>(tie.size() - 1) * param_bytes(p);
   }
   s.num_branches = graph.max_parallel_branches();
   return s;

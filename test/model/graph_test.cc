@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "gp/model/builder.h"
+#include "gp/model/summary.h"
 
 using namespace gp::model;
 
@@ -207,14 +208,36 @@ TEST_CASE("branch count is the widest set of independent compute ops") {
   CHECK(g->max_parallel_branches() == 5);
 }
 
+TEST_CASE(
+    "constants, and what is computed from them alone, are sources like inputs, not branches") {
+  // A causal mask per layer, as an imported GPT holds: each constant reads only the batch size.
+  GraphBuilder b("m", "");
+  auto x = b.input("x", {4});
+  auto h = x;
+  for (int layer = 0; layer < 3; ++layer) {
+    const std::string l = std::to_string(layer);
+    // Computed from constants alone (a where of constant masks, as a legacy GPT export has).
+    auto mask = b.where("mask" + l, b.constant("cond" + l, x, {4}, {1, 1, 0, 0}),
+                        b.constant("one" + l, x, {4}, {1, 1, 1, 1}),
+                        b.constant("zero" + l, x, {4}, {0, 0, 0, 0}));
+    h = b.binary("masked" + l, b.relu("r" + l, h), mask, "mul");
+  }
+  b.add_loss(b.mse_loss("loss", h, b.input("t", {4})));
+  auto g = Graph::build(b.finish());
+  INFO(g.status().to_string());
+  REQUIRE(g.ok());
+  CHECK(g->max_parallel_branches() == 1);
+}
+
 namespace {
 
-// x -> a (linear 4->4) -> b (linear 4->4) -> loss, with `members` (op, param) tied.
+// x -> a (linear 4->4) -> b (linear 4->4) -> loss, with `members` (op, param) tied (none: no tie).
 ModelGraph with_tie(const std::vector<std::pair<std::string, std::string>>& members) {
   GraphBuilder b("m", "");
   auto y = b.linear("b", b.linear("a", b.input("x", {4}), 4), 4);
   b.add_loss(b.mse_loss("loss", b.linear("c", y, 2), b.input("t", {2})));
   ModelGraph m = b.finish();
+  if (members.empty()) return m;
   auto* tie = m.add_param_ties();
   for (const auto& [op, param] : members) {
     auto* r = tie->add_members();
@@ -243,6 +266,17 @@ TEST_CASE("a tie of parameters of one shape resolves to their indices, the first
   CHECK(g->tie_source(tie[1].op, 1) == nullptr);  // b's bias is not tied
   // The tied weight counts once: a (4x4 + 4), b's bias (its weight is a's), c (2x4 + 2).
   CHECK(g->total_params() == (16 + 4) + 4 + (8 + 2));
+}
+
+TEST_CASE("the model summary counts a tied weight once, in parameters and in bytes") {
+  auto g = Graph::build(with_tie({{"a", "weight"}, {"b", "weight"}}));
+  REQUIRE(g.ok());
+  const ModelSummary s = summarize(*g);
+  CHECK(s.num_params == (16 + 4) + 4 + (8 + 2));
+  CHECK(s.param_bytes == 4 * s.num_params);  // float32
+  auto untied = Graph::build(with_tie({}));
+  REQUIRE(untied.ok());
+  CHECK(summarize(*untied).num_params == s.num_params + 16);
 }
 
 TEST_CASE("bad ties are rejected naming the tie, the member and what is wrong") {

@@ -88,8 +88,9 @@ class Graph {
 
   // Trainable elements of the model, a tied tensor counted once (ops' copies: OpCost::param_count).
   int64_t total_params() const;
-  // Number of independent branches: the widest set of non-input ops no two of which lie on a
-  // common path (the maximum antichain, by Dilworth's theorem through bipartite matching).
+  // Number of independent branches: the widest set of ops no two of which lie on a common path
+  // (the maximum antichain, by Dilworth's theorem through bipartite matching), inputs,
+  // constants and parameterless ops computed from constants alone left out.
   int max_parallel_branches() const;
 
  private:
