@@ -242,10 +242,25 @@ std::string message_hash(const google::protobuf::Message& msg) {
   return bytes_hash(serialize_message(msg, FileFormat::kBinary).value());
 }
 
+namespace {
+
+// Puts `file`'s values back into the ops they came from (externalize_weights failed).
+void restore_param_values(graphpipe::v1::ModelGraph& model, graphpipe::v1::WeightsFile file) {
+  std::map<std::string, graphpipe::v1::Operator*> ops;
+  for (auto& op : *model.mutable_ops()) ops[op.id()] = &op;
+  for (auto& v : *file.mutable_values()) {
+    auto it = ops.find(v.op());
+    if (it != ops.end())
+      (*it->second->mutable_param_values())[v.param()] = std::move(*v.mutable_values());
+  }
+}
+
+}  // namespace
+
 Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& path,
                            const std::string& recorded) {
   graphpipe::v1::WeightsFile file;
-  for (const auto& op : model.ops()) {
+  for (auto& op : *model.mutable_ops()) {
     // In the op's map order sorted by name: the file (and its hash) is deterministic.
     std::vector<std::string> names;
     for (const auto& [name, v] : op.param_values()) names.push_back(name);
@@ -254,13 +269,23 @@ Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& 
       auto* v = file.add_values();
       v->set_op(op.id());
       v->set_param(name);
-      v->set_values(op.param_values().at(name));
+      // Moved, not copied: a model's weights can be most of the memory there is.
+      *v->mutable_values() = std::move((*op.mutable_param_values())[name]);
     }
   }
   if (file.values_size() == 0) return ok_status();
   std::string bytes;
-  if (!file.SerializeToString(&bytes)) return internal_error("serialising the weights failed");
-  GP_RETURN_IF_ERROR(write_file_atomic(path, bytes));
+  if (!file.SerializeToString(&bytes)) {
+    restore_param_values(model, std::move(file));
+    return internal_error("serialising the weights failed");
+  }
+  file.Clear();
+  if (Status written = write_file_atomic(path, bytes); !written.ok()) {
+    // The caller keeps a whole model: the values go back from the serialised copy.
+    graphpipe::v1::WeightsFile again;
+    if (again.ParseFromString(bytes)) restore_param_values(model, std::move(again));
+    return written;
+  }
   for (auto& op : *model.mutable_ops()) op.clear_param_values();
   model.set_weights_file(recorded);
   model.set_weights_hash(bytes_hash(bytes));

@@ -207,3 +207,49 @@ TEST_CASE("reading refuses a directory, a device and a FIFO at once, naming each
   std::filesystem::remove(fifo);
   alarm(0);
 }
+
+namespace {
+
+// tiny-mmt with values for every parameter of its first linear, each of its size.
+ModelGraph with_values() {
+  ModelGraph m = tiny_model();
+  auto built = Graph::build(m);  // shape inference fills in the params
+  REQUIRE(built.ok());
+  m = built->model();
+  for (auto& op : *m.mutable_ops()) {
+    if (op.type() != "linear") continue;
+    char fill = 'a';
+    for (const auto& p : op.params()) {
+      int64_t n = 1;
+      for (int64_t d : p.shape()) n *= d;
+      (*op.mutable_param_values())[p.name()] = std::string(static_cast<size_t>(4 * n), fill++);
+    }
+    break;
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("externalized weights leave the model and read back as they were") {
+  ModelGraph m = with_values();
+  const ModelGraph before = m;
+  const auto path = (temp_dir() / "externalized.weights").string();
+  REQUIRE(externalize_weights(m, path, path).ok());
+  CHECK(m.weights_file() == path);
+  for (const auto& op : m.ops()) CHECK(op.param_values().empty());
+  REQUIRE(resolve_weights(m).ok());
+  m.clear_weights_file();
+  m.clear_weights_hash();
+  CHECK(MessageDifferencer::Equals(m, before));
+}
+
+TEST_CASE("weights that cannot be written stay in the model, with the error") {
+  ModelGraph m = with_values();
+  const ModelGraph before = m;
+  const auto path = (temp_dir() / "no-such-dir" / "w.weights").string();
+  const gp::Status s = externalize_weights(m, path, path);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("no-such-dir"));
+  CHECK(MessageDifferencer::Equals(m, before));
+}

@@ -42,12 +42,12 @@ std::string message_hash(const google::protobuf::Message& msg);
 std::string bytes_hash(std::string_view bytes);
 
 // Weights by reference. externalize_weights moves the model's parameter values into a
-// WeightsFile at `path` (written atomically; nothing happens for a model without values) and
-// records it as `recorded` (the name the model refers to it by: relative to the model file's
-// directory, or absolute) with its hash. resolve_weights loads a model's weights file back into
-// param_values: InvalidArgument naming the file when it is missing, its hash differs (another
-// or a changed file), or an entry names an op or parameter the model lacks or has the wrong
-// size. A model without a weights file is left as it is.
+// WeightsFile at `path` (written atomically; nothing happens for a model without values; on an
+// error the model keeps its values) and records it as `recorded` (the name the model refers to
+// it by: relative to the model file's directory, or absolute) with its hash. resolve_weights loads
+// a model's weights file back into param_values: InvalidArgument naming the file when it is
+// missing, its hash differs (another or a changed file), or an entry names an op or parameter the
+// model lacks or has the wrong size. A model without a weights file is left as it is.
 Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& path,
                            const std::string& recorded);
 Status resolve_weights(graphpipe::v1::ModelGraph& model);
