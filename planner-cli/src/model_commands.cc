@@ -39,8 +39,6 @@ Status run_import(const ImportOptions& opts) {
   io.warnings = &warnings;
   GP_ASSIGN_OR_RETURN(auto model, model::import_onnx(opts.file, io));
   for (const auto& w : warnings) log::get("plan")->warn("{}", w);
-  auto built = model::Graph::build(model);
-  if (!built.ok()) return built.status();
   std::string weights_note;
   if (!opts.inline_weights) {
     // The values go next to the model, once; the model (and every plan of it) refers to them.
@@ -50,6 +48,10 @@ Status run_import(const ImportOptions& opts) {
         model::externalize_weights(model, weights.string(), weights.filename().string()));
     if (!model.weights_file().empty()) weights_note = ", weights in " + weights.string();
   }
+  // For the summary below; built once the weights went to their file, so it copies no weights
+  // (import_onnx validated the model).
+  auto built = model::Graph::build(model);
+  if (!built.ok()) return built.status();
   GP_RETURN_IF_ERROR(model::write_message(opts.out, model));
   int opaque = 0;
   for (const auto& op : model.ops()) opaque += op.type() == "opaque" ? 1 : 0;

@@ -323,13 +323,63 @@ Result<ModelGraph> Importer::run() {
   GP_RETURN_IF_ERROR(tie_copies());
   GP_RETURN_IF_ERROR(add_losses());
   b_.set_source(path_);
-  ModelGraph model = b_.finish();
+  // Moved, not copied: the weights can be most of the memory there is.
+  ModelGraph model = std::move(b_.model());
   fold_slices_into_transposes(&model);
   fold_into_matmuls(&model);
   drop_unread_ops(&model);
-  auto built = Graph::build(model);
-  if (!built.ok()) return built.status().with_context(path_ + " (imported from ONNX)");
+  GP_RETURN_IF_ERROR(validate_without_copying_weights(model));
   return model;
+}
+
+// Graph::build validates a copy of the model; the parameters' values wait aside meanwhile and
+// are checked against the parameters it inferred. Values of names that are no parameter (a
+// constant's buffer) go back first, and the graph is built again with them.
+Status Importer::validate_without_copying_weights(ModelGraph& model) const {
+  struct Aside {
+    int op;
+    std::string name;
+    std::string bytes;
+    bool back = false;
+  };
+  std::vector<Aside> aside;
+  for (int i = 0; i < model.ops_size(); ++i) {
+    auto* values = model.mutable_ops(i)->mutable_param_values();
+    for (auto& [name, bytes] : *values) aside.push_back({i, name, std::move(bytes)});
+    values->clear();
+  }
+  const auto put_back = [&model](Aside& a) {
+    (*model.mutable_ops(a.op)->mutable_param_values())[a.name] = std::move(a.bytes);
+    a.back = true;
+  };
+  auto built = Graph::build(model);
+  Status checked = built.status();
+  bool buffers = false;
+  for (auto& a : aside) {
+    if (!checked.ok()) break;
+    const Operator& op = *built->op(a.op).proto;
+    const auto spec = std::find_if(op.params().begin(), op.params().end(),
+                                   [&a](const auto& p) { return p.name() == a.name; });
+    if (spec == op.params().end()) {
+      buffers = true;
+      put_back(a);
+      continue;
+    }
+    int64_t want = 4;  // float32 bytes per element
+    for (int64_t d : spec->shape()) want *= d;
+    if (static_cast<int64_t>(a.bytes.size()) != want) {
+      checked =
+          invalid_argument("ops[" + std::to_string(a.op) + "] '" + op.id() + "': param_values['" +
+                           a.name + "']: " + std::to_string(a.bytes.size()) +
+                           " bytes, the parameter needs " + std::to_string(want) + " (float32)");
+    }
+  }
+  if (checked.ok() && buffers) checked = Graph::build(model).status();
+  for (auto& a : aside) {
+    if (!a.back) put_back(a);
+  }
+  if (!checked.ok()) return checked.with_context(path_ + " (imported from ONNX)");
+  return ok_status();
 }
 
 Status Importer::check_defined() const {

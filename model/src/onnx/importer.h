@@ -237,6 +237,8 @@ class Importer {
                           int64_t width);
   // That warning: how many, the first few by name, what it means (empty when none).
   std::string dropped_biases_warning() const;
+  // Graph::build's checks of the finished model, without a copy of its weights (importer.cc).
+  Status validate_without_copying_weights(ModelGraph& model) const;
   std::set<std::string> held_params_;
   std::vector<std::string> dropped_biases_;  // where each is (train_dropped_bias)
   // After conversion: the copies of each weight several operators read tie (model.param_ties)
