@@ -244,14 +244,20 @@ std::string message_hash(const google::protobuf::Message& msg) {
 
 namespace {
 
-// Puts `file`'s values back into the ops they came from (externalize_weights failed).
-void restore_param_values(graphpipe::v1::ModelGraph& model, graphpipe::v1::WeightsFile file) {
-  std::map<std::string, graphpipe::v1::Operator*> ops;
-  for (auto& op : *model.mutable_ops()) ops[op.id()] = &op;
-  for (auto& v : *file.mutable_values()) {
-    auto it = ops.find(v.op());
-    if (it != ops.end())
-      (*it->second->mutable_param_values())[v.param()] = std::move(*v.mutable_values());
+// Puts `file`'s values back into the ops they came from (externalize_weights failed), walking
+// the ops and their sorted names as externalize_weights took them: ops of one id (the model is
+// not validated yet) each get their own.
+void restore_param_values(graphpipe::v1::ModelGraph& model, graphpipe::v1::WeightsFile& file) {
+  int next = 0;
+  for (auto& op : *model.mutable_ops()) {
+    auto* values = op.mutable_param_values();
+    std::vector<std::string> names;
+    for (const auto& [name, v] : *values) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+      if (next >= file.values_size()) return;
+      (*values)[name] = std::move(*file.mutable_values(next++)->mutable_values());
+    }
   }
 }
 
@@ -276,14 +282,11 @@ Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& 
   if (file.values_size() == 0) return ok_status();
   std::string bytes;
   if (!file.SerializeToString(&bytes)) {
-    restore_param_values(model, std::move(file));
+    restore_param_values(model, file);
     return internal_error("serialising the weights failed");
   }
-  file.Clear();
   if (Status written = write_file_atomic(path, bytes); !written.ok()) {
-    // The caller keeps a whole model: the values go back from the serialised copy.
-    graphpipe::v1::WeightsFile again;
-    if (again.ParseFromString(bytes)) restore_param_values(model, std::move(again));
+    restore_param_values(model, file);  // the caller keeps a whole model
     return written;
   }
   for (auto& op : *model.mutable_ops()) op.clear_param_values();

@@ -177,7 +177,10 @@ void Launcher::adapt_start_check(const std::string& plan, int64_t last) {
     auto pid = spawn(argv, SpawnOptions{true, false, out, err});
     if (pid.ok()) adapt_.check_pid = *pid;
   }
-  if (adapt_.check_pid < 0) adapt_log("the check could not start");
+  if (adapt_.check_pid < 0) {
+    adapt_log("the check could not start");
+    adapt_.agreeing_checks = 0;
+  }
   if (out >= 0) close(out);
   if (err >= 0) close(err);
 }
