@@ -32,8 +32,10 @@ constexpr std::array kCatalogue = {
                &infer_embedding_bag},
     OpTypeInfo{OpType::kEmbedding, "embedding",
                "the embedding row of every id: ids [...] -> [..., embedding_dim]",
-               "num_embeddings (int, required), embedding_dim (int, required)",
-               "num_embeddings,embedding_dim", 1, 1, false, false, &infer_embedding},
+               "num_embeddings (int, required), embedding_dim (int, required), padding_idx (int, "
+               "optional: that row is looked up as any other but never trained, as torch's "
+               "nn.Embedding(padding_idx=...); negative counts from the end)",
+               "num_embeddings,embedding_dim,padding_idx", 1, 1, false, false, &infer_embedding},
     OpTypeInfo{OpType::kAttention, "multi_head_attention",
                "self-attention: QKV projections, softmax(QK^T/sqrt(d))V, "
                "output projection",

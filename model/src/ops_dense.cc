@@ -123,7 +123,19 @@ Status infer_embedding(const Operator& op, std::span<const TensorSpec> in, Infer
   const TensorSpec& ids = in[0];
   GP_ASSIGN_OR_RETURN(Table table, embedding_table(op, ids));
   const int64_t rows = table.rows, dim = table.dim;
-  out->attrs = EmbeddingAttrs{rows, dim};
+  EmbeddingAttrs attrs{rows, dim};
+  // torch's nn.Embedding(padding_idx=p): row p is looked up as any row and never trained.
+  if (op.attrs().count("padding_idx")) {
+    GP_ASSIGN_OR_RETURN(int64_t p, attr_int(op, "padding_idx"));
+    if (p < -rows || p >= rows) {
+      return invalid_argument("attrs.padding_idx = " + std::to_string(p) + ": not a row of the " +
+                              std::to_string(rows) + "-row table (torch allows -" +
+                              std::to_string(rows) + " to " + std::to_string(rows - 1) + ")");
+    }
+    attrs.has_padding = true;
+    attrs.padding_idx = p < 0 ? p + rows : p;
+  }
+  out->attrs = attrs;
   TensorSpec y = ids;
   y.add_shape(dim);
   y.set_dtype(kFloat32);

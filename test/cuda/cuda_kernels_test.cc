@@ -256,6 +256,13 @@ std::vector<GradCase> large_cases() {
               [](GraphBuilder& b) {
                 return b.embedding_bag("op", ids(b, {8, 4}), 1000, 64);
               }),
+      op_case("embedding of 300 rows, 32 wide, padding_idx 7 (read, never trained)", {16, 32},
+              ids_below(0, 300),
+              [](GraphBuilder& b) {
+                auto y = b.embedding("op", ids(b, {16}), 300, 32);
+                gp::testing::set_op_attr(b, "op", "padding_idx", int64_t{7});
+                return y;
+              }),
       op_case("matmul [4, 64, 32] x [4, 32, 48]", {4, 64, 48},
               [](GraphBuilder& b) {
                 return b.matmul("op", x(b, {4, 64, 32}, "a"), x(b, {4, 32, 48}, "b"));

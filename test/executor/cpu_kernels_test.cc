@@ -557,6 +557,22 @@ TEST_CASE("embedding_bag skips padding ids and averages over the others only") {
   for (size_t k = 0; k < grad.size(); ++k) CHECK(h.gparams[0][k] == Approx(grad[k]));
 }
 
+TEST_CASE("an embedding's padding_idx row is looked up as any other but gets no gradient") {
+  GraphBuilder b("m", "");
+  auto y = b.embedding("op", b.input("ids", {4}, kInt64), 3, 2);
+  set_op_attr(b, "op", "padding_idx", int64_t{-3});  // row 0, counted from the end as torch does
+  Harness h = make_harness(with_loss(b, y, {4, 2}));
+  h.params[0] = {1, 2, 10, 20, 100, 200};
+  h.iin[0] = {0, 2, 0, 1};
+  h.forward();
+  const std::vector<float> want = {1, 2, 100, 200, 1, 2, 10, 20};
+  for (size_t k = 0; k < want.size(); ++k) CHECK(h.out[k] == Approx(want[k]));
+  h.gout.assign(h.out.size(), 1.0f);
+  h.backward();
+  const std::vector<float> grad = {0, 0, 1, 1, 1, 1};  // row 0 read twice, trained never
+  for (size_t k = 0; k < grad.size(); ++k) CHECK(h.gparams[0][k] == Approx(grad[k]));
+}
+
 namespace {
 
 // Naive double-precision self-attention for one sample, params as in the catalogue.

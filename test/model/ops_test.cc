@@ -117,6 +117,30 @@ TEST_CASE("embedding bag has rows*dim parameters and costs bag*dim per sample") 
   CHECK(emb.proto->outputs(0).shape(0) == 64);
 }
 
+TEST_CASE("an embedding's padding_idx counts from the end when negative and must name a row") {
+  for (const int64_t padding : {int64_t{2}, int64_t{-3}, int64_t{5}, int64_t{-6}}) {
+    GraphBuilder b("m", "");
+    auto e = b.embedding("emb", b.input("ids", {4}, graphpipe::v1::DATA_TYPE_INT64), 5, 8);
+    for (auto& op : *b.model().mutable_ops()) {
+      if (op.id() == "emb") (*op.mutable_attrs())["padding_idx"].set_i(padding);
+    }
+    b.add_loss(b.mse_loss("loss", e, b.input("t", {4, 8})));
+    auto g = Graph::build(b.finish());
+    INFO(padding);
+    if (padding == 5 || padding == -6) {
+      REQUIRE_FALSE(g.ok());
+      CHECK_THAT(g.status().message(),
+                 Catch::Contains("attrs.padding_idx = " + std::to_string(padding)) &&
+                     Catch::Contains("5-row table"));
+      continue;
+    }
+    REQUIRE(g.ok());
+    const auto& attrs = std::get<EmbeddingAttrs>(g->op(g->index_of("emb")).attrs);
+    CHECK(attrs.has_padding);
+    CHECK(attrs.padding_idx == 2);
+  }
+}
+
 TEST_CASE(
     "layout ops infer shapes: concat sums the axis, slice keeps start up to but not including "
     "end") {

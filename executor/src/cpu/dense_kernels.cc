@@ -93,7 +93,8 @@ class LinearKernel final : public OpKernel {
 
 // y[bag] = sum (or mean) of W[id] over the ids of the bag (the ids' last dim), skipping ids equal
 // to the padding id (bags of varying length padded to one length; a bag of padding only is 0).
-// Saves nothing; the gradient goes to the weight only (ids are integers).
+// An embedding's frozen row is read, but gets no gradient. Saves nothing; the gradient goes to the
+// weight only (ids are integers).
 class EmbeddingBagKernel final : public OpKernel {
  public:
   explicit EmbeddingBagKernel(const EmbeddingBagShape& e) : e_(e) {}
@@ -122,7 +123,7 @@ class EmbeddingBagKernel final : public OpKernel {
       const float scale = scale_of(a.inputs[0].data, g);
       for (int64_t k = 0; k < e_.bag; ++k) {
         const int64_t id = load_index(a.inputs[0].data, g * e_.bag + k, e_.ids32);
-        if (id == e_.padding) continue;
+        if (id == e_.backward_skip()) continue;
         float* row = dw + checked(id) * e_.dim;
         for (int64_t j = 0; j < e_.dim; ++j) row[j] += scale * dy[j];
       }

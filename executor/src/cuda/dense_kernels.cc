@@ -117,7 +117,7 @@ class EmbeddingBagKernel final : public OpKernel {
     if (dw == nullptr) return;
     ctx_.check(launch_embedding_bag_backward(a.inputs[0].data, e_.ids32, a.grad_outputs[0].f(), dw,
                                              a.batch * e_.bags, e_.bag, e_.rows, e_.dim, e_.mean,
-                                             e_.padding, ctx_.stream),
+                                             e_.backward_skip(), ctx_.stream),
                "embedding_bag backward");
   }
 

@@ -101,20 +101,27 @@ inline VisionWindow vision_window(const model::Window2d& w) {
 }
 
 // embedding_bag: `bags` bags of `bag` ids per sample into a table [rows, dim].
-// Ids equal to `padding` (kNoPadding: none) are skipped, and a mean is over the other ids.
+// Ids equal to `padding` (kNoPadding: none) are skipped, and a mean is over the other ids. An
+// embedding's padding_idx is `frozen_row` instead: it is looked up as any row, and its gradient
+// is never taken (as torch's nn.Embedding).
 constexpr int64_t kNoPadding = INT64_MIN;
 struct EmbeddingBagShape {
   int64_t bags, bag, rows, dim;
   bool mean, ids32;
   int64_t padding = kNoPadding;
+  int64_t frozen_row = kNoPadding;
+  // The ids backward skips: the padding of a bag, an embedding's frozen row.
+  int64_t backward_skip() const { return padding != kNoPadding ? padding : frozen_row; }
 };
 inline Result<EmbeddingBagShape> read_embedding_bag(const model::OpNode& op) {
   const model::TensorSpec& ids = op.input_specs[0];
   GP_ASSIGN_OR_RETURN(const model::EmbeddingAttrs a, op_attrs<model::EmbeddingAttrs>(op));
   // An embedding is a bag of one per id: the bag kernels run it unchanged.
   if (op.proto->type() == "embedding") {
-    return EmbeddingBagShape{model::num_elements(ids), 1,     a.num_embeddings,
-                             a.embedding_dim,          false, is_int32(ids)};
+    EmbeddingBagShape e{model::num_elements(ids), 1,     a.num_embeddings,
+                        a.embedding_dim,          false, is_int32(ids)};
+    if (a.has_padding) e.frozen_row = a.padding_idx;
+    return e;
   }
   const int64_t bag = last_dim(ids);
   EmbeddingBagShape e{model::num_elements(ids) / bag,

@@ -980,6 +980,7 @@ void Importer::gather(int i, const std::string& id) {
   if (!ids_rank) return refuse(i, "ids of unknown rank");
   TensorRef out = b_.embedding(id, *activation(n.input(1)), table[0], table[1]);
   take(id, "weight", n.input(0));
+  set_padding_idx(i, id);
   // ONNX ids [batch] are per-sample [1] here: the lookup's [1, dim] is the sample's [dim].
   if (*ids_rank == 1) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
   act_[n.output(0)] = out;

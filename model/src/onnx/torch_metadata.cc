@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <map>
 #include <regex>
 #include <set>
@@ -460,6 +461,29 @@ std::string fx_name(const std::string& prefix, const std::string& name) {
 
 std::string onnx_node_metadata(const onnx::NodeProto& node, const std::string& key) {
   return metadata_value(node, kNodeMetadataProps, key);
+}
+
+int64_t torch_embedding_padding_idx(const onnx::NodeProto& n) {
+  // "... target=torch.ops.aten.embedding.default](args = (%p_emb_weight, %idx, 0), kwargs = {})"
+  const std::string fx = onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
+  const std::string call = "aten.embedding.default](args = (";
+  const size_t at = fx.find(call);
+  if (at == std::string::npos) return -1;
+  const size_t begin = at + call.size(), end = fx.find(')', begin);
+  if (end == std::string::npos) return -1;
+  std::vector<std::string> args;
+  for (size_t b = begin; b <= end;) {
+    size_t comma = fx.find(',', b);
+    if (comma == std::string::npos || comma > end) comma = end;
+    std::string arg = fx.substr(b, comma - b);
+    arg.erase(0, arg.find_first_not_of(' '));
+    args.push_back(arg);
+    b = comma + 1;
+  }
+  if (args.size() < 3 || args[2].empty()) return -1;
+  int64_t padding = -1;
+  const auto [ptr, ec] = std::from_chars(args[2].data(), args[2].data() + args[2].size(), padding);
+  return ec == std::errc() && ptr == args[2].data() + args[2].size() ? padding : -1;
 }
 
 std::map<std::string, TorchPlaceholder> torch_graph_signature(const onnx::GraphProto& g) {

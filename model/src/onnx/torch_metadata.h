@@ -38,6 +38,11 @@ std::string copied_from(const onnx::GraphProto& g, const std::string& value);
 // pkg.torch.onnx.fx_node metadata.
 std::vector<std::string> torch_placeholders(const onnx::NodeProto& n);
 
+// The padding_idx of a traced nn.Embedding lookup (`aten.embedding(weight, ids, padding_idx)` in
+// the node's fx_node metadata; torch passes -1, or nothing, for none): -1 when it has none or
+// the node holds no such call (the legacy exporter keeps none).
+int64_t torch_embedding_padding_idx(const onnx::NodeProto& n);
+
 // The traced op a value was named after ("view_3" -> "view").
 std::string traced_op(const std::string& value);
 
