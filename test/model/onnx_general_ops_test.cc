@@ -540,6 +540,61 @@ TEST_CASE("one field of per-field ids (Wide&Deep reading a column) feeds its own
   CHECK(shape(g, "y.target") == "[4] float32");
 }
 
+TEST_CASE("Gemma's 1 + weight trains the weight (dynamo), and stays refused in a legacy export") {
+  for (const bool dynamo : {true, false}) {
+    Onnx b;
+    b.input("x", {4});
+    b.weight("norm.weight", {4});
+    b.init("one", {}, {1.0});
+    auto* plus_one = b.node("Add", {"norm.weight", "one"}, {"scale"}, "plus_one");
+    if (dynamo) {
+      Onnx::metadata(plus_one, "pkg.torch.onnx.fx_node",
+                     "%add : [num_users=1] = call_function[target=torch.ops.aten.add.Tensor]"
+                     "(args = (%p_norm_weight, 1.0), kwargs = {})");
+    }
+    b.node("Mul", {"x", "scale"}, {"y"}, "scaled");
+    b.output("y", {4});
+    INFO(dynamo);
+    const auto m = b.import();
+    if (!dynamo) {
+      // (A legacy export's initializer may be a buffer: it is not trained unasked.)
+      REQUIRE_FALSE(m.ok());
+      CHECK_THAT(m.status().message(), Catch::Contains("'plus_one'"));
+      continue;
+    }
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    const auto g = testing::build_graph(*m);
+    CHECK(op(g, "plus_one").type() == "binary");
+    CHECK(op(g, "plus_one.0").type() == "broadcast_param");
+    CHECK(shape(g, "plus_one") == "[4] float32");
+    CHECK(op(g, "scaled").type() == "binary");
+  }
+}
+
+TEST_CASE("nn.Embedding's padding_idx comes from dynamo's metadata: that row never trains") {
+  for (const std::string& padding : {std::string(", 0"), std::string(", -1"), std::string()}) {
+    Onnx b;
+    b.input("ids", {3}, kInt64);
+    b.weight("emb.weight", {5, 4});
+    Onnx::metadata(b.node("Gather", {"emb.weight", "ids"}, {"y"}, "emb"), "pkg.torch.onnx.fx_node",
+                   "%embedding : [num_users=1] = call_function[target=torch.ops.aten.embedding."
+                   "default](args = (%p_emb_weight, %ids" +
+                       padding + "), kwargs = {})");
+    b.output("y", {3, 4});
+    INFO(padding);
+    const auto g = testing::build_graph(b.imported());
+    const auto& attrs = op(g, "emb").attrs();
+    // torch passes -1 (or nothing) for none.
+    if (padding == ", 0") {
+      REQUIRE(attrs.count("padding_idx"));
+      CHECK(attrs.at("padding_idx").i() == 0);
+    } else {
+      CHECK(attrs.count("padding_idx") == 0);
+    }
+  }
+}
+
 TEST_CASE("Expand of an activation (F.normalize's expand_as) broadcasts as an add of zeros") {
   Onnx b;
   b.input("x", {3});

@@ -3,8 +3,9 @@ Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2 and 
 ViT, DeiT (distilled), Swin, ConvNeXt, EfficientNet, ResNet, MobileViT and PoolFormer (GroupNorm);
 Hugging Face's GPT-2 (its default SDPA attention and the eager one), Llama (grouped-query
 attention), BERT, ViT, DistilBERT, the T5 encoder (relative position buckets), Mistral, Qwen2, Phi,
-GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin and Falcon, returning the logits. A row
-whose library is not installed is n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the
+GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin, Falcon and Gemma (its RMSNorm scales by
+1 + weight; its embedding has a padding_idx), returning the logits. A row whose library is not
+installed is n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the
 key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written
 by slice assignment); RoBERTa, whose position ids are a cumulative sum (CumSum) of the input ids'
 padding mask: integer arithmetic on activations has no GraphPipe operator; BEiT, whose relative
@@ -225,4 +226,7 @@ LIBRARY = [
     # Its shifted-window mask expanded over batch x windows; torch cannot export it with dynamo.
     ("hf_swin", hf_swin, image(32)),
     ("hf_falcon", hf_causal_lm("FalconForCausalLM", "FalconConfig", hidden_size=32), tokens),
+    ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
+                              intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]
+

@@ -352,6 +352,11 @@ void Importer::train_dropped_bias(const std::string& where, const std::string& i
   dropped_biases_.push_back(where);
 }
 
+void Importer::set_padding_idx(int i, const std::string& id) {
+  const int64_t padding = torch_embedding_padding_idx(g_.node(i));
+  if (padding >= 0) set_attr(op_by_id(id), "padding_idx", padding);
+}
+
 std::string Importer::dropped_biases_warning() const {
   if (dropped_biases_.empty()) return "";
   constexpr size_t kNamed = 3;  // a 12-layer GPT-2 has 48: the count says the rest

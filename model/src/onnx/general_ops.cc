@@ -154,6 +154,15 @@ std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std:
     from_end = r - l.pos;
     layout = l;
   }
+  if (!anchor && dynamo_metadata_ &&
+      std::any_of(ops.begin(), ops.end(), [](const Operand& o) { return o.weight; })) {
+    // A function of trained weights and constants alone (Gemma's RMSNorm scale `1 + weight`):
+    // the weights are the same for every sample, and so is the result; gradients reach them.
+    // Only where torch marked the buffers (dynamo): a legacy export's initializer may be a
+    // buffer (rotary inv_freq), which must not train; there it stays refused (--freeze NAME).
+    anchor = anchor_for(g_.node(i).output(0));
+    if (anchor) unbatched_.insert(g_.node(i).output(0));
+  }
   if (!anchor) {
     refuse(i, "none of its inputs is an activation (constants that were not folded)");
     return std::nullopt;
@@ -458,6 +467,7 @@ void Importer::constant_lookup(int i, const std::string& id) {
   const TensorRef c = b_.constant(unique_id(id + ".ids", id), *anchor, shape, values, true);
   TensorRef out = b_.embedding(id, c, table[0], table[1]);
   take(id, "weight", n.input(0));
+  set_padding_idx(i, id);
   // A 0-D id: [dim], not [1, dim].
   if (scalar_ids) out = b_.reshape(unique_id(id + ".reshape", id), out, {table[1]});
   act_[n.output(0)] = out;

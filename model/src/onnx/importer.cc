@@ -369,8 +369,8 @@ Status Importer::validate_without_copying_weights(ModelGraph& model) const {
     for (int64_t d : spec->shape()) want *= d;
     if (static_cast<int64_t>(a.bytes.size()) != want) {
       checked =
-          invalid_argument("ops[" + std::to_string(a.op) + "] '" + op.id() + "': param_values['" +
-                           a.name + "']: " + std::to_string(a.bytes.size()) +
+          invalid_argument("ops[" + std::to_string(a.op) + "] '" + op.id() + "' (" + op.type() +
+                           "): param_values['" + a.name + "']: " + std::to_string(a.bytes.size()) +
                            " bytes, the parameter needs " + std::to_string(want) + " (float32)");
     }
   }

@@ -235,6 +235,9 @@ class Importer {
   // node in the import's one warning about them ("node 3 'fc' (Gemm)").
   void train_dropped_bias(const std::string& where, const std::string& id, const std::string& param,
                           int64_t width);
+  // Embedding `id` of Gather node i gets the padding_idx of torch's nn.Embedding from the
+  // node's metadata (dynamo exports; the legacy exporter keeps none): that row never trains.
+  void set_padding_idx(int i, const std::string& id);
   // That warning: how many, the first few by name, what it means (empty when none).
   std::string dropped_biases_warning() const;
   // Graph::build's checks of the finished model, without a copy of its weights (importer.cc).
