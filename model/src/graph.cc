@@ -122,6 +122,20 @@ Status check_declared_outputs(int i, const Operator& op, const InferredOp& infer
   return ok_status();
 }
 
+}  // namespace
+
+Status detail::check_param_value_size(int i, const Operator& op, const std::string& name,
+                                      size_t bytes, const ParamSpec& spec) {
+  int64_t want = 4;  // float32 bytes per element
+  for (int64_t d : spec.shape()) want *= d;
+  if (static_cast<int64_t>(bytes) == want) return ok_status();
+  return invalid_argument(op_label(i, op) + ": param_values['" + name +
+                          "']: " + std::to_string(bytes) + " bytes, the parameter needs " +
+                          std::to_string(want) + " (float32)");
+}
+
+namespace {
+
 // Initial parameter values name a parameter (or buffer) of the op, as inferred, and hold all of it.
 Status check_param_values(int i, const Operator& op, const std::vector<ParamSpec>& buffers) {
   for (const auto& [name, bytes] : op.param_values()) {
@@ -136,13 +150,7 @@ Status check_param_values(int i, const Operator& op, const std::vector<ParamSpec
       return invalid_argument(op_label(i, op) + ": param_values['" + name +
                               "']: the op has no such parameter");
     }
-    int64_t want = 4;  // float32 bytes per element
-    for (int64_t d : spec->shape()) want *= d;
-    if (static_cast<int64_t>(bytes.size()) != want) {
-      return invalid_argument(op_label(i, op) + ": param_values['" + name +
-                              "']: " + std::to_string(bytes.size()) +
-                              " bytes, the parameter needs " + std::to_string(want) + " (float32)");
-    }
+    GP_RETURN_IF_ERROR(detail::check_param_value_size(i, op, name, bytes.size(), *spec));
   }
   return ok_status();
 }

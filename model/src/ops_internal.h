@@ -1,4 +1,5 @@
-// Shared by the catalogue's translation units only.
+// Shared by the catalogue's translation units, Graph's validation and the ONNX importer's (which
+// checks the weights without copying them).
 #pragma once
 
 #include <span>
@@ -9,6 +10,11 @@
 #include "gp/model/ops.h"
 
 namespace gp::model::detail {
+
+// Initial values `bytes` long for parameter (or buffer) `spec` of op i hold all of it, as float32:
+// else the error, naming the op and param_values[name].
+Status check_param_value_size(int i, const Operator& op, const std::string& name, size_t bytes,
+                              const ParamSpec& spec);
 
 // Infer functions, one per op type (see ops.cc for the table).
 Status infer_input(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);

@@ -13,6 +13,7 @@
 #include "gp/model/model_io.h"
 #include "gp/model/onnx_file.h"
 #include "gp/model/param_layout.h"
+#include "ops_internal.h"
 
 namespace gp::model {
 namespace onnx_detail {
@@ -365,14 +366,7 @@ Status Importer::validate_without_copying_weights(ModelGraph& model) const {
       put_back(a);
       continue;
     }
-    int64_t want = 4;  // float32 bytes per element
-    for (int64_t d : spec->shape()) want *= d;
-    if (static_cast<int64_t>(a.bytes.size()) != want) {
-      checked =
-          invalid_argument("ops[" + std::to_string(a.op) + "] '" + op.id() + "' (" + op.type() +
-                           "): param_values['" + a.name + "']: " + std::to_string(a.bytes.size()) +
-                           " bytes, the parameter needs " + std::to_string(want) + " (float32)");
-    }
+    checked = detail::check_param_value_size(a.op, op, a.name, a.bytes.size(), *spec);
   }
   if (checked.ok() && buffers) checked = Graph::build(model).status();
   for (auto& a : aside) {
