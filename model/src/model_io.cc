@@ -244,19 +244,24 @@ std::string message_hash(const google::protobuf::Message& msg) {
 
 namespace {
 
+// An op's parameter-value names in the order the weights file holds them.
+std::vector<std::string> sorted_value_names(const graphpipe::v1::Operator& op) {
+  std::vector<std::string> names;
+  for (const auto& [name, v] : op.param_values()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 // Puts `file`'s values back into the ops they came from (externalize_weights failed), walking
 // the ops and their sorted names as externalize_weights took them: ops of one id (the model is
 // not validated yet) each get their own.
 void restore_param_values(graphpipe::v1::ModelGraph& model, graphpipe::v1::WeightsFile& file) {
   int next = 0;
   for (auto& op : *model.mutable_ops()) {
-    auto* values = op.mutable_param_values();
-    std::vector<std::string> names;
-    for (const auto& [name, v] : *values) names.push_back(name);
-    std::sort(names.begin(), names.end());
-    for (const auto& name : names) {
+    for (const auto& name : sorted_value_names(op)) {
       if (next >= file.values_size()) return;
-      (*values)[name] = std::move(*file.mutable_values(next++)->mutable_values());
+      (*op.mutable_param_values())[name] =
+          std::move(*file.mutable_values(next++)->mutable_values());
     }
   }
 }
@@ -267,11 +272,8 @@ Status externalize_weights(graphpipe::v1::ModelGraph& model, const std::string& 
                            const std::string& recorded) {
   graphpipe::v1::WeightsFile file;
   for (auto& op : *model.mutable_ops()) {
-    // In the op's map order sorted by name: the file (and its hash) is deterministic.
-    std::vector<std::string> names;
-    for (const auto& [name, v] : op.param_values()) names.push_back(name);
-    std::sort(names.begin(), names.end());
-    for (const auto& name : names) {
+    // Sorted by name, not in the map's order: the file (and its hash) is deterministic.
+    for (const auto& name : sorted_value_names(op)) {
       auto* v = file.add_values();
       v->set_op(op.id());
       v->set_param(name);
