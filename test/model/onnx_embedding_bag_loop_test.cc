@@ -228,6 +228,13 @@ Result<std::map<std::string, EvalValue>> run(const std::vector<onnx::NodeProto>&
   });
 }
 
+void add_int(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
 void add_graph(onnx::NodeProto* n, const std::string& name, const onnx::GraphProto& g) {
   auto* a = n->add_attribute();
   a->set_name(name);
@@ -253,6 +260,55 @@ TEST_CASE("the evaluator runs a Loop with a carried value and a scan output") {
   CHECK(v->at("acc_final").tensor.values == std::vector<double>{6});
   CHECK(v->at("scans").tensor.dims == std::vector<int64_t>{4});
   CHECK(v->at("scans").tensor.values == std::vector<double>{0, 2, 4, 6});
+}
+
+TEST_CASE("the evaluator splits a tensor by sizes, into equal parts and into a sequence") {
+  const auto x = ints({2, 5}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  onnx::NodeProto by_sizes = node("Split", {"x", "sizes"}, {"a", "b"});
+  add_int(&by_sizes, "axis", 1);
+  auto v = run({by_sizes}, {{"x", x}, {"sizes", ints({2}, {2, 3})}});
+  INFO(v.status().to_string());
+  REQUIRE(v.ok());
+  CHECK(v->at("a").tensor.dims == std::vector<int64_t>{2, 2});
+  CHECK(v->at("a").tensor.values == std::vector<double>{0, 1, 5, 6});
+  CHECK(v->at("b").tensor.values == std::vector<double>{2, 3, 4, 7, 8, 9});
+  CHECK(v->at("b").tensor.ints);
+
+  // Equal parts, one per output: the last one smaller where the axis does not divide.
+  onnx::NodeProto halves = node("Split", {"x"}, {"h0", "h1"});
+  add_int(&halves, "axis", -1);
+  auto h = run({halves}, {{"x", x}});
+  REQUIRE(h.ok());
+  CHECK(h->at("h0").tensor.values == std::vector<double>{0, 1, 2, 5, 6, 7});
+  CHECK(h->at("h1").tensor.values == std::vector<double>{3, 4, 8, 9});
+
+  // A scalar size cuts pieces of it (the last shorter); SequenceAt counts from the end too.
+  onnx::NodeProto chunks = node("SplitToSequence", {"x", "two"}, {"seq"});
+  add_int(&chunks, "axis", 1);
+  auto s = run({chunks, node("SequenceAt", {"seq", "last"}, {"tail"})},
+               {{"x", x}, {"two", ints({}, {2})}, {"last", ints({}, {-1})}});
+  REQUIRE(s.ok());
+  CHECK(s->at("seq").items.size() == 3);
+  CHECK(s->at("tail").tensor.dims == std::vector<int64_t>{2, 1});
+  CHECK(s->at("tail").tensor.values == std::vector<double>{4, 9});
+
+  // Without sizes, pieces of one with the axis dropped (keepdims 0): x.unbind(0).
+  onnx::NodeProto rows = node("SplitToSequence", {"x"}, {"rows"});
+  add_int(&rows, "keepdims", 0);
+  auto r =
+      run({rows, node("SequenceAt", {"rows", "one"}, {"row"})}, {{"x", x}, {"one", ints({}, {1})}});
+  REQUIRE(r.ok());
+  CHECK(r->at("row").tensor.dims == std::vector<int64_t>{5});
+  CHECK(r->at("row").tensor.values == std::vector<double>{5, 6, 7, 8, 9});
+
+  auto bad = run({by_sizes}, {{"x", x}, {"sizes", ints({2}, {2, 2})}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("split sizes add up to 4, not the axis' 5") !=
+        std::string::npos);
+  auto out_of_range = run({chunks, node("SequenceAt", {"seq", "far"}, {"tail"})},
+                          {{"x", x}, {"two", ints({}, {2})}, {"far", ints({}, {3})}});
+  REQUIRE_FALSE(out_of_range.ok());
+  CHECK(out_of_range.status().message().find("position out of range") != std::string::npos);
 }
 
 TEST_CASE("the evaluator stops a loop that never ends and a range too large to hold") {

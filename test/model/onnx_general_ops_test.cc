@@ -93,6 +93,59 @@ TEST_CASE("operands of lower rank: constants and weights broadcast over the trai
   CHECK(type_counts(m)["broadcast_param"] == 1);
 }
 
+// GPT-J: sincos = embed_positions[position_ids]; sin, cos = torch.split(sincos, d // 2, dim=-1);
+// y = x * cos + x * sin. The table is a buffer (a Constant), the positions constant. With
+// `sequence`, dynamo's unoptimised SplitToSequence and SequenceAt instead of Split.
+Onnx rotary_tables(bool sequence, const std::vector<double>& sizes) {
+  Onnx b;
+  b.input("x", {3, 2});
+  std::vector<double> table;
+  for (int k = 0; k < 16; ++k) table.push_back(k);
+  b.constant("embed_positions", {4, 4}, table);
+  b.constant("position_ids", {3}, {0, 1, 2}, kInt64);
+  b.node("Gather", {"embed_positions", "position_ids"}, {"sincos"}, "lookup");
+  b.init("sizes", {static_cast<int64_t>(sizes.size())}, sizes, kInt64);
+  if (sequence) {
+    Onnx::attr(b.node("SplitToSequence", {"sincos", "sizes"}, {"pieces"}, "split"), "axis", -1);
+    b.constant("first", {}, {0}, kInt64);
+    b.constant("last", {}, {-1}, kInt64);
+    b.node("SequenceAt", {"pieces", "first"}, {"sin"}, "at_sin");
+    b.node("SequenceAt", {"pieces", "last"}, {"cos"}, "at_cos");
+  } else {
+    Onnx::attr(b.node("Split", {"sincos", "sizes"}, {"sin", "cos"}, "split"), "axis", -1);
+  }
+  b.node("Mul", {"x", "cos"}, {"xc"}, "mul_cos");
+  b.node("Mul", {"x", "sin"}, {"xs"}, "mul_sin");
+  b.node("Add", {"xc", "xs"}, {"y"}, "add");
+  b.output("y", {3, 2});
+  return b;
+}
+
+TEST_CASE("a Split of a table gathered from a constant buffer folds into constant pieces") {
+  for (const bool sequence : {false, true}) {
+    INFO((sequence ? "SplitToSequence and SequenceAt" : "Split"));
+    const auto g = testing::build_graph(rotary_tables(sequence, {2, 2}).imported());
+    const auto& cos = op(g, op(g, "mul_cos").inputs(1).op());
+    const auto& sin = op(g, op(g, "mul_sin").inputs(1).op());
+    REQUIRE(cos.type() == "constant");
+    REQUIRE(sin.type() == "constant");
+    // Rows 0-2 of the table; sine is each row's first half, cosine its second.
+    CHECK(values(sin, "value") == std::vector<float>{0, 1, 4, 5, 8, 9});
+    CHECK(values(cos, "value") == std::vector<float>{2, 3, 6, 7, 10, 11});
+    CHECK(shape(g, "mul_cos") == "[3, 2] float32");
+  }
+}
+
+TEST_CASE("a Split of constants whose sizes do not fit the axis is refused, saying so") {
+  for (const bool sequence : {false, true}) {
+    INFO((sequence ? "SplitToSequence" : "Split"));
+    const auto m = rotary_tables(sequence, {2, 3}).import();
+    REQUIRE_FALSE(m.ok());
+    CHECK_THAT(m.status().message(),
+               Catch::Contains("'split'") && Catch::Contains("split sizes add up to 5"));
+  }
+}
+
 TEST_CASE("Trilu + Where folds a causal mask into one constant, as masked_fill exports it") {
   Onnx b;
   b.input("scores", {2, 4, 4});  // [batch, heads, T, T]

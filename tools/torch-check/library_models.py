@@ -11,7 +11,8 @@ by slice assignment); RoBERTa, whose position ids are a cumulative sum (CumSum) 
 padding mask: integer arithmetic on activations has no GraphPipe operator; BEiT, whose relative
 position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
-Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train."""
+Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
+does GPT-J (its rotary tables split from a gathered sinusoid buffer)."""
 import torch
 import torch.nn as nn
 
@@ -123,6 +124,13 @@ def hf_causal_lm(model_class, config_class, **config):
     return build
 
 
+def hf_roberta():
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+    return Logits(RobertaForSequenceClassification(RobertaConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        vocab_size=50, max_position_embeddings=16, num_labels=3, pad_token_id=1)))
+
+
 def hf_distilbert():
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
     return Logits(DistilBertForSequenceClassification(DistilBertConfig(
@@ -226,6 +234,9 @@ LIBRARY = [
     # Its shifted-window mask expanded over batch x windows; torch cannot export it with dynamo.
     ("hf_swin", hf_swin, image(32)),
     ("hf_falcon", hf_causal_lm("FalconForCausalLM", "FalconConfig", hidden_size=32), tokens),
+    ("hf_gptj", hf_causal_lm("GPTJForCausalLM", "GPTJConfig", n_embd=32, n_layer=2, n_head=4,
+                             rotary_dim=4, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0,
+                             attn_pdrop=0.0), tokens),
     ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]

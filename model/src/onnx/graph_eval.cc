@@ -195,6 +195,13 @@ class Evaluator {
                                                  int depth);
   Result<std::vector<EvalValue>> concat_from_sequence(const onnx::NodeProto& n, const Scope& s,
                                                       int depth);
+  Result<std::vector<EvalValue>> split(const onnx::NodeProto& n, const Scope& s, int depth);
+  Result<std::vector<EvalValue>> split_to_sequence(const onnx::NodeProto& n, const Scope& s,
+                                                   int depth);
+  Result<std::vector<EvalValue>> sequence_at(const onnx::NodeProto& n, const Scope& s, int depth);
+  // `x` cut along `axis` into pieces of `sizes` (which must add up to the axis).
+  Result<std::vector<EvalTensor>> pieces_of(const EvalTensor& x, int64_t axis,
+                                            const Dims& sizes) const;
   Result<std::vector<EvalValue>> if_op(const onnx::NodeProto& n, const Scope& s, int depth);
   Result<std::vector<EvalValue>> loop(const onnx::NodeProto& n, const Scope& s, int depth);
 
@@ -607,6 +614,127 @@ Result<std::vector<EvalValue>> Evaluator::loop(const onnx::NodeProto& n, const S
   return result;
 }
 
+Result<std::vector<EvalTensor>> Evaluator::pieces_of(const EvalTensor& x, int64_t axis,
+                                                     const Dims& sizes) const {
+  const int64_t dim = x.dims[static_cast<size_t>(axis)];
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    if (size < 0) return invalid_argument("a negative split size");
+    total += size;
+  }
+  if (total != dim) {
+    return invalid_argument("split sizes add up to " + std::to_string(total) + ", not the axis' " +
+                            std::to_string(dim));
+  }
+  if (static_cast<int64_t>(sizes.size()) > kMaxEvalTrips) {
+    return resource_exhausted("more than " + std::to_string(kMaxEvalTrips) + " pieces");
+  }
+  // Row-major: `outer` blocks, each `dim` rows of `inner` values along the axis.
+  int64_t outer = 1, inner = 1;
+  for (size_t k = 0; k < x.dims.size(); ++k) {
+    if (static_cast<int64_t>(k) < axis) outer *= x.dims[k];
+    if (static_cast<int64_t>(k) > axis) inner *= x.dims[k];
+  }
+  work_ += static_cast<int64_t>(x.values.size());
+  std::vector<EvalTensor> out;
+  int64_t begin = 0;
+  for (int64_t size : sizes) {
+    EvalTensor piece{x.dims, {}, x.ints};
+    piece.dims[static_cast<size_t>(axis)] = size;
+    piece.values.reserve(static_cast<size_t>(outer * size * inner));
+    for (int64_t o = 0; o < outer; ++o) {
+      const auto first = x.values.begin() + (o * dim + begin) * inner;
+      piece.values.insert(piece.values.end(), first, first + size * inner);
+    }
+    out.push_back(std::move(piece));
+    begin += size;
+  }
+  return out;
+}
+
+// Split: sizes from input 1 (opset 13 on) or the `split` attribute, else equal parts, one per
+// output (the last smaller where the axis does not divide: opset 18's num_outputs).
+Result<std::vector<EvalValue>> Evaluator::split(const onnx::NodeProto& n, const Scope& s, int) {
+  GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 0));
+  bool ok = true;
+  const int64_t axis =
+      normalize_axis(attr_i(n, "axis", 0), static_cast<int64_t>(x.dims.size()), &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  Dims sizes;
+  if (opset_ >= 13 && has(n, 1)) {
+    GP_ASSIGN_OR_RETURN(EvalTensor t, tensor(n, s, 1));
+    for (double v : t.values) sizes.push_back(to_index(v));
+  } else if (opset_ < 13) {
+    sizes = attr_ints(n, "split");
+  }
+  if (sizes.empty()) {
+    const int64_t dim = x.dims[static_cast<size_t>(axis)], parts = n.output_size();
+    if (parts < 1) return invalid_argument("no outputs");
+    const int64_t piece = (dim + parts - 1) / parts;
+    for (int64_t k = 0; k < parts; ++k)
+      sizes.push_back(std::clamp(dim - k * piece, int64_t{0}, piece));
+  }
+  if (static_cast<int>(sizes.size()) != n.output_size()) {
+    return invalid_argument(std::to_string(sizes.size()) + " split sizes for " +
+                            std::to_string(n.output_size()) + " outputs");
+  }
+  GP_ASSIGN_OR_RETURN(auto pieces, pieces_of(x, axis, sizes));
+  std::vector<EvalValue> out;
+  for (auto& piece : pieces) out.push_back(of(std::move(piece)));
+  return out;
+}
+
+// SplitToSequence: a scalar split is the size of every piece (the last one shorter), a list the
+// sizes; without one, pieces of one, the axis dropped unless keepdims.
+Result<std::vector<EvalValue>> Evaluator::split_to_sequence(const onnx::NodeProto& n,
+                                                            const Scope& s, int) {
+  GP_ASSIGN_OR_RETURN(EvalTensor x, tensor(n, s, 0));
+  bool ok = true;
+  const int64_t axis =
+      normalize_axis(attr_i(n, "axis", 0), static_cast<int64_t>(x.dims.size()), &ok);
+  if (!ok) return invalid_argument("axis out of range");
+  const int64_t dim = x.dims[static_cast<size_t>(axis)];
+  Dims sizes;
+  bool squeeze = false;
+  if (has(n, 1)) {
+    GP_ASSIGN_OR_RETURN(EvalTensor t, tensor(n, s, 1));
+    if (t.dims.empty()) {
+      const int64_t piece = t.values.empty() ? 0 : to_index(t.values[0]);
+      if (piece <= 0) return invalid_argument("a split size of " + std::to_string(piece));
+      for (int64_t at = 0; at < dim; at += piece) sizes.push_back(std::min(piece, dim - at));
+    } else {
+      for (double v : t.values) sizes.push_back(to_index(v));
+    }
+  } else {
+    if (dim > kMaxEvalTrips) {
+      return resource_exhausted("more than " + std::to_string(kMaxEvalTrips) + " pieces");
+    }
+    sizes.assign(static_cast<size_t>(dim), 1);
+    squeeze = attr_i(n, "keepdims", 1) == 0;
+  }
+  GP_ASSIGN_OR_RETURN(auto pieces, pieces_of(x, axis, sizes));
+  EvalValue seq;
+  seq.sequence = true;
+  for (auto& piece : pieces) {
+    if (squeeze) piece.dims.erase(piece.dims.begin() + axis);
+    seq.items.push_back(std::move(piece));
+  }
+  return std::vector<EvalValue>{std::move(seq)};
+}
+
+Result<std::vector<EvalValue>> Evaluator::sequence_at(const onnx::NodeProto& n, const Scope& s,
+                                                      int) {
+  auto seq = get(s, n.input_size() > 0 ? n.input(0) : "");
+  if (!seq || !seq->sequence) return invalid_argument("input 0 is not a sequence");
+  GP_ASSIGN_OR_RETURN(EvalTensor p, tensor(n, s, 1));
+  if (p.values.size() != 1) return invalid_argument("its position is not a scalar");
+  const auto count = static_cast<int64_t>(seq->items.size());
+  int64_t pos = to_index(p.values[0]);
+  if (pos < 0) pos += count;
+  if (pos < 0 || pos >= count) return invalid_argument("position out of range");
+  return one(std::move(seq->items[static_cast<size_t>(pos)]));
+}
+
 // Each op type's evaluation, a function each. Structural ops (constants, sequences, control
 // flow) read their inputs themselves; every other op is given input 0, read before the type is
 // looked up, so that a missing input 0 is reported before an unknown type.
@@ -617,6 +745,9 @@ const std::map<std::string, Evaluator::StructuralOp>& Evaluator::structural_ops(
       {"SequenceEmpty", &Evaluator::sequence_empty},
       {"SequenceInsert", &Evaluator::sequence_insert},
       {"ConcatFromSequence", &Evaluator::concat_from_sequence},
+      {"Split", &Evaluator::split},
+      {"SplitToSequence", &Evaluator::split_to_sequence},
+      {"SequenceAt", &Evaluator::sequence_at},
       {"If", &Evaluator::if_op},
       {"Loop", &Evaluator::loop},
   };

@@ -689,6 +689,7 @@ void Importer::fold_constants() {
 
 bool Importer::fold(const onnx::NodeProto& n) {
   if (n.output_size() < 1 || n.output(0).empty()) return false;
+  if (fold_split(n)) return true;
   const bool flat = fold_flat(n);
   // A weight view stays a weight; a Shape's tensor is written by fold_flat.
   const bool view = view_of_.count(n.output(0)) || slice_of_.count(n.output(0));
@@ -1028,7 +1029,7 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
     from_weights = from_weights || param_dep_.count(name) || param_like(name);
   }
   if (!foldable(t) || (!n.domain().empty() && n.domain() != "ai.onnx")) {
-    fold_errors_[out] = "no constant folding for " + t;
+    fold_errors_.emplace(out, "no constant folding for " + t);  // (fold_split's reason stays)
     return false;
   }
   // A float computed from weights is a weight, trained: only a mask made from one folds.

@@ -257,6 +257,8 @@ class Importer {
   // Constant folding with shapes (masks, position ids): `n`'s output as a tensor when every input
   // is a constant tensor; the batch size is NaN in them, and sizes read from it fold nothing.
   bool fold_tensor(const onnx::NodeProto& n, bool flat);
+  // Split, SplitToSequence and SequenceAt of constants (constant_splits.cc).
+  bool fold_split(const onnx::NodeProto& n);
   // Node n's first output evaluated from `inputs` (nullopt for a sequence or no such output).
   Result<std::optional<EvalTensor>> evaluate_node(
       const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const;
@@ -707,6 +709,8 @@ class Importer {
   std::set<std::string> folded_int_;  // folded values of integer type (Div truncates)
   // Folded constant tensors with their shapes (initializers are read from consts_ when needed).
   std::map<std::string, EvalTensor> tensors_;
+  // Folded SplitToSequence outputs: their pieces, for the SequenceAt nodes that read them.
+  std::map<std::string, std::vector<EvalTensor>> const_sequences_;
   std::set<std::string> param_dep_;                 // folded tensors computed from trained weights
   std::map<std::string, std::string> fold_errors_;  // by output: why its node did not fold
   // Outputs of refused shape-only nodes: the refusal, for the node that needs the value.

@@ -48,7 +48,8 @@ ALiBi biases tiled over the batch) with torch 2.15.0 and onnxscript 0.7.2; and z
 (linears whose all-zero biases the optimiser drops) with torch 2.15.0 and onnxscript 0.7.2; and
 optimiser_folds and relative_bias (what the optimiser folds parameters and buffers into: layer
 scales, GroupNorm's affine, a reused layer, rotary tables, Swin's relative position bias) with
-torch 2.15.0 and onnxscript 0.7.2.)
+torch 2.15.0 and onnxscript 0.7.2; and rotary_split (GPT-J's sine and cosine split from a
+gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -708,6 +709,29 @@ class RelativeBias(torch.nn.Module):
         return self.out(y)
 
 
+class RotarySplit(torch.nn.Module):
+    # GPT-J's rotary embedding: a sinusoid table (a plain tensor attribute, as GPT-J keeps it, so
+    # both exporters write a constant), its rows at the positions split into sine and cosine,
+    # each repeated per pair of features, and every other feature rotated.
+    def __init__(self, dim=8, positions=16):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = torch.arange(positions).float()[:, None] * inv_freq[None, :]
+        self.embed_positions = torch.cat([angles.sin(), angles.cos()], dim=1)
+        self.fc = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1])
+        sin, cos = torch.split(self.embed_positions[positions], x.shape[-1] // 2, dim=-1)
+        sin = torch.repeat_interleave(sin, 2, dim=-1)
+        cos = torch.repeat_interleave(cos, 2, dim=-1)
+        h = self.fc(x)
+        # (GPT-J writes stack(..., dim=-1).flatten(-2): with a dynamic batch, the legacy exporter
+        # loses the stacked tensor's rank and writes a Reshape onnxruntime cannot run.)
+        rotated = torch.stack((-h[:, :, 1::2], h[:, :, ::2]), dim=3).reshape(h.shape)
+        return h * cos + rotated * sin
+
+
 def attention_mask_inputs(g):
     ids = torch.randint(0, 20, (patterns.BATCH, 5), generator=g)
     mask = torch.ones(patterns.BATCH, 5, dtype=torch.long)
@@ -776,7 +800,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("zero_biases", 151, ZeroBiases, patterns.feat(8), None),
                                 ("optimiser_folds", 152, OptimiserFolds, patterns.feat(5, 8),
                                  None),
-                                ("relative_bias", 153, RelativeBias, patterns.feat(5, 8), None)]
+                                ("relative_bias", 153, RelativeBias, patterns.feat(5, 8), None),
+                                ("rotary_split", 154, RotarySplit, patterns.feat(5, 8), None)]
 
 
 def main():
