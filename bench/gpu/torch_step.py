@@ -68,7 +68,7 @@ SUPPORTED = {"input", "linear", "embedding_bag", "multi_head_attention", "layer_
              "reshape", "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "mse_loss",
              "softmax_cross_entropy", "embedding", "sigmoid", "tanh", "clip", "mul", "reduce",
              "bias_add", "broadcast_param", "unary", "binary", "compare", "where", "constant",
-             "conv_transpose2d", "resize", "gather"}
+             "conv_transpose2d", "resize", "gather", "cast", "cumsum"}
 PARAM_OPS = ("linear", "embedding_bag", "multi_head_attention", "layer_norm", "conv2d",
              "batch_norm", "embedding", "bias_add", "broadcast_param", "conv_transpose2d")
 INT_DTYPES = ("DATA_TYPE_INT64", "DATA_TYPE_INT32", 4, 5)
@@ -399,6 +399,18 @@ def build_module(torch, model, attention):
                 index = torch.tensor([int(i) for i in attr(op, "indices", required=True)],
                                      device=xs[0].device)
                 return torch.index_select(xs[0], axis + 1 if axis >= 0 else axis, index)
+            if t == "cast":
+                if attr(op, "dtype", "float32") == "int64":
+                    return xs[0].long()  # truncated toward zero
+                return xs[0].float()
+            if t == "cumsum":
+                axis = attr(op, "axis", -1)
+                dim = axis + 1 if axis >= 0 else axis  # past the batch axis
+                x = xs[0].flip(dim) if attr(op, "reverse", 0) else xs[0]
+                y = x.cumsum(dim)
+                if attr(op, "exclusive", 0):
+                    y = y - x
+                return y.flip(dim) if attr(op, "reverse", 0) else y
             return None
 
         def forward(self, inputs):

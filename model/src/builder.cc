@@ -187,8 +187,18 @@ TensorRef GraphBuilder::gather(std::string id, const TensorRef& x, int64_t axis,
   return ref(std::move(id));
 }
 
-TensorRef GraphBuilder::cast(std::string id, const TensorRef& x) {
-  add_op(id, "cast", {x});
+TensorRef GraphBuilder::cast(std::string id, const TensorRef& x, std::string_view dtype) {
+  Operator& op = add_op(id, "cast", {x});
+  if (dtype != "float32") set_attr(op, "dtype", std::string(dtype));
+  return ref(std::move(id));
+}
+
+TensorRef GraphBuilder::cumsum(std::string id, const TensorRef& x, int64_t axis, bool exclusive,
+                               bool reverse) {
+  Operator& op = add_op(id, "cumsum", {x});
+  set_attr(op, "axis", axis);
+  if (exclusive) set_attr(op, "exclusive", int64_t{1});
+  if (reverse) set_attr(op, "reverse", int64_t{1});
   return ref(std::move(id));
 }
 

@@ -178,9 +178,19 @@ constexpr std::array kCatalogue = {
                "axis), repeats allowed)",
                "axis,indices", 1, 1, false, false, &infer_gather},
     OpTypeInfo{OpType::kCast, "cast",
-               "x as float32, element by element: an integer tensor read as numbers (an "
-               "attention mask given as int64 0s and 1s); no gradient flows to the integers",
-               "none; inputs: x (int64 or int32)", "", 1, 1, false, false, &infer_cast},
+               "x as another element type: an integer tensor read as float32 numbers (an "
+               "attention mask given as int64 0s and 1s), or float32 numbers as int64 ids, "
+               "truncated toward zero (position ids computed from ids); no gradient flows "
+               "through it",
+               "dtype (float32|int64, default float32: the output's type; inputs: x int64 or "
+               "int32 for float32, float32 for int64)",
+               "dtype", 1, 1, false, false, &infer_cast},
+    OpTypeInfo{OpType::kCumSum, "cumsum",
+               "cumulative sum along a per-sample axis (torch.cumsum; RoBERTa's position ids "
+               "count the ids that are not padding)",
+               "axis (int, default -1), exclusive (0|1, default 0: each sum leaves out its own "
+               "element), reverse (0|1, default 0: sums from the end of the axis)",
+               "axis,exclusive,reverse", 1, 1, false, false, &infer_cumsum},
     OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "
                "(no kernel: cannot be trained or profiled)",

@@ -160,14 +160,24 @@ Status infer_where(const Operator&, std::span<const TensorSpec> in, InferredOp* 
   return ok_status();
 }
 
-Status infer_cast(const Operator&, std::span<const TensorSpec> in, InferredOp* out) {
-  if (!is_integer(in[0])) {
+Status infer_cast(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  GP_ASSIGN_OR_RETURN(std::string dtype, attr_string_or(op, "dtype", "float32"));
+  if (dtype != "float32" && dtype != "int64") {
+    return invalid_argument("attrs.dtype = '" + dtype + "': expected float32 or int64");
+  }
+  const bool to_int64 = dtype == "int64";
+  if (to_int64 && is_integer(in[0])) {
+    return invalid_argument("inputs[0]: expected a float32 tensor for dtype int64, got " +
+                            shape_string(in[0]) + " (an integer tensor needs no cast)");
+  }
+  if (!to_int64 && !is_integer(in[0])) {
     return invalid_argument("inputs[0]: expected an integer tensor (int64 or int32), got " +
                             shape_string(in[0]) + " (a float tensor needs no cast)");
   }
   TensorSpec y = in[0];
-  y.set_dtype(graphpipe::v1::DATA_TYPE_FLOAT32);
+  y.set_dtype(to_int64 ? graphpipe::v1::DATA_TYPE_INT64 : graphpipe::v1::DATA_TYPE_FLOAT32);
   out->outputs = {y};
+  out->attrs = CastAttrs{to_int64};
   const double n = elems_of(in[0]);
   OpCost& c = out->cost;
   c.forward_flops = n;
@@ -273,6 +283,29 @@ Status infer_constant(const Operator& op, std::span<const TensorSpec>, InferredO
   c.forward_bytes = static_cast<double>(stored_size_bytes(y));
   c.forward_fixed_bytes = elems_of(y) * 4;
   c.forward_kernels = 1;
+  return ok_status();
+}
+
+Status infer_cumsum(const Operator& op, std::span<const TensorSpec> in, InferredOp* out) {
+  const TensorSpec& x = in[0];
+  GP_RETURN_IF_ERROR(require_float(x, 0));
+  GP_ASSIGN_OR_RETURN(int64_t raw_axis, attr_int_or(op, "axis", -1));
+  GP_ASSIGN_OR_RETURN(int axis, normalize_axis(raw_axis, x.shape_size()));
+  GP_ASSIGN_OR_RETURN(int64_t exclusive, attr_int_or(op, "exclusive", 0));
+  GP_RETURN_IF_ERROR(boolean("exclusive", exclusive));
+  GP_ASSIGN_OR_RETURN(int64_t reverse, attr_int_or(op, "reverse", 0));
+  GP_RETURN_IF_ERROR(boolean("reverse", reverse));
+  out->attrs = CumSumAttrs{axis, exclusive != 0, reverse != 0};
+  out->outputs = {x};
+  // Backward is the cumulative sum the other way: one add per element each way.
+  const double n = elems_of(x), b = bytes_of(x);
+  OpCost& c = out->cost;
+  c.forward_flops = n;
+  c.backward_flops = n;
+  c.forward_bytes = 2 * b;
+  c.backward_bytes = 2 * b;
+  c.forward_kernels = 1;
+  c.backward_kernels = 1;
   return ok_status();
 }
 

@@ -52,6 +52,7 @@ Status infer_binary(const Operator& op, std::span<const TensorSpec> in, Inferred
 Status infer_compare(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_where(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_cast(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
+Status infer_cumsum(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_constant(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_conv_transpose2d(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);
 Status infer_resize(const Operator& op, std::span<const TensorSpec> in, InferredOp* out);

@@ -126,9 +126,18 @@ class OpBench {
   // host: after download(batch)).
   std::vector<std::pair<std::string, std::span<const float>>> results(int64_t batch) const {
     std::vector<std::pair<std::string, std::span<const float>>> r;
+    ids_as_floats_.resize(outputs_.size());
     for (size_t j = 0; j < outputs_.size(); ++j) {
-      r.emplace_back("output " + std::to_string(j),
-                     std::span<const float>(outputs_[j].values.data(), floats(outputs_[j], batch)));
+      const Buffer& out = outputs_[j];
+      std::span<const float> values(out.values.data(), floats(out, batch));
+      if (out.floats_per_element == 2) {  // int64 ids, compared as numbers
+        const auto* ids = reinterpret_cast<const int64_t*>(out.values.data());
+        auto& as_floats = ids_as_floats_[j];
+        as_floats.assign(static_cast<size_t>(out.per_sample * batch), 0.0f);
+        for (size_t e = 0; e < as_floats.size(); ++e) as_floats[e] = static_cast<float>(ids[e]);
+        values = as_floats;
+      }
+      r.emplace_back("output " + std::to_string(j), values);
     }
     for (size_t k = 0; k < inputs_.size(); ++k) {
       if (inputs_[k].grads.empty()) continue;
@@ -144,7 +153,8 @@ class OpBench {
 
  private:
   struct Buffer {
-    int64_t per_sample = 0;
+    int64_t per_sample = 0;          // elements
+    int64_t floats_per_element = 1;  // 2 for an int64 output (a cast to ids), held as floats
     std::vector<float> values, grads;
     std::vector<int64_t> ids;
     // Mirrors on a device without host memory (`values` or `ids` in d_values).
@@ -152,7 +162,7 @@ class OpBench {
   };
 
   static size_t floats(const Buffer& b, int64_t batch) {
-    return static_cast<size_t>(b.per_sample * batch);
+    return static_cast<size_t>(b.per_sample * batch * b.floats_per_element);
   }
 
   OpBench(const model::OpNode& op, const exec::OpKernel& kernel, const exec::Device& device,
@@ -193,7 +203,8 @@ class OpBench {
     for (int j = 0; j < op.proto->outputs_size(); ++j) {
       Buffer out;
       out.per_sample = model::num_elements(op.proto->outputs(j));
-      const auto n = static_cast<size_t>(out.per_sample * max_batch);
+      out.floats_per_element = is_int(op.proto->outputs(j)) ? 2 : 1;
+      const auto n = floats(out, max_batch);
       out.values.resize(n);
       out.grads.resize(n);
       exec::Rng rng(exec::hash_combine(exec::hash_combine(base, "grad"), static_cast<uint64_t>(j)));
@@ -296,6 +307,7 @@ class OpBench {
   std::vector<Buffer> inputs_, outputs_;
   std::vector<std::vector<float>> params_, param_grads_;
   std::vector<float> saved_, workspace_;
+  mutable std::vector<std::vector<float>> ids_as_floats_;  // results() of int64 outputs
   std::vector<exec::DeviceBuffer> d_params_, d_param_grads_;
   exec::DeviceBuffer d_saved_, d_workspace_;
   float* saved_ptr_ = nullptr;

@@ -151,7 +151,7 @@ void compare_with_cpu(Harness& h, const Device& dev, double tol,
   DeviceBuffer workspace = upload(dev, nan_workspace);
   DeviceBuffer gout = upload(dev, h.gout);
   const std::vector<TensorView> out_views = {
-      {out.data(), static_cast<int64_t>(h.out.size()) / h.batch}};
+      {out.data(), static_cast<int64_t>(h.gout.size()) / h.batch}};
   const std::vector<TensorView> gout_views = {{gout.data(), out_views[0].per_sample}};
   OpArgs a;
   a.batch = h.batch;

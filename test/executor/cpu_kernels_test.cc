@@ -71,7 +71,9 @@ void check_against_fd(Harness& h, std::vector<float>& values, const std::vector<
 // against finite differences.
 void check_gradients(Harness& h) {
   h.forward();
-  for (float v : h.out) REQUIRE(std::isfinite(v));
+  if (!h.int_out) {
+    for (float v : h.out) REQUIRE(std::isfinite(v));
+  }
   h.zero_grads();
   h.backward();
   const auto gin = h.gin;

@@ -811,6 +811,61 @@ TEST_CASE("gather refuses an index out of range, no indices, and an axis out of 
   }
 }
 
+TEST_CASE("cumsum keeps the shape, normalises its axis and costs one add per element each way") {
+  GraphBuilder b("m", "");
+  auto y = b.cumsum("c", b.input("x", {2, 5, 3}), -2, true, true);
+  b.add_loss(b.mse_loss("l", y, b.input("t", {2, 5, 3})));
+  Graph g = build_ok(b.finish());
+  const OpNode& op = only(g, "c");
+  CHECK(shape_of(op) == std::vector<int64_t>{2, 5, 3});
+  const auto& a = std::get<CumSumAttrs>(op.attrs);
+  CHECK(a.axis == 1);
+  CHECK(a.exclusive);
+  CHECK(a.reverse);
+  CHECK(op.cost.forward_flops == Approx(30));
+  CHECK(op.cost.backward_flops == Approx(30));
+  CHECK(op.cost.forward_bytes == Approx(2 * 30 * 4));
+}
+
+TEST_CASE("cast turns float32 numbers into int64 ids and integers into float32, nothing else") {
+  GraphBuilder gb("m", "");
+  auto ids = gb.cast("ids", gb.input("x", {3}), "int64");
+  auto y = gb.embedding("emb", ids, 5, 2);
+  gb.add_loss(gb.mse_loss("l", y, gb.input("t", {3, 2})));
+  Graph g = build_ok(gb.finish());
+  CHECK(only(g, "ids").proto->outputs(0).dtype() == graphpipe::v1::DATA_TYPE_INT64);
+  CHECK(std::get<CastAttrs>(only(g, "ids").attrs).to_int64);
+
+  using B = GraphBuilder&;
+  const std::vector<ErrorCase> cases = {
+      {[](B b) {
+         b.cast("op", b.input("x", {2}), "int64");
+         b.cast("op2", b.input("i", {2}, kInt64), "int64");
+       },
+       "'op2' (cast): inputs[0]: expected a float32 tensor for dtype int64, got [2] int64"},
+      {[](B b) { b.cast("op", b.input("x", {2})); },
+       "'op' (cast): inputs[0]: expected an integer tensor (int64 or int32), got [2] float32"},
+      {[](B b) { b.cast("op", b.input("x", {2}), "int8"); },
+       "'op' (cast): attrs.dtype = 'int8': expected float32 or int64"},
+      {[](B b) {
+         b.cumsum("op", b.input("x", {2, 3}), 2);
+       },
+       "'op' (cumsum): attrs.axis = 2 is out of range for 2 per-sample dimension(s)"},
+      {[](B b) { b.cumsum("op", b.input("i", {2}, kInt64), 0); },
+       "'op' (cumsum): inputs[0]: expected a floating-point tensor, got [2] int64"},
+      {[](B b) {
+         b.cumsum("op", b.input("x", {2}), 0);
+         set_attr(op_of(b), "exclusive", int64_t{2});
+       },
+       "'op' (cumsum): attrs.exclusive"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    DYNAMIC_SECTION("case " << i << ": " << cases[i].expected) {
+      CHECK_THAT(build_error(cases[i].build), Catch::Contains(cases[i].expected));
+    }
+  }
+}
+
 TEST_CASE("unary refuses a missing or unknown fn, naming attrs.fn") {
   const std::string missing =
       build_error([](GraphBuilder& b) { b.add_op("op", "unary", {b.input("x", {3})}); });

@@ -238,6 +238,9 @@ model::Graph general_ops_graph() {
   for (const char* fn : {"add", "sub", "mul", "div", "pow", "max", "min"}) {
     terms.push_back(b.binary(std::string("b_") + fn, x, w, fn));
   }
+  terms.push_back(b.cumsum("running", x, 1));
+  // Numbers to ids and back (position ids computed from ids).
+  terms.push_back(b.cast("back", b.cast("ids", x, "int64")));
   const auto zero = b.constant("zero", x, {1}, {0.0f});
   const auto mask = b.compare("mask", x, zero, "gt");
   terms.push_back(b.where("where", mask, x, w));
@@ -266,7 +269,8 @@ TEST_CASE("the general element-wise ops profile with finite results and pass the
   std::set<std::string> types;
   for (const auto& m : r->measurements)
     types.insert(m.signature().substr(0, m.signature().find('|')));
-  for (const char* t : {"unary", "binary", "compare", "where", "constant", "reduce"}) {
+  for (const char* t :
+       {"unary", "binary", "compare", "where", "constant", "reduce", "cumsum", "cast"}) {
     CHECK(types.count(t) == 1);
   }
 }

@@ -43,7 +43,8 @@ struct Harness {
   std::vector<std::vector<float>> fin;    // float inputs (empty for id inputs)
   std::vector<std::vector<int64_t>> iin;  // id inputs (empty for float inputs)
   std::vector<std::vector<float>> params;
-  std::vector<float> out, saved, workspace;
+  std::vector<float> out, saved, workspace;  // an int64 output takes two floats per element
+  bool int_out = false;
   std::vector<std::vector<float>> gin;  // empty: pass a null gradient
   std::vector<std::vector<float>> gparams;
   std::vector<float> gout;
@@ -58,7 +59,7 @@ struct Harness {
       void* data = fin[i].empty() ? static_cast<void*>(iin[i].data()) : fin[i].data();
       in.push_back({data, gp::model::num_elements(op().input_specs[i])});
     }
-    outs = {{out.data(), static_cast<int64_t>(out.size()) / batch}};
+    outs = {{out.data(), static_cast<int64_t>(gout.size()) / batch}};
     for (auto& p : params) ps.push_back(p.data());
     OpArgs a;
     a.batch = batch;
@@ -110,7 +111,10 @@ struct Harness {
   double objective() {
     forward();
     double j = 0;
-    for (size_t k = 0; k < out.size(); ++k) j += static_cast<double>(out[k]) * gout[k];
+    const auto* ids = reinterpret_cast<const int64_t*>(out.data());
+    for (size_t k = 0; k < gout.size(); ++k) {
+      j += (int_out ? static_cast<double>(ids[k]) : static_cast<double>(out[k])) * gout[k];
+    }
     return j;
   }
 };
@@ -142,12 +146,15 @@ inline Harness make_harness(const ModelGraph& model, int64_t batch = 2, unsigned
     h.params.emplace_back();
     for (int64_t i = 0; i < n; ++i) h.params.back().push_back(u(rng));
   }
-  h.out.resize(static_cast<size_t>(batch * gp::model::num_elements(h.op().proto->outputs(0))));
+  const auto out_elems =
+      static_cast<size_t>(batch * gp::model::num_elements(h.op().proto->outputs(0)));
+  h.int_out = is_int(h.op().proto->outputs(0));
+  h.out.resize(h.int_out ? 2 * out_elems : out_elems);
   // Garbage scratch: a kernel reading saved values it never wrote produces NaNs.
   h.saved.assign(static_cast<size_t>(batch * h.kernel->saved_floats_per_sample()),
                  std::numeric_limits<float>::quiet_NaN());
   h.workspace.resize(static_cast<size_t>(batch * h.kernel->workspace_floats_per_sample()));
-  h.gout.resize(h.out.size());
+  h.gout.resize(out_elems);
   for (float& g : h.gout) g = h.is_loss() ? 1.0f : u(rng);
   h.zero_grads();
   return h;

@@ -210,6 +210,23 @@ inline std::vector<GradCase> general_cases() {
                           ids_below(0, 7), [](GraphBuilder& b) {
                             return b.cast("op", ids(b, {2, 3}));
                           }));
+  // Numbers k + 0.5 and -0.7 read as ids: truncated toward zero (-0.7 -> 0, as torch's .long()),
+  // then looked up; no gradient reaches the numbers.
+  cases.push_back(op_case(
+      "cast of float32 numbers [3] to int64 ids, looked up", {3, 4},
+      [](Harness& h) {
+        for (size_t i = 0; i < h.fin[0].size(); ++i) {
+          h.fin[0][i] = i % 4 == 3 ? -0.7f : static_cast<float>(i % 5) + 0.5f;
+        }
+      },
+      [](GraphBuilder& b) { return b.embedding("emb", b.cast("op", x(b, {3}), "int64"), 5, 4); }));
+  cases.push_back(op_case("cumsum along a middle axis", {2, 4, 3}, [](GraphBuilder& b) {
+    return b.cumsum("op", x(b, {2, 4, 3}), 1);
+  }));
+  cases.push_back(
+      op_case("cumsum exclusive and reversed along the last axis", {3, 5}, [](GraphBuilder& b) {
+        return b.cumsum("op", x(b, {3, 5}), -1, true, true);
+      }));
   cases.push_back(op_case("constant [2, 3] added to x", {2, 3}, [](GraphBuilder& b) {
     auto c = b.constant("op", x(b, {1}, "batch"), {2, 3}, {1, -2, 3, 0.5f, 0.25f, -1});
     return b.binary("sum", x(b, {2, 3}), c, "add");

@@ -51,6 +51,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kConstant, &cpu::make_constant},
     {OpType::kGather, &cpu::make_gather},
     {OpType::kCast, &cpu::make_cast},
+    {OpType::kCumSum, &cpu::make_cumsum},
 });
 
 }  // namespace

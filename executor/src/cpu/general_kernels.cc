@@ -194,10 +194,17 @@ class ConstantKernel final : public OpKernel {
 // cast: integers (int64, or int32 where the spec says so) as floats; the integers get no gradient.
 class CastKernel final : public OpKernel {
  public:
-  CastKernel(int64_t per_sample, bool int32) : per_sample_(per_sample), int32_(int32) {}
+  CastKernel(int64_t per_sample, bool int32, bool to_int64)
+      : per_sample_(per_sample), int32_(int32), to_int64_(to_int64) {}
   void forward(const OpArgs& a) const override {
-    float* y = a.outputs[0].f();
     const int64_t n = a.batch * per_sample_;
+    if (to_int64_) {  // truncated toward zero, as ONNX's Cast and torch's .long()
+      const float* x = a.inputs[0].f();
+      int64_t* y = a.outputs[0].i();
+      for (int64_t k = 0; k < n; ++k) y[k] = static_cast<int64_t>(x[k]);
+      return;
+    }
+    float* y = a.outputs[0].f();
     for (int64_t k = 0; k < n; ++k)
       y[k] = static_cast<float>(load_index(a.inputs[0].data, k, int32_));
   }
@@ -206,6 +213,29 @@ class CastKernel final : public OpKernel {
  private:
   int64_t per_sample_;
   bool int32_;
+  bool to_int64_;
+};
+
+class CumSumKernel final : public OpKernel {
+ public:
+  explicit CumSumKernel(CumSumShape c) : c_(c) {}
+  void forward(const OpArgs& a) const override {
+    const int64_t lines = a.batch * c_.outer * c_.inner;
+    for (int64_t l = 0; l < lines; ++l) {
+      cumsum_line(c_, l, a.inputs[0].f(), a.outputs[0].f(), c_.reverse, false);
+    }
+  }
+  void backward(const OpArgs& a) const override {
+    float* dx = a.grad_inputs[0].f();
+    if (dx == nullptr) return;
+    const int64_t lines = a.batch * c_.outer * c_.inner;
+    for (int64_t l = 0; l < lines; ++l) {
+      cumsum_line(c_, l, a.grad_outputs[0].f(), dx, !c_.reverse, true);
+    }
+  }
+
+ private:
+  CumSumShape c_;
 };
 
 // Reduction of the free axes into each output element: sum, mean, max (PyTorch's amax: a tie
@@ -333,8 +363,14 @@ KernelResult make_gather(const model::OpNode& op) {
 
 KernelResult make_cast(const model::OpNode& op) {
   const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::CastAttrs c, op_attrs<model::CastAttrs>(op));
   return std::unique_ptr<OpKernel>(
-      std::make_unique<CastKernel>(model::num_elements(x), is_int32(x)));
+      std::make_unique<CastKernel>(model::num_elements(x), is_int32(x), c.to_int64));
+}
+
+KernelResult make_cumsum(const model::OpNode& op) {
+  GP_ASSIGN_OR_RETURN(const CumSumShape c, read_cumsum(op));
+  return std::unique_ptr<OpKernel>(std::make_unique<CumSumKernel>(c));
 }
 
 KernelResult make_unary(const model::OpNode& op) {

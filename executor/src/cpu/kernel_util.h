@@ -76,6 +76,7 @@ KernelResult make_constant(const model::OpNode& op);
 KernelResult make_general_reduce(const model::OpNode& op);
 KernelResult make_cast(const model::OpNode& op);
 KernelResult make_gather(const model::OpNode& op);  // constant indices along an axis
+KernelResult make_cumsum(const model::OpNode& op);
 
 // upsample_kernels.cc: conv_transpose2d and resize.
 KernelResult make_conv_transpose2d(const model::OpNode& op);

@@ -69,6 +69,7 @@ constexpr KernelTable<Factory> kKernels = kernel_table<Factory>({
     {OpType::kConstant, &make_constant},
     {OpType::kGather, &make_gather},
     {OpType::kCast, &make_cast},
+    {OpType::kCumSum, &make_cumsum},
 });
 
 // Makes the device current on the calling thread before each call: the CUDA current device is

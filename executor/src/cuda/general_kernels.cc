@@ -100,9 +100,15 @@ class WhereKernel final : public CudaKernel {
 // them. The input only sets the batch and gets no gradient.
 class CastKernel final : public CudaKernel {
  public:
-  CastKernel(const model::OpNode& op, const CudaContext& ctx, int64_t per_sample, bool int32)
-      : CudaKernel(op, ctx), per_sample_(per_sample), int32_(int32) {}
+  CastKernel(const model::OpNode& op, const CudaContext& ctx, int64_t per_sample, bool int32,
+             bool to_int64)
+      : CudaKernel(op, ctx), per_sample_(per_sample), int32_(int32), to_int64_(to_int64) {}
   void forward(const OpArgs& a) const override {
+    if (to_int64_) {
+      check_forward(
+          launch_cast_to_int64(a.inputs[0].f(), a.outputs[0].i(), a.batch * per_sample_, stream()));
+      return;
+    }
     check_forward(launch_cast_forward(a.inputs[0].data, int32_, a.outputs[0].f(),
                                       a.batch * per_sample_, stream()));
   }
@@ -111,6 +117,24 @@ class CastKernel final : public CudaKernel {
  private:
   int64_t per_sample_;
   bool int32_;
+  bool to_int64_;
+};
+
+class CumSumKernel final : public CudaKernel {
+ public:
+  CumSumKernel(const model::OpNode& op, const CudaContext& ctx, CumSumShape c)
+      : CudaKernel(op, ctx), c_(c) {}
+  void forward(const OpArgs& a) const override {
+    check_forward(launch_cumsum_forward(c_, a.batch, a.inputs[0].f(), a.outputs[0].f(), stream()));
+  }
+  void backward(const OpArgs& a) const override {
+    if (a.grad_inputs[0].f() == nullptr) return;
+    check_backward(
+        launch_cumsum_backward(c_, a.batch, a.grad_outputs[0].f(), a.grad_inputs[0].f(), stream()));
+  }
+
+ private:
+  CumSumShape c_;
 };
 
 class ConstantKernel final : public CudaKernel {
@@ -269,7 +293,14 @@ KernelResult make_constant(const model::OpNode& op, const CudaContext& ctx) {
 
 KernelResult make_cast(const model::OpNode& op, const CudaContext& ctx) {
   const model::TensorSpec& x = op.input_specs[0];
-  return KernelResult(std::make_unique<CastKernel>(op, ctx, model::num_elements(x), is_int32(x)));
+  GP_ASSIGN_OR_RETURN(const model::CastAttrs c, op_attrs<model::CastAttrs>(op));
+  return KernelResult(
+      std::make_unique<CastKernel>(op, ctx, model::num_elements(x), is_int32(x), c.to_int64));
+}
+
+KernelResult make_cumsum(const model::OpNode& op, const CudaContext& ctx) {
+  GP_ASSIGN_OR_RETURN(const CumSumShape c, read_cumsum(op));
+  return KernelResult(std::make_unique<CumSumKernel>(op, ctx, c));
 }
 
 KernelResult make_reduce_axes(const model::OpNode& op, const CudaContext& ctx) {

@@ -101,6 +101,15 @@ __global__ void cast_forward_kernel(const void* x, bool int32, float* y, int64_t
   }
 }
 
+__global__ void cast_to_int64_kernel(const float* x, int64_t* y, int64_t n) {
+  GP_GRID_STRIDE(i, n) { y[i] = static_cast<int64_t>(x[i]); }
+}
+
+__global__ void cumsum_kernel(CumSumShape c, int64_t lines, const float* x, float* y, bool reverse,
+                              bool accumulate) {
+  GP_GRID_STRIDE(l, lines) { cumsum_line(c, l, x, y, reverse, accumulate); }
+}
+
 // One thread per output element (the target, contiguous), over the reduced elements in order.
 __global__ void reduce_axes_forward_kernel(int mode, IndexMap m, int64_t count, const float* x,
                                            float* y) {
@@ -232,6 +241,25 @@ cudaError_t launch_cast_forward(const void* x, bool int32, float* y, int64_t n,
                                 cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   cast_forward_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, int32, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_cast_to_int64(const float* x, int64_t* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  cast_to_int64_kernel<<<grid_for(n), kBlock, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launch_cumsum_forward(const CumSumShape& c, int64_t batch, const float* x, float* y,
+                                  cudaStream_t stream) {
+  const int64_t lines = batch * c.outer * c.inner;
+  if (lines <= 0 || c.len <= 0) return cudaSuccess;
+  cumsum_kernel<<<grid_for(lines), kBlock, 0, stream>>>(c, lines, x, y, c.reverse, false);
+  return cudaGetLastError();
+}
+cudaError_t launch_cumsum_backward(const CumSumShape& c, int64_t batch, const float* dy, float* dx,
+                                   cudaStream_t stream) {
+  const int64_t lines = batch * c.outer * c.inner;
+  if (lines <= 0 || c.len <= 0) return cudaSuccess;
+  cumsum_kernel<<<grid_for(lines), kBlock, 0, stream>>>(c, lines, dy, dx, !c.reverse, true);
   return cudaGetLastError();
 }
 cudaError_t launch_constant_forward(const float* values, void* y, int64_t n, int64_t batch,

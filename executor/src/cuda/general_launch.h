@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "device_api/cumsum_line.h"
 #include "device_api/gather_index.h"
 #include "device_api/index_map.h"
 
@@ -43,6 +44,15 @@ cudaError_t launch_where_backward(const IndexMap& map, bool take_true, const flo
 // y[i] = x[i] as a float for n integers, int32 or int64.
 cudaError_t launch_cast_forward(const void* x, bool int32, float* y, int64_t n,
                                 cudaStream_t stream);
+// y[i] = x[i] as int64, truncated toward zero.
+cudaError_t launch_cast_to_int64(const float* x, int64_t* y, int64_t n, cudaStream_t stream);
+
+// cumsum over `batch` samples, one thread per line (device_api/cumsum_line.h): y = cumsum(x);
+// backward dx += the sum of dy from the other end.
+cudaError_t launch_cumsum_forward(const CumSumShape& c, int64_t batch, const float* x, float* y,
+                                  cudaStream_t stream);
+cudaError_t launch_cumsum_backward(const CumSumShape& c, int64_t batch, const float* dy, float* dx,
+                                   cudaStream_t stream);
 
 // y[s * n + i] = values[i] for `batch` samples, as int64 when `integer` (else float).
 cudaError_t launch_constant_forward(const float* values, void* y, int64_t n, int64_t batch,

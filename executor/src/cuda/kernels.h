@@ -52,6 +52,7 @@ KernelResult make_where(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_constant(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_gather(const model::OpNode& op, const CudaContext& ctx);
 KernelResult make_cast(const model::OpNode& op, const CudaContext& ctx);
+KernelResult make_cumsum(const model::OpNode& op, const CudaContext& ctx);
 // reduce: make_reduce's kernel for one axis summed or averaged, else the general one.
 KernelResult make_reduce_axes(const model::OpNode& op, const CudaContext& ctx);
 

@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "device_api/cumsum_line.h"
 #include "gp/common/status.h"
 #include "gp/exec/op_kernel.h"
 #include "gp/model/graph.h"
@@ -141,6 +142,13 @@ struct ClipBounds {
 inline Result<ClipBounds> read_clip(const model::OpNode& op) {
   GP_ASSIGN_OR_RETURN(const model::ClipAttrs a, op_attrs<model::ClipAttrs>(op));
   return ClipBounds{static_cast<float>(a.min), static_cast<float>(a.max)};
+}
+
+inline Result<CumSumShape> read_cumsum(const model::OpNode& op) {
+  const model::TensorSpec& x = op.input_specs[0];
+  GP_ASSIGN_OR_RETURN(const model::CumSumAttrs a, op_attrs<model::CumSumAttrs>(op));
+  return CumSumShape{dims_product(x, 0, a.axis), x.shape(a.axis),
+                     dims_product(x, a.axis + 1, x.shape_size()), a.exclusive, a.reverse};
 }
 
 // reduce: per sample x [outer, len, inner] -> y [outer, 1, inner].

@@ -73,8 +73,11 @@ class GraphBuilder {
                    std::string_view mode = "nearest", bool align_corners = false);
   // x with per-sample axis `axis` replaced by x[..., indices[j], ...] (torch.index_select).
   TensorRef gather(std::string id, const TensorRef& x, int64_t axis, std::vector<int64_t> indices);
-  // An integer tensor as float32 (no gradient).
-  TensorRef cast(std::string id, const TensorRef& x);
+  // An integer tensor as float32, or with `dtype` "int64" float32 numbers as int64 ids (no
+  // gradient either way).
+  TensorRef cast(std::string id, const TensorRef& x, std::string_view dtype = "float32");
+  TensorRef cumsum(std::string id, const TensorRef& x, int64_t axis, bool exclusive = false,
+                   bool reverse = false);
   // An empty stride means stride = kernel.
   TensorRef max_pool2d(std::string id, const TensorRef& x, std::vector<int64_t> kernel,
                        std::vector<int64_t> stride = {}, std::vector<int64_t> padding = {0, 0});

@@ -191,6 +191,19 @@ struct GatherAttrs {
   std::vector<int64_t> inverse;          // indices.size() entries
 };
 
+// cumsum along a per-sample axis: y[i] = x[0] + ... + x[i] (exclusive: up to x[i - 1]; reverse:
+// from the axis' end).
+struct CumSumAttrs {
+  int axis = 0;  // normalised
+  bool exclusive = false;
+  bool reverse = false;
+};
+
+// cast: the output's element type (float32 from integers, or int64 from float32).
+struct CastAttrs {
+  bool to_int64 = false;
+};
+
 struct PoolAttrs {
   Window2d window;
   bool count_include_pad = true;  // avg_pool2d
@@ -205,6 +218,6 @@ using OpAttrs = std::variant<NoAttrs, LinearAttrs, AttentionAttrs, EmbeddingAttr
                              GeluAttrs, ClipAttrs, AxisAttrs, ReduceAttrs, SliceAttrs, ScaleAttrs,
                              MatmulAttrs, TransposeAttrs, ConvAttrs, PoolAttrs, OpaqueAttrs,
                              UnaryAttrs, BinaryAttrs, CompareAttrs, WhereAttrs, ConstantAttrs,
-                             ConvTransposeAttrs, ResizeAttrs, GatherAttrs>;
+                             ConvTransposeAttrs, ResizeAttrs, GatherAttrs, CumSumAttrs, CastAttrs>;
 
 }  // namespace gp::model

@@ -100,6 +100,7 @@ enum class OpType : uint8_t {
   kResize,
   kGather,
   kCast,
+  kCumSum,
   kOpaque,
 };
 inline constexpr int kNumOpTypes = static_cast<int>(OpType::kOpaque) + 1;
