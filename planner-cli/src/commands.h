@@ -42,6 +42,7 @@ struct ImportOptions {
   bool inline_weights = false;      // keep parameter values inside the model file
   int64_t max_bag = 0;              // ids per sample for bags of varying length (0: refuse them)
   std::vector<std::string> freeze;  // initializers kept constant (registered buffers)
+  std::vector<std::string> padding_idx;  // TABLE=ROW: nn.Embedding's padding_idx
 };
 
 struct SearchOptions {

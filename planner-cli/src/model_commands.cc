@@ -1,4 +1,5 @@
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -34,6 +35,19 @@ Status run_import(const ImportOptions& opts) {
   io.allow_opaque = opts.allow_opaque;
   io.untie_weights = opts.untie_weights;
   io.freeze = opts.freeze;
+  for (const auto& given : opts.padding_idx) {
+    const size_t eq = given.rfind('=');
+    int64_t row = 0;
+    const char* end = given.data() + given.size();
+    const auto parsed = eq == std::string::npos
+                            ? std::from_chars_result{given.data(), std::errc::invalid_argument}
+                            : std::from_chars(given.data() + eq + 1, end, row);
+    if (eq == std::string::npos || eq == 0 || parsed.ec != std::errc() || parsed.ptr != end) {
+      return invalid_argument("--padding-idx '" + given +
+                              "': expected TABLE=ROW (an initializer name and a row number)");
+    }
+    io.padding_idx[given.substr(0, eq)] = row;
+  }
   io.max_bag = opts.max_bag;
   std::vector<std::string> warnings;
   io.warnings = &warnings;
@@ -156,6 +170,12 @@ Command add_import_command(CLI::App& app) {
                      "attention mask, a fixed table): kept constant, never trained; repeatable. "
                      "torch's dynamo exports mark their buffers, so this is for legacy exports, "
                      "where the import warns about an initializer added as a learned bias");
+  import->add_option("--padding-idx", opts->padding_idx,
+                     "TABLE=ROW: the embedding table initializer TABLE was torch's "
+                     "nn.Embedding(padding_idx=ROW): that row is looked up as any other but "
+                     "never trained; repeatable. torch's dynamo exports record padding_idx, so "
+                     "this is for legacy exports, where the import warns about a table with one "
+                     "all-zero row");
   return {import, [opts](const std::string&) { return run_import(*opts); }};
 }
 

@@ -69,6 +69,12 @@ std::vector<std::string> freeze_for(const std::string& stem) {
   return {};
 }
 
+// nn.Embedding's padding rows, which the legacy exporter does not record.
+std::map<std::string, int64_t> padding_for(const std::string& stem) {
+  if (stem == "padded_positions_legacy") return {{"words.weight", 1}, {"positions.weight", 1}};
+  return {};
+}
+
 std::string pattern_of(const std::string& stem) { return stem.substr(0, stem.find("_op")); }
 
 // The words the importer's refusal of `stem` must contain; "" for a stem it imports.
@@ -416,6 +422,70 @@ TEST_CASE("registered buffers stay constants: dynamo marks them, legacy warns an
              Catch::Contains("--freeze 'no_such_buffer'") && Catch::Contains("no initializer"));
 }
 
+TEST_CASE("padding rows: dynamo records them, legacy warns of zero rows and --padding-idx says") {
+  auto padding_of = [](const model::ModelGraph& m) {
+    std::vector<int64_t> rows;
+    for (const auto& op : m.ops()) {
+      if (op.type() != "embedding") continue;
+      const auto a = op.attrs().find("padding_idx");
+      rows.push_back(a == op.attrs().end() ? -1 : a->second.i());
+    }
+    return rows;
+  };
+  for (const std::string variant :
+       {"dynamo", "dynamo_static", "dynamo_train", "dynamo_train_noopt"}) {
+    INFO(variant);
+    std::vector<std::string> warnings;
+    model::OnnxImportOptions options;
+    options.warnings = &warnings;
+    auto m = model::import_onnx(kDir2 + "padded_positions_" + variant + ".onnx", options);
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    CHECK(padding_of(*m) == std::vector<int64_t>{1, 1, -1});  // words, positions, types
+    CHECK(warnings.empty());
+  }
+  const std::string legacy = kDir2 + "padded_positions_legacy.onnx";
+  std::vector<std::string> warnings;
+  model::OnnxImportOptions options;
+  options.warnings = &warnings;
+  auto unsaid = model::import_onnx(legacy, options);
+  REQUIRE(unsaid.ok());
+  CHECK(padding_of(*unsaid) == std::vector<int64_t>{-1, -1, -1});
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("'words.weight' row 1, 'positions.weight' row 1") &&
+                              Catch::Contains("--padding-idx TABLE=ROW"));
+  warnings.clear();
+  options.padding_idx = {{"words.weight", 1}, {"positions.weight", -11}};
+  auto said = model::import_onnx(legacy, options);
+  INFO(said.status().to_string());
+  REQUIRE(said.ok());
+  CHECK(padding_of(*said) == std::vector<int64_t>{1, -11, -1});
+  CHECK(warnings.empty());
+  // fc's weight, transposed by the exporter: a 2-D initializer that no lookup reads.
+  std::string matmul_weight;
+  {
+    onnx::ModelProto file;
+    model::OnnxFileInfo info;
+    REQUIRE(model::read_onnx_file(legacy, &file, &info).ok());
+    for (const auto& t : file.graph().initializer()) {
+      if (t.name().starts_with("onnx::MatMul")) matmul_weight = t.name();
+    }
+    REQUIRE_FALSE(matmul_weight.empty());
+  }
+  const std::vector<std::pair<std::map<std::string, int64_t>, std::string>> refused = {
+      {{{"no_such_table", 1}}, "--padding-idx 'no_such_table=1': "},
+      {{{"fc.bias", 0}}, "'fc.bias' is not a 2-D embedding table (1 dimensions)"},
+      {{{"words.weight", 20}}, "--padding-idx 'words.weight=20': row 20 is out of range for 20"},
+      {{{matmul_weight, 0}}, "no embedding lookup of"},
+  };
+  for (const auto& [given, words] : refused) {
+    options.padding_idx = given;
+    auto m = model::import_onnx(legacy, options);
+    REQUIRE_FALSE(m.ok());
+    CHECK_THAT(m.status().message(), Catch::Contains(words));
+  }
+}
+
 TEST_CASE("a graph-only torch export imports with the parameters of the export with weights") {
   int compared = 0;
   for (const auto& stem : stems()) {
@@ -449,6 +519,7 @@ TEST_CASE("torch exports compute torch's output and loss, and match it after one
       model::OnnxImportOptions options;
       options.warnings = &warnings;
       options.freeze = freeze_for(stem);
+      options.padding_idx = padding_for(stem);
       auto m = model::import_onnx(dir + stem + ".onnx", options);
       INFO(m.status().to_string());
       REQUIRE(m.ok());

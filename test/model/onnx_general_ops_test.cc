@@ -146,6 +146,89 @@ TEST_CASE("a Split of constants whose sizes do not fit the axis is refused, sayi
   }
 }
 
+// RoBERTa: mask = ids.ne(pad).int(); pos = (cumsum(mask, 1) * mask).long() + pad; table[pos].
+TEST_CASE("position ids counted from the ids' padding mask import as cast, cumsum and a lookup") {
+  Onnx b;
+  b.input("ids", {4}, kInt64);
+  b.init("pad", {}, {1}, kInt64);
+  b.node("Equal", {"ids", "pad"}, {"is_pad"}, "eq");
+  b.node("Not", {"is_pad"}, {"kept"}, "ne");
+  Onnx::attr(b.node("Cast", {"kept"}, {"mask"}, "to_int"), "to", int64_t{6});
+  b.init("axis", {}, {1}, kInt64);
+  b.node("CumSum", {"mask", "axis"}, {"counted"}, "count");
+  b.node("Mul", {"counted", "mask"}, {"masked"}, "mul");
+  Onnx::attr(b.node("Cast", {"masked"}, {"long"}, "to_long"), "to", int64_t{7});
+  b.node("Add", {"long", "pad"}, {"pos"}, "add_pad");
+  b.weight("positions", {8, 3});
+  b.node("Gather", {"positions", "pos"}, {"y"}, "lookup");
+  b.output("y", {4, 3});
+  const auto g = testing::build_graph(b.imported());
+  // The ids are read as float32 numbers once, counted along their per-sample axis, and the
+  // counts go back to int64 ids for the table.
+  const auto& count = op(g, "count");
+  CHECK(count.type() == "cumsum");
+  CHECK(count.attrs().at("axis").i() == 0);
+  const auto& ids = op(g, op(g, "eq").inputs(0).op());
+  CHECK(ids.type() == "cast");
+  CHECK(ids.inputs(0).op() == "ids");
+  CHECK(op(g, "mul").type() == "binary");
+  CHECK(op(g, "add_pad").type() == "binary");
+  const auto& lookup = op(g, "lookup");
+  CHECK(lookup.type() == "embedding");
+  const auto& back = op(g, lookup.inputs(0).op());
+  CHECK(back.type() == "cast");
+  CHECK(back.attrs().at("dtype").s() == "int64");
+  CHECK(back.inputs(0).op() == "add_pad");
+  CHECK(shape(g, "lookup") == "[4, 3] float32");
+}
+
+// RoBERTa's token types: torch.gather(zeros(1, P).expand(B, -1), 1, position_ids).
+Onnx types_gathered_at_positions(const std::vector<double>& buffer) {
+  Onnx b;
+  b.input("pos", {3}, kInt64);
+  b.init("types", {1, 4}, buffer, kInt64);
+  b.init("shape", {2}, {-1, 4}, kInt64);  // (-1: the batch, as torch writes it; 1 keeps 4)
+  b.node("Shape", {"pos"}, {"dims"}, "dims");
+  b.init("first", {1}, {0}, kInt64);
+  b.node("Gather", {"dims", "first"}, {"batch"}, "batch");
+  b.init("four", {1}, {4}, kInt64);
+  Onnx::attr(b.node("Concat", {"batch", "four"}, {"target"}, "target"), "axis", int64_t{0});
+  b.node("Expand", {"types", "target"}, {"expanded"}, "expand");
+  Onnx::attr(b.node("GatherElements", {"expanded", "pos"}, {"picked"}, "pick"), "axis", int64_t{1});
+  b.weight("table", {2, 3});
+  b.node("Gather", {"table", "picked"}, {"y"}, "lookup");
+  b.output("y", {3, 3});
+  return b;
+}
+
+TEST_CASE("GatherElements of a buffer of one repeated value at per-sample indices is that value") {
+  const auto g = testing::build_graph(types_gathered_at_positions({0, 0, 0, 0}).imported());
+  const auto& lookup = op(g, "lookup");
+  CHECK(lookup.type() == "embedding");
+  const auto& ids = op(g, lookup.inputs(0).op());
+  CHECK(ids.type() == "constant");  // the zeros, the same row for every sample
+  CHECK(values(ids, "value") == std::vector<float>{0, 0, 0});
+  CHECK(shape(g, "lookup") == "[3, 3] float32");
+
+  const auto m = types_gathered_at_positions({0, 1, 0, 1}).import();
+  REQUIRE_FALSE(m.ok());
+  CHECK_THAT(m.status().message(),
+             Catch::Contains("'pick' (GatherElements)") && Catch::Contains("whose values differ"));
+}
+
+TEST_CASE("a float tensor cast to int64 is truncated by a cast op, not refused") {
+  Onnx b;
+  b.input("x", {3});
+  Onnx::attr(b.node("Cast", {"x"}, {"ids"}, "to_long"), "to", int64_t{7});
+  b.weight("table", {5, 2});
+  b.node("Gather", {"table", "ids"}, {"y"}, "lookup");
+  b.output("y", {3, 2});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "to_long").type() == "cast");
+  CHECK(op(g, "to_long").attrs().at("dtype").s() == "int64");
+  CHECK(op(g, "lookup").inputs(0).op() == "to_long");
+}
+
 TEST_CASE("Trilu + Where folds a causal mask into one constant, as masked_fill exports it") {
   Onnx b;
   b.input("scores", {2, 4, 4});  // [batch, heads, T, T]
@@ -412,7 +495,9 @@ TEST_CASE("each refusal names its blocker, and shape arithmetic feeding it is no
     b.input("x", {4});
     b.node("Add", {"x", "ids"}, {"y"}, "add_ids");
     b.output("y", {4});
-    CHECK_THAT(b.refusal(), Catch::Contains("'add_ids' (Add): input 1 'ids' is an integer tensor"));
+    CHECK_THAT(b.refusal(),
+               Catch::Contains("'add_ids' (Add): input 1 'ids' is an integer tensor and "
+                               "input 0 'x' a float one"));
   }
   SECTION("LayerNormalization of a tensor whose rank is unknown says what is unknown") {
     Onnx b;

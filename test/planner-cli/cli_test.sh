@@ -193,6 +193,20 @@ check "import --max-bag 4 makes per-sample ids of 4 that name their offsets" \
   '[ $rc -eq 0 ] && grep -q "ragged_offsets" "$tmp/bag.pbtxt" && grep -q "padding_idx" "$tmp/bag.pbtxt"'
 err=$("$bin" import "$bag" --max-bag 0 --out "$tmp/x.pbtxt" 2>&1); rc=$?
 check "--max-bag 0 exits 2 naming the flag" '[ $rc -eq 2 ] && echo "$err" | grep -q "max-bag"'
+# RoBERTa's embeddings from the legacy exporter, which keeps no padding_idx: a warning names the
+# zero rows; --padding-idx TABLE=ROW says them (a malformed one exits 2, naming it).
+padded="$onnx_dir/torch2/padded_positions_legacy.onnx"
+out=$("$bin" import "$padded" --out "$tmp/padded.json" 2>&1); rc=$?
+check "import of a legacy export with zero embedding rows warns and names them" \
+  '[ $rc -eq 0 ] && echo "$out" | grep -q "words.weight. row 1, .positions.weight. row 1"'
+out=$("$bin" import "$padded" --padding-idx words.weight=1 --padding-idx positions.weight=1 \
+  --out "$tmp/padded.json" 2>&1); rc=$?
+check "import --padding-idx TABLE=ROW sets padding_idx on both lookups and warns no more" \
+  '[ $rc -eq 0 ] && ! echo "$out" | grep -q "all-zero row" &&
+   [ "$(grep -o "\"padding_idx\"" "$tmp/padded.json" | wc -l)" -eq 2 ]'
+err=$("$bin" import "$padded" --padding-idx words.weight --out "$tmp/x.json" 2>&1); rc=$?
+check "import --padding-idx without =ROW exits 2 naming the value" \
+  '[ $rc -eq 2 ] && echo "$err" | grep -q "padding-idx .words.weight.: expected TABLE=ROW"'
 out=$("$bin" import "$onnx_dir/gated_unsupported.onnx" --allow-opaque --out "$tmp/gated.pbtxt" 2>&1); rc=$?
 check "--allow-opaque imports it with opaque ops and says they cannot train" \
   '[ $rc -eq 0 ] && echo "$out" | grep -q "2 opaque op(s)"'

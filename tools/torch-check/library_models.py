@@ -7,12 +7,12 @@ GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin, Falcon and Gemma (its R
 1 + weight; its embedding has a padding_idx), returning the logits. A row whose library is not
 installed is n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the
 key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written
-by slice assignment); RoBERTa, whose position ids are a cumulative sum (CumSum) of the input ids'
-padding mask: integer arithmetic on activations has no GraphPipe operator; BEiT, whose relative
+by slice assignment); BEiT, whose relative
 position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
-does GPT-J (its rotary tables split from a gathered sinusoid buffer)."""
+does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
+a cumulative sum of the ids' padding mask, token types gathered from a zero buffer)."""
 import torch
 import torch.nn as nn
 
@@ -237,6 +237,7 @@ LIBRARY = [
     ("hf_gptj", hf_causal_lm("GPTJForCausalLM", "GPTJConfig", n_embd=32, n_layer=2, n_head=4,
                              rotary_dim=4, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0,
                              attn_pdrop=0.0), tokens),
+    ("hf_roberta", hf_roberta, tokens),
     ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]

@@ -197,11 +197,13 @@ void Importer::convert(int i) {
       {"Slice", &Importer::slice},
       {"Expand", &Importer::expand},
       {"Tile", &Importer::tile},
+      {"CumSum", &Importer::cumsum},
       {"Split", &Importer::split},
       {"SplitToSequence", &Importer::split_to_sequence},
       {"SequenceAt", &Importer::sequence_at},
       {"Gather", &Importer::gather},
       {"GatherND", &Importer::gather_nd},
+      {"GatherElements", &Importer::gather_elements},
       {"Transpose", &Importer::transpose},
       {"Reshape", &Importer::reshape},
       {"Flatten", &Importer::reshape},
@@ -387,8 +389,18 @@ void Importer::layer_norm(int i, const std::string& id) {
   act_[n.output(0)] = y;
 }
 
+// Whether node n computes on integers held as activations (ids, or what arithmetic made of
+// them): the general element-wise ops take it, casting the ids and tracking integer results.
+bool Importer::integer_arithmetic(const onnx::NodeProto& n) const {
+  return std::any_of(n.input().begin(), n.input().end(), [this](const std::string& in) {
+    return act_.count(in) &&
+           (int_valued_.count(in) || dtype_of(in) != graphpipe::v1::DATA_TYPE_FLOAT32);
+  });
+}
+
 void Importer::add(int i, const std::string& id) {
   const auto& n = g_.node(i);
+  if (integer_arithmetic(n)) return general(i, id);
   // Two activations of one shape (residuals) and a learned bias over the trailing axes keep
   // their own ops; anything else broadcasts in a general binary add.
   auto x = activation(n.input(0)), y = activation(n.input(1));
@@ -590,6 +602,7 @@ void Importer::matmul(int i, const std::string& id) {
 void Importer::scale(int i, const std::string& id) {
   const auto& n = g_.node(i);
   if (n.input_size() != 2) return refuse(i, "expected two inputs");
+  if (integer_arithmetic(n)) return general(i, id);
   const bool div = n.op_type() == "Div";
   auto x = activation(n.input(0));
   auto c = scalar(n.input(1));
@@ -978,7 +991,12 @@ void Importer::gather(int i, const std::string& id) {
   }
   const auto ids_rank = rank_of(n.input(1));
   if (!ids_rank) return refuse(i, "ids of unknown rank");
-  TensorRef out = b_.embedding(id, *activation(n.input(1)), table[0], table[1]);
+  TensorRef ids = *activation(n.input(1));
+  // Ids computed by element-wise arithmetic are held as float32 (RoBERTa's position ids).
+  if (dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32) {
+    ids = b_.cast(unique_id(id + ".ids", id), ids, "int64");
+  }
+  TensorRef out = b_.embedding(id, ids, table[0], table[1]);
   take(id, "weight", n.input(0));
   set_padding_idx(i, id);
   // ONNX ids [batch] are per-sample [1] here: the lookup's [1, dim] is the sample's [dim].

@@ -6,6 +6,7 @@
 // loads: torch_metadata.cc.) What it folds from parameters and buffers into initializers of
 // its own (a layer scale's view, rotary tables) is told apart by its folded_from metadata.
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -353,8 +354,54 @@ void Importer::train_dropped_bias(const std::string& where, const std::string& i
 }
 
 void Importer::set_padding_idx(int i, const std::string& id) {
-  const int64_t padding = torch_embedding_padding_idx(g_.node(i));
-  if (padding >= 0) set_attr(op_by_id(id), "padding_idx", padding);
+  const std::string& table = g_.node(i).input(0);
+  std::optional<int64_t> padding;
+  if (const int64_t traced = torch_embedding_padding_idx(g_.node(i)); traced >= 0) {
+    padding = traced;
+  }
+  if (const auto given = options_.padding_idx.find(table); given != options_.padding_idx.end()) {
+    padding = given->second;
+    padding_given_.insert(table);
+  }
+  if (padding) {
+    set_attr(op_by_id(id), "padding_idx", *padding);
+    return;
+  }
+  if (dynamo_metadata_ || !warned_tables_.insert(table).second) return;
+  // A legacy export keeps no trace of padding_idx; torch starts the padding row at zeros.
+  if (const auto row = sole_zero_row(table)) {
+    padding_hints_.push_back("'" + table + "' row " + std::to_string(*row));
+  }
+}
+
+std::optional<int64_t> Importer::sole_zero_row(const std::string& table) const {
+  const auto c = consts_.find(table);
+  if (c == consts_.end() || c->second->data_type() != kOnnxFloat || c->second->dims_size() != 2) {
+    return std::nullopt;
+  }
+  const onnx::TensorProto& t = *c->second;
+  const int64_t rows = t.dims(0), width = t.dims(1);
+  const bool raw = t.has_raw_data();
+  if (rows < 2 || width < 1 ||
+      (raw ? t.raw_data().size() : static_cast<size_t>(t.float_data_size()) * 4) !=
+          static_cast<size_t>(rows * width) * 4) {
+    return std::nullopt;  // (external data: not read here)
+  }
+  auto at = [&](int64_t k) {
+    if (!raw) return t.float_data(static_cast<int>(k));
+    float v;
+    std::memcpy(&v, t.raw_data().data() + k * 4, 4);
+    return v;
+  };
+  std::optional<int64_t> found;
+  for (int64_t r = 0; r < rows; ++r) {
+    bool zero = true;
+    for (int64_t k = 0; k < width && zero; ++k) zero = at(r * width + k) == 0.0f;
+    if (!zero) continue;
+    if (found) return std::nullopt;  // several: not the mark of one padding row
+    found = r;
+  }
+  return found;
 }
 
 std::string Importer::dropped_biases_warning() const {

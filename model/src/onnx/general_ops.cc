@@ -5,6 +5,7 @@
 // of every activation: only a size-1 leading axis of a constant broadcasts over it.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "onnx/importer.h"
@@ -55,6 +56,7 @@ struct Importer::Operand {
   std::optional<TensorRef> act;  // an activation
   bool batched = false;          // an activation with the batch axis first
   bool weight = false;           // a trained weight
+  bool integer = false;          // an integer activation (computed on as float32)
   std::vector<int64_t> dims;     // as ONNX has it (the batch as -1)
   EvalTensor value;              // a constant's values
 };
@@ -102,9 +104,7 @@ Result<Importer::Operand> Importer::operand(int i, int k) const {
             (batch ? " (the batch on axis " + std::to_string(*batch) + ")" : " (no batch axis)"));
       }
     }
-    if (dtype_of(name) != graphpipe::v1::DATA_TYPE_FLOAT32) {
-      return invalid_argument(what + " is an integer tensor (element-wise ops compute in float32)");
-    }
+    o.integer = dtype_of(name) != graphpipe::v1::DATA_TYPE_FLOAT32;
     o.dims = *dims;
     return o;
   }
@@ -132,6 +132,19 @@ std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std:
       return std::nullopt;
     }
     ops.push_back(std::move(*o));
+  }
+  // ONNX's element-wise ops take one element type: integer ids beside float numbers is a
+  // malformed file, not arithmetic to guess at.
+  for (size_t a = 0; a < ops.size(); ++a) {
+    for (size_t b = 0; b < ops.size(); ++b) {
+      if (ops[a].integer && ops[b].act && !ops[b].integer && !masks_.count(ops[b].name) &&
+          !int_valued_.count(ops[b].name)) {
+        refuse(i, "input " + std::to_string(inputs[a]) + " '" + ops[a].name +
+                      "' is an integer tensor and input " + std::to_string(inputs[b]) + " '" +
+                      ops[b].name + "' a float one (ONNX computes on one element type)");
+        return std::nullopt;
+      }
+    }
   }
   // ONNX aligns the operands on their last axes: the batched activations' batch must be the same
   // axis counted from the end (`from_end`), folded alike (layout_refusal checked it).
@@ -220,8 +233,9 @@ std::optional<std::vector<TensorRef>> Importer::general_inputs(int i, const std:
     const std::vector<int64_t>& per = pers[k];
     const std::string part = unique_id(id + "." + std::to_string(inputs[k]), id);
     if (o.act) {
+      const TensorRef x = o.integer ? as_float(o.name, *o.act, part) : *o.act;
       const bool reshaped = !o.batched && per != o.dims;
-      refs.push_back(reshaped ? b_.reshape(part, *o.act, per) : *o.act);
+      refs.push_back(reshaped ? b_.reshape(part, x, per) : x);
     } else if (o.weight) {
       refs.push_back(b_.broadcast_param(part, *anchor, per));
       take(part, "value", o.name);
@@ -266,9 +280,97 @@ void Importer::general(int i, const std::string& id) {
 }
 
 void Importer::general_binary(int i, const std::string& id, std::string_view fn) {
+  const auto& n = g_.node(i);
   const auto refs = general_inputs(i, id, {0, 1});
   if (!refs) return;
-  act_[g_.node(i).output(0)] = b_.binary(id, (*refs)[0], (*refs)[1], fn);
+  act_[n.output(0)] = b_.binary(id, (*refs)[0], (*refs)[1], fn);
+  // Integers stay integers under +, -, *, max and min (ONNX's integer Div truncates: not so).
+  if (fn != "div" && fn != "pow" && integer_valued(n.input(0)) && integer_valued(n.input(1))) {
+    int_valued_.insert(n.output(0));
+  }
+}
+
+bool Importer::integer_valued(const std::string& name) const {
+  if (masks_.count(name) || int_valued_.count(name)) return true;
+  if (act_.count(name)) return dtype_of(name) != graphpipe::v1::DATA_TYPE_FLOAT32;
+  if (folded_int_.count(name)) return true;
+  if (const auto t = tensors_.find(name); t != tensors_.end()) return t->second.ints;
+  const auto c = consts_.find(name);
+  return c != consts_.end() && !float_type(c->second->data_type());
+}
+
+TensorRef Importer::as_float(const std::string& name, const TensorRef& x, const std::string& id) {
+  const auto it = as_float_.find(name);
+  if (it != as_float_.end()) return it->second;
+  const TensorRef f = b_.cast(unique_id(id + ".float", id), x);
+  as_float_.emplace(name, f);
+  return f;
+}
+
+void Importer::gather_elements(int i, const std::string& /*id*/) {
+  const auto& n = g_.node(i);
+  if (n.input_size() != 2 || !activation(n.input(1))) {
+    return refuse(i, "only constant values gathered at per-sample indices map");
+  }
+  // The values: a constant, or a constant op's (a buffer expanded over the batch).
+  std::vector<double> values;
+  bool ints = false;
+  if (const auto x = activation(n.input(0))) {
+    const Operator& op = op_by_id(x->op());
+    const auto v = op.param_values().find("value");
+    if (op.type() != "constant" || v == op.param_values().end()) {
+      return refuse(i, "gathers from an activation (only a constant of one repeated value maps)");
+    }
+    for (size_t k = 0; k + 4 <= v->second.size(); k += 4) {
+      float f;
+      std::memcpy(&f, v->second.data() + k, 4);
+      values.push_back(f);
+    }
+    ints = dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32;
+  } else if (auto data = param_like(n.input(0)) ? std::nullopt : const_tensor(n.input(0))) {
+    values = std::move(data->values);
+    ints = data->ints;
+  }
+  if (values.empty()) {
+    return refuse(i, "gathers from '" + n.input(0) + "', which is not a constant");
+  }
+  const double v = values[0];
+  if (!std::isfinite(v) ||
+      std::any_of(values.begin(), values.end(), [v](double x) { return x != v; })) {
+    return refuse(i, "gathers from '" + n.input(0) +
+                         "', whose values differ (only a constant of one repeated value, such "
+                         "as a zero buffer, maps)");
+  }
+  const auto per = sample_shape(n.input(1));
+  if (!per || !layout_of(n.input(1)).batch_first()) {
+    return refuse(i, "its indices are not batch first (or of unknown shape)");
+  }
+  // Every element reads the one value: held as a batched constant, a row per sample.
+  EvalTensor out{{1}, {}, ints};
+  int64_t count = 1;
+  for (int64_t d : *per) {
+    out.dims.push_back(d);
+    count *= d;
+  }
+  out.values.assign(static_cast<size_t>(count), v);
+  tensors_[n.output(0)] = std::move(out);
+  sample_consts_.insert(n.output(0));
+}
+
+void Importer::cumsum(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const auto axis = n.input_size() > 1 ? scalar(n.input(1)) : std::nullopt;
+  if (!axis) return refuse(i, "its axis is not a constant");
+  const auto a = sample_axis(n.input(0), to_index(*axis));
+  if (!a) return refuse(i, "sums along the batch axis (or an axis out of range)");
+  const bool integer = integer_valued(n.input(0));
+  const TensorRef in =
+      dtype_of(n.input(0)) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *x : as_float(n.input(0), *x, id);
+  act_[n.output(0)] =
+      b_.cumsum(id, in, *a, attr_i(n, "exclusive", 0) != 0, attr_i(n, "reverse", 0) != 0);
+  if (integer) int_valued_.insert(n.output(0));
 }
 
 void Importer::general_compare(int i, const std::string& id, std::string_view fn) {
@@ -359,12 +461,15 @@ void Importer::cast(int i, const std::string& id) {
     const std::string& like = n.input(1);
     const auto type = elem_types_.find(like);
     const auto init = consts_.find(like);
-    if (masks_.count(like)) {
+    // The file's own type first: a mask may be a bool or (torch's .int()) an int32 tensor.
+    if (type != elem_types_.end()) {
+      to = type->second;
+    } else if (masks_.count(like)) {
       to = 9;  // bool
+    } else if (int_valued_.count(like)) {
+      to = kOnnxInt64;
     } else if (activation(like)) {
       to = dtype_of(like) == graphpipe::v1::DATA_TYPE_FLOAT32 ? kOnnxFloat : kOnnxInt64;
-    } else if (type != elem_types_.end()) {
-      to = type->second;
     } else if (init != consts_.end()) {
       to = init->second->data_type();
     } else {
@@ -383,7 +488,16 @@ void Importer::cast(int i, const std::string& id) {
     act_[n.output(0)] = b_.cast(id, *x);
     return;
   }
-  if (mask || (!is_float && to != 9)) return pass();  // a mask, or integers to integers
+  if (mask || (!is_float && to != 9)) return pass();   // a mask, or integers to integers
+  if (is_float && to != 9 && int_valued_.count(in)) {  // integers held as float32 stay so
+    act_[n.output(0)] = *x;
+    int_valued_.insert(n.output(0));
+    return;
+  }
+  if (is_float && (to == kOnnxInt64 || to == kOnnxInt32)) {  // .long(): truncated toward zero
+    act_[n.output(0)] = b_.cast(id, *x, "int64");
+    return;
+  }
   if (to == 9 && is_float) {
     const TensorRef zero = b_.constant(unique_id(id + ".zero", id), *x, {1}, {0.0f});
     act_[n.output(0)] = b_.compare(id, *x, zero, "ne");

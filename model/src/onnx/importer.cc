@@ -308,6 +308,22 @@ Result<ModelGraph> Importer::run() {
                             " ONNX node(s) have no GraphPipe operator:" + list + hint);
   }
   if (auto why = folded_parameters_refused(); !why.empty()) return invalid_argument(why);
+  for (const auto& [table, row] : options_.padding_idx) {
+    if (!padding_given_.count(table)) {
+      return invalid_argument("--padding-idx '" + table + "=" + std::to_string(row) + "': no " +
+                              "embedding lookup of " + path_ + " reads '" + table + "'");
+    }
+  }
+  if (!padding_hints_.empty() && options_.warnings != nullptr) {
+    std::string tables;
+    for (const auto& h : padding_hints_) tables += (tables.empty() ? "" : ", ") + h;
+    options_.warnings->push_back(
+        "embedding table(s) with one all-zero row (" + tables +
+        "), as torch starts nn.Embedding(padding_idx=...)'s padding row: this export does not "
+        "say padding_idx (the legacy exporter keeps none), so that row trains like any other. "
+        "If it is a padding row, import with --padding-idx TABLE=ROW (torch never trains it), or "
+        "export with dynamo=True");
+  }
   if (auto dropped = dropped_biases_warning(); !dropped.empty() && options_.warnings != nullptr) {
     options_.warnings->push_back(dropped);
   }
@@ -872,6 +888,22 @@ std::optional<EvalTensor> Importer::const_tensor(const std::string& name) const 
 }
 
 Status Importer::find_buffers() {
+  for (const auto& [name, row] : options_.padding_idx) {
+    const auto c = consts_.find(name);
+    const std::string what = "--padding-idx '" + name + "=" + std::to_string(row) + "': ";
+    if (c == consts_.end() && !weight_inputs_.count(name)) {
+      return invalid_argument(what + path_ + " has no initializer of that name");
+    }
+    const auto dims = weight_dims(name);
+    if (dims.size() != 2) {
+      return invalid_argument(what + "'" + name + "' is not a 2-D embedding table (" +
+                              std::to_string(dims.size()) + " dimensions)");
+    }
+    if (row < -dims[0] || row >= dims[0]) {
+      return invalid_argument(what + "row " + std::to_string(row) + " is out of range for " +
+                              std::to_string(dims[0]) + " rows");
+    }
+  }
   for (const auto& name : options_.freeze) {
     if (!consts_.count(name)) {
       return invalid_argument("--freeze '" + name + "': " + path_ +

@@ -238,6 +238,9 @@ class Importer {
   // Embedding `id` of Gather node i gets the padding_idx of torch's nn.Embedding from the
   // node's metadata (dynamo exports; the legacy exporter keeps none): that row never trains.
   void set_padding_idx(int i, const std::string& id);
+  // The one all-zero row of a float table (how torch starts nn.Embedding's padding row), if it
+  // has exactly one.
+  std::optional<int64_t> sole_zero_row(const std::string& table) const;
   // That warning: how many, the first few by name, what it means (empty when none).
   std::string dropped_biases_warning() const;
   // Graph::build's checks of the finished model, without a copy of its weights (importer.cc).
@@ -510,6 +513,17 @@ class Importer {
   void general_where(int i, const std::string& id);
   void general_reduce(int i, const std::string& id);
   void cast(int i, const std::string& id);
+  // GatherElements of a constant of one repeated value at per-sample indices (RoBERTa's token
+  // types, a zero buffer gathered at its position ids): that value, the same for every sample.
+  void gather_elements(int i, const std::string& id);
+  // CumSum along a per-sample axis (RoBERTa's position ids count the ids that are not padding).
+  void cumsum(int i, const std::string& id);
+  // Whether `name` holds integers in ONNX: an integer activation, one held as float32
+  // (int_valued_, masks_), or an integer constant.
+  bool integer_valued(const std::string& name) const;
+  bool integer_arithmetic(const onnx::NodeProto& n) const;
+  // An integer activation as float32 for the element-wise ops (one cast per tensor).
+  TensorRef as_float(const std::string& name, const TensorRef& x, const std::string& id);
   void logical_not(int i, const std::string& id);
   void is_nan(int i, const std::string& id);
   void hard_sigmoid(int i, const std::string& id);
@@ -722,7 +736,15 @@ class Importer {
   // batch, held with size 1 (ONNX broadcasting gives element-wise ops the same result).
   std::set<std::string> sample_consts_;
   std::set<std::string> masks_;  // float 0/1 activations that ONNX holds as booleans
-  int64_t opset_ = 0;            // of the default domain
+  // Float32 activations that ONNX holds as integers (exact below 2^24): int64 ids cast for
+  // element-wise arithmetic, and what that arithmetic makes of them.
+  std::set<std::string> int_valued_;
+  // --padding-idx tables a lookup read; tables of a legacy export warned about once, and the
+  // warnings' "'table' row r" for each with one all-zero row (a padding row, perhaps).
+  std::set<std::string> padding_given_, warned_tables_;
+  std::vector<std::string> padding_hints_;
+  std::map<std::string, TensorRef> as_float_;  // integer activations cast to float32, by name
+  int64_t opset_ = 0;                          // of the default domain
   std::map<std::string, std::vector<int64_t>> shapes_;
   std::map<std::string, int> elem_types_;
   std::set<std::string> weight_inputs_;

@@ -29,6 +29,7 @@
 // allow_opaque keeps it as an "opaque" operator: planned with a FLOP estimate, never trained.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct OnnxImportOptions {
   // caches): constants, never trained. Buffers of torch's dynamo exports are found from the
   // nodes' metadata (placeholders named b_<buffer>); legacy exports need them named here.
   std::vector<std::string> freeze;
+  // nn.Embedding's padding_idx by table initializer: that row is read as any other but never
+  // trained. Dynamo exports carry it in the nodes' metadata; legacy exports do not (the import
+  // warns about a table with an all-zero row, as torch starts a padding row).
+  std::map<std::string, int64_t> padding_idx;
   // nn.EmbeddingBag with an offsets input (bags of varying length) becomes an embedding_bag over
   // per-sample ids of this many, padded with -1 (the ids input then declares its offsets input in
   // attrs.ragged_offsets, for --data); 0 refuses such models, saying to give it.

@@ -49,7 +49,9 @@ ALiBi biases tiled over the batch) with torch 2.15.0 and onnxscript 0.7.2; and z
 optimiser_folds and relative_bias (what the optimiser folds parameters and buffers into: layer
 scales, GroupNorm's affine, a reused layer, rotary tables, Swin's relative position bias) with
 torch 2.15.0 and onnxscript 0.7.2; and rotary_split (GPT-J's sine and cosine split from a
-gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2.)
+gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2; and padded_positions
+(RoBERTa's position ids, a cumulative sum of the ids' padding mask) with torch 2.15.0 and
+onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -732,6 +734,36 @@ class RotarySplit(torch.nn.Module):
         return h * cos + rotated * sin
 
 
+class PaddedPositions(torch.nn.Module):
+    # RoBERTa's embeddings: position ids count the ids that are not padding along the sequence
+    # (a CumSum of the padding mask, integer arithmetic on the ids), padding at the padding index;
+    # neither table trains its padding row. Token types gathered from a zero buffer at those
+    # position ids, as Hugging Face's RoBERTa does without token_type_ids.
+    def __init__(self, vocab=20, dim=8, pad=1, positions=12):
+        super().__init__()
+        self.pad = pad
+        self.words = torch.nn.Embedding(vocab, dim, padding_idx=pad)
+        self.positions = torch.nn.Embedding(positions, dim, padding_idx=pad)
+        self.types = torch.nn.Embedding(2, dim)
+        self.register_buffer("token_type_ids", torch.zeros(1, positions, dtype=torch.long),
+                             persistent=False)
+        self.fc = torch.nn.Linear(dim, dim)
+
+    def forward(self, ids):
+        mask = ids.ne(self.pad).int()
+        position_ids = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + self.pad
+        types = torch.gather(self.token_type_ids.expand(position_ids.shape[0], -1), 1,
+                             position_ids).expand(ids.shape[0], ids.shape[1])
+        return self.fc(self.words(ids) + self.positions(position_ids) + self.types(types))
+
+
+def padded_ids_inputs(g):
+    ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
+    ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
+    ids[2, 1] = 1
+    return [("ids", ids)]
+
+
 def attention_mask_inputs(g):
     ids = torch.randint(0, 20, (patterns.BATCH, 5), generator=g)
     mask = torch.ones(patterns.BATCH, 5, dtype=torch.long)
@@ -801,7 +833,9 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("optimiser_folds", 152, OptimiserFolds, patterns.feat(5, 8),
                                  None),
                                 ("relative_bias", 153, RelativeBias, patterns.feat(5, 8), None),
-                                ("rotary_split", 154, RotarySplit, patterns.feat(5, 8), None)]
+                                ("rotary_split", 154, RotarySplit, patterns.feat(5, 8), None),
+                                ("padded_positions", 155, PaddedPositions, padded_ids_inputs,
+                                 None)]
 
 
 def main():
