@@ -5,6 +5,7 @@
 // zero_biases, optimiser_folds and relative_bias.
 #include <array>
 #include <catch2/catch.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -247,6 +248,32 @@ TEST_CASE("a legacy export's constant fold that repeats values along an axis is 
   b.model.mutable_graph()->mutable_initializer(0)->clear_float_data();
   for (int k = 0; k < 6; ++k) b.model.mutable_graph()->mutable_initializer(0)->add_float_data(0);
   CHECK(b.import().ok());
+}
+
+TEST_CASE("a large legacy fold is refused for repeats only when most of its values repeat") {
+  // torch's uniform init draws from some 2^24 levels: a big nn.Linear weight (GPT-2's LM head,
+  // folded into its transpose) holds many equal values without any repeated row or column.
+  constexpr int64_t kRows = 96, kCols = 1024;  // 98,304 elements, above 2^16
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> level(0, 65535);
+  auto linear = [&](int levels) {
+    Onnx b;
+    b.model.set_producer_name("pytorch");
+    b.input("x", {kRows});
+    std::vector<double> w;
+    for (int64_t k = 0; k < kRows * kCols; ++k) w.push_back((level(rng) % levels) * 1e-4 - 0.2);
+    b.init("onnx::MatMul_9", {kRows, kCols}, w);
+    b.node("MatMul", {"x", "onnx::MatMul_9"}, {"y"}, "head");
+    b.output("y", {kCols});
+    return b;
+  };
+  // 65,536 levels: about half the values repeat an earlier one, as random weights do.
+  const auto random_weight = linear(65536).import();
+  INFO(random_weight.status().to_string());
+  CHECK(random_weight.ok());
+  // 2,048 levels for 98,304 values: 98% repeat, as a relative bias of large windows does.
+  CHECK_THAT(linear(2048).refusal(), Catch::Contains("'onnx::MatMul_9' were made by torch's "
+                                                     "constant folding"));
 }
 
 }  // namespace
