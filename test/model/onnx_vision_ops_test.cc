@@ -146,6 +146,60 @@ Onnx resize(const std::string& mode, const std::string& coords, const std::vecto
   return b;
 }
 
+// ---- Conv of a 3-D weight (nn.Conv1d) -------------------------------------------------------
+
+// x [batch, 4, 10] -> Conv (weight [6, 4 / groups, 3], bias [6]) -> y; `edit` sets attributes.
+Onnx conv1d(const std::function<void(onnx::NodeProto*)>& edit, int64_t groups = 1,
+            const std::vector<int64_t>& out = {6, 5}) {
+  Onnx b;
+  b.input("x", {4, 10});
+  b.init("w", {6, 4 / groups, 3}, iota(6 * (4 / groups) * 3));
+  b.init("b", {6}, {0.1, 0.2, 0.3, 0.4, 0.5, 0.6});
+  auto* n = b.node("Conv", {"x", "w", "b"}, {"y"}, "conv");
+  edit(n);
+  if (groups != 1) Onnx::attr(n, "group", groups);
+  b.output("y", out);
+  return b;
+}
+
+TEST_CASE("Conv with a 3-D weight (nn.Conv1d) is a conv2d over [C, 1, L] of kernel [1, k]") {
+  const auto m = conv1d(
+      [](onnx::NodeProto* n) {
+        Onnx::attr(n, "strides", std::vector<int64_t>{2});
+        Onnx::attr(n, "pads", std::vector<int64_t>{1, 1});
+      },
+      2);
+  const auto g = testing::build_graph(m.imported());
+  const auto& conv = op(g, "conv");
+  CHECK(conv.type() == "conv2d");
+  CHECK(ints(conv, "kernel") == std::vector<int64_t>{1, 3});
+  CHECK(ints(conv, "stride") == std::vector<int64_t>{1, 2});
+  CHECK(ints(conv, "padding") == std::vector<int64_t>{0, 1});
+  CHECK(conv.attrs().at("groups").i() == 2);
+  CHECK(shape(g, conv.inputs(0).op()) == "[4, 1, 10] float32");
+  CHECK(shape(g, "conv") == "[6, 1, 5] float32");
+  // The weight's elements in their order: [6, 2, 3] held as [6, 2, 1, 3].
+  const auto w = iota(36);
+  CHECK(values(conv, "weight") == std::vector<float>(w.begin(), w.end()));
+  CHECK(op(g, "conv.1d").inputs(0).op() == "conv");
+  CHECK(shape(g, "conv.1d") == "[6, 5] float32");
+}
+
+TEST_CASE("Conv with a 3-D weight refuses dilations and asymmetric padding, naming them") {
+  const auto dilated =
+      conv1d([](onnx::NodeProto* n) { Onnx::attr(n, "dilations", std::vector<int64_t>{2}); }, 1,
+             {6, 6})
+          .refusal();
+  CHECK_THAT(dilated, Catch::Contains("'conv' (Conv): dilations other than 1"));
+  const auto lopsided = conv1d(
+                            [](onnx::NodeProto* n) {
+                              Onnx::attr(n, "pads", std::vector<int64_t>{1, 0});
+                            },
+                            1, {6, 9})
+                            .refusal();
+  CHECK_THAT(lopsided, Catch::Contains("'conv' (Conv): pads [1, 0] (only symmetric padding)"));
+}
+
 TEST_CASE("Resize maps torch's nearest and bilinear upsampling onto resize") {
   SECTION("nearest by scales: asymmetric coordinates, floor") {
     const auto g =

@@ -12,7 +12,8 @@ position bias table is interpolated (Resize of a trained weight). OPT (position 
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
 does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
-a cumulative sum of the ids' padding mask, token types gathered from a zero buffer)."""
+a cumulative sum of the ids' padding mask, token types gathered from a zero buffer) and Whisper's
+encoder (nn.Conv1d)."""
 import torch
 import torch.nn as nn
 
@@ -131,6 +132,15 @@ def hf_roberta():
         vocab_size=50, max_position_embeddings=16, num_labels=3, pad_token_id=1)))
 
 
+def hf_whisper_encoder():
+    from transformers import WhisperConfig, WhisperModel
+    return Hidden(WhisperModel(WhisperConfig(
+        vocab_size=50, num_mel_bins=8, d_model=32, encoder_layers=2, encoder_attention_heads=2,
+        decoder_layers=1, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_source_positions=8, max_target_positions=8, pad_token_id=0, bos_token_id=0,
+        eos_token_id=0, decoder_start_token_id=0, dropout=0.0)).encoder)
+
+
 def hf_distilbert():
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
     return Logits(DistilBertForSequenceClassification(DistilBertConfig(
@@ -238,6 +248,9 @@ LIBRARY = [
                              rotary_dim=4, n_positions=16, resid_pdrop=0.0, embd_pdrop=0.0,
                              attn_pdrop=0.0), tokens),
     ("hf_roberta", hf_roberta, tokens),
+    # 8 mel bins over 16 frames (two convolutions, the second of stride 2: 8 positions).
+    ("hf_whisper_encoder", hf_whisper_encoder,
+     lambda g: [("x", torch.randn(BATCH, 8, 16, generator=g))]),
     ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]

@@ -516,6 +516,8 @@ class Importer {
   // GatherElements of a constant of one repeated value at per-sample indices (RoBERTa's token
   // types, a zero buffer gathered at its position ids): that value, the same for every sample.
   void gather_elements(int i, const std::string& id);
+  // Conv with a 3-D weight: a conv2d over [C, 1, L].
+  void conv1d(int i, const std::string& id, const TensorRef& x);
   // CumSum along a per-sample axis (RoBERTa's position ids count the ids that are not padding).
   void cumsum(int i, const std::string& id);
   // Whether `name` holds integers in ONNX: an integer activation, one held as float32

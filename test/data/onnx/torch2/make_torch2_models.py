@@ -51,6 +51,7 @@ scales, GroupNorm's affine, a reused layer, rotary tables, Swin's relative posit
 torch 2.15.0 and onnxscript 0.7.2; and rotary_split (GPT-J's sine and cosine split from a
 gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2; and padded_positions
 (RoBERTa's position ids, a cumulative sum of the ids' padding mask) with torch 2.15.0 and
+onnxscript 0.7.2; and audio_front_end (Whisper's nn.Conv1d front end) with torch 2.15.0 and
 onnxscript 0.7.2.)
 """
 import copy
@@ -757,6 +758,20 @@ class PaddedPositions(torch.nn.Module):
         return self.fc(self.words(ids) + self.positions(position_ids) + self.types(types))
 
 
+class AudioFrontEnd(torch.nn.Module):
+    # Whisper's front end: two nn.Conv1d over mel frames (the second of stride 2, one grouped
+    # as wav2vec's positional convolution is), GELU between, then tokens of the frames.
+    def __init__(self, mels=4, dim=8):
+        super().__init__()
+        self.conv1 = torch.nn.Conv1d(mels, dim, kernel_size=3, padding=1)
+        self.conv2 = torch.nn.Conv1d(dim, dim, kernel_size=3, stride=2, padding=1, groups=2)
+        self.fc = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.conv2(torch.nn.functional.gelu(self.conv1(x))))
+        return self.fc(h.permute(0, 2, 1))
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -835,6 +850,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("relative_bias", 153, RelativeBias, patterns.feat(5, 8), None),
                                 ("rotary_split", 154, RotarySplit, patterns.feat(5, 8), None),
                                 ("padded_positions", 155, PaddedPositions, padded_ids_inputs,
+                                 None),
+                                ("audio_front_end", 156, AudioFrontEnd, patterns.feat(4, 10),
                                  None)]
 
 
