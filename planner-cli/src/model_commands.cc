@@ -167,7 +167,9 @@ Command add_import_command(CLI::App& app) {
                    "gradients summed), and copies in different layouts are refused");
   import->add_option("--freeze", opts->freeze,
                      "an initializer that is a registered buffer, not a parameter (an additive "
-                     "attention mask, a fixed table): kept constant, never trained; repeatable. "
+                     "attention mask, a fixed table), or a parameter frozen in torch "
+                     "(requires_grad_(False), which no exporter records): kept constant, never "
+                     "trained; repeatable. "
                      "torch's dynamo exports mark their buffers, so this is for legacy exports, "
                      "where the import warns about an initializer added as a learned bias");
   import->add_option("--padding-idx", opts->padding_idx,
