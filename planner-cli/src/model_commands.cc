@@ -170,8 +170,9 @@ Command add_import_command(CLI::App& app) {
                      "attention mask, a fixed table), or a parameter frozen in torch "
                      "(requires_grad_(False), which no exporter records): kept constant, never "
                      "trained; repeatable. "
-                     "torch's dynamo exports mark their buffers, so this is for legacy exports, "
-                     "where the import warns about an initializer added as a learned bias");
+                     "torch's dynamo exports mark their buffers, so buffers need it only in "
+                     "legacy exports, where the import warns about an initializer added as a "
+                     "learned bias");
   import->add_option("--padding-idx", opts->padding_idx,
                      "TABLE=ROW: the embedding table initializer TABLE was torch's "
                      "nn.Embedding(padding_idx=ROW): that row is looked up as any other but "
