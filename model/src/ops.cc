@@ -188,8 +188,8 @@ constexpr std::array kCatalogue = {
     OpTypeInfo{OpType::kCumSum, "cumsum",
                "cumulative sum along a per-sample axis (torch.cumsum; RoBERTa's position ids "
                "count the ids that are not padding)",
-               "axis (int, default -1), exclusive (0|1, default 0: each sum leaves out its own "
-               "element), reverse (0|1, default 0: sums from the end of the axis)",
+               "axis (int, default -1), exclusive (0|1, default 0; 1: each sum leaves out its "
+               "own element), reverse (0|1, default 0; 1: sums from the end of the axis)",
                "axis,exclusive,reverse", 1, 1, false, false, &infer_cumsum},
     OpTypeInfo{OpType::kOpaque, "opaque",
                "an ONNX operator GraphPipe cannot compute, imported for planning only "

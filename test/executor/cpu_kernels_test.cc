@@ -251,6 +251,21 @@ TEST_CASE("a null input gradient is skipped and the other gradients are unchange
   }
 }
 
+TEST_CASE("cast to int64 truncates toward zero, NaN to 0 and beyond int64 to its ends") {
+  GraphBuilder b("m", "");
+  Harness h = make_harness(
+      with_loss(b, b.embedding("emb", b.cast("op", b.input("x", {6}), "int64"), 4, 2), {6, 2}), 1);
+  REQUIRE(h.int_out);
+  const float inf = std::numeric_limits<float>::infinity();
+  h.fin[0] = {std::nanf(""), inf, -inf, 1e30f, -2.7f, 3.9f};
+  h.forward();
+  std::vector<int64_t> ids(6);
+  std::memcpy(ids.data(), h.out.data(), sizeof(int64_t) * ids.size());
+  const int64_t most = std::numeric_limits<int64_t>::max();
+  const int64_t least = std::numeric_limits<int64_t>::min();
+  CHECK(ids == std::vector<int64_t>{0, most, least, most, -2, 3});
+}
+
 TEST_CASE("linear computes relu(x W^T + b) with weight [out, in]") {
   GraphBuilder b("m", "");
   Harness h = make_harness(with_loss(b, b.linear("op", b.input("x", {2}), 3, true, "relu"), {3}));

@@ -305,6 +305,29 @@ TEST_CASE("the evaluator splits a tensor by sizes, into equal parts and into a s
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message().find("split sizes add up to 4, not the axis' 5") !=
         std::string::npos);
+  // Sizes beyond the axis (whose sum could wrap), an uneven split before opset 18, and more
+  // pieces than the evaluator holds are refused before anything is allocated.
+  const double huge = 4611686018427387904.0;  // 2^62
+  onnx::NodeProto five = node("Split", {"x", "sizes"}, {"a", "b", "c", "d", "e"});
+  add_int(&five, "axis", 1);
+  auto wrapped = run({five}, {{"x", x}, {"sizes", ints({5}, {huge, huge, huge, huge, 5})}});
+  REQUIRE_FALSE(wrapped.ok());
+  CHECK(wrapped.status().message().find("a split size of 4611686018427387904 for an axis of 5") !=
+        std::string::npos);
+  onnx::NodeProto three = node("Split", {"x"}, {"p", "q", "r"});
+  add_int(&three, "axis", 1);
+  const onnx::NodeProto* three_ptr = &three;
+  auto uneven =
+      onnx_detail::evaluate_nodes(std::span<const onnx::NodeProto* const>(&three_ptr, 1), 13,
+                                  [&](const std::string& name) -> std::optional<EvalValue> {
+                                    return name == "x" ? std::optional<EvalValue>(x) : std::nullopt;
+                                  });
+  REQUIRE_FALSE(uneven.ok());
+  CHECK(uneven.status().message().find("does not split into 3 equal parts") != std::string::npos);
+  auto many =
+      run({chunks}, {{"x", ints({1, 5000}, std::vector<double>(5000, 1))}, {"two", ints({}, {1})}});
+  REQUIRE_FALSE(many.ok());
+  CHECK(many.status().message().find("more than 4096 pieces") != std::string::npos);
   auto out_of_range = run({chunks, node("SequenceAt", {"seq", "far"}, {"tail"})},
                           {{"x", x}, {"two", ints({}, {2})}, {"far", ints({}, {3})}});
   REQUIRE_FALSE(out_of_range.ok());

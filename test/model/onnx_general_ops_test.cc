@@ -216,6 +216,29 @@ TEST_CASE("GatherElements of a buffer of one repeated value at per-sample indice
              Catch::Contains("'pick' (GatherElements)") && Catch::Contains("whose values differ"));
 }
 
+TEST_CASE("integer arithmetic: Neg and Where stay integers, integer Div is refused") {
+  Onnx b;
+  b.input("ids", {4}, kInt64);
+  b.node("Neg", {"ids"}, {"neg"}, "neg");
+  b.node("Add", {"ids", "neg"}, {"zero"}, "sum");  // ids + (-ids): both integers
+  b.weight("table", {5, 2});
+  b.node("Gather", {"table", "zero"}, {"y"}, "lookup");
+  b.output("y", {4, 2});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "neg").type() == "unary");
+  CHECK(op(g, "sum").type() == "binary");
+  CHECK(op(g, op(g, "lookup").inputs(0).op()).type() == "cast");
+
+  Onnx d;
+  d.input("ids", {4}, kInt64);
+  d.init("two", {}, {2}, kInt64);
+  d.node("Div", {"ids", "two"}, {"half"}, "halve");
+  d.weight("table", {5, 2});
+  d.node("Gather", {"table", "half"}, {"y"}, "lookup");
+  d.output("y", {4, 2});
+  CHECK_THAT(d.refusal(), Catch::Contains("'halve' (Div): divides integers"));
+}
+
 TEST_CASE("a float tensor cast to int64 is truncated by a cast op, not refused") {
   Onnx b;
   b.input("x", {3});

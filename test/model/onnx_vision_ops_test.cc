@@ -185,7 +185,8 @@ TEST_CASE("Conv with a 3-D weight (nn.Conv1d) is a conv2d over [C, 1, L] of kern
   CHECK(shape(g, "conv.1d") == "[6, 5] float32");
 }
 
-TEST_CASE("Conv with a 3-D weight refuses dilations and asymmetric padding, naming them") {
+TEST_CASE(
+    "Conv with a 3-D weight refuses dilations, asymmetric padding and stride 0, naming them") {
   const auto dilated =
       conv1d([](onnx::NodeProto* n) { Onnx::attr(n, "dilations", std::vector<int64_t>{2}); }, 1,
              {6, 6})
@@ -198,6 +199,11 @@ TEST_CASE("Conv with a 3-D weight refuses dilations and asymmetric padding, nami
                             1, {6, 9})
                             .refusal();
   CHECK_THAT(lopsided, Catch::Contains("'conv' (Conv): pads [1, 0] (only symmetric padding)"));
+  const auto still =
+      conv1d([](onnx::NodeProto* n) { Onnx::attr(n, "strides", std::vector<int64_t>{0}); }, 1,
+             {6, 8})
+          .refusal();
+  CHECK_THAT(still, Catch::Contains("'conv' (Conv): strides [0]"));
 }
 
 TEST_CASE("Resize maps torch's nearest and bilinear upsampling onto resize") {

@@ -201,7 +201,7 @@ class CastKernel final : public OpKernel {
     if (to_int64_) {  // truncated toward zero, as ONNX's Cast and torch's .long()
       const float* x = a.inputs[0].f();
       int64_t* y = a.outputs[0].i();
-      for (int64_t k = 0; k < n; ++k) y[k] = static_cast<int64_t>(x[k]);
+      for (int64_t k = 0; k < n; ++k) y[k] = ew::float_to_id(x[k]);
       return;
     }
     float* y = a.outputs[0].f();

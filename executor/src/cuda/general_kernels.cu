@@ -102,7 +102,7 @@ __global__ void cast_forward_kernel(const void* x, bool int32, float* y, int64_t
 }
 
 __global__ void cast_to_int64_kernel(const float* x, int64_t* y, int64_t n) {
-  GP_GRID_STRIDE(i, n) { y[i] = static_cast<int64_t>(x[i]); }
+  GP_GRID_STRIDE(i, n) { y[i] = ew::float_to_id(x[i]); }
 }
 
 __global__ void cumsum_kernel(CumSumShape c, int64_t lines, const float* x, float* y, bool reverse,

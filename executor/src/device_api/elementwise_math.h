@@ -30,6 +30,15 @@ enum Reduce : int { kSum, kMean, kMaxReduce, kL2 };
 // torch.nn.Softplus(beta=1, threshold=20): linear above the threshold.
 constexpr float kSoftplusThreshold = 20.0f;
 
+// cast to int64: truncated toward zero (ONNX's Cast, torch's .long()); NaN gives 0 and values
+// beyond int64 the nearest end, the same on both backends (a plain conversion is undefined).
+GP_HD int64_t float_to_id(float x) {
+  if (!(x == x)) return 0;
+  if (x >= 9.2233720368547758e18f) return INT64_MAX;
+  if (x <= -9.2233720368547758e18f) return INT64_MIN;
+  return static_cast<int64_t>(x);
+}
+
 GP_HD float unary_forward(int fn, float x) {
   switch (fn) {
     case kNeg:

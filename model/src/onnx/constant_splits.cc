@@ -22,10 +22,11 @@ bool Importer::fold_split(const onnx::NodeProto& n) {
     const auto at = n.input_size() > 1 ? scalar(n.input(1)) : std::nullopt;
     if (seq == const_sequences_.end() || !at || n.output_size() != 1) return false;
     const auto count = static_cast<int64_t>(seq->second.size());
+    if (!(std::fabs(*at) <= static_cast<double>(count))) return false;  // (NaN and huge too)
     auto pos = static_cast<int64_t>(*at);
     if (pos < 0) pos += count;
     if (pos < 0 || pos >= count) return false;  // convert() refuses it, naming the node
-    tensors_[n.output(0)] = seq->second[static_cast<size_t>(pos)];
+    keep(n.output(0), seq->second[static_cast<size_t>(pos)]);
     return true;
   }
   std::map<std::string, EvalValue> inputs;
@@ -64,14 +65,17 @@ bool Importer::fold_split(const onnx::NodeProto& n) {
       const_sequences_[name] = std::move(value.items);
       continue;
     }
-    EvalTensor& v = value.tensor;
-    if (v.dims.size() <= 1 && v.values.size() <= 64) {  // for the shape math, as fold_tensor
-      folded_[name] = v.values;
-      if (v.ints) folded_int_.insert(name);
-    }
-    tensors_[name] = std::move(v);
+    keep(name, std::move(value.tensor));
   }
   return true;
+}
+
+void Importer::keep(const std::string& name, EvalTensor v) {
+  if (v.dims.size() <= 1 && v.values.size() <= 64) {  // for the shape math, as fold_tensor
+    folded_[name] = v.values;
+    if (v.ints) folded_int_.insert(name);
+  }
+  tensors_[name] = std::move(v);
 }
 
 }  // namespace gp::model::onnx_detail

@@ -979,6 +979,15 @@ void Importer::gather(int i, const std::string& id) {
   }
   const auto table = weight_dims(n.input(0));
   if (table.size() != 2) return refuse(i, "a table of rank " + std::to_string(table.size()));
+  // Ids computed by element-wise arithmetic are held as float32 (RoBERTa's position ids), exact
+  // below 2^24 only.
+  const bool computed_ids = dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32;
+  if (computed_ids && table[0] > (int64_t{1} << 24)) {
+    return refuse(i, "its ids '" + n.input(1) +
+                         "' are computed by arithmetic, which is exact "
+                         "below 2^24 only, and table '" +
+                         n.input(0) + "' has " + std::to_string(table[0]) + " rows");
+  }
   const int r = sole_consumer(n.output(0));
   if (r >= 0 && only_consumers_in(n.output(0), {r}) && rank_of(n.input(1)) == 2 &&
       (g_.node(r).op_type() == "ReduceSum" || g_.node(r).op_type() == "ReduceMean") &&
@@ -986,14 +995,14 @@ void Importer::gather(int i, const std::string& id) {
     const auto axes = axes_of(g_.node(r));
     if (axes && axes->size() == 1 && ((*axes)[0] == 1 || (*axes)[0] == -2) &&
         attr_i(g_.node(r), "keepdims", 1) == 0) {
+      if (computed_ids) return refuse(i, "a bag of ids computed by arithmetic (not mapped)");
       return embedding_bag(i, id);
     }
   }
   const auto ids_rank = rank_of(n.input(1));
   if (!ids_rank) return refuse(i, "ids of unknown rank");
   TensorRef ids = *activation(n.input(1));
-  // Ids computed by element-wise arithmetic are held as float32 (RoBERTa's position ids).
-  if (dtype_of(n.input(1)) == graphpipe::v1::DATA_TYPE_FLOAT32) {
+  if (computed_ids) {
     ids = b_.cast(unique_id(id + ".ids", id), ids, "int64");
   }
   TensorRef out = b_.embedding(id, ids, table[0], table[1]);
@@ -1335,7 +1344,7 @@ void Importer::conv1d(int i, const std::string& id, const TensorRef& x) {
   }
   std::vector<int64_t> strides = attr_ints(n, "strides");
   if (strides.empty()) strides = {1};
-  if (strides.size() != 1) return refuse(i, "strides " + dims_text(strides));
+  if (strides.size() != 1 || strides[0] < 1) return refuse(i, "strides " + dims_text(strides));
   const bool bias = n.input_size() > 2 && !n.input(2).empty() && is_weight(n.input(2));
   if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[0]}) {
     return refuse(i, "bias B is not a weight of the output channels");

@@ -281,6 +281,10 @@ void Importer::general(int i, const std::string& id) {
 
 void Importer::general_binary(int i, const std::string& id, std::string_view fn) {
   const auto& n = g_.node(i);
+  if (fn == "div" && integer_arithmetic(n) && integer_valued(n.input(0)) &&
+      integer_valued(n.input(1))) {
+    return refuse(i, "divides integers (ONNX's integer Div truncates; float division would not)");
+  }
   const auto refs = general_inputs(i, id, {0, 1});
   if (!refs) return;
   act_[n.output(0)] = b_.binary(id, (*refs)[0], (*refs)[1], fn);
@@ -382,9 +386,13 @@ void Importer::general_compare(int i, const std::string& id, std::string_view fn
 }
 
 void Importer::general_where(int i, const std::string& id) {
+  const auto& n = g_.node(i);
   const auto refs = general_inputs(i, id, {0, 1, 2});
   if (!refs) return;
-  act_[g_.node(i).output(0)] = b_.where(id, (*refs)[0], (*refs)[1], (*refs)[2]);
+  act_[n.output(0)] = b_.where(id, (*refs)[0], (*refs)[1], (*refs)[2]);
+  if (integer_valued(n.input(1)) && integer_valued(n.input(2)) && integer_arithmetic(n)) {
+    int_valued_.insert(n.output(0));
+  }
 }
 
 void Importer::general_unary(int i, const std::string& id, std::string_view fn) {
@@ -402,11 +410,16 @@ void Importer::general_unary(int i, const std::string& id, std::string_view fn) 
     take(param, "value", n.input(0));
   }
   if (!x) return refuse(i, "its input is not an activation");
+  const bool integer = integer_valued(n.input(0)) && !masks_.count(n.input(0));
   if (dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32) {
-    return refuse(i, "its input '" + n.input(0) +
-                         "' is an integer tensor (element-wise ops compute in float32)");
+    if (fn != "neg" && fn != "abs") {
+      return refuse(i, "its input '" + n.input(0) + "' is an integer tensor (only Neg and Abs " +
+                           "of integers map)");
+    }
+    x = as_float(n.input(0), *x, id);
   }
   act_[n.output(0)] = b_.unary(id, *x, fn);
+  if (integer && (fn == "neg" || fn == "abs")) int_valued_.insert(n.output(0));
 }
 
 // Not of a 0/1 mask: 1 - m.

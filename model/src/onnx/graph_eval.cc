@@ -620,6 +620,10 @@ Result<std::vector<EvalTensor>> Evaluator::pieces_of(const EvalTensor& x, int64_
   int64_t total = 0;
   for (int64_t size : sizes) {
     if (size < 0) return invalid_argument("a negative split size");
+    if (size > dim) {  // (and no sum of sizes can overflow)
+      return invalid_argument("a split size of " + std::to_string(size) + " for an axis of " +
+                              std::to_string(dim));
+    }
     total += size;
   }
   if (total != dim) {
@@ -670,6 +674,10 @@ Result<std::vector<EvalValue>> Evaluator::split(const onnx::NodeProto& n, const 
   if (sizes.empty()) {
     const int64_t dim = x.dims[static_cast<size_t>(axis)], parts = n.output_size();
     if (parts < 1) return invalid_argument("no outputs");
+    if (opset_ < 18 && dim % parts != 0) {  // (opset 18 lets the last piece be smaller)
+      return invalid_argument("an axis of " + std::to_string(dim) + " does not split into " +
+                              std::to_string(parts) + " equal parts");
+    }
     const int64_t piece = (dim + parts - 1) / parts;
     for (int64_t k = 0; k < parts; ++k)
       sizes.push_back(std::clamp(dim - k * piece, int64_t{0}, piece));
@@ -701,6 +709,9 @@ Result<std::vector<EvalValue>> Evaluator::split_to_sequence(const onnx::NodeProt
     if (t.dims.empty()) {
       const int64_t piece = t.values.empty() ? 0 : to_index(t.values[0]);
       if (piece <= 0) return invalid_argument("a split size of " + std::to_string(piece));
+      if (dim / piece >= kMaxEvalTrips) {
+        return resource_exhausted("more than " + std::to_string(kMaxEvalTrips) + " pieces");
+      }
       for (int64_t at = 0; at < dim; at += piece) sizes.push_back(std::min(piece, dim - at));
     } else {
       for (double v : t.values) sizes.push_back(to_index(v));

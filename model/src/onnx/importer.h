@@ -262,6 +262,8 @@ class Importer {
   bool fold_tensor(const onnx::NodeProto& n, bool flat);
   // Split, SplitToSequence and SequenceAt of constants (constant_splits.cc).
   bool fold_split(const onnx::NodeProto& n);
+  // A folded tensor kept: its values, and for a small 0-D or 1-D one the flat shape math's copy.
+  void keep(const std::string& name, EvalTensor v);
   // Node n's first output evaluated from `inputs` (nullopt for a sequence or no such output).
   Result<std::optional<EvalTensor>> evaluate_node(
       const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const;
