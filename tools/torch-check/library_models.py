@@ -12,8 +12,10 @@ position bias table is interpolated (Resize of a trained weight). OPT (position 
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
 does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
-a cumulative sum of the ids' padding mask, token types gathered from a zero buffer) and Whisper's
-encoder (nn.Conv1d)."""
+a cumulative sum of the ids' padding mask, token types gathered from a zero buffer), Whisper's
+encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM and Qwen3. Not here: Phi-3
+(refused by name) and MPT (its bias-free LayerNorm trains a shift torch does not have); see
+docs/model-format.md."""
 import torch
 import torch.nn as nn
 
@@ -141,6 +143,16 @@ def hf_whisper_encoder():
         eos_token_id=0, decoder_start_token_id=0, dropout=0.0)).encoder)
 
 
+def hf_sequence_classifier(model_class, config_class, **config):
+    """An encoder of transformers with a 3-class head, 2 layers of width 32."""
+    def build():
+        import transformers
+        return Logits(getattr(transformers, model_class)(getattr(transformers, config_class)(
+            vocab_size=50, max_position_embeddings=16, num_labels=3, hidden_size=32,
+            num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, **config)))
+    return build
+
+
 def hf_distilbert():
     from transformers import DistilBertConfig, DistilBertForSequenceClassification
     return Logits(DistilBertForSequenceClassification(DistilBertConfig(
@@ -251,6 +263,16 @@ LIBRARY = [
     # 8 mel bins over 16 frames (two convolutions, the second of stride 2: 8 positions).
     ("hf_whisper_encoder", hf_whisper_encoder,
      lambda g: [("x", torch.randn(BATCH, 8, 16, generator=g))]),
+    ("hf_electra", hf_sequence_classifier("ElectraForSequenceClassification", "ElectraConfig",
+                                          embedding_size=16), tokens),
+    ("hf_deberta_v2", hf_sequence_classifier("DebertaV2ForSequenceClassification",
+                                             "DebertaV2Config"), tokens),
+    ("hf_xlm_roberta", hf_sequence_classifier("XLMRobertaForSequenceClassification",
+                                              "XLMRobertaConfig", pad_token_id=1), tokens),
+    ("hf_stablelm", hf_causal_lm("StableLmForCausalLM", "StableLmConfig", hidden_size=32,
+                                 intermediate_size=64, num_key_value_heads=4), tokens),
+    ("hf_qwen3", hf_causal_lm("Qwen3ForCausalLM", "Qwen3Config", hidden_size=32,
+                              intermediate_size=64, num_key_value_heads=4, head_dim=8), tokens),
     ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]
