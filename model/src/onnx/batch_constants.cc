@@ -133,19 +133,9 @@ std::optional<EvalTensor> Importer::node_at_batch(const onnx::NodeProto& n, cons
                                                   std::map<std::string, EvalTensor>* cache,
                                                   int depth) const {
   const std::string& t = n.op_type();
-  if (t == "Constant") {  // a list attribute (value_ints) is 1-D; value_int a scalar
-    const auto* a = n.attribute_size() > 0 ? &n.attribute(0) : nullptr;
-    if (a != nullptr && a->has_t()) {
-      auto v = eval_tensor_of(a->t(), kMaxFoldElements);
-      return v.ok() ? std::optional<EvalTensor>(std::move(*v)) : std::nullopt;
-    }
-    auto v = constant_attr_value(n);
-    if (!v || a == nullptr) return std::nullopt;
-    EvalTensor out{{}, std::move(v->values), v->ints};
-    if (a->name() == "value_ints" || a->name() == "value_floats") {
-      out.dims = {static_cast<int64_t>(out.values.size())};
-    }
-    return out;
+  if (t == "Constant") {  // with its rank: a value_ints list is 1-D, a value_int a scalar
+    auto v = evaluate_node(n, {});
+    return v.ok() ? std::move(*v) : std::nullopt;
   }
   if (t == "Shape") {
     // An activation's dims for the batch; else those of the value computed here (a folded mask

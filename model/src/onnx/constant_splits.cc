@@ -46,15 +46,7 @@ bool Importer::fold_split(const onnx::NodeProto& n) {
     }
     inputs[name].tensor = std::move(*v);
   }
-  const onnx::NodeProto* node = &n;
-  auto values = evaluate_nodes(
-      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
-      [&inputs](const std::string& name) -> std::optional<EvalValue> {
-        auto it = inputs.find(name);
-        if (it == inputs.end()) return std::nullopt;
-        return it->second;
-      },
-      kMaxFoldElements);
+  auto values = evaluate_outputs(n, inputs);
   if (!values.ok()) {
     for (const auto& out : n.output())
       fold_errors_[out] = "not folded: " + values.status().message();
@@ -70,8 +62,9 @@ bool Importer::fold_split(const onnx::NodeProto& n) {
   return true;
 }
 
-void Importer::keep(const std::string& name, EvalTensor v) {
-  if (v.dims.size() <= 1 && v.values.size() <= 64) {  // for the shape math, as fold_tensor
+void Importer::keep(const std::string& name, EvalTensor v, bool shape_math) {
+  if (shape_math && v.dims.size() <= 1 && v.values.size() <= 64 &&
+      std::none_of(v.values.begin(), v.values.end(), [](double x) { return std::isnan(x); })) {
     folded_[name] = v.values;
     if (v.ints) folded_int_.insert(name);
   }

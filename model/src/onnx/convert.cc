@@ -1275,6 +1275,9 @@ void Importer::pad(int i, const std::string& /*id*/) {
   act_[n.output(0)] = *x;
 }
 
+// Conv: conv2d. A 3-D weight (nn.Conv1d: Whisper's and wav2vec's front ends) convolves x [C, L]
+// as [C, 1, L] with kernel [1, k], its weight [out, C/groups, k] held as [out, C/groups, 1, k]
+// (the same elements in the same order), and the output goes back to [out, L'].
 void Importer::conv(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
@@ -1282,9 +1285,13 @@ void Importer::conv(int i, const std::string& id) {
     return refuse(i, "expected an activation convolved with a weight");
   }
   const auto w = weight_dims(n.input(1));
-  if (w.size() == 3) return conv1d(i, id, *x);
-  if (w.size() != 4) {
+  const bool one_d = w.size() == 3;
+  if (w.size() != 4 && !one_d) {
     return refuse(i, "a weight of rank " + std::to_string(w.size()) + " (only 1-D and 2-D)");
+  }
+  const auto s = sample_shape(n.input(0));
+  if (one_d && (!s || s->size() != 2 || batch_axis(n.input(0)) != 0)) {
+    return refuse(i, "a 1-D convolution of an input that is not [batch, C, L]");
   }
   for (int64_t d : attr_ints(n, "dilations")) {
     if (d != 1) return refuse(i, "dilations other than 1");
@@ -1292,6 +1299,17 @@ void Importer::conv(int i, const std::string& id) {
   const std::string auto_pad = attr_s(n, "auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID") return refuse(i, "auto_pad = " + auto_pad);
   std::vector<int64_t> pads = attr_ints(n, "pads");
+  std::vector<int64_t> strides = attr_ints(n, "strides");
+  if (one_d) {  // as 2-D: nothing along the added axis of 1
+    if (pads.empty()) pads = {0, 0};
+    if (pads.size() != 2 || pads[0] != pads[1]) {
+      return refuse(i, "pads " + dims_text(pads) + " (only symmetric padding)");
+    }
+    pads = {0, pads[0], 0, pads[1]};
+    if (strides.empty()) strides = {1};
+    if (strides.size() != 1 || strides[0] < 1) return refuse(i, "strides " + dims_text(strides));
+    strides.insert(strides.begin(), 1);
+  }
   if (pads.empty()) pads = {0, 0, 0, 0};
   if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
     return refuse(i, "pads " + dims_text(pads) + " (only symmetric 2-D padding)");
@@ -1300,7 +1318,6 @@ void Importer::conv(int i, const std::string& id) {
     pads[0] += p->second[0];
     pads[1] += p->second[1];
   }
-  std::vector<int64_t> strides = attr_ints(n, "strides");
   if (strides.empty()) strides = {1, 1};
   // torch 2.x's unoptimised exports give a bias-free conv a computed all-zero bias.
   const bool zero_bias = [&] {
@@ -1312,58 +1329,22 @@ void Importer::conv(int i, const std::string& id) {
     return refuse(i, "bias B is not a weight of the output channels");
   }
   const bool dropped = !bias && dropped_bias(i);  // an all-zero bias torch's optimiser dropped
-  act_[n.output(0)] =
-      b_.conv2d(id, *x, w[0], {w[2], w[3]}, strides, {pads[0], pads[1]}, bias || dropped);
+  const TensorRef in =
+      one_d ? b_.reshape(unique_id(id + ".2d", id), *x, {(*s)[0], 1, (*s)[1]}) : *x;
+  const std::vector<int64_t> kernel =
+      one_d ? std::vector<int64_t>{1, w[2]} : std::vector<int64_t>{w[2], w[3]};
+  const TensorRef y = b_.conv2d(id, in, w[0], kernel, strides, {pads[0], pads[1]}, bias || dropped);
   if (dropped) train_dropped_bias(where(i), id, "bias", w[0]);
   if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
     set_attr(op_by_id(id), "groups", groups);  // weight [out, C/groups, kh, kw] in both
   }
-  take(id, "weight", n.input(1));  // [out, C, kh, kw] both
+  take(id, "weight", n.input(1));  // [out, C, kh, kw] both (kh 1 for a 3-D weight)
   if (bias) take(id, "bias", n.input(2));
-}
-
-// nn.Conv1d (Whisper's and wav2vec's front ends): x [C, L] as [C, 1, L] through a conv2d of
-// kernel [1, k], its weight [out, C/groups, k] held as [out, C/groups, 1, k] (the same elements
-// in the same order), and the output back to [out, L'].
-void Importer::conv1d(int i, const std::string& id, const TensorRef& x) {
-  const auto& n = g_.node(i);
-  const auto w = weight_dims(n.input(1));
-  const auto s = sample_shape(n.input(0));
-  if (!s || s->size() != 2 || batch_axis(n.input(0)) != 0) {
-    return refuse(i, "a 1-D convolution of an input that is not [batch, C, L]");
+  if (!one_d) {
+    act_[n.output(0)] = y;
+    return;
   }
-  for (int64_t d : attr_ints(n, "dilations")) {
-    if (d != 1) return refuse(i, "dilations other than 1");
-  }
-  const std::string auto_pad = attr_s(n, "auto_pad", "NOTSET");
-  if (auto_pad != "NOTSET" && auto_pad != "VALID") return refuse(i, "auto_pad = " + auto_pad);
-  std::vector<int64_t> pads = attr_ints(n, "pads");
-  if (pads.empty()) pads = {0, 0};
-  if (pads.size() != 2 || pads[0] != pads[1]) {
-    return refuse(i, "pads " + dims_text(pads) + " (only symmetric padding)");
-  }
-  std::vector<int64_t> strides = attr_ints(n, "strides");
-  if (strides.empty()) strides = {1};
-  if (strides.size() != 1 || strides[0] < 1) return refuse(i, "strides " + dims_text(strides));
-  const bool bias = n.input_size() > 2 && !n.input(2).empty() && is_weight(n.input(2));
-  if (bias && weight_dims(n.input(2)) != std::vector<int64_t>{w[0]}) {
-    return refuse(i, "bias B is not a weight of the output channels");
-  }
-  if (n.input_size() > 2 && !n.input(2).empty() && !bias) {
-    return refuse(i, "its bias is not a weight");
-  }
-  const bool dropped = !bias && dropped_bias(i);
-  const int64_t length = (*s)[1];
-  const TensorRef planar = b_.reshape(unique_id(id + ".2d", id), x, {(*s)[0], 1, length});
-  const TensorRef y =
-      b_.conv2d(id, planar, w[0], {1, w[2]}, {1, strides[0]}, {0, pads[0]}, bias || dropped);
-  if (dropped) train_dropped_bias(where(i), id, "bias", w[0]);
-  if (const int64_t groups = attr_i(n, "group", 1); groups != 1) {
-    set_attr(op_by_id(id), "groups", groups);
-  }
-  take(id, "weight", n.input(1));
-  if (bias) take(id, "bias", n.input(2));
-  const int64_t out_length = (length + 2 * pads[0] - w[2]) / strides[0] + 1;
+  const int64_t out_length = ((*s)[1] + 2 * pads[1] - w[2]) / strides[1] + 1;
   act_[n.output(0)] = b_.reshape(unique_id(id + ".1d", id), y, {w[0], out_length});
 }
 

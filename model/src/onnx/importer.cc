@@ -1025,18 +1025,22 @@ bool Importer::feeds_only_masks(const std::string& name) const {
       });
 }
 
-Result<std::optional<EvalTensor>> Importer::evaluate_node(
+Result<std::map<std::string, EvalValue>> Importer::evaluate_outputs(
     const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const {
   const onnx::NodeProto* node = &n;
-  GP_ASSIGN_OR_RETURN(auto values,
-                      evaluate_nodes(
-                          std::span<const onnx::NodeProto* const>(&node, 1), opset_,
-                          [&inputs](const std::string& name) -> std::optional<EvalValue> {
-                            auto it = inputs.find(name);
-                            if (it == inputs.end()) return std::nullopt;
-                            return it->second;
-                          },
-                          kMaxFoldElements));
+  return evaluate_nodes(
+      std::span<const onnx::NodeProto* const>(&node, 1), opset_,
+      [&inputs](const std::string& name) -> std::optional<EvalValue> {
+        auto it = inputs.find(name);
+        if (it == inputs.end()) return std::nullopt;
+        return it->second;
+      },
+      kMaxFoldElements);
+}
+
+Result<std::optional<EvalTensor>> Importer::evaluate_node(
+    const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const {
+  GP_ASSIGN_OR_RETURN(auto values, evaluate_outputs(n, inputs));
   auto v = values.find(n.output(0));
   if (v == values.end() || v->second.sequence) return std::optional<EvalTensor>();
   return std::optional<EvalTensor>(std::move(v->second.tensor));
@@ -1115,13 +1119,7 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
                       return in.empty() || only_compared_weights(in);
                     });
   if (from_weights && !ends) param_dep_.insert(out);
-  if (!flat && value.dims.size() <= 1 && value.values.size() <= 64 &&
-      std::none_of(value.values.begin(), value.values.end(),
-                   [](double x) { return std::isnan(x); })) {
-    folded_[out] = value.values;  // for the shape math and scalars the mappings read
-    if (value.ints) folded_int_.insert(out);
-  }
-  tensors_[out] = std::move(value);
+  keep(out, std::move(value), /*shape_math=*/!flat);  // (fold_flat wrote the flat value)
   return true;
 }
 

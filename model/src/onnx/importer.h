@@ -262,8 +262,12 @@ class Importer {
   bool fold_tensor(const onnx::NodeProto& n, bool flat);
   // Split, SplitToSequence and SequenceAt of constants (constant_splits.cc).
   bool fold_split(const onnx::NodeProto& n);
-  // A folded tensor kept: its values, and for a small 0-D or 1-D one the flat shape math's copy.
-  void keep(const std::string& name, EvalTensor v);
+  // A folded tensor kept: its values, and with `shape_math` for a small 0-D or 1-D one without
+  // the unknown batch size (NaN) the flat shape math's copy.
+  void keep(const std::string& name, EvalTensor v, bool shape_math = true);
+  // Every output node n defines, evaluated from `inputs`.
+  Result<std::map<std::string, EvalValue>> evaluate_outputs(
+      const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const;
   // Node n's first output evaluated from `inputs` (nullopt for a sequence or no such output).
   Result<std::optional<EvalTensor>> evaluate_node(
       const onnx::NodeProto& n, const std::map<std::string, EvalValue>& inputs) const;
@@ -518,8 +522,6 @@ class Importer {
   // GatherElements of a constant of one repeated value at per-sample indices (RoBERTa's token
   // types, a zero buffer gathered at its position ids): that value, the same for every sample.
   void gather_elements(int i, const std::string& id);
-  // Conv with a 3-D weight: a conv2d over [C, 1, L].
-  void conv1d(int i, const std::string& id, const TensorRef& x);
   // CumSum along a per-sample axis (RoBERTa's position ids count the ids that are not padding).
   void cumsum(int i, const std::string& id);
   // Whether `name` holds integers in ONNX: an integer activation, one held as float32
