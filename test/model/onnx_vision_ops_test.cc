@@ -185,6 +185,21 @@ TEST_CASE("Conv with a 3-D weight (nn.Conv1d) is a conv2d over [C, 1, L] of kern
   CHECK(shape(g, "conv.1d") == "[6, 5] float32");
 }
 
+TEST_CASE("Conv with a 3-D weight and a computed all-zero bias adds no bias, as a 2-D one") {
+  // torch 2.x's unoptimised exports give a bias-free conv a bias computed as zeros.
+  Onnx b;
+  b.input("x", {4, 10});
+  b.init("w", {6, 4, 3}, iota(72));
+  b.init("size", {1}, {6}, kInt64);
+  b.node("ConstantOfShape", {"size"}, {"zeros"}, "zeros");
+  b.node("Conv", {"x", "w", "zeros"}, {"y"}, "conv");
+  b.output("y", {6, 8});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "conv").type() == "conv2d");
+  CHECK(op(g, "conv").params_size() == 1);  // the weight only
+  CHECK(shape(g, "conv.1d") == "[6, 8] float32");
+}
+
 TEST_CASE(
     "Conv with a 3-D weight refuses dilations, asymmetric padding and stride 0, naming them") {
   const auto dilated =
