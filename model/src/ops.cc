@@ -41,9 +41,11 @@ constexpr std::array kCatalogue = {
                "output projection",
                "num_heads (int, required, divides hidden), bias (0|1, default 1)", "num_heads,bias",
                1, 1, false, false, &infer_attention},
-    OpTypeInfo{OpType::kLayerNorm, "layer_norm",
-               "normalise the last dimension, then scale and shift",
-               "epsilon (float, default 1e-5)", "epsilon", 1, 1, false, false, &infer_layer_norm},
+    OpTypeInfo{
+        OpType::kLayerNorm, "layer_norm", "normalise the last dimension, then scale and shift",
+        "epsilon (float, default 1e-5), scale (0|1, default 1: a learned gamma), shift (0|1, "
+        "default 1: a learned beta; 0 is torch's LayerNorm(bias=False))",
+        "epsilon,scale,shift", 1, 1, false, false, &infer_layer_norm},
     OpTypeInfo{OpType::kRelu, "relu", "max(x, 0)", "none", "", 1, 1, false, false, &infer_relu},
     OpTypeInfo{OpType::kGelu, "gelu", "x * Phi(x): the tanh approximation, or exact (erf)",
                "approximate (tanh|none, default tanh; none is exact, as torch's nn.GELU())",

@@ -216,12 +216,16 @@ Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   GP_RETURN_IF_ERROR(require_float(x, 0));
   GP_RETURN_IF_ERROR(require_rank_at_least(x, 1, 0));
   GP_ASSIGN_OR_RETURN(const double eps, positive_epsilon(op));
-  out->attrs = NormAttrs{eps};
+  GP_ASSIGN_OR_RETURN(const int64_t scale, attr_int_or(op, "scale", 1));
+  GP_RETURN_IF_ERROR(boolean("scale", scale));
+  GP_ASSIGN_OR_RETURN(const int64_t shift, attr_int_or(op, "shift", 1));
+  GP_RETURN_IF_ERROR(boolean("shift", shift));
+  out->attrs = NormAttrs{eps, scale == 1, shift == 1};
   const int64_t d = x.shape(x.shape_size() - 1);
   out->outputs = {x};
-  out->params.push_back(make_param("gamma", {d}, x.dtype()));
-  out->params.push_back(make_param("beta", {d}, x.dtype()));
-  out->cost.param_count = 2 * d;
+  if (scale) out->params.push_back(make_param("gamma", {d}, x.dtype()));
+  if (shift) out->params.push_back(make_param("beta", {d}, x.dtype()));
+  sum_params(out);
   const double n = elems_of(x), b = bytes_of(x);
   const double rows = n / static_cast<double>(d);
   OpCost& c = out->cost;
@@ -229,7 +233,7 @@ Status infer_layer_norm(const Operator& op, std::span<const TensorSpec> in, Infe
   c.backward_flops = 14 * n;
   c.forward_bytes = 2 * b;
   c.backward_bytes = 3 * b;
-  c.forward_fixed_bytes = static_cast<double>(2 * d * dtype_size_bytes(x.dtype()));
+  c.forward_fixed_bytes = static_cast<double>((scale + shift) * d * dtype_size_bytes(x.dtype()));
   c.backward_fixed_bytes = 2 * c.forward_fixed_bytes;
   c.saved_bytes = rows * 2 * 4;  // per-row mean and inverse std
   c.forward_kernels = 1;

@@ -342,6 +342,19 @@ inline std::vector<GradCase> grad_cases() {
               [](GraphBuilder& b) {
                 return b.layer_norm("op", x(b, {2, 5}));
               }),
+      op_case("layer_norm without shift", {3, 9},
+              [](GraphBuilder& b) {
+                auto y = b.layer_norm("op", x(b, {3, 9}));
+                set_op_attr(b, "op", "shift", int64_t{0});
+                return y;
+              }),
+      op_case("layer_norm without scale or shift", {2, 5},
+              [](GraphBuilder& b) {
+                auto y = b.layer_norm("op", x(b, {2, 5}));
+                set_op_attr(b, "op", "scale", int64_t{0});
+                set_op_attr(b, "op", "shift", int64_t{0});
+                return y;
+              }),
       op_case("relu", {2, 3}, away_from_zero,
               [](GraphBuilder& b) {
                 return b.relu("op", x(b, {2, 3}));

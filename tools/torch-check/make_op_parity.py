@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes test/data/op_parity/cases.txt: PyTorch's forward output and gradients for the op cases
 of test/support/op_cases.h that map onto one PyTorch function (the general element-wise ops,
-reductions, conv_transpose2d, resize, gather), on inputs drawn here. The C++ test
+reductions, conv_transpose2d, resize, gather, layer_norm with and without its affine), on inputs drawn here. The C++ test
 (test/executor/torch_parity_test.cc) runs each case's CPU kernel on the same values and compares.
 
 Every case has batch 2; inputs are in the op's input order, parameters in its ParamSpec order;
@@ -92,6 +92,17 @@ def gather(shape, axis, indices):
     return [x], [], lambda xs, ps: torch.index_select(xs[0], dim, torch.tensor(indices))
 
 
+def layer_norm(shape, scale, shift):
+    d = shape[-1]
+    params = ([rand(d)[0] + 1.5] if scale else []) + ([rand(d)[0]] if shift else [])
+
+    def f(xs, ps):
+        gamma = ps[0] if scale else None
+        beta = ps[-1] if shift else None
+        return F.layer_norm(xs[0], (d,), gamma, beta)
+    return [rand(*shape, lo=-2, hi=3)], params, f
+
+
 def cases():
     for fn in ("neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "erf", "sin", "cos",
                "softplus"):
@@ -123,6 +134,9 @@ def cases():
     yield "resize bilinear, align_corners, 3x2 to 5x4", resize(1, 3, 2, (5, 4), "bilinear", True)
     yield "gather of a middle axis with repeats", gather([2, 5, 3], 1, [4, 0, 4, 2])
     yield "gather of the last axis (a lower triangle)", gather([3, 9], -1, [3, 6, 7])
+    yield "layer_norm", layer_norm([2, 5], True, True)
+    yield "layer_norm without shift", layer_norm([3, 9], True, False)
+    yield "layer_norm without scale or shift", layer_norm([2, 5], False, False)
 
 
 def line(key, t):

@@ -72,28 +72,34 @@ class SoftmaxKernel final : public OpKernel {
 };
 
 // y = (x - mean) * rstd * gamma + beta over the last dim, rstd = 1 / sqrt(var + eps) with the
-// biased variance. Saved: (mean, rstd) per row, interleaved.
+// biased variance. Saved: (mean, rstd) per row, interleaved. Without a scale gamma is 1, without a
+// shift beta is 0 (they are then not parameters).
 class LayerNormKernel final : public OpKernel {
  public:
-  LayerNormKernel(int64_t rows, int64_t cols, float eps) : rows_(rows), cols_(cols), eps_(eps) {}
+  LayerNormKernel(int64_t rows, int64_t cols, float eps, bool scale, bool shift)
+      : rows_(rows), cols_(cols), eps_(eps), scale_(scale), shift_(shift) {}
   int64_t saved_floats_per_sample() const override { return 2 * rows_; }
 
   void forward(const OpArgs& a) const override {
-    vec::layer_norm(a.inputs[0].f(), a.params[0], a.params[1], a.outputs[0].f(), a.saved,
+    vec::layer_norm(a.inputs[0].f(), gamma(a.params), beta(a.params), a.outputs[0].f(), a.saved,
                     a.batch * rows_, cols_, eps_);
   }
 
   // With xh = (x - mean) * rstd and g = dy * gamma:
   //   dx = rstd * (g - mean(g) - xh * mean(g * xh)); dgamma += dy * xh; dbeta += dy.
   void backward(const OpArgs& a) const override {
-    vec::layer_norm_backward(a.inputs[0].f(), a.grad_outputs[0].f(), a.params[0], a.saved,
-                             a.grad_inputs[0].f(), a.param_grads[0], a.param_grads[1],
+    vec::layer_norm_backward(a.inputs[0].f(), a.grad_outputs[0].f(), gamma(a.params), a.saved,
+                             a.grad_inputs[0].f(), gamma(a.param_grads), beta(a.param_grads),
                              a.batch * rows_, cols_);
   }
 
  private:
+  float* gamma(std::span<float* const> p) const { return scale_ ? p[0] : nullptr; }
+  float* beta(std::span<float* const> p) const { return shift_ ? p[scale_ ? 1 : 0] : nullptr; }
+
   int64_t rows_, cols_;
   float eps_;
+  bool scale_, shift_;
 };
 
 // y = sum of the inputs; every input receives dy.
@@ -314,7 +320,7 @@ KernelResult make_layer_norm(const model::OpNode& op) {
   const double eps = a.epsilon;
   const int64_t cols = last_dim(x);
   return wrap(std::make_unique<LayerNormKernel>(model::num_elements(x) / cols, cols,
-                                                static_cast<float>(eps)));
+                                                static_cast<float>(eps), a.scale, a.shift));
 }
 
 KernelResult make_add(const model::OpNode& op) {

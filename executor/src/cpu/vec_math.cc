@@ -332,14 +332,17 @@ GP_VEC_CLONES void layer_norm(const float* x, const float* gamma, const float* b
       acc += c * c;
     }
     const float rstd = 1.0f / std::sqrt(hsum(acc) * inv_n + eps);
+    // A null gamma is 1 and a null beta 0 (a LayerNorm without them). No lambdas here: they would
+    // not get this function's target clones.
     for (int64_t i = 0; i < full; i += kW) {
-      store(yr + i, (GP_LOAD(xr + i) - mean) * rstd * GP_LOAD(gamma + i) + GP_LOAD(beta + i));
+      const V g = gamma == nullptr ? GP_SPLAT(1.0f) : GP_LOAD(gamma + i);
+      const V sh = beta == nullptr ? GP_SPLAT(0.0f) : GP_LOAD(beta + i);
+      store(yr + i, (GP_LOAD(xr + i) - mean) * rstd * g + sh);
     }
     if (k > 0) {
-      store_part(yr + full,
-                 (GP_LOAD_PART(xr + full, k, 0) - mean) * rstd * GP_LOAD_PART(gamma + full, k, 0) +
-                     GP_LOAD_PART(beta + full, k, 0),
-                 k);
+      const V g = gamma == nullptr ? GP_SPLAT(1.0f) : GP_LOAD_PART(gamma + full, k, 0);
+      const V sh = beta == nullptr ? GP_SPLAT(0.0f) : GP_LOAD_PART(beta + full, k, 0);
+      store_part(yr + full, (GP_LOAD_PART(xr + full, k, 0) - mean) * rstd * g + sh, k);
     }
     stats[2 * r] = mean;
     stats[2 * r + 1] = rstd;
@@ -362,7 +365,9 @@ GP_VEC_CLONES void layer_norm_backward(const float* x, const float* dy, const fl
       if (part && k == 0) break;
       const V xv = part ? GP_LOAD_PART(xr + i, k, 0) : GP_LOAD(xr + i);
       const V dyv = part ? GP_LOAD_PART(dyr + i, k, 0) : GP_LOAD(dyr + i);
-      const V gv = part ? GP_LOAD_PART(gamma + i, k, 0) : GP_LOAD(gamma + i);
+      const V gv = gamma == nullptr ? GP_SPLAT(1.0f)
+                   : part           ? GP_LOAD_PART(gamma + i, k, 0)
+                                    : GP_LOAD(gamma + i);
       const V xh = (xv - mean) * rstd;
       const V g = dyv * gv;
       sg += g;
@@ -384,7 +389,9 @@ GP_VEC_CLONES void layer_norm_backward(const float* x, const float* dy, const fl
       if (part && k == 0) break;
       const V xv = part ? GP_LOAD_PART(xr + i, k, 0) : GP_LOAD(xr + i);
       const V dyv = part ? GP_LOAD_PART(dyr + i, k, 0) : GP_LOAD(dyr + i);
-      const V gv = part ? GP_LOAD_PART(gamma + i, k, 0) : GP_LOAD(gamma + i);
+      const V gv = gamma == nullptr ? GP_SPLAT(1.0f)
+                   : part           ? GP_LOAD_PART(gamma + i, k, 0)
+                                    : GP_LOAD(gamma + i);
       const V xh = (xv - mean) * rstd;
       const V v = (part ? GP_LOAD_PART(dxr + i, k, 0) : GP_LOAD(dxr + i)) +
                   rstd * (dyv * gv - mean_g - xh * mean_gx);

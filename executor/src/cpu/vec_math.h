@@ -49,11 +49,12 @@ void add_scaled_softmax(const float* z, float lse, float g, float* dz, int64_t n
 
 // Layer norm over rows of n: y = (x - mean) * rstd * gamma + beta with the biased variance
 // (two passes, so no cancellation for large means); stats[2r] = mean, stats[2r + 1] = rstd.
+// A null gamma is 1, a null beta 0.
 void layer_norm(const float* x, const float* gamma, const float* beta, float* y, float* stats,
                 int64_t rows, int64_t n, float eps);
 // Its backward from the saved stats, with xh = (x - mean) rstd and g = dy gamma:
 // dx += rstd (g - mean(g) - xh mean(g xh)); dgamma += dy xh; dbeta += dy. Null outputs are
-// skipped.
+// skipped; a null gamma is 1.
 void layer_norm_backward(const float* x, const float* dy, const float* gamma, const float* stats,
                          float* dx, float* dgamma, float* dbeta, int64_t rows, int64_t n);
 

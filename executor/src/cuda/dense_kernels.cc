@@ -256,18 +256,20 @@ class AttentionKernel final : public OpKernel {
 // ---- layer norm --------------------------------------------------------------------------------
 
 // y = (x - mean) * rstd * gamma + beta over the last dim, rstd = 1 / sqrt(var + eps) with the
-// biased variance. Params: gamma, beta [cols]. Saved: (mean, rstd) per row, interleaved.
+// biased variance. Params: gamma, beta [cols], each only where the op has it (else 1 and 0).
+// Saved: (mean, rstd) per row, interleaved.
 class LayerNormKernel final : public OpKernel {
  public:
-  LayerNormKernel(const CudaContext& ctx, int64_t rows, int64_t cols, float eps)
-      : ctx_(ctx), rows_(rows), cols_(cols), eps_(eps) {}
+  LayerNormKernel(const CudaContext& ctx, int64_t rows, int64_t cols, float eps, bool scale,
+                  bool shift)
+      : ctx_(ctx), rows_(rows), cols_(cols), eps_(eps), scale_(scale), shift_(shift) {}
   int64_t saved_floats_per_sample() const override { return 2 * rows_; }
 
   void forward(const OpArgs& a) const override {
-    ctx_.check(
-        launch_layer_norm_forward(a.inputs[0].f(), a.params[0], a.params[1], a.outputs[0].f(),
-                                  a.saved, a.batch * rows_, cols_, eps_, ctx_.stream),
-        "layer_norm forward");
+    ctx_.check(launch_layer_norm_forward(a.inputs[0].f(), gamma(a.params), beta(a.params),
+                                         a.outputs[0].f(), a.saved, a.batch * rows_, cols_, eps_,
+                                         ctx_.stream),
+               "layer_norm forward");
   }
 
   // With xh = (x - mean) * rstd and g = dy * gamma:
@@ -276,20 +278,26 @@ class LayerNormKernel final : public OpKernel {
     const int64_t rows = a.batch * rows_;
     const float* x = a.inputs[0].f();
     const float* dy = a.grad_outputs[0].f();
-    ctx_.check(launch_layer_norm_backward_params(x, dy, a.saved, a.param_grads[0], a.param_grads[1],
-                                                 rows, cols_, ctx_.stream),
-               "layer_norm backward params");
+    if (scale_ || shift_) {
+      ctx_.check(launch_layer_norm_backward_params(x, dy, a.saved, gamma(a.param_grads),
+                                                   beta(a.param_grads), rows, cols_, ctx_.stream),
+                 "layer_norm backward params");
+    }
     if (float* dx = a.grad_inputs[0].f(); dx != nullptr) {
-      ctx_.check(launch_layer_norm_backward_input(x, dy, a.params[0], a.saved, dx, rows, cols_,
+      ctx_.check(launch_layer_norm_backward_input(x, dy, gamma(a.params), a.saved, dx, rows, cols_,
                                                   ctx_.stream),
                  "layer_norm backward dx");
     }
   }
 
  private:
+  float* gamma(std::span<float* const> p) const { return scale_ ? p[0] : nullptr; }
+  float* beta(std::span<float* const> p) const { return shift_ ? p[scale_ ? 1 : 0] : nullptr; }
+
   const CudaContext& ctx_;
   int64_t rows_, cols_;  // rows per sample, last dim
   float eps_;
+  bool scale_, shift_;
 };
 
 // ---- matmul ------------------------------------------------------------------------------------
@@ -357,7 +365,7 @@ KernelResult make_layer_norm(const model::OpNode& op, const CudaContext& ctx) {
   const double eps = a.epsilon;
   const int64_t cols = last_dim(x);
   return wrap(std::make_unique<LayerNormKernel>(ctx, model::num_elements(x) / cols, cols,
-                                                static_cast<float>(eps)));
+                                                static_cast<float>(eps), a.scale, a.shift));
 }
 
 KernelResult make_matmul(const model::OpNode& op, const CudaContext& ctx) {

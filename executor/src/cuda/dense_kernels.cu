@@ -211,7 +211,7 @@ __global__ void softmax_rows_backward_kernel(const float* p, float* dp, int64_t 
 // ---- layer norm --------------------------------------------------------------------------------
 
 // Two passes over the row (mean, then the centred variance) like the CPU reference, so large means
-// do not cancel.
+// do not cancel. A null gamma is 1 and a null beta 0 (a LayerNorm without them).
 __global__ void layer_norm_forward_kernel(const float* x, const float* gamma, const float* beta,
                                           float* y, float* stats, int64_t rows, int64_t cols,
                                           float eps) {
@@ -230,7 +230,8 @@ __global__ void layer_norm_forward_kernel(const float* x, const float* gamma, co
     }
     const float rstd = 1.0f / sqrtf(block_sum(v, shm) * inv_n + eps);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-      yr[j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+      yr[j] = (xr[j] - mean) * rstd * (gamma != nullptr ? gamma[j] : 1.0f) +
+              (beta != nullptr ? beta[j] : 0.0f);
     }
     if (threadIdx.x == 0) {
       stats[2 * r] = mean;
@@ -252,7 +253,7 @@ __global__ void layer_norm_backward_input_kernel(const float* x, const float* dy
     float sg = 0, sgx = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       const float xh = (xr[j] - mean) * rstd;
-      const float g = dyr[j] * gamma[j];
+      const float g = dyr[j] * (gamma != nullptr ? gamma[j] : 1.0f);
       sg += g;
       sgx += g * xh;
     }
@@ -260,7 +261,7 @@ __global__ void layer_norm_backward_input_kernel(const float* x, const float* dy
     const float mean_gx = block_sum(sgx, shm) * inv_n;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
       const float xh = (xr[j] - mean) * rstd;
-      dxr[j] += rstd * (dyr[j] * gamma[j] - mean_g - xh * mean_gx);
+      dxr[j] += rstd * (dyr[j] * (gamma != nullptr ? gamma[j] : 1.0f) - mean_g - xh * mean_gx);
     }
   }
 }

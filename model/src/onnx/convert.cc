@@ -343,52 +343,6 @@ void Importer::log_softmax(int i, const std::string& id) {
   act_[n.output(0)] = b_.binary(id, shifted, b_.unary(part("log"), sum, "log"), "sub");
 }
 
-void Importer::layer_norm(int i, const std::string& id) {
-  const auto& n = g_.node(i);
-  auto x = activation(n.input(0));
-  if (!x) return refuse(i, "its input is not an activation");
-  const int64_t axis = attr_i(n, "axis", -1);
-  const auto a = feature_axis(i, axis);
-  if (!a) return;
-  if (!is_weight(n.input(1))) return refuse(i, "scale is not a weight");
-  const bool beta = n.input_size() > 2 && !n.input(2).empty();
-  if (beta && !is_weight(n.input(2))) return refuse(i, "bias is not a weight");
-  // Per sample, the batch's folded dims included.
-  const int64_t rank = per_sample_rank(n.input(0));
-  TensorRef in = *x;
-  std::vector<int64_t> shape;
-  if (*a != rank - 1) {
-    // Over the trailing axes from `axis`: merged into one, normalised, and split again (the
-    // scale and bias flatten row-major, as the merged axis does).
-    const auto s = sample_shape(n.input(0));
-    if (!s) {
-      return refuse(i, "normalises axes " + std::to_string(axis) + ".. of '" + n.input(0) +
-                           "', whose shape is not known");
-    }
-    shape = *s;
-    const int64_t merged = product(std::vector<int64_t>(s->begin() + *a, s->end()));
-    for (int k = 1; k < (beta ? 3 : 2); ++k) {
-      if (product(weight_dims(n.input(k))) != merged) {
-        return refuse(i, std::string(k == 1 ? "scale" : "bias") + " '" + n.input(k) + "' has " +
-                             std::to_string(product(weight_dims(n.input(k)))) +
-                             " elements, the normalised axes " + std::to_string(merged) +
-                             " (only a scale and bias of the normalised shape map)");
-      }
-    }
-    std::vector<int64_t> flat(s->begin(), s->begin() + *a);
-    flat.push_back(merged);
-    in = b_.reshape(unique_id(id + ".merge", id), *x, flat);
-  }
-  TensorRef y = b_.layer_norm(id, in);
-  if (const double eps = attr_f(n, "epsilon", 1e-5); std::fabs(eps - 1e-5) > 1e-9) {
-    set_attr(op_by_id(id), "epsilon", eps);
-  }
-  take(id, "gamma", n.input(1));
-  if (beta) take(id, "beta", n.input(2));
-  if (!shape.empty()) y = b_.reshape(unique_id(id + ".split", id), y, shape);
-  act_[n.output(0)] = y;
-}
-
 // Whether node n computes on integers held as activations (ids, or what arithmetic made of
 // them): the general element-wise ops take it, casting the ids and tracking integer results.
 bool Importer::integer_arithmetic(const onnx::NodeProto& n) const {
@@ -477,13 +431,10 @@ void Importer::emit_fused(int i, const Fused& f) {
     if (f.padded) set_attr(op_by_id(id), "padding_idx", int64_t{-1});
     return;
   }
-  act_[g_.node(i).output(0)] = b_.layer_norm(id, *x);
-  if (std::fabs(f.epsilon - 1e-5) > 1e-9) set_attr(op_by_id(id), "epsilon", f.epsilon);
-  if (!f.gamma.empty()) {
-    take(id, "gamma", f.gamma);
-  }
-  if (!f.beta.empty()) {
-    take(id, "beta", f.beta);
+  const auto shape = sample_shape(f.x);
+  const int64_t width = shape && !shape->empty() ? shape->back() : product(weight_dims(f.gamma));
+  if (auto y = emit_layer_norm(i, id, *x, f.epsilon, f.gamma, f.beta, width)) {
+    act_[g_.node(i).output(0)] = *y;
   }
 }
 

@@ -357,6 +357,12 @@ class Importer {
   void softmax(int i, const std::string& id);
   void log_softmax(int i, const std::string& id);
   void layer_norm(int i, const std::string& id);
+  // Layer norm `id` of x (node i's) with torch's affine: `scale` and `shift` (ONNX tensors of
+  // `width` values; "" for none) trained where torch has them as parameters, else applied as
+  // constants after it (nothing where they are ones and zeros). nullopt: node i refused.
+  std::optional<TensorRef> emit_layer_norm(int i, const std::string& id, const TensorRef& x,
+                                           double epsilon, const std::string& scale,
+                                           const std::string& shift, int64_t width);
   // The per-sample axis of node i's `axis` (of its input 0); refuses node i for the batch axis,
   // an axis out of range or an input of unknown rank.
   std::optional<int64_t> feature_axis(int i, int64_t axis);
@@ -773,7 +779,7 @@ class Importer {
   std::set<std::string> used_ids_;
   std::vector<bool> done_;
   std::vector<std::string> unsupported_;
-  std::set<std::string> poisoned_;         // outputs of refused nodes and of nodes fed by them
+  std::set<std::string> poisoned_;  // outputs of refused nodes and of nodes fed by them
   std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too
   bool fed_by_refused_ = false;

@@ -463,23 +463,33 @@ std::string onnx_node_metadata(const onnx::NodeProto& node, const std::string& k
   return metadata_value(node, kNodeMetadataProps, key);
 }
 
-int64_t torch_embedding_padding_idx(const onnx::NodeProto& n) {
-  // "... target=torch.ops.aten.embedding.default](args = (%p_emb_weight, %idx, 0), kwargs = {})"
+std::vector<std::string> torch_call_arguments(const onnx::NodeProto& n, std::string_view target) {
+  // "... target=torch.ops.aten.layer_norm.default](args = (%x, [8, 4], %p_w, None, 1e-05), ..."
   const std::string fx = onnx_node_metadata(n, "pkg.torch.onnx.fx_node");
-  const std::string call = "aten.embedding.default](args = (";
+  const std::string call = "target=torch.ops." + std::string(target) + "](args = (";
   const size_t at = fx.find(call);
-  if (at == std::string::npos) return -1;
-  const size_t begin = at + call.size(), end = fx.find(')', begin);
-  if (end == std::string::npos) return -1;
+  if (at == std::string::npos) return {};
   std::vector<std::string> args;
-  for (size_t b = begin; b <= end;) {
-    size_t comma = fx.find(',', b);
-    if (comma == std::string::npos || comma > end) comma = end;
-    std::string arg = fx.substr(b, comma - b);
-    arg.erase(0, arg.find_first_not_of(' '));
-    args.push_back(arg);
-    b = comma + 1;
+  std::string arg;
+  int depth = 0;  // inside [...] or (...) of one argument
+  for (size_t k = at + call.size(); k < fx.size(); ++k) {
+    const char c = fx[k];
+    if (depth == 0 && (c == ',' || c == ')')) {
+      arg.erase(0, arg.find_first_not_of(' '));
+      if (!arg.empty() || c == ',') args.push_back(arg);
+      arg.clear();
+      if (c == ')') return args;
+      continue;
+    }
+    if (c == '[' || c == '(') ++depth;
+    if ((c == ']' || c == ')') && --depth < 0) return {};
+    arg += c;
   }
+  return {};  // unterminated: not a call this reads
+}
+
+int64_t torch_embedding_padding_idx(const onnx::NodeProto& n) {
+  const auto args = torch_call_arguments(n, "aten.embedding.default");
   if (args.size() < 3 || args[2].empty()) return -1;
   int64_t padding = -1;
   const auto [ptr, ec] = std::from_chars(args[2].data(), args[2].data() + args[2].size(), padding);

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace onnx {
@@ -37,6 +38,10 @@ std::string copied_from(const onnx::GraphProto& g, const std::string& value);
 // The parameters and buffers a node's traced call reads (p_<name>, b_<name>), from its
 // pkg.torch.onnx.fx_node metadata.
 std::vector<std::string> torch_placeholders(const onnx::NodeProto& n);
+
+// The arguments of the node's traced call of `target` ("aten.layer_norm.default") as the
+// fx_node metadata writes them ("%x", "[8]", "None", "1e-05"); empty when it holds no such call.
+std::vector<std::string> torch_call_arguments(const onnx::NodeProto& n, std::string_view target);
 
 // The padding_idx of a traced nn.Embedding lookup (`aten.embedding(weight, ids, padding_idx)` in
 // the node's fx_node metadata; torch passes -1, or nothing, for none): -1 when it has none or

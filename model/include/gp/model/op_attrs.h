@@ -41,6 +41,8 @@ struct EmbeddingAttrs {
 // layer_norm, batch_norm.
 struct NormAttrs {
   double epsilon = 1e-5;
+  bool scale = true;  // layer_norm: a learned gamma (false: torch's elementwise_affine=False)
+  bool shift = true;  // layer_norm: a learned beta (false: torch's LayerNorm(bias=False))
 };
 
 struct GeluAttrs {

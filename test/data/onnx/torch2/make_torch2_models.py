@@ -52,7 +52,8 @@ torch 2.15.0 and onnxscript 0.7.2; and rotary_split (GPT-J's sine and cosine spl
 gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2; and padded_positions
 (RoBERTa's position ids, a cumulative sum of the ids' padding mask) with torch 2.15.0 and
 onnxscript 0.7.2; and audio_front_end (Whisper's nn.Conv1d front end) with torch 2.15.0 and
-onnxscript 0.7.2.)
+onnxscript 0.7.2; and norm_affines (LayerNorm with bias=False and with elementwise_affine=False)
+with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -772,6 +773,25 @@ class AudioFrontEnd(torch.nn.Module):
         return self.fc(h.permute(0, 2, 1))
 
 
+class NormAffines(torch.nn.Module):
+    # LayerNorms without torch's full affine: MPT's LayerNorm(bias=False) (the legacy exporter
+    # writes a Constant of zeros as its bias), one with elementwise_affine=False (ones and zeros;
+    # dynamo's optimiser reuses another norm's all-ones weight for its scale) and an ordinary one.
+    def __init__(self, dim=8):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(dim, dim)
+        self.no_bias = torch.nn.LayerNorm(dim, bias=False)
+        self.fc2 = torch.nn.Linear(dim, dim)
+        self.no_affine = torch.nn.LayerNorm(dim, elementwise_affine=False)
+        self.fc3 = torch.nn.Linear(dim, dim)
+        self.full = torch.nn.LayerNorm(dim)
+
+    def forward(self, x):
+        h = self.no_bias(self.fc1(x))
+        h = self.no_affine(self.fc2(torch.nn.functional.gelu(h)))
+        return self.full(self.fc3(h))
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -852,7 +872,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("padded_positions", 155, PaddedPositions, padded_ids_inputs,
                                  None),
                                 ("audio_front_end", 156, AudioFrontEnd, patterns.feat(4, 10),
-                                 None)]
+                                 None),
+                                ("norm_affines", 157, NormAffines, patterns.feat(5, 8), None)]
 
 
 def main():
