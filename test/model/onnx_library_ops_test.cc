@@ -195,6 +195,47 @@ TEST_CASE("a slice with a negative step reverses, and step 1 stays a slice op") 
   CHECK_THAT(zero.refusal(), Catch::Contains("'bad' (Slice): a step of 0"));
 }
 
+// Phi-3's rotary split with the rotary dimension the whole head: q[..., 8:] of q [batch, 3, 8]
+// is empty, and torch.cat([rotated, q[..., 8:]], -1) is the rotated half alone.
+Onnx empty_pass(const std::string& reader) {
+  Onnx b;
+  b.input("q", {3, 8});
+  b.init("starts", {1}, {8}, kInt64);
+  b.init("ends", {1}, {kEnd}, kInt64);
+  b.init("axes", {1}, {-1}, kInt64);
+  b.node("Slice", {"q", "starts", "ends", "axes"}, {"pass"}, "pass");
+  b.node("Neg", {"q"}, {"rot"}, "rot");
+  auto* n = b.node(reader, {"rot", "pass"}, {"y"}, "join");
+  if (reader == "Concat") Onnx::attr(n, "axis", int64_t{-1});
+  b.output("y", {3, 8});
+  return b;
+}
+
+TEST_CASE("an empty slice is no tensor: the Concat that reads it drops it") {
+  const auto g = testing::build_graph(empty_pass("Concat").imported());
+  CHECK(g.index_of("pass") < 0);
+  CHECK(g.index_of("join") < 0);  // one tensor left: the Concat is that tensor
+  CHECK(shape(g, "rot") == "[3, 8] float32");
+  CHECK(op(g, "y.loss").inputs(0).op() == "rot");
+  // Any other reader is refused, naming the empty slice.
+  CHECK_THAT(empty_pass("Add").refusal(),
+             Catch::Contains("'join' (Add): reads 'pass', an empty slice (no elements)"));
+}
+
+TEST_CASE("a one-input Concat is its input along any axis, the batch's too") {
+  // The legacy export of a key cache torch starts empty: torch.cat([cache, k], dim=-2) with the
+  // cache left out, over an axis that may be the batch's after a transpose.
+  Onnx b;
+  b.input("k", {3, 4});
+  b.node("Concat", {"k"}, {"kk"}, "cache");
+  Onnx::attr(b.model.mutable_graph()->mutable_node(0), "axis", int64_t{0});
+  b.node("Relu", {"kk"}, {"y"}, "act");
+  b.output("y", {3, 4});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(g.index_of("cache") < 0);
+  CHECK(op(g, "act").inputs(0).op() == "k");
+}
+
 // dynamo's as_strided of x [batch, 3] flattened: indices batch_index * stride_batch +
 // channel * stride_channel, as [batch, 3, 1] from Range over the batch size.
 Onnx strided(int64_t stride_batch, int64_t stride_channel) {

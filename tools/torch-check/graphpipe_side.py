@@ -50,10 +50,13 @@ class GraphPipe:
             raise Blocked(step, f"exit {done.returncode}: " + message(done.stderr))
         return done
 
-    def import_onnx(self, onnx_path, max_bag=0):
-        """graphpipe-plan import with no flag beyond --max-bag: (model file, import's stderr)."""
+    def import_onnx(self, onnx_path, max_bag=0, padding_idx=None):
+        """graphpipe-plan import with no flag beyond --max-bag and --padding-idx (the padding rows
+        of a legacy export, which does not record them): (model file, import's stderr)."""
         model = self.path("model.pbtxt")
         flags = ["--max-bag", str(max_bag)] if max_bag else []
+        for table, row in (padding_idx or {}).items():
+            flags += ["--padding-idx", f"{table}={row}"]
         done = self.run("import", [self.plan_bin, "import", onnx_path, "--out", model] + flags)
         return model, done.stderr
 

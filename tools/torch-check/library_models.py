@@ -13,9 +13,8 @@ cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
 does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
 a cumulative sum of the ids' padding mask, token types gathered from a zero buffer), Whisper's
-encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM and Qwen3. Not here: Phi-3
-(refused by name) and MPT (its bias-free LayerNorm trains a shift torch does not have); see
-docs/model-format.md."""
+encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM, Qwen3, Phi-3 (an empty slice of
+its rotary split) and MPT (LayerNorm(bias=False)); see docs/model-format.md."""
 import torch
 import torch.nn as nn
 
@@ -273,6 +272,12 @@ LIBRARY = [
                                  intermediate_size=64, num_key_value_heads=4), tokens),
     ("hf_qwen3", hf_causal_lm("Qwen3ForCausalLM", "Qwen3Config", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=4, head_dim=8), tokens),
+    # Its rotary dimension is the whole head: q[..., rotary_dim:] is empty.
+    ("hf_phi3", hf_causal_lm("Phi3ForCausalLM", "Phi3Config", hidden_size=32,
+                             intermediate_size=64, num_key_value_heads=4, pad_token_id=0), tokens),
+    # LayerNorm(bias=False): no shift to train.
+    ("hf_mpt", hf_causal_lm("MptForCausalLM", "MptConfig", d_model=32, n_heads=4, n_layers=2,
+                            expansion_ratio=2), tokens),
     ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]

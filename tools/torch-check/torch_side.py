@@ -17,6 +17,20 @@ STEPS = 3  # SGD steps; losses are taken before each step and after the last
 
 # The exporters and options a user meets. "train": the module's mode when exported (and when
 # PyTorch steps it); "graph_only": exported without weights (imported and planned, not trained).
+def padding_rows(model, onnx_path):
+    """{initializer name: row} of every nn.Embedding with a padding_idx, by the name the export
+    gives its table (a legacy export keeps state_dict names, one of several for a tied table)."""
+    names = {t.name for t in onnx.load(onnx_path, load_external_data=False).graph.initializer}
+    state = model.state_dict(keep_vars=True)
+    rows = {}
+    for m in model.modules():
+        if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None:
+            for key, value in state.items():
+                if value is m.weight and key in names:
+                    rows[key] = m.padding_idx % m.num_embeddings
+    return rows
+
+
 VARIANTS = {
     "dynamo": dict(train=False, kwargs=dict(dynamo=True)),
     "dynamo_train": dict(train=True, kwargs=dict(dynamo=True, optimize=False)),

@@ -116,6 +116,13 @@ void Importer::convert(int i) {
   const std::string& id = current_id_;
   fed_by_refused_ = false;
   for (const auto& input : n.input()) fed_by_refused_ = fed_by_refused_ || poisoned_.count(input);
+  for (const auto& input : n.input()) {
+    if (empty_.count(input) && t != "Concat") {
+      return refuse(i, "reads '" + input +
+                           "', an empty slice (no elements): only a Concat, which drops it, may "
+                           "read one");
+    }
+  }
   // (They read X and write Y with the batch where their layout attribute has it.)
   if (t == "LSTM" || t == "GRU") return recurrent(i, id);
   // Inputs whose batch is not first (batch_layout.cc) that this op cannot take.
@@ -380,6 +387,7 @@ void Importer::concat(int i, const std::string& id) {
   const auto& n = g_.node(i);
   std::vector<TensorRef> xs;
   for (int k = 0; k < n.input_size(); ++k) {
+    if (empty_.count(n.input(k))) continue;  // an empty slice adds nothing
     auto x = activation(n.input(k));
     if (!x && static_batch_ > 0 && is_weight(n.input(k)) && !weight_dims(n.input(k)).empty() &&
         weight_dims(n.input(k))[0] == static_batch_) {
@@ -390,6 +398,16 @@ void Importer::concat(int i, const std::string& id) {
     }
     if (!x) return refuse(i, "input " + std::to_string(k) + " is not an activation");
     xs.push_back(*x);
+  }
+  // One tensor (the rest empty, or a legacy export's one-input Concat of a cache torch starts
+  // empty) is itself, whatever the axis.
+  if (xs.empty()) {
+    empty_.insert(n.output(0));
+    return;
+  }
+  if (xs.size() == 1) {
+    act_[n.output(0)] = xs[0];
+    return;
   }
   const auto axis = sample_axis(n.input(0), attr_i(n, "axis", 0));
   if (!axis) return refuse(i, "concatenates along the batch axis (or an axis out of range)");
@@ -623,6 +641,21 @@ void Importer::slice(int i, const std::string& id) {
       if (axis < 0) axis += *rank;
       if (!seen.insert(axis).second) {
         return refuse(i, "axis " + std::to_string(axis) + " is sliced twice");
+      }
+    }
+  }
+  // An empty slice (Phi-3's q[..., rotary_dim:] with the rotary dimension the whole head) is no
+  // tensor: only a Concat may read it, and drops it.
+  if (const auto shape = sample_shape(n.input(0))) {
+    for (size_t k = 0; k < count; ++k) {
+      const auto a = sample_axis(
+          n.input(0), lists[2].empty() ? static_cast<int64_t>(k) : to_index(lists[2][k]));
+      const int64_t stride = lists[3].empty() ? 1 : to_index(lists[3][k]);
+      if (!a || *a >= static_cast<int64_t>(shape->size()) || stride == 0) continue;
+      const auto [s, e] = slice_bounds(lists[0][k], lists[1][k], (*shape)[*a], stride);
+      if (stride > 0 ? s >= e : s <= e) {
+        empty_.insert(n.output(0));
+        return;
       }
     }
   }

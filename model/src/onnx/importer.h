@@ -780,6 +780,7 @@ class Importer {
   std::vector<bool> done_;
   std::vector<std::string> unsupported_;
   std::set<std::string> poisoned_;  // outputs of refused nodes and of nodes fed by them
+  std::set<std::string> empty_;  // activations without elements (empty slices): Concat drops them
   std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too
   bool fed_by_refused_ = false;
