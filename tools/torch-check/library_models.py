@@ -14,7 +14,8 @@ Swin (its shifted-window mask expanded over batch x windows; legacy exporter onl
 does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
 a cumulative sum of the ids' padding mask, token types gathered from a zero buffer), Whisper's
 encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM, Qwen3, Phi-3 (an empty slice of
-its rotary split) and MPT (LayerNorm(bias=False)); see docs/model-format.md."""
+its rotary split), MPT (LayerNorm(bias=False)) and CLIP's text tower (the state at each sample's
+argmax position); see docs/model-format.md."""
 import torch
 import torch.nn as nn
 
@@ -200,6 +201,30 @@ def hf_swin():
         num_labels=10)))
 
 
+class TextEmbeds(nn.Module):
+    """A Hugging Face text tower's projected embedding (CLIP's text_embeds)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).text_embeds
+
+
+def hf_clip_text(eos_token_id):
+    """CLIP's text tower: it pools the state at each sample's end-of-text token, found by an
+    argmax (of the ids where eos_token_id is 2, as the first CLIP checkpoints; else of ids ==
+    eos_token_id)."""
+    def build():
+        from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+        return TextEmbeds(CLIPTextModelWithProjection(CLIPTextConfig(
+            vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, max_position_embeddings=16, projection_dim=16,
+            bos_token_id=0, pad_token_id=1, eos_token_id=eos_token_id)))
+    return build
+
+
 def hf_vit():
     from transformers import ViTConfig, ViTForImageClassification
     return Logits(ViTForImageClassification(ViTConfig(
@@ -278,6 +303,9 @@ LIBRARY = [
     # LayerNorm(bias=False): no shift to train.
     ("hf_mpt", hf_causal_lm("MptForCausalLM", "MptConfig", d_model=32, n_heads=4, n_layers=2,
                             expansion_ratio=2), tokens),
+    # The state at each sample's end-of-text token: x[arange(B), ids.argmax(-1)].
+    ("hf_clip_text", hf_clip_text(2), tokens),
+    ("hf_clip_text_eos", hf_clip_text(49), tokens),
     ("hf_gemma", hf_causal_lm("GemmaForCausalLM", "GemmaConfig", hidden_size=32,
                               intermediate_size=64, num_key_value_heads=2, head_dim=8), tokens),
 ]

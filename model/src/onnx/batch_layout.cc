@@ -164,7 +164,7 @@ std::optional<std::vector<int64_t>> Importer::dims_at_batch(const std::string& n
   auto dims = onnx_shape(name);
   if (!dims) return std::nullopt;
   std::optional<int64_t> at = act_.count(name) ? batch_axis(name) : std::nullopt;
-  if (!act_.count(name) && is_data_input(name)) at = 0;
+  if (!act_.count(name) && (is_data_input(name) || batch_vectors_.count(name))) at = 0;
   for (size_t d = 0; d < dims->size(); ++d) {
     int64_t& v = (*dims)[d];
     if (at && static_cast<int64_t>(d) == *at) {

@@ -205,6 +205,8 @@ void Importer::convert(int i) {
       {"Expand", &Importer::expand},
       {"Tile", &Importer::tile},
       {"CumSum", &Importer::cumsum},
+      {"ArgMax", &Importer::argmax},
+      {"ArgMin", &Importer::argmax},
       {"Split", &Importer::split},
       {"SplitToSequence", &Importer::split_to_sequence},
       {"SequenceAt", &Importer::sequence_at},
@@ -441,6 +443,7 @@ void Importer::emit_fused(int i, const Fused& f) {
     return;
   }
   if (f.kind == Fused::Kind::kAttention) return emit_attention(i, f, *x);
+  if (f.kind == Fused::Kind::kRowPick) return emit_row_pick(i, f, *x);
   if (f.kind == Fused::Kind::kEmbeddingBag) {
     const auto dims = weight_dims(f.table);  // match_embedding_bag_loop checked [rows, dim]
     act_[g_.node(i).output(0)] = b_.embedding_bag(id, *x, dims[0], dims[1]);

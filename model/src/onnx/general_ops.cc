@@ -377,6 +377,48 @@ void Importer::cumsum(int i, const std::string& id) {
   if (integer) int_valued_.insert(n.output(0));
 }
 
+// ArgMax and ArgMin along a per-sample axis (CLIP's end-of-text position, the argmax of its
+// ids) from the catalogue's ops: the positions holding the maximum (of -x for ArgMin), the first
+// of them (the last with select_last_index) where the running count of maxima is 1, and the sum
+// of its position. An integer held as float32, exact below 2^24 positions; no gradient reaches x
+// (comparisons pass none).
+void Importer::argmax(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  auto x = activation(n.input(0));
+  if (!x) return refuse(i, "its input is not an activation");
+  const int64_t axis = attr_i(n, "axis", 0);
+  const auto a = sample_axis(n.input(0), axis);
+  const auto shape = sample_shape(n.input(0));
+  if (!a || !shape) {
+    return refuse(i, "along the batch axis, or an input of unknown shape (axis " +
+                         std::to_string(axis) + ")");
+  }
+  const auto size = static_cast<size_t>((*shape)[static_cast<size_t>(*a)]);
+  if (size > (size_t{1} << 24)) {
+    return refuse(i, "over " + std::to_string(size) + " positions (float32 holds 2^24 exactly)");
+  }
+  auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
+  TensorRef in =
+      dtype_of(n.input(0)) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *x : as_float(n.input(0), *x, id);
+  if (n.op_type() == "ArgMin") in = b_.unary(part("neg"), in, "neg");
+  const TensorRef most = b_.reduce_axes(part("max"), in, {*a}, "max", true);
+  const TensorRef at_most = b_.compare(part("is_max"), in, most, "eq");
+  const bool last = attr_i(n, "select_last_index", 0) != 0;
+  const TensorRef count = b_.cumsum(part("count"), at_most, *a, false, last);
+  const TensorRef one = b_.constant(part("one"), in, {1}, {1.0f});
+  const TensorRef chosen =
+      b_.binary(part("chosen"), at_most, b_.compare(part("first"), count, one, "eq"), "mul");
+  // The positions along the axis, broadcast over the axes after it.
+  std::vector<int64_t> positions_shape(shape->size() - static_cast<size_t>(*a), 1);
+  positions_shape[0] = static_cast<int64_t>(size);
+  std::vector<float> positions(size);
+  for (size_t p = 0; p < size; ++p) positions[p] = static_cast<float>(p);
+  const TensorRef at = b_.binary(
+      part("at"), chosen, b_.constant(part("positions"), in, positions_shape, positions), "mul");
+  act_[n.output(0)] = b_.reduce_axes(id, at, {*a}, "sum", attr_i(n, "keepdims", 1) != 0);
+  int_valued_.insert(n.output(0));
+}
+
 void Importer::general_compare(int i, const std::string& id, std::string_view fn) {
   const auto refs = general_inputs(i, id, {0, 1});
   if (!refs) return;

@@ -133,7 +133,7 @@ int min_inputs(const std::string& t);
 
 // A pattern of several ONNX nodes that becomes one operator, emitted at its last node.
 struct Fused {
-  enum class Kind { kGelu, kLayerNorm, kAttention, kEmbeddingBag };
+  enum class Kind { kGelu, kLayerNorm, kAttention, kEmbeddingBag, kRowPick };
   Kind kind = Kind::kGelu;
   std::string x;            // the pattern's input tensor
   std::string gamma, beta;  // layer norm: scale and shift weights ("" when absent)
@@ -149,6 +149,9 @@ struct Fused {
   std::string table;
   bool mean = false;
   bool padded = false;
+  // row pick (row_pick.cc): the row of x at per-sample position `index`; `row_stride` the
+  // scalar the legacy export multiplies the batch's arange by (its rows per sample).
+  std::string index, row_stride, arange;
   std::string name;  // of the pattern's first node, which names the operator
 };
 
@@ -530,6 +533,7 @@ class Importer {
   void gather_elements(int i, const std::string& id);
   // CumSum along a per-sample axis (RoBERTa's position ids count the ids that are not padding).
   void cumsum(int i, const std::string& id);
+  void argmax(int i, const std::string& id);  // ArgMax, ArgMin
   // Whether `name` holds integers in ONNX: an integer activation, one held as float32
   // (int_valued_, masks_), or an integer constant.
   bool integer_valued(const std::string& name) const;
@@ -603,6 +607,17 @@ class Importer {
   bool match_attention(int start);
   struct AttentionMatch;
   void claim(const std::set<int>& nodes, int last, Fused f);
+  // row_pick.cc: x[arange(B), v] by either exporter, claimed at its GatherND or Gather node i.
+  bool match_row_pick(int i);
+  void emit_row_pick(int i, const Fused& f, const TensorRef& x);
+  // `name` before the nodes that only reshape, broadcast or cast it (added to `nodes`).
+  std::string strip_index_plumbing(std::string name, std::set<int>* nodes) const;
+  // Whether `name` is Range(0, limit, 1), and whether its limit is the batch size: then each
+  // sample's own position in the batch.
+  bool range_from_zero(const std::string& name) const;
+  // Whether `name` is a constant 0, 1, ... of a static export's batch (its traced arange).
+  bool static_arange(const std::string& name) const;
+  bool batch_arange(const std::string& name) const;
   // Adds to `nodes` the shape arithmetic between nodes `first` and `last` (exclusive) that is not
   // folded yet and feeds only `nodes`: it belongs to the pattern.
   void absorb_shape_math(std::set<int>* nodes, int first, int last) const;
@@ -780,6 +795,9 @@ class Importer {
   std::vector<bool> done_;
   std::vector<std::string> unsupported_;
   std::set<std::string> poisoned_;  // outputs of refused nodes and of nodes fed by them
+  // Tensors of one value per sample that a pattern claimed (row_pick.cc): their Shape is
+  // [batch].
+  std::set<std::string> batch_vectors_;
   std::set<std::string> empty_;  // activations without elements (empty slices): Concat drops them
   std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too

@@ -53,7 +53,8 @@ gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2; and padded_posi
 (RoBERTa's position ids, a cumulative sum of the ids' padding mask) with torch 2.15.0 and
 onnxscript 0.7.2; and audio_front_end (Whisper's nn.Conv1d front end) with torch 2.15.0 and
 onnxscript 0.7.2; and norm_affines (LayerNorm with bias=False and with elementwise_affine=False)
-with torch 2.15.0 and onnxscript 0.7.2.)
+and eos_pooling (CLIP's state at each sample's argmax position) with torch 2.15.0 and onnxscript
+0.7.2.)
 """
 import copy
 import glob
@@ -792,6 +793,24 @@ class NormAffines(torch.nn.Module):
         return self.full(self.fc3(h))
 
 
+class EosPooling(torch.nn.Module):
+    # CLIP's text pooling: the state at each sample's argmax position, h[arange(B), ids.argmax(-1)]
+    # (the first CLIP checkpoints: the largest id is the end of text; ties take the first) and
+    # h[arange(B), (ids == eos).int().argmax(-1)] (later ones).
+    def __init__(self, vocab=20, dim=8):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.fc = torch.nn.Linear(dim, dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, ids):
+        h = torch.tanh(self.fc(self.emb(ids)))
+        rows = torch.arange(h.shape[0], device=h.device)
+        largest = h[rows, ids.to(torch.int).argmax(dim=-1)]
+        eos = h[rows, (ids == 3).int().argmax(dim=-1)]
+        return self.out(largest + eos)
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -873,7 +892,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                  None),
                                 ("audio_front_end", 156, AudioFrontEnd, patterns.feat(4, 10),
                                  None),
-                                ("norm_affines", 157, NormAffines, patterns.feat(5, 8), None)]
+                                ("norm_affines", 157, NormAffines, patterns.feat(5, 8), None),
+                                ("eos_pooling", 158, EosPooling, patterns.ids_input(6), None)]
 
 
 def main():

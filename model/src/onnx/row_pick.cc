@@ -1,0 +1,207 @@
+// One row per sample at a position computed per sample: CLIP's text tower pools
+// `h[torch.arange(B), ids.argmax(-1)]`. The index pairs every sample with itself, so the pick
+// is per sample: the row of h [B, T, ...] at the sample's own position v. Both exporters write
+// the batch's arange, which no per-sample op holds:
+//   dynamo:  GatherND(h, Concat([arange(B) as [B, 1], v as [B, 1]], -1))
+//   legacy:  Gather(Flatten(h, 2) [B*T, ...], v + arange(B) * T)
+// matched before conversion (the arange's nodes are claimed), and emitted as
+// sum_t h[t] * (t == v): the row, and its gradient into that row only.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "onnx/importer.h"
+
+namespace gp::model::onnx_detail {
+namespace {
+
+// Nodes that only move or broadcast the index (and their shape arguments).
+bool index_plumbing(const std::string& type) {
+  static const std::set<std::string> kTypes = {"Unsqueeze", "Squeeze", "Expand",  "Reshape",
+                                               "Identity",  "Cast",    "CastLike"};
+  return kTypes.count(type) > 0;
+}
+
+}  // namespace
+
+std::string Importer::strip_index_plumbing(std::string name, std::set<int>* nodes) const {
+  for (int k = producer(name); k >= 0 && index_plumbing(g_.node(k).op_type()); k = producer(name)) {
+    nodes->insert(k);
+    name = g_.node(k).input(0);
+  }
+  return name;
+}
+
+bool Importer::batch_arange(const std::string& name) const {
+  const int r = producer(name);
+  if (r < 0 || g_.node(r).op_type() != "Range") return false;
+  const auto probes = at_probe_batches(name);  // for batches 2, 3 and 5
+  if (!probes || probes->size() != 3) return false;
+  const int64_t batches[] = {2, 3, 5};
+  for (size_t p = 0; p < 3; ++p) {
+    const auto& values = (*probes)[p].values;
+    if (static_cast<int64_t>(values.size()) != batches[p]) return false;
+    for (size_t k = 0; k < values.size(); ++k) {
+      if (values[k] != static_cast<double>(k)) return false;
+    }
+  }
+  return true;
+}
+
+bool Importer::range_from_zero(const std::string& name) const {
+  const int r = producer(name);
+  if (r < 0 || g_.node(r).op_type() != "Range") return false;
+  const auto start = folded(g_.node(r).input(0)), delta = folded(g_.node(r).input(2));
+  return start && delta && start->size() == 1 && delta->size() == 1 && (*start)[0] == 0 &&
+         (*delta)[0] == 1;
+}
+
+bool Importer::static_arange(const std::string& name) const {
+  const auto t = const_tensor(name);
+  if (static_batch_ <= 0 || !t || t->dims.empty() || t->dims[0] != static_batch_ ||
+      static_cast<int64_t>(t->values.size()) != static_batch_) {
+    return false;
+  }
+  for (size_t k = 0; k < t->values.size(); ++k) {
+    if (t->values[k] != static_cast<double>(k)) return false;
+  }
+  return true;
+}
+
+bool Importer::match_row_pick(int i) {
+  const auto& n = g_.node(i);
+  std::set<int> nodes = {i};
+  // The batch's arange (and the legacy export's arange * T), which several picks may share:
+  // claimed once every reader is.
+  std::set<int> shared;
+  Fused f;
+  f.kind = Fused::Kind::kRowPick;
+  if (n.op_type() == "GatherND") {
+    if (n.input_size() < 2 || attr_i(n, "batch_dims", 0) != 0) return false;
+    const int c = producer(n.input(1));
+    if (c < 0 || g_.node(c).op_type() != "Concat" || g_.node(c).input_size() != 2) return false;
+    nodes.insert(c);
+    const std::string first = strip_index_plumbing(g_.node(c).input(0), &shared);
+    f.index = strip_index_plumbing(g_.node(c).input(1), &nodes);
+    if (range_from_zero(first)) {
+      shared.insert(producer(first));
+      f.arange = first;
+    } else if (!static_arange(first)) {
+      return false;
+    } else if (const int k = producer(first); k >= 0) {
+      shared.insert(k);
+    }
+    f.x = n.input(0);
+  } else {  // Gather axis 0 of a flattened [B*T, ...] at v + arange(B) * T
+    if (n.input_size() < 2 || attr_i(n, "axis", 0) != 0) return false;
+    const int flat = producer(n.input(0));
+    const int add = producer(n.input(1));
+    if (flat < 0 || add < 0 || g_.node(add).op_type() != "Add") return false;
+    const auto& fn = g_.node(flat);
+    if (!(fn.op_type() == "Flatten" && attr_i(fn, "axis", 1) == 2)) return false;
+    for (int side = 0; side < 2; ++side) {
+      const int mul = producer(g_.node(add).input(side));
+      if (mul < 0 || g_.node(mul).op_type() != "Mul") continue;
+      for (int k = 0; k < 2; ++k) {
+        if (!range_from_zero(g_.node(mul).input(k))) continue;
+        f.arange = g_.node(mul).input(k);
+        nodes.insert({flat, add});
+        shared.insert({mul, producer(g_.node(mul).input(k))});
+        f.row_stride = g_.node(mul).input(1 - k);
+        f.index = g_.node(add).input(1 - side);
+        f.x = fn.input(0);
+      }
+    }
+    if (f.index.empty()) return false;
+  }
+  // The shape arithmetic that only these nodes read (dynamo's Max(arange, v) -> Shape, which
+  // broadcasts the two) belongs to the pick; the index v and the rows stay outside.
+  const int v = producer(f.index);
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int k = i - 1; k >= 0; --k) {
+      if (nodes.count(k) || k == v || done_[static_cast<size_t>(k)]) continue;
+      const auto& kn = g_.node(k);
+      const bool math = kn.op_type() == "Shape" || kn.op_type() == "Max" ||
+                        kn.op_type() == "Constant" || index_plumbing(kn.op_type());
+      if (!math || kn.output_size() != 1 || !only_consumers_in(kn.output(0), nodes)) continue;
+      if (std::find(kn.input().begin(), kn.input().end(), f.x) != kn.input().end() &&
+          kn.op_type() != "Shape") {
+        continue;
+      }
+      nodes.insert(k);
+      grew = true;
+    }
+  }
+  // The legacy export also reads the Shape of the flat index (one value per sample): [batch].
+  std::string flat_index;
+  if (!f.row_stride.empty()) flat_index = n.input(1);
+  for (int k : nodes) {
+    if (k == i) continue;
+    for (const auto& o : g_.node(k).output()) {
+      if (only_consumers_in(o, nodes)) continue;
+      if (o != flat_index) return false;
+      for (int c : consumers_.at(o)) {
+        if (!nodes.count(c) && g_.node(c).op_type() != "Shape") return false;
+      }
+    }
+  }
+  if (!flat_index.empty()) {
+    batch_vectors_.insert(flat_index);
+    shapes_[flat_index] = {-1};  // [batch]
+  }
+  f.name = n.name();  // the op is the pick, named after its Gather
+  claim(nodes, i, std::move(f));
+  for (bool grew = true; grew;) {  // (the Mul first frees the Range)
+    grew = false;
+    for (int k : shared) {
+      if (done_[static_cast<size_t>(k)]) continue;
+      const auto& readers = consumers_[g_.node(k).output(0)];
+      if (std::all_of(readers.begin(), readers.end(),
+                      [&](int c) { return c == i || done_[static_cast<size_t>(c)]; })) {
+        done_[static_cast<size_t>(k)] = true;
+        grew = true;
+      }
+    }
+  }
+  return true;
+}
+
+void Importer::emit_row_pick(int i, const Fused& f, const TensorRef& x) {
+  const std::string& id = current_id_;
+  const auto v = activation(f.index);
+  const auto shape = sample_shape(f.x);
+  const auto v_shape = sample_shape(f.index);
+  if (!v || !shape || shape->empty() || !v_shape ||
+      std::any_of(v_shape->begin(), v_shape->end(), [](int64_t d) { return d != 1; })) {
+    return refuse(i, "picks rows of '" + f.x + "' at '" + f.index +
+                         "', which is not one position per sample of a tensor of known shape");
+  }
+  // (Its limit is the batch size where the rows' shape is known: at conversion.)
+  if (!f.arange.empty() && !batch_arange(f.arange)) {
+    return refuse(i, "picks rows of '" + f.x + "' at positions paired with '" + f.arange +
+                         "', which is not arange(batch size)");
+  }
+  const int64_t rows = (*shape)[0];
+  if (!f.row_stride.empty()) {
+    const auto stride = scalar(f.row_stride);
+    if (!stride || *stride != static_cast<double>(rows)) {
+      return refuse(i, "the flattened rows of '" + f.x + "' are indexed with a stride other than " +
+                           "its " + std::to_string(rows) + " rows per sample");
+    }
+  }
+  auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
+  const std::vector<int64_t> ones(shape->size(), 1);
+  const TensorRef at = b_.reshape(part("position"), *v, ones);
+  std::vector<int64_t> column = ones;  // [rows, 1, ...]
+  column[0] = rows;
+  std::vector<float> positions(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) positions[static_cast<size_t>(r)] = static_cast<float>(r);
+  const TensorRef mask =
+      b_.compare(part("is_row"), b_.constant(part("rows"), x, column, positions), at, "eq");
+  const TensorRef picked = b_.binary(part("picked"), x, mask, "mul");
+  act_[g_.node(i).output(0)] = b_.reduce_axes(id, picked, {0}, "sum", false);
+}
+
+}  // namespace gp::model::onnx_detail
