@@ -66,6 +66,7 @@ bool folds_batch_norm(const std::string& stem) {
 // stay constants as in torch; torch 2.x's dynamo exports mark them themselves.
 std::vector<std::string> freeze_for(const std::string& stem) {
   if (stem == "buffers_legacy") return {"mask", "scale"};
+  if (stem == "norm_affines_legacy") return {"fixed_scale"};
   return {};
 }
 

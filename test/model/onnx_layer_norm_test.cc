@@ -94,7 +94,7 @@ TEST_CASE("a constant scale and bias other than ones and zeros apply after the n
   CHECK(op(g, "ln.bias").type() == "constant");
 }
 
-TEST_CASE("--freeze of a LayerNorm weight keeps it a constant scale") {
+TEST_CASE("a frozen LayerNorm weight is a constant scale applied before the trained shift") {
   Onnx b = norm({"x", "w", "b"});
   b.init("w", {4}, {1.5, 0.5, 1, 2});
   b.init("b", {4}, {0.1, 0.2, 0.3, 0.4});
@@ -103,11 +103,15 @@ TEST_CASE("--freeze of a LayerNorm weight keeps it a constant scale") {
   auto m = b.import(o);
   REQUIRE(m.ok());
   const auto g = testing::build_graph(*m);
-  CHECK(param_names(g, "ln") == std::vector<std::string>{"beta"});
+  // x̂ * w + b as torch computes it: the trained shift after the constant scale.
+  CHECK(param_names(g, "ln").empty());
   CHECK(op(g, "ln.scaled").attrs().at("fn").s() == "mul");
+  CHECK(op(g, "ln.shifted").type() == "bias_add");
+  CHECK(op(g, "ln.shifted").inputs(0).op() == "ln.scaled");
+  CHECK(testing::param_floats(op(g, "ln.shifted"), "bias")[3] == Approx(0.4));
 }
 
-TEST_CASE("a dynamo export without a bias input trains no shift; its traced None says the same") {
+TEST_CASE("a dynamo export without a bias input or with a traced None bias trains no shift") {
   Onnx plain = norm({"x", "w"});
   plain.init("w", {4}, {1.5, 0.5, 1, 2});
   CHECK(param_names(testing::build_graph(plain.imported()), "ln") ==

@@ -94,6 +94,25 @@ TEST_CASE("the legacy export's flattened rows at v + arange(batch) * rows pick t
              Catch::Contains("indexed with a stride other than its 6 rows per sample"));
 }
 
+TEST_CASE(
+    "a position given as int64 data is read as float and a negative one counts from the end") {
+  Onnx b = dynamo_pick();
+  b.input("pos", {}, kInt64);
+  b.model.mutable_graph()->mutable_node(5)->set_input(0, "pos");  // at_1 unsqueezes pos
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "pick.position").inputs(0).op() != "pos");  // a cast to float32 first
+  CHECK(text(op(g, "pick.negative"), "fn") == "lt");
+  CHECK(op(g, "pick.is_row").inputs(1).op() == "pick.wrapped");
+}
+
+TEST_CASE("positions paired with an arange other than the batch's are refused by name") {
+  Onnx b = dynamo_pick();
+  b.init("seven", {}, {7}, kInt64);
+  b.model.mutable_graph()->mutable_node(2)->set_input(1, "seven");  // Range(0, 7, 1)
+  CHECK_THAT(b.refusal(), Catch::Contains("'pick' (GatherND): picks rows of 'h' at positions "
+                                          "paired with 'rows', which is not arange(batch size)"));
+}
+
 TEST_CASE("ArgMin is ArgMax of the negation, and select_last_index counts from the end") {
   Onnx b;
   b.input("x", {5});

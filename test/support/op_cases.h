@@ -348,6 +348,12 @@ inline std::vector<GradCase> grad_cases() {
                 set_op_attr(b, "op", "shift", int64_t{0});
                 return y;
               }),
+      op_case("layer_norm without scale", {2, 6},
+              [](GraphBuilder& b) {
+                auto y = b.layer_norm("op", x(b, {2, 6}));
+                set_op_attr(b, "op", "scale", int64_t{0});
+                return y;
+              }),
       op_case("layer_norm without scale or shift", {2, 5},
               [](GraphBuilder& b) {
                 auto y = b.layer_norm("op", x(b, {2, 5}));

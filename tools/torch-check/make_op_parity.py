@@ -137,6 +137,7 @@ def cases():
     yield "layer_norm", layer_norm([2, 5], True, True)
     yield "layer_norm without shift", layer_norm([3, 9], True, False)
     yield "layer_norm without scale or shift", layer_norm([2, 5], False, False)
+    yield "layer_norm without scale", layer_norm([2, 6], False, True)
 
 
 def line(key, t):

@@ -380,8 +380,8 @@ void Importer::cumsum(int i, const std::string& id) {
 // ArgMax and ArgMin along a per-sample axis (CLIP's end-of-text position, the argmax of its
 // ids) from the catalogue's ops: the positions holding the maximum (of -x for ArgMin), the first
 // of them (the last with select_last_index) where the running count of maxima is 1, and the sum
-// of its position. An integer held as float32, exact below 2^24 positions; no gradient reaches x
-// (comparisons pass none).
+// of its position (NaN counts as the maximum, as in torch). An integer held as float32, exact
+// below 2^24 positions; no gradient reaches x (comparisons pass none).
 void Importer::argmax(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
@@ -402,7 +402,9 @@ void Importer::argmax(int i, const std::string& id) {
       dtype_of(n.input(0)) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *x : as_float(n.input(0), *x, id);
   if (n.op_type() == "ArgMin") in = b_.unary(part("neg"), in, "neg");
   const TensorRef most = b_.reduce_axes(part("max"), in, {*a}, "max", true);
-  const TensorRef at_most = b_.compare(part("is_max"), in, most, "eq");
+  // NaN is the maximum, as in torch (the max is NaN then, equal to nothing).
+  const TensorRef at_most = b_.binary(part("is_max"), b_.compare(part("equal_max"), in, most, "eq"),
+                                      b_.compare(part("nan"), in, in, "ne"), "add");
   const bool last = attr_i(n, "select_last_index", 0) != 0;
   const TensorRef count = b_.cumsum(part("count"), at_most, *a, false, last);
   const TensorRef one = b_.constant(part("one"), in, {1}, {1.0f});

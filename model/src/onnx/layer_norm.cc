@@ -29,7 +29,10 @@ int64_t product(const std::vector<int64_t>& dims) {
 // passes none.
 std::vector<std::string> torch_layer_norm_arguments(const onnx::NodeProto& n) {
   for (const char* call : {"aten.layer_norm.default", "aten.native_layer_norm.default"}) {
-    if (auto args = torch_call_arguments(n, call); args.size() >= 4) return {args[2], args[3]};
+    auto args = torch_call_arguments(n, call);
+    if (args.size() < 2) continue;
+    args.resize(std::max<size_t>(args.size(), 4), "None");  // trailing defaults left out
+    return {args[2], args[3]};
   }
   return {};
 }
@@ -50,9 +53,13 @@ void Importer::layer_norm(int i, const std::string& id) {
     if (const auto t = const_tensor(name)) return product(t->dims);
     return std::nullopt;
   };
-  if (!elements(n.input(1))) return refuse(i, "scale is neither a weight nor a constant");
+  if (!elements(n.input(1))) {
+    return refuse(i, "scale '" + n.input(1) + "' is neither a weight nor a constant");
+  }
   const bool beta = n.input_size() > 2 && !n.input(2).empty();
-  if (beta && !elements(n.input(2))) return refuse(i, "bias is neither a weight nor a constant");
+  if (beta && !elements(n.input(2))) {
+    return refuse(i, "bias '" + n.input(2) + "' is neither a weight nor a constant");
+  }
   // Per sample, the batch's folded dims included.
   const int64_t rank = per_sample_rank(n.input(0));
   TensorRef in = *x;
@@ -131,6 +138,13 @@ std::optional<TensorRef> Importer::emit_layer_norm(int i, const std::string& id,
     if (!v) return std::nullopt;
     *out = std::move(*v);
   }
+  // With a constant scale, a learned shift comes after it (x̂·s + β): its own bias_add.
+  const bool learned_shift = shift_trained || shift_unheld;
+  const bool shift_after = learned_shift && !fixed_scale.empty();
+  auto learn_shift = [&](const std::string& op, const std::string& param) {
+    if (shift_trained) return take(op, param, shift);
+    set_values(op, param, std::vector<float>(static_cast<size_t>(width), 0.0f));
+  };
   TensorRef y = b_.layer_norm(id, x);
   if (std::fabs(epsilon - 1e-5) > 1e-9) set_attr(op_by_id(id), "epsilon", epsilon);
   if (scale_trained) {
@@ -138,16 +152,19 @@ std::optional<TensorRef> Importer::emit_layer_norm(int i, const std::string& id,
   } else {
     set_attr(op_by_id(id), "scale", int64_t{0});
   }
-  if (shift_trained) {
-    take(id, "beta", shift);
-  } else if (shift_unheld) {
-    set_values(id, "beta", std::vector<float>(static_cast<size_t>(width), 0.0f));
+  if (learned_shift && !shift_after) {
+    learn_shift(id, "beta");
   } else {
     set_attr(op_by_id(id), "shift", int64_t{0});
   }
   if (!fixed_scale.empty()) {
     y = b_.binary(unique_id(id + ".scaled", id), y,
                   b_.constant(unique_id(id + ".scale", id), y, {width}, fixed_scale), "mul");
+  }
+  if (shift_after) {
+    const std::string shifted = unique_id(id + ".shifted", id);
+    y = b_.bias_add(shifted, y, {width});
+    learn_shift(shifted, "bias");
   }
   if (!fixed_shift.empty()) {
     y = b_.binary(unique_id(id + ".shifted", id), y,

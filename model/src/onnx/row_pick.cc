@@ -81,6 +81,9 @@ bool Importer::match_row_pick(int i) {
     if (n.input_size() < 2 || attr_i(n, "batch_dims", 0) != 0) return false;
     const int c = producer(n.input(1));
     if (c < 0 || g_.node(c).op_type() != "Concat" || g_.node(c).input_size() != 2) return false;
+    const auto rank = rank_of(n.input(1));  // pairs along the last axis: [..., 2]
+    const int64_t axis = attr_i(g_.node(c), "axis", 0);
+    if (axis != -1 && (!rank || axis != *rank - 1)) return false;
     nodes.insert(c);
     const std::string first = strip_index_plumbing(g_.node(c).input(0), &shared);
     f.index = strip_index_plumbing(g_.node(c).input(1), &nodes);
@@ -193,7 +196,15 @@ void Importer::emit_row_pick(int i, const Fused& f, const TensorRef& x) {
   }
   auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
   const std::vector<int64_t> ones(shape->size(), 1);
-  const TensorRef at = b_.reshape(part("position"), *v, ones);
+  TensorRef at =
+      dtype_of(f.index) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *v : as_float(f.index, *v, id);
+  at = b_.reshape(part("position"), at, ones);
+  // A negative position counts from the end, as torch's indexing and GatherND do.
+  const TensorRef zero = b_.constant(part("zero"), x, ones, {0.0f});
+  const TensorRef wrap =
+      b_.binary(part("wrap"), b_.compare(part("negative"), at, zero, "lt"),
+                b_.constant(part("row_count"), x, ones, {static_cast<float>((*shape)[0])}), "mul");
+  at = b_.binary(part("wrapped"), at, wrap, "add");
   std::vector<int64_t> column = ones;  // [rows, 1, ...]
   column[0] = rows;
   std::vector<float> positions(static_cast<size_t>(rows));
@@ -201,7 +212,14 @@ void Importer::emit_row_pick(int i, const Fused& f, const TensorRef& x) {
   const TensorRef mask =
       b_.compare(part("is_row"), b_.constant(part("rows"), x, column, positions), at, "eq");
   const TensorRef picked = b_.binary(part("picked"), x, mask, "mul");
-  act_[g_.node(i).output(0)] = b_.reduce_axes(id, picked, {0}, "sum", false);
+  const bool flat = !f.row_stride.empty() && shape->size() > 2;
+  TensorRef out = b_.reduce_axes(flat ? part("row") : id, picked, {0}, "sum", false);
+  if (flat) {  // Flatten(h, 2) merged the dims after the rows: the Gather's row is flat
+    int64_t width = 1;
+    for (size_t d = 1; d < shape->size(); ++d) width *= (*shape)[d];
+    out = b_.reshape(id, out, {width});
+  }
+  act_[g_.node(i).output(0)] = out;
 }
 
 }  // namespace gp::model::onnx_detail

@@ -777,7 +777,8 @@ class AudioFrontEnd(torch.nn.Module):
 class NormAffines(torch.nn.Module):
     # LayerNorms without torch's full affine: MPT's LayerNorm(bias=False) (the legacy exporter
     # writes a Constant of zeros as its bias), one with elementwise_affine=False (ones and zeros;
-    # dynamo's optimiser reuses another norm's all-ones weight for its scale) and an ordinary one.
+    # dynamo's optimiser reuses another norm's all-ones weight for its scale), an ordinary one,
+    # and F.layer_norm with a registered buffer as its scale and a parameter as its shift.
     def __init__(self, dim=8):
         super().__init__()
         self.fc1 = torch.nn.Linear(dim, dim)
@@ -786,11 +787,15 @@ class NormAffines(torch.nn.Module):
         self.no_affine = torch.nn.LayerNorm(dim, elementwise_affine=False)
         self.fc3 = torch.nn.Linear(dim, dim)
         self.full = torch.nn.LayerNorm(dim)
+        self.register_buffer("fixed_scale", torch.linspace(0.5, 1.5, dim))
+        self.shift = torch.nn.Parameter(torch.linspace(-0.2, 0.2, dim))
+        self.dim = dim
 
     def forward(self, x):
         h = self.no_bias(self.fc1(x))
         h = self.no_affine(self.fc2(torch.nn.functional.gelu(h)))
-        return self.full(self.fc3(h))
+        h = self.full(self.fc3(h))
+        return torch.nn.functional.layer_norm(h, (self.dim,), self.fixed_scale, self.shift)
 
 
 class EosPooling(torch.nn.Module):
