@@ -236,6 +236,27 @@ TEST_CASE("a one-input Concat is its input along any axis, the batch's too") {
   CHECK(op(g, "act").inputs(0).op() == "k");
 }
 
+TEST_CASE("an Expand of an activation whose batch is folded with windows broadcasts per sample") {
+  // F.normalize in Swin V2's windows: x [batch, 2, 3] viewed as [batch * 2, 3], its L2 norm
+  // [batch * 2, 1] expanded back to [batch * 2, 3].
+  Onnx b;
+  b.input("x", {2, 3});
+  b.init("rows", {2}, {-1, 3}, kInt64);
+  b.node("Reshape", {"x", "rows"}, {"w"}, "fold");
+  b.init("last", {1}, {-1}, kInt64);
+  b.node("ReduceL2", {"w", "last"}, {"norm"}, "norm");
+  b.node("Shape", {"w"}, {"w_shape"}, "w_shape");
+  b.node("Expand", {"norm", "w_shape"}, {"norms"}, "expand");
+  b.node("Div", {"w", "norms"}, {"unit"}, "divide");
+  b.init("back", {3}, {-1, 2, 3}, kInt64);
+  b.node("Reshape", {"unit", "back"}, {"y"}, "unfold");
+  b.output("y", {2, 3});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "expand").type() == "binary");
+  CHECK(shape(g, "expand") == "[2, 3] float32");  // the two windows of each sample, broadcast
+  CHECK(shape(g, "divide") == "[2, 3] float32");
+}
+
 // dynamo's as_strided of x [batch, 3] flattened: indices batch_index * stride_batch +
 // channel * stride_channel, as [batch, 3, 1] from Range over the batch size.
 Onnx strided(int64_t stride_batch, int64_t stride_channel) {

@@ -194,5 +194,32 @@ TEST_CASE("a weight that another op reads too is no map: it would train as untie
   CHECK_THAT(b.refusal(), Catch::Contains("computes from a trained weight"));
 }
 
+TEST_CASE("a copy of a weight with a slice zeroed (Swin V2's key bias) is the weight masked") {
+  // torchvision's Swin V2: qkv_bias = qkv.bias.clone(); qkv_bias[2:4].zero_(); x + qkv_bias.
+  Onnx b;
+  b.input("x", {6});
+  b.init("bias", {6}, {1, 2, 3, 4, 5, 6});
+  b.node("Identity", {"bias"}, {"copy"}, "clone");
+  b.init("keys", {2, 1}, {2, 3}, kInt64);
+  b.constant("zeros", {2}, {0, 0});
+  b.node("ScatterND", {"copy", "keys", "zeros"}, {"qkv_bias"}, "zero_keys");
+  b.node("Add", {"x", "qkv_bias"}, {"y"}, "add_bias");
+  b.output("y", {6});
+  const auto g = testing::build_graph(b.imported());
+  const auto& whole = op(g, "qkv_bias");
+  CHECK(whole.type() == "broadcast_param");
+  CHECK(testing::param_floats(whole, "value") == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(testing::attr_ints_of(op(g, "qkv_bias.gather"), "indices") ==
+        std::vector<int64_t>{0, 1, 0, 0, 4, 5});
+  CHECK(op(g, "qkv_bias.zeroed").attrs().at("fn").s() == "mul");
+  CHECK(testing::param_floats(op(g, "qkv_bias.kept"), "value") ==
+        std::vector<float>{1, 1, 0, 0, 1, 1});
+  // Updates other than zeros are not elements of the weight: not a map.
+  Onnx other = b;
+  other.model.mutable_graph()->mutable_node(1)->mutable_attribute(0)->mutable_t()->set_float_data(
+      0, 7);
+  CHECK_FALSE(other.import().ok());
+}
+
 }  // namespace
 }  // namespace gp::model

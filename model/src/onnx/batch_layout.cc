@@ -45,10 +45,11 @@ bool resolved(const std::vector<double>& v) {
 // the others read their axes through sample_axis (which refuses the batch axis) or act on the
 // last axes (checked in layout_refusal).
 bool any_layout(const std::string& t) {
-  static const std::set<std::string> kOnAxes = {
-      "Softmax",    "LogSoftmax", "LayerNormalization", "Gemm",   "MatMul", "ReduceSum",
-      "ReduceMean", "ReduceMax",  "ReduceL2",           "Concat", "Slice",  "Split",
-      "Gather",     "GatherND"};
+  static const std::set<std::string> kOnAxes = {"Softmax",    "LogSoftmax", "LayerNormalization",
+                                                "Gemm",       "MatMul",     "ReduceSum",
+                                                "ReduceMean", "ReduceMax",  "ReduceL2",
+                                                "Concat",     "Slice",      "Split",
+                                                "Gather",     "GatherND",   "Expand"};
   return elementwise_type(t) || t == "Clip" || kOnAxes.count(t) > 0;
 }
 

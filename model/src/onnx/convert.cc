@@ -760,34 +760,41 @@ void Importer::expand_activation(int i, const std::string& id, const TensorRef& 
   const auto& n = g_.node(i);
   const auto target = folded(n.input(1));
   const auto in = sample_shape(n.input(0));
+  const auto at = batch_axis(n.input(0));
   if (!target || target->empty()) return refuse(i, "the target shape is not constant");
-  if (!in || batch_axis(n.input(0)) != 0) {
-    return refuse(i, "expands an activation whose batch axis or shape is not known");
-  }
+  if (!in || !at) return refuse(i, "expands an activation whose batch axis or shape is not known");
+  // The batch axis `pos` of the ONNX tensor stands for `folded` per-sample dims (Swin V2's
+  // windows folded into the batch); every other ONNX axis is one per-sample axis.
+  const BatchLayout l = layout_of(n.input(0));
+  const auto folded_dims = static_cast<size_t>(l.folded());
+  const size_t rank = in->size() + 1 - folded_dims, pos = static_cast<size_t>(*at);
+  auto sample_index = [&](size_t k) { return k < pos ? k : k - 1 + folded_dims; };
   // ONNX broadcasting of the input's dims against the target's, aligned right: the target may
   // not add axes before the batch, and its dim at the batch is 1 or the batch itself.
-  if (target->size() > in->size() + 1) {
+  if (target->size() > rank || rank - target->size() > pos) {
     return refuse(i, "the target " +
                          dims_text(std::vector<int64_t>(target->begin(), target->end())) +
                          " adds axes before the batch");
   }
-  const size_t rank = in->size() + 1, from_t = rank - target->size();
-  if (from_t == 0) {
-    const double t0 = (*target)[0];
+  const size_t from_t = rank - target->size();
+  {
+    const double t0 = (*target)[pos - from_t];
+    const double traced = static_cast<double>(static_batch_ * l.outer * l.inner);
     const bool batch = t0 == kBatchDim || !(t0 == t0) || t0 == 1 || t0 == -1 ||
-                       (static_batch_ > 0 && t0 == static_cast<double>(static_batch_));
-    if (!batch) return refuse(i, "the target's first dim is not the batch");
+                       (static_batch_ > 0 && t0 == traced);
+    if (!batch) return refuse(i, "the target's dim at the batch axis is not the batch");
   }
   std::vector<int64_t> out(*in);
-  for (size_t k = std::max<size_t>(from_t, 1); k < rank; ++k) {
-    const int64_t a = (*in)[k - 1];
+  for (size_t k = from_t; k < rank; ++k) {
+    if (k == pos) continue;
+    const int64_t a = (*in)[sample_index(k)];
     const double t = (*target)[k - from_t];
     if (t == 1 || t == -1 || t == static_cast<double>(a)) continue;
     if (a != 1 || !(t > 1) || t > 1e12) {
       return refuse(i, "the target's dim " + std::to_string(to_index(t)) +
                            " does not broadcast the activation's " + std::to_string(a));
     }
-    out[k - 1] = static_cast<int64_t>(t);
+    out[sample_index(k)] = static_cast<int64_t>(t);
   }
   if (out == *in) {
     act_[n.output(0)] = x;  // nothing to broadcast
@@ -1201,6 +1208,10 @@ bool Importer::bias_fits(const std::string& x, const std::string& weight) const 
 void Importer::clip(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
+  if (!x && param_like(n.input(0))) {
+    x = trained_operand(i, id);
+    if (!x) return;
+  }
   if (!x) return refuse(i, "its input is not an activation");
   constexpr double kMax = 3.0e38;  // an absent bound: no clipping on that side
   double lo = -kMax, hi = kMax;

@@ -442,16 +442,9 @@ void Importer::general_where(int i, const std::string& id) {
 void Importer::general_unary(int i, const std::string& id, std::string_view fn) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
-  // A function of a trained scalar or vector (CLIP's logit_scale.exp()): the parameter, the
-  // same for every sample, then the function of it.
-  if (!x && param_like(n.input(0)) && weight_dims(n.input(0)).size() <= 1) {
-    const auto anchor = anchor_for(n.output(0));
-    if (!anchor) return refuse(i, "no activation to take the batch from");
-    std::vector<int64_t> per = weight_dims(n.input(0));
-    if (per.empty()) per.push_back(1);
-    const std::string param = unique_id(id + ".0", id);
-    x = b_.broadcast_param(param, *anchor, per);
-    take(param, "value", n.input(0));
+  if (!x && param_like(n.input(0))) {
+    x = trained_operand(i, id);
+    if (!x) return;
   }
   if (!x) return refuse(i, "its input is not an activation");
   const bool integer = integer_valued(n.input(0)) && !masks_.count(n.input(0));
@@ -464,6 +457,26 @@ void Importer::general_unary(int i, const std::string& id, std::string_view fn) 
   }
   act_[n.output(0)] = b_.unary(id, *x, fn);
   if (integer && (fn == "neg" || fn == "abs")) int_valued_.insert(n.output(0));
+}
+
+// A function of a trained weight (CLIP's logit_scale.exp(), Swin V2's per-head
+// clamp(logit_scale, max=log(100)).exp()): the parameter, the same for every sample, then the
+// function of it. Beyond a vector the result has the weight's ONNX shape, no batch axis
+// (unbatched_), so that ONNX's broadcasting against activations holds per sample.
+std::optional<TensorRef> Importer::trained_operand(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const auto anchor = anchor_for(n.output(0));
+  if (!anchor) {
+    refuse(i, "no activation to take the batch from");
+    return std::nullopt;
+  }
+  std::vector<int64_t> per = weight_dims(n.input(0));
+  if (per.size() > 1) unbatched_.insert(n.output(0));
+  if (per.empty()) per.push_back(1);
+  const std::string param = unique_id(id + ".0", id);
+  const TensorRef x = b_.broadcast_param(param, *anchor, per);
+  take(param, "value", n.input(0));
+  return x;
 }
 
 // Not of a 0/1 mask: 1 - m.

@@ -534,6 +534,9 @@ class Importer {
   // CumSum along a per-sample axis (RoBERTa's position ids count the ids that are not padding).
   void cumsum(int i, const std::string& id);
   void argmax(int i, const std::string& id);  // ArgMax, ArgMin
+  // Node i's input 0, a trained weight, as the same tensor for every sample (general_ops.cc);
+  // nullopt with node i refused.
+  std::optional<TensorRef> trained_operand(int i, const std::string& id);
   // Whether `name` holds integers in ONNX: an integer activation, one held as float32
   // (int_valued_, masks_), or an integer constant.
   bool integer_valued(const std::string& name) const;

@@ -3,7 +3,9 @@
 // constant index buffer, then reshaped and permuted). Every element of such a tensor is one
 // element of the weight, so the chain folds at import into an index map of the weight, and the
 // tensor becomes the weight (the same for every sample) gathered by that map: its gradient adds
-// up in the weight.
+// up in the weight. Elements zeroed by slice assignment (torchvision's Swin V2 zeroes the key
+// third of a copy of its qkv bias: ScatterND of zeros) are held as index -1: zeros, which no
+// gradient reaches, as in torch.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -20,8 +22,16 @@ namespace {
 bool moves_elements(const std::string& t) {
   static const std::set<std::string> kMoves = {"Identity", "Transpose", "Reshape", "Flatten",
                                                "Squeeze",  "Unsqueeze", "Gather",  "GatherND",
-                                               "Slice",    "Expand",    "Concat"};
+                                               "Slice",    "Expand",    "Concat",  "ScatterND"};
   return kMoves.count(t) > 0;
+}
+
+// Index -1: an element zeroed by a ScatterND of zeros, no element of the weight.
+constexpr double kZeroed = -1;
+
+bool has_zeroed(const EvalTensor& index) {
+  return std::any_of(index.values.begin(), index.values.end(),
+                     [](double v) { return v == kZeroed; });
 }
 
 bool is_identity(const EvalTensor& index) {
@@ -68,8 +78,29 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   // A weight other nodes read too would train as untied copies: only a weight this chain alone
   // reads (not a view, which shares its values with another name) becomes a map.
   const auto readers = consumers_.find(name);
-  if (view_of_.count(name) || folded_transposes_.count(name) || readers == consumers_.end() ||
-      readers->second.size() != 1) {
+  // (An Identity of a weight is a parameter of its own, as everywhere in the importer: torch's
+  // clone() before a slice assignment, or the legacy exporter's de-duplicated parameters.)
+  const auto view = view_of_.find(name);
+  const bool own = view == view_of_.end() || (!view->second.second && producer(name) >= 0 &&
+                                              g_.node(producer(name)).op_type() == "Identity");
+  // Readers of its values. A Shape reads none, nor a CastLike its second input (the type), nor
+  // a slice only they read: the exports of Swin V2's zeroing take the zeros' length and type
+  // from one.
+  auto no_values = [&](int r, const std::string& in) {
+    const auto& rn = g_.node(r);
+    return rn.op_type() == "Shape" || (rn.op_type() == "CastLike" && rn.input_size() > 1 &&
+                                       rn.input(1) == in && rn.input(0) != in);
+  };
+  auto values_reader = [&](int k) {
+    const auto& kn = g_.node(k);
+    if (no_values(k, name)) return false;
+    const auto c = consumers_.find(kn.output(0));
+    return c == consumers_.end() || c->second.empty() ||
+           std::any_of(c->second.begin(), c->second.end(),
+                       [&](int r) { return !no_values(r, kn.output(0)); });
+  };
+  if (!own || folded_transposes_.count(name) || readers == consumers_.end() ||
+      std::count_if(readers->second.begin(), readers->second.end(), values_reader) != 1) {
     return std::nullopt;
   }
   WeightMap map{name, {weight_dims(name), {}, true}};
@@ -104,6 +135,10 @@ bool Importer::weight_map_candidate(int i) const {
 // Whether constant input k of node n is an index, a shape or an axis list a map can take.
 bool Importer::constant_fits_map(const onnx::NodeProto& n, int k, const EvalTensor& c) const {
   if (n.op_type() == "Concat") return false;  // (a constant piece would read as indices)
+  // ScatterND's updates: zeros only (other values would be constants beside the weight's).
+  if (n.op_type() == "ScatterND" && k == 2) {
+    return std::all_of(c.values.begin(), c.values.end(), [](double x) { return x == 0; });
+  }
   // An Expand to a static export's traced batch size is a weight per sample (convert.cc).
   if (n.op_type() == "Expand" && k == 1 && !c.values.empty() && static_batch_ > 1 &&
       c.values[0] == static_cast<double>(static_batch_)) {
@@ -133,6 +168,9 @@ std::string Importer::weight_map_inputs(int i, std::map<std::string, EvalValue>*
     } else if (auto c = const_tensor(in)) {
       if (!constant_fits_map(n, k, *c)) return "";
       ev.tensor = std::move(*c);
+      if (n.op_type() == "ScatterND" && k == 2) {
+        std::fill(ev.tensor.values.begin(), ev.tensor.values.end(), kZeroed);
+      }
     } else {
       return "";
     }
@@ -167,11 +205,14 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
   TensorRef out;
   int64_t elements = 1;
   for (int64_t d : weight) elements *= d;
-  if (is_identity(map.index) && static_cast<int64_t>(map.index.values.size()) == elements) {
+  const bool zeroed = has_zeroed(map.index);
+  if (!zeroed && is_identity(map.index) &&
+      static_cast<int64_t>(map.index.values.size()) == elements) {
     // The whole weight in its order: only its shape changes.
     out = b_.broadcast_param(id, *anchor, dims);
     take(id, "value", map.source);
-  } else if (auto rows = row_ids(map.index, weight); !rows.empty()) {
+  } else if (auto rows = zeroed ? std::vector<float>{} : row_ids(map.index, weight);
+             !rows.empty()) {
     std::vector<int64_t> shape(dims.begin(), dims.end() - 1);
     if (shape.empty()) shape.push_back(1);
     const TensorRef ids = b_.constant(unique_id(id + ".ids", id), *anchor, shape, rows, true);
@@ -182,9 +223,18 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
     const TensorRef whole = b_.broadcast_param(id, *anchor, {elements});
     take(id, "value", map.source);
     std::vector<int64_t> flat;
+    std::vector<float> kept;  // 0 where zeroed
     flat.reserve(map.index.values.size());
-    for (double v : map.index.values) flat.push_back(static_cast<int64_t>(v));
-    const TensorRef picked = b_.gather(unique_id(id + ".gather", id), whole, 0, std::move(flat));
+    for (double v : map.index.values) {
+      flat.push_back(v == kZeroed ? 0 : static_cast<int64_t>(v));
+      kept.push_back(v == kZeroed ? 0.0f : 1.0f);
+    }
+    TensorRef picked = b_.gather(unique_id(id + ".gather", id), whole, 0, std::move(flat));
+    if (zeroed) {
+      const auto count = static_cast<int64_t>(kept.size());
+      picked = b_.binary(unique_id(id + ".zeroed", id), picked,
+                         b_.constant(unique_id(id + ".kept", id), *anchor, {count}, kept), "mul");
+    }
     out = b_.reshape(unique_id(id + ".reshape", id), picked, dims);
   }
   act_[name] = out;

@@ -53,8 +53,9 @@ gathered sinusoid table) with torch 2.15.0 and onnxscript 0.7.2; and padded_posi
 (RoBERTa's position ids, a cumulative sum of the ids' padding mask) with torch 2.15.0 and
 onnxscript 0.7.2; and audio_front_end (Whisper's nn.Conv1d front end) with torch 2.15.0 and
 onnxscript 0.7.2; and norm_affines (LayerNorm with bias=False and with elementwise_affine=False)
-and eos_pooling (CLIP's state at each sample's argmax position) with torch 2.15.0 and onnxscript
-0.7.2.)
+and eos_pooling (CLIP's state at each sample's argmax position) and cosine_windows (Swin V2's
+attention: a zeroed slice of the qkv bias, cosine attention in folded windows, a clamped logit
+scale) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -816,6 +817,35 @@ class EosPooling(torch.nn.Module):
         return self.out(largest + eos)
 
 
+class CosineWindows(torch.nn.Module):
+    # torchvision's Swin V2 attention within windows folded into the batch: the key third of a
+    # copy of the qkv bias zeroed by slice assignment, cosine attention (F.normalize of q and k,
+    # whose norm is expanded over the folded windows) scaled by clamp(logit_scale, max=log 100)
+    # .exp() of a per-head [heads, 1, 1] parameter.
+    def __init__(self, res=4, ws=2, dim=8, heads=2):
+        super().__init__()
+        self.res, self.ws, self.heads = res, ws, heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.logit_scale = torch.nn.Parameter(torch.log(10 * torch.ones((heads, 1, 1))))
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, L, C = x.shape
+        r, ws, h = self.res, self.ws, self.heads
+        w = x.view(B, r // ws, ws, r // ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, C)
+        bias = self.qkv.bias.clone()
+        bias[C:2 * C].zero_()
+        qkv = torch.nn.functional.linear(w, self.qkv.weight, bias)
+        qkv = qkv.reshape(w.shape[0], ws * ws, 3, h, C // h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(
+            k, dim=-1).transpose(-2, -1)
+        attn = attn * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        a = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(w.shape[0], ws * ws, C)
+        y = a.view(B, r // ws, r // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, L, C)
+        return self.proj(y + x)
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -898,7 +928,9 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("audio_front_end", 156, AudioFrontEnd, patterns.feat(4, 10),
                                  None),
                                 ("norm_affines", 157, NormAffines, patterns.feat(5, 8), None),
-                                ("eos_pooling", 158, EosPooling, patterns.ids_input(6), None)]
+                                ("eos_pooling", 158, EosPooling, patterns.ids_input(6), None),
+                                ("cosine_windows", 159, CosineWindows, patterns.feat(16, 8),
+                                 None)]
 
 
 def main():
