@@ -219,6 +219,10 @@ TEST_CASE("a copy of a weight with a slice zeroed (Swin V2's key bias) is the we
   other.model.mutable_graph()->mutable_node(1)->mutable_attribute(0)->mutable_t()->set_float_data(
       0, 7);
   CHECK_FALSE(other.import().ok());
+  // Nor are zeros combined with the elements (reduction add keeps the weight, mul zeroes it).
+  Onnx reduced = b;
+  Onnx::attr(reduced.model.mutable_graph()->mutable_node(2), "reduction", std::string("add"));
+  CHECK_FALSE(reduced.import().ok());
 }
 
 }  // namespace

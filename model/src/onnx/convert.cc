@@ -771,13 +771,13 @@ void Importer::expand_activation(int i, const std::string& id, const TensorRef& 
   auto sample_index = [&](size_t k) { return k < pos ? k : k - 1 + folded_dims; };
   // ONNX broadcasting of the input's dims against the target's, aligned right: the target may
   // not add axes before the batch, and its dim at the batch is 1 or the batch itself.
-  if (target->size() > rank || rank - target->size() > pos) {
-    return refuse(i, "the target " +
-                         dims_text(std::vector<int64_t>(target->begin(), target->end())) +
-                         " adds axes before the batch");
+  if (target->size() > rank) {
+    return refuse(i, "the target has " + std::to_string(target->size()) +
+                         " dims, more than the activation's " + std::to_string(rank) +
+                         " (axes before the batch)");
   }
   const size_t from_t = rank - target->size();
-  {
+  if (from_t <= pos) {
     const double t0 = (*target)[pos - from_t];
     const double traced = static_cast<double>(static_batch_ * l.outer * l.inner);
     const bool batch = t0 == kBatchDim || !(t0 == t0) || t0 == 1 || t0 == -1 ||

@@ -611,6 +611,11 @@ std::vector<int> weight_positions(const onnx::NodeProto& n) {
     return {0, 1};
   }
   if (t == "Where") return {1, 2};
+  // A function of a trained weight (trained_operand: CLIP's and Swin V2's logit scales).
+  static const std::set<std::string> kOfWeight = {
+      "Clip", "Exp",     "Log",  "Neg", "Sqrt",     "Abs",       "Sin",
+      "Cos",  "Sigmoid", "Tanh", "Erf", "Softplus", "Reciprocal"};
+  if (kOfWeight.count(t)) return {0};
   return {};
 }
 

@@ -78,11 +78,13 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   // A weight other nodes read too would train as untied copies: only a weight this chain alone
   // reads (not a view, which shares its values with another name) becomes a map.
   const auto readers = consumers_.find(name);
-  // (An Identity of a weight is a parameter of its own, as everywhere in the importer: torch's
-  // clone() before a slice assignment, or the legacy exporter's de-duplicated parameters.)
-  const auto view = view_of_.find(name);
-  const bool own = view == view_of_.end() || (!view->second.second && producer(name) >= 0 &&
-                                              g_.node(producer(name)).op_type() == "Identity");
+  // An Identity of a weight (torch's clone() before a slice assignment) is the weight itself,
+  // where it is the weight's only reader of values (so nothing else reads it).
+  if (const auto view = view_of_.find(name); view != view_of_.end()) {
+    const int p = producer(name);
+    if (view->second.second || p < 0 || g_.node(p).op_type() != "Identity") return std::nullopt;
+    return weight_index(g_.node(p).input(0));
+  }
   // Readers of its values. A Shape reads none, nor a CastLike its second input (the type), nor
   // a slice only they read: the exports of Swin V2's zeroing take the zeros' length and type
   // from one.
@@ -94,12 +96,17 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   auto values_reader = [&](int k) {
     const auto& kn = g_.node(k);
     if (no_values(k, name)) return false;
-    const auto c = consumers_.find(kn.output(0));
-    return c == consumers_.end() || c->second.empty() ||
-           std::any_of(c->second.begin(), c->second.end(),
-                       [&](int r) { return !no_values(r, kn.output(0)); });
+    for (const auto& out : kn.output()) {
+      const auto c = consumers_.find(out);
+      if (c == consumers_.end() || c->second.empty() ||
+          std::any_of(c->second.begin(), c->second.end(),
+                      [&](int r) { return !no_values(r, out); })) {
+        return true;
+      }
+    }
+    return false;
   };
-  if (!own || folded_transposes_.count(name) || readers == consumers_.end() ||
+  if (folded_transposes_.count(name) || readers == consumers_.end() ||
       std::count_if(readers->second.begin(), readers->second.end(), values_reader) != 1) {
     return std::nullopt;
   }
@@ -135,9 +142,11 @@ bool Importer::weight_map_candidate(int i) const {
 // Whether constant input k of node n is an index, a shape or an axis list a map can take.
 bool Importer::constant_fits_map(const onnx::NodeProto& n, int k, const EvalTensor& c) const {
   if (n.op_type() == "Concat") return false;  // (a constant piece would read as indices)
-  // ScatterND's updates: zeros only (other values would be constants beside the weight's).
+  // ScatterND's updates: zeros written in place only (other values would be constants beside
+  // the weight's; a reduction would combine them with its elements).
   if (n.op_type() == "ScatterND" && k == 2) {
-    return std::all_of(c.values.begin(), c.values.end(), [](double x) { return x == 0; });
+    return attr_s(n, "reduction", "none") == "none" &&
+           std::all_of(c.values.begin(), c.values.end(), [](double x) { return x == 0; });
   }
   // An Expand to a static export's traced batch size is a weight per sample (convert.cc).
   if (n.op_type() == "Expand" && k == 1 && !c.values.empty() && static_batch_ > 1 &&
