@@ -31,14 +31,16 @@ def tokens(g):
 
 
 class Logits(nn.Module):
-    """A Hugging Face model's logits (its output is a ModelOutput)."""
+    """A Hugging Face model's logits, or another `field` of its ModelOutput (CLIP's
+    text_embeds)."""
 
-    def __init__(self, model):
+    def __init__(self, model, field="logits"):
         super().__init__()
         self.model = model
+        self.field = field
 
     def forward(self, x):
-        return self.model(x).logits
+        return getattr(self.model(x), self.field)
 
 
 def tv_vit():
@@ -201,27 +203,16 @@ def hf_swin():
         num_labels=10)))
 
 
-class TextEmbeds(nn.Module):
-    """A Hugging Face text tower's projected embedding (CLIP's text_embeds)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return self.model(x).text_embeds
-
-
 def hf_clip_text(eos_token_id):
     """CLIP's text tower: it pools the state at each sample's end-of-text token, found by an
     argmax (of the ids where eos_token_id is 2, as the first CLIP checkpoints; else of ids ==
     eos_token_id)."""
     def build():
         from transformers import CLIPTextConfig, CLIPTextModelWithProjection
-        return TextEmbeds(CLIPTextModelWithProjection(CLIPTextConfig(
+        return Logits(CLIPTextModelWithProjection(CLIPTextConfig(
             vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
             num_attention_heads=4, max_position_embeddings=16, projection_dim=16,
-            bos_token_id=0, pad_token_id=1, eos_token_id=eos_token_id)))
+            bos_token_id=0, pad_token_id=1, eos_token_id=eos_token_id)), "text_embeds")
     return build
 
 
