@@ -90,6 +90,9 @@ std::string refusal_for(const std::string& dir, const std::string& stem) {
     return "traced its batch size";
   }
   // The optimisers fold Swin's relative position bias: the table read through repeating indices.
+  if (dir == kDir2 && !stem.ends_with("_noopt") && stem.starts_with("token_batch_norm_dynamo")) {
+    return "holds elements of parameter 'attention_biases' more than once";
+  }
   if (dir == kDir2 && !stem.ends_with("_noopt") &&
       (stem.starts_with("relative_bias_dynamo") || stem.starts_with("weight_views_dynamo"))) {
     return "holds elements of parameter 'table' more than once";
@@ -533,6 +536,12 @@ TEST_CASE("torch exports compute torch's output and loss, and match it after one
       const bool folded = folds_batch_norm(stem);
       bool warned = false;
       for (const auto& w : warnings) warned = warned || w.find("BatchNormalization") != w.npos;
+      // An eval-mode export of a batch norm the exporter cannot fold (LeViT's, after a linear)
+      // normalises with the running statistics; GraphPipe trains it with the batch's, and says so.
+      if (stem == "token_batch_norm_legacy") {
+        CHECK(warned);
+        continue;
+      }
       CHECK(warned == folded);
       // torch 2.x folds with the running statistics even when the module was traced in train mode,
       // so such a file computes neither torch's train-mode output nor its step; the warning is all.

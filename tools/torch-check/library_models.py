@@ -7,15 +7,16 @@ GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin, Falcon and Gemma (its R
 1 + weight; its embedding has a padding_idx), returning the logits. A row whose library is not
 installed is n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the
 key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written
-by slice assignment); BEiT, whose relative
-position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
+by slice assignment; that maps now, its next blocker is an MLP over a constant table); BEiT,
+whose relative position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
 does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
 a cumulative sum of the ids' padding mask, token types gathered from a zero buffer), Whisper's
 encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM, Qwen3, Phi-3 (an empty slice of
-its rotary split), MPT (LayerNorm(bias=False)) and CLIP's text tower (the state at each sample's
-argmax position); see docs/model-format.md."""
+its rotary split), MPT (LayerNorm(bias=False)), CLIP's text tower (the state at each sample's
+argmax position) and timm's LeViT (batch norm over tokens folded into the batch); see
+docs/model-format.md."""
 import torch
 import torch.nn as nn
 
@@ -294,6 +295,8 @@ LIBRARY = [
     # LayerNorm(bias=False): no shift to train.
     ("hf_mpt", hf_causal_lm("MptForCausalLM", "MptConfig", d_model=32, n_heads=4, n_layers=2,
                             expansion_ratio=2), tokens),
+    # BatchNorm1d over tokens folded into the batch; attention biases gathered along axis 1.
+    ("timm_levit", timm_model("levit_128s", img_size=32), image(32)),
     # The state at each sample's end-of-text token: x[arange(B), ids.argmax(-1)].
     ("hf_clip_text", hf_clip_text(2), tokens),
     ("hf_clip_text_eos", hf_clip_text(49), tokens),

@@ -454,6 +454,9 @@ std::string Importer::layout_refusal(int i) const {
   if (moved.empty()) return "";
   const BatchLayout l = layout_of(moved);
   const std::string reads = "reads '" + moved + "' with the batch at " + l.text();
+  // BatchNorm1d over tokens folded into the batch (LeViT's bn(x.flatten(0, 1))): the channels
+  // right after the folded batch (batch_norm transposes them first).
+  if (t == "BatchNormalization" && l.pos == 0 && l.outer == 1) return "";
   if (!any_layout(t)) return reads + ": " + t + " maps only batch-first tensors";
   const auto rank = rank_of(moved);
   if (!rank) return reads + ", of unknown rank";

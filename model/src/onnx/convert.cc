@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "gp/model/onnx_file.h"
@@ -1420,7 +1421,6 @@ void Importer::batch_norm(int i, const std::string& id) {
       return refuse(i, "its running statistics outputs are used");
     }
   }
-  act_[n.output(0)] = b_.batch_norm(id, *x, attr_f(n, "epsilon", 1e-5));
   // One output and no training_mode: the eval form, normalising with the running statistics,
   // unless the traced program ran it in training (torch 2.x's dynamo export writes the eval form
   // for a train-mode module, its metadata naming _native_batch_norm_legit_functional).
@@ -1430,6 +1430,28 @@ void Importer::batch_norm(int i, const std::string& id) {
   if (attr_i(n, "training_mode", 0) == 0 && n.output_size() == 1 && !traced_training) {
     if (eval_batch_norms_++ == 0) first_eval_batch_norm_ = where(i);
   }
+  // Tokens folded into the batch ([batch * N, C, ...], LeViT's bn(x.flatten(0, 1))): per sample
+  // [N, C, ...], normalised per channel over the batch and the N tokens, as torch does over the
+  // flattened batch: the channels moved first, batch_norm, and back.
+  const BatchLayout l = layout_of(n.input(0));
+  const auto shape = sample_shape(n.input(0));
+  if (!l.batch_first() && (l.pos != 0 || l.outer != 1 || !shape || shape->size() < 2)) {
+    return refuse(i, "normalises '" + n.input(0) + "' with the batch at " + l.text() +
+                         " (only tokens folded after the batch map)");
+  }
+  if (!l.batch_first()) {
+    std::vector<int64_t> perm(shape->size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[0], perm[1]);
+    const TensorRef channels_first = b_.transpose(unique_id(id + ".channels", id), *x, perm);
+    const std::string norm = unique_id(id + ".norm", id);
+    const TensorRef y = b_.batch_norm(norm, channels_first, attr_f(n, "epsilon", 1e-5));
+    act_[n.output(0)] = b_.transpose(id, y, perm);
+    take(norm, "gamma", n.input(1));
+    take(norm, "beta", n.input(2));
+    return;
+  }
+  act_[n.output(0)] = b_.batch_norm(id, *x, attr_f(n, "epsilon", 1e-5));
   take(id, "gamma", n.input(1));
   take(id, "beta", n.input(2));
 }

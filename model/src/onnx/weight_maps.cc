@@ -78,13 +78,6 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   // A weight other nodes read too would train as untied copies: only a weight this chain alone
   // reads (not a view, which shares its values with another name) becomes a map.
   const auto readers = consumers_.find(name);
-  // An Identity of a weight (torch's clone() before a slice assignment) is the weight itself,
-  // where it is the weight's only reader of values (so nothing else reads it).
-  if (const auto view = view_of_.find(name); view != view_of_.end()) {
-    const int p = producer(name);
-    if (view->second.second || p < 0 || g_.node(p).op_type() != "Identity") return std::nullopt;
-    return weight_index(g_.node(p).input(0));
-  }
   // Readers of its values. A Shape reads none, nor a CastLike its second input (the type), nor
   // a slice only they read: the exports of Swin V2's zeroing take the zeros' length and type
   // from one.
@@ -110,6 +103,21 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
       std::count_if(readers->second.begin(), readers->second.end(), values_reader) != 1) {
     return std::nullopt;
   }
+  // A view of a weight (torch's clone() before a slice assignment, an Identity; a Transpose
+  // before dynamo's GatherND of LeViT's attention_biases.T) is its node's move of the weight's
+  // map, where the view is the weight's only reader of values (so nothing else reads it).
+  if (view_of_.count(name)) {
+    const int p = producer(name);
+    if (p < 0 || !moves_elements(g_.node(p).op_type()) || g_.node(p).output_size() != 1) {
+      return std::nullopt;
+    }
+    std::map<std::string, EvalValue> inputs;
+    const std::string source = weight_map_inputs(p, &inputs);
+    if (source.empty()) return std::nullopt;
+    auto r = evaluate_node(g_.node(p), inputs);
+    if (!r.ok() || !r->has_value()) return std::nullopt;
+    return WeightMap{source, std::move(**r)};
+  }
   WeightMap map{name, {weight_dims(name), {}, true}};
   int64_t elements = 1;
   for (int64_t d : map.index.dims) elements *= d;
@@ -130,7 +138,8 @@ bool Importer::weight_map_candidate(int i) const {
   if (!feeds_only_elementwise(out)) return false;
   // A lookup of constant ids in a table that element-wise ops read directly (position
   // embeddings) stays an embedding (constant_lookup).
-  if (t == "Gather" && !weight_maps_.count(n.input(0))) {
+  // (A Gather along another axis, LeViT's attention_biases[:, idxs], is no row lookup: a map.)
+  if (t == "Gather" && !weight_maps_.count(n.input(0)) && attr_i(n, "axis", 0) == 0) {
     for (int k : consumers_.at(out)) {
       if (!elementwise_type(g_.node(k).op_type())) return true;
     }

@@ -55,7 +55,8 @@ onnxscript 0.7.2; and audio_front_end (Whisper's nn.Conv1d front end) with torch
 onnxscript 0.7.2; and norm_affines (LayerNorm with bias=False and with elementwise_affine=False)
 and eos_pooling (CLIP's state at each sample's argmax position) and cosine_windows (Swin V2's
 attention: a zeroed slice of the qkv bias, cosine attention in folded windows, a clamped logit
-scale) with torch 2.15.0 and onnxscript 0.7.2.)
+scale) and token_batch_norm (LeViT's batch norm over tokens folded into the batch and its
+attention biases gathered along their second axis) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -846,6 +847,28 @@ class CosineWindows(torch.nn.Module):
         return self.proj(y + x)
 
 
+class TokenBatchNorm(torch.nn.Module):
+    # timm's LeViT: a linear whose BatchNorm1d runs over the tokens folded into the batch
+    # (bn(x.flatten(0, 1)).reshape_as(x)), and attention biases per head read at a registered
+    # index buffer along their second axis (attention_biases[:, idxs]).
+    def __init__(self, tokens=4, dim=8, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qk = torch.nn.Linear(dim, 2 * dim, bias=False)
+        self.bn = torch.nn.BatchNorm1d(2 * dim)
+        self.attention_biases = torch.nn.Parameter(torch.linspace(-0.5, 0.5, heads * 3).view(heads, 3))
+        idx = torch.tensor([[abs(i - j) for j in range(tokens)] for i in range(tokens)]).clamp(max=2)
+        self.register_buffer("attention_bias_idxs", idx, persistent=False)
+        self.out = torch.nn.Linear(tokens, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        qk = self.bn(self.qk(x).flatten(0, 1)).reshape(B, N, 2 * C)
+        q, k = qk.view(B, N, self.heads, -1).permute(0, 2, 1, 3).chunk(2, dim=-1)
+        attn = q @ k.transpose(-2, -1) + self.attention_biases[:, self.attention_bias_idxs]
+        return self.out(attn.softmax(dim=-1).mean(dim=1))
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -930,6 +953,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("norm_affines", 157, NormAffines, patterns.feat(5, 8), None),
                                 ("eos_pooling", 158, EosPooling, patterns.ids_input(6), None),
                                 ("cosine_windows", 159, CosineWindows, patterns.feat(16, 8),
+                                 None),
+                                ("token_batch_norm", 160, TokenBatchNorm, patterns.feat(4, 8),
                                  None)]
 
 
