@@ -773,8 +773,9 @@ void Importer::expand_activation(int i, const std::string& id, const TensorRef& 
   // ONNX broadcasting of the input's dims against the target's, aligned right: the target may
   // not add axes before the batch, and its dim at the batch is 1 or the batch itself.
   if (target->size() > rank) {
-    return refuse(i, "the target has " + std::to_string(target->size()) +
-                         " dims, more than the activation's " + std::to_string(rank) +
+    return refuse(i, "the target " +
+                         dims_text(std::vector<int64_t>(target->begin(), target->end())) +
+                         " has more dims than the activation's " + std::to_string(rank) +
                          " (axes before the batch)");
   }
   const size_t from_t = rank - target->size();
@@ -1421,6 +1422,15 @@ void Importer::batch_norm(int i, const std::string& id) {
       return refuse(i, "its running statistics outputs are used");
     }
   }
+  // Tokens folded into the batch ([batch * N, C, ...], LeViT's bn(x.flatten(0, 1))): per sample
+  // [N, C, ...], normalised per channel over the batch and the N tokens, as torch does over the
+  // flattened batch: the channels moved first, batch_norm, and back.
+  const BatchLayout l = layout_of(n.input(0));
+  const auto shape = sample_shape(n.input(0));
+  if (!l.batch_first() && (!shape || shape->size() < 2)) {
+    return refuse(i, "normalises '" + n.input(0) + "' with the batch at " + l.text() +
+                         " and no channel axis after it, or a per-sample shape not known");
+  }
   // One output and no training_mode: the eval form, normalising with the running statistics,
   // unless the traced program ran it in training (torch 2.x's dynamo export writes the eval form
   // for a train-mode module, its metadata naming _native_batch_norm_legit_functional).
@@ -1429,15 +1439,6 @@ void Importer::batch_norm(int i, const std::string& id) {
                                traced.find("_native_batch_norm_legit.default") != traced.npos;
   if (attr_i(n, "training_mode", 0) == 0 && n.output_size() == 1 && !traced_training) {
     if (eval_batch_norms_++ == 0) first_eval_batch_norm_ = where(i);
-  }
-  // Tokens folded into the batch ([batch * N, C, ...], LeViT's bn(x.flatten(0, 1))): per sample
-  // [N, C, ...], normalised per channel over the batch and the N tokens, as torch does over the
-  // flattened batch: the channels moved first, batch_norm, and back.
-  const BatchLayout l = layout_of(n.input(0));
-  const auto shape = sample_shape(n.input(0));
-  if (!l.batch_first() && (l.pos != 0 || l.outer != 1 || !shape || shape->size() < 2)) {
-    return refuse(i, "normalises '" + n.input(0) + "' with the batch at " + l.text() +
-                         " (only tokens folded after the batch map)");
   }
   if (!l.batch_first()) {
     std::vector<int64_t> perm(shape->size());

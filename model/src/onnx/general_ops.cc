@@ -470,7 +470,10 @@ std::optional<TensorRef> Importer::trained_operand(int i, const std::string& id)
     refuse(i, "no activation to take the batch from");
     return std::nullopt;
   }
+  // (Leading 1s dropped, as bias_add and the element-wise ops' weight operands drop them, so
+  // that copies of one weight tie in one shape.)
   std::vector<int64_t> per = weight_dims(n.input(0));
+  while (per.size() > 1 && per.front() == 1) per.erase(per.begin());
   if (per.size() > 1) unbatched_.insert(n.output(0));
   if (per.empty()) per.push_back(1);
   const std::string param = unique_id(id + ".0", id);

@@ -76,7 +76,7 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   // (A slice of a packed weight keeps its own path: slice_folds and packed_params.)
   if (activation(name) || slice_of_.count(name) || !param_like(name)) return std::nullopt;
   // A weight other nodes read too would train as untied copies: only a weight this chain alone
-  // reads (not a view, which shares its values with another name) becomes a map.
+  // reads becomes a map.
   const auto readers = consumers_.find(name);
   // Readers of its values. A Shape reads none, nor a CastLike its second input (the type), nor
   // a slice only they read: the exports of Swin V2's zeroing take the zeros' length and type
@@ -105,18 +105,20 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   }
   // A view of a weight (torch's clone() before a slice assignment, an Identity; a Transpose
   // before dynamo's GatherND of LeViT's attention_biases.T) is its node's move of the weight's
-  // map, where the view is the weight's only reader of values (so nothing else reads it).
+  // map, where the view is the weight's only reader of values (so nothing else reads it). An
+  // Identity whose weight is read elsewhere too is a parameter of its own, as everywhere in the
+  // importer (the legacy exporter's de-duplicated parameters).
   if (view_of_.count(name)) {
     const int p = producer(name);
     if (p < 0 || !moves_elements(g_.node(p).op_type()) || g_.node(p).output_size() != 1) {
       return std::nullopt;
     }
     std::map<std::string, EvalValue> inputs;
-    const std::string source = weight_map_inputs(p, &inputs);
-    if (source.empty()) return std::nullopt;
-    auto r = evaluate_node(g_.node(p), inputs);
-    if (!r.ok() || !r->has_value()) return std::nullopt;
-    return WeightMap{source, std::move(**r)};
+    if (const std::string source = weight_map_inputs(p, &inputs); !source.empty()) {
+      auto r = evaluate_node(g_.node(p), inputs);
+      if (r.ok() && r->has_value()) return WeightMap{source, std::move(**r)};
+    }
+    if (g_.node(p).op_type() != "Identity") return std::nullopt;
   }
   WeightMap map{name, {weight_dims(name), {}, true}};
   int64_t elements = 1;
