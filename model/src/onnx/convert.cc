@@ -12,12 +12,6 @@
 namespace gp::model::onnx_detail {
 namespace {
 
-int64_t product(const std::vector<int64_t>& v) {
-  int64_t p = 1;
-  for (int64_t d : v) p *= d;
-  return p;
-}
-
 // The mapped ONNX types with the number of inputs each needs at least.
 const std::map<std::string, int>& mapped_inputs() {
   static const std::map<std::string, int> kMapped = {{"Identity", 1},

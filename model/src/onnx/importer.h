@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -76,6 +77,21 @@ inline std::string dims_text(const std::vector<int64_t>& v) {
   std::string s = "[";
   for (size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + std::to_string(v[k]);
   return s + "]";
+}
+
+// The product of dims [from, to) (the element count of a shape by default).
+inline int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
+  int64_t p = 1;
+  for (size_t k = from; k < std::min(to, v.size()); ++k) p *= v[k];
+  return p;
+}
+
+// Whether `values` are 0, 1, 2, ... (an arange; an index map that keeps every element in place).
+inline bool counts_up(const std::vector<double>& values) {
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (values[k] != static_cast<double>(k)) return false;
+  }
+  return true;
 }
 
 // A folded shape-math value, and whether it is an integer (integer Div truncates).

@@ -6,8 +6,6 @@
 // ones with an all-ones weight): the traced call's arguments tell the two apart.
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,10 +18,6 @@
 
 namespace gp::model::onnx_detail {
 namespace {
-
-int64_t product(const std::vector<int64_t>& dims) {
-  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
-}
 
 // The traced call's weight and bias arguments (or {} without metadata): "None" where torch
 // passes none.

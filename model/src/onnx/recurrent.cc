@@ -27,12 +27,6 @@ namespace {
 // The most steps one direction is unrolled over (each step is about 16 operators).
 constexpr int64_t kMaxSteps = 4096;
 
-int64_t product(const std::vector<int64_t>& v, size_t from = 0, size_t to = SIZE_MAX) {
-  int64_t p = 1;
-  for (size_t k = from; k < std::min(to, v.size()); ++k) p *= v[k];
-  return p;
-}
-
 // Why node `n`'s attributes are not the ones the unrolling computes ("" when they are): the
 // activations must be the defaults, no clip, no coupled input and forget gates.
 std::string attribute_refusal(const onnx::NodeProto& n, bool lstm, int dirs) {

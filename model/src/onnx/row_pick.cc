@@ -41,10 +41,7 @@ bool Importer::batch_arange(const std::string& name) const {
   const int64_t batches[] = {2, 3, 5};
   for (size_t p = 0; p < 3; ++p) {
     const auto& values = (*probes)[p].values;
-    if (static_cast<int64_t>(values.size()) != batches[p]) return false;
-    for (size_t k = 0; k < values.size(); ++k) {
-      if (values[k] != static_cast<double>(k)) return false;
-    }
+    if (static_cast<int64_t>(values.size()) != batches[p] || !counts_up(values)) return false;
   }
   return true;
 }
@@ -59,14 +56,8 @@ bool Importer::range_from_zero(const std::string& name) const {
 
 bool Importer::static_arange(const std::string& name) const {
   const auto t = const_tensor(name);
-  if (static_batch_ <= 0 || !t || t->dims.empty() || t->dims[0] != static_batch_ ||
-      static_cast<int64_t>(t->values.size()) != static_batch_) {
-    return false;
-  }
-  for (size_t k = 0; k < t->values.size(); ++k) {
-    if (t->values[k] != static_cast<double>(k)) return false;
-  }
-  return true;
+  return static_batch_ > 0 && t && !t->dims.empty() && t->dims[0] == static_batch_ &&
+         static_cast<int64_t>(t->values.size()) == static_batch_ && counts_up(t->values);
 }
 
 bool Importer::match_row_pick(int i) {

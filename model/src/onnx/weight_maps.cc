@@ -34,13 +34,6 @@ bool has_zeroed(const EvalTensor& index) {
                      [](double v) { return v == kZeroed; });
 }
 
-bool is_identity(const EvalTensor& index) {
-  for (size_t k = 0; k < index.values.size(); ++k) {
-    if (index.values[k] != static_cast<double>(k)) return false;
-  }
-  return true;
-}
-
 // Where the map reads whole rows of a [rows, width] weight in order (an embedding of constant
 // ids, such as position ids): the row of each, else empty.
 std::vector<float> row_ids(const EvalTensor& index, const std::vector<int64_t>& weight) {
@@ -226,7 +219,7 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
   int64_t elements = 1;
   for (int64_t d : weight) elements *= d;
   const bool zeroed = has_zeroed(map.index);
-  if (!zeroed && is_identity(map.index) &&
+  if (!zeroed && counts_up(map.index.values) &&
       static_cast<int64_t>(map.index.values.size()) == elements) {
     // The whole weight in its order: only its shape changes.
     out = b_.broadcast_param(id, *anchor, dims);
