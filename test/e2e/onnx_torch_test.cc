@@ -107,6 +107,10 @@ std::string refusal_for(const std::string& dir, const std::string& stem) {
   if (dir == kDir2 && stem.starts_with("cosine_windows_dynamo") && !stem.ends_with("_noopt")) {
     return "cannot train as torch trains the parameters";
   }
+  // ... and exp(temperature) of a scalar parameter.
+  if (dir == kDir2 && stem.starts_with("trained_scalars_dynamo") && !stem.ends_with("_noopt")) {
+    return "'exp' is computed from parameter 'temp'";
+  }
   // A static export's bags over ids[:, k] are not matched yet (the dynamic ones are).
   if (dir == kDir2 && stem == "sliced_bags_dynamo_static")
     return "no GraphPipe operator for this loop";

@@ -461,8 +461,9 @@ void Importer::general_unary(int i, const std::string& id, std::string_view fn) 
 
 // A function of a trained weight (CLIP's logit_scale.exp(), Swin V2's per-head
 // clamp(logit_scale, max=log(100)).exp()): the parameter, the same for every sample, then the
-// function of it. Beyond a vector the result has the weight's ONNX shape, no batch axis
-// (unbatched_), so that ONNX's broadcasting against activations holds per sample.
+// function of it. The result has the weight's ONNX shape, no batch axis (unbatched_), so that
+// ONNX's broadcasting against activations of any rank holds per sample (a scalar's [1] against
+// [B, T, C] aligns with C, not with T).
 std::optional<TensorRef> Importer::trained_operand(int i, const std::string& id) {
   const auto& n = g_.node(i);
   const auto anchor = anchor_for(n.output(0));
@@ -474,7 +475,7 @@ std::optional<TensorRef> Importer::trained_operand(int i, const std::string& id)
   // that copies of one weight tie in one shape.)
   std::vector<int64_t> per = weight_dims(n.input(0));
   while (per.size() > 1 && per.front() == 1) per.erase(per.begin());
-  if (per.size() > 1) unbatched_.insert(n.output(0));
+  unbatched_.insert(n.output(0));
   if (per.empty()) per.push_back(1);
   const std::string param = unique_id(id + ".0", id);
   const TensorRef x = b_.broadcast_param(param, *anchor, per);

@@ -627,10 +627,9 @@ Status Importer::check_weight_sharing() {
       if (k >= n.input_size() || n.input(k).empty() || !is_weight(n.input(k))) continue;
       // A reader through a Transpose (train-mode exports) reads the weight under it.
       const std::string name = resolve_view(n.input(k)).source;
-      // Scalars (shape arithmetic, constant factors) are not parameters.
-      int64_t elements = 1;
-      for (int64_t d : weight_dims(name)) elements *= d;
-      if (elements <= 1) continue;
+      // Scalars (shape arithmetic, constant factors) are not parameters, but for the trained
+      // ones (a learned temperature read twice trains as one).
+      if (product(weight_dims(name)) <= 1 && !scalar_params_.count(name)) continue;
       readers[name].push_back(i);
     }
   }
@@ -1417,6 +1416,8 @@ std::optional<std::vector<double>> Importer::folded(const std::string& name) con
 }
 
 std::optional<double> Importer::scalar(const std::string& name) const {
+  // A trained scalar (a learned temperature) is no constant factor: it would never train.
+  if (scalar_params_.count(name)) return std::nullopt;
   auto v = folded(name);
   if (!v || v->size() != 1 || !std::isfinite((*v)[0]) || (*v)[0] == kBatchDim) return std::nullopt;
   return (*v)[0];

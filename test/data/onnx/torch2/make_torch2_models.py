@@ -56,7 +56,9 @@ onnxscript 0.7.2; and norm_affines (LayerNorm with bias=False and with elementwi
 and eos_pooling (CLIP's state at each sample's argmax position) and cosine_windows (Swin V2's
 attention: a zeroed slice of the qkv bias, cosine attention in folded windows, a clamped logit
 scale) and token_batch_norm (LeViT's batch norm over tokens folded into the batch and its
-attention biases gathered along their second axis) with torch 2.15.0 and onnxscript 0.7.2.)
+attention biases gathered along their second axis) with torch 2.15.0 and onnxscript 0.7.2; and
+trained_scalars (a learned temperature read by four ops, ReZero's gate) with torch 2.15.0 and
+onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -869,6 +871,25 @@ class TokenBatchNorm(torch.nn.Module):
         return self.out(attn.softmax(dim=-1).mean(dim=1))
 
 
+class TrainedScalars(torch.nn.Module):
+    # Scalar parameters: a learned temperature read by several ops (a factor, the argument of
+    # exp, a bias and a divisor: one parameter whose gradients add up), ReZero's residual gate
+    # alpha * f(x), and a one-element vector read as a subtrahend and a divisor.
+    def __init__(self, dim=8):
+        super().__init__()
+        self.a = torch.nn.Linear(dim, dim)
+        self.b = torch.nn.Linear(dim, dim)
+        self.temp = torch.nn.Parameter(torch.tensor(0.7))
+        self.alpha = torch.nn.Parameter(torch.tensor(0.1))
+        self.tau = torch.nn.Parameter(torch.tensor([2.0]))
+
+    def forward(self, x):
+        h = self.a(x) * self.temp
+        g = torch.tanh(self.b(x)) * self.temp.exp()
+        r = x + self.alpha * torch.relu(h)
+        return (h + g + self.temp) / self.temp + r / self.tau - self.tau
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -955,6 +976,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("cosine_windows", 159, CosineWindows, patterns.feat(16, 8),
                                  None),
                                 ("token_batch_norm", 160, TokenBatchNorm, patterns.feat(4, 8),
+                                 None),
+                                ("trained_scalars", 161, TrainedScalars, patterns.feat(5, 8),
                                  None)]
 
 
