@@ -12,7 +12,8 @@ small configurations) and each export variant (torch_side.VARIANTS), this script
      seeded target: 4 losses (before each step and after the last) and the output after them,
   3. imports the export with `graphpipe-plan import` (no flag but --max-bag for bags of
      varying length, and for legacy exports --padding-idx for nn.Embedding's padding rows, which
-     that exporter does not record and the import warns about) and trains the same steps with `graphpipe-executor reference --data`,
+     that exporter does not record and the import warns about, and --freeze of the model's
+     buffers where the import's refusal names the flag, then the row says so) and trains the same steps with `graphpipe-executor reference --data`,
   4. multi-rank: plans the model on 4 CPU devices of this machine in at least 2 stages
      (`graphpipe-plan search --cluster cpu-local`; the sequential and Piper searches when
      GraphPipe's keeps a small model on one device, and when they do too, its ops halved by
@@ -306,7 +307,18 @@ def check(arch, variant, gp):
         # The legacy exporter does not record nn.Embedding(padding_idx): the import warns and
         # names the flag; the user, who knows the model, passes it.
         padding = {} if spec["kwargs"].get("dynamo") else torch_side.padding_rows(arch.model, onnx_path)
-        model, _ = gp.import_onnx(onnx_path, arch.max_bag, padding)
+        try:
+            model, _ = gp.import_onnx(onnx_path, arch.max_bag, padding)
+        except Blocked as e:
+            # Nor its buffers: where the import's refusal says to --freeze one, the user names
+            # the model's buffers, and the row says so.
+            buffers = [] if spec["kwargs"].get("dynamo") else torch_side.buffer_initializers(
+                arch.model, onnx_path)
+            if "--freeze" not in e.stderr or not buffers:
+                raise
+            model, _ = gp.import_onnx(onnx_path, arch.max_bag, padding, buffers)
+            row.notes.append(f"imported with --freeze of its {len(buffers)} buffers "
+                             f"({buffers[0]}, ...)")
     except Blocked as e:
         row.imported = "refused"
         row.fail(str(e))

@@ -15,9 +15,10 @@ TIMEOUT_S = 1800  # one command; the largest model here trains in seconds
 class Blocked(Exception):
     """A step that refused or failed: its name and the command's message."""
 
-    def __init__(self, step, message):
+    def __init__(self, step, message, stderr=""):
         super().__init__(f"{step}: {message}")
         self.step = step
+        self.stderr = stderr  # the whole of it (the message is cut)
 
 
 def message(stderr):
@@ -47,16 +48,19 @@ class GraphPipe:
         # Paths under the work directory are left out of the messages: they only lengthen them.
         done.stderr = done.stderr.replace(self.work + os.sep, "")
         if done.returncode != 0:
-            raise Blocked(step, f"exit {done.returncode}: " + message(done.stderr))
+            raise Blocked(step, f"exit {done.returncode}: " + message(done.stderr), done.stderr)
         return done
 
-    def import_onnx(self, onnx_path, max_bag=0, padding_idx=None):
-        """graphpipe-plan import with no flag beyond --max-bag and --padding-idx (the padding rows
-        of a legacy export, which does not record them): (model file, import's stderr)."""
+    def import_onnx(self, onnx_path, max_bag=0, padding_idx=None, freeze=()):
+        """graphpipe-plan import with no flag beyond --max-bag, --padding-idx and --freeze (the
+        padding rows and buffers of a legacy export, which does not record them): (model file,
+        import's stderr)."""
         model = self.path("model.pbtxt")
         flags = ["--max-bag", str(max_bag)] if max_bag else []
         for table, row in (padding_idx or {}).items():
             flags += ["--padding-idx", f"{table}={row}"]
+        for name in freeze:
+            flags += ["--freeze", name]
         done = self.run("import", [self.plan_bin, "import", onnx_path, "--out", model] + flags)
         return model, done.stderr
 

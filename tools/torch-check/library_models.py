@@ -1,13 +1,14 @@
 """Models as the libraries ship them, small configurations with random weights: torchvision's ViT,
-Swin, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2 and MnasNet; timm's
+Swin, Swin V2, ConvNeXt, EfficientNet-B0, MobileNetV3, RegNetY, MaxViT, ShuffleNetV2 and MnasNet; timm's
 ViT, DeiT (distilled), Swin, ConvNeXt, EfficientNet, ResNet, MobileViT and PoolFormer (GroupNorm);
 Hugging Face's GPT-2 (its default SDPA attention and the eager one), Llama (grouped-query
 attention), BERT, ViT, DistilBERT, the T5 encoder (relative position buckets), Mistral, Qwen2, Phi,
 GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin, Falcon and Gemma (its RMSNorm scales by
 1 + weight; its embedding has a padding_idx), returning the logits. A row whose library is not
-installed is n/a. Not here, refused by name: torchvision's Swin V2, which zeroes the
-key block of a copy of the qkv bias (qkv_bias[length:2 * length].zero_(): a trained weight written
-by slice assignment; that maps now, its next blocker is an MLP over a constant table); BEiT,
+installed is n/a. torchvision's Swin V2 zeroes the key block of a copy of the qkv bias (a
+trained weight written by slice assignment) and runs an MLP over a constant table (its continuous
+position bias; a legacy export needs --freeze of that table, a buffer the exporter does not
+mark). Not here, refused by name: BEiT,
 whose relative position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
@@ -55,6 +56,17 @@ def tv_swin():
     from torchvision.models.swin_transformer import SwinTransformer
     return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2],
                            window_size=[4, 4], num_classes=10)
+
+
+def tv_swin_v2():
+    # torchvision's swin_v2_t at a small shape: post-norm blocks, cosine attention with a
+    # clamped logit scale, and the continuous position bias (an MLP over a constant table of
+    # log-spaced coordinates, gathered at the relative position index).
+    from torchvision.models import swin_transformer as st
+    return st.SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 2],
+                              window_size=[4, 4], num_classes=10,
+                              block=st.SwinTransformerBlockV2,
+                              downsample_layer=st.PatchMergingV2)
 
 
 def tv_convnext():
@@ -227,6 +239,7 @@ def hf_vit():
 LIBRARY = [
     ("tv_vit", tv_vit, image(32)),
     ("tv_swin", tv_swin, image(32)),
+    ("tv_swin_v2", tv_swin_v2, image(32)),
     ("tv_convnext", tv_convnext, image(32)),
     ("tv_efficientnet", tv_model("efficientnet_b0"), image(32)),
     # 64 pixels: at 32 the last maps are 1 x 1, and batch norm over 4 values is ill-conditioned.

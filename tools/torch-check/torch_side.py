@@ -31,6 +31,14 @@ def padding_rows(model, onnx_path):
     return rows
 
 
+def buffer_initializers(model, onnx_path):
+    """The float buffers (register_buffer) of the torch model that a legacy export keeps as
+    initializers by their state_dict names: what `import --freeze` takes."""
+    names = {t.name for t in onnx.load(onnx_path, load_external_data=False).graph.initializer}
+    return sorted(name for name, b in model.named_buffers()
+                  if name in names and b.is_floating_point())
+
+
 VARIANTS = {
     "dynamo": dict(train=False, kwargs=dict(dynamo=True)),
     "dynamo_train": dict(train=True, kwargs=dict(dynamo=True, optimize=False)),

@@ -162,6 +162,7 @@ void Importer::convert(int i) {
       batched_input = true;
     }
   }
+  if (!unbatched.empty() && !batched_input && maps_unbatched(n)) return unbatched_op(i, id);
   if (!unbatched.empty() && !elementwise_type(t)) {
     return refuse(i, "reads '" + unbatched +
                          "', which has no batch axis (computed from weights and constants); "
@@ -530,6 +531,26 @@ void Importer::gemm(int i, const std::string& id) {
 void Importer::matmul(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto a = activation(n.input(0));
+  // A constant table times a trained weight (Swin V2's coordinates through its position-bias
+  // MLP): the table, the same for every sample, has no batch axis, nor has the product.
+  bool unbatched = a && unbatched_.count(n.input(0));
+  if (!a && is_weight(n.input(1)) && !activation(n.input(1))) {
+    if (param_like(n.input(0))) {
+      return refuse(i, "its first input '" + n.input(0) +
+                           "' is a trained weight too (a product of two weights); if it is a "
+                           "registered buffer, import with --freeze " +
+                           n.input(0));
+    }
+    const auto table = const_tensor(n.input(0));
+    const auto anchor = anchor_for(n.output(0));
+    if (table && anchor && !table->dims.empty() &&
+        std::none_of(table->values.begin(), table->values.end(),
+                     [](double v) { return std::isnan(v); })) {
+      const std::vector<float> values(table->values.begin(), table->values.end());
+      a = b_.constant(unique_id(id + ".table", id), *anchor, table->dims, values);
+      unbatched = true;
+    }
+  }
   if (!a) return refuse(i, "its first input is not an activation");
   if (auto b = activation(n.input(1))) {
     const auto sa = sample_shape(n.input(0)), sb = sample_shape(n.input(1));
@@ -562,6 +583,7 @@ void Importer::matmul(int i, const std::string& id) {
   act_[result] = b_.linear(id, *a, w[1], bias);
   take(id, "weight", n.input(1), graphpipe::v1::ParamSource::LAYOUT_TRANSPOSE);
   if (bias) take(id, "bias", bias_name);
+  if (unbatched) unbatched_.insert(result);
 }
 
 // Mul or Div of an activation by a scalar constant (attention's 1/sqrt(d), for one), a product

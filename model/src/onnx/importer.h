@@ -397,6 +397,9 @@ class Importer {
   void emit_attention(int i, const Fused& f, const TensorRef& x);
   void gemm(int i, const std::string& id);
   void matmul(int i, const std::string& id);
+  // Layout ops and linear layers on a tensor without the batch axis (unbatched_ops.cc).
+  bool maps_unbatched(const onnx::NodeProto& n) const;
+  void unbatched_op(int i, const std::string& id);
   void scale(int i, const std::string& id);
   // `name` as a tensor for a batch of `batch` (batch_constants.cc): constants, the Shape of
   // activations (dims_at_batch) and what the evaluator computes from them; nullopt where it

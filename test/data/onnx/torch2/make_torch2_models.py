@@ -57,8 +57,8 @@ and eos_pooling (CLIP's state at each sample's argmax position) and cosine_windo
 attention: a zeroed slice of the qkv bias, cosine attention in folded windows, a clamped logit
 scale) and token_batch_norm (LeViT's batch norm over tokens folded into the batch and its
 attention biases gathered along their second axis) with torch 2.15.0 and onnxscript 0.7.2; and
-trained_scalars (a learned temperature read by four ops, ReZero's gate) with torch 2.15.0 and
-onnxscript 0.7.2.)
+trained_scalars (a learned temperature read by four ops, ReZero's gate) and position_bias_mlp
+(Swin V2's MLP over a constant coordinate table) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -890,6 +890,41 @@ class TrainedScalars(torch.nn.Module):
         return (h + g + self.temp) / self.temp + r / self.tau - self.tau
 
 
+class PositionBiasMlp(torch.nn.Module):
+    # torchvision's Swin V2 continuous position bias: a registered table of log-spaced relative
+    # coordinates through an MLP (Linear, ReLU, Linear without bias), viewed per head, gathered
+    # at a registered relative position index, permuted to [heads, N, N] and 16 * sigmoid of it
+    # added to the attention scores of a window of N = ws * ws tokens.
+    def __init__(self, ws=2, dim=8, heads=2):
+        super().__init__()
+        self.heads, self.n = heads, ws * ws
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.cpb_mlp = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(inplace=True),
+                                           torch.nn.Linear(16, heads, bias=False))
+        r = torch.arange(-(ws - 1), ws, dtype=torch.float32)
+        table = torch.stack(torch.meshgrid([r, r], indexing="ij")).permute(1, 2, 0)
+        table = table.unsqueeze(0) / (ws - 1) * 8
+        table = torch.sign(table) * torch.log2(torch.abs(table) + 1.0) / 3.0
+        self.register_buffer("relative_coords_table", table)
+        coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij"))
+        coords = torch.flatten(coords, 1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (ws - 1)
+        index = (rel[:, :, 0] * (2 * ws - 1) + rel[:, :, 1]).flatten()
+        self.register_buffer("relative_position_index", index)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(
+            2, 0, 3, 1, 4)
+        bias = self.cpb_mlp(self.relative_coords_table).view(-1, self.heads)
+        bias = bias[self.relative_position_index].view(self.n, self.n, -1)
+        bias = 16 * torch.sigmoid(bias.permute(2, 0, 1).contiguous())
+        attn = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5 + bias.unsqueeze(0)
+        out = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, n, c)
+        return self.proj(out)
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -978,6 +1013,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("token_batch_norm", 160, TokenBatchNorm, patterns.feat(4, 8),
                                  None),
                                 ("trained_scalars", 161, TrainedScalars, patterns.feat(5, 8),
+                                 None),
+                                ("position_bias_mlp", 162, PositionBiasMlp, patterns.feat(4, 8),
                                  None)]
 
 
