@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "../support/models.h"
 #include "../support/onnx_builder.h"
@@ -798,6 +799,38 @@ TEST_CASE("a scalar parameter (CLIP's logit_scale) is trained, and exp of it map
   CHECK(testing::build_graph(c.imported()).total_params() == 0);
   b.model.set_producer_name("onnxscript");
   CHECK(testing::build_graph(b.imported()).total_params() == 0);
+}
+
+// A legacy export with a learned temperature t read by x * t, exp(t) and (through the exporter's
+// Identity of a de-duplicated equal parameter u) y * u.
+Onnx temperatures() {
+  Onnx b;
+  b.model.set_producer_name("pytorch");
+  b.input("x", {3});
+  b.init("t", {}, {0.7});
+  b.init("u", {}, {0.7});
+  b.node("Identity", {"u"}, {"u_alias"}, "alias");
+  b.node("Mul", {"x", "t"}, {"h"}, "scaled");
+  b.node("Exp", {"t"}, {"e"}, "exp");
+  b.node("Mul", {"h", "e"}, {"g"}, "gated");
+  b.node("Mul", {"g", "u_alias"}, {"y"}, "gated_again");
+  b.output("y", {3});
+  return b;
+}
+
+TEST_CASE("a trained scalar is never a constant factor, and its readers share it") {
+  const auto m = temperatures().imported();
+  const auto g = testing::build_graph(m);
+  // A Mul by it is a product with the parameter, not a fixed scale (which would never train).
+  CHECK(op(g, "scaled").type() == "binary");
+  CHECK(op(g, "gated_again").type() == "binary");
+  for (int k = 0; k < g.num_ops(); ++k) CHECK(g.op(k).proto->type() != "scale");
+  // x * t and exp(t) read one parameter: their copies are tied. u is a parameter of its own.
+  REQUIRE(m.param_ties_size() == 1);
+  std::set<std::string> tied;
+  for (const auto& member : m.param_ties(0).members()) tied.insert(member.op());
+  CHECK(tied == std::set<std::string>{"scaled.1", "exp.0"});
+  CHECK(g.total_params() == 2);  // t (its tied copies count once) and u
 }
 
 }  // namespace gp::model

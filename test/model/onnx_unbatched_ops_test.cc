@@ -2,7 +2,9 @@
 // through a trained linear layer, then moved and picked as ONNX has it, the whole shape per
 // sample. Numerics against torch: the torch2 pattern position_bias_mlp (Swin V2's continuous
 // position bias) in test/e2e/onnx_torch_test.cc.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,30 @@ TEST_CASE("GatherND and Gather of a tensor without the batch pick its rows as ON
   CHECK(ints(op(g, "units_picked.gather"), "indices") == std::vector<int64_t>{2, 3, 4});
   CHECK(shape_string(op(g, "bias").outputs(0)) == "[4, 3] float32");
   CHECK(shape_string(op(g, "add").outputs(0)) == "[4, 3] float32");
+}
+
+TEST_CASE("a GELU written out over the table's product keeps it without the batch axis") {
+  // x * 0.5 * (1 + erf(x / sqrt 2)), as legacy exports below opset 20 write nn.GELU().
+  Onnx b = table_bias();
+  auto* grid = b.model.mutable_graph()->mutable_node(2);  // Squeeze reads the GELU instead
+  grid->set_input(0, "gelu");
+  b.init("sqrt2", {}, {std::sqrt(2.0)});
+  b.init("one", {}, {1.0});
+  b.init("half", {}, {0.5});
+  b.node("Div", {"mlp", "sqrt2"}, {"scaled"}, "scaled");
+  b.node("Erf", {"scaled"}, {"erf"}, "erf");
+  b.node("Add", {"erf", "one"}, {"shifted"}, "shifted");
+  b.node("Mul", {"mlp", "shifted"}, {"gated"}, "gated");
+  b.node("Mul", {"gated", "half"}, {"gelu"}, "gelu");
+  // (Nodes in topological order: the GELU's before the Squeeze that reads it.)
+  auto* nodes = b.model.mutable_graph()->mutable_node();
+  std::rotate(nodes->begin() + 2, nodes->end() - 5, nodes->end());
+  const auto g = testing::build_graph(b.imported());
+  int gelus = 0;
+  for (int k = 0; k < g.num_ops(); ++k) gelus += g.op(k).proto->type() == "gelu";
+  CHECK(gelus == 1);
+  CHECK(shape_string(op(g, "grid").outputs(0)) == "[3, 3, 5] float32");
+  CHECK(shape_string(op(g, "bias").outputs(0)) == "[4, 3] float32");
 }
 
 TEST_CASE(

@@ -434,6 +434,14 @@ void Importer::emit_fused(int i, const Fused& f) {
   auto x = activation(f.x);
   if (!x) return refuse(i, "the input of its pattern is not an activation");
   const std::string& id = current_id_;
+  // GELU and a layer norm act on the last axis alone: over a tensor without the batch axis (an
+  // MLP over a constant table) they make another one. The other patterns read a batch.
+  const bool unbatched = unbatched_.count(f.x) > 0;
+  if (unbatched && f.kind != Fused::Kind::kGelu && f.kind != Fused::Kind::kLayerNorm) {
+    return refuse(i, "the input of its pattern, '" + f.x +
+                         "', has no batch axis (computed from weights and constants)");
+  }
+  if (unbatched) unbatched_.insert(g_.node(i).output(0));
   if (f.kind == Fused::Kind::kGelu) {
     act_[g_.node(i).output(0)] = b_.gelu(id, *x, f.exact);
     return;
@@ -537,9 +545,11 @@ void Importer::matmul(int i, const std::string& id) {
   if (!a && is_weight(n.input(1)) && !activation(n.input(1))) {
     if (param_like(n.input(0))) {
       return refuse(i, "its first input '" + n.input(0) +
-                           "' is a trained weight too (a product of two weights); if it is a "
-                           "registered buffer, import with --freeze " +
-                           n.input(0));
+                           "' is a trained weight too (a product of two weights)" +
+                           (dynamo_metadata_ ? std::string()
+                                             : "; if it is a registered buffer, import with "
+                                               "--freeze " +
+                                                   n.input(0)));
     }
     const auto table = const_tensor(n.input(0));
     const auto anchor = anchor_for(n.output(0));

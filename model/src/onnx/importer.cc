@@ -1416,8 +1416,9 @@ std::optional<std::vector<double>> Importer::folded(const std::string& name) con
 }
 
 std::optional<double> Importer::scalar(const std::string& name) const {
-  // A trained scalar (a learned temperature) is no constant factor: it would never train.
-  if (scalar_params_.count(name)) return std::nullopt;
+  // A trained scalar (a learned temperature), or an Identity of one (a legacy export's
+  // de-duplicated equal parameters), is no constant factor: it would never train.
+  if (param_like(name)) return std::nullopt;
   auto v = folded(name);
   if (!v || v->size() != 1 || !std::isfinite((*v)[0]) || (*v)[0] == kBatchDim) return std::nullopt;
   return (*v)[0];
@@ -1490,9 +1491,10 @@ std::optional<int64_t> Importer::sample_axis(const std::string& name, int64_t ax
     if (!rank) return std::nullopt;
     axis += *rank;
   }
+  // A tensor without the batch axis is all per sample: its axes are ONNX's.
   if (unbatched_.count(name)) {
-    if (axis <= 0 || (rank && axis >= *rank)) return std::nullopt;
-    return axis - 1;
+    if (axis < 0 || (rank && axis >= *rank)) return std::nullopt;
+    return axis;
   }
   // Axes before the batch keep their place; those after it follow the fold's dims.
   const BatchLayout l = layout_of(name);

@@ -39,6 +39,17 @@ void Importer::unbatched_op(int i, const std::string& id) {
   }
   const auto in = onnx_shape(n.input(0));
   if (!in) return refuse(i, "the shape of its input '" + n.input(0) + "' is not known");
+  // (Axes are ONNX's: a tensor held in another shape than ONNX infers would move the wrong ones.)
+  if (const auto s = shapes_.find(n.input(0));
+      s != shapes_.end() && !s->second.empty() && s->second != *in &&
+      std::all_of(s->second.begin(), s->second.end(), [](int64_t d) { return d > 0; })) {
+    return refuse(i, "its input '" + n.input(0) + "' is held as " + dims_text(*in) +
+                         ", not in its ONNX shape " + dims_text(s->second));
+  }
+  std::vector<int64_t> perm = attr_ints(n, "perm");
+  if (t == "Transpose" && perm.empty()) {
+    for (auto d = static_cast<int64_t>(in->size()); d-- > 0;) perm.push_back(d);  // reversed
+  }
   // The output's shape: what shape inference found, else (values it could not follow, such as
   // dynamo's computed Reshape targets) computed here.
   std::vector<int64_t> out;
@@ -47,7 +58,7 @@ void Importer::unbatched_op(int i, const std::string& id) {
       std::all_of(s->second.begin(), s->second.end(), [](int64_t d) { return d > 0; })) {
     out = s->second;
   } else if (t == "Transpose") {
-    for (int64_t p : attr_ints(n, "perm")) {
+    for (int64_t p : perm) {
       if (p < 0 || p >= static_cast<int64_t>(in->size())) return refuse(i, "perm out of range");
       out.push_back((*in)[static_cast<size_t>(p)]);
     }
@@ -73,7 +84,11 @@ void Importer::unbatched_op(int i, const std::string& id) {
     }
     const auto rank = static_cast<int64_t>(in->size()) +
                       (t == "Unsqueeze" ? static_cast<int64_t>(axes.size()) : 0);
-    for (int64_t& a : axes) a = a < 0 ? a + rank : a;
+    for (int64_t& a : axes) {
+      a = a < 0 ? a + rank : a;
+      if (a < 0 || a >= rank)
+        return refuse(i, "axes out of range for rank " + std::to_string(rank));
+    }
     if (t == "Unsqueeze") {
       size_t next = 0;
       for (int64_t d = 0; d < rank; ++d) {
@@ -120,16 +135,12 @@ void Importer::unbatched_op(int i, const std::string& id) {
   if (out.empty()) out.push_back(1);
   TensorRef y = *x;
   if (t == "Transpose") {
-    std::vector<int64_t> perm = attr_ints(n, "perm");
-    if (perm.empty()) {
-      for (auto d = static_cast<int64_t>(in->size()); d-- > 0;) perm.push_back(d);
-    }
     if (perm.size() != in->size())
       return refuse(i, "perm " + dims_text(perm) + " of rank " + std::to_string(in->size()));
     y = b_.transpose(id, *x, perm);
   } else if (t == "Gather" || t == "GatherND") {
     const auto idx = const_tensor(n.input(1));
-    if (!idx || idx->values.empty()) return refuse(i, "its indices are not constant");
+    if (!idx || idx->values.empty()) return refuse(i, "its indices are empty or not constant");
     const auto rank = static_cast<int64_t>(in->size());
     std::vector<int64_t> dims = *in;
     int64_t axis = 0, depth = 1;  // GatherND: the leading axes an index row spans
@@ -138,7 +149,9 @@ void Importer::unbatched_op(int i, const std::string& id) {
       if (axis < 0) axis += rank;
       if (axis < 0 || axis >= rank) return refuse(i, "axis out of range");
     } else {
-      if (attr_i(n, "batch_dims", 0) != 0) return refuse(i, "batch_dims != 0");
+      if (const int64_t b = attr_i(n, "batch_dims", 0); b != 0) {
+        return refuse(i, "batch_dims = " + std::to_string(b) + ": only 0 maps");
+      }
       if (idx->dims.empty()) return refuse(i, "scalar indices");
       depth = idx->dims.back();
       if (depth < 1 || depth > rank) return refuse(i, "index rows of " + std::to_string(depth));
@@ -152,15 +165,19 @@ void Importer::unbatched_op(int i, const std::string& id) {
       int64_t flat = 0;
       for (int64_t d = 0; d < depth; ++d) {
         const int64_t size = dims[static_cast<size_t>(axis + d)];
-        int64_t v = to_index(idx->values[k + static_cast<size_t>(d)]);
-        if (v < 0) v += size;
+        const int64_t given = to_index(idx->values[k + static_cast<size_t>(d)]);
+        const int64_t v = given < 0 ? given + size : given;
         if (v < 0 || v >= size) {
-          return refuse(i,
-                        "index " + std::to_string(v) + " out of range for " + std::to_string(size));
+          return refuse(
+              i, "index " + std::to_string(given) + " out of range for " + std::to_string(size));
         }
         flat = flat * size + v;
       }
       picks.push_back(flat);
+    }
+    if (static_cast<int64_t>(picks.size()) * (product(flat_dims) / rows) != product(out)) {
+      return refuse(i, "picks " + std::to_string(picks.size()) + " rows of " +
+                           dims_text(flat_dims) + ", not the " + dims_text(out) + " inferred");
     }
     TensorRef src = *x;
     if (depth > 1) src = b_.reshape(unique_id(id + ".rows", id), *x, flat_dims);
