@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/scratch_dir.h"
 #include "gp/common/logging.h"
 #include "gp/model/model_io.h"
 
@@ -28,9 +29,9 @@ namespace fs = std::filesystem;
 namespace pb = graphpipe::v1;
 
 std::string temp_path(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("gp-job-outputs-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
+  static const testing::ScratchDir scratch("gp-job-outputs");
+  fs::create_directories(scratch.path());
+  return (scratch.path() / name).string();
 }
 
 std::string read(const std::string& path) { return *model::read_file(path); }

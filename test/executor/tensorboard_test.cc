@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/scratch_dir.h"
 #include "gp/model/model_io.h"
 #include "job/job_outputs.h"
 
@@ -28,8 +29,8 @@ namespace fs = std::filesystem;
 namespace pb = graphpipe::v1;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("gp-tensorboard-" + std::to_string(::getpid())) / name;
+  static const testing::ScratchDir scratch("gp-tensorboard");
+  const fs::path dir = scratch.path() / name;
   fs::remove_all(dir);
   return dir;
 }
