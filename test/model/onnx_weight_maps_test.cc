@@ -4,6 +4,7 @@
 // one index map of the weight, imported as the weight (trained) gathered by that map. Graphs are
 // built here in memory; the numerics against torch are the e2e test's (torch2 weight_views).
 #include <catch2/catch.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,69 @@ TEST_CASE("the first rows of a table (pos_emb(arange(T))[None], T below the tabl
   const auto g = testing::build_graph(b.imported());
   CHECK(op(g, "pe").type() == "embedding");  // a prefix of the weight is no view of all of it
   CHECK(testing::param_floats(op(g, "pe.ids"), "value") == std::vector<float>{0, 1});
+}
+
+// x [batch, 5, 2] + BEiT's table: rows 0-3 viewed as a [1, 2, 2, 2] image, resized to `size`
+// (its own: no element moves), viewed back and joined with row 4 again.
+Onnx interpolated_table(const std::vector<double>& size) {
+  Onnx b;
+  b.input("x", {5, 2});
+  b.init("table", {5, 2}, kTable);
+  b.init("starts", {1}, {0}, kInt64);
+  b.init("mid", {1}, {4}, kInt64);
+  b.init("ends", {1}, {5}, kInt64);
+  b.node("Slice", {"table", "starts", "mid"}, {"window"}, "window");
+  b.node("Slice", {"table", "mid", "ends"}, {"tail"}, "tail");
+  b.init("image", {4}, {1, 2, 2, 2}, kInt64);
+  b.node("Reshape", {"window", "image"}, {"grid"}, "grid");
+  b.init("sizes", {4}, size, kInt64);
+  Onnx::attr(b.node("Resize", {"grid", "", "", "sizes"}, {"resized"}, "resize"), "mode",
+             std::string("linear"));
+  b.init("rows", {2}, {4, 2}, kInt64);
+  b.node("Reshape", {"resized", "rows"}, {"flat"}, "flat");
+  Onnx::attr(b.node("Concat", {"flat", "tail"}, {"joined"}, "join"), "axis", int64_t{0});
+  b.node("Add", {"x", "joined"}, {"y"}, "add");
+  b.output("y", {5, 2});
+  return b;
+}
+
+TEST_CASE("two slices of a table joined again, one resized to its own size, are the table") {
+  const auto g = testing::build_graph(interpolated_table({1, 2, 2, 2}).imported());
+  // Every element in its place: the whole table, trained once.
+  CHECK(op(g, "joined").type() == "broadcast_param");
+  CHECK(testing::param_floats(op(g, "joined"), "value") ==
+        std::vector<float>(kTable.begin(), kTable.end()));
+  CHECK(g.total_params() == 10);
+  // Resized to another size, its elements are interpolated: no map, refused by name.
+  CHECK_THAT(interpolated_table({1, 2, 3, 3}).refusal(),
+             Catch::Contains("'resize' (Resize): reads 'grid', the trained weight 'table' with "
+                             "its elements moved"));
+}
+
+TEST_CASE("two maps of one weight that element-wise ops read apart are tied as one parameter") {
+  // w[0:1].view(4) added, w[1:2].view(4) multiplied: each map is made whole, and the two tied.
+  Onnx b;
+  b.input("x", {4});
+  b.init("w", {2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  b.init("zero", {1}, {0}, kInt64);
+  b.init("one", {1}, {1}, kInt64);
+  b.init("two", {1}, {2}, kInt64);
+  b.init("flat", {1}, {4}, kInt64);
+  b.node("Slice", {"w", "zero", "one"}, {"first"}, "first");
+  b.node("Slice", {"w", "one", "two"}, {"second"}, "second");
+  b.node("Reshape", {"first", "flat"}, {"shift"}, "shift_view");
+  b.node("Reshape", {"second", "flat"}, {"gain"}, "gain_view");
+  b.node("Add", {"x", "shift"}, {"shifted"}, "add");
+  b.node("Mul", {"shifted", "gain"}, {"y"}, "mul");
+  b.output("y", {4});
+  const auto m = b.imported();
+  const auto g = testing::build_graph(m);
+  REQUIRE(m.param_ties_size() == 1);
+  std::set<std::string> tied;
+  for (const auto& member : m.param_ties(0).members()) tied.insert(member.op());
+  CHECK(tied == std::set<std::string>{"shift", "gain"});
+  CHECK(testing::attr_ints_of(op(g, "gain.gather"), "indices") == std::vector<int64_t>{4, 5, 6, 7});
+  CHECK(g.total_params() == 8);  // w, once
 }
 
 TEST_CASE("a weight that another op reads too is no map: it would train as untied copies") {

@@ -8,8 +8,8 @@ GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin, Falcon and Gemma (its R
 installed is n/a. torchvision's Swin V2 zeroes the key block of a copy of the qkv bias (a
 trained weight written by slice assignment) and runs an MLP over a constant table (its continuous
 position bias; a legacy export needs --freeze of that table, a buffer the exporter does not
-mark). Not here, refused by name: BEiT,
-whose relative position bias table is interpolated (Resize of a trained weight). OPT (position ids from a
+mark), and BEiT interpolates its relative position bias table to its window (a Resize of a
+trained weight to its own size: no element moves). OPT (position ids from a
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
 does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERTa (position ids
@@ -189,6 +189,18 @@ def hf_albert():
         num_attention_heads=4, intermediate_size=64, max_position_embeddings=16)))
 
 
+def hf_beit():
+    # Its relative position bias table is interpolated (bilinear) to the window: to its own size
+    # here, where no element moves. torch cannot export it with dynamo (a view of a
+    # non-contiguous tensor): legacy only.
+    from transformers import BeitConfig, BeitForImageClassification
+    return Logits(BeitForImageClassification(BeitConfig(
+        image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, num_labels=10,
+        use_relative_position_bias=True, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, drop_path_rate=0.0)))
+
+
 def hf_convnext():
     from transformers import ConvNextConfig, ConvNextForImageClassification
     return Logits(ConvNextForImageClassification(ConvNextConfig(
@@ -275,6 +287,7 @@ LIBRARY = [
                                  intermediate_size=64), tokens),
     ("hf_albert", hf_albert, tokens),  # one layer's weights shared by every layer
     ("hf_convnext", hf_convnext, image(32)),
+    ("hf_beit", hf_beit, image(32)),
     ("hf_segformer", hf_segformer, image(32)),
     # Position ids from a cumulative sum of ones(batch, T); ALiBi biases tiled over the batch.
     # (OPT calls F.dropout with probabilities from its config, not through nn.Dropout.)

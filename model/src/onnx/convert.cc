@@ -143,9 +143,17 @@ void Importer::convert(int i) {
     const auto map = weight_maps_.find(input);
     if (map == weight_maps_.end() || act_.count(input)) continue;
     if (!elementwise_type(t)) {
+      // A legacy export's constant folding writes what it computed from weights as initializers
+      // of its own (onnx::*): a copy, which training would not tie to the weights it came from.
+      const bool exporter_made = map->second.source.rfind("onnx::", 0) == 0;
       return refuse(i, "reads '" + input + "', the trained weight '" + map->second.source +
                            "' with its elements moved (Reshape, Transpose, Gather); only "
-                           "element-wise ops take such a tensor");
+                           "element-wise ops take such a tensor" +
+                           (exporter_made ? std::string("; '") + map->second.source +
+                                                "' is no weight of the model but the exporter's "
+                                                "constant folding of some: export with "
+                                                "do_constant_folding=False"
+                                          : std::string()));
     }
     if (!materialize_weight_map(i, input)) return;
   }

@@ -768,12 +768,15 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     // count this way); an activation's first dim is the batch.
     // A folded list (shape arithmetic reading its own length) has all its dims known too.
     // So has a folded tensor (an index buffer reshaped, the shape of which torch reads).
+    // So has a weight with its elements moved (BEiT sizes its table's interpolation so).
     const auto known = folded_dims(n.input(0));
-    const bool weight =
-        is_weight(n.input(0)) || folded(n.input(0)) || tensors_.count(n.input(0)) > 0;
-    auto dims = known                   ? known
-                : is_weight(n.input(0)) ? std::optional(weight_dims(n.input(0)))
-                                        : onnx_shape(n.input(0));
+    const auto map = weight_maps_.find(n.input(0));
+    const bool weight = map != weight_maps_.end() || is_weight(n.input(0)) || folded(n.input(0)) ||
+                        tensors_.count(n.input(0)) > 0;
+    auto dims = map != weight_maps_.end() ? std::optional(map->second.index.dims)
+                : known                   ? known
+                : is_weight(n.input(0))   ? std::optional(weight_dims(n.input(0)))
+                                          : onnx_shape(n.input(0));
     if (!dims || dims->empty()) return false;
     // An activation's batch is where its layout has it (unknown where per-sample dims are
     // folded into it); a tensor not converted yet waits for its conversion (its batch may have

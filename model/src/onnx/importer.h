@@ -205,7 +205,11 @@ class Importer {
   // The map `name`, read by element-wise node i, as an activation without the batch axis;
   // false after refusing node i.
   bool materialize_weight_map(int i, const std::string& name);
+  // The nodes reading weight `name`'s values, where each moves its elements into a map (BEiT's
+  // two slices of its position table); empty where any reads it otherwise.
+  std::vector<int> map_chain_readers(const std::string& name) const;
   std::map<std::string, WeightMap> weight_maps_;
+  std::map<std::string, int> materialized_;  // a weight map's source: how many times made
   // Where a weight view leads: the tensor whose values it shows (through every view) and the
   // parameter source it is (through Transposes only), each with whether it is transposed.
   struct ViewOf {

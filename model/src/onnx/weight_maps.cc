@@ -29,6 +29,35 @@ bool moves_elements(const std::string& t) {
 // Index -1: an element zeroed by a ScatterND of zeros, no element of the weight.
 constexpr double kZeroed = -1;
 
+// A Resize to its input's own size moves no element, whatever the mode (every coordinate
+// transformation but tf_crop_and_resize maps each output pixel onto its input pixel at scale 1,
+// where linear and cubic kernels weigh that pixel alone): BEiT interpolates its relative position
+// table to the window it was made for.
+bool same_size_resize(const onnx::NodeProto& n, const std::vector<int64_t>& in,
+                      const std::map<std::string, EvalValue>& inputs) {
+  if (n.op_type() != "Resize" || n.input_size() < 3 ||
+      attr_s(n, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
+      !attr_ints(n, "axes").empty()) {
+    return false;
+  }
+  auto given = [&](int k) -> const EvalTensor* {
+    if (k >= n.input_size() || n.input(k).empty()) return nullptr;
+    const auto it = inputs.find(n.input(k));
+    return it == inputs.end() || it->second.sequence ? nullptr : &it->second.tensor;
+  };
+  if (const EvalTensor* sizes = given(3); sizes && !sizes->values.empty()) {
+    if (sizes->values.size() != in.size()) return false;
+    for (size_t d = 0; d < in.size(); ++d) {
+      if (sizes->values[d] != static_cast<double>(in[d])) return false;
+    }
+    return true;
+  }
+  const EvalTensor* scales = given(2);
+  return scales && scales->values.size() == in.size() &&
+         std::all_of(scales->values.begin(), scales->values.end(),
+                     [](double v) { return v == 1.0; });
+}
+
 bool has_zeroed(const EvalTensor& index) {
   return std::any_of(index.values.begin(), index.values.end(),
                      [](double v) { return v == kZeroed; });
@@ -56,11 +85,14 @@ std::vector<float> row_ids(const EvalTensor& index, const std::vector<int64_t>& 
 bool Importer::feeds_only_elementwise(const std::string& name) const {
   return readers_only(
       name,
-      [](const onnx::NodeProto& n, const std::string&) { return elementwise_type(n.op_type()); },
+      // (A Shape reads no values: BEiT sizes its interpolation from one.)
+      [](const onnx::NodeProto& n, const std::string&) {
+        return elementwise_type(n.op_type()) || n.op_type() == "Shape";
+      },
       // (A moved weight is the data, not an index or a shape; Concat reads several.)
       [](const onnx::NodeProto& n, const std::string& in) {
-        return moves_elements(n.op_type()) && (n.op_type() == "Concat" || n.input(0) == in) &&
-               n.output_size() == 1;
+        return (moves_elements(n.op_type()) || n.op_type() == "Resize") &&
+               (n.op_type() == "Concat" || n.input(0) == in) && n.output_size() == 1;
       });
 }
 
@@ -92,8 +124,11 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
     }
     return false;
   };
-  if (folded_transposes_.count(name) || readers == consumers_.end() ||
-      std::count_if(readers->second.begin(), readers->second.end(), values_reader) != 1) {
+  if (folded_transposes_.count(name) || readers == consumers_.end()) return std::nullopt;
+  const auto values_readers =
+      std::count_if(readers->second.begin(), readers->second.end(), values_reader);
+  // (Several chains may read it where each is a map: materialize_weight_map ties their copies.)
+  if (values_readers == 0 || (values_readers > 1 && map_chain_readers(name).empty())) {
     return std::nullopt;
   }
   // A view of a weight (torch's clone() before a slice assignment, an Identity; a Transpose
@@ -122,10 +157,28 @@ std::optional<Importer::WeightMap> Importer::weight_index(const std::string& nam
   return map;
 }
 
+std::vector<int> Importer::map_chain_readers(const std::string& name) const {
+  const auto readers = consumers_.find(name);
+  if (readers == consumers_.end() || !param_like(name)) return {};
+  std::vector<int> chain;
+  for (int r : readers->second) {
+    const auto& rn = g_.node(r);
+    if (rn.op_type() == "Shape") continue;  // reads no value
+    if (!(moves_elements(rn.op_type()) || rn.op_type() == "Resize") || rn.output_size() != 1 ||
+        rn.input(0) != name || !feeds_only_elementwise(rn.output(0))) {
+      return {};
+    }
+    chain.push_back(r);
+  }
+  return chain;
+}
+
 bool Importer::weight_map_candidate(int i) const {
   const auto& n = g_.node(i);
   const std::string& t = n.op_type();
-  if (!moves_elements(t) || n.output_size() != 1 || n.output(0).empty()) return false;
+  if (!(moves_elements(t) || t == "Resize") || n.output_size() != 1 || n.output(0).empty()) {
+    return false;
+  }
   const std::string& out = n.output(0);
   if (view_of_.count(out) || slice_of_.count(out) || act_.count(out)) return false;
   // Only where element-wise ops take the result: other readers of a moved weight (a matmul of a
@@ -197,9 +250,16 @@ bool Importer::fold_weight_map(int i) {
   std::map<std::string, EvalValue> inputs;
   const std::string source = weight_map_inputs(i, &inputs);
   if (source.empty()) return false;
-  auto r = evaluate_node(g_.node(i), inputs);
+  const auto& n = g_.node(i);
+  if (n.op_type() == "Resize") {
+    const EvalValue& x = inputs.at(n.input(0));
+    if (x.sequence || !same_size_resize(n, x.tensor.dims, inputs)) return false;
+    weight_maps_[n.output(0)] = WeightMap{source, x.tensor};
+    return true;
+  }
+  auto r = evaluate_node(n, inputs);
   if (!r.ok() || !r->has_value()) return false;
-  weight_maps_[g_.node(i).output(0)] = WeightMap{source, std::move(**r)};
+  weight_maps_[n.output(0)] = WeightMap{source, std::move(**r)};
   return true;
 }
 
@@ -219,12 +279,17 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
   int64_t elements = 1;
   for (int64_t d : weight) elements *= d;
   const bool zeroed = has_zeroed(map.index);
-  if (!zeroed && counts_up(map.index.values) &&
+  // A weight several map chains read is made once per chain, each a whole flat copy of it, tied
+  // as one parameter (tie_copies).
+  const auto chains = map_chain_readers(map.source);
+  const bool shared = chains.size() > 1;
+  if (shared && ++materialized_[map.source] == 2) shared_weights_[map.source] = chains;
+  if (!shared && !zeroed && counts_up(map.index.values) &&
       static_cast<int64_t>(map.index.values.size()) == elements) {
     // The whole weight in its order: only its shape changes.
     out = b_.broadcast_param(id, *anchor, dims);
     take(id, "value", map.source);
-  } else if (auto rows = zeroed ? std::vector<float>{} : row_ids(map.index, weight);
+  } else if (auto rows = zeroed || shared ? std::vector<float>{} : row_ids(map.index, weight);
              !rows.empty()) {
     std::vector<int64_t> shape(dims.begin(), dims.end() - 1);
     if (shape.empty()) shape.push_back(1);

@@ -58,7 +58,8 @@ attention: a zeroed slice of the qkv bias, cosine attention in folded windows, a
 scale) and token_batch_norm (LeViT's batch norm over tokens folded into the batch and its
 attention biases gathered along their second axis) with torch 2.15.0 and onnxscript 0.7.2; and
 trained_scalars (a learned temperature read by four ops, ReZero's gate) and position_bias_mlp
-(Swin V2's MLP over a constant coordinate table) with torch 2.15.0 and onnxscript 0.7.2.)
+(Swin V2's MLP over a constant coordinate table) and interpolated_bias (BEiT's position table
+interpolated to its own size, two slices of one table) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -925,6 +926,43 @@ class PositionBiasMlp(torch.nn.Module):
         return self.proj(out)
 
 
+class InterpolatedBias(torch.nn.Module):
+    # BEiT's relative position bias: the table's window rows viewed as an image, interpolated
+    # (bilinear) to the window size (its own size here, as for the resolution it was made for),
+    # joined again with the three class-token rows, gathered at a registered relative position
+    # index and added to the attention scores; and a second table whose two halves reach two
+    # element-wise ops apart (two maps of one weight, tied).
+    def __init__(self, ws=2, dim=8, heads=2):
+        super().__init__()
+        self.heads, self.ws, self.n = heads, ws, ws * ws
+        size = (2 * ws - 1) ** 2
+        self.table = torch.nn.Parameter(torch.linspace(-1.0, 1.0, (size + 3) * heads).view(
+            size + 3, heads))
+        self.halves = torch.nn.Parameter(torch.linspace(0.5, 1.5, 2 * dim).view(2, dim))
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        coords = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij"))
+        coords = torch.flatten(coords, 1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (ws - 1)
+        index = (rel[:, :, 0] * (2 * ws - 1) + rel[:, :, 1]).flatten()
+        self.register_buffer("relative_position_index", index, persistent=False)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        side = 2 * self.ws - 1
+        grid = self.table[:side * side].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+        grid = torch.nn.functional.interpolate(grid, size=(side, side), mode="bilinear",
+                                               align_corners=False)
+        rows = torch.cat([grid.permute(0, 2, 3, 1).reshape(side * side, -1),
+                          self.table[side * side:]])
+        bias = rows[self.relative_position_index].view(n, n, -1).permute(2, 0, 1).unsqueeze(0)
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(
+            2, 0, 3, 1, 4)
+        attn = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5 + bias
+        out = (attn.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, n, c)
+        return self.proj(out) * self.halves[0].view(1, 1, -1) + self.halves[1].view(1, 1, -1)
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -1015,6 +1053,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("trained_scalars", 161, TrainedScalars, patterns.feat(5, 8),
                                  None),
                                 ("position_bias_mlp", 162, PositionBiasMlp, patterns.feat(4, 8),
+                                 None),
+                                ("interpolated_bias", 163, InterpolatedBias, patterns.feat(4, 8),
                                  None)]
 
 
