@@ -208,8 +208,15 @@ class Importer {
   // The nodes reading weight `name`'s values, where each moves its elements into a map (BEiT's
   // two slices of its position table); empty where any reads it otherwise.
   std::vector<int> map_chain_readers(const std::string& name) const;
+  // A Slice of a weight that moves are read from, left to the weight maps (packed_params.cc
+  // takes the others).
+  bool slice_left_to_maps(const onnx::NodeProto& n) const;
   std::map<std::string, WeightMap> weight_maps_;
-  std::map<std::string, int> materialized_;  // a weight map's source: how many times made
+  // A map's source weight as one tensor, made at its first map and read by every other, so that
+  // it stays one parameter: in the first map's shape, and flat; and the sources whose first map
+  // was a row lookup (an embedding holds them).
+  std::map<std::string, TensorRef> whole_weight_, flat_weight_;
+  std::set<std::string> looked_up_weights_;
   // Where a weight view leads: the tensor whose values it shows (through every view) and the
   // parameter source it is (through Transposes only), each with whether it is transposed.
   struct ViewOf {

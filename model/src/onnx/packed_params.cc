@@ -76,15 +76,9 @@ bool Importer::fold_weight_slice(const onnx::NodeProto& n) {
     if (!out.empty() && feeds_only_masks(out)) return false;
   }
   // A slice whose elements are moved on before element-wise ops read them (BEiT's rows of its
-  // relative position table, reshaped, interpolated and joined again) is a weight map instead.
-  if (t == "Slice" && feeds_only_elementwise(n.output(0))) {
-    const auto readers = consumers_.find(n.output(0));
-    if (readers != consumers_.end() &&
-        std::any_of(readers->second.begin(), readers->second.end(),
-                    [this](int r) { return !elementwise_type(g_.node(r).op_type()); })) {
-      return false;
-    }
-  }
+  // relative position table, reshaped, interpolated and joined again) is a weight map instead,
+  // where the maps take the weight.
+  if (slice_left_to_maps(n) && weight_index(in)) return false;
   // Bounds that read an activation's shape fold once it is converted: fold() comes back then.
   auto blocks = t == "Slice" ? weight_slice_blocks(n) : weight_split_blocks(n);
   if (!blocks.ok()) {

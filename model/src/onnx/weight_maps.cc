@@ -29,14 +29,17 @@ bool moves_elements(const std::string& t) {
 // Index -1: an element zeroed by a ScatterND of zeros, no element of the weight.
 constexpr double kZeroed = -1;
 
-// A Resize to its input's own size moves no element, whatever the mode (every coordinate
-// transformation but tf_crop_and_resize maps each output pixel onto its input pixel at scale 1,
-// where linear and cubic kernels weigh that pixel alone): BEiT interpolates its relative position
-// table to the window it was made for.
+// A Resize to its input's own size moves no element, whatever the mode: the coordinate
+// transformations torch writes map each output pixel onto its input pixel at scale 1, where
+// linear and cubic kernels weigh that pixel alone (tf_half_pixel_for_nn shifts by half a pixel,
+// tf_crop_and_resize crops: not these). BEiT interpolates its relative position table to the
+// window it was made for.
 bool same_size_resize(const onnx::NodeProto& n, const std::vector<int64_t>& in,
                       const std::map<std::string, EvalValue>& inputs) {
+  static const std::set<std::string> kInPlace = {"half_pixel", "pytorch_half_pixel",
+                                                 "align_corners", "asymmetric"};
   if (n.op_type() != "Resize" || n.input_size() < 3 ||
-      attr_s(n, "coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize" ||
+      !kInPlace.count(attr_s(n, "coordinate_transformation_mode", "half_pixel")) ||
       !attr_ints(n, "axes").empty()) {
     return false;
   }
@@ -164,13 +167,26 @@ std::vector<int> Importer::map_chain_readers(const std::string& name) const {
   for (int r : readers->second) {
     const auto& rn = g_.node(r);
     if (rn.op_type() == "Shape") continue;  // reads no value
-    if (!(moves_elements(rn.op_type()) || rn.op_type() == "Resize") || rn.output_size() != 1 ||
-        rn.input(0) != name || !feeds_only_elementwise(rn.output(0))) {
+    // (Each a step of a map: not a view, a row lookup or a slice other paths take.)
+    if (rn.input(0) != name || !weight_map_candidate(r) ||
+        (rn.op_type() == "Slice" && !slice_left_to_maps(rn))) {
       return {};
     }
     chain.push_back(r);
   }
   return chain;
+}
+
+bool Importer::slice_left_to_maps(const onnx::NodeProto& n) const {
+  if (n.op_type() != "Slice" || n.output_size() != 1 || !feeds_only_elementwise(n.output(0))) {
+    return false;
+  }
+  const auto readers = consumers_.find(n.output(0));
+  return readers != consumers_.end() &&
+         std::any_of(readers->second.begin(), readers->second.end(), [this](int r) {
+           const std::string& t = g_.node(r).op_type();
+           return !elementwise_type(t) && t != "Shape";
+         });
 }
 
 bool Importer::weight_map_candidate(int i) const {
@@ -279,27 +295,52 @@ bool Importer::materialize_weight_map(int i, const std::string& name) {
   int64_t elements = 1;
   for (int64_t d : weight) elements *= d;
   const bool zeroed = has_zeroed(map.index);
-  // A weight several map chains read is made once per chain, each a whole flat copy of it, tied
-  // as one parameter (tie_copies).
-  const auto chains = map_chain_readers(map.source);
-  const bool shared = chains.size() > 1;
-  if (shared && ++materialized_[map.source] == 2) shared_weights_[map.source] = chains;
-  if (!shared && !zeroed && counts_up(map.index.values) &&
+  // Several maps of one weight (BEiT's two slices of its table, a map read directly and moved
+  // on) read the one tensor of it the first made: one parameter, however many maps.
+  const std::string& source = map.source;
+  const bool made = whole_weight_.count(source) || flat_weight_.count(source);
+  if (looked_up_weights_.count(source) && !options_.untie_weights) {
+    refuse(i, "reads '" + name + "', a map of the trained weight '" + source +
+                  "', whose rows another map looks up (an embedding of them): GraphPipe holds "
+                  "no one tensor of it for both; import with --untie-weights to give each its "
+                  "own copy (trained separately)");
+    return false;
+  }
+  auto flat_whole = [&]() {
+    if (const auto f = flat_weight_.find(source); f != flat_weight_.end()) return f->second;
+    TensorRef whole;
+    if (const auto w = whole_weight_.find(source); w != whole_weight_.end()) {
+      whole = b_.reshape(unique_id(id + ".flat", id), w->second, {elements});
+    } else {
+      whole = b_.broadcast_param(id, *anchor, {elements});
+      take(id, "value", source);
+    }
+    flat_weight_[source] = whole;
+    return whole;
+  };
+  if (!zeroed && counts_up(map.index.values) &&
       static_cast<int64_t>(map.index.values.size()) == elements) {
     // The whole weight in its order: only its shape changes.
-    out = b_.broadcast_param(id, *anchor, dims);
-    take(id, "value", map.source);
-  } else if (auto rows = zeroed || shared ? std::vector<float>{} : row_ids(map.index, weight);
+    if (made) {
+      out = b_.reshape(id, flat_whole(), dims);
+    } else {
+      out = b_.broadcast_param(id, *anchor, dims);
+      take(id, "value", source);
+      whole_weight_[source] = out;
+    }
+  } else if (auto rows = zeroed || made || map_chain_readers(source).size() > 1
+                             ? std::vector<float>{}
+                             : row_ids(map.index, weight);
              !rows.empty()) {
     std::vector<int64_t> shape(dims.begin(), dims.end() - 1);
     if (shape.empty()) shape.push_back(1);
     const TensorRef ids = b_.constant(unique_id(id + ".ids", id), *anchor, shape, rows, true);
     out = b_.embedding(id, ids, weight[0], weight[1]);
-    take(id, "weight", map.source);
+    take(id, "weight", source);
+    looked_up_weights_.insert(source);
     if (map.index.dims.size() < 2) out = b_.reshape(unique_id(id + ".reshape", id), out, dims);
   } else {
-    const TensorRef whole = b_.broadcast_param(id, *anchor, {elements});
-    take(id, "value", map.source);
+    const TensorRef whole = flat_whole();
     std::vector<int64_t> flat;
     std::vector<float> kept;  // 0 where zeroed
     flat.reserve(map.index.values.size());
