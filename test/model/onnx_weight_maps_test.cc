@@ -262,6 +262,29 @@ TEST_CASE("a map of a weight read directly and moved on reads the weight once") 
   CHECK(g.total_params() == 4);
 }
 
+TEST_CASE("rows of a table looked up and moved on again are refused: no one tensor holds both") {
+  // r = table[[0, 1]].view(2, 2): added as an embedding of rows 0 and 1, and transposed for a
+  // Mul, which would need the table as a tensor of its own.
+  Onnx b;
+  b.input("x", {2, 2});
+  b.init("table", {5, 2}, kTable);
+  b.init("ids", {2}, {0, 1}, kInt64);
+  b.node("Gather", {"table", "ids"}, {"rows"}, "lookup");
+  b.init("square", {2}, {2, 2}, kInt64);
+  b.node("Reshape", {"rows", "square"}, {"r"}, "view");
+  Onnx::attr(b.node("Transpose", {"r"}, {"rt"}, "transpose"), "perm", std::vector<int64_t>{1, 0});
+  b.node("Add", {"x", "r"}, {"shifted"}, "add");
+  b.node("Mul", {"shifted", "rt"}, {"y"}, "mul");
+  b.output("y", {2, 2});
+  CHECK_THAT(b.refusal(), Catch::Contains("'mul' (Mul): reads 'rt', a map of the trained weight "
+                                          "'table', whose rows another map looks up"));
+  model::OnnxImportOptions untied;
+  untied.untie_weights = true;
+  auto m = b.import(untied);
+  INFO(m.status().to_string());
+  CHECK(m.ok());
+}
+
 TEST_CASE("a weight that another op reads too is no map: it would train as untied copies") {
   Onnx b;
   b.input("x", {4});
