@@ -89,14 +89,38 @@ TEST_CASE("a Pad that pads nothing (Swin's pad to a window multiple that divides
   const auto g = testing::build_graph(b.imported());
   CHECK(op(g, "relu").inputs(0).op() == "x");
   CHECK(g.index_of("pad") < 0);
-  // Padding that is not all zero, with no Conv after it, is still refused by name.
-  Onnx p;
-  p.input("x", {4, 4, 3});
-  p.init("pads", {8}, {0, 0, 0, 0, 0, 1, 1, 0}, kInt64);
-  p.node("Pad", {"x", "pads"}, {"padded"}, "pad");
-  p.node("Relu", {"padded"}, {"y"}, "relu");
-  p.output("y", {5, 5, 3});
-  CHECK_THAT(p.refusal(), Catch::Contains("'pad' (Pad)") && Catch::Contains("only equal zero"));
+}
+
+// x [batch, 4, 4, 3] padded by `pads` with `value`, then a ReLU.
+Onnx padded(const std::vector<double>& pads, double value, const std::vector<int64_t>& out) {
+  Onnx b;
+  b.input("x", {4, 4, 3});
+  b.init("pads", {8}, pads, kInt64);
+  b.init("value", {}, {value});
+  b.node("Pad", {"x", "pads", "value"}, {"padded"}, "pad");
+  b.node("Relu", {"padded"}, {"y"}, "relu");
+  b.output("y", out);
+  return b;
+}
+
+TEST_CASE("a Pad of per-sample axes joins blocks of its value on, before and after") {
+  // One row before axis 1 and one column after axis 2, with 0.5 (MobileBERT pads its shifted
+  // tokens with F.pad(x[:, 1:], [0, 0, 0, 1])).
+  const auto g = testing::build_graph(padded({0, 1, 0, 0, 0, 0, 1, 0}, 0.5, {5, 5, 3}).imported());
+  CHECK(op(g, "pad.1.before").type() == "constant");
+  CHECK(shape(g, "pad.1.before") == "[1, 4, 3] float32");
+  CHECK(testing::param_floats(op(g, "pad.1.before"), "value") == std::vector<float>(12, 0.5f));
+  CHECK(op(g, "pad.1").type() == "concat");
+  CHECK(op(g, "pad.1").inputs(1).op() == "x");
+  CHECK(shape(g, "pad.2.after") == "[5, 1, 3] float32");
+  CHECK(op(g, "pad.2").inputs(0).op() == "pad.1");
+  CHECK(shape(g, "pad.2") == "[5, 5, 3] float32");
+  CHECK(op(g, "relu").inputs(0).op() == "pad.2");
+  // Cropping (negative pads) and padding the batch are refused by name.
+  CHECK_THAT(padded({0, -1, 0, 0, 0, 0, 0, 0}, 0, {3, 4, 3}).refusal(),
+             Catch::Contains("'pad' (Pad): pads [0, -1, 0, 0, 0, 0, 0, 0] crop"));
+  CHECK_THAT(padded({1, 0, 0, 0, 0, 0, 0, 0}, 0, {4, 4, 3}).refusal(),
+             Catch::Contains("pad the batch axis 0"));
 }
 
 TEST_CASE("a mask written by slice assignment (ScatterND of constants) folds into a constant") {

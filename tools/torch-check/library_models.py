@@ -8,7 +8,8 @@ GPT-NeoX, ALBERT, ConvNeXt, SegFormer, OPT, BLOOM, Swin, Falcon and Gemma (its R
 installed is n/a. torchvision's Swin V2 zeroes the key block of a copy of the qkv bias (a
 trained weight written by slice assignment) and runs an MLP over a constant table (its continuous
 position bias; a legacy export needs --freeze of that table, a buffer the exporter does not
-mark), and BEiT interpolates its relative position bias table to its window (a Resize of a
+mark), GPT-Neo alternates global and local attention, MobileBERT pads its tokens shifted by one
+(F.pad along the sequence), and BEiT interpolates its relative position bias table to its window (a Resize of a
 trained weight to its own size: no element moves). OPT (position ids from a
 cumulative sum of ones(batch, T)), BLOOM (ALiBi biases tiled over the batch) and Hugging Face's
 Swin (its shifted-window mask expanded over batch x windows; legacy exporter only) train, and so
@@ -201,6 +202,15 @@ def hf_beit():
         attention_probs_dropout_prob=0.0, drop_path_rate=0.0)))
 
 
+def hf_gpt_neo():
+    # Local attention in every other layer (a window of 4 within the causal mask).
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+    return Logits(GPTNeoForCausalLM(GPTNeoConfig(
+        vocab_size=50, num_layers=2, attention_types=[[["global", "local"], 1]], num_heads=2,
+        window_size=4, max_position_embeddings=16, hidden_size=32, embed_dropout=0.0,
+        attention_dropout=0.0, resid_dropout=0.0, bos_token_id=0, eos_token_id=0)))
+
+
 def hf_convnext():
     from transformers import ConvNextConfig, ConvNextForImageClassification
     return Logits(ConvNextForImageClassification(ConvNextConfig(
@@ -288,6 +298,11 @@ LIBRARY = [
     ("hf_albert", hf_albert, tokens),  # one layer's weights shared by every layer
     ("hf_convnext", hf_convnext, image(32)),
     ("hf_beit", hf_beit, image(32)),
+    ("hf_gpt_neo", hf_gpt_neo, tokens),
+    # Its trigram input pads the shifted tokens (F.pad along the sequence).
+    ("hf_mobilebert", hf_sequence_classifier("MobileBertForSequenceClassification",
+                                             "MobileBertConfig", embedding_size=16,
+                                             intra_bottleneck_size=16), tokens),
     ("hf_segformer", hf_segformer, image(32)),
     # Position ids from a cumulative sum of ones(batch, T); ALiBi biases tiled over the batch.
     # (OPT calls F.dropout with probabilities from its config, not through nn.Dropout.)

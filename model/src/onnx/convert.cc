@@ -1267,7 +1267,7 @@ void Importer::clip(int i, const std::string& id) {
 }
 
 // Zero padding of H and W whose only consumer is a Conv or an AveragePool: that op pads instead.
-void Importer::pad(int i, const std::string& /*id*/) {
+void Importer::pad(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
@@ -1294,19 +1294,53 @@ void Importer::pad(int i, const std::string& /*id*/) {
   }
   if (n.input_size() > 3 && !n.input(3).empty())
     return refuse(i, "pads only some axes (axes input)");
-  if (value != 0) return refuse(i, "pads with " + std::to_string(value) + " (only zeros map)");
-  if (pads.size() != 8 || pads[0] || pads[1] || pads[4] || pads[5] || pads[2] != pads[6] ||
-      pads[3] != pads[7] || pads[2] < 0 || pads[3] < 0) {
-    return refuse(i, "pads " + dims_text(pads) +
-                         " (only equal zero padding of H and W of an [N, C, H, W] tensor maps)");
-  }
+  // Equal zero padding of H and W that a Conv or an AveragePool reads alone: theirs.
   const int c = sole_consumer(n.output(0));
-  const bool absorbed = c >= 0 && only_consumers_in(n.output(0), {c}) &&
+  const bool absorbed = value == 0 && pads.size() == 8 && !pads[0] && !pads[1] && !pads[4] &&
+                        !pads[5] && pads[2] == pads[6] && pads[3] == pads[7] && pads[2] >= 0 &&
+                        pads[3] >= 0 && c >= 0 && only_consumers_in(n.output(0), {c}) &&
                         (g_.node(c).op_type() == "Conv" || g_.node(c).op_type() == "AveragePool") &&
                         g_.node(c).input(0) == n.output(0);
-  if (!absorbed) return refuse(i, "zero padding maps only into a following Conv or AveragePool");
-  pad_of_[n.output(0)] = {pads[2], pads[3]};
-  act_[n.output(0)] = *x;
+  if (absorbed) {
+    pad_of_[n.output(0)] = {pads[2], pads[3]};
+    act_[n.output(0)] = *x;
+    return;
+  }
+  // Else blocks of the value joined on along each padded per-sample axis (MobileBERT's
+  // F.pad(embeds[:, 1:], [0, 0, 0, 1]) shifts its tokens by one).
+  if (dtype_of(n.input(0)) != graphpipe::v1::DATA_TYPE_FLOAT32) {
+    return refuse(i, "pads the integer tensor '" + n.input(0) + "' (only float tensors pad)");
+  }
+  const auto rank = rank_of(n.input(0));
+  auto shape = sample_shape(n.input(0));
+  if (!rank || !shape || static_cast<int64_t>(pads.size()) != 2 * *rank) {
+    return refuse(i, "pads " + dims_text(pads) + " for a tensor of unknown rank or another rank");
+  }
+  TensorRef y = *x;
+  for (int64_t d = 0; d < *rank; ++d) {
+    const int64_t before = pads[static_cast<size_t>(d)];
+    const int64_t after = pads[static_cast<size_t>(d + *rank)];
+    if (before == 0 && after == 0) continue;
+    if (before < 0 || after < 0) {
+      return refuse(i, "pads " + dims_text(pads) + " crop (negative pads do not map)");
+    }
+    const auto a = sample_axis(n.input(0), d);
+    if (!a)
+      return refuse(i, "pads " + dims_text(pads) + " pad the batch axis " + std::to_string(d));
+    auto block = [&](int64_t count, const std::string& where) {
+      std::vector<int64_t> dims = *shape;
+      dims[static_cast<size_t>(*a)] = count;
+      const std::vector<float> fill(static_cast<size_t>(product(dims)), static_cast<float>(value));
+      return b_.constant(unique_id(id + "." + std::to_string(d) + "." + where, id), *x, dims, fill);
+    };
+    std::vector<TensorRef> parts;
+    if (before > 0) parts.push_back(block(before, "before"));
+    parts.push_back(y);
+    if (after > 0) parts.push_back(block(after, "after"));
+    (*shape)[static_cast<size_t>(*a)] += before + after;
+    y = b_.concat(unique_id(id + "." + std::to_string(d), id), parts, *a);
+  }
+  act_[n.output(0)] = y;
 }
 
 // Conv: conv2d. A 3-D weight (nn.Conv1d: Whisper's and wav2vec's front ends) convolves x [C, L]

@@ -59,7 +59,8 @@ scale) and token_batch_norm (LeViT's batch norm over tokens folded into the batc
 attention biases gathered along their second axis) with torch 2.15.0 and onnxscript 0.7.2; and
 trained_scalars (a learned temperature read by four ops, ReZero's gate) and position_bias_mlp
 (Swin V2's MLP over a constant coordinate table) and interpolated_bias (BEiT's position table
-interpolated to its own size, two slices of one table) with torch 2.15.0 and onnxscript 0.7.2.)
+interpolated to its own size, two slices of one table) and trigram_pad (MobileBERT's tokens
+shifted by F.pad) with torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -963,6 +964,20 @@ class InterpolatedBias(torch.nn.Module):
         return self.proj(out) * self.halves[0].view(1, 1, -1) + self.halves[1].view(1, 1, -1)
 
 
+class TrigramPad(torch.nn.Module):
+    # MobileBERT's trigram input: each token beside its neighbours, the sequence shifted by one
+    # each way with F.pad of zeros (and of a constant on a channel axis), into a linear layer.
+    def __init__(self, dim=8):
+        super().__init__()
+        self.fc = torch.nn.Linear(3 * dim + 2, dim)
+
+    def forward(self, x):
+        nxt = torch.nn.functional.pad(x[:, 1:], [0, 0, 0, 1], value=0.0)
+        prev = torch.nn.functional.pad(x[:, :-1], [0, 0, 1, 0], value=0.0)
+        both = torch.nn.functional.pad(torch.cat([nxt, x, prev], dim=2), [1, 1], value=0.25)
+        return self.fc(both)
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -1055,7 +1070,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                 ("position_bias_mlp", 162, PositionBiasMlp, patterns.feat(4, 8),
                                  None),
                                 ("interpolated_bias", 163, InterpolatedBias, patterns.feat(4, 8),
-                                 None)]
+                                 None),
+                                ("trigram_pad", 164, TrigramPad, patterns.feat(5, 8), None)]
 
 
 def main():
