@@ -113,14 +113,36 @@ TEST_CASE("a Pad of per-sample axes joins blocks of its value on, before and aft
   CHECK(op(g, "pad.1").type() == "concat");
   CHECK(op(g, "pad.1").inputs(1).op() == "x");
   CHECK(shape(g, "pad.2.after") == "[5, 1, 3] float32");
-  CHECK(op(g, "pad.2").inputs(0).op() == "pad.1");
-  CHECK(shape(g, "pad.2") == "[5, 5, 3] float32");
-  CHECK(op(g, "relu").inputs(0).op() == "pad.2");
+  CHECK(testing::param_floats(op(g, "pad.2.after"), "value") == std::vector<float>(15, 0.5f));
+  CHECK(op(g, "pad").inputs(0).op() == "pad.1");  // the last join is the node's own op
+  CHECK(shape(g, "pad") == "[5, 5, 3] float32");
+  CHECK(op(g, "relu").inputs(0).op() == "pad");
   // Cropping (negative pads) and padding the batch are refused by name.
   CHECK_THAT(padded({0, -1, 0, 0, 0, 0, 0, 0}, 0, {3, 4, 3}).refusal(),
              Catch::Contains("'pad' (Pad): pads [0, -1, 0, 0, 0, 0, 0, 0] crop"));
   CHECK_THAT(padded({1, 0, 0, 0, 0, 0, 0, 0}, 0, {4, 4, 3}).refusal(),
              Catch::Contains("pad the batch axis 0"));
+  // A refusal on a later axis leaves no op of the earlier ones behind (an opaque import).
+  Onnx late = padded({0, 1, 0, 0, 0, 0, -1, 0}, 0, {5, 3, 3});
+  model::OnnxImportOptions opaque;
+  opaque.allow_opaque = true;
+  const auto m = late.import(opaque);
+  REQUIRE(m.ok());
+  for (const auto& o : m->ops()) CHECK(o.id().rfind("pad.", 0) != 0);
+}
+
+TEST_CASE("zero padding of H and W that a Conv reads alone is the convolution's own") {
+  Onnx b;
+  b.input("x", {2, 4, 4});
+  b.init("pads", {8}, {0, 0, 1, 1, 0, 0, 1, 1}, kInt64);
+  b.node("Pad", {"x", "pads"}, {"padded"}, "pad");
+  b.weight("w", {3, 2, 3, 3});
+  b.node("Conv", {"padded", "w"}, {"y"}, "conv");
+  b.output("y", {3, 4, 4});
+  const auto g = testing::build_graph(b.imported());
+  CHECK(op(g, "conv").inputs(0).op() == "x");
+  CHECK(testing::attr_ints_of(op(g, "conv"), "padding") == std::vector<int64_t>{1, 1});
+  CHECK(g.index_of("pad") < 0);
 }
 
 TEST_CASE("a mask written by slice assignment (ScatterND of constants) folds into a constant") {

@@ -1266,13 +1266,14 @@ void Importer::clip(int i, const std::string& id) {
   act_[n.output(0)] = b_.clip(id, *x, lo, hi);
 }
 
-// Zero padding of H and W whose only consumer is a Conv or an AveragePool: that op pads instead.
+// Constant-mode padding: zero padding of H and W whose only consumer is a Conv or an
+// AveragePool is that op's; any other is blocks of the value joined on.
 void Importer::pad(int i, const std::string& id) {
   const auto& n = g_.node(i);
   auto x = activation(n.input(0));
   if (!x) return refuse(i, "its input is not an activation");
   if (attr_s(n, "mode", "constant") != "constant") {
-    return refuse(i, "mode = " + attr_s(n, "mode", "") + " (only zero padding maps)");
+    return refuse(i, "mode = " + attr_s(n, "mode", "") + " (only constant padding maps)");
   }
   std::vector<int64_t> pads = attr_ints(n, "pads");
   double value = attr_f(n, "value", 0);
@@ -1316,7 +1317,8 @@ void Importer::pad(int i, const std::string& id) {
   if (!rank || !shape || static_cast<int64_t>(pads.size()) != 2 * *rank) {
     return refuse(i, "pads " + dims_text(pads) + " for a tensor of unknown rank or another rank");
   }
-  TensorRef y = *x;
+  // (Every axis checked before any op is made: a refusal leaves none behind.)
+  std::vector<std::pair<int64_t, int64_t>> padded;  // ONNX axis, per-sample axis
   for (int64_t d = 0; d < *rank; ++d) {
     const int64_t before = pads[static_cast<size_t>(d)];
     const int64_t after = pads[static_cast<size_t>(d + *rank)];
@@ -1327,9 +1329,16 @@ void Importer::pad(int i, const std::string& id) {
     const auto a = sample_axis(n.input(0), d);
     if (!a)
       return refuse(i, "pads " + dims_text(pads) + " pad the batch axis " + std::to_string(d));
+    padded.emplace_back(d, *a);
+  }
+  TensorRef y = *x;
+  for (size_t k = 0; k < padded.size(); ++k) {
+    const auto [d, a] = padded[k];
+    const int64_t before = pads[static_cast<size_t>(d)];
+    const int64_t after = pads[static_cast<size_t>(d + *rank)];
     auto block = [&](int64_t count, const std::string& where) {
       std::vector<int64_t> dims = *shape;
-      dims[static_cast<size_t>(*a)] = count;
+      dims[static_cast<size_t>(a)] = count;
       const std::vector<float> fill(static_cast<size_t>(product(dims)), static_cast<float>(value));
       return b_.constant(unique_id(id + "." + std::to_string(d) + "." + where, id), *x, dims, fill);
     };
@@ -1337,8 +1346,10 @@ void Importer::pad(int i, const std::string& id) {
     if (before > 0) parts.push_back(block(before, "before"));
     parts.push_back(y);
     if (after > 0) parts.push_back(block(after, "after"));
-    (*shape)[static_cast<size_t>(*a)] += before + after;
-    y = b_.concat(unique_id(id + "." + std::to_string(d), id), parts, *a);
+    (*shape)[static_cast<size_t>(a)] += before + after;
+    // (The last join is the node's own op.)
+    const bool last = k + 1 == padded.size();
+    y = b_.concat(last ? id : unique_id(id + "." + std::to_string(d), id), parts, a);
   }
   act_[n.output(0)] = y;
 }
