@@ -1333,7 +1333,8 @@ void Importer::pad(int i, const std::string& id) {
   }
   TensorRef y = *x;
   for (size_t k = 0; k < padded.size(); ++k) {
-    const auto [d, a] = padded[k];
+    // (Plain names: clang before 16 cannot capture structured bindings in the lambda.)
+    const int64_t d = padded[k].first, a = padded[k].second;
     const int64_t before = pads[static_cast<size_t>(d)];
     const int64_t after = pads[static_cast<size_t>(d + *rank)];
     auto block = [&](int64_t count, const std::string& where) {
