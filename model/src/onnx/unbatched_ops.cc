@@ -4,6 +4,7 @@
 // attention bias). Such a tensor's per-sample shape is its whole ONNX shape, the same for every
 // sample, so each op maps with its ONNX axes as they are.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,10 @@ namespace {
 bool unbatched_layout_op(const std::string& t) {
   return t == "Reshape" || t == "Flatten" || t == "Squeeze" || t == "Unsqueeze" ||
          t == "Transpose" || t == "Gather" || t == "GatherND";
+}
+
+bool all_known(const std::vector<int64_t>& dims) {
+  return !dims.empty() && std::all_of(dims.begin(), dims.end(), [](int64_t d) { return d > 0; });
 }
 }  // namespace
 
@@ -41,21 +46,39 @@ void Importer::unbatched_op(int i, const std::string& id) {
   if (!in) return refuse(i, "the shape of its input '" + n.input(0) + "' is not known");
   // (Axes are ONNX's: a tensor held in another shape than ONNX infers would move the wrong ones.)
   if (const auto s = shapes_.find(n.input(0));
-      s != shapes_.end() && !s->second.empty() && s->second != *in &&
-      std::all_of(s->second.begin(), s->second.end(), [](int64_t d) { return d > 0; })) {
+      s != shapes_.end() && all_known(s->second) && s->second != *in) {
     return refuse(i, "its input '" + n.input(0) + "' is held as " + dims_text(*in) +
                          ", not in its ONNX shape " + dims_text(s->second));
   }
+  const auto rank = static_cast<int64_t>(in->size());
   std::vector<int64_t> perm = attr_ints(n, "perm");
   if (t == "Transpose" && perm.empty()) {
-    for (auto d = static_cast<int64_t>(in->size()); d-- > 0;) perm.push_back(d);  // reversed
+    for (auto d = rank; d-- > 0;) perm.push_back(d);  // reversed
+  }
+  // Gather's indices and axis; GatherND's index rows address its first `depth` axes.
+  const bool gather = t == "Gather" || t == "GatherND";
+  std::optional<EvalTensor> idx;
+  int64_t axis = 0, depth = 1;
+  if (gather) {
+    idx = const_tensor(n.input(1));
+    if (!idx || idx->values.empty()) return refuse(i, "its indices are empty or not constant");
+    if (t == "Gather") {
+      axis = attr_i(n, "axis", 0);
+      if (axis < 0) axis += rank;
+      if (axis < 0 || axis >= rank) return refuse(i, "axis out of range");
+    } else {
+      if (const int64_t b = attr_i(n, "batch_dims", 0); b != 0) {
+        return refuse(i, "batch_dims = " + std::to_string(b) + ": only 0 maps");
+      }
+      if (idx->dims.empty()) return refuse(i, "scalar indices");
+      depth = idx->dims.back();
+      if (depth < 1 || depth > rank) return refuse(i, "index rows of " + std::to_string(depth));
+    }
   }
   // The output's shape: what shape inference found, else (values it could not follow, such as
   // dynamo's computed Reshape targets) computed here.
   std::vector<int64_t> out;
-  if (const auto s = shapes_.find(n.output(0));
-      s != shapes_.end() && !s->second.empty() &&
-      std::all_of(s->second.begin(), s->second.end(), [](int64_t d) { return d > 0; })) {
+  if (const auto s = shapes_.find(n.output(0)); s != shapes_.end() && all_known(s->second)) {
     out = s->second;
   } else if (t == "Transpose") {
     for (int64_t p : perm) {
@@ -82,22 +105,21 @@ void Importer::unbatched_op(int i, const std::string& id) {
       axes.clear();
       for (double a : *given) axes.push_back(to_index(a));
     }
-    const auto rank = static_cast<int64_t>(in->size()) +
-                      (t == "Unsqueeze" ? static_cast<int64_t>(axes.size()) : 0);
+    const auto out_rank = rank + (t == "Unsqueeze" ? static_cast<int64_t>(axes.size()) : 0);
     for (int64_t& a : axes) {
-      a = a < 0 ? a + rank : a;
-      if (a < 0 || a >= rank)
-        return refuse(i, "axes out of range for rank " + std::to_string(rank));
+      a = a < 0 ? a + out_rank : a;
+      if (a < 0 || a >= out_rank)
+        return refuse(i, "axes out of range for rank " + std::to_string(out_rank));
     }
     if (t == "Unsqueeze") {
       size_t next = 0;
-      for (int64_t d = 0; d < rank; ++d) {
+      for (int64_t d = 0; d < out_rank; ++d) {
         const bool added = std::find(axes.begin(), axes.end(), d) != axes.end();
         if (!added && next >= in->size()) return refuse(i, "axes out of range");
         out.push_back(added ? 1 : (*in)[next++]);
       }
     } else {
-      for (int64_t d = 0; d < rank; ++d) {
+      for (int64_t d = 0; d < out_rank; ++d) {
         const int64_t size = (*in)[static_cast<size_t>(d)];
         const bool dropped =
             axes.empty() ? size == 1 : std::find(axes.begin(), axes.end(), d) != axes.end();
@@ -105,28 +127,18 @@ void Importer::unbatched_op(int i, const std::string& id) {
       }
     }
   } else if (t == "Flatten") {
-    int64_t axis = attr_i(n, "axis", 1);
-    if (axis < 0) axis += static_cast<int64_t>(in->size());
-    if (axis < 0 || axis > static_cast<int64_t>(in->size())) return refuse(i, "axis out of range");
-    out = {product(std::vector<int64_t>(in->begin(), in->begin() + axis)),
-           product(std::vector<int64_t>(in->begin() + axis, in->end()))};
-  } else if (t == "Gather" || t == "GatherND") {
-    const auto idx = const_tensor(n.input(1));
-    if (!idx) return refuse(i, "its indices are not constant");
-    if (t == "Gather") {
-      int64_t axis = attr_i(n, "axis", 0);
-      if (axis < 0) axis += static_cast<int64_t>(in->size());
-      if (axis < 0 || axis >= static_cast<int64_t>(in->size())) {
-        return refuse(i, "axis out of range");
-      }
-      out.assign(in->begin(), in->begin() + axis);
-      out.insert(out.end(), idx->dims.begin(), idx->dims.end());
-      out.insert(out.end(), in->begin() + axis + 1, in->end());
-    } else if (!idx->dims.empty() && idx->dims.back() >= 1 &&
-               idx->dims.back() <= static_cast<int64_t>(in->size())) {
-      out.assign(idx->dims.begin(), idx->dims.end() - 1);
-      out.insert(out.end(), in->begin() + idx->dims.back(), in->end());
-    }
+    int64_t at = attr_i(n, "axis", 1);
+    if (at < 0) at += rank;
+    if (at < 0 || at > rank) return refuse(i, "axis out of range");
+    out = {product(std::vector<int64_t>(in->begin(), in->begin() + at)),
+           product(std::vector<int64_t>(in->begin() + at, in->end()))};
+  } else if (t == "Gather") {
+    out.assign(in->begin(), in->begin() + axis);
+    out.insert(out.end(), idx->dims.begin(), idx->dims.end());
+    out.insert(out.end(), in->begin() + axis + 1, in->end());
+  } else if (t == "GatherND") {
+    out.assign(idx->dims.begin(), idx->dims.end() - 1);
+    out.insert(out.end(), in->begin() + depth, in->end());
   }
   if (std::any_of(out.begin(), out.end(), [](int64_t d) { return d <= 0; }) ||
       (out.empty() && product(*in) != 1 && !(t == "Gather" && in->size() == 1))) {
@@ -138,24 +150,8 @@ void Importer::unbatched_op(int i, const std::string& id) {
     if (perm.size() != in->size())
       return refuse(i, "perm " + dims_text(perm) + " of rank " + std::to_string(in->size()));
     y = b_.transpose(id, *x, perm);
-  } else if (t == "Gather" || t == "GatherND") {
-    const auto idx = const_tensor(n.input(1));
-    if (!idx || idx->values.empty()) return refuse(i, "its indices are empty or not constant");
-    const auto rank = static_cast<int64_t>(in->size());
-    std::vector<int64_t> dims = *in;
-    int64_t axis = 0, depth = 1;  // GatherND: the leading axes an index row spans
-    if (t == "Gather") {
-      axis = attr_i(n, "axis", 0);
-      if (axis < 0) axis += rank;
-      if (axis < 0 || axis >= rank) return refuse(i, "axis out of range");
-    } else {
-      if (const int64_t b = attr_i(n, "batch_dims", 0); b != 0) {
-        return refuse(i, "batch_dims = " + std::to_string(b) + ": only 0 maps");
-      }
-      if (idx->dims.empty()) return refuse(i, "scalar indices");
-      depth = idx->dims.back();
-      if (depth < 1 || depth > rank) return refuse(i, "index rows of " + std::to_string(depth));
-    }
+  } else if (gather) {
+    const std::vector<int64_t>& dims = *in;
     // GatherND's rows address the first `depth` axes: one flat axis of their product.
     std::vector<int64_t> flat_dims(dims.begin() + depth, dims.end());
     const int64_t rows = product(std::vector<int64_t>(dims.begin(), dims.begin() + depth));
