@@ -53,27 +53,47 @@ std::vector<OpTerms> op_terms(const model::Graph& graph, const cost::CostModel& 
 
 class Bisection {
  public:
-  Bisection(const std::vector<OpTerms>& ops, int devices, double s_per_byte)
-      : ops_(ops), devices_(devices), s_per_byte_(s_per_byte) {}
+  Bisection(const std::vector<OpTerms>& ops, int devices, int64_t mini_batch,
+            const std::vector<double>& allreduce_s_per_byte)
+      : ops_(ops),
+        devices_(devices),
+        mini_batch_(static_cast<double>(mini_batch)),
+        allreduce_s_per_byte_(allreduce_s_per_byte) {}
 
   // Seconds of one all-reduce of `bytes` over r replicas, latency left out.
   double allreduce_s(double bytes, int r) const {
-    return r <= 1 ? 0 : 2.0 * (r - 1) / r * bytes * s_per_byte_;
+    return r <= 1 ? 0 : bytes * allreduce_s_per_byte_[static_cast<size_t>(r)];
+  }
+
+  // Samples the busiest of r replicas computes: every replica is charged the largest slice of
+  // each micro-batch, ceil(s / r), and those add up to at least ceil(mini-batch / r).
+  double busiest_samples(int r) const { return std::ceil(mini_batch_ / r); }
+
+  // One replica's step: the whole op's state, or a sharded stage's slice of it followed by the
+  // parameter all-gather, which the simulator prices as a second all-reduce.
+  static double step_s(const OpTerms& op, int r, double allreduce) {
+    return r <= 1 ? op.optimizer_s : std::min(op.optimizer_s, op.optimizer_s / r + allreduce);
   }
 
   // Whether an iteration of `t` seconds can fit every op; fills `out` with the devices' time.
   bool fits(double t, IterationBound* out) const {
     IterationBound sum;
     for (const OpTerms& op : ops_) {
+      const double per_sample_s = op.compute_s / mini_batch_;
       int r = 1;
-      while (r <= devices_ &&
-             op.compute_s / r + op.optimizer_s + allreduce_s(op.gradient_bytes, r) > t) {
-        ++r;
+      double allreduce = 0;
+      double step = op.optimizer_s;
+      for (; r <= devices_; ++r) {
+        allreduce = allreduce_s(op.gradient_bytes, r);
+        step = step_s(op, r, allreduce);
+        if (per_sample_s * busiest_samples(r) + step + allreduce <= t) break;
       }
       if (r > devices_) return false;
+      // r (step + all-reduce) never falls as r grows (allreduce_s_per_byte), so the smallest r
+      // costs the devices least; the replicas compute at least the mini-batch between them.
       sum.compute_s += op.compute_s;
-      sum.optimizer_s += r * op.optimizer_s;
-      sum.allreduce_s += r * allreduce_s(op.gradient_bytes, r);
+      sum.optimizer_s += r * step;
+      sum.allreduce_s += r * allreduce;
     }
     if (sum.compute_s + sum.optimizer_s + sum.allreduce_s > devices_ * t) return false;
     *out = sum;
@@ -109,8 +129,42 @@ class Bisection {
  private:
   const std::vector<OpTerms>& ops_;
   int devices_;
-  double s_per_byte_;
+  double mini_batch_;
+  const std::vector<double>& allreduce_s_per_byte_;
 };
+
+// Seconds per byte of the cheapest all-reduce over r replicas (index r, up to `devices`) that the
+// communication model (comm_model.h) can charge, latencies left out: in one node a ring on the
+// intra-node link; over m nodes, the most replicas on one node being g, reduce-scatter and
+// all-gather inside the nodes and a ring of bytes/g across them. The replicas may lie on any
+// nodes, so the least over every m that can hold them and every g that m allows: from an even
+// spread, ceil(r / m), to one node as full as it gets, min(per node, r - (m - 1)). The cost is
+// 2 / intra + (2 (m-1) / m / inter - 2 / intra) / g, monotone in g, so those two ends suffice
+// (the placement decides which: 8 + 1 replicas cost less than 5 + 4 over a slow inter-node link).
+std::vector<double> allreduce_s_per_byte(const graphpipe::v1::Cluster& cluster, int devices) {
+  std::vector<double> out(static_cast<size_t>(std::max(devices, 1)) + 1, 0.0);
+  const double intra = cluster.intra_node().bandwidth_bytes_per_s();
+  const double inter = cluster.inter_node().bandwidth_bytes_per_s();
+  if (intra <= 0 || inter <= 0) return out;
+  const int per_node = std::max(1, static_cast<int>(cluster.devices_per_node()));
+  const auto cost = [&](int m, int g) {
+    return 2.0 * (g - 1) / g / intra + (m > 1 ? 2.0 * (m - 1) / m / g / inter : 0.0);
+  };
+  for (int r = 2; r <= devices; ++r) {
+    double least = INFINITY;
+    for (int m = (r + per_node - 1) / per_node; m <= r; ++m) {
+      least = std::min({least, cost(m, (r + m - 1) / m), cost(m, std::min(per_node, r - m + 1))});
+    }
+    out[static_cast<size_t>(r)] = least;
+  }
+  // Lowered where needed so that r x out[r] never falls as r grows: the devices' time of an op is
+  // then least at its fewest replicas (Bisection::fits), and each entry stays a lower bound.
+  for (int r = devices - 1; r >= 2; --r) {
+    const size_t i = static_cast<size_t>(r);
+    out[i] = std::min(out[i], (r + 1) * out[i + 1] / r);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -121,14 +175,15 @@ IterationBoundModel::IterationBoundModel(const model::Graph& graph, const cost::
                                          bool count_allreduce)
     : ops_(op_terms(graph, compute, cluster, training, mini_batch,
                     largest_kernel > 0 ? largest_kernel : mini_batch)),
-      mini_batch_(mini_batch) {
-  const double bandwidth = std::max(cluster.intra_node().bandwidth_bytes_per_s(),
-                                    cluster.inter_node().bandwidth_bytes_per_s());
-  s_per_byte_ = count_allreduce && bandwidth > 0 ? 1.0 / bandwidth : 0.0;
-}
+      mini_batch_(mini_batch),
+      cluster_(cluster),
+      count_allreduce_(count_allreduce) {}
 
 IterationBound IterationBoundModel::at(int devices) const {
-  IterationBound bound = Bisection(ops_, devices, s_per_byte_).solve();
+  const std::vector<double> per_byte =
+      count_allreduce_ ? allreduce_s_per_byte(cluster_, devices)
+                       : std::vector<double>(static_cast<size_t>(std::max(devices, 1)) + 1, 0.0);
+  IterationBound bound = Bisection(ops_, devices, mini_batch_, per_byte).solve();
   if (bound.iteration_s > 0) bound.samples_per_s = mini_batch_ / bound.iteration_s;
   return bound;
 }

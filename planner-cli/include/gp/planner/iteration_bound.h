@@ -2,20 +2,25 @@
 // alone: every op's compute, the optimizer step over its parameters and the all-reduce of its
 // gradients, which the simulator charges every replica of the op's stage once per iteration.
 //
-// For an op i with replicas r (those of its stage): its compute is at least c_i = mini-batch x
-// its cheapest time per sample over kernels of 1..mini-batch samples; each replica steps the
-// optimizer over the op's state, o_i = the simulator's step time of the op alone less the fixed
-// part a stage shares (cost::optimizer_step_us, the cost model's step); and all-reduces its
-// gradients,
-// a_i(r) = 2 (r-1)/r x bytes_i / the faster link's bandwidth (the ring formula's volume without
-// latency, a stage's one latency being shared by its ops; the hierarchical formula costs at
-// least as much). An iteration of T seconds then needs, for every op, some r with
-//     c_i / r + o_i + a_i(r) <= T                  (one replica's share; nothing else counted)
-// and, over all ops (the smallest such r minimises the work, which grows with r),
-//     sum_i [c_i + r_i (o_i + a_i(r_i))] <= devices x T    (the devices' time, no bubble).
-// The bound is the least T meeting both (bisection; the work only falls as T grows), as
-// mini-batch / T samples/s. No transfer, bubble, fill or drain is counted. The search prunes
-// device counts with it (search.h); gp_planner_bench prints it beside each row.
+// For an op i with r replicas (those of its stage), over a mini-batch of B samples: the busiest
+// replica computes at least ceil(B / r) samples (each micro-batch of s samples costs every
+// replica its largest slice, ceil(s / r)), each at least p_i, the op's cheapest time per sample
+// over kernels of 1..largest samples; every replica steps the optimizer over the op's state,
+// o_i = the simulator's step time of the op alone less the fixed part a stage shares
+// (cost::optimizer_step_us), or a sharded stage's 1/r of it followed by a parameter all-gather
+// priced as an all-reduce; and all-reduces its gradients, a_i(r) = bytes_i x the cheapest
+// seconds per byte the communication model charges r replicas on this cluster's nodes (a ring in
+// one node, or the hierarchical formula over any placement on the nodes, even or not; latency
+// left out, a stage's latencies being shared by its ops). With s_i(r) = min(o_i, o_i / r +
+// a_i(r)) for r > 1 (o_i for one replica), an iteration of T seconds needs, for every op, some r
+// with
+//     p_i ceil(B / r) + s_i(r) + a_i(r) <= T       (one replica's share; nothing else counted)
+// and, over all ops (the smallest such r is taken: the seconds per byte are lowered where needed
+// so that r a_i(r), and with it r s_i(r), never falls as r grows),
+//     sum_i [p_i B + r_i (s_i(r_i) + a_i(r_i))] <= devices x T    (the devices' time, no bubble).
+// The bound is the least T meeting both (bisection; both only loosen as T grows), as B / T
+// samples/s. No transfer, bubble, fill or drain is counted. The search prunes device counts with
+// it (search.h); gp_planner_bench prints it beside each row.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +65,8 @@ class IterationBoundModel {
  private:
   std::vector<OpTerms> ops_;
   int64_t mini_batch_;
-  double s_per_byte_;
+  graphpipe::v1::Cluster cluster_;
+  bool count_allreduce_;
 };
 
 // `cluster` is already reduced to the devices a plan may use.
