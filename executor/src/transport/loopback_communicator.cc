@@ -11,14 +11,22 @@ class LoopbackCommunicator final : public Communicator {
   int rank() const override { return rank_; }
 
   Status send(int peer, uint64_t tag, std::span<const std::byte> data) override {
-    std::lock_guard<std::mutex> lock(hub_->mu_);
+    std::unique_lock<std::mutex> lock(hub_->mu_);
+    const LoopbackHub::Key key{rank_, peer, tag};
+    // A rank that receives nothing (a source stage whose outputs carry no gradient) can run
+    // iterations ahead and reach a tag again before the peer took its last message: it waits
+    // for it to be taken, as a rendezvous transport's send does, so messages stay in order.
+    const bool free = hub_->cv_.wait_for(lock, hub_->timeout_, [&] {
+      return !hub_->aborted_.empty() || hub_->mailbox_.count(key) == 0;
+    });
     if (!hub_->aborted_.empty()) return Status(StatusCode::kAborted, hub_->aborted_);
-    auto& slot = hub_->mailbox_[{rank_, peer, tag}];
-    if (!slot.empty()) {
-      return internal_error("rank " + std::to_string(rank_) + ": duplicate message to rank " +
-                            std::to_string(peer) + " with tag " + std::to_string(tag));
+    if (!free) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    "rank " + std::to_string(rank_) + ": rank " + std::to_string(peer) +
+                        " did not take the previous message with tag " + std::to_string(tag) +
+                        " within " + std::to_string(hub_->timeout_.count()) + " ms");
     }
-    slot.assign(data.begin(), data.end());
+    hub_->mailbox_.emplace(key, std::vector<std::byte>(data.begin(), data.end()));
     hub_->cv_.notify_all();
     return ok_status();
   }
@@ -44,6 +52,7 @@ class LoopbackCommunicator final : public Communicator {
     }
     std::memcpy(data.data(), it->second.data(), data.size());
     hub_->mailbox_.erase(it);
+    hub_->cv_.notify_all();  // (a sender may wait for this tag to be free)
     return ok_status();
   }
 
