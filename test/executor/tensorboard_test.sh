@@ -60,12 +60,16 @@ check "every record verifies; train/loss (and the rest) equal the .jsonl's at st
 
 # 2. Resumed to 8 iterations: a new file beside the first, START at 4, then steps 5 and 7.
 cp "$tmp/tb/run/"* "$tmp/first-file"
+first=$(ls "$tmp/tb/run")
 launch --plan "$tmp/plan.pb" --nprocs 2 --iterations 8 --log-every 2 --checkpoint-dir "$tmp/ck" \
   --resume --metrics-out "$tmp/run.jsonl" --tensorboard "$tmp/tb/run" > "$tmp/run2.log" 2>&1; rc=$?
+# (The files are told apart by name, not by name order: two jobs started in one second order
+# by their pids, which need not grow.)
+second_index=$(($(ls "$tmp/tb/run" | grep -n -v -x -F "$first" | cut -d: -f1) - 1))
 check "a resumed job adds a second file and leaves the first as it was" \
-  '[ $rc -eq 0 ] && [ "$(ls "$tmp/tb/run" | wc -l)" -eq 2 ] && cmp -s "$(ls -d "$tmp/tb/run/"* | head -1)" "$tmp/first-file"'
+  '[ $rc -eq 0 ] && [ "$(ls "$tmp/tb/run" | wc -l)" -eq 2 ] && cmp -s "$tmp/tb/run/$first" "$tmp/first-file"'
 check "the second file starts with a SessionLog START at 4 and holds steps 5 7 of the .jsonl" \
-  'matches_jsonl "$tmp/tb/run" "$tmp/run.jsonl" 1 4 5 7'
+  'matches_jsonl "$tmp/tb/run" "$tmp/run.jsonl" "$second_index" 4 5 7'
 
 # 3. local writes the same events.
 "$exe" --log-level warn local --plan "$tmp/plan.pb" --iterations 4 --log-every 2 \
