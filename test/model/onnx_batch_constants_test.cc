@@ -109,6 +109,49 @@ TEST_CASE("the shape of a value computed from the batch size has the batch on it
   CHECK(shape(g, "view") == "[2, 3] float32");
 }
 
+TEST_CASE("a padding mask picked at arange(batch) * T + t folds to its rows, the batch computed") {
+  // transformers' padding mask of a decoder whose ids are computed (BART's shifted ids): ones of
+  // the computed tensor's shape, flattened and picked at arange(B) * T + arange(T), reshaped to
+  // the picks' own shape. The arange and the flattened ones fold per sample neither (the arange
+  // differs by sample, the flattening lays the batch out with T): the pick does.
+  Onnx b;
+  b.input("x", {4});
+  b.node("Relu", {"x"}, {"h"}, "computed");  // (its shape known only once converted)
+  b.node("Shape", {"h"}, {"dims"}, "dims");
+  auto* ones = b.node("ConstantOfShape", {"dims"}, {"ones"}, "ones");
+  auto* value = ones->add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  Onnx::fill(value->mutable_t(), "one", {1}, {1}, testing::kOnnxFloat);
+  Onnx::attr(b.node("Flatten", {"ones"}, {"flat"}, "flat"), "axis", int64_t{2});  // [B * 4, 1]
+  b.init("zero", {}, {0}, kInt64);
+  b.init("one_step", {}, {1}, kInt64);
+  b.init("at0", {1}, {0}, kInt64);
+  b.node("Gather", {"dims", "zero"}, {"batch"}, "batch");
+  b.node("Range", {"zero", "batch", "one_step"}, {"samples"}, "samples");
+  b.init("tail", {3}, {1, 2, 3}, kInt64);
+  b.node("Unsqueeze", {"samples", "tail"}, {"samples4"}, "samples4");  // [B, 1, 1, 1]
+  b.init("four", {}, {4}, kInt64);
+  b.node("Mul", {"samples4", "four"}, {"rows"}, "rows");
+  b.init("t", {1, 1, 1, 4}, {0, 1, 2, 3}, kInt64);
+  b.node("Add", {"rows", "t"}, {"picks"}, "picks");           // [B, 1, 1, 4]
+  b.node("Gather", {"flat", "picks"}, {"picked"}, "picked");  // [B, 1, 1, 4, 1]
+  b.node("Shape", {"picks"}, {"picks_shape"}, "picks_shape");
+  b.node("Reshape", {"picked", "picks_shape"}, {"mask"}, "mask");  // [B, 1, 1, 4]
+  b.init("flat_h", {4}, {0, 1, 1, 4}, kInt64);
+  b.node("Reshape", {"h", "flat_h"}, {"h4"}, "h4");
+  b.node("Mul", {"h4", "mask"}, {"y"}, "masked");
+  b.output("y", {1, 1, 4});
+  const auto g = testing::build_graph(b.imported());
+  // The mask is a batched constant of ones, the same row for every sample.
+  const auto& mul = op(g, "masked");
+  REQUIRE(mul.inputs_size() == 2);
+  const auto& mask = op(g, mul.inputs(1).op());
+  CHECK(mask.type() == "constant");
+  CHECK(testing::param_floats(mask, "value") == std::vector<float>{1, 1, 1, 1});
+  CHECK(shape(g, "masked") == "[1, 1, 4] float32");
+}
+
 TEST_CASE("a value computed from the batch size is a batched constant for ops that read it whole") {
   // Expand(weights [1, 3, 3]) to [B, 3, 3] read by a MatMul: a constant of [3, 3] per sample.
   Onnx matmul;

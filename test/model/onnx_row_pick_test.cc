@@ -1,6 +1,7 @@
 // ArgMax and ArgMin (general_ops.cc) and the per-sample row pick x[arange(B), v] of
-// row_pick.cc, as torch's two exporters write CLIP's end-of-text pooling. Numerics against torch:
-// the torch2 pattern eos_pooling in test/e2e/onnx_torch_test.cc.
+// row_pick.cc, as torch's two exporters write CLIP's end-of-text pooling, and GatherElements at
+// per-sample indices (torch.gather). Numerics against torch: the torch2 patterns eos_pooling and
+// shifted_ids in test/e2e/onnx_torch_test.cc.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -132,6 +133,45 @@ TEST_CASE("ArgMin is ArgMax of the negation, and select_last_index counts from t
         return on_batch.refusal();
       }(),
       Catch::Contains("'am' (ArgMax): along the batch axis"));
+}
+
+TEST_CASE("GatherElements of an activation at per-sample indices masks the positions and sums") {
+  // mBART's decoder start: ids [batch, 5] gathered at each sample's last position, [batch, 1];
+  // and x [batch, 5, 3] gathered at [batch, 2, 3] positions along axis 1.
+  Onnx b;
+  b.input("ids", {5}, kInt64);
+  b.input("x", {5, 3});
+  b.input("where_to", {2, 3}, kInt64);
+  b.input("last", {1}, kInt64);
+  Onnx::attr(b.node("GatherElements", {"ids", "last"}, {"start"}, "start"), "axis", int64_t{1});
+  Onnx::attr(b.node("GatherElements", {"x", "where_to"}, {"rows"}, "rows"), "axis", int64_t{-2});
+  b.output("rows", {2, 3});
+  const auto g = testing::build_graph(b.imported());
+  // Each index against positions 0..4 of the gathered axis, kept last: [.., 5], summed away.
+  CHECK(testing::param_floats(op(g, "start.positions"), "value") ==
+        std::vector<float>{0, 1, 2, 3, 4});
+  CHECK(op(g, "start.hit").type() == "compare");
+  CHECK(shape_string(op(g, "start").outputs(0)) == "[1] float32");
+  CHECK(testing::attr_ints_of(op(g, "rows.to_last"), "perm") == std::vector<int64_t>{1, 0});
+  CHECK(shape_string(op(g, "rows.spread").outputs(0)) == "[1, 3, 5] float32");
+  CHECK(shape_string(op(g, "rows.picked").outputs(0)) == "[2, 3, 5] float32");
+  CHECK(shape_string(op(g, "rows").outputs(0)) == "[2, 3] float32");
+}
+
+TEST_CASE("GatherElements along the batch or with indices unlike the data elsewhere is refused") {
+  Onnx b;
+  b.input("x", {5, 3});
+  b.input("where_to", {2, 2}, kInt64);
+  Onnx::attr(b.node("GatherElements", {"x", "where_to"}, {"rows"}, "rows"), "axis", int64_t{1});
+  b.output("rows", {2, 2});
+  CHECK_THAT(b.refusal(), Catch::Contains("its indices [2, 2] and data [5, 3] differ off the "
+                                          "gathered axis"));
+  Onnx c;
+  c.input("x", {5});
+  c.input("where_to", {5}, kInt64);
+  Onnx::attr(c.node("GatherElements", {"x", "where_to"}, {"rows"}, "rows"), "axis", int64_t{0});
+  c.output("rows", {5});
+  CHECK_THAT(c.refusal(), Catch::Contains("axis = 0 is the batch axis"));
 }
 
 }  // namespace

@@ -285,6 +285,30 @@ TEST_CASE("rows of a table looked up and moved on again are refused: no one tens
   CHECK(m.ok());
 }
 
+TEST_CASE("the legacy exporter's Identity of a folded copy imports apart, with a warning") {
+  // One nn.Linear applied twice to [batch, T, 3] (or two layers of equal values): constant
+  // folding copies the transposed weight per MatMul, and de-duplication joins the copies.
+  Onnx b;
+  b.input("x", {2, 3});
+  b.weight("onnx::MatMul_10", {3, 3});
+  b.node("Identity", {"onnx::MatMul_10"}, {"onnx::MatMul_11"}, "dedup");
+  b.node("MatMul", {"x", "onnx::MatMul_10"}, {"h"}, "fc");
+  b.node("Tanh", {"h"}, {"t"}, "tanh");
+  b.node("MatMul", {"t", "onnx::MatMul_11"}, {"y"}, "fc_1");
+  b.output("y", {2, 3});
+  std::vector<std::string> warnings;
+  model::OnnxImportOptions options;
+  options.warnings = &warnings;
+  auto m = b.import(options);
+  REQUIRE(m.ok());
+  CHECK(m->param_ties_size() == 0);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("'fc_1'") &&
+                              Catch::Contains("'onnx::MatMul_11' is the exporter's copy of "
+                                              "'onnx::MatMul_10'") &&
+                              Catch::Contains("do_constant_folding=False"));
+}
+
 TEST_CASE("a weight that another op reads too is no map: it would train as untied copies") {
   Onnx b;
   b.input("x", {4});

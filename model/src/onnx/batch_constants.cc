@@ -20,9 +20,7 @@ namespace {
 // for a constant.
 constexpr int64_t kProbeBatches[] = {2, 3, 5};
 
-bool known(const EvalTensor& t) {
-  return std::none_of(t.values.begin(), t.values.end(), [](double e) { return std::isnan(e); });
-}
+bool known(const EvalTensor& t) { return !has_nan(t.values); }
 
 // `t` (for a batch of `batch`) as one row with a batch of 1, where its axis 0 is the batch and
 // every row is the same; nullopt otherwise.
@@ -112,7 +110,9 @@ std::optional<EvalTensor> Importer::tensor_at_batch(const std::string& name, int
                                                     std::map<std::string, EvalTensor>* cache,
                                                     int depth) const {
   if (auto it = cache->find(name); it != cache->end()) return it->second;
-  if (depth > 64 || act_.count(name) || param_like(name)) return std::nullopt;
+  if (depth > 64 || (act_.count(name) && !laid_constants_.count(name)) || param_like(name)) {
+    return std::nullopt;
+  }
   std::optional<EvalTensor> v;
   if (sample_consts_.count(name) && tensors_.count(name)) {
     v = rows_for_batch(tensors_.at(name), batch);
@@ -220,9 +220,12 @@ std::string Importer::sample_const_refusal(int i) {
     if (batched) return "";
   }
   // Any other reader takes it as what it is: a batched constant, the same row for every sample.
+  // (A scatter's indices are read as values, and stay one: scatter.cc.)
   const int first = b_.model().ops_size();
-  for (const auto& in : n.input()) {
-    if (!sample_consts_.count(in)) continue;
+  const bool scatter = t == "ScatterND" || t == "ScatterElements";
+  for (int k = 0; k < n.input_size(); ++k) {
+    const std::string& in = n.input(k);
+    if (!sample_consts_.count(in) || (scatter && k == 1)) continue;
     const EvalTensor row = tensors_.at(in);
     const auto anchor = anchor_for(in);
     if (!anchor) {
@@ -311,6 +314,7 @@ void Importer::laid_constant(int i, const std::string& id) {
   act_[n.output(0)] =
       b_.constant(id, *anchor, sample, std::move(values), a.ints && expands_lookup_ids(n));
   layouts_[n.output(0)] = BatchLayout{axis, 1, inner};
+  laid_constants_.insert(n.output(0));
 }
 
 void drop_unread_ops(ModelGraph* model) {

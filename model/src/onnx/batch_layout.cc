@@ -590,6 +590,9 @@ void Importer::reshape(int i, const std::string& id) {
                                    "dynamo=True, or keep such sizes tensors)"
                                  : ""));
   }
+  // One value per sample ([batch], held as [1] per sample): its ONNX rank is kept for what
+  // broadcasts it (an Expand back to [batch]) where the file has no shape for it.
+  if (target->size() == 1 && view->layout.batch_first()) shapes_[n.output(0)] = {-1};
   emit_view(n, id, *x, *view);
 }
 

@@ -40,8 +40,7 @@ bool Importer::fold_split(const onnx::NodeProto& n) {
       return false;
     }
     auto v = const_tensor(name);
-    if (!v ||
-        std::any_of(v->values.begin(), v->values.end(), [](double x) { return std::isnan(x); })) {
+    if (!v || has_nan(v->values)) {
       return false;
     }
     inputs[name].tensor = std::move(*v);
@@ -63,8 +62,7 @@ bool Importer::fold_split(const onnx::NodeProto& n) {
 }
 
 void Importer::keep(const std::string& name, EvalTensor v, bool shape_math) {
-  if (shape_math && v.dims.size() <= 1 && v.values.size() <= 64 &&
-      std::none_of(v.values.begin(), v.values.end(), [](double x) { return std::isnan(x); })) {
+  if (shape_math && v.dims.size() <= 1 && v.values.size() <= 64 && !has_nan(v.values)) {
     folded_[name] = v.values;
     if (v.ints) folded_int_.insert(name);
   }

@@ -56,7 +56,9 @@ const std::map<std::string, int>& mapped_inputs() {
                                                      {"GRU", 3},
                                                      {"LSTM", 3},
                                                      {"Einsum", 2},
-                                                     {"InstanceNormalization", 3}};
+                                                     {"InstanceNormalization", 3},
+                                                     {"ScatterND", 3},
+                                                     {"ScatterElements", 3}};
   return kMapped;
 }
 
@@ -120,6 +122,11 @@ void Importer::convert(int i) {
   }
   // (They read X and write Y with the batch where their layout attribute has it.)
   if (t == "LSTM" || t == "GRU") return recurrent(i, id);
+  // (Slice assignment: its data and updates may have their batch at different axes.)
+  if ((t == "ScatterND" || t == "ScatterElements") &&
+      (act_.count(n.input(0)) || act_.count(n.input(2)))) {
+    return scatter_nd(i, id);
+  }
   // Inputs whose batch is not first (batch_layout.cc) that this op cannot take.
   if (const std::string why = layout_refusal(i); !why.empty()) return refuse(i, why);
   // A value computed from the batch size that did not fold per sample (Swin's window mask
@@ -561,9 +568,7 @@ void Importer::matmul(int i, const std::string& id) {
     }
     const auto table = const_tensor(n.input(0));
     const auto anchor = anchor_for(n.output(0));
-    if (table && anchor && !table->dims.empty() &&
-        std::none_of(table->values.begin(), table->values.end(),
-                     [](double v) { return std::isnan(v); })) {
+    if (table && anchor && !table->dims.empty() && !has_nan(table->values)) {
       const std::vector<float> values(table->values.begin(), table->values.end());
       a = b_.constant(unique_id(id + ".table", id), *anchor, table->dims, values);
       unbatched = true;
@@ -801,6 +806,14 @@ void Importer::expand_activation(int i, const std::string& id, const TensorRef& 
   // The batch axis `pos` of the ONNX tensor stands for `folded` per-sample dims (Swin V2's
   // windows folded into the batch); every other ONNX axis is one per-sample axis.
   const BatchLayout l = layout_of(n.input(0));
+  // One value per sample ([batch], held as [1] per sample) expanded to [batch]: itself.
+  const bool batch_only =
+      target->size() == 1 &&
+      ((*target)[0] == kBatchDim || (static_batch_ > 0 && (*target)[0] == static_batch_));
+  if (batch_only && *in == std::vector<int64_t>{1} && l.batch_first() && rank_of(n.input(0)) == 1) {
+    act_[n.output(0)] = x;
+    return;
+  }
   const auto folded_dims = static_cast<size_t>(l.folded());
   const size_t rank = in->size() + 1 - folded_dims, pos = static_cast<size_t>(*at);
   auto sample_index = [&](size_t k) { return k < pos ? k : k - 1 + folded_dims; };

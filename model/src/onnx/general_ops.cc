@@ -17,10 +17,6 @@ bool float_type(int64_t t) {
   return t == kOnnxFloat || t == kOnnxDouble || t == kOnnxFloat16 || t == kOnnxBfloat16;
 }
 
-bool has_nan(const std::vector<double>& v) {
-  return std::any_of(v.begin(), v.end(), [](double x) { return std::isnan(x); });
-}
-
 const std::map<std::string, std::string_view>& binary_fns() {
   static const std::map<std::string, std::string_view> kFns = {
       {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"},
@@ -311,7 +307,7 @@ TensorRef Importer::as_float(const std::string& name, const TensorRef& x, const 
   return f;
 }
 
-void Importer::gather_elements(int i, const std::string& /*id*/) {
+void Importer::gather_elements(int i, const std::string& id) {
   const auto& n = g_.node(i);
   if (n.input_size() != 2 || !activation(n.input(1))) {
     return refuse(i, "only constant values gathered at per-sample indices map");
@@ -322,9 +318,8 @@ void Importer::gather_elements(int i, const std::string& /*id*/) {
   if (const auto x = activation(n.input(0))) {
     const Operator& op = op_by_id(x->op());
     const auto v = op.param_values().find("value");
-    if (op.type() != "constant" || v == op.param_values().end()) {
-      return refuse(i, "gathers from an activation (only a constant of one repeated value maps)");
-    }
+    if (op.type() != "constant" || v == op.param_values().end())
+      return gather_elements_picked(i, id);
     for (size_t k = 0; k + 4 <= v->second.size(); k += 4) {
       float f;
       std::memcpy(&f, v->second.data() + k, 4);
@@ -528,6 +523,14 @@ void Importer::cast(int i, const std::string& id) {
   const auto& n = g_.node(i);
   const std::string& in = n.input(0);
   auto x = activation(in);
+  if (!x && param_like(in)) {
+    // (BART's logits + final_logits_bias.to(device): a registered buffer the legacy exporter
+    // cannot mark, cast before it is added.)
+    return refuse(
+        i, "casts the trained weight '" + in + "' (no GraphPipe operator casts a weight)" +
+               (dynamo_metadata_ ? std::string()
+                                 : "; if it is a registered buffer, import with --freeze " + in));
+  }
   if (!x) return refuse(i, "its input is not an activation");
   // CastLike takes its input 1's type (dynamo casts a weight like the activation it scales).
   int64_t to = attr_i(n, "to", kOnnxFloat);

@@ -631,6 +631,21 @@ Status Importer::check_weight_sharing() {
       // ones (a learned temperature read twice trains as one).
       if (product(weight_dims(name)) <= 1 && !scalar_params_.count(name)) continue;
       readers[name].push_back(i);
+      // The legacy exporter's constant folding copies a weight (transposed) once per reader,
+      // and its de-duplication joins equal copies by an Identity: one module used twice, or
+      // modules of equal values (nn.TransformerEncoder's copied layers), which the file does
+      // not tell apart. They import as parameters of their own; the user is told how to tie.
+      const auto& in = n.input(k);
+      const auto view = view_of_.find(in);
+      if (view != view_of_.end() && !view->second.second && in.rfind("onnx::", 0) == 0 &&
+          view->second.first.rfind("onnx::", 0) == 0 && options_.warnings != nullptr) {
+        options_.warnings->push_back(
+            where(i) + ": its weight '" + in + "' is the exporter's copy of '" +
+            view->second.first +
+            "' (constant folding de-duplicated by an Identity): imported as a parameter of its "
+            "own, as for modules of equal values; if one module is used twice, export with "
+            "do_constant_folding=False to train it as one weight");
+      }
     }
   }
   for (const auto& [name, nodes] : readers) {
@@ -777,25 +792,35 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
                 : known                   ? known
                 : is_weight(n.input(0))   ? std::optional(weight_dims(n.input(0)))
                                           : onnx_shape(n.input(0));
-    if (!dims || dims->empty()) return false;
-    // An activation's batch is where its layout has it (unknown where per-sample dims are
-    // folded into it); a tensor not converted yet waits for its conversion (its batch may have
-    // moved), unless it is a graph input.
-    std::optional<int64_t> batch;
-    double batch_value = kBatchDim;
-    if (!weight && act_.count(n.input(0))) {
-      batch = batch_axis(n.input(0));
-      if (layout_of(n.input(0)).folded() > 0) batch_value = NAN;
-    } else if (sample_consts_.count(n.input(0)) || (!weight && is_data_input(n.input(0)))) {
-      batch = 0;
-    } else if (!weight) {
-      return false;
-    }
-    for (size_t d = 0; d < dims->size(); ++d) {
-      const int64_t v = (*dims)[d];
-      out.push_back(batch && static_cast<int64_t>(d) == *batch ? batch_value
-                    : v > 0                                    ? static_cast<double>(v)
-                                                               : NAN);
+    // A value computed from the batch size that is no activation (a scatter's indices,
+    // scatter.cc; the batch's arange): its dims for each batch, the batch where it is.
+    if (index_values_.count(n.input(0)) ||
+        (batch_dependent_.count(n.input(0)) &&
+         (!act_.count(n.input(0)) || laid_constants_.count(n.input(0))))) {
+      auto at = index_value_dims(n.input(0));
+      if (!at) return false;
+      out = std::move(*at);
+    } else {
+      if (!dims || dims->empty()) return false;
+      // An activation's batch is where its layout has it (unknown where per-sample dims are
+      // folded into it); a tensor not converted yet waits for its conversion (its batch may
+      // have moved), unless it is a graph input.
+      std::optional<int64_t> batch;
+      double batch_value = kBatchDim;
+      if (!weight && act_.count(n.input(0))) {
+        batch = batch_axis(n.input(0));
+        if (layout_of(n.input(0)).folded() > 0) batch_value = NAN;
+      } else if (sample_consts_.count(n.input(0)) || (!weight && is_data_input(n.input(0)))) {
+        batch = 0;
+      } else if (!weight) {
+        return false;
+      }
+      for (size_t d = 0; d < dims->size(); ++d) {
+        const int64_t v = (*dims)[d];
+        out.push_back(batch && static_cast<int64_t>(d) == *batch ? batch_value
+                      : v > 0                                    ? static_cast<double>(v)
+                                                                 : NAN);
+      }
     }
     folded_[n.output(0)] = shape_range(n, out);
     folded_int_.insert(n.output(0));
@@ -1062,12 +1087,16 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
   // First whether every input is a constant, and whether a trained weight flows in, before any
   // value is read (a weight table can be large).
   bool from_weights = false;
+  // An input computed from the batch size that did not fold (the batch's arange) may still
+  // feed a value that does, per sample (an all-ones padding mask picked at arange * T + t).
+  bool from_batch = false;
   for (int k = 0; k < n.input_size(); ++k) {
     const std::string& name = n.input(k);
     if (name.empty() || (t == "CastLike" && k == 1)) continue;  // only the type is read there
-    if (act_.count(name) ||
-        (!tensors_.count(name) && !consts_.count(name) && !folded_.count(name))) {
-      return false;
+    if (act_.count(name) && !laid_constants_.count(name)) return false;
+    if (!tensors_.count(name) && !consts_.count(name) && !folded_.count(name)) {
+      if (!batch_dependent_.count(name)) return false;
+      from_batch = true;
     }
     from_weights = from_weights || param_dep_.count(name) || param_like(name);
   }
@@ -1081,9 +1110,18 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
     fold_errors_[out] = kFromTrainedWeight;
     return false;
   }
+  const auto per_sample = [&] {
+    if (!from_weights && fold_per_sample(n)) return true;
+    batch_dependent_.insert(out);
+    return false;
+  };
+  if (from_batch) {
+    fold_errors_[out] = "an input depends on the batch size";
+    return per_sample();
+  }
   if (std::any_of(n.input().begin(), n.input().end(),
                   [this](const std::string& in) { return sample_consts_.count(in) > 0; })) {
-    return !from_weights && fold_per_sample(n);
+    return per_sample();
   }
   std::map<std::string, EvalValue> inputs;
   if (t == "CastLike") {  // the type of input 1, perhaps an activation: fold_flat knows it
@@ -1103,10 +1141,9 @@ bool Importer::fold_tensor(const onnx::NodeProto& n, bool flat) {
                           "unsupported type";
       return false;
     }
-    if (size_input(t, k) &&
-        std::any_of(v->values.begin(), v->values.end(), [](double x) { return std::isnan(x); })) {
+    if (size_input(t, k) && has_nan(v->values)) {
       fold_errors_[out] = "input '" + name + "' depends on the batch size";
-      return !from_weights && fold_per_sample(n);
+      return per_sample();
     }
     EvalValue ev;
     ev.tensor = std::move(*v);

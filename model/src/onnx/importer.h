@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -92,6 +93,11 @@ inline bool counts_up(const std::vector<double>& values) {
     if (values[k] != static_cast<double>(k)) return false;
   }
   return true;
+}
+
+// Whether any of `values` is NaN: in evaluated shape math, a value that depends on the batch size.
+inline bool has_nan(const std::vector<double>& values) {
+  return std::any_of(values.begin(), values.end(), [](double x) { return std::isnan(x); });
 }
 
 // A folded shape-math value, and whether it is an integer (integer Div truncates).
@@ -561,6 +567,10 @@ class Importer {
   // GatherElements of a constant of one repeated value at per-sample indices (RoBERTa's token
   // types, a zero buffer gathered at its position ids): that value, the same for every sample.
   void gather_elements(int i, const std::string& id);
+  // row_pick.cc: GatherElements of an activation at per-sample indices along a per-sample axis
+  // (torch.gather(1, idx): mBART's decoder start, each sample's last token), as a mask of the
+  // positions and a sum.
+  void gather_elements_picked(int i, const std::string& id);
   // CumSum along a per-sample axis (RoBERTa's position ids count the ids that are not padding).
   void cumsum(int i, const std::string& id);
   void argmax(int i, const std::string& id);  // ArgMax, ArgMin
@@ -642,6 +652,12 @@ class Importer {
   void claim(const std::set<int>& nodes, int last, Fused f);
   // row_pick.cc: x[arange(B), v] by either exporter, claimed at its GatherND or Gather node i.
   bool match_row_pick(int i);
+  // scatter.cc: slice assignment into activations (ScatterND). Before conversion, the nodes that
+  // compute indices from the batch size (the batch's arange) and feed only such a scatter are
+  // claimed (index_values_); their Shape folds from index_value_dims, with the batch symbolic.
+  bool match_batch_scatter(int i);
+  std::optional<std::vector<double>> index_value_dims(const std::string& name) const;
+  void scatter_nd(int i, const std::string& id);
   void emit_row_pick(int i, const Fused& f, const TensorRef& x);
   // `name` before the nodes that only reshape, broadcast or cast it (added to `nodes`).
   std::string strip_index_plumbing(std::string name, std::set<int>* nodes) const;
@@ -831,6 +847,13 @@ class Importer {
   // Tensors of one value per sample that a pattern claimed (row_pick.cc): their Shape is
   // [batch].
   std::set<std::string> batch_vectors_;
+  // Values computed from the batch size that fold neither as constants nor per sample (the
+  // batch's arange): what they feed may still fold per sample (fold_tensor).
+  std::set<std::string> batch_dependent_;
+  // Constants laid out per batch (laid_constant): activations whose values are still computed
+  // from the batch size, for what reads them to fold per sample.
+  std::set<std::string> laid_constants_;
+  std::set<std::string> index_values_;  // the outputs of the nodes match_batch_scatter claimed
   std::set<std::string> empty_;  // activations without elements (empty slices): Concat drops them
   std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too

@@ -42,6 +42,7 @@ void Importer::find_patterns() {
     }
     if (t == "Loop") match_embedding_bag_loop(i);
     if (t == "GatherND" || t == "Gather") match_row_pick(i);
+    if (t == "ScatterND") match_batch_scatter(i);
     if (t == "LSTM" || t == "GRU") claim_recurrent_inputs(i);
     // Layer norm is matched when its first node is converted, when the input's rank is known.
   }

@@ -213,4 +213,77 @@ void Importer::emit_row_pick(int i, const Fused& f, const TensorRef& x) {
   act_[g_.node(i).output(0)] = out;
 }
 
+void Importer::gather_elements_picked(int i, const std::string& id) {
+  const auto& n = g_.node(i);
+  const std::string& data = n.input(0);
+  const std::string& index = n.input(1);
+  const auto x = activation(data);
+  const auto v = activation(index);
+  const auto shape = sample_shape(data);
+  auto v_shape = sample_shape(index);
+  // ONNX gives both one rank; a [batch] tensor is [1] per sample here, so an Unsqueeze of one
+  // is [1, 1]: such leading ones are dropped.
+  while (shape && v_shape && v_shape->size() > shape->size() && v_shape->front() == 1) {
+    v_shape->erase(v_shape->begin());
+  }
+  const auto rank = rank_of(data);
+  if (!x || !v || !shape || !v_shape || !rank || *rank != static_cast<int64_t>(shape->size()) + 1 ||
+      !layout_of(data).batch_first() || !layout_of(index).batch_first()) {
+    return refuse(i, "gathers from '" + data + "' at '" + index +
+                         "', which are not both batch-first tensors of known shape");
+  }
+  int64_t axis = attr_i(n, "axis", 0);
+  if (axis < 0) axis += *rank;
+  if (axis <= 0 || axis >= *rank) {
+    return refuse(
+        i, "axis = " + std::to_string(attr_i(n, "axis", 0)) + " is the batch axis or out of range");
+  }
+  const auto at = static_cast<size_t>(axis - 1);  // per sample
+  bool fits = v_shape->size() == shape->size();
+  for (size_t d = 0; fits && d < shape->size(); ++d) fits = d == at || (*v_shape)[d] == (*shape)[d];
+  if (!fits) {
+    return refuse(i, "its indices " + dims_text(*v_shape) + " and data " + dims_text(*shape) +
+                         " differ off the gathered axis");
+  }
+  const int64_t positions = (*shape)[at];
+  auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
+  // The data with the gathered axis last, and a 1 where the indices have theirs: [..., 1, ..., T].
+  TensorRef values =
+      dtype_of(data) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *x : as_float(data, *x, id);
+  std::vector<int64_t> spread = *shape;
+  spread[at] = 1;
+  spread.push_back(positions);
+  if (at + 1 != shape->size()) {
+    std::vector<int64_t> perm;
+    for (size_t d = 0; d < shape->size(); ++d) {
+      if (d != at) perm.push_back(static_cast<int64_t>(d));
+    }
+    perm.push_back(static_cast<int64_t>(at));
+    values = b_.transpose(part("to_last"), values, perm);
+  }
+  values = b_.reshape(part("spread"), values, spread);
+  // Each index against every position (a negative index counts from the end, as in torch).
+  TensorRef where_to =
+      dtype_of(index) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *v : as_float(index, *v, id);
+  std::vector<int64_t> column = *v_shape;
+  column.push_back(1);
+  const std::vector<int64_t> ones(column.size(), 1);
+  where_to = b_.reshape(part("column"), where_to, column);
+  const TensorRef wrap = b_.binary(
+      part("wrap"),
+      b_.compare(part("negative"), where_to, b_.constant(part("zero"), *x, ones, {0.0f}), "lt"),
+      b_.constant(part("count"), *x, ones, {static_cast<float>(positions)}), "mul");
+  where_to = b_.binary(part("wrapped"), where_to, wrap, "add");
+  std::vector<float> counting(static_cast<size_t>(positions));
+  for (int64_t t = 0; t < positions; ++t) counting[static_cast<size_t>(t)] = static_cast<float>(t);
+  const TensorRef mask = b_.compare(
+      part("hit"), where_to, b_.constant(part("positions"), *x, {positions}, counting), "eq");
+  // (A where, not a product with the mask: an infinity elsewhere in the row stays out.)
+  const TensorRef picked =
+      b_.where(part("picked"), mask, values, b_.constant(part("none"), *x, ones, {0.0f}));
+  act_[n.output(0)] = b_.reduce_axes(id, picked, {static_cast<int64_t>(v_shape->size())}, "sum",
+                                     /*keepdims=*/false);
+  if (integer_valued(data)) int_valued_.insert(n.output(0));
+}
+
 }  // namespace gp::model::onnx_detail

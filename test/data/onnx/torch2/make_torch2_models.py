@@ -60,7 +60,9 @@ attention biases gathered along their second axis) with torch 2.15.0 and onnxscr
 trained_scalars (a learned temperature read by four ops, ReZero's gate) and position_bias_mlp
 (Swin V2's MLP over a constant coordinate table) and interpolated_bias (BEiT's position table
 interpolated to its own size, two slices of one table) and trigram_pad (MobileBERT's tokens
-shifted by F.pad) with torch 2.15.0 and onnxscript 0.7.2.)
+shifted by F.pad) with torch 2.15.0 and onnxscript 0.7.2; and shifted_ids (BART's decoder ids by
+slice assignment into zeros, mBART's gathered start token, slice assignments of activations) with
+torch 2.15.0 and onnxscript 0.7.2.)
 """
 import copy
 import glob
@@ -808,7 +810,7 @@ class EosPooling(torch.nn.Module):
     # CLIP's text pooling: the state at each sample's argmax position, h[arange(B), ids.argmax(-1)]
     # (the first CLIP checkpoints: the largest id is the end of text; ties take the first) and
     # h[arange(B), (ids == eos).int().argmax(-1)] (later ones).
-    def __init__(self, vocab=20, dim=8):
+    def __init__(self, vocab=40, dim=8):
         super().__init__()
         self.emb = torch.nn.Embedding(vocab, dim)
         self.fc = torch.nn.Linear(dim, dim)
@@ -978,6 +980,37 @@ class TrigramPad(torch.nn.Module):
         return self.fc(both)
 
 
+class ShiftedIds(torch.nn.Module):
+    # BART's decoder inputs (transformers' shift_tokens_right): the ids moved one place right by
+    # slice assignment into a fresh zeros tensor, the first set to the start id, -100 (the label
+    # padding) replaced by the padding id; mBART's, the first set to each sample's last token
+    # (torch.gather at a computed position); and slice assignments of activations, whose
+    # gradient reaches only the elements not overwritten.
+    def __init__(self, vocab=40, dim=8):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, dim)
+        self.fc = torch.nn.Linear(dim, dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, ids):
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        shifted[:, 0] = 2
+        shifted.masked_fill_(shifted == -100, 1)
+        # mBART's: each sample's last token before its padding (id 1) starts its decoder ids.
+        last = (ids.ne(1).sum(dim=1) - 1).unsqueeze(-1)
+        rotated = ids.clone()
+        rotated[:, 1:] = ids[:, :-1].clone()
+        rotated[:, 0] = ids.gather(1, last).squeeze()
+        shifted = shifted + rotated
+        h = torch.tanh(self.fc(self.emb(shifted)))
+        prev = torch.zeros_like(h)
+        prev[:, 1:] = h[:, :-1]
+        mixed = h.clone()
+        mixed[:, 2] = h[:, 3] * 2.0
+        return self.out(prev + mixed)
+
+
 def padded_ids_inputs(g):
     ids = torch.randint(2, 20, (patterns.BATCH, 5), generator=g)
     ids[0, 3:] = 1  # padded at the end, and a padding id inside another sample
@@ -1071,7 +1104,8 @@ PATTERNS = patterns.PATTERNS + [("two_norms", 121, TwoNorms, patterns.feat(32), 
                                  None),
                                 ("interpolated_bias", 163, InterpolatedBias, patterns.feat(4, 8),
                                  None),
-                                ("trigram_pad", 164, TrigramPad, patterns.feat(5, 8), None)]
+                                ("trigram_pad", 164, TrigramPad, patterns.feat(5, 8), None),
+                                ("shifted_ids", 165, ShiftedIds, padded_ids_inputs, None)]
 
 
 def main():
