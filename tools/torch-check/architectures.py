@@ -13,7 +13,8 @@ small configurations) and each export variant (torch_side.VARIANTS), this script
   3. imports the export with `graphpipe-plan import` (no flag but --max-bag for bags of
      varying length, and for legacy exports --padding-idx for nn.Embedding's padding rows, which
      that exporter does not record and the import warns about, and --freeze of the model's
-     buffers where the import's refusal names the flag, then the row says so) and trains the same steps with `graphpipe-executor reference --data`,
+     buffers where the import's refusal or a warning names the flag for one of them, then the
+     row says so) and trains the same steps with `graphpipe-executor reference --data`,
   4. multi-rank: plans the model on 4 CPU devices of this machine in at least 2 stages
      (`graphpipe-plan search --cluster cpu-local`; the sequential and Piper searches when
      GraphPipe's keeps a small model on one device, and when they do too, its ops halved by
@@ -308,7 +309,16 @@ def check(arch, variant, gp):
         # names the flag; the user, who knows the model, passes it.
         padding = {} if spec["kwargs"].get("dynamo") else torch_side.padding_rows(arch.model, onnx_path)
         try:
-            model, _ = gp.import_onnx(onnx_path, arch.max_bag, padding)
+            model, stderr = gp.import_onnx(onnx_path, arch.max_bag, padding)
+            # An initializer added to activations imports as a learned bias, with a warning
+            # naming --freeze: where it is one of the model's buffers (BART's
+            # final_logits_bias), the user, who knows the model, freezes them.
+            buffers = [] if spec["kwargs"].get("dynamo") else torch_side.buffer_initializers(
+                arch.model, onnx_path)
+            if any(f"--freeze {b} " in stderr for b in buffers):
+                model, _ = gp.import_onnx(onnx_path, arch.max_bag, padding, buffers)
+                row.notes.append(f"imported with --freeze of its {len(buffers)} buffers "
+                                 f"({buffers[0]}, ...), which a warning named")
         except Blocked as e:
             # Nor its buffers: where the import's refusal says to --freeze one, the user names
             # the model's buffers, and the row says so.

@@ -17,8 +17,9 @@ does GPT-J (its rotary tables split from a gathered sinusoid buffer), and RoBERT
 a cumulative sum of the ids' padding mask, token types gathered from a zero buffer), Whisper's
 encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM, Qwen3, Phi-3 (an empty slice of
 its rotary split), MPT (LayerNorm(bias=False)), CLIP's text tower (the state at each sample's
-argmax position) and timm's LeViT (batch norm over tokens folded into the batch); see
-docs/model-format.md."""
+argmax position), timm's LeViT (batch norm over tokens folded into the batch), and the encoder-
+decoders BART, mBART and T5 (their decoder ids shifted right by slice assignment; mBART's start
+token gathered at each sample's last position); see docs/model-format.md."""
 import torch
 import torch.nn as nn
 
@@ -183,6 +184,38 @@ def hf_t5_encoder():
                                           num_layers=2, num_heads=4, dropout_rate=0.0)))
 
 
+def hf_seq2seq(model_class, config_class, **config):
+    """An encoder-decoder of transformers, 2 + 2 layers of width 32, whose decoder reads the ids
+    shifted right (shift_tokens_right: slice assignment into a fresh tensor)."""
+    def build():
+        import transformers
+        return Logits(getattr(transformers, model_class)(getattr(transformers, config_class)(
+            vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_position_embeddings=16, dropout=0.0, attention_dropout=0.0,
+            activation_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2, **config)))
+    return build
+
+
+class ShiftedT5(nn.Module):
+    """T5 with its decoder reading the ids shifted right (T5's own _shift_right), as in training
+    with teacher forcing."""
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(input_ids=x, decoder_input_ids=self.model._shift_right(x)).logits
+
+
+def hf_t5():
+    from transformers import T5Config, T5ForConditionalGeneration
+    # dropout_rate 0: F.dropout with the config's rate (see hf_t5_encoder).
+    return ShiftedT5(T5ForConditionalGeneration(T5Config(
+        vocab_size=50, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2,
+        num_heads=4, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)))
+
+
 def hf_albert():
     from transformers import AlbertConfig, AlbertForSequenceClassification
     return Logits(AlbertForSequenceClassification(AlbertConfig(
@@ -303,6 +336,12 @@ LIBRARY = [
     ("hf_mobilebert", hf_sequence_classifier("MobileBertForSequenceClassification",
                                              "MobileBertConfig", embedding_size=16,
                                              intra_bottleneck_size=16), tokens),
+    # Decoder ids shifted right by slice assignment (BART: the start id; mBART: each sample's
+    # last token, gathered); final_logits_bias a buffer the legacy exporter does not mark.
+    ("hf_bart", hf_seq2seq("BartForConditionalGeneration", "BartConfig",
+                           decoder_start_token_id=2), tokens),
+    ("hf_mbart", hf_seq2seq("MBartForConditionalGeneration", "MBartConfig"), tokens),
+    ("hf_t5", hf_t5, tokens),
     ("hf_segformer", hf_segformer, image(32)),
     # Position ids from a cumulative sum of ones(batch, T); ALiBi biases tiled over the batch.
     # (OPT calls F.dropout with probabilities from its config, not through nn.Dropout.)
