@@ -123,6 +123,40 @@ TEST_CASE("ScatterElements along a per-sample axis assigns per sample") {
   CHECK(testing::param_floats(op(g, "scatter.written"), "value") == std::vector<float>{0, 0, 1, 0});
 }
 
+TEST_CASE("a scatter into a constant sized by an activation's shape folds to the constant") {
+  // torchvision's Swin: attn_mask = x.new_zeros((H, W)) with H, W read from an activation, then
+  // mask[h0:h1] = k: its indices come from the shape, known only once the activation is; they
+  // fold then (the scatter is a constant), though claimed as a scatter's indices before.
+  Onnx b;
+  b.input("x", {4});
+  b.node("Relu", {"x"}, {"h"}, "relu");
+  b.node("Shape", {"h"}, {"dims"}, "dims");
+  b.init("one", {}, {1}, kInt64);
+  b.init("zero", {}, {0}, kInt64);
+  b.node("Gather", {"dims", "one"}, {"width"}, "width");
+  b.init("axis0", {1}, {0}, kInt64);
+  b.node("Unsqueeze", {"width", "axis0"}, {"width1"}, "width1");
+  b.node("ConstantOfShape", {"width1"}, {"zeros"}, "zeros");  // float zeros [4]
+  b.node("Range", {"zero", "width", "one"}, {"columns"}, "columns");
+  b.init("from", {1}, {1}, kInt64);
+  b.init("to", {1}, {3}, kInt64);
+  b.node("Slice", {"columns", "from", "to"}, {"picked"}, "picked");  // [1, 2]
+  b.init("last", {1}, {1}, kInt64);
+  b.node("Unsqueeze", {"picked", "last"}, {"where_to"}, "where_to");  // [[1], [2]]
+  b.constant("value", {2}, {2.5, 2.5});
+  b.node("ScatterND", {"zeros", "where_to", "value"}, {"mask"}, "scatter");
+  b.node("Add", {"h", "mask"}, {"y"}, "add");
+  b.output("y", {4});
+  const auto m = b.imported();
+  bool found = false;
+  for (const auto& o : m.ops()) {
+    const auto v = o.param_values().find("value");
+    if (v == o.param_values().end() || v->second.size() != 4 * sizeof(float)) continue;
+    found = found || testing::param_floats(o, "value") == std::vector<float>{0, 2.5f, 2.5f, 0};
+  }
+  CHECK(found);
+}
+
 TEST_CASE("a scatter that adds into an activation is refused naming its reduction") {
   Onnx b = rows_assigned({1, 3});
   Onnx::attr(b.model.mutable_graph()->mutable_node(2), "reduction", std::string("add"));

@@ -217,6 +217,35 @@ TEST_CASE("two slices of a table joined again, one resized to its own size, are 
                              "its elements moved"));
 }
 
+TEST_CASE("a weight cast to float32 and moved is the weight, added with a warning to freeze") {
+  // DINOv2's pos_embed.to(torch.float32), reshaped, added to the tokens (a legacy export: no
+  // mark says whether the initializer is a parameter or a buffer).
+  Onnx b;
+  b.input("x", {2, 3});
+  b.weight("pos", {1, 6});
+  auto* cast = b.node("Cast", {"pos"}, {"pos32"}, "cast");
+  Onnx::attr(cast, "to", int64_t{testing::kOnnxFloat});
+  b.init("shape", {3}, {1, 2, 3}, kInt64);
+  b.node("Reshape", {"pos32", "shape"}, {"grid"}, "grid");
+  b.node("Add", {"x", "grid"}, {"y"}, "add");
+  b.output("y", {2, 3});
+  std::vector<std::string> warnings;
+  model::OnnxImportOptions options;
+  options.warnings = &warnings;
+  auto m = b.import(options);
+  INFO(m.status().to_string());
+  REQUIRE(m.ok());
+  const auto g = testing::build_graph(*m);
+  CHECK(g.total_params() == 6);
+  REQUIRE(warnings.size() == 1);
+  CHECK_THAT(warnings[0], Catch::Contains("'pos' is added to activations as a learned weight") &&
+                              Catch::Contains("--freeze pos"));
+  // A Cast to another type changes the values: no map.
+  Onnx half = b;
+  half.model.mutable_graph()->mutable_node(0)->mutable_attribute(0)->set_i(10);  // float16
+  CHECK_THAT(half.refusal(), Catch::Contains("casts the trained weight 'pos'"));
+}
+
 TEST_CASE("two maps of one weight that element-wise ops read apart read one tensor of it") {
   // w[0:1].view(4) added, w[1:2].view(4) multiplied: the first map makes the flat weight, which
   // the second gathers from too, so w is one parameter.

@@ -163,6 +163,15 @@ void Importer::convert(int i) {
                                           : std::string()));
     }
     if (!materialize_weight_map(i, input)) return;
+    // As for a weight added as it is (bias_add): a legacy export does not say which
+    // initializers are buffers (BART's final_logits_bias, cast before it is added).
+    if (!dynamo_metadata_ && (t == "Add" || t == "Sub") && options_.warnings != nullptr) {
+      const std::string& source = map->second.source;
+      options_.warnings->push_back(where(i) + ": initializer '" + source +
+                                   "' is added to activations as a learned weight; if it is a "
+                                   "registered buffer, import with --freeze " +
+                                   source + " to keep it constant");
+    }
   }
   // A tensor without the batch axis (an embedding of constant position ids) is the same for
   // every sample: element-wise ops take it, as they take a constant; other ops would read its

@@ -291,6 +291,10 @@ Result<ModelGraph> Importer::run() {
       done_[static_cast<size_t>(i)] = true;
       continue;
     }
+    if (deferred_.count(i)) {  // a scatter's indices, evaluated by the scatter (scatter.cc)
+      done_[static_cast<size_t>(i)] = true;
+      continue;
+    }
     if (match_attention_views(i)) continue;  // claims its nodes, emitted at its last one
     const int first = b_.model().ops_size();
     convert(i);
@@ -794,12 +798,16 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
                                           : onnx_shape(n.input(0));
     // A value computed from the batch size that is no activation (a scatter's indices,
     // scatter.cc; the batch's arange): its dims for each batch, the batch where it is.
+    // (Else, or where it cannot be evaluated, as any other value: a mark made before the value
+    // was known does not stop that.)
+    std::optional<std::vector<double>> probed;
     if (index_values_.count(n.input(0)) ||
         (batch_dependent_.count(n.input(0)) &&
          (!act_.count(n.input(0)) || laid_constants_.count(n.input(0))))) {
-      auto at = index_value_dims(n.input(0));
-      if (!at) return false;
-      out = std::move(*at);
+      probed = index_value_dims(n.input(0));
+    }
+    if (probed) {
+      out = std::move(*probed);
     } else {
       if (!dims || dims->empty()) return false;
       // An activation's batch is where its layout has it (unknown where per-sample dims are

@@ -653,8 +653,9 @@ class Importer {
   // row_pick.cc: x[arange(B), v] by either exporter, claimed at its GatherND or Gather node i.
   bool match_row_pick(int i);
   // scatter.cc: slice assignment into activations (ScatterND). Before conversion, the nodes that
-  // compute indices from the batch size (the batch's arange) and feed only such a scatter are
-  // claimed (index_values_); their Shape folds from index_value_dims, with the batch symbolic.
+  // compute a scatter's indices from shapes (the batch's arange) and feed only it are claimed
+  // (deferred_, index_values_): folded where they turn out constant, else never converted; their
+  // Shape folds from index_value_dims, with the batch symbolic.
   bool match_batch_scatter(int i);
   std::optional<std::vector<double>> index_value_dims(const std::string& name) const;
   void scatter_nd(int i, const std::string& id);
@@ -854,6 +855,7 @@ class Importer {
   // from the batch size, for what reads them to fold per sample.
   std::set<std::string> laid_constants_;
   std::set<std::string> index_values_;  // the outputs of the nodes match_batch_scatter claimed
+  std::set<int> deferred_;              // those nodes: folded where they can be, never converted
   std::set<std::string> empty_;  // activations without elements (empty slices): Concat drops them
   std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too

@@ -240,8 +240,10 @@ bool Importer::match_batch_scatter(int i) {
     }
   }
   if (!nodes.count(p)) return false;
+  // (They still fold where they turn out constant: the shapes of activations are known only
+  // as they are converted, Swin's shifted-window mask is sized by one.)
   for (int k : nodes) {
-    done_[static_cast<size_t>(k)] = true;
+    deferred_.insert(k);
     for (const auto& o : g_.node(k).output()) index_values_.insert(o);
   }
   return true;

@@ -26,6 +26,13 @@ bool moves_elements(const std::string& t) {
   return kMoves.count(t) > 0;
 }
 
+// A step that keeps every element where it is: a Resize to its input's own size (checked with
+// its sizes, same_size_resize), or a Cast to float32 (DINOv2's pos_embed.to(torch.float32)
+// before its interpolation; weights are float32).
+bool keeps_elements(const onnx::NodeProto& n) {
+  return n.op_type() == "Resize" || (n.op_type() == "Cast" && attr_i(n, "to", 0) == kOnnxFloat);
+}
+
 // Index -1: an element zeroed by a ScatterND of zeros, no element of the weight.
 constexpr double kZeroed = -1;
 
@@ -94,7 +101,7 @@ bool Importer::feeds_only_elementwise(const std::string& name) const {
       },
       // (A moved weight is the data, not an index or a shape; Concat reads several.)
       [](const onnx::NodeProto& n, const std::string& in) {
-        return (moves_elements(n.op_type()) || n.op_type() == "Resize") &&
+        return (moves_elements(n.op_type()) || keeps_elements(n)) &&
                (n.op_type() == "Concat" || n.input(0) == in) && n.output_size() == 1;
       });
 }
@@ -192,7 +199,7 @@ bool Importer::slice_left_to_maps(const onnx::NodeProto& n) const {
 bool Importer::weight_map_candidate(int i) const {
   const auto& n = g_.node(i);
   const std::string& t = n.op_type();
-  if (!(moves_elements(t) || t == "Resize") || n.output_size() != 1 || n.output(0).empty()) {
+  if (!(moves_elements(t) || keeps_elements(n)) || n.output_size() != 1 || n.output(0).empty()) {
     return false;
   }
   const std::string& out = n.output(0);
@@ -267,9 +274,11 @@ bool Importer::fold_weight_map(int i) {
   const std::string source = weight_map_inputs(i, &inputs);
   if (source.empty()) return false;
   const auto& n = g_.node(i);
-  if (n.op_type() == "Resize") {
+  if (keeps_elements(n)) {
     const EvalValue& x = inputs.at(n.input(0));
-    if (x.sequence || !same_size_resize(n, x.tensor.dims, inputs)) return false;
+    if (x.sequence || (n.op_type() == "Resize" && !same_size_resize(n, x.tensor.dims, inputs))) {
+      return false;
+    }
     weight_maps_[n.output(0)] = WeightMap{source, x.tensor};
     return true;
   }
