@@ -18,8 +18,10 @@ a cumulative sum of the ids' padding mask, token types gathered from a zero buff
 encoder (nn.Conv1d), ELECTRA, DeBERTa-v2, XLM-RoBERTa, StableLM, Qwen3, Phi-3 (an empty slice of
 its rotary split), MPT (LayerNorm(bias=False)), CLIP's text tower (the state at each sample's
 argmax position), timm's LeViT (batch norm over tokens folded into the batch), and the encoder-
-decoders BART, mBART and T5 (their decoder ids shifted right by slice assignment; mBART's start
-token gathered at each sample's last position); see docs/model-format.md."""
+decoders BART, mBART, T5, Marian and Pegasus (their decoder ids shifted right by slice
+assignment; mBART's start token gathered at each sample's last position), DINOv2 (its position
+embeddings interpolated), ConvNeXt V2 (GRN), Hugging Face's Swin V2, YOLOS and DeBERTa; see
+docs/model-format.md."""
 import torch
 import torch.nn as nn
 
@@ -216,6 +218,56 @@ def hf_t5():
         num_heads=4, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)))
 
 
+class ShiftedSeq2Seq(nn.Module):
+    """An encoder-decoder whose forward does not shift the ids itself (Marian, Pegasus): the
+    decoder reads them shifted by the model's own shift_tokens_right, as in training."""
+    def __init__(self, model, shift, pad, start):
+        super().__init__()
+        self.model, self.shift, self.pad, self.start = model, shift, pad, start
+
+    def forward(self, x):
+        return self.model(input_ids=x,
+                          decoder_input_ids=self.shift(x, self.pad, self.start)).logits
+
+
+def hf_shifted_seq2seq(name, model_class, config_class, pad, start):
+    def build():
+        import importlib
+        import transformers
+        shift = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+        model = getattr(transformers, model_class)(getattr(transformers, config_class)(
+            vocab_size=50, d_model=32, encoder_layers=2, decoder_layers=2,
+            encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+            decoder_ffn_dim=64, max_position_embeddings=16, dropout=0.0, attention_dropout=0.0,
+            activation_dropout=0.0, pad_token_id=pad, eos_token_id=2, decoder_start_token_id=start))
+        return ShiftedSeq2Seq(model, shift.shift_tokens_right, pad, start)
+    return build
+
+
+def hf_dinov2():
+    from transformers import Dinov2Config, Dinov2Model
+    # Its position embeddings interpolated (bicubic) to the patch grid, here their own size.
+    return Hidden(Dinov2Model(Dinov2Config(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)))
+
+
+def hf_image_classifier(model_class, config_class, **config):
+    def build():
+        import transformers
+        return Logits(getattr(transformers, model_class)(getattr(transformers, config_class)(
+            num_labels=10, **config)))
+    return build
+
+
+def hf_yolos():
+    from transformers import YolosConfig, YolosModel
+    return Hidden(YolosModel(YolosConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        image_size=[32, 32], patch_size=8, num_detection_tokens=4, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)))
+
+
 def hf_albert():
     from transformers import AlbertConfig, AlbertForSequenceClassification
     return Logits(AlbertForSequenceClassification(AlbertConfig(
@@ -342,6 +394,22 @@ LIBRARY = [
                            decoder_start_token_id=2), tokens),
     ("hf_mbart", hf_seq2seq("MBartForConditionalGeneration", "MBartConfig"), tokens),
     ("hf_t5", hf_t5, tokens),
+    ("hf_marian", hf_shifted_seq2seq("marian", "MarianMTModel", "MarianConfig", 1, 1), tokens),
+    ("hf_pegasus", hf_shifted_seq2seq("pegasus", "PegasusForConditionalGeneration",
+                                      "PegasusConfig", 0, 0), tokens),
+    ("hf_dinov2", hf_dinov2, image(32)),
+    ("hf_convnextv2", hf_image_classifier("ConvNextV2ForImageClassification", "ConvNextV2Config",
+                                          num_stages=2, hidden_sizes=[8, 16], depths=[1, 1],
+                                          image_size=32), image(32)),  # GRN
+    ("hf_swinv2", hf_image_classifier("Swinv2ForImageClassification", "Swinv2Config",
+                                      image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                      num_heads=[2, 2], window_size=4, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0, drop_path_rate=0.0),
+     image(32)),
+    ("hf_yolos", hf_yolos, image(32)),  # detection tokens beside the patches
+    ("hf_deberta", hf_sequence_classifier("DebertaForSequenceClassification", "DebertaConfig",
+                                          hidden_dropout_prob=0.0,
+                                          attention_probs_dropout_prob=0.0), tokens),
     ("hf_segformer", hf_segformer, image(32)),
     # Position ids from a cumulative sum of ones(batch, T); ALiBi biases tiled over the batch.
     # (OPT calls F.dropout with probabilities from its config, not through nn.Dropout.)
