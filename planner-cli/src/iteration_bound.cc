@@ -137,10 +137,9 @@ class Bisection {
 // communication model (comm_model.h) can charge, latencies left out: in one node a ring on the
 // intra-node link; over m nodes, the most replicas on one node being g, reduce-scatter and
 // all-gather inside the nodes and a ring of bytes/g across them. The replicas may lie on any
-// nodes, so the least over every m that can hold them and every g that m allows: from an even
-// spread, ceil(r / m), to one node as full as it gets, min(per node, r - (m - 1)). The cost is
-// 2 / intra + (2 (m-1) / m / inter - 2 / intra) / g, monotone in g, so those two ends suffice
-// (the placement decides which: 8 + 1 replicas cost less than 5 + 4 over a slow inter-node link).
+// nodes: g may be anything up to a node's devices (8 + 1 replicas cost less than 5 + 4 over a
+// slow inter-node link), and for a given g the cost only grows with m, so the fewest nodes that
+// hold r replicas g to a node, ceil(r / g), price it. O(devices x devices per node).
 std::vector<double> allreduce_s_per_byte(const graphpipe::v1::Cluster& cluster, int devices) {
   std::vector<double> out(static_cast<size_t>(std::max(devices, 1)) + 1, 0.0);
   const double intra = cluster.intra_node().bandwidth_bytes_per_s();
@@ -152,9 +151,8 @@ std::vector<double> allreduce_s_per_byte(const graphpipe::v1::Cluster& cluster, 
   };
   for (int r = 2; r <= devices; ++r) {
     double least = INFINITY;
-    for (int m = (r + per_node - 1) / per_node; m <= r; ++m) {
-      least = std::min({least, cost(m, (r + m - 1) / m), cost(m, std::min(per_node, r - m + 1))});
-    }
+    for (int g = 1; g <= std::min(per_node, r); ++g)
+      least = std::min(least, cost((r + g - 1) / g, g));
     out[static_cast<size_t>(r)] = least;
   }
   // Lowered where needed so that r x out[r] never falls as r grows: the devices' time of an op is

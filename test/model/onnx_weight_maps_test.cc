@@ -230,12 +230,7 @@ TEST_CASE("a weight cast to float32 and moved is the weight, added with a warnin
   b.node("Add", {"x", "grid"}, {"y"}, "add");
   b.output("y", {2, 3});
   std::vector<std::string> warnings;
-  model::OnnxImportOptions options;
-  options.warnings = &warnings;
-  auto m = b.import(options);
-  INFO(m.status().to_string());
-  REQUIRE(m.ok());
-  const auto g = testing::build_graph(*m);
+  const auto g = testing::build_graph(b.imported(&warnings));
   CHECK(g.total_params() == 6);
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Contains("'pos' is added to activations as a learned weight") &&
@@ -326,11 +321,7 @@ TEST_CASE("the legacy exporter's Identity of a folded copy imports apart, with a
   b.node("MatMul", {"t", "onnx::MatMul_11"}, {"y"}, "fc_1");
   b.output("y", {2, 3});
   std::vector<std::string> warnings;
-  model::OnnxImportOptions options;
-  options.warnings = &warnings;
-  auto m = b.import(options);
-  REQUIRE(m.ok());
-  CHECK(m->param_ties_size() == 0);
+  CHECK(b.imported(&warnings).param_ties_size() == 0);
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Contains("'fc_1'") &&
                               Catch::Contains("'onnx::MatMul_11' is the exporter's copy of "

@@ -179,6 +179,15 @@ struct OnnxBuilder {
     REQUIRE(m.ok());
     return *m;
   }
+  // The import's warnings into `warnings`.
+  model::ModelGraph imported(std::vector<std::string>* warnings) const {
+    model::OnnxImportOptions options;
+    options.warnings = warnings;
+    auto m = import(options);
+    INFO(m.status().to_string());
+    REQUIRE(m.ok());
+    return *m;
+  }
   std::string refusal() const {
     auto m = import();
     REQUIRE_FALSE(m.ok());

@@ -15,11 +15,6 @@
 namespace gp::model::onnx_detail {
 namespace {
 
-// The batch sizes a batch-dependent value is evaluated at: small (a causal mask grows with each),
-// and three, so that a value that only happens to fit some (ones(B, T) * (B // 2)) is not taken
-// for a constant.
-constexpr int64_t kProbeBatches[] = {2, 3, 5};
-
 bool known(const EvalTensor& t) { return !has_nan(t.values); }
 
 // `t` (for a batch of `batch`) as one row with a batch of 1, where its axis 0 is the batch and
@@ -76,21 +71,21 @@ std::string batch_laid_axis(const std::vector<EvalTensor>& at, int64_t* axis, in
   return "";
 }
 
-// The first sample's block of `at` laid [before, batch, inner, after] row-major, where every
-// sample's block, for every probe batch, is the same.
-std::string one_sample_block(const std::vector<EvalTensor>& at, int64_t axis, int64_t inner,
-                             std::vector<float>* values) {
+}  // namespace
+
+std::string one_sample_block(const std::vector<EvalTensor>& at, std::span<const int64_t> batches,
+                             int64_t axis, int64_t inner, std::vector<float>* values) {
   const EvalTensor& a = at[0];
   int64_t before = 1, block = inner;
   for (int64_t d = 0; d < axis; ++d) before *= a.dims[d];
   for (size_t d = static_cast<size_t>(axis) + 1; d < a.dims.size(); ++d) block *= a.dims[d];
   for (size_t k = 0; k < at.size(); ++k) {
-    const int64_t batch = kProbeBatches[k];
+    const int64_t batch = batches[k];
     for (int64_t o = 0; o < before; ++o) {
       for (int64_t b = 0; b < batch; ++b) {
         for (int64_t e = 0; e < block; ++e) {
           const double v = at[k].values[static_cast<size_t>((o * batch + b) * block + e)];
-          const double first = a.values[static_cast<size_t>(o * kProbeBatches[0] * block + e)];
+          const double first = a.values[static_cast<size_t>(o * batches[0] * block + e)];
           if (v != first) {
             return "sample " + std::to_string(b) + " of a batch of " + std::to_string(batch) +
                    " differs from sample 0 on axis " + std::to_string(axis) +
@@ -103,8 +98,6 @@ std::string one_sample_block(const std::vector<EvalTensor>& at, int64_t axis, in
   }
   return "";
 }
-
-}  // namespace
 
 std::optional<EvalTensor> Importer::tensor_at_batch(const std::string& name, int64_t batch,
                                                     std::map<std::string, EvalTensor>* cache,
@@ -300,7 +293,7 @@ void Importer::laid_constant(int i, const std::string& id) {
   int64_t axis = -1, inner = 0;
   if (std::string why = batch_laid_axis(at, &axis, &inner); !why.empty()) return refuse(i, why);
   std::vector<float> values;
-  if (std::string why = one_sample_block(at, axis, inner, &values); !why.empty()) {
+  if (std::string why = one_sample_block(at, kProbeBatches, axis, inner, &values); !why.empty()) {
     return refuse(i, why);
   }
   const EvalTensor& a = at[0];

@@ -801,7 +801,7 @@ bool Importer::fold_flat(const onnx::NodeProto& n) {
     // (Else, or where it cannot be evaluated, as any other value: a mark made before the value
     // was known does not stop that.)
     std::optional<std::vector<double>> probed;
-    if (index_values_.count(n.input(0)) ||
+    if (deferred_.count(producer(n.input(0))) ||
         (batch_dependent_.count(n.input(0)) &&
          (!act_.count(n.input(0)) || laid_constants_.count(n.input(0))))) {
       probed = index_value_dims(n.input(0));

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +100,17 @@ inline bool counts_up(const std::vector<double>& values) {
 inline bool has_nan(const std::vector<double>& values) {
   return std::any_of(values.begin(), values.end(), [](double x) { return std::isnan(x); });
 }
+
+// The batch sizes a batch-dependent value is evaluated at: small (a causal mask grows with each),
+// and three, so that a value that only happens to fit some (ones(B, T) * (B // 2)) is not taken
+// for a constant.
+inline constexpr int64_t kProbeBatches[] = {2, 3, 5};
+
+// The first sample's block of `at` (one tensor per batch size of `batches`) laid [before, batch,
+// inner, after] row-major, where every sample's block, for every batch, is the same; else why
+// not (batch_constants.cc).
+std::string one_sample_block(const std::vector<EvalTensor>& at, std::span<const int64_t> batches,
+                             int64_t axis, int64_t inner, std::vector<float>* values);
 
 // A folded shape-math value, and whether it is an integer (integer Div truncates).
 struct FoldedValue {
@@ -652,14 +664,19 @@ class Importer {
   void claim(const std::set<int>& nodes, int last, Fused f);
   // row_pick.cc: x[arange(B), v] by either exporter, claimed at its GatherND or Gather node i.
   bool match_row_pick(int i);
-  // scatter.cc: slice assignment into activations (ScatterND). Before conversion, the nodes that
-  // compute a scatter's indices from shapes (the batch's arange) and feed only it are claimed
-  // (deferred_, index_values_): folded where they turn out constant, else never converted; their
-  // Shape folds from index_value_dims, with the batch symbolic.
+  void emit_row_pick(int i, const Fused& f, const TensorRef& x);
+  // A position per sample `at` (float32, of `shape` per sample) with a negative one counted
+  // from the end of `count` positions, as torch's indexing does; ops named `id`.<part>, each
+  // sample's batch taken from `anchor`.
+  TensorRef wrap_negative(const std::string& id, const TensorRef& at, const TensorRef& anchor,
+                          const std::vector<int64_t>& shape, int64_t count);
+  // scatter.cc: slice assignment into activations (ScatterND, ScatterElements). Before
+  // conversion, the nodes that compute a scatter's indices from shapes (the batch's arange) and
+  // feed only it are claimed (deferred_): folded where they turn out constant, else never
+  // converted; the Shape of their outputs folds from index_value_dims, the batch symbolic.
   bool match_batch_scatter(int i);
   std::optional<std::vector<double>> index_value_dims(const std::string& name) const;
   void scatter_nd(int i, const std::string& id);
-  void emit_row_pick(int i, const Fused& f, const TensorRef& x);
   // `name` before the nodes that only reshape, broadcast or cast it (added to `nodes`).
   std::string strip_index_plumbing(std::string name, std::set<int>* nodes) const;
   // Whether `name` is Range(0, limit, 1), and whether its limit is the batch size: then each
@@ -854,8 +871,8 @@ class Importer {
   // Constants laid out per batch (laid_constant): activations whose values are still computed
   // from the batch size, for what reads them to fold per sample.
   std::set<std::string> laid_constants_;
-  std::set<std::string> index_values_;  // the outputs of the nodes match_batch_scatter claimed
-  std::set<int> deferred_;              // those nodes: folded where they can be, never converted
+  // The nodes match_batch_scatter claimed: folded where they can be, never converted.
+  std::set<int> deferred_;
   std::set<std::string> empty_;  // activations without elements (empty slices): Concat drops them
   std::set<std::string> poisoned_shapes_;  // those of them that shape-only nodes compute
   std::map<int, int> loop_helpers_;  // refused loops: how many nodes serving each are refused too

@@ -190,12 +190,7 @@ void Importer::emit_row_pick(int i, const Fused& f, const TensorRef& x) {
   TensorRef at =
       dtype_of(f.index) == graphpipe::v1::DATA_TYPE_FLOAT32 ? *v : as_float(f.index, *v, id);
   at = b_.reshape(part("position"), at, ones);
-  // A negative position counts from the end, as torch's indexing and GatherND do.
-  const TensorRef zero = b_.constant(part("zero"), x, ones, {0.0f});
-  const TensorRef wrap =
-      b_.binary(part("wrap"), b_.compare(part("negative"), at, zero, "lt"),
-                b_.constant(part("row_count"), x, ones, {static_cast<float>((*shape)[0])}), "mul");
-  at = b_.binary(part("wrapped"), at, wrap, "add");
+  at = wrap_negative(id, at, x, ones, rows);
   std::vector<int64_t> column = ones;  // [rows, 1, ...]
   column[0] = rows;
   std::vector<float> positions(static_cast<size_t>(rows));
@@ -211,6 +206,17 @@ void Importer::emit_row_pick(int i, const Fused& f, const TensorRef& x) {
     out = b_.reshape(id, out, {width});
   }
   act_[g_.node(i).output(0)] = out;
+}
+
+TensorRef Importer::wrap_negative(const std::string& id, const TensorRef& at,
+                                  const TensorRef& anchor, const std::vector<int64_t>& shape,
+                                  int64_t count) {
+  auto part = [&](const std::string& what) { return unique_id(id + "." + what, id); };
+  const TensorRef zero = b_.constant(part("zero"), anchor, shape, {0.0f});
+  const TensorRef wrap =
+      b_.binary(part("wrap"), b_.compare(part("negative"), at, zero, "lt"),
+                b_.constant(part("count"), anchor, shape, {static_cast<float>(count)}), "mul");
+  return b_.binary(part("wrapped"), at, wrap, "add");
 }
 
 void Importer::gather_elements_picked(int i, const std::string& id) {
@@ -268,12 +274,7 @@ void Importer::gather_elements_picked(int i, const std::string& id) {
   std::vector<int64_t> column = *v_shape;
   column.push_back(1);
   const std::vector<int64_t> ones(column.size(), 1);
-  where_to = b_.reshape(part("column"), where_to, column);
-  const TensorRef wrap = b_.binary(
-      part("wrap"),
-      b_.compare(part("negative"), where_to, b_.constant(part("zero"), *x, ones, {0.0f}), "lt"),
-      b_.constant(part("count"), *x, ones, {static_cast<float>(positions)}), "mul");
-  where_to = b_.binary(part("wrapped"), where_to, wrap, "add");
+  where_to = wrap_negative(id, b_.reshape(part("column"), where_to, column), *x, ones, positions);
   std::vector<float> counting(static_cast<size_t>(positions));
   for (int64_t t = 0; t < positions; ++t) counting[static_cast<size_t>(t)] = static_cast<float>(t);
   const TensorRef mask = b_.compare(

@@ -21,8 +21,6 @@
 namespace gp::model::onnx_detail {
 namespace {
 
-// The batch sizes the scatter is run at (as the batch-dependent constants are).
-constexpr int64_t kScatterProbes[] = {2, 3, 5};
 // The most elements one probe's codes may hold.
 constexpr int64_t kMaxScatterElements = int64_t{1} << 24;
 
@@ -242,10 +240,7 @@ bool Importer::match_batch_scatter(int i) {
   if (!nodes.count(p)) return false;
   // (They still fold where they turn out constant: the shapes of activations are known only
   // as they are converted, Swin's shifted-window mask is sized by one.)
-  for (int k : nodes) {
-    deferred_.insert(k);
-    for (const auto& o : g_.node(k).output()) index_values_.insert(o);
-  }
+  deferred_.insert(nodes.begin(), nodes.end());
   return true;
 }
 
@@ -259,7 +254,7 @@ std::optional<std::vector<double>> Importer::index_value_dims(const std::string&
     for (size_t k = 0; k < at->size(); ++k) {
       if ((*at)[k].dims.size() != rank) return std::nullopt;
       same = same && (*at)[k].dims[d] == (*at)[0].dims[d];
-      batch = batch && (*at)[k].dims[d] == kScatterProbes[k];
+      batch = batch && (*at)[k].dims[d] == kProbeBatches[k];
     }
     dims.push_back(same ? static_cast<double>((*at)[0].dims[d]) : batch ? kBatchDim : NAN);
   }
@@ -277,9 +272,8 @@ void Importer::scatter_nd(int i, const std::string& id) {
   std::vector<EvalTensor> indices;
   // (A static export runs at the batch it traced, which its indices may hold.)
   const std::vector<int64_t> probes =
-      static_batch_ > 0
-          ? std::vector<int64_t>{static_batch_}
-          : std::vector<int64_t>(std::begin(kScatterProbes), std::end(kScatterProbes));
+      static_batch_ > 0 ? std::vector<int64_t>{static_batch_}
+                        : std::vector<int64_t>(std::begin(kProbeBatches), std::end(kProbeBatches));
   for (const int64_t batch : probes) {
     // (A per-sample constant is held as one row: tensor_at_batch repeats it.)
     std::optional<EvalTensor> idx =
@@ -310,21 +304,12 @@ void Importer::scatter_nd(int i, const std::string& id) {
                            ", whose batch axis (" + std::to_string(pos) + ") is not the traced " +
                            std::to_string(static_batch_));
     }
-    const int64_t outer = product(c->dims, 0, static_cast<size_t>(pos));
-    const int64_t inner = product(c->dims, static_cast<size_t>(pos) + 1);
     std::vector<float> sample_values;
-    for (int64_t o = 0; o < outer; ++o) {
-      for (int64_t b = 0; b < static_batch_; ++b) {
-        for (int64_t e = 0; e < inner; ++e) {
-          const double v = c->values[static_cast<size_t>((o * static_batch_ + b) * inner + e)];
-          if (b == 0) {
-            sample_values.push_back(static_cast<float>(v));
-          } else if (v != sample_values[static_cast<size_t>(o * inner + e)]) {
-            return refuse(i, "reads '" + name + "', a constant of the traced batch (" +
-                                 std::to_string(static_batch_) + ") that differs between samples");
-          }
-        }
-      }
+    const int64_t traced[] = {static_batch_};
+    if (const std::string why = one_sample_block({*c}, traced, pos, 1, &sample_values);
+        !why.empty()) {
+      return refuse(i, "reads the constant '" + name + "' of the traced batch (" +
+                           std::to_string(static_batch_) + "): " + why);
     }
     std::vector<int64_t> sample = c->dims;
     sample.erase(sample.begin() + pos);
@@ -351,29 +336,13 @@ void Importer::scatter_nd(int i, const std::string& id) {
   const auto u_shape = sample_shape(updates);
   if (!x_shape || !u_shape) return refuse(i, "the shapes of its data and updates are unknown");
   const int64_t positions = product(*x_shape), sources = product(*u_shape);
-  // An activation's ONNX dims for a batch: its GraphPipe shape with the batch put back where its
-  // layout has it (a [batch] tensor is [1] per sample).
-  const auto onnx_dims = [&](const std::string& name, const std::vector<int64_t>& shape,
-                             int64_t batch) -> std::optional<std::vector<int64_t>> {
-    const auto rank = rank_of(name);
-    const int64_t pos = layout_of(name).pos;
-    if (rank && *rank == 1 && shape == std::vector<int64_t>{1} && pos == 0) {
-      return std::vector<int64_t>{batch};
-    }
-    if (!rank || *rank != static_cast<int64_t>(shape.size()) + 1 || pos < 0 || pos > *rank - 1) {
-      return dims_at_batch(name, batch);
-    }
-    std::vector<int64_t> dims = shape;
-    dims.insert(dims.begin() + pos, batch);
-    return dims;
-  };
   // Each position of a sample: the position of the same sample's updates written there, or -1
   // where the data is kept; the same for every sample and batch size.
   std::vector<int64_t> source;
   for (size_t probe = 0; probe < probes.size(); ++probe) {
     const int64_t batch = probes[probe];
-    const auto x_dims = onnx_dims(data, *x_shape, batch);
-    const auto u_dims = onnx_dims(updates, *u_shape, batch);
+    const auto x_dims = dims_at_batch(data, batch);
+    const auto u_dims = dims_at_batch(updates, batch);
     if (!x_dims || !u_dims) return refuse(i, "the shapes of its data and updates are unknown");
     const int64_t x_count = product(*x_dims), u_count = product(*u_dims);
     if (x_count != batch * positions || u_count != batch * sources ||
